@@ -1,0 +1,34 @@
+/* Names of the environment variables of dtrain's placement contract.
+ *
+ * The SPANK plugin exports them for every task (task_init); dtrain-launch
+ * recomputes the same values when the plugin is absent.  Frameworks may use
+ * them without dtrain's runtime.  doc/environment.md describes each one. */
+#ifndef DTRAIN_ENV_H
+#define DTRAIN_ENV_H
+
+#define DTRAIN_ENV_TP            "DTRAIN_TP"          /* tensor-parallel size T */
+#define DTRAIN_ENV_PP            "DTRAIN_PP"          /* pipeline-parallel size P */
+#define DTRAIN_ENV_DP            "DTRAIN_DP"          /* data-parallel size D */
+#define DTRAIN_ENV_TP_RANK       "DTRAIN_TP_RANK"     /* 0..T-1 */
+#define DTRAIN_ENV_PP_RANK       "DTRAIN_PP_RANK"     /* 0..P-1 */
+#define DTRAIN_ENV_DP_RANK       "DTRAIN_DP_RANK"     /* 0..D-1 */
+#define DTRAIN_ENV_RANK          "DTRAIN_RANK"        /* tp + T*(dp + D*pp) = SLURM_PROCID */
+#define DTRAIN_ENV_WORLD_SIZE    "DTRAIN_WORLD_SIZE"  /* T*P*D */
+#define DTRAIN_ENV_LOCAL_RANK    "DTRAIN_LOCAL_RANK"  /* task index on this node */
+#define DTRAIN_ENV_GPU           "DTRAIN_GPU"         /* PCI bus id of this task's GPU, or empty */
+#define DTRAIN_ENV_CPUS          "DTRAIN_CPUS"        /* CPU list the task is bound to (cpulist) */
+#define DTRAIN_ENV_CKPT_DIR      "DTRAIN_CKPT_DIR"    /* --dtrain-ckpt-dir */
+#define DTRAIN_ENV_MAX_RESTARTS  "DTRAIN_MAX_RESTARTS"/* --dtrain-max-restarts */
+#define DTRAIN_ENV_VERBOSE       "DTRAIN_VERBOSE"     /* 1 with --dtrain-verbose */
+#define DTRAIN_ENV_ALLOW_PCIE    "DTRAIN_ALLOW_PCIE"  /* 1 with --dtrain-allow-pcie */
+#define DTRAIN_ENV_PLACED_BY     "DTRAIN_PLACED_BY"   /* "spank" or "launcher": who computed the placement */
+
+/* Framework names (PyTorch, Megatron, JAX). */
+#define DTRAIN_ENV_FW_RANK             "RANK"
+#define DTRAIN_ENV_FW_LOCAL_RANK       "LOCAL_RANK"
+#define DTRAIN_ENV_FW_WORLD_SIZE       "WORLD_SIZE"
+#define DTRAIN_ENV_FW_LOCAL_WORLD_SIZE "LOCAL_WORLD_SIZE"
+#define DTRAIN_ENV_CUDA_VISIBLE        "CUDA_VISIBLE_DEVICES"
+#define DTRAIN_ENV_CUDA_ORDER          "CUDA_DEVICE_ORDER"  /* set to PCI_BUS_ID */
+
+#endif

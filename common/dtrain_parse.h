@@ -1,0 +1,36 @@
+/* Strict parsing of user-supplied numbers and small text helpers.
+ *
+ * Every option, config value and environment variable that dtrain reads goes
+ * through these, so "0", "-1", "abc", "3.5", "1e9", " 4", "4 " and overflow
+ * are refused the same way everywhere.  No allocation, no global state:
+ * safe inside slurmstepd. */
+#ifndef DTRAIN_PARSE_H
+#define DTRAIN_PARSE_H
+
+#include <stddef.h>
+
+/* Parse a decimal integer in [min, max]: digits only (no sign, no spaces, no
+ * exponent, no leading '+'), no overflow.  Returns 0 and stores *out, or -1
+ * and writes one line into err (without "dtrain:" prefix) naming `what`,
+ * the bad text and the accepted range. */
+int dtrain_parse_int(const char *text, long min, long max, const char *what,
+                     long *out, char *err, size_t errlen);
+
+/* Parse a boolean: 1/0, yes/no, true/false, on/off (case-insensitive). */
+int dtrain_parse_bool(const char *text, const char *what, int *out,
+                      char *err, size_t errlen);
+
+/* Hex-encode len bytes into out (2*len+1 bytes needed). Returns 0, or -1 when
+ * outlen is too small. */
+int dtrain_hex_encode(const void *data, size_t len, char *out, size_t outlen);
+
+/* Decode exactly len bytes from hex text (must be 2*len hex digits).
+ * Returns 0, or -1 on bad length or digit. */
+int dtrain_hex_decode(const char *hex, void *data, size_t len);
+
+/* snprintf that never overflows and always terminates; returns -1 when the
+ * result was truncated (so callers can refuse instead of using a cut path). */
+int dtrain_snprintf(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

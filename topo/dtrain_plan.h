@@ -1,0 +1,92 @@
+/* libdtrain-topo, part 2: the placement planner, a pure function.
+ *
+ * Given the job shape (T, P, D, nodes, tasks per node), one node model per
+ * node and a policy, it gives every task its global rank, its coordinates
+ * and, on GPU nodes, its GPU and CPUs.  Same input, same plan: no clock, no
+ * randomness, no global state.
+ *
+ * Rank order (DESIGN.md, Megatron's default): TP fastest, then DP, then PP:
+ *     rank = tp + T*(dp + D*pp)
+ * Tasks are distributed in blocks: node n holds ranks n*K .. n*K+K-1 (K tasks
+ * per node), so with K % T == 0 a TP group never leaves a node.  Inside a node
+ * the planner chooses which GPU each local task gets: every TP group on one
+ * NVLink/XGMI island, the fastest pairs first; then PP neighbours and DP peers
+ * on the best links left. */
+#ifndef DTRAIN_PLAN_H
+#define DTRAIN_PLAN_H
+
+#include "dtrain_topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_PLAN_MAX_DIM 65536       /* T, P, D each at most this */
+#define DTRAIN_PLAN_MAX_WORLD 1048576   /* T*P*D at most this */
+
+struct dtrain_shape {
+    int tp;             /* T >= 1 */
+    int pp;             /* P >= 1 */
+    int dp;             /* D >= 1, or 0: derive D = world / (T*P) */
+    int nnodes;         /* >= 1 */
+    int tasks_per_node; /* K >= 1; world = nnodes * K */
+};
+
+struct dtrain_policy {
+    int allow_pcie; /* TP groups may span islands (PCIe); the plan then carries a warning */
+    int cpu_only;   /* place ranks without GPUs (gpu = -1); CPUs split evenly among local tasks */
+};
+
+struct dtrain_task_placement {
+    int rank;        /* global rank = Slurm task id = PMI2 rank */
+    int node;        /* 0..nnodes-1 */
+    int local_rank;  /* 0..K-1 */
+    int tp_rank, pp_rank, dp_rank;
+    int gpu;         /* index in the node's model, -1 with cpu_only */
+    char gpu_busid[DTRAIN_TOPO_BUSID_LEN]; /* "" with cpu_only */
+    char cpulist[DTRAIN_TOPO_CPULIST_LEN]; /* CPUs near the GPU (its NUMA node), or this task's share */
+};
+
+typedef struct dtrain_plan dtrain_plan;
+
+/* Plan the job.  nodes[i] is node i's model (the same pointer may be passed
+ * for every node of a homogeneous job).  Returns DTRAIN_TOPO_OK, or
+ * DTRAIN_TOPO_ERR_REFUSED with one line in err saying what is wrong and what
+ * would work (e.g. "T=8 is larger than the largest NVLink island (4 GPUs):
+ * use --dtrain-tp=4 or less, or --dtrain-allow-pcie"), or another error. */
+int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
+                            const dtrain_topo *const *nodes,
+                            const struct dtrain_policy *policy,
+                            dtrain_plan **out, char *err, size_t errlen);
+
+void dtrain_plan_free(dtrain_plan *plan);
+
+const struct dtrain_shape *dtrain_plan_shape(const dtrain_plan *plan); /* D filled in */
+int dtrain_plan_world_size(const dtrain_plan *plan);
+const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank);
+/* A warning the caller should print (PCIe fallback), or NULL. */
+const char *dtrain_plan_warning(const dtrain_plan *plan);
+
+/* Check a shape without node models (what sbatch can know): T, P, D ranges,
+ * T*P dividing world, T*P*D == world when D is given, T dividing K.  Same
+ * return convention as dtrain_plan_place_tasks.  ntasks or tasks_per_node
+ * may be 0 when unknown; those checks are then skipped. */
+int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node,
+                            char *err, size_t errlen);
+
+/* Coordinates <-> rank, the one definition of the rank order. */
+static inline int dtrain_rank_of(int tp_rank, int dp_rank, int pp_rank, int T, int D)
+{
+    return tp_rank + T * (dp_rank + D * pp_rank);
+}
+static inline void dtrain_coords_of(int rank, int T, int D, int *tp_rank, int *dp_rank, int *pp_rank)
+{
+    *tp_rank = rank % T;
+    *dp_rank = (rank / T) % D;
+    *pp_rank = rank / (T * D);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,110 @@
+/* libdtrain-topo, part 1: a node's GPU topology as a plain model.
+ *
+ * dtrain_topo_load_*() reads a node with hwloc (live, or from a saved XML
+ * file) and, on a live node whose hwloc lacks the NVML backend, NVLink
+ * through NVML loaded with dlopen("libnvidia-ml.so.1").  The result is an
+ * opaque, immutable model: the GPUs (NVIDIA and AMD, identified by their PCI
+ * device; OS devices such as nvml0/cuda0/rsmi0 are attributes of it), their
+ * NUMA and CPU locality, a GPU-to-GPU bandwidth matrix and the islands of
+ * GPUs that reach each other over NVLink/XGMI.
+ *
+ * GPUs are numbered 0..n-1 in PCI bus id order, which is the order
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA_VISIBLE_DEVICES.
+ *
+ * No global state: models are independent and may be used from several
+ * threads once loaded.  Errors are returned as codes with one line of text
+ * in the caller's buffer (no "dtrain:" prefix; callers add their own). */
+#ifndef DTRAIN_TOPO_H
+#define DTRAIN_TOPO_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_TOPO_MAX_GPUS 64    /* more GPUs in one node is refused as input */
+#define DTRAIN_TOPO_BUSID_LEN 32   /* "0000:07:00.0" plus room */
+#define DTRAIN_TOPO_CPULIST_LEN 512 /* hwloc list syntax, "0-15,64-79" */
+
+enum dtrain_topo_status {
+    DTRAIN_TOPO_OK = 0,
+    DTRAIN_TOPO_ERR_INPUT = -1,   /* missing, unreadable, malformed or impossible topology */
+    DTRAIN_TOPO_ERR_REFUSED = -2, /* (planner) the shape cannot be placed */
+    DTRAIN_TOPO_ERR_SYSTEM = -3,  /* out of memory, hwloc failure */
+};
+
+enum dtrain_link_kind {
+    DTRAIN_LINK_SELF = 0,
+    DTRAIN_LINK_PCIE,    /* no NVLink/XGMI path: traffic crosses PCIe (and maybe the CPU) */
+    DTRAIN_LINK_NVLINK,  /* direct NVLink, or through NVSwitch */
+    DTRAIN_LINK_XGMI,    /* AMD Infinity Fabric */
+};
+
+/* Where the link matrix came from. */
+enum dtrain_link_source {
+    DTRAIN_LINKS_PCIE_ONLY = 0, /* no NVLink/XGMI information: PCI locality only */
+    DTRAIN_LINKS_HWLOC_NVLINK,  /* hwloc "NVLinkBandwidth" distances */
+    DTRAIN_LINKS_HWLOC_XGMI,    /* hwloc "XGMIBandwidth" distances */
+    DTRAIN_LINKS_NVML,          /* NVML queried directly (live nodes) */
+};
+
+struct dtrain_gpu_info {
+    int index;                             /* 0..n-1, PCI bus id order */
+    char busid[DTRAIN_TOPO_BUSID_LEN];     /* "0000:07:00.0", lower case */
+    unsigned vendor_id;                    /* 0x10de NVIDIA, 0x1002 AMD */
+    unsigned device_id;
+    char model[128];                       /* "Tesla V100-SXM2-32GB", or "" */
+    char uuid[64];                         /* "GPU-....", or "" */
+    char osdev[32];                        /* first OS device name (nvml0, cuda0, rsmi0...), or "" */
+    int numa_node;                         /* OS index of the nearest NUMA node, -1 unknown */
+    char cpulist[DTRAIN_TOPO_CPULIST_LEN]; /* local CPUs (hwloc list syntax), "" unknown */
+};
+
+typedef struct dtrain_topo dtrain_topo;
+
+/* Load from a saved hwloc XML file (I/O devices and distances included).
+ * Returns DTRAIN_TOPO_OK, or an error code with one line in err. */
+int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen);
+
+/* Load this machine.  Honours HWLOC_XMLFILE as hwloc does (so a slurmd
+ * started with it looks like the saved machine).  When hwloc reports no
+ * NVLink distances and libnvidia-ml.so.1 can be opened, NVLink is read from
+ * NVML; a node without NVML is not an error. */
+int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen);
+
+void dtrain_topo_free(dtrain_topo *topo);
+
+/* A new model holding only the listed GPUs (indices of `topo`), renumbered
+ * 0..n-1 in the order given, links and islands recomputed: used when Slurm's
+ * GRES already restricted the task to some GPUs. */
+int dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, int ngpus,
+                       dtrain_topo **out, char *err, size_t errlen);
+
+int dtrain_topo_gpu_count(const dtrain_topo *topo);
+const struct dtrain_gpu_info *dtrain_topo_gpu(const dtrain_topo *topo, int gpu);
+int dtrain_topo_find_busid(const dtrain_topo *topo, const char *busid); /* index or -1 */
+
+/* Bandwidth in GB/s between two GPUs over NVLink/XGMI (direct, or through
+ * NVSwitch ports at the switch bandwidth); 0 when only PCIe joins them. */
+double dtrain_topo_bandwidth(const dtrain_topo *topo, int a, int b);
+enum dtrain_link_kind dtrain_topo_link_kind(const dtrain_topo *topo, int a, int b);
+enum dtrain_link_source dtrain_topo_link_source(const dtrain_topo *topo);
+const char *dtrain_link_kind_name(enum dtrain_link_kind kind);     /* "NVLink", ... */
+const char *dtrain_link_source_name(enum dtrain_link_source src);  /* "hwloc NVLinkBandwidth", ... */
+
+/* Islands: maximal groups of GPUs connected to each other (transitively)
+ * over NVLink/XGMI.  A GPU without such links is an island of one.
+ * Islands are numbered by their lowest GPU index. */
+int dtrain_topo_island_count(const dtrain_topo *topo);
+int dtrain_topo_island_of(const dtrain_topo *topo, int gpu);
+int dtrain_topo_island_size(const dtrain_topo *topo, int island);
+int dtrain_topo_largest_island(const dtrain_topo *topo); /* size of the largest island */
+
+/* Short description of the machine (for logs): "8x NVIDIA H100, NVLink via NVSwitch". */
+const char *dtrain_topo_summary(const dtrain_topo *topo);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
