@@ -1,0 +1,326 @@
+/* libdtrain-topo: the placement planner (shape checks, ranks, coordinates;
+ * plan_node.c picks the GPUs inside each node). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_parse.h"
+#include "dtrain_plan.h"
+#include "plan_node.h"
+#include "topo_model.h"
+
+struct dtrain_plan {
+    struct dtrain_shape shape; /* dp filled in */
+    int world;
+    struct dtrain_task_placement *tasks;
+    char warning[512];
+    int has_warning;
+};
+
+/* Nodes of one job usually share a model and a handful of slot patterns:
+ * the in-node placement is computed once per (model, pattern). */
+#define PLAN_CACHE_SLOTS 16
+struct plan_cache_entry {
+    const dtrain_topo *topo;
+    unsigned char *rel;
+    int *gpu_of_local;
+    int crossed;
+};
+
+static int refuse(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return DTRAIN_TOPO_ERR_REFUSED;
+}
+
+/* Largest divisor of k that is at most t (>= 1). */
+static long divisor_at_most(long k, long t)
+{
+    for (long d = t < k ? t : k; d > 1; d--)
+        if (k % d == 0)
+            return d;
+    return 1;
+}
+
+int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node,
+                            char *err, size_t errlen)
+{
+    if (tp < 1 || tp > DTRAIN_PLAN_MAX_DIM)
+        return refuse(err, errlen, "T=%d is out of range: use --dtrain-tp between 1 and %d", tp, DTRAIN_PLAN_MAX_DIM);
+    if (pp < 1 || pp > DTRAIN_PLAN_MAX_DIM)
+        return refuse(err, errlen, "P=%d is out of range: use --dtrain-pp between 1 and %d", pp, DTRAIN_PLAN_MAX_DIM);
+    if (dp < 0 || dp > DTRAIN_PLAN_MAX_DIM)
+        return refuse(err, errlen, "D=%d is out of range: use --dtrain-dp between 1 and %d, or leave it out",
+                      dp, DTRAIN_PLAN_MAX_DIM);
+    if (ntasks < 0 || ntasks > DTRAIN_PLAN_MAX_WORLD)
+        return refuse(err, errlen, "%ld tasks is out of range: dtrain places 1 to %d tasks", ntasks,
+                      DTRAIN_PLAN_MAX_WORLD);
+    if (tasks_per_node < 0 || tasks_per_node > DTRAIN_PLAN_MAX_WORLD)
+        return refuse(err, errlen, "%ld tasks per node is out of range: use 1 to %d", tasks_per_node,
+                      DTRAIN_PLAN_MAX_WORLD);
+    long tpp = (long)tp * pp;
+    if (tpp > DTRAIN_PLAN_MAX_WORLD)
+        return refuse(err, errlen, "T*P = %ld is larger than %d tasks: use smaller --dtrain-tp/--dtrain-pp",
+                      tpp, DTRAIN_PLAN_MAX_WORLD);
+    if (dp > 0 && tpp * dp > DTRAIN_PLAN_MAX_WORLD)
+        return refuse(err, errlen, "T*P*D = %ld is larger than %d tasks: use smaller --dtrain-tp/pp/dp",
+                      tpp * dp, DTRAIN_PLAN_MAX_WORLD);
+    if (tasks_per_node > 0) {
+        if (tp > tasks_per_node)
+            return refuse(err, errlen,
+                          "T=%d is larger than the %ld tasks per node: a TP group must stay on one node; "
+                          "use --dtrain-tp=%ld or less, or more tasks per node",
+                          tp, tasks_per_node, divisor_at_most(tasks_per_node, tp));
+        if (tasks_per_node % tp != 0)
+            return refuse(err, errlen,
+                          "T=%d does not divide the %ld tasks per node, so a TP group would span nodes: "
+                          "use --dtrain-tp=%ld, or --ntasks-per-node a multiple of %d",
+                          tp, tasks_per_node, divisor_at_most(tasks_per_node, tp), tp);
+    }
+    if (ntasks > 0) {
+        if (ntasks % tpp != 0)
+            return refuse(err, errlen,
+                          "T*P = %d*%d = %ld does not divide the %ld tasks: use a task count that is a "
+                          "multiple of %ld",
+                          tp, pp, tpp, ntasks, tpp);
+        if (dp > 0 && tpp * dp != ntasks)
+            return refuse(err, errlen,
+                          "T*P*D = %d*%d*%d = %ld but the job has %ld tasks: use --dtrain-dp=%ld, "
+                          "leave --dtrain-dp out, or run %ld tasks",
+                          tp, pp, dp, tpp * dp, ntasks, ntasks / tpp, tpp * dp);
+    }
+    return DTRAIN_TOPO_OK;
+}
+
+/* How TP-group slots of node `node` talk: DP peers share a pipeline stage,
+ * PP neighbours share a DP index and sit on adjacent stages. */
+static void slot_relations(int node, int ngroups, int D, unsigned char *rel)
+{
+    for (int a = 0; a < ngroups; a++) {
+        long ga = (long)node * ngroups + a;
+        long dpa = ga % D, ppa = ga / D;
+        for (int b = 0; b < ngroups; b++) {
+            long gb = (long)node * ngroups + b;
+            long dpb = gb % D, ppb = gb / D;
+            unsigned char r = PLAN_REL_NONE;
+            if (a != b && ppa == ppb)
+                r = PLAN_REL_DP;
+            else if (a != b && dpa == dpb && (ppa - ppb == 1 || ppb - ppa == 1))
+                r = PLAN_REL_PP;
+            rel[a * ngroups + b] = r;
+        }
+    }
+}
+
+/* Local task i of K gets an even share of the node's CPUs (at least one). */
+static void cpu_share(const dtrain_topo *topo, int i, int K, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (!topo || topo->npus <= 0)
+        return;
+    long n = topo->npus;
+    long start = (long)i * n / K, end = (long)(i + 1) * n / K;
+    if (start >= n)
+        start = n - 1;
+    if (end <= start)
+        end = start + 1;
+    size_t used = 0;
+    long k = start;
+    while (k < end && used < len) {
+        long run = k; /* extend a run of consecutive CPU numbers */
+        while (run + 1 < end && topo->pus[run + 1] == topo->pus[run] + 1)
+            run++;
+        int w = run > k ? snprintf(buf + used, len - used, "%s%d-%d", used ? "," : "", topo->pus[k], topo->pus[run])
+                        : snprintf(buf + used, len - used, "%s%d", used ? "," : "", topo->pus[k]);
+        if (w < 0 || (size_t)w >= len - used) {
+            /* Cut at the last whole entry: a shorter list still binds correctly. */
+            char *comma = strrchr(buf, ',');
+            if (comma)
+                *comma = '\0';
+            return;
+        }
+        used += (size_t)w;
+        k = run + 1;
+    }
+}
+
+static void cache_free(struct plan_cache_entry *cache, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(cache[i].rel);
+        free(cache[i].gpu_of_local);
+    }
+}
+
+int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
+                            const dtrain_topo *const *nodes,
+                            const struct dtrain_policy *policy,
+                            dtrain_plan **out, char *err, size_t errlen)
+{
+    static const struct dtrain_policy no_policy = {0, 0};
+    struct plan_cache_entry cache[PLAN_CACHE_SLOTS];
+    int ncache = 0;
+    unsigned char *rel = NULL;
+    int *gpus = NULL;
+    dtrain_plan *plan = NULL;
+    int rc;
+
+    if (!shape || !out) {
+        dtrain_snprintf(err, errlen, "no job shape or no place for the plan");
+        return DTRAIN_TOPO_ERR_INPUT;
+    }
+    *out = NULL;
+    if (!policy)
+        policy = &no_policy;
+    if (shape->nnodes < 1 || shape->nnodes > DTRAIN_PLAN_MAX_WORLD)
+        return refuse(err, errlen, "%d nodes is out of range: use 1 to %d", shape->nnodes, DTRAIN_PLAN_MAX_WORLD);
+    if (shape->tasks_per_node < 1 || shape->tasks_per_node > DTRAIN_PLAN_MAX_WORLD)
+        return refuse(err, errlen, "%d tasks per node is out of range: use 1 to %d", shape->tasks_per_node,
+                      DTRAIN_PLAN_MAX_WORLD);
+    long world = (long)shape->nnodes * shape->tasks_per_node;
+    if (world > DTRAIN_PLAN_MAX_WORLD)
+        return refuse(err, errlen, "%d nodes x %d tasks = %ld tasks is more than %d", shape->nnodes,
+                      shape->tasks_per_node, world, DTRAIN_PLAN_MAX_WORLD);
+    rc = dtrain_plan_check_shape(shape->tp, shape->pp, shape->dp, world, shape->tasks_per_node, err, errlen);
+    if (rc != DTRAIN_TOPO_OK)
+        return rc;
+    if (!policy->cpu_only && !nodes) {
+        dtrain_snprintf(err, errlen, "no node topology given for a GPU placement");
+        return DTRAIN_TOPO_ERR_INPUT;
+    }
+
+    int T = shape->tp, K = shape->tasks_per_node, ngroups = K / T;
+    int D = (int)(world / ((long)T * shape->pp));
+    plan = calloc(1, sizeof(*plan));
+    rel = malloc((size_t)ngroups * (size_t)ngroups);
+    gpus = malloc(sizeof(int) * (size_t)K);
+    if (!plan || !rel || !gpus)
+        goto oom;
+    plan->tasks = calloc((size_t)world, sizeof(*plan->tasks));
+    if (!plan->tasks)
+        goto oom;
+    plan->shape = *shape;
+    plan->shape.dp = D;
+    plan->world = (int)world;
+
+    for (int node = 0; node < shape->nnodes; node++) {
+        const dtrain_topo *topo = nodes ? nodes[node] : NULL;
+        const int *layout = NULL;
+        if (!policy->cpu_only) {
+            if (!topo) {
+                dtrain_snprintf(err, errlen, "no topology for node %d", node);
+                rc = DTRAIN_TOPO_ERR_INPUT;
+                goto fail;
+            }
+            if (K > DTRAIN_TOPO_MAX_GPUS || topo->ngpus < K) {
+                rc = refuse(err, errlen,
+                            "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less, "
+                            "or --dtrain-cpu-only",
+                            node, topo->ngpus, K, topo->ngpus);
+                goto fail;
+            }
+            slot_relations(node, ngroups, D, rel);
+            for (int c = 0; c < ncache && !layout; c++)
+                if (cache[c].topo == topo && memcmp(cache[c].rel, rel, (size_t)ngroups * ngroups) == 0)
+                    layout = cache[c].gpu_of_local;
+            if (!layout) {
+                int crossed = 0;
+                rc = plan_node_gpus(topo, node, T, ngroups, rel, policy->allow_pcie, gpus, &crossed, err, errlen);
+                if (rc != DTRAIN_TOPO_OK)
+                    goto fail;
+                if (crossed && !plan->has_warning) {
+                    plan->has_warning = 1;
+                    dtrain_snprintf(plan->warning, sizeof(plan->warning),
+                                    "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
+                                    "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
+                                    T, node, dtrain_topo_largest_island(topo));
+                }
+                layout = gpus;
+                if (ncache < PLAN_CACHE_SLOTS) {
+                    struct plan_cache_entry *e = &cache[ncache];
+                    e->topo = topo;
+                    e->crossed = crossed;
+                    e->rel = malloc((size_t)ngroups * ngroups);
+                    e->gpu_of_local = malloc(sizeof(int) * (size_t)K);
+                    if (!e->rel || !e->gpu_of_local) {
+                        free(e->rel);
+                        free(e->gpu_of_local);
+                        goto oom;
+                    }
+                    memcpy(e->rel, rel, (size_t)ngroups * ngroups);
+                    memcpy(e->gpu_of_local, gpus, sizeof(int) * (size_t)K);
+                    ncache++;
+                }
+            }
+        }
+        for (int i = 0; i < K; i++) {
+            int rank = node * K + i;
+            struct dtrain_task_placement *t = &plan->tasks[rank];
+            t->rank = rank;
+            t->node = node;
+            t->local_rank = i;
+            dtrain_coords_of(rank, T, D, &t->tp_rank, &t->dp_rank, &t->pp_rank);
+            if (layout) {
+                const struct dtrain_gpu_info *g = &topo->gpus[layout[i]];
+                t->gpu = layout[i];
+                memcpy(t->gpu_busid, g->busid, sizeof(t->gpu_busid));
+                memcpy(t->cpulist, g->cpulist, sizeof(t->cpulist));
+            } else {
+                t->gpu = -1;
+                t->gpu_busid[0] = '\0';
+                cpu_share(topo, i, K, t->cpulist, sizeof(t->cpulist));
+            }
+        }
+    }
+    cache_free(cache, ncache);
+    free(rel);
+    free(gpus);
+    *out = plan;
+    return DTRAIN_TOPO_OK;
+oom:
+    dtrain_snprintf(err, errlen, "out of memory");
+    rc = DTRAIN_TOPO_ERR_SYSTEM;
+fail:
+    cache_free(cache, ncache);
+    free(rel);
+    free(gpus);
+    dtrain_plan_free(plan);
+    return rc;
+}
+
+void dtrain_plan_free(dtrain_plan *plan)
+{
+    if (!plan)
+        return;
+    free(plan->tasks);
+    free(plan);
+}
+
+const struct dtrain_shape *dtrain_plan_shape(const dtrain_plan *plan)
+{
+    return plan ? &plan->shape : NULL;
+}
+
+int dtrain_plan_world_size(const dtrain_plan *plan)
+{
+    return plan ? plan->world : 0;
+}
+
+const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank)
+{
+    if (!plan || rank < 0 || rank >= plan->world)
+        return NULL;
+    return &plan->tasks[rank];
+}
+
+const char *dtrain_plan_warning(const dtrain_plan *plan)
+{
+    return plan && plan->has_warning ? plan->warning : NULL;
+}

@@ -1,0 +1,419 @@
+/* libdtrain-topo: discovery with hwloc, live or from a saved XML file.
+ *
+ * GPUs are PCI devices of class 0300/0302/0380 from NVIDIA (0x10de) or AMD
+ * (0x1002); their OS devices (nvmlN, cudaN, rsmiN, openclNdM; typed GPU or
+ * CoProc depending on the hwloc version that saved the file) only lend them
+ * names, a model and a UUID.
+ *
+ * Links come from hwloc's "NVLinkBandwidth" distances (MB/s), else from
+ * "XGMIBandwidth", else there are none (PCIe only).  The matrix may hold OS
+ * devices or PCI devices for GPUs, NVSwitch PCI devices and CPU packages
+ * (heterogeneous matrix).  The rule, the same as hwloc_distances_transform()
+ * with MERGE_SWITCH_PORTS then TRANSITIVE_CLOSURE:
+ *   bw(a,b) = direct(a,b) + min(S(a), S(b)),
+ * where S(g) is the sum of g's bandwidth to every switch port (0 when g
+ * has none, and then nothing goes through switches).  Links to CPUs are
+ * noted but never join GPUs into an island. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hwloc.h>
+
+#include "dtrain_parse.h"
+#include "topo_model.h"
+
+/* Larger per-pair values are treated as garbage (100 TB/s). */
+#define TOPO_MAX_LINK_MBPS 100000000ULL
+
+struct gpu_obj {
+    struct dtrain_gpu_info info;
+    hwloc_obj_t pci;
+};
+
+static int is_gpu_pcidev(hwloc_obj_t obj)
+{
+    unsigned cls = obj->attr->pcidev.class_id;
+    unsigned vendor = obj->attr->pcidev.vendor_id;
+    return (cls == 0x0300 || cls == 0x0302 || cls == 0x0380) && (vendor == 0x10de || vendor == 0x1002);
+}
+
+/* Management names first: they match nvidia-smi / rocm-smi numbering. */
+static int osdev_rank(const char *name)
+{
+    static const char *const prefix[] = {"nvml", "rsmi", "cuda", "opencl"};
+    for (size_t i = 0; i < sizeof(prefix) / sizeof(prefix[0]); i++)
+        if (strncmp(name, prefix[i], strlen(prefix[i])) == 0)
+            return (int)i;
+    return 99;
+}
+
+static void copy_str(char *dst, size_t len, const char *src)
+{
+    /* Names from a file may be long: a cut name is still a fine label. */
+    snprintf(dst, len, "%s", src ? src : "");
+}
+
+static void fill_from_osdevs(hwloc_obj_t pci, struct dtrain_gpu_info *info)
+{
+    int best = 100;
+    for (hwloc_obj_t os = pci->io_first_child; os; os = os->next_sibling) {
+        if (os->type != HWLOC_OBJ_OS_DEVICE || !os->name)
+            continue;
+        int rank = osdev_rank(os->name);
+        if (rank < best) {
+            best = rank;
+            copy_str(info->osdev, sizeof(info->osdev), os->name);
+        }
+        const char *model = hwloc_obj_get_info_by_name(os, "GPUModel");
+        if (model && !info->model[0])
+            copy_str(info->model, sizeof(info->model), model);
+        const char *uuid = hwloc_obj_get_info_by_name(os, "NVIDIAUUID");
+        if (!uuid)
+            uuid = hwloc_obj_get_info_by_name(os, "AMDUUID");
+        if (uuid && !info->uuid[0])
+            copy_str(info->uuid, sizeof(info->uuid), uuid);
+    }
+    if (!info->model[0]) {
+        const char *name = hwloc_obj_get_info_by_name(pci, "PCIDevice");
+        if (name)
+            copy_str(info->model, sizeof(info->model), name);
+    }
+}
+
+static int fill_locality(hwloc_topology_t topo, hwloc_obj_t pci, struct dtrain_gpu_info *info,
+                         char *err, size_t errlen)
+{
+    hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, pci);
+    info->numa_node = -1;
+    info->cpulist[0] = '\0';
+    if (!anc)
+        return 0;
+    if (anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1)
+        info->numa_node = hwloc_bitmap_first(anc->nodeset);
+    if (anc->cpuset) {
+        int len = hwloc_bitmap_list_snprintf(info->cpulist, sizeof(info->cpulist), anc->cpuset);
+        if (len < 0 || (size_t)len >= sizeof(info->cpulist)) {
+            dtrain_snprintf(err, errlen, "GPU %s: its CPU list is longer than %d characters",
+                            info->busid, DTRAIN_TOPO_CPULIST_LEN - 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int cmp_gpu_obj(const void *pa, const void *pb)
+{
+    const struct gpu_obj *a = pa, *b = pb;
+    return strcmp(a->info.busid, b->info.busid);
+}
+
+static int collect_gpus(hwloc_topology_t topo, struct gpu_obj *gpus, int *ngpus, char *err, size_t errlen)
+{
+    int n = 0;
+    for (hwloc_obj_t pci = hwloc_get_next_pcidev(topo, NULL); pci; pci = hwloc_get_next_pcidev(topo, pci)) {
+        if (!is_gpu_pcidev(pci))
+            continue;
+        if (n == DTRAIN_TOPO_MAX_GPUS) {
+            dtrain_snprintf(err, errlen, "more than %d GPUs in one node", DTRAIN_TOPO_MAX_GPUS);
+            return -1;
+        }
+        struct gpu_obj *g = &gpus[n];
+        memset(g, 0, sizeof(*g));
+        g->pci = pci;
+        topo_format_busid(g->info.busid, sizeof(g->info.busid), pci->attr->pcidev.domain,
+                          pci->attr->pcidev.bus, pci->attr->pcidev.dev, pci->attr->pcidev.func);
+        g->info.vendor_id = pci->attr->pcidev.vendor_id;
+        g->info.device_id = pci->attr->pcidev.device_id;
+        fill_from_osdevs(pci, &g->info);
+        if (fill_locality(topo, pci, &g->info, err, errlen) < 0)
+            return -1;
+        n++;
+    }
+    qsort(gpus, (size_t)n, sizeof(gpus[0]), cmp_gpu_obj);
+    for (int i = 0; i < n; i++) {
+        gpus[i].info.index = i;
+        if (i > 0 && strcmp(gpus[i].info.busid, gpus[i - 1].info.busid) == 0) {
+            dtrain_snprintf(err, errlen, "two GPUs share the PCI bus id %s", gpus[i].info.busid);
+            return -1;
+        }
+    }
+    *ngpus = n;
+    return 0;
+}
+
+/* PCIe closeness of two GPUs, used when no NVLink/XGMI joins them. */
+static enum topo_pcie_locality pcie_locality(hwloc_topology_t topo, const struct gpu_obj *a,
+                                             const struct gpu_obj *b)
+{
+    hwloc_obj_t common = hwloc_get_common_ancestor_obj(topo, a->pci, b->pci);
+    if (common && (common->type == HWLOC_OBJ_PCI_DEVICE ||
+                   (common->type == HWLOC_OBJ_BRIDGE &&
+                    common->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI)))
+        return TOPO_PCIE_SAME_SWITCH;
+    if (a->info.numa_node >= 0 && a->info.numa_node == b->info.numa_node)
+        return TOPO_PCIE_SAME_NUMA;
+    if (a->info.numa_node < 0 && b->info.numa_node < 0 &&
+        hwloc_get_non_io_ancestor_obj(topo, a->pci) == hwloc_get_non_io_ancestor_obj(topo, b->pci))
+        return TOPO_PCIE_SAME_NUMA;
+    return TOPO_PCIE_SYSTEM;
+}
+
+enum endpoint_kind { EP_OTHER, EP_GPU, EP_SWITCH, EP_CPU };
+
+/* What a distances-matrix object is: one of our GPUs (by its PCI device or
+ * one of its OS devices), a switch (any other PCI device), or a CPU. */
+static enum endpoint_kind classify(hwloc_obj_t obj, const struct gpu_obj *gpus, int ngpus, int *gpu)
+{
+    hwloc_obj_t pci = obj;
+    if (obj->type == HWLOC_OBJ_OS_DEVICE) {
+        pci = obj->parent;
+        while (pci && pci->type == HWLOC_OBJ_OS_DEVICE)
+            pci = pci->parent;
+        if (!pci || pci->type != HWLOC_OBJ_PCI_DEVICE)
+            return EP_OTHER;
+    }
+    if (pci->type == HWLOC_OBJ_PCI_DEVICE) {
+        for (int i = 0; i < ngpus; i++)
+            if (gpus[i].pci == pci) {
+                *gpu = i;
+                return EP_GPU;
+            }
+        return obj->type == HWLOC_OBJ_OS_DEVICE ? EP_OTHER : EP_SWITCH;
+    }
+    if (hwloc_obj_type_is_normal(obj->type) || hwloc_obj_type_is_memory(obj->type))
+        return EP_CPU;
+    return EP_OTHER;
+}
+
+/* One direction may be missing in hand-made matrices; when both are there,
+ * the smaller one is what a transfer gets. */
+static unsigned long long pair_value(const struct hwloc_distances_s *d, unsigned i, unsigned j)
+{
+    unsigned long long ij = d->values[(size_t)i * d->nbobjs + j];
+    unsigned long long ji = d->values[(size_t)j * d->nbobjs + i];
+    if (ij > TOPO_MAX_LINK_MBPS)
+        ij = 0;
+    if (ji > TOPO_MAX_LINK_MBPS)
+        ji = 0;
+    if (ij && ji)
+        return ij < ji ? ij : ji;
+    return ij ? ij : ji;
+}
+
+/* Fill model links from the distances named `name`.  Returns 1 when some
+ * GPU-GPU bandwidth was found, 0 when none, -1 on hwloc failure. */
+static int links_from_distances(hwloc_topology_t topo, const char *name, const struct gpu_obj *gpus,
+                                struct dtrain_topo *model, char *err, size_t errlen)
+{
+    struct hwloc_distances_s *dists[4];
+    unsigned nr = 4;
+    int n = model->ngpus, found = 0;
+
+    if (hwloc_distances_get_by_name(topo, name, &nr, dists, 0) < 0) {
+        dtrain_snprintf(err, errlen, "hwloc could not read the %s distances: %s", name, strerror(errno));
+        return -1;
+    }
+    if (nr > 4)
+        nr = 4;
+    for (unsigned m = 0; m < nr; m++) {
+        struct hwloc_distances_s *d = dists[m];
+        unsigned long long direct[DTRAIN_TOPO_MAX_GPUS][DTRAIN_TOPO_MAX_GPUS];
+        unsigned long long to_switch[DTRAIN_TOPO_MAX_GPUS] = {0};
+        enum endpoint_kind *kinds = calloc(d->nbobjs ? d->nbobjs : 1, sizeof(*kinds));
+        int *gpu_of = calloc(d->nbobjs ? d->nbobjs : 1, sizeof(*gpu_of));
+        if (!kinds || !gpu_of) {
+            free(kinds);
+            free(gpu_of);
+            for (unsigned k = m; k < nr; k++)
+                hwloc_distances_release(topo, dists[k]);
+            dtrain_snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        memset(direct, 0, sizeof(direct));
+        for (unsigned i = 0; i < d->nbobjs; i++) {
+            gpu_of[i] = -1;
+            kinds[i] = d->objs[i] ? classify(d->objs[i], gpus, n, &gpu_of[i]) : EP_OTHER;
+        }
+        for (unsigned i = 0; i < d->nbobjs; i++) {
+            if (kinds[i] != EP_GPU)
+                continue;
+            for (unsigned j = 0; j < d->nbobjs; j++) {
+                if (i == j)
+                    continue;
+                unsigned long long v = pair_value(d, i, j);
+                if (!v)
+                    continue;
+                if (kinds[j] == EP_GPU && gpu_of[j] != gpu_of[i]) {
+                    if (v > direct[gpu_of[i]][gpu_of[j]])
+                        direct[gpu_of[i]][gpu_of[j]] = v;
+                } else if (kinds[j] == EP_SWITCH) {
+                    to_switch[gpu_of[i]] += v;
+                } else if (kinds[j] == EP_CPU) {
+                    model->nvlink_to_cpu = 1;
+                }
+            }
+        }
+        for (int a = 0; a < n; a++)
+            for (int b = a + 1; b < n; b++) {
+                unsigned long long sw = 0;
+                if (to_switch[a] && to_switch[b]) {
+                    sw = to_switch[a] < to_switch[b] ? to_switch[a] : to_switch[b];
+                    model->via_switch = 1;
+                }
+                unsigned long long v = direct[a][b] + sw;
+                if (v > (unsigned long long)model->bw_mbps[a][b]) {
+                    topo_model_set_link(model, a, b, (long long)v);
+                    found = 1;
+                }
+            }
+        free(kinds);
+        free(gpu_of);
+        hwloc_distances_release(topo, d);
+    }
+    return found;
+}
+
+static int collect_pus(hwloc_topology_t topo, struct dtrain_topo *model, char *err, size_t errlen)
+{
+    hwloc_const_cpuset_t set = hwloc_topology_get_allowed_cpuset(topo);
+    int weight = set ? hwloc_bitmap_weight(set) : 0;
+    if (weight <= 0)
+        return 0; /* unknown or infinite: cpu_only plans then leave CPUs unset */
+    model->pus = malloc(sizeof(int) * (size_t)weight);
+    if (!model->pus) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int i = 0, pu;
+    hwloc_bitmap_foreach_begin(pu, set) {
+        if (i < weight)
+            model->pus[i++] = pu;
+    }
+    hwloc_bitmap_foreach_end();
+    model->npus = i;
+    return 0;
+}
+
+/* Build the model from a loaded hwloc topology. */
+static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **out, char *err, size_t errlen)
+{
+    struct gpu_obj *gpus = calloc(DTRAIN_TOPO_MAX_GPUS, sizeof(*gpus));
+    struct dtrain_topo *model = topo_model_new();
+    int rc = DTRAIN_TOPO_ERR_SYSTEM;
+
+    if (!gpus || !model) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    rc = DTRAIN_TOPO_ERR_INPUT;
+    if (collect_gpus(topo, gpus, &model->ngpus, err, errlen) < 0)
+        goto fail;
+    for (int i = 0; i < model->ngpus; i++) {
+        model->gpus[i] = gpus[i].info;
+        for (int j = 0; j < model->ngpus; j++)
+            model->pcie[i][j] = (unsigned char)(i == j ? TOPO_PCIE_SAME_SWITCH : pcie_locality(topo, &gpus[i], &gpus[j]));
+    }
+    rc = DTRAIN_TOPO_ERR_SYSTEM;
+    if (collect_pus(topo, model, err, errlen) < 0)
+        goto fail;
+
+    model->source = DTRAIN_LINKS_PCIE_ONLY;
+    int found = links_from_distances(topo, "NVLinkBandwidth", gpus, model, err, errlen);
+    if (found < 0)
+        goto fail;
+    if (found) {
+        model->source = DTRAIN_LINKS_HWLOC_NVLINK;
+    } else {
+        found = links_from_distances(topo, "XGMIBandwidth", gpus, model, err, errlen);
+        if (found < 0)
+            goto fail;
+        if (found)
+            model->source = DTRAIN_LINKS_HWLOC_XGMI;
+    }
+
+    if (use_nvml && model->ngpus > 0) {
+        /* hwloc 2.9 misreads NVLink on A100/H100 and Debian's hwloc has no
+         * NVML backend: on a live node NVML, when present, is the truth. */
+        int applied = topo_nvml_apply(model, NULL, err, errlen);
+        if (applied < 0) {
+            rc = DTRAIN_TOPO_ERR_SYSTEM;
+            goto fail;
+        }
+    }
+    topo_model_finish(model);
+    free(gpus);
+    *out = model;
+    return DTRAIN_TOPO_OK;
+fail:
+    free(gpus);
+    dtrain_topo_free(model);
+    return rc;
+}
+
+/* Load a topology: from `xml` when given, else live (HWLOC_XMLFILE is then
+ * honoured by hwloc itself). */
+static int load(const char *xml, dtrain_topo **out, char *err, size_t errlen)
+{
+    hwloc_topology_t topo = NULL;
+    int rc = DTRAIN_TOPO_ERR_SYSTEM;
+
+    if (!out) {
+        dtrain_snprintf(err, errlen, "no place to store the topology");
+        return DTRAIN_TOPO_ERR_INPUT;
+    }
+    *out = NULL;
+    if (xml) {
+        FILE *f = fopen(xml, "r");
+        if (!f) {
+            dtrain_snprintf(err, errlen, "cannot read topology file %s: %s", xml, strerror(errno));
+            return DTRAIN_TOPO_ERR_INPUT;
+        }
+        fclose(f);
+    }
+    if (hwloc_topology_init(&topo) < 0) {
+        dtrain_snprintf(err, errlen, "hwloc_topology_init failed: %s", strerror(errno));
+        return DTRAIN_TOPO_ERR_SYSTEM;
+    }
+    /* Without this, hwloc drops every PCI and OS device, GPUs included. */
+    if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL) < 0) {
+        dtrain_snprintf(err, errlen, "hwloc could not keep I/O devices: %s", strerror(errno));
+        goto out;
+    }
+    if (xml && hwloc_topology_set_xml(topo, xml) < 0) {
+        dtrain_snprintf(err, errlen, "hwloc cannot use %s as XML topology: %s", xml, strerror(errno));
+        rc = DTRAIN_TOPO_ERR_INPUT;
+        goto out;
+    }
+    if (hwloc_topology_load(topo) < 0) {
+        if (xml)
+            dtrain_snprintf(err, errlen, "%s is not a valid hwloc XML topology (hwloc could not load it)", xml);
+        else
+            dtrain_snprintf(err, errlen, "hwloc could not load this machine's topology%s",
+                            getenv("HWLOC_XMLFILE") ? " (check HWLOC_XMLFILE)" : "");
+        rc = DTRAIN_TOPO_ERR_INPUT;
+        goto out;
+    }
+    /* NVML describes this machine only: never mix it into a saved topology,
+     * whether given explicitly or through HWLOC_XMLFILE. */
+    int use_nvml = !xml && hwloc_topology_is_thissystem(topo);
+    rc = model_from_hwloc(topo, use_nvml, out, err, errlen);
+out:
+    hwloc_topology_destroy(topo);
+    return rc;
+}
+
+int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen)
+{
+    if (!path || !path[0]) {
+        dtrain_snprintf(err, errlen, "no topology file given");
+        return DTRAIN_TOPO_ERR_INPUT;
+    }
+    return load(path, out, err, errlen);
+}
+
+int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen)
+{
+    return load(NULL, out, err, errlen);
+}

@@ -1,0 +1,74 @@
+/* libdtrain-topo internals: the node model behind the opaque dtrain_topo
+ * handle, shared by the discovery sources (hwloc, NVML) and the planner.
+ * Not installed.
+ *
+ * A source fills gpus[], the per-pair link counts/bandwidths and the PCIe
+ * locality, then calls topo_model_finish(), which derives the link kinds,
+ * the islands and the summary.  After that the model is immutable. */
+#ifndef DTRAIN_TOPO_MODEL_H
+#define DTRAIN_TOPO_MODEL_H
+
+#include "dtrain_topo.h"
+
+/* PCIe locality of a GPU pair when no NVLink/XGMI joins them (closest first). */
+enum topo_pcie_locality {
+    TOPO_PCIE_SAME_SWITCH = 0, /* below one PCI bridge other than the host bridge */
+    TOPO_PCIE_SAME_NUMA = 1,   /* same NUMA node (or same host-side ancestor) */
+    TOPO_PCIE_SYSTEM = 2,      /* across NUMA nodes / sockets */
+};
+
+struct dtrain_topo {
+    int ngpus;
+    struct dtrain_gpu_info gpus[DTRAIN_TOPO_MAX_GPUS];
+    /* GB/s over NVLink/XGMI (direct + through switches), 0 when PCIe only. */
+    double bw[DTRAIN_TOPO_MAX_GPUS][DTRAIN_TOPO_MAX_GPUS];
+    /* Same link, in whole MB/s: the planner scores with these so that sums
+     * compare exactly. */
+    long long bw_mbps[DTRAIN_TOPO_MAX_GPUS][DTRAIN_TOPO_MAX_GPUS];
+    unsigned char pcie[DTRAIN_TOPO_MAX_GPUS][DTRAIN_TOPO_MAX_GPUS]; /* enum topo_pcie_locality */
+    enum dtrain_link_kind kind[DTRAIN_TOPO_MAX_GPUS][DTRAIN_TOPO_MAX_GPUS];
+    enum dtrain_link_source source;
+    int via_switch; /* 1 when some GPU-GPU bandwidth came through NVSwitch ports */
+    int nvlink_to_cpu; /* 1 when some GPU has NVLink to a CPU (POWER); informational */
+
+    int nislands;
+    int island_of[DTRAIN_TOPO_MAX_GPUS];
+    int island_size[DTRAIN_TOPO_MAX_GPUS];
+
+    /* The node's usable CPUs (OS indices, ascending), for cpu_only plans. */
+    int npus;
+    int *pus;
+
+    char summary[256];
+};
+
+/* A zeroed model (calloc); NULL on out of memory. */
+struct dtrain_topo *topo_model_new(void);
+
+/* Set the link between a and b (both directions), in MB/s. */
+void topo_model_set_link(struct dtrain_topo *topo, int a, int b, long long mbps);
+
+/* Derive kinds, islands and the summary from gpus/bw_mbps/source. */
+void topo_model_finish(struct dtrain_topo *topo);
+
+/* Sort gpus[] by bus id and renumber; must run before any link is set. */
+void topo_model_sort_gpus(struct dtrain_topo *topo);
+
+/* Canonical PCI bus id "dddd:bb:dd.f", lower case. */
+void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
+                       unsigned dev, unsigned func);
+
+/* NVML source (topo_nvml.c): read NVLink of the model's GPUs through the
+ * NVML library `libpath` (NULL: $DTRAIN_NVML_LIBRARY, else
+ * "libnvidia-ml.so.1") and, when it reports any NVLink, replace the model's
+ * links with it (source DTRAIN_LINKS_NVML) and fill missing model/uuid.
+ * Returns 1 when NVLink was found and applied, 0 when NVML is absent or
+ * reports none (not an error), -1 with err on a broken NVML.  Call before
+ * topo_model_finish(). */
+int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen);
+
+/* NVLink bandwidth per link and direction, in MB/s, for an NVML NVLink
+ * version value (see topo_nvml.c for the table). */
+long long topo_nvlink_mbps_per_link(unsigned version);
+
+#endif
