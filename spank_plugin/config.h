@@ -1,0 +1,68 @@
+/* Site configuration of the SPANK plugin: the admin's key=value arguments
+ * on the plugstack.conf line, and optionally a site JSON file they name.
+ *
+ *   required /usr/lib/x86_64-linux-gnu/slurm-wlm/dtrain.so bind=yes max_tp=8
+ *
+ * Keys (doc/dtrain.8 documents them for admins):
+ *   config=PATH        site JSON file; its "spank" object may hold the keys
+ *                      below.  Keys on the plugstack line win over the file.
+ *   topology_xml=PATH  read the node's GPU topology from this saved hwloc XML
+ *                      instead of discovering it (simulation, tests); "%n" is
+ *                      replaced by the Slurm node name.
+ *   bind=yes|no        bind each task's CPUs to its GPU's NUMA node (default no).
+ *   allow_pcie=yes|no|user  yes: every job may put TP groups across PCIe;
+ *                      no: refused even with --dtrain-allow-pcie;
+ *                      user (default): the job decides with --dtrain-allow-pcie.
+ *   max_tp=N           the largest NVLink island on this cluster's GPU nodes;
+ *                      sbatch/srun refuse --dtrain-tp above it (0: unknown).
+ * An unknown key or a bad value is an error naming it.
+ *
+ * Every path here comes from the admin (plugstack.conf, the site file),
+ * never from a job's environment.  Pure code plus jansson, no Slurm calls. */
+#ifndef DTRAIN_SPANK_CONFIG_H
+#define DTRAIN_SPANK_CONFIG_H
+
+#include <stddef.h>
+
+#define DTRAIN_CONFIG_PATH_MAX 1024
+#define DTRAIN_CONFIG_NODE_MAX 64   /* node names longer than this are refused */
+
+enum dtrain_pcie_policy {
+    DTRAIN_PCIE_USER = 0, /* the job decides with --dtrain-allow-pcie */
+    DTRAIN_PCIE_ALWAYS,   /* every job may span PCIe */
+    DTRAIN_PCIE_NEVER,    /* refused, even with --dtrain-allow-pcie */
+};
+
+struct dtrain_site_config {
+    char config[DTRAIN_CONFIG_PATH_MAX];       /* site JSON it was read from, "" none */
+    char topology_xml[DTRAIN_CONFIG_PATH_MAX]; /* "" = discover the live node */
+    int bind;
+    enum dtrain_pcie_policy allow_pcie;
+    int max_tp; /* 0 = unknown */
+};
+
+void dtrain_config_init(struct dtrain_site_config *cfg);
+
+/* Parse the plugstack.conf arguments (loading config= first, then applying
+ * the other keys over it).  Returns 0, or -1 with one line in err naming
+ * the key and what is accepted.  When the process runs as root, files the
+ * configuration names must be owned by root and not writable by others. */
+int dtrain_config_parse(struct dtrain_site_config *cfg, int ac, char **av, char *err, size_t errlen);
+
+/* The topology file for node `node` ("%n" expanded; "%%" is a '%').  The
+ * node name may hold letters, digits, '-', '_' and '.', not "..".  Returns 0,
+ * or -1 with err. */
+int dtrain_config_topology_path(const struct dtrain_site_config *cfg, const char *node,
+                                char *out, size_t outlen, char *err, size_t errlen);
+
+/* Whether a job that did (1) or did not (0) pass --dtrain-allow-pcie may put
+ * a TP group across PCIe: 1 yes, 0 no, -1 the site refuses the option. */
+int dtrain_config_pcie_allowed(const struct dtrain_site_config *cfg, int user_asked);
+
+/* Refuse a file that root should not trust: missing, not a regular file,
+ * larger than max_bytes (0: any size) or, when euid is 0, not owned by root
+ * or writable by group/others.  `what` names the file in err. */
+int dtrain_config_check_trusted(const char *path, const char *what, long long max_bytes,
+                                char *err, size_t errlen);
+
+#endif

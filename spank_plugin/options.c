@@ -1,0 +1,121 @@
+/* The --dtrain-* options: table and strict parsing; see options.h. */
+#include "options.h"
+
+#include <string.h>
+
+#include "dtrain_parse.h"
+#include "dtrain_plan.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+const struct dtrain_option_info dtrain_option_table[] = {
+    {DTRAIN_OPT_TP, "dtrain-tp", "N",
+     "[dtrain] tensor-parallel size T (1.." STR(DTRAIN_PLAN_MAX_DIM) ", default 1): each group of T "
+     "consecutive tasks gets NVLink-connected GPUs on one node"},
+    {DTRAIN_OPT_PP, "dtrain-pp", "N",
+     "[dtrain] pipeline-parallel size P (1.." STR(DTRAIN_PLAN_MAX_DIM) ", default 1)"},
+    {DTRAIN_OPT_DP, "dtrain-dp", "N",
+     "[dtrain] data-parallel size D (1.." STR(DTRAIN_PLAN_MAX_DIM) "); default ntasks/(T*P), "
+     "when given T*P*D must equal ntasks"},
+    {DTRAIN_OPT_CKPT_DIR, "dtrain-ckpt-dir", "PATH",
+     "[dtrain] checkpoint folder, where a requeued job resumes from"},
+    {DTRAIN_OPT_MAX_RESTARTS, "dtrain-max-restarts", "N",
+     "[dtrain] requeue the job at most N times after a fault (0.." STR(DTRAIN_OPT_MAX_RESTARTS_MAX) ")"},
+    {DTRAIN_OPT_ALLOW_PCIE, "dtrain-allow-pcie", NULL,
+     "[dtrain] let a tensor-parallel group span GPUs without NVLink between them (slower; prints a warning)"},
+    {DTRAIN_OPT_VERBOSE, "dtrain-verbose", NULL,
+     "[dtrain] print each task's placement and binding to its stderr"},
+};
+const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
+
+void dtrain_options_init(struct dtrain_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->max_restarts = -1;
+}
+
+/* A parallel size: digits only, 1..DTRAIN_PLAN_MAX_DIM. */
+static int parse_dim(const char *name, const char *arg, int *out, char *err, size_t errlen)
+{
+    char what[64];
+    long v;
+    dtrain_snprintf(what, sizeof what, "--%s", name);
+    if (dtrain_parse_int(arg, 1, DTRAIN_PLAN_MAX_DIM, what, &v, err, errlen) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_path(const char *arg, char *out, size_t outlen, char *err, size_t errlen)
+{
+    if (arg == NULL || *arg == '\0') {
+        dtrain_snprintf(err, errlen, "--dtrain-ckpt-dir: a folder is required (--dtrain-ckpt-dir=PATH)");
+        return -1;
+    }
+    size_t len = strnlen(arg, outlen);
+    if (len >= outlen) {
+        dtrain_snprintf(err, errlen, "--dtrain-ckpt-dir: the path is longer than %zu bytes", outlen - 1);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if ((unsigned char)arg[i] < 0x20 || arg[i] == 0x7f) {
+            dtrain_snprintf(err, errlen, "--dtrain-ckpt-dir: the path contains a control character");
+            return -1;
+        }
+    }
+    memcpy(out, arg, len + 1);
+    return 0;
+}
+
+static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const char *arg, char *err, size_t errlen)
+{
+    long v;
+    switch (id) {
+    case DTRAIN_OPT_TP:
+        return parse_dim("dtrain-tp", arg, &opts->tp, err, errlen);
+    case DTRAIN_OPT_PP:
+        return parse_dim("dtrain-pp", arg, &opts->pp, err, errlen);
+    case DTRAIN_OPT_DP:
+        return parse_dim("dtrain-dp", arg, &opts->dp, err, errlen);
+    case DTRAIN_OPT_CKPT_DIR:
+        return parse_path(arg, opts->ckpt_dir, sizeof opts->ckpt_dir, err, errlen);
+    case DTRAIN_OPT_MAX_RESTARTS:
+        if (dtrain_parse_int(arg, 0, DTRAIN_OPT_MAX_RESTARTS_MAX, "--dtrain-max-restarts", &v, err, errlen) != 0)
+            return -1;
+        opts->max_restarts = (int)v;
+        return 0;
+    case DTRAIN_OPT_ALLOW_PCIE:
+        opts->allow_pcie = 1;
+        return 0;
+    case DTRAIN_OPT_VERBOSE:
+        opts->verbose = 1;
+        return 0;
+    }
+    dtrain_snprintf(err, errlen, "unknown option id %d (a bug in the plugin)", (int)id);
+    return -1;
+}
+
+int dtrain_options_set(struct dtrain_options *opts, enum dtrain_opt_id id, const char *arg,
+                       char *err, size_t errlen)
+{
+    if (set_one(opts, id, arg, err, errlen) != 0)
+        return -1;
+    opts->given |= 1u << id;
+    return 0;
+}
+
+int dtrain_options_used(const struct dtrain_options *opts)
+{
+    return opts->given != 0;
+}
+
+int dtrain_options_tp(const struct dtrain_options *opts)
+{
+    return opts->tp > 0 ? opts->tp : 1;
+}
+
+int dtrain_options_pp(const struct dtrain_options *opts)
+{
+    return opts->pp > 0 ? opts->pp : 1;
+}

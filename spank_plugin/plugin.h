@@ -1,0 +1,75 @@
+/* dtrain.so: the state of the plugin in one Slurm process, and the entry
+ * points of each SPANK context.
+ *
+ * Slurm loads the plugin once per process: sbatch/salloc (allocator
+ * context), srun (local), and one slurmstepd per job step (remote).  So the
+ * one struct dtrain_plugin that dtrain_spank.c keeps is per step in
+ * slurmstepd, and nothing is shared between steps or jobs.
+ *
+ *   dtrain_spank.c  SPANK entry points, option registration and callback,
+ *                   dispatch to the files below
+ *   allocator.c     sbatch/salloc: refuse what cannot run, before queueing
+ *   local.c         srun: the same, then again with the step's real size
+ *   remote.c        slurmstepd: discover the node, plan the step, export
+ *                   each task's environment and bind its CPUs
+ *   options.c       the --dtrain-* options;  config.c  the site config
+ *   submit.c        client-side checks;  taskenv.c  the task environment
+ *   gres.c          GPUs from Slurm's GRES;  cpubind.c  CPU lists, binding */
+#ifndef DTRAIN_SPANK_PLUGIN_H
+#define DTRAIN_SPANK_PLUGIN_H
+
+#include <stdint.h>
+
+#include <slurm/spank.h>
+
+#include "config.h"
+#include "dtrain_plan.h"
+#include "dtrain_topo.h"
+#include "gres.h"
+#include "options.h"
+#include "taskenv.h"
+
+#define DTRAIN_MSG_MAX 512
+
+/* What the remote context does with the step it runs in. */
+enum dtrain_step_mode {
+    DTRAIN_STEP_IGNORED = 0, /* not a dtrain job, or the extern step */
+    DTRAIN_STEP_OPTIONS,     /* batch or interactive step: option values, no placement */
+    DTRAIN_STEP_PLACED,      /* every task gets its placement */
+    DTRAIN_STEP_FAILED,      /* every task fails with `failure` */
+};
+
+struct dtrain_step {
+    enum dtrain_step_mode mode;
+    uint32_t nnodes, nodeid, local_tasks, total_tasks;
+    char node[DTRAIN_CONFIG_NODE_MAX];     /* Slurm's name of this node */
+    int allow_pcie;                        /* effective: option and site policy */
+    dtrain_topo *topo;                     /* this node */
+    dtrain_topo *gres_topo;                /* topo restricted to the GRES GPUs, or NULL */
+    struct dtrain_gres_gpus gres;
+    dtrain_plan *plan;
+    char failure[DTRAIN_MSG_MAX];          /* one line, shown to the user by each node's first task */
+    int failure_exit;                      /* DTRAIN_EXIT_* the tasks end with */
+    struct dtrain_task_env env;            /* scratch for task_init */
+};
+
+struct dtrain_plugin {
+    struct dtrain_site_config config;
+    struct dtrain_options opts;
+    struct dtrain_step step; /* remote context only */
+};
+
+/* allocator.c */
+int dtrain_allocator_post_opt(struct dtrain_plugin *plugin);
+
+/* local.c */
+int dtrain_local_post_opt(struct dtrain_plugin *plugin);
+int dtrain_local_user_init(struct dtrain_plugin *plugin, spank_t sp);
+
+/* remote.c */
+void dtrain_remote_option_error(struct dtrain_plugin *plugin, const char *msg);
+int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp);
+int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp);
+void dtrain_remote_exit(struct dtrain_plugin *plugin);
+
+#endif

@@ -1,0 +1,364 @@
+/* Remote context (slurmstepd, one per job step and node).
+ *
+ * init_post_opt (as root, once per step): read the step's layout from Slurm,
+ * this node's GPU topology (topo/) and plan the step.  task_init (as the
+ * user, in each task's process just before exec): export the task's
+ * environment, bind its CPUs.
+ *
+ * Nothing here may crash or stop slurmstepd.  A step that cannot be placed
+ * is remembered as a one-line failure, and every task of it ends with the
+ * failure's exit code in task_init; the node's first task prints the line on
+ * its stderr, which reaches the user's terminal or output file.  (Failing
+ * init_post_opt or user_init instead shows the user a generic "Plugin
+ * initialization failed" and lets srun exit 0.) */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+
+#include "cpubind.h"
+#include "dtrain_env.h"
+#include "dtrain_exit.h"
+#include "dtrain_parse.h"
+#include "plugin.h"
+
+/* ---------------------------------------------------------------- failures */
+
+/* Remember the step's first failure; later ones add nothing. */
+static void step_fail(struct dtrain_step *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void step_fail(struct dtrain_step *s, int code, const char *fmt, ...)
+{
+    if (s->mode == DTRAIN_STEP_FAILED)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->failure, sizeof s->failure, fmt, ap);
+    va_end(ap);
+    s->mode = DTRAIN_STEP_FAILED;
+    s->failure_exit = code;
+    slurm_error("dtrain: %s", s->failure);
+}
+
+void dtrain_remote_option_error(struct dtrain_plugin *plugin, const char *msg)
+{
+    step_fail(&plugin->step, DTRAIN_EXIT_USAGE, "%s", msg);
+}
+
+/* ---------------------------------------------------------------- planning */
+
+/* The job environment's value of name (the user's; never used as a path). */
+static int job_getenv(spank_t sp, const char *name, char *buf, size_t len, const char **out)
+{
+    spank_err_t rc = spank_getenv(sp, name, buf, (int)len);
+    *out = NULL;
+    if (rc == ESPANK_SUCCESS) {
+        *out = buf;
+        return 0;
+    }
+    return rc == ESPANK_ENV_NOEXIST ? 0 : -1;
+}
+
+/* The step's layout; 0, or -1 after step_fail(). */
+static int read_layout(struct dtrain_step *s, spank_t sp)
+{
+    spank_err_t rc;
+    if ((rc = spank_get_item(sp, S_JOB_NNODES, &s->nnodes)) != ESPANK_SUCCESS ||
+        (rc = spank_get_item(sp, S_JOB_NODEID, &s->nodeid)) != ESPANK_SUCCESS ||
+        (rc = spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &s->local_tasks)) != ESPANK_SUCCESS ||
+        (rc = spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &s->total_tasks)) != ESPANK_SUCCESS) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read the step layout from Slurm: %s", s->node,
+                  spank_strerror(rc));
+        return -1;
+    }
+    if (s->nnodes == 0 || s->local_tasks == 0 || (uint64_t)s->nnodes * s->local_tasks != s->total_tasks) {
+        step_fail(s, DTRAIN_EXIT_REFUSED,
+                  "%s: this step has %u tasks on %u nodes, %u of them here: dtrain needs the same number of "
+                  "tasks on every node (use --ntasks-per-node)",
+                  s->node, s->total_tasks, s->nnodes, s->local_tasks);
+        return -1;
+    }
+    /* Ranks are Slurm task ids and a node holds a block of them. */
+    for (uint32_t i = 0; i < s->local_tasks; i++) {
+        uint32_t global = 0;
+        if ((rc = spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, i, &global)) != ESPANK_SUCCESS) {
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot map local task %u to its task id: %s", s->node, i,
+                      spank_strerror(rc));
+            return -1;
+        }
+        if (global != s->nodeid * s->local_tasks + i) {
+            step_fail(s, DTRAIN_EXIT_REFUSED,
+                      "%s: task %u sits on node %u, but dtrain needs blocks of consecutive task ids per node "
+                      "(use --distribution=block)",
+                      s->node, global, s->nodeid);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* This node's model: the admin's topology_xml when set, else discovery
+ * (which honours HWLOC_XMLFILE from slurmd's own environment). */
+static int load_topology(struct dtrain_plugin *plugin)
+{
+    struct dtrain_step *s = &plugin->step;
+    char path[DTRAIN_CONFIG_PATH_MAX], err[DTRAIN_MSG_MAX];
+    int rc;
+
+    if (plugin->config.topology_xml[0] == '\0') {
+        rc = dtrain_topo_load_live(&s->topo, err, sizeof err);
+    } else if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, sizeof err) != 0 ||
+               dtrain_config_check_trusted(path, "topology_xml", 0, err, sizeof err) != 0) {
+        rc = DTRAIN_TOPO_ERR_INPUT;
+    } else {
+        rc = dtrain_topo_load_xml(path, &s->topo, err, sizeof err);
+    }
+    if (rc != DTRAIN_TOPO_OK) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Restrict the model to the GPUs Slurm's GRES gave the step, if any. */
+static int apply_gres(struct dtrain_step *s, spank_t sp)
+{
+    char step_gpus[1024], visible[4096], err[DTRAIN_MSG_MAX];
+    const char *sg, *cv;
+    int rc;
+
+    if (job_getenv(sp, "SLURM_STEP_GPUS", step_gpus, sizeof step_gpus, &sg) != 0 ||
+        job_getenv(sp, DTRAIN_ENV_CUDA_VISIBLE, visible, sizeof visible, &cv) != 0) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read SLURM_STEP_GPUS/CUDA_VISIBLE_DEVICES of the step",
+                  s->node);
+        return -1;
+    }
+    if (dtrain_gres_parse(sg, cv, dtrain_topo_gpu_count(s->topo), &s->gres, err, sizeof err) != 0) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: the GPUs Slurm gave this step do not match the node: %s",
+                  s->node, err);
+        return -1;
+    }
+    if (s->gres.count == 0)
+        return 0;
+    rc = dtrain_topo_subset(s->topo, s->gres.index, s->gres.count, &s->gres_topo, err, sizeof err);
+    if (rc != DTRAIN_TOPO_OK) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot restrict the node to the step's GPUs: %s", s->node, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int plan_step(struct dtrain_plugin *plugin)
+{
+    struct dtrain_step *s = &plugin->step;
+    const dtrain_topo *node = s->gres_topo ? s->gres_topo : s->topo;
+    const dtrain_topo **nodes = NULL;
+    char err[DTRAIN_MSG_MAX];
+    struct dtrain_shape shape = {
+        .tp = dtrain_options_tp(&plugin->opts),
+        .pp = dtrain_options_pp(&plugin->opts),
+        .dp = plugin->opts.dp,
+        .nnodes = (int)s->nnodes,
+        .tasks_per_node = (int)s->local_tasks,
+    };
+    struct dtrain_policy policy = {
+        .allow_pcie = s->allow_pcie,
+        /* A node without GPUs runs CPU ranks (the CPU backend). */
+        .cpu_only = dtrain_topo_gpu_count(node) == 0,
+    };
+    int rc = -1;
+
+    if (s->total_tasks > DTRAIN_PLAN_MAX_WORLD) {
+        step_fail(s, DTRAIN_EXIT_REFUSED, "%s: %u tasks is more than dtrain places (%d)", s->node, s->total_tasks,
+                  DTRAIN_PLAN_MAX_WORLD);
+        return -1;
+    }
+    /* Only this node is known here; the plan of this node's ranks depends
+     * on this node's model alone, so it stands for every node. */
+    nodes = malloc(sizeof *nodes * s->nnodes);
+    if (nodes == NULL) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: out of memory", s->node);
+        return -1;
+    }
+    for (uint32_t i = 0; i < s->nnodes; i++)
+        nodes[i] = node;
+    int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &s->plan, err, sizeof err);
+    if (prc != DTRAIN_TOPO_OK) {
+        step_fail(s, prc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED : DTRAIN_EXIT_FAILURE, "%s: %s",
+                  s->node, err);
+        goto cleanup;
+    }
+    s->mode = DTRAIN_STEP_PLACED;
+    rc = 0;
+cleanup:
+    free(nodes);
+    return rc;
+}
+
+int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
+{
+    struct dtrain_step *s = &plugin->step;
+    uint32_t stepid;
+    spank_err_t rc;
+
+    if (!dtrain_options_used(&plugin->opts) || s->mode == DTRAIN_STEP_FAILED)
+        return 0;
+    /* slurmstepd's own environment (not the job's) names the node. */
+    const char *node = getenv("SLURMD_NODENAME");
+    if (node == NULL || dtrain_snprintf(s->node, sizeof s->node, "%s", node) != 0)
+        gethostname(s->node, sizeof s->node - 1);
+
+    if ((rc = spank_get_item(sp, S_JOB_STEPID, &stepid)) != ESPANK_SUCCESS) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read the step id: %s", s->node, spank_strerror(rc));
+        return 0;
+    }
+    s->allow_pcie = dtrain_config_pcie_allowed(&plugin->config, plugin->opts.allow_pcie);
+    if (s->allow_pcie < 0) {
+        step_fail(s, DTRAIN_EXIT_USAGE, "--dtrain-allow-pcie is turned off on this cluster (site setting "
+                  "allow_pcie=no): leave it out");
+        return 0;
+    }
+    if (stepid == SLURM_BATCH_SCRIPT || stepid == SLURM_INTERACTIVE_STEP) {
+        s->mode = DTRAIN_STEP_OPTIONS;
+        return 0;
+    }
+    if (stepid == SLURM_EXTERN_CONT || stepid == SLURM_PENDING_STEP)
+        return 0;
+    if (read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0)
+        return 0;
+    plan_step(plugin);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- tasks */
+
+/* End this task (the forked child about to exec the user's program). */
+static void task_fail(int code, int print, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+static void task_fail(int code, int print, const char *fmt, ...)
+{
+    if (print) {
+        va_list ap;
+        va_start(ap, fmt);
+        fputs("dtrain: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+        fflush(stderr);
+    }
+    _exit(code);
+}
+
+static void export_env(spank_t sp, const struct dtrain_task_env *env)
+{
+    for (int i = 0; i < env->count; i++) {
+        spank_err_t rc = spank_setenv(sp, env->var[i].name, env->var[i].value, 1);
+        if (rc != ESPANK_SUCCESS)
+            task_fail(DTRAIN_EXIT_FAILURE, 1, "cannot set %s: %s", env->var[i].name, spank_strerror(rc));
+    }
+}
+
+/* Bind the task when the site asks for it; returns the bound CPU list or
+ * NULL.  A topology that names CPUs this machine lacks never fails a task. */
+static const char *bind_task(struct dtrain_plugin *plugin, const struct dtrain_task_placement *t, int first,
+                             char *bound, size_t len)
+{
+    char err[DTRAIN_MSG_MAX];
+    if (!plugin->config.bind || t->cpulist[0] == '\0')
+        return NULL;
+    enum dtrain_bind_result r = dtrain_bind_to_cpulist(t->cpulist, bound, len, err, sizeof err);
+    int say = plugin->opts.verbose && first;
+    switch (r) {
+    case DTRAIN_BIND_ALL:
+        return bound;
+    case DTRAIN_BIND_PART:
+        if (say)
+            fprintf(stderr, "dtrain: warning: %s: the topology lists CPUs %s for rank %d, only %s exist here: "
+                    "bound to those\n", plugin->step.node, t->cpulist, t->rank, bound);
+        return bound;
+    case DTRAIN_BIND_NONE:
+        if (say)
+            fprintf(stderr, "dtrain: warning: %s: none of CPUs %s (rank %d) exists here: not bound\n",
+                    plugin->step.node, t->cpulist, t->rank);
+        return NULL;
+    case DTRAIN_BIND_ERROR:
+        break;
+    }
+    if (say)
+        fprintf(stderr, "dtrain: warning: %s: rank %d not bound: %s\n", plugin->step.node, t->rank, err);
+    return NULL;
+}
+
+int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
+{
+    struct dtrain_step *s = &plugin->step;
+    char visible[DTRAIN_GRES_TOKEN_MAX], bound[DTRAIN_TASK_ENV_VALUE_MAX];
+    int local = -1;
+    uint32_t global = 0;
+    spank_err_t rc;
+
+    if (spank_context() != S_CTX_REMOTE || s->mode == DTRAIN_STEP_IGNORED)
+        return 0;
+    if ((rc = spank_get_item(sp, S_TASK_ID, &local)) != ESPANK_SUCCESS)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: cannot read the task id: %s", s->node, spank_strerror(rc));
+    if (s->mode == DTRAIN_STEP_FAILED)
+        task_fail(s->failure_exit, local == 0, "%s", s->failure);
+
+    if (dtrain_task_env_options(&s->env, &plugin->opts, s->allow_pcie) != 0)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: an option value does not fit the environment", s->node);
+    if (s->mode == DTRAIN_STEP_OPTIONS) {
+        export_env(sp, &s->env);
+        return 0;
+    }
+
+    if ((rc = spank_get_item(sp, S_TASK_GLOBAL_ID, &global)) != ESPANK_SUCCESS)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: cannot read the task's global id: %s", s->node, spank_strerror(rc));
+    if (local < 0 || (uint32_t)local >= s->local_tasks || global != s->nodeid * s->local_tasks + (uint32_t)local)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: task %u (local %d) is not where the plan put it", s->node, global,
+                  local);
+
+    const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)global);
+    const char *cuda = NULL;
+    if (t->gpu >= 0) {
+        /* The index CUDA sees: Slurm's value for a GRES GPU, else the
+         * GPU's place in PCI bus id order. */
+        if (s->gres.count > 0)
+            cuda = s->gres.visible[t->gpu];
+        else if (dtrain_snprintf(visible, sizeof visible, "%d", t->gpu) == 0)
+            cuda = visible;
+    }
+    struct dtrain_task_where where = {
+        .shape = dtrain_plan_shape(s->plan),
+        .task = t,
+        .local_world_size = (int)s->local_tasks,
+        .cuda_visible = cuda,
+        .cpus = bind_task(plugin, t, local == 0, bound, sizeof bound),
+    };
+    if (dtrain_task_env_placement(&s->env, &where) != 0)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
+                  global);
+    export_env(sp, &s->env);
+
+    const char *warning = dtrain_plan_warning(s->plan);
+    if (warning != NULL && local == 0)
+        fprintf(stderr, "dtrain: warning: %s: %s\n", s->node, warning);
+    if (plugin->opts.verbose)
+        fprintf(stderr, "dtrain: rank %d on %s: tp %d pp %d dp %d, local rank %d, GPU %s%s%s, CPUs %s\n", t->rank,
+                s->node, t->tp_rank, t->pp_rank, t->dp_rank, t->local_rank, cuda ? cuda : "none",
+                t->gpu_busid[0] ? " " : "", t->gpu_busid, where.cpus ? where.cpus : "not bound");
+    fflush(stderr);
+    return 0;
+}
+
+void dtrain_remote_exit(struct dtrain_plugin *plugin)
+{
+    struct dtrain_step *s = &plugin->step;
+    dtrain_plan_free(s->plan);
+    dtrain_topo_free(s->gres_topo);
+    dtrain_topo_free(s->topo);
+    s->plan = NULL;
+    s->gres_topo = NULL;
+    s->topo = NULL;
+}
