@@ -1,7 +1,8 @@
 /* libdtrain-topo: discovery with hwloc, live or from a saved XML file.
  *
- * GPUs are PCI devices of class 0300/0302/0380 from NVIDIA (0x10de) or AMD
- * (0x1002); their OS devices (nvmlN, cudaN, rsmiN, openclNdM; typed GPU or
+ * GPUs are PCI devices of class 0300/0302/0380 (and 1200, processing
+ * accelerator, as MI300X reports) from NVIDIA (0x10de) or AMD (0x1002);
+ * their OS devices (nvmlN, cudaN, rsmiN, openclNdM; typed GPU or
  * CoProc depending on the hwloc version that saved the file) only lend them
  * names, a model and a UUID.
  *
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <hwloc.h>
 
@@ -36,7 +38,9 @@ static int is_gpu_pcidev(hwloc_obj_t obj)
 {
     unsigned cls = obj->attr->pcidev.class_id;
     unsigned vendor = obj->attr->pcidev.vendor_id;
-    return (cls == 0x0300 || cls == 0x0302 || cls == 0x0380) && (vendor == 0x10de || vendor == 0x1002);
+    /* 0x1200 (processing accelerator) is how MI300X-class AMD GPUs report. */
+    return (cls == 0x0300 || cls == 0x0302 || cls == 0x0380 || cls == 0x1200) &&
+           (vendor == 0x10de || vendor == 0x1002);
 }
 
 /* Management names first: they match nvidia-smi / rocm-smi numbering. */
@@ -143,11 +147,23 @@ static int collect_gpus(hwloc_topology_t topo, struct gpu_obj *gpus, int *ngpus,
     return 0;
 }
 
+/* The deepest object above both a and b.  hwloc_get_common_ancestor_obj()
+ * compares depths, which are negative special values for I/O objects, and
+ * walks off the root on some PCI trees: walk parent pointers instead. */
+static hwloc_obj_t common_ancestor(hwloc_obj_t a, hwloc_obj_t b)
+{
+    for (hwloc_obj_t x = a; x; x = x->parent)
+        for (hwloc_obj_t y = b; y; y = y->parent)
+            if (x == y)
+                return x;
+    return NULL;
+}
+
 /* PCIe closeness of two GPUs, used when no NVLink/XGMI joins them. */
 static enum topo_pcie_locality pcie_locality(hwloc_topology_t topo, const struct gpu_obj *a,
                                              const struct gpu_obj *b)
 {
-    hwloc_obj_t common = hwloc_get_common_ancestor_obj(topo, a->pci, b->pci);
+    hwloc_obj_t common = common_ancestor(a->pci, b->pci);
     if (common && (common->type == HWLOC_OBJ_PCI_DEVICE ||
                    (common->type == HWLOC_OBJ_BRIDGE &&
                     common->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI)))
@@ -365,13 +381,23 @@ static int load(const char *xml, dtrain_topo **out, char *err, size_t errlen)
     }
     *out = NULL;
     if (xml) {
+        struct stat st;
         FILE *f = fopen(xml, "r");
         if (!f) {
             dtrain_snprintf(err, errlen, "cannot read topology file %s: %s", xml, strerror(errno));
             return DTRAIN_TOPO_ERR_INPUT;
         }
+        int is_file = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
         fclose(f);
+        if (!is_file) {
+            dtrain_snprintf(err, errlen, "topology file %s is not a regular file", xml);
+            return DTRAIN_TOPO_ERR_INPUT;
+        }
     }
+    /* hwloc reads HWLOC_XMLFILE by itself on a live load: check it too. */
+    const char *file = xml ? xml : getenv("HWLOC_XMLFILE");
+    if (file && file[0] && topo_xml_precheck(file, err, errlen) < 0)
+        return DTRAIN_TOPO_ERR_INPUT;
     if (hwloc_topology_init(&topo) < 0) {
         dtrain_snprintf(err, errlen, "hwloc_topology_init failed: %s", strerror(errno));
         return DTRAIN_TOPO_ERR_SYSTEM;
@@ -382,7 +408,7 @@ static int load(const char *xml, dtrain_topo **out, char *err, size_t errlen)
         goto out;
     }
     if (xml && hwloc_topology_set_xml(topo, xml) < 0) {
-        dtrain_snprintf(err, errlen, "hwloc cannot use %s as XML topology: %s", xml, strerror(errno));
+        dtrain_snprintf(err, errlen, "%s is not a valid hwloc XML topology (hwloc could not parse it)", xml);
         rc = DTRAIN_TOPO_ERR_INPUT;
         goto out;
     }
@@ -397,7 +423,7 @@ static int load(const char *xml, dtrain_topo **out, char *err, size_t errlen)
     }
     /* NVML describes this machine only: never mix it into a saved topology,
      * whether given explicitly or through HWLOC_XMLFILE. */
-    int use_nvml = !xml && hwloc_topology_is_thissystem(topo);
+    int use_nvml = !xml && !getenv("HWLOC_XMLFILE") && hwloc_topology_is_thissystem(topo);
     rc = model_from_hwloc(topo, use_nvml, out, err, errlen);
 out:
     hwloc_topology_destroy(topo);

@@ -48,7 +48,8 @@ struct dtrain_topo *topo_model_new(void);
 /* Set the link between a and b (both directions), in MB/s. */
 void topo_model_set_link(struct dtrain_topo *topo, int a, int b, long long mbps);
 
-/* Derive kinds, islands and the summary from gpus/bw_mbps/source. */
+/* Derive kinds, islands and the summary from gpus/bw_mbps/source.  May run
+ * again after the links changed (tests apply NVML to a loaded model). */
 void topo_model_finish(struct dtrain_topo *topo);
 
 /* Sort gpus[] by bus id and renumber; must run before any link is set. */
@@ -66,6 +67,10 @@ void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
  * reports none (not an error), -1 with err on a broken NVML.  Call before
  * topo_model_finish(). */
 int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen);
+
+/* Refuse hwloc XML that would crash hwloc 2.9 while loading (see
+ * topo_xml_check.c).  Returns 0, or -1 with one line in err. */
+int topo_xml_precheck(const char *path, char *err, size_t errlen);
 
 /* NVLink bandwidth per link and direction, in MB/s, for an NVML NVLink
  * version value (see topo_nvml.c for the table). */

@@ -1,0 +1,97 @@
+#!/bin/sh
+# dtrain-topo command line: tables, JSON, picture, refusals and exit codes.
+. "${DTRAIN_TAP_SH:?run through make check}"
+bin=${DTRAIN_TOPO_BIN:?}
+fx=${DTRAIN_FIXTURES:?}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-topo-cli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+run() { # run ARGS...: stdout in $tmp/out, stderr in $tmp/err, status in $rc
+    "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+}
+
+run --xml "$fx/dgx1-v100.xml"
+check "table: exit 0" test "$rc" -eq 0
+check "table: summary line" grep -q '^Node: 8x Tesla V100-SXM2-32GB, NVLink' "$tmp/out"
+check "table: GPU rows with bus ids" grep -q '^7 *0000:8a:00.0' "$tmp/out"
+check "table: link matrix row 0 shows NV2 = 50 GB/s to GPU 3" sh -c "grep -E '^ +0 +X +25 +25 +50 +50 +PCIe' '$tmp/out' >/dev/null"
+check "table: one island of 8" grep -q 'island 0: 8 GPUs: 0 1 2 3 4 5 6 7' "$tmp/out"
+check "table: nothing on stderr" test ! -s "$tmp/err"
+
+run --xml "$fx/dgx1-v100.xml" --tp 4 --picture
+check "plan table: exit 0" test "$rc" -eq 0
+check "plan table: shape line" grep -q '^Plan: T=4 P=1 D=2, 1 node x 8 tasks, world size 8' "$tmp/out"
+check "plan table: rank 5 on GPU 5 (second quad)" sh -c "grep -E '^5 +0 +5 +1 +1 +0 +5 +0000:86:00.0' '$tmp/out' >/dev/null"
+check "picture: island box with TP groups" grep -q '\[GPU4 g1\]' "$tmp/out"
+
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --json
+check "json: exit 0" test "$rc" -eq 0
+if command -v python3 >/dev/null 2>&1; then
+    check "json: parses, 8 GPUs, 16 tasks, links 450 GB/s" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["version"] == 1 and len(d["gpus"]) == 8, d.keys()
+assert d["links"]["bandwidth_gbps"][0][1] == 450 and d["links"]["kind"][0][0] == "self"
+assert d["islands"][0]["gpus"] == list(range(8)) and d["largest_island"] == 8
+p = d["plan"]
+assert p["world_size"] == 16 and p["dp"] == 2 and len(p["tasks"]) == 16 and p["warning"] is None
+t = p["tasks"][9]
+assert (t["node"], t["local_rank"], t["tp_rank"], t["dp_rank"], t["pp_rank"]) == (1, 1, 1, 0, 1)
+assert t["gpu_busid"] == d["gpus"][t["gpu"]]["busid"]
+' "$tmp/out"
+else
+    skip_test "python3 not installed: JSON not parsed"
+fi
+
+run --xml "$fx/g4dnmetal.xml" --json
+if command -v python3 >/dev/null 2>&1; then
+    check "json without a shape: plan is null, PCIe links" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["plan"] is None and d["links"]["source"] == "PCIe only" and d["links"]["kind"][0][1] == "PCIe"
+assert d["gpus"][0]["numa_node"] == 0 and d["gpus"][0]["cpulist"] == "0-23,48-71"
+' "$tmp/out"
+else
+    skip_test "python3 not installed: JSON not parsed"
+fi
+
+run --xml "$fx/g4dnmetal.xml" --tp 2
+check "refused shape: exit 3" test "$rc" -eq 3
+check "refused shape: one line starting dtrain-topo:" sh -c "test \$(wc -l <'$tmp/err') -eq 1 && grep -q '^dtrain-topo: T=2 needs' '$tmp/err'"
+check "refused shape: nothing on stdout" test ! -s "$tmp/out"
+
+run --xml "$fx/g4dnmetal.xml" --tp 2 --allow-pcie
+check "allow-pcie: exit 0 with a warning in the table" sh -c "test $rc -eq 0 && grep -q '^warning: TP groups of 2 GPUs' '$tmp/out'"
+
+run --xml "$fx/power8gpudistances.xml" --tp 4
+check "T larger than the largest island: exit 3" sh -c "test $rc -eq 3 && grep -q 'largest NVLink island (2 GPUs)' '$tmp/err'"
+
+run --xml "$fx/dgx1-v100.xml" --tp 3
+check "T not dividing tasks per node: exit 3" sh -c "test $rc -eq 3 && grep -q '^dtrain-topo: T=3 does not divide' '$tmp/err'"
+
+run --xml "$fx/dgx1-v100.xml" --tp 2 --cpu-only --tasks-per-node 4
+check "cpu-only: exit 0, no GPU column values" sh -c "test $rc -eq 0 && grep -E '^0 +0 +0 +0 +0 +0 +- +- +0-7' '$tmp/out' >/dev/null"
+
+run --xml "$fx/dgx1-v100.xml" --tp 0
+check "bad number: exit 2, one line" sh -c "test $rc -eq 2 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q '^dtrain-topo: ' '$tmp/err'"
+run --xml "$fx/dgx1-v100.xml" --tp abc
+check "non-numeric value: exit 2" sh -c "test $rc -eq 2 && grep -q '^dtrain-topo: ' '$tmp/err'"
+run --bogus
+check "unknown option: exit 2" sh -c "test $rc -eq 2 && grep -q '^dtrain-topo: unknown option --bogus' '$tmp/err'"
+run --xml
+check "option without value: exit 2" sh -c "test $rc -eq 2 && grep -q '^dtrain-topo: ' '$tmp/err'"
+run --xml "$fx/dgx1-v100.xml" extra
+check "stray argument: exit 2" sh -c "test $rc -eq 2 && grep -q \"^dtrain-topo: unexpected argument 'extra'\" '$tmp/err'"
+run --xml "$tmp/nonexistent.xml"
+check "unreadable topology: exit 2, one line" sh -c "test $rc -eq 2 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q '^dtrain-topo: cannot read' '$tmp/err'"
+head -c 3000 "$fx/dgx1-v100.xml" >"$tmp/trunc.xml"
+run --xml "$tmp/trunc.xml"
+check "truncated topology: exit 2, one line" sh -c "test $rc -eq 2 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q 'not a valid hwloc XML' '$tmp/err'"
+run --help
+check "--help: exit 0, usage on stdout" sh -c "test $rc -eq 0 && grep -q '^usage: dtrain-topo' '$tmp/out'"
+
+# Live: with HWLOC_XMLFILE the tool sees the saved machine.
+HWLOC_XMLFILE="$fx/hgx-a100-4gpu.xml" "$bin" >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "live with HWLOC_XMLFILE: sees the HGX board" sh -c "test $rc -eq 0 && grep -q '^Node: 4x NVIDIA A100-SXM4-40GB' '$tmp/out'"
+
+done_testing

@@ -1,0 +1,316 @@
+/* Discovery: every fixture loads into the expected node model (GPUs, bus
+ * ids, locality, links, islands); subsets; live loading through
+ * HWLOC_XMLFILE; the NVML path against the fake NVML library. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "tap.h"
+#include "topo_model.h"
+
+struct expect {
+    const char *file;
+    int ngpus, nislands, largest;
+    enum dtrain_link_source source;
+    const char *first_busid, *last_busid;
+    unsigned vendor;
+    const char *model;      /* of GPU 0 */
+    const char *osdev;      /* of GPU 0 */
+    int numa_first, numa_last;
+    const char *cpulist_first;
+    /* up to 4 bandwidth checks: a, b, GB/s */
+    int bw[4][3];
+};
+
+static const struct expect cases[] = {
+    {"power8gpudistances.xml", 4, 2, 2, DTRAIN_LINKS_HWLOC_NVLINK, "0002:01:00.0", "000b:01:00.0", 0x10de,
+     "Tesla P100-SXM2-16GB", "nvml0", 0, 1, "0-1,8-9,16-17,24-25", {{0, 1, 40}, {2, 3, 40}, {0, 2, 0}, {1, 3, 0}}},
+    {"g4dnmetal.xml", 8, 8, 1, DTRAIN_LINKS_PCIE_ONLY, "0000:18:00.0", "0000:f5:00.0", 0x10de, "Tesla T4", "nvml0",
+     0, 1, "0-23,48-71", {{0, 1, 0}, {0, 7, 0}, {3, 4, 0}, {6, 7, 0}}},
+    {"dgx1-v100.xml", 8, 1, 8, DTRAIN_LINKS_HWLOC_NVLINK, "0000:06:00.0", "0000:8a:00.0", 0x10de,
+     "Tesla V100-SXM2-32GB", "nvml0", 0, 1, "0-7,16-23", {{0, 3, 50}, {0, 1, 25}, {0, 5, 0}, {4, 7, 50}}},
+    {"dgx1-v100-gpu5-missing.xml", 7, 1, 7, DTRAIN_LINKS_HWLOC_NVLINK, "0000:06:00.0", "0000:8a:00.0", 0x10de,
+     "Tesla V100-SXM2-32GB", "nvml0", 0, 1, "0-7,16-23", {{0, 3, 50}, {1, 2, 50}, {5, 6, 50}, {4, 6, 50}}},
+    {"dgx-h100.xml", 8, 1, 8, DTRAIN_LINKS_HWLOC_NVLINK, "0000:18:00.0", "0000:db:00.0", 0x10de,
+     "NVIDIA H100 80GB HBM3", "nvml0", 0, 1, "0-7,16-23", {{0, 1, 450}, {0, 7, 450}, {3, 4, 450}, {6, 7, 450}}},
+    {"dgx-h100-degraded.xml", 8, 1, 8, DTRAIN_LINKS_HWLOC_NVLINK, "0000:18:00.0", "0000:db:00.0", 0x10de,
+     "NVIDIA H100 80GB HBM3", "nvml0", 0, 1, "0-7,16-23", {{0, 1, 450}, {0, 3, 400}, {3, 7, 400}, {6, 7, 450}}},
+    {"hgx-a100-4gpu.xml", 4, 1, 4, DTRAIN_LINKS_HWLOC_NVLINK, "0000:01:00.0", "0000:c1:00.0", 0x10de,
+     "NVIDIA A100-SXM4-40GB", "nvml0", 0, 1, "0-7,16-23", {{0, 1, 100}, {0, 3, 100}, {1, 2, 100}, {2, 3, 100}}},
+    {"pcie-a100-bridged-pairs.xml", 4, 2, 2, DTRAIN_LINKS_HWLOC_NVLINK, "0000:17:00.0", "0000:ca:00.0", 0x10de,
+     "NVIDIA A100 80GB PCIe", "nvml0", 0, 1, "0-7,16-23", {{0, 1, 300}, {2, 3, 300}, {1, 2, 0}, {0, 3, 0}}},
+    {"amd-mi250x.xml", 8, 1, 8, DTRAIN_LINKS_HWLOC_XGMI, "0000:c1:00.0", "0000:de:00.0", 0x1002,
+     "AMD Instinct MI250X", "rsmi0", 0, 1, "0-7,16-23", {{0, 1, 200}, {0, 6, 100}, {0, 2, 50}, {0, 3, 0}}},
+};
+
+static int bw_is(const dtrain_topo *t, int a, int b, double gbps)
+{
+    return fabs(dtrain_topo_bandwidth(t, a, b) - gbps) < 1e-6 && fabs(dtrain_topo_bandwidth(t, b, a) - gbps) < 1e-6;
+}
+
+static void check_fixture(const struct expect *e)
+{
+    dtrain_topo *t = load_fixture(e->file);
+    if (!ok(t != NULL, "%s: loads", e->file))
+        return;
+    int n = dtrain_topo_gpu_count(t);
+    ok(n == e->ngpus, "%s: %d GPUs (got %d)", e->file, e->ngpus, n);
+    ok(dtrain_topo_link_source(t) == e->source, "%s: links from %s (got %s)", e->file,
+       dtrain_link_source_name(e->source), dtrain_link_source_name(dtrain_topo_link_source(t)));
+    ok(dtrain_topo_island_count(t) == e->nislands && dtrain_topo_largest_island(t) == e->largest,
+       "%s: %d islands, largest %d (got %d, %d)", e->file, e->nislands, e->largest, dtrain_topo_island_count(t),
+       dtrain_topo_largest_island(t));
+    if (n != e->ngpus || n == 0) {
+        dtrain_topo_free(t);
+        return;
+    }
+    const struct dtrain_gpu_info *first = dtrain_topo_gpu(t, 0), *last = dtrain_topo_gpu(t, n - 1);
+    ok(strcmp(first->busid, e->first_busid) == 0 && strcmp(last->busid, e->last_busid) == 0,
+       "%s: bus ids %s .. %s (got %s .. %s)", e->file, e->first_busid, e->last_busid, first->busid, last->busid);
+    int sorted = 1, indexed = 1, vendor = 1;
+    for (int i = 0; i < n; i++) {
+        const struct dtrain_gpu_info *g = dtrain_topo_gpu(t, i);
+        if (i > 0 && strcmp(dtrain_topo_gpu(t, i - 1)->busid, g->busid) >= 0)
+            sorted = 0;
+        if (g->index != i || dtrain_topo_find_busid(t, g->busid) != i)
+            indexed = 0;
+        if (g->vendor_id != e->vendor)
+            vendor = 0;
+    }
+    ok(sorted && indexed, "%s: GPUs sorted by bus id and numbered in that order", e->file);
+    ok(vendor, "%s: vendor 0x%04x on every GPU", e->file, e->vendor);
+    ok(strcmp(first->model, e->model) == 0 && strcmp(first->osdev, e->osdev) == 0,
+       "%s: GPU 0 is a %s named %s (got '%s', '%s')", e->file, e->model, e->osdev, first->model, first->osdev);
+    ok(first->numa_node == e->numa_first && last->numa_node == e->numa_last,
+       "%s: NUMA nodes %d .. %d (got %d .. %d)", e->file, e->numa_first, e->numa_last, first->numa_node,
+       last->numa_node);
+    ok(strcmp(first->cpulist, e->cpulist_first) == 0, "%s: GPU 0 local CPUs %s (got %s)", e->file,
+       e->cpulist_first, first->cpulist);
+    for (int k = 0; k < 4; k++) {
+        int a = e->bw[k][0], b = e->bw[k][1];
+        ok(bw_is(t, a, b, e->bw[k][2]), "%s: bandwidth %d-%d is %d GB/s (got %.1f)", e->file, a, b, e->bw[k][2],
+           dtrain_topo_bandwidth(t, a, b));
+        enum dtrain_link_kind want = e->bw[k][2] == 0 ? DTRAIN_LINK_PCIE
+                                     : e->source == DTRAIN_LINKS_HWLOC_XGMI ? DTRAIN_LINK_XGMI
+                                                                            : DTRAIN_LINK_NVLINK;
+        ok(dtrain_topo_link_kind(t, a, b) == want, "%s: link %d-%d is %s", e->file, a, b, dtrain_link_kind_name(want));
+    }
+    /* Islands are exactly the classes of "joined by a positive bandwidth". */
+    int consistent = 1;
+    for (int a = 0; a < n; a++) {
+        if (dtrain_topo_link_kind(t, a, a) != DTRAIN_LINK_SELF)
+            consistent = 0;
+        for (int b = 0; b < n; b++)
+            if (dtrain_topo_bandwidth(t, a, b) > 0 && dtrain_topo_island_of(t, a) != dtrain_topo_island_of(t, b))
+                consistent = 0;
+    }
+    int total = 0;
+    for (int is = 0; is < dtrain_topo_island_count(t); is++)
+        total += dtrain_topo_island_size(t, is);
+    ok(consistent && total == n, "%s: linked GPUs share an island, island sizes add up to %d", e->file, n);
+    ok(strlen(dtrain_topo_summary(t)) > 0, "%s: summary '%s'", e->file, dtrain_topo_summary(t));
+    dtrain_topo_free(t);
+}
+
+static void check_specifics(void)
+{
+    dtrain_topo *t = load_fixture("power8gpudistances.xml");
+    if (t) {
+        ok(strcmp(dtrain_topo_gpu(t, 0)->uuid, "GPU-77bf6b9a-6906-5a93-d28b-b77d2c23d1d2") == 0,
+           "power8: UUID from NVIDIAUUID (%s)", dtrain_topo_gpu(t, 0)->uuid);
+        ok(t->nvlink_to_cpu == 1, "power8: NVLink to the CPUs is seen but does not join the pairs");
+        dtrain_topo_free(t);
+    }
+    t = load_fixture("dgx-h100.xml");
+    if (t) {
+        ok(strstr(dtrain_topo_summary(t), "NVSwitch") != NULL, "dgx-h100: summary says NVSwitch (%s)",
+           dtrain_topo_summary(t));
+        dtrain_topo_free(t);
+    }
+    t = load_fixture("amd-mi250x.xml");
+    if (t) {
+        ok(strcmp(dtrain_topo_gpu(t, 0)->uuid, "5a00000000000000") == 0, "mi250x: UUID from AMDUUID (%s)",
+           dtrain_topo_gpu(t, 0)->uuid);
+        dtrain_topo_free(t);
+    }
+    t = load_fixture("dgx1-v100-gpu5-missing.xml");
+    if (t) {
+        ok(dtrain_topo_find_busid(t, "0000:86:00.0") == -1 && dtrain_topo_find_busid(t, "0000:89:00.0") == 5,
+           "missing GPU: 86:00.0 absent, 89:00.0 is now GPU 5");
+        dtrain_topo_free(t);
+    }
+}
+
+static void check_subset_and_lookup(void)
+{
+    char err[256];
+    dtrain_topo *t = load_fixture("dgx1-v100.xml"), *sub = NULL;
+    if (!t)
+        return;
+    ok(dtrain_topo_find_busid(t, "0000:0B:00.0") == 3, "find_busid ignores case");
+    ok(dtrain_topo_find_busid(t, "00000000:0b:00.0") == 3, "find_busid takes NVML's 8-digit domain");
+    ok(dtrain_topo_find_busid(t, "0000:0c:00.0") == -1 && dtrain_topo_find_busid(t, NULL) == -1,
+       "find_busid: unknown or NULL is -1");
+    ok(dtrain_topo_gpu(t, 8) == NULL && dtrain_topo_gpu(t, -1) == NULL, "gpu(): out of range is NULL");
+    ok(dtrain_topo_bandwidth(t, 0, 9) == 0 && dtrain_topo_island_of(t, 9) == -1 && dtrain_topo_island_size(t, 5) == 0,
+       "out-of-range queries answer 0 / -1");
+
+    int quad[] = {7, 4, 5, 6};
+    if (ok(dtrain_topo_subset(t, quad, 4, &sub, err, sizeof(err)) == DTRAIN_TOPO_OK, "subset {7,4,5,6}")) {
+        ok(dtrain_topo_gpu_count(sub) == 4 && strcmp(dtrain_topo_gpu(sub, 0)->busid, "0000:8a:00.0") == 0 &&
+               dtrain_topo_gpu(sub, 0)->index == 0,
+           "subset renumbers in the order given");
+        ok(bw_is(sub, 0, 1, 50) && bw_is(sub, 1, 2, 25) && dtrain_topo_island_count(sub) == 1,
+           "subset keeps the links (7-4 50 GB/s, 4-5 25 GB/s), one island");
+        dtrain_topo_free(sub);
+        sub = NULL;
+    }
+    int apart[] = {0, 5};
+    if (ok(dtrain_topo_subset(t, apart, 2, &sub, err, sizeof(err)) == DTRAIN_TOPO_OK, "subset {0,5}")) {
+        ok(dtrain_topo_island_count(sub) == 2, "islands recomputed: 0 and 5 are not linked directly");
+        dtrain_topo_free(sub);
+        sub = NULL;
+    }
+    int repeated[] = {1, 1}, outside[] = {0, 8};
+    ok(dtrain_topo_subset(t, repeated, 2, &sub, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT && sub == NULL,
+       "subset with a repeated GPU is refused: %s", err);
+    ok(dtrain_topo_subset(t, outside, 2, &sub, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT,
+       "subset with an unknown GPU is refused: %s", err);
+    dtrain_topo_free(t);
+}
+
+static void check_live(void)
+{
+    char err[512];
+    dtrain_topo *t = NULL;
+    const char *fake = getenv("DTRAIN_FAKE_NVML");
+
+    /* This machine, as it is (usually no GPU): must load. */
+    unsetenv("HWLOC_XMLFILE");
+    int rc = dtrain_topo_load_live(&t, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK, "load_live on this machine (%s)", rc ? err : dtrain_topo_summary(t));
+    dtrain_topo_free(t);
+    t = NULL;
+
+    /* HWLOC_XMLFILE makes a slurmd node look like a saved machine... */
+    setenv("HWLOC_XMLFILE", fixture_path("dgx1-v100.xml"), 1);
+    rc = dtrain_topo_load_live(&t, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(t) == 8 &&
+           dtrain_topo_link_source(t) == DTRAIN_LINKS_HWLOC_NVLINK && bw_is(t, 0, 3, 50),
+       "load_live honours HWLOC_XMLFILE (DGX-1 seen)");
+    dtrain_topo_free(t);
+    t = NULL;
+
+    /* ...and NVML, which describes the real machine, is never mixed in. */
+    if (fake) {
+        setenv("DTRAIN_NVML_LIBRARY", fake, 1);
+        setenv("FAKE_NVML_GPUS", "0000:18:00.0 0000:19:00.0", 1);
+        setenv("FAKE_NVML_LINKS", "0-1:4", 1);
+        setenv("HWLOC_XMLFILE", fixture_path("g4dnmetal.xml"), 1);
+        rc = dtrain_topo_load_live(&t, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_OK && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY &&
+               dtrain_topo_bandwidth(t, 0, 1) == 0,
+           "with HWLOC_XMLFILE set, NVML is not consulted");
+        dtrain_topo_free(t);
+        t = NULL;
+        rc = dtrain_topo_load_xml(fixture_path("g4dnmetal.xml"), &t, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_OK && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY,
+           "loading an explicit XML file never consults NVML");
+        dtrain_topo_free(t);
+        t = NULL;
+        unsetenv("DTRAIN_NVML_LIBRARY");
+    } else {
+        skip("DTRAIN_FAKE_NVML not set: fake NVML library not built");
+        skip("DTRAIN_FAKE_NVML not set: fake NVML library not built");
+    }
+    unsetenv("HWLOC_XMLFILE");
+}
+
+static const char *const g4dn_busids =
+    "0000:18:00.0 0000:19:00.0 0000:35:00.0 0000:36:00.0 0000:e7:00.0 0000:e8:00.0 0000:f4:00.0 0000:f5:00.0";
+
+/* Load g4dn (PCIe only) and apply the fake NVML described by the env. */
+static int apply_fake(const char *fake, dtrain_topo **out, char *err, size_t errlen)
+{
+    dtrain_topo *t = load_fixture("g4dnmetal.xml");
+    *out = t;
+    if (!t)
+        return -2;
+    int rc = topo_nvml_apply(t, fake, err, errlen);
+    topo_model_finish(t);
+    return rc;
+}
+
+static void check_nvml(void)
+{
+    const char *fake = getenv("DTRAIN_FAKE_NVML");
+    char err[512] = "";
+    dtrain_topo *t = NULL;
+    if (!fake) {
+        for (int i = 0; i < 9; i++)
+            skip("DTRAIN_FAKE_NVML not set: fake NVML library not built");
+        return;
+    }
+    setenv("FAKE_NVML_GPUS", g4dn_busids, 1);
+    setenv("FAKE_NVML_LINKS", "0-1:2 2-3:1", 1);
+    setenv("FAKE_NVML_VERSION", "2", 1);
+    int rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 1 && dtrain_topo_link_source(t) == DTRAIN_LINKS_NVML, "NVML: NVLink found and used (rc %d)", rc);
+    ok(bw_is(t, 0, 1, 50) && bw_is(t, 2, 3, 25) && bw_is(t, 1, 2, 0),
+       "NVML: 2 links = 50 GB/s, 1 link = 25 GB/s (NVLink 2), unlinked = 0");
+    ok(dtrain_topo_island_count(t) == 6 && dtrain_topo_largest_island(t) == 2, "NVML: islands {0,1} {2,3} + 4 single");
+    ok(strcmp(dtrain_topo_gpu(t, 0)->model, "Tesla T4") == 0, "NVML: hwloc's model name is kept");
+    dtrain_topo_free(t);
+
+    setenv("FAKE_NVML_LINKS", "", 1);
+    setenv("FAKE_NVML_SWITCH", "0:12 1:12 2:12 3:6", 1);
+    setenv("FAKE_NVML_CPU", "4 5", 1);
+    setenv("FAKE_NVML_VERSION", "1", 1);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 1 && bw_is(t, 0, 1, 240) && bw_is(t, 0, 3, 120) && bw_is(t, 4, 5, 0) && t->via_switch,
+       "NVML: through NVSwitch a-b gets min(S(a), S(b)) (NVLink 1: 20 GB/s per link); CPU links join nothing");
+    ok(dtrain_topo_island_count(t) == 5, "NVML: switched GPUs form one island (got %d islands)",
+       dtrain_topo_island_count(t));
+    dtrain_topo_free(t);
+    unsetenv("FAKE_NVML_SWITCH");
+    unsetenv("FAKE_NVML_CPU");
+
+    setenv("FAKE_NVML_LINKS", "0-1:2", 1);
+    setenv("FAKE_NVML_INIT", "fail", 1);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY,
+       "NVML whose init fails (no driver) is like no NVML");
+    dtrain_topo_free(t);
+    unsetenv("FAKE_NVML_INIT");
+
+    rc = apply_fake("/nonexistent/libnvidia-ml.so.1", &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY, "no NVML library: not an error");
+    dtrain_topo_free(t);
+
+    rc = apply_fake("libm.so.6", &t, err, sizeof(err));
+    ok(rc == -1 && strstr(err, "NVML") != NULL, "a library without the NVML functions is an error: %s", err);
+    dtrain_topo_free(t);
+    unsetenv("FAKE_NVML_GPUS");
+    unsetenv("FAKE_NVML_LINKS");
+}
+
+static void check_nvlink_table(void)
+{
+    ok(topo_nvlink_mbps_per_link(1) == 20000 && topo_nvlink_mbps_per_link(2) == 25000 &&
+           topo_nvlink_mbps_per_link(6) == 25000 && topo_nvlink_mbps_per_link(7) == 50000 &&
+           topo_nvlink_mbps_per_link(0) == 25000,
+       "NVLink per-link bandwidth table: v1 20, v2-v6 25, v7 (5.0) 50 GB/s");
+}
+
+int main(void)
+{
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check_fixture(&cases[i]);
+    check_specifics();
+    check_subset_and_lookup();
+    check_live();
+    check_nvml();
+    check_nvlink_table();
+    return tap_done();
+}

@@ -1,0 +1,219 @@
+/* Malformed input: truncated, corrupted or hostile topology files give
+ * DTRAIN_TOPO_ERR_INPUT (or a valid model) with one line of text, never a
+ * crash, a hang or a leak (run-suite repeats this under ASan/UBSan). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fixtures.h"
+#include "tap.h"
+
+static char tmpdir[] = "/tmp/dtrain-topo-malformed.XXXXXX";
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0, r;
+    char chunk[8192];
+    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (n + r + 1 > cap) {
+            cap = (n + r + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        memcpy(buf + n, chunk, r);
+        n += r;
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static const char *write_tmp(const char *name, const char *data, size_t len)
+{
+    static char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return NULL;
+    if (fwrite(data, 1, len, f) != len) {
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    return path;
+}
+
+/* Returns 1 when loading gave OK with a sane model, or INPUT with a one-line
+ * message; 0 otherwise. */
+static int loads_or_refuses(const char *path, int *refused)
+{
+    dtrain_topo *t = NULL;
+    char err[512] = "";
+    int rc = dtrain_topo_load_xml(path, &t, err, sizeof(err));
+    *refused = rc != DTRAIN_TOPO_OK;
+    if (rc == DTRAIN_TOPO_OK) {
+        int n = dtrain_topo_gpu_count(t);
+        int sane = t && n >= 0 && n <= DTRAIN_TOPO_MAX_GPUS && dtrain_topo_largest_island(t) <= n;
+        dtrain_topo_free(t);
+        return sane;
+    }
+    return rc == DTRAIN_TOPO_ERR_INPUT && t == NULL && err[0] && !strchr(err, '\n');
+}
+
+/* xorshift: a seeded, portable stream of corruption positions. */
+static uint64_t next_rand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static const char *const files[] = {"power8gpudistances.xml", "g4dnmetal.xml", "dgx1-v100.xml", "dgx-h100.xml",
+                                    "amd-mi250x.xml", "pcie-a100-bridged-pairs.xml"};
+
+static void truncations(const char *name)
+{
+    size_t len;
+    char *data = read_all(fixture_path(name), &len);
+    if (!ok(data != NULL, "%s: read", name))
+        return;
+    int all_refused = 1, all_clean = 1;
+    for (int k = 1; k <= 16; k++) {
+        size_t cut = len * (size_t)k / 17;
+        const char *p = write_tmp("trunc.xml", data, cut);
+        int refused;
+        if (!p || !loads_or_refuses(p, &refused))
+            all_clean = 0;
+        else if (!refused)
+            all_refused = 0;
+    }
+    ok(all_clean && all_refused, "%s: 16 truncations all refused with one line", name);
+    free(data);
+}
+
+static void corruptions(const char *name, uint64_t seed)
+{
+    size_t len;
+    char *data = read_all(fixture_path(name), &len);
+    if (!data || len == 0) {
+        ok(0, "%s: read", name);
+        free(data);
+        return;
+    }
+    static const char junk[] = "<>\"&0x9-,: \n\0zQ";
+    int clean = 1, nrefused = 0;
+    for (int round = 0; round < 24; round++) {
+        char *copy = malloc(len);
+        if (!copy)
+            break;
+        memcpy(copy, data, len);
+        for (int k = 0; k < 1 + round % 6; k++)
+            copy[next_rand(&seed) % len] = junk[next_rand(&seed) % (sizeof(junk) - 1)];
+        const char *p = write_tmp("corrupt.xml", copy, len);
+        int refused;
+        if (!p || !loads_or_refuses(p, &refused))
+            clean = 0;
+        nrefused += refused;
+        free(copy);
+    }
+    ok(clean, "%s: 24 randomly corrupted copies load or are refused cleanly (%d refused)", name, nrefused);
+    free(data);
+}
+
+/* Hand-written hostile cases around the distances matrix. */
+static void hostile(void)
+{
+    size_t len;
+    char *data = read_all(fixture_path("power8gpudistances.xml"), &len);
+    if (!ok(data != NULL, "power8: read"))
+        return;
+    struct { const char *what, *from, *to; } edits[] = {
+        {"matrix naming an unknown object", "OSDev:332 ", "OSDev:999 "},
+        {"matrix with too few values", "<u64values length=\"26\">0 0 40000 40000 0 1000000 </u64values>", ""},
+        {"absurd bandwidth value", "1000000 40000 0 0 40000 0", "1000000 99999999999999999999 0 0 40000 0"},
+        {"negative-looking value", "1000000 40000 0 0 40000 0", "1000000 -40000 0 0 40000 0"},
+        {"nbobjs larger than the indexes", "nbobjs=\"6\" kind=\"25\"", "nbobjs=\"60\" kind=\"25\""},
+        {"nbobjs of zero", "nbobjs=\"6\" kind=\"25\"", "nbobjs=\"0\" kind=\"25\""},
+        {"unknown object type in the matrix", "Package:3 ", "Bogus:3 "},
+        {"bad cpuset text", "cpuset=\"0x03030303\"", "cpuset=\"0xzz\""},
+        {"PCI device with a broken pci_type", "pci_type=\"0302 [10de:15f9] [10de:116b] a1\"", "pci_type=\"03\""},
+    };
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        char *at = strstr(data, edits[i].from);
+        if (!at) {
+            ok(0, "hostile edit '%s' applies", edits[i].what);
+            continue;
+        }
+        size_t flen = strlen(edits[i].from), tlen = strlen(edits[i].to);
+        size_t nlen = len - flen + tlen;
+        char *copy = malloc(nlen);
+        if (!copy)
+            continue;
+        size_t head = (size_t)(at - data);
+        memcpy(copy, data, head);
+        memcpy(copy + head, edits[i].to, tlen);
+        memcpy(copy + head + tlen, at + flen, len - head - flen);
+        const char *p = write_tmp("hostile.xml", copy, nlen);
+        int refused = 0;
+        ok(p && loads_or_refuses(p, &refused), "%s: %s cleanly", edits[i].what, refused ? "refused" : "loaded");
+        free(copy);
+    }
+    free(data);
+}
+
+static void bad_paths(void)
+{
+    dtrain_topo *t = NULL;
+    char err[512];
+    ok(dtrain_topo_load_xml("/nonexistent/x.xml", &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT &&
+           strstr(err, "/nonexistent/x.xml"),
+       "missing file: %s", err);
+    ok(dtrain_topo_load_xml(tmpdir, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "a directory: %s", err);
+    ok(dtrain_topo_load_xml("", &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "empty path: %s", err);
+    ok(dtrain_topo_load_xml(NULL, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "NULL path: %s", err);
+    const char *p = write_tmp("empty.xml", "", 0);
+    ok(p && dtrain_topo_load_xml(p, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "empty file: %s", err);
+    p = write_tmp("text.xml", "not xml at all\n", 15);
+    ok(p && dtrain_topo_load_xml(p, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "plain text: %s", err);
+    char small[8];
+    ok(dtrain_topo_load_xml("/nonexistent/x.xml", &t, small, sizeof(small)) == DTRAIN_TOPO_ERR_INPUT &&
+           strlen(small) < sizeof(small),
+       "a small error buffer is never overrun");
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmpdir)) {
+        printf("Bail out! cannot create a temporary folder\n");
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        truncations(files[i]);
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        corruptions(files[i], 0x9e3779b97f4a7c15ULL + i);
+    hostile();
+    bad_paths();
+
+    char path[600];
+    const char *names[] = {"trunc.xml", "corrupt.xml", "hostile.xml", "empty.xml", "text.xml"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
+        unlink(path);
+    }
+    rmdir(tmpdir);
+    return tap_done();
+}

@@ -1,0 +1,454 @@
+/* The placement planner on the fixtures: TP groups on the right GPUs, ranks
+ * and coordinates, CPU lists, every refusal, cpu_only, check_shape. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_plan.h"
+#include "fixtures.h"
+#include "tap.h"
+
+static char err[512];
+
+static int plan_on(const dtrain_topo *topo, int T, int P, int D, int N, int K, int allow_pcie, int cpu_only,
+                   dtrain_plan **out)
+{
+    const dtrain_topo *nodes[64];
+    for (int i = 0; i < N && i < 64; i++)
+        nodes[i] = topo;
+    struct dtrain_shape shape = {T, P, D, N, K};
+    struct dtrain_policy policy = {allow_pcie, cpu_only};
+    err[0] = '\0';
+    *out = NULL;
+    return dtrain_plan_place_tasks(&shape, N <= 64 ? nodes : NULL, &policy, out, err, sizeof(err));
+}
+
+/* Every task has coordinates matching its rank, node/local rank from block
+ * distribution, and on each node distinct GPUs whose CPUs it gets. */
+static int plan_consistent(const dtrain_plan *plan, const dtrain_topo *const *nodes)
+{
+    const struct dtrain_shape *s = dtrain_plan_shape(plan);
+    int T = s->tp, D = s->dp, K = s->tasks_per_node;
+    if (dtrain_plan_world_size(plan) != s->tp * s->pp * s->dp || s->nnodes * K != dtrain_plan_world_size(plan))
+        return 0;
+    for (int r = 0; r < dtrain_plan_world_size(plan); r++) {
+        const struct dtrain_task_placement *t = dtrain_plan_task(plan, r);
+        if (!t || t->rank != r || t->node != r / K || t->local_rank != r % K)
+            return 0;
+        if (dtrain_rank_of(t->tp_rank, t->dp_rank, t->pp_rank, T, D) != r || t->tp_rank >= T || t->dp_rank >= D ||
+            t->pp_rank >= s->pp)
+            return 0;
+        const dtrain_topo *topo = nodes[t->node];
+        if (t->gpu < 0 || t->gpu >= dtrain_topo_gpu_count(topo))
+            return 0;
+        const struct dtrain_gpu_info *g = dtrain_topo_gpu(topo, t->gpu);
+        if (strcmp(g->busid, t->gpu_busid) != 0 || strcmp(g->cpulist, t->cpulist) != 0)
+            return 0;
+        for (int q = t->node * K; q < r; q++)
+            if (dtrain_plan_task(plan, q)->gpu == t->gpu)
+                return 0;
+    }
+    return 1;
+}
+
+/* GPUs of local TP group g on node n, sorted, as a bit mask. */
+static unsigned long long group_mask(const dtrain_plan *plan, int node, int g)
+{
+    const struct dtrain_shape *s = dtrain_plan_shape(plan);
+    unsigned long long m = 0;
+    for (int j = 0; j < s->tp; j++)
+        m |= 1ULL << dtrain_plan_task(plan, node * s->tasks_per_node + g * s->tp + j)->gpu;
+    return m;
+}
+
+static int groups_in_islands(const dtrain_plan *plan, const dtrain_topo *topo, int node)
+{
+    const struct dtrain_shape *s = dtrain_plan_shape(plan);
+    for (int r = node * s->tasks_per_node; r < (node + 1) * s->tasks_per_node; r++) {
+        const struct dtrain_task_placement *t = dtrain_plan_task(plan, r);
+        const struct dtrain_task_placement *lead = dtrain_plan_task(plan, r - t->tp_rank);
+        if (dtrain_topo_island_of(topo, t->gpu) != dtrain_topo_island_of(topo, lead->gpu))
+            return 0;
+    }
+    return 1;
+}
+
+static void nvswitch_t4_p2(void)
+{
+    dtrain_topo *t = load_fixture("dgx-h100.xml");
+    dtrain_plan *p;
+    if (!t)
+        return;
+    int rc = plan_on(t, 4, 2, 0, 2, 8, 0, 0, &p);
+    if (ok(rc == DTRAIN_TOPO_OK, "DGX H100 T=4 P=2 N=2 K=8 is placed (%s)", err)) {
+        const dtrain_topo *nodes[2] = {t, t};
+        ok(dtrain_plan_shape(p)->dp == 2 && dtrain_plan_world_size(p) == 16, "D derived as 2, world 16");
+        ok(plan_consistent(p, nodes), "ranks, coordinates, distinct GPUs and their CPUs are consistent");
+        ok(groups_in_islands(p, t, 0) && groups_in_islands(p, t, 1), "TP groups inside the NVSwitch island");
+        const struct dtrain_task_placement *r9 = dtrain_plan_task(p, 9);
+        ok(r9->node == 1 && r9->local_rank == 1 && r9->tp_rank == 1 && r9->dp_rank == 0 && r9->pp_rank == 1,
+           "rank 9 = node 1, local 1, tp 1 dp 0 pp 1");
+        ok(dtrain_plan_warning(p) == NULL, "no warning");
+        ok(dtrain_plan_task(p, 16) == NULL && dtrain_plan_task(p, -1) == NULL, "task out of range is NULL");
+        dtrain_plan_free(p);
+    }
+    /* Same input, same plan. */
+    dtrain_plan *a, *b;
+    if (plan_on(t, 2, 2, 0, 2, 8, 0, 0, &a) == DTRAIN_TOPO_OK) {
+        if (plan_on(t, 2, 2, 0, 2, 8, 0, 0, &b) == DTRAIN_TOPO_OK) {
+            int same = 1;
+            for (int r = 0; r < 16; r++)
+                if (memcmp(dtrain_plan_task(a, r), dtrain_plan_task(b, r), sizeof(struct dtrain_task_placement)))
+                    same = 0;
+            ok(same, "planning twice gives the same plan");
+            dtrain_plan_free(b);
+        }
+        dtrain_plan_free(a);
+    }
+    dtrain_topo_free(t);
+}
+
+static void dgx1(void)
+{
+    dtrain_topo *t = load_fixture("dgx1-v100.xml");
+    dtrain_plan *p;
+    if (!t)
+        return;
+    const dtrain_topo *nodes[1] = {t};
+    if (ok(plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=2 (%s)", err)) {
+        int all_double = 1;
+        for (int g = 0; g < 4; g++) {
+            const struct dtrain_task_placement *a = dtrain_plan_task(p, 2 * g), *b = dtrain_plan_task(p, 2 * g + 1);
+            if (dtrain_topo_bandwidth(t, a->gpu, b->gpu) != 50)
+                all_double = 0;
+            diag("TP group %d: GPUs %d,%d (%.0f GB/s)", g, a->gpu, b->gpu, dtrain_topo_bandwidth(t, a->gpu, b->gpu));
+        }
+        ok(all_double, "DGX-1 T=2: every TP pair is a double-link (NV2, 50 GB/s) pair");
+        ok(plan_consistent(p, nodes), "DGX-1 T=2: consistent");
+        dtrain_plan_free(p);
+    }
+    if (ok(plan_on(t, 4, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=4 (%s)", err)) {
+        unsigned long long g0 = group_mask(p, 0, 0), g1 = group_mask(p, 0, 1);
+        ok(g0 == 0x0f && g1 == 0xf0, "DGX-1 T=4: the fully connected quads {0,1,2,3} and {4,5,6,7} (got %llx %llx)",
+           g0, g1);
+        dtrain_plan_free(p);
+    }
+    if (ok(plan_on(t, 1, 8, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=1 P=8 (%s)", err)) {
+        int chain = 1;
+        for (int s = 0; s + 1 < 8; s++)
+            if (dtrain_topo_bandwidth(t, dtrain_plan_task(p, s)->gpu, dtrain_plan_task(p, s + 1)->gpu) != 50)
+                chain = 0;
+        ok(chain, "DGX-1 P=8: consecutive pipeline stages sit on double links");
+        dtrain_plan_free(p);
+    }
+    if (ok(plan_on(t, 2, 2, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=2 P=2 (%s)", err)) {
+        /* DP peers (same stage) and PP neighbours: equal tp ranks should be linked. */
+        int linked = 1;
+        for (int r = 0; r < 8; r++)
+            for (int q = 0; q < 8; q++) {
+                const struct dtrain_task_placement *a = dtrain_plan_task(p, r), *b = dtrain_plan_task(p, q);
+                int related = a->tp_rank == b->tp_rank && r != q &&
+                              (a->pp_rank == b->pp_rank || a->dp_rank == b->dp_rank);
+                if (related && dtrain_topo_bandwidth(t, a->gpu, b->gpu) == 0)
+                    linked = 0;
+            }
+        ok(linked, "DGX-1 T=2 P=2: DP peers and PP neighbours of equal tp rank are NVLink-connected");
+        dtrain_plan_free(p);
+    }
+    dtrain_topo_free(t);
+}
+
+static void pairs_fixture(const char *file, const char *what)
+{
+    dtrain_topo *t = load_fixture(file);
+    dtrain_plan *p;
+    if (!t)
+        return;
+    int n = dtrain_topo_gpu_count(t);
+    if (ok(plan_on(t, 2, 1, 0, 1, n, 0, 0, &p) == DTRAIN_TOPO_OK, "%s T=2 (%s)", what, err)) {
+        int best = 1;
+        for (int g = 0; g < n / 2; g++) {
+            unsigned long long m = group_mask(p, 0, g);
+            int low = __builtin_ctzll(m);
+            if (m != 3ULL << low || low % 2 != 0)
+                best = 0;
+        }
+        ok(best, "%s T=2: TP pairs are {0,1} {2,3} ...", what);
+        dtrain_plan_free(p);
+    }
+    if (n == 4) {
+        int rc = plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p);
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "largest NVLink island (2 GPUs)") && strstr(err, "--dtrain-tp=2"),
+           "%s T=4 refused: %s", what, err);
+        rc = plan_on(t, 4, 1, 0, 1, 4, 1, 0, &p);
+        ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) != NULL, "%s T=4 with allow_pcie: warning '%s'", what,
+           p ? dtrain_plan_warning(p) : err);
+        dtrain_plan_free(p);
+    }
+    dtrain_topo_free(t);
+}
+
+static void g4dn(void)
+{
+    dtrain_topo *t = load_fixture("g4dnmetal.xml");
+    dtrain_plan *p;
+    if (!t)
+        return;
+    int rc = plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p);
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "PCIe only") && strstr(err, "--dtrain-allow-pcie"),
+       "g4dn T=2 refused without allow_pcie: %s", err);
+    rc = plan_on(t, 2, 1, 0, 1, 8, 1, 0, &p);
+    if (ok(rc == DTRAIN_TOPO_OK, "g4dn T=2 accepted with allow_pcie (%s)", err)) {
+        ok(dtrain_plan_warning(p) && strstr(dtrain_plan_warning(p), "PCIe"), "with a warning: %s",
+           dtrain_plan_warning(p) ? dtrain_plan_warning(p) : "(none)");
+        int local = 1;
+        for (int g = 0; g < 4; g++) {
+            int a = dtrain_plan_task(p, 2 * g)->gpu, b = dtrain_plan_task(p, 2 * g + 1)->gpu;
+            if (dtrain_topo_gpu(t, a)->numa_node != dtrain_topo_gpu(t, b)->numa_node)
+                local = 0;
+        }
+        ok(local, "g4dn PCIe pairs stay within one NUMA node");
+        dtrain_plan_free(p);
+    }
+    rc = plan_on(t, 1, 1, 0, 1, 8, 0, 0, &p);
+    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) == NULL, "g4dn T=1 needs no NVLink and warns nothing");
+    dtrain_plan_free(p);
+    dtrain_topo_free(t);
+}
+
+static void missing_and_degraded(void)
+{
+    dtrain_topo *t = load_fixture("dgx1-v100-gpu5-missing.xml");
+    dtrain_plan *p;
+    if (t) {
+        int rc = plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p);
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "7 GPUs for 8 tasks") && strstr(err, "--ntasks-per-node=7"),
+           "missing GPU: 8 tasks on 7 GPUs refused: %s", err);
+        if (ok(plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p) == DTRAIN_TOPO_OK, "missing GPU: T=4 K=4 (%s)", err)) {
+            ok(group_mask(p, 0, 0) == 0x0f, "missing GPU: the intact quad {0,1,2,3} is used");
+            dtrain_plan_free(p);
+        }
+        if (ok(plan_on(t, 2, 1, 0, 1, 6, 0, 0, &p) == DTRAIN_TOPO_OK, "missing GPU: T=2 K=6 (%s)", err)) {
+            int all_double = 1;
+            for (int g = 0; g < 3; g++)
+                if (dtrain_topo_bandwidth(t, dtrain_plan_task(p, 2 * g)->gpu, dtrain_plan_task(p, 2 * g + 1)->gpu) != 50)
+                    all_double = 0;
+            ok(all_double, "missing GPU: 3 double-link pairs still found");
+            dtrain_plan_free(p);
+        }
+        dtrain_topo_free(t);
+    }
+    t = load_fixture("dgx-h100-degraded.xml");
+    if (t) {
+        if (ok(plan_on(t, 2, 1, 0, 1, 6, 0, 0, &p) == DTRAIN_TOPO_OK, "degraded link: T=2 K=6 (%s)", err)) {
+            int uses3 = 0;
+            for (int r = 0; r < 6; r++)
+                uses3 |= dtrain_plan_task(p, r)->gpu == 3;
+            ok(!uses3, "degraded link: the GPU with fewer links (3) is left out when a GPU can be spared");
+            dtrain_plan_free(p);
+        }
+        ok(plan_on(t, 8, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK && dtrain_plan_warning(p) == NULL,
+           "degraded link: T=8 still one island, placed without warning");
+        dtrain_plan_free(p);
+        dtrain_topo_free(t);
+    }
+    t = load_fixture("amd-mi250x.xml");
+    if (t) {
+        if (ok(plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "MI250X T=2 (%s)", err)) {
+            int in_package = 1;
+            for (int g = 0; g < 4; g++)
+                if (dtrain_topo_bandwidth(t, dtrain_plan_task(p, 2 * g)->gpu, dtrain_plan_task(p, 2 * g + 1)->gpu) != 200)
+                    in_package = 0;
+            ok(in_package, "MI250X T=2: TP pairs are the in-package GCD pairs (200 GB/s XGMI)");
+            dtrain_plan_free(p);
+        }
+        dtrain_topo_free(t);
+    }
+    t = load_fixture("hgx-a100-4gpu.xml");
+    if (t) {
+        ok(plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p) == DTRAIN_TOPO_OK && group_mask(p, 0, 0) == 0x0f,
+           "HGX A100 4-GPU: T=4 takes the whole board");
+        dtrain_plan_free(p);
+        dtrain_topo_free(t);
+    }
+}
+
+static void heterogeneous_nodes(void)
+{
+    dtrain_topo *full = load_fixture("dgx1-v100.xml"), *miss = load_fixture("dgx1-v100-gpu5-missing.xml");
+    if (full && miss) {
+        const dtrain_topo *nodes[2] = {full, miss};
+        struct dtrain_shape shape = {4, 1, 0, 2, 4};
+        struct dtrain_policy policy = {0, 0};
+        dtrain_plan *p = NULL;
+        int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_OK && plan_consistent(p, nodes) && group_mask(p, 1, 0) == 0x0f,
+           "nodes with different models: each planned on its own (%s)", err);
+        dtrain_plan_free(p);
+        shape.tasks_per_node = 8;
+        rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "node 1"), "the short node is named: %s", err);
+        const dtrain_topo *holes[2] = {full, NULL};
+        shape.tasks_per_node = 4;
+        rc = dtrain_plan_place_tasks(&shape, holes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_ERR_INPUT && p == NULL, "a missing node model is bad input: %s", err);
+    }
+    dtrain_topo_free(full);
+    dtrain_topo_free(miss);
+}
+
+static void cpu_only(void)
+{
+    dtrain_topo *t = load_fixture("dgx1-v100.xml");
+    dtrain_plan *p;
+    if (!t)
+        return;
+    if (ok(plan_on(t, 2, 2, 0, 2, 4, 0, 1, &p) == DTRAIN_TOPO_OK, "cpu_only T=2 P=2 N=2 K=4 (%s)", err)) {
+        int nogpu = 1;
+        for (int r = 0; r < 8; r++)
+            if (dtrain_plan_task(p, r)->gpu != -1 || dtrain_plan_task(p, r)->gpu_busid[0])
+                nogpu = 0;
+        ok(nogpu, "cpu_only: no GPU assigned");
+        ok(strcmp(dtrain_plan_task(p, 0)->cpulist, "0-7") == 0 && strcmp(dtrain_plan_task(p, 1)->cpulist, "8-15") == 0 &&
+               strcmp(dtrain_plan_task(p, 2)->cpulist, "16-23") == 0 &&
+               strcmp(dtrain_plan_task(p, 7)->cpulist, "24-31") == 0,
+           "cpu_only: the node's 32 CPUs split evenly (%s, %s, %s, %s)", dtrain_plan_task(p, 0)->cpulist,
+           dtrain_plan_task(p, 1)->cpulist, dtrain_plan_task(p, 2)->cpulist, dtrain_plan_task(p, 7)->cpulist);
+        dtrain_plan_free(p);
+    }
+    if (ok(plan_on(t, 1, 1, 0, 1, 64, 0, 1, &p) == DTRAIN_TOPO_OK, "cpu_only: more tasks (64) than CPUs (32)")) {
+        ok(strcmp(dtrain_plan_task(p, 63)->cpulist, "31") == 0 && dtrain_plan_task(p, 0)->cpulist[0],
+           "cpu_only: every task gets at least one CPU");
+        dtrain_plan_free(p);
+    }
+    struct dtrain_shape shape = {2, 1, 0, 3, 2};
+    struct dtrain_policy policy = {0, 1};
+    int rc = dtrain_plan_place_tasks(&shape, NULL, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_task(p, 5)->cpulist[0] == '\0' && dtrain_plan_task(p, 5)->gpu == -1,
+       "cpu_only without node models: ranks only, CPUs left unset");
+    dtrain_plan_free(p);
+    dtrain_topo_free(t);
+}
+
+struct refusal {
+    int T, P, D, N, K;
+    const char *what, *needle;
+};
+
+static void refusals(void)
+{
+    dtrain_topo *t = load_fixture("dgx-h100.xml");
+    if (!t)
+        return;
+    static const struct refusal cases[] = {
+        {3, 1, 0, 1, 8, "T not dividing tasks per node", "does not divide the 8 tasks per node"},
+        {16, 1, 0, 1, 16, "more tasks per node than GPUs", "8 GPUs for 16 tasks"},
+        {2, 3, 0, 1, 8, "T*P not dividing the world", "does not divide the 8 tasks"},
+        {2, 2, 3, 1, 8, "a given D that does not multiply out", "T*P*D = 2*2*3 = 12"},
+        {0, 1, 0, 1, 8, "T = 0", "T=0 is out of range"},
+        {70000, 1, 0, 1, 8, "T too large", "T=70000 is out of range"},
+        {1, -1, 0, 1, 8, "P negative", "P=-1 is out of range"},
+        {1, 1, 70000, 1, 8, "D too large", "D=70000 is out of range"},
+        {1, 1, 0, 0, 8, "no nodes", "0 nodes is out of range"},
+        {1, 1, 0, 1, 0, "no tasks per node", "0 tasks per node is out of range"},
+        {1, 1, 0, 2000000, 8, "world too large", "out of range"},
+        {8, 1, 0, 1, 4, "T larger than tasks per node", "larger than the 4 tasks per node"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct refusal *c = &cases[i];
+        dtrain_plan *p = NULL;
+        const dtrain_topo *nodes[1] = {t};
+        struct dtrain_shape shape = {c->T, c->P, c->D, c->N, c->K};
+        struct dtrain_policy policy = {0, 0};
+        err[0] = '\0';
+        int rc = dtrain_plan_place_tasks(&shape, c->N == 1 ? nodes : NULL, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED && p == NULL && strstr(err, c->needle) && !strchr(err, '\n') &&
+               (strstr(err, "use ") || strstr(err, "dtrain places")),
+           "refused, %s: %s", c->what, err);
+    }
+    /* Islands of unequal sizes that cannot hold the groups. */
+    dtrain_topo *bridged = load_fixture("pcie-a100-bridged-pairs.xml");
+    if (bridged) {
+        int sel[] = {0, 1, 2};
+        dtrain_topo *three = NULL;
+        if (dtrain_topo_subset(bridged, sel, 3, &three, err, sizeof(err)) == DTRAIN_TOPO_OK) {
+            dtrain_plan *p;
+            int rc = plan_on(three, 1, 1, 0, 1, 3, 0, 0, &p);
+            ok(rc == DTRAIN_TOPO_OK, "islands {0,1} {2}: T=1 K=3 fine");
+            dtrain_plan_free(p);
+            rc = plan_on(three, 2, 1, 0, 1, 2, 0, 0, &p);
+            ok(rc == DTRAIN_TOPO_OK && group_mask(p, 0, 0) == 0x3, "islands {0,1} {2}: T=2 K=2 uses the pair");
+            dtrain_plan_free(p);
+            dtrain_topo_free(three);
+        }
+        dtrain_topo_free(bridged);
+    }
+    dtrain_topo_free(t);
+}
+
+static void shape_checks(void)
+{
+    ok(dtrain_plan_check_shape(8, 8, 0, 512, 8, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape T=8 P=8 512 tasks");
+    ok(dtrain_plan_check_shape(8, 8, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with unknown counts");
+    ok(dtrain_plan_check_shape(4, 2, 4, 32, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with D given");
+    ok(dtrain_plan_check_shape(8, 8, 0, 500, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "multiple of 64"),
+       "check_shape: 500 tasks for T*P=64 refused: %s", err);
+    ok(dtrain_plan_check_shape(3, 1, 0, 0, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "--dtrain-tp=2"),
+       "check_shape: T=3 with 8 tasks per node suggests T=2: %s", err);
+    ok(dtrain_plan_check_shape(2, 2, 5, 16, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "--dtrain-dp=4"),
+       "check_shape: D=5 for 16 tasks suggests D=4: %s", err);
+    ok(dtrain_plan_check_shape(65536, 65536, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED,
+       "check_shape: T*P beyond the world limit: %s", err);
+    ok(dtrain_plan_check_shape(1, 1, 0, -5, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED, "check_shape: negative tasks");
+    char tiny[4];
+    ok(dtrain_plan_check_shape(0, 1, 0, 0, 0, tiny, sizeof(tiny)) == DTRAIN_TOPO_ERR_REFUSED && strlen(tiny) == 3,
+       "check_shape never overruns a small error buffer");
+    int all = 1;
+    for (int r = 0; r < 96; r++) {
+        int tp, dp, pp;
+        dtrain_coords_of(r, 4, 3, &tp, &dp, &pp);
+        if (dtrain_rank_of(tp, dp, pp, 4, 3) != r || tp != r % 4 || dp != (r / 4) % 3 || pp != r / 12)
+            all = 0;
+    }
+    ok(all, "rank = tp + T*(dp + D*pp) round-trips");
+}
+
+static void large_shape(void)
+{
+    dtrain_topo *t = load_fixture("dgx-h100.xml");
+    if (!t)
+        return;
+    enum { NODES = 1024 };
+    const dtrain_topo **nodes = malloc(sizeof(*nodes) * NODES);
+    if (nodes) {
+        for (int i = 0; i < NODES; i++)
+            nodes[i] = t;
+        struct dtrain_shape shape = {8, 16, 0, NODES, 8};
+        struct dtrain_policy policy = {0, 0};
+        dtrain_plan *p = NULL;
+        int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_OK && dtrain_plan_world_size(p) == 8192 && dtrain_plan_shape(p)->dp == 64 &&
+               plan_consistent(p, nodes),
+           "1024 nodes x 8 tasks, T=8 P=16: placed and consistent (%s)", err);
+        dtrain_plan_free(p);
+        free(nodes);
+    }
+    dtrain_topo_free(t);
+}
+
+int main(void)
+{
+    nvswitch_t4_p2();
+    dgx1();
+    pairs_fixture("power8gpudistances.xml", "power8");
+    pairs_fixture("pcie-a100-bridged-pairs.xml", "bridged pairs");
+    g4dn();
+    missing_and_degraded();
+    heterogeneous_nodes();
+    cpu_only();
+    refusals();
+    shape_checks();
+    large_shape();
+    return tap_done();
+}
