@@ -1,0 +1,81 @@
+# Shared helpers for the tests in tests/slurm/; source after tests/tap.sh.
+#   lc ARGS...            run scripts/local-cluster
+#   need_cluster_tools    skip_all unless root with the Slurm daemons installed
+#   new_cluster_dir NAME  sets LC_NEW to a fresh folder under the build
+#                         folder, stopped (and removed when all passed) at exit
+#   in_cluster DIR CMD... run a Slurm client command against DIR's cluster
+#   dir_processes DIR     PIDs of processes that belong to DIR's cluster
+#   wait_job DIR JOBID S  wait until the job is finished (S seconds at most)
+#   job_field DIR JOBID F one field of `scontrol show job` (e.g. JobState)
+: "${abs_top_srcdir:?run through make check}" "${abs_builddir:?run through make check}"
+local_cluster=$abs_top_srcdir/scripts/local-cluster
+fixtures=$abs_top_srcdir/tests/fixtures/topology
+PATH=$PATH:/usr/sbin:/sbin
+
+lc() { "$local_cluster" "$@"; }
+
+need_cluster_tools() {
+  [ "$(id -u)" -eq 0 ] || skip_all "needs root (slurmd launches jobs as root)"
+  local b
+  for b in munged slurmctld slurmd srun sbatch sinfo scontrol; do
+    command -v "$b" >/dev/null 2>&1 || skip_all "$b not installed (apt-get install munge slurmctld slurmd slurm-client)"
+  done
+}
+
+LC_DIRS=()
+cleanup_clusters() {
+  local d
+  for d in "${LC_DIRS[@]}"; do
+    lc stop --dir "$d" >/dev/null 2>&1
+    # Keep the logs of a failed test for reading; remove the rest.
+    if [ "$TAP_FAILED" -eq 0 ]; then rm -rf -- "$d"; else diag "logs kept in $d/log"; fi
+  done
+}
+trap cleanup_clusters EXIT
+
+new_cluster_dir() {
+  LC_NEW=$(mktemp -d "$abs_builddir/cluster.$1.XXXXXX") || { echo "cannot create a folder in $abs_builddir" >&2; exit 1; }
+  LC_DIRS+=("$LC_NEW")
+}
+
+in_cluster() {
+  local d=$1
+  shift
+  SLURM_CONF=$d/slurm.conf "$@"
+}
+
+# PIDs whose command line names a file of DIR, or whose environment carries
+# local-cluster's marker for DIR.
+dir_processes() {
+  local d=$1 p
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [ "$p" != $$ ] && [ "$p" != "$BASHPID" ] || continue
+    if tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF -- "$d/" ||
+       tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qxF -- "DTRAIN_LOCAL_CLUSTER_DAEMON=$d"; then
+      echo "$p"
+    fi
+  done
+}
+
+job_field() {
+  in_cluster "$1" scontrol show job "$2" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$3=//p" | head -n 1
+}
+
+wait_job() {
+  local d=$1 id=$2 bound=$3 i state
+  for ((i = 0; i < bound; i++)); do
+    state=$(job_field "$d" "$id" JobState)
+    case $state in
+      COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE) return 0 ;;
+    esac
+    sleep 1
+  done
+  return 1
+}
+
+# slurmd_pid DIR NODE: the PID of DIR's slurmd for NODE.
+slurmd_pid() { tr -dc '0-9' <"$1/pids/slurmd-$2.pid" 2>/dev/null; }
+
+# environ_of PID: the process environment, one variable a line.
+environ_of() { tr '\0' '\n' 2>/dev/null <"/proc/$1/environ"; }
