@@ -83,18 +83,16 @@ int dtrain_cpulist_format(const cpu_set_t *set, char *buf, size_t len)
     return 0;
 }
 
-enum dtrain_bind_result dtrain_bind_to_cpulist(const char *cpulist, char *bound, size_t boundlen,
-                                               char *err, size_t errlen)
+/* want = cpulist intersected with the calling process's affinity; *listed
+ * and *usable count the CPUs before and after.  0, or -1 with err. */
+static int usable_set(const char *cpulist, cpu_set_t *want, int *listed, int *usable, char *err, size_t errlen)
 {
     size_t size = CPU_ALLOC_SIZE(DTRAIN_CPU_MAX);
-    cpu_set_t *want = CPU_ALLOC(DTRAIN_CPU_MAX), *now = CPU_ALLOC(DTRAIN_CPU_MAX);
-    enum dtrain_bind_result rc = DTRAIN_BIND_ERROR;
-
-    if (boundlen > 0)
-        bound[0] = '\0';
-    if (want == NULL || now == NULL) {
+    cpu_set_t *now = CPU_ALLOC(DTRAIN_CPU_MAX);
+    int rc = -1;
+    if (now == NULL) {
         dtrain_snprintf(err, errlen, "out of memory");
-        goto cleanup;
+        return -1;
     }
     if (dtrain_cpulist_parse(cpulist, want, err, errlen) != 0)
         goto cleanup;
@@ -103,9 +101,57 @@ enum dtrain_bind_result dtrain_bind_to_cpulist(const char *cpulist, char *bound,
         dtrain_snprintf(err, errlen, "sched_getaffinity: %s", strerror(errno));
         goto cleanup;
     }
-    int wanted = CPU_COUNT_S(size, want);
+    *listed = CPU_COUNT_S(size, want);
     CPU_AND_S(size, want, want, now);
-    int usable = CPU_COUNT_S(size, want);
+    *usable = CPU_COUNT_S(size, want);
+    rc = 0;
+cleanup:
+    CPU_FREE(now);
+    return rc;
+}
+
+int dtrain_cpulist_usable(const char *cpulist, int *listed, int *usable, char *err, size_t errlen)
+{
+    cpu_set_t *want = CPU_ALLOC(DTRAIN_CPU_MAX);
+    if (want == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = usable_set(cpulist, want, listed, usable, err, errlen);
+    CPU_FREE(want);
+    return rc;
+}
+
+int dtrain_cpus_allowed(char *buf, size_t len)
+{
+    size_t size = CPU_ALLOC_SIZE(DTRAIN_CPU_MAX);
+    cpu_set_t *now = CPU_ALLOC(DTRAIN_CPU_MAX);
+    int rc = -1;
+    if (now == NULL)
+        return -1;
+    CPU_ZERO_S(size, now);
+    if (sched_getaffinity(0, size, now) == 0)
+        rc = dtrain_cpulist_format(now, buf, len);
+    CPU_FREE(now);
+    return rc;
+}
+
+enum dtrain_bind_result dtrain_bind_to_cpulist(const char *cpulist, char *bound, size_t boundlen,
+                                               char *err, size_t errlen)
+{
+    size_t size = CPU_ALLOC_SIZE(DTRAIN_CPU_MAX);
+    cpu_set_t *want = CPU_ALLOC(DTRAIN_CPU_MAX);
+    enum dtrain_bind_result rc = DTRAIN_BIND_ERROR;
+    int listed = 0, usable = 0;
+
+    if (boundlen > 0)
+        bound[0] = '\0';
+    if (want == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return DTRAIN_BIND_ERROR;
+    }
+    if (usable_set(cpulist, want, &listed, &usable, err, errlen) != 0)
+        goto cleanup;
     if (usable == 0) {
         rc = DTRAIN_BIND_NONE;
         goto cleanup;
@@ -120,11 +166,8 @@ enum dtrain_bind_result dtrain_bind_to_cpulist(const char *cpulist, char *bound,
         bound[0] = '\0';
         goto cleanup;
     }
-    rc = usable == wanted ? DTRAIN_BIND_ALL : DTRAIN_BIND_PART;
+    rc = usable == listed ? DTRAIN_BIND_ALL : DTRAIN_BIND_PART;
 cleanup:
-    if (want)
-        CPU_FREE(want);
-    if (now)
-        CPU_FREE(now);
+    CPU_FREE(want);
     return rc;
 }

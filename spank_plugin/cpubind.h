@@ -21,6 +21,13 @@ int dtrain_cpulist_parse(const char *text, cpu_set_t *set, char *err, size_t err
  * -1 when it does not fit in len. */
 int dtrain_cpulist_format(const cpu_set_t *set, char *buf, size_t len);
 
+/* How many CPUs cpulist names (*listed) and how many of them the calling
+ * process may use now (*usable).  0, or -1 with err. */
+int dtrain_cpulist_usable(const char *cpulist, int *listed, int *usable, char *err, size_t errlen);
+
+/* The calling process's allowed CPUs as a list.  0, or -1. */
+int dtrain_cpus_allowed(char *buf, size_t len);
+
 enum dtrain_bind_result {
     DTRAIN_BIND_ALL = 0,   /* bound to every listed CPU */
     DTRAIN_BIND_PART,      /* bound to the listed CPUs that exist; others ignored */

@@ -12,7 +12,7 @@
  *   local.c         srun: the same, then again with the step's real size
  *   remote.c        slurmstepd: discover the node, plan the step, export
  *                   each task's environment and bind its CPUs
- *   options.c       the --dtrain-* options;  config.c  the site config
+ *   options.c       the --dtrain-* options;  site_config.c  the site config
  *   submit.c        client-side checks;  taskenv.c  the task environment
  *   gres.c          GPUs from Slurm's GRES;  cpubind.c  CPU lists, binding */
 #ifndef DTRAIN_SPANK_PLUGIN_H
@@ -22,7 +22,7 @@
 
 #include <slurm/spank.h>
 
-#include "config.h"
+#include "site_config.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
 #include "gres.h"

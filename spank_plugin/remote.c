@@ -100,22 +100,31 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
     return 0;
 }
 
-/* This node's model: the admin's topology_xml when set, else discovery
- * (which honours HWLOC_XMLFILE from slurmd's own environment). */
+/* This node's model, from (first found):
+ *  - topology_xml= of the site configuration ("%n" = this node);
+ *  - HWLOC_XMLFILE in slurmstepd's own environment (slurmd's, the admin's;
+ *    never the job's): loaded as a file here, because hwloc given a broken
+ *    HWLOC_XMLFILE silently falls back to the real machine;
+ *  - discovery of this machine (hwloc, NVML). */
 static int load_topology(struct dtrain_plugin *plugin)
 {
     struct dtrain_step *s = &plugin->step;
     char path[DTRAIN_CONFIG_PATH_MAX], err[DTRAIN_MSG_MAX];
-    int rc;
+    const char *xml = NULL;
+    int rc = DTRAIN_TOPO_ERR_INPUT;
 
-    if (plugin->config.topology_xml[0] == '\0') {
-        rc = dtrain_topo_load_live(&s->topo, err, sizeof err);
-    } else if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, sizeof err) != 0 ||
-               dtrain_config_check_trusted(path, "topology_xml", 0, err, sizeof err) != 0) {
-        rc = DTRAIN_TOPO_ERR_INPUT;
+    if (plugin->config.topology_xml[0] != '\0') {
+        if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, sizeof err) != 0)
+            goto done;
+        xml = path;
     } else {
-        rc = dtrain_topo_load_xml(path, &s->topo, err, sizeof err);
+        xml = getenv("HWLOC_XMLFILE");
     }
+    if (xml == NULL || xml[0] == '\0')
+        rc = dtrain_topo_load_live(&s->topo, err, sizeof err);
+    else if (dtrain_config_check_trusted(xml, "topology file", 0, err, sizeof err) == 0)
+        rc = dtrain_topo_load_xml(xml, &s->topo, err, sizeof err);
+done:
     if (rc != DTRAIN_TOPO_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);
         return -1;
@@ -260,33 +269,49 @@ static void export_env(spank_t sp, const struct dtrain_task_env *env)
     }
 }
 
+/* With --dtrain-verbose, the node's first task says once when the topology
+ * lists CPUs that this machine lacks (a saved topology on a smaller test
+ * machine), instead of every task saying it. */
+static void warn_missing_cpus(struct dtrain_plugin *plugin)
+{
+    struct dtrain_step *s = &plugin->step;
+    char err[DTRAIN_MSG_MAX], have[256];
+    int partial = 0, none = 0;
+    for (uint32_t i = 0; i < s->local_tasks; i++) {
+        const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)(s->nodeid * s->local_tasks + i));
+        int listed, usable;
+        if (t->cpulist[0] == '\0' || dtrain_cpulist_usable(t->cpulist, &listed, &usable, err, sizeof err) != 0)
+            continue;
+        partial += usable > 0 && usable < listed;
+        none += usable == 0;
+    }
+    if (partial + none == 0)
+        return;
+    if (dtrain_cpus_allowed(have, sizeof have) != 0)
+        dtrain_snprintf(have, sizeof have, "?");
+    fprintf(stderr, "dtrain: warning: %s: the topology lists CPUs this machine lacks (usable here: %s): "
+            "%d of %u tasks bound to part of their CPUs, %d left unbound\n", s->node, have, partial,
+            s->local_tasks, none);
+}
+
 /* Bind the task when the site asks for it; returns the bound CPU list or
  * NULL.  A topology that names CPUs this machine lacks never fails a task. */
-static const char *bind_task(struct dtrain_plugin *plugin, const struct dtrain_task_placement *t, int first,
-                             char *bound, size_t len)
+static const char *bind_task(struct dtrain_plugin *plugin, const struct dtrain_task_placement *t, char *bound,
+                             size_t len)
 {
     char err[DTRAIN_MSG_MAX];
     if (!plugin->config.bind || t->cpulist[0] == '\0')
         return NULL;
-    enum dtrain_bind_result r = dtrain_bind_to_cpulist(t->cpulist, bound, len, err, sizeof err);
-    int say = plugin->opts.verbose && first;
-    switch (r) {
+    switch (dtrain_bind_to_cpulist(t->cpulist, bound, len, err, sizeof err)) {
     case DTRAIN_BIND_ALL:
-        return bound;
     case DTRAIN_BIND_PART:
-        if (say)
-            fprintf(stderr, "dtrain: warning: %s: the topology lists CPUs %s for rank %d, only %s exist here: "
-                    "bound to those\n", plugin->step.node, t->cpulist, t->rank, bound);
         return bound;
     case DTRAIN_BIND_NONE:
-        if (say)
-            fprintf(stderr, "dtrain: warning: %s: none of CPUs %s (rank %d) exists here: not bound\n",
-                    plugin->step.node, t->cpulist, t->rank);
         return NULL;
     case DTRAIN_BIND_ERROR:
         break;
     }
-    if (say)
+    if (plugin->opts.verbose)
         fprintf(stderr, "dtrain: warning: %s: rank %d not bound: %s\n", plugin->step.node, t->rank, err);
     return NULL;
 }
@@ -334,8 +359,11 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         .task = t,
         .local_world_size = (int)s->local_tasks,
         .cuda_visible = cuda,
-        .cpus = bind_task(plugin, t, local == 0, bound, sizeof bound),
+        .cpus = NULL,
     };
+    if (local == 0 && plugin->config.bind && plugin->opts.verbose)
+        warn_missing_cpus(plugin);
+    where.cpus = bind_task(plugin, t, bound, sizeof bound);
     if (dtrain_task_env_placement(&s->env, &where) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);

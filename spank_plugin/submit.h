@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "site_config.h"
 #include "options.h"
 
 /* The job's size as far as the client knows it; 0 = unknown. */

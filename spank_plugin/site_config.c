@@ -1,5 +1,5 @@
-/* Site configuration: plugstack.conf arguments and the site JSON; see config.h. */
-#include "config.h"
+/* Site configuration: plugstack.conf arguments and the site JSON; see site_config.h. */
+#include "site_config.h"
 
 #include <errno.h>
 #include <string.h>

@@ -19,8 +19,8 @@
  *
  * Every path here comes from the admin (plugstack.conf, the site file),
  * never from a job's environment.  Pure code plus jansson, no Slurm calls. */
-#ifndef DTRAIN_SPANK_CONFIG_H
-#define DTRAIN_SPANK_CONFIG_H
+#ifndef DTRAIN_SPANK_SITE_CONFIG_H
+#define DTRAIN_SPANK_SITE_CONFIG_H
 
 #include <stddef.h>
 
