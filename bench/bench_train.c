@@ -1,0 +1,220 @@
+/* dtrain-bench-train: tokens/s and achieved FLOP/s of full GPT-2 training
+ * steps (forward, backward, AdamW update) on the CPU kernels, against the
+ * CBLAS sgemm rate for large square matrices measured in the same run.
+ *
+ *   dtrain-bench-train [--threads N] [--steps N] [--warmup N] [--sgemm-n N]
+ *
+ * Default shape (the runtime issue's benchmark): L=4, C=256, NH=4, V=4096,
+ * T=128, B=8 on 2 threads.  The step's FLOPs are dtrain_gpt2_flops_per_step()
+ * (matmuls and attention, forward + backward = 3x forward).  The sgemm rate
+ * is measured before and after the steps with OpenBLAS's own threads; the
+ * ratio uses medians, so one noisy neighbour on a shared machine does not
+ * decide the figure.  Target: the step at >= 40% of the sgemm rate. */
+#include "dtrain_gpt2.h"
+#include "dtrain_kernels.h"
+#include "dtrain_optim.h"
+#include "dtrain_parse.h"
+#include "dtrain_rng.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROG "dtrain-bench-train"
+#define TARGET_RATIO 0.40
+
+void openblas_set_num_threads(int num_threads);
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median GFLOP/s of `reps` n x n x n sgemm calls on `threads` OpenBLAS threads. */
+static int sgemm_rate(int n, int threads, int reps, double *gflops)
+{
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float));
+    float *c = malloc(nn * sizeof(float));
+    double *rate = malloc((size_t)reps * sizeof(double));
+    if (a == NULL || b == NULL || c == NULL || rate == NULL) {
+        free(a); free(b); free(c); free(rate);
+        return -1;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)(dtrain_rng_uniform(1, 1, i) - 0.5);
+        b[i] = (float)(dtrain_rng_uniform(1, 2, i) - 0.5);
+    }
+    openblas_set_num_threads(threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_seconds();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        rate[r] = 2.0 * n * (double)n * n / (now_seconds() - t0) * 1e-9;
+    }
+    /* the CPU kernels run OpenBLAS on one thread and split matmuls themselves */
+    openblas_set_num_threads(1);
+    *gflops = median(rate, reps);
+    free(a); free(b); free(c); free(rate);
+    return 0;
+}
+
+struct options {
+    int threads, steps, warmup, sgemm_n;
+};
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    char err[256];
+    for (int i = 1; i < argc; i++) {
+        long v;
+        int *dst = NULL;
+        long max = 100000;
+        if (strcmp(argv[i], "--threads") == 0) { dst = &o->threads; max = 1024; }
+        else if (strcmp(argv[i], "--steps") == 0) dst = &o->steps;
+        else if (strcmp(argv[i], "--warmup") == 0) dst = &o->warmup;
+        else if (strcmp(argv[i], "--sgemm-n") == 0) { dst = &o->sgemm_n; max = 16384; }
+        if (dst == NULL || i + 1 >= argc) {
+            fprintf(stderr, PROG ": usage: " PROG " [--threads N] [--steps N] [--warmup N] "
+                    "[--sgemm-n N]\n");
+            return -1;
+        }
+        const char *flag = argv[i++];
+        if (dtrain_parse_int(argv[i], dst == &o->warmup ? 0 : 1, max, flag, &v,
+                             err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": %s\n", err);
+            return -1;
+        }
+        *dst = (int)v;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {.threads = 2, .steps = 20, .warmup = 3, .sgemm_n = 2048};
+    struct dtrain_gpt2_config cfg = {.max_seq_len = 128, .vocab_size = 4096,
+                                     .padded_vocab_size = 4096, .num_layers = 4,
+                                     .num_heads = 4, .channels = 256};
+    const int B = 8, T = 128;
+    struct dtrain_kernels *k = NULL;
+    struct dtrain_gpt2 *model = NULL;
+    struct dtrain_adamw *opt = NULL;
+    float *host = NULL;
+    int32_t *inputs = NULL, *targets = NULL;
+    double *step_ms = NULL, *fwd_ms = NULL, *bwd_ms = NULL, *upd_ms = NULL;
+    char err[512];
+    int rc = 1;
+
+    if (parse_options(argc, argv, &o) != 0)
+        return 2;
+    double sgemm_before, sgemm_after;
+    if (sgemm_rate(o.sgemm_n, o.threads, 7, &sgemm_before) != 0) {
+        fprintf(stderr, PROG ": out of memory for the sgemm baseline\n");
+        return 1;
+    }
+    struct dtrain_kernels_options kopt = {.threads = o.threads};
+    if (dtrain_kernels_create("cpu", &kopt, &k, err, sizeof err) != 0 ||
+        dtrain_gpt2_create(k, &cfg, B, T, &model, err, sizeof err) != DTRAIN_OK ||
+        dtrain_adamw_create(k, dtrain_gpt2_num_params(model), &opt, err, sizeof err) != DTRAIN_OK) {
+        fprintf(stderr, PROG ": %s\n", err);
+        goto out;
+    }
+    size_t n = dtrain_gpt2_num_params(model);
+    host = malloc(n * sizeof(float));
+    inputs = malloc((size_t)B * T * sizeof(int32_t));
+    targets = malloc((size_t)B * T * sizeof(int32_t));
+    step_ms = calloc((size_t)o.steps, sizeof(double));
+    fwd_ms = calloc((size_t)o.steps, sizeof(double));
+    bwd_ms = calloc((size_t)o.steps, sizeof(double));
+    upd_ms = calloc((size_t)o.steps, sizeof(double));
+    if (!host || !inputs || !targets || !step_ms || !fwd_ms || !bwd_ms || !upd_ms) {
+        fprintf(stderr, PROG ": out of memory\n");
+        goto out;
+    }
+    dtrain_gpt2_init_params(&cfg, 1337, host);
+    dtrain_gpt2_set_params(model, host);
+    struct dtrain_optim_config oc = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                     .schedule = DTRAIN_LR_CONSTANT, .total_steps = o.steps};
+    for (int s = -o.warmup; s < o.steps; s++) {
+        /* random tokens: the speed does not depend on them */
+        for (int i = 0; i < B * T; i++) {
+            uint64_t step = (uint64_t)(s + o.warmup);
+            inputs[i] = (int32_t)(dtrain_rng_bits(7, step, (uint64_t)i) % (uint64_t)cfg.vocab_size);
+            targets[i] = (int32_t)(dtrain_rng_bits(8, step, (uint64_t)i) % (uint64_t)cfg.vocab_size);
+        }
+        float loss;
+        double t0 = now_seconds();
+        if (dtrain_gpt2_forward(model, inputs, targets, B, T, &loss, err, sizeof err) != DTRAIN_OK)
+            goto fail;
+        double t1 = now_seconds();
+        dtrain_gpt2_zero_grad(model);
+        if (dtrain_gpt2_backward(model, err, sizeof err) != DTRAIN_OK)
+            goto fail;
+        double t2 = now_seconds();
+        double norm2 = dtrain_k_sumsq(k, dtrain_gpt2_grads(model), n);
+        dtrain_adamw_update(opt, dtrain_gpt2_params(model), dtrain_gpt2_grads(model), &oc,
+                            s + o.warmup, oc.lr, dtrain_clip_scale(&oc, norm2));
+        dtrain_k_sync(k);
+        double t3 = now_seconds();
+        if (s >= 0) {
+            fwd_ms[s] = 1e3 * (t1 - t0);
+            bwd_ms[s] = 1e3 * (t2 - t1);
+            upd_ms[s] = 1e3 * (t3 - t2);
+            step_ms[s] = 1e3 * (t3 - t0);
+        }
+    }
+    if (sgemm_rate(o.sgemm_n, o.threads, 7, &sgemm_after) != 0) {
+        fprintf(stderr, PROG ": out of memory for the sgemm baseline\n");
+        goto out;
+    }
+    double flops = dtrain_gpt2_flops_per_step(&cfg, B, T);
+    double best_ms = step_ms[0];
+    for (int s = 1; s < o.steps; s++)
+        if (step_ms[s] < best_ms)
+            best_ms = step_ms[s];
+    double ms = median(step_ms, o.steps);
+    double sgemm = 0.5 * (sgemm_before + sgemm_after);
+    double gflops = flops / (ms * 1e-3) * 1e-9;
+    double ratio = gflops / sgemm;
+    printf(PROG ": GPT-2 L=%d C=%d NH=%d V=%d T=%d B=%d, %zu parameters, %d threads, "
+           "%d steps after %d warm-up\n", cfg.num_layers, cfg.channels, cfg.num_heads,
+           cfg.vocab_size, T, B, n, o.threads, o.steps, o.warmup);
+    printf("step (median)        %9.2f ms  (best %.2f ms; forward %.2f, backward %.2f, "
+           "update %.2f)\n", ms, best_ms, median(fwd_ms, o.steps), median(bwd_ms, o.steps),
+           median(upd_ms, o.steps));
+    printf("tokens/s             %9.0f\n", B * T / (ms * 1e-3));
+    printf("model FLOP per step  %9.3f GFLOP\n", flops * 1e-9);
+    printf("achieved             %9.2f GFLOP/s\n", gflops);
+    printf("sgemm %dx%d          %9.2f GFLOP/s  (before %.2f, after %.2f; %d OpenBLAS threads)\n",
+           o.sgemm_n, o.sgemm_n, sgemm, sgemm_before, sgemm_after, o.threads);
+    printf("ratio                %9.1f %%  (target >= %.0f %%: %s)\n", 100.0 * ratio,
+           100.0 * TARGET_RATIO, ratio >= TARGET_RATIO ? "met" : "NOT met");
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, PROG ": %s\n", err);
+out:
+    free(host); free(inputs); free(targets);
+    free(step_ms); free(fwd_ms); free(bwd_ms); free(upd_ms);
+    dtrain_adamw_destroy(opt);
+    dtrain_gpt2_destroy(model);
+    dtrain_kernels_destroy(k);
+    return rc;
+}

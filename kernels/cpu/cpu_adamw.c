@@ -1,0 +1,75 @@
+/* AdamW update and sum of squares on the CPU; see dtrain_kernels.h. */
+#include "cpu_backend.h"
+
+#include <math.h>
+
+struct adamw_range_args {
+    float *params, *m, *v;
+    const float *grads;
+    size_t n;
+    const struct dtrain_adamw_args *opt;
+    float bc1, bc2; /* 1 - beta^t */
+};
+
+static void adamw_elems(void *p, long begin, long end, int tid)
+{
+    const struct adamw_range_args *a = p;
+    const struct dtrain_adamw_args *o = a->opt;
+    (void)tid;
+    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
+    if (i1 > a->n)
+        i1 = a->n;
+    for (size_t i = i0; i < i1; i++) {
+        float g = a->grads[i] * o->grad_scale;
+        float m = o->beta1 * a->m[i] + (1.0f - o->beta1) * g;
+        float v = o->beta2 * a->v[i] + (1.0f - o->beta2) * g * g;
+        float m_hat = m / a->bc1, v_hat = v / a->bc2;
+        a->m[i] = m;
+        a->v[i] = v;
+        a->params[i] -= o->lr * (m_hat / (sqrtf(v_hat) + o->eps) + o->weight_decay * a->params[i]);
+    }
+}
+
+void cpu_adamw_update(struct dtrain_kernels *k, float *params, const float *grads, float *m,
+                      float *v, size_t n, const struct dtrain_adamw_args *a)
+{
+    struct adamw_range_args r = {.params = params, .grads = grads, .m = m, .v = v, .n = n,
+                                 .opt = a,
+                                 .bc1 = 1.0f - powf(a->beta1, (float)a->step),
+                                 .bc2 = 1.0f - powf(a->beta2, (float)a->step)};
+    long items = (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM);
+    cpu_parallel(k, items, CPU_ELEMS_PER_ITEM * 8, adamw_elems, &r);
+}
+
+/* The sum is split into SUMSQ_PARTS fixed slices whatever the thread count,
+ * and the slices are added in order. */
+#define SUMSQ_PARTS 64
+
+struct sumsq_args {
+    const float *x;
+    size_t n;
+    double part[SUMSQ_PARTS];
+};
+
+static void sumsq_parts(void *p, long begin, long end, int tid)
+{
+    struct sumsq_args *a = p;
+    (void)tid;
+    for (long part = begin; part < end; part++) {
+        size_t i0 = a->n * (size_t)part / SUMSQ_PARTS, i1 = a->n * (size_t)(part + 1) / SUMSQ_PARTS;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++)
+            s += (double)a->x[i] * a->x[i];
+        a->part[part] = s;
+    }
+}
+
+double cpu_sumsq(struct dtrain_kernels *k, const float *x, size_t n)
+{
+    struct sumsq_args a = {.x = x, .n = n};
+    cpu_parallel(k, SUMSQ_PARTS, n / SUMSQ_PARTS + 1, sumsq_parts, &a);
+    double s = 0.0;
+    for (int part = 0; part < SUMSQ_PARTS; part++)
+        s += a.part[part];
+    return s;
+}

@@ -1,0 +1,111 @@
+/* The CPU backend: host memory, a thread pool, OpenBLAS. */
+#include "cpu_backend.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OpenBLAS declares this in its cblas.h; other CBLAS headers do not. */
+void openblas_set_num_threads(int num_threads);
+
+#define CPU_MAX_THREADS 1024
+
+static int cpu_create(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
+                      char *err, size_t errlen)
+{
+    int threads = opt->threads > 0 ? opt->threads : 1;
+    if (threads > CPU_MAX_THREADS) {
+        snprintf(err, errlen, "threads: %d is too many (use 1 to %d)", threads, CPU_MAX_THREADS);
+        return -1;
+    }
+    struct cpu_kernels *ck = calloc(1, sizeof *ck);
+    if (ck == NULL) {
+        snprintf(err, errlen, "out of memory creating the CPU kernels");
+        return -1;
+    }
+    int rc = cpu_pool_create(threads, &ck->pool);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start %d threads: %s", threads, strerror(rc));
+        free(ck);
+        return -1;
+    }
+    ck->base.ops = &dtrain_kernels_cpu_ops;
+    ck->base.threads = threads;
+    /* The pool splits every matmul itself (cpu_matmul.c), so OpenBLAS runs
+     * one thread per call.  This setting is process-wide in OpenBLAS. */
+    openblas_set_num_threads(1);
+    *out = &ck->base;
+    return 0;
+}
+
+static void cpu_destroy(struct dtrain_kernels *k)
+{
+    struct cpu_kernels *ck = (struct cpu_kernels *)k;
+    cpu_pool_destroy(ck->pool);
+    free(ck);
+}
+
+static void *cpu_alloc(struct dtrain_kernels *k, size_t bytes)
+{
+    (void)k;
+    if (bytes == 0 || bytes > SIZE_MAX - 64)
+        return NULL;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (p != NULL)
+        memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(struct dtrain_kernels *k, void *p)
+{
+    (void)k;
+    free(p);
+}
+
+static void cpu_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)
+{
+    (void)k;
+    if (bytes > 0)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(struct dtrain_kernels *k, void *p, size_t bytes)
+{
+    (void)k;
+    if (bytes > 0)
+        memset(p, 0, bytes);
+}
+
+static void cpu_sync(struct dtrain_kernels *k)
+{
+    (void)k;
+}
+
+const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .softmax_xent_forward = cpu_softmax_xent_forward,
+    .softmax_xent_backward = cpu_softmax_xent_backward,
+    .adamw_update = cpu_adamw_update,
+    .sumsq = cpu_sumsq,
+};

@@ -1,0 +1,81 @@
+/* The CPU backend's instance and the operations each file implements.
+ * Internal to kernels/cpu; see dtrain_kernels.h for what each does. */
+#ifndef DTRAIN_CPU_BACKEND_H
+#define DTRAIN_CPU_BACKEND_H
+
+#include "dtrain_kernels_backend.h"
+#include "cpu_pool.h"
+
+struct cpu_kernels {
+    struct dtrain_kernels base; /* first: the dispatcher casts to it */
+    struct cpu_pool *pool;
+};
+
+static inline struct cpu_pool *cpu_pool_of(struct dtrain_kernels *k)
+{
+    return ((struct cpu_kernels *)k)->pool;
+}
+
+/* Below this much work (in multiply-adds, roughly) a loop runs on the
+ * calling thread: waking a worker would cost more than it saves. */
+#define CPU_MIN_PARALLEL_WORK 32768
+
+/* Run fn over n items, each of about `cost` work, on the pool or inline.
+ * Either way each item's result is the same. */
+static inline void cpu_parallel(struct dtrain_kernels *k, long n, size_t cost,
+                                cpu_pool_fn fn, void *arg)
+{
+    if (n <= 0)
+        return;
+    if ((size_t)n * cost < CPU_MIN_PARALLEL_WORK)
+        fn(arg, 0, n, 0);
+    else
+        cpu_pool_for(cpu_pool_of(k), n, fn, arg);
+}
+
+/* Elements per item of elementwise loops, and columns per item of column
+ * reductions: fixed, so every sum is taken in the same order. */
+#define CPU_ELEMS_PER_ITEM 4096
+#define CPU_COLS_PER_ITEM 16
+
+/* cpu_layers.c */
+void cpu_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                         const float *wte, const float *wpe, int B, int T, int C);
+void cpu_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe,
+                          const float *dout, const int32_t *tokens, int B, int T, int C);
+void cpu_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, float *rstd,
+                           const float *inp, const float *weight, const float *bias, int N, int C);
+void cpu_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int N, int C);
+void cpu_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
+void cpu_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
+                       const float *dout, size_t n);
+void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
+                          const float *b, size_t n);
+
+/* cpu_matmul.c */
+void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+                        const float *weight, const float *bias, int N, int IC, int OC);
+void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+                         const float *dout, const float *inp, const float *weight,
+                         int N, int IC, int OC);
+
+/* cpu_attention.c */
+void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,
+                           int B, int T, int NH, int HS);
+void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, const float *dout,
+                            const float *qkv, const float *att, int B, int T, int NH, int HS);
+
+/* cpu_loss.c */
+void cpu_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs, float *losses,
+                              const int32_t *targets, int N, int V, int Vp);
+void cpu_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogits,
+                               const int32_t *targets, float dloss, int N, int V, int Vp);
+
+/* cpu_adamw.c */
+void cpu_adamw_update(struct dtrain_kernels *k, float *params, const float *grads, float *m,
+                      float *v, size_t n, const struct dtrain_adamw_args *a);
+double cpu_sumsq(struct dtrain_kernels *k, const float *x, size_t n);
+
+#endif

@@ -1,0 +1,266 @@
+/* Embedding, layer norm, GELU and residual on the CPU; see dtrain_kernels.h. */
+#include "cpu_backend.h"
+
+#include <math.h>
+
+static long div_up(long a, long b) { return (a + b - 1) / b; }
+
+/* ------------------------------------------------------------- encoder */
+
+struct encoder_args {
+    float *out, *dwte, *dwpe;
+    const float *wte, *wpe, *dout;
+    const int32_t *tokens;
+    int B, T, C;
+};
+
+/* rows bt in [begin, end): out[bt] = wte[token] + wpe[t] */
+static void encoder_forward_rows(void *p, long begin, long end, int tid)
+{
+    const struct encoder_args *a = p;
+    (void)tid;
+    for (long bt = begin; bt < end; bt++) {
+        long t = bt % a->T;
+        const float *wte_row = a->wte + (size_t)a->tokens[bt] * a->C;
+        const float *wpe_row = a->wpe + (size_t)t * a->C;
+        float *o = a->out + (size_t)bt * a->C;
+        for (int c = 0; c < a->C; c++)
+            o[c] = wte_row[c] + wpe_row[c];
+    }
+}
+
+void cpu_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                         const float *wte, const float *wpe, int B, int T, int C)
+{
+    struct encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens,
+                             .B = B, .T = T, .C = C};
+    cpu_parallel(k, (long)B * T, (size_t)C, encoder_forward_rows, &a);
+}
+
+/* Column blocks [begin, end) of CPU_COLS_PER_ITEM: every row adds its slice
+ * in row order, so two tokens landing on one wte row never race. */
+static void encoder_backward_cols(void *p, long begin, long end, int tid)
+{
+    const struct encoder_args *a = p;
+    (void)tid;
+    int c0 = (int)(begin * CPU_COLS_PER_ITEM);
+    int c1 = (int)(end * CPU_COLS_PER_ITEM);
+    if (c1 > a->C)
+        c1 = a->C;
+    long BT = (long)a->B * a->T;
+    for (long bt = 0; bt < BT; bt++) {
+        long t = bt % a->T;
+        const float *d = a->dout + (size_t)bt * a->C;
+        float *dwte_row = a->dwte + (size_t)a->tokens[bt] * a->C;
+        float *dwpe_row = a->dwpe + (size_t)t * a->C;
+        for (int c = c0; c < c1; c++) {
+            dwte_row[c] += d[c];
+            dwpe_row[c] += d[c];
+        }
+    }
+}
+
+void cpu_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe,
+                          const float *dout, const int32_t *tokens, int B, int T, int C)
+{
+    struct encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens,
+                             .B = B, .T = T, .C = C};
+    cpu_parallel(k, div_up(C, CPU_COLS_PER_ITEM), (size_t)B * T * CPU_COLS_PER_ITEM,
+                 encoder_backward_cols, &a);
+}
+
+/* ------------------------------------------------------------- layer norm */
+
+#define LAYERNORM_EPS 1e-5f
+
+struct layernorm_args {
+    float *out, *mean, *rstd, *dinp, *dweight, *dbias;
+    const float *inp, *weight, *bias, *dout;
+    const float *cmean, *crstd;
+    int N, C;
+};
+
+static void layernorm_forward_rows(void *p, long begin, long end, int tid)
+{
+    const struct layernorm_args *a = p;
+    (void)tid;
+    int C = a->C;
+    for (long n = begin; n < end; n++) {
+        const float *x = a->inp + (size_t)n * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++)
+            m += x[c];
+        m /= (float)C;
+        float var = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            var += d * d;
+        }
+        var /= (float)C;
+        float s = 1.0f / sqrtf(var + LAYERNORM_EPS);
+        float *o = a->out + (size_t)n * C;
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * s * a->weight[c] + a->bias[c];
+        a->mean[n] = m;
+        a->rstd[n] = s;
+    }
+}
+
+void cpu_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, float *rstd,
+                           const float *inp, const float *weight, const float *bias, int N, int C)
+{
+    struct layernorm_args a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp,
+                               .weight = weight, .bias = bias, .N = N, .C = C};
+    cpu_parallel(k, N, (size_t)C * 4, layernorm_forward_rows, &a);
+}
+
+/* dinp for rows [begin, end):
+ * dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),
+ * with norm = (x - mean) * rstd and dnorm = weight * dout. */
+static void layernorm_backward_rows(void *p, long begin, long end, int tid)
+{
+    const struct layernorm_args *a = p;
+    (void)tid;
+    int C = a->C;
+    for (long n = begin; n < end; n++) {
+        const float *x = a->inp + (size_t)n * C;
+        const float *dy = a->dout + (size_t)n * C;
+        float *dx = a->dinp + (size_t)n * C;
+        float m = a->cmean[n], s = a->crstd[n];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dnorm = a->weight[c] * dy[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * (x[c] - m) * s;
+        }
+        dnorm_mean /= (float)C;
+        dnorm_norm_mean /= (float)C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = a->weight[c] * dy[c];
+            dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+}
+
+/* dweight, dbias for column blocks [begin, end), summing rows in order. */
+static void layernorm_backward_cols(void *p, long begin, long end, int tid)
+{
+    const struct layernorm_args *a = p;
+    (void)tid;
+    int C = a->C;
+    int c0 = (int)(begin * CPU_COLS_PER_ITEM);
+    int c1 = (int)(end * CPU_COLS_PER_ITEM);
+    if (c1 > C)
+        c1 = C;
+    for (long n = 0; n < a->N; n++) {
+        const float *x = a->inp + (size_t)n * C;
+        const float *dy = a->dout + (size_t)n * C;
+        float m = a->cmean[n], s = a->crstd[n];
+        for (int c = c0; c < c1; c++) {
+            a->dweight[c] += (x[c] - m) * s * dy[c];
+            a->dbias[c] += dy[c];
+        }
+    }
+}
+
+void cpu_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int N, int C)
+{
+    struct layernorm_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
+                               .inp = inp, .weight = weight, .cmean = mean, .crstd = rstd,
+                               .N = N, .C = C};
+    cpu_parallel(k, N, (size_t)C * 6, layernorm_backward_rows, &a);
+    cpu_parallel(k, div_up(C, CPU_COLS_PER_ITEM), (size_t)N * CPU_COLS_PER_ITEM * 2,
+                 layernorm_backward_cols, &a);
+}
+
+/* ------------------------------------------------------------- GELU, residual */
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_CUBE 0.044715f
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1): glibc's expf is several times faster than
+ * its tanhf, and the absolute error (~1e-7) is all GELU needs; exp(2u)
+ * overflowing to inf still gives 1. */
+static inline float fast_tanhf(float u)
+{
+    return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+}
+
+struct elementwise_args {
+    float *out;
+    const float *x, *y;
+    size_t n;
+};
+
+static void elems_range(const struct elementwise_args *a, long begin, long end,
+                        size_t *i0, size_t *i1)
+{
+    *i0 = (size_t)begin * CPU_ELEMS_PER_ITEM;
+    *i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
+    if (*i1 > a->n)
+        *i1 = a->n;
+}
+
+static void gelu_forward_elems(void *p, long begin, long end, int tid)
+{
+    const struct elementwise_args *a = p;
+    size_t i0, i1;
+    (void)tid;
+    elems_range(a, begin, end, &i0, &i1);
+    for (size_t i = i0; i < i1; i++) {
+        float x = a->x[i];
+        a->out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x)));
+    }
+}
+
+void cpu_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n)
+{
+    struct elementwise_args a = {.out = out, .x = inp, .n = n};
+    cpu_parallel(k, (long)div_up((long)n, CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM * 16,
+                 gelu_forward_elems, &a);
+}
+
+/* d/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
+static void gelu_backward_elems(void *p, long begin, long end, int tid)
+{
+    const struct elementwise_args *a = p;
+    size_t i0, i1;
+    (void)tid;
+    elems_range(a, begin, end, &i0, &i1);
+    for (size_t i = i0; i < i1; i++) {
+        float x = a->x[i];
+        float th = fast_tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x));
+        float local = 0.5f * (1.0f + th) +
+                      0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+        a->out[i] = local * a->y[i];
+    }
+}
+
+void cpu_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
+                       const float *dout, size_t n)
+{
+    struct elementwise_args a = {.out = dinp, .x = inp, .y = dout, .n = n};
+    cpu_parallel(k, (long)div_up((long)n, CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM * 20,
+                 gelu_backward_elems, &a);
+}
+
+static void residual_elems(void *p, long begin, long end, int tid)
+{
+    const struct elementwise_args *a = p;
+    size_t i0, i1;
+    (void)tid;
+    elems_range(a, begin, end, &i0, &i1);
+    for (size_t i = i0; i < i1; i++)
+        a->out[i] = a->x[i] + a->y[i];
+}
+
+void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a_in,
+                          const float *b_in, size_t n)
+{
+    struct elementwise_args a = {.out = out, .x = a_in, .y = b_in, .n = n};
+    cpu_parallel(k, (long)div_up((long)n, CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM,
+                 residual_elems, &a);
+}

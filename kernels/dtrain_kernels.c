@@ -1,0 +1,148 @@
+/* Backend selection and dispatch; see dtrain_kernels.h. */
+#include "dtrain_kernels_backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct dtrain_kernel_ops *const backend_table[] = {
+    &dtrain_kernels_cpu_ops,
+};
+
+static const char *const backend_names[] = {
+    "cpu",
+    NULL,
+};
+
+const char *const *dtrain_kernels_backends(void)
+{
+    return backend_names;
+}
+
+int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options *opt,
+                          struct dtrain_kernels **out, char *err, size_t errlen)
+{
+    struct dtrain_kernels_options defaults = {.threads = 1};
+    *out = NULL;
+    if (opt == NULL)
+        opt = &defaults;
+    for (size_t i = 0; i < sizeof backend_table / sizeof backend_table[0]; i++) {
+        if (strcmp(name, backend_table[i]->name) == 0)
+            return backend_table[i]->create(opt, out, err, errlen);
+    }
+    snprintf(err, errlen, "unknown kernel backend '%.32s' (this build has: cpu)", name);
+    return -1;
+}
+
+void dtrain_kernels_destroy(struct dtrain_kernels *k)
+{
+    if (k != NULL)
+        k->ops->destroy(k);
+}
+
+const char *dtrain_kernels_name(const struct dtrain_kernels *k) { return k->ops->name; }
+int dtrain_kernels_threads(const struct dtrain_kernels *k) { return k->threads; }
+
+void *dtrain_k_alloc(struct dtrain_kernels *k, size_t bytes) { return k->ops->alloc(k, bytes); }
+void dtrain_k_free(struct dtrain_kernels *k, void *p) { k->ops->free(k, p); }
+void dtrain_k_upload(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)
+{
+    k->ops->upload(k, dst, src, bytes);
+}
+void dtrain_k_download(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)
+{
+    k->ops->download(k, dst, src, bytes);
+}
+void dtrain_k_zero(struct dtrain_kernels *k, void *p, size_t bytes) { k->ops->zero(k, p, bytes); }
+void dtrain_k_sync(struct dtrain_kernels *k) { k->ops->sync(k); }
+
+void dtrain_k_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int B, int T, int C)
+{
+    k->ops->encoder_forward(k, out, tokens, wte, wpe, B, T, C);
+}
+
+void dtrain_k_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe,
+                               const float *dout, const int32_t *tokens, int B, int T, int C)
+{
+    k->ops->encoder_backward(k, dwte, dwpe, dout, tokens, B, T, C);
+}
+
+void dtrain_k_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, float *rstd,
+                                const float *inp, const float *weight, const float *bias,
+                                int N, int C)
+{
+    k->ops->layernorm_forward(k, out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void dtrain_k_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
+                                 float *dbias, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd,
+                                 int N, int C)
+{
+    k->ops->layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void dtrain_k_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+                             const float *weight, const float *bias, int N, int IC, int OC)
+{
+    k->ops->matmul_forward(k, out, inp, weight, bias, N, IC, OC);
+}
+
+void dtrain_k_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
+                              float *dbias, const float *dout, const float *inp,
+                              const float *weight, int N, int IC, int OC)
+{
+    k->ops->matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
+void dtrain_k_attention_forward(struct dtrain_kernels *k, float *out, float *att,
+                                const float *qkv, int B, int T, int NH, int HS)
+{
+    k->ops->attention_forward(k, out, att, qkv, B, T, NH, HS);
+}
+
+void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, const float *dout,
+                                 const float *qkv, const float *att, int B, int T, int NH, int HS)
+{
+    k->ops->attention_backward(k, dqkv, dout, qkv, att, B, T, NH, HS);
+}
+
+void dtrain_k_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n)
+{
+    k->ops->gelu_forward(k, out, inp, n);
+}
+
+void dtrain_k_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
+                            const float *dout, size_t n)
+{
+    k->ops->gelu_backward(k, dinp, inp, dout, n);
+}
+
+void dtrain_k_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
+                               const float *b, size_t n)
+{
+    k->ops->residual_forward(k, out, a, b, n);
+}
+
+void dtrain_k_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs, float *losses,
+                                   const int32_t *targets, int N, int V, int Vp)
+{
+    k->ops->softmax_xent_forward(k, logits_probs, losses, targets, N, V, Vp);
+}
+
+void dtrain_k_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogits,
+                                    const int32_t *targets, float dloss, int N, int V, int Vp)
+{
+    k->ops->softmax_xent_backward(k, probs_dlogits, targets, dloss, N, V, Vp);
+}
+
+void dtrain_k_adamw_update(struct dtrain_kernels *k, float *params, const float *grads,
+                           float *m, float *v, size_t n, const struct dtrain_adamw_args *a)
+{
+    k->ops->adamw_update(k, params, grads, m, v, n, a);
+}
+
+double dtrain_k_sumsq(struct dtrain_kernels *k, const float *x, size_t n)
+{
+    return k->ops->sumsq(k, x, n);
+}

@@ -1,0 +1,168 @@
+/* dtrain kernels: one interface, several backends.
+ *
+ * Every numerical operation of the GPT-2 trainer goes through this header:
+ * memory, the layers' forward and backward passes, the loss, the optimizer
+ * update and the reductions.  A backend ("cpu": C loops on a small pthread
+ * pool plus CBLAS; "cuda": a later issue) fills in a table of operations
+ * (dtrain_kernels_backend.h); the runtime only ever calls the functions
+ * below, so it runs unchanged on any backend.
+ *
+ * Memory.  Tensors live in backend memory: get it from dtrain_k_alloc() and
+ * move data with dtrain_k_upload()/dtrain_k_download().  On the CPU backend
+ * backend memory is host memory, but callers must not rely on that.
+ *
+ * Shapes.  N is a number of rows (B*T token positions), C the model width,
+ * OC/IC a matmul's output/input width, NH the number of attention heads
+ * held here and HS the head size.  Every tensor is dense, row-major, fp32.
+ * The functions take explicit pointers and sizes and no model structure, so
+ * a tensor-parallel rank can run a column slice of a matmul (fewer OC) or a
+ * row slice (fewer IC), and a pipeline stage any subset of layers.
+ *
+ * Gradient conventions (say it once, hold it everywhere):
+ *  - parameter gradients (dweight, dbias, dwte, dwpe) ACCUMULATE (+=), so
+ *    micro-batches can be summed before an update;
+ *  - input gradients marked "(=)" are OVERWRITTEN; those marked "(+=)"
+ *    accumulate (layer norm's dinp adds into the residual stream's gradient).
+ * A residual connection has no kernel: its backward is the identity, which
+ * the model realises by adding every branch's input gradient into one
+ * residual-gradient buffer.
+ *
+ * Determinism.  For one backend, one thread count and the same inputs every
+ * function gives bit-identical results: reductions use a fixed chunking and
+ * a fixed summation order, never "whichever thread finishes first".
+ *
+ * Threads.  A kernels instance owns its threads; two instances share nothing
+ * except what the BLAS library keeps process-wide (OpenBLAS's thread count).
+ * Calls on one instance must come from one thread at a time. */
+#ifndef DTRAIN_KERNELS_H
+#define DTRAIN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dtrain_kernels; /* opaque: one backend instance */
+
+struct dtrain_kernels_options {
+    int threads; /* CPU: threads for own loops and for BLAS (>= 1); 0: 1 */
+};
+
+/* Names of the backends built into this library, e.g. "cpu". */
+const char *const *dtrain_kernels_backends(void);
+
+/* Create an instance of the backend `name` ("cpu").  Returns 0, or -1 with
+ * one line in err (unknown backend, bad option, out of memory). */
+int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options *opt,
+                          struct dtrain_kernels **out, char *err, size_t errlen);
+void dtrain_kernels_destroy(struct dtrain_kernels *k);
+const char *dtrain_kernels_name(const struct dtrain_kernels *k);
+int dtrain_kernels_threads(const struct dtrain_kernels *k);
+
+/* ------------------------------------------------------------------ memory */
+
+/* bytes of zeroed backend memory, aligned to 64 bytes; NULL when out of
+ * memory (or bytes == 0). */
+void *dtrain_k_alloc(struct dtrain_kernels *k, size_t bytes);
+void dtrain_k_free(struct dtrain_kernels *k, void *p); /* NULL is fine */
+void dtrain_k_upload(struct dtrain_kernels *k, void *dst, const void *host_src, size_t bytes);
+void dtrain_k_download(struct dtrain_kernels *k, void *host_dst, const void *src, size_t bytes);
+void dtrain_k_zero(struct dtrain_kernels *k, void *p, size_t bytes);
+/* Wait until every operation queued on k has finished (no-op on the CPU). */
+void dtrain_k_sync(struct dtrain_kernels *k);
+
+/* ------------------------------------------------------------------ layers */
+
+/* Token + position embedding.
+ * out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) int32 in [0, V);
+ * wte (V,C), wpe (maxT,C) with T <= maxT. */
+void dtrain_k_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int B, int T, int C);
+/* dwte (V,C) += scatter of dout (B,T,C) by token; dwpe (maxT,C) += sum over b. */
+void dtrain_k_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe,
+                               const float *dout, const int32_t *tokens, int B, int T, int C);
+
+/* Layer norm over the last axis (eps 1e-5, biased variance).
+ * out (N,C) may not alias inp (N,C); mean, rstd (N) are kept for backward;
+ * weight, bias (C). */
+void dtrain_k_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, float *rstd,
+                                const float *inp, const float *weight, const float *bias,
+                                int N, int C);
+/* dinp (N,C) (+=), dweight, dbias (C) (+=), from dout (N,C) and the forward's
+ * inp, weight, mean, rstd. */
+void dtrain_k_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
+                                 float *dbias, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd,
+                                 int N, int C);
+
+/* Linear layer: out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC);
+ * bias may be NULL (no bias: the LM head, or a row-parallel rank that is not
+ * the one adding the bias). */
+void dtrain_k_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+                             const float *weight, const float *bias, int N, int IC, int OC);
+/* dinp (N,IC) (=) dout @ weight, skipped when dinp is NULL;
+ * dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout,
+ * skipped when dbias is NULL. */
+void dtrain_k_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
+                              float *dbias, const float *dout, const float *inp,
+                              const float *weight, int N, int IC, int OC);
+
+/* Causal multi-head self-attention (no projection).
+ * qkv (B,T,3*NH*HS): per position, the queries of heads 0..NH-1, then their
+ * keys, then their values (llm.c's and nanoGPT's layout).
+ * out (B,T,NH*HS); att (B,NH,T,T): softmax(q.k/sqrt(HS)) for key <= query
+ * (entries above the diagonal are left as they are), kept for backward. */
+void dtrain_k_attention_forward(struct dtrain_kernels *k, float *out, float *att,
+                                const float *qkv, int B, int T, int NH, int HS);
+/* dqkv (B,T,3*NH*HS) (=) from dout (B,T,NH*HS) and the forward's qkv, att. */
+void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, const float *dout,
+                                 const float *qkv, const float *att, int B, int T, int NH, int HS);
+
+/* GELU, tanh approximation: out (n) = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
+ * out may alias inp. */
+void dtrain_k_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
+/* dinp (n) (=) gelu'(inp) * dout; dinp may alias dout. */
+void dtrain_k_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
+                            const float *dout, size_t n);
+
+/* Residual connection: out (n) = a + b; out may alias a or b. */
+void dtrain_k_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
+                               const float *b, size_t n);
+
+/* Softmax + cross-entropy over the first V of Vp columns, in place.
+ * On entry logits (N,Vp), on return the probabilities (the Vp-V padding
+ * columns set to 0); losses (N) = -log p[target]; targets (N) in [0, V). */
+void dtrain_k_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs, float *losses,
+                                   const int32_t *targets, int N, int V, int Vp);
+/* In place: probs (N,Vp) become dlogits (=) = (p - onehot(target)) * dloss,
+ * padding columns 0.  dloss is d(total loss)/d(each position's loss), e.g.
+ * 1/N for a mean over N positions. */
+void dtrain_k_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogits,
+                                    const int32_t *targets, float dloss, int N, int V, int Vp);
+
+/* ------------------------------------------------------------------ optimizer */
+
+struct dtrain_adamw_args {
+    float lr, beta1, beta2, eps, weight_decay;
+    long step;        /* 1-based update count, for bias correction */
+    float grad_scale; /* multiplies every gradient first (clipping); 1 = none */
+};
+
+/* AdamW (decoupled weight decay, bias-corrected moments) on n parameters:
+ * g = grad_scale*grads; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * params -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * params).
+ * Works on any slice of the flat parameter vector (ZeRO shards). */
+void dtrain_k_adamw_update(struct dtrain_kernels *k, float *params, const float *grads,
+                           float *m, float *v, size_t n, const struct dtrain_adamw_args *a);
+
+/* Sum of squares of x (n), accumulated in double in a fixed order: the
+ * global gradient norm is sqrt of the sum over all slices. */
+double dtrain_k_sumsq(struct dtrain_kernels *k, const float *x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

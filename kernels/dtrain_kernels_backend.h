@@ -1,0 +1,72 @@
+/* For backend implementors only: the table of operations behind
+ * dtrain_kernels.h.
+ *
+ * A backend defines one `struct dtrain_kernel_ops` and a create function
+ * that returns its own instance structure, whose FIRST member is a
+ * `struct dtrain_kernels` pointing at that table.  dtrain_kernels.c
+ * dispatches every dtrain_k_*() call through the table; each entry has the
+ * meaning documented for the function of the same name in dtrain_kernels.h.
+ * A CUDA backend (kernels/cuda/) adds itself to the list in dtrain_kernels.c
+ * under DTRAIN_HAVE_CUDA. */
+#ifndef DTRAIN_KERNELS_BACKEND_H
+#define DTRAIN_KERNELS_BACKEND_H
+
+#include "dtrain_kernels.h"
+
+struct dtrain_kernel_ops {
+    const char *name;
+    int (*create)(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
+                  char *err, size_t errlen);
+    void (*destroy)(struct dtrain_kernels *k);
+
+    void *(*alloc)(struct dtrain_kernels *k, size_t bytes);
+    void (*free)(struct dtrain_kernels *k, void *p);
+    void (*upload)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
+    void (*download)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
+    void (*zero)(struct dtrain_kernels *k, void *p, size_t bytes);
+    void (*sync)(struct dtrain_kernels *k);
+
+    void (*encoder_forward)(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                            const float *wte, const float *wpe, int B, int T, int C);
+    void (*encoder_backward)(struct dtrain_kernels *k, float *dwte, float *dwpe,
+                             const float *dout, const int32_t *tokens, int B, int T, int C);
+    void (*layernorm_forward)(struct dtrain_kernels *k, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias,
+                              int N, int C);
+    void (*layernorm_backward)(struct dtrain_kernels *k, float *dinp, float *dweight,
+                               float *dbias, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd,
+                               int N, int C);
+    void (*matmul_forward)(struct dtrain_kernels *k, float *out, const float *inp,
+                           const float *weight, const float *bias, int N, int IC, int OC);
+    void (*matmul_backward)(struct dtrain_kernels *k, float *dinp, float *dweight,
+                            float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int IC, int OC);
+    void (*attention_forward)(struct dtrain_kernels *k, float *out, float *att,
+                              const float *qkv, int B, int T, int NH, int HS);
+    void (*attention_backward)(struct dtrain_kernels *k, float *dqkv, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int NH, int HS);
+    void (*gelu_forward)(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(struct dtrain_kernels *k, float *dinp, const float *inp,
+                          const float *dout, size_t n);
+    void (*residual_forward)(struct dtrain_kernels *k, float *out, const float *a,
+                             const float *b, size_t n);
+    void (*softmax_xent_forward)(struct dtrain_kernels *k, float *logits_probs, float *losses,
+                                 const int32_t *targets, int N, int V, int Vp);
+    void (*softmax_xent_backward)(struct dtrain_kernels *k, float *probs_dlogits,
+                                  const int32_t *targets, float dloss, int N, int V, int Vp);
+    void (*adamw_update)(struct dtrain_kernels *k, float *params, const float *grads,
+                         float *m, float *v, size_t n, const struct dtrain_adamw_args *a);
+    double (*sumsq)(struct dtrain_kernels *k, const float *x, size_t n);
+};
+
+/* The common head of every backend instance. */
+struct dtrain_kernels {
+    const struct dtrain_kernel_ops *ops;
+    int threads;
+};
+
+/* Backends built into the library. */
+extern const struct dtrain_kernel_ops dtrain_kernels_cpu_ops;
+
+#endif

@@ -1,0 +1,494 @@
+/* The training config: defaults, JSON file, command-line flags, checks.
+ * One table describes every setting once; the JSON reader, the flag parser
+ * and --help all work from it.  See dtrain_train.h. */
+#include "dtrain_train.h"
+#include "dtrain_ckpt.h"
+#include "dtrain_llmc.h"
+#include "dtrain_parse.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind {
+    K_INT,      /* int */
+    K_LONG,     /* long */
+    K_U64,      /* uint64_t (seeds) */
+    K_REAL,     /* double */
+    K_PATH,     /* char[DTRAIN_PATH_MAX] */
+    K_ORDER,    /* enum dtrain_data_order: "sequential" | "shuffled" */
+    K_SCHEDULE, /* enum dtrain_lr_schedule: "constant" | "cosine" */
+};
+
+struct setting {
+    const char *section; /* JSON object holding the key */
+    const char *key;
+    const char *flag;    /* command-line flag without "--", or NULL */
+    enum kind kind;
+    size_t offset;       /* in struct dtrain_train_config */
+    double min, max;     /* numbers: accepted range */
+    const char *help;
+};
+
+#define OFF(field) offsetof(struct dtrain_train_config, field)
+#define BIG 9.2e18 /* about LONG_MAX: "no upper limit" */
+
+static const struct setting settings[] = {
+    {"model", "num_layers", "layers", K_INT, OFF(model.num_layers), 1, DTRAIN_GPT2_MAX_LAYERS, "L, transformer blocks"},
+    {"model", "channels", "channels", K_INT, OFF(model.channels), 1, DTRAIN_GPT2_MAX_CHANNELS, "C, model width"},
+    {"model", "num_heads", "heads", K_INT, OFF(model.num_heads), 1, DTRAIN_GPT2_MAX_CHANNELS, "NH, attention heads (C % NH == 0)"},
+    {"model", "vocab_size", "vocab-size", K_INT, OFF(model.vocab_size), 1, DTRAIN_GPT2_MAX_VOCAB, "V, token ids 0..V-1"},
+    {"model", "padded_vocab_size", "padded-vocab-size", K_INT, OFF(model.padded_vocab_size), 1, DTRAIN_GPT2_MAX_VOCAB, "Vp >= V, rows of wte (default V rounded up to 128)"},
+    {"model", "max_seq_len", "max-seq-len", K_INT, OFF(model.max_seq_len), 1, DTRAIN_GPT2_MAX_SEQ, "maxT, positions the model knows"},
+    {"data", "train", "data", K_PATH, OFF(data), 0, 0, "token file (llm.c layout; see dtrain-tokenize)"},
+    {"data", "order", "order", K_ORDER, OFF(data_order), 0, 0, "sequential | shuffled"},
+    {"data", "seed", "data-seed", K_U64, OFF(data_seed), 0, BIG, "seed of the shuffled order"},
+    {"optimizer", "lr", "lr", K_REAL, OFF(optim.lr), 0, 1e3, "learning rate (peak rate with cosine)"},
+    {"optimizer", "beta1", "beta1", K_REAL, OFF(optim.beta1), 0, 0.999999, "AdamW beta1"},
+    {"optimizer", "beta2", "beta2", K_REAL, OFF(optim.beta2), 0, 0.999999999, "AdamW beta2"},
+    {"optimizer", "eps", "eps", K_REAL, OFF(optim.eps), 1e-30, 1, "AdamW epsilon"},
+    {"optimizer", "weight_decay", "weight-decay", K_REAL, OFF(optim.weight_decay), 0, 10, "AdamW decoupled weight decay"},
+    {"optimizer", "grad_clip", "grad-clip", K_REAL, OFF(optim.grad_clip), 0, 1e12, "clip the global gradient norm; 0 = off"},
+    {"optimizer", "schedule", "schedule", K_SCHEDULE, OFF(optim.schedule), 0, 0, "constant | cosine (linear warm-up, cosine to min_lr)"},
+    {"optimizer", "warmup_steps", "warmup", K_LONG, OFF(optim.warmup_steps), 0, BIG, "cosine: warm-up steps"},
+    {"optimizer", "min_lr", "min-lr", K_REAL, OFF(optim.min_lr), 0, 1e3, "cosine: rate at the last step"},
+    {"run", "batch", "batch", K_INT, OFF(batch), 1, 1 << 20, "B, sequences per step"},
+    {"run", "seq", "seq", K_INT, OFF(seq), 1, DTRAIN_GPT2_MAX_SEQ, "T, tokens per sequence (<= max_seq_len)"},
+    {"run", "steps", "steps", K_LONG, OFF(steps), 0, BIG, "train until this many steps are done"},
+    {"run", "seed", "seed", K_U64, OFF(seed), 0, BIG, "seed of the model initialisation"},
+    {"run", "threads", "threads", K_INT, OFF(threads), 1, 1024, "CPU threads (own kernels and OpenBLAS)"},
+    {"run", "init_llmc", "init-llmc", K_PATH, OFF(init_llmc), 0, 0, "start from this llm.c model file"},
+    {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from this checkpoint"},
+    {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "write a checkpoint here at the end"},
+    {"run", "checkpoint_every", "checkpoint-every", K_LONG, OFF(checkpoint_every), 0, BIG, "and every this many steps"},
+    {"run", "save_llmc", "save-llmc", K_PATH, OFF(save_llmc), 0, 0, "export an llm.c model file at the end"},
+    {"run", "metrics", "metrics", K_PATH, OFF(metrics), 0, 0, "JSON-lines metrics file, one object per step"},
+    {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
+};
+
+#define NSETTINGS (sizeof settings / sizeof settings[0])
+static const char *const sections[] = {"model", "data", "optimizer", "run"};
+
+static int affinity_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return 1;
+}
+
+void dtrain_train_config_defaults(struct dtrain_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->data_order = DTRAIN_ORDER_SEQUENTIAL;
+    c->optim.lr = 3e-4;
+    c->optim.beta1 = 0.9;
+    c->optim.beta2 = 0.999;
+    c->optim.eps = 1e-8;
+    c->optim.schedule = DTRAIN_LR_CONSTANT;
+    c->batch = 4;
+    c->seq = 64;
+    c->steps = 100;
+    c->seed = 1337;
+    c->threads = affinity_cpus();
+    c->log_every = 1;
+}
+
+/* ------------------------------------------------------------------ setting values */
+
+static void *field(struct dtrain_train_config *c, const struct setting *s)
+{
+    return (char *)c + s->offset;
+}
+
+static int range_error(const struct setting *s, const char *where, char *err, size_t errlen)
+{
+    if (s->kind == K_REAL)
+        snprintf(err, errlen, "%s: use a number from %g to %g", where, s->min, s->max);
+    else
+        snprintf(err, errlen, "%s: use an integer from %.0f to %.0f", where, s->min, s->max);
+    return DTRAIN_ERR_INPUT;
+}
+
+static int set_integer(struct dtrain_train_config *c, const struct setting *s, long long v,
+                       const char *where, char *err, size_t errlen)
+{
+    if ((double)v < s->min || (double)v > s->max)
+        return range_error(s, where, err, errlen);
+    switch (s->kind) {
+    case K_INT: *(int *)field(c, s) = (int)v; break;
+    case K_LONG: *(long *)field(c, s) = (long)v; break;
+    case K_U64: *(uint64_t *)field(c, s) = (uint64_t)v; break;
+    default: break;
+    }
+    return DTRAIN_OK;
+}
+
+static int set_real(struct dtrain_train_config *c, const struct setting *s, double v,
+                    const char *where, char *err, size_t errlen)
+{
+    if (!isfinite(v) || v < s->min || v > s->max)
+        return range_error(s, where, err, errlen);
+    *(double *)field(c, s) = v;
+    return DTRAIN_OK;
+}
+
+static int set_text(struct dtrain_train_config *c, const struct setting *s, const char *text,
+                    const char *where, char *err, size_t errlen)
+{
+    switch (s->kind) {
+    case K_PATH:
+        if (strlen(text) >= DTRAIN_PATH_MAX) {
+            snprintf(err, errlen, "%s: the path is longer than %d bytes", where, DTRAIN_PATH_MAX - 1);
+            return DTRAIN_ERR_INPUT;
+        }
+        strcpy((char *)field(c, s), text);
+        return DTRAIN_OK;
+    case K_ORDER:
+        if (strcmp(text, "sequential") == 0)
+            *(enum dtrain_data_order *)field(c, s) = DTRAIN_ORDER_SEQUENTIAL;
+        else if (strcmp(text, "shuffled") == 0)
+            *(enum dtrain_data_order *)field(c, s) = DTRAIN_ORDER_SHUFFLED;
+        else
+            break;
+        return DTRAIN_OK;
+    case K_SCHEDULE:
+        if (strcmp(text, "constant") == 0)
+            *(enum dtrain_lr_schedule *)field(c, s) = DTRAIN_LR_CONSTANT;
+        else if (strcmp(text, "cosine") == 0)
+            *(enum dtrain_lr_schedule *)field(c, s) = DTRAIN_LR_COSINE;
+        else
+            break;
+        return DTRAIN_OK;
+    default:
+        break;
+    }
+    snprintf(err, errlen, "%s: '%.64s' is not one of %s", where, text,
+             s->kind == K_ORDER ? "sequential, shuffled" : "constant, cosine");
+    return DTRAIN_ERR_INPUT;
+}
+
+/* A strict real number: the whole text, finite, no leading space. */
+static int parse_real(const char *text, double *out)
+{
+    char *end = NULL;
+    if (text == NULL || *text == '\0' || *text == ' ' || *text == '\t')
+        return -1;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int set_from_text(struct dtrain_train_config *c, const struct setting *s, const char *text,
+                         const char *where, char *err, size_t errlen)
+{
+    if (s->kind == K_INT || s->kind == K_LONG || s->kind == K_U64) {
+        long v;
+        char why[256];
+        if (dtrain_parse_int(text, (long)s->min, (long)s->max, where, &v, why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s", why);
+            return DTRAIN_ERR_INPUT;
+        }
+        return set_integer(c, s, v, where, err, errlen);
+    }
+    if (s->kind == K_REAL) {
+        double v;
+        if (parse_real(text, &v) != 0) {
+            snprintf(err, errlen, "%s: '%.64s' is not a number", where, text);
+            return DTRAIN_ERR_INPUT;
+        }
+        return set_real(c, s, v, where, err, errlen);
+    }
+    return set_text(c, s, text, where, err, errlen);
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static int set_from_json(struct dtrain_train_config *c, const struct setting *s, json_t *v,
+                         const char *where, char *err, size_t errlen)
+{
+    const char *want = NULL;
+    switch (s->kind) {
+    case K_INT: case K_LONG: case K_U64:
+        if (json_is_integer(v))
+            return set_integer(c, s, json_integer_value(v), where, err, errlen);
+        want = "an integer";
+        break;
+    case K_REAL:
+        if (json_is_number(v))
+            return set_real(c, s, json_number_value(v), where, err, errlen);
+        want = "a number";
+        break;
+    default:
+        if (json_is_string(v))
+            return set_text(c, s, json_string_value(v), where, err, errlen);
+        want = "a string";
+        break;
+    }
+    snprintf(err, errlen, "%s must be %s, not %s", where, want, json_type_name(v));
+    return DTRAIN_ERR_INPUT;
+}
+
+/* ------------------------------------------------------------------ JSON file */
+
+static void section_keys(const char *section, char *out, size_t outlen)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        if (strcmp(settings[i].section, section) != 0)
+            continue;
+        int n = snprintf(out + used, outlen - used, "%s%s", used ? ", " : "", settings[i].key);
+        if (n < 0 || (size_t)n >= outlen - used)
+            break;
+        used += (size_t)n;
+    }
+}
+
+int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *path,
+                                  char *err, size_t errlen)
+{
+    json_error_t jerr;
+    int rc = DTRAIN_OK;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        if (jerr.line < 1)
+            snprintf(err, errlen, "config %s: %s", path, jerr.text);
+        else
+            snprintf(err, errlen, "config %s line %d column %d: %s", path, jerr.line,
+                     jerr.column, jerr.text);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "config %s: the top level must be an object with sections "
+                 "model, data, optimizer, run", path);
+        rc = DTRAIN_ERR_INPUT;
+        goto out;
+    }
+    const char *sname;
+    json_t *sobj;
+    json_object_foreach(root, sname, sobj) {
+        size_t si;
+        for (si = 0; si < sizeof sections / sizeof sections[0]; si++)
+            if (strcmp(sname, sections[si]) == 0)
+                break;
+        if (si == sizeof sections / sizeof sections[0]) {
+            snprintf(err, errlen, "config %s: unknown section '%.64s' (use model, data, "
+                     "optimizer, run)", path, sname);
+            rc = DTRAIN_ERR_INPUT;
+            goto out;
+        }
+        if (!json_is_object(sobj)) {
+            snprintf(err, errlen, "config %s: section %s must be an object, not %s",
+                     path, sname, json_type_name(sobj));
+            rc = DTRAIN_ERR_INPUT;
+            goto out;
+        }
+        const char *key;
+        json_t *val;
+        json_object_foreach(sobj, key, val) {
+            const struct setting *s = NULL;
+            for (size_t i = 0; i < NSETTINGS; i++)
+                if (strcmp(settings[i].section, sname) == 0 && strcmp(settings[i].key, key) == 0)
+                    s = &settings[i];
+            if (s == NULL) {
+                char keys[512];
+                section_keys(sname, keys, sizeof keys);
+                snprintf(err, errlen, "config %s: unknown key '%s.%.64s' (%s keys: %s)",
+                         path, sname, key, sname, keys);
+                rc = DTRAIN_ERR_INPUT;
+                goto out;
+            }
+            char where[512];
+            snprintf(where, sizeof where, "config %s: %s.%s", path, sname, key);
+            if ((rc = set_from_json(c, s, val, where, err, errlen)) != DTRAIN_OK)
+                goto out;
+        }
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ flags */
+
+static const struct setting *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (settings[i].flag != NULL && strlen(settings[i].flag) == len &&
+            strncmp(settings[i].flag, name, len) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char **argv,
+                                   int *help, char *err, size_t errlen)
+{
+    const char *config_path = NULL;
+    int rc;
+    *help = 0;
+    /* Pass 1: --help, the config file, and the shape of every flag. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            *help = 1;
+            return DTRAIN_OK;
+        }
+        if (strncmp(a, "--", 2) == 0) {
+            const char *eq = strchr(a + 2, '=');
+            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            if (find_flag(a + 2, len) == NULL) {
+                snprintf(err, errlen, "unknown option '%.64s' (see --help)", a);
+                return DTRAIN_ERR_INPUT;
+            }
+            if (eq == NULL && ++i >= argc) {
+                snprintf(err, errlen, "option %.64s needs a value", a);
+                return DTRAIN_ERR_INPUT;
+            }
+            continue;
+        }
+        if (config_path != NULL) {
+            snprintf(err, errlen, "one config file only: '%.64s' follows '%.64s'", a, config_path);
+            return DTRAIN_ERR_INPUT;
+        }
+        config_path = a;
+    }
+    if (config_path != NULL &&
+        (rc = dtrain_train_config_load_json(c, config_path, err, errlen)) != DTRAIN_OK)
+        return rc;
+    /* Pass 2: the flags override the file. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            continue;
+        const char *eq = strchr(a + 2, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        const struct setting *s = find_flag(a + 2, len);
+        const char *value = eq ? eq + 1 : argv[++i];
+        char where[96];
+        snprintf(where, sizeof where, "--%s", s->flag);
+        if ((rc = set_from_text(c, s, value, where, err, errlen)) != DTRAIN_OK)
+            return rc;
+    }
+    return DTRAIN_OK;
+}
+
+void dtrain_train_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dtrain-train [CONFIG.json] [--flag VALUE | --flag=VALUE]...\n"
+            "Train a GPT-2 model on a token file, on the CPU, in one process.\n"
+            "CONFIG.json has the sections model, data, optimizer, run; flags override it.\n\n"
+            "%-20s %-28s %s\n", "flag", "config key", "meaning");
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        char flag[64], key[64];
+        const struct setting *s = &settings[i];
+        snprintf(flag, sizeof flag, "--%s", s->flag ? s->flag : "");
+        snprintf(key, sizeof key, "%s.%s", s->section, s->key);
+        fprintf(out, "%-20s %-28s %s\n", s->flag ? flag : "", key, s->help);
+    }
+    fprintf(out, "\nExit codes: 0 done, 1 internal error, 2 bad input.\n");
+}
+
+/* ------------------------------------------------------------------ finishing */
+
+static void shape_fields(const struct dtrain_gpt2_config *c, int out[6])
+{
+    out[0] = c->max_seq_len;
+    out[1] = c->vocab_size;
+    out[2] = c->padded_vocab_size;
+    out[3] = c->num_layers;
+    out[4] = c->num_heads;
+    out[5] = c->channels;
+}
+
+/* Model keys set in the config must agree with the file's shape; the rest
+ * are taken from it. */
+static int merge_shape(struct dtrain_gpt2_config *cfg, const struct dtrain_gpt2_config *file,
+                       const char *what, const char *path, char *err, size_t errlen)
+{
+    static const char *const names[6] = {"max_seq_len", "vocab_size", "padded_vocab_size",
+                                         "num_layers", "num_heads", "channels"};
+    int want[6], have[6];
+    shape_fields(cfg, want);
+    shape_fields(file, have);
+    for (int i = 0; i < 6; i++) {
+        if (want[i] != 0 && want[i] != have[i]) {
+            snprintf(err, errlen, "model.%s is %d in the config but %d in %s %s: remove it from "
+                     "the config or use a matching file", names[i], want[i], have[i], what, path);
+            return DTRAIN_ERR_INPUT;
+        }
+    }
+    *cfg = *file;
+    return DTRAIN_OK;
+}
+
+int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t errlen)
+{
+    int rc;
+    struct dtrain_gpt2_config *m = &c->model;
+    if (c->data[0] == '\0') {
+        snprintf(err, errlen, "no token file: give --data FILE or data.train in the config "
+                 "(dtrain-tokenize makes one from any text file)");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->init_llmc[0] != '\0' && c->resume[0] != '\0') {
+        snprintf(err, errlen, "give either --init-llmc or --resume, not both");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->resume[0] != '\0') {
+        struct dtrain_ckpt_meta meta;
+        if ((rc = dtrain_ckpt_read_meta(c->resume, &meta, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if ((rc = merge_shape(m, &meta.model, "checkpoint", c->resume, err, errlen)) != DTRAIN_OK)
+            return rc;
+    } else if (c->init_llmc[0] != '\0') {
+        struct dtrain_gpt2_config file;
+        if ((rc = dtrain_llmc_read_config(c->init_llmc, &file, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if ((rc = merge_shape(m, &file, "llm.c model file", c->init_llmc, err, errlen)) != DTRAIN_OK)
+            return rc;
+    } else {
+        if (m->num_layers == 0) m->num_layers = 4;
+        if (m->channels == 0) m->channels = 256;
+        if (m->num_heads == 0) m->num_heads = 4;
+        if (m->vocab_size == 0) m->vocab_size = 256;
+        if (m->max_seq_len == 0) m->max_seq_len = 256;
+        if (m->padded_vocab_size == 0) m->padded_vocab_size = dtrain_gpt2_pad_vocab(m->vocab_size);
+    }
+    if ((rc = dtrain_gpt2_config_check(m, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (c->seq > m->max_seq_len) {
+        snprintf(err, errlen, "seq %d is longer than the model's max_seq_len %d: lower --seq",
+                 c->seq, m->max_seq_len);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (!(c->optim.lr > 0.0)) {
+        snprintf(err, errlen, "lr must be greater than 0");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->optim.schedule == DTRAIN_LR_COSINE && c->optim.min_lr > c->optim.lr) {
+        snprintf(err, errlen, "min_lr %g is above lr %g", c->optim.min_lr, c->optim.lr);
+        return DTRAIN_ERR_INPUT;
+    }
+    c->optim.total_steps = c->steps;
+    return DTRAIN_OK;
+}

@@ -1,0 +1,69 @@
+/* libdtrain: token files and the order of batches.
+ *
+ * A token file has llm.c's layout: 256 little-endian int32 (magic 20240520,
+ * version 1, token count, the rest 0), then the tokens as little-endian
+ * uint16.  dtrain_tokens_open() checks the header against the file size
+ * and finds the largest token id, so a file that does not fit the model's
+ * vocabulary is refused before training starts.
+ *
+ * Batch k (k = 0, 1, ...) of B x T tokens starts at token s*B*T of the file:
+ * inputs are the B*T tokens from there, targets the same shifted by one.
+ * The file holds nb = (count - 1) / (B*T) such batches.  In sequential order
+ * s = k mod nb (so batch k uses tokens k*B*T .. k*B*T + B*T while it fits,
+ * then the order wraps to the start); in shuffled order s is a seeded
+ * permutation of 0..nb-1, a new one each pass over the file.  The order is a
+ * pure function of (k, seed): a checkpoint only needs k, and a data-parallel
+ * rank can take batch k*D + rank. */
+#ifndef DTRAIN_DATA_H
+#define DTRAIN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_TOKENS_MAGIC 20240520
+#define DTRAIN_TOKENS_VERSION 1
+#define DTRAIN_TOKENS_HEADER_INTS 256
+#define DTRAIN_TOKENS_MAX_COUNT 2147483647L /* the header's count is an int32 */
+
+enum dtrain_data_order {
+    DTRAIN_ORDER_SEQUENTIAL = 0,
+    DTRAIN_ORDER_SHUFFLED = 1,
+};
+
+struct dtrain_tokens; /* opaque: an open, checked token file */
+
+/* Open and check a token file.  DTRAIN_ERR_INPUT when it is missing,
+ * unreadable, of the wrong magic or version, or its size does not match the
+ * header's count. */
+int dtrain_tokens_open(const char *path, struct dtrain_tokens **out, char *err, size_t errlen);
+void dtrain_tokens_close(struct dtrain_tokens *tok);
+size_t dtrain_tokens_count(const struct dtrain_tokens *tok);
+/* The largest token id in the file (-1 for an empty file). */
+int dtrain_tokens_max_id(const struct dtrain_tokens *tok);
+
+/* Write tokens (n <= DTRAIN_TOKENS_MAX_COUNT) as a token file. */
+int dtrain_tokens_write(const char *path, const uint16_t *tokens, size_t n,
+                        char *err, size_t errlen);
+
+/* Number of distinct B x T batches in the file; DTRAIN_ERR_INPUT (with a
+ * line saying how many tokens are needed) when there is not even one. */
+int dtrain_tokens_batches(const struct dtrain_tokens *tok, int B, int T, uint64_t *nbatches,
+                          char *err, size_t errlen);
+
+/* Fill inputs and targets (B*T each) with batch k.  B and T must have
+ * passed dtrain_tokens_batches(). */
+void dtrain_tokens_batch(const struct dtrain_tokens *tok, int B, int T,
+                         enum dtrain_data_order order, uint64_t seed, uint64_t k,
+                         int32_t *inputs, int32_t *targets);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

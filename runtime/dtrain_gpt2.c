@@ -1,0 +1,515 @@
+/* The GPT-2 model: layout, initialisation, and the whole-model passes built
+ * from the stage pieces; see dtrain_gpt2.h. */
+#include "dtrain_gpt2.h"
+#include "dtrain_rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tensor_names[DTRAIN_GPT2_NUM_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+};
+
+const char *dtrain_gpt2_tensor_name(enum dtrain_gpt2_tensor t)
+{
+    return (t >= 0 && t < DTRAIN_GPT2_NUM_TENSORS) ? tensor_names[t] : "?";
+}
+
+static int check_range(const char *what, int v, int max, char *err, size_t errlen)
+{
+    if (v < 1 || v > max) {
+        snprintf(err, errlen, "model %s is %d: use 1 to %d", what, v, max);
+        return DTRAIN_ERR_INPUT;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_gpt2_config_check(const struct dtrain_gpt2_config *c, char *err, size_t errlen)
+{
+    if (check_range("max_seq_len", c->max_seq_len, DTRAIN_GPT2_MAX_SEQ, err, errlen) ||
+        check_range("vocab_size", c->vocab_size, DTRAIN_GPT2_MAX_VOCAB, err, errlen) ||
+        check_range("padded_vocab_size", c->padded_vocab_size, DTRAIN_GPT2_MAX_VOCAB, err, errlen) ||
+        check_range("num_layers", c->num_layers, DTRAIN_GPT2_MAX_LAYERS, err, errlen) ||
+        check_range("num_heads", c->num_heads, DTRAIN_GPT2_MAX_CHANNELS, err, errlen) ||
+        check_range("channels", c->channels, DTRAIN_GPT2_MAX_CHANNELS, err, errlen))
+        return DTRAIN_ERR_INPUT;
+    if (c->channels % c->num_heads != 0) {
+        snprintf(err, errlen, "model channels %d is not a multiple of num_heads %d: "
+                 "choose C = NH * head size", c->channels, c->num_heads);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->padded_vocab_size < c->vocab_size) {
+        snprintf(err, errlen, "model padded_vocab_size %d is smaller than vocab_size %d",
+                 c->padded_vocab_size, c->vocab_size);
+        return DTRAIN_ERR_INPUT;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_gpt2_pad_vocab(int vocab_size)
+{
+    return (vocab_size + 127) / 128 * 128;
+}
+
+void dtrain_gpt2_tensor_sizes(const struct dtrain_gpt2_config *c,
+                              size_t sizes[DTRAIN_GPT2_NUM_TENSORS])
+{
+    size_t C = (size_t)c->channels, L = (size_t)c->num_layers;
+    sizes[DTRAIN_GPT2_WTE] = (size_t)c->padded_vocab_size * C;
+    sizes[DTRAIN_GPT2_WPE] = (size_t)c->max_seq_len * C;
+    sizes[DTRAIN_GPT2_LN1W] = L * C;
+    sizes[DTRAIN_GPT2_LN1B] = L * C;
+    sizes[DTRAIN_GPT2_QKVW] = L * 3 * C * C;
+    sizes[DTRAIN_GPT2_QKVB] = L * 3 * C;
+    sizes[DTRAIN_GPT2_ATTPROJW] = L * C * C;
+    sizes[DTRAIN_GPT2_ATTPROJB] = L * C;
+    sizes[DTRAIN_GPT2_LN2W] = L * C;
+    sizes[DTRAIN_GPT2_LN2B] = L * C;
+    sizes[DTRAIN_GPT2_FCW] = L * 4 * C * C;
+    sizes[DTRAIN_GPT2_FCB] = L * 4 * C;
+    sizes[DTRAIN_GPT2_FCPROJW] = L * C * 4 * C;
+    sizes[DTRAIN_GPT2_FCPROJB] = L * C;
+    sizes[DTRAIN_GPT2_LNFW] = C;
+    sizes[DTRAIN_GPT2_LNFB] = C;
+}
+
+size_t dtrain_gpt2_tensor_offset(const struct dtrain_gpt2_config *c, enum dtrain_gpt2_tensor t)
+{
+    size_t sizes[DTRAIN_GPT2_NUM_TENSORS], off = 0;
+    dtrain_gpt2_tensor_sizes(c, sizes);
+    for (int i = 0; i < (int)t && i < DTRAIN_GPT2_NUM_TENSORS; i++)
+        off += sizes[i];
+    return off;
+}
+
+size_t dtrain_gpt2_param_count(const struct dtrain_gpt2_config *c)
+{
+    return dtrain_gpt2_tensor_offset(c, DTRAIN_GPT2_NUM_TENSORS);
+}
+
+double dtrain_gpt2_flops_per_step(const struct dtrain_gpt2_config *c, int B, int T)
+{
+    double N = (double)B * T, C = c->channels, L = c->num_layers;
+    double matmuls = 2.0 * N * (L * 12.0 * C * C + C * c->padded_vocab_size);
+    double attention = L * 4.0 * B * (double)T * T * C;
+    return 3.0 * (matmuls + attention);
+}
+
+void dtrain_gpt2_init_params(const struct dtrain_gpt2_config *c, uint64_t seed, float *params)
+{
+    size_t sizes[DTRAIN_GPT2_NUM_TENSORS];
+    dtrain_gpt2_tensor_sizes(c, sizes);
+    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * c->num_layers);
+    float *p = params;
+    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
+        size_t n = sizes[t];
+        switch (t) {
+        case DTRAIN_GPT2_WTE: {
+            size_t real = (size_t)c->vocab_size * c->channels;
+            for (size_t i = 0; i < n; i++)
+                p[i] = i < real ? (float)(std * dtrain_rng_normal(seed, (uint64_t)t, i)) : 0.0f;
+            break;
+        }
+        case DTRAIN_GPT2_WPE:
+        case DTRAIN_GPT2_QKVW:
+        case DTRAIN_GPT2_FCW:
+            for (size_t i = 0; i < n; i++)
+                p[i] = (float)(std * dtrain_rng_normal(seed, (uint64_t)t, i));
+            break;
+        case DTRAIN_GPT2_ATTPROJW:
+        case DTRAIN_GPT2_FCPROJW:
+            for (size_t i = 0; i < n; i++)
+                p[i] = (float)(proj_std * dtrain_rng_normal(seed, (uint64_t)t, i));
+            break;
+        case DTRAIN_GPT2_LN1W:
+        case DTRAIN_GPT2_LN2W:
+        case DTRAIN_GPT2_LNFW:
+            for (size_t i = 0; i < n; i++)
+                p[i] = 1.0f;
+            break;
+        default:
+            memset(p, 0, n * sizeof(float));
+            break;
+        }
+        p += n;
+    }
+}
+
+/* ------------------------------------------------------------------ the model */
+
+/* Per-layer activations are laid out layer after layer in each array. */
+struct gpt2_acts {
+    float *res;                        /* (L+1, N, C): res[0] embedding, res[l+1] block l's output */
+    float *ln1, *ln1_mean, *ln1_rstd;  /* (L,N,C), (L,N), (L,N) */
+    float *qkv, *atty, *att, *res2;    /* (L,N,3C), (L,N,C), (L,B,NH,T,T), (L,N,C) */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;             /* (L,N,4C) */
+    float *lnf, *lnf_mean, *lnf_rstd;  /* (N,C), (N), (N) */
+    float *logits;                     /* (N,Vp): logits -> probs -> dlogits, in place */
+    float *losses;                     /* (N) */
+    float *dres;                       /* (N,C) residual-stream gradient */
+    struct dtrain_block_scratch scratch;
+};
+
+struct dtrain_gpt2 {
+    struct dtrain_kernels *k;
+    struct dtrain_gpt2_config cfg;
+    int cap_B, cap_T;       /* capacity of the activations */
+    int B, T;               /* shape of the current batch */
+    int have_targets;       /* the last forward had targets */
+    size_t nparams;
+    float *params, *grads;  /* flat, backend memory */
+    float *tensor[DTRAIN_GPT2_NUM_TENSORS];
+    float *gtensor[DTRAIN_GPT2_NUM_TENSORS];
+    float *act_memory;
+    struct gpt2_acts acts;
+    int32_t *inputs, *targets; /* (N), backend memory */
+    float *host_losses;        /* (N) host copy of the losses */
+};
+
+/* Carve `count` floats from *cursor. */
+static float *carve(float **cursor, size_t count)
+{
+    float *p = *cursor;
+    *cursor += (count + 15) & ~(size_t)15; /* keep every tensor 64-byte aligned */
+    return p;
+}
+
+/* Lay out (or, with base NULL, measure) the activations; returns floats used. */
+static size_t layout_acts(const struct dtrain_gpt2_config *c, int B, int T, float *base,
+                          struct gpt2_acts *a)
+{
+    size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
+    size_t N = (size_t)B * T;
+    float *cur = base;
+    a->res = carve(&cur, (L + 1) * N * C);
+    a->ln1 = carve(&cur, L * N * C);
+    a->ln1_mean = carve(&cur, L * N);
+    a->ln1_rstd = carve(&cur, L * N);
+    a->qkv = carve(&cur, L * N * 3 * C);
+    a->atty = carve(&cur, L * N * C);
+    a->att = carve(&cur, L * (size_t)B * NH * T * T);
+    a->res2 = carve(&cur, L * N * C);
+    a->ln2 = carve(&cur, L * N * C);
+    a->ln2_mean = carve(&cur, L * N);
+    a->ln2_rstd = carve(&cur, L * N);
+    a->fch = carve(&cur, L * N * 4 * C);
+    a->fch_gelu = carve(&cur, L * N * 4 * C);
+    a->lnf = carve(&cur, N * C);
+    a->lnf_mean = carve(&cur, N);
+    a->lnf_rstd = carve(&cur, N);
+    a->logits = carve(&cur, N * (size_t)c->padded_vocab_size);
+    a->losses = carve(&cur, N);
+    a->dres = carve(&cur, N * C);
+    a->scratch.dln = carve(&cur, N * C);
+    a->scratch.dqkv = carve(&cur, N * 3 * C);
+    a->scratch.datty = carve(&cur, N * C);
+    a->scratch.dfc = carve(&cur, N * 4 * C);
+    return (size_t)(cur - base);
+}
+
+int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_gpt2_config *c, int B, int T,
+                       struct dtrain_gpt2 **out, char *err, size_t errlen)
+{
+    int rc;
+    *out = NULL;
+    if ((rc = dtrain_gpt2_config_check(c, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (B < 1 || T < 1 || T > c->max_seq_len || (size_t)B * T > (size_t)1 << 31) {
+        snprintf(err, errlen, "batch shape B=%d T=%d impossible: need B >= 1 and 1 <= T <= "
+                 "max_seq_len %d", B, T, c->max_seq_len);
+        return DTRAIN_ERR_INPUT;
+    }
+    struct dtrain_gpt2 *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        goto oom;
+    m->k = k;
+    m->cfg = *c;
+    m->cap_B = B;
+    m->cap_T = T;
+    m->nparams = dtrain_gpt2_param_count(c);
+    m->params = dtrain_k_alloc(k, m->nparams * sizeof(float));
+    m->grads = dtrain_k_alloc(k, m->nparams * sizeof(float));
+    if (m->params == NULL || m->grads == NULL)
+        goto oom;
+    size_t sizes[DTRAIN_GPT2_NUM_TENSORS], off = 0;
+    dtrain_gpt2_tensor_sizes(c, sizes);
+    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
+        m->tensor[t] = m->params + off;
+        m->gtensor[t] = m->grads + off;
+        off += sizes[t];
+    }
+    size_t nact = layout_acts(c, B, T, NULL, &m->acts);
+    m->act_memory = dtrain_k_alloc(k, nact * sizeof(float));
+    m->inputs = dtrain_k_alloc(k, (size_t)B * T * sizeof(int32_t));
+    m->targets = dtrain_k_alloc(k, (size_t)B * T * sizeof(int32_t));
+    m->host_losses = malloc((size_t)B * T * sizeof(float));
+    if (m->act_memory == NULL || m->inputs == NULL || m->targets == NULL || m->host_losses == NULL)
+        goto oom;
+    layout_acts(c, B, T, m->act_memory, &m->acts);
+    *out = m;
+    return DTRAIN_OK;
+oom:
+    snprintf(err, errlen, "out of memory for a model of %zu parameters with batch %d x %d",
+             dtrain_gpt2_param_count(c), B, T);
+    dtrain_gpt2_destroy(m);
+    return DTRAIN_ERR_SYSTEM;
+}
+
+void dtrain_gpt2_destroy(struct dtrain_gpt2 *m)
+{
+    if (m == NULL)
+        return;
+    dtrain_k_free(m->k, m->params);
+    dtrain_k_free(m->k, m->grads);
+    dtrain_k_free(m->k, m->act_memory);
+    dtrain_k_free(m->k, m->inputs);
+    dtrain_k_free(m->k, m->targets);
+    free(m->host_losses);
+    free(m);
+}
+
+const struct dtrain_gpt2_config *dtrain_gpt2_get_config(const struct dtrain_gpt2 *m) { return &m->cfg; }
+size_t dtrain_gpt2_num_params(const struct dtrain_gpt2 *m) { return m->nparams; }
+float *dtrain_gpt2_params(struct dtrain_gpt2 *m) { return m->params; }
+float *dtrain_gpt2_grads(struct dtrain_gpt2 *m) { return m->grads; }
+
+void dtrain_gpt2_set_params(struct dtrain_gpt2 *m, const float *host)
+{
+    dtrain_k_upload(m->k, m->params, host, m->nparams * sizeof(float));
+}
+
+void dtrain_gpt2_get_params(struct dtrain_gpt2 *m, float *host)
+{
+    dtrain_k_download(m->k, host, m->params, m->nparams * sizeof(float));
+}
+
+void dtrain_gpt2_zero_grad(struct dtrain_gpt2 *m)
+{
+    dtrain_k_zero(m->k, m->grads, m->nparams * sizeof(float));
+}
+
+float *dtrain_gpt2_residual(struct dtrain_gpt2 *m, int l)
+{
+    return m->acts.res + (size_t)l * m->B * m->T * m->cfg.channels;
+}
+
+float *dtrain_gpt2_residual_grad(struct dtrain_gpt2 *m)
+{
+    return m->acts.dres;
+}
+
+static int check_tokens(const int32_t *tokens, size_t n, int V, const char *what,
+                        char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            snprintf(err, errlen, "%s token %ld at position %zu is outside the vocabulary 0..%d",
+                     what, (long)tokens[i], i, V - 1);
+            return DTRAIN_ERR_INPUT;
+        }
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_gpt2_upload_tokens(struct dtrain_gpt2 *m, const int32_t *inputs,
+                              const int32_t *targets, int B, int T, char *err, size_t errlen)
+{
+    int rc;
+    if (B < 1 || T < 1 || B > m->cap_B || T > m->cap_T) {
+        snprintf(err, errlen, "batch %d x %d does not fit the model's %d x %d", B, T,
+                 m->cap_B, m->cap_T);
+        return DTRAIN_ERR_INPUT;
+    }
+    size_t n = (size_t)B * T;
+    if ((rc = check_tokens(inputs, n, m->cfg.vocab_size, "input", err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (targets != NULL &&
+        (rc = check_tokens(targets, n, m->cfg.vocab_size, "target", err, errlen)) != DTRAIN_OK)
+        return rc;
+    /* The activations are laid out for B x T: layout_acts with the real
+     * shape, inside the memory sized for the capacity. */
+    if (B != m->B || T != m->T) {
+        layout_acts(&m->cfg, B, T, m->act_memory, &m->acts);
+        m->B = B;
+        m->T = T;
+    }
+    dtrain_k_upload(m->k, m->inputs, inputs, n * sizeof(int32_t));
+    if (targets != NULL)
+        dtrain_k_upload(m->k, m->targets, targets, n * sizeof(int32_t));
+    m->have_targets = targets != NULL;
+    return DTRAIN_OK;
+}
+
+void dtrain_gpt2_embed_forward(struct dtrain_gpt2 *m)
+{
+    dtrain_k_encoder_forward(m->k, m->acts.res, m->inputs, m->tensor[DTRAIN_GPT2_WTE],
+                             m->tensor[DTRAIN_GPT2_WPE], m->B, m->T, m->cfg.channels);
+}
+
+static void block_views(struct dtrain_gpt2 *m, int l, struct dtrain_block_shape *s,
+                        struct dtrain_block_weights *w, struct dtrain_block_grads *g,
+                        struct dtrain_block_acts *a)
+{
+    size_t C = (size_t)m->cfg.channels, N = (size_t)m->B * m->T, NH = (size_t)m->cfg.num_heads;
+    size_t L = (size_t)l;
+    s->B = m->B;
+    s->T = m->T;
+    s->C = (int)C;
+    s->NH = (int)NH;
+    s->HS = (int)(C / NH);
+    s->F = (int)(4 * C);
+    s->add_row_bias = 1;
+#define LAYER(arr, t, per) ((arr)[t] + L * (per))
+    w->ln1w = LAYER(m->tensor, DTRAIN_GPT2_LN1W, C);
+    w->ln1b = LAYER(m->tensor, DTRAIN_GPT2_LN1B, C);
+    w->qkvw = LAYER(m->tensor, DTRAIN_GPT2_QKVW, 3 * C * C);
+    w->qkvb = LAYER(m->tensor, DTRAIN_GPT2_QKVB, 3 * C);
+    w->attprojw = LAYER(m->tensor, DTRAIN_GPT2_ATTPROJW, C * C);
+    w->attprojb = LAYER(m->tensor, DTRAIN_GPT2_ATTPROJB, C);
+    w->ln2w = LAYER(m->tensor, DTRAIN_GPT2_LN2W, C);
+    w->ln2b = LAYER(m->tensor, DTRAIN_GPT2_LN2B, C);
+    w->fcw = LAYER(m->tensor, DTRAIN_GPT2_FCW, 4 * C * C);
+    w->fcb = LAYER(m->tensor, DTRAIN_GPT2_FCB, 4 * C);
+    w->fcprojw = LAYER(m->tensor, DTRAIN_GPT2_FCPROJW, 4 * C * C);
+    w->fcprojb = LAYER(m->tensor, DTRAIN_GPT2_FCPROJB, C);
+    if (g != NULL) {
+        g->ln1w = LAYER(m->gtensor, DTRAIN_GPT2_LN1W, C);
+        g->ln1b = LAYER(m->gtensor, DTRAIN_GPT2_LN1B, C);
+        g->qkvw = LAYER(m->gtensor, DTRAIN_GPT2_QKVW, 3 * C * C);
+        g->qkvb = LAYER(m->gtensor, DTRAIN_GPT2_QKVB, 3 * C);
+        g->attprojw = LAYER(m->gtensor, DTRAIN_GPT2_ATTPROJW, C * C);
+        g->attprojb = LAYER(m->gtensor, DTRAIN_GPT2_ATTPROJB, C);
+        g->ln2w = LAYER(m->gtensor, DTRAIN_GPT2_LN2W, C);
+        g->ln2b = LAYER(m->gtensor, DTRAIN_GPT2_LN2B, C);
+        g->fcw = LAYER(m->gtensor, DTRAIN_GPT2_FCW, 4 * C * C);
+        g->fcb = LAYER(m->gtensor, DTRAIN_GPT2_FCB, 4 * C);
+        g->fcprojw = LAYER(m->gtensor, DTRAIN_GPT2_FCPROJW, 4 * C * C);
+        g->fcprojb = LAYER(m->gtensor, DTRAIN_GPT2_FCPROJB, C);
+    }
+#undef LAYER
+    const struct gpt2_acts *ma = &m->acts;
+    a->ln1 = ma->ln1 + L * N * C;
+    a->ln1_mean = ma->ln1_mean + L * N;
+    a->ln1_rstd = ma->ln1_rstd + L * N;
+    a->qkv = ma->qkv + L * N * 3 * C;
+    a->atty = ma->atty + L * N * C;
+    a->att = ma->att + L * (size_t)m->B * NH * m->T * m->T;
+    a->res2 = ma->res2 + L * N * C;
+    a->ln2 = ma->ln2 + L * N * C;
+    a->ln2_mean = ma->ln2_mean + L * N;
+    a->ln2_rstd = ma->ln2_rstd + L * N;
+    a->fch = ma->fch + L * N * 4 * C;
+    a->fch_gelu = ma->fch_gelu + L * N * 4 * C;
+}
+
+static int check_layers(const struct dtrain_gpt2 *m, int l0, int l1, char *err, size_t errlen)
+{
+    if (l0 < 0 || l1 > m->cfg.num_layers || l0 > l1) {
+        snprintf(err, errlen, "layer range [%d, %d) is not inside [0, %d)", l0, l1,
+                 m->cfg.num_layers);
+        return DTRAIN_ERR_INPUT;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_gpt2_blocks_forward(struct dtrain_gpt2 *m, int l0, int l1, char *err, size_t errlen)
+{
+    int rc = check_layers(m, l0, l1, err, errlen);
+    for (int l = l0; rc == DTRAIN_OK && l < l1; l++) {
+        struct dtrain_block_shape s;
+        struct dtrain_block_weights w;
+        struct dtrain_block_acts a;
+        block_views(m, l, &s, &w, NULL, &a);
+        rc = dtrain_block_forward(m->k, &s, &w, &a, dtrain_gpt2_residual(m, l),
+                                  dtrain_gpt2_residual(m, l + 1), NULL, err, errlen);
+    }
+    return rc;
+}
+
+float dtrain_gpt2_head_forward(struct dtrain_gpt2 *m)
+{
+    int N = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    struct gpt2_acts *a = &m->acts;
+    dtrain_k_layernorm_forward(m->k, a->lnf, a->lnf_mean, a->lnf_rstd,
+                               dtrain_gpt2_residual(m, m->cfg.num_layers),
+                               m->tensor[DTRAIN_GPT2_LNFW], m->tensor[DTRAIN_GPT2_LNFB], N, C);
+    dtrain_k_matmul_forward(m->k, a->logits, a->lnf, m->tensor[DTRAIN_GPT2_WTE], NULL, N, C, Vp);
+    if (!m->have_targets)
+        return NAN;
+    dtrain_k_softmax_xent_forward(m->k, a->logits, a->losses, m->targets, N, V, Vp);
+    /* the losses are few: sum them on the host, in double, in order */
+    float *losses = m->host_losses;
+    dtrain_k_download(m->k, losses, a->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++)
+        sum += losses[i];
+    return (float)(sum / N);
+}
+
+void dtrain_gpt2_head_backward(struct dtrain_gpt2 *m, float dloss)
+{
+    int N = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    struct gpt2_acts *a = &m->acts;
+    dtrain_k_softmax_xent_backward(m->k, a->logits, m->targets, dloss, N, V, Vp);
+    dtrain_k_matmul_backward(m->k, a->scratch.dln, m->gtensor[DTRAIN_GPT2_WTE], NULL, a->logits,
+                             a->lnf, m->tensor[DTRAIN_GPT2_WTE], N, C, Vp);
+    dtrain_k_zero(m->k, a->dres, (size_t)N * C * sizeof(float));
+    dtrain_k_layernorm_backward(m->k, a->dres, m->gtensor[DTRAIN_GPT2_LNFW],
+                                m->gtensor[DTRAIN_GPT2_LNFB], a->scratch.dln,
+                                dtrain_gpt2_residual(m, m->cfg.num_layers),
+                                m->tensor[DTRAIN_GPT2_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+}
+
+int dtrain_gpt2_blocks_backward(struct dtrain_gpt2 *m, int l0, int l1, char *err, size_t errlen)
+{
+    int rc = check_layers(m, l0, l1, err, errlen);
+    for (int l = l1 - 1; rc == DTRAIN_OK && l >= l0; l--) {
+        struct dtrain_block_shape s;
+        struct dtrain_block_weights w;
+        struct dtrain_block_grads g;
+        struct dtrain_block_acts a;
+        block_views(m, l, &s, &w, &g, &a);
+        rc = dtrain_block_backward(m->k, &s, &w, &g, &a, &m->acts.scratch,
+                                   dtrain_gpt2_residual(m, l), m->acts.dres, NULL, err, errlen);
+    }
+    return rc;
+}
+
+void dtrain_gpt2_embed_backward(struct dtrain_gpt2 *m)
+{
+    dtrain_k_encoder_backward(m->k, m->gtensor[DTRAIN_GPT2_WTE], m->gtensor[DTRAIN_GPT2_WPE],
+                              m->acts.dres, m->inputs, m->B, m->T, m->cfg.channels);
+}
+
+int dtrain_gpt2_forward(struct dtrain_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+                        int B, int T, float *mean_loss, char *err, size_t errlen)
+{
+    int rc = dtrain_gpt2_upload_tokens(m, inputs, targets, B, T, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    dtrain_gpt2_embed_forward(m);
+    if ((rc = dtrain_gpt2_blocks_forward(m, 0, m->cfg.num_layers, err, errlen)) != DTRAIN_OK)
+        return rc;
+    float loss = dtrain_gpt2_head_forward(m);
+    if (targets != NULL && mean_loss != NULL)
+        *mean_loss = loss;
+    return DTRAIN_OK;
+}
+
+int dtrain_gpt2_backward(struct dtrain_gpt2 *m, char *err, size_t errlen)
+{
+    int rc;
+    if (!m->have_targets) {
+        snprintf(err, errlen, "backward needs a forward with targets first");
+        return DTRAIN_ERR_INPUT;
+    }
+    dtrain_gpt2_head_backward(m, 1.0f / (float)(m->B * m->T));
+    if ((rc = dtrain_gpt2_blocks_backward(m, 0, m->cfg.num_layers, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_gpt2_embed_backward(m);
+    return DTRAIN_OK;
+}

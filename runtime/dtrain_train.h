@@ -1,0 +1,139 @@
+/* libdtrain: training a GPT-2 model in one process (the `dtrain-train` program).
+ *
+ * Three levels, use the one that fits:
+ *
+ *   dtrain_train_main(argc, argv)
+ *       The whole program: `dtrain-train [CONFIG.json] [flags]`.  Returns
+ *       the process exit code (common/dtrain_exit.h); messages go to stderr
+ *       prefixed "dtrain-train: ", progress lines to stdout.
+ *
+ *   struct dtrain_train_config + dtrain_train_config_*()
+ *       One JSON config (sections "model", "data", "optimizer", "run"),
+ *       overridden by command-line flags; every value checked, with one clear
+ *       line for an unknown key, a wrong type, an impossible shape or a
+ *       value out of range.  dtrain-train --help lists keys and flags.
+ *
+ *   struct dtrain_trainer
+ *       Build from a finished config; step, checkpoint, export; or run the
+ *       whole loop with its progress lines and JSON-lines metrics.
+ *
+ * Threads: `threads` sets the CPU kernels' pool and OpenBLAS's thread count
+ * (which is process-wide in OpenBLAS).  The same config, seed and thread
+ * count give bit-identical losses and parameters, run after run.
+ *
+ * Metrics file: one JSON object per step:
+ *   {"step": 0, "loss": 5.54, "lr": 0.0003, "grad_norm": 1.2, "ms": 210.5,
+ *    "tokens_per_s": 4866, "gflops": 123.4}
+ * step counts from 0; loss is the mean loss of that step's batch, computed
+ * before the update. */
+#ifndef DTRAIN_TRAIN_H
+#define DTRAIN_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain_data.h"
+#include "dtrain_gpt2.h"
+#include "dtrain_optim.h"
+#include "dtrain_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_PATH_MAX 4096
+
+struct dtrain_train_config {
+    /* model: a field left 0 is taken from --init-llmc / --resume, or the default */
+    struct dtrain_gpt2_config model;
+    /* data */
+    char data[DTRAIN_PATH_MAX];       /* token file (required) */
+    enum dtrain_data_order data_order;
+    uint64_t data_seed;               /* shuffled order's seed */
+    /* optimizer (optim.total_steps follows `steps`) */
+    struct dtrain_optim_config optim;
+    /* run */
+    int batch, seq;                   /* B, T */
+    long steps;                       /* train until this many steps are done */
+    uint64_t seed;                    /* model initialisation */
+    int threads;
+    char init_llmc[DTRAIN_PATH_MAX];  /* start from this llm.c model file, or "" */
+    char resume[DTRAIN_PATH_MAX];     /* continue from this checkpoint, or "" */
+    char checkpoint[DTRAIN_PATH_MAX]; /* write checkpoints here, or "" */
+    long checkpoint_every;            /* also every this many steps; 0: only at the end */
+    char save_llmc[DTRAIN_PATH_MAX];  /* export an llm.c model file at the end, or "" */
+    char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
+    long log_every;                   /* print every this many steps; 0: never */
+};
+
+/* Defaults: constant lr 3e-4, betas 0.9/0.999, eps 1e-8, no weight decay, no
+ * clipping; B=4, T=64, 100 steps, seed 1337, sequential data, threads = CPUs
+ * this process may run on; model (when not imported) L=4, C=256, NH=4,
+ * V=256 (bytes), maxT=256. */
+void dtrain_train_config_defaults(struct dtrain_train_config *c);
+
+/* Apply a JSON config file on top of c. */
+int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *path,
+                                  char *err, size_t errlen);
+
+/* Apply `[CONFIG.json] [flags]` (argv[0] is the program): the config file
+ * first, then the flags, whatever their order.  *help is set when --help was
+ * given (nothing else is then checked). */
+int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char **argv,
+                                   int *help, char *err, size_t errlen);
+
+/* Fill in the model shape (from --resume, --init-llmc or the defaults) and
+ * check everything that does not need the data file. */
+int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t errlen);
+
+/* The usage text, for --help. */
+void dtrain_train_usage(FILE *out);
+
+/* ------------------------------------------------------------------ trainer */
+
+struct dtrain_trainer; /* opaque */
+
+struct dtrain_step_result {
+    long step;          /* 0-based index of the step just done */
+    float loss;         /* mean loss of its batch, before the update */
+    double lr;          /* learning rate used */
+    double grad_norm;   /* global gradient norm before clipping */
+    double ms;          /* wall time of the whole step */
+    double tokens_per_s;
+    double gflops;      /* achieved model GFLOP/s (dtrain_gpt2_flops_per_step) */
+};
+
+/* Build the kernels, the model (initialised, imported or resumed), the
+ * optimizer and the data from a finished config.  DTRAIN_ERR_INPUT for a bad
+ * data, model or checkpoint file (or one that does not fit the config). */
+int dtrain_trainer_create(const struct dtrain_train_config *c, struct dtrain_trainer **out,
+                          char *err, size_t errlen);
+void dtrain_trainer_destroy(struct dtrain_trainer *t);
+
+/* Steps done so far (the next step's index). */
+long dtrain_trainer_steps_done(const struct dtrain_trainer *t);
+struct dtrain_gpt2 *dtrain_trainer_model(struct dtrain_trainer *t);
+
+/* One training step: next batch, forward, backward, clip, AdamW. */
+int dtrain_trainer_step(struct dtrain_trainer *t, struct dtrain_step_result *r,
+                        char *err, size_t errlen);
+
+int dtrain_trainer_save_checkpoint(struct dtrain_trainer *t, const char *path,
+                                   char *err, size_t errlen);
+int dtrain_trainer_save_llmc(struct dtrain_trainer *t, const char *path, char *err, size_t errlen);
+
+/* Train until config.steps are done: progress lines to `progress` (every
+ * log_every steps; NULL for none), metrics, checkpoints, the llm.c export. */
+int dtrain_trainer_run(struct dtrain_trainer *t, FILE *progress, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ program */
+
+/* `dtrain-train [CONFIG.json] [flags]`; returns the exit code. */
+int dtrain_train_main(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
