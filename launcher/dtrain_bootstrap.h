@@ -1,0 +1,90 @@
+/* What dtrain-launch hands to the runtime: this task's place in the job and,
+ * for every communicator the job needs, its members and its bootstrap id.
+ *
+ * dtrain-launch fills one struct dtrain_bootstrap per task in a single PMI2
+ * round (each group's leader puts its id, one fence, members get) and then
+ * either calls the runtime in-process with it, or exports the same facts to
+ * a child PROGRAM as DTRAIN_COMM_* environment variables (doc/bootstrap.md).
+ * The runtime's comm layer turns each group into a communicator.
+ *
+ * Groups, for T x P x D ranks, rank = tp + T*(dp + D*pp) (dtrain_plan.h):
+ *   WORLD    all ranks
+ *   TP       the T ranks with this task's (dp, pp): consecutive ranks
+ *   PP       the P ranks with this task's (tp, dp): one pipeline
+ *   DP       the D ranks with this task's (tp, pp): gradient all-reduce
+ *   PP_NEXT  {this task, the same (tp, dp) on stage pp+1}; absent on the last stage
+ *   PP_PREV  {the same (tp, dp) on stage pp-1, this task}; absent on the first stage
+ * Members of every group form an arithmetic sequence of global ranks, so a
+ * group is (first, stride, size) and needs no list.  Group rank 0 is the
+ * leader: it made the id.  A PP_NEXT group of one task is the PP_PREV group
+ * of its next stage (same key, same id).
+ *
+ * Bootstrap id text (NUL-terminated, at most DTRAIN_BOOTSTRAP_ID_MAX bytes):
+ *   "nccl:<256 hex digits>"                the 128-byte ncclUniqueId
+ *   "cpu:<IPv4 address>:<port>:<32 hex>"   the leader's listening TCP socket
+ *                                          and the group's 16-byte secret
+ * With the CPU backend the leader already listens on that port (listen_fd);
+ * a member connecting must present the secret, and the leader must refuse
+ * a peer that does not (the secret travels only through Slurm's PMI2).
+ * Groups of one task are made locally and carry an id too, so that every
+ * group can be turned into a communicator the same way. */
+#ifndef DTRAIN_BOOTSTRAP_H
+#define DTRAIN_BOOTSTRAP_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_BOOTSTRAP_ID_MAX 1024  /* = PMI2_MAX_VALLEN, NUL included */
+#define DTRAIN_BOOTSTRAP_KEY_MAX 64   /* = PMI2_MAX_KEYLEN, NUL included */
+#define DTRAIN_BOOTSTRAP_SECRET_LEN 16
+
+enum dtrain_comm_backend {
+    DTRAIN_COMM_CPU = 0,  /* TCP sockets between processes */
+    DTRAIN_COMM_NCCL = 1, /* NCCL on GPUs */
+};
+
+enum dtrain_group_kind {
+    DTRAIN_GROUP_WORLD = 0,
+    DTRAIN_GROUP_TP,
+    DTRAIN_GROUP_PP,
+    DTRAIN_GROUP_DP,
+    DTRAIN_GROUP_PP_NEXT,
+    DTRAIN_GROUP_PP_PREV,
+    DTRAIN_GROUP_KINDS /* number of kinds */
+};
+
+struct dtrain_comm_group {
+    int present;   /* 0: this task has no such group (PP_NEXT on the last stage, PP_PREV on the first) */
+    long index;    /* the group's number among the groups of its kind */
+    int size;      /* members */
+    int first;     /* global rank of group rank 0, the leader */
+    int stride;    /* global rank of group rank i = first + i * stride */
+    int my_rank;   /* this task's rank in the group */
+    char key[DTRAIN_BOOTSTRAP_KEY_MAX]; /* PMI2 key the id travelled under, e.g. "dt.tp.3" */
+    char id[DTRAIN_BOOTSTRAP_ID_MAX];   /* bootstrap id text (format above) */
+    int listen_fd; /* CPU backend, leader only: the bound, listening socket; else -1 */
+};
+
+struct dtrain_bootstrap {
+    int rank;        /* global rank = SLURM_PROCID = PMI2 rank */
+    int world_size;  /* T*P*D */
+    int tp, pp, dp;  /* T, P, D */
+    int tp_rank, pp_rank, dp_rank;
+    int node;        /* 0..nodes-1, the task's node in the step */
+    int local_rank;  /* task index on its node */
+    int local_size;  /* tasks on its node */
+    enum dtrain_comm_backend backend;
+    struct dtrain_comm_group groups[DTRAIN_GROUP_KINDS]; /* indexed by enum dtrain_group_kind */
+};
+
+/* Global rank of member i (0 <= i < g->size) of a group. */
+static inline int dtrain_group_member(const struct dtrain_comm_group *g, int i)
+{
+    return g->first + i * g->stride;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

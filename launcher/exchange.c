@@ -1,0 +1,116 @@
+/* One PMI2 round for all communicator ids; see exchange.h. */
+#include "exchange.h"
+
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap_id.h"
+#include "dtrain_exit.h"
+#include "dtrain_parse.h"
+#include "groups.h"
+
+static long now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
+static int exit_code_of(int pmi_status)
+{
+    return pmi_status == DTRAIN_PMI_RETRY ? DTRAIN_EXIT_REQUEUE : DTRAIN_EXIT_FAILURE;
+}
+
+/* The leader's id for group g (made here, not yet published). */
+static int make_id(struct dtrain_comm_group *g, enum dtrain_comm_backend backend, const char *addr,
+                   char *err, size_t errlen)
+{
+    char why[256];
+    int rc = backend == DTRAIN_COMM_NCCL
+                 ? dtrain_bootstrap_id_make_nccl(g->id, sizeof g->id, why, sizeof why)
+                 : dtrain_bootstrap_id_make_cpu(addr, g->size - 1, g->id, sizeof g->id, &g->listen_fd, why,
+                                                sizeof why);
+    if (rc != 0)
+        dtrain_snprintf(err, errlen, "making the %s id of group %s: %s", dtrain_backend_name(backend), g->key, why);
+    return rc;
+}
+
+int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
+                        struct dtrain_exchange_times *times, char *err, size_t errlen)
+{
+    const struct dtrain_grid grid = {.tp = bs->tp, .pp = bs->pp, .dp = bs->dp};
+    int rc;
+    long t0 = now_us();
+
+    memset(times, 0, sizeof *times);
+    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++)
+        bs->groups[k].listen_fd = -1;
+    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
+        struct dtrain_comm_group *g = &bs->groups[k];
+        if (dtrain_group_of(&grid, bs->rank, (enum dtrain_group_kind)k, g) != 0) {
+            dtrain_snprintf(err, errlen, "rank %d is outside the %d x %d x %d grid", bs->rank, grid.tp, grid.pp,
+                            grid.dp);
+            rc = DTRAIN_EXIT_FAILURE;
+            goto fail;
+        }
+        if (g->present && g->my_rank == 0 && make_id(g, bs->backend, addr, err, errlen) != 0) {
+            rc = DTRAIN_EXIT_FAILURE;
+            goto fail;
+        }
+    }
+    long t1 = now_us();
+    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
+        const struct dtrain_comm_group *g = &bs->groups[k];
+        /* PP_PREV's leader is the previous stage, which puts it as its PP_NEXT. */
+        if (!g->present || g->my_rank != 0 || g->size < 2)
+            continue;
+        rc = dtrain_pmi_put(pmi, g->key, g->id, err, errlen);
+        if (rc != DTRAIN_PMI_OK) {
+            rc = exit_code_of(rc);
+            goto fail;
+        }
+    }
+    long t2 = now_us();
+    rc = dtrain_pmi_fence(pmi, err, errlen);
+    if (rc != DTRAIN_PMI_OK) {
+        rc = exit_code_of(rc);
+        goto fail;
+    }
+    long t3 = now_us();
+    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
+        struct dtrain_comm_group *g = &bs->groups[k];
+        if (!g->present || g->my_rank == 0)
+            continue;
+        rc = dtrain_pmi_get(pmi, g->first, g->key, g->id, sizeof g->id, err, errlen);
+        if (rc != DTRAIN_PMI_OK) {
+            rc = exit_code_of(rc);
+            goto fail;
+        }
+        if (dtrain_bootstrap_id_backend(g->id) != (int)bs->backend) {
+            dtrain_snprintf(err, errlen, "group %s: its leader, rank %d, published a non-%s id ('%.16s...'): "
+                                         "give every task the same --backend",
+                            g->key, g->first, dtrain_backend_name(bs->backend), g->id);
+            rc = DTRAIN_EXIT_USAGE;
+            goto fail;
+        }
+    }
+    long t4 = now_us();
+    times->ids_us = t1 - t0;
+    times->put_us = t2 - t1;
+    times->fence_us = t3 - t2;
+    times->get_us = t4 - t3;
+    return DTRAIN_EXIT_OK;
+fail:
+    dtrain_bootstrap_close(bs);
+    return rc;
+}
+
+void dtrain_bootstrap_close(struct dtrain_bootstrap *bs)
+{
+    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
+        if (bs->groups[k].listen_fd >= 0)
+            close(bs->groups[k].listen_fd);
+        bs->groups[k].listen_fd = -1;
+    }
+}

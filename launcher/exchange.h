@@ -1,0 +1,34 @@
+/* The bootstrap exchange: every communicator's id in ONE PMI2 round.
+ *
+ * For each group kind (dtrain_bootstrap.h) the task computes its group; the
+ * group's leader makes the id and, when the group has other members, puts it
+ * under the group's key; then one fence for the whole step; then every
+ * non-leader member gets the ids of its groups.  A task puts at most 5 keys
+ * and gets at most 5; each key is put once, by its leader. */
+#ifndef DTRAIN_LAUNCH_EXCHANGE_H
+#define DTRAIN_LAUNCH_EXCHANGE_H
+
+#include <stddef.h>
+
+#include "dtrain_bootstrap.h"
+#include "pmi.h"
+
+struct dtrain_exchange_times {
+    long ids_us;   /* leaders making ids (sockets, ncclGetUniqueId) */
+    long put_us;   /* PMI2_KVS_Put of this task's keys */
+    long fence_us; /* the one PMI2_KVS_Fence */
+    long get_us;   /* PMI2_KVS_Get of the ids of the groups this task joins */
+};
+
+/* bs must have rank, world_size, tp, pp, dp and backend filled in; the
+ * groups are filled here.  `addr` is this task's CPU-backend address
+ * (unused for nccl).  Returns a dtrain_exit.h code: 0; 75 when the PMI2
+ * exchange failed in a way a requeue can fix; 1 otherwise, one line in err.
+ * On success the leaders' listening sockets are open in bs->groups[].listen_fd. */
+int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
+                        struct dtrain_exchange_times *times, char *err, size_t errlen);
+
+/* Close the listening sockets left in bs (an error path, or when unused). */
+void dtrain_bootstrap_close(struct dtrain_bootstrap *bs);
+
+#endif

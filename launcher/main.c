@@ -1,0 +1,270 @@
+/* dtrain-launch: bootstrap every communicator of a dtrain job in one PMI2
+ * round, then run the training in-process or a PROGRAM with the result in
+ * its environment.
+ *
+ *   srun --mpi=pmi2 dtrain-launch [options] [-- PROGRAM ARGS...]
+ *
+ * Order: options -> PMI2_Init -> placement (plugin's, checked; or planned
+ * here) -> ids, puts, ONE fence, gets -> PMI2_Finalize -> hand-off.
+ * doc/dtrain-launch.1 is the manual, doc/bootstrap.md the key scheme. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bootstrap_id.h"
+#include "dtrain_bootstrap.h"
+#include "dtrain_exit.h"
+#include "dtrain_parse.h"
+#include "dtrain_plan.h"
+#include "exchange.h"
+#include "handoff.h"
+#include "placement.h"
+#include "pmi.h"
+#include "report.h"
+
+#define PROG "dtrain-launch"
+#define DEFAULT_TIMEOUT_S 300
+
+enum output_mode { OUTPUT_NONE, OUTPUT_TEXT, OUTPUT_JSON };
+
+struct options {
+    struct dtrain_shape_request shape;
+    int backend_given;
+    enum dtrain_comm_backend backend;
+    const char *iface;
+    int timeout_s;
+    enum output_mode output;
+    char **program; /* argv after "--", NULL when none */
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: srun --mpi=pmi2 " PROG " [options] [-- PROGRAM [ARGS...]]\n"
+            "Bootstraps every communicator of a dtrain job (world, TP, PP, DP, PP neighbours) in one\n"
+            "PMI2 round, then runs PROGRAM with the ids in DTRAIN_COMM_* variables.\n"
+            "  -t, --tp T            tensor-parallel size (default: DTRAIN_TP, else 1)\n"
+            "  -p, --pp P            pipeline-parallel size (default: DTRAIN_PP, else 1)\n"
+            "  -d, --dp D            data-parallel size (default: DTRAIN_DP, else tasks / (T*P))\n"
+            "  -b, --backend B       cpu or nccl (default: nccl when built with CUDA and a GPU is visible)\n"
+            "  -i, --comm-iface IF   network interface whose IPv4 address cpu-backend sockets use\n"
+            "      --timeout S       give up when a PMI2 call takes more than S seconds (default %d; exit 75)\n"
+            "      --print           print this task's placement, groups and ids as key=value\n"
+            "      --json            the same as one JSON object\n"
+            "  -h, --help            this text\n"
+            "  -V, --version         the version\n"
+            "With --print or --json and no PROGRAM, it stops after printing.\n"
+            "Exit: 0 done, 1 internal error, 2 bad input, 3 shape refused, 75 PMI2 exchange failed (requeue).\n"
+            "See dtrain-launch(1).\n",
+            DEFAULT_TIMEOUT_S);
+}
+
+static int parse_dim(const char *opt, const char *text, long max, int *out)
+{
+    char err[256];
+    long v;
+    if (dtrain_parse_int(text, 1, max, opt, &v, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit code. */
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON };
+    static const struct option longopts[] = {
+        {"tp", required_argument, NULL, 't'},
+        {"pp", required_argument, NULL, 'p'},
+        {"dp", required_argument, NULL, 'd'},
+        {"backend", required_argument, NULL, 'b'},
+        {"comm-iface", required_argument, NULL, 'i'},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"print", no_argument, NULL, OPT_PRINT},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->timeout_s = DEFAULT_TIMEOUT_S;
+    opterr = 0;
+    int c;
+    /* "+": stop at the first non-option, so PROGRAM's own options stay its own. */
+    while ((c = getopt_long(argc, argv, "+:t:p:d:b:i:hV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 't': if (parse_dim("--tp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.tp) != 0) return DTRAIN_EXIT_USAGE; break;
+        case 'p': if (parse_dim("--pp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.pp) != 0) return DTRAIN_EXIT_USAGE; break;
+        case 'd': if (parse_dim("--dp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.dp) != 0) return DTRAIN_EXIT_USAGE; break;
+        case OPT_TIMEOUT:
+            if (parse_dim("--timeout", optarg, 86400, &o->timeout_s) != 0)
+                return DTRAIN_EXIT_USAGE;
+            break;
+        case 'b':
+            if (dtrain_backend_parse(optarg, &o->backend) != 0) {
+                fprintf(stderr, PROG ": --backend '%.64s': use cpu or nccl\n", optarg);
+                return DTRAIN_EXIT_USAGE;
+            }
+            o->backend_given = 1;
+            break;
+        case 'i': o->iface = optarg; break;
+        case OPT_PRINT: o->output = OUTPUT_TEXT; break;
+        case OPT_JSON: o->output = OUTPUT_JSON; break;
+        case 'h': usage(stdout); return DTRAIN_EXIT_OK;
+        case 'V': printf(PROG " " PACKAGE_VERSION "\n"); return DTRAIN_EXIT_OK;
+        case ':':
+            fprintf(stderr, PROG ": option %s needs a value (see " PROG " --help)\n", argv[optind - 1]);
+            return DTRAIN_EXIT_USAGE;
+        default:
+            fprintf(stderr, PROG ": unknown option '%s' (see " PROG " --help)\n", argv[optind - 1]);
+            return DTRAIN_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        if (strcmp(argv[optind - 1], "--") != 0) {
+            fprintf(stderr, PROG ": unexpected argument '%.64s': put the program to run after `--`, as in "
+                            "`" PROG " --tp 2 -- ./train ...`\n", argv[optind]);
+            return DTRAIN_EXIT_USAGE;
+        }
+        o->program = &argv[optind];
+    }
+    if (o->program == NULL && o->output == OUTPUT_NONE) {
+        /* TODO(runtime): run the runtime in-process with the bootstrap once it exposes its entry point. */
+        fprintf(stderr, PROG ": no PROGRAM given, and this build cannot run the dtrain runtime in-process yet: "
+                        "give `-- PROGRAM ARGS`, or --print\n");
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (o->backend_given && !dtrain_backend_built(o->backend)) {
+        fprintf(stderr, PROG ": --backend %s: this dtrain-launch was built without CUDA/NCCL: use --backend cpu, "
+                        "or rebuild with --with-cuda\n", dtrain_backend_name(o->backend));
+        return DTRAIN_EXIT_USAGE;
+    }
+    return -1;
+}
+
+static long now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
+static void fill_from_placement(struct dtrain_bootstrap *bs, const struct dtrain_placement *p)
+{
+    bs->rank = p->rank;
+    bs->world_size = p->world_size;
+    bs->tp = p->tp;
+    bs->pp = p->pp;
+    bs->dp = p->dp;
+    bs->tp_rank = p->tp_rank;
+    bs->pp_rank = p->pp_rank;
+    bs->dp_rank = p->dp_rank;
+    bs->node = p->node;
+    bs->local_rank = p->local_rank;
+    bs->local_size = p->local_size;
+}
+
+int main(int argc, char **argv)
+{
+    struct options opt;
+    int rc = parse_options(argc, argv, &opt);
+    if (rc >= 0)
+        return rc;
+
+    char err[1024];
+    struct dtrain_placement place;
+    struct dtrain_bootstrap *bs = NULL;
+    struct dtrain_report report = {.placed_by = "launcher"};
+    char addr[INET_ADDRSTRLEN] = "";
+    dtrain_pmi *pmi = NULL;
+
+    long t0 = now_us();
+    rc = dtrain_pmi_init(opt.timeout_s, &pmi, err, sizeof err);
+    if (rc != DTRAIN_PMI_OK) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return rc == DTRAIN_PMI_NO_ENV ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
+    }
+    const int rank = dtrain_pmi_rank(pmi);
+    long t1 = now_us();
+
+    /* Placement errors are the same on every task (same options, same
+     * environment): each task exits with the documented code. */
+    rc = dtrain_placement_resolve(&opt.shape, rank, dtrain_pmi_size(pmi), &place, err, sizeof err);
+    if (rc != DTRAIN_EXIT_OK)
+        goto fail;
+    rc = DTRAIN_EXIT_FAILURE;
+    bs = calloc(1, sizeof *bs);
+    if (bs == NULL) {
+        dtrain_snprintf(err, sizeof err, "out of memory");
+        goto fail_alone;
+    }
+    fill_from_placement(bs, &place);
+    bs->backend = opt.backend_given ? opt.backend : dtrain_backend_default();
+    if (bs->backend == DTRAIN_COMM_CPU) {
+        char why[256];
+        if (dtrain_comm_addr_pick(opt.iface, addr, sizeof addr, why, sizeof why) != 0) {
+            dtrain_snprintf(err, sizeof err, "--comm-iface: %s", why);
+            goto fail_alone;
+        }
+    }
+    long t2 = now_us();
+
+    rc = dtrain_exchange_ids(pmi, bs, addr, &report.exchange, err, sizeof err);
+    if (rc == DTRAIN_EXIT_REQUEUE)
+        goto fail; /* the fence failed for every task */
+    if (rc != DTRAIN_EXIT_OK)
+        goto fail_alone;
+    long t3 = now_us();
+    report.bs = bs;
+    report.placed_by = place.placed_by_plugin ? "spank" : "launcher";
+    report.fences = dtrain_pmi_fences(pmi);
+    report.init_us = t1 - t0;
+    report.place_us = t2 - t1;
+    report.bootstrap_us = t3 - t0;
+    dtrain_pmi_finalize(pmi);
+    pmi = NULL;
+
+    rc = DTRAIN_EXIT_FAILURE;
+    if (dtrain_placement_apply(&place, err, sizeof err) != 0)
+        goto fail;
+    if (place.warning[0] != '\0' && place.local_rank == 0)
+        fprintf(stderr, PROG ": warning: rank %d: %s\n", rank, place.warning);
+    if (opt.output != OUTPUT_NONE) {
+        int wrc = opt.output == OUTPUT_JSON ? dtrain_report_json(stdout, &report) : dtrain_report_text(stdout, &report);
+        if (wrc != 0) {
+            dtrain_snprintf(err, sizeof err, "writing the report to stdout failed");
+            goto fail;
+        }
+    }
+    if (opt.program == NULL) {
+        rc = DTRAIN_EXIT_OK; /* --print / --json only (parse_options checked) */
+        goto done;
+    }
+    if (dtrain_handoff_export(bs, err, sizeof err) != 0)
+        goto fail;
+    if (dtrain_handoff_run(opt.program, bs->backend == DTRAIN_COMM_NCCL, &rc, err, sizeof err) != 0)
+        goto fail;
+    /* The child's own exit code. */
+
+done:
+    if (bs != NULL)
+        dtrain_bootstrap_close(bs);
+    free(bs);
+    return rc;
+fail_alone:
+    /* Only this task failed: end the step now rather than leave the others
+     * waiting in the fence until their timeout (and a requeue). */
+    fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
+    dtrain_pmi_abort(pmi, err);
+fail:
+    fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
+    dtrain_pmi_finalize(pmi);
+    if (bs != NULL)
+        dtrain_bootstrap_close(bs);
+    free(bs);
+    return rc;
+}

@@ -1,0 +1,351 @@
+/* This task's placement, from the plugin or planned here; see placement.h. */
+#include "placement.h"
+
+#include <errno.h>
+#include <hwloc.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_env.h"
+#include "dtrain_exit.h"
+#include "dtrain_parse.h"
+#include "dtrain_plan.h"
+
+/* An integer from the environment: 0 when set and valid, 1 when unset (and
+ * not required), -1 with a message when malformed or required but unset. */
+static int env_int(const char *name, long min, long max, int required, int *out, char *err, size_t errlen)
+{
+    const char *text = getenv(name);
+    char why[200];
+    long v;
+    if (text == NULL) {
+        if (!required)
+            return 1;
+        dtrain_snprintf(err, errlen, "%s is not set: run dtrain-launch as a task of `srun --mpi=pmi2`", name);
+        return -1;
+    }
+    if (dtrain_parse_int(text, min, max, name, &v, why, sizeof why) != 0) {
+        dtrain_snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* SLURM_STEP_TASKS_PER_NODE ("8(x2)", "8,8", "15,1", "4(x2),3"): the number
+ * of tasks every node has, or -1 when nodes differ.  Returns 0, or -1 when
+ * the text is malformed. */
+static int tasks_per_node_uniform(const char *text, int *per_node, int *nnodes)
+{
+    long k = -1, nodes = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long n = strtol(p, &end, 10);
+        if (end == p || errno != 0 || n < 1 || n > DTRAIN_PLAN_MAX_WORLD || *p == '-' || *p == '+')
+            return -1;
+        long times = 1;
+        p = end;
+        if (strncmp(p, "(x", 2) == 0) {
+            p += 2;
+            errno = 0;
+            times = strtol(p, &end, 10);
+            if (end == p || errno != 0 || times < 1 || times > DTRAIN_PLAN_MAX_WORLD || *end != ')')
+                return -1;
+            p = end + 1;
+        }
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            return -1;
+        k = (k == -1 || k == n) ? n : -2;
+        nodes += times;
+        if (nodes > DTRAIN_PLAN_MAX_WORLD)
+            return -1;
+    }
+    if (nodes == 0)
+        return -1;
+    *per_node = k < 0 ? -1 : (int)k;
+    *nnodes = (int)nodes;
+    return 0;
+}
+
+/* The placement the dtrain SPANK plugin exported, checked. */
+static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
+{
+    const struct { const char *name; int *dst; int min; } vars[] = {
+        {DTRAIN_ENV_TP, &p->tp, 1},           {DTRAIN_ENV_PP, &p->pp, 1},
+        {DTRAIN_ENV_DP, &p->dp, 1},           {DTRAIN_ENV_RANK, &p->rank, 0},
+        {DTRAIN_ENV_WORLD_SIZE, &p->world_size, 1},
+        {DTRAIN_ENV_TP_RANK, &p->tp_rank, 0}, {DTRAIN_ENV_PP_RANK, &p->pp_rank, 0},
+        {DTRAIN_ENV_DP_RANK, &p->dp_rank, 0}, {DTRAIN_ENV_LOCAL_RANK, &p->local_rank, 0},
+    };
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (env_int(vars[i].name, vars[i].min, DTRAIN_PLAN_MAX_WORLD, 1, vars[i].dst, err, errlen) != 0)
+            return DTRAIN_EXIT_USAGE;
+
+    const struct { const char *opt; int asked; int got; const char *var; } dims[] = {
+        {"--tp", req->tp, p->tp, DTRAIN_ENV_TP},
+        {"--pp", req->pp, p->pp, DTRAIN_ENV_PP},
+        {"--dp", req->dp, p->dp, DTRAIN_ENV_DP},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].asked != 0 && dims[i].asked != dims[i].got) {
+            dtrain_snprintf(err, errlen, "%s %d disagrees with %s=%d set by the dtrain plugin (--dtrain-%s): "
+                                         "give the shape once, with --dtrain-tp/--dtrain-pp on sbatch or srun",
+                            dims[i].opt, dims[i].asked, dims[i].var, dims[i].got, dims[i].opt + 2);
+            return DTRAIN_EXIT_USAGE;
+        }
+    }
+    if (p->world_size != (long)p->tp * p->pp * p->dp) {
+        dtrain_snprintf(err, errlen, "the dtrain plugin set %s=%d but T*P*D = %d*%d*%d: its environment is "
+                                     "inconsistent (is the plugin the same version as dtrain-launch?)",
+                        DTRAIN_ENV_WORLD_SIZE, p->world_size, p->tp, p->pp, p->dp);
+        return DTRAIN_EXIT_USAGE;
+    }
+    int tp, dp, pp;
+    dtrain_coords_of(p->rank, p->tp, p->dp, &tp, &dp, &pp);
+    if (p->rank >= p->world_size || tp != p->tp_rank || dp != p->dp_rank || pp != p->pp_rank) {
+        dtrain_snprintf(err, errlen, "the dtrain plugin set rank %d with (tp, dp, pp) = (%d, %d, %d), but the "
+                                     "rank order gives (%d, %d, %d): is the plugin the same version as dtrain-launch?",
+                        p->rank, p->tp_rank, p->dp_rank, p->pp_rank, tp, dp, pp);
+        return DTRAIN_EXIT_USAGE;
+    }
+    p->local_size = 0;
+    if (env_int(DTRAIN_ENV_FW_LOCAL_WORLD_SIZE, 1, DTRAIN_PLAN_MAX_WORLD, 0, &p->local_size, err, errlen) < 0)
+        return DTRAIN_EXIT_USAGE;
+    const char *cpus = getenv(DTRAIN_ENV_CPUS);
+    if (dtrain_snprintf(p->cpus, sizeof p->cpus, "%s", cpus ? cpus : "") != 0)
+        p->cpus[0] = '\0';
+    p->placed_by_plugin = 1;
+    return DTRAIN_EXIT_OK;
+}
+
+/* Plan the job here, with the planner, for CPUs only. */
+static int plan_here(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
+{
+    int T = 1, P = 1, D = 0, K, nnodes, procid;
+    const struct { int asked; const char *var; int *dst; } dims[] = {
+        {req->tp, DTRAIN_ENV_TP, &T}, {req->pp, DTRAIN_ENV_PP, &P}, {req->dp, DTRAIN_ENV_DP, &D},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].asked != 0)
+            *dims[i].dst = dims[i].asked;
+        else if (env_int(dims[i].var, 1, DTRAIN_PLAN_MAX_DIM, 0, dims[i].dst, err, errlen) < 0)
+            return DTRAIN_EXIT_USAGE;
+    }
+    const char *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
+    if (tpn == NULL) {
+        dtrain_snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE is not set: run dtrain-launch as a task of "
+                                     "`srun --mpi=pmi2`");
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (tasks_per_node_uniform(tpn, &K, &nnodes) != 0) {
+        dtrain_snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE='%.64s' is not Slurm's N(xM),... form", tpn);
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (K < 0) {
+        dtrain_snprintf(err, errlen, "this step has different task counts per node (%.64s); a TP group must stay "
+                                     "on one node: give srun --ntasks-per-node=K with K a multiple of T=%d",
+                        tpn, T);
+        return DTRAIN_EXIT_REFUSED;
+    }
+    if ((long)K * nnodes != p->world_size) {
+        dtrain_snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE=%.64s makes %ld tasks but PMI2 has %d", tpn,
+                        (long)K * nnodes, p->world_size);
+        return DTRAIN_EXIT_USAGE;
+    }
+    int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, err, errlen);
+    if (rc != DTRAIN_TOPO_OK)
+        return rc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED : DTRAIN_EXIT_USAGE;
+    if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &p->node, err, errlen) != 0 ||
+        env_int("SLURM_LOCALID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &procid, err, errlen) != 0)
+        return DTRAIN_EXIT_USAGE;
+    if (p->node != p->rank / K || procid != p->rank % K) {
+        dtrain_snprintf(err, errlen, "rank %d runs as task %d of node %d, but block order puts it at task %d of "
+                                     "node %d: use srun --distribution=block (the default)",
+                        p->rank, procid, p->node, p->rank % K, p->rank / K);
+        return DTRAIN_EXIT_REFUSED;
+    }
+
+    dtrain_topo *topo = NULL;
+    dtrain_plan *plan = NULL;
+    char why[512];
+    struct dtrain_shape shape = {.tp = T, .pp = P, .dp = D, .nnodes = nnodes, .tasks_per_node = K};
+    struct dtrain_policy policy = {.allow_pcie = 0, .cpu_only = 1};
+    rc = DTRAIN_EXIT_FAILURE;
+    if (dtrain_topo_load_live(&topo, why, sizeof why) != DTRAIN_TOPO_OK) {
+        dtrain_snprintf(err, errlen, "reading this node's topology: %s", why);
+        goto out;
+    }
+    /* Only this task's entry is used, which depends on this node only. */
+    const dtrain_topo **nodes = malloc(sizeof *nodes * (size_t)nnodes);
+    if (nodes == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nnodes; i++)
+        nodes[i] = topo;
+    int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, why, sizeof why);
+    free(nodes);
+    if (prc != DTRAIN_TOPO_OK) {
+        dtrain_snprintf(err, errlen, "%s", why);
+        rc = prc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED
+             : prc == DTRAIN_TOPO_ERR_INPUT ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
+        goto out;
+    }
+    const struct dtrain_task_placement *t = dtrain_plan_task(plan, p->rank);
+    if (t == NULL) {
+        dtrain_snprintf(err, errlen, "the planner has no task %d", p->rank);
+        goto out;
+    }
+    const struct dtrain_shape *planned = dtrain_plan_shape(plan);
+    p->tp = planned->tp;
+    p->pp = planned->pp;
+    p->dp = planned->dp;
+    p->tp_rank = t->tp_rank;
+    p->pp_rank = t->pp_rank;
+    p->dp_rank = t->dp_rank;
+    p->node = t->node;
+    p->nnodes = nnodes;
+    p->local_rank = t->local_rank;
+    p->local_size = K;
+    memcpy(p->cpus, t->cpulist, sizeof p->cpus);
+    p->cpus[sizeof p->cpus - 1] = '\0';
+    const char *warning = dtrain_plan_warning(plan);
+    if (warning != NULL)
+        dtrain_snprintf(p->warning, sizeof p->warning, "%s", warning);
+    p->placed_by_plugin = 0;
+    rc = DTRAIN_EXIT_OK;
+out:
+    dtrain_plan_free(plan);
+    dtrain_topo_free(topo);
+    return rc;
+}
+
+int dtrain_placement_resolve(const struct dtrain_shape_request *req, int pmi_rank, int pmi_size,
+                             struct dtrain_placement *out, char *err, size_t errlen)
+{
+    int procid, ntasks;
+    memset(out, 0, sizeof *out);
+    out->rank = pmi_rank;
+    out->world_size = pmi_size;
+    /* Slurm's view must agree with PMI2's: rank = SLURM_PROCID = PMI2 rank. */
+    if (env_int("SLURM_PROCID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &procid, err, errlen) != 0)
+        return DTRAIN_EXIT_USAGE;
+    if (procid != pmi_rank) {
+        dtrain_snprintf(err, errlen, "SLURM_PROCID=%d but PMI2 says rank %d: this is not the task srun started "
+                                     "(run dtrain-launch directly under srun --mpi=pmi2)",
+                        procid, pmi_rank);
+        return DTRAIN_EXIT_USAGE;
+    }
+    int nt = env_int("SLURM_STEP_NUM_TASKS", 1, DTRAIN_PLAN_MAX_WORLD, 0, &ntasks, err, errlen);
+    if (nt < 0)
+        return DTRAIN_EXIT_USAGE;
+    if (nt == 0 && ntasks != pmi_size) {
+        dtrain_snprintf(err, errlen, "SLURM_STEP_NUM_TASKS=%d but PMI2 says %d tasks", ntasks, pmi_size);
+        return DTRAIN_EXIT_USAGE;
+    }
+
+    const char *by = getenv(DTRAIN_ENV_PLACED_BY);
+    int rc = (by != NULL && strcmp(by, "spank") == 0) ? from_plugin(req, out, err, errlen)
+                                                      : plan_here(req, out, err, errlen);
+    if (rc != DTRAIN_EXIT_OK)
+        return rc;
+    if (out->rank != pmi_rank || out->world_size != pmi_size) {
+        dtrain_snprintf(err, errlen, "the dtrain plugin placed rank %d of %d but PMI2 says rank %d of %d: "
+                                     "the plugin and srun disagree (was the step started with other options?)",
+                        out->rank, out->world_size, pmi_rank, pmi_size);
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (out->placed_by_plugin) {
+        int nodeid = 0;
+        if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 0, &nodeid, err, errlen) < 0)
+            return DTRAIN_EXIT_USAGE;
+        out->node = nodeid;
+        if (env_int("SLURM_STEP_NUM_NODES", 1, DTRAIN_PLAN_MAX_WORLD, 0, &out->nnodes, err, errlen) < 0)
+            return DTRAIN_EXIT_USAGE;
+    }
+    return DTRAIN_EXIT_OK;
+}
+
+/* Bind this process to a cpulist; -1 with a reason when it cannot. */
+static int bind_cpus(const char *cpulist, char *why, size_t whylen)
+{
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    cpu_set_t mask;
+    int rc = -1;
+    if (set == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    CPU_ZERO(&mask);
+    if (hwloc_bitmap_list_sscanf(set, cpulist) != 0 || hwloc_bitmap_iszero(set)) {
+        dtrain_snprintf(why, whylen, "the planner's CPU list '%.64s' is not a CPU list", cpulist);
+        goto out;
+    }
+    int cpu;
+    hwloc_bitmap_foreach_begin(cpu, set) {
+        if (cpu >= CPU_SETSIZE) {
+            dtrain_snprintf(why, whylen, "CPU %d is beyond what sched_setaffinity takes", cpu);
+            goto out;
+        }
+        CPU_SET(cpu, &mask);
+    } hwloc_bitmap_foreach_end();
+    if (sched_setaffinity(0, sizeof mask, &mask) != 0) {
+        dtrain_snprintf(why, whylen, "sched_setaffinity(%.64s): %s", cpulist, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    hwloc_bitmap_free(set);
+    return rc;
+}
+
+int dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen)
+{
+    if (p->placed_by_plugin)
+        return 0;
+    char why[200];
+    if (p->cpus[0] != '\0' && bind_cpus(p->cpus, why, sizeof why) != 0) {
+        dtrain_snprintf(p->warning, sizeof p->warning, "not bound to CPUs %.64s: %s", p->cpus, why);
+        p->cpus[0] = '\0';
+    }
+    const struct { const char *name; int value; } ints[] = {
+        {DTRAIN_ENV_TP, p->tp},
+        {DTRAIN_ENV_PP, p->pp},
+        {DTRAIN_ENV_DP, p->dp},
+        {DTRAIN_ENV_TP_RANK, p->tp_rank},
+        {DTRAIN_ENV_PP_RANK, p->pp_rank},
+        {DTRAIN_ENV_DP_RANK, p->dp_rank},
+        {DTRAIN_ENV_RANK, p->rank},
+        {DTRAIN_ENV_WORLD_SIZE, p->world_size},
+        {DTRAIN_ENV_LOCAL_RANK, p->local_rank},
+        {DTRAIN_ENV_FW_RANK, p->rank},
+        {DTRAIN_ENV_FW_LOCAL_RANK, p->local_rank},
+        {DTRAIN_ENV_FW_WORLD_SIZE, p->world_size},
+        {DTRAIN_ENV_FW_LOCAL_WORLD_SIZE, p->local_size},
+    };
+    char text[16];
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (dtrain_snprintf(text, sizeof text, "%d", ints[i].value) != 0 || setenv(ints[i].name, text, 1) != 0) {
+            dtrain_snprintf(err, errlen, "setenv %s: %s", ints[i].name, strerror(errno));
+            return 1;
+        }
+    }
+    const struct { const char *name; const char *value; } strs[] = {
+        {DTRAIN_ENV_GPU, ""}, /* GPUs stay as Slurm set them: only the plugin places them */
+        {DTRAIN_ENV_CPUS, p->cpus},
+        {DTRAIN_ENV_PLACED_BY, "launcher"},
+    };
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        if (setenv(strs[i].name, strs[i].value, 1) != 0) {
+            dtrain_snprintf(err, errlen, "setenv %s: %s", strs[i].name, strerror(errno));
+            return 1;
+        }
+    }
+    return 0;
+}

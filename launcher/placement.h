@@ -1,0 +1,47 @@
+/* This task's place in the job: shape T x P x D, rank, coordinates, node.
+ *
+ * With the dtrain SPANK plugin (DTRAIN_PLACED_BY=spank) the placement comes
+ * from the plugin's environment and is checked against PMI2 and Slurm:
+ * PMI2 rank == SLURM_PROCID == DTRAIN_RANK, sizes equal, coordinates in the
+ * rank order of dtrain_plan.h, and --tp/--pp/--dp, when given, equal to the
+ * plugin's.  Without the plugin the launcher plans the job itself with the
+ * same planner (CPU placement: each task gets its share of its node's CPUs,
+ * GPUs are left as Slurm set them); T, P, D come from the options, else from
+ * DTRAIN_TP/PP/DP in the environment, else 1, 1 and world / (T*P).
+ * Errors return a code of dtrain_exit.h (2 mismatch or bad input, 3 shape
+ * refused, 1 internal) with one line in err (no program prefix). */
+#ifndef DTRAIN_LAUNCH_PLACEMENT_H
+#define DTRAIN_LAUNCH_PLACEMENT_H
+
+#include <stddef.h>
+
+#include "dtrain_topo.h"
+
+/* The shape asked for on the command line; 0 = not given. */
+struct dtrain_shape_request {
+    int tp, pp, dp;
+};
+
+struct dtrain_placement {
+    int rank, world_size;
+    int tp, pp, dp;                 /* T, P, D */
+    int tp_rank, pp_rank, dp_rank;
+    int node, nnodes;
+    int local_rank, local_size;
+    int placed_by_plugin;           /* 1: DTRAIN_PLACED_BY=spank; 0: planned here */
+    char cpus[DTRAIN_TOPO_CPULIST_LEN]; /* the task's CPUs, "" when not known */
+    char warning[256];              /* a line to print once (rank 0), or "" */
+};
+
+/* Resolve the placement of the task with this PMI2 rank and size. */
+int dtrain_placement_resolve(const struct dtrain_shape_request *req, int pmi_rank, int pmi_size,
+                             struct dtrain_placement *out, char *err, size_t errlen);
+
+/* When the launcher planned the task: bind it to its CPUs and export the
+ * placement variables of common/dtrain_env.h with DTRAIN_PLACED_BY=launcher
+ * (the plugin's variables are left as they are).  A binding that the system
+ * refuses is not an error: DTRAIN_CPUS is then left empty and *warning says
+ * why.  Returns 0, or 1 with one line in err. */
+int dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# dtrain-launch under a real local Slurm (scripts/local-cluster: munged,
+# slurmctld, 2 slurmd on loopback): the PMI2 bootstrap of 16 tasks on 2 nodes
+# with T=4 P=2 (D=2), without the SPANK plugin (the launcher plans) and with
+# it; every member of each group holds the same id, groups differ, ranks and
+# coordinates follow the rank order; a child PROGRAM sees the documented
+# variables and its TP group connects through the inherited sockets; the
+# failure paths (no PMI2, refused shape, fence timeout, a task failing alone).
+. "$abs_top_srcdir/tests/tap.sh"
+. "$abs_top_srcdir/tests/slurm/lib.sh"
+need_cluster_tools
+command -v python3 >/dev/null 2>&1 || skip_all "python3 not installed (apt-get install python3)"
+
+launch=$abs_top_builddir/launcher/dtrain-launch
+checker=$abs_srcdir/check_bootstrap.py
+shape=(-N2 -n16 --ntasks-per-node=8 --mpi=pmi2)
+
+# step DIR NAME SRUN-ARGS...: run srun on DIR's cluster, stdout in
+# DIR/NAME.out, stderr in DIR/NAME.err; sets $rc.
+step() {
+  local d=$1 name=$2
+  shift 2
+  in_cluster "$d" timeout 120 srun "$@" >"$d/$name.out" 2>"$d/$name.err"
+  rc=$?
+}
+
+# verified DESC CHECKER-ARGS...: one test point from check_bootstrap.py.
+verified() {
+  local desc=$1 out
+  shift
+  if out=$(python3 "$checker" "$@" 2>&1); then pass "$desc"; else fail "$desc"; printf '%s\n' "$out" | sed 's/^/# /'; fi
+}
+
+# show_err FILE...: after a failed step, its messages (not the JSON lines).
+show_err() { [ "$rc" -eq 0 ] || cat "$@" 2>/dev/null | grep -v '^{' | sed 's/^/# /' | head -20; }
+
+new_cluster_dir launcher; d=$LC_NEW
+out=$(lc start --dir "$d" 2>&1)
+rc=$?
+check "a 2-node cluster without the dtrain plugin starts" [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+
+# ---- the launcher plans: 16 tasks, T=4 P=2
+# srun cuts output lines longer than 1 KiB: one output file per task.
+step "$d" json "${shape[@]}" -o "$d/json.%t" "$launch" --json --tp 4 --pp 2
+check "srun -N2 -n16 --mpi=pmi2 dtrain-launch --json --tp 4 --pp 2 exits 0" [ "$rc" -eq 0 ]
+show_err "$d/json.err" "$d"/json.[0-9]*
+verified "launcher's plan: ranks and coordinates right, one fence, each group's members hold the same id, groups differ" \
+  report 4 2 2 8 launcher cpu "$d"/json.[0-9]*
+
+step "$d" print "${shape[@]}" -o "$d/print.%t" "$launch" --print --tp 4 --pp 2
+cat "$d"/print.[0-9]* >"$d/print.out"
+lines=$(grep -c '^rank=.* placed_by=launcher backend=cpu fences=1 bootstrap_us=[0-9]* ' "$d/print.out")
+check "--print: 16 key=value lines, one fence each" [ "$rc" -eq 0 -a "$lines" -eq 16 ]
+tp0=$(grep -o ' tp.key=dt.tp.0 .* tp.id=[^ ]*' "$d/print.out" | sed 's/.* tp.id=//' | sort -u | wc -l)
+check "--print: the 4 members of dt.tp.0 print one id" [ "$(grep -c ' tp.key=dt.tp.0 ' "$d/print.out")" -eq 4 -a "$tp0" -eq 1 ]
+
+step "$d" nccl "${shape[@]}" -o "$d/nccl.%t" "$launch" --json --tp 4 --pp 2 --backend nccl
+if cat "$d/nccl.err" "$d"/nccl.[0-9]* | grep -q "built without CUDA/NCCL"; then
+  skip_test "built without CUDA/NCCL: the nccl backend's ids are not exchanged"
+else
+  show_err "$d/nccl.err" "$d"/nccl.[0-9]*
+  verified "--backend nccl: ncclGetUniqueId ids, each group's members hold the same id" \
+    report 4 2 2 8 launcher nccl "$d"/nccl.[0-9]*
+fi
+
+# ---- a child PROGRAM: documented variables, inherited listening sockets
+step "$d" child "${shape[@]}" -o "$d/child.%t" "$launch" --tp 4 --pp 2 -- python3 "$checker" child
+check "dtrain-launch -- PROGRAM exits 0" [ "$rc" -eq 0 ]
+show_err "$d/child.err" "$d"/child.[0-9]*
+verified "the child sees DTRAIN_COMM_* and the placement, no PMI_*, leaders' sockets listen, TP groups connect" \
+  children "$d"/child.[0-9]* 4 2 2
+
+# ---- failures
+step "$d" nopmi -N1 -n2 --mpi=none "$launch" --print
+n=$(grep -c '^dtrain-launch: not started by srun --mpi=pmi2 (no PMI2 environment): run it as `srun --mpi=pmi2 dtrain-launch ...`$' "$d/nopmi.err")
+check "under srun without --mpi=pmi2: exit 2 and how to launch, from each task" [ "$rc" -eq 2 -a "$n" -eq 2 ]
+
+step "$d" uneven -N2 -n16 --mpi=pmi2 "$launch" --print --tp 4
+check "16 tasks spread 15+1 over 2 nodes: exit 3, asks for --ntasks-per-node" \
+  [ "$rc" -eq 3 -a "$(grep -c 'ntasks-per-node' "$d/uneven.err")" -eq 16 ]
+
+step "$d" shape "${shape[@]}" "$launch" --print --tp 4 --pp 2 --dp 4
+check "T*P*D unlike the task count: exit 3 from every task" [ "$rc" -eq 3 -a "$(grep -c 'T\*P\*D' "$d/shape.err")" -eq 16 ]
+
+step "$d" timeout -N2 -n2 --mpi=pmi2 bash -c \
+  'if [ "$SLURM_PROCID" = 1 ]; then exit 0; fi; exec "$0" --timeout 2 --print' "$launch"
+check "a task that never reaches the fence: the others exit 75 (requeue) after --timeout, saying why" \
+  [ "$rc" -eq 75 -a "$(grep -c 'PMI2_KVS_Fence did not return within 2 s' "$d/timeout.err")" -eq 1 ]
+
+step "$d" alone -N2 -n4 --ntasks-per-node=2 --mpi=pmi2 bash -c \
+  'if [ "$SLURM_PROCID" = 1 ]; then set -- --comm-iface no-such-if0; fi; exec "$0" --timeout 100 --print "$@"' "$launch"
+check "a task failing alone (no interface) says why and ends the step, not a fence timeout or a requeue" \
+  [ "$rc" -ne 0 -a "$rc" -ne 75 -a "$(grep -c "rank 1: --comm-iface: interface 'no-such-if0'" "$d/alone.err")" -ge 1 \
+    -a "$(grep -c 'did not return within' "$d/alone.err")" -eq 0 ]
+
+lc stop --dir "$d" >/dev/null 2>&1
+
+# ---- with the dtrain SPANK plugin: its placement, checked by the launcher
+plugin=$abs_top_builddir/spank_plugin/.libs/dtrain.so
+if [ ! -f "$plugin" ]; then
+  for i in 1 2 3; do skip_test "the dtrain plugin is not built ($plugin)"; done
+elif "$abs_top_builddir/config.status" --config | grep -q -- --enable-sanitizers; then
+  for i in 1 2 3; do skip_test "sanitizer build: the plugin is not loaded into slurmstepd"; done
+else
+  new_cluster_dir plugin; dp=$LC_NEW
+  out=$(lc start --dir "$dp" --plugin "$plugin" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    fail "a cluster with the dtrain plugin starts"
+    printf '%s\n' "$out" | sed 's/^/# /'
+  else
+    step "$dp" json "${shape[@]}" --dtrain-tp=4 --dtrain-pp=2 -o "$dp/json.%t" "$launch" --json
+    check "with the plugin: srun --dtrain-tp=4 --dtrain-pp=2 dtrain-launch --json exits 0" [ "$rc" -eq 0 ]
+    show_err "$dp/json.err" "$dp"/json.[0-9]*
+    verified "with the plugin: its placement is used (placed_by=spank), each group's members hold the same id" \
+      report 4 2 2 8 spank cpu "$dp"/json.[0-9]*
+    step "$dp" mismatch "${shape[@]}" --dtrain-tp=4 --dtrain-pp=2 "$launch" --print --tp 2
+    check "with the plugin: --tp 2 against --dtrain-tp=4 is exit 2 saying so" \
+      [ "$rc" -eq 2 -a "$(grep -c -- '--tp 2 disagrees with DTRAIN_TP=4' "$dp/mismatch.err")" -eq 16 ]
+  fi
+fi
+done_testing
