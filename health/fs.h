@@ -1,0 +1,14 @@
+/* dtrain-health: free space of a filesystem, in a bounded child.
+ *
+ * statvfs() on a hung network filesystem (the checkpoint store is often
+ * NFS or Lustre) blocks forever; here it is cut off after timeout_ms. */
+#ifndef DTRAIN_HEALTH_FS_H
+#define DTRAIN_HEALTH_FS_H
+
+#include "facts.h"
+
+/* Fill out for the directory at path.  out->ok = 0 with out->error when the
+ * path is missing, not a directory, or did not answer in time. */
+void health_fs_probe(const char *path, int timeout_ms, struct health_fs_facts *out);
+
+#endif

@@ -1,0 +1,514 @@
+/* dtrain-health site config: strict JSON reading; see config.h.
+ *
+ * The schema is a table (struct key_spec) per JSON object: each known key
+ * says its type, where it goes in struct health_config and its range, so
+ * that unknown keys, wrong types and bad values all get the same kind of
+ * one-line answer naming the key's full path. */
+#include "site_config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtrain_parse.h"
+
+static const char *const check_names[HEALTH_CHECK_COUNT] = {
+    [HEALTH_CHECK_GPU_COUNT] = "gpu_count",
+    [HEALTH_CHECK_GPU_MODEL] = "gpu_model",
+    [HEALTH_CHECK_NVLINK] = "nvlink",
+    [HEALTH_CHECK_NVML] = "nvml",
+    [HEALTH_CHECK_ECC] = "ecc",
+    [HEALTH_CHECK_RETIRED_MEMORY] = "retired_memory",
+    [HEALTH_CHECK_XID] = "xid",
+    [HEALTH_CHECK_NVLINK_ERRORS] = "nvlink_errors",
+    [HEALTH_CHECK_GPU_MEMORY] = "gpu_memory",
+    [HEALTH_CHECK_GPU_PROCESSES] = "gpu_processes",
+    [HEALTH_CHECK_CHECKPOINT_FS] = "checkpoint_fs",
+    [HEALTH_CHECK_SHM] = "shm",
+    [HEALTH_CHECK_INFINIBAND] = "infiniband",
+};
+
+const char *health_check_name(enum health_check_id id)
+{
+    return (id >= 0 && id < HEALTH_CHECK_COUNT) ? check_names[id] : "unknown";
+}
+
+void health_config_defaults(struct health_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    dtrain_snprintf(cfg->sysfs_root, sizeof(cfg->sysfs_root), "/sys");
+    cfg->gpu_count = -1;
+    for (int i = 0; i < HEALTH_CHECK_COUNT; i++)
+        cfg->enabled[i] = 1;
+    cfg->timeout_ms.topology = 10000;
+    cfg->timeout_ms.nvml = 15000;   /* nvmlInit alone takes seconds without persistence mode */
+    cfg->timeout_ms.filesystem = 5000;
+    cfg->timeout_ms.infiniband = 2000;
+    cfg->timeout_ms.drain = 10000;
+    cfg->nvlink.tolerance_percent = 0;
+    cfg->ecc.max_uncorrected = 0;
+    cfg->ecc.max_corrected = HEALTH_NO_LIMIT;
+    cfg->retired.max_retired_pages = 60;   /* NVIDIA's RMA threshold for page retirement */
+    cfg->retired.max_uncorrected_rows = HEALTH_NO_LIMIT;
+    /* Application faults that say nothing about the GPU's health:
+     * 13 graphics engine exception, 31 MMU fault, 43 reset channel
+     * verification error, 45 preemptive cleanup. */
+    static const unsigned benign_xids[] = {13, 31, 43, 45};
+    cfg->xid.nignore = (int)(sizeof(benign_xids) / sizeof(benign_xids[0]));
+    memcpy(cfg->xid.ignore, benign_xids, sizeof(benign_xids));
+    cfg->nvlink_errors.max_replay = HEALTH_NO_LIMIT;
+    cfg->nvlink_errors.max_recovery = 0;
+    cfg->nvlink_errors.max_crc = HEALTH_NO_LIMIT;
+    cfg->gpu_memory_max_used = 2LL << 30;  /* driver-reserved memory counts as used */
+    cfg->gpu_processes_grace_ms = 2000;
+    dtrain_snprintf(cfg->shm.path, sizeof(cfg->shm.path), "/dev/shm");
+    cfg->shm.min_free_bytes = 1LL << 30;
+}
+
+int health_parse_size(const char *text, const char *what, long long *out, char *err, size_t errlen)
+{
+    static const struct { const char *suffix; long long mult; } units[] = {
+        {"", 1}, {"B", 1},
+        {"KB", 1000LL}, {"MB", 1000LL * 1000}, {"GB", 1000LL * 1000 * 1000}, {"TB", 1000LL * 1000 * 1000 * 1000},
+        {"KiB", 1LL << 10}, {"MiB", 1LL << 20}, {"GiB", 1LL << 30}, {"TiB", 1LL << 40},
+    };
+    char digits[32];
+    size_t n = 0;
+    while (text[n] >= '0' && text[n] <= '9')
+        n++;
+    if (n == 0 || n >= sizeof(digits))
+        goto bad;
+    memcpy(digits, text, n);
+    digits[n] = '\0';
+    for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
+        if (strcmp(text + n, units[u].suffix) != 0)
+            continue;
+        long v;
+        char sub[128];
+        long long limit = (1LL << 60) / units[u].mult;
+        if (dtrain_parse_int(digits, 0, (long)limit, what, &v, sub, sizeof(sub)) != 0)
+            goto bad;
+        *out = (long long)v * units[u].mult;
+        return 0;
+    }
+bad:
+    dtrain_snprintf(err, errlen, "%s: '%.64s' is not a size (write bytes as a whole number, or e.g. \"100GiB\", \"512MB\")",
+                    what, text);
+    return -1;
+}
+
+/* ------------------------------------------------------------ the schema */
+enum key_type {
+    K_BOOL,    /* int: true/false */
+    K_INT,     /* int in [min, max] */
+    K_LIMIT,   /* long long >= 0, or null = HEALTH_NO_LIMIT */
+    K_SIZE,    /* long long bytes: integer or "100GiB" */
+    K_NUMBER,  /* double in [min, max] */
+    K_TEXT,    /* char[size] */
+    K_PATH,    /* char[size], "%n" expanded to the node name */
+    K_OBJECT,  /* nested table */
+    K_CUSTOM,  /* parsed by a function */
+};
+
+struct parse_ctx;
+struct key_spec {
+    const char *name;
+    enum key_type type;
+    size_t offset;  /* into struct health_config */
+    size_t size;    /* K_TEXT/K_PATH buffer size */
+    double min, max;
+    const struct key_spec *fields;  /* K_OBJECT: NULL-terminated table */
+    int (*custom)(struct parse_ctx *ctx, const char *where, json_t *value);
+};
+
+struct parse_ctx {
+    struct health_config *cfg;
+    const char *node;
+    char *err;
+    size_t errlen;
+};
+
+#define CFG_OFF(member) offsetof(struct health_config, member)
+#define CFG_SIZE(member) sizeof(((struct health_config *)0)->member)
+#define ENABLED(id) {"enabled", K_BOOL, CFG_OFF(enabled[id]), 0, 0, 0, NULL, NULL}
+#define MS(name, member) {name, K_INT, CFG_OFF(member), 0, 1, 3600000, NULL, NULL}
+#define LIMIT(name, member) {name, K_LIMIT, CFG_OFF(member), 0, 0, 0, NULL, NULL}
+#define PATH(name, member) {name, K_PATH, CFG_OFF(member), CFG_SIZE(member), 0, 0, NULL, NULL}
+#define SIZE(name, member) {name, K_SIZE, CFG_OFF(member), 0, 0, 0, NULL, NULL}
+#define OBJECT(name, table) {name, K_OBJECT, 0, 0, 0, 0, table, NULL}
+#define CUSTOM(name, fn) {name, K_CUSTOM, 0, 0, 0, 0, NULL, fn}
+#define END {NULL, K_BOOL, 0, 0, 0, 0, NULL, NULL}
+
+static int parse_topology(struct parse_ctx *ctx, const char *where, json_t *value);
+static int parse_ecc_counter(struct parse_ctx *ctx, const char *where, json_t *value);
+static int parse_xid_ignore(struct parse_ctx *ctx, const char *where, json_t *value);
+static int parse_ib_ports(struct parse_ctx *ctx, const char *where, json_t *value);
+
+static const struct key_spec gpus_keys[] = {
+    {"count", K_INT, CFG_OFF(gpu_count), 0, 0, HEALTH_MAX_GPUS, NULL, NULL},
+    {"model", K_TEXT, CFG_OFF(gpu_model), CFG_SIZE(gpu_model), 0, 0, NULL, NULL},
+    END,
+};
+static const struct key_spec timeout_keys[] = {
+    MS("topology", timeout_ms.topology), MS("nvml", timeout_ms.nvml),
+    MS("filesystem", timeout_ms.filesystem), MS("infiniband", timeout_ms.infiniband),
+    MS("drain", timeout_ms.drain), END,
+};
+static const struct key_spec gpu_count_keys[] = {ENABLED(HEALTH_CHECK_GPU_COUNT), END};
+static const struct key_spec gpu_model_keys[] = {ENABLED(HEALTH_CHECK_GPU_MODEL), END};
+static const struct key_spec nvlink_keys[] = {
+    ENABLED(HEALTH_CHECK_NVLINK),
+    {"min_bandwidth_gbps", K_NUMBER, CFG_OFF(nvlink.min_bandwidth_gbps), 0, 0, 100000, NULL, NULL},
+    PATH("reference_topology", nvlink.reference),
+    {"tolerance_percent", K_NUMBER, CFG_OFF(nvlink.tolerance_percent), 0, 0, 100, NULL, NULL},
+    {"min_largest_island", K_INT, CFG_OFF(nvlink.min_largest_island), 0, 0, HEALTH_MAX_GPUS, NULL, NULL},
+    {"min_active_links", K_INT, CFG_OFF(nvlink.min_active_links), 0, 0, HEALTH_MAX_NVLINKS, NULL, NULL},
+    END,
+};
+static const struct key_spec nvml_keys[] = {ENABLED(HEALTH_CHECK_NVML), END};
+static const struct key_spec ecc_keys[] = {
+    ENABLED(HEALTH_CHECK_ECC), CUSTOM("counter", parse_ecc_counter),
+    LIMIT("max_uncorrected", ecc.max_uncorrected), LIMIT("max_corrected", ecc.max_corrected), END,
+};
+static const struct key_spec retired_keys[] = {
+    ENABLED(HEALTH_CHECK_RETIRED_MEMORY), LIMIT("max_retired_pages", retired.max_retired_pages),
+    LIMIT("max_uncorrected_remapped_rows", retired.max_uncorrected_rows), END,
+};
+static const struct key_spec xid_keys[] = {
+    ENABLED(HEALTH_CHECK_XID),
+    {"wait_ms", K_INT, CFG_OFF(xid.wait_ms), 0, 0, 600000, NULL, NULL},
+    CUSTOM("ignore", parse_xid_ignore), END,
+};
+static const struct key_spec nvlink_errors_keys[] = {
+    ENABLED(HEALTH_CHECK_NVLINK_ERRORS), LIMIT("max_replay", nvlink_errors.max_replay),
+    LIMIT("max_recovery", nvlink_errors.max_recovery), LIMIT("max_crc", nvlink_errors.max_crc), END,
+};
+static const struct key_spec gpu_memory_keys[] = {
+    ENABLED(HEALTH_CHECK_GPU_MEMORY), SIZE("max_used", gpu_memory_max_used), END,
+};
+static const struct key_spec gpu_processes_keys[] = {
+    ENABLED(HEALTH_CHECK_GPU_PROCESSES),
+    {"grace_ms", K_INT, CFG_OFF(gpu_processes_grace_ms), 0, 0, 600000, NULL, NULL}, END,
+};
+static const struct key_spec checkpoint_keys[] = {
+    ENABLED(HEALTH_CHECK_CHECKPOINT_FS), PATH("path", checkpoint_fs.path),
+    SIZE("min_free", checkpoint_fs.min_free_bytes), END,
+};
+static const struct key_spec shm_keys[] = {
+    ENABLED(HEALTH_CHECK_SHM), PATH("path", shm.path), SIZE("min_free", shm.min_free_bytes), END,
+};
+static const struct key_spec infiniband_keys[] = {
+    ENABLED(HEALTH_CHECK_INFINIBAND), CUSTOM("ports", parse_ib_ports),
+    {"min_rate_gbps", K_NUMBER, CFG_OFF(infiniband.min_rate_gbps), 0, 0, 100000, NULL, NULL}, END,
+};
+static const struct key_spec checks_keys[] = {
+    OBJECT("gpu_count", gpu_count_keys), OBJECT("gpu_model", gpu_model_keys),
+    OBJECT("nvlink", nvlink_keys), OBJECT("nvml", nvml_keys), OBJECT("ecc", ecc_keys),
+    OBJECT("retired_memory", retired_keys), OBJECT("xid", xid_keys),
+    OBJECT("nvlink_errors", nvlink_errors_keys), OBJECT("gpu_memory", gpu_memory_keys),
+    OBJECT("gpu_processes", gpu_processes_keys), OBJECT("checkpoint_fs", checkpoint_keys),
+    OBJECT("shm", shm_keys), OBJECT("infiniband", infiniband_keys), END,
+};
+static const struct key_spec top_keys[] = {
+    CUSTOM("topology", parse_topology),
+    PATH("sysfs_root", sysfs_root),
+    PATH("nvml_library", nvml_library),
+    OBJECT("gpus", gpus_keys),
+    OBJECT("timeouts_ms", timeout_keys),
+    OBJECT("checks", checks_keys),
+    END,
+};
+
+/* ------------------------------------------------------------ values */
+static int fail(struct parse_ctx *ctx, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct parse_ctx *ctx, const char *where, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    dtrain_snprintf(ctx->err, ctx->errlen, "%s: %s: %s", ctx->cfg->file, where, what);
+    return -1;
+}
+
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "a whole number";
+    case JSON_REAL: return "a number with a fraction";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "something else";
+}
+
+/* Copy text with "%n" replaced by the node name and "%%" by "%". */
+static int expand_path(struct parse_ctx *ctx, const char *where, const char *text, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (const char *p = text; *p; p++) {
+        const char *piece = NULL;
+        char one[2] = {*p, '\0'};
+        if (p[0] == '%' && p[1] == 'n') {
+            if (!ctx->node || !ctx->node[0])
+                return fail(ctx, where, "'%.200s' uses %%n but the node name is unknown (give --node)", text);
+            piece = ctx->node;
+            p++;
+        } else if (p[0] == '%' && p[1] == '%') {
+            piece = "%";
+            p++;
+        } else {
+            piece = one;
+        }
+        size_t len = strlen(piece);
+        if (o + len >= outlen)
+            return fail(ctx, where, "'%.200s' is too long once expanded", text);
+        memcpy(out + o, piece, len);
+        o += len;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+static int parse_value(struct parse_ctx *ctx, const struct key_spec *spec, const char *where, json_t *v)
+{
+    char *base = (char *)ctx->cfg;
+    char num[64];
+    switch (spec->type) {
+    case K_BOOL:
+        if (!json_is_boolean(v))
+            return fail(ctx, where, "expected true or false, got %s", json_kind(v));
+        *(int *)(base + spec->offset) = json_is_true(v);
+        return 0;
+    case K_INT: {
+        if (!json_is_integer(v) || json_integer_value(v) < spec->min || json_integer_value(v) > spec->max) {
+            dtrain_snprintf(num, sizeof(num), "%.0f to %.0f", spec->min, spec->max);
+            if (!json_is_integer(v))
+                return fail(ctx, where, "expected a whole number, got %s", json_kind(v));
+            return fail(ctx, where, "out of range (use a whole number from %s)", num);
+        }
+        *(int *)(base + spec->offset) = (int)json_integer_value(v);
+        return 0;
+    }
+    case K_LIMIT:
+        if (json_is_null(v)) {
+            *(long long *)(base + spec->offset) = HEALTH_NO_LIMIT;
+            return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return fail(ctx, where, "expected a whole number >= 0, or null for no limit; got %s",
+                        json_is_integer(v) ? "a negative number" : json_kind(v));
+        *(long long *)(base + spec->offset) = (long long)json_integer_value(v);
+        return 0;
+    case K_SIZE:
+        if (json_is_integer(v) && json_integer_value(v) >= 0) {
+            *(long long *)(base + spec->offset) = (long long)json_integer_value(v);
+            return 0;
+        }
+        if (json_is_string(v)) {
+            char sub[256];
+            if (health_parse_size(json_string_value(v), where, (long long *)(base + spec->offset),
+                                  sub, sizeof(sub)) == 0)
+                return 0;
+            dtrain_snprintf(ctx->err, ctx->errlen, "%s: %s", ctx->cfg->file, sub);
+            return -1;
+        }
+        return fail(ctx, where, "expected a size (bytes, or a string like \"100GiB\"), got %s", json_kind(v));
+    case K_NUMBER: {
+        if (!json_is_number(v))
+            return fail(ctx, where, "expected a number, got %s", json_kind(v));
+        double d = json_number_value(v);
+        if (!(d >= spec->min && d <= spec->max)) {
+            dtrain_snprintf(num, sizeof(num), "%g to %g", spec->min, spec->max);
+            return fail(ctx, where, "out of range (use a number from %s)", num);
+        }
+        *(double *)(base + spec->offset) = d;
+        return 0;
+    }
+    case K_TEXT:
+    case K_PATH: {
+        if (!json_is_string(v))
+            return fail(ctx, where, "expected a string, got %s", json_kind(v));
+        const char *s = json_string_value(v);
+        if (strlen(s) != json_string_length(v))
+            return fail(ctx, where, "the string contains a NUL byte");
+        if (spec->type == K_PATH)
+            return expand_path(ctx, where, s, base + spec->offset, spec->size);
+        if (dtrain_snprintf(base + spec->offset, spec->size, "%s", s) != 0)
+            return fail(ctx, where, "'%.64s...' is too long", s);
+        return 0;
+    }
+    case K_OBJECT:
+    case K_CUSTOM:
+        break;
+    }
+    return fail(ctx, where, "internal error: unhandled key type");
+}
+
+static int parse_object(struct parse_ctx *ctx, const struct key_spec *table, const char *prefix, json_t *obj)
+{
+    const char *key;
+    json_t *value;
+    if (!json_is_object(obj))
+        return fail(ctx, prefix[0] ? prefix : "(top level)", "expected an object {...}, got %s", json_kind(obj));
+    json_object_foreach(obj, key, value) {
+        char where[256];
+        dtrain_snprintf(where, sizeof(where), "%s%s%s", prefix, prefix[0] ? "." : "", key);
+        const struct key_spec *spec = table;
+        while (spec->name && strcmp(spec->name, key) != 0)
+            spec++;
+        if (!spec->name) {
+            char known[512] = "";
+            size_t used = 0;
+            for (const struct key_spec *s = table; s->name; s++) {
+                int n = snprintf(known + used, sizeof(known) - used, "%s%s", used ? ", " : "", s->name);
+                if (n < 0 || (size_t)n >= sizeof(known) - used)
+                    break;
+                used += (size_t)n;
+            }
+            return fail(ctx, where, "unknown key (known: %s)", known);
+        }
+        int rc;
+        if (spec->type == K_OBJECT)
+            rc = parse_object(ctx, spec->fields, where, value);
+        else if (spec->type == K_CUSTOM)
+            rc = spec->custom(ctx, where, value);
+        else
+            rc = parse_value(ctx, spec, where, value);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ special keys */
+static int parse_topology(struct parse_ctx *ctx, const char *where, json_t *value)
+{
+    if (!json_is_string(value))
+        return fail(ctx, where, "expected \"live\" or the path of a saved hwloc XML file, got %s", json_kind(value));
+    if (strcmp(json_string_value(value), "live") == 0) {
+        ctx->cfg->topology[0] = '\0';
+        return 0;
+    }
+    if (json_string_value(value)[0] == '\0')
+        return fail(ctx, where, "empty (write \"live\" or a path)");
+    return expand_path(ctx, where, json_string_value(value), ctx->cfg->topology, sizeof(ctx->cfg->topology));
+}
+
+static int parse_ecc_counter(struct parse_ctx *ctx, const char *where, json_t *value)
+{
+    const char *s = json_is_string(value) ? json_string_value(value) : "";
+    if (strcmp(s, "volatile") == 0)
+        ctx->cfg->ecc.aggregate = 0;
+    else if (strcmp(s, "aggregate") == 0)
+        ctx->cfg->ecc.aggregate = 1;
+    else
+        return fail(ctx, where, "expected \"volatile\" or \"aggregate\", got %s",
+                    json_is_string(value) ? "another string" : json_kind(value));
+    return 0;
+}
+
+static int parse_xid_ignore(struct parse_ctx *ctx, const char *where, json_t *value)
+{
+    size_t i;
+    json_t *item;
+    if (!json_is_array(value))
+        return fail(ctx, where, "expected an array of XID numbers, got %s", json_kind(value));
+    if (json_array_size(value) > HEALTH_MAX_IGNORED_XIDS)
+        return fail(ctx, where, "too many entries (at most 64)");
+    json_array_foreach(value, i, item) {
+        if (!json_is_integer(item) || json_integer_value(item) < 1 || json_integer_value(item) > 65535)
+            return fail(ctx, where, "entries must be XID numbers from 1 to 65535, got %s",
+                        json_is_integer(item) ? "a number out of range" : json_kind(item));
+        ctx->cfg->xid.ignore[i] = (unsigned)json_integer_value(item);
+    }
+    ctx->cfg->xid.nignore = (int)json_array_size(value);
+    return 0;
+}
+
+static int parse_ib_ports(struct parse_ctx *ctx, const char *where, json_t *value)
+{
+    size_t i;
+    json_t *item;
+    if (!json_is_array(value))
+        return fail(ctx, where, "expected an array like [\"mlx5_0:1\"], got %s", json_kind(value));
+    if (json_array_size(value) > HEALTH_MAX_IB_PORTS)
+        return fail(ctx, where, "too many ports (at most 64)");
+    json_array_foreach(value, i, item) {
+        struct health_ib_port_spec *p = &ctx->cfg->infiniband.ports[i];
+        const char *s = json_is_string(item) ? json_string_value(item) : NULL;
+        const char *colon = s ? strrchr(s, ':') : NULL;
+        long port;
+        char sub[128];
+        if (!colon || colon == s || (size_t)(colon - s) >= sizeof(p->device) || strchr(s, '/') ||
+            dtrain_parse_int(colon + 1, 1, 255, "port", &port, sub, sizeof(sub)) != 0)
+            return fail(ctx, where, "entries must be \"DEVICE:PORT\" such as \"mlx5_0:1\", got '%.64s'",
+                        s ? s : json_kind(item));
+        memcpy(p->device, s, (size_t)(colon - s));
+        p->device[colon - s] = '\0';
+        p->port = (unsigned)port;
+    }
+    ctx->cfg->infiniband.nports = (int)json_array_size(value);
+    return 0;
+}
+
+/* ------------------------------------------------------------ load */
+/* Files named by the config must be readable now: a typo is a config
+ * error (exit 2), not a sick node. */
+static int check_readable(struct parse_ctx *ctx, const char *where, const char *path)
+{
+    struct stat st;
+    if (!path[0])
+        return 0;
+    if (stat(path, &st) != 0 || access(path, R_OK) != 0)
+        return fail(ctx, where, "cannot read %s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return fail(ctx, where, "%s is not a regular file", path);
+    return 0;
+}
+
+int health_config_load(const char *path, const char *node, struct health_config *cfg,
+                       char *err, size_t errlen)
+{
+    struct parse_ctx ctx = {.cfg = cfg, .node = node, .err = err, .errlen = errlen};
+    json_error_t jerr;
+    int rc = -1;
+
+    health_config_defaults(cfg);
+    if (dtrain_snprintf(cfg->file, sizeof(cfg->file), "%s", path) != 0) {
+        dtrain_snprintf(err, errlen, "config path too long: %.64s...", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        dtrain_snprintf(err, errlen, "cannot read the config %s: %s (give --config FILE)", path,
+                        f ? "not a regular file" : strerror(errno));
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!root) {
+        dtrain_snprintf(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
+        return -1;
+    }
+    rc = parse_object(&ctx, top_keys, "", root);
+    json_decref(root);
+    if (rc == 0)
+        rc = check_readable(&ctx, "topology", cfg->topology);
+    if (rc == 0)
+        rc = check_readable(&ctx, "checks.nvlink.reference_topology", cfg->nvlink.reference);
+    return rc;
+}

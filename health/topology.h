@@ -1,0 +1,18 @@
+/* dtrain-health: the node's GPU topology (libdtrain-topo), in a bounded child.
+ *
+ * Loads the node (live hwloc, which honours HWLOC_XMLFILE, or a saved XML
+ * file) and, when the config names one, the reference topology of a healthy
+ * node of the same kind, and copies what the checks need (GPUs, models, the
+ * bandwidth matrix, the largest NVLink island) into plain facts. */
+#ifndef DTRAIN_HEALTH_TOPOLOGY_H
+#define DTRAIN_HEALTH_TOPOLOGY_H
+
+#include "facts.h"
+
+/* node_xml: "" for live, else a saved hwloc XML path; reference_xml: "" for
+ * none.  After timeout_ms the load is abandoned: out->node.ok = 0 with the
+ * reason in out->node.error. */
+void health_topology_probe(const char *node_xml, const char *reference_xml, int timeout_ms,
+                           struct health_topo_facts *out);
+
+#endif

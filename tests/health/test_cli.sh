@@ -1,0 +1,3 @@
+#!/bin/sh
+. "${DTRAIN_TAP_SH:?}"
+done_testing
