@@ -2,7 +2,8 @@
  * round, then run the training in-process or a PROGRAM with the result in
  * its environment.
  *
- *   srun --mpi=pmi2 dtrain-launch [options] [-- PROGRAM ARGS...]
+ *   srun --mpi=pmi2 dtrain-launch [options] [CONFIG.json [TRAINER FLAGS...]]
+ *   srun --mpi=pmi2 dtrain-launch [options] -- PROGRAM ARGS...
  *
  * Order: options -> PMI2_Init -> placement (plugin's, checked; or planned
  * here) -> ids, puts, ONE fence, gets -> PMI2_Finalize -> hand-off.
@@ -22,6 +23,7 @@
 #include "handoff.h"
 #include "placement.h"
 #include "pmi.h"
+#include "dtrain_train.h"
 #include "report.h"
 
 #define PROG "dtrain-launch"
@@ -37,14 +39,19 @@ struct options {
     int timeout_s;
     enum output_mode output;
     char **program; /* argv after "--", NULL when none */
+    int trainer_argc; /* the in-process trainer's arguments: CONFIG.json and flags */
+    char **trainer_argv;
 };
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: srun --mpi=pmi2 " PROG " [options] [-- PROGRAM [ARGS...]]\n"
+            "usage: srun --mpi=pmi2 " PROG " [options] [CONFIG.json] [TRAINER FLAGS...]\n"
+            "       srun --mpi=pmi2 " PROG " [options] -- PROGRAM [ARGS...]\n"
             "Bootstraps every communicator of a dtrain job (world, TP, PP, DP, PP neighbours) in one\n"
-            "PMI2 round, then runs PROGRAM with the ids in DTRAIN_COMM_* variables.\n"
+            "PMI2 round, then runs the dtrain trainer in this process, or PROGRAM with the ids in\n"
+            "DTRAIN_COMM_* variables.  The trainer's arguments (those of dtrain-train) start at the\n"
+            "first argument that is not an option below.\n"
             "  -t, --tp T            tensor-parallel size (default: DTRAIN_TP, else 1)\n"
             "  -p, --pp P            pipeline-parallel size (default: DTRAIN_PP, else 1)\n"
             "  -d, --dp D            data-parallel size (default: DTRAIN_DP, else tasks / (T*P))\n"
@@ -55,7 +62,7 @@ static void usage(FILE *out)
             "      --json            the same as one JSON object\n"
             "  -h, --help            this text\n"
             "  -V, --version         the version\n"
-            "With --print or --json and no PROGRAM, it stops after printing.\n"
+            "With --print or --json and neither PROGRAM nor CONFIG, it stops after printing.\n"
             "Exit: 0 done, 1 internal error, 2 bad input, 3 shape refused, 75 PMI2 exchange failed (requeue).\n"
             "See dtrain-launch(1).\n",
             DEFAULT_TIMEOUT_S);
@@ -93,7 +100,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     memset(o, 0, sizeof *o);
     o->timeout_s = DEFAULT_TIMEOUT_S;
     opterr = 0;
-    int c;
+    int c, trainer_from = -1;
     /* "+": stop at the first non-option, so PROGRAM's own options stay its own. */
     while ((c = getopt_long(argc, argv, "+:t:p:d:b:i:hV", longopts, NULL)) != -1) {
         switch (c) {
@@ -120,23 +127,24 @@ static int parse_options(int argc, char **argv, struct options *o)
             fprintf(stderr, PROG ": option %s needs a value (see " PROG " --help)\n", argv[optind - 1]);
             return DTRAIN_EXIT_USAGE;
         default:
+            /* A long option of ours it is not: the trainer's flags start here
+             * (the trainer refuses what it does not know either). */
+            if (strncmp(argv[optind - 1], "--", 2) == 0 && argv[optind - 1][2] != '\0') {
+                trainer_from = optind - 1;
+                goto parsed;
+            }
             fprintf(stderr, PROG ": unknown option '%s' (see " PROG " --help)\n", argv[optind - 1]);
             return DTRAIN_EXIT_USAGE;
         }
     }
-    if (optind < argc) {
-        if (strcmp(argv[optind - 1], "--") != 0) {
-            fprintf(stderr, PROG ": unexpected argument '%.64s': put the program to run after `--`, as in "
-                            "`" PROG " --tp 2 -- ./train ...`\n", argv[optind]);
-            return DTRAIN_EXIT_USAGE;
-        }
+    if (optind < argc && strcmp(argv[optind - 1], "--") == 0)
         o->program = &argv[optind];
-    }
-    if (o->program == NULL && o->output == OUTPUT_NONE) {
-        /* TODO(runtime): run the runtime in-process with the bootstrap once it exposes its entry point. */
-        fprintf(stderr, PROG ": no PROGRAM given, and this build cannot run the dtrain runtime in-process yet: "
-                        "give `-- PROGRAM ARGS`, or --print\n");
-        return DTRAIN_EXIT_USAGE;
+    else if (optind < argc)
+        trainer_from = optind;
+parsed:
+    if (trainer_from >= 0) {
+        o->trainer_argc = argc - trainer_from;
+        o->trainer_argv = &argv[trainer_from];
     }
     if (o->backend_given && !dtrain_backend_built(o->backend)) {
         fprintf(stderr, PROG ": --backend %s: this dtrain-launch was built without CUDA/NCCL: use --backend cpu, "
@@ -151,6 +159,30 @@ static long now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
+/* 1 when the trainer runs in this process (no PROGRAM, not only printing). */
+static int runs_trainer(const struct options *o)
+{
+    return o->program == NULL && (o->output == OUTPUT_NONE || o->trainer_argc > 0);
+}
+
+/* The trainer in this process, with dtrain-train's arguments.  The NCCL
+ * bootstrap roots and the listening sockets stay alive while it runs. */
+static int run_trainer(const struct options *o, char *err, size_t errlen)
+{
+    char **argv = calloc((size_t)o->trainer_argc + 2, sizeof *argv);
+    if (argv == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    argv[0] = "dtrain-train";
+    for (int i = 0; i < o->trainer_argc; i++)
+        argv[i + 1] = o->trainer_argv[i];
+    fflush(NULL);
+    int rc = dtrain_train_main(o->trainer_argc + 1, argv);
+    free(argv);
+    return rc;
 }
 
 static void fill_from_placement(struct dtrain_bootstrap *bs, const struct dtrain_placement *p)
@@ -196,6 +228,15 @@ int main(int argc, char **argv)
     rc = dtrain_placement_resolve(&opt.shape, rank, dtrain_pmi_size(pmi), &place, err, sizeof err);
     if (rc != DTRAIN_EXIT_OK)
         goto fail;
+    if (runs_trainer(&opt) && place.world_size > 1) {
+        /* TODO(comm issue): hand *bs to the runtime's comm layer; until then
+         * N copies would train N unrelated models over the same files. */
+        dtrain_snprintf(err, sizeof err, "the dtrain trainer runs in one process only so far (%d tasks asked; "
+                                         "its communicators are not built yet): run one task (srun -n1), or give "
+                                         "`-- PROGRAM ARGS`", place.world_size);
+        rc = DTRAIN_EXIT_REFUSED;
+        goto fail;
+    }
     rc = DTRAIN_EXIT_FAILURE;
     bs = calloc(1, sizeof *bs);
     if (bs == NULL) {
@@ -240,12 +281,20 @@ int main(int argc, char **argv)
             goto fail;
         }
     }
-    if (opt.program == NULL) {
-        rc = DTRAIN_EXIT_OK; /* --print / --json only (parse_options checked) */
+    if (opt.program == NULL && !runs_trainer(&opt)) {
+        rc = DTRAIN_EXIT_OK; /* --print / --json only */
         goto done;
     }
     if (dtrain_handoff_export(bs, err, sizeof err) != 0)
         goto fail;
+    if (opt.program == NULL) {
+        rc = run_trainer(&opt, err, sizeof err);
+        if (rc < 0) {
+            rc = DTRAIN_EXIT_FAILURE;
+            goto fail;
+        }
+        goto done; /* the trainer's own exit code; it printed its messages */
+    }
     if (dtrain_handoff_run(opt.program, bs->backend == DTRAIN_COMM_NCCL, &rc, err, sizeof err) != 0)
         goto fail;
     /* The child's own exit code. */

@@ -71,6 +71,19 @@ show_err "$d/child.err" "$d"/child.[0-9]*
 verified "the child sees DTRAIN_COMM_* and the placement, no PMI_*, leaders' sockets listen, TP groups connect" \
   children "$d"/child.[0-9]* 4 2 2
 
+# ---- the trainer in-process (no PROGRAM): one task; more are refused until
+# the runtime has communicators
+printf 'a tiny corpus for a tiny model. %.0s' $(seq 64) >"$d/corpus.txt"
+"$abs_top_builddir/runtime/dtrain-tokenize" "$d/corpus.txt" "$d/tokens.bin" >/dev/null 2>&1
+trainer=(--data "$d/tokens.bin" --layers 1 --channels 32 --heads 2 --batch 2 --seq 16 --steps 2 --log-every 1)
+step "$d" trainer -N1 -n1 --mpi=pmi2 "$launch" "${trainer[@]}"
+check "one task: dtrain-launch runs the trainer in-process with its flags (2 steps)" \
+  [ "$rc" -eq 0 -a "$(grep -c '^step  *[01]/2 | loss' "$d/trainer.out")" -eq 2 ]
+show_err "$d/trainer.err"
+step "$d" trainer16 "${shape[@]}" "$launch" --tp 4 --pp 2 "${trainer[@]}"
+check "16 tasks in-process: exit 3, the trainer has no communicators yet" \
+  [ "$rc" -eq 3 -a "$(grep -c 'runs in one process only so far' "$d/trainer16.err")" -eq 16 ]
+
 # ---- failures
 step "$d" nopmi -N1 -n2 --mpi=none "$launch" --print
 n=$(grep -c '^dtrain-launch: not started by srun --mpi=pmi2 (no PMI2 environment): run it as `srun --mpi=pmi2 dtrain-launch ...`$' "$d/nopmi.err")

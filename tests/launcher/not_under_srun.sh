@@ -29,15 +29,15 @@ refused "PMI_FD without PMI_RANK/PMI_SIZE is not a PMI2 environment" 2 "not star
   env PMI_FD=0 "$launch" --print
 refused "a PMI_FD that is no PMI2 connection: exit 1, says so" 1 "PMI2_Init failed" \
   env PMI_FD=9 PMI_RANK=0 PMI_SIZE=1 "$launch" --print
-refused "unknown option" 2 "unknown option '--tpp'" "$launch" --tpp 2 --print
+refused "an unknown short option" 2 "unknown option '-x'" "$launch" -x --print
 refused "--tp 0" 2 "--tp: 0 is out of range" "$launch" --tp 0 --print
 refused "--pp abc" 2 "--pp: 'abc' is not a whole number" "$launch" --pp abc --print
 refused "--dp without a value" 2 "option --dp needs a value" "$launch" --dp
 refused "--backend gloo" 2 "--backend 'gloo': use cpu or nccl" "$launch" --backend gloo --print
 refused "--timeout 0" 2 "--timeout" "$launch" --timeout 0 --print
-refused "a stray argument before --" 2 "unexpected argument 'train.py': put the program to run after \`--\`" \
-  "$launch" train.py
-refused "neither PROGRAM nor --print" 2 "no PROGRAM given" "$launch" --tp 2
+refused "--backend nccl without a value" 2 "option --backend needs a value" "$launch" --backend
+refused "the trainer's arguments, no PMI2 environment: how to launch" 2 "not started by srun --mpi=pmi2" \
+  "$launch" --tp 2 --data tokens.bin --steps 10
 
 out=$("$launch" --help 2>&1)
 rc=$?
