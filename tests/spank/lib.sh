@@ -1,0 +1,54 @@
+# Helpers for the plugin's integration tests; source after tests/tap.sh.
+# Builds on tests/slurm/lib.sh (lc, new_cluster_dir, in_cluster, job_field,
+# wait_job, slurmd_pid: clusters are stopped at exit).
+#   need_plugin              skip_all unless dtrain.so can be loaded into slurmstepd
+#   start_plugin_cluster DIR LC-START-ARGS...
+#                            start a cluster in DIR (from new_cluster_dir) whose
+#                            plugstack.conf loads dtrain.so; sets D=DIR
+#   set_plugin_args D ARGS   rewrite D's plugstack line (sbatch, srun and every
+#                            new slurmstepd read it again; no restart needed)
+#   run_client OUT ERR CMD...  run a Slurm client, stdout/stderr to files; sets RC
+#   one_dtrain_line ERR      ERR holds exactly one line, starting "dtrain: "
+#   diag_file FILE           its first lines as TAP comments
+: "${abs_srcdir:?run through make check}" "${abs_top_builddir:?run through make check}"
+. "$abs_top_srcdir/tests/slurm/lib.sh"
+
+plugin=$abs_top_builddir/spank_plugin/.libs/dtrain.so
+show_task=$abs_srcdir/show-task.sh
+
+need_plugin() {
+  [ "${DTRAIN_SANITIZED:-0}" = 0 ] ||
+    skip_all "sanitizer build: slurmstepd cannot load a plugin built with ASan (run in the normal build)"
+  need_cluster_tools
+  [ -f "$plugin" ] || skip_all "$plugin not built"
+}
+
+start_plugin_cluster() {
+  local out
+  D=$1
+  shift
+  out=$(lc start --dir "$D" --plugin "$plugin" "$@" 2>&1)
+  if [ $? -ne 0 ]; then
+    fail "local-cluster start $*"
+    printf '%s\n' "$out" | sed 's/^/# /'
+    done_testing
+  fi
+  pass "a local cluster with dtrain.so in its plugstack.conf is up ($*)"
+}
+
+set_plugin_args() {
+  printf 'required %s %s\n' "$plugin" "$2" >"$1/plugstack.conf"
+}
+
+run_client() {
+  local out=$1 err=$2
+  shift 2
+  in_cluster "$D" timeout 120 "$@" >"$out" 2>"$err"
+  RC=$?
+}
+
+one_dtrain_line() {
+  [ "$(wc -l <"$1")" -eq 1 ] && grep -q '^dtrain: ' "$1"
+}
+
+diag_file() { head -n 3 "$1" | sed 's/^/#   /'; }

@@ -1,0 +1,202 @@
+/* Unit tests of the plugin's site configuration (site_config.c): plugstack.conf
+ * arguments, the site JSON, "%n" in topology_xml, and the shipped files
+ * etc/plugstack.conf.d/dtrain.conf and etc/dtrain.json (paths from the
+ * environment: DTRAIN_PLUGSTACK_CONF, DTRAIN_SITE_JSON). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "site_config.h"
+#include "tap.h"
+
+static char tmpdir[256];
+
+static int parse(const char *line, struct dtrain_site_config *cfg, char *err, size_t errlen)
+{
+    char copy[2048], *av[32], *save = NULL;
+    int ac = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *w = strtok_r(copy, " ", &save); w && ac < 32; w = strtok_r(NULL, " ", &save))
+        av[ac++] = w;
+    err[0] = '\0';
+    return dtrain_config_parse(cfg, ac, av, err, errlen);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    chmod(path, mode);
+}
+
+static void test_arguments(void)
+{
+    struct dtrain_site_config c;
+    char err[512];
+
+    ok(parse("", &c, err, sizeof err) == 0 && c.bind == 0 && c.allow_pcie == DTRAIN_PCIE_USER && c.max_tp == 0 &&
+       c.topology_xml[0] == '\0', "no arguments: defaults (bind=no, allow_pcie=user, max_tp unknown)");
+    ok(parse("bind=yes allow_pcie=no max_tp=8 topology_xml=/etc/dtrain/%n.xml", &c, err, sizeof err) == 0 &&
+       c.bind == 1 && c.allow_pcie == DTRAIN_PCIE_NEVER && c.max_tp == 8 &&
+       strcmp(c.topology_xml, "/etc/dtrain/%n.xml") == 0, "every key is read");
+    ok(parse("allow_pcie=user", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_USER, "allow_pcie=user");
+    ok(parse("allow_pcie=true", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_ALWAYS, "allow_pcie=true");
+
+    struct { const char *line, *want; } bad[] = {
+        {"colour=blue", "unknown key 'colour'"},
+        {"bind", "'bind' is not key=value"},
+        {"=yes", "is not key=value"},
+        {"bind=maybe", "bind"},
+        {"allow_pcie=sometimes", "allow_pcie"},
+        {"max_tp=-1", "max_tp"},
+        {"max_tp=65", "max_tp"},
+        {"max_tp=4.5", "max_tp"},
+        {"topology_xml=relative.xml", "absolute path"},
+        {"config=/nonexistent/dtrain.json", "/nonexistent/dtrain.json"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ok(parse(bad[i].line, &c, err, sizeof err) == -1 && strstr(err, bad[i].want) &&
+           strncmp(err, "plugstack.conf: ", 16) == 0,
+           "'%s' is refused naming it (%s)", bad[i].line, err);
+}
+
+static void test_site_json(void)
+{
+    struct dtrain_site_config c;
+    char err[512], path[512], line[2048];
+
+    snprintf(path, sizeof path, "%s/site.json", tmpdir);
+    write_file(path, "{\"spank\": {\"bind\": true, \"max_tp\": 4, \"allow_pcie\": \"no\"}, \"health\": {\"x\": 1}}",
+               0644);
+    snprintf(line, sizeof line, "config=%s", path);
+    ok(parse(line, &c, err, sizeof err) == 0 && c.bind == 1 && c.max_tp == 4 && c.allow_pcie == DTRAIN_PCIE_NEVER &&
+       strcmp(c.config, path) == 0, "the site file's \"spank\" keys are read, other sections left alone (%s)", err);
+    snprintf(line, sizeof line, "max_tp=8 config=%s bind=no", path);
+    ok(parse(line, &c, err, sizeof err) == 0 && c.max_tp == 8 && c.bind == 0 && c.allow_pcie == DTRAIN_PCIE_NEVER,
+       "keys on the plugstack line win over the site file, wherever config= stands");
+    snprintf(line, sizeof line, "config=%s config=%s", path, path);
+    ok(parse(line, &c, err, sizeof err) == -1 && strstr(err, "twice"), "config= given twice is refused (%s)", err);
+
+
+    const char *bad[][2] = {
+        {"{\"spank\": {\"bnid\": true}}", "unknown key 'bnid'"},
+        {"{\"spank\": {\"max_tp\": -2}}", "max_tp"},
+        {"{\"spank\": {\"max_tp\": 2.5}}", "max_tp"},
+        {"{\"spank\": {\"bind\": [1]}}", "bind"},
+        {"{\"spank\": {\"config\": \"/x\"}}", "config"},
+        {"{\"spank\": 3}", "must be an object"},
+        {"[1, 2]", "top level"},
+        {"{\"spank\": {\"bind\": true,}", "line 1"},
+        {"{\"spank\": {\"bind\": true, \"bind\": false}}", "line 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(path, bad[i][0], 0644);
+        snprintf(line, sizeof line, "config=%s", path);
+        ok(parse(line, &c, err, sizeof err) == -1 && strstr(err, bad[i][1]) && strstr(err, path),
+           "site file %s is refused naming the file (%s)", bad[i][0], err);
+    }
+
+    write_file(path, "{}", 0666);
+    snprintf(line, sizeof line, "config=%s", path);
+    if (geteuid() == 0)
+        ok(parse(line, &c, err, sizeof err) == -1 && strstr(err, "writable"),
+           "as root, a site file writable by others is refused (%s)", err);
+    else
+        skip("not root: the ownership check of files read as root cannot run");
+    chmod(path, 0644);
+    ok(parse(line, &c, err, sizeof err) == 0, "an empty site file is fine");
+    snprintf(line, sizeof line, "config=%s", tmpdir);
+    ok(parse(line, &c, err, sizeof err) == -1 && strstr(err, "not a regular file"), "a folder is refused (%s)", err);
+    unlink(path);
+}
+
+static void test_topology_path(void)
+{
+    struct dtrain_site_config c;
+    char err[512], out[256];
+
+    parse("topology_xml=/etc/dtrain/topo-%n.xml", &c, err, sizeof err);
+    ok(dtrain_config_topology_path(&c, "gpu-a17", out, sizeof out, err, sizeof err) == 0 &&
+       strcmp(out, "/etc/dtrain/topo-gpu-a17.xml") == 0, "%%n is the node name (%s)", out);
+    ok(dtrain_config_topology_path(&c, "../etc", out, sizeof out, err, sizeof err) == -1 &&
+       dtrain_config_topology_path(&c, "a/b", out, sizeof out, err, sizeof err) == -1 &&
+       dtrain_config_topology_path(&c, "", out, sizeof out, err, sizeof err) == -1 &&
+       dtrain_config_topology_path(&c, NULL, out, sizeof out, err, sizeof err) == -1,
+       "node names that could leave the folder are refused (%s)", err);
+    parse("topology_xml=/t/100%%-%n.xml", &c, err, sizeof err);
+    ok(dtrain_config_topology_path(&c, "n1", out, sizeof out, err, sizeof err) == 0 &&
+       strcmp(out, "/t/100%-n1.xml") == 0, "%%%% is a percent sign (%s)", out);
+    parse("topology_xml=/t/fixed.xml", &c, err, sizeof err);
+    ok(dtrain_config_topology_path(&c, NULL, out, sizeof out, err, sizeof err) == 0 &&
+       strcmp(out, "/t/fixed.xml") == 0, "a path without %%n needs no node name");
+    parse("topology_xml=/t/%n/%n/%n.xml", &c, err, sizeof err);
+    ok(dtrain_config_topology_path(&c, "nodename-long", out, 24, err, sizeof err) == -1 && strstr(err, "too long"),
+       "an expansion that does not fit is refused");
+}
+
+static void test_pcie_policy(void)
+{
+    struct dtrain_site_config c;
+    dtrain_config_init(&c);
+    ok(dtrain_config_pcie_allowed(&c, 0) == 0 && dtrain_config_pcie_allowed(&c, 1) == 1, "user: the job decides");
+    c.allow_pcie = DTRAIN_PCIE_ALWAYS;
+    ok(dtrain_config_pcie_allowed(&c, 0) == 1 && dtrain_config_pcie_allowed(&c, 1) == 1, "yes: always allowed");
+    c.allow_pcie = DTRAIN_PCIE_NEVER;
+    ok(dtrain_config_pcie_allowed(&c, 0) == 0 && dtrain_config_pcie_allowed(&c, 1) == -1,
+       "no: the option is refused");
+}
+
+/* The plugstack line we ship must parse (with config= pointing at the
+ * example site file we ship, when it names one). */
+static void test_shipped_files(void)
+{
+    const char *conf = getenv("DTRAIN_PLUGSTACK_CONF"), *json = getenv("DTRAIN_SITE_JSON");
+    struct dtrain_site_config c;
+    char err[512], line[2048], args[2048];
+
+    if (conf == NULL || json == NULL) {
+        skip("DTRAIN_PLUGSTACK_CONF / DTRAIN_SITE_JSON not set (run through make check)");
+        skip("DTRAIN_PLUGSTACK_CONF / DTRAIN_SITE_JSON not set (run through make check)");
+        return;
+    }
+    FILE *f = fopen(conf, "r");
+    int found = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char kind[32], path[1024];
+        int used = 0;
+        if (line[0] == '#' || sscanf(line, "%31s %1023s %n", kind, path, &used) < 2)
+            continue;
+        if ((strcmp(kind, "required") == 0 || strcmp(kind, "optional") == 0) && strstr(path, "/dtrain.so")) {
+            found = 1;
+            snprintf(args, sizeof args, "%s", line + used);
+            args[strcspn(args, "\n")] = '\0';
+        }
+    }
+    if (f)
+        fclose(f);
+    ok(found && parse(args, &c, err, sizeof err) == 0, "%s has a dtrain.so line whose arguments parse ('%s' %s)",
+       conf, found ? args : "", err);
+    snprintf(line, sizeof line, "config=%s", json);
+    ok(parse(line, &c, err, sizeof err) == 0, "the example site file %s loads (%s)", json, err);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/dtrain-config-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(tmpdir) == NULL) {
+        printf("Bail out! cannot create a temporary folder\n");
+        return 1;
+    }
+    test_arguments();
+    test_site_json();
+    test_topology_path();
+    test_pcie_policy();
+    test_shipped_files();
+    rmdir(tmpdir);
+    return tap_done();
+}

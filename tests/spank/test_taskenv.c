@@ -1,0 +1,171 @@
+/* Unit tests of a task's environment (taskenv.c) computed from a real plan
+ * of a saved DGX-1 topology (tests/fixtures/topology, a hardware stand-in),
+ * and of the GPUs taken from Slurm's GRES (gres.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_env.h"
+#include "dtrain_plan.h"
+#include "gres.h"
+#include "taskenv.h"
+#include "tap.h"
+
+static const char *get(const struct dtrain_task_env *env, const char *name)
+{
+    const char *v = dtrain_task_env_get(env, name);
+    return v ? v : "(unset)";
+}
+
+static int get_int(const struct dtrain_task_env *env, const char *name)
+{
+    const char *v = dtrain_task_env_get(env, name);
+    return v ? atoi(v) : -1;
+}
+
+static void test_options_env(void)
+{
+    struct dtrain_options o;
+    struct dtrain_task_env env;
+    char err[256];
+
+    dtrain_options_init(&o);
+    dtrain_options_set(&o, DTRAIN_OPT_TP, "4", err, sizeof err);
+    ok(dtrain_task_env_options(&env, &o, 0) == 0 && strcmp(get(&env, DTRAIN_ENV_TP), "4") == 0 &&
+       strcmp(get(&env, DTRAIN_ENV_PP), "1") == 0 && dtrain_task_env_get(&env, DTRAIN_ENV_DP) == NULL &&
+       dtrain_task_env_get(&env, DTRAIN_ENV_CKPT_DIR) == NULL &&
+       dtrain_task_env_get(&env, DTRAIN_ENV_MAX_RESTARTS) == NULL &&
+       strcmp(get(&env, DTRAIN_ENV_VERBOSE), "0") == 0 && strcmp(get(&env, DTRAIN_ENV_ALLOW_PCIE), "0") == 0 &&
+       dtrain_task_env_get(&env, DTRAIN_ENV_RANK) == NULL,
+       "batch step: T, P (default 1), flags as 0/1, no D, no ranks");
+    dtrain_options_set(&o, DTRAIN_OPT_DP, "3", err, sizeof err);
+    dtrain_options_set(&o, DTRAIN_OPT_CKPT_DIR, "/ck", err, sizeof err);
+    dtrain_options_set(&o, DTRAIN_OPT_MAX_RESTARTS, "5", err, sizeof err);
+    dtrain_options_set(&o, DTRAIN_OPT_VERBOSE, NULL, err, sizeof err);
+    ok(dtrain_task_env_options(&env, &o, 1) == 0 && strcmp(get(&env, DTRAIN_ENV_DP), "3") == 0 &&
+       strcmp(get(&env, DTRAIN_ENV_CKPT_DIR), "/ck") == 0 && strcmp(get(&env, DTRAIN_ENV_MAX_RESTARTS), "5") == 0 &&
+       strcmp(get(&env, DTRAIN_ENV_VERBOSE), "1") == 0 && strcmp(get(&env, DTRAIN_ENV_ALLOW_PCIE), "1") == 0,
+       "given options are exported");
+
+    memset(o.ckpt_dir, 'a', sizeof o.ckpt_dir - 1);
+    o.ckpt_dir[sizeof o.ckpt_dir - 1] = '\0';
+    ok(dtrain_task_env_options(&env, &o, 0) == 0 && strlen(get(&env, DTRAIN_ENV_CKPT_DIR)) == sizeof o.ckpt_dir - 1,
+       "the longest checkpoint folder fits");
+}
+
+/* Plan 2 nodes x 8 tasks of a DGX-1 with T and P, check every task's env. */
+static void test_plan_env(const char *fixtures, int T, int P)
+{
+    char path[1024], err[512], cuda[16];
+    dtrain_topo *topo = NULL;
+    dtrain_plan *plan = NULL;
+    struct dtrain_options o;
+    struct dtrain_task_env env;
+
+    snprintf(path, sizeof path, "%s/dgx1-v100.xml", fixtures);
+    if (dtrain_topo_load_xml(path, &topo, err, sizeof err) != DTRAIN_TOPO_OK) {
+        ok(0, "load %s: %s", path, err);
+        return;
+    }
+    const dtrain_topo *nodes[2] = {topo, topo};
+    struct dtrain_shape shape = {.tp = T, .pp = P, .dp = 0, .nnodes = 2, .tasks_per_node = 8};
+    struct dtrain_policy policy = {0, 0};
+    if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_TOPO_OK) {
+        ok(0, "plan T=%d P=%d: %s", T, P, err);
+        dtrain_topo_free(topo);
+        return;
+    }
+    dtrain_options_init(&o);
+    int D = 16 / (T * P), good = 1, gpus_seen[2] = {0, 0};
+    for (int r = 0; r < 16; r++) {
+        const struct dtrain_task_placement *t = dtrain_plan_task(plan, r);
+        snprintf(cuda, sizeof cuda, "%d", t->gpu);
+        struct dtrain_task_where w = {dtrain_plan_shape(plan), t, 8, cuda, NULL};
+        if (dtrain_task_env_options(&env, &o, 0) != 0 || dtrain_task_env_placement(&env, &w) != 0) {
+            good = 0;
+            break;
+        }
+        int tp = get_int(&env, DTRAIN_ENV_TP_RANK), pp = get_int(&env, DTRAIN_ENV_PP_RANK),
+            dp = get_int(&env, DTRAIN_ENV_DP_RANK), gpu = get_int(&env, DTRAIN_ENV_CUDA_VISIBLE);
+        good &= get_int(&env, DTRAIN_ENV_RANK) == r && get_int(&env, DTRAIN_ENV_FW_RANK) == r &&
+                tp + T * (dp + D * pp) == r && get_int(&env, DTRAIN_ENV_WORLD_SIZE) == 16 &&
+                get_int(&env, DTRAIN_ENV_FW_WORLD_SIZE) == 16 && get_int(&env, DTRAIN_ENV_DP) == D &&
+                get_int(&env, DTRAIN_ENV_LOCAL_RANK) == r % 8 && get_int(&env, DTRAIN_ENV_FW_LOCAL_RANK) == r % 8 &&
+                get_int(&env, DTRAIN_ENV_FW_LOCAL_WORLD_SIZE) == 8 &&
+                strcmp(get(&env, DTRAIN_ENV_GPU), dtrain_topo_gpu(topo, gpu)->busid) == 0 &&
+                strcmp(get(&env, DTRAIN_ENV_CUDA_ORDER), "PCI_BUS_ID") == 0 &&
+                strcmp(get(&env, DTRAIN_ENV_PLACED_BY), "spank") == 0 &&
+                dtrain_task_env_get(&env, DTRAIN_ENV_CPUS) == NULL;
+        if (gpu < 0 || gpu > 7 || (gpus_seen[r / 8] & (1 << gpu)))
+            good = 0;
+        else
+            gpus_seen[r / 8] |= 1 << gpu;
+    }
+    ok(good && gpus_seen[0] == 0xff && gpus_seen[1] == 0xff,
+       "DGX-1, T=%d P=%d: every task's RANK/coordinates/sizes agree, GPUs distinct per node", T, P);
+    dtrain_plan_free(plan);
+    dtrain_topo_free(topo);
+}
+
+static void test_cpus_and_no_gpu(void)
+{
+    struct dtrain_options o;
+    struct dtrain_task_env env;
+    struct dtrain_shape shape = {.tp = 1, .pp = 1, .dp = 2, .nnodes = 1, .tasks_per_node = 2};
+    struct dtrain_task_placement t = {.rank = 1, .node = 0, .local_rank = 1, .dp_rank = 1, .gpu = -1};
+    struct dtrain_task_where w = {&shape, &t, 2, NULL, "4-7"};
+    dtrain_options_init(&o);
+    dtrain_task_env_options(&env, &o, 0);
+    ok(dtrain_task_env_placement(&env, &w) == 0 && strcmp(get(&env, DTRAIN_ENV_CPUS), "4-7") == 0 &&
+       strcmp(get(&env, DTRAIN_ENV_GPU), "") == 0 && dtrain_task_env_get(&env, DTRAIN_ENV_CUDA_VISIBLE) == NULL &&
+       dtrain_task_env_get(&env, DTRAIN_ENV_CUDA_ORDER) == NULL,
+       "a CPU rank: DTRAIN_CPUS set, DTRAIN_GPU empty, CUDA_VISIBLE_DEVICES left alone");
+    int unique = 1;
+    for (int i = 0; i < env.count; i++)
+        for (int j = i + 1; j < env.count; j++)
+            unique &= strcmp(env.var[i].name, env.var[j].name) != 0;
+    ok(unique, "each variable appears once after the placement replaced the option values");
+}
+
+static void test_gres(void)
+{
+    struct dtrain_gres_gpus g;
+    char err[256];
+
+    ok(dtrain_gres_parse(NULL, "0,1", 8, &g, err, sizeof err) == 0 && g.count == 0,
+       "no SLURM_STEP_GPUS: not restricted (the user's CUDA_VISIBLE_DEVICES is ignored)");
+    ok(dtrain_gres_parse("", NULL, 8, &g, err, sizeof err) == 0 && g.count == 0, "empty SLURM_STEP_GPUS: not restricted");
+    ok(dtrain_gres_parse("4,5,6,7", "4,5,6,7", 8, &g, err, sizeof err) == 0 && g.count == 4 && g.index[0] == 4 &&
+       g.index[3] == 7 && strcmp(g.visible[0], "4") == 0 && strcmp(g.visible[3], "7") == 0,
+       "GRES GPUs 4-7 without cgroup remapping");
+    ok(dtrain_gres_parse("6,4", "0,1", 8, &g, err, sizeof err) == 0 && g.count == 2 && g.index[0] == 4 &&
+       g.index[1] == 6 && strcmp(g.visible[0], "1") == 0 && strcmp(g.visible[1], "0") == 0,
+       "cgroup-remapped indices stay paired with their GPU when sorted");
+    ok(dtrain_gres_parse("2,3", NULL, 8, &g, err, sizeof err) == 0 && strcmp(g.visible[1], "3") == 0,
+       "no CUDA_VISIBLE_DEVICES: the indices themselves");
+    ok(dtrain_gres_parse("2,3", "GPU-aaaa,GPU-bbbb", 8, &g, err, sizeof err) == 0 &&
+       strcmp(g.visible[0], "GPU-aaaa") == 0, "UUIDs are passed through");
+    ok(dtrain_gres_parse("2,3", "0", 8, &g, err, sizeof err) == 0 && strcmp(g.visible[0], "2") == 0,
+       "a CUDA_VISIBLE_DEVICES of another length is not paired");
+    const char *bad[] = {"8", "1,1", "a", "1,,2", "-1", "0,1,2,3,4,5,6,7,8"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ok(dtrain_gres_parse(bad[i], NULL, 8, &g, err, sizeof err) == -1 && err[0] != '\0',
+           "SLURM_STEP_GPUS=%s is refused (%s)", bad[i], err);
+}
+
+int main(void)
+{
+    const char *fixtures = getenv("DTRAIN_FIXTURES");
+    test_options_env();
+    if (fixtures) {
+        test_plan_env(fixtures, 4, 2);
+        test_plan_env(fixtures, 2, 1);
+        test_plan_env(fixtures, 8, 2);
+    } else {
+        for (int i = 0; i < 3; i++)
+            skip("DTRAIN_FIXTURES not set (run through make check)");
+    }
+    test_cpus_and_no_gpu();
+    test_gres();
+    return tap_done();
+}
