@@ -1,8 +1,8 @@
 /* libdtrain-topo, part 1: a node's GPU topology as a plain model.
  *
  * dtrain_topo_load_*() reads a node with hwloc (live, or from a saved XML
- * file) and, on a live node whose hwloc lacks the NVML backend, NVLink
- * through NVML loaded with dlopen("libnvidia-ml.so.1").  The result is an
+ * file) and, on a live node, NVLink through NVML loaded with
+ * dlopen("libnvidia-ml.so.1").  The result is an
  * opaque, immutable model: the GPUs (NVIDIA and AMD, identified by their PCI
  * device; OS devices such as nvml0/cuda0/rsmi0 are attributes of it), their
  * NUMA and CPU locality, a GPU-to-GPU bandwidth matrix and the islands of
@@ -68,9 +68,12 @@ typedef struct dtrain_topo dtrain_topo;
 int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen);
 
 /* Load this machine.  Honours HWLOC_XMLFILE as hwloc does (so a slurmd
- * started with it looks like the saved machine).  When hwloc reports no
- * NVLink distances and libnvidia-ml.so.1 can be opened, NVLink is read from
- * NVML; a node without NVML is not an error. */
+ * started with it looks like the saved machine; NVML is then never
+ * consulted).  On the real machine, when libnvidia-ml.so.1 (or the library
+ * named by $DTRAIN_NVML_LIBRARY in the process environment) can be opened
+ * and reports NVLink, NVML's links are used, since hwloc 2.9 misreads them
+ * on A100/H100 and Debian's hwloc has no NVML backend; otherwise hwloc's
+ * distances.  A node without NVML is not an error. */
 int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen);
 
 void dtrain_topo_free(dtrain_topo *topo);
