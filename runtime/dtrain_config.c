@@ -109,8 +109,10 @@ static int range_error(const struct setting *s, const char *where, char *err, si
 {
     if (s->kind == K_REAL)
         snprintf(err, errlen, "%s: use a number from %g to %g", where, s->min, s->max);
+    else if (s->max >= BIG)
+        snprintf(err, errlen, "%s: use a whole number of at least %.0f", where, s->min);
     else
-        snprintf(err, errlen, "%s: use an integer from %.0f to %.0f", where, s->min, s->max);
+        snprintf(err, errlen, "%s: use a whole number from %.0f to %.0f", where, s->min, s->max);
     return DTRAIN_ERR_INPUT;
 }
 
@@ -193,8 +195,9 @@ static int set_from_text(struct dtrain_train_config *c, const struct setting *s,
         long v;
         char why[256];
         if (dtrain_parse_int(text, (long)s->min, (long)s->max, where, &v, why, sizeof why) != 0) {
-            snprintf(err, errlen, "%s", why);
-            return DTRAIN_ERR_INPUT;
+            char bad[300];
+            snprintf(bad, sizeof bad, "%s '%.64s'", where, text);
+            return range_error(s, bad, err, errlen);
         }
         return set_integer(c, s, v, where, err, errlen);
     }

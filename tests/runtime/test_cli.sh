@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# dtrain-train and dtrain-tokenize as programs: a tiny training run from a
+# config file plus flags, its progress lines and metrics file, llm.c export
+# and import, checkpoint and resume, and exit code 2 with one
+# "dtrain-train: " line for each kind of bad input.
+set -u
+. "$top_srcdir/tests/tap.sh"
+train="$top_builddir/runtime/dtrain-train"
+tokenize="$top_builddir/runtime/dtrain-tokenize"
+work=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test-cli-XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+
+# expect_fail CODE PREFIX NEEDLE DESC CMD...: exit status CODE, stderr one
+# line starting with PREFIX and containing NEEDLE.
+expect_fail() {
+    local code=$1 prefix=$2 needle=$3 desc=$4; shift 4
+    "$@" >"$work/out" 2>"$work/err"
+    local rc=$? msg
+    msg=$(cat "$work/err")
+    if [ "$rc" -eq "$code" ] && [ "$(wc -l <"$work/err")" -eq 1 ] &&
+       [[ "$msg" == "$prefix"* ]] && [[ "$msg" == *"$needle"* ]]; then
+        pass "$desc: $msg"
+    else
+        fail "$desc (exit $rc): $msg"
+    fi
+}
+
+for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; done >"$work/text.txt"
+check "dtrain-tokenize --help" "$tokenize" --help
+check "dtrain-tokenize turns a text file into a token file" "$tokenize" "$work/text.txt" "$work/data.bin"
+bytes=$(stat -c %s "$work/text.txt")
+check "the token file has a 1024-byte header and 2 bytes per input byte" \
+    test "$(stat -c %s "$work/data.bin")" -eq $((1024 + 2 * bytes))
+expect_fail 2 "dtrain-tokenize: " "cannot open" "dtrain-tokenize with a missing input" \
+    "$tokenize" "$work/none.txt" "$work/x.bin"
+"$tokenize" >/dev/null 2>&1
+check "dtrain-tokenize without arguments exits 2" test $? -eq 2
+
+"$train" --help >"$work/help" 2>&1
+check "dtrain-train --help lists the flags and config keys" \
+    grep -q -- "--init-llmc .*run.init_llmc" "$work/help"
+
+cat >"$work/tiny.json" <<JSON
+{"model": {"num_layers": 2, "channels": 32, "num_heads": 4, "max_seq_len": 32},
+ "data": {"train": "$work/data.bin"},
+ "optimizer": {"lr": 0.003, "schedule": "cosine", "warmup_steps": 1},
+ "run": {"batch": 4, "seq": 16, "steps": 100, "seed": 3}}
+JSON
+"$train" "$work/tiny.json" --steps 4 --threads 2 --metrics "$work/m.jsonl" \
+    --save-llmc "$work/model.bin" --checkpoint "$work/run.ckpt" >"$work/out" 2>"$work/err"
+check "a tiny run from a config file and flags exits 0" test $? -eq 0
+check "one progress line per step with loss, lr, ms, tok/s and GFLOP/s" \
+    test "$(grep -cE '^step +[0-9]+/4 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| +[0-9.]+ ms \| +[0-9]+ tok/s \| +[0-9.]+ GFLOP/s$' "$work/out")" -eq 4
+check "the metrics file has one JSON line per step, from step 0" \
+    test "$(grep -c '^{"step": [0-3], "loss": [0-9.]*, ' "$work/m.jsonl")" -eq 4
+check "the run wrote an llm.c model file and a checkpoint" test -s "$work/model.bin" -a -s "$work/run.ckpt"
+
+"$train" --data "$work/data.bin" --init-llmc "$work/model.bin" --batch 2 --seq 32 --steps 2 \
+    --threads 1 >"$work/out" 2>"$work/err"
+check "--init-llmc starts from the exported model (its shape comes from the file)" \
+    grep -q "L=2 C=32 NH=4 V=256 (padded 256) maxT=32" "$work/out"
+"$train" "$work/tiny.json" --resume "$work/run.ckpt" --steps 6 --threads 2 \
+    --metrics "$work/m.jsonl" >"$work/out" 2>"$work/err"
+check "--resume continues at step 4 and appends to the metrics file" \
+    test "$(grep -c '^step' "$work/out")" -eq 2 -a "$(grep -c '"step": [4-5],' "$work/m.jsonl")" -eq 2
+
+echo '{"run": {"batch": 4, "sequence": 16}}' >"$work/bad.json"
+expect_fail 2 "dtrain-train: " "unknown key 'run.sequence'" "an unknown config key" \
+    "$train" "$work/bad.json" --data "$work/data.bin"
+echo '{"run": {"batch": "four"}}' >"$work/bad.json"
+expect_fail 2 "dtrain-train: " "must be an integer, not a string" "a config value of the wrong type" \
+    "$train" "$work/bad.json" --data "$work/data.bin"
+expect_fail 2 "dtrain-train: " "not a multiple of num_heads" "C % NH != 0" \
+    "$train" --data "$work/data.bin" --channels 30 --heads 4
+expect_fail 2 "dtrain-train: " "longer than the model's max_seq_len" "T > max T" \
+    "$train" --data "$work/data.bin" --seq 64 --max-seq-len 32
+expect_fail 2 "dtrain-train: " "cannot open token file" "a missing token file" \
+    "$train" --data "$work/none.bin"
+expect_fail 2 "dtrain-train: " "is not a token file" "a text file given as token file" \
+    "$train" --data "$work/text.txt" --steps 1
+expect_fail 2 "dtrain-train: " "outside the model's vocabulary" "tokens beyond the vocabulary" \
+    "$train" --data "$work/data.bin" --vocab-size 64 --steps 1
+expect_fail 2 "dtrain-train: " "not an llm.c model file" "a token file given as llm.c model" \
+    "$train" --data "$work/data.bin" --init-llmc "$work/data.bin"
+expect_fail 2 "dtrain-train: " "unknown option" "an unknown flag" "$train" --data "$work/data.bin" --sped 3
+expect_fail 2 "dtrain-train: " "no token file" "no token file at all" "$train" --steps 1
+
+# The README's demo corpus on Debian.
+if [ -r /usr/share/common-licenses/GPL-3 ]; then
+    "$tokenize" /usr/share/common-licenses/GPL-3 "$work/gpl.bin" >/dev/null &&
+    "$train" --data "$work/gpl.bin" --layers 1 --channels 32 --heads 2 --batch 2 --seq 32 \
+        --steps 2 --threads 1 >"$work/out" 2>&1
+    check "the demo corpus /usr/share/common-licenses/GPL-3 trains" test $? -eq 0
+else
+    skip_test "no /usr/share/common-licenses/GPL-3 on this machine"
+fi
+done_testing

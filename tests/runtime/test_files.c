@@ -1,0 +1,248 @@
+/* Token files, llm.c model files and checkpoints: the layouts, the batch
+ * order, and a clear DTRAIN_ERR_INPUT for every kind of bad file (missing,
+ * wrong magic or version, truncated, too long, impossible or mismatched
+ * shape, corrupted payload). */
+#include "dtrain_ckpt.h"
+#include "dtrain_data.h"
+#include "dtrain_llmc.h"
+#include "dtrain_rng.h"
+#include "tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[1024];
+static char path[2048];
+
+static const char *in_dir(const char *name)
+{
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return path;
+}
+
+/* A file of a 256-int header (first ints given) and `payload` bytes of pattern. */
+static const char *write_file(const char *name, const int32_t *head, int nhead, size_t payload)
+{
+    int32_t h[256] = {0};
+    memcpy(h, head, (size_t)nhead * sizeof(int32_t));
+    const char *p = in_dir(name);
+    FILE *f = fopen(p, "wb");
+    if (f == NULL)
+        abort();
+    fwrite(h, sizeof h, 1, f);
+    for (size_t i = 0; i < payload; i++)
+        fputc((int)(i % 7), f);
+    fclose(f);
+    return p;
+}
+
+/* Expect DTRAIN_ERR_INPUT and `needle` in the message. */
+static void expect_bad(int rc, const char *err, const char *needle, const char *what)
+{
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, needle) != NULL, "%s: %s", what, err);
+}
+
+static void test_token_files(void)
+{
+    char err[512];
+    struct dtrain_tokens *t = NULL;
+    expect_bad(dtrain_tokens_open(in_dir("missing.bin"), &t, err, sizeof err), err, "cannot open",
+               "a missing token file");
+    int32_t good[3] = {20240520, 1, 100};
+    int32_t magic[3] = {20240326, 1, 100}, version[3] = {20240520, 2, 100}, neg[3] = {20240520, 1, -5};
+    expect_bad(dtrain_tokens_open(write_file("m.bin", magic, 3, 200), &t, err, sizeof err), err,
+               "not a token file", "a token file with the wrong magic");
+    expect_bad(dtrain_tokens_open(write_file("v.bin", version, 3, 200), &t, err, sizeof err), err,
+               "version 2", "a token file with the wrong version");
+    expect_bad(dtrain_tokens_open(write_file("t.bin", good, 3, 150), &t, err, sizeof err), err,
+               "truncated", "a truncated token file");
+    expect_bad(dtrain_tokens_open(write_file("l.bin", good, 3, 202), &t, err, sizeof err), err,
+               "too long", "a token file longer than its header says");
+    expect_bad(dtrain_tokens_open(write_file("n.bin", neg, 3, 0), &t, err, sizeof err), err,
+               "negative", "a negative token count");
+    FILE *f = fopen(in_dir("s.bin"), "wb");
+    fwrite(good, sizeof good, 1, f);
+    fclose(f);
+    expect_bad(dtrain_tokens_open(in_dir("s.bin"), &t, err, sizeof err), err, "truncated",
+               "a file shorter than the header");
+    expect_bad(dtrain_tokens_open(dir, &t, err, sizeof err), err, "not a regular file",
+               "a folder given as a token file");
+    ok(t == NULL, "no handle is returned for a bad file");
+
+    /* a good one: 1000 tokens, token i = i */
+    uint16_t tok[1000];
+    for (int i = 0; i < 1000; i++)
+        tok[i] = (uint16_t)i;
+    ok(dtrain_tokens_write(in_dir("good.bin"), tok, 1000, err, sizeof err) == DTRAIN_OK &&
+       dtrain_tokens_open(in_dir("good.bin"), &t, err, sizeof err) == DTRAIN_OK,
+       "write and open a token file");
+    if (t == NULL)
+        return;
+    ok(dtrain_tokens_count(t) == 1000 && dtrain_tokens_max_id(t) == 999, "count and largest token id");
+    uint64_t nb = 0;
+    expect_bad(dtrain_tokens_batches(t, 10, 100, &nb, err, sizeof err), err, "needs at least 1001",
+               "a batch larger than the file");
+    ok(dtrain_tokens_batches(t, 3, 33, &nb, err, sizeof err) == DTRAIN_OK && nb == 10,
+       "batches of 3 x 33 in 1000 tokens: (1000-1)/99 = 10");
+    int32_t in[99], tg[99];
+    dtrain_tokens_batch(t, 3, 33, DTRAIN_ORDER_SEQUENTIAL, 0, 2, in, tg);
+    int seq_ok = 1;
+    for (int i = 0; i < 99; i++)
+        seq_ok &= in[i] == 2 * 99 + i && tg[i] == 2 * 99 + i + 1;
+    ok(seq_ok, "sequential batch k = tokens k*B*T .. +B*T, targets shifted by one");
+    int32_t in2[99], tg2[99];
+    dtrain_tokens_batch(t, 3, 33, DTRAIN_ORDER_SEQUENTIAL, 0, 12, in2, tg2);
+    ok(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0,
+       "sequential order wraps to the start after the last whole batch");
+
+    /* shuffled: every epoch a permutation of the batches, fixed by the seed */
+    int seen[10] = {0}, differs = 0, repeat = 1, other_seed = 0;
+    for (uint64_t k = 0; k < 10; k++) {
+        dtrain_tokens_batch(t, 3, 33, DTRAIN_ORDER_SHUFFLED, 5, k, in, tg);
+        int slot = in[0] / 99; /* the batch starts at token slot * B*T */
+        if (in[0] % 99 == 0 && slot < 10)
+            seen[slot]++;
+        differs |= slot != (int)k;
+        dtrain_tokens_batch(t, 3, 33, DTRAIN_ORDER_SHUFFLED, 5, k, in2, tg2);
+        repeat &= memcmp(in, in2, sizeof in) == 0;
+        dtrain_tokens_batch(t, 3, 33, DTRAIN_ORDER_SHUFFLED, 6, k, in2, tg2);
+        other_seed |= memcmp(in, in2, sizeof in) != 0;
+    }
+    int perm = 1;
+    for (int s = 0; s < 10; s++)
+        perm &= seen[s] == 1;
+    ok(perm && differs, "shuffled order: one epoch visits every batch once, not in file order");
+    ok(repeat && other_seed, "shuffled order is fixed by its seed and changes with it");
+    dtrain_tokens_close(t);
+    t = NULL;
+
+    int bij = 1;
+    uint64_t sizes[] = {1, 2, 3, 5, 17, 64, 1000, 4097};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint64_t n = sizes[s];
+        char *hit = calloc(n, 1);
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t j = dtrain_rng_permute(i, n, 12345);
+            if (j >= n || hit[j])
+                bij = 0;
+            else
+                hit[j] = 1;
+        }
+        free(hit);
+    }
+    ok(bij, "dtrain_rng_permute is a bijection of [0, n) for n = 1, 2, 3, 5, 17, 64, 1000, 4097");
+}
+
+static const struct dtrain_gpt2_config shape = {
+    .max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 16,
+    .num_layers = 1, .num_heads = 2, .channels = 4,
+};
+
+static void test_llmc_files(void)
+{
+    char err[512];
+    struct dtrain_gpt2_config got;
+    size_t bytes = dtrain_gpt2_param_count(&shape) * sizeof(float);
+    int32_t good[8] = {20240326, 3, 8, 10, 1, 2, 4, 16};
+    float *params = calloc(dtrain_gpt2_param_count(&shape), sizeof(float));
+    ok(dtrain_llmc_read_config(write_file("ok.bin", good, 8, bytes), &got, err, sizeof err) == DTRAIN_OK &&
+       memcmp(&got, &shape, sizeof got) == 0, "a well-formed llm.c model file is read");
+    ok(dtrain_llmc_load(path, &shape, params, err, sizeof err) == DTRAIN_OK, "and loaded");
+    expect_bad(dtrain_llmc_read_config(in_dir("none.bin"), &got, err, sizeof err), err, "cannot open",
+               "a missing llm.c model file");
+    int32_t h[8];
+    memcpy(h, good, sizeof h);
+    h[0] = 20240520;
+    expect_bad(dtrain_llmc_read_config(write_file("bad.bin", h, 8, bytes), &got, err, sizeof err), err,
+               "not an llm.c model file", "an llm.c model file with the wrong magic");
+    memcpy(h, good, sizeof h);
+    h[1] = 5;
+    expect_bad(dtrain_llmc_read_config(write_file("bad.bin", h, 8, bytes), &got, err, sizeof err), err,
+               "version 5", "an llm.c model file of another version (bf16)");
+    expect_bad(dtrain_llmc_read_config(write_file("bad.bin", good, 8, bytes - 4), &got, err, sizeof err),
+               err, "truncated", "a truncated llm.c model file");
+    expect_bad(dtrain_llmc_read_config(write_file("bad.bin", good, 8, bytes + 4), &got, err, sizeof err),
+               err, "too long", "an llm.c model file longer than its shape");
+    memcpy(h, good, sizeof h);
+    h[5] = 3; /* C=4, NH=3 */
+    expect_bad(dtrain_llmc_read_config(write_file("bad.bin", h, 8, bytes), &got, err, sizeof err), err,
+               "impossible shape", "an llm.c model file with C % NH != 0");
+    memcpy(h, good, sizeof h);
+    h[7] = 8; /* Vp < V */
+    expect_bad(dtrain_llmc_read_config(write_file("bad.bin", h, 8, bytes), &got, err, sizeof err), err,
+               "impossible shape", "an llm.c model file with Vp < V");
+    struct dtrain_gpt2_config other = shape;
+    other.max_seq_len = 16;
+    expect_bad(dtrain_llmc_load(write_file("ok.bin", good, 8, bytes), &other, params, err, sizeof err),
+               err, "has shape", "an llm.c model file whose shape differs from the model");
+    free(params);
+}
+
+static void test_checkpoints(void)
+{
+    char err[512];
+    size_t n = dtrain_gpt2_param_count(&shape);
+    float *p = calloc(3 * n, sizeof(float));
+    for (size_t i = 0; i < 3 * n; i++)
+        p[i] = (float)i * 0.25f;
+    struct dtrain_ckpt_meta meta = {.model = shape, .batch = 2, .seq = 8, .step = 5, .data_batches = 5,
+                                    .seed = 1, .nparams = n, .shard_offset = 0, .shard_count = n};
+    char good[2048];
+    snprintf(good, sizeof good, "%s", in_dir("c.ckpt"));
+    ok(dtrain_ckpt_save(good, &meta, p, p + n, p + 2 * n, err, sizeof err) == DTRAIN_OK, "save a checkpoint");
+    struct dtrain_ckpt_meta got;
+    float *q = calloc(3 * n, sizeof(float));
+    ok(dtrain_ckpt_load(good, &got, q, q + n, q + 2 * n, err, sizeof err) == DTRAIN_OK &&
+       memcmp(p, q, 3 * n * sizeof(float)) == 0 && got.step == 5 && got.nparams == n,
+       "load it back bit-exact");
+    ok(access(in_dir("c.ckpt.tmp"), F_OK) != 0, "no temporary file is left behind");
+
+    /* damaged copies */
+    FILE *f = fopen(good, "rb");
+    size_t size = DTRAIN_CKPT_HEADER_BYTES + 3 * n * sizeof(float);
+    unsigned char *bytes = malloc(size);
+    if (f == NULL || fread(bytes, 1, size, f) != size)
+        abort();
+    fclose(f);
+    struct { const char *what, *needle; size_t off; unsigned char value; size_t len; } cases[] = {
+        {"a checkpoint with the wrong magic", "bad magic", 0, 'X', size},
+        {"a checkpoint of another version", "version", 8, 9, size},
+        {"a truncated checkpoint", "truncated", 0, 0, size - 8},
+        {"a checkpoint whose payload changed", "corrupt", DTRAIN_CKPT_HEADER_BYTES + 5, 0x55, size},
+        {"a checkpoint with an impossible shape", "impossible shape", 16 + 20, 3, size},
+        {"a checkpoint with inconsistent counts", "inconsistent", 88, 1, size},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char *copy = malloc(size);
+        memcpy(copy, bytes, size);
+        copy[cases[i].off] ^= cases[i].value;
+        f = fopen(in_dir("bad.ckpt"), "wb");
+        fwrite(copy, 1, cases[i].len, f);
+        fclose(f);
+        expect_bad(dtrain_ckpt_load(path, &got, q, q + n, q + 2 * n, err, sizeof err), err,
+                   cases[i].needle, cases[i].what);
+        free(copy);
+    }
+    expect_bad(dtrain_ckpt_read_meta(in_dir("none.ckpt"), &got, err, sizeof err), err, "cannot open",
+               "a missing checkpoint");
+    free(bytes); free(p); free(q);
+}
+
+int main(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/dtrain-test-files-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!ok(mkdtemp(dir) != NULL, "a temporary folder"))
+        return tap_done();
+    test_token_files();
+    test_llmc_files();
+    test_checkpoints();
+    static const char *const names[] = {"m.bin", "v.bin", "t.bin", "l.bin", "n.bin", "s.bin", "good.bin",
+                                        "ok.bin", "bad.bin", "c.ckpt", "bad.ckpt"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unlink(in_dir(names[i]));
+    rmdir(dir);
+    return tap_done();
+}
