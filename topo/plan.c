@@ -18,14 +18,28 @@ struct dtrain_plan {
     int has_warning;
 };
 
-/* Nodes of one job usually share a model and a handful of slot patterns:
- * the in-node placement is computed once per (model, pattern). */
-#define PLAN_CACHE_SLOTS 16
-struct plan_cache_entry {
+/* Nodes of one job usually share a model, and their TP-group slots relate
+ * in a handful of patterns: the TP-group search runs once per model and the
+ * slot assignment once per (model, pattern).  Beyond the cache sizes the
+ * work is redone, never refused. */
+#define PLAN_MODEL_CACHE 16
+#define PLAN_LAYOUT_CACHE 64
+struct plan_model_entry {
+    const dtrain_topo *topo;
+    struct plan_groups *groups;
+    int crossed;
+};
+struct plan_layout_entry {
     const dtrain_topo *topo;
     unsigned char *rel;
     int *gpu_of_local;
     int crossed;
+};
+struct plan_cache {
+    struct plan_model_entry models[PLAN_MODEL_CACHE];
+    int nmodels;
+    struct plan_layout_entry layouts[PLAN_LAYOUT_CACHE];
+    int nlayouts;
 };
 
 static int refuse(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -151,12 +165,70 @@ static void cpu_share(const dtrain_topo *topo, int i, int K, char *buf, size_t l
     }
 }
 
-static void cache_free(struct plan_cache_entry *cache, int n)
+static void cache_free(struct plan_cache *cache)
 {
-    for (int i = 0; i < n; i++) {
-        free(cache[i].rel);
-        free(cache[i].gpu_of_local);
+    for (int i = 0; i < cache->nmodels; i++)
+        plan_groups_free(cache->models[i].groups);
+    for (int i = 0; i < cache->nlayouts; i++) {
+        free(cache->layouts[i].rel);
+        free(cache->layouts[i].gpu_of_local);
     }
+    free(cache);
+}
+
+/* The GPU of each local task of `node` (whose slots relate as `rel`), into
+ * gpus[0..K-1]; *crossed set when TP groups had to span islands. */
+static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int node, int T, int ngroups,
+                       const unsigned char *rel, int allow_pcie, int *gpus, int *crossed, char *err, size_t errlen)
+{
+    size_t relsize = (size_t)ngroups * (size_t)ngroups, K = (size_t)T * (size_t)ngroups;
+    struct plan_model_entry *model = NULL;
+    struct plan_groups *fresh = NULL;
+    int rc;
+
+    for (int i = 0; i < cache->nlayouts; i++)
+        if (cache->layouts[i].topo == topo && memcmp(cache->layouts[i].rel, rel, relsize) == 0) {
+            memcpy(gpus, cache->layouts[i].gpu_of_local, sizeof(int) * K);
+            *crossed = cache->layouts[i].crossed;
+            return DTRAIN_TOPO_OK;
+        }
+    for (int i = 0; i < cache->nmodels && !model; i++)
+        if (cache->models[i].topo == topo)
+            model = &cache->models[i];
+    if (model) {
+        *crossed = model->crossed;
+        plan_node_assign(model->groups, rel, gpus);
+    } else {
+        rc = plan_node_groups(topo, node, T, ngroups, allow_pcie, &fresh, crossed, err, errlen);
+        if (rc != DTRAIN_TOPO_OK)
+            return rc;
+        plan_node_assign(fresh, rel, gpus);
+        if (cache->nmodels < PLAN_MODEL_CACHE) {
+            model = &cache->models[cache->nmodels++];
+            model->topo = topo;
+            model->groups = fresh;
+            model->crossed = *crossed;
+        } else {
+            plan_groups_free(fresh);
+        }
+    }
+    if (cache->nlayouts < PLAN_LAYOUT_CACHE) {
+        struct plan_layout_entry *e = &cache->layouts[cache->nlayouts];
+        e->rel = malloc(relsize);
+        e->gpu_of_local = malloc(sizeof(int) * K);
+        if (!e->rel || !e->gpu_of_local) {
+            free(e->rel);
+            free(e->gpu_of_local);
+            dtrain_snprintf(err, errlen, "out of memory");
+            return DTRAIN_TOPO_ERR_SYSTEM;
+        }
+        e->topo = topo;
+        e->crossed = *crossed;
+        memcpy(e->rel, rel, relsize);
+        memcpy(e->gpu_of_local, gpus, sizeof(int) * K);
+        cache->nlayouts++;
+    }
+    return DTRAIN_TOPO_OK;
 }
 
 int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
@@ -165,8 +237,7 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                             dtrain_plan **out, char *err, size_t errlen)
 {
     static const struct dtrain_policy no_policy = {0, 0};
-    struct plan_cache_entry cache[PLAN_CACHE_SLOTS];
-    int ncache = 0;
+    struct plan_cache *cache = NULL;
     unsigned char *rel = NULL;
     int *gpus = NULL;
     dtrain_plan *plan = NULL;
@@ -199,10 +270,16 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
     int T = shape->tp, K = shape->tasks_per_node, ngroups = K / T;
     int D = (int)(world / ((long)T * shape->pp));
     plan = calloc(1, sizeof(*plan));
-    rel = malloc((size_t)ngroups * (size_t)ngroups);
-    gpus = malloc(sizeof(int) * (size_t)K);
-    if (!plan || !rel || !gpus)
+    if (!plan)
         goto oom;
+    if (!policy->cpu_only && K <= DTRAIN_TOPO_MAX_GPUS) {
+        /* Only GPU placements look at slots; K is small then. */
+        cache = calloc(1, sizeof(*cache));
+        rel = malloc((size_t)ngroups * (size_t)ngroups);
+        gpus = malloc(sizeof(int) * (size_t)K);
+        if (!cache || !rel || !gpus)
+            goto oom;
+    }
     plan->tasks = calloc((size_t)world, sizeof(*plan->tasks));
     if (!plan->tasks)
         goto oom;
@@ -227,38 +304,18 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                 goto fail;
             }
             slot_relations(node, ngroups, D, rel);
-            for (int c = 0; c < ncache && !layout; c++)
-                if (cache[c].topo == topo && memcmp(cache[c].rel, rel, (size_t)ngroups * ngroups) == 0)
-                    layout = cache[c].gpu_of_local;
-            if (!layout) {
-                int crossed = 0;
-                rc = plan_node_gpus(topo, node, T, ngroups, rel, policy->allow_pcie, gpus, &crossed, err, errlen);
-                if (rc != DTRAIN_TOPO_OK)
-                    goto fail;
-                if (crossed && !plan->has_warning) {
-                    plan->has_warning = 1;
-                    dtrain_snprintf(plan->warning, sizeof(plan->warning),
-                                    "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
-                                    "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
-                                    T, node, dtrain_topo_largest_island(topo));
-                }
-                layout = gpus;
-                if (ncache < PLAN_CACHE_SLOTS) {
-                    struct plan_cache_entry *e = &cache[ncache];
-                    e->topo = topo;
-                    e->crossed = crossed;
-                    e->rel = malloc((size_t)ngroups * ngroups);
-                    e->gpu_of_local = malloc(sizeof(int) * (size_t)K);
-                    if (!e->rel || !e->gpu_of_local) {
-                        free(e->rel);
-                        free(e->gpu_of_local);
-                        goto oom;
-                    }
-                    memcpy(e->rel, rel, (size_t)ngroups * ngroups);
-                    memcpy(e->gpu_of_local, gpus, sizeof(int) * (size_t)K);
-                    ncache++;
-                }
+            int crossed = 0;
+            rc = node_layout(cache, topo, node, T, ngroups, rel, policy->allow_pcie, gpus, &crossed, err, errlen);
+            if (rc != DTRAIN_TOPO_OK)
+                goto fail;
+            if (crossed && !plan->has_warning) {
+                plan->has_warning = 1;
+                dtrain_snprintf(plan->warning, sizeof(plan->warning),
+                                "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
+                                "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
+                                T, node, dtrain_topo_largest_island(topo));
             }
+            layout = gpus;
         }
         for (int i = 0; i < K; i++) {
             int rank = node * K + i;
@@ -279,7 +336,8 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
             }
         }
     }
-    cache_free(cache, ncache);
+    if (cache)
+        cache_free(cache);
     free(rel);
     free(gpus);
     *out = plan;
@@ -288,7 +346,8 @@ oom:
     dtrain_snprintf(err, errlen, "out of memory");
     rc = DTRAIN_TOPO_ERR_SYSTEM;
 fail:
-    cache_free(cache, ncache);
+    if (cache)
+        cache_free(cache);
     free(rel);
     free(gpus);
     dtrain_plan_free(plan);

@@ -42,7 +42,7 @@ struct part_score {
     long long sum_all;
 };
 
-struct search {
+struct plan_groups {
     int n, T, ngroups;
     long long c[N][N];
     int island[N];
@@ -75,7 +75,7 @@ static int score_cmp(const struct part_score *a, const struct part_score *b)
     return 0;
 }
 
-static int capacity_ok(const struct search *s)
+static int capacity_ok(const struct plan_groups *s)
 {
     int cap = 0;
     for (int i = 0; i < s->n; i++)
@@ -83,7 +83,7 @@ static int capacity_ok(const struct search *s)
     return cap >= s->ngroups - s->ngrouped;
 }
 
-static void record_leaf(struct search *s)
+static void record_leaf(struct plan_groups *s)
 {
     struct part_score sc = {-1, 0, 0};
     for (int g = 0; g < s->ngroups; g++) {
@@ -103,7 +103,7 @@ static void record_leaf(struct search *s)
         memcpy(s->best[s->nbest++], s->state, sizeof(s->state));
 }
 
-static int lowest_undecided(const struct search *s)
+static int lowest_undecided(const struct plan_groups *s)
 {
     for (int i = 0; i < s->n; i++)
         if (s->state[i] == -2)
@@ -111,11 +111,11 @@ static int lowest_undecided(const struct search *s)
     return -1;
 }
 
-static void search_from(struct search *s);
+static void search_from(struct plan_groups *s);
 
 /* Choose the remaining T-fill members of the group being built from
  * cand[from..ncand-1]. */
-static void choose_partners(struct search *s, const int *cand, int ncand, int from, int fill)
+static void choose_partners(struct plan_groups *s, const int *cand, int ncand, int from, int fill)
 {
     int g = s->ngrouped;
     if (fill == s->T) {
@@ -156,7 +156,7 @@ static void choose_partners(struct search *s, const int *cand, int ncand, int fr
     }
 }
 
-static void search_from(struct search *s)
+static void search_from(struct plan_groups *s)
 {
     s->steps++;
     if (s->ngrouped == s->ngroups) {
@@ -211,7 +211,7 @@ static void search_from(struct search *s)
 
 /* Stage 2 for one partition (state[] gives each GPU's group): place groups
  * on slots.  Returns the score and fills gpu_of_local. */
-static long long assign_slots(const struct search *s, const int *state, const unsigned char *rel,
+static long long assign_slots(const struct plan_groups *s, const int *state, const unsigned char *rel,
                               int *gpu_of_local)
 {
     int T = s->T, m = s->ngroups;
@@ -318,11 +318,11 @@ static int refuse_islands(const dtrain_topo *topo, int node_index, int T, int K,
     return DTRAIN_TOPO_ERR_REFUSED;
 }
 
-int plan_node_gpus(const dtrain_topo *topo, int node_index, int T, int ngroups,
-                   const unsigned char *rel, int allow_pcie,
-                   int *gpu_of_local, int *crossed, char *err, size_t errlen)
+int plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups, int allow_pcie,
+                     struct plan_groups **out, int *crossed, char *err, size_t errlen)
 {
     int K = T * ngroups;
+    *out = NULL;
     *crossed = 0;
     if (topo->ngpus < K) {
         dtrain_snprintf(err, errlen,
@@ -337,7 +337,7 @@ int plan_node_gpus(const dtrain_topo *topo, int node_index, int T, int ngroups,
         *crossed = 1;
     }
 
-    struct search *s = calloc(1, sizeof(*s));
+    struct plan_groups *s = calloc(1, sizeof(*s));
     if (!s) {
         dtrain_snprintf(err, errlen, "out of memory");
         return DTRAIN_TOPO_ERR_SYSTEM;
@@ -354,24 +354,30 @@ int plan_node_gpus(const dtrain_topo *topo, int node_index, int T, int ngroups,
             s->c[a][b] = a == b ? 0 : closeness(topo, a, b);
     }
     search_from(s);
-
-    int rc = DTRAIN_TOPO_ERR_SYSTEM;
     if (s->nbest == 0) {
         /* Cannot happen: capacity was checked above. */
         dtrain_snprintf(err, errlen, "internal error: no placement found on node %d", node_index);
-        goto out;
+        free(s);
+        return DTRAIN_TOPO_ERR_SYSTEM;
     }
+    *out = s;
+    return DTRAIN_TOPO_OK;
+}
+
+void plan_groups_free(struct plan_groups *groups)
+{
+    free(groups);
+}
+
+void plan_node_assign(const struct plan_groups *s, const unsigned char *rel, int *gpu_of_local)
+{
     long long best = -1;
     int tmp[N];
     for (int k = 0; k < s->nbest; k++) {
         long long v = assign_slots(s, s->best[k], rel, tmp);
         if (v > best) {
             best = v;
-            memcpy(gpu_of_local, tmp, sizeof(int) * (size_t)K);
+            memcpy(gpu_of_local, tmp, sizeof(int) * (size_t)(s->T * s->ngroups));
         }
     }
-    rc = DTRAIN_TOPO_OK;
-out:
-    free(s);
-    return rc;
 }
