@@ -2,7 +2,7 @@
  *
  * Two stages, both deterministic:
  *
- * 1. TP groups.  An exact branch-and-bound search over partitions of the
+ * 1. TP groups (plan_node_groups).  An exact branch-and-bound search over partitions of the
  *    node's GPUs into K/T groups of T GPUs (GPUs left over are unused),
  *    every group inside one island.  Pair closeness c(a,b) is the NVLink/
  *    XGMI bandwidth in MB/s, or 1..3 for PCIe (same switch 3, same NUMA 2,
@@ -19,7 +19,7 @@
  *    (PLAN_SEARCH_BUDGET steps) then only bounds the improvement.  Up to
  *    PLAN_MAX_CANDIDATES partitions with the best score are kept.
  *
- * 2. Slots.  For each kept partition, greedily: slot 0 gets the group with
+ * 2. Slots (plan_node_assign).  For each kept partition, greedily: slot 0 gets the group with
  *    the lowest GPU, in GPU order; each next slot takes the group, and the
  *    order of its GPUs over tp ranks, with the largest closeness between
  *    equal tp ranks of this slot and the slots already placed that are its
@@ -34,7 +34,7 @@
 #include "topo_model.h"
 
 #define PLAN_MAX_CANDIDATES 8
-#define N DTRAIN_TOPO_MAX_GPUS
+#define MAXG DTRAIN_TOPO_MAX_GPUS
 
 struct part_score {
     long long min_of_min;
@@ -42,19 +42,20 @@ struct part_score {
     long long sum_all;
 };
 
+/* The search state; once the search is done, the kept partitions. */
 struct plan_groups {
     int n, T, ngroups;
-    long long c[N][N];
-    int island[N];
-    int state[N];      /* -2 undecided, -1 unused, else group id */
-    int group[N][N];   /* group[g][0..T-1]: GPUs of group g */
-    long long gmin[N], gsum[N];
+    long long c[MAXG][MAXG];
+    int island[MAXG];
+    int state[MAXG];      /* -2 undecided, -1 unused, else group id */
+    int group[MAXG][MAXG];   /* group[g][0..T-1]: GPUs of group g */
+    long long gmin[MAXG], gsum[MAXG];
     int ngrouped;      /* complete groups so far */
-    int undecided_in[N]; /* per island */
+    int undecided_in[MAXG]; /* per island */
     long steps;
     int nbest;
     struct part_score best_score;
-    int best[PLAN_MAX_CANDIDATES][N]; /* state[] of each kept partition */
+    int best[PLAN_MAX_CANDIDATES][MAXG]; /* state[] of each kept partition */
 };
 
 static long long closeness(const struct dtrain_topo *topo, int a, int b)
@@ -172,7 +173,7 @@ static void search_from(struct plan_groups *s)
 
     /* Option 1: a new group led by `first`, partners from its island, the
      * closest first. */
-    int cand[N], ncand = 0;
+    int cand[MAXG], ncand = 0;
     for (int x = first + 1; x < s->n; x++)
         if (s->state[x] == -2 && s->island[x] == isl)
             cand[ncand++] = x;
@@ -215,8 +216,8 @@ static long long assign_slots(const struct plan_groups *s, const int *state, con
                               int *gpu_of_local)
 {
     int T = s->T, m = s->ngroups;
-    int members[N][N], nmem[N] = {0};
-    int placed[N] = {0};
+    int members[MAXG][MAXG], nmem[MAXG] = {0};
+    int placed[MAXG] = {0};
     long long total = 0;
 
     for (int x = 0; x < s->n; x++)
@@ -229,11 +230,11 @@ static long long assign_slots(const struct plan_groups *s, const int *state, con
     placed[0] = 1;
     for (int slot = 1; slot < m; slot++) {
         long long best_gain = -1;
-        int best_group = -1, best_order[N];
+        int best_group = -1, best_order[MAXG];
         for (int g = 0; g < m; g++) {
             if (placed[g])
                 continue;
-            int used[N] = {0}, order[N];
+            int used[MAXG] = {0}, order[MAXG];
             long long gain = 0;
             for (int j = 0; j < T; j++) {
                 long long bj = -1;
@@ -372,7 +373,7 @@ void plan_groups_free(struct plan_groups *groups)
 void plan_node_assign(const struct plan_groups *s, const unsigned char *rel, int *gpu_of_local)
 {
     long long best = -1;
-    int tmp[N];
+    int tmp[MAXG];
     for (int k = 0; k < s->nbest; k++) {
         long long v = assign_slots(s, s->best[k], rel, tmp);
         if (v > best) {
