@@ -1,6 +1,7 @@
-/* Allocator context (sbatch, salloc): refuse a job that cannot run before it
- * is queued.  The option callbacks already refused malformed values; here
- * the values meet the site policy and the job's size (see submit.h). */
+/* Allocator context (sbatch, salloc), and srun before it asks for resources:
+ * refuse a job that cannot run before it is queued.  The option callbacks
+ * already refused malformed values; here the values meet the site policy
+ * and the job's size as the client parsed it (see submit.h). */
 #include "plugin.h"
 #include "submit.h"
 

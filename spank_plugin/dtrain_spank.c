@@ -76,9 +76,8 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     (void)av;
     switch (spank_context()) {
     case S_CTX_ALLOCATOR:
+    case S_CTX_LOCAL: /* srun checks its options as sbatch does */
         return dtrain_allocator_post_opt(&plugin);
-    case S_CTX_LOCAL:
-        return dtrain_local_post_opt(&plugin);
     case S_CTX_REMOTE:
         return dtrain_remote_post_opt(&plugin, sp);
     default:

@@ -1,21 +1,12 @@
-/* Local context (srun): refuse a step that cannot run, first from srun's
- * options (before it asks for resources), then from the step Slurm actually
- * created (its task and node counts) before any task starts. */
+/* Local context (srun).  srun first checks its options like sbatch does
+ * (dtrain_allocator_post_opt, before it asks for resources); here it checks
+ * again with the step Slurm actually created (its task and node counts),
+ * before any task starts. */
 #include <stdio.h>
 
-#include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "plugin.h"
 #include "submit.h"
-
-int dtrain_local_post_opt(struct dtrain_plugin *plugin)
-{
-    struct dtrain_job_size size;
-    if (!dtrain_options_used(&plugin->opts))
-        return 0;
-    dtrain_job_size_from_client(&size);
-    return dtrain_client_check(&plugin->opts, &plugin->config, &size);
-}
 
 int dtrain_local_user_init(struct dtrain_plugin *plugin, spank_t sp)
 {

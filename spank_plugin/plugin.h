@@ -8,8 +8,9 @@
  *
  *   dtrain_spank.c  SPANK entry points, option registration and callback,
  *                   dispatch to the files below
- *   allocator.c     sbatch/salloc: refuse what cannot run, before queueing
- *   local.c         srun: the same, then again with the step's real size
+ *   allocator.c     sbatch/salloc (and srun first): refuse what cannot run,
+ *                   before anything is queued
+ *   local.c         srun: check again with the step's real size
  *   remote.c        slurmstepd: discover the node, plan the step, export
  *                   each task's environment and bind its CPUs
  *   options.c       the --dtrain-* options;  site_config.c  the site config
@@ -59,11 +60,10 @@ struct dtrain_plugin {
     struct dtrain_step step; /* remote context only */
 };
 
-/* allocator.c */
+/* allocator.c: sbatch, salloc, and srun's first check */
 int dtrain_allocator_post_opt(struct dtrain_plugin *plugin);
 
-/* local.c */
-int dtrain_local_post_opt(struct dtrain_plugin *plugin);
+/* local.c: srun, once the step exists */
 int dtrain_local_user_init(struct dtrain_plugin *plugin, spank_t sp);
 
 /* remote.c */

@@ -91,9 +91,9 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
         }
         if (global != s->nodeid * s->local_tasks + i) {
             step_fail(s, DTRAIN_EXIT_REFUSED,
-                      "%s: task %u sits on node %u, but dtrain needs blocks of consecutive task ids per node "
-                      "(use --distribution=block)",
-                      s->node, global, s->nodeid);
+                      "%s: task %u runs here, but dtrain needs each node to hold a block of consecutive task "
+                      "ids: use --distribution=block",
+                      s->node, global);
             return -1;
         }
     }

@@ -97,6 +97,11 @@ check "... saying so on each node: 'dtrain: nodeN: ... same number of tasks on e
   eval '[ "$(grep -c "^dtrain: node[12]: .*same number of tasks on every node" "$err")" -eq 2 ]'
 grep '^dtrain' "$err" | diag_file /dev/stdin
 
+run_client "$out" "$err" srun -N2 --ntasks-per-node=2 --distribution=cyclic --dtrain-tp=2 true
+check "cyclic task distribution fails with exit 3 (exit $RC)" [ "$RC" -eq 3 ]
+check "... saying 'use --distribution=block'" grep -q "^dtrain: node[12]: .*use --distribution=block" "$err"
+grep '^dtrain' "$err" | diag_file /dev/stdin
+
 # ---- site configuration (plugstack.conf is read again by every client and step)
 set_plugin_args "$D" "max_tp=8 colour=blue"
 run_client "$out" "$err" sbatch -J badconf --dtrain-tp=2 -o /dev/null --wrap true
@@ -125,6 +130,21 @@ check "topology_xml=.../%n.xml: node1 is placed on the DGX-1 of node1.xml (exit 
 run_client "$out" "$err" srun -w node2 -N1 -n2 --dtrain-tp=2 true
 check "... node2 has no node2.xml: its step fails naming the file (exit $RC)" \
   eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node2: cannot read this node.s GPU topology: .*$D/topo/node2.xml" "$err"'
+grep '^dtrain' "$err" | diag_file /dev/stdin
+
+# A node whose NVLink islands are pairs (4 PCIe A100s with bridges): T=4 is
+# refused on the node, and runs across PCIe with --dtrain-allow-pcie.
+cp "$fixtures/pcie-a100-bridged-pairs.xml" "$D/topo/node1.xml"
+run_client "$out" "$err" srun -w node1 -N1 -n4 --dtrain-tp=4 true
+check "T=4 on a node whose largest NVLink island is 2 GPUs: the step fails with exit 3 (exit $RC)" [ "$RC" -eq 3 ]
+check "... saying so: 'dtrain: node1: T=4 is larger than the largest NVLink island (2 GPUs) ...'" \
+  grep -q "^dtrain: node1: T=4 is larger than the largest NVLink island (2 GPUs)" "$err"
+grep '^dtrain' "$err" | diag_file /dev/stdin
+run_client "$out" "$err" srun -w node1 -N1 -n4 --dtrain-tp=4 --dtrain-allow-pcie sh "$show_task"
+check "... with --dtrain-allow-pcie it runs, DTRAIN_ALLOW_PCIE=1 in every task (exit $RC)" \
+  eval '[ "$RC" -eq 0 ] && [ "$(grep -c " pcie=1$" "$out")" -eq 4 ]'
+check "... and the node warns once that TP traffic crosses PCIe" \
+  eval '[ "$(grep -c "^dtrain: warning: node1: .*crosses PCIe" "$err")" -eq 1 ]'
 grep '^dtrain' "$err" | diag_file /dev/stdin
 
 done_testing
