@@ -9,7 +9,9 @@ need_cluster_tools
 
 topo=$fixtures/g4dnmetal.xml
 new_cluster_dir single; d=$LC_NEW
-start_out=$(lc start --dir "$d" --topology "node1=$topo" 2>&1)
+# The caller's HWLOC_XMLFILE and SLURM_CONF must not reach the daemons.
+start_out=$(HWLOC_XMLFILE=/nonexistent.xml SLURM_CONF=/nonexistent.conf \
+  lc start --dir "$d" --topology "node1=$topo" --slurmd-env DTRAIN_TEST_ALL=1 --slurmd-env node2:DTRAIN_TEST_NODE2=yes 2>&1)
 rc=$?
 check "start exits 0" [ "$rc" -eq 0 ]
 [ "$rc" -eq 0 ] || { printf '%s\n' "$start_out" | sed 's/^/# /'; done_testing; }
@@ -72,10 +74,11 @@ fi
 
 # ---- daemons' environment: the topology file reaches slurmd and slurmstepd
 p1=$(slurmd_pid "$d" node1) p2=$(slurmd_pid "$d" node2)
-check "node1's slurmd has HWLOC_XMLFILE=<its topology> and DTRAIN_NODE_NAME=node1" \
-  [ "$(environ_of "$p1" | grep -E '^(HWLOC_XMLFILE|DTRAIN_NODE_NAME)=' | sort | tr '\n' ' ')" = "DTRAIN_NODE_NAME=node1 HWLOC_XMLFILE=$topo " ]
-check "node2's slurmd (no topology given) has no HWLOC_XMLFILE, DTRAIN_NODE_NAME=node2" \
-  [ "$(environ_of "$p2" | grep -E '^(HWLOC_XMLFILE|DTRAIN_NODE_NAME)=' | sort | tr '\n' ' ')" = "DTRAIN_NODE_NAME=node2 " ]
+vars='^(HWLOC_XMLFILE|DTRAIN_NODE_NAME|DTRAIN_TEST_[A-Z0-9]*|SLURM_CONF)='
+check "node1's slurmd: its HWLOC_XMLFILE, DTRAIN_NODE_NAME=node1, --slurmd-env for all nodes" \
+  [ "$(environ_of "$p1" | grep -E "$vars" | sort | tr '\n' ' ')" = "DTRAIN_NODE_NAME=node1 DTRAIN_TEST_ALL=1 HWLOC_XMLFILE=$topo SLURM_CONF=$d/slurm.conf " ]
+check "node2's slurmd: no HWLOC_XMLFILE (none given, the caller's not inherited), --slurmd-env for node2" \
+  [ "$(environ_of "$p2" | grep -E "$vars" | sort | tr '\n' ' ')" = "DTRAIN_NODE_NAME=node2 DTRAIN_TEST_ALL=1 DTRAIN_TEST_NODE2=yes SLURM_CONF=$d/slurm.conf " ]
 # A task's parent is its slurmstepd: the SPANK plugin runs there.
 stepd_env=$(in_cluster "$d" timeout 60 srun -w node1 -N1 -n1 sh -c 'tr "\0" "\n" </proc/$PPID/environ' 2>/dev/null)
 check "slurmstepd on node1 inherits HWLOC_XMLFILE" grep -qxF "HWLOC_XMLFILE=$topo" <<<"$stepd_env"

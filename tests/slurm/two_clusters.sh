@@ -37,7 +37,8 @@ left=$(dir_processes "$a" | tr '\n' ' ')
 check "no process of A is left${left:+ (left: $left)}" [ -z "$left" ]
 check "B still runs after A stopped" lc status --dir "$b"
 check "B still runs a 3-node step" [ "$(in_cluster "$b" timeout 60 srun -N3 -n3 printenv SLURMD_NODENAME 2>/dev/null | sort | tr '\n' ' ')" = "node1 node2 node3 " ]
-check "stop B exits 0" lc stop --dir "$b"
+rm -rf -- "$b"
+check "stop B exits 0 after its folder was removed under it" lc stop --dir "$b"
 left=$(dir_processes "$b" | tr '\n' ' ')
 check "no process of B is left${left:+ (left: $left)}" [ -z "$left" ]
 done_testing

@@ -44,6 +44,12 @@ refused "--plugin-args without --plugin" "needs --plugin" start --dir "$d" --plu
 refused "--slurm-conf-extra that does not exist" "no such readable file" start --dir "$d" --slurm-conf-extra "$d/none.conf"
 refused "a --dir with a space" "must not contain spaces" start --dir "$d/a b"
 refused "stop with a start option" "takes only --dir" stop --dir "$d" --nodes 3
+refused "status with a start option, even at its default value" "takes only --dir" status --dir "$d" --nodes 2
+refused "--slurmd-env without NAME=" "write NAME=VALUE" start --dir "$d" --slurmd-env novalue
+refused "--slurmd-env for a node that does not exist" "node1..node2 only" start --dir "$d" --slurmd-env node3:A=1
+refused "--slurmd-env HWLOC_XMLFILE" "use --topology\|give topology files" start --dir "$d" --slurmd-env HWLOC_XMLFILE=x
+refused "--slurmd-env SLURM_CONF" "sets SLURM_CONF itself" start --dir "$d" --slurmd-env SLURM_CONF=x
+refused "--requeue-delay 1" "--requeue-delay '1'" start --dir "$d" --requeue-delay 1
 refused "an option without its value" "needs a value" start --dir
 
 check "stop of a folder that never had a cluster exits 0" lc stop --dir "$d"
