@@ -42,7 +42,7 @@ export SLURM_CONF=$dir/slurm.conf
 run() {
   local name=$1 tp=$2 pp=$3
   mkdir -p "$dir/$name"
-  timeout 120 srun -N2 -n16 --ntasks-per-node=8 --mpi=pmi2 -o "$dir/$name/%t" \
+  timeout 120 srun -Q -N2 -n16 --ntasks-per-node=8 --mpi=pmi2 -o "$dir/$name/%t" \
     "$launch" --json --backend "$backend" --tp "$tp" --pp "$pp" ||
     die "srun dtrain-launch --tp $tp --pp $pp failed: $(cat "$dir/$name"/* | grep -v '^{' | head -3)"
 }
@@ -77,8 +77,8 @@ def shape(prefix):
     return row
 
 a, b = shape("3d"), shape("base")
-print("dtrain-launch bootstrap: 16 tasks on 2 nodes (local Slurm on loopback), %s backend, "
-      "median of %d runs of the slowest task, ms" % (backend, runs))
+print("dtrain-launch bootstrap: 16 tasks on 2 nodes (local Slurm on loopback), %s backend; ms, each "
+      "figure the median over %d runs of the slowest task's value" % (backend, runs))
 print("  %-14s %5s %7s %10s %s" % ("shape", "keys", "fences", "bootstrap", "  ".join("%6s" % p for p in PHASES)))
 for r in (a, b):
     print("  %-14s %5d %7d %10.1f %s" % (r["name"], r["keys"], r["fences"], r["bootstrap"],
