@@ -92,7 +92,7 @@ static void test_json(void)
 static void test_finish(void)
 {
     struct dtrain_train_config c;
-    char err[1024];
+    char err[1024] = "";
     dtrain_train_config_defaults(&c);
     ok(dtrain_train_config_finish(&c, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "--data"),
        "no token file: %s", err);

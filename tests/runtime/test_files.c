@@ -46,7 +46,7 @@ static void expect_bad(int rc, const char *err, const char *needle, const char *
 
 static void test_token_files(void)
 {
-    char err[512];
+    char err[512] = "";
     struct dtrain_tokens *t = NULL;
     expect_bad(dtrain_tokens_open(in_dir("missing.bin"), &t, err, sizeof err), err, "cannot open",
                "a missing token file");
@@ -142,7 +142,7 @@ static const struct dtrain_gpt2_config shape = {
 
 static void test_llmc_files(void)
 {
-    char err[512];
+    char err[512] = "";
     struct dtrain_gpt2_config got;
     size_t bytes = dtrain_gpt2_param_count(&shape) * sizeof(float);
     int32_t good[8] = {20240326, 3, 8, 10, 1, 2, 4, 16};
@@ -182,7 +182,7 @@ static void test_llmc_files(void)
 
 static void test_checkpoints(void)
 {
-    char err[512];
+    char err[512] = "";
     size_t n = dtrain_gpt2_param_count(&shape);
     float *p = calloc(3 * n, sizeof(float));
     for (size_t i = 0; i < 3 * n; i++)

@@ -414,7 +414,7 @@ static float *run_big(struct dtrain_kernels *k, size_t *count)
 
 static void test_threads(void)
 {
-    char err[256];
+    char err[256] = "";
     struct dtrain_kernels *k1 = NULL, *k3 = NULL;
     struct dtrain_kernels_options o1 = {.threads = 1}, o3 = {.threads = 3};
     if (dtrain_kernels_create("cpu", &o1, &k1, err, sizeof err) != 0 ||

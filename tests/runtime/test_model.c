@@ -37,7 +37,7 @@ static void test_layout(void)
        "tensor offsets follow llm.c's order (wte, wpe, ..., lnfw, lnfb)");
     ok(dtrain_gpt2_pad_vocab(50257) == 50304 && dtrain_gpt2_pad_vocab(256) == 256,
        "default padded vocabulary rounds up to 128");
-    char err[256];
+    char err[256] = "";
     struct dtrain_gpt2_config bad = tiny;
     bad.num_heads = 3;
     ok(dtrain_gpt2_config_check(&bad, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "multiple"),
@@ -97,7 +97,7 @@ static double model_loss(void *p)
 
 static void test_gradcheck(struct dtrain_kernels *k)
 {
-    char err[256];
+    char err[256] = "";
     int B = 2, T = 5;
     int32_t inputs[10] = {1, 4, 4, 12, 0, 7, 3, 9, 1, 11};
     int32_t targets[10] = {4, 4, 12, 0, 7, 2, 9, 1, 11, 5};
@@ -251,7 +251,7 @@ struct block_run {
     struct dtrain_tp_hook hook;
     struct tp_rank_ctx rank;
     int rc;
-    char err[256];
+    char err[256] = "";
 };
 
 static float *dzeros(struct dtrain_kernels *k, size_t n)
@@ -372,7 +372,7 @@ static float *download(struct dtrain_kernels *k, const float *dev, size_t n)
 static void test_tensor_parallel(void)
 {
     const int B = 2, T = 4, C = 16, NH = 4, HS = 4, F = 4 * C, N = B * T;
-    char err[256];
+    char err[256] = "";
     struct dtrain_kernels_options one = {.threads = 1};
     struct host_block full;
     size_t sizes[BLOCK_TENSORS];

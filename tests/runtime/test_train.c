@@ -27,7 +27,7 @@ static void path_in(char *out, size_t len, const char *name)
 static int make_data(void)
 {
     static const char text[] = "the quick brown fox jumps over the lazy dog; ";
-    char err[256], path[DTRAIN_PATH_MAX];
+    char err[256] = "", path[DTRAIN_PATH_MAX];
     size_t n = 4000, len = sizeof text - 1;
     uint16_t *tok = malloc(n * sizeof *tok);
     if (tok == NULL)
@@ -42,7 +42,7 @@ static int make_data(void)
 
 static void tiny_config(struct dtrain_train_config *c)
 {
-    char err[256];
+    char err[256] = "";
     dtrain_train_config_defaults(c);
     path_in(c->data, sizeof c->data, "data.bin");
     c->model = (struct dtrain_gpt2_config){.max_seq_len = 32, .vocab_size = 256,
@@ -63,7 +63,7 @@ static void tiny_config(struct dtrain_train_config *c)
 /* Run steps [done, until) and record the losses; 0 on success. */
 static int run_steps(struct dtrain_trainer *t, long until, float *losses)
 {
-    char err[256];
+    char err[256] = "";
     struct dtrain_step_result r;
     while (dtrain_trainer_steps_done(t) < until) {
         if (dtrain_trainer_step(t, &r, err, sizeof err) != DTRAIN_OK) {
@@ -87,7 +87,7 @@ static float *params_of(struct dtrain_trainer *t)
 
 static int create(const struct dtrain_train_config *c, struct dtrain_trainer **t)
 {
-    char err[256];
+    char err[256] = "";
     int rc = dtrain_trainer_create(c, t, err, sizeof err);
     if (rc != DTRAIN_OK)
         diag("create: %s", err);
@@ -145,7 +145,7 @@ static void test_checkpoint_resume(void)
 {
     struct dtrain_train_config c;
     struct dtrain_trainer *whole = NULL, *first = NULL, *second = NULL;
-    char err[256], ck[DTRAIN_PATH_MAX], ck2[DTRAIN_PATH_MAX];
+    char err[256] = "", ck[DTRAIN_PATH_MAX], ck2[DTRAIN_PATH_MAX];
     float lw[STEPS], lr[STEPS];
     const long k = 11;
     tiny_config(&c);
@@ -230,7 +230,7 @@ static void test_llmc_roundtrip(void)
 {
     struct dtrain_train_config c, ic;
     struct dtrain_trainer *a = NULL, *b = NULL;
-    char err[256], path[DTRAIN_PATH_MAX], path2[DTRAIN_PATH_MAX];
+    char err[256] = "", path[DTRAIN_PATH_MAX], path2[DTRAIN_PATH_MAX];
     float l[STEPS];
     tiny_config(&c);
     path_in(path, sizeof path, "model.bin");
@@ -281,7 +281,7 @@ static void test_run_metrics(void)
 {
     struct dtrain_train_config c;
     struct dtrain_trainer *t = NULL, *ref = NULL;
-    char err[256], path[DTRAIN_PATH_MAX];
+    char err[256] = "", path[DTRAIN_PATH_MAX];
     float l[STEPS];
     tiny_config(&c);
     c.steps = 5;
