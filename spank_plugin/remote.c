@@ -132,17 +132,18 @@ done:
     return 0;
 }
 
-/* Restrict the model to the GPUs Slurm's GRES gave the step, if any. */
+/* Restrict the model to the GPUs Slurm's GRES gave the step, if any.
+ * CUDA_VISIBLE_DEVICES is read only then: without GRES it is the user's. */
 static int apply_gres(struct dtrain_step *s, spank_t sp)
 {
     char step_gpus[1024], visible[4096], err[DTRAIN_MSG_MAX];
-    const char *sg, *cv;
+    const char *sg = NULL, *cv = NULL;
     int rc;
 
     if (job_getenv(sp, "SLURM_STEP_GPUS", step_gpus, sizeof step_gpus, &sg) != 0 ||
-        job_getenv(sp, DTRAIN_ENV_CUDA_VISIBLE, visible, sizeof visible, &cv) != 0) {
-        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read SLURM_STEP_GPUS/CUDA_VISIBLE_DEVICES of the step",
-                  s->node);
+        (sg != NULL && job_getenv(sp, DTRAIN_ENV_CUDA_VISIBLE, visible, sizeof visible, &cv) != 0)) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read SLURM_STEP_GPUS/CUDA_VISIBLE_DEVICES of the step "
+                  "(longer than %zu/%zu bytes?)", s->node, sizeof step_gpus - 1, sizeof visible - 1);
         return -1;
     }
     if (dtrain_gres_parse(sg, cv, dtrain_topo_gpu_count(s->topo), &s->gres, err, sizeof err) != 0) {

@@ -115,6 +115,23 @@ done < <(groups "$out")
 check "DGX-1, T=2: every TP pair is joined by two NVLinks (got $got)" \
   eval '[ "$pairs_ok" = yes ] && [ "$(groups "$out" | wc -l)" -eq 4 ]'
 
+# GPUs from Slurm's GRES: slurmstepd puts the step's GPU indices in
+# SLURM_STEP_GPUS and what CUDA must use in CUDA_VISIBLE_DEVICES (0..n-1 when
+# cgroups hide the other devices).  This cluster has no GPU GRES, so the job
+# environment carries the same two variables as Slurm would set them.
+run_client "$out" "$err" env SLURM_STEP_GPUS=4,5,6,7 CUDA_VISIBLE_DEVICES=0,1,2,3 \
+  srun -w node3 -N1 -n4 --dtrain-tp=4 sh "$show_task"
+got=$(field "$out" gpu | sort | tr '\n' ' ')
+check "GRES GPUs 4-7 of the DGX-1: the 4 tasks get exactly those (got $got)" \
+  [ "$got" = "0000:85:00.0 0000:86:00.0 0000:89:00.0 0000:8a:00.0 " ]
+pairs=$(sed -n 's/.* cuda=\([^ ]*\) .* gpu=\([^ ]*\) .*/\1 \2/p' "$out" | sort | tr '\n' ' ')
+check "... each with Slurm's own CUDA_VISIBLE_DEVICES value for it, in PCI order (got $pairs)" \
+  [ "$pairs" = "0 0000:85:00.0 1 0000:86:00.0 2 0000:89:00.0 3 0000:8a:00.0 " ]
+run_client "$out" "$err" env SLURM_STEP_GPUS=4,5 CUDA_VISIBLE_DEVICES=0,1 srun -w node3 -N1 -n4 --dtrain-tp=2 true
+check "4 tasks on the 2 GPUs GRES gave the step: refused with exit 3 (exit $RC)" \
+  eval '[ "$RC" -eq 3 ] && grep -q "^dtrain: node3: .*2 GPUs for 4 tasks" "$err"'
+grep '^dtrain' "$err" | diag_file /dev/stdin
+
 # ---- node4's topology file is broken
 run_client "$out" "$err" srun -w node4 -N1 -n2 --dtrain-tp=2 true
 check "a node with a broken topology file: the step fails (exit $RC)" [ "$RC" -ne 0 ]
