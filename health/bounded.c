@@ -1,4 +1,4 @@
-/* Run one probe in a forked child with a deadline; see bounded.h. */
+/* Run probes in forked children with deadlines; see bounded.h. */
 #include "bounded.h"
 
 #include <errno.h>
@@ -23,36 +23,72 @@ void health_stage_set(struct health_stage *stage, const char *fmt, ...)
     va_end(ap);
 }
 
-static long long now_ms(void)
+static double now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Wait until the child closes its end of the pipe (it exited, or exec'd)
- * or the deadline passes.  Returns 1 on EOF, 0 on timeout, -1 on error. */
-static int wait_eof(int fd, long long deadline)
+static const char *stage_of(const struct health_probe *p)
 {
-    for (;;) {
-        long long left = deadline - now_ms();
-        if (left <= 0)
-            return 0;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int rc = poll(&p, 1, left > 60000 ? 60000 : (int)left);
-        if (rc < 0 && errno == EINTR)
-            continue;
-        if (rc < 0)
-            return -1;
-        if (rc == 0)
-            continue;
-        char c;
-        ssize_t n = read(fd, &c, 1);
-        if (n == 0)
-            return 1;
-        if (n < 0 && errno != EINTR && errno != EAGAIN)
-            return -1;
+    return ((const struct health_stage *)p->shared)->text;
+}
+
+void health_probe_start(struct health_probe *p, health_probe_fn probe, const void *arg, void *out,
+                        size_t outsize, int timeout_ms, health_probe_failed_fn failed, const void *ctx)
+{
+    int fds[2] = {-1, -1};
+    memset(p, 0, sizeof(*p));
+    p->pid = -1;
+    p->fd = -1;
+    p->out = out;
+    p->outsize = outsize;
+    p->timeout_ms = timeout_ms;
+    p->failed = failed;
+    p->failed_ctx = ctx;
+    p->busy = 1;
+    p->status = HEALTH_BOUNDED_FAILED;
+    p->start_ms = now_ms();
+    memset(out, 0, outsize);
+
+    p->shared_len = sizeof(struct health_stage) + outsize;
+    p->shared = mmap(NULL, p->shared_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p->shared == MAP_FAILED) {
+        p->shared = NULL;
+        dtrain_snprintf(p->why, sizeof(p->why), "cannot map %zu bytes of shared memory: %s", p->shared_len,
+                        strerror(errno));
+        return;
     }
+    struct health_stage *stage = p->shared;
+    dtrain_snprintf(stage->text, sizeof(stage->text), "starting");
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        dtrain_snprintf(p->why, sizeof(p->why), "cannot create a pipe: %s", strerror(errno));
+        return;
+    }
+    /* Flush buffered output so that the child cannot print it twice. */
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        dtrain_snprintf(p->why, sizeof(p->why), "cannot fork: %s", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return;
+    }
+    if (pid == 0) {
+        /* Own process group, so that a timeout kills what the probe
+         * started too.  The write end stays open until the child exits:
+         * the parent sees end-of-file then. */
+        setpgid(0, 0);
+        close(fds[0]);
+        probe(arg, (char *)p->shared + sizeof(struct health_stage), stage);
+        _exit(0);
+    }
+    setpgid(pid, pid); /* from here too: no race with a kill of the group */
+    close(fds[1]);
+    p->pid = pid;
+    p->fd = fds[0];
 }
 
 /* Reap the killed child if it goes within a short bound; a child stuck in
@@ -67,82 +103,118 @@ static void reap_briefly(pid_t pid)
     }
 }
 
-enum health_bounded_status health_run_bounded(health_probe_fn probe, const void *arg,
-                                              void *out, size_t outsize, int timeout_ms,
-                                              char *why, size_t whylen)
+/* The child closed its pipe (it exited): collect its status and answer. */
+static void collect(struct health_probe *p)
 {
-    enum health_bounded_status status = HEALTH_BOUNDED_FAILED;
-    size_t shared_len = sizeof(struct health_stage) + outsize;
-    int fds[2] = {-1, -1};
-    struct health_stage *stage;
-    void *shared;
-
-    memset(out, 0, outsize);
-    why[0] = '\0';
-    shared = mmap(NULL, shared_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (shared == MAP_FAILED) {
-        dtrain_snprintf(why, whylen, "cannot map %zu bytes of shared memory: %s", shared_len, strerror(errno));
-        return HEALTH_BOUNDED_FAILED;
-    }
-    stage = shared;
-    dtrain_snprintf(stage->text, sizeof(stage->text), "starting");
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        dtrain_snprintf(why, whylen, "cannot create a pipe: %s", strerror(errno));
-        goto out;
-    }
-
-    /* Flush our buffered output so the child cannot print it twice. */
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        dtrain_snprintf(why, whylen, "cannot fork: %s", strerror(errno));
-        goto out;
-    }
-    if (pid == 0) {
-        /* Own process group, so that a timeout kills helpers the probe
-         * may have started too. */
-        setpgid(0, 0);
-        close(fds[0]);
-        probe(arg, (char *)shared + sizeof(struct health_stage), stage);
-        _exit(0);
-    }
-    setpgid(pid, pid); /* also from here: no race with the kill below */
-    close(fds[1]);
-    fds[1] = -1;
-
-    int eof = wait_eof(fds[0], now_ms() + timeout_ms);
-    if (eof <= 0) {
-        kill(-pid, SIGKILL);
-        kill(pid, SIGKILL);
-        reap_briefly(pid);
-        if (eof == 0)
-            dtrain_snprintf(why, whylen, "did not finish within %d ms (stuck in %s)", timeout_ms, stage->text);
-        else
-            dtrain_snprintf(why, whylen, "lost track of the probe (%s) in %s", strerror(errno), stage->text);
-        status = eof == 0 ? HEALTH_BOUNDED_TIMEOUT : HEALTH_BOUNDED_FAILED;
-        goto out;
-    }
     int wstatus = 0;
     pid_t r;
-    while ((r = waitpid(pid, &wstatus, 0)) < 0 && errno == EINTR)
+    while ((r = waitpid(p->pid, &wstatus, 0)) < 0 && errno == EINTR)
         ;
-    if (r != pid) {
-        dtrain_snprintf(why, whylen, "cannot wait for the probe: %s", strerror(errno));
-    } else if (WIFSIGNALED(wstatus)) {
-        dtrain_snprintf(why, whylen, "crashed with signal %d (%s) in %s", WTERMSIG(wstatus),
-                        strsignal(WTERMSIG(wstatus)), stage->text);
-    } else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-        dtrain_snprintf(why, whylen, "exited with status %d in %s", WEXITSTATUS(wstatus), stage->text);
-    } else {
-        memcpy(out, (char *)shared + sizeof(struct health_stage), outsize);
-        status = HEALTH_BOUNDED_OK;
+    if (r != p->pid)
+        dtrain_snprintf(p->why, sizeof(p->why), "cannot wait for the probe: %s", strerror(errno));
+    else if (WIFSIGNALED(wstatus))
+        dtrain_snprintf(p->why, sizeof(p->why), "crashed with signal %d (%s) in %s", WTERMSIG(wstatus),
+                        strsignal(WTERMSIG(wstatus)), stage_of(p));
+    else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
+        dtrain_snprintf(p->why, sizeof(p->why), "exited with status %d in %s", WEXITSTATUS(wstatus), stage_of(p));
+    else {
+        memcpy(p->out, (char *)p->shared + sizeof(struct health_stage), p->outsize);
+        p->status = HEALTH_BOUNDED_OK;
     }
-out:
-    if (fds[0] >= 0)
-        close(fds[0]);
-    if (fds[1] >= 0)
-        close(fds[1]);
-    munmap(shared, shared_len);
-    return status;
+}
+
+static void give_up(struct health_probe *p, enum health_bounded_status status, const char *what)
+{
+    kill(-p->pid, SIGKILL);
+    kill(p->pid, SIGKILL);
+    reap_briefly(p->pid);
+    p->status = status;
+    if (status == HEALTH_BOUNDED_TIMEOUT)
+        dtrain_snprintf(p->why, sizeof(p->why), "did not finish within %d ms (stuck in %s)", p->timeout_ms,
+                        stage_of(p));
+    else
+        dtrain_snprintf(p->why, sizeof(p->why), "lost track of the probe (%s) in %s", what, stage_of(p));
+}
+
+/* The probe is over: close it and, when it gave no answer, say so. */
+static void finish(struct health_probe *p)
+{
+    p->elapsed_ms = now_ms() - p->start_ms;
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+    if (p->shared)
+        munmap(p->shared, p->shared_len);
+    p->shared = NULL;
+    p->pid = -1;
+    p->busy = 0;
+    if (p->status != HEALTH_BOUNDED_OK && p->failed)
+        p->failed(p->out, p->failed_ctx, p->why);
+}
+
+void health_probe_wait_all(struct health_probe *const *probes, int n)
+{
+    enum { MAX_WAIT = 16 };
+    for (;;) {
+        struct pollfd fds[MAX_WAIT];
+        struct health_probe *waiting[MAX_WAIT];
+        int nw = 0;
+        double soonest = -1, now = now_ms();
+        for (int i = 0; i < n; i++) {
+            struct health_probe *p = probes[i];
+            if (!p || !p->busy)
+                continue;
+            if (p->fd < 0) { /* never started: already failed */
+                finish(p);
+                continue;
+            }
+            double deadline = p->start_ms + p->timeout_ms;
+            if (now >= deadline) {
+                give_up(p, HEALTH_BOUNDED_TIMEOUT, NULL);
+                finish(p);
+                continue;
+            }
+            if (nw == MAX_WAIT)
+                continue; /* the rest on the next round */
+            fds[nw] = (struct pollfd){.fd = p->fd, .events = POLLIN};
+            waiting[nw++] = p;
+            if (soonest < 0 || deadline < soonest)
+                soonest = deadline;
+        }
+        if (nw == 0)
+            return;
+        int wait = (int)(soonest - now) + 1;
+        int rc = poll(fds, (nfds_t)nw, wait);
+        if (rc < 0 && errno != EINTR) {
+            char what[64];
+            dtrain_snprintf(what, sizeof(what), "poll: %s", strerror(errno));
+            for (int i = 0; i < nw; i++) {
+                give_up(waiting[i], HEALTH_BOUNDED_FAILED, what);
+                finish(waiting[i]);
+            }
+            return;
+        }
+        for (int i = 0; rc > 0 && i < nw; i++) {
+            if (!fds[i].revents)
+                continue;
+            char c;
+            ssize_t got = read(fds[i].fd, &c, 1);
+            if (got > 0 || (got < 0 && (errno == EINTR || errno == EAGAIN)))
+                continue; /* the child wrote to the pipe: not its end */
+            collect(waiting[i]);
+            finish(waiting[i]);
+        }
+    }
+}
+
+enum health_bounded_status health_run_bounded(health_probe_fn probe, const void *arg, void *out,
+                                              size_t outsize, int timeout_ms, char *why, size_t whylen)
+{
+    struct health_probe p;
+    struct health_probe *list[1] = {&p};
+    health_probe_start(&p, probe, arg, out, outsize, timeout_ms, NULL, NULL);
+    health_probe_wait_all(list, 1);
+    if (why)
+        dtrain_snprintf(why, whylen, "%s", p.why);
+    return p.status;
 }

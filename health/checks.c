@@ -147,11 +147,18 @@ static int nvlink_needs_topology(const struct health_config *cfg)
     return cfg->nvlink.min_bandwidth_gbps > 0 || cfg->nvlink.reference[0] || cfg->nvlink.min_largest_island > 0;
 }
 
-static int needs_topology(const struct health_config *cfg, enum health_check_id id)
+static int nvml_ok(const struct health_facts *facts)
+{
+    return facts->nvml && facts->nvml->ok;
+}
+
+/* Checks that cannot judge without the topology (gpu_model falls back to
+ * NVML's names). */
+static int needs_topology(const struct health_config *cfg, const struct health_facts *facts, enum health_check_id id)
 {
     switch (id) {
     case HEALTH_CHECK_GPU_COUNT: return 1;
-    case HEALTH_CHECK_GPU_MODEL: return cfg->gpu_model[0] != '\0';
+    case HEALTH_CHECK_GPU_MODEL: return cfg->gpu_model[0] != '\0' && !nvml_ok(facts);
     case HEALTH_CHECK_NVLINK: return nvlink_needs_topology(cfg);
     default: return 0;
     }
@@ -164,7 +171,7 @@ static void topology_unavailable(const struct health_config *cfg, enum health_mo
 {
     const char *why = facts->topo ? facts->topo->node.error : "the topology was not read";
     for (int id = 0; id < HEALTH_CHECK_COUNT; id++) {
-        if (!health_check_wanted(cfg, (enum health_check_id)id, mode) || !needs_topology(cfg, (enum health_check_id)id))
+        if (!health_check_wanted(cfg, (enum health_check_id)id, mode) || !needs_topology(cfg, facts, (enum health_check_id)id))
             continue;
         if ((enum health_check_id)id == r->id)
             set_result(r, HEALTH_FAIL, "%s", why);
@@ -178,11 +185,6 @@ static void topology_unavailable(const struct health_config *cfg, enum health_mo
 static int topology_ok(const struct health_facts *facts)
 {
     return facts->topo && facts->topo->node.ok;
-}
-
-static int nvml_ok(const struct health_facts *facts)
-{
-    return facts->nvml && facts->nvml->ok;
 }
 
 /* NVML-based checks other than "nvml" itself skip when NVML is missing:

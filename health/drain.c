@@ -4,6 +4,7 @@
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "bounded.h"
@@ -13,6 +14,7 @@
 struct drain_request {
     const char *node;
     const char *reason;
+    int log_fd;  /* libslurm's stderr goes here (-1: left alone) */
 };
 
 struct drain_answer {
@@ -26,6 +28,10 @@ static void drain_child(const void *arg, void *out, struct health_stage *stage)
     struct drain_answer *answer = out;
     update_node_msg_t msg;
 
+    /* libslurm logs to stderr, several lines, and may exit() from
+     * slurm_init; keep its words for the one line said about it. */
+    if (req->log_fd >= 0)
+        dup2(req->log_fd, STDERR_FILENO);
     health_stage_set(stage, "slurm_init");
     slurm_init(NULL);
     slurm_init_update_node_msg(&msg);
@@ -42,19 +48,45 @@ static void drain_child(const void *arg, void *out, struct health_stage *stage)
     slurm_fini();
 }
 
+/* The last line libslurm logged, without its "prog: " prefix, or "". */
+static void last_log_line(int fd, char *out, size_t len)
+{
+    char buf[4096];
+    out[0] = '\0';
+    if (fd < 0 || lseek(fd, 0, SEEK_SET) != 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    char *line = strrchr(buf, '\n');
+    line = line ? line + 1 : buf;
+    char *level = strstr(line, ": error: ");
+    if (!level)
+        level = strstr(line, ": fatal: ");
+    dtrain_snprintf(out, len, "%s", level ? level + 2 : line);
+}
+
 int health_drain(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen)
 {
     struct drain_request req = {.node = node, .reason = reason};
     struct drain_answer answer;
-    char why[HEALTH_ERROR_LEN];
-    if (health_run_bounded(drain_child, &req, &answer, sizeof(answer), timeout_ms, why, sizeof(why)) !=
-        HEALTH_BOUNDED_OK) {
-        dtrain_snprintf(err, errlen, "cannot drain %s: libslurm %s", node, why);
-        return -1;
-    }
-    if (!answer.ok) {
+    char why[HEALTH_ERROR_LEN], log[HEALTH_ERROR_LEN];
+    int rc = -1;
+
+    req.log_fd = memfd_create("dtrain-health-libslurm-log", MFD_CLOEXEC);
+    enum health_bounded_status st =
+        health_run_bounded(drain_child, &req, &answer, sizeof(answer), timeout_ms, why, sizeof(why));
+    last_log_line(req.log_fd, log, sizeof(log));
+    if (st != HEALTH_BOUNDED_OK)
+        dtrain_snprintf(err, errlen, "cannot drain %s: libslurm %s%s%s", node, why, log[0] ? ": " : "", log);
+    else if (!answer.ok)
         dtrain_snprintf(err, errlen, "cannot drain %s: slurmctld answered: %s", node, answer.error);
-        return -1;
-    }
-    return 0;
+    else
+        rc = 0;
+    if (req.log_fd >= 0)
+        close(req.log_fd);
+    return rc;
 }

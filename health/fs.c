@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "bounded.h"
 #include "dtrain_parse.h"
 
 static void fs_child(const void *arg, void *out, struct health_stage *stage)
@@ -34,9 +33,21 @@ static void fs_child(const void *arg, void *out, struct health_stage *stage)
     facts->ok = 1;
 }
 
+static void fs_failed(void *out, const void *ctx, const char *why)
+{
+    struct health_fs_facts *facts = out;
+    dtrain_snprintf(facts->error, sizeof(facts->error), "%s: %s", (const char *)ctx, why);
+}
+
+void health_fs_start(const char *path, int timeout_ms, struct health_fs_facts *out, struct health_probe *probe)
+{
+    health_probe_start(probe, fs_child, path, out, sizeof(*out), timeout_ms, fs_failed, path);
+}
+
 void health_fs_probe(const char *path, int timeout_ms, struct health_fs_facts *out)
 {
-    char why[HEALTH_ERROR_LEN];
-    if (health_run_bounded(fs_child, path, out, sizeof(*out), timeout_ms, why, sizeof(why)) != HEALTH_BOUNDED_OK)
-        dtrain_snprintf(out->error, sizeof(out->error), "%s: %s", path, why);
+    struct health_probe probe;
+    struct health_probe *list[1] = {&probe};
+    health_fs_start(path, timeout_ms, out, &probe);
+    health_probe_wait_all(list, 1);
 }

@@ -5,10 +5,15 @@
 #ifndef DTRAIN_HEALTH_FS_H
 #define DTRAIN_HEALTH_FS_H
 
+#include "bounded.h"
 #include "facts.h"
 
-/* Fill out for the directory at path.  out->ok = 0 with out->error when the
- * path is missing, not a directory, or did not answer in time. */
+/* Start looking at the directory at path (valid until the wait);
+ * health_probe_wait_all() completes it.  out->ok = 0 with out->error when
+ * the path is missing, not a directory, or did not answer in time. */
+void health_fs_start(const char *path, int timeout_ms, struct health_fs_facts *out, struct health_probe *probe);
+
+/* Start and wait. */
 void health_fs_probe(const char *path, int timeout_ms, struct health_fs_facts *out);
 
 #endif

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bounded.h"
 #include "dtrain_parse.h"
 
 struct ib_request {
@@ -129,11 +128,25 @@ static void ib_child(const void *arg, void *out, struct health_stage *stage)
     facts->ok = 1;
 }
 
+static void ib_failed(void *out, const void *ctx, const char *why)
+{
+    struct health_ib_facts *facts = out;
+    (void)ctx;
+    dtrain_snprintf(facts->error, sizeof(facts->error), "InfiniBand sysfs %s", why);
+}
+
+void health_ib_start(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,
+                     int timeout_ms, struct health_ib_facts *out, struct health_probe *probe)
+{
+    struct ib_request req = {.root = sysfs_root, .ports = ports, .nports = nports};
+    health_probe_start(probe, ib_child, &req, out, sizeof(*out), timeout_ms, ib_failed, NULL);
+}
+
 void health_ib_probe(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,
                      int timeout_ms, struct health_ib_facts *out)
 {
-    struct ib_request req = {.root = sysfs_root, .ports = ports, .nports = nports};
-    char why[HEALTH_ERROR_LEN];
-    if (health_run_bounded(ib_child, &req, out, sizeof(*out), timeout_ms, why, sizeof(why)) != HEALTH_BOUNDED_OK)
-        dtrain_snprintf(out->error, sizeof(out->error), "InfiniBand sysfs %s", why);
+    struct health_probe probe;
+    struct health_probe *list[1] = {&probe};
+    health_ib_start(sysfs_root, ports, nports, timeout_ms, out, &probe);
+    health_probe_wait_all(list, 1);
 }

@@ -7,11 +7,17 @@
 #ifndef DTRAIN_HEALTH_IB_H
 #define DTRAIN_HEALTH_IB_H
 
-#include "site_config.h"
+#include "bounded.h"
 #include "facts.h"
+#include "site_config.h"
 
-/* With nports > 0, read those ports (a missing one has present = 0);
- * with nports == 0, every port of every device found. */
+/* Start reading: with nports > 0 those ports (a missing one has present =
+ * 0), with nports == 0 every port of every device found.
+ * health_probe_wait_all() completes it. */
+void health_ib_start(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,
+                     int timeout_ms, struct health_ib_facts *out, struct health_probe *probe);
+
+/* Start and wait. */
 void health_ib_probe(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,
                      int timeout_ms, struct health_ib_facts *out);
 

@@ -393,14 +393,26 @@ static void nvml_probe_child(const void *arg, void *out, struct health_stage *st
     health_nvml_gather(arg, out, stage);
 }
 
+static void nvml_failed(void *out, const void *ctx, const char *why)
+{
+    struct health_nvml_facts *facts = out;
+    const struct health_nvml_request *req = ctx;
+    facts->ok = 0;
+    facts->probe_failed = 1;
+    dtrain_snprintf(facts->library, sizeof(facts->library), "%s", req->library);
+    dtrain_snprintf(facts->error, sizeof(facts->error), "NVML %s", why);
+}
+
+void health_nvml_start(const struct health_nvml_request *req, int timeout_ms, struct health_nvml_facts *out,
+                       struct health_probe *probe)
+{
+    health_probe_start(probe, nvml_probe_child, req, out, sizeof(*out), timeout_ms, nvml_failed, req);
+}
+
 void health_nvml_probe(const struct health_nvml_request *req, int timeout_ms, struct health_nvml_facts *out)
 {
-    char why[HEALTH_ERROR_LEN];
-    if (health_run_bounded(nvml_probe_child, req, out, sizeof(*out), timeout_ms, why, sizeof(why)) !=
-        HEALTH_BOUNDED_OK) {
-        out->ok = 0;
-        out->probe_failed = 1;
-        dtrain_snprintf(out->library, sizeof(out->library), "%s", req->library);
-        dtrain_snprintf(out->error, sizeof(out->error), "NVML %s", why);
-    }
+    struct health_probe probe;
+    struct health_probe *list[1] = {&probe};
+    health_nvml_start(req, timeout_ms, out, &probe);
+    health_probe_wait_all(list, 1);
 }

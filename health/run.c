@@ -107,25 +107,27 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
     struct health_nvml_facts *nvml = NULL;
     struct health_fs_facts *ckpt = NULL, *shm = NULL;
     struct health_ib_facts *ib = NULL;
-    double start = now_ms(), t;
+    struct health_nvml_request req;
+    struct health_probe topo_probe, nvml_probe, ckpt_probe, shm_probe, ib_probe;
+    struct health_probe *probes[5] = {NULL, NULL, NULL, NULL, NULL};
+    double start = now_ms();
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
     out->mode = mode;
     out->topology_ms = out->nvml_ms = out->filesystem_ms = out->infiniband_ms = -1;
 
+    /* Every probe the wanted checks need, started at once. */
     unsigned what = 0;
     int use_nvml = nvml_needed(cfg, mode, &what);
     if (topology_needed(cfg, mode, use_nvml)) {
         if (!(topo = calloc(1, sizeof(*topo))))
             goto oom;
-        t = now_ms();
-        health_topology_probe(cfg->topology, cfg->nvlink.reference, cfg->timeout_ms.topology, topo);
-        out->topology_ms = now_ms() - t;
+        health_topology_start(cfg->topology, cfg->nvlink.reference, cfg->timeout_ms.topology, topo, &topo_probe);
+        probes[0] = &topo_probe;
         facts.topo = topo;
     }
     if (use_nvml) {
-        struct health_nvml_request req;
         memset(&req, 0, sizeof(req));
         health_nvml_library(cfg->nvml_library, req.library, sizeof(req.library));
         req.what = what;
@@ -133,35 +135,48 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
         req.xid_wait_ms = cfg->xid.wait_ms;
         if (!(nvml = calloc(1, sizeof(*nvml))))
             goto oom;
-        t = now_ms();
-        health_nvml_probe(&req, cfg->timeout_ms.nvml, nvml);
-        if (nvml->ok && (req.what & HEALTH_NVML_PROCESSES) && cfg->gpu_processes_grace_ms > 0)
-            wait_for_processes(cfg, &req, nvml);
-        out->nvml_ms = now_ms() - t;
+        health_nvml_start(&req, cfg->timeout_ms.nvml, nvml, &nvml_probe);
+        probes[1] = &nvml_probe;
         facts.nvml = nvml;
     }
-    t = now_ms();
     if (health_check_wanted(cfg, HEALTH_CHECK_CHECKPOINT_FS, mode) && cfg->checkpoint_fs.path[0]) {
         if (!(ckpt = calloc(1, sizeof(*ckpt))))
             goto oom;
-        health_fs_probe(cfg->checkpoint_fs.path, cfg->timeout_ms.filesystem, ckpt);
+        health_fs_start(cfg->checkpoint_fs.path, cfg->timeout_ms.filesystem, ckpt, &ckpt_probe);
+        probes[2] = &ckpt_probe;
         facts.checkpoint_fs = ckpt;
     }
     if (health_check_wanted(cfg, HEALTH_CHECK_SHM, mode) && cfg->shm.path[0]) {
         if (!(shm = calloc(1, sizeof(*shm))))
             goto oom;
-        health_fs_probe(cfg->shm.path, cfg->timeout_ms.filesystem, shm);
+        health_fs_start(cfg->shm.path, cfg->timeout_ms.filesystem, shm, &shm_probe);
+        probes[3] = &shm_probe;
         facts.shm = shm;
     }
-    if (ckpt || shm)
-        out->filesystem_ms = now_ms() - t;
     if (health_check_wanted(cfg, HEALTH_CHECK_INFINIBAND, mode)) {
         if (!(ib = calloc(1, sizeof(*ib))))
             goto oom;
-        t = now_ms();
-        health_ib_probe(cfg->sysfs_root, cfg->infiniband.ports, cfg->infiniband.nports, cfg->timeout_ms.infiniband, ib);
-        out->infiniband_ms = now_ms() - t;
+        health_ib_start(cfg->sysfs_root, cfg->infiniband.ports, cfg->infiniband.nports, cfg->timeout_ms.infiniband,
+                        ib, &ib_probe);
+        probes[4] = &ib_probe;
         facts.ib = ib;
+    }
+    health_probe_wait_all(probes, 5);
+    if (probes[0])
+        out->topology_ms = topo_probe.elapsed_ms;
+    if (probes[1])
+        out->nvml_ms = nvml_probe.elapsed_ms;
+    if (probes[2])
+        out->filesystem_ms = ckpt_probe.elapsed_ms;
+    if (probes[3] && shm_probe.elapsed_ms > out->filesystem_ms)
+        out->filesystem_ms = shm_probe.elapsed_ms;
+    if (probes[4])
+        out->infiniband_ms = ib_probe.elapsed_ms;
+    if (nvml && nvml->ok && (req.what & HEALTH_NVML_PROCESSES) && cfg->gpu_processes_grace_ms > 0 &&
+        has_processes(nvml)) {
+        double t = now_ms();
+        wait_for_processes(cfg, &req, nvml);
+        out->nvml_ms += now_ms() - t;
     }
 
     for (int id = 0; id < HEALTH_CHECK_COUNT; id++) {
@@ -175,6 +190,8 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
     rc = 0;
     goto done;
 oom:
+    /* Probes already started must not outlive the run. */
+    health_probe_wait_all(probes, 5);
     dtrain_snprintf(err, errlen, "out of memory");
 done:
     free(topo);

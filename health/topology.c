@@ -3,15 +3,13 @@
 
 #include <string.h>
 
-#include "bounded.h"
 #include "busid.h"
-#include "site_config.h"
 #include "dtrain_parse.h"
 #include "dtrain_topo.h"
 
 struct topology_request {
-    char node_xml[HEALTH_PATH_LEN];
-    char reference_xml[HEALTH_PATH_LEN];
+    const char *node_xml;
+    const char *reference_xml;
 };
 
 static void copy_model(const dtrain_topo *topo, struct health_topo_model *out)
@@ -67,16 +65,27 @@ static void topology_child(const void *arg, void *out, struct health_stage *stag
     }
 }
 
+static void topology_failed(void *out, const void *ctx, const char *why)
+{
+    struct health_topo_model *node = &((struct health_topo_facts *)out)->node;
+    const char *node_xml = ctx;
+    dtrain_snprintf(node->source, sizeof(node->source), "%s", node_xml[0] ? node_xml : "live");
+    dtrain_snprintf(node->error, sizeof(node->error), "topology %s: %s", node->source, why);
+}
+
+void health_topology_start(const char *node_xml, const char *reference_xml, int timeout_ms,
+                           struct health_topo_facts *out, struct health_probe *probe)
+{
+    /* The child gets a copy of this frame: the request may live here. */
+    struct topology_request req = {.node_xml = node_xml, .reference_xml = reference_xml};
+    health_probe_start(probe, topology_child, &req, out, sizeof(*out), timeout_ms, topology_failed, node_xml);
+}
+
 void health_topology_probe(const char *node_xml, const char *reference_xml, int timeout_ms,
                            struct health_topo_facts *out)
 {
-    struct topology_request req;
-    char why[HEALTH_ERROR_LEN];
-    dtrain_snprintf(req.node_xml, sizeof(req.node_xml), "%s", node_xml);
-    dtrain_snprintf(req.reference_xml, sizeof(req.reference_xml), "%s", reference_xml);
-    if (health_run_bounded(topology_child, &req, out, sizeof(*out), timeout_ms, why, sizeof(why)) !=
-        HEALTH_BOUNDED_OK) {
-        dtrain_snprintf(out->node.source, sizeof(out->node.source), "%s", node_xml[0] ? node_xml : "live");
-        dtrain_snprintf(out->node.error, sizeof(out->node.error), "topology %s: %s", out->node.source, why);
-    }
+    struct health_probe probe;
+    struct health_probe *list[1] = {&probe};
+    health_topology_start(node_xml, reference_xml, timeout_ms, out, &probe);
+    health_probe_wait_all(list, 1);
 }
