@@ -89,9 +89,9 @@ step "$d" nopmi -N1 -n2 --mpi=none "$launch" --print
 n=$(grep -c '^dtrain-launch: not started by srun --mpi=pmi2 (no PMI2 environment): run it as `srun --mpi=pmi2 dtrain-launch ...`$' "$d/nopmi.err")
 check "under srun without --mpi=pmi2: exit 2 and how to launch, from each task" [ "$rc" -eq 2 -a "$n" -eq 2 ]
 
-step "$d" uneven -N2 -n16 --mpi=pmi2 "$launch" --print --tp 4
-check "16 tasks spread 15+1 over 2 nodes: exit 3, asks for --ntasks-per-node" \
-  [ "$rc" -eq 3 -a "$(grep -c 'ntasks-per-node' "$d/uneven.err")" -eq 16 ]
+step "$d" uneven -N2 -n5 --mpi=pmi2 "$launch" --print
+check "5 tasks on 2 nodes (uneven): exit 3 from every task, asks for --ntasks-per-node" \
+  [ "$rc" -eq 3 -a "$(grep -c 'different task counts per node.*--ntasks-per-node' "$d/uneven.err")" -eq 5 ]
 
 step "$d" shape "${shape[@]}" "$launch" --print --tp 4 --pp 2 --dp 4
 check "T*P*D unlike the task count: exit 3 from every task" [ "$rc" -eq 3 -a "$(grep -c 'T\*P\*D' "$d/shape.err")" -eq 16 ]
