@@ -20,6 +20,9 @@ check "status says running" lc status --dir "$d"
 check "env prints SLURM_CONF for this folder" [ "$(lc env --dir "$d")" = "export SLURM_CONF=$d/slurm.conf" ]
 check "slurm.conf names the folder's own munge socket" grep -q "^AuthInfo=socket=.*munge.socket" "$d/slurm.conf"
 
+config=$(in_cluster "$d" scontrol show config 2>/dev/null)
+check "slurmctld runs with etc/slurm/dtrain.conf: RequeueExit=75, nohold_on_prolog_fail" \
+  eval 'grep -qE "^RequeueExit +=  *75$" <<<"$config" && grep -qE "^SchedulerParameters +=.*nohold_on_prolog_fail" <<<"$config"'
 states=$(in_cluster "$d" sinfo -h -N -o '%N %t' | sort -u)
 check "sinfo: node1 and node2 idle" [ "$states" = "node1 idle
 node2 idle" ]
