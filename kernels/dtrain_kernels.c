@@ -101,10 +101,16 @@ void dtrain_k_attention_forward(struct dtrain_kernels *k, float *out, float *att
     k->ops->attention_forward(k, out, att, qkv, B, T, NH, HS);
 }
 
-void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, const float *dout,
-                                 const float *qkv, const float *att, int B, int T, int NH, int HS)
+size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
 {
-    k->ops->attention_backward(k, dqkv, dout, qkv, att, B, T, NH, HS);
+    return k->ops->attention_scratch(k, B, T, NH, HS);
+}
+
+void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
+                                 const float *dout, const float *qkv, const float *att,
+                                 int B, int T, int NH, int HS)
+{
+    k->ops->attention_backward(k, dqkv, scratch, dout, qkv, att, B, T, NH, HS);
 }
 
 void dtrain_k_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n)

@@ -112,13 +112,18 @@ void dtrain_k_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dwei
 /* Causal multi-head self-attention (no projection).
  * qkv (B,T,3*NH*HS): per position, the queries of heads 0..NH-1, then their
  * keys, then their values (llm.c's and nanoGPT's layout).
- * out (B,T,NH*HS); att (B,NH,T,T): softmax(q.k/sqrt(HS)) for key <= query
- * (entries above the diagonal are left as they are), kept for backward. */
+ * out (B,T,NH*HS); att (B,NH,T,T): softmax(q.k/sqrt(HS)) over keys <= query,
+ * 0 above the diagonal, kept for backward. */
 void dtrain_k_attention_forward(struct dtrain_kernels *k, float *out, float *att,
                                 const float *qkv, int B, int T, int NH, int HS);
-/* dqkv (B,T,3*NH*HS) (=) from dout (B,T,NH*HS) and the forward's qkv, att. */
-void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, const float *dout,
-                                 const float *qkv, const float *att, int B, int T, int NH, int HS);
+/* Floats of scratch memory attention_backward needs for this shape (the
+ * caller allocates it once, with dtrain_k_alloc, and may reuse it). */
+size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+/* dqkv (B,T,3*NH*HS) (=) from dout (B,T,NH*HS) and the forward's qkv, att;
+ * scratch as sized by dtrain_k_attention_scratch. */
+void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
+                                 const float *dout, const float *qkv, const float *att,
+                                 int B, int T, int NH, int HS);
 
 /* GELU, tanh approximation: out (n) = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
  * out may alias inp. */

@@ -44,8 +44,10 @@ struct dtrain_kernel_ops {
                             const float *weight, int N, int IC, int OC);
     void (*attention_forward)(struct dtrain_kernels *k, float *out, float *att,
                               const float *qkv, int B, int T, int NH, int HS);
-    void (*attention_backward)(struct dtrain_kernels *k, float *dqkv, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH, int HS);
+    size_t (*attention_scratch)(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+    void (*attention_backward)(struct dtrain_kernels *k, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *att,
+                               int B, int T, int NH, int HS);
     void (*gelu_forward)(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
     void (*gelu_backward)(struct dtrain_kernels *k, float *dinp, const float *inp,
                           const float *dout, size_t n);

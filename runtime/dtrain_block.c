@@ -78,7 +78,8 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     /* attention branch: d(attproj) = d(res2) */
     dtrain_k_matmul_backward(k, sc->datty, g->attprojw, g->attprojb, dres, a->atty, w->attprojw,
                              N, CL, C);
-    dtrain_k_attention_backward(k, sc->dqkv, sc->datty, a->qkv, a->att, s->B, s->T, s->NH, s->HS);
+    dtrain_k_attention_backward(k, sc->dqkv, sc->att, sc->datty, a->qkv, a->att, s->B, s->T,
+                                s->NH, s->HS);
     dtrain_k_matmul_backward(k, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, w->qkvw, N, C, 3 * CL);
     if ((rc = tp_allreduce(tp, sc->dln, NC, err, errlen)) != DTRAIN_OK)
         return rc;

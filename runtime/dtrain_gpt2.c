@@ -170,45 +170,47 @@ struct dtrain_gpt2 {
     float *host_losses;        /* (N) host copy of the losses */
 };
 
-/* Carve `count` floats from *cursor. */
-static float *carve(float **cursor, size_t count)
+/* The next `count` floats after *used floats of base (NULL when only
+ * measuring), each tensor kept 64-byte aligned. */
+static float *carve(float *base, size_t *used, size_t count)
 {
-    float *p = *cursor;
-    *cursor += (count + 15) & ~(size_t)15; /* keep every tensor 64-byte aligned */
+    float *p = base != NULL ? base + *used : NULL;
+    *used += (count + 15) & ~(size_t)15;
     return p;
 }
 
 /* Lay out (or, with base NULL, measure) the activations; returns floats used. */
-static size_t layout_acts(const struct dtrain_gpt2_config *c, int B, int T, float *base,
-                          struct gpt2_acts *a)
+static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_gpt2_config *c, int B, int T,
+                          float *base, struct gpt2_acts *a)
 {
     size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t N = (size_t)B * T;
-    float *cur = base;
-    a->res = carve(&cur, (L + 1) * N * C);
-    a->ln1 = carve(&cur, L * N * C);
-    a->ln1_mean = carve(&cur, L * N);
-    a->ln1_rstd = carve(&cur, L * N);
-    a->qkv = carve(&cur, L * N * 3 * C);
-    a->atty = carve(&cur, L * N * C);
-    a->att = carve(&cur, L * (size_t)B * NH * T * T);
-    a->res2 = carve(&cur, L * N * C);
-    a->ln2 = carve(&cur, L * N * C);
-    a->ln2_mean = carve(&cur, L * N);
-    a->ln2_rstd = carve(&cur, L * N);
-    a->fch = carve(&cur, L * N * 4 * C);
-    a->fch_gelu = carve(&cur, L * N * 4 * C);
-    a->lnf = carve(&cur, N * C);
-    a->lnf_mean = carve(&cur, N);
-    a->lnf_rstd = carve(&cur, N);
-    a->logits = carve(&cur, N * (size_t)c->padded_vocab_size);
-    a->losses = carve(&cur, N);
-    a->dres = carve(&cur, N * C);
-    a->scratch.dln = carve(&cur, N * C);
-    a->scratch.dqkv = carve(&cur, N * 3 * C);
-    a->scratch.datty = carve(&cur, N * C);
-    a->scratch.dfc = carve(&cur, N * 4 * C);
-    return (size_t)(cur - base);
+    size_t used = 0;
+    a->res = carve(base, &used, (L + 1) * N * C);
+    a->ln1 = carve(base, &used, L * N * C);
+    a->ln1_mean = carve(base, &used, L * N);
+    a->ln1_rstd = carve(base, &used, L * N);
+    a->qkv = carve(base, &used, L * N * 3 * C);
+    a->atty = carve(base, &used, L * N * C);
+    a->att = carve(base, &used, L * (size_t)B * NH * T * T);
+    a->res2 = carve(base, &used, L * N * C);
+    a->ln2 = carve(base, &used, L * N * C);
+    a->ln2_mean = carve(base, &used, L * N);
+    a->ln2_rstd = carve(base, &used, L * N);
+    a->fch = carve(base, &used, L * N * 4 * C);
+    a->fch_gelu = carve(base, &used, L * N * 4 * C);
+    a->lnf = carve(base, &used, N * C);
+    a->lnf_mean = carve(base, &used, N);
+    a->lnf_rstd = carve(base, &used, N);
+    a->logits = carve(base, &used, N * (size_t)c->padded_vocab_size);
+    a->losses = carve(base, &used, N);
+    a->dres = carve(base, &used, N * C);
+    a->scratch.dln = carve(base, &used, N * C);
+    a->scratch.dqkv = carve(base, &used, N * 3 * C);
+    a->scratch.datty = carve(base, &used, N * C);
+    a->scratch.dfc = carve(base, &used, N * 4 * C);
+    a->scratch.att = carve(base, &used, dtrain_k_attention_scratch(k, B, T, (int)NH, (int)(C / NH)));
+    return used;
 }
 
 int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_gpt2_config *c, int B, int T,
@@ -242,14 +244,14 @@ int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_gpt2_config
         m->gtensor[t] = m->grads + off;
         off += sizes[t];
     }
-    size_t nact = layout_acts(c, B, T, NULL, &m->acts);
+    size_t nact = layout_acts(k, c, B, T, NULL, &m->acts);
     m->act_memory = dtrain_k_alloc(k, nact * sizeof(float));
     m->inputs = dtrain_k_alloc(k, (size_t)B * T * sizeof(int32_t));
     m->targets = dtrain_k_alloc(k, (size_t)B * T * sizeof(int32_t));
     m->host_losses = malloc((size_t)B * T * sizeof(float));
     if (m->act_memory == NULL || m->inputs == NULL || m->targets == NULL || m->host_losses == NULL)
         goto oom;
-    layout_acts(c, B, T, m->act_memory, &m->acts);
+    layout_acts(k, c, B, T, m->act_memory, &m->acts);
     *out = m;
     return DTRAIN_OK;
 oom:
@@ -333,7 +335,7 @@ int dtrain_gpt2_upload_tokens(struct dtrain_gpt2 *m, const int32_t *inputs,
     /* The activations are laid out for B x T: layout_acts with the real
      * shape, inside the memory sized for the capacity. */
     if (B != m->B || T != m->T) {
-        layout_acts(&m->cfg, B, T, m->act_memory, &m->acts);
+        layout_acts(m->k, &m->cfg, B, T, m->act_memory, &m->acts);
         m->B = B;
         m->T = T;
     }

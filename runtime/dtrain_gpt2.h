@@ -136,6 +136,7 @@ struct dtrain_block_scratch {
     float *dqkv;  /* (N, 3*NH*HS) */
     float *datty; /* (N, NH*HS) */
     float *dfc;   /* (N,F) */
+    float *att;   /* dtrain_k_attention_scratch(k, B, T, NH, HS) floats */
 };
 
 /* Tensor-parallel hook: sum buf (n floats, backend memory) over the ranks of

@@ -1,67 +1,56 @@
 /* Causal multi-head attention on the CPU; see dtrain_kernels.h.
- * One parallel item is one (batch row, head) pair: its outputs are disjoint
- * from every other item's, so items need no synchronisation. */
+ *
+ * One parallel item is one (batch row, head) pair, whose outputs are
+ * disjoint from every other item's.  Its matrix products run as single-
+ * threaded sgemm calls on strided views of qkv (leading dimension 3C):
+ *   forward:  S = Q K^T * scale (T x T), row softmax over keys <= query
+ *             (0 above the diagonal), out = P V
+ *   backward: dP = dout V^T, dV = P^T dout,
+ *             dS = P * (dP - rowsum(P * dP)) * scale,
+ *             dQ = dS K, dK = dS^T Q
+ * The full T x T products do twice the causal work, at sgemm speed. */
 #include "cpu_backend.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 struct attention_args {
-    float *out, *att, *dqkv;
+    float *out, *att, *dqkv, *scratch;
     const float *qkv, *catt, *dout;
     int B, T, NH, HS;
 };
-
-static inline float dot(const float *a, const float *b, int n)
-{
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-static inline void axpy(float *y, float alpha, const float *x, int n)
-{
-#pragma omp simd
-    for (int i = 0; i < n; i++)
-        y[i] += alpha * x[i];
-}
 
 static void attention_forward_items(void *p, long begin, long end, int tid)
 {
     const struct attention_args *a = p;
     (void)tid;
-    int T = a->T, NH = a->NH, HS = a->HS;
-    size_t C = (size_t)NH * HS, C3 = 3 * C;
+    int T = a->T, NH = a->NH, HS = a->HS, C = NH * HS, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
     for (long item = begin; item < end; item++) {
         long b = item / NH, h = item % NH;
-        const float *base = a->qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        float *att = a->att + (size_t)item * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
+                    scale, q, C3, q + C, C3, 0.0f, att, T);
         for (int t = 0; t < T; t++) {
-            const float *q = base + (size_t)t * C3;
-            float *row = a->att + (((size_t)b * NH + h) * T + t) * T;
-            float maxv = -INFINITY;
-            for (int t2 = 0; t2 <= t; t2++) {
-                float s = dot(q, base + (size_t)t2 * C3 + C, HS) * scale;
-                row[t2] = s;
-                if (s > maxv)
-                    maxv = s;
-            }
-            float sum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                float e = expf(row[t2] - maxv);
-                row[t2] = e;
-                sum += e;
+            float *row = att + (size_t)t * T;
+            float maxv = -INFINITY, sum = 0.0f;
+            for (int u = 0; u <= t; u++)
+                if (row[u] > maxv)
+                    maxv = row[u];
+            for (int u = 0; u <= t; u++) {
+                row[u] = expf(row[u] - maxv);
+                sum += row[u];
             }
             float inv = 1.0f / sum;
-            float *o = a->out + ((size_t)b * T + t) * C + (size_t)h * HS;
-            memset(o, 0, (size_t)HS * sizeof(float));
-            for (int t2 = 0; t2 <= t; t2++) {
-                row[t2] *= inv;
-                axpy(o, row[t2], base + (size_t)t2 * C3 + 2 * C, HS);
-            }
+            for (int u = 0; u <= t; u++)
+                row[u] *= inv;
+            memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
+                    1.0f, att, T, q + 2 * C, C3, 0.0f,
+                    a->out + (size_t)b * T * C + (size_t)h * HS, C);
     }
 }
 
@@ -73,54 +62,53 @@ void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, con
     cpu_parallel(k, (long)B * NH, (size_t)T * T * HS, attention_forward_items, &a);
 }
 
-/* For one query row t, with p = att[t][.] and o = sum p[t2] v[t2]:
- *   datt[t2]    = dout . v[t2]
- *   dv[t2]     += p[t2] dout
- *   dpre[t2]    = p[t2] (datt[t2] - sum_j p[j] datt[j])   (softmax backward)
- *   dq          = scale * sum dpre[t2] k[t2]
- *   dk[t2]     += scale * dpre[t2] q
- * The sum over j is taken first, recomputing datt, so no scratch is needed. */
+size_t cpu_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+{
+    (void)B; (void)NH; (void)HS;
+    return (size_t)dtrain_kernels_threads(k) * T * T; /* one T x T block per thread */
+}
+
 static void attention_backward_items(void *p, long begin, long end, int tid)
 {
     const struct attention_args *a = p;
-    (void)tid;
-    int T = a->T, NH = a->NH, HS = a->HS;
-    size_t C = (size_t)NH * HS, C3 = 3 * C;
+    int T = a->T, NH = a->NH, HS = a->HS, C = NH * HS, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
+    float *ds = a->scratch + (size_t)tid * T * T;
     for (long item = begin; item < end; item++) {
         long b = item / NH, h = item % NH;
-        const float *base = a->qkv + (size_t)b * T * C3 + (size_t)h * HS;
-        float *dbase = a->dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        float *dq = a->dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const float *att = a->catt + (size_t)item * T * T;
+        const float *dy = a->dout + (size_t)b * T * C + (size_t)h * HS;
+        /* dP = dout V^T, dV = P^T dout */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
+                    1.0f, dy, C, q + 2 * C, C3, 0.0f, ds, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
+                    1.0f, att, T, dy, C, 0.0f, dq + 2 * C, C3);
+        /* dS = P * (dP - rowsum(P * dP)) * scale, 0 above the diagonal */
         for (int t = 0; t < T; t++) {
-            memset(dbase + (size_t)t * C3 + C, 0, (size_t)HS * sizeof(float));
-            memset(dbase + (size_t)t * C3 + 2 * C, 0, (size_t)HS * sizeof(float));
-        }
-        for (int t = 0; t < T; t++) {
-            const float *q = base + (size_t)t * C3;
-            float *dq = dbase + (size_t)t * C3;
-            const float *row = a->catt + (((size_t)b * NH + h) * T + t) * T;
-            const float *dy = a->dout + ((size_t)b * T + t) * C + (size_t)h * HS;
+            const float *prow = att + (size_t)t * T;
+            float *row = ds + (size_t)t * T;
             float pd = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++)
-                pd += row[t2] * dot(dy, base + (size_t)t2 * C3 + 2 * C, HS);
-            memset(dq, 0, (size_t)HS * sizeof(float));
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *k2 = base + (size_t)t2 * C3 + C;
-                const float *v2 = base + (size_t)t2 * C3 + 2 * C;
-                float datt = dot(dy, v2, HS);
-                axpy(dbase + (size_t)t2 * C3 + 2 * C, row[t2], dy, HS);
-                float dpre = row[t2] * (datt - pd) * scale;
-                axpy(dq, dpre, k2, HS);
-                axpy(dbase + (size_t)t2 * C3 + C, dpre, q, HS);
-            }
+            for (int u = 0; u <= t; u++)
+                pd += prow[u] * row[u];
+            for (int u = 0; u <= t; u++)
+                row[u] = prow[u] * (row[u] - pd) * scale;
+            memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
         }
+        /* dQ = dS K, dK = dS^T Q */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
+                    1.0f, ds, T, q + C, C3, 0.0f, dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
+                    1.0f, ds, T, q, C3, 0.0f, dq + C, C3);
     }
 }
 
-void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, const float *dout,
-                            const float *qkv, const float *att, int B, int T, int NH, int HS)
+void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
+                            const float *dout, const float *qkv, const float *att,
+                            int B, int T, int NH, int HS)
 {
-    struct attention_args a = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .catt = att,
-                               .B = B, .T = T, .NH = NH, .HS = HS};
+    struct attention_args a = {.dqkv = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv,
+                               .catt = att, .B = B, .T = T, .NH = NH, .HS = HS};
     cpu_parallel(k, (long)B * NH, (size_t)T * T * HS * 2, attention_backward_items, &a);
 }

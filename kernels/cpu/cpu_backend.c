@@ -100,6 +100,7 @@ const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,
+    .attention_scratch = cpu_attention_scratch,
     .attention_backward = cpu_attention_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,

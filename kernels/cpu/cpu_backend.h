@@ -64,8 +64,10 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
 /* cpu_attention.c */
 void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,
                            int B, int T, int NH, int HS);
-void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, const float *dout,
-                            const float *qkv, const float *att, int B, int T, int NH, int HS);
+size_t cpu_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
+                            const float *dout, const float *qkv, const float *att,
+                            int B, int T, int NH, int HS);
 
 /* cpu_loss.c */
 void cpu_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs, float *losses,

@@ -217,8 +217,15 @@ static void test_attention(struct dtrain_kernels *k)
     }
     ok(worst < 1e-5, "attention rows are probabilities over keys <= query (max |sum-1| %.1e)", worst);
 
+    double upper = 0;
+    for (size_t row = 0; row < (size_t)B * NH * T; row++)
+        for (size_t u = row % T + 1; u < (size_t)T; u++)
+            upper = fmax(upper, fabs(ha[row * T + u]));
+    ok(upper == 0.0, "attention weights above the diagonal are 0");
     float *dq = backend_filled(k, NQ, GARBAGE);
-    dtrain_k_attention_backward(k, dq, dout, qkv, att, B, T, NH, HS);
+    float *scratch = backend_filled(k, dtrain_k_attention_scratch(k, B, T, NH, HS), GARBAGE);
+    dtrain_k_attention_backward(k, dq, scratch, dout, qkv, att, B, T, NH, HS);
+    dtrain_k_free(k, scratch);
     double *a = dalloc(NQ);
     from_backend(k, a, dq, NQ, 0.0);
     double e = fd_max_rel_error(att_loss, &c, c.qkv, NQ, a);
@@ -376,8 +383,10 @@ static float *run_big(struct dtrain_kernels *k, size_t *count)
     fill_uniform(tmp, NQ, 72, 1.0);
     float *qkv = to_backend(k, tmp, NQ), *out = dtrain_k_alloc(k, NC * 4), *att = dtrain_k_alloc(k, NA * 4);
     float *dqkv = dtrain_k_alloc(k, NQ * 4);
+    float *scratch = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, HS) * 4);
     dtrain_k_attention_forward(k, out, att, qkv, B, T, NH, HS);
-    dtrain_k_attention_backward(k, dqkv, dy, qkv, att, B, T, NH, HS);
+    dtrain_k_attention_backward(k, dqkv, scratch, dy, qkv, att, B, T, NH, HS);
+    dtrain_k_free(k, scratch);
     GET(out, NC); GET(dqkv, NQ);
     fill_uniform(tmp, NV, 73, 4.0);
     float *logits = to_backend(k, tmp, NV), *losses = dtrain_k_alloc(k, N * 4);

@@ -251,7 +251,7 @@ struct block_run {
     struct dtrain_tp_hook hook;
     struct tp_rank_ctx rank;
     int rc;
-    char err[256] = "";
+    char err[256];
 };
 
 static float *dzeros(struct dtrain_kernels *k, size_t n)
@@ -280,7 +280,9 @@ static void block_run_setup(struct block_run *r, struct host_block *h, const flo
                                       dzeros(r->k, N * C), dzeros(r->k, N * C), dzeros(r->k, N),
                                       dzeros(r->k, N), dzeros(r->k, N * F), dzeros(r->k, N * F)};
     r->sc = (struct dtrain_block_scratch){dzeros(r->k, N * C), dzeros(r->k, N * 3 * CL),
-                                          dzeros(r->k, N * CL), dzeros(r->k, N * F)};
+                                          dzeros(r->k, N * CL), dzeros(r->k, N * F),
+                                          dzeros(r->k, dtrain_k_attention_scratch(r->k, s->B, s->T,
+                                                                                  s->NH, s->HS))};
     r->x = dzeros(r->k, N * C);
     r->y = dzeros(r->k, N * C);
     r->dres = dzeros(r->k, N * C);
@@ -298,7 +300,7 @@ static void block_run_free(struct block_run *r)
     for (int i = 0; i < 12; i++)
         dtrain_k_free(r->k, acts[i]);
     dtrain_k_free(r->k, r->sc.dln); dtrain_k_free(r->k, r->sc.dqkv);
-    dtrain_k_free(r->k, r->sc.datty); dtrain_k_free(r->k, r->sc.dfc);
+    dtrain_k_free(r->k, r->sc.datty); dtrain_k_free(r->k, r->sc.dfc); dtrain_k_free(r->k, r->sc.att);
     dtrain_k_free(r->k, r->x); dtrain_k_free(r->k, r->y); dtrain_k_free(r->k, r->dres);
 }
 
