@@ -365,34 +365,20 @@ static void block_views(struct dtrain_gpt2 *m, int l, struct dtrain_block_shape 
     s->HS = (int)(C / NH);
     s->F = (int)(4 * C);
     s->add_row_bias = 1;
-#define LAYER(arr, t, per) ((arr)[t] + L * (per))
-    w->ln1w = LAYER(m->tensor, DTRAIN_GPT2_LN1W, C);
-    w->ln1b = LAYER(m->tensor, DTRAIN_GPT2_LN1B, C);
-    w->qkvw = LAYER(m->tensor, DTRAIN_GPT2_QKVW, 3 * C * C);
-    w->qkvb = LAYER(m->tensor, DTRAIN_GPT2_QKVB, 3 * C);
-    w->attprojw = LAYER(m->tensor, DTRAIN_GPT2_ATTPROJW, C * C);
-    w->attprojb = LAYER(m->tensor, DTRAIN_GPT2_ATTPROJB, C);
-    w->ln2w = LAYER(m->tensor, DTRAIN_GPT2_LN2W, C);
-    w->ln2b = LAYER(m->tensor, DTRAIN_GPT2_LN2B, C);
-    w->fcw = LAYER(m->tensor, DTRAIN_GPT2_FCW, 4 * C * C);
-    w->fcb = LAYER(m->tensor, DTRAIN_GPT2_FCB, 4 * C);
-    w->fcprojw = LAYER(m->tensor, DTRAIN_GPT2_FCPROJW, 4 * C * C);
-    w->fcprojb = LAYER(m->tensor, DTRAIN_GPT2_FCPROJB, C);
-    if (g != NULL) {
-        g->ln1w = LAYER(m->gtensor, DTRAIN_GPT2_LN1W, C);
-        g->ln1b = LAYER(m->gtensor, DTRAIN_GPT2_LN1B, C);
-        g->qkvw = LAYER(m->gtensor, DTRAIN_GPT2_QKVW, 3 * C * C);
-        g->qkvb = LAYER(m->gtensor, DTRAIN_GPT2_QKVB, 3 * C);
-        g->attprojw = LAYER(m->gtensor, DTRAIN_GPT2_ATTPROJW, C * C);
-        g->attprojb = LAYER(m->gtensor, DTRAIN_GPT2_ATTPROJB, C);
-        g->ln2w = LAYER(m->gtensor, DTRAIN_GPT2_LN2W, C);
-        g->ln2b = LAYER(m->gtensor, DTRAIN_GPT2_LN2B, C);
-        g->fcw = LAYER(m->gtensor, DTRAIN_GPT2_FCW, 4 * C * C);
-        g->fcb = LAYER(m->gtensor, DTRAIN_GPT2_FCB, 4 * C);
-        g->fcprojw = LAYER(m->gtensor, DTRAIN_GPT2_FCPROJW, 4 * C * C);
-        g->fcprojb = LAYER(m->gtensor, DTRAIN_GPT2_FCPROJB, C);
+    /* the block tensors ln1w..fcprojb, in enum order, and their size per layer */
+    const size_t per_layer[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C,
+                                  4 * C * C, C};
+    const float *wt[12];
+    float *gt[12];
+    for (int i = 0; i < 12; i++) {
+        wt[i] = m->tensor[DTRAIN_GPT2_LN1W + i] + L * per_layer[i];
+        gt[i] = m->gtensor[DTRAIN_GPT2_LN1W + i] + L * per_layer[i];
     }
-#undef LAYER
+    *w = (struct dtrain_block_weights){wt[0], wt[1], wt[2], wt[3], wt[4], wt[5],
+                                       wt[6], wt[7], wt[8], wt[9], wt[10], wt[11]};
+    if (g != NULL)
+        *g = (struct dtrain_block_grads){gt[0], gt[1], gt[2], gt[3], gt[4], gt[5],
+                                         gt[6], gt[7], gt[8], gt[9], gt[10], gt[11]};
     const struct gpt2_acts *ma = &m->acts;
     a->ln1 = ma->ln1 + L * N * C;
     a->ln1_mean = ma->ln1_mean + L * N;
