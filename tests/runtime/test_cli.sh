@@ -55,6 +55,10 @@ check "the metrics file has one JSON line per step, from step 0" \
     test "$(grep -c '^{"step": [0-3], "loss": [0-9.]*, ' "$work/m.jsonl")" -eq 4
 check "the run wrote an llm.c model file and a checkpoint" test -s "$work/model.bin" -a -s "$work/run.ckpt"
 
+"$train" "$work/tiny.json" --steps 4 --threads 2 --metrics "$work/m2.jsonl" --log-every 0 >/dev/null 2>&1
+check "a second process with the same seed and threads logs the same losses" \
+    test "$(sed 's/, "ms".*//' "$work/m.jsonl")" = "$(sed 's/, "ms".*//' "$work/m2.jsonl")"
+
 "$train" --data "$work/data.bin" --init-llmc "$work/model.bin" --batch 2 --seq 32 --steps 2 \
     --threads 1 >"$work/out" 2>"$work/err"
 check "--init-llmc starts from the exported model (its shape comes from the file)" \
