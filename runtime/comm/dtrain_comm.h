@@ -1,0 +1,201 @@
+/* dtrain comm: communicators and collectives for the trainer.
+ *
+ * A communicator (opaque dtrain_comm) joins the members of one group of
+ * launcher/dtrain_bootstrap.h (WORLD, TP, PP, DP or a PP neighbour pair):
+ * ranks 0..size-1, rank 0 the leader that made the group's bootstrap id.
+ * Communicators share nothing: two of them over the same processes, used
+ * interleaved, never see each other's data.  There is no global state.
+ *
+ * Backends, chosen at run time (enum dtrain_comm_backend):
+ *   cpu   processes on one host talk through shared memory, hosts through
+ *         TCP; bootstrapped from the "cpu:<IPv4>:<port>:<secret>" id the
+ *         launcher made (a connection without the group's secret is
+ *         dropped).  Ring algorithms, chunked and pipelined: an all-reduce
+ *         sends 2(n-1)/n of the buffer per rank.  doc/comm.md has the wire
+ *         protocol and the algorithms.
+ *   nccl  (the GPU issue) not built yet: init returns DTRAIN_COMM_ENOTSUP.
+ * With cpu, buffers are host memory.
+ *
+ * Calls.  Every member calls the same collectives, in the same order, with
+ * the same counts (and root); a mismatch is detected where the headers meet
+ * and reported as DTRAIN_COMM_EMISMATCH.  Point-to-point send/recv share the
+ * ordering of the collectives on a link: a send to the next ring member
+ * travels behind the collectives before it.  A call with count 0 returns 0
+ * at once without communicating (it is no synchronisation point).
+ *
+ * Bounded waits.  No call blocks forever.  Every call fails with
+ * DTRAIN_COMM_ETIMEDOUT when it makes no progress (no byte moves) for
+ * timeout_ms, and init fails when the whole group is not up within
+ * timeout_ms.  Every wait also watches the abort flag of the options (an
+ * atomic int the process's watchdog may set to stop every communicator at
+ * once) and dtrain_comm_abort(); either makes the call return
+ * DTRAIN_COMM_EABORTED within a few tens of milliseconds.  A peer that dies
+ * or resets its sockets gives DTRAIN_COMM_EPEER.
+ *
+ * Errors are sticky.  After the first failure the communicator is broken:
+ * it closes its links (so that its peers fail fast with EPEER instead of
+ * waiting for their timeout) and every later call returns the first error.
+ * dtrain_comm_get_async_error() tells which peer and what happened, and
+ * also notices, between calls, a peer that has gone.  Destroy it and build
+ * new communicators (in dtrain: exit with the requeue code).
+ *
+ * Threads.  Calls on one communicator come from one thread at a time.
+ * dtrain_comm_abort(), dtrain_comm_get_async_error(),
+ * dtrain_comm_error_message() and dtrain_comm_get_stats() may be called from
+ * any thread, also while a call is in flight; dtrain_comm_destroy() only
+ * when no call is. */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain_bootstrap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dtrain_comm dtrain_comm; /* opaque */
+
+/* Return codes of every call. */
+enum dtrain_comm_result {
+    DTRAIN_COMM_OK = 0,
+    DTRAIN_COMM_EINVAL = 1,    /* bad argument (NULL buffer, peer out of range, malformed id/group) */
+    DTRAIN_COMM_ETIMEDOUT = 2, /* no progress for timeout_ms (a stuck or missing peer) */
+    DTRAIN_COMM_EPEER = 3,     /* a peer closed or reset its connection, died, or aborted */
+    DTRAIN_COMM_EABORTED = 4,  /* the abort flag was set or dtrain_comm_abort() was called */
+    DTRAIN_COMM_EMISMATCH = 5, /* members called different operations, counts or roots */
+    DTRAIN_COMM_ENOTSUP = 6,   /* the backend is not built into this library */
+    DTRAIN_COMM_ESYS = 7,      /* a system call failed here (memory, sockets, shared memory) */
+};
+
+/* "OK", "EINVAL", "ETIMEDOUT", ... ("unknown" for other values). */
+const char *dtrain_comm_result_name(int rc);
+
+enum dtrain_reduce_op {
+    DTRAIN_REDUCE_SUM = 0,
+    DTRAIN_REDUCE_AVG = 1, /* sum divided by the communicator's size */
+};
+
+/* How cpu-backend members of one host talk. */
+enum dtrain_comm_transport {
+    DTRAIN_COMM_TRANSPORT_DEFAULT = 0, /* DTRAIN_COMM_TRANSPORT=auto|tcp from the environment, else auto */
+    DTRAIN_COMM_TRANSPORT_AUTO = 1,    /* shared memory between members with equal host ids, TCP otherwise */
+    DTRAIN_COMM_TRANSPORT_TCP = 2,     /* TCP everywhere (tests, debugging) */
+};
+
+#define DTRAIN_COMM_DEFAULT_TIMEOUT_MS 60000
+#define DTRAIN_COMM_HOST_ID_MAX 64 /* bytes of a host id, NUL included */
+
+struct dtrain_comm_options {
+    int timeout_ms;               /* > 0; 0: DTRAIN_COMM_DEFAULT_TIMEOUT_MS */
+    const atomic_int *abort_flag; /* non-zero aborts every call; NULL: none.  May be shared by all
+                                   * communicators of the process; must outlive them. */
+    const char *host_id;          /* members with equal host ids are on one machine (shared memory);
+                                   * NULL: this machine's hostname and boot id.  At most 63 bytes. */
+    enum dtrain_comm_transport transport;
+};
+
+/* Zero timeout (default), no abort flag, host id of this machine, default transport. */
+void dtrain_comm_options_defaults(struct dtrain_comm_options *o);
+
+/* Join group g as member g->my_rank: every member of g calls this with the
+ * same g->id.  Blocks until the whole group is connected (bounded by the
+ * timeout).  The communicator takes over g->listen_fd (the leader's
+ * listening socket of a cpu id): it is closed by dtrain_comm_destroy(), or
+ * here when init fails; the caller must not close it.  opts may be NULL
+ * (defaults).  Returns DTRAIN_COMM_OK and *out, or an error code and one
+ * line in err. */
+int dtrain_comm_init(const struct dtrain_comm_group *g, enum dtrain_comm_backend backend,
+                     const struct dtrain_comm_options *opts, dtrain_comm **out, char *err, size_t errlen);
+
+/* Every communicator of a task, indexed by enum dtrain_group_kind; NULL
+ * where the task has no such group (PP_NEXT on the last stage...). */
+struct dtrain_comms {
+    dtrain_comm *group[DTRAIN_GROUP_KINDS];
+};
+
+/* Build every present group of bs with bs->backend, in an order that
+ * cannot deadlock when every task of the job calls it.  The host id is
+ * "node<bs->node>" (Slurm node index: tasks of one node share memory, tasks
+ * of different nodes use TCP) unless opts->host_id is set, or this
+ * machine's when bs->node < 0.  Takes over every listen_fd (set to -1 in
+ * bs).  On failure, nothing stays open and out is all NULL. */
+int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_options *opts,
+                         struct dtrain_comms *out, char *err, size_t errlen);
+void dtrain_comm_destroy_all(struct dtrain_comms *comms);
+
+/* Fill bs from the DTRAIN_COMM_* variables dtrain-launch gives a child
+ * PROGRAM (doc/bootstrap.md), plus DTRAIN_RANK, DTRAIN_WORLD_SIZE,
+ * DTRAIN_TP/PP/DP and their ranks when set, and SLURM_NODEID as bs->node
+ * (-1 when unset).  Returns DTRAIN_COMM_OK, or DTRAIN_COMM_EINVAL and one
+ * line naming the variable that is missing or malformed. */
+int dtrain_comm_bootstrap_from_env(struct dtrain_bootstrap *bs, char *err, size_t errlen);
+
+int dtrain_comm_rank(const dtrain_comm *c);
+int dtrain_comm_size(const dtrain_comm *c);
+
+/* In place: buf[count] becomes the element-wise sum (or average) over all
+ * members.  Every member ends with bit-identical values. */
+int dtrain_comm_allreduce(dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op);
+
+/* in[count * size] on every member; out[count] on member r becomes the
+ * reduction of the members' in[r*count .. r*count + count).  out may be
+ * in + r*count (in place); otherwise the two must not overlap. */
+int dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t count,
+                               enum dtrain_reduce_op op);
+
+/* in[count] of member r lands at out[r*count] on every member
+ * (out holds count * size).  in may be out + r*count (in place). */
+int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t count);
+
+/* buf[bytes] of member root is copied to every member's buf. */
+int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root);
+
+/* Point to point: the peer's matching recv/send must have the same bytes.
+ * send returns once buf may be reused (the data may still be in flight). */
+int dtrain_comm_send(dtrain_comm *c, const void *buf, size_t bytes, int peer);
+int dtrain_comm_recv(dtrain_comm *c, void *buf, size_t bytes, int peer);
+
+/* Returns when every member has entered the barrier. */
+int dtrain_comm_barrier(dtrain_comm *c);
+
+/* Break the communicator: a call in flight (in another thread) returns
+ * DTRAIN_COMM_EABORTED, so will every later call, and peers see EPEER.
+ * Idempotent; destroy still has to be called. */
+void dtrain_comm_abort(dtrain_comm *c);
+
+struct dtrain_comm_error {
+    int code;         /* enum dtrain_comm_result; DTRAIN_COMM_OK when no error */
+    int peer;         /* member involved (rank in this communicator), or -1 */
+    char message[256];/* one line, e.g. "rank 3 (next): connection reset" */
+};
+
+/* The first error of the communicator (code 0 when none), after a quick
+ * non-blocking look at the links for a peer that has closed or aborted
+ * since the last call.  Returns e->code. */
+int dtrain_comm_get_async_error(dtrain_comm *c, struct dtrain_comm_error *e);
+
+/* The first error's message, or "" when none.  Valid until destroy. */
+const char *dtrain_comm_error_message(const dtrain_comm *c);
+
+struct dtrain_comm_stats {
+    uint64_t bytes_sent;     /* payload bytes this member has sent (headers not counted) */
+    uint64_t bytes_received; /* payload bytes received */
+    uint64_t calls;          /* collective and point-to-point calls that completed */
+    uint64_t refused;        /* connections dropped at bootstrap or accept: wrong secret or hello */
+    int shm_links;           /* links over shared memory */
+    int tcp_links;           /* links over TCP */
+};
+
+void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s);
+
+/* Close links, unmap memory, free.  NULL is allowed. */
+void dtrain_comm_destroy(dtrain_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
