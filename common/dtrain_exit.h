@@ -1,7 +1,8 @@
 /* dtrain process exit codes: one table shared by every dtrain program.
  *
  * Slurm sees these as the job or step exit status, so they are the contract
- * with slurm.conf: `RequeueExit=75` (etc/slurm.conf.d/dtrain-requeue.conf)
+ * with slurm.conf: `RequeueExit=75` (etc/slurm/dtrain.conf, installed to
+ * $(pkgdatadir)/slurm/dtrain.conf)
  * makes Slurm requeue a batch job that ends with DTRAIN_EXIT_REQUEUE.
  * sysexits.h values are used where one fits, so that other tools read them
  * the same way. */
