@@ -6,8 +6,8 @@
  * give a range work whose result does not depend on which thread runs it,
  * so results are the same from run to run.
  *
- * Idle workers sleep on a condition variable (no spinning), which leaves the
- * cores to OpenBLAS between parallel loops. */
+ * Idle workers sleep on a condition variable (no spinning).  Not reentrant:
+ * fn must not call cpu_pool_for, and one thread at a time drives a pool. */
 #ifndef DTRAIN_CPU_POOL_H
 #define DTRAIN_CPU_POOL_H
 
