@@ -1,3 +1,173 @@
+#!/usr/bin/env bash
+# dtrain-health as the Prolog and Epilog of a real local Slurm (munged,
+# slurmctld, slurmd started by scripts/local-cluster).  First two healthy
+# nodes: a job passes, nothing is drained.  Then six nodes, one fault each,
+# and six exclusive jobs at once: a node whose fake NVML reports an XID,
+# whose topology lacks a GPU, whose NVML hangs, or whose config has an
+# unknown key is drained by the prolog with a reason starting "dtrain:" and
+# its job is requeued and runs on the healthy node; an ECC fault raised
+# during a job drains its node from the epilog; the healthy node is not
+# drained.
+#
+# Stand-ins at the hardware boundary only: each node's GPUs are a saved
+# hwloc topology (tests/fixtures/topology) and the fake NVML library
+# (fake_nvml.c) answering from a per-node file.  Slurm, the hooks and
+# dtrain-health are the real ones.
+. "${DTRAIN_TAP_SH:?run through make check}"
+. "${abs_top_srcdir:?run through make check}/tests/slurm/lib.sh"
+need_cluster_tools
+build=${DTRAIN_HEALTH_BUILD:?}
+fake=${FAKE_NVML_LIB:?}
+[ -x "$build/dtrain-health" ] && [ -x "$build/dtrain-prolog" ] || skip_all "dtrain-health not built in $build"
+[ -r "$fake" ] || skip_all "fake NVML library $fake not built"
+
+new_cluster_dir health; d=$LC_NEW
+mkdir -p "$d/etc/health.d" "$d/ckpt"
+
+# ---------------------------------------------------------------- the nodes
+# node_nvml NODE [LINE...]: the node's fake NVML answers: a healthy DGX-1
+# (8x V100, the bus ids of the fixture), plus the given lines.
+node_nvml() {
+    local node=$1
+    shift
+    {
+        echo "count = 8"
+        echo "all.name = Tesla V100-SXM2-32GB"
+        local i=0 b
+        for b in 06 07 0a 0b 85 86 89 8a; do echo "gpu$i.busid = 0000:$b:00.0"; i=$((i + 1)); done
+        printf '%s\n' "$@"
+    } >"$d/nvml-$node.conf"
+}
+
+# node_config NODE TOPOLOGY-FIXTURE [EXTRA-JSON-MEMBER]: the node's config,
+# picked by dtrain-prolog from CONFDIR/health.d/NODE.json.
+node_config() {
+    cat >"$d/etc/health.d/$1.json" <<EOF
+{
+  "topology": "$fixtures/$2",
+  "nvml_library": "$fake",
+  "gpus": {"count": 8, "model": "V100"},
+  "timeouts_ms": {"nvml": 2000},
+  "checks": {
+    "nvlink": {"reference_topology": "$fixtures/dgx1-v100.xml"},
+    "checkpoint_fs": {"path": "$d/ckpt", "min_free": "1MiB"}
+  }${3:+,
+  $3}
+}
+EOF
+}
+
+healthy() { node_nvml "$1"; node_config "$1" dgx1-v100.xml; }
+
+# The hooks Slurm runs.  Test scaffolding, not a stand-in: Slurm gives the
+# prolog and epilog an environment of its own making (SLURMD_NODENAME,
+# SLURM_CONF, SLURM_JOB_*; nothing of slurmd's), so this names the fake
+# NVML's answers file for the node, then runs the hook as installed.
+for hook in prolog epilog; do
+    cat >"$d/$hook" <<EOF
 #!/bin/sh
-. "${DTRAIN_TAP_SH:?}"
+FAKE_NVML_CONFIG=$d/nvml-\$SLURMD_NODENAME.conf
+DTRAIN_HEALTH=$build/dtrain-health
+DTRAIN_HEALTH_CONFDIR=$d/etc
+export FAKE_NVML_CONFIG DTRAIN_HEALTH DTRAIN_HEALTH_CONFDIR
+exec $build/dtrain-$hook
+EOF
+    chmod +x "$d/$hook"
+done
+printf 'Prolog=%s\nEpilog=%s\n' "$d/prolog" "$d/epilog" >"$d/hooks.conf"
+
+# ---------------------------------------------------------------- helpers
+matches() { [[ $1 =~ $2 ]]; }     # matches TEXT REGEX (check needs a command)
+node_state() { in_cluster "$d" sinfo -h -N -n "$1" -o %t 2>/dev/null | head -n 1; }
+node_reason() { in_cluster "$d" scontrol show node "$1" 2>/dev/null | sed -n 's/^ *Reason=//p'; }
+
+# wait_node_state NODE REGEX SECONDS
+wait_node_state() {
+    local i
+    for ((i = 0; i < $3 * 2; i++)); do
+        [[ $(node_state "$1") =~ $2 ]] && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
+# start_cluster NODES: a fresh cluster with the hooks.
+start_cluster() {
+    local out rc
+    out=$(lc start --dir "$d" --nodes "$1" --slurm-conf-extra "$d/hooks.conf" --requeue-delay 5 2>&1)
+    rc=$?
+    check "a $1-node cluster with dtrain-prolog and dtrain-epilog starts" [ "$rc" -eq 0 ]
+    [ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+}
+
+# submit NAME: an exclusive 1-node batch job that says where it ran (and,
+# on node6, raises an ECC fault in its node's fake NVML while it runs).
+submit() {
+    local id
+    id=$(in_cluster "$d" sbatch --parsable -N1 --exclusive -J "$1" -o "$d/$1.out" \
+        --wrap "[ \"\$SLURMD_NODENAME\" != node6 ] || echo 'gpu2.ecc_uncorrected = 4' >>$d/nvml-node6.conf
+                echo \"ran on \$SLURMD_NODENAME\"" 2>"$d/$1.sbatch.err")
+    [ -n "$id" ] || diag "sbatch: $(cat "$d/$1.sbatch.err")" >&2
+    echo "$id"
+}
+
+# ---------------------------------------------------------------- healthy
+healthy node1
+healthy node2
+start_cluster 2
+id=$(submit healthy)
+wait_job "$d" "$id" 60
+check "healthy: the job completes on node1, which passed the prolog" \
+    [ "$(job_field "$d" "$id" JobState) $(cat "$d/healthy.out" 2>/dev/null)" = "COMPLETED ran on node1" ]
+check "healthy: no requeue" [ "$(job_field "$d" "$id" Restarts)" = 0 ]
+check "healthy: node1 is idle again after the epilog, not drained" wait_node_state node1 '^idle$' 30
+check "healthy: no reason on node1" [ -z "$(node_reason node1)" ]
+check "healthy: node2 not drained" [ "$(node_state node2)" = idle ]
+
+# ---------------------------------------------------------------- one fault per node
+healthy node1
+node_nvml node1 "gpu3.xid = 79"
+node_config node2 dgx1-v100-gpu5-missing.xml
+node_nvml node2 "count = 7" "gpu5.busid = 0000:89:00.0" "gpu6.busid = 0000:8a:00.0"
+node_config node3 dgx1-v100.xml
+node_nvml node3 "hang = nvmlDeviceGetTotalEccErrors"
+node_config node4 dgx1-v100.xml '"checks_typo": {}'
+node_nvml node4
+healthy node5
+healthy node6
+start_cluster 6
+ids=()
+for ((k = 1; k <= 6; k++)); do ids+=("$(submit "job$k")"); done
+finished=1
+for id in "${ids[@]}"; do wait_job "$d" "$id" 180 || finished=0; done
+check "six jobs on six nodes, one fault each: all end" [ "$finished" = 1 ]
+
+completed=0 restarts=0 on_bad=0
+for ((k = 1; k <= 6; k++)); do
+    id=${ids[$((k - 1))]}
+    [ "$(job_field "$d" "$id" JobState)" = COMPLETED ] && completed=$((completed + 1))
+    restarts=$((restarts + $(job_field "$d" "$id" Restarts)))
+    matches "$(cat "$d/job$k.out" 2>/dev/null)" '^ran on node[1-4]$' && on_bad=$((on_bad + 1))
+    diag "job$k: $(job_field "$d" "$id" JobState), restarts $(job_field "$d" "$id" Restarts), $(cat "$d/job$k.out" 2>/dev/null)"
+done
+check "every job completes" [ "$completed" -eq 6 ]
+check "none of them ran on a faulty node" [ "$on_bad" -eq 0 ]
+check "the four jobs whose prolog failed were requeued once each and ran elsewhere" [ "$restarts" -eq 4 ]
+
+# drained NODE WHAT REASON-REGEX
+drained() {
+    local reason
+    check "$2: $1 is drained" wait_node_state "$1" '^drain' 30
+    reason=$(node_reason "$1")
+    check "$2: $1's reason starts with dtrain: and says why" matches "$reason" "^$3"
+    diag "$2: $1 Reason=$reason"
+}
+drained node1 xid 'dtrain: xid: GPU 0000:0b:00\.0: XID 79'
+drained node2 "a GPU missing" 'dtrain: gpu_count: 7 GPUs in the topology, 8 expected \(missing 0000:86:00\.0\)'
+drained node3 "NVML hangs" 'dtrain: nvml: NVML did not finish within 2000 ms \(stuck in nvmlDeviceGetTotalEccErrors on GPU 0'
+drained node4 "bad config" "dtrain: health config: $d/etc/health\.d/node4\.json: checks_typo: unknown key"
+drained node6 "ECC during a job (epilog)" 'dtrain: ecc: GPU 0000:0a:00\.0: 4 uncorrected ECC errors'
+check "the healthy node5 is not drained" matches "$(node_state node5)" '^(idle|alloc|mix)$'
+check "node5 has no reason" [ -z "$(node_reason node5)" ]
+
 done_testing
