@@ -7,7 +7,12 @@
 #   dir_processes DIR     PIDs of processes that belong to DIR's cluster
 #   wait_job DIR JOBID S  wait until the job is finished (S seconds at most)
 #   job_field DIR JOBID F one field of `scontrol show job` (e.g. JobState)
+# DTRAIN_TEST_CLUSTERS=0 in the environment skips every test that starts a
+# cluster (a package build, a machine where Slurm must not be started).
 : "${abs_top_srcdir:?run through make check}" "${abs_builddir:?run through make check}"
+# make distcheck's abs_top_srcdir has "..": local-cluster resolves the paths
+# it is given, so resolve the tree once here for comparisons to hold.
+abs_top_srcdir=$(cd "$abs_top_srcdir" && pwd -P) || exit 1
 local_cluster=$abs_top_srcdir/scripts/local-cluster
 fixtures=$abs_top_srcdir/tests/fixtures/topology
 PATH=$PATH:/usr/sbin:/sbin
@@ -15,6 +20,7 @@ PATH=$PATH:/usr/sbin:/sbin
 lc() { "$local_cluster" "$@"; }
 
 need_cluster_tools() {
+  [ "${DTRAIN_TEST_CLUSTERS:-1}" != 0 ] || skip_all "DTRAIN_TEST_CLUSTERS=0: no test cluster is started"
   [ "$(id -u)" -eq 0 ] || skip_all "needs root (slurmd launches jobs as root)"
   local b
   for b in munged slurmctld slurmd srun sbatch sinfo scontrol; do
