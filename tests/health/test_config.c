@@ -174,6 +174,19 @@ static void test_sizes(void)
     ok(health_parse_size("99999999999TiB", "x", &v, e, sizeof(e)) == -1, "overflowing size");
 }
 
+/* The example shipped as $(pkgdatadir)/health.json is a valid config. */
+static void test_example(void)
+{
+    const char *example = getenv("DTRAIN_HEALTH_EXAMPLE");
+    if (!example) {
+        skip("DTRAIN_HEALTH_EXAMPLE not set: run through make check");
+        return;
+    }
+    int rc = health_config_load(example, "node1", &cfg, err, sizeof(err));
+    ok(rc == 0 && cfg.gpu_count == 8 && cfg.infiniband.nports == 4 && cfg.nvlink.min_active_links == 18,
+       "the example health.json loads (%s)", rc ? err : "ok");
+}
+
 int main(void)
 {
     if (!scratch_dir(dir, sizeof(dir))) {
@@ -184,6 +197,7 @@ int main(void)
     test_every_key();
     test_refusals();
     test_sizes();
+    test_example();
     ok(strcmp(health_check_name(HEALTH_CHECK_RETIRED_MEMORY), "retired_memory") == 0 &&
            strcmp(health_check_name(HEALTH_CHECK_COUNT), "unknown") == 0,
        "check names");
