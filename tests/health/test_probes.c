@@ -119,10 +119,18 @@ static void test_nvml(void)
     ok(nv.gpus[1].xid_known && nv.gpus[1].nxids == 2 && nv.gpus[1].xids[0] == 79 && nv.gpus[0].nxids == 0,
        "nvml: XID events, on the GPU that raised them");
 
+    char self[32] = "";
+    FILE *comm = fopen("/proc/self/comm", "r");
+    if (comm) {
+        if (!fgets(self, sizeof(self), comm))
+            self[0] = '\0';
+        self[strcspn(self, "\n")] = '\0';
+        fclose(comm);
+    }
     snprintf(answers, sizeof(answers), "count = 1\ngpu0.processes = %d:1048576,999999:0\n", (int)getpid());
     probe_fake(answers, HEALTH_NVML_PROCESSES, 10000);
     ok(nv.ok && nv.gpus[0].procs_known && nv.gpus[0].nprocs == 2 && nv.gpus[0].procs[0].pid == (unsigned)getpid() &&
-           strcmp(nv.gpus[0].procs[0].name, "test_probes") == 0 && nv.gpus[0].procs[1].name[0] == '\0',
+           self[0] && strcmp(nv.gpus[0].procs[0].name, self) == 0 && nv.gpus[0].procs[1].name[0] == '\0',
        "nvml: processes, named from /proc (%s)", nv.gpus[0].procs[0].name);
 
     probe_fake("count = 2\ngpu1.lost = 1\n", all_queries, 10000);
@@ -243,11 +251,23 @@ static void test_ib(void)
 }
 
 /* ------------------------------------------------------------ whole runs */
+/* health_run, with the failed checks shown as diagnostics. */
+static int run_and_show(const struct health_config *cfg, enum health_mode mode, struct health_report *rep)
+{
+    char err[512];
+    int rc = health_run(cfg, mode, rep, err, sizeof(err));
+    if (rc != 0)
+        diag("health_run: %s", err);
+    for (int i = 0; rc == 0 && i < rep->nresults; i++)
+        if (rep->results[i].outcome == HEALTH_FAIL)
+            diag("%s: %s", health_check_name(rep->results[i].id), rep->results[i].detail);
+    return rc;
+}
+
 static void test_run(void)
 {
     struct health_config cfg;
     struct health_report rep;
-    char err[512];
     const char *nvml_conf;
     health_config_defaults(&cfg);
     snprintf(cfg.topology, sizeof(cfg.topology), "%s", fixture("dgx1-v100.xml"));
@@ -268,38 +288,39 @@ static void test_run(void)
                           "gpu6.busid = 0000:89:00.0\ngpu7.busid = 0000:8a:00.0\n";
     nvml_conf = write_file(dir, "run.conf", "%s", healthy);
     setenv("FAKE_NVML_CONFIG", nvml_conf ? nvml_conf : "/nonexistent", 1);
-    ok(health_run(&cfg, HEALTH_MODE_PROLOG, &rep, err, sizeof(err)) == 0 && rep.failed == 0 &&
-           rep.nresults == HEALTH_CHECK_COUNT - 1,
+    int rc = run_and_show(&cfg, HEALTH_MODE_PROLOG, &rep);
+    ok(rc == 0 && rep.failed == 0 && rep.nresults == HEALTH_CHECK_COUNT - 1,
        "run: a healthy node passes the prolog (%d failed)", rep.failed);
     ok(rep.topology_ms >= 0 && rep.nvml_ms >= 0 && rep.filesystem_ms >= 0 && rep.infiniband_ms >= 0 &&
            rep.total_ms >= rep.nvml_ms,
        "run: every probe's time is measured");
 
-    nvml_conf = write_file(dir, "run.conf", "%sgpu3.xid = 79\n", healthy);
-    ok(health_run(&cfg, HEALTH_MODE_CHECK, &rep, err, sizeof(err)) == 0 && rep.failed == 1 &&
-           rep.nresults == HEALTH_CHECK_COUNT - 3,
+    write_file(dir, "run.conf", "%sgpu3.xid = 79\n", healthy);
+    rc = run_and_show(&cfg, HEALTH_MODE_CHECK, &rep);
+    ok(rc == 0 && rep.failed == 1 && rep.nresults == HEALTH_CHECK_COUNT - 3,
        "run: check mode runs its checks and finds the XID");
 
-    nvml_conf = write_file(dir, "run.conf", "%sgpu2.processes = 31337:1048576\n", healthy);
+    write_file(dir, "run.conf", "%sgpu2.processes = 31337:1048576\n", healthy);
     cfg.gpu_processes_grace_ms = 300;
-    ok(health_run(&cfg, HEALTH_MODE_EPILOG, &rep, err, sizeof(err)) == 0 && rep.failed == 1 &&
-           rep.results[9].id == HEALTH_CHECK_GPU_PROCESSES && rep.results[9].outcome == HEALTH_FAIL &&
-           strstr(rep.results[9].detail, "pid 31337"),
+    rc = run_and_show(&cfg, HEALTH_MODE_EPILOG, &rep);
+    ok(rc == 0 && rep.failed == 1 && rep.results[9].id == HEALTH_CHECK_GPU_PROCESSES &&
+           rep.results[9].outcome == HEALTH_FAIL && strstr(rep.results[9].detail, "pid 31337"),
        "run: a process that stays past the grace period fails the epilog");
-    ok(health_run(&cfg, HEALTH_MODE_PROLOG, &rep, err, sizeof(err)) == 0 && rep.failed == 0,
-       "run: the same process does not count in the prolog");
+    rc = run_and_show(&cfg, HEALTH_MODE_PROLOG, &rep);
+    ok(rc == 0 && rep.failed == 0, "run: the same process does not count in the prolog");
 
-    nvml_conf = write_file(dir, "run.conf", "%shang = nvmlDeviceGetMemoryInfo\n", healthy);
+    write_file(dir, "run.conf", "%shang = nvmlDeviceGetMemoryInfo\n", healthy);
     cfg.timeout_ms.nvml = 300;
-    ok(health_run(&cfg, HEALTH_MODE_PROLOG, &rep, err, sizeof(err)) == 0 && rep.failed == 1 &&
-           rep.results[3].id == HEALTH_CHECK_NVML && strstr(rep.results[3].detail, "nvmlDeviceGetMemoryInfo on GPU 0"),
+    rc = run_and_show(&cfg, HEALTH_MODE_PROLOG, &rep);
+    ok(rc == 0 && rep.failed == 1 && rep.results[3].id == HEALTH_CHECK_NVML &&
+           strstr(rep.results[3].detail, "nvmlDeviceGetMemoryInfo on GPU 0"),
        "run: a hung NVML call fails the run with one line naming it");
 
     for (int i = 0; i < HEALTH_CHECK_COUNT; i++)
         cfg.enabled[i] = 0;
     cfg.enabled[HEALTH_CHECK_SHM] = 1;
-    ok(health_run(&cfg, HEALTH_MODE_PROLOG, &rep, err, sizeof(err)) == 0 && rep.nresults == 1 && rep.nvml_ms < 0 &&
-           rep.topology_ms < 0,
+    rc = run_and_show(&cfg, HEALTH_MODE_PROLOG, &rep);
+    ok(rc == 0 && rep.nresults == 1 && rep.nvml_ms < 0 && rep.topology_ms < 0,
        "run: turned-off checks do not probe");
     unsetenv("FAKE_NVML_CONFIG");
 }
