@@ -2,8 +2,8 @@
  *
  * Slurm sees these as the job or step exit status, so they are the contract
  * with slurm.conf: `RequeueExit=75` (etc/slurm/dtrain.conf, installed to
- * $(pkgdatadir)/slurm/dtrain.conf)
- * makes Slurm requeue a batch job that ends with DTRAIN_EXIT_REQUEUE.
+ * $(sysconfdir)/slurm/dtrain.conf) makes Slurm requeue a batch job that
+ * ends with DTRAIN_EXIT_REQUEUE.
  * sysexits.h values are used where one fits, so that other tools read them
  * the same way. */
 #ifndef DTRAIN_EXIT_H
