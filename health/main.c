@@ -159,7 +159,7 @@ static int config_failed(const struct options *o, const char *node, int drain, c
         health_print_json_error(health_mode_name((enum health_mode)o->mode), node, err, stdout);
     if (drain && node) {
         dtrain_snprintf(reason, sizeof(reason), "dtrain: health config: %s", err);
-        if (health_drain(node, reason, 10000, drain_err, sizeof(drain_err)) != 0)
+        if (health_drain(node, reason, HEALTH_DRAIN_TIMEOUT_MS, drain_err, sizeof(drain_err)) != 0)
             fprintf(stderr, PROG ": %s\n", drain_err);
     }
     return DTRAIN_EXIT_USAGE;

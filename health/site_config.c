@@ -49,7 +49,7 @@ void health_config_defaults(struct health_config *cfg)
     cfg->timeout_ms.nvml = 15000;   /* nvmlInit alone takes seconds without persistence mode */
     cfg->timeout_ms.filesystem = 5000;
     cfg->timeout_ms.infiniband = 2000;
-    cfg->timeout_ms.drain = 10000;
+    cfg->timeout_ms.drain = HEALTH_DRAIN_TIMEOUT_MS;
     cfg->nvlink.tolerance_percent = 0;
     cfg->ecc.max_uncorrected = 0;
     cfg->ecc.max_corrected = HEALTH_NO_LIMIT;

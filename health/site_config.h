@@ -39,6 +39,7 @@
 #include "facts.h"
 
 #define HEALTH_NO_LIMIT (-1LL)   /* a max_* limit given as null */
+#define HEALTH_DRAIN_TIMEOUT_MS 10000 /* default timeouts_ms.drain (also when the config is unusable) */
 #define HEALTH_MAX_IGNORED_XIDS 64
 #define HEALTH_PATH_LEN 1024
 

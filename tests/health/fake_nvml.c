@@ -381,26 +381,25 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci)
     return rc;
 }
 
+/* Copy a device's text answer the way NVML does: refused when it does not fit. */
+static nvmlReturn_t copy_text(const char *text, char *out, unsigned int length)
+{
+    if (strlen(text) >= length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(out, length, "%s", text);
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length)
 {
     nvmlReturn_t rc = device_call("nvmlDeviceGetName", dev);
-    if (rc != NVML_SUCCESS)
-        return rc;
-    if (strlen(dev->name) >= length)
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    snprintf(name, length, "%s", dev->name);
-    return NVML_SUCCESS;
+    return rc == NVML_SUCCESS ? copy_text(dev->name, name, length) : rc;
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length)
 {
     nvmlReturn_t rc = device_call("nvmlDeviceGetUUID", dev);
-    if (rc != NVML_SUCCESS)
-        return rc;
-    if (strlen(dev->uuid) >= length)
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    snprintf(uuid, length, "%s", dev->uuid);
-    return NVML_SUCCESS;
+    return rc == NVML_SUCCESS ? copy_text(dev->uuid, uuid, length) : rc;
 }
 
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int error_type, int counter_type,
