@@ -155,9 +155,19 @@ int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t c
 int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root);
 
 /* Point to point: the peer's matching recv/send must have the same bytes.
- * send returns once buf may be reused (the data may still be in flight). */
+ * send returns once buf may be reused (the data may still be in flight,
+ * buffered by the link); a send larger than the link's buffer waits for
+ * the matching recv, so two members sending to each other first deadlock
+ * (until the timeout) as with MPI: use dtrain_comm_sendrecv for that. */
 int dtrain_comm_send(dtrain_comm *c, const void *buf, size_t bytes, int peer);
 int dtrain_comm_recv(dtrain_comm *c, void *buf, size_t bytes, int peer);
+
+/* Send to one peer and receive from another (or the same) at once, so that
+ * exchanges in a cycle (a pipeline's activations forward and gradients
+ * backward, a shift by k) cannot deadlock however large the messages.
+ * Either side may have 0 bytes; peers may equal each other, not this rank. */
+int dtrain_comm_sendrecv(dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
+                         size_t recv_bytes, int from);
 
 /* Returns when every member has entered the barrier. */
 int dtrain_comm_barrier(dtrain_comm *c);

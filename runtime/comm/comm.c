@@ -1,0 +1,351 @@
+/* The comm interface: options, argument checks, the sticky first error,
+ * dispatch to a backend; see dtrain_comm.h. */
+#include "dtrain_comm.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_backend.h"
+#include "dtrain_parse.h"
+
+#define TRANSPORT_ENV "DTRAIN_COMM_TRANSPORT"
+
+const char *dtrain_comm_result_name(int rc)
+{
+    static const char *const names[] = {"OK", "EINVAL", "ETIMEDOUT", "EPEER", "EABORTED", "EMISMATCH", "ENOTSUP",
+                                        "ESYS"};
+    return rc >= 0 && rc < (int)(sizeof names / sizeof names[0]) ? names[rc] : "unknown";
+}
+
+void dtrain_comm_options_defaults(struct dtrain_comm_options *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+/* This machine: hostname and boot id, so that two containers that share a
+ * hostname but not a kernel do not take each other for one host. */
+static void machine_host_id(char *out, size_t len)
+{
+    char host[256] = "localhost", boot[40] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        dtrain_snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(boot, sizeof boot, f) == NULL)
+            boot[0] = '\0';
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = '\0';
+    dtrain_snprintf(out, len, "%.24s/%.36s", host, boot);
+}
+
+static int resolve_options(struct dtrain_comm *c, const struct dtrain_comm_options *o, char *err, size_t errlen)
+{
+    struct dtrain_comm_options defaults;
+    if (o == NULL) {
+        dtrain_comm_options_defaults(&defaults);
+        o = &defaults;
+    }
+    if (o->timeout_ms < 0) {
+        dtrain_snprintf(err, errlen, "timeout_ms %d: use a positive number of milliseconds (0: default %d)",
+                        o->timeout_ms, DTRAIN_COMM_DEFAULT_TIMEOUT_MS);
+        return DTRAIN_COMM_EINVAL;
+    }
+    c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DTRAIN_COMM_DEFAULT_TIMEOUT_MS;
+    c->abort_flag = o->abort_flag;
+    if (o->host_id != NULL) {
+        if (o->host_id[0] == '\0' || dtrain_snprintf(c->host_id, sizeof c->host_id, "%s", o->host_id) != 0) {
+            dtrain_snprintf(err, errlen, "host id '%.80s': use 1 to %d bytes", o->host_id,
+                            DTRAIN_COMM_HOST_ID_MAX - 1);
+            return DTRAIN_COMM_EINVAL;
+        }
+    } else {
+        machine_host_id(c->host_id, sizeof c->host_id);
+    }
+    c->transport = o->transport;
+    if (c->transport == DTRAIN_COMM_TRANSPORT_DEFAULT) {
+        const char *env = getenv(TRANSPORT_ENV);
+        c->transport = DTRAIN_COMM_TRANSPORT_AUTO;
+        if (env != NULL && strcmp(env, "tcp") == 0)
+            c->transport = DTRAIN_COMM_TRANSPORT_TCP;
+        else if (env != NULL && env[0] != '\0' && strcmp(env, "auto") != 0) {
+            dtrain_snprintf(err, errlen, TRANSPORT_ENV "='%.32s': use auto or tcp", env);
+            return DTRAIN_COMM_EINVAL;
+        }
+    } else if (c->transport != DTRAIN_COMM_TRANSPORT_AUTO && c->transport != DTRAIN_COMM_TRANSPORT_TCP) {
+        dtrain_snprintf(err, errlen, "transport %d: use DTRAIN_COMM_TRANSPORT_AUTO or _TCP", (int)o->transport);
+        return DTRAIN_COMM_EINVAL;
+    }
+    return DTRAIN_COMM_OK;
+}
+
+static int check_group(const struct dtrain_comm_group *g, char *err, size_t errlen)
+{
+    if (g == NULL || !g->present) {
+        dtrain_snprintf(err, errlen, "no group given (or the group is marked absent)");
+        return DTRAIN_COMM_EINVAL;
+    }
+    if (g->size < 1 || g->my_rank < 0 || g->my_rank >= g->size) {
+        dtrain_snprintf(err, errlen, "group %.64s: rank %d of %d members is out of range", g->key, g->my_rank,
+                        g->size);
+        return DTRAIN_COMM_EINVAL;
+    }
+    if (memchr(g->id, '\0', sizeof g->id) == NULL) {
+        dtrain_snprintf(err, errlen, "group %.64s: the bootstrap id is not terminated", g->key);
+        return DTRAIN_COMM_EINVAL;
+    }
+    return DTRAIN_COMM_OK;
+}
+
+int dtrain_comm_init(const struct dtrain_comm_group *g, enum dtrain_comm_backend backend,
+                     const struct dtrain_comm_options *opts, dtrain_comm **out, char *err, size_t errlen)
+{
+    int listen_fd = g != NULL ? g->listen_fd : -1;
+    int rc;
+    *out = NULL;
+    struct dtrain_comm *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        rc = DTRAIN_COMM_ESYS;
+        goto fail_fd;
+    }
+    if (pthread_mutex_init(&c->lock, NULL) != 0) {
+        free(c);
+        dtrain_snprintf(err, errlen, "pthread_mutex_init failed");
+        rc = DTRAIN_COMM_ESYS;
+        goto fail_fd;
+    }
+    if ((rc = check_group(g, err, errlen)) != 0 || (rc = resolve_options(c, opts, err, errlen)) != 0)
+        goto fail;
+    c->rank = g->my_rank;
+    c->size = g->size;
+    switch (backend) {
+    case DTRAIN_COMM_CPU:
+        c->backend = &comm_backend_cpu;
+        break;
+    case DTRAIN_COMM_NCCL:
+        dtrain_snprintf(err, errlen, "the nccl backend is not built into this library yet: use the cpu backend");
+        rc = DTRAIN_COMM_ENOTSUP;
+        goto fail;
+    default:
+        dtrain_snprintf(err, errlen, "unknown backend %d", (int)backend);
+        rc = DTRAIN_COMM_EINVAL;
+        goto fail;
+    }
+    listen_fd = -1; /* the backend owns it now */
+    rc = c->backend->init(c, g, err, errlen);
+    if (rc != DTRAIN_COMM_OK)
+        goto fail;
+    *out = c;
+    return DTRAIN_COMM_OK;
+fail:
+    dtrain_comm_destroy(c);
+fail_fd:
+    if (listen_fd >= 0)
+        close(listen_fd);
+    return rc;
+}
+
+void dtrain_comm_destroy(dtrain_comm *c)
+{
+    if (c == NULL)
+        return;
+    if (c->backend != NULL)
+        c->backend->destroy(c);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+int comm_fail(struct dtrain_comm *c, int code, int peer, const char *fmt, ...)
+{
+    pthread_mutex_lock(&c->lock);
+    int first = c->error.code == DTRAIN_COMM_OK;
+    if (first) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->error.message, sizeof c->error.message, fmt, ap);
+        va_end(ap);
+        c->error.code = code;
+        c->error.peer = peer;
+        atomic_store(&c->failed, code);
+    }
+    int rc = c->error.code;
+    pthread_mutex_unlock(&c->lock);
+    if (first && c->backend != NULL)
+        c->backend->break_links(c);
+    return rc;
+}
+
+int dtrain_comm_rank(const dtrain_comm *c)
+{
+    return c->rank;
+}
+
+int dtrain_comm_size(const dtrain_comm *c)
+{
+    return c->size;
+}
+
+/* Before every call: a broken communicator answers with its first error. */
+static int usable(dtrain_comm *c)
+{
+    if (c == NULL)
+        return DTRAIN_COMM_EINVAL;
+    int failed = atomic_load(&c->failed);
+    if (failed != 0)
+        return failed;
+    if (comm_should_abort(c))
+        return comm_fail(c, DTRAIN_COMM_EABORTED, -1, "aborted before the call");
+    return DTRAIN_COMM_OK;
+}
+
+static int done(dtrain_comm *c, int rc)
+{
+    if (rc == DTRAIN_COMM_OK)
+        atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
+    return rc;
+}
+
+/* count * size * sizeof(float) must not overflow. */
+static int floats_fit(size_t count, int size)
+{
+    return count <= SIZE_MAX / sizeof(float) / (size_t)size;
+}
+
+int dtrain_comm_allreduce(dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
+{
+    int rc = usable(c);
+    if (rc != 0)
+        return rc;
+    if ((buf == NULL && count > 0) || (op != DTRAIN_REDUCE_SUM && op != DTRAIN_REDUCE_AVG) || !floats_fit(count, 1))
+        return DTRAIN_COMM_EINVAL;
+    if (count == 0 || c->size == 1)
+        return done(c, DTRAIN_COMM_OK);
+    return done(c, c->backend->allreduce(c, buf, count, op));
+}
+
+int dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t count, enum dtrain_reduce_op op)
+{
+    int rc = usable(c);
+    if (rc != 0)
+        return rc;
+    if (((in == NULL || out == NULL) && count > 0) || (op != DTRAIN_REDUCE_SUM && op != DTRAIN_REDUCE_AVG) ||
+        !floats_fit(count, c->size))
+        return DTRAIN_COMM_EINVAL;
+    if (count == 0)
+        return done(c, DTRAIN_COMM_OK);
+    if (c->size == 1) {
+        if (out != in)
+            memmove(out, in, count * sizeof(float));
+        return done(c, DTRAIN_COMM_OK);
+    }
+    return done(c, c->backend->reduce_scatter(c, in, out, count, op));
+}
+
+int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t count)
+{
+    int rc = usable(c);
+    if (rc != 0)
+        return rc;
+    if (((in == NULL || out == NULL) && count > 0) || !floats_fit(count, c->size))
+        return DTRAIN_COMM_EINVAL;
+    if (count == 0)
+        return done(c, DTRAIN_COMM_OK);
+    if (c->size == 1) {
+        if (out != in)
+            memmove(out, in, count * sizeof(float));
+        return done(c, DTRAIN_COMM_OK);
+    }
+    return done(c, c->backend->all_gather(c, in, out, count));
+}
+
+int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
+{
+    int rc = usable(c);
+    if (rc != 0)
+        return rc;
+    if ((buf == NULL && bytes > 0) || root < 0 || root >= c->size)
+        return DTRAIN_COMM_EINVAL;
+    if (bytes == 0 || c->size == 1)
+        return done(c, DTRAIN_COMM_OK);
+    return done(c, c->backend->broadcast(c, buf, bytes, root));
+}
+
+static int peer_ok(const dtrain_comm *c, int peer)
+{
+    return peer >= 0 && peer < c->size && peer != c->rank;
+}
+
+int dtrain_comm_sendrecv(dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
+                         size_t recv_bytes, int from)
+{
+    int rc = usable(c);
+    if (rc != 0)
+        return rc;
+    if ((send_bytes > 0 && (sendbuf == NULL || !peer_ok(c, to))) ||
+        (recv_bytes > 0 && (recvbuf == NULL || !peer_ok(c, from))))
+        return DTRAIN_COMM_EINVAL;
+    if (send_bytes == 0 && recv_bytes == 0)
+        return done(c, DTRAIN_COMM_OK);
+    return done(c, c->backend->sendrecv(c, sendbuf, send_bytes, send_bytes > 0 ? to : -1, recvbuf, recv_bytes,
+                                        recv_bytes > 0 ? from : -1));
+}
+
+int dtrain_comm_send(dtrain_comm *c, const void *buf, size_t bytes, int peer)
+{
+    return dtrain_comm_sendrecv(c, buf, bytes, peer, NULL, 0, -1);
+}
+
+int dtrain_comm_recv(dtrain_comm *c, void *buf, size_t bytes, int peer)
+{
+    return dtrain_comm_sendrecv(c, NULL, 0, -1, buf, bytes, peer);
+}
+
+int dtrain_comm_barrier(dtrain_comm *c)
+{
+    int rc = usable(c);
+    if (rc != 0 || c->size == 1)
+        return rc == 0 ? done(c, rc) : rc;
+    return done(c, c->backend->barrier(c));
+}
+
+void dtrain_comm_abort(dtrain_comm *c)
+{
+    if (c == NULL)
+        return;
+    atomic_store(&c->aborted, 1);
+    comm_fail(c, DTRAIN_COMM_EABORTED, -1, "dtrain_comm_abort() was called");
+}
+
+int dtrain_comm_get_async_error(dtrain_comm *c, struct dtrain_comm_error *e)
+{
+    if (atomic_load(&c->failed) == 0 && c->backend != NULL)
+        c->backend->poll_links(c);
+    pthread_mutex_lock(&c->lock);
+    *e = c->error;
+    if (e->code == DTRAIN_COMM_OK)
+        e->peer = -1;
+    pthread_mutex_unlock(&c->lock);
+    return e->code;
+}
+
+const char *dtrain_comm_error_message(const dtrain_comm *c)
+{
+    /* Written once, before `failed` is set, never again: safe to read after. */
+    return atomic_load(&c->failed) != 0 ? c->error.message : "";
+}
+
+void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s)
+{
+    s->bytes_sent = atomic_load(&c->bytes_sent);
+    s->bytes_received = atomic_load(&c->bytes_received);
+    s->calls = atomic_load(&c->calls);
+    s->refused = atomic_load(&c->refused);
+    s->shm_links = atomic_load(&c->shm_links);
+    s->tcp_links = atomic_load(&c->tcp_links);
+}

@@ -1,0 +1,71 @@
+/* Inside the comm layer: the communicator every backend shares, and the
+ * table of operations a backend fills in (cpu now, nccl with the GPU issue).
+ *
+ * comm.c checks arguments, keeps the sticky first error and dispatches to
+ * the backend; a backend only moves data.  A backend reports failures with
+ * comm_fail(), which records the first error and breaks the communicator's
+ * links (backend->break_links) so that peers fail fast. */
+#ifndef DTRAIN_COMM_BACKEND_H
+#define DTRAIN_COMM_BACKEND_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain_comm.h"
+
+struct comm_backend {
+    const char *name;
+    /* Connect the group; c->rank, size and options are set.  On failure
+     * the caller still calls destroy.  Returns 0 or a result code. */
+    int (*init)(struct dtrain_comm *c, const struct dtrain_comm_group *g, char *err, size_t errlen);
+    /* Arguments are checked and count > 0, size > 1 when these run. */
+    int (*allreduce)(struct dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op);
+    int (*reduce_scatter)(struct dtrain_comm *c, const float *in, float *out, size_t count,
+                          enum dtrain_reduce_op op);
+    int (*all_gather)(struct dtrain_comm *c, const float *in, float *out, size_t count);
+    int (*broadcast)(struct dtrain_comm *c, void *buf, size_t bytes, int root);
+    /* to / from: a peer, or -1 for no send / no receive (then 0 bytes). */
+    int (*sendrecv)(struct dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
+                    size_t recv_bytes, int from);
+    int (*barrier)(struct dtrain_comm *c);
+    /* Any thread: make every wait of this communicator end, and peers see
+     * the links close. */
+    void (*break_links)(struct dtrain_comm *c);
+    /* Any thread, non-blocking: record (comm_fail) a peer that has gone. */
+    void (*poll_links)(struct dtrain_comm *c);
+    void (*destroy)(struct dtrain_comm *c);
+};
+
+extern const struct comm_backend comm_backend_cpu;
+
+struct dtrain_comm {
+    const struct comm_backend *backend;
+    void *impl; /* the backend's state */
+    int rank, size;
+    int timeout_ms;
+    const atomic_int *abort_flag; /* the process's, or NULL */
+    char host_id[DTRAIN_COMM_HOST_ID_MAX];
+    enum dtrain_comm_transport transport; /* AUTO or TCP, resolved */
+    atomic_int aborted;                   /* dtrain_comm_abort() was called */
+    atomic_int failed;                    /* the first error's code, 0 while none */
+    pthread_mutex_t lock;                 /* guards error and links changing under break_links */
+    struct dtrain_comm_error error;       /* the first error */
+    _Atomic uint64_t bytes_sent, bytes_received, calls, refused;
+    atomic_int shm_links, tcp_links;
+};
+
+/* Record the first error (code > 0; peer or -1; printf message) and break
+ * the links.  Returns the first error's code (sticky). */
+int comm_fail(struct dtrain_comm *c, int code, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Non-zero when the abort flag or dtrain_comm_abort() says stop. */
+static inline int comm_should_abort(const struct dtrain_comm *c)
+{
+    return atomic_load_explicit(&c->aborted, memory_order_relaxed) ||
+           (c->abort_flag != NULL && atomic_load_explicit(c->abort_flag, memory_order_relaxed));
+}
+
+#endif

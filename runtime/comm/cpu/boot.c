@@ -1,0 +1,557 @@
+/* Bootstrap, ring links and point-to-point links of the cpu backend; see
+ * cpu_comm.h for the sequence and wire.h for the messages. */
+#include "cpu_comm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "comm_backend.h"
+#include "dtrain_parse.h"
+#include "net.h"
+
+#define ACCEPT_SLICE_MS 20
+
+/* ------------------------------------------------------------------ id */
+
+int cpu_id_parse(const char *id, struct sockaddr_in *leader, unsigned char secret[DTRAIN_BOOTSTRAP_SECRET_LEN])
+{
+    static const char prefix[] = "cpu:";
+    char text[DTRAIN_BOOTSTRAP_ID_MAX], ignored[128];
+    long port;
+
+    if (strncmp(id, prefix, sizeof prefix - 1) != 0 ||
+        dtrain_snprintf(text, sizeof text, "%s", id + sizeof prefix - 1) != 0)
+        return -1;
+    char *port_text = strchr(text, ':'); /* IPv4 has no colon: split at the next two */
+    char *secret_text = port_text != NULL ? strchr(port_text + 1, ':') : NULL;
+    if (secret_text == NULL)
+        return -1;
+    *port_text++ = '\0';
+    *secret_text++ = '\0';
+    memset(leader, 0, sizeof *leader);
+    leader->sin_family = AF_INET;
+    if (inet_pton(AF_INET, text, &leader->sin_addr) != 1 ||
+        dtrain_parse_int(port_text, 1, 65535, "port", &port, ignored, sizeof ignored) != 0 ||
+        dtrain_hex_decode(secret_text, secret, DTRAIN_BOOTSTRAP_SECRET_LEN) != 0)
+        return -1;
+    leader->sin_port = htons((uint16_t)port);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ accepting */
+
+static void refuse(struct dtrain_comm *c, int fd)
+{
+    close(fd);
+    atomic_fetch_add(&c->refused, 1);
+}
+
+static void drop_pending(struct cpu_comm *cc, int i)
+{
+    cc->pending[i] = cc->pending[--cc->npending];
+}
+
+/* Take new connections off the listening socket into the pending list. */
+static int accept_new(struct dtrain_comm *c, struct cpu_comm *cc, char *why, size_t whylen)
+{
+    for (;;) {
+        int fd = accept4(cc->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+                return 0;
+            dtrain_snprintf(why, whylen, "accept: %s", strerror(errno));
+            return -DTRAIN_COMM_ESYS;
+        }
+        if (cc->npending == CPU_MAX_PENDING) { /* a flood: the oldest unauthenticated one goes */
+            refuse(c, cc->pending[0].fd);
+            drop_pending(cc, 0);
+        }
+        int64_t deadline = comm_now_ms() + CPU_HELLO_TIMEOUT_MS;
+        cc->pending[cc->npending++] = (struct pending_conn){.fd = fd, .deadline_ms = deadline};
+    }
+}
+
+/* A complete hello: is it one of ours, for us? */
+static int hello_valid(const struct dtrain_comm *c, const struct cpu_comm *cc, const unsigned char *buf,
+                       struct wire_hello *h)
+{
+    if (wire_hello_decode(buf, h) != 0)
+        return 0;
+    int secret_ok = net_secret_equal(h->secret, cc->secret, sizeof cc->secret);
+    return secret_ok && h->group_size == (uint32_t)c->size && h->to == (uint32_t)c->rank &&
+           h->from < (uint32_t)c->size && h->from != (uint32_t)c->rank;
+}
+
+static int set_nodelay(int fd)
+{
+    int one = 1;
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* An authenticated P2P hello: its link, for a later recv from that member. */
+static void install_p2p_in(struct dtrain_comm *c, struct cpu_comm *cc, int fd, int from)
+{
+    struct link *l = NULL;
+    if (cc->p2p_in[from] == NULL && set_nodelay(fd) == 0)
+        l = link_new(fd, from, 0);
+    if (l == NULL) {
+        refuse(c, fd);
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    cc->p2p_in[from] = l;
+    pthread_mutex_unlock(&c->lock);
+    atomic_fetch_add(&c->tcp_links, 1);
+}
+
+/* Read what pending connection i has sent.  1 when a hello the caller
+ * waits for is complete (fd and hello returned), else 0. */
+static int read_pending(struct dtrain_comm *c, struct cpu_comm *cc, int i, enum wire_hello_kind kind, int from,
+                        int *fd_out, struct wire_hello *h)
+{
+    struct pending_conn *pc = &cc->pending[i];
+    ssize_t n = recv(pc->fd, pc->buf + pc->got, WIRE_HELLO_LEN - pc->got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (n <= 0) {
+        refuse(c, pc->fd);
+        drop_pending(cc, i);
+        return 0;
+    }
+    pc->got += (size_t)n;
+    if (pc->got < WIRE_HELLO_LEN)
+        return 0;
+    unsigned char buf[WIRE_HELLO_LEN];
+    memcpy(buf, pc->buf, sizeof buf);
+    int fd = pc->fd;
+    drop_pending(cc, i);
+    if (!hello_valid(c, cc, buf, h)) {
+        refuse(c, fd);
+        return 0;
+    }
+    if (h->kind == kind && (from < 0 || h->from == (uint32_t)from) && kind != WIRE_P2P) {
+        *fd_out = fd;
+        return 1;
+    }
+    if (h->kind == WIRE_P2P) {
+        install_p2p_in(c, cc, fd, (int)h->from);
+        return 0;
+    }
+    /* A ring neighbour that was faster than us: keep it for cpu_connect_ring. */
+    if (h->kind == WIRE_RING && cc->stash_fd < 0 && h->from == (uint32_t)((c->rank + c->size - 1) % c->size)) {
+        cc->stash_fd = fd;
+        cc->stash = *h;
+        return 0;
+    }
+    refuse(c, fd);
+    return 0;
+}
+
+/* Wait for an authenticated hello of `kind` from member `from` (-1: any);
+ * for WIRE_P2P, until cc->p2p_in[from] is installed.  Everything else that
+ * arrives on the way is installed, kept or dropped. */
+static int accept_hello(struct dtrain_comm *c, struct cpu_comm *cc, enum wire_hello_kind kind, int from,
+                        int64_t deadline_ms, int *fd_out, struct wire_hello *h, char *why, size_t whylen)
+{
+    struct wire_hello unused_hello;
+    int unused_fd;
+    if (h == NULL)
+        h = &unused_hello;
+    if (fd_out == NULL)
+        fd_out = &unused_fd;
+    for (;;) {
+        if (kind == WIRE_P2P && cc->p2p_in[from] != NULL)
+            return 0;
+        if (kind == WIRE_RING && cc->stash_fd >= 0 && cc->stash.from == (uint32_t)from) {
+            *fd_out = cc->stash_fd;
+            *h = cc->stash;
+            cc->stash_fd = -1;
+            return 0;
+        }
+        int rc = net_check(c, deadline_ms, why, whylen);
+        if (rc != 0)
+            return rc;
+        struct pollfd p[1 + CPU_MAX_PENDING];
+        int np = 0;
+        p[np++] = (struct pollfd){.fd = cc->listen_fd, .events = POLLIN};
+        for (int i = 0; i < cc->npending; i++)
+            p[np++] = (struct pollfd){.fd = cc->pending[i].fd, .events = POLLIN};
+        int64_t left = deadline_ms - comm_now_ms();
+        if (poll(p, (nfds_t)np, (int)(left < ACCEPT_SLICE_MS ? (left > 0 ? left : 0) : ACCEPT_SLICE_MS)) < 0 &&
+            errno != EINTR) {
+            dtrain_snprintf(why, whylen, "poll: %s", strerror(errno));
+            return -DTRAIN_COMM_ESYS;
+        }
+        /* Pending connections first (indices shift as they leave), newest last. */
+        int64_t now = comm_now_ms();
+        for (int i = cc->npending - 1; i >= 0; i--) {
+            if (p[1 + i].revents != 0) {
+                if (read_pending(c, cc, i, kind, from, fd_out, h))
+                    return 0;
+            } else if (now >= cc->pending[i].deadline_ms) {
+                refuse(c, cc->pending[i].fd);
+                drop_pending(cc, i);
+            }
+        }
+        if (p[0].revents != 0 && (rc = accept_new(c, cc, why, whylen)) != 0)
+            return rc;
+    }
+}
+
+/* ------------------------------------------------------------------ steps 1-3 */
+
+static int local_address(int fd, int peer_side, struct sockaddr_in *sin, char *why, size_t whylen)
+{
+    socklen_t len = sizeof *sin;
+    int rc = peer_side ? getpeername(fd, (struct sockaddr *)sin, &len) : getsockname(fd, (struct sockaddr *)sin, &len);
+    if (rc != 0 || sin->sin_family != AF_INET) {
+        dtrain_snprintf(why, whylen, "%s: %s", peer_side ? "getpeername" : "getsockname",
+                        rc != 0 ? strerror(errno) : "not an IPv4 socket");
+        return -DTRAIN_COMM_EINVAL;
+    }
+    return 0;
+}
+
+static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen)
+{
+    const int n = c->size;
+    struct sockaddr_in me;
+    int rc = local_address(cc->listen_fd, 0, &me, why, whylen);
+    if (rc != 0)
+        return rc;
+    int *fds = malloc((size_t)n * sizeof *fds);
+    char(*hosts)[DTRAIN_COMM_HOST_ID_MAX] = calloc((size_t)n, sizeof *hosts);
+    unsigned char *msg = malloc(WIRE_TABLE_HEAD_LEN + (size_t)n * WIRE_TABLE_ENTRY_LEN);
+    if (fds == NULL || hosts == NULL || msg == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory for the table of %d members", n);
+        rc = -DTRAIN_COMM_ESYS;
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        fds[i] = -1;
+    cc->table[0] = (struct wire_peer){.addr = me.sin_addr, .port = ntohs(me.sin_port)};
+    dtrain_snprintf(hosts[0], sizeof hosts[0], "%s", c->host_id);
+    for (int joined = 1; joined < n;) {
+        struct wire_hello h;
+        int fd;
+        rc = accept_hello(c, cc, WIRE_BOOT, -1, deadline_ms, &fd, &h, why, whylen);
+        if (rc == -DTRAIN_COMM_ETIMEDOUT) {
+            int missing = 1;
+            while (missing < n && fds[missing] >= 0)
+                missing++;
+            dtrain_snprintf(why, whylen, "%d of %d members joined within %d ms; rank %d and maybe others did not "
+                            "(dead, or not started?)", joined, n, c->timeout_ms, missing);
+        }
+        if (rc != 0)
+            goto out;
+        if (fds[h.from] >= 0 || h.port == 0) { /* a second hello for one rank: not ours to believe */
+            refuse(c, fd);
+            continue;
+        }
+        fds[h.from] = fd;
+        cc->table[h.from] = (struct wire_peer){.addr = h.addr, .port = h.port};
+        memcpy(hosts[h.from], h.host_id, sizeof hosts[h.from]);
+        joined++;
+    }
+    /* Host numbers: the first member with the same host id. */
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (strcmp(hosts[j], hosts[i]) != 0)
+            j++;
+        cc->table[i].host = (uint32_t)j;
+    }
+    for (int i = 0; i < n; i++)
+        wire_peer_encode(&cc->table[i], msg + WIRE_TABLE_HEAD_LEN + (size_t)i * WIRE_TABLE_ENTRY_LEN);
+    for (int i = 1; i < n; i++) {
+        wire_table_head_encode((uint32_t)n, (uint32_t)i, msg);
+        rc = net_write_all(c, fds[i], msg, WIRE_TABLE_HEAD_LEN + (size_t)n * WIRE_TABLE_ENTRY_LEN, deadline_ms,
+                           why, whylen);
+        if (rc != 0)
+            goto out;
+    }
+out:
+    for (int i = 0; fds != NULL && i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(fds);
+    free(hosts);
+    free(msg);
+    return rc;
+}
+
+static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct sockaddr_in *leader,
+                       int64_t deadline_ms, char *why, size_t whylen)
+{
+    const int n = c->size;
+    char text[32];
+    int fd = -1;
+    unsigned char hello[WIRE_HELLO_LEN], head[WIRE_TABLE_HEAD_LEN];
+    unsigned char *entries = malloc((size_t)n * WIRE_TABLE_ENTRY_LEN);
+    struct sockaddr_in me;
+    int rc;
+
+    if (entries == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory for the table of %d members", n);
+        return -DTRAIN_COMM_ESYS;
+    }
+    rc = net_connect(c, leader, deadline_ms, &fd, why, whylen);
+    if (rc != 0)
+        goto out;
+    /* Listen where the route to the leader leaves this host. */
+    if ((rc = local_address(fd, 0, &me, why, whylen)) != 0 ||
+        (rc = net_listen(&me.sin_addr, &cc->listen_fd, why, whylen)) != 0 ||
+        (rc = local_address(cc->listen_fd, 0, &me, why, whylen)) != 0)
+        goto out;
+    struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)n, .from = (uint32_t)c->rank, .to = 0,
+                           .addr = me.sin_addr, .port = ntohs(me.sin_port), .pid = (uint32_t)getpid()};
+    memcpy(h.secret, cc->secret, sizeof h.secret);
+    dtrain_snprintf(h.host_id, sizeof h.host_id, "%s", c->host_id);
+    wire_hello_encode(&h, hello);
+    uint32_t size, to;
+    if ((rc = net_write_all(c, fd, hello, sizeof hello, deadline_ms, why, whylen)) != 0 ||
+        (rc = net_read_all(c, fd, head, sizeof head, deadline_ms, why, whylen)) != 0)
+        goto out;
+    if (wire_table_head_decode(head, &size, &to) != 0 || size != (uint32_t)n || to != (uint32_t)c->rank) {
+        dtrain_snprintf(why, whylen, "the leader at %s sent a table that is not for rank %d of %d",
+                        net_addr_text(leader, text, sizeof text), c->rank, n);
+        rc = -DTRAIN_COMM_EPEER;
+        goto out;
+    }
+    rc = net_read_all(c, fd, entries, (size_t)n * WIRE_TABLE_ENTRY_LEN, deadline_ms, why, whylen);
+    if (rc != 0)
+        goto out;
+    for (int i = 0; i < n; i++)
+        wire_peer_decode(entries + (size_t)i * WIRE_TABLE_ENTRY_LEN, &cc->table[i]);
+    if (cc->table[c->rank].port != ntohs(me.sin_port) || cc->table[c->rank].addr.s_addr != me.sin_addr.s_addr) {
+        dtrain_snprintf(why, whylen, "the leader's table does not list this member's address");
+        rc = -DTRAIN_COMM_EPEER;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    free(entries);
+    return rc;
+}
+
+int cpu_bootstrap(struct dtrain_comm *c, struct cpu_comm *cc, const struct dtrain_comm_group *g,
+                  int64_t deadline_ms, char *why, size_t whylen)
+{
+    struct sockaddr_in leader;
+    char text[32], have[32];
+
+    if (cpu_id_parse(g->id, &leader, cc->secret) != 0) {
+        dtrain_snprintf(why, whylen, "'%.80s' is not a cpu bootstrap id (cpu:<IPv4>:<port>:<32 hex digits>)", g->id);
+        return -DTRAIN_COMM_EINVAL;
+    }
+    cc->table = calloc((size_t)c->size, sizeof *cc->table);
+    cc->p2p_out = calloc((size_t)c->size, sizeof *cc->p2p_out);
+    cc->p2p_in = calloc((size_t)c->size, sizeof *cc->p2p_in);
+    if (cc->table == NULL || cc->p2p_out == NULL || cc->p2p_in == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory for %d members", c->size);
+        return -DTRAIN_COMM_ESYS;
+    }
+    if (c->rank != 0)
+        return member_join(c, cc, &leader, deadline_ms, why, whylen);
+
+    /* The leader listens on the socket the id names (made by the launcher). */
+    struct sockaddr_in me;
+    if (cc->listen_fd < 0) {
+        dtrain_snprintf(why, whylen, "rank 0 of a cpu group needs the listening socket of its id (listen_fd)");
+        return -DTRAIN_COMM_EINVAL;
+    }
+    if (local_address(cc->listen_fd, 0, &me, why, whylen) != 0 || me.sin_port != leader.sin_port ||
+        me.sin_addr.s_addr != leader.sin_addr.s_addr) {
+        dtrain_snprintf(why, whylen, "listen_fd %d is not the socket of id %s (it is bound to %s)", cc->listen_fd,
+                        net_addr_text(&leader, text, sizeof text), net_addr_text(&me, have, sizeof have));
+        return -DTRAIN_COMM_EINVAL;
+    }
+    if (net_set_nonblocking(cc->listen_fd) != 0) {
+        dtrain_snprintf(why, whylen, "fcntl(listen_fd): %s", strerror(errno));
+        return -DTRAIN_COMM_ESYS;
+    }
+    return leader_gather(c, cc, deadline_ms, why, whylen);
+}
+
+/* ------------------------------------------------------------------ step 4: ring links */
+
+static struct sockaddr_in peer_address(const struct cpu_comm *cc, int rank)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr = cc->table[rank].addr,
+                              .sin_port = htons(cc->table[rank].port)};
+    return sin;
+}
+
+static int same_host(const struct dtrain_comm *c, const struct cpu_comm *cc, int rank)
+{
+    return c->transport == DTRAIN_COMM_TRANSPORT_AUTO && cc->table[rank].host == cc->table[c->rank].host;
+}
+
+/* Connect to `to` and say hello; *fd_out is the connection. */
+static int connect_hello(struct dtrain_comm *c, struct cpu_comm *cc, int to, enum wire_hello_kind kind,
+                         unsigned flags, int64_t deadline_ms, int *fd_out, char *why, size_t whylen)
+{
+    struct sockaddr_in sin = peer_address(cc, to);
+    unsigned char buf[WIRE_HELLO_LEN];
+    struct wire_hello h = {.kind = kind, .group_size = (uint32_t)c->size, .from = (uint32_t)c->rank,
+                           .to = (uint32_t)to, .flags = (uint16_t)flags, .pid = (uint32_t)getpid()};
+    memcpy(h.secret, cc->secret, sizeof h.secret);
+    wire_hello_encode(&h, buf);
+    int rc = net_connect(c, &sin, deadline_ms, fd_out, why, whylen);
+    if (rc != 0)
+        return rc;
+    rc = net_write_all(c, *fd_out, buf, sizeof buf, deadline_ms, why, whylen);
+    if (rc != 0) {
+        close(*fd_out);
+        *fd_out = -1;
+    }
+    return rc;
+}
+
+static void count_link(struct dtrain_comm *c, const struct link *l)
+{
+    atomic_fetch_add(l->ring != NULL ? &c->shm_links : &c->tcp_links, 1);
+}
+
+int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen)
+{
+    const int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
+    unsigned char reply[WIRE_REPLY_LEN], ack[WIRE_ACK_LEN];
+    char name[WIRE_SHM_NAME_MAX] = "";
+    struct wire_hello h;
+    int fd = -1, rc, offered = 0, mapped = 0;
+
+    /* Connect to next first (the kernel queues it), then take prev's, so
+     * that no member waits for another that waits too. */
+    rc = connect_hello(c, cc, next, WIRE_RING, same_host(c, cc, next) ? WIRE_FLAG_SHM : 0, deadline_ms, &fd, why,
+                       whylen);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&c->lock);
+    cc->next = link_new(fd, next, 1);
+    pthread_mutex_unlock(&c->lock);
+    if (cc->next == NULL) {
+        close(fd);
+        goto oom;
+    }
+    rc = accept_hello(c, cc, WIRE_RING, prev, deadline_ms, &fd, &h, why, whylen);
+    if (rc == -DTRAIN_COMM_ETIMEDOUT)
+        dtrain_snprintf(why, whylen, "rank %d (ring predecessor) did not connect within %d ms", prev, c->timeout_ms);
+    if (rc != 0)
+        return rc;
+    if (set_nodelay(fd) != 0) {
+        close(fd);
+        dtrain_snprintf(why, whylen, "setsockopt TCP_NODELAY: %s", strerror(errno));
+        return -DTRAIN_COMM_ESYS;
+    }
+    pthread_mutex_lock(&c->lock);
+    cc->prev = link_new(fd, prev, 0);
+    pthread_mutex_unlock(&c->lock);
+    if (cc->prev == NULL) {
+        close(fd);
+        goto oom;
+    }
+    /* Shared memory when both think they share a host; if the segment
+     * cannot be made here, the link stays on TCP. */
+    offered = (h.flags & WIRE_FLAG_SHM) && same_host(c, cc, prev) && link_shm_create(cc->prev, name) == 0;
+    wire_reply_encode(offered, name, reply);
+    if ((rc = net_write_all(c, cc->prev->fd, reply, sizeof reply, deadline_ms, why, whylen)) != 0)
+        goto out;
+    /* next's answer to our hello. */
+    int shm = 0;
+    char next_name[WIRE_SHM_NAME_MAX];
+    if ((rc = net_read_all(c, cc->next->fd, reply, sizeof reply, deadline_ms, why, whylen)) != 0)
+        goto out;
+    if (wire_reply_decode(reply, &shm, next_name) != 0) {
+        dtrain_snprintf(why, whylen, "rank %d answered the ring hello with garbage", next);
+        rc = -DTRAIN_COMM_EPEER;
+        goto out;
+    }
+    int next_mapped = shm && link_shm_open(cc->next, next_name) == 0;
+    wire_ack_encode(next_mapped, ack);
+    if ((rc = net_write_all(c, cc->next->fd, ack, sizeof ack, deadline_ms, why, whylen)) != 0 ||
+        (rc = net_read_all(c, cc->prev->fd, ack, sizeof ack, deadline_ms, why, whylen)) != 0)
+        goto out;
+    if (wire_ack_decode(ack, &mapped) != 0) {
+        dtrain_snprintf(why, whylen, "rank %d acknowledged the ring link with garbage", prev);
+        rc = -DTRAIN_COMM_EPEER;
+        goto out;
+    }
+    if (offered && !mapped)
+        link_shm_drop(cc->prev);
+    count_link(c, cc->next);
+    count_link(c, cc->prev);
+out:
+    if (offered)
+        link_shm_unlink(name); /* both have it mapped, or it is not used: the name goes */
+    return rc;
+oom:
+    dtrain_snprintf(why, whylen, "out of memory for a link");
+    return -DTRAIN_COMM_ESYS;
+}
+
+/* ------------------------------------------------------------------ point-to-point links */
+
+int cpu_p2p_out(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct link **out, char *why, size_t whylen)
+{
+    if (cc->p2p_out[peer] == NULL) {
+        int fd;
+        int rc = connect_hello(c, cc, peer, WIRE_P2P, 0, comm_now_ms() + c->timeout_ms, &fd, why, whylen);
+        if (rc != 0)
+            return rc;
+        struct link *l = link_new(fd, peer, 1);
+        if (l == NULL) {
+            close(fd);
+            dtrain_snprintf(why, whylen, "out of memory for a link");
+            return -DTRAIN_COMM_ESYS;
+        }
+        pthread_mutex_lock(&c->lock);
+        cc->p2p_out[peer] = l;
+        pthread_mutex_unlock(&c->lock);
+        count_link(c, l);
+    }
+    *out = cc->p2p_out[peer];
+    return 0;
+}
+
+int cpu_p2p_in(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct link **out, char *why, size_t whylen)
+{
+    if (cc->p2p_in[peer] == NULL) {
+        int rc = accept_hello(c, cc, WIRE_P2P, peer, comm_now_ms() + c->timeout_ms, NULL, NULL, why, whylen);
+        if (rc == -DTRAIN_COMM_ETIMEDOUT)
+            dtrain_snprintf(why, whylen, "rank %d did not connect to send within %d ms", peer, c->timeout_ms);
+        if (rc != 0)
+            return rc;
+    }
+    *out = cc->p2p_in[peer];
+    return 0;
+}
+
+void cpu_comm_close(struct cpu_comm *cc, int size)
+{
+    for (int i = 0; i < cc->npending; i++)
+        close(cc->pending[i].fd);
+    cc->npending = 0;
+    if (cc->stash_fd >= 0)
+        close(cc->stash_fd);
+    for (int i = 0; i < size; i++) {
+        if (cc->p2p_out != NULL)
+            link_free(cc->p2p_out[i]);
+        if (cc->p2p_in != NULL)
+            link_free(cc->p2p_in[i]);
+    }
+    link_free(cc->next);
+    link_free(cc->prev);
+    if (cc->listen_fd >= 0)
+        close(cc->listen_fd);
+    free(cc->p2p_out);
+    free(cc->p2p_in);
+    free(cc->table);
+    free(cc->scratch);
+    free(cc);
+}

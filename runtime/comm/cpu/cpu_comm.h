@@ -1,0 +1,76 @@
+/* State of one cpu-backend communicator and its bootstrap (boot.c).
+ *
+ * Bootstrap of a group of n members (doc/comm.md, "Wire protocol"):
+ *  1. every member but the leader connects to the leader's address from
+ *     the id and sends a BOOT hello: the secret, its rank, the address it
+ *     listens on (the local address of that very connection, so the right
+ *     interface is used) and its host id;
+ *  2. the leader drops every connection whose hello is malformed, whose
+ *     secret differs (compared in constant time) or whose rank is taken,
+ *     and keeps waiting, until all n-1 members have come or the timeout;
+ *  3. the leader sends every member the table: address and host number of
+ *     each member;
+ *  4. ring links: each member connects to rank+1 (RING hello, again with
+ *     the secret) and accepts rank-1's; same-host neighbours agree on a
+ *     shared-memory ring (reply + ack), others keep the TCP connection.
+ * Point-to-point links to members other than the ring neighbours are
+ * opened on first use (P2P hello), over TCP. */
+#ifndef DTRAIN_COMM_CPU_COMM_H
+#define DTRAIN_COMM_CPU_COMM_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain_bootstrap.h"
+#include "link.h"
+#include "wire.h"
+
+struct dtrain_comm;
+
+/* Connections whose hello has not fully arrived, and how long one may take. */
+#define CPU_MAX_PENDING 32
+#define CPU_HELLO_TIMEOUT_MS 10000
+
+struct pending_conn {
+    int fd;
+    size_t got;
+    unsigned char buf[WIRE_HELLO_LEN];
+    int64_t deadline_ms;
+};
+
+struct cpu_comm {
+    int listen_fd;           /* where peers connect to this member */
+    unsigned char secret[DTRAIN_BOOTSTRAP_SECRET_LEN];
+    struct wire_peer *table; /* every member: address, host number */
+    struct link *next;       /* ring: this member -> rank+1 */
+    struct link *prev;       /* ring: rank-1 -> this member */
+    struct link **p2p_out;   /* [size], opened on first send to a non-neighbour */
+    struct link **p2p_in;    /* [size], accepted on the way */
+    struct pending_conn pending[CPU_MAX_PENDING];
+    int npending;
+    int stash_fd;            /* a RING hello that came before it was awaited, or -1 */
+    struct wire_hello stash;
+    float *scratch;          /* reduce-scatter's partial sums, 3 * RING_CHUNK_FLOATS */
+};
+
+/* Parse "cpu:<IPv4>:<port>:<32 hex>".  0, or -1 when malformed. */
+int cpu_id_parse(const char *id, struct sockaddr_in *leader, unsigned char secret[DTRAIN_BOOTSTRAP_SECRET_LEN]);
+
+/* Steps 1-3 above: cc->listen_fd and cc->table are set on success.
+ * Returns 0 or a negative result code with one line in why. */
+int cpu_bootstrap(struct dtrain_comm *c, struct cpu_comm *cc, const struct dtrain_comm_group *g,
+                  int64_t deadline_ms, char *why, size_t whylen);
+
+/* Step 4: cc->next and cc->prev. */
+int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen);
+
+/* The link to send to / receive from a member that is not a ring
+ * neighbour, opened (or awaited) now when needed. */
+int cpu_p2p_out(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct link **out, char *why, size_t whylen);
+int cpu_p2p_in(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct link **out, char *why, size_t whylen);
+
+/* Close everything (also half-built state). */
+void cpu_comm_close(struct cpu_comm *cc, int size);
+
+#endif

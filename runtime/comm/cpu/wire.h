@@ -1,0 +1,103 @@
+/* The cpu backend's messages on the wire, little-endian, fixed sizes
+ * (doc/comm.md draws them).
+ *
+ *   hello   128 bytes, first on every connection, from the side that
+ *           connected: who it is, who it wants, the group's secret.
+ *           BOOT (member -> leader) also carries the member's listening
+ *           address and host id; RING (member -> next member) asks for
+ *           shared memory with WIRE_FLAG_SHM; P2P opens a point-to-point
+ *           link to a member that is not the next one.
+ *   table   leader -> member after every BOOT hello arrived: a 16-byte head
+ *           and 12 bytes per member (address, port, host number).
+ *   reply   64 bytes, ring-link receiver -> sender: TCP, or the name of a
+ *           shared-memory segment to map; then a 4-byte ack back (1 mapped,
+ *           0 could not: both stay on TCP).
+ *   header  24 bytes in front of every collective or point-to-point
+ *           message on a link: operation, sequence number, count, root, so
+ *           that members calling different things fail with EMISMATCH
+ *           instead of mixing data. */
+#ifndef DTRAIN_COMM_CPU_WIRE_H
+#define DTRAIN_COMM_CPU_WIRE_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain_bootstrap.h"
+#include "dtrain_comm.h"
+
+#define WIRE_VERSION 1
+
+/* ------------------------------------------------------------------ hello */
+#define WIRE_HELLO_LEN 128
+enum wire_hello_kind { WIRE_BOOT = 1, WIRE_RING = 2, WIRE_P2P = 3 };
+#define WIRE_FLAG_SHM 1u
+
+struct wire_hello {
+    enum wire_hello_kind kind;
+    unsigned char secret[DTRAIN_BOOTSTRAP_SECRET_LEN];
+    uint32_t group_size;
+    uint32_t from, to;    /* ranks in the group */
+    struct in_addr addr;  /* BOOT: where the member listens */
+    uint16_t port;        /* BOOT: its port */
+    uint16_t flags;       /* RING: WIRE_FLAG_SHM */
+    char host_id[DTRAIN_COMM_HOST_ID_MAX]; /* BOOT */
+    uint32_t pid;         /* for messages only */
+};
+
+void wire_hello_encode(const struct wire_hello *h, unsigned char out[WIRE_HELLO_LEN]);
+/* 0, or -1 for a wrong magic, version or kind, or an unterminated host id.
+ * The secret is NOT checked here. */
+int wire_hello_decode(const unsigned char in[WIRE_HELLO_LEN], struct wire_hello *h);
+
+/* ------------------------------------------------------------------ table */
+#define WIRE_TABLE_HEAD_LEN 16
+#define WIRE_TABLE_ENTRY_LEN 12
+
+struct wire_peer {
+    struct in_addr addr; /* listening address of the member */
+    uint16_t port;
+    uint32_t host;       /* members with equal numbers share a host */
+};
+
+void wire_table_head_encode(uint32_t size, uint32_t to, unsigned char out[WIRE_TABLE_HEAD_LEN]);
+int wire_table_head_decode(const unsigned char in[WIRE_TABLE_HEAD_LEN], uint32_t *size, uint32_t *to);
+void wire_peer_encode(const struct wire_peer *p, unsigned char out[WIRE_TABLE_ENTRY_LEN]);
+void wire_peer_decode(const unsigned char in[WIRE_TABLE_ENTRY_LEN], struct wire_peer *p);
+
+/* ------------------------------------------------------------------ ring-link reply */
+#define WIRE_REPLY_LEN 64
+#define WIRE_SHM_NAME_MAX 52 /* NUL included */
+
+void wire_reply_encode(int shm, const char *name, unsigned char out[WIRE_REPLY_LEN]);
+/* 0 with *shm and name (when shm), or -1 on a malformed reply. */
+int wire_reply_decode(const unsigned char in[WIRE_REPLY_LEN], int *shm, char name[WIRE_SHM_NAME_MAX]);
+
+#define WIRE_ACK_LEN 4
+void wire_ack_encode(int mapped, unsigned char out[WIRE_ACK_LEN]);
+int wire_ack_decode(const unsigned char in[WIRE_ACK_LEN], int *mapped);
+
+/* ------------------------------------------------------------------ message header */
+#define WIRE_HEADER_LEN 24
+enum wire_op {
+    WIRE_OP_ALLREDUCE = 1,
+    WIRE_OP_REDUCE_SCATTER = 2,
+    WIRE_OP_ALL_GATHER = 3,
+    WIRE_OP_BROADCAST = 4,
+    WIRE_OP_SEND = 5,
+    WIRE_OP_BARRIER = 6,
+};
+
+struct wire_header {
+    uint16_t op;    /* enum wire_op */
+    uint16_t arg;   /* reduce op, or 0 */
+    uint32_t seq;   /* messages before this one on the link */
+    uint32_t root;  /* broadcast root, else 0 */
+    uint64_t count; /* floats, or bytes for broadcast and send */
+};
+
+void wire_header_encode(const struct wire_header *h, unsigned char out[WIRE_HEADER_LEN]);
+int wire_header_decode(const unsigned char in[WIRE_HEADER_LEN], struct wire_header *h);
+const char *wire_op_name(unsigned op);
+
+#endif
