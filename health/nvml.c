@@ -105,14 +105,16 @@ static int api_open(struct nvml_api *api, const char *library, char *err, size_t
     return 0;
 }
 
-/* Judge one call's return code: 1 when it answered.  "Not supported" (and
- * a function the driver lacks) is a normal answer: 0, nothing recorded.
- * A lost GPU and unexpected errors are recorded on the GPU. */
+/* Judge one call's return code: 1 when it answered.  "Not supported", a
+ * function the driver lacks and "no permission" (some queries need root,
+ * and --check may run as a user) say nothing about the GPU's health: 0,
+ * nothing recorded.  A lost GPU and unexpected errors are recorded on the
+ * GPU. */
 static int nvml_answered(struct nvml_ctx *c, struct health_nvml_gpu *gpu, const char *fn, nvmlReturn_t rc)
 {
     if (rc == NVML_SUCCESS)
         return 1;
-    if (rc == NVML_ERROR_NOT_SUPPORTED || rc == NVML_ERROR_FUNCTION_NOT_FOUND)
+    if (rc == NVML_ERROR_NOT_SUPPORTED || rc == NVML_ERROR_FUNCTION_NOT_FOUND || rc == NVML_ERROR_NO_PERMISSION)
         return 0;
     if (rc == NVML_ERROR_GPU_IS_LOST)
         gpu->lost = 1;

@@ -11,6 +11,7 @@
  *   # comment
  *   init = 0                      NVML return code of nvmlInit_v2 (9: driver not loaded)
  *   hang = nvmlDeviceGetTotalEccErrors   this function never returns (tests the time bound)
+ *   fail = nvmlDeviceGetMemoryInfo:999   this per-GPU function answers that NVML return code
  *   count = 2                     number of GPUs
  *   all.KEY = VALUE               for every GPU (write these before gpuN lines)
  *   gpuN.KEY = VALUE              for GPU N (0-based)
@@ -81,6 +82,8 @@ struct nvmlEventSet_st {
 static struct {
     int initialised;
     char hang[96];
+    char fail[96];      /* function that answers fail_rc */
+    nvmlReturn_t fail_rc;
     int count;
     struct nvmlDevice_st gpus[FAKE_MAX_GPUS];
 } fake;
@@ -270,6 +273,12 @@ static nvmlReturn_t load_config(void)
                 bad = parse_int(value, &init_rc);
             else if (!strcmp(key, "hang"))
                 snprintf(fake.hang, sizeof(fake.hang), "%s", value);
+            else if (!strcmp(key, "fail")) {
+                char *colon = strrchr(value, ':');
+                bad = !colon || parse_int(colon + 1, &fake.fail_rc) != 0;
+                if (!bad)
+                    snprintf(fake.fail, sizeof(fake.fail), "%.*s", (int)(colon - value), value);
+            }
             else if (!strcmp(key, "count"))
                 bad = parse_int(value, &fake.count) || fake.count > FAKE_MAX_GPUS;
             else if (!strncmp(key, "all.", 4)) {
@@ -298,7 +307,8 @@ static void maybe_hang(const char *fn)
             pause();
 }
 
-/* Common entry of per-device calls: hang, initialised, valid, not lost. */
+/* Common entry of per-device calls: hang, initialised, valid, not lost,
+ * not told to fail. */
 static nvmlReturn_t device_call(const char *fn, nvmlDevice_t dev)
 {
     maybe_hang(fn);
@@ -306,7 +316,9 @@ static nvmlReturn_t device_call(const char *fn, nvmlDevice_t dev)
         return NVML_ERROR_UNINITIALIZED;
     if (!dev || dev < fake.gpus || dev >= fake.gpus + fake.count)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return dev->lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+    if (dev->lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    return fake.fail[0] && strcmp(fake.fail, fn) == 0 ? fake.fail_rc : NVML_SUCCESS;
 }
 
 static void fill_pci(const struct nvmlDevice_st *g, nvmlPciInfo_t *pci)

@@ -137,6 +137,14 @@ static void test_nvml(void)
     ok(nv.ok && !nv.gpus[0].lost && nv.gpus[1].lost && strstr(nv.gpus[1].error, "GPU is lost"),
        "nvml: a GPU that fell off the bus");
 
+    probe_fake("count = 2\nfail = nvmlDeviceGetMemoryInfo:999\n", all_queries, 10000);
+    ok(nv.ok && !nv.gpus[0].memory_known && nv.gpus[0].ecc_known &&
+           strcmp(nv.gpus[1].error, "nvmlDeviceGetMemoryInfo: Unknown Error (NVML error 999)") == 0,
+       "nvml: an unexpected error is recorded on the GPU, with the call (%s)", nv.gpus[1].error);
+    probe_fake("count = 2\nfail = nvmlDeviceGetComputeRunningProcesses_v3:4\n", all_queries, 10000);
+    ok(nv.ok && !nv.gpus[0].procs_known && !nv.gpus[0].error[0] && nv.gpus[0].memory_known,
+       "nvml: \"no permission\" leaves the query unanswered, not an error");
+
     probe_fake("init = 9\n", all_queries, 10000);
     ok(!nv.ok && !nv.probe_failed && strstr(nv.error, "nvmlInit_v2 failed: Driver Not Loaded"),
        "nvml: init failure says why (%s)", nv.error);
