@@ -1,0 +1,370 @@
+/* dtrain-bench-collectives: the cpu comm backend's all-reduce, all-gather
+ * and reduce-scatter on n local processes, reported as nccl-tests does, next
+ * to memcpy bandwidth measured in the same run (the ceiling).
+ *
+ *   dtrain-bench-collectives [--ranks 2,4,8] [--ops allreduce,allgather,reducescatter]
+ *                            [--min 1K] [--max 256M] [--iters N] [--transport auto|tcp]
+ *
+ * Sizes go from --min to --max by factors of 4 (1K, 4K, ... 64M, 256M).
+ * As in nccl-tests, "size" is the all-reduce buffer, all-gather's output
+ * and reduce-scatter's input (count * ranks floats); time is the slowest
+ * rank's mean over the timed iterations; algbw = size / time; busbw =
+ * algbw * 2(n-1)/n for all-reduce and algbw * (n-1)/n for the others: the
+ * bytes each rank's link carries per second, comparable across n.
+ * memcpy: one thread copying 64 MiB (median of 9), before and after the
+ * collectives; the ratio uses the lower of the two.  Target: all-reduce
+ * busbw at 64 MiB >= 50% of memcpy.
+ *
+ * The processes are forked here and bootstrapped from an id made with the
+ * launcher's code (no Slurm), with one host id: shared memory between all
+ * of them, unless --transport tcp. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap_id.h"
+#include "dtrain_comm.h"
+#include "dtrain_exit.h"
+#include "dtrain_parse.h"
+
+#define PROG "dtrain-bench-collectives"
+#define MAX_RANKS 16
+#define TARGET_RATIO 0.50
+#define TARGET_BYTES (64u << 20)
+#define MEMCPY_BYTES ((size_t)64 << 20)
+
+enum op { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OPS };
+static const char *const op_names[OPS] = {"allreduce", "allgather", "reducescatter"};
+
+struct options {
+    int ranks[MAX_RANKS];
+    int nranks;
+    int ops[OPS];
+    size_t min_bytes, max_bytes;
+    int iters; /* 0: by size */
+    enum dtrain_comm_transport transport;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* GB/s of one thread copying MEMCPY_BYTES, median of 9 copies. */
+static double memcpy_rate(void)
+{
+    char *src = malloc(MEMCPY_BYTES), *dst = malloc(MEMCPY_BYTES);
+    double rate[9];
+    if (src == NULL || dst == NULL) {
+        free(src);
+        free(dst);
+        return 0;
+    }
+    memset(src, 1, MEMCPY_BYTES);
+    memset(dst, 2, MEMCPY_BYTES);
+    for (int i = 0; i < 9; i++) {
+        double t0 = now_seconds();
+        memcpy(dst, src, MEMCPY_BYTES);
+        rate[i] = (double)MEMCPY_BYTES / (now_seconds() - t0) / 1e9;
+        src[i] = dst[MEMCPY_BYTES - 1 - (size_t)i]; /* keep the copy observable */
+    }
+    free(src);
+    free(dst);
+    qsort(rate, 9, sizeof rate[0], cmp_double);
+    return rate[4];
+}
+
+/* "1K", "64M", "4096": bytes; 0 when malformed. */
+static size_t parse_size(const char *text)
+{
+    char digits[32], err[128];
+    size_t len = strlen(text), shift = 0;
+    long v;
+    if (len == 0 || len >= sizeof digits)
+        return 0;
+    memcpy(digits, text, len + 1);
+    switch (digits[len - 1]) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    default: break;
+    }
+    if (shift != 0)
+        digits[len - 1] = '\0';
+    if (dtrain_parse_int(digits, 1, 1L << 20, "size", &v, err, sizeof err) != 0)
+        return 0;
+    return (size_t)v << shift;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: " PROG " [--ranks 2,4,8] [--ops allreduce,allgather,reducescatter] [--min 1K] [--max 256M]\n"
+                 "       [--iters N] [--transport auto|tcp]\n"
+                 "Collectives of the cpu comm backend on local processes against memcpy bandwidth.\n");
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    char err[256];
+    memset(o, 0, sizeof *o);
+    o->ranks[0] = 2, o->ranks[1] = 4, o->ranks[2] = 8, o->nranks = 3;
+    for (int k = 0; k < OPS; k++)
+        o->ops[k] = 1;
+    o->min_bytes = 1u << 10;
+    o->max_bytes = 256u << 20;
+    o->transport = DTRAIN_COMM_TRANSPORT_AUTO;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(DTRAIN_EXIT_OK);
+        }
+        if (v == NULL) {
+            fprintf(stderr, PROG ": %s needs a value (see --help)\n", a);
+            return -1;
+        }
+        i++;
+        if (strcmp(a, "--ranks") == 0) {
+            char list[256];
+            if (dtrain_snprintf(list, sizeof list, "%s", v) != 0)
+                goto bad;
+            o->nranks = 0;
+            for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                long n;
+                if (o->nranks == MAX_RANKS || dtrain_parse_int(t, 1, MAX_RANKS, "--ranks", &n, err, sizeof err) != 0)
+                    goto bad;
+                o->ranks[o->nranks++] = (int)n;
+            }
+        } else if (strcmp(a, "--ops") == 0) {
+            char list[256];
+            if (dtrain_snprintf(list, sizeof list, "%s", v) != 0)
+                goto bad;
+            memset(o->ops, 0, sizeof o->ops);
+            for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int k = 0;
+                while (k < OPS && strcmp(t, op_names[k]) != 0)
+                    k++;
+                if (k == OPS)
+                    goto bad;
+                o->ops[k] = 1;
+            }
+        } else if (strcmp(a, "--min") == 0 || strcmp(a, "--max") == 0) {
+            size_t bytes = parse_size(v);
+            if (bytes == 0 || bytes > ((size_t)1 << 30))
+                goto bad;
+            *(a[3] == 'i' ? &o->min_bytes : &o->max_bytes) = bytes;
+        } else if (strcmp(a, "--iters") == 0) {
+            long n;
+            if (dtrain_parse_int(v, 1, 100000, "--iters", &n, err, sizeof err) != 0)
+                goto bad;
+            o->iters = (int)n;
+        } else if (strcmp(a, "--transport") == 0) {
+            if (strcmp(v, "auto") == 0)
+                o->transport = DTRAIN_COMM_TRANSPORT_AUTO;
+            else if (strcmp(v, "tcp") == 0)
+                o->transport = DTRAIN_COMM_TRANSPORT_TCP;
+            else
+                goto bad;
+        } else {
+            fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, PROG ": %s '%.64s' is not valid (see --help)\n", a, v);
+        return -1;
+    }
+    if (o->min_bytes > o->max_bytes) {
+        fprintf(stderr, PROG ": --min is larger than --max\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Iterations for a size: about 1 GiB moved, 2 to 200. */
+static int iters_for(const struct options *o, size_t bytes)
+{
+    if (o->iters > 0)
+        return o->iters;
+    size_t n = ((size_t)1 << 30) / bytes;
+    return n < 2 ? 2 : n > 200 ? 200 : (int)n;
+}
+
+static int run_op(dtrain_comm *c, enum op op, float *a, float *b, size_t count)
+{
+    switch (op) {
+    case OP_ALLREDUCE: return dtrain_comm_allreduce(c, a, count, DTRAIN_REDUCE_SUM);
+    case OP_ALLGATHER: return dtrain_comm_all_gather(c, a, b, count);
+    default: return dtrain_comm_reduce_scatter(c, a, b, count, DTRAIN_REDUCE_SUM);
+    }
+}
+
+/* One rank: every op and size; rank 0 prints the rows and writes the
+ * 64 MiB all-reduce busbw to report as "n busbw". */
+static int rank_main(const struct options *o, struct dtrain_comm_group *g, double memcpy_gbs, FILE *report)
+{
+    struct dtrain_comm_options copts;
+    char err[256];
+    dtrain_comm *c = NULL;
+    const int n = g->size, rank = g->my_rank;
+    float *a = NULL, *b = NULL, times[MAX_RANKS];
+    int rc = 1;
+
+    dtrain_comm_options_defaults(&copts);
+    copts.timeout_ms = 120000;
+    copts.transport = o->transport;
+    copts.host_id = "bench-host";
+    if (dtrain_comm_init(g, DTRAIN_COMM_CPU, &copts, &c, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
+        return 1;
+    }
+    a = malloc(o->max_bytes);
+    b = malloc(o->max_bytes);
+    if (a == NULL || b == NULL) {
+        fprintf(stderr, PROG ": rank %d: out of memory for 2 x %zu bytes\n", rank, o->max_bytes);
+        goto out;
+    }
+    memset(a, 0, o->max_bytes);
+    memset(b, 0, o->max_bytes);
+    for (int k = 0; k < OPS; k++) {
+        if (!o->ops[k])
+            continue;
+        for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 4) {
+            /* count: per rank for all-gather (input) and reduce-scatter (output) */
+            size_t count = bytes / sizeof(float) / (k == OP_ALLREDUCE ? 1 : (size_t)n);
+            int iters = iters_for(o, bytes);
+            if (count == 0)
+                continue;
+            if ((rc = run_op(c, (enum op)k, a, b, count)) != 0 || (rc = dtrain_comm_barrier(c)) != 0)
+                goto failed;
+            double t0 = now_seconds();
+            for (int it = 0; it < iters; it++)
+                if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
+                    goto failed;
+            float mine = (float)((now_seconds() - t0) / iters);
+            if ((rc = dtrain_comm_all_gather(c, &mine, times, 1)) != 0)
+                goto failed;
+            if (rank == 0) {
+                double t = 0;
+                for (int i = 0; i < n; i++)
+                    t = times[i] > t ? times[i] : t;
+                double size = (double)(count * sizeof(float) * (k == OP_ALLREDUCE ? 1 : (size_t)n));
+                double algbw = size / t / 1e9;
+                double busbw = algbw * (k == OP_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;
+                printf("%6d  %-14s %10.0f %10zu %6d %12.1f %11.3f %11.3f %8.0f%%\n", n, op_names[k], size, count,
+                       iters, t * 1e6, algbw, busbw, 100.0 * busbw / memcpy_gbs);
+                fflush(stdout);
+                if (k == OP_ALLREDUCE && bytes == TARGET_BYTES)
+                    fprintf(report, "%d %f\n", n, busbw);
+            }
+        }
+    }
+    rc = 0;
+    goto out;
+failed:
+    fprintf(stderr, PROG ": rank %d: %s: %s\n", rank, dtrain_comm_result_name(rc), dtrain_comm_error_message(c));
+out:
+    free(a);
+    free(b);
+    dtrain_comm_destroy(c);
+    return rc != 0;
+}
+
+/* Fork n ranks, wait for all; 0 when all succeeded. */
+static int run_ranks(const struct options *o, int n, double memcpy_gbs, FILE *report)
+{
+    char id[DTRAIN_BOOTSTRAP_ID_MAX], err[256];
+    pid_t pids[MAX_RANKS];
+    int fd, failed = 0;
+
+    if (dtrain_bootstrap_id_make_cpu("127.0.0.1", n, id, sizeof id, &fd, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return -1;
+    }
+    fflush(NULL);
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        if (pids[i] < 0) {
+            fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
+            for (int j = 0; j < i; j++)
+                kill(pids[j], SIGKILL);
+            n = i;
+            failed = 1;
+            break;
+        }
+        if (pids[i] == 0) {
+            struct dtrain_comm_group g = {.present = 1, .size = n, .first = 0, .stride = 1, .my_rank = i,
+                                          .listen_fd = i == 0 ? fd : -1};
+            dtrain_snprintf(g.key, sizeof g.key, "bench");
+            dtrain_snprintf(g.id, sizeof g.id, "%s", id);
+            if (i != 0)
+                close(fd);
+            int rc = rank_main(o, &g, memcpy_gbs, report);
+            fflush(NULL);
+            _exit(rc);
+        }
+    }
+    close(fd);
+    for (int i = 0; i < n; i++) {
+        int status;
+        if (waitpid(pids[i], &status, 0) != pids[i] || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            failed = 1;
+    }
+    return failed ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    double target[MAX_RANKS + 1] = {0};
+    if (parse_args(argc, argv, &o) != 0)
+        return DTRAIN_EXIT_USAGE;
+    FILE *report = tmpfile(); /* rank 0 of each run writes "n busbw" lines here */
+    if (report == NULL) {
+        fprintf(stderr, PROG ": tmpfile: %s\n", strerror(errno));
+        return DTRAIN_EXIT_FAILURE;
+    }
+    double before = memcpy_rate();
+    printf("# " PROG ": cpu comm backend, %s, %ld CPUs online\n",
+           o.transport == DTRAIN_COMM_TRANSPORT_TCP ? "TCP (loopback)" : "shared memory", sysconf(_SC_NPROCESSORS_ONLN));
+    printf("# memcpy, one thread, 64 MiB: %.2f GB/s\n", before);
+    printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters",
+           "time(us)", "algbw(GB/s)", "busbw(GB/s)", "/memcpy");
+    int failed = 0;
+    for (int i = 0; i < o.nranks; i++)
+        if (run_ranks(&o, o.ranks[i], before, report) != 0) {
+            fprintf(stderr, PROG ": the run with %d ranks failed\n", o.ranks[i]);
+            failed = 1;
+        }
+    double after = memcpy_rate();
+    double ceiling = after < before ? after : before;
+    printf("# memcpy again: %.2f GB/s; ceiling used below: %.2f GB/s\n", after, ceiling);
+    rewind(report);
+    int n;
+    double busbw;
+    while (fscanf(report, "%d %lf", &n, &busbw) == 2)
+        if (n >= 1 && n <= MAX_RANKS)
+            target[n] = busbw;
+    fclose(report);
+    for (int i = 0; i < o.nranks; i++) {
+        n = o.ranks[i];
+        if (target[n] > 0)
+            printf("# allreduce 64 MiB, %d ranks: busbw %.2f GB/s = %.0f%% of memcpy (target >= %.0f%%): %s\n", n,
+                   target[n], 100.0 * target[n] / ceiling, 100.0 * TARGET_RATIO,
+                   target[n] >= TARGET_RATIO * ceiling ? "met" : "not met");
+    }
+    return failed ? DTRAIN_EXIT_FAILURE : DTRAIN_EXIT_OK;
+}
