@@ -6,7 +6,9 @@
  *   srun --mpi=pmi2 dtrain-launch [options] -- PROGRAM ARGS...
  *
  * Order: options -> PMI2_Init -> placement (plugin's, checked; or planned
- * here) -> ids, puts, ONE fence, gets -> PMI2_Finalize -> hand-off.
+ * here) -> ids, puts, ONE fence, gets -> PMI2_Finalize -> hand-off: the
+ * parallel trainer in this process on the bootstrap (dtrain_parallel.h), or
+ * PROGRAM with it in DTRAIN_COMM_* variables (handoff.h).
  * doc/dtrain-launch.1 is the manual, doc/bootstrap.md the key scheme. */
 #include <getopt.h>
 #include <stdio.h>
@@ -23,7 +25,7 @@
 #include "handoff.h"
 #include "placement.h"
 #include "pmi.h"
-#include "dtrain_train.h"
+#include "dtrain_parallel.h"
 #include "report.h"
 
 #define PROG "dtrain-launch"
@@ -49,9 +51,10 @@ static void usage(FILE *out)
             "usage: srun --mpi=pmi2 " PROG " [options] [CONFIG.json] [TRAINER FLAGS...]\n"
             "       srun --mpi=pmi2 " PROG " [options] -- PROGRAM [ARGS...]\n"
             "Bootstraps every communicator of a dtrain job (world, TP, PP, DP, PP neighbours) in one\n"
-            "PMI2 round, then runs the dtrain trainer in this process, or PROGRAM with the ids in\n"
-            "DTRAIN_COMM_* variables.  The trainer's arguments (those of dtrain-train) start at the\n"
-            "first argument that is not an option below.\n"
+            "PMI2 round, then runs the dtrain 3D-parallel trainer in this process, or PROGRAM with the\n"
+            "ids in DTRAIN_COMM_* variables.  The trainer's arguments (those of dtrain-train, plus\n"
+            "--micro-batches, --zero1, --bucket-mb, --dp-overlap) start at the first argument that is\n"
+            "not an option below.\n"
             "  -t, --tp T            tensor-parallel size (default: DTRAIN_TP, else 1)\n"
             "  -p, --pp P            pipeline-parallel size (default: DTRAIN_PP, else 1)\n"
             "  -d, --dp D            data-parallel size (default: DTRAIN_DP, else tasks / (T*P))\n"
@@ -167,20 +170,21 @@ static int runs_trainer(const struct options *o)
     return o->program == NULL && (o->output == OUTPUT_NONE || o->trainer_argc > 0);
 }
 
-/* The trainer in this process, with dtrain-train's arguments.  The NCCL
- * bootstrap roots and the listening sockets stay alive while it runs. */
-static int run_trainer(const struct options *o, char *err, size_t errlen)
+/* The trainer in this process (dtrain_parallel.h) on this task's bootstrap,
+ * with dtrain-train's arguments; it builds the communicators and takes over
+ * the listening sockets.  NCCL's bootstrap roots stay alive while it runs. */
+static int run_trainer(const struct options *o, struct dtrain_bootstrap *bs, char *err, size_t errlen)
 {
     char **argv = calloc((size_t)o->trainer_argc + 2, sizeof *argv);
     if (argv == NULL) {
         dtrain_snprintf(err, errlen, "out of memory");
         return -1;
     }
-    argv[0] = "dtrain-train";
+    argv[0] = PROG;
     for (int i = 0; i < o->trainer_argc; i++)
         argv[i + 1] = o->trainer_argv[i];
     fflush(NULL);
-    int rc = dtrain_train_main(o->trainer_argc + 1, argv);
+    int rc = dtrain_parallel_main(o->trainer_argc + 1, argv, bs);
     free(argv);
     return rc;
 }
@@ -228,15 +232,6 @@ int main(int argc, char **argv)
     rc = dtrain_placement_resolve(&opt.shape, rank, dtrain_pmi_size(pmi), &place, err, sizeof err);
     if (rc != DTRAIN_EXIT_OK)
         goto fail;
-    if (runs_trainer(&opt) && place.world_size > 1) {
-        /* TODO(comm issue): hand *bs to the runtime's comm layer; until then
-         * N copies would train N unrelated models over the same files. */
-        dtrain_snprintf(err, sizeof err, "the dtrain trainer runs in one process only so far (%d tasks asked; "
-                                         "its communicators are not built yet): run one task (srun -n1), or give "
-                                         "`-- PROGRAM ARGS`", place.world_size);
-        rc = DTRAIN_EXIT_REFUSED;
-        goto fail;
-    }
     rc = DTRAIN_EXIT_FAILURE;
     bs = calloc(1, sizeof *bs);
     if (bs == NULL) {
@@ -285,16 +280,16 @@ int main(int argc, char **argv)
         rc = DTRAIN_EXIT_OK; /* --print / --json only */
         goto done;
     }
-    if (dtrain_handoff_export(bs, err, sizeof err) != 0)
-        goto fail;
     if (opt.program == NULL) {
-        rc = run_trainer(&opt, err, sizeof err);
+        rc = run_trainer(&opt, bs, err, sizeof err);
         if (rc < 0) {
             rc = DTRAIN_EXIT_FAILURE;
             goto fail;
         }
         goto done; /* the trainer's own exit code; it printed its messages */
     }
+    if (dtrain_handoff_export(bs, err, sizeof err) != 0)
+        goto fail;
     if (dtrain_handoff_run(opt.program, bs->backend == DTRAIN_COMM_NCCL, &rc, err, sizeof err) != 0)
         goto fail;
     /* The child's own exit code. */

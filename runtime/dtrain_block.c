@@ -20,7 +20,8 @@ static int tp_allreduce(const struct dtrain_tp_hook *tp, float *buf, size_t n,
 {
     if (tp == NULL || tp->allreduce_sum == NULL)
         return DTRAIN_OK;
-    return tp->allreduce_sum(tp->ctx, buf, n, err, errlen) == 0 ? DTRAIN_OK : DTRAIN_ERR_SYSTEM;
+    int rc = tp->allreduce_sum(tp->ctx, buf, n, err, errlen);
+    return rc == 0 ? DTRAIN_OK : rc < 0 ? rc : DTRAIN_ERR_SYSTEM; /* the hook's status passes through */
 }
 
 int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s,

@@ -22,6 +22,7 @@ enum kind {
     K_PATH,     /* char[DTRAIN_PATH_MAX] */
     K_ORDER,    /* enum dtrain_data_order: "sequential" | "shuffled" */
     K_SCHEDULE, /* enum dtrain_lr_schedule: "constant" | "cosine" */
+    K_BOOL,     /* int 0/1: JSON true/false, flags 1/0, yes/no, true/false, on/off */
 };
 
 struct setting {
@@ -68,10 +69,14 @@ static const struct setting settings[] = {
     {"run", "save_llmc", "save-llmc", K_PATH, OFF(save_llmc), 0, 0, "export an llm.c model file at the end"},
     {"run", "metrics", "metrics", K_PATH, OFF(metrics), 0, 0, "JSON-lines metrics file, one object per step"},
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
+    {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
+    {"parallel", "zero1", "zero1", K_BOOL, OFF(zero1), 0, 1, "dtrain-launch: shard the AdamW state over data-parallel ranks (ZeRO-1)"},
+    {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
+    {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
-static const char *const sections[] = {"model", "data", "optimizer", "run"};
+static const char *const sections[] = {"model", "data", "optimizer", "run", "parallel"};
 
 static int affinity_cpus(void)
 {
@@ -96,6 +101,10 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->seed = 1337;
     c->threads = affinity_cpus();
     c->log_every = 1;
+    c->micro_batches = 1;
+    c->zero1 = 0;
+    c->bucket_mb = 4.0;
+    c->dp_overlap = 1;
 }
 
 /* ------------------------------------------------------------------ setting values */
@@ -201,6 +210,15 @@ static int set_from_text(struct dtrain_train_config *c, const struct setting *s,
         }
         return set_integer(c, s, v, where, err, errlen);
     }
+    if (s->kind == K_BOOL) {
+        char why[256];
+        if (dtrain_parse_bool(text, where, (int *)field(c, s), why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s: '%.64s' is not a boolean: use 1/0, yes/no, true/false "
+                     "or on/off", where, text);
+            return DTRAIN_ERR_INPUT;
+        }
+        return DTRAIN_OK;
+    }
     if (s->kind == K_REAL) {
         double v;
         if (parse_real(text, &v) != 0) {
@@ -239,6 +257,13 @@ static int set_from_json(struct dtrain_train_config *c, const struct setting *s,
         if (json_is_number(v))
             return set_real(c, s, json_number_value(v), where, err, errlen);
         want = "a number";
+        break;
+    case K_BOOL:
+        if (json_is_boolean(v)) {
+            *(int *)field(c, s) = json_is_true(v);
+            return DTRAIN_OK;
+        }
+        want = "true or false";
         break;
     default:
         if (json_is_string(v))
@@ -282,7 +307,7 @@ int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *pat
     }
     if (!json_is_object(root)) {
         snprintf(err, errlen, "config %s: the top level must be an object with sections "
-                 "model, data, optimizer, run", path);
+                 "model, data, optimizer, run, parallel", path);
         rc = DTRAIN_ERR_INPUT;
         goto out;
     }
@@ -295,7 +320,7 @@ int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *pat
                 break;
         if (si == sizeof sections / sizeof sections[0]) {
             snprintf(err, errlen, "config %s: unknown section '%.64s' (use model, data, "
-                     "optimizer, run)", path, sname);
+                     "optimizer, run, parallel)", path, sname);
             rc = DTRAIN_ERR_INPUT;
             goto out;
         }
@@ -399,7 +424,7 @@ void dtrain_train_usage(FILE *out)
     fprintf(out,
             "usage: dtrain-train [CONFIG.json] [--flag VALUE | --flag=VALUE]...\n"
             "Train a GPT-2 model on a token file, on the CPU, in one process.\n"
-            "CONFIG.json has the sections model, data, optimizer, run; flags override it.\n\n"
+            "CONFIG.json has the sections model, data, optimizer, run, parallel; flags override it.\n\n"
             "%-20s %-28s %s\n", "flag", "config key", "meaning");
     for (size_t i = 0; i < NSETTINGS; i++) {
         char flag[64], key[64];

@@ -140,7 +140,9 @@ struct dtrain_block_scratch {
 };
 
 /* Tensor-parallel hook: sum buf (n floats, backend memory) over the ranks of
- * the TP group, in place.  NULL (or a NULL function) on one rank. */
+ * the TP group, in place.  NULL (or a NULL function) on one rank.  Returns 0,
+ * or a negative dtrain_status (returned by the block as is; any other
+ * non-zero value becomes DTRAIN_ERR_SYSTEM) with one line in err. */
 struct dtrain_tp_hook {
     int (*allreduce_sum)(void *ctx, float *buf, size_t n, char *err, size_t errlen);
     void *ctx;
@@ -192,6 +194,11 @@ void dtrain_gpt2_zero_grad(struct dtrain_gpt2 *m);
 /* Backward of the last forward (which must have had targets); gradients of
  * the mean loss accumulate into dtrain_gpt2_grads(). */
 int dtrain_gpt2_backward(struct dtrain_gpt2 *m, char *err, size_t errlen);
+
+/* DTRAIN_ERR_INPUT with a line naming `what` ("input", "target") and the
+ * position when a token id of tokens (n, host) is outside [0, V). */
+int dtrain_gpt2_check_tokens(const int32_t *tokens, size_t n, int V, const char *what,
+                             char *err, size_t errlen);
 
 /* The stage pieces behind forward/backward (a pipeline stage runs some):
  * embed: residual 0 from the uploaded inputs;  blocks [l0, l1): residual l0

@@ -65,14 +65,23 @@ size_t dtrain_adamw_size(const struct dtrain_adamw *o) { return o->n; }
 float *dtrain_adamw_m(struct dtrain_adamw *o) { return o->m; }
 float *dtrain_adamw_v(struct dtrain_adamw *o) { return o->v; }
 
-void dtrain_adamw_update(struct dtrain_adamw *o, float *params, const float *grads,
-                         const struct dtrain_optim_config *c, long step, double lr,
-                         float grad_scale)
+void dtrain_adamw_update_range(struct dtrain_adamw *o, size_t offset, size_t n, float *params,
+                               const float *grads, const struct dtrain_optim_config *c, long step,
+                               double lr, float grad_scale)
 {
     struct dtrain_adamw_args a = {
         .lr = (float)lr, .beta1 = (float)c->beta1, .beta2 = (float)c->beta2,
         .eps = (float)c->eps, .weight_decay = (float)c->weight_decay,
         .step = step + 1, .grad_scale = grad_scale,
     };
-    dtrain_k_adamw_update(o->k, params, grads, o->m, o->v, o->n, &a);
+    if (offset > o->n || n > o->n - offset)
+        return; /* a caller's bug; never write past the moments */
+    dtrain_k_adamw_update(o->k, params, grads, o->m + offset, o->v + offset, n, &a);
+}
+
+void dtrain_adamw_update(struct dtrain_adamw *o, float *params, const float *grads,
+                         const struct dtrain_optim_config *c, long step, double lr,
+                         float grad_scale)
+{
+    dtrain_adamw_update_range(o, 0, o->n, params, grads, c, step, lr, grad_scale);
 }

@@ -53,6 +53,12 @@ void dtrain_adamw_update(struct dtrain_adamw *o, float *params, const float *gra
                          const struct dtrain_optim_config *c, long step, double lr,
                          float grad_scale);
 
+/* The same on the slice [offset, offset + n) of the moments: params and
+ * grads point at that slice's n values (a ZeRO-1 shard, packed anywhere). */
+void dtrain_adamw_update_range(struct dtrain_adamw *o, size_t offset, size_t n, float *params,
+                               const float *grads, const struct dtrain_optim_config *c, long step,
+                               double lr, float grad_scale);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@ enum dtrain_status {
     DTRAIN_OK = 0,
     DTRAIN_ERR_INPUT = -1,  /* bad config, option, data, model or checkpoint file */
     DTRAIN_ERR_SYSTEM = -3, /* out of memory, I/O error, a failed kernel or hook */
+    DTRAIN_ERR_FAULT = -4,  /* a peer of the job failed (died, timed out, aborted): requeue */
 };
 
 /* The process exit code for a status. */
@@ -19,6 +20,7 @@ static inline int dtrain_status_exit(int status)
 {
     return status == DTRAIN_OK ? DTRAIN_EXIT_OK
          : status == DTRAIN_ERR_INPUT ? DTRAIN_EXIT_USAGE
+         : status == DTRAIN_ERR_FAULT ? DTRAIN_EXIT_REQUEUE
          : DTRAIN_EXIT_FAILURE;
 }
 

@@ -65,12 +65,18 @@ struct dtrain_train_config {
     char save_llmc[DTRAIN_PATH_MAX];  /* export an llm.c model file at the end, or "" */
     char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
     long log_every;                   /* print every this many steps; 0: never */
+    /* parallel: used by the parallel trainer (dtrain_parallel.h, dtrain-launch);
+     * dtrain-train refuses micro_batches > 1 and zero1 */
+    int micro_batches;                /* m: each data-parallel rank's rows run as m micro-batches */
+    int zero1;                        /* shard the AdamW state over the data-parallel ranks */
+    double bucket_mb;                 /* data-parallel gradient buckets of about this many MB */
+    int dp_overlap;                   /* reduce buckets in a thread while backward goes on */
 };
 
 /* Defaults: constant lr 3e-4, betas 0.9/0.999, eps 1e-8, no weight decay, no
  * clipping; B=4, T=64, 100 steps, seed 1337, sequential data, threads = CPUs
  * this process may run on; model (when not imported) L=4, C=256, NH=4,
- * V=256 (bytes), maxT=256. */
+ * V=256 (bytes), maxT=256; one micro-batch, no ZeRO-1, 4 MB buckets, overlap on. */
 void dtrain_train_config_defaults(struct dtrain_train_config *c);
 
 /* Apply a JSON config file on top of c. */

@@ -115,6 +115,13 @@ int dtrain_trainer_create(const struct dtrain_train_config *c, struct dtrain_tra
         return DTRAIN_ERR_SYSTEM;
     }
     t->cfg = *c;
+    if (c->micro_batches != 1 || c->zero1) {
+        snprintf(err, errlen, "%s is for the parallel trainer: run `srun --mpi=pmi2 dtrain-launch ...` "
+                 "(one process trains one micro-batch, without ZeRO-1)",
+                 c->micro_batches != 1 ? "parallel.micro_batches" : "parallel.zero1");
+        rc = DTRAIN_ERR_INPUT;
+        goto fail;
+    }
     struct dtrain_kernels_options kopt = {.threads = c->threads};
     if (dtrain_kernels_create("cpu", &kopt, &t->k, err, errlen) != 0) {
         rc = DTRAIN_ERR_SYSTEM;

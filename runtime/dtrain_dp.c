@@ -1,0 +1,458 @@
+/* Data parallelism: bucketed, overlapped gradient reduction, ZeRO-1, the
+ * norm share and the update; see dtrain_dp.h. */
+#include "dtrain_dp.h"
+#include "dtrain_pcomm.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct span {
+    size_t offset, count;
+};
+
+struct bucket {
+    int first_unit, units;
+    struct dtrain_shard_range *ranges; /* local ranges, in unit order (in dp->ranges) */
+    int nranges;
+    size_t packed;        /* floats of the ranges */
+    size_t share;         /* ZeRO-1: ceil(packed / D), this rank's part; else packed */
+    float *grad;          /* packed gradients, share * D floats (padding stays 0) */
+    float *param;         /* ZeRO-1: packed parameters, share * D floats */
+    size_t state_offset;  /* ZeRO-1: where this bucket's share starts in the moments */
+    struct span *norm;    /* ZeRO-1: parts of this rank's share that count in the norm (in dp->spans) */
+    int nnorm;
+    int pending;          /* units of this step not ready yet */
+};
+
+struct dtrain_dp {
+    struct dtrain_kernels *k;
+    dtrain_comm *comm;  /* NULL when D = 1 */
+    int size, rank;     /* D, this rank */
+    int zero1, overlap, local; /* local: D = 1 without ZeRO-1, nothing to reduce */
+    const struct dtrain_shard *shard;
+    float *params, *grads;
+    struct bucket *buckets;
+    int nbuckets;
+    struct dtrain_shard_range *ranges; /* every unit's ranges, in unit order */
+    struct span *spans;                /* ZeRO-1: the buckets' norm spans */
+    int *unit_bucket;   /* unit -> bucket */
+    char *unit_ready;   /* this step */
+    int nunits;
+    int next_bucket;    /* the next bucket to hand over, in order */
+    struct span *norm;  /* without ZeRO-1: merged in-norm ranges of the local vector */
+    int nnorm;
+    struct dtrain_adamw *adamw; /* moments of the whole local vector, or of the shares */
+    double exposed;
+
+    /* the reducer thread */
+    int sync_ready;      /* lock, work and done exist */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t lock;
+    pthread_cond_t work, done;
+    int queued, reduced; /* buckets handed over / finished this step */
+    int stop;
+    int status;          /* first failure of the step, DTRAIN_OK while none */
+    char why[512];
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ one bucket */
+
+static void pack(const struct bucket *b, const float *vec, float *buf)
+{
+    size_t at = 0;
+    for (int i = 0; i < b->nranges; i++) {
+        memcpy(buf + at, vec + b->ranges[i].offset, b->ranges[i].count * sizeof(float));
+        at += b->ranges[i].count;
+    }
+}
+
+static void unpack(const struct bucket *b, const float *buf, float *vec)
+{
+    size_t at = 0;
+    for (int i = 0; i < b->nranges; i++) {
+        memcpy(vec + b->ranges[i].offset, buf + at, b->ranges[i].count * sizeof(float));
+        at += b->ranges[i].count;
+    }
+}
+
+/* Sum bucket b over the DP group: in the gradients (all-reduce), or into
+ * this rank's share of b->grad (ZeRO-1: reduce-scatter). */
+static int reduce_bucket(struct dtrain_dp *dp, struct bucket *b, char *err, size_t errlen)
+{
+    pack(b, dp->grads, b->grad);
+    if (dp->comm == NULL)
+        return DTRAIN_OK; /* ZeRO-1 on D = 1: the share is the bucket */
+    int rc;
+    if (dp->zero1) {
+        float *mine = b->grad + (size_t)dp->rank * b->share;
+        rc = dtrain_comm_reduce_scatter(dp->comm, b->grad, mine, b->share, DTRAIN_REDUCE_SUM);
+        return dtrain_pcomm_status(dp->comm, rc, "data-parallel reduce-scatter", err, errlen);
+    }
+    rc = dtrain_comm_allreduce(dp->comm, b->grad, b->packed, DTRAIN_REDUCE_SUM);
+    if ((rc = dtrain_pcomm_status(dp->comm, rc, "data-parallel all-reduce", err, errlen)) != DTRAIN_OK)
+        return rc;
+    unpack(b, b->grad, dp->grads);
+    return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ the reducer thread */
+
+static void *reducer_main(void *arg)
+{
+    struct dtrain_dp *dp = arg;
+    pthread_mutex_lock(&dp->lock);
+    for (;;) {
+        while (!dp->stop && dp->reduced == dp->queued)
+            pthread_cond_wait(&dp->work, &dp->lock);
+        if (dp->reduced == dp->queued)
+            break; /* stop, nothing left */
+        struct bucket *b = &dp->buckets[dp->reduced];
+        int failed = dp->status != DTRAIN_OK;
+        pthread_mutex_unlock(&dp->lock);
+        char why[512] = "";
+        /* after a failure the communicator is broken: skip the rest */
+        int rc = failed ? DTRAIN_OK : reduce_bucket(dp, b, why, sizeof why);
+        pthread_mutex_lock(&dp->lock);
+        if (rc != DTRAIN_OK && dp->status == DTRAIN_OK) {
+            dp->status = rc;
+            snprintf(dp->why, sizeof dp->why, "%s", why);
+        }
+        dp->reduced++;
+        pthread_cond_broadcast(&dp->done);
+    }
+    pthread_mutex_unlock(&dp->lock);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ building */
+
+static void span_add(struct span *s, int *n, size_t offset, size_t count)
+{
+    if (count == 0)
+        return;
+    if (*n > 0 && s[*n - 1].offset + s[*n - 1].count == offset) {
+        s[*n - 1].count += count; /* adjacent: one longer span */
+        return;
+    }
+    s[(*n)++] = (struct span){offset, count};
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const struct dtrain_shard_range *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Without ZeRO-1: the in-norm parts of the local vector, sorted and merged
+ * (one span for a whole model on one rank, as the single-process trainer
+ * sums it). */
+static int build_norm_spans(struct dtrain_dp *dp)
+{
+    size_t cap = (size_t)dp->nunits * DTRAIN_SHARD_UNIT_RANGES;
+    struct dtrain_shard_range *all = malloc(cap * sizeof *all);
+    dp->norm = malloc(cap * sizeof *dp->norm);
+    if (all == NULL || dp->norm == NULL) {
+        free(all);
+        return -1;
+    }
+    size_t n = 0;
+    for (int u = 0; u < dp->nunits; u++)
+        n += (size_t)dtrain_shard_unit_ranges(dp->shard, u, all + n);
+    qsort(all, n, sizeof *all, cmp_range);
+    dp->nnorm = 0;
+    for (size_t i = 0; i < n; i++)
+        if (all[i].in_norm)
+            span_add(dp->norm, &dp->nnorm, all[i].offset, all[i].count);
+    free(all);
+    return 0;
+}
+
+/* ZeRO-1: the in-norm parts of this rank's share [d*share, (d+1)*share) of
+ * bucket space. */
+static void build_share_norm(const struct dtrain_dp *dp, struct bucket *b)
+{
+    size_t lo = (size_t)dp->rank * b->share, hi = lo + b->share, at = 0;
+    b->nnorm = 0;
+    for (int i = 0; i < b->nranges; i++) {
+        size_t s = at, e = at + b->ranges[i].count;
+        at = e;
+        if (!b->ranges[i].in_norm || e <= lo || s >= hi)
+            continue;
+        size_t from = s > lo ? s : lo, to = e < hi ? e : hi;
+        span_add(b->norm, &b->nnorm, from - lo, to - from);
+    }
+}
+
+/* Group the units into buckets: consecutive units up to about
+ * bucket_floats each, wte always alone (so that its reduction is the same
+ * on stage 0 and on the last stage, and its twin copies stay identical). */
+static int build_buckets(struct dtrain_dp *dp, size_t bucket_floats)
+{
+    const struct dtrain_shard *sh = dp->shard;
+    size_t cap = (size_t)dp->nunits * DTRAIN_SHARD_UNIT_RANGES;
+    dp->buckets = calloc((size_t)dp->nunits, sizeof *dp->buckets);
+    dp->unit_bucket = calloc((size_t)dp->nunits, sizeof *dp->unit_bucket);
+    dp->unit_ready = calloc((size_t)dp->nunits, 1);
+    dp->ranges = malloc(cap * sizeof *dp->ranges);
+    dp->spans = malloc(cap * sizeof *dp->spans);
+    if (dp->buckets == NULL || dp->unit_bucket == NULL || dp->unit_ready == NULL ||
+        dp->ranges == NULL || dp->spans == NULL)
+        return -1;
+    struct bucket *cur = NULL;
+    size_t used = 0;
+    for (int u = 0; u < dp->nunits; u++) {
+        int layer;
+        int alone = dtrain_shard_unit_kind(sh, u, &layer) == DTRAIN_UNIT_WTE;
+        if (cur == NULL || alone || cur->packed >= bucket_floats) {
+            cur = &dp->buckets[dp->nbuckets++];
+            cur->first_unit = u;
+            cur->ranges = dp->ranges + used;
+        }
+        int nr = dtrain_shard_unit_ranges(sh, u, dp->ranges + used);
+        for (int i = 0; i < nr; i++)
+            cur->packed += dp->ranges[used + i].count;
+        used += (size_t)nr;
+        cur->nranges += nr;
+        cur->units++;
+        dp->unit_bucket[u] = (int)(cur - dp->buckets);
+        if (alone)
+            cur = NULL;
+    }
+    size_t state = 0, spans = 0;
+    for (int i = 0; i < dp->nbuckets; i++) {
+        struct bucket *b = &dp->buckets[i];
+        b->share = dp->zero1 ? (b->packed + (size_t)dp->size - 1) / (size_t)dp->size : b->packed;
+        size_t padded = dp->zero1 ? b->share * (size_t)dp->size : b->packed;
+        b->grad = dtrain_k_alloc(dp->k, padded * sizeof(float));
+        if (b->grad == NULL)
+            return -1;
+        if (dp->zero1) {
+            b->param = dtrain_k_alloc(dp->k, padded * sizeof(float));
+            if (b->param == NULL)
+                return -1;
+            b->state_offset = state;
+            state += b->share;
+            b->norm = dp->spans + spans;
+            build_share_norm(dp, b);
+            spans += (size_t)b->nnorm;
+        }
+    }
+    return 0;
+}
+
+int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct dtrain_shard *shard,
+                     float *params, float *grads, const struct dtrain_dp_options *opt,
+                     struct dtrain_dp **out, char *err, size_t errlen)
+{
+    int rc = DTRAIN_ERR_SYSTEM;
+    *out = NULL;
+    struct dtrain_dp *dp = calloc(1, sizeof *dp);
+    if (dp == NULL)
+        goto oom;
+    dp->k = k;
+    dp->size = comm != NULL ? dtrain_comm_size(comm) : 1;
+    dp->comm = dp->size > 1 ? comm : NULL;
+    dp->rank = dp->comm != NULL ? dtrain_comm_rank(comm) : 0;
+    dp->zero1 = opt->zero1;
+    dp->local = dp->comm == NULL && !dp->zero1;
+    dp->overlap = opt->overlap && !dp->local && dp->comm != NULL;
+    dp->shard = shard;
+    dp->params = params;
+    dp->grads = grads;
+    dp->nunits = dtrain_shard_units(shard);
+    dp->status = DTRAIN_OK;
+    if (pthread_mutex_init(&dp->lock, NULL) != 0)
+        goto oom;
+    if (pthread_cond_init(&dp->work, NULL) != 0) {
+        pthread_mutex_destroy(&dp->lock);
+        goto oom;
+    }
+    if (pthread_cond_init(&dp->done, NULL) != 0) {
+        pthread_cond_destroy(&dp->work);
+        pthread_mutex_destroy(&dp->lock);
+        goto oom;
+    }
+    dp->sync_ready = 1;
+    if (build_buckets(dp, opt->bucket_floats > 0 ? opt->bucket_floats : 1) != 0 || build_norm_spans(dp) != 0)
+        goto oom;
+    size_t state = shard->count;
+    if (dp->zero1) {
+        state = 0;
+        for (int i = 0; i < dp->nbuckets; i++)
+            state += dp->buckets[i].share;
+    }
+    if ((rc = dtrain_adamw_create(k, state, &dp->adamw, err, errlen)) != DTRAIN_OK)
+        goto fail;
+    if (dp->overlap) {
+        int e = pthread_create(&dp->thread, NULL, reducer_main, dp);
+        if (e != 0) {
+            snprintf(err, errlen, "cannot start the gradient reducer thread: %s", strerror(e));
+            rc = DTRAIN_ERR_SYSTEM;
+            goto fail;
+        }
+        dp->thread_started = 1;
+    }
+    *out = dp;
+    return DTRAIN_OK;
+oom:
+    snprintf(err, errlen, "out of memory for the data-parallel buckets of %zu parameters", shard->count);
+    rc = DTRAIN_ERR_SYSTEM;
+fail:
+    dtrain_dp_destroy(dp);
+    return rc;
+}
+
+void dtrain_dp_destroy(struct dtrain_dp *dp)
+{
+    if (dp == NULL)
+        return;
+    if (dp->thread_started) {
+        pthread_mutex_lock(&dp->lock);
+        dp->stop = 1;
+        int busy = dp->reduced < dp->queued;
+        pthread_cond_broadcast(&dp->work);
+        pthread_mutex_unlock(&dp->lock);
+        if (busy) /* a reduction may wait on peers that will never come */
+            dtrain_comm_abort(dp->comm);
+        pthread_join(dp->thread, NULL);
+    }
+    if (dp->sync_ready) {
+        pthread_cond_destroy(&dp->done);
+        pthread_cond_destroy(&dp->work);
+        pthread_mutex_destroy(&dp->lock);
+    }
+    for (int i = 0; dp->buckets != NULL && i < dp->nbuckets; i++) {
+        dtrain_k_free(dp->k, dp->buckets[i].grad);
+        dtrain_k_free(dp->k, dp->buckets[i].param);
+    }
+    dtrain_adamw_destroy(dp->adamw);
+    free(dp->buckets);
+    free(dp->ranges);
+    free(dp->spans);
+    free(dp->unit_bucket);
+    free(dp->unit_ready);
+    free(dp->norm);
+    free(dp);
+}
+
+int dtrain_dp_buckets(const struct dtrain_dp *dp) { return dp->nbuckets; }
+
+size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp)
+{
+    return 2 * dtrain_adamw_size(dp->adamw);
+}
+
+double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp) { return dp->exposed; }
+
+/* ------------------------------------------------------------ a step */
+
+void dtrain_dp_begin_step(struct dtrain_dp *dp)
+{
+    for (int i = 0; i < dp->nbuckets; i++)
+        dp->buckets[i].pending = dp->buckets[i].units;
+    memset(dp->unit_ready, 0, (size_t)dp->nunits);
+    dp->next_bucket = 0;
+    pthread_mutex_lock(&dp->lock);
+    dp->queued = dp->reduced = 0;
+    dp->status = DTRAIN_OK;
+    dp->why[0] = '\0';
+    pthread_mutex_unlock(&dp->lock);
+}
+
+void dtrain_dp_unit_ready(struct dtrain_dp *dp, int u)
+{
+    if (dp->local || u < 0 || u >= dp->nunits || dp->unit_ready[u])
+        return;
+    dp->unit_ready[u] = 1;
+    dp->buckets[dp->unit_bucket[u]].pending--;
+    int first = dp->next_bucket;
+    while (dp->next_bucket < dp->nbuckets && dp->buckets[dp->next_bucket].pending == 0)
+        dp->next_bucket++;
+    if (dp->overlap && dp->next_bucket > first) {
+        pthread_mutex_lock(&dp->lock);
+        dp->queued = dp->next_bucket;
+        pthread_cond_signal(&dp->work);
+        pthread_mutex_unlock(&dp->lock);
+    }
+}
+
+int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen)
+{
+    dp->exposed = 0.0;
+    if (dp->local)
+        return DTRAIN_OK;
+    if (dp->next_bucket < dp->nbuckets) {
+        snprintf(err, errlen, "data-parallel bucket %d of %d was never complete: a gradient unit was "
+                 "not reported ready", dp->next_bucket, dp->nbuckets);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    double t0 = now_seconds();
+    int rc = DTRAIN_OK;
+    if (dp->overlap) {
+        pthread_mutex_lock(&dp->lock);
+        while (dp->reduced < dp->nbuckets)
+            pthread_cond_wait(&dp->done, &dp->lock);
+        rc = dp->status;
+        if (rc != DTRAIN_OK)
+            snprintf(err, errlen, "%s", dp->why);
+        pthread_mutex_unlock(&dp->lock);
+    } else {
+        for (int i = 0; i < dp->nbuckets && rc == DTRAIN_OK; i++)
+            rc = reduce_bucket(dp, &dp->buckets[i], err, errlen);
+    }
+    dp->exposed = now_seconds() - t0;
+    return rc;
+}
+
+double dtrain_dp_norm_sumsq(struct dtrain_dp *dp)
+{
+    double sum = 0.0;
+    if (dp->zero1) {
+        for (int i = 0; i < dp->nbuckets; i++) {
+            const struct bucket *b = &dp->buckets[i];
+            const float *mine = b->grad + (size_t)dp->rank * b->share;
+            for (int j = 0; j < b->nnorm; j++)
+                sum += dtrain_k_sumsq(dp->k, mine + b->norm[j].offset, b->norm[j].count);
+        }
+        return sum;
+    }
+    if (dp->rank != 0)
+        return 0.0; /* every DP rank holds the same sums: rank 0 counts them */
+    for (int j = 0; j < dp->nnorm; j++)
+        sum += dtrain_k_sumsq(dp->k, dp->grads + dp->norm[j].offset, dp->norm[j].count);
+    return sum;
+}
+
+int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, long step,
+                     double lr, float grad_scale, char *err, size_t errlen)
+{
+    if (!dp->zero1) {
+        dtrain_adamw_update(dp->adamw, dp->params, dp->grads, c, step, lr, grad_scale);
+        return DTRAIN_OK;
+    }
+    for (int i = 0; i < dp->nbuckets; i++) {
+        struct bucket *b = &dp->buckets[i];
+        size_t at = (size_t)dp->rank * b->share;
+        pack(b, dp->params, b->param);
+        dtrain_adamw_update_range(dp->adamw, b->state_offset, b->share, b->param + at, b->grad + at,
+                                  c, step, lr, grad_scale);
+        if (dp->comm != NULL) {
+            int rc = dtrain_comm_all_gather(dp->comm, b->param + at, b->param, b->share);
+            if ((rc = dtrain_pcomm_status(dp->comm, rc, "ZeRO-1 all-gather of the parameters", err, errlen)) != DTRAIN_OK)
+                return rc;
+        }
+        unpack(b, b->param, dp->params);
+    }
+    return DTRAIN_OK;
+}

@@ -1,0 +1,449 @@
+/* The 3D-parallel trainer: one rank's stage, its 1F1B schedule, the tied
+ * embedding, data parallelism, the step and the loop; see dtrain_parallel.h. */
+#include "dtrain_parallel.h"
+#include "dtrain_dp.h"
+#include "dtrain_llmc.h"
+#include "dtrain_pcomm.h"
+#include "dtrain_pipeline.h"
+#include "dtrain_shard.h"
+#include "dtrain_stage.h"
+#include "dtrain_tp.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct dtrain_ptrainer {
+    struct dtrain_train_config cfg;
+    struct dtrain_bootstrap layout; /* sizes and ranks (no ids kept) */
+    const struct dtrain_comms *comms;
+    struct dtrain_kernels *k;
+    struct dtrain_tokens *data;
+    struct dtrain_shard shard;
+    struct dtrain_tp *tp;
+    struct dtrain_stage *stage;
+    struct dtrain_dp *dp;
+    struct dtrain_pipe_action *actions;
+    long nactions;
+    int micro_rows;              /* b = B / (D*m) */
+    int32_t *inputs, *targets;   /* host: the global batch, B*T each */
+    float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient */
+    FILE *metrics;               /* rank 0, with --metrics */
+    long step;
+    uint64_t data_batches;
+    double flops_per_step;       /* of the whole job */
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, int dp,
+                          char *err, size_t errlen)
+{
+    struct dtrain_shard s;
+    int rc;
+    if (tp < 1 || pp < 1 || dp < 1) {
+        snprintf(err, errlen, "layout T=%d P=%d D=%d: each must be at least 1", tp, pp, dp);
+        return DTRAIN_ERR_INPUT;
+    }
+    if ((rc = dtrain_shard_plan(&c->model, tp, pp, 0, 0, &s, err, errlen)) != DTRAIN_OK)
+        return rc;
+    long split = (long)dp * c->micro_batches;
+    if (c->batch % split != 0) {
+        snprintf(err, errlen, "batch %d does not split into D=%d data-parallel ranks x %d micro-batches: "
+                 "make --batch a multiple of %ld (or change --micro-batches)", c->batch, dp,
+                 c->micro_batches, split);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->checkpoint[0] != '\0' || c->resume[0] != '\0') {
+        snprintf(err, errlen, "--checkpoint and --resume need one task without --micro-batches or --zero1 "
+                 "(sharded checkpoints are not implemented yet); use --save-llmc and --init-llmc");
+        return DTRAIN_ERR_INPUT;
+    }
+    return DTRAIN_OK;
+}
+
+/* The whole model from the seed or the llm.c file, this rank's slice of it. */
+static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    size_t n = dtrain_gpt2_param_count(&t->cfg.model);
+    float *whole = malloc(n * sizeof(float)), *local = malloc((t->shard.count + 1) * sizeof(float));
+    int rc = DTRAIN_OK;
+    if (whole == NULL || local == NULL) {
+        snprintf(err, errlen, "out of memory for a host copy of the %zu parameters", n);
+        rc = DTRAIN_ERR_SYSTEM;
+        goto out;
+    }
+    if (t->cfg.init_llmc[0] != '\0')
+        rc = dtrain_llmc_load(t->cfg.init_llmc, &t->cfg.model, whole, err, errlen);
+    else
+        dtrain_gpt2_init_params(&t->cfg.model, t->cfg.seed, whole);
+    if (rc == DTRAIN_OK) {
+        dtrain_shard_scatter(&t->shard, whole, local);
+        dtrain_k_upload(t->k, dtrain_stage_params(t->stage), local, t->shard.count * sizeof(float));
+    }
+out:
+    free(whole);
+    free(local);
+    return rc;
+}
+
+int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtrain_bootstrap *bs,
+                           const struct dtrain_comms *comms, struct dtrain_ptrainer **out,
+                           char *err, size_t errlen)
+{
+    int rc;
+    uint64_t nbatches;
+    *out = NULL;
+    if ((rc = dtrain_parallel_check(c, bs->tp, bs->pp, bs->dp, err, errlen)) != DTRAIN_OK)
+        return rc;
+    struct dtrain_ptrainer *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    t->cfg = *c;
+    t->layout = *bs;
+    t->comms = comms;
+    int B = c->batch, T = c->seq, m = c->micro_batches;
+    t->micro_rows = B / (bs->dp * m);
+    if ((rc = dtrain_shard_plan(&c->model, bs->tp, bs->pp, bs->tp_rank, bs->pp_rank, &t->shard,
+                                err, errlen)) != DTRAIN_OK)
+        goto fail;
+    struct dtrain_kernels_options kopt = {.threads = c->threads};
+    if (dtrain_kernels_create("cpu", &kopt, &t->k, err, errlen) != 0) {
+        rc = DTRAIN_ERR_SYSTEM;
+        goto fail;
+    }
+    if ((rc = dtrain_tokens_open(c->data, &t->data, err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_tokens_batches(t->data, B, T, &nbatches, err, errlen)) != DTRAIN_OK)
+        goto fail;
+    if (dtrain_tokens_max_id(t->data) >= c->model.vocab_size) {
+        snprintf(err, errlen, "token file %s holds token id %d, outside the model's vocabulary 0..%d: use a "
+                 "larger model.vocab_size", c->data, dtrain_tokens_max_id(t->data), c->model.vocab_size - 1);
+        rc = DTRAIN_ERR_INPUT;
+        goto fail;
+    }
+    int slots;
+    t->actions = malloc(DTRAIN_PIPE_MAX_ACTIONS(m) * sizeof *t->actions);
+    if (t->actions == NULL ||
+        (t->nactions = dtrain_pipe_schedule(bs->pp, bs->pp_rank, m, t->actions, DTRAIN_PIPE_MAX_ACTIONS(m),
+                                            &slots)) < 0) {
+        snprintf(err, errlen, "out of memory for the pipeline schedule of %d micro-batches", m);
+        rc = DTRAIN_ERR_SYSTEM;
+        goto fail;
+    }
+    int N = t->micro_rows * T;
+    if ((rc = dtrain_tp_create(t->k, comms->group[DTRAIN_GROUP_TP], c->model.vocab_size, t->shard.vocab_rows,
+                               t->shard.vocab_begin, N, &t->tp, err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_stage_create(t->k, &t->shard, t->tp, t->micro_rows, T, slots, &t->stage,
+                                  err, errlen)) != DTRAIN_OK)
+        goto fail;
+    struct dtrain_dp_options dopt = {
+        .zero1 = c->zero1, .overlap = c->dp_overlap,
+        .bucket_floats = (size_t)(c->bucket_mb * 1e6 / sizeof(float)) + 1,
+    };
+    if ((rc = dtrain_dp_create(t->k, comms->group[DTRAIN_GROUP_DP], &t->shard, dtrain_stage_params(t->stage),
+                               dtrain_stage_grads(t->stage), &dopt, &t->dp, err, errlen)) != DTRAIN_OK)
+        goto fail;
+    t->inputs = malloc((size_t)B * T * sizeof(int32_t));
+    t->targets = malloc((size_t)B * T * sizeof(int32_t));
+    size_t wte = t->shard.size[DTRAIN_GPT2_WTE];
+    if (t->inputs == NULL || t->targets == NULL || (bs->pp > 1 && wte > 0 && (t->tie = malloc(wte * sizeof(float))) == NULL)) {
+        snprintf(err, errlen, "out of memory");
+        rc = DTRAIN_ERR_SYSTEM;
+        goto fail;
+    }
+    if ((rc = init_params(t, err, errlen)) != DTRAIN_OK)
+        goto fail;
+    /* here, so that a bad path is refused with every rank's agreement */
+    if (bs->rank == 0 && c->metrics[0] != '\0' && (t->metrics = fopen(c->metrics, "w")) == NULL) {
+        snprintf(err, errlen, "cannot create metrics file %s: %s", c->metrics, strerror(errno));
+        rc = DTRAIN_ERR_INPUT;
+        goto fail;
+    }
+    t->flops_per_step = dtrain_gpt2_flops_per_step(&c->model, B, T);
+    *out = t;
+    return DTRAIN_OK;
+fail:
+    dtrain_ptrainer_destroy(t);
+    return rc;
+}
+
+void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
+{
+    if (t == NULL)
+        return;
+    dtrain_dp_destroy(t->dp);
+    dtrain_stage_destroy(t->stage);
+    dtrain_tp_destroy(t->tp);
+    free(t->actions);
+    free(t->inputs);
+    free(t->targets);
+    free(t->tie);
+    if (t->metrics != NULL)
+        fclose(t->metrics);
+    dtrain_tokens_close(t->data);
+    dtrain_kernels_destroy(t->k);
+    free(t);
+}
+
+long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t) { return t->step; }
+
+size_t dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, const float **params)
+{
+    *params = dtrain_stage_params(t->stage);
+    return t->shard.count;
+}
+
+/* ------------------------------------------------------------ the step */
+
+static void unit_done(void *ctx, int unit)
+{
+    dtrain_dp_unit_ready(ctx, unit);
+}
+
+/* The peer of this rank in a 2-member PP_NEXT / PP_PREV communicator. */
+static int pair_peer(dtrain_comm *c)
+{
+    return 1 - dtrain_comm_rank(c);
+}
+
+static int p2p(dtrain_comm *c, int send, void *buf, size_t floats, const char *what, char *err, size_t errlen)
+{
+    size_t bytes = floats * sizeof(float);
+    int rc = send ? dtrain_comm_send(c, buf, bytes, pair_peer(c)) : dtrain_comm_recv(c, buf, bytes, pair_peer(c));
+    return dtrain_pcomm_status(c, rc, what, err, errlen);
+}
+
+/* Run this stage's 1F1B list for the step's micro-batches. */
+static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
+                        char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *L = &t->layout;
+    dtrain_comm *prev = t->comms->group[DTRAIN_GROUP_PP_PREV], *next = t->comms->group[DTRAIN_GROUP_PP_NEXT];
+    size_t act = dtrain_stage_act_floats(t->stage);
+    int T = t->cfg.seq, m = t->cfg.micro_batches;
+    float dloss = 1.0f / (float)((long)t->cfg.batch * T);
+    int rc = DTRAIN_OK;
+    for (long a = 0; a < t->nactions && rc == DTRAIN_OK; a++) {
+        const struct dtrain_pipe_action *x = &t->actions[a];
+        double t0 = now_seconds();
+        size_t row = ((size_t)L->dp_rank * m + (size_t)x->micro) * t->micro_rows * T;
+        double part = 0.0;
+        switch (x->op) {
+        case DTRAIN_PIPE_RECV_ACT:
+            rc = p2p(prev, 0, dtrain_stage_input(t->stage, x->slot), act, "pipeline: receive activation", err, errlen);
+            break;
+        case DTRAIN_PIPE_SEND_ACT:
+            rc = p2p(next, 1, dtrain_stage_output(t->stage, x->slot), act, "pipeline: send activation", err, errlen);
+            break;
+        case DTRAIN_PIPE_RECV_GRAD:
+            rc = p2p(next, 0, dtrain_stage_grad(t->stage), act, "pipeline: receive gradient", err, errlen);
+            break;
+        case DTRAIN_PIPE_SEND_GRAD:
+            rc = p2p(prev, 1, dtrain_stage_grad(t->stage), act, "pipeline: send gradient", err, errlen);
+            break;
+        case DTRAIN_PIPE_FORWARD:
+            rc = dtrain_stage_set_tokens(t->stage, x->slot, t->inputs + row, t->targets + row, err, errlen);
+            if (rc == DTRAIN_OK)
+                rc = dtrain_stage_forward(t->stage, x->slot, &part, err, errlen);
+            *loss_sum += part;
+            break;
+        case DTRAIN_PIPE_BACKWARD:
+            /* the last micro-batch's backward finishes the gradients: hand
+             * them to data parallelism unit by unit */
+            rc = dtrain_stage_backward(t->stage, x->slot, dloss, x->micro == m - 1 ? unit_done : NULL, t->dp,
+                                       err, errlen);
+            break;
+        }
+        double dt = now_seconds() - t0;
+        if (x->op == DTRAIN_PIPE_FORWARD || x->op == DTRAIN_PIPE_BACKWARD)
+            *compute += dt;
+        else
+            *wait += dt;
+    }
+    return rc;
+}
+
+/* P > 1: stage 0 and the last stage hold twin copies of wte; they swap
+ * their gradients (sendrecv over the PP group) and each adds the other's
+ * (a + b == b + a: both get the same bits) before the data-parallel
+ * reduction, which is then the same on both, as is the update. */
+static int tie_embedding(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_shard *s = &t->shard;
+    size_t n = s->size[DTRAIN_GPT2_WTE];
+    if (s->pp == 1 || n == 0)
+        return DTRAIN_OK;
+    dtrain_comm *pp = t->comms->group[DTRAIN_GROUP_PP];
+    float *g = dtrain_shard_tensor(s, dtrain_stage_grads(t->stage), DTRAIN_GPT2_WTE);
+    int other = s->has_embedding ? s->pp - 1 : 0;
+    size_t bytes = n * sizeof(float);
+    int rc = dtrain_comm_sendrecv(pp, g, bytes, other, t->tie, bytes, other);
+    if ((rc = dtrain_pcomm_status(pp, rc, "tied embedding: gradient exchange", err, errlen)) != DTRAIN_OK)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        g[i] += t->tie[i];
+    return DTRAIN_OK;
+}
+
+int dtrain_ptrainer_step(struct dtrain_ptrainer *t, struct dtrain_pstep_result *r,
+                         char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    const struct dtrain_shard *s = &t->shard;
+    int rc;
+    double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0;
+
+    dtrain_tokens_batch(t->data, c->batch, c->seq, c->data_order, c->data_seed, t->data_batches,
+                        t->inputs, t->targets);
+    dtrain_stage_zero_grad(t->stage);
+    dtrain_dp_begin_step(t->dp);
+    if ((rc = run_schedule(t, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if ((rc = tie_embedding(t, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_dp_unit_ready(t->dp, dtrain_shard_unit_of(s, DTRAIN_UNIT_WTE, 0));
+    if ((rc = dtrain_dp_finish(t->dp, err, errlen)) != DTRAIN_OK)
+        return rc;
+
+    /* The loss (TP rank 0 of the last stage of each pipeline) and the norm
+     * shares, added over the world in rank order: every rank gets the same. */
+    double mine[2] = {s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, dtrain_dp_norm_sumsq(t->dp)}, all[2];
+    if ((rc = dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], mine, all, 2,
+                                       "loss and gradient norm", err, errlen)) != DTRAIN_OK)
+        return rc;
+    float loss = (float)(all[0] / ((double)c->batch * c->seq));
+    double norm = sqrt(all[1]);
+    if (!isfinite(loss) || !isfinite(norm)) {
+        snprintf(err, errlen, "step %ld: the %s is not finite: training diverged (lower the learning rate "
+                 "or set grad_clip)", t->step, isfinite(loss) ? "gradient norm" : "loss");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    double lr = dtrain_lr_at(&c->optim, t->step);
+    if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, dtrain_clip_scale(&c->optim, norm),
+                               err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_sync(t->k);
+    double seconds = now_seconds() - t0;
+
+    r->base.step = t->step;
+    r->base.loss = loss;
+    r->base.lr = lr;
+    r->base.grad_norm = norm;
+    r->base.ms = 1e3 * seconds;
+    r->base.tokens_per_s = (double)c->batch * c->seq / seconds;
+    r->base.gflops = t->flops_per_step / seconds * 1e-9;
+    r->pipe_wait_ms = 1e3 * wait;
+    r->compute_ms = 1e3 * compute;
+    r->dp_exposed_ms = 1e3 * dtrain_dp_exposed_seconds(t->dp);
+    t->step++;
+    t->data_batches++;
+    return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ gathering, the loop */
+
+int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *L = &t->layout;
+    dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
+    float *local = dtrain_stage_params(t->stage);
+    int rc = DTRAIN_OK;
+    if (L->rank != 0) {
+        if (L->dp_rank == 0)
+            rc = dtrain_pcomm_status(world, dtrain_comm_send(world, local, t->shard.count * sizeof(float), 0),
+                                     "gathering the model: send", err, errlen);
+        return rc;
+    }
+    dtrain_shard_gather(&t->shard, local, whole);
+    /* the other stages' and TP ranks' shards of DP replica 0 */
+    for (int pp = 0; pp < L->pp && rc == DTRAIN_OK; pp++) {
+        for (int tp = 0; tp < L->tp && rc == DTRAIN_OK; tp++) {
+            int from = tp + L->tp * L->dp * pp; /* dp = 0 */
+            if (from == 0)
+                continue;
+            struct dtrain_shard s;
+            if ((rc = dtrain_shard_plan(&t->cfg.model, L->tp, L->pp, tp, pp, &s, err, errlen)) != DTRAIN_OK)
+                break;
+            float *buf = malloc((s.count + 1) * sizeof(float));
+            if (buf == NULL) {
+                snprintf(err, errlen, "gathering the model: out of memory");
+                return DTRAIN_ERR_SYSTEM;
+            }
+            rc = dtrain_pcomm_status(world, dtrain_comm_recv(world, buf, s.count * sizeof(float), from),
+                                     "gathering the model: receive", err, errlen);
+            if (rc == DTRAIN_OK)
+                dtrain_shard_gather(&s, buf, whole);
+            free(buf);
+        }
+    }
+    return rc;
+}
+
+static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    size_t n = dtrain_gpt2_param_count(&t->cfg.model);
+    float *whole = t->layout.rank == 0 ? malloc(n * sizeof(float)) : NULL;
+    if (t->layout.rank == 0 && whole == NULL) {
+        snprintf(err, errlen, "out of memory for a host copy of the %zu parameters", n);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int rc = dtrain_ptrainer_gather_params(t, whole, err, errlen);
+    if (rc == DTRAIN_OK && t->layout.rank == 0)
+        rc = dtrain_llmc_save(t->cfg.save_llmc, &t->cfg.model, whole, err, errlen);
+    free(whole);
+    return rc;
+}
+
+static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
+{
+    fprintf(f, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
+            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f}\n",
+            r->base.step, (double)r->base.loss, r->base.lr, r->base.grad_norm, r->base.ms,
+            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms);
+    fflush(f);
+}
+
+int dtrain_ptrainer_run(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    int rc = DTRAIN_OK;
+    while (t->step < c->steps) {
+        struct dtrain_pstep_result r;
+        if ((rc = dtrain_ptrainer_step(t, &r, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
+            (r.base.step % c->log_every == 0 || t->step == c->steps)) {
+            fprintf(progress, "step %5ld/%ld | loss %.6f | lr %.3e | norm %.4f | %8.2f ms | %8.0f tok/s | "
+                    "%7.2f GFLOP/s\n", r.base.step, c->steps, (double)r.base.loss, r.base.lr, r.base.grad_norm,
+                    r.base.ms, r.base.tokens_per_s, r.base.gflops);
+            fflush(progress);
+        }
+        if (t->metrics != NULL) {
+            write_metrics(t->metrics, &r);
+            if (ferror(t->metrics)) {
+                snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
+                return DTRAIN_ERR_SYSTEM;
+            }
+        }
+    }
+    if (c->save_llmc[0] != '\0' && (rc = save_llmc(t, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (t->metrics != NULL) {
+        int bad = fclose(t->metrics) != 0;
+        t->metrics = NULL;
+        if (bad) {
+            snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
+            return DTRAIN_ERR_SYSTEM;
+        }
+    }
+    return DTRAIN_OK;
+}

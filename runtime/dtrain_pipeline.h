@@ -1,0 +1,73 @@
+/* libdtrain: the 1F1B pipeline schedule as an explicit list of actions.
+ *
+ * Stage s of P runs m micro-batches in three phases (PipeDream-Flush, the
+ * schedule Megatron calls 1F1B):
+ *   warm-up    w = min(P-1-s, m) forwards;
+ *   steady     m - w times: one forward, then the backward of the oldest
+ *              micro-batch in flight;
+ *   cool-down  the w backwards left.
+ * So at most min(P-s, m) micro-batches are in flight on stage s (P on stage
+ * 0), and every stage's bubble is (P-1)/(m+P-1) of the step when stages
+ * take equal time.
+ *
+ * Communication is part of the list: RECV_ACT before a forward and
+ * SEND_ACT after it (to the next stage), RECV_GRAD before a backward and
+ * SEND_GRAD after it (to the previous stage).  Blocking point-to-point calls
+ * that may wait for the peer to post the matching call would deadlock if
+ * two neighbours both sent first; the list orders each pair of calls on a
+ * link so that it never does: after a steady forward a stage sends the
+ * activation, then receives the gradient; after a steady backward it first
+ * receives the next activation, then sends the gradient.
+ * tests/parallel/test_schedule.c runs every stage's list against its
+ * neighbours' with rendezvous semantics for many (P, m).
+ *
+ * Slots: each micro-batch in flight on a stage keeps its activations in a
+ * slot, taken at its RECV_ACT (or FORWARD on stage 0) and given back after
+ * its BACKWARD; `slots` of them suffice (min(P-s, m)).  The gradients
+ * travel through the stage's one gradient buffer: SEND_GRAD comes after the
+ * BACKWARD and names the slot just given back. */
+#ifndef DTRAIN_PIPELINE_H
+#define DTRAIN_PIPELINE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum dtrain_pipe_op {
+    DTRAIN_PIPE_RECV_ACT,  /* activation of micro-batch `micro` from the previous stage into `slot` */
+    DTRAIN_PIPE_FORWARD,   /* this stage's forward of micro-batch `micro` in `slot` */
+    DTRAIN_PIPE_SEND_ACT,  /* its output to the next stage */
+    DTRAIN_PIPE_RECV_GRAD, /* the gradient of that output from the next stage */
+    DTRAIN_PIPE_BACKWARD,  /* this stage's backward (frees `slot` when done) */
+    DTRAIN_PIPE_SEND_GRAD, /* the gradient of its input to the previous stage */
+};
+
+struct dtrain_pipe_action {
+    enum dtrain_pipe_op op;
+    int micro; /* 0..m-1 */
+    int slot;  /* 0..slots-1 */
+};
+
+/* Most actions a stage's list can hold: 6 per micro-batch. */
+#define DTRAIN_PIPE_MAX_ACTIONS(m) (6 * (size_t)(m))
+
+/* Fill out (room for max actions) with stage `stage`'s list for P stages and
+ * m micro-batches.  Returns the number of actions and sets *slots, or -1
+ * when an argument is out of range (P, m >= 1, 0 <= stage < P) or max is
+ * too small. */
+long dtrain_pipe_schedule(int P, int stage, int m, struct dtrain_pipe_action *out, size_t max,
+                          int *slots);
+
+/* "RECV_ACT", "FORWARD", ... */
+const char *dtrain_pipe_op_name(enum dtrain_pipe_op op);
+
+/* The ideal bubble fraction (P-1)/(m+P-1). */
+double dtrain_pipe_bubble(int P, int m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

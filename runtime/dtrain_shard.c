@@ -1,0 +1,353 @@
+/* One rank's part of the model: sizes, views, slices; see dtrain_shard.h. */
+#include "dtrain_shard.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The 12 block tensors, LN1W..FCPROJB, are consecutive in the enum. */
+#define BLOCK_TENSORS 12
+#define FIRST_BLOCK_TENSOR DTRAIN_GPT2_LN1W
+
+/* Local elements per layer of block tensor i (0..11). */
+static void local_per_layer(const struct dtrain_shard *s, size_t out[BLOCK_TENSORS])
+{
+    size_t C = (size_t)s->model.channels, CL = (size_t)s->attn_width, FL = (size_t)s->mlp_width;
+    const size_t v[BLOCK_TENSORS] = {C, C, 3 * CL * C, 3 * CL, C * CL, C,
+                                     C, C, FL * C, FL, C * FL, C};
+    memcpy(out, v, sizeof v);
+}
+
+static int local_layers(const struct dtrain_shard *s)
+{
+    return s->layer_end - s->layer_begin;
+}
+
+int dtrain_shard_plan(const struct dtrain_gpt2_config *model, int tp, int pp, int tp_rank,
+                      int pp_rank, struct dtrain_shard *out, char *err, size_t errlen)
+{
+    int rc = dtrain_gpt2_config_check(model, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    if (tp < 1 || pp < 1 || tp_rank < 0 || tp_rank >= tp || pp_rank < 0 || pp_rank >= pp) {
+        snprintf(err, errlen, "rank (tp %d, pp %d) is outside a layout of T=%d P=%d",
+                 tp_rank, pp_rank, tp, pp);
+        return DTRAIN_ERR_INPUT;
+    }
+    int C = model->channels, NH = model->num_heads, L = model->num_layers;
+    int Vp = model->padded_vocab_size;
+    if (NH % tp != 0) {
+        snprintf(err, errlen, "tensor parallel T=%d does not divide the %d attention heads: "
+                 "choose T among the divisors of num_heads", tp, NH);
+        return DTRAIN_ERR_INPUT;
+    }
+    if ((4L * C) % tp != 0) {
+        snprintf(err, errlen, "tensor parallel T=%d does not divide the MLP width 4C = %ld: "
+                 "choose T among its divisors", tp, 4L * C);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (Vp % tp != 0) {
+        snprintf(err, errlen, "tensor parallel T=%d does not divide the padded vocabulary %d: "
+                 "set padded_vocab_size to a multiple of %d", tp, Vp, tp);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (L < pp) {
+        snprintf(err, errlen, "pipeline parallel P=%d needs at least one layer per stage; the "
+                 "model has %d: use P <= %d", pp, L, L);
+        return DTRAIN_ERR_INPUT;
+    }
+    struct dtrain_shard s;
+    memset(&s, 0, sizeof s);
+    s.model = *model;
+    s.tp = tp;
+    s.pp = pp;
+    s.tp_rank = tp_rank;
+    s.pp_rank = pp_rank;
+    s.layer_begin = (int)((long)L * pp_rank / pp);
+    s.layer_end = (int)((long)L * (pp_rank + 1) / pp);
+    s.has_embedding = pp_rank == 0;
+    s.has_head = pp_rank == pp - 1;
+    s.heads = NH / tp;
+    s.head_size = C / NH;
+    s.attn_width = s.heads * s.head_size;
+    s.mlp_width = 4 * C / tp;
+    s.vocab_rows = Vp / tp;
+    s.vocab_begin = tp_rank * s.vocab_rows;
+
+    size_t per[BLOCK_TENSORS];
+    local_per_layer(&s, per);
+    size_t nl = (size_t)local_layers(&s);
+    s.size[DTRAIN_GPT2_WTE] = (s.has_embedding || s.has_head) ? (size_t)s.vocab_rows * C : 0;
+    s.size[DTRAIN_GPT2_WPE] = s.has_embedding ? (size_t)model->max_seq_len * C : 0;
+    for (int i = 0; i < BLOCK_TENSORS; i++)
+        s.size[FIRST_BLOCK_TENSOR + i] = nl * per[i];
+    s.size[DTRAIN_GPT2_LNFW] = s.has_head ? (size_t)C : 0;
+    s.size[DTRAIN_GPT2_LNFB] = s.has_head ? (size_t)C : 0;
+    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
+        s.offset[t] = s.count;
+        s.count += s.size[t];
+    }
+    *out = s;
+    return DTRAIN_OK;
+}
+
+size_t dtrain_shard_layer_size(const struct dtrain_shard *s)
+{
+    size_t per[BLOCK_TENSORS], n = 0;
+    local_per_layer(s, per);
+    for (int i = 0; i < BLOCK_TENSORS; i++)
+        n += per[i];
+    return n;
+}
+
+void dtrain_shard_block_shape(const struct dtrain_shard *s, int B, int T,
+                              struct dtrain_block_shape *shape)
+{
+    shape->B = B;
+    shape->T = T;
+    shape->C = s->model.channels;
+    shape->NH = s->heads;
+    shape->HS = s->head_size;
+    shape->F = s->mlp_width;
+    shape->add_row_bias = s->tp_rank == 0;
+}
+
+/* Offsets of local layer i's 12 block tensors in the local vector. */
+static void layer_offsets(const struct dtrain_shard *s, int i, size_t out[BLOCK_TENSORS])
+{
+    size_t per[BLOCK_TENSORS];
+    local_per_layer(s, per);
+    for (int j = 0; j < BLOCK_TENSORS; j++)
+        out[j] = s->offset[FIRST_BLOCK_TENSOR + j] + (size_t)i * per[j];
+}
+
+void dtrain_shard_block_weights(const struct dtrain_shard *s, const float *params, int i,
+                                struct dtrain_block_weights *w)
+{
+    size_t o[BLOCK_TENSORS];
+    layer_offsets(s, i, o);
+    const float *p = params;
+    *w = (struct dtrain_block_weights){p + o[0], p + o[1], p + o[2], p + o[3], p + o[4], p + o[5],
+                                       p + o[6], p + o[7], p + o[8], p + o[9], p + o[10], p + o[11]};
+}
+
+void dtrain_shard_block_grads(const struct dtrain_shard *s, float *grads, int i,
+                              struct dtrain_block_grads *g)
+{
+    size_t o[BLOCK_TENSORS];
+    layer_offsets(s, i, o);
+    float *p = grads;
+    *g = (struct dtrain_block_grads){p + o[0], p + o[1], p + o[2], p + o[3], p + o[4], p + o[5],
+                                     p + o[6], p + o[7], p + o[8], p + o[9], p + o[10], p + o[11]};
+}
+
+float *dtrain_shard_tensor(const struct dtrain_shard *s, float *vec, enum dtrain_gpt2_tensor t)
+{
+    if (t < 0 || t >= DTRAIN_GPT2_NUM_TENSORS || s->size[t] == 0)
+        return NULL;
+    return vec + s->offset[t];
+}
+
+/* ------------------------------------------------------------ local <-> whole */
+
+/* rows x cols elements: local rows are contiguous, whole rows `stride` apart. */
+struct block_copy {
+    size_t local, whole, rows, cols, stride;
+};
+
+typedef void (*block_fn)(void *ctx, const struct block_copy *b);
+
+/* Every piece of the local vector with its place in the whole vector. */
+static void for_each_block(const struct dtrain_shard *s, block_fn fn, void *ctx)
+{
+    const struct dtrain_gpt2_config *m = &s->model;
+    size_t C = (size_t)m->channels, CL = (size_t)s->attn_width, FL = (size_t)s->mlp_width;
+    size_t tp = (size_t)s->tp_rank;
+    size_t goff[DTRAIN_GPT2_NUM_TENSORS];
+    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++)
+        goff[t] = dtrain_gpt2_tensor_offset(m, (enum dtrain_gpt2_tensor)t);
+    struct block_copy b;
+    if (s->size[DTRAIN_GPT2_WTE] > 0) {
+        b = (struct block_copy){s->offset[DTRAIN_GPT2_WTE], goff[DTRAIN_GPT2_WTE] + (size_t)s->vocab_begin * C,
+                                1, s->size[DTRAIN_GPT2_WTE], 0};
+        fn(ctx, &b);
+    }
+    if (s->size[DTRAIN_GPT2_WPE] > 0) {
+        b = (struct block_copy){s->offset[DTRAIN_GPT2_WPE], goff[DTRAIN_GPT2_WPE], 1, s->size[DTRAIN_GPT2_WPE], 0};
+        fn(ctx, &b);
+    }
+    size_t per[BLOCK_TENSORS];
+    local_per_layer(s, per);
+    for (int j = 0; j < BLOCK_TENSORS; j++) {
+        int t = FIRST_BLOCK_TENSOR + j;
+        for (int i = 0; i < local_layers(s); i++) {
+            size_t l = (size_t)(s->layer_begin + i);
+            size_t lo = s->offset[t] + (size_t)i * per[j];
+            switch (t) {
+            case DTRAIN_GPT2_QKVW: /* q, k, v rows of the local heads */
+                for (size_t p = 0; p < 3; p++) {
+                    b = (struct block_copy){lo + p * CL * C, goff[t] + l * 3 * C * C + (p * C + tp * CL) * C,
+                                            1, CL * C, 0};
+                    fn(ctx, &b);
+                }
+                break;
+            case DTRAIN_GPT2_QKVB:
+                for (size_t p = 0; p < 3; p++) {
+                    b = (struct block_copy){lo + p * CL, goff[t] + l * 3 * C + p * C + tp * CL, 1, CL, 0};
+                    fn(ctx, &b);
+                }
+                break;
+            case DTRAIN_GPT2_ATTPROJW: /* (C, C): columns of the local heads */
+                b = (struct block_copy){lo, goff[t] + l * C * C + tp * CL, C, CL, C};
+                fn(ctx, &b);
+                break;
+            case DTRAIN_GPT2_FCW: /* (4C, C): rows */
+                b = (struct block_copy){lo, goff[t] + l * 4 * C * C + tp * FL * C, 1, FL * C, 0};
+                fn(ctx, &b);
+                break;
+            case DTRAIN_GPT2_FCB:
+                b = (struct block_copy){lo, goff[t] + l * 4 * C + tp * FL, 1, FL, 0};
+                fn(ctx, &b);
+                break;
+            case DTRAIN_GPT2_FCPROJW: /* (C, 4C): columns */
+                b = (struct block_copy){lo, goff[t] + l * C * 4 * C + tp * FL, C, FL, 4 * C};
+                fn(ctx, &b);
+                break;
+            default: /* replicated: layer norms, projection biases */
+                b = (struct block_copy){lo, goff[t] + l * C, 1, C, 0};
+                fn(ctx, &b);
+                break;
+            }
+        }
+    }
+    for (int t = DTRAIN_GPT2_LNFW; t <= DTRAIN_GPT2_LNFB; t++) {
+        if (s->size[t] > 0) {
+            b = (struct block_copy){s->offset[t], goff[t], 1, C, 0};
+            fn(ctx, &b);
+        }
+    }
+}
+
+struct copy_ctx {
+    float *dst;
+    const float *src;
+    int to_local;
+};
+
+static void copy_block(void *p, const struct block_copy *b)
+{
+    const struct copy_ctx *c = p;
+    for (size_t r = 0; r < b->rows; r++) {
+        size_t lo = b->local + r * b->cols, wh = b->whole + r * b->stride;
+        if (c->to_local)
+            memcpy(c->dst + lo, c->src + wh, b->cols * sizeof(float));
+        else
+            memcpy(c->dst + wh, c->src + lo, b->cols * sizeof(float));
+    }
+}
+
+void dtrain_shard_scatter(const struct dtrain_shard *s, const float *whole, float *local)
+{
+    struct copy_ctx c = {local, whole, 1};
+    for_each_block(s, copy_block, &c);
+}
+
+void dtrain_shard_gather(const struct dtrain_shard *s, const float *local, float *whole)
+{
+    struct copy_ctx c = {whole, local, 0};
+    for_each_block(s, copy_block, &c);
+}
+
+int dtrain_shard_in_norm(const struct dtrain_shard *s, enum dtrain_gpt2_tensor t)
+{
+    switch (t) {
+    case DTRAIN_GPT2_WTE:
+        return s->has_embedding; /* the head's copy on the last stage is stage 0's twin */
+    case DTRAIN_GPT2_QKVW:
+    case DTRAIN_GPT2_QKVB:
+    case DTRAIN_GPT2_ATTPROJW:
+    case DTRAIN_GPT2_FCW:
+    case DTRAIN_GPT2_FCB:
+    case DTRAIN_GPT2_FCPROJW:
+        return 1;
+    default:
+        return s->tp_rank == 0;
+    }
+}
+
+/* ------------------------------------------------------------ gradient units */
+
+int dtrain_shard_units(const struct dtrain_shard *s)
+{
+    return s->has_head + local_layers(s) + s->has_embedding + (s->size[DTRAIN_GPT2_WTE] > 0);
+}
+
+enum dtrain_shard_unit_kind dtrain_shard_unit_kind(const struct dtrain_shard *s, int u, int *layer)
+{
+    int nl = local_layers(s);
+    *layer = -1;
+    if (s->has_head) {
+        if (u == 0)
+            return DTRAIN_UNIT_HEAD;
+        u--;
+    }
+    if (u < nl) {
+        *layer = nl - 1 - u; /* backward runs the layers top down */
+        return DTRAIN_UNIT_LAYER;
+    }
+    u -= nl;
+    if (s->has_embedding && u == 0)
+        return DTRAIN_UNIT_WPE;
+    return DTRAIN_UNIT_WTE;
+}
+
+int dtrain_shard_unit_of(const struct dtrain_shard *s, enum dtrain_shard_unit_kind kind, int i)
+{
+    int nl = local_layers(s), base = s->has_head;
+    switch (kind) {
+    case DTRAIN_UNIT_HEAD:
+        return s->has_head ? 0 : -1;
+    case DTRAIN_UNIT_LAYER:
+        return (i >= 0 && i < nl) ? base + (nl - 1 - i) : -1;
+    case DTRAIN_UNIT_WPE:
+        return s->has_embedding ? base + nl : -1;
+    case DTRAIN_UNIT_WTE:
+        return s->size[DTRAIN_GPT2_WTE] > 0 ? base + nl + s->has_embedding : -1;
+    }
+    return -1;
+}
+
+static void tensor_range(const struct dtrain_shard *s, int t, struct dtrain_shard_range *r)
+{
+    r->offset = s->offset[t];
+    r->count = s->size[t];
+    r->in_norm = dtrain_shard_in_norm(s, (enum dtrain_gpt2_tensor)t);
+}
+
+int dtrain_shard_unit_ranges(const struct dtrain_shard *s, int u, struct dtrain_shard_range *r)
+{
+    int layer;
+    size_t per[BLOCK_TENSORS], off[BLOCK_TENSORS];
+    switch (dtrain_shard_unit_kind(s, u, &layer)) {
+    case DTRAIN_UNIT_HEAD:
+        tensor_range(s, DTRAIN_GPT2_LNFW, &r[0]);
+        tensor_range(s, DTRAIN_GPT2_LNFB, &r[1]);
+        return 2;
+    case DTRAIN_UNIT_LAYER:
+        local_per_layer(s, per);
+        layer_offsets(s, layer, off);
+        for (int j = 0; j < BLOCK_TENSORS; j++) {
+            int t = FIRST_BLOCK_TENSOR + j;
+            r[j].offset = off[j];
+            r[j].count = per[j];
+            r[j].in_norm = dtrain_shard_in_norm(s, (enum dtrain_gpt2_tensor)t);
+        }
+        return BLOCK_TENSORS;
+    case DTRAIN_UNIT_WPE:
+        tensor_range(s, DTRAIN_GPT2_WPE, &r[0]);
+        return 1;
+    case DTRAIN_UNIT_WTE:
+        tensor_range(s, DTRAIN_GPT2_WTE, &r[0]);
+        return 1;
+    }
+    return 0;
+}

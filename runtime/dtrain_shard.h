@@ -1,0 +1,111 @@
+/* libdtrain: the part of the GPT-2 model one rank of a T x P x D job holds.
+ *
+ * Megatron's split, for tensor-parallel rank r of T and pipeline stage s of P:
+ *  - stage s holds the blocks [s*L/P, (s+1)*L/P); stage 0 also the token and
+ *    position embeddings, stage P-1 the final LayerNorm and the LM head,
+ *    which reads the tied token embedding: with P > 1 the last stage keeps
+ *    its own copy of wte, kept identical to stage 0's (their gradients are
+ *    summed before the update);
+ *  - column-parallel QKV and fc: rank r holds heads [r*NH/T, (r+1)*NH/T)
+ *    (their q, k and v rows) and fc rows [r*4C/T, (r+1)*4C/T), with the
+ *    matching bias entries;
+ *  - row-parallel attention and MLP projections: the same columns of
+ *    attprojw (C, C) and fcprojw (C, 4C); their biases are whole on every
+ *    rank (rank 0 adds them);
+ *  - vocabulary-parallel wte: rows [r*Vp/T, (r+1)*Vp/T);
+ *  - layer norms, wpe, the projection biases and lnf are replicated over TP.
+ * Data-parallel ranks hold the same shard.
+ *
+ * Local layout: llm.c's tensor order (enum dtrain_gpt2_tensor), each tensor
+ * as this rank's slice, the stage's layers one after the other; tensors the
+ * stage does not hold are empty.  On one rank (T = P = 1) it is exactly the
+ * whole model's flat vector.  Pure arithmetic: no allocation, no state. */
+#ifndef DTRAIN_SHARD_H
+#define DTRAIN_SHARD_H
+
+#include <stddef.h>
+
+#include "dtrain_gpt2.h"
+#include "dtrain_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dtrain_shard {
+    struct dtrain_gpt2_config model;
+    int tp, pp;                  /* T, P */
+    int tp_rank, pp_rank;
+    int layer_begin, layer_end;  /* this stage's blocks [l0, l1) */
+    int has_embedding;           /* stage 0: wte (for the embedding) and wpe */
+    int has_head;                /* stage P-1: lnf and wte (for the head) */
+    int heads;                   /* NH/T: attention heads held here */
+    int head_size;               /* C/NH */
+    int attn_width;              /* heads * head_size = C/T */
+    int mlp_width;               /* 4C/T */
+    int vocab_rows;              /* Vp/T: rows of wte held here */
+    int vocab_begin;             /* first of them: tp_rank * vocab_rows */
+    size_t size[DTRAIN_GPT2_NUM_TENSORS];   /* local elements of each tensor */
+    size_t offset[DTRAIN_GPT2_NUM_TENSORS]; /* and their offsets in the local vector */
+    size_t count;                /* local parameters */
+};
+
+/* The shard of (tp_rank, pp_rank) in a T x P layout of model.  Refuses
+ * (DTRAIN_ERR_INPUT, one line saying what to change) a shape that does not
+ * split: NH, 4C or Vp not divisible by T, fewer layers than stages. */
+int dtrain_shard_plan(const struct dtrain_gpt2_config *model, int tp, int pp, int tp_rank,
+                      int pp_rank, struct dtrain_shard *out, char *err, size_t errlen);
+
+/* Local parameters of one block (one layer), and the block's shape for a
+ * micro-batch of B x T. */
+size_t dtrain_shard_layer_size(const struct dtrain_shard *s);
+void dtrain_shard_block_shape(const struct dtrain_shard *s, int B, int T,
+                              struct dtrain_block_shape *shape);
+/* Views of local layer i (0 <= i < layer_end - layer_begin) inside a local
+ * parameter (or gradient) vector. */
+void dtrain_shard_block_weights(const struct dtrain_shard *s, const float *params, int i,
+                                struct dtrain_block_weights *w);
+void dtrain_shard_block_grads(const struct dtrain_shard *s, float *grads, int i,
+                              struct dtrain_block_grads *g);
+/* A tensor's local slice (NULL when the stage does not hold it). */
+float *dtrain_shard_tensor(const struct dtrain_shard *s, float *vec, enum dtrain_gpt2_tensor t);
+
+/* Copy this rank's slice out of a whole model vector (llm.c order), and put
+ * it back into one. */
+void dtrain_shard_scatter(const struct dtrain_shard *s, const float *whole, float *local);
+void dtrain_shard_gather(const struct dtrain_shard *s, const float *local, float *whole);
+
+/* 1 when this rank's copy of tensor t counts in the global gradient norm:
+ * every TP rank's slice of a split tensor; a replicated tensor on TP rank 0
+ * only; the head's copy of wte (P > 1) not at all (stage 0's counts). */
+int dtrain_shard_in_norm(const struct dtrain_shard *s, enum dtrain_gpt2_tensor t);
+
+/* ------------------------------------------------------------ gradient units
+ * The groups of local gradients in the order backward finishes them, the
+ * data-parallel buckets' building blocks:
+ *   the head's lnf (last stage), layer l1-1, ..., layer l0, wpe (stage 0),
+ *   and last, alone, wte (whenever held: it is final only after the last
+ *   micro-batch's embedding backward, or the tie with the other stage). */
+
+struct dtrain_shard_range {
+    size_t offset, count; /* in the local vector */
+    int in_norm;          /* dtrain_shard_in_norm of its tensor */
+};
+
+#define DTRAIN_SHARD_UNIT_RANGES 12 /* a block's tensors: the most ranges of a unit */
+
+enum dtrain_shard_unit_kind { DTRAIN_UNIT_HEAD, DTRAIN_UNIT_LAYER, DTRAIN_UNIT_WPE, DTRAIN_UNIT_WTE };
+
+int dtrain_shard_units(const struct dtrain_shard *s);
+/* Kind of unit u and, for a layer, its local index (else -1). */
+enum dtrain_shard_unit_kind dtrain_shard_unit_kind(const struct dtrain_shard *s, int u, int *layer);
+/* The unit of a kind (layer: local index i); -1 when the stage has none. */
+int dtrain_shard_unit_of(const struct dtrain_shard *s, enum dtrain_shard_unit_kind kind, int i);
+/* Ranges of unit u into r (room for DTRAIN_SHARD_UNIT_RANGES); returns how many. */
+int dtrain_shard_unit_ranges(const struct dtrain_shard *s, int u, struct dtrain_shard_range *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

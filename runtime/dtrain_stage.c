@@ -1,0 +1,310 @@
+/* One rank's pipeline stage: parameters, activations per slot, forward and
+ * backward of a micro-batch; see dtrain_stage.h. */
+#include "dtrain_stage.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One micro-batch's activations; per-layer arrays hold the stage's layers
+ * one after the other (as dtrain_gpt2 lays out the whole model's). */
+struct slot {
+    float *memory;
+    float *res;                        /* (nl+1, N, C): res[0] input, res[nl] output */
+    float *ln1, *ln1_mean, *ln1_rstd;  /* (nl,N,C), (nl,N), (nl,N) */
+    float *qkv, *atty, *att, *res2;    /* (nl,N,3CL), (nl,N,CL), (nl,B,NHL,T,T), (nl,N,C) */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;             /* (nl,N,FL) */
+    float *lnf, *lnf_mean, *lnf_rstd;  /* last stage: (N,C), (N), (N) */
+    float *logits;                     /* last stage: (N,Vl) logits -> probs -> dlogits */
+    float *losses;                     /* last stage: (N) */
+    int32_t *inputs, *targets;         /* (N) */
+};
+
+struct dtrain_stage {
+    struct dtrain_kernels *k;
+    const struct dtrain_shard *sh;
+    struct dtrain_tp *tp;
+    int B, T, N, nl;
+    float *params, *grads;
+    int nslots;
+    struct slot *slots;
+    float *shared;                      /* dres and the backward scratch */
+    float *dres;                        /* (N,C) */
+    struct dtrain_block_scratch scratch;
+    float *host_losses;                 /* (N) */
+};
+
+/* The next `count` floats after *used floats of base (NULL when measuring),
+ * each array 64-byte aligned. */
+static float *carve(float *base, size_t *used, size_t count)
+{
+    float *p = base != NULL ? base + *used : NULL;
+    *used += (count + 15) & ~(size_t)15;
+    return p;
+}
+
+static size_t layout_slot(const struct dtrain_stage *st, float *base, struct slot *s)
+{
+    const struct dtrain_shard *sh = st->sh;
+    size_t nl = (size_t)st->nl, N = (size_t)st->N, C = (size_t)sh->model.channels;
+    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, NHL = (size_t)sh->heads;
+    size_t T = (size_t)st->T, used = 0;
+    size_t head = sh->has_head ? 1 : 0;
+    s->res = carve(base, &used, (nl + 1) * N * C);
+    s->ln1 = carve(base, &used, nl * N * C);
+    s->ln1_mean = carve(base, &used, nl * N);
+    s->ln1_rstd = carve(base, &used, nl * N);
+    s->qkv = carve(base, &used, nl * N * 3 * CL);
+    s->atty = carve(base, &used, nl * N * CL);
+    s->att = carve(base, &used, nl * (size_t)st->B * NHL * T * T);
+    s->res2 = carve(base, &used, nl * N * C);
+    s->ln2 = carve(base, &used, nl * N * C);
+    s->ln2_mean = carve(base, &used, nl * N);
+    s->ln2_rstd = carve(base, &used, nl * N);
+    s->fch = carve(base, &used, nl * N * FL);
+    s->fch_gelu = carve(base, &used, nl * N * FL);
+    s->lnf = carve(base, &used, head * N * C);
+    s->lnf_mean = carve(base, &used, head * N);
+    s->lnf_rstd = carve(base, &used, head * N);
+    s->logits = carve(base, &used, head * N * (size_t)sh->vocab_rows);
+    s->losses = carve(base, &used, head * N);
+    return used;
+}
+
+static size_t layout_shared(struct dtrain_stage *st, float *base)
+{
+    const struct dtrain_shard *sh = st->sh;
+    size_t N = (size_t)st->N, C = (size_t)sh->model.channels;
+    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, used = 0;
+    st->dres = carve(base, &used, N * C);
+    st->scratch.dln = carve(base, &used, N * C);
+    st->scratch.dqkv = carve(base, &used, N * 3 * CL);
+    st->scratch.datty = carve(base, &used, N * CL);
+    st->scratch.dfc = carve(base, &used, N * FL);
+    st->scratch.att = carve(base, &used, dtrain_k_attention_scratch(st->k, st->B, st->T, sh->heads,
+                                                                    sh->head_size));
+    return used;
+}
+
+int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *shard,
+                        struct dtrain_tp *tp, int B, int T, int slots, struct dtrain_stage **out,
+                        char *err, size_t errlen)
+{
+    *out = NULL;
+    if (B < 1 || T < 1 || T > shard->model.max_seq_len || (size_t)B * T > (size_t)1 << 31 || slots < 1) {
+        snprintf(err, errlen, "micro-batch %d x %d with %d in flight is impossible (1 <= T <= max_seq_len %d)",
+                 B, T, slots, shard->model.max_seq_len);
+        return DTRAIN_ERR_INPUT;
+    }
+    struct dtrain_stage *st = calloc(1, sizeof *st);
+    if (st == NULL)
+        goto oom;
+    st->k = k;
+    st->sh = shard;
+    st->tp = tp;
+    st->B = B;
+    st->T = T;
+    st->N = B * T;
+    st->nl = shard->layer_end - shard->layer_begin;
+    st->nslots = slots;
+    size_t n = shard->count;
+    st->params = dtrain_k_alloc(k, n * sizeof(float));
+    st->grads = dtrain_k_alloc(k, n * sizeof(float));
+    st->slots = calloc((size_t)slots, sizeof *st->slots);
+    st->host_losses = malloc((size_t)st->N * sizeof(float));
+    if (st->params == NULL || st->grads == NULL || st->slots == NULL || st->host_losses == NULL)
+        goto oom;
+    st->shared = dtrain_k_alloc(k, layout_shared(st, NULL) * sizeof(float));
+    if (st->shared == NULL)
+        goto oom;
+    layout_shared(st, st->shared);
+    for (int i = 0; i < slots; i++) {
+        struct slot *s = &st->slots[i];
+        s->memory = dtrain_k_alloc(k, layout_slot(st, NULL, s) * sizeof(float));
+        s->inputs = dtrain_k_alloc(k, (size_t)st->N * sizeof(int32_t));
+        s->targets = dtrain_k_alloc(k, (size_t)st->N * sizeof(int32_t));
+        if (s->memory == NULL || s->inputs == NULL || s->targets == NULL)
+            goto oom;
+        layout_slot(st, s->memory, s);
+    }
+    *out = st;
+    return DTRAIN_OK;
+oom:
+    snprintf(err, errlen, "out of memory for a pipeline stage of %zu parameters with %d micro-batches "
+             "of %d x %d in flight", shard->count, slots, B, T);
+    dtrain_stage_destroy(st);
+    return DTRAIN_ERR_SYSTEM;
+}
+
+void dtrain_stage_destroy(struct dtrain_stage *st)
+{
+    if (st == NULL)
+        return;
+    for (int i = 0; st->slots != NULL && i < st->nslots; i++) {
+        dtrain_k_free(st->k, st->slots[i].memory);
+        dtrain_k_free(st->k, st->slots[i].inputs);
+        dtrain_k_free(st->k, st->slots[i].targets);
+    }
+    free(st->slots);
+    dtrain_k_free(st->k, st->shared);
+    dtrain_k_free(st->k, st->params);
+    dtrain_k_free(st->k, st->grads);
+    free(st->host_losses);
+    free(st);
+}
+
+size_t dtrain_stage_num_params(const struct dtrain_stage *st) { return st->sh->count; }
+float *dtrain_stage_params(struct dtrain_stage *st) { return st->params; }
+float *dtrain_stage_grads(struct dtrain_stage *st) { return st->grads; }
+
+void dtrain_stage_zero_grad(struct dtrain_stage *st)
+{
+    dtrain_k_zero(st->k, st->grads, st->sh->count * sizeof(float));
+}
+
+int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *inputs,
+                            const int32_t *targets, char *err, size_t errlen)
+{
+    int rc, V = st->sh->model.vocab_size;
+    struct slot *s = &st->slots[slot];
+    size_t bytes = (size_t)st->N * sizeof(int32_t);
+    if (st->sh->has_embedding) {
+        if ((rc = dtrain_gpt2_check_tokens(inputs, (size_t)st->N, V, "input", err, errlen)) != DTRAIN_OK)
+            return rc;
+        dtrain_k_upload(st->k, s->inputs, inputs, bytes);
+    }
+    if (st->sh->has_head) {
+        if ((rc = dtrain_gpt2_check_tokens(targets, (size_t)st->N, V, "target", err, errlen)) != DTRAIN_OK)
+            return rc;
+        dtrain_k_upload(st->k, s->targets, targets, bytes);
+    }
+    return DTRAIN_OK;
+}
+
+float *dtrain_stage_input(struct dtrain_stage *st, int slot) { return st->slots[slot].res; }
+
+float *dtrain_stage_output(struct dtrain_stage *st, int slot)
+{
+    return st->slots[slot].res + (size_t)st->nl * st->N * st->sh->model.channels;
+}
+
+float *dtrain_stage_grad(struct dtrain_stage *st) { return st->dres; }
+size_t dtrain_stage_act_floats(const struct dtrain_stage *st) { return (size_t)st->N * st->sh->model.channels; }
+
+/* Local layer i's activations inside slot s. */
+static void layer_acts(const struct dtrain_stage *st, const struct slot *s, int i, struct dtrain_block_acts *a)
+{
+    const struct dtrain_shard *sh = st->sh;
+    size_t l = (size_t)i, N = (size_t)st->N, C = (size_t)sh->model.channels;
+    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width;
+    a->ln1 = s->ln1 + l * N * C;
+    a->ln1_mean = s->ln1_mean + l * N;
+    a->ln1_rstd = s->ln1_rstd + l * N;
+    a->qkv = s->qkv + l * N * 3 * CL;
+    a->atty = s->atty + l * N * CL;
+    a->att = s->att + l * (size_t)st->B * sh->heads * st->T * st->T;
+    a->res2 = s->res2 + l * N * C;
+    a->ln2 = s->ln2 + l * N * C;
+    a->ln2_mean = s->ln2_mean + l * N;
+    a->ln2_rstd = s->ln2_rstd + l * N;
+    a->fch = s->fch + l * N * FL;
+    a->fch_gelu = s->fch_gelu + l * N * FL;
+}
+
+static float *residual(const struct dtrain_stage *st, const struct slot *s, int i)
+{
+    return s->res + (size_t)i * st->N * st->sh->model.channels;
+}
+
+int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, char *err, size_t errlen)
+{
+    const struct dtrain_shard *sh = st->sh;
+    struct slot *s = &st->slots[slot];
+    int C = sh->model.channels, N = st->N, rc;
+    float *params = st->params;
+    *loss_sum = 0.0;
+    if (sh->has_embedding &&
+        (rc = dtrain_tp_embedding_forward(st->tp, s->res, s->inputs,
+                                          dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
+                                          dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WPE),
+                                          st->B, st->T, C, err, errlen)) != DTRAIN_OK)
+        return rc;
+    struct dtrain_block_shape shape;
+    dtrain_shard_block_shape(sh, st->B, st->T, &shape);
+    for (int i = 0; i < st->nl; i++) {
+        struct dtrain_block_weights w;
+        struct dtrain_block_acts a;
+        dtrain_shard_block_weights(sh, params, i, &w);
+        layer_acts(st, s, i, &a);
+        rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), residual(st, s, i + 1),
+                                  dtrain_tp_block_hook(st->tp), err, errlen);
+        if (rc != DTRAIN_OK)
+            return rc;
+    }
+    if (!sh->has_head)
+        return DTRAIN_OK;
+    /* final LN (replicated), then f and this rank's vocabulary columns */
+    dtrain_k_layernorm_forward(st->k, s->lnf, s->lnf_mean, s->lnf_rstd, residual(st, s, st->nl),
+                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
+                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFB), N, C);
+    dtrain_k_matmul_forward(st->k, s->logits, s->lnf, dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
+                            NULL, N, C, sh->vocab_rows);
+    if ((rc = dtrain_tp_xent_forward(st->tp, s->logits, s->losses, s->targets, N, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_download(st->k, st->host_losses, s->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++)
+        sum += st->host_losses[i];
+    *loss_sum = sum;
+    return DTRAIN_OK;
+}
+
+int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
+                          dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen)
+{
+    const struct dtrain_shard *sh = st->sh;
+    struct slot *s = &st->slots[slot];
+    int C = sh->model.channels, N = st->N, rc;
+    float *params = st->params, *grads = st->grads;
+    if (sh->has_head) {
+        float *wte = dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE);
+        dtrain_tp_xent_backward(st->tp, s->logits, s->targets, dloss, N);
+        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
+                                 NULL, s->logits, s->lnf, wte, N, C, sh->vocab_rows);
+        /* f's backward: the partial input gradients of the column-parallel logits */
+        if ((rc = dtrain_tp_allreduce(st->tp, st->scratch.dln, (size_t)N * C, err, errlen)) != DTRAIN_OK)
+            return rc;
+        dtrain_k_zero(st->k, st->dres, (size_t)N * C * sizeof(float));
+        dtrain_k_layernorm_backward(st->k, st->dres, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFW),
+                                    dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFB), st->scratch.dln,
+                                    residual(st, s, st->nl), dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
+                                    s->lnf_mean, s->lnf_rstd, N, C);
+        if (done != NULL)
+            done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_HEAD, 0));
+    }
+    struct dtrain_block_shape shape;
+    dtrain_shard_block_shape(sh, st->B, st->T, &shape);
+    for (int i = st->nl - 1; i >= 0; i--) {
+        struct dtrain_block_weights w;
+        struct dtrain_block_grads g;
+        struct dtrain_block_acts a;
+        dtrain_shard_block_weights(sh, params, i, &w);
+        dtrain_shard_block_grads(sh, grads, i, &g);
+        layer_acts(st, s, i, &a);
+        rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), st->dres,
+                                   dtrain_tp_block_hook(st->tp), err, errlen);
+        if (rc != DTRAIN_OK)
+            return rc;
+        if (done != NULL)
+            done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_LAYER, i));
+    }
+    if (sh->has_embedding) {
+        dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
+                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WPE), st->dres, s->inputs,
+                                     st->B, st->T, C);
+        if (done != NULL)
+            done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_WPE, 0));
+    }
+    return DTRAIN_OK;
+}

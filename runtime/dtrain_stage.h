@@ -1,0 +1,77 @@
+/* libdtrain: what one rank computes of a T x P x D job: its pipeline
+ * stage's part of the model (dtrain_shard.h), tensor-parallel over its TP
+ * group (dtrain_tp.h), for one micro-batch at a time.
+ *
+ * The stage owns the local parameters and gradients (the shard's layout),
+ * the activations of up to `slots` micro-batches in flight (1F1B keeps
+ * several on early stages, dtrain_pipeline.h) and one residual-gradient
+ * buffer that backward carries down the stage:
+ *   forward(slot):  [stage 0: embedding -> input(slot)]  blocks l0..l1-1
+ *                   -> output(slot)  [last stage: final LN, logits of this
+ *                   rank's vocabulary columns, cross-entropy]
+ *   backward(slot): [last stage: head backward -> grad]  or grad holds what
+ *                   the next stage sent;  blocks l1-1..l0;  grad is then the
+ *                   gradient of input(slot)  [stage 0: embedding backward]
+ * Parameter gradients accumulate over micro-batches (dtrain_kernels.h).
+ * With T = P = 1 and one micro-batch this is exactly dtrain_gpt2's forward
+ * and backward, operation for operation. */
+#ifndef DTRAIN_STAGE_H
+#define DTRAIN_STAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain_shard.h"
+#include "dtrain_tp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dtrain_stage; /* opaque */
+
+/* A stage for micro-batches of B x T tokens with `slots` of them in flight.
+ * k, shard and tp must outlive it.  Parameters and gradients start at 0. */
+int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *shard,
+                        struct dtrain_tp *tp, int B, int T, int slots, struct dtrain_stage **out,
+                        char *err, size_t errlen);
+void dtrain_stage_destroy(struct dtrain_stage *st);
+
+size_t dtrain_stage_num_params(const struct dtrain_stage *st);
+float *dtrain_stage_params(struct dtrain_stage *st); /* backend memory, the shard's layout */
+float *dtrain_stage_grads(struct dtrain_stage *st);
+void dtrain_stage_zero_grad(struct dtrain_stage *st);
+
+/* Give slot its micro-batch's tokens (host, B*T each, ids in [0, V)):
+ * stage 0 reads inputs, the last stage targets (either may be NULL where
+ * not read).  DTRAIN_ERR_INPUT for an id outside the vocabulary. */
+int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *inputs,
+                            const int32_t *targets, char *err, size_t errlen);
+
+/* The residual stream entering the stage (where the previous stage's
+ * activation is received) and leaving it (what is sent on), (B,T,C), and
+ * the residual gradient buffer (received from the next stage before a
+ * backward; after it, the gradient to send back). */
+float *dtrain_stage_input(struct dtrain_stage *st, int slot);
+float *dtrain_stage_output(struct dtrain_stage *st, int slot);
+float *dtrain_stage_grad(struct dtrain_stage *st);
+size_t dtrain_stage_act_floats(const struct dtrain_stage *st); /* B*T*C */
+
+/* Forward of slot's micro-batch.  On the last stage *loss_sum is the sum of
+ * its B*T losses (in double, in order); elsewhere 0. */
+int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, char *err, size_t errlen);
+
+/* Called during backward when a gradient unit (dtrain_shard_unit_*) has
+ * received this micro-batch's contribution: the head, each layer, wpe. */
+typedef void (*dtrain_stage_unit_done)(void *ctx, int unit);
+
+/* Backward of slot's micro-batch; dloss = d(step loss)/d(each position's
+ * loss), e.g. 1/(global batch tokens).  done may be NULL. */
+int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
+                          dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,218 @@
+/* Tensor parallelism: the f/g operators, vocabulary-parallel embedding and
+ * cross-entropy; see dtrain_tp.h. */
+#include "dtrain_tp.h"
+#include "dtrain_pcomm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dtrain_tp {
+    struct dtrain_kernels *k;
+    dtrain_comm *comm;    /* NULL when T = 1 */
+    int size, rank;       /* T, this rank */
+    int V, Vl, v0;        /* vocabulary, rows held here, first of them */
+    int valid;            /* columns of this rank below V: min(max(V - v0, 0), Vl) */
+    int max_rows;
+    float *row_max;       /* (max_rows) */
+    float *all_max;       /* (T * max_rows) */
+    float *sums;          /* (2 * max_rows): denominators, target logits */
+    struct dtrain_tp_hook hook;
+};
+
+static int hook_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
+{
+    return dtrain_tp_allreduce(ctx, buf, n, err, errlen);
+}
+
+int dtrain_tp_create(struct dtrain_kernels *k, dtrain_comm *comm, int V, int Vl, int v0,
+                     int max_rows, struct dtrain_tp **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct dtrain_tp *tp = calloc(1, sizeof *tp);
+    if (tp == NULL)
+        goto oom;
+    tp->k = k;
+    tp->size = comm != NULL ? dtrain_comm_size(comm) : 1;
+    tp->comm = tp->size > 1 ? comm : NULL;
+    tp->rank = tp->comm != NULL ? dtrain_comm_rank(comm) : 0;
+    tp->V = V;
+    tp->Vl = Vl;
+    tp->v0 = v0;
+    tp->valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    tp->max_rows = max_rows;
+    if (tp->comm != NULL) {
+        tp->row_max = malloc((size_t)max_rows * sizeof(float));
+        tp->all_max = malloc((size_t)max_rows * tp->size * sizeof(float));
+        tp->sums = malloc(2 * (size_t)max_rows * sizeof(float));
+        if (tp->row_max == NULL || tp->all_max == NULL || tp->sums == NULL)
+            goto oom;
+    }
+    tp->hook = (struct dtrain_tp_hook){hook_allreduce, tp};
+    *out = tp;
+    return DTRAIN_OK;
+oom:
+    snprintf(err, errlen, "out of memory for the tensor-parallel scratch of %d rows", max_rows);
+    dtrain_tp_destroy(tp);
+    return DTRAIN_ERR_SYSTEM;
+}
+
+void dtrain_tp_destroy(struct dtrain_tp *tp)
+{
+    if (tp == NULL)
+        return;
+    free(tp->row_max);
+    free(tp->all_max);
+    free(tp->sums);
+    free(tp);
+}
+
+int dtrain_tp_size(const struct dtrain_tp *tp) { return tp->size; }
+int dtrain_tp_rank(const struct dtrain_tp *tp) { return tp->rank; }
+
+const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp)
+{
+    return tp->comm != NULL ? &tp->hook : NULL;
+}
+
+int dtrain_tp_allreduce(struct dtrain_tp *tp, float *buf, size_t n, char *err, size_t errlen)
+{
+    if (tp->comm == NULL)
+        return DTRAIN_OK;
+    return dtrain_pcomm_status(tp->comm, dtrain_comm_allreduce(tp->comm, buf, n, DTRAIN_REDUCE_SUM),
+                               "tensor-parallel all-reduce", err, errlen);
+}
+
+/* ------------------------------------------------------------ embedding */
+
+int dtrain_tp_embedding_forward(struct dtrain_tp *tp, float *out, const int32_t *tokens,
+                                const float *wte_local, const float *wpe, int B, int T, int C,
+                                char *err, size_t errlen)
+{
+    if (tp->comm == NULL) {
+        dtrain_k_encoder_forward(tp->k, out, tokens, wte_local, wpe, B, T, C);
+        return DTRAIN_OK;
+    }
+    /* g after a vocabulary-parallel lookup: rank 0 adds wpe, the owner of
+     * the token its wte row; everything else is an exact zero. */
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        long row = (long)tokens[bt] - tp->v0;
+        const float *w = (row >= 0 && row < tp->Vl) ? wte_local + (size_t)row * C : NULL;
+        const float *p = tp->rank == 0 ? wpe + (size_t)(bt % T) * C : NULL;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++)
+            o[c] = (w != NULL && p != NULL) ? w[c] + p[c] : w != NULL ? w[c] : p != NULL ? p[c] : 0.0f;
+    }
+    return dtrain_tp_allreduce(tp, out, (size_t)B * T * C, err, errlen);
+}
+
+void dtrain_tp_embedding_backward(struct dtrain_tp *tp, float *dwte_local, float *dwpe,
+                                  const float *dout, const int32_t *tokens, int B, int T, int C)
+{
+    if (tp->comm == NULL) {
+        dtrain_k_encoder_backward(tp->k, dwte_local, dwpe, dout, tokens, B, T, C);
+        return;
+    }
+    /* Rows in order, as the kernel adds them: the same sums bit for bit. */
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        long row = (long)tokens[bt] - tp->v0;
+        const float *d = dout + (size_t)bt * C;
+        float *dp = dwpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++)
+            dp[c] += d[c];
+        if (row >= 0 && row < tp->Vl) {
+            float *dw = dwte_local + (size_t)row * C;
+            for (int c = 0; c < C; c++)
+                dw[c] += d[c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ cross-entropy */
+
+static int check_rows(const struct dtrain_tp *tp, int N, char *err, size_t errlen)
+{
+    if (N < 1 || N > tp->max_rows) {
+        snprintf(err, errlen, "cross-entropy of %d rows: the scratch holds %d", N, tp->max_rows);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_tp_xent_forward(struct dtrain_tp *tp, float *logits_probs, float *losses,
+                           const int32_t *targets, int N, char *err, size_t errlen)
+{
+    int rc;
+    if (tp->comm == NULL) {
+        dtrain_k_softmax_xent_forward(tp->k, logits_probs, losses, targets, N, tp->V, tp->Vl);
+        return DTRAIN_OK;
+    }
+    if ((rc = check_rows(tp, N, err, errlen)) != DTRAIN_OK)
+        return rc;
+    int Vl = tp->Vl, nv = tp->valid;
+    /* 1. the row maxima over all columns: gather the local ones */
+    for (int n = 0; n < N; n++) {
+        const float *row = logits_probs + (size_t)n * Vl;
+        float m = -INFINITY;
+        for (int i = 0; i < nv; i++)
+            if (row[i] > m)
+                m = row[i];
+        tp->row_max[n] = m;
+    }
+    rc = dtrain_pcomm_status(tp->comm, dtrain_comm_all_gather(tp->comm, tp->row_max, tp->all_max, (size_t)N),
+                             "vocabulary-parallel cross-entropy (row maxima)", err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    /* 2. exponentials, local denominators and the target's shifted logit */
+    float *sum = tp->sums, *target = tp->sums + N;
+    for (int n = 0; n < N; n++) {
+        float m = -INFINITY;
+        for (int r = 0; r < tp->size; r++)
+            if (tp->all_max[(size_t)r * N + n] > m)
+                m = tp->all_max[(size_t)r * N + n];
+        float *row = logits_probs + (size_t)n * Vl;
+        long t = (long)targets[n] - tp->v0;
+        target[n] = (t >= 0 && t < nv) ? row[t] - m : 0.0f;
+        float s = 0.0f;
+        for (int i = 0; i < nv; i++) {
+            float e = expf(row[i] - m);
+            row[i] = e;
+            s += e;
+        }
+        if (Vl > nv)
+            memset(row + nv, 0, (size_t)(Vl - nv) * sizeof(float));
+        sum[n] = s;
+    }
+    /* 3. the global denominators and target logits in one all-reduce */
+    if ((rc = dtrain_tp_allreduce(tp, tp->sums, 2 * (size_t)N, err, errlen)) != DTRAIN_OK)
+        return rc;
+    for (int n = 0; n < N; n++) {
+        /* -log(e^(x_t - max) / sum), as the kernel computes it */
+        losses[n] = logf(sum[n]) - target[n];
+        float inv = 1.0f / sum[n], *row = logits_probs + (size_t)n * Vl;
+        for (int i = 0; i < nv; i++)
+            row[i] *= inv;
+    }
+    return DTRAIN_OK;
+}
+
+void dtrain_tp_xent_backward(struct dtrain_tp *tp, float *probs_dlogits, const int32_t *targets,
+                             float dloss, int N)
+{
+    if (tp->comm == NULL) {
+        dtrain_k_softmax_xent_backward(tp->k, probs_dlogits, targets, dloss, N, tp->V, tp->Vl);
+        return;
+    }
+    int Vl = tp->Vl, nv = tp->valid;
+    for (int n = 0; n < N; n++) {
+        float *row = probs_dlogits + (size_t)n * Vl;
+        for (int i = 0; i < nv; i++)
+            row[i] *= dloss;
+        long t = (long)targets[n] - tp->v0;
+        if (t >= 0 && t < nv)
+            row[t] -= dloss;
+        if (Vl > nv)
+            memset(row + nv, 0, (size_t)(Vl - nv) * sizeof(float));
+    }
+}

@@ -1,0 +1,305 @@
+/* Whole training runs of the parallel trainer (runtime/dtrain_parallel.h)
+ * as T*P*D local processes (local_boot.h), against the single-process
+ * trainer with the same config, seed, data and global batch:
+ *  - (1,1,1) with one micro-batch gives the same losses and parameters bit
+ *    for bit (the same operations in the same order);
+ *  - every other layout, micro-batch count, ZeRO-1 on or off and bucket
+ *    overlap on or off gives every step's loss within the tolerance of
+ *    doc/parallel.md and final parameters within a small bound;
+ *  - DP replicas, the tied embedding's two copies (P > 1) and the
+ *    TP-replicated tensors stay equal bit for bit (each rank reports
+ *    checksums of its final parameters).
+ * The model is tiny (L=4 C=32 NH=4 V=256 padded to 256), the learning rate
+ * high (1e-2, so that 8 steps move the loss from 5.55 to about 4) and
+ * gradient clipping on, so that the global norm over all three dimensions
+ * matters. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dtrain_data.h"
+#include "dtrain_parallel.h"
+#include "dtrain_shard.h"
+#include "local_boot.h"
+#include "tap.h"
+
+#define STEPS 8
+/* Relative loss tolerance of doc/parallel.md. */
+#define LOSS_RTOL 1e-5
+/* Parameters after STEPS AdamW steps of lr: an update moves an element by
+ * at most about lr, so a wrong gradient shows as deviations near lr*STEPS;
+ * rounding differences flip only elements whose gradient is near 0. */
+#define PARAM_ATOL (1e-3)
+
+struct run_result {
+    int ok;
+    char err[512];
+    float loss[STEPS];
+    double norm[STEPS];
+    /* checksums of this rank's final parameters: all of them, its wte
+     * slice, its TP-replicated tensors */
+    uint64_t all, wte, replicated;
+    int tp_rank, pp_rank, dp_rank;
+};
+
+/* What each rank writes; rank 0's area also holds the whole model. */
+struct rank_area {
+    struct run_result r;
+    float params[]; /* rank 0: the gathered model */
+};
+
+struct job {
+    struct dtrain_train_config cfg;
+    size_t nparams;
+};
+
+static size_t area_bytes(const struct job *j)
+{
+    return sizeof(struct rank_area) + j->nparams * sizeof(float);
+}
+
+static uint64_t fnv(uint64_t h, const float *x, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void checksums(struct dtrain_ptrainer *t, const struct dtrain_bootstrap *bs, const struct job *j,
+                      struct run_result *r)
+{
+    const float *p;
+    size_t n = dtrain_ptrainer_local_params(t, &p);
+    struct dtrain_shard s;
+    char err[256];
+    r->tp_rank = bs->tp_rank;
+    r->pp_rank = bs->pp_rank;
+    r->dp_rank = bs->dp_rank;
+    r->all = fnv(14695981039346656037ULL, p, n);
+    if (dtrain_shard_plan(&j->cfg.model, bs->tp, bs->pp, bs->tp_rank, bs->pp_rank, &s, err, sizeof err) != 0)
+        return;
+    r->wte = fnv(14695981039346656037ULL, p + s.offset[DTRAIN_GPT2_WTE], s.size[DTRAIN_GPT2_WTE]);
+    r->replicated = 14695981039346656037ULL;
+    static const enum dtrain_gpt2_tensor replicated[] = {
+        DTRAIN_GPT2_WPE, DTRAIN_GPT2_LN1W, DTRAIN_GPT2_LN1B, DTRAIN_GPT2_ATTPROJB, DTRAIN_GPT2_LN2W,
+        DTRAIN_GPT2_LN2B, DTRAIN_GPT2_FCPROJB, DTRAIN_GPT2_LNFW, DTRAIN_GPT2_LNFB};
+    for (size_t k = 0; k < sizeof replicated / sizeof replicated[0]; k++)
+        r->replicated = fnv(r->replicated, p + s.offset[replicated[k]], s.size[replicated[k]]);
+}
+
+static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
+{
+    const struct job *j = ctx;
+    struct rank_area *a = result;
+    struct dtrain_comms comms;
+    struct dtrain_ptrainer *t = NULL;
+    int rc = local_boot_comms(bs, 30000, 0, &comms, a->r.err, sizeof a->r.err);
+    if (rc != DTRAIN_COMM_OK)
+        return 3;
+    rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->r.err, sizeof a->r.err);
+    for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
+        struct dtrain_pstep_result r;
+        rc = dtrain_ptrainer_step(t, &r, a->r.err, sizeof a->r.err);
+        a->r.loss[s] = r.base.loss;
+        a->r.norm[s] = r.base.grad_norm;
+    }
+    if (rc == DTRAIN_OK)
+        rc = dtrain_ptrainer_gather_params(t, a->params, a->r.err, sizeof a->r.err);
+    if (rc == DTRAIN_OK)
+        checksums(t, bs, j, &a->r);
+    a->r.ok = rc == DTRAIN_OK;
+    dtrain_ptrainer_destroy(t);
+    dtrain_comm_destroy_all(&comms);
+    return rc == DTRAIN_OK ? 0 : 1;
+}
+
+/* The reference: the single-process trainer. */
+static int reference(const struct job *j, struct run_result *r, float *params)
+{
+    struct dtrain_trainer *t;
+    if (dtrain_trainer_create(&j->cfg, &t, r->err, sizeof r->err) != DTRAIN_OK)
+        return -1;
+    for (int s = 0; s < STEPS; s++) {
+        struct dtrain_step_result sr;
+        if (dtrain_trainer_step(t, &sr, r->err, sizeof r->err) != DTRAIN_OK) {
+            dtrain_trainer_destroy(t);
+            return -1;
+        }
+        r->loss[s] = sr.loss;
+        r->norm[s] = sr.grad_norm;
+    }
+    dtrain_gpt2_get_params(dtrain_trainer_model(t), params);
+    dtrain_trainer_destroy(t);
+    r->ok = 1;
+    return 0;
+}
+
+struct layout {
+    int tp, pp, dp, micro, zero1, overlap;
+};
+
+static double max_rel_loss(const struct run_result *a, const struct run_result *b)
+{
+    double worst = 0.0;
+    for (int s = 0; s < STEPS; s++) {
+        double d = fabs((double)a->loss[s] - b->loss[s]) / fabs((double)b->loss[s]);
+        if (!(d <= worst))
+            worst = d;
+    }
+    return worst;
+}
+
+static double max_rel_norm(const struct run_result *a, const struct run_result *b)
+{
+    double worst = 0.0;
+    for (int s = 0; s < STEPS; s++) {
+        double d = fabs(a->norm[s] - b->norm[s]) / b->norm[s];
+        if (!(d <= worst))
+            worst = d;
+    }
+    return worst;
+}
+
+static double max_abs(const float *a, const float *b, size_t n)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= worst))
+            worst = d;
+    }
+    return worst;
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/dtrain-test-parallel-XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        printf("1..0 # SKIP cannot make a temporary folder\n");
+        return 0;
+    }
+    /* byte-level text with some structure: the loss must fall */
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    size_t ntok = 20000;
+    uint16_t *tok = malloc(ntok * sizeof *tok);
+    const char *words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ", "dog. "};
+    for (size_t i = 0, w = 0; i < ntok; w++)
+        for (const char *c = words[(w * 7 + w / 9) % 9]; *c && i < ntok; c++)
+            tok[i++] = (uint16_t)(unsigned char)*c;
+    int wrote = dtrain_tokens_write(path, tok, ntok, err, sizeof err);
+    free(tok);
+
+    struct job j;
+    dtrain_train_config_defaults(&j.cfg);
+    snprintf(j.cfg.data, sizeof j.cfg.data, "%s", path);
+    j.cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 32, .vocab_size = 256, .padded_vocab_size = 256,
+                                              .num_layers = 4, .num_heads = 4, .channels = 32};
+    j.cfg.batch = 8;
+    j.cfg.seq = 16;
+    j.cfg.steps = STEPS;
+    j.cfg.seed = 7;
+    j.cfg.threads = 1;
+    j.cfg.optim.lr = 1e-2;
+    j.cfg.optim.weight_decay = 0.01;
+    j.cfg.optim.grad_clip = 1.0; /* the norm is near 2-4 here: clipping acts */
+    j.cfg.log_every = 0;
+    j.cfg.bucket_mb = 0.02; /* a few buckets per stage */
+    int fin = wrote == DTRAIN_OK ? dtrain_train_config_finish(&j.cfg, err, sizeof err) : wrote;
+    j.nparams = dtrain_gpt2_param_count(&j.cfg.model);
+
+    struct run_result ref = {0};
+    float *ref_params = malloc(j.nparams * sizeof(float));
+    int have_ref = fin == DTRAIN_OK && reference(&j, &ref, ref_params) == 0;
+    ok(have_ref, "the single-process reference trains %d steps (%s)", STEPS, have_ref ? "ok" : ref.err[0] ? ref.err : err);
+    if (!have_ref) {
+        free(ref_params);
+        return tap_done();
+    }
+    ok(ref.loss[STEPS - 1] < ref.loss[0] && ref.norm[0] > j.cfg.optim.grad_clip,
+       "the reference's loss falls (%.4f -> %.4f) and its first norm %.3f is clipped", ref.loss[0],
+       ref.loss[STEPS - 1], ref.norm[0]);
+
+    const struct layout layouts[] = {
+        {1, 1, 1, 1, 0, 1}, {1, 1, 1, 2, 1, 1}, {2, 1, 1, 1, 0, 1}, {1, 2, 1, 2, 0, 1},
+        {1, 1, 2, 1, 0, 1}, {1, 1, 2, 2, 1, 0}, {2, 2, 1, 2, 0, 1}, {2, 2, 2, 2, 0, 1},
+        {2, 2, 2, 2, 1, 1}, {1, 4, 1, 4, 0, 1}, {4, 1, 2, 1, 1, 1},
+    };
+    double worst_loss = 0.0;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        const struct layout *L = &layouts[i];
+        int world = L->tp * L->pp * L->dp;
+        struct job lj = j;
+        lj.cfg.micro_batches = L->micro;
+        lj.cfg.zero1 = L->zero1;
+        lj.cfg.dp_overlap = L->overlap;
+        size_t bytes = area_bytes(&lj);
+        unsigned char *areas = calloc((size_t)world, bytes);
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        int rc = local_boot_run(L->tp, L->pp, L->dp, rank_main, &lj, bytes, areas, codes, 120, err, sizeof err);
+        const struct rank_area *r0 = (const struct rank_area *)areas;
+        char name[96];
+        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO-1 %s%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero1 ? "on" : "off", L->overlap ? "" : " no overlap");
+        if (rc != 0) {
+            for (int r = 0; r < world; r++) {
+                const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
+                if (a->r.err[0])
+                    diag("rank %d: %s", r, a->r.err);
+            }
+            ok(0, "%s: runs (%s)", name, err);
+            free(areas);
+            continue;
+        }
+        /* every rank reports the same loss and norm */
+        int same = 1;
+        for (int r = 1; r < world; r++) {
+            const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
+            same = same && memcmp(a->r.loss, r0->r.loss, sizeof a->r.loss) == 0 &&
+                   memcmp(a->r.norm, r0->r.norm, sizeof a->r.norm) == 0;
+        }
+        /* DP replicas hold the same parameters; the tied wte copies (stage
+         * 0 and P-1 of one (tp, dp)) and the TP replicas are equal */
+        int replicas = 1, twins = 1, tp_same = 1;
+        for (int r = 0; r < world; r++) {
+            const struct run_result *x = &((const struct rank_area *)(areas + (size_t)r * bytes))->r;
+            for (int q = 0; q < world; q++) {
+                const struct run_result *y = &((const struct rank_area *)(areas + (size_t)q * bytes))->r;
+                if (x->tp_rank == y->tp_rank && x->pp_rank == y->pp_rank && x->all != y->all)
+                    replicas = 0;
+                if (x->tp_rank == y->tp_rank && x->dp_rank == y->dp_rank && x->pp_rank == 0 &&
+                    y->pp_rank == L->pp - 1 && x->wte != y->wte)
+                    twins = 0;
+                if (x->pp_rank == y->pp_rank && x->dp_rank == y->dp_rank && x->replicated != y->replicated)
+                    tp_same = 0;
+            }
+        }
+        if (world > 1)
+            ok(replicas && twins && tp_same, "%s: DP replicas, the tied wte's two copies and TP-replicated tensors "
+               "end bit-identical", name);
+        double dl = max_rel_loss(&r0->r, &ref), dn = max_rel_norm(&r0->r, &ref);
+        double dp = max_abs(r0->params, ref_params, j.nparams);
+        if (i == 0) {
+            ok(same && dl == 0.0 && dp == 0.0 && memcmp(r0->r.norm, ref.norm, sizeof ref.norm) == 0,
+               "%s: the same losses, norms and parameters as the single-process trainer, bit for bit", name);
+        } else {
+            if (dl > worst_loss)
+                worst_loss = dl;
+            ok(same && dl <= LOSS_RTOL && dn <= LOSS_RTOL && dp < PARAM_ATOL,
+               "%s: every rank has the job's loss and norm; max relative deviation of the loss %.1e, of the "
+               "clipped global norm %.1e (<= %.0e), max parameter deviation %.1e (< %.0e) after %d steps", name, dl,
+               dn, LOSS_RTOL, dp, PARAM_ATOL, STEPS);
+        }
+        free(areas);
+    }
+    diag("largest relative loss deviation over the layouts: %.3e", worst_loss);
+
+    free(ref_params);
+    unlink(path);
+    rmdir(dir);
+    return tap_done();
+}
