@@ -8,7 +8,8 @@
  * Sizes go from --min to --max by factors of 4 (1K, 4K, ... 64M, 256M).
  * As in nccl-tests, "size" is the all-reduce buffer, all-gather's output
  * and reduce-scatter's input (count * ranks floats); time is the slowest
- * rank's mean over the timed iterations; algbw = size / time; busbw =
+ * rank's mean over the timed iterations (median of 5 repetitions, so that a
+ * neighbour's burst on a shared machine does not decide); algbw = size / time; busbw =
  * algbw * 2(n-1)/n for all-reduce and algbw * (n-1)/n for the others: the
  * bytes each rank's link carries per second, comparable across n.
  * memcpy: one thread copying 64 MiB (median of 9), before and after the
@@ -194,13 +195,15 @@ static int parse_args(int argc, char **argv, struct options *o)
     return 0;
 }
 
-/* Iterations for a size: about 1 GiB moved, 2 to 200. */
+#define REPS 5
+
+/* Iterations of one repetition: about 256 MiB moved, 1 to 100. */
 static int iters_for(const struct options *o, size_t bytes)
 {
     if (o->iters > 0)
         return o->iters;
-    size_t n = ((size_t)1 << 30) / bytes;
-    return n < 2 ? 2 : n > 200 ? 200 : (int)n;
+    size_t n = ((size_t)256 << 20) / bytes;
+    return n < 1 ? 1 : n > 100 ? 100 : (int)n;
 }
 
 static int run_op(dtrain_comm *c, enum op op, float *a, float *b, size_t count)
@@ -248,19 +251,26 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
             int iters = iters_for(o, bytes);
             if (count == 0)
                 continue;
-            if ((rc = run_op(c, (enum op)k, a, b, count)) != 0 || (rc = dtrain_comm_barrier(c)) != 0)
+            if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
                 goto failed;
-            double t0 = now_seconds();
-            for (int it = 0; it < iters; it++)
-                if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
+            double rep_time[REPS];
+            for (int rep = 0; rep < REPS; rep++) {
+                if ((rc = dtrain_comm_barrier(c)) != 0)
                     goto failed;
-            float mine = (float)((now_seconds() - t0) / iters);
-            if ((rc = dtrain_comm_all_gather(c, &mine, times, 1)) != 0)
-                goto failed;
+                double t0 = now_seconds();
+                for (int it = 0; it < iters; it++)
+                    if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
+                        goto failed;
+                float mine = (float)((now_seconds() - t0) / iters);
+                if ((rc = dtrain_comm_all_gather(c, &mine, times, 1)) != 0)
+                    goto failed;
+                rep_time[rep] = 0;
+                for (int i = 0; i < n; i++) /* the slowest rank's */
+                    rep_time[rep] = times[i] > rep_time[rep] ? times[i] : rep_time[rep];
+            }
             if (rank == 0) {
-                double t = 0;
-                for (int i = 0; i < n; i++)
-                    t = times[i] > t ? times[i] : t;
+                qsort(rep_time, REPS, sizeof rep_time[0], cmp_double);
+                double t = rep_time[REPS / 2];
                 double size = (double)(count * sizeof(float) * (k == OP_ALLREDUCE ? 1 : (size_t)n));
                 double algbw = size / t / 1e9;
                 double busbw = algbw * (k == OP_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;
@@ -341,7 +351,7 @@ int main(int argc, char **argv)
     printf("# " PROG ": cpu comm backend, %s, %ld CPUs online\n",
            o.transport == DTRAIN_COMM_TRANSPORT_TCP ? "TCP (loopback)" : "shared memory", sysconf(_SC_NPROCESSORS_ONLN));
     printf("# memcpy, one thread, 64 MiB: %.2f GB/s\n", before);
-    printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters",
+    printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters/rep",
            "time(us)", "algbw(GB/s)", "busbw(GB/s)", "/memcpy");
     int failed = 0;
     for (int i = 0; i < o.nranks; i++)

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -104,6 +105,7 @@ static void install_p2p_in(struct dtrain_comm *c, struct cpu_comm *cc, int fd, i
         refuse(c, fd);
         return;
     }
+    link_set_waiting(l, cc->oversubscribed);
     pthread_mutex_lock(&c->lock);
     cc->p2p_in[from] = l;
     pthread_mutex_unlock(&c->lock);
@@ -413,9 +415,24 @@ static int connect_hello(struct dtrain_comm *c, struct cpu_comm *cc, int to, enu
     return rc;
 }
 
-static void count_link(struct dtrain_comm *c, const struct link *l)
+/* A new link: its waiting policy, and the statistics. */
+static void count_link(struct dtrain_comm *c, const struct cpu_comm *cc, struct link *l)
 {
+    link_set_waiting(l, cc->oversubscribed);
     atomic_fetch_add(l->ring != NULL ? &c->shm_links : &c->tcp_links, 1);
+}
+
+/* More members of this communicator on this host than CPUs to run them
+ * (other communicators and jobs are not counted: a hint, not a census). */
+static int host_oversubscribed(const struct dtrain_comm *c, const struct cpu_comm *cc)
+{
+    cpu_set_t set;
+    int local = 0;
+    for (int i = 0; i < c->size; i++)
+        local += cc->table[i].host == cc->table[c->rank].host;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 0;
+    return local > CPU_COUNT(&set);
 }
 
 int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen)
@@ -484,8 +501,9 @@ int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadlin
     }
     if (offered && !mapped)
         link_shm_drop(cc->prev);
-    count_link(c, cc->next);
-    count_link(c, cc->prev);
+    cc->oversubscribed = host_oversubscribed(c, cc);
+    count_link(c, cc, cc->next);
+    count_link(c, cc, cc->prev);
 out:
     if (offered)
         link_shm_unlink(name); /* both have it mapped, or it is not used: the name goes */
@@ -513,7 +531,7 @@ int cpu_p2p_out(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct lin
         pthread_mutex_lock(&c->lock);
         cc->p2p_out[peer] = l;
         pthread_mutex_unlock(&c->lock);
-        count_link(c, l);
+        count_link(c, cc, l);
     }
     *out = cc->p2p_out[peer];
     return 0;

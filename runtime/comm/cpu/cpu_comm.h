@@ -52,6 +52,7 @@ struct cpu_comm {
     int stash_fd;            /* a RING hello that came before it was awaited, or -1 */
     struct wire_hello stash;
     float *scratch;          /* reduce-scatter's partial sums, 3 * RING_CHUNK_FLOATS */
+    int oversubscribed;      /* more members on this host than CPUs this process may use */
 };
 
 /* Parse "cpu:<IPv4>:<port>:<32 hex>".  0, or -1 when malformed. */

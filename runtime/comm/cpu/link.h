@@ -41,6 +41,7 @@ struct link {
     unsigned char *stage;  /* TCP, receiver: bytes read ahead for a reduction */
     size_t stage_len;
     uint32_t seq;          /* next message's sequence number */
+    unsigned spin, yield;  /* idle rounds spent spinning, then yielding, before sleeping */
     char why[160];
 };
 
@@ -61,6 +62,10 @@ ssize_t link_read(struct link *l, void *dst, size_t len);
 /* dst[i] = a[i] + incoming[i] (a may be dst), divided by divisor when it is
  * not 0, for up to n floats; returns the floats done. */
 ssize_t link_read_reduce(struct link *l, float *dst, const float *a, size_t n, float divisor);
+
+/* How to wait: oversubscribed (more members on this host than CPUs to run
+ * them) gives the CPU away at once instead of spinning.  link_new sets 0. */
+void link_set_waiting(struct link *l, int oversubscribed);
 
 /* Sleep a little until r (receiving) or s (sending) may move: spin, then
  * yield, then poll or futex-wait for at most a few milliseconds, as idle
