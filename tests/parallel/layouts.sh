@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The 3D-parallel trainer under a real local Slurm (scripts/local-cluster:
+# munged, slurmctld, 2 slurmd on loopback, each node looking like a 4-GPU
+# HGX A100 board through a saved hwloc topology, a hardware stand-in; the
+# dtrain SPANK plugin in plugstack.conf).  For (T,P,D) in (1,1,1), (2,1,1),
+# (1,2,1), (1,1,2), (2,2,1), (2,2,2), a batch job submitted with
+# `sbatch --dtrain-tp=T --dtrain-pp=P` runs `srun --mpi=pmi2 dtrain-launch`
+# twice, ZeRO-1 off and on, on a tiny model (L=4 C=64 NH=4 V=256, T=32,
+# global batch 8, 10 steps, byte-level tokens of the docs in the tree); the
+# largest job is 8 ranks over 2 nodes.  Every run's per-step loss must match
+# the (1,1,1) run's within the relative tolerance of doc/parallel.md.
+. "$abs_top_srcdir/tests/tap.sh"
+. "$abs_top_srcdir/tests/slurm/lib.sh"
+need_cluster_tools
+plugin=$abs_top_builddir/spank_plugin/.libs/dtrain.so
+[ -f "$plugin" ] || skip_all "the dtrain plugin is not built ($plugin)"
+if "$abs_top_builddir/config.status" --config | grep -q -- --enable-sanitizers; then
+  skip_all "sanitizer build: slurmstepd cannot load a plugin built with ASan (run in the normal build)"
+fi
+launch=$abs_top_builddir/launcher/dtrain-launch
+tokenize=$abs_top_builddir/runtime/dtrain-tokenize
+rtol=1e-5 # doc/parallel.md
+steps=10
+
+new_cluster_dir parallel; d=$LC_NEW
+cat "$abs_top_srcdir"/doc/*.md >"$d/corpus.txt"
+check "dtrain-tokenize makes byte-level tokens of the docs" "$tokenize" "$d/corpus.txt" "$d/tokens.bin"
+out=$(lc start --dir "$d" --nodes 2 --cpus-per-node 8 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
+  --plugin "$plugin" --plugin-args "max_tp=8" 2>&1)
+rc=$?
+check "a 2-node cluster of 4-GPU nodes with the dtrain plugin starts" [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+
+trainer=(--data "$d/tokens.bin" --layers 4 --channels 64 --heads 4 --vocab-size 256 --padded-vocab-size 256
+  --max-seq-len 32 --seq 32 --batch 8 --steps "$steps" --lr 3e-3 --weight-decay 0.01 --grad-clip 1
+  --seed 11 --threads 1 --log-every 5)
+
+# layout NAME T P NODES TASKS-PER-NODE MICRO-BATCHES: one batch job, two
+# sruns (ZeRO-1 off, on), metrics in $d/NAME.zero{0,1}.jsonl; sets $rc.
+layout() {
+  local name=$1 t=$2 p=$3 nodes=$4 per=$5 micro=$6 z
+  {
+    echo '#!/bin/bash'
+    echo 'export OPENBLAS_NUM_THREADS=1'
+    for z in 0 1; do
+      printf 'srun --mpi=pmi2 %q --backend cpu' "$launch"
+      printf ' %q' "${trainer[@]}" --micro-batches "$micro" --zero1 "$z" --metrics "$d/$name.zero$z.jsonl"
+      printf ' || exit $?\n'
+    done
+  } >"$d/$name.sbatch"
+  in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-tp="$t" --dtrain-pp="$p" -N "$nodes" \
+    --ntasks-per-node="$per" -o "$d/$name.out" "$d/$name.sbatch" >/dev/null 2>"$d/$name.err"
+  rc=$?
+}
+
+# losses FILE: the "loss" of each metrics line, one a line.
+losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+
+# deviation BASE FILE: the largest relative loss deviation over the steps,
+# or "missing" when FILE does not have every step.
+deviation() {
+  paste <(losses "$1") <(losses "$2") | awk -v n="$steps" '
+    NF == 2 { k++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > m) m = d }
+    END { if (k != n) print "missing"; else printf "%.2e\n", m }'
+}
+
+start=$(date +%s)
+layout base 1 1 1 1 1
+check "(1,1,1): sbatch --dtrain-tp=1 --dtrain-pp=1 -N1 -n1, two sruns of dtrain-launch exit 0 (exit $rc)" [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$d/base.out" "$d/base.err" | head -20
+check "(1,1,1): $steps steps of metrics, ZeRO-1 off and on" \
+  [ "$(losses "$d/base.zero0.jsonl" | wc -l)" -eq "$steps" -a "$(losses "$d/base.zero1.jsonl" | wc -l)" -eq "$steps" ]
+dev=$(deviation "$d/base.zero0.jsonl" "$d/base.zero1.jsonl")
+check "(1,1,1) ZeRO-1 on (the parallel trainer on one rank) against off (the single-process trainer): max relative loss deviation $dev <= $rtol" \
+  awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+
+worst=0
+#      name  T P nodes per-node m
+for spec in "tp2 2 1 1 2 1" "pp2 1 2 2 1 2" "dp2 1 1 2 1 1" "tp2pp2 2 2 1 4 2" "tp2pp2dp2 2 2 2 4 2"; do
+  set -- $spec
+  name=$1 t=$2 p=$3 nodes=$4 per=$5 micro=$6
+  world=$((nodes * per)) dp=$((nodes * per / (t * p)))
+  layout "$name" "$t" "$p" "$nodes" "$per" "$micro"
+  check "($t,$p,$dp): sbatch --dtrain-tp=$t --dtrain-pp=$p -N$nodes --ntasks-per-node=$per, srun --mpi=pmi2 dtrain-launch --micro-batches $micro, ZeRO-1 off and on, exit 0 (exit $rc)" \
+    [ "$rc" -eq 0 ]
+  [ "$rc" -eq 0 ] || sed 's/^/# /' "$d/$name.out" "$d/$name.err" | head -20
+  check "($t,$p,$dp): rank 0 reports the plugin's layout, T=$t P=$p D=$dp ($world ranks), twice" \
+    [ "$(grep -c "layout T=$t P=$p D=$dp ($world ranks)" "$d/$name.out")" -eq 2 ]
+  for z in 0 1; do
+    dev=$(deviation "$d/base.zero0.jsonl" "$d/$name.zero$z.jsonl")
+    check "($t,$p,$dp) ZeRO-1 $([ $z = 1 ] && echo on || echo off): every step's loss matches (1,1,1): max relative deviation $dev <= $rtol" \
+      awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+    worst=$(awk -v a="$worst" -v b="$dev" 'BEGIN { print (b != "missing" && b + 0 > a + 0) ? b : a }')
+  done
+done
+diag "largest relative loss deviation from (1,1,1) over all layouts: $worst; all jobs took $(($(date +%s) - start)) s"
+done_testing
