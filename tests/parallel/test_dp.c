@@ -1,0 +1,185 @@
+/* Data parallelism (runtime/dtrain_dp.h) with D = 2 and D = 3 local
+ * processes: each rank brings its own gradients for 3 steps; the bucketed
+ * all-reduce (overlapped in the reducer thread, or not, units reported in
+ * any order) and ZeRO-1 (reduce-scatter, AdamW on the shard, all-gather)
+ * must give every rank the parameters of plain AdamW on the summed
+ * gradients, and the ranks' norm shares must add up to the summed
+ * gradient's norm.  ZeRO-1 keeps about 1/D of the optimizer state (D = 3
+ * pads every bucket to a multiple of 3). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_dp.h"
+#include "dtrain_pcomm.h"
+#include "dtrain_rng.h"
+#include "local_boot.h"
+#include "tap.h"
+
+#define STEPS 3
+
+static const struct dtrain_gpt2_config model = {
+    .max_seq_len = 8, .vocab_size = 60, .padded_vocab_size = 64, .num_layers = 3, .num_heads = 2, .channels = 8,
+};
+
+enum mode { PLAIN_OVERLAP, PLAIN_REVERSED, ZERO1, MODES };
+
+struct result {
+    int ran;
+    char err[256];
+    double vs_ref[MODES];     /* max |params - reference| */
+    int plain_same;           /* overlap on/off (units in reverse order): the same bits */
+    double norm_err[MODES];   /* relative error of the global norm against the reference */
+    size_t state[MODES];      /* optimizer floats */
+    int buckets;
+    size_t n;
+};
+
+/* Rank r's gradient of step s. */
+static void grads_of(float *g, size_t n, int r, int s)
+{
+    for (size_t i = 0; i < n; i++)
+        g[i] = (float)(0.3 * dtrain_rng_normal(17, (uint64_t)(r * STEPS + s), i));
+}
+
+static int run_mode(struct dtrain_kernels *k, dtrain_comm *dp_comm, const struct dtrain_shard *sh, enum mode m,
+                    const struct dtrain_optim_config *oc, float *params, double *norms, size_t *state,
+                    int *buckets, char *err, size_t errlen)
+{
+    size_t n = sh->count;
+    float *grads = malloc(n * sizeof(float));
+    struct dtrain_dp *dp = NULL;
+    struct dtrain_dp_options o = {.zero1 = m == ZERO1, .overlap = m != PLAIN_REVERSED, .bucket_floats = 300};
+    int rc = grads == NULL ? DTRAIN_ERR_SYSTEM : dtrain_dp_create(k, dp_comm, sh, params, grads, &o, &dp, err, errlen);
+    for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
+        grads_of(grads, n, dtrain_comm_rank(dp_comm), s);
+        dtrain_dp_begin_step(dp);
+        int units = dtrain_shard_units(sh);
+        for (int u = 0; u < units; u++)
+            dtrain_dp_unit_ready(dp, m == PLAIN_REVERSED ? units - 1 - u : u);
+        if ((rc = dtrain_dp_finish(dp, err, errlen)) != DTRAIN_OK)
+            break;
+        double share = dtrain_dp_norm_sumsq(dp), total;
+        if ((rc = dtrain_pcomm_sum_doubles(dp_comm, &share, &total, 1, "norm", err, errlen)) != DTRAIN_OK)
+            break;
+        norms[s] = sqrt(total);
+        rc = dtrain_dp_update(dp, oc, s, oc->lr, dtrain_clip_scale(oc, norms[s]), err, errlen);
+    }
+    if (dp != NULL) {
+        *state = dtrain_dp_optimizer_floats(dp);
+        *buckets = dtrain_dp_buckets(dp);
+    }
+    dtrain_dp_destroy(dp);
+    free(grads);
+    return rc;
+}
+
+static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
+{
+    struct result *r = result;
+    struct dtrain_comms comms;
+    struct dtrain_kernels *k = NULL;
+    struct dtrain_kernels_options ko = {.threads = 1};
+    struct dtrain_shard sh;
+    struct dtrain_adamw *ref_opt = NULL;
+    float *init = NULL, *ref = NULL, *sum = NULL, *g = NULL, *out[MODES] = {NULL};
+    (void)ctx;
+    if (local_boot_comms(bs, 20000, 0, &comms, r->err, sizeof r->err) != DTRAIN_COMM_OK)
+        return 3;
+    struct dtrain_optim_config oc = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                                     .grad_clip = 2.0, .schedule = DTRAIN_LR_CONSTANT};
+    if (dtrain_kernels_create("cpu", &ko, &k, r->err, sizeof r->err) != 0 ||
+        dtrain_shard_plan(&model, 1, 1, 0, 0, &sh, r->err, sizeof r->err) != DTRAIN_OK)
+        goto out;
+    size_t n = sh.count, D = (size_t)bs->dp;
+    r->n = n;
+    init = malloc(n * sizeof(float));
+    ref = malloc(n * sizeof(float));
+    sum = malloc(n * sizeof(float));
+    g = malloc(n * sizeof(float));
+    if (init == NULL || ref == NULL || sum == NULL || g == NULL ||
+        dtrain_adamw_create(k, n, &ref_opt, r->err, sizeof r->err) != DTRAIN_OK)
+        goto out;
+    dtrain_gpt2_init_params(&model, 5, init);
+    /* the reference: AdamW on the sum of every rank's gradients */
+    memcpy(ref, init, n * sizeof(float));
+    double ref_norm[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        memset(sum, 0, n * sizeof(float));
+        for (size_t q = 0; q < D; q++) {
+            grads_of(g, n, (int)q, s);
+            for (size_t i = 0; i < n; i++)
+                sum[i] += g[i];
+        }
+        ref_norm[s] = sqrt(dtrain_k_sumsq(k, sum, n));
+        dtrain_adamw_update(ref_opt, ref, sum, &oc, s, oc.lr, dtrain_clip_scale(&oc, ref_norm[s]));
+    }
+    for (int m = 0; m < MODES; m++) {
+        double norms[STEPS];
+        out[m] = malloc(n * sizeof(float));
+        if (out[m] == NULL)
+            goto out;
+        memcpy(out[m], init, n * sizeof(float));
+        if (run_mode(k, comms.group[DTRAIN_GROUP_DP], &sh, (enum mode)m, &oc, out[m], norms, &r->state[m],
+                     &r->buckets, r->err, sizeof r->err) != DTRAIN_OK)
+            goto out;
+        r->vs_ref[m] = 0.0;
+        for (size_t i = 0; i < n; i++)
+            r->vs_ref[m] = fmax(r->vs_ref[m], fabs((double)out[m][i] - ref[i]));
+        r->norm_err[m] = 0.0;
+        for (int s = 0; s < STEPS; s++)
+            r->norm_err[m] = fmax(r->norm_err[m], fabs(norms[s] - ref_norm[s]) / ref_norm[s]);
+    }
+    r->plain_same = memcmp(out[PLAIN_OVERLAP], out[PLAIN_REVERSED], n * sizeof(float)) == 0;
+    r->ran = 1;
+out:
+    for (int m = 0; m < MODES; m++)
+        free(out[m]);
+    free(init);
+    free(ref);
+    free(sum);
+    free(g);
+    dtrain_adamw_destroy(ref_opt);
+    dtrain_kernels_destroy(k);
+    dtrain_comm_destroy_all(&comms);
+    return r->ran ? 0 : 1;
+}
+
+int main(void)
+{
+    for (int D = 2; D <= 3; D++) {
+        struct result res[3];
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        char err[256];
+        memset(res, 0, sizeof res);
+        int rc = local_boot_run(1, 1, D, rank_main, NULL, sizeof res[0], res, codes, 60, err, sizeof err);
+        int ran = rc == 0, same = 1;
+        double plain = 0, zero = 0, norm = 0;
+        for (int r = 0; r < D; r++) {
+            if (res[r].err[0])
+                diag("D=%d rank %d: %s", D, r, res[r].err);
+            ran = ran && res[r].ran;
+            same = same && res[r].plain_same;
+            plain = fmax(plain, fmax(res[r].vs_ref[PLAIN_OVERLAP], res[r].vs_ref[PLAIN_REVERSED]));
+            zero = fmax(zero, res[r].vs_ref[ZERO1]);
+            for (int m = 0; m < MODES; m++)
+                norm = fmax(norm, res[r].norm_err[m]);
+        }
+        ok(ran, "D=%d: %d ranks reduce 3 steps of gradients in %d buckets, three ways (%s)", D, D, res[0].buckets,
+           ran ? "ok" : err);
+        ok(ran && plain < 1e-6, "D=%d: bucketed all-reduce + AdamW: every rank's parameters within %.1e of AdamW on the "
+           "summed gradients", D, plain);
+        ok(ran && same, "D=%d: overlapped in the reducer thread or not, units reported in any order: the same bits", D);
+        ok(ran && zero < 1e-6, "D=%d: ZeRO-1 (reduce-scatter, AdamW on the shard, all-gather): within %.1e of the same",
+           D, zero);
+        ok(ran && norm < 1e-6, "D=%d: the ranks' norm shares add up to the summed gradient's norm (%.1e), with and "
+           "without ZeRO-1, so clipping acts alike", D, norm);
+        size_t n = res[0].n, zs = res[0].state[ZERO1];
+        ok(ran && res[0].state[PLAIN_OVERLAP] == 2 * n && zs >= 2 * n / (size_t)D &&
+           zs <= 2 * (n / (size_t)D + (size_t)res[0].buckets),
+           "D=%d: AdamW state per rank: %zu floats without ZeRO-1, %zu with it (2n/D = %zu)", D,
+           res[0].state[PLAIN_OVERLAP], zs, 2 * n / (size_t)D);
+    }
+    return tap_done();
+}
