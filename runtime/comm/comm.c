@@ -91,8 +91,8 @@ static int check_group(const struct dtrain_comm_group *g, char *err, size_t errl
         return DTRAIN_COMM_EINVAL;
     }
     if (g->size < 1 || g->my_rank < 0 || g->my_rank >= g->size) {
-        dtrain_snprintf(err, errlen, "group %.64s: rank %d of %d members is out of range", g->key, g->my_rank,
-                        g->size);
+        dtrain_snprintf(err, errlen, "group %.64s%srank %d of %d members is out of range", g->key,
+                        g->key[0] ? ": " : "", g->my_rank, g->size);
         return DTRAIN_COMM_EINVAL;
     }
     if (memchr(g->id, '\0', sizeof g->id) == NULL) {

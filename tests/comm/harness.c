@@ -60,14 +60,16 @@ static void make_group(struct dtrain_comm_group *g, int n, int rank, const char 
 }
 
 int harness_run(int n, int ngroups, harness_fn fn, void *arg, int bound_s,
-                void (*after_start)(const pid_t *pids, int n, void *arg), struct harness_result *res)
+                void (*after_start)(const struct harness_started *s, void *arg), struct harness_result *res)
 {
-    char ids[HARNESS_MAX_GROUPS][DTRAIN_BOOTSTRAP_ID_MAX], err[256];
+    struct harness_started st;
+    char(*ids)[DTRAIN_BOOTSTRAP_ID_MAX] = st.ids, err[256];
+    pid_t *pids = st.pids;
     int fds[HARNESS_MAX_GROUPS];
-    pid_t pids[HARNESS_MAX_RANKS];
     int started = 0, rc = -1;
 
     memset(res, 0, sizeof *res);
+    memset(&st, 0, sizeof st);
     if (n < 1 || n > HARNESS_MAX_RANKS || ngroups < 1 || ngroups > HARNESS_MAX_GROUPS) {
         printf("# harness: bad n %d or ngroups %d\n", n, ngroups);
         return -1;
@@ -107,8 +109,9 @@ int harness_run(int n, int ngroups, harness_fn fn, void *arg, int bound_s,
         close(fds[k]);
         fds[k] = -1;
     }
+    st.n = n;
     if (after_start != NULL)
-        after_start(pids, n, arg);
+        after_start(&st, arg);
     rc = 0;
 out:
     for (int k = 0; k < ngroups; k++)

@@ -29,12 +29,19 @@ struct harness_result {
     int hung;                         /* children killed at the bound */
 };
 
+/* What the parent knows once the children run. */
+struct harness_started {
+    int n;
+    pid_t pids[HARNESS_MAX_RANKS];
+    char ids[HARNESS_MAX_GROUPS][DTRAIN_BOOTSTRAP_ID_MAX]; /* each group's bootstrap id */
+};
+
 /* Fork n children running fn; wait at most bound_s seconds (then SIGKILL).
- * after_start (may be NULL) runs in the parent once all children run, with
- * their pids, e.g. to kill one of them.  Returns 0, or -1 when the harness
- * itself failed (message on stdout as a TAP comment). */
+ * after_start (may be NULL) runs in the parent once all children run, e.g.
+ * to kill one of them or to knock at the leader's door.  Returns 0, or -1
+ * when the harness itself failed (message on stdout as a TAP comment). */
 int harness_run(int n, int ngroups, harness_fn fn, void *arg, int bound_s,
-                void (*after_start)(const pid_t *pids, int n, void *arg), struct harness_result *res);
+                void (*after_start)(const struct harness_started *s, void *arg), struct harness_result *res);
 
 /* Options for a child's communicator: timeout, transport, and a host id
  * from `hosts` fake hosts (rank i on host i * hosts / n), so that TCP

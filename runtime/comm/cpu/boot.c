@@ -318,7 +318,7 @@ static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct 
     uint32_t size, to;
     if ((rc = net_write_all(c, fd, hello, sizeof hello, deadline_ms, why, whylen)) != 0 ||
         (rc = net_read_all(c, fd, head, sizeof head, deadline_ms, why, whylen)) != 0)
-        goto out;
+        goto failed;
     if (wire_table_head_decode(head, &size, &to) != 0 || size != (uint32_t)n || to != (uint32_t)c->rank) {
         dtrain_snprintf(why, whylen, "the leader at %s sent a table that is not for rank %d of %d",
                         net_addr_text(leader, text, sizeof text), c->rank, n);
@@ -327,12 +327,19 @@ static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct 
     }
     rc = net_read_all(c, fd, entries, (size_t)n * WIRE_TABLE_ENTRY_LEN, deadline_ms, why, whylen);
     if (rc != 0)
-        goto out;
+        goto failed;
     for (int i = 0; i < n; i++)
         wire_peer_decode(entries + (size_t)i * WIRE_TABLE_ENTRY_LEN, &cc->table[i]);
     if (cc->table[c->rank].port != ntohs(me.sin_port) || cc->table[c->rank].addr.s_addr != me.sin_addr.s_addr) {
         dtrain_snprintf(why, whylen, "the leader's table does not list this member's address");
         rc = -DTRAIN_COMM_EPEER;
+    }
+    goto out;
+failed: { /* say which step: the rest of the group may be what is missing */
+        char step[200];
+        dtrain_snprintf(step, sizeof step, "%s", why);
+        dtrain_snprintf(why, whylen, "waiting for the group table from the leader at %s (it sends it once all %d "
+                        "members joined): %s", net_addr_text(leader, text, sizeof text), n, step);
     }
 out:
     if (fd >= 0)

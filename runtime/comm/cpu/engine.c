@@ -99,13 +99,12 @@ static int check_header(struct dtrain_comm *c, struct engine_plan *p, const stru
     if (wire_header_decode(p->header_in, &got) != 0)
         return comm_fail(c, DTRAIN_COMM_EMISMATCH, r->peer, "%s: rank %d sent something that is not a message header",
                          wire_op_name(want->op), r->peer);
+    char here[96], there[96];
     if (got.op != want->op || got.arg != want->arg || got.root != want->root || got.count != want->count ||
         got.seq != want->seq)
         return comm_fail(c, DTRAIN_COMM_EMISMATCH, r->peer,
-                         "%s of %llu (op %u, root %u) as message %u here, but rank %d sent %s of %llu (op %u, "
-                         "root %u) as message %u: members must call the same operations in the same order",
-                         wire_op_name(want->op), (unsigned long long)want->count, want->arg, want->root, want->seq,
-                         r->peer, wire_op_name(got.op), (unsigned long long)got.count, got.arg, got.root, got.seq);
+                         "%s here, but rank %d sent %s: members must make the same calls in the same order",
+                         wire_header_text(want, here, sizeof here), r->peer, wire_header_text(&got, there, sizeof there));
     return 0;
 }
 
@@ -198,11 +197,13 @@ int engine_run(struct dtrain_comm *c, struct link *s, struct link *r, struct eng
         int failed = atomic_load_explicit(&c->failed, memory_order_relaxed);
         if (failed != 0) /* broken meanwhile, e.g. by dtrain_comm_abort() in another thread */
             return failed;
-        long got_r = r != NULL ? pump_recv(c, p, r, si, &ri, &roff) : 0;
-        if (got_r < 0)
-            return atomic_load(&c->failed);
+        /* Sending first puts this member's header out before it judges
+         * the peer's, so that both ends of a mismatch see it. */
         long got_s = s != NULL ? pump_send(c, p, s, &si, &soff, ri, roff) : 0;
         if (got_s < 0)
+            return atomic_load(&c->failed);
+        long got_r = r != NULL ? pump_recv(c, p, r, si, &ri, &roff) : 0;
+        if (got_r < 0)
             return atomic_load(&c->failed);
         if (si == p->nsend && ri == p->nrecv)
             return 0;

@@ -1,6 +1,7 @@
 /* Encoding of the cpu backend's messages; see wire.h. */
 #include "wire.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define MAGIC_HELLO 0x4d435444u  /* "DTCM" */
@@ -177,6 +178,23 @@ int wire_header_decode(const unsigned char in[WIRE_HEADER_LEN], struct wire_head
     h->root = get32(in + 12);
     h->count = get64(in + 16);
     return 0;
+}
+
+const char *wire_header_text(const struct wire_header *h, char *buf, size_t len)
+{
+    static const char *const reduce[] = {"sum", "avg"};
+    const char *unit = h->op == WIRE_OP_BROADCAST || h->op == WIRE_OP_SEND ? "bytes" : "floats";
+    int n;
+    if (h->op == WIRE_OP_BROADCAST)
+        n = snprintf(buf, len, "broadcast from rank %u of %llu bytes", h->root, (unsigned long long)h->count);
+    else if (h->op == WIRE_OP_ALLREDUCE || h->op == WIRE_OP_REDUCE_SCATTER)
+        n = snprintf(buf, len, "%s (%s) of %llu %s", wire_op_name(h->op), h->arg < 2 ? reduce[h->arg] : "?",
+                     (unsigned long long)h->count, unit);
+    else
+        n = snprintf(buf, len, "%s of %llu %s", wire_op_name(h->op), (unsigned long long)h->count, unit);
+    if (n >= 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " (message %u on the link)", h->seq);
+    return buf;
 }
 
 const char *wire_op_name(unsigned op)

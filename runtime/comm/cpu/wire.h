@@ -99,5 +99,7 @@ struct wire_header {
 void wire_header_encode(const struct wire_header *h, unsigned char out[WIRE_HEADER_LEN]);
 int wire_header_decode(const unsigned char in[WIRE_HEADER_LEN], struct wire_header *h);
 const char *wire_op_name(unsigned op);
+/* "allreduce (sum) of 100 floats (message 3 on the link)", for messages. */
+const char *wire_header_text(const struct wire_header *h, char *buf, size_t len);
 
 #endif
