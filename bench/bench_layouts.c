@@ -1,0 +1,113 @@
+/* dtrain-bench-layouts: each layout's step time against (1,1,1) at equal
+ * total work.
+ *
+ * The same model (L=4 C=256 NH=4 V=256), the same global batch (8 x 64
+ * tokens) and the same optimizer in every layout; each rank runs its
+ * kernels on 1 thread (bench_parallel.h: local processes, real
+ * communicators).  For each layout: rank 0's median step time, the speedup
+ * over (1,1,1) = t(1,1,1) / t(layout), and the speedup the machine allows,
+ * min(ranks x (1 - the pipeline's ideal bubble), CPUs), so that the last
+ * column, speedup / allowed, says how much the split itself costs
+ * (communication, the tensor-parallel all-reduces, the bubble's excess).
+ *
+ *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero1 0|1]
+ *
+ * More ranks than CPUs time-share them: on a 2-CPU machine the allowed
+ * speedup of any layout is 2. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_parallel.h"
+#include "dtrain_parse.h"
+#include "dtrain_pipeline.h"
+
+struct layout {
+    int tp, pp, dp, micro;
+};
+
+int main(int argc, char **argv)
+{
+    int steps = 5, warmup = 2, zero1 = 0;
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        long v;
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int good = val != NULL;
+        i++;
+        if (good && strcmp(a, "--steps") == 0) {
+            good = dtrain_parse_int(val, 1, 64, a, &v, err, sizeof err) == 0;
+            steps = (int)v;
+        } else if (good && strcmp(a, "--warmup") == 0) {
+            good = dtrain_parse_int(val, 0, 64, a, &v, err, sizeof err) == 0;
+            warmup = (int)v;
+        } else if (good && strcmp(a, "--zero1") == 0) {
+            good = dtrain_parse_bool(val, a, &zero1, err, sizeof err) == 0;
+        } else {
+            good = 0;
+        }
+        if (!good) {
+            fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero1 0|1])\n",
+                    a);
+            return 2;
+        }
+    }
+    char dir[] = "/tmp/dtrain-bench-layouts-XXXXXX", path[128];
+    if (mkdtemp(dir) == NULL) {
+        perror("dtrain-bench-layouts: mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    if (bench_tokens(path, 200000, 2, err, sizeof err) != 0) {
+        fprintf(stderr, "dtrain-bench-layouts: %s\n", err);
+        return 1;
+    }
+    struct dtrain_train_config cfg;
+    dtrain_train_config_defaults(&cfg);
+    snprintf(cfg.data, sizeof cfg.data, "%s", path);
+    cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
+                                            .num_layers = 4, .num_heads = 4, .channels = 256};
+    cfg.batch = 8;
+    cfg.seq = 64;
+    cfg.threads = 1;
+    cfg.log_every = 0;
+    cfg.zero1 = zero1;
+    if (dtrain_train_config_finish(&cfg, err, sizeof err) != DTRAIN_OK) {
+        fprintf(stderr, "dtrain-bench-layouts: %s\n", err);
+        return 1;
+    }
+    int cpus = bench_cpus();
+    printf("layouts at equal work: L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, ZeRO-1 %s, "
+           "%d CPUs; medians of %d steps after %d\n", zero1 ? "on" : "off", cpus, steps, warmup);
+    printf("%-12s %3s %6s %10s %9s %9s %9s\n", "(T,P,D)", "m", "ranks", "step ms", "speedup", "allowed", "ratio");
+    const struct layout layouts[] = {
+        {1, 1, 1, 1}, {2, 1, 1, 1}, {1, 2, 1, 4}, {1, 1, 2, 1}, {2, 2, 1, 4}, {2, 2, 2, 2}, {1, 1, 8, 1},
+    };
+    double base = 0.0;
+    int rc = 0;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        const struct layout *L = &layouts[i];
+        struct bench_rank ranks[8];
+        int world = L->tp * L->pp * L->dp;
+        cfg.micro_batches = L->micro;
+        if (bench_run(&cfg, L->tp, L->pp, L->dp, warmup, steps, ranks, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrain-bench-layouts: (%d,%d,%d): %s\n", L->tp, L->pp, L->dp, err);
+            rc = 1;
+            continue;
+        }
+        double ms = ranks[0].step_ms;
+        if (i == 0)
+            base = ms;
+        double busy = world * (1.0 - dtrain_pipe_bubble(L->pp, L->micro)); /* ranks at work, on average */
+        double allowed = busy < cpus ? busy : cpus;
+        char name[32];
+        snprintf(name, sizeof name, "(%d,%d,%d)", L->tp, L->pp, L->dp);
+        printf("%-12s %3d %6d %10.1f %8.2fx %8.2fx %9.2f\n", name, L->micro, world, ms, base / ms, allowed,
+               base / ms / allowed);
+        fflush(stdout);
+    }
+    unlink(path);
+    rmdir(dir);
+    return rc;
+}
