@@ -4,7 +4,10 @@
  * The same model (L=4 C=256 NH=4 V=256), the same global batch (8 x 64
  * tokens) and the same optimizer in every layout; each rank runs its
  * kernels on 1 thread (bench_parallel.h: local processes, real
- * communicators).  For each layout: rank 0's median step time, the speedup
+ * communicators).  For each layout: rank 0's median step time and its
+ * time in forward and backward (compute: with T > 1 it includes the
+ * tensor-parallel all-reduces; the rest of the step is the pipeline's
+ * waits, the gradient reduction and the update), the speedup
  * over (1,1,1) = t(1,1,1) / t(layout), and the speedup the machine allows,
  * min(ranks x (1 - the pipeline's ideal bubble), CPUs), so that the last
  * column, speedup / allowed, says how much the split itself costs
@@ -80,7 +83,8 @@ int main(int argc, char **argv)
     int cpus = bench_cpus();
     printf("layouts at equal work: L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, ZeRO-1 %s, "
            "%d CPUs; medians of %d steps after %d\n", zero1 ? "on" : "off", cpus, steps, warmup);
-    printf("%-12s %3s %6s %10s %9s %9s %9s\n", "(T,P,D)", "m", "ranks", "step ms", "speedup", "allowed", "ratio");
+    printf("%-12s %3s %6s %10s %11s %9s %9s %9s\n", "(T,P,D)", "m", "ranks", "step ms", "compute ms", "speedup",
+           "allowed", "ratio");
     const struct layout layouts[] = {
         {1, 1, 1, 1}, {2, 1, 1, 1}, {1, 2, 1, 4}, {1, 1, 2, 1}, {2, 2, 1, 4}, {2, 2, 2, 2}, {1, 1, 8, 1},
     };
@@ -103,8 +107,8 @@ int main(int argc, char **argv)
         double allowed = busy < cpus ? busy : cpus;
         char name[32];
         snprintf(name, sizeof name, "(%d,%d,%d)", L->tp, L->pp, L->dp);
-        printf("%-12s %3d %6d %10.1f %8.2fx %8.2fx %9.2f\n", name, L->micro, world, ms, base / ms, allowed,
-               base / ms / allowed);
+        printf("%-12s %3d %6d %10.1f %11.1f %8.2fx %8.2fx %9.2f\n", name, L->micro, world, ms, ranks[0].compute_ms,
+               base / ms, allowed, base / ms / allowed);
         fflush(stdout);
     }
     unlink(path);

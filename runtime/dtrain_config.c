@@ -73,6 +73,7 @@ static const struct setting settings[] = {
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero1), 0, 1, "dtrain-launch: shard the AdamW state over data-parallel ranks (ZeRO-1)"},
     {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
     {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
+    {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -105,6 +106,7 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->zero1 = 0;
     c->bucket_mb = 4.0;
     c->dp_overlap = 1;
+    c->comm_timeout = 300;
 }
 
 /* ------------------------------------------------------------------ setting values */

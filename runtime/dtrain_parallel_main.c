@@ -76,6 +76,8 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     memset(&comms, 0, sizeof comms);
     struct dtrain_comm_options opts;
     dtrain_comm_options_defaults(&opts);
+    /* a stage may wait a whole pipeline's forward and backward for a gradient */
+    opts.timeout_ms = cfg.comm_timeout * 1000;
     char why[512];
     int crc = dtrain_comm_init_all(bs, &opts, &comms, why, sizeof why);
     if (crc != DTRAIN_COMM_OK) {

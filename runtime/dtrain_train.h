@@ -71,12 +71,14 @@ struct dtrain_train_config {
     int zero1;                        /* shard the AdamW state over the data-parallel ranks */
     double bucket_mb;                 /* data-parallel gradient buckets of about this many MB */
     int dp_overlap;                   /* reduce buckets in a thread while backward goes on */
+    int comm_timeout;                 /* seconds a communicator may make no progress */
 };
 
 /* Defaults: constant lr 3e-4, betas 0.9/0.999, eps 1e-8, no weight decay, no
  * clipping; B=4, T=64, 100 steps, seed 1337, sequential data, threads = CPUs
  * this process may run on; model (when not imported) L=4, C=256, NH=4,
- * V=256 (bytes), maxT=256; one micro-batch, no ZeRO-1, 4 MB buckets, overlap on. */
+ * V=256 (bytes), maxT=256; one micro-batch, no ZeRO-1, 4 MB buckets, overlap on,
+ * communicator timeout 300 s. */
 void dtrain_train_config_defaults(struct dtrain_train_config *c);
 
 /* Apply a JSON config file on top of c. */
