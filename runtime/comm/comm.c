@@ -211,6 +211,14 @@ static int done(dtrain_comm *c, int rc)
     return rc;
 }
 
+/* Reduce-scatter and all-gather with nothing to exchange: a copy. */
+static int alone(dtrain_comm *c, const float *in, float *out, size_t count)
+{
+    if (count > 0 && out != in)
+        memmove(out, in, count * sizeof(float));
+    return done(c, DTRAIN_COMM_OK);
+}
+
 /* count * size * sizeof(float) must not overflow. */
 static int floats_fit(size_t count, int size)
 {
@@ -237,13 +245,8 @@ int dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size
     if (((in == NULL || out == NULL) && count > 0) || (op != DTRAIN_REDUCE_SUM && op != DTRAIN_REDUCE_AVG) ||
         !floats_fit(count, c->size))
         return DTRAIN_COMM_EINVAL;
-    if (count == 0)
-        return done(c, DTRAIN_COMM_OK);
-    if (c->size == 1) {
-        if (out != in)
-            memmove(out, in, count * sizeof(float));
-        return done(c, DTRAIN_COMM_OK);
-    }
+    if (count == 0 || c->size == 1)
+        return alone(c, in, out, count);
     return done(c, c->backend->reduce_scatter(c, in, out, count, op));
 }
 
@@ -254,13 +257,8 @@ int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t c
         return rc;
     if (((in == NULL || out == NULL) && count > 0) || !floats_fit(count, c->size))
         return DTRAIN_COMM_EINVAL;
-    if (count == 0)
-        return done(c, DTRAIN_COMM_OK);
-    if (c->size == 1) {
-        if (out != in)
-            memmove(out, in, count * sizeof(float));
-        return done(c, DTRAIN_COMM_OK);
-    }
+    if (count == 0 || c->size == 1)
+        return alone(c, in, out, count);
     return done(c, c->backend->all_gather(c, in, out, count));
 }
 

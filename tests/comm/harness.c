@@ -25,6 +25,16 @@ void harness_diag(int rank, const char *fmt, ...)
     fflush(stdout);
 }
 
+int harness_part_failed(const struct harness_result *res, int n, int part)
+{
+    for (int i = 0; i < n; i++) {
+        int code = res->exit_code[i];
+        if (code != 0 && (code < 0 || code >= 128 || (code & (1 << part))))
+            return 1;
+    }
+    return 0;
+}
+
 void harness_options(struct dtrain_comm_options *o, int rank, int n, int hosts, enum dtrain_comm_transport t,
                      int timeout_ms, char host_buf[DTRAIN_COMM_HOST_ID_MAX])
 {

@@ -43,6 +43,11 @@ struct harness_started {
 int harness_run(int n, int ngroups, harness_fn fn, void *arg, int bound_s,
                 void (*after_start)(const struct harness_started *s, void *arg), struct harness_result *res);
 
+/* Children report failed parts of a test as bits of their exit code
+ * (bit p: part p).  1 when some child failed part p, crashed, hung or
+ * did not start; 0 when part p held everywhere. */
+int harness_part_failed(const struct harness_result *res, int n, int part);
+
 /* Options for a child's communicator: timeout, transport, and a host id
  * from `hosts` fake hosts (rank i on host i * hosts / n), so that TCP
  * between "hosts" is exercised on one machine. */

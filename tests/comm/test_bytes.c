@@ -106,13 +106,8 @@ int main(void)
             struct harness_result res;
             enum dtrain_comm_transport t = runs[k].t;
             int rc = harness_run(n, 1, child, &t, 60, NULL, &res);
-            for (int p = 0; p < P_PARTS; p++) {
-                int bad = rc != 0;
-                for (int i = 0; i < n; i++)
-                    bad |= res.exit_code[i] != 0 && (res.exit_code[i] >= 128 || res.exit_code[i] < 0 ||
-                                                     (res.exit_code[i] & (1 << p)));
-                ok(!bad, "n=%d %s: %s", n, runs[k].name, part_text[p]);
-            }
+            for (int p = 0; p < P_PARTS; p++)
+                ok(rc == 0 && !harness_part_failed(&res, n, p), "n=%d %s: %s", n, runs[k].name, part_text[p]);
         }
     }
     return tap_done();

@@ -40,6 +40,13 @@ static size_t big_count(int n)
     return (size_t)n * RING_CHUNK_FLOATS * 2 + 13; /* several slices, uneven segments */
 }
 
+/* A call that failed: say so; 1. */
+static int call_failed(int rank, const char *what, size_t count, int rc, const dtrain_comm *c)
+{
+    harness_diag(rank, "%s(%zu): %s: %s", what, count, dtrain_comm_result_name(rc), dtrain_comm_error_message(c));
+    return 1;
+}
+
 static int check_allreduce(dtrain_comm *c, int rank, int n, size_t count)
 {
     float *buf = malloc((count + 1) * sizeof *buf);
@@ -49,9 +56,7 @@ static int check_allreduce(dtrain_comm *c, int rank, int n, size_t count)
             buf[i] = value(rank, i);
         int rc = dtrain_comm_allreduce(c, buf, count, avg ? DTRAIN_REDUCE_AVG : DTRAIN_REDUCE_SUM);
         if (rc != 0) {
-            harness_diag(rank, "allreduce(%zu): %s: %s", count, dtrain_comm_result_name(rc),
-                         dtrain_comm_error_message(c));
-            bad = 1;
+            bad = call_failed(rank, "allreduce", count, rc, c);
             break;
         }
         for (size_t i = 0; i < count && !bad; i++) {
@@ -80,9 +85,7 @@ static int check_reduce_scatter(dtrain_comm *c, int rank, int n, size_t count)
         float *dst = mode == 2 ? in + (size_t)rank * count : out;
         int rc = dtrain_comm_reduce_scatter(c, in, dst, count, mode == 1 ? DTRAIN_REDUCE_AVG : DTRAIN_REDUCE_SUM);
         if (rc != 0) {
-            harness_diag(rank, "reduce_scatter(%zu): %s: %s", count, dtrain_comm_result_name(rc),
-                         dtrain_comm_error_message(c));
-            bad = 1;
+            bad = call_failed(rank, "reduce_scatter", count, rc, c);
             break;
         }
         for (size_t i = 0; i < count && !bad; i++) {
@@ -113,9 +116,7 @@ static int check_all_gather(dtrain_comm *c, int rank, int n, size_t count)
             src[i] = value(rank, i);
         int rc = dtrain_comm_all_gather(c, src, out, count);
         if (rc != 0) {
-            harness_diag(rank, "all_gather(%zu): %s: %s", count, dtrain_comm_result_name(rc),
-                         dtrain_comm_error_message(c));
-            bad = 1;
+            bad = call_failed(rank, "all_gather", count, rc, c);
             break;
         }
         for (size_t j = 0; j < count * (size_t)n && !bad; j++) {
@@ -141,9 +142,7 @@ static int check_broadcast(dtrain_comm *c, int rank, int n, size_t count)
             buf[i] = rank == root ? (unsigned char)(i * 31 + (size_t)root) : 0xee;
         int rc = dtrain_comm_broadcast(c, buf, bytes, root);
         if (rc != 0) {
-            harness_diag(rank, "broadcast(%zu bytes, root %d): %s: %s", bytes, root, dtrain_comm_result_name(rc),
-                         dtrain_comm_error_message(c));
-            bad = 1;
+            bad = call_failed(rank, "broadcast from each root, bytes", bytes, rc, c);
             break;
         }
         for (size_t i = 0; i < bytes && !bad; i++)
@@ -263,14 +262,8 @@ static void one_run(int n, const struct run *run, const char *name)
 {
     struct harness_result res;
     int rc = harness_run(n, 1, child, (void *)run, 60, NULL, &res);
-    int part_failed[P_PARTS] = {0};
-    for (int i = 0; i < n; i++)
-        for (int p = 0; p < P_PARTS; p++)
-            if (res.exit_code[i] != 0 && (res.exit_code[i] < 0 || res.exit_code[i] >= 128 ||
-                                          (res.exit_code[i] & (1 << p))))
-                part_failed[p] = 1;
     for (int p = 0; p < P_PARTS; p++)
-        ok(rc == 0 && !part_failed[p], "n=%d %s: %s", n, name, part_text[p]);
+        ok(rc == 0 && !harness_part_failed(&res, n, p), "n=%d %s: %s", n, name, part_text[p]);
 }
 
 int main(void)

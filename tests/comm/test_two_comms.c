@@ -137,12 +137,7 @@ int main(void)
 {
     struct harness_result res;
     int rc = harness_run(4, 2, child, NULL, 60, NULL, &res);
-    for (int p = 0; p < P_PARTS; p++) {
-        int bad = rc != 0;
-        for (int i = 0; i < 4; i++)
-            bad |= res.exit_code[i] != 0 &&
-                   (res.exit_code[i] >= 128 || res.exit_code[i] < 0 || (res.exit_code[i] & (1 << p)));
-        ok(!bad, "%s", part_text[p]);
-    }
+    for (int p = 0; p < P_PARTS; p++)
+        ok(rc == 0 && !harness_part_failed(&res, 4, p), "%s", part_text[p]);
     return tap_done();
 }

@@ -26,6 +26,7 @@ int cpu_id_parse(const char *id, struct sockaddr_in *leader, unsigned char secre
     char text[DTRAIN_BOOTSTRAP_ID_MAX], ignored[128];
     long port;
 
+    memset(leader, 0, sizeof *leader);
     if (strncmp(id, prefix, sizeof prefix - 1) != 0 ||
         dtrain_snprintf(text, sizeof text, "%s", id + sizeof prefix - 1) != 0)
         return -1;
@@ -35,7 +36,6 @@ int cpu_id_parse(const char *id, struct sockaddr_in *leader, unsigned char secre
         return -1;
     *port_text++ = '\0';
     *secret_text++ = '\0';
-    memset(leader, 0, sizeof *leader);
     leader->sin_family = AF_INET;
     if (inet_pton(AF_INET, text, &leader->sin_addr) != 1 ||
         dtrain_parse_int(port_text, 1, 65535, "port", &port, ignored, sizeof ignored) != 0 ||
