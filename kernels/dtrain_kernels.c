@@ -6,12 +6,24 @@
 
 static const struct dtrain_kernel_ops *const backend_table[] = {
     &dtrain_kernels_cpu_ops,
+#ifdef DTRAIN_HAVE_CUDA
+    &dtrain_kernels_cuda_ops,
+#endif
 };
 
 static const char *const backend_names[] = {
     "cpu",
+#ifdef DTRAIN_HAVE_CUDA
+    "cuda",
+#endif
     NULL,
 };
+
+#ifdef DTRAIN_HAVE_CUDA
+#define BACKEND_LIST "cpu, cuda"
+#else
+#define BACKEND_LIST "cpu"
+#endif
 
 const char *const *dtrain_kernels_backends(void)
 {
@@ -26,10 +38,33 @@ int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options 
     if (opt == NULL)
         opt = &defaults;
     for (size_t i = 0; i < sizeof backend_table / sizeof backend_table[0]; i++) {
-        if (strcmp(name, backend_table[i]->name) == 0)
-            return backend_table[i]->create(opt, out, err, errlen);
+        const struct dtrain_kernel_ops *ops = backend_table[i];
+        if (strcmp(name, ops->name) != 0)
+            continue;
+        struct dtrain_kernels_options resolved = *opt;
+        switch (opt->precision) {
+        case DTRAIN_PRECISION_DEFAULT:
+            resolved.precision = ops->bf16 ? DTRAIN_PRECISION_BF16 : DTRAIN_PRECISION_FP32;
+            break;
+        case DTRAIN_PRECISION_FP32:
+            break;
+        case DTRAIN_PRECISION_BF16:
+            if (!ops->bf16) {
+                snprintf(err, errlen, "the %s kernels compute in fp32 only: use precision fp32",
+                         ops->name);
+                return -1;
+            }
+            break;
+        default:
+            snprintf(err, errlen, "unknown precision %d (use fp32 or bf16)", (int)opt->precision);
+            return -1;
+        }
+        if (ops->create(&resolved, out, err, errlen) != 0)
+            return -1;
+        (*out)->precision = resolved.precision;
+        return 0;
     }
-    snprintf(err, errlen, "unknown kernel backend '%.32s' (this build has: cpu)", name);
+    snprintf(err, errlen, "unknown kernel backend '%.32s' (this build has: " BACKEND_LIST ")", name);
     return -1;
 }
 
@@ -41,6 +76,27 @@ void dtrain_kernels_destroy(struct dtrain_kernels *k)
 
 const char *dtrain_kernels_name(const struct dtrain_kernels *k) { return k->ops->name; }
 int dtrain_kernels_threads(const struct dtrain_kernels *k) { return k->threads; }
+
+enum dtrain_kernels_precision dtrain_kernels_precision(const struct dtrain_kernels *k)
+{
+    return k->precision;
+}
+
+const char *dtrain_kernels_precision_name(enum dtrain_kernels_precision p)
+{
+    switch (p) {
+    case DTRAIN_PRECISION_FP32: return "fp32";
+    case DTRAIN_PRECISION_BF16: return "bf16";
+    default: return "default";
+    }
+}
+
+int dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen)
+{
+    if (k->ops->error == NULL)
+        return 0;
+    return k->ops->error(k, err, errlen);
+}
 
 void *dtrain_k_alloc(struct dtrain_kernels *k, size_t bytes) { return k->ops->alloc(k, bytes); }
 void dtrain_k_free(struct dtrain_kernels *k, void *p) { k->ops->free(k, p); }

@@ -3,7 +3,7 @@
  * Every numerical operation of the GPT-2 trainer goes through this header:
  * memory, the layers' forward and backward passes, the loss, the optimizer
  * update and the reductions.  A backend ("cpu": C loops on a small pthread
- * pool plus CBLAS; "cuda": a later issue) fills in a table of operations
+ * pool plus CBLAS; "cuda": CUDA kernels and cuBLASLt, kernels/cuda/) fills in a table of operations
  * (dtrain_kernels_backend.h); the runtime only ever calls the functions
  * below, so it runs unchanged on any backend.
  *
@@ -46,20 +46,44 @@ extern "C" {
 
 struct dtrain_kernels; /* opaque: one backend instance */
 
+/* How a backend computes.  Tensors are fp32 in every case (the interface
+ * above); what changes is the arithmetic inside the heavy operations. */
+enum dtrain_kernels_precision {
+    DTRAIN_PRECISION_DEFAULT = 0, /* the backend's own: fp32 on cpu, bf16 on cuda */
+    DTRAIN_PRECISION_FP32 = 1,    /* fp32 arithmetic everywhere */
+    DTRAIN_PRECISION_BF16 = 2,    /* mixed: matmul and attention operands rounded to bf16,
+                                   * products accumulated in fp32; elementwise work, the
+                                   * loss and the optimizer (fp32 master weights) in fp32 */
+};
+
 struct dtrain_kernels_options {
     int threads; /* CPU: threads for own loops and for BLAS (>= 1); 0: 1 */
+    enum dtrain_kernels_precision precision; /* 0: the backend's default */
 };
 
 /* Names of the backends built into this library, e.g. "cpu". */
 const char *const *dtrain_kernels_backends(void);
 
-/* Create an instance of the backend `name` ("cpu").  Returns 0, or -1 with
- * one line in err (unknown backend, bad option, out of memory). */
+/* Create an instance of the backend `name` ("cpu", "cuda").  Returns 0, or
+ * -1 with one line in err (unknown backend, bad option, a precision the
+ * backend lacks, out of memory, "no CUDA device"). */
 int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options *opt,
                           struct dtrain_kernels **out, char *err, size_t errlen);
 void dtrain_kernels_destroy(struct dtrain_kernels *k);
 const char *dtrain_kernels_name(const struct dtrain_kernels *k);
 int dtrain_kernels_threads(const struct dtrain_kernels *k);
+/* The precision the instance computes in (never DTRAIN_PRECISION_DEFAULT),
+ * and its name ("fp32", "bf16"). */
+enum dtrain_kernels_precision dtrain_kernels_precision(const struct dtrain_kernels *k);
+const char *dtrain_kernels_precision_name(enum dtrain_kernels_precision p);
+
+/* Errors.  The operations below return nothing: a backend that runs them
+ * asynchronously (cuda) records its first failure (a launch that failed, a
+ * device fault, out of device memory), skips the work after it and keeps
+ * the error.  Returns 0 when none happened, else -1 with one line in err.
+ * Calling it after dtrain_k_sync() covers everything queued before.  The
+ * CPU backend never fails. */
+int dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ memory */
 
@@ -113,7 +137,10 @@ void dtrain_k_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dwei
  * qkv (B,T,3*NH*HS): per position, the queries of heads 0..NH-1, then their
  * keys, then their values (llm.c's and nanoGPT's layout).
  * out (B,T,NH*HS); att (B,NH,T,T): softmax(q.k/sqrt(HS)) over keys <= query,
- * 0 above the diagonal, kept for backward. */
+ * 0 above the diagonal, kept for backward.  Only attention_backward reads
+ * att back: a backend may keep something else there that its backward needs
+ * (the cuda backend in bf16 keeps each row's log-sum-exp and the output,
+ * flash-attention style, and leaves the rest of att untouched). */
 void dtrain_k_attention_forward(struct dtrain_kernels *k, float *out, float *att,
                                 const float *qkv, int B, int T, int NH, int HS);
 /* Floats of scratch memory attention_backward needs for this shape (the

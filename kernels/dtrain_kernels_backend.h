@@ -6,8 +6,12 @@
  * `struct dtrain_kernels` pointing at that table.  dtrain_kernels.c
  * dispatches every dtrain_k_*() call through the table; each entry has the
  * meaning documented for the function of the same name in dtrain_kernels.h.
- * A CUDA backend (kernels/cuda/) adds itself to the list in dtrain_kernels.c
- * under DTRAIN_HAVE_CUDA. */
+ * The CUDA backend (kernels/cuda/) is in the list of dtrain_kernels.c under
+ * DTRAIN_HAVE_CUDA.
+ *
+ * Precision: create() gets options whose precision is already resolved
+ * (never DEFAULT) and only one the backend lists in `bf16`; the dispatcher
+ * stores it in the instance's head.  `error` may be NULL (never fails). */
 #ifndef DTRAIN_KERNELS_BACKEND_H
 #define DTRAIN_KERNELS_BACKEND_H
 
@@ -15,6 +19,7 @@
 
 struct dtrain_kernel_ops {
     const char *name;
+    int bf16; /* 1: the backend computes in DTRAIN_PRECISION_BF16 too (and defaults to it) */
     int (*create)(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
                   char *err, size_t errlen);
     void (*destroy)(struct dtrain_kernels *k);
@@ -60,15 +65,20 @@ struct dtrain_kernel_ops {
     void (*adamw_update)(struct dtrain_kernels *k, float *params, const float *grads,
                          float *m, float *v, size_t n, const struct dtrain_adamw_args *a);
     double (*sumsq)(struct dtrain_kernels *k, const float *x, size_t n);
+    int (*error)(struct dtrain_kernels *k, char *err, size_t errlen);
 };
 
 /* The common head of every backend instance. */
 struct dtrain_kernels {
     const struct dtrain_kernel_ops *ops;
     int threads;
+    enum dtrain_kernels_precision precision; /* set by the dispatcher */
 };
 
 /* Backends built into the library. */
 extern const struct dtrain_kernel_ops dtrain_kernels_cpu_ops;
+#ifdef DTRAIN_HAVE_CUDA
+extern const struct dtrain_kernel_ops dtrain_kernels_cuda_ops;
+#endif
 
 #endif

@@ -1,0 +1,650 @@
+/* Causal multi-head attention on the GPU; see dtrain_kernels.h.
+ *
+ * Two implementations, chosen by (precision, shape) alone, so that forward
+ * and backward always agree on which one ran:
+ *
+ *  flash (bf16 precision, head size 16/32/64/128, T > HS): flash-attention
+ *    style on the tensor cores (WMMA, bf16 operands, fp32 accumulation).
+ *    A block of 4 warps takes 64 queries of one (batch row, head) and walks
+ *    the key tiles up to the diagonal, keeping the running row maximum and
+ *    sum (online softmax), so the T x T matrix never reaches memory.  att
+ *    keeps what backward needs: each row's log-sum-exp (B*NH*T floats) and
+ *    the output per head (B*NH*T*HS floats), which fits in att when T > HS.
+ *    Backward recomputes the probabilities tile by tile, in two kernels so
+ *    that no gradient is summed with atomics (deterministic): one per key
+ *    tile for dK and dV (walking the query tiles from the diagonal down),
+ *    one per query tile for dQ.  D = rowsum(dout * out) comes first.
+ *
+ *  exact (fp32 precision, or shapes the flash kernels do not take): the
+ *    interface's contract to the letter, fp32 throughout: att holds the
+ *    probabilities, backward's scratch holds dS (B*NH*T*T floats).  One
+ *    block per row of scores; meant for correctness, not speed.
+ *
+ * Layout (the interface's): qkv (B, T, 3, NH, HS), out (B, T, NH, HS). */
+#include "cuda_backend.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <mma.h>
+
+namespace {
+
+using namespace nvcuda;
+
+/* ===================================================================== exact */
+
+constexpr int EXACT_THREADS = 128;
+
+__device__ inline float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ inline float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The block's sum or max of v, in every thread (fixed order). */
+__device__ float block_reduce(float v, bool is_max)
+{
+    __shared__ float shared[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    float r = is_max ? -INFINITY : 0.0f;
+    for (int w = 0; w < warps; w++)
+        r = is_max ? fmaxf(r, shared[w]) : r + shared[w];
+    return r;
+}
+
+/* Block (t, b*NH + h): row t of att and of out.  Dynamic shared: HS floats. */
+__global__ void exact_forward_kernel(float *out, float *att, const float *qkv, int T, int NH, int HS, float scale)
+{
+    extern __shared__ float q[];
+    int t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    for (int d = threadIdx.x; d < HS; d += blockDim.x)
+        q[d] = base[(size_t)t * C3 + d];
+    __syncthreads();
+    float *row = att + ((size_t)bh * T + t) * T;
+    float m = -INFINITY;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+        const float *k = base + (size_t)u * C3 + C;
+        float s = 0.0f;
+        for (int d = 0; d < HS; d++)
+            s += q[d] * k[d];
+        s *= scale;
+        row[u] = s;
+        m = fmaxf(m, s);
+    }
+    m = block_reduce(m, true);
+    float sum = 0.0f;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+        float e = expf(row[u] - m);
+        row[u] = e;
+        sum += e;
+    }
+    float inv = 1.0f / block_reduce(sum, false);
+    for (int u = threadIdx.x; u < T; u += blockDim.x)
+        row[u] = u <= t ? row[u] * inv : 0.0f;
+    __syncthreads(); /* the row is complete before any thread reads it whole */
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+        const float *v = base + 2 * (size_t)C + d;
+        float o = 0.0f;
+        for (int u = 0; u <= t; u++)
+            o += row[u] * v[(size_t)u * C3];
+        out[((size_t)b * T + t) * C + (size_t)h * HS + d] = o;
+    }
+}
+
+/* Block (t, bh): dS row t into scratch, then dQ row t. */
+__global__ void exact_backward_q_kernel(float *dqkv, float *ds, const float *dout, const float *qkv,
+                                        const float *att, int T, int NH, int HS, float scale)
+{
+    extern __shared__ float dy[];
+    int t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    for (int d = threadIdx.x; d < HS; d += blockDim.x)
+        dy[d] = dout[((size_t)b * T + t) * C + (size_t)h * HS + d];
+    __syncthreads();
+    const float *p = att + ((size_t)bh * T + t) * T;
+    float *row = ds + ((size_t)bh * T + t) * T;
+    float pd = 0.0f;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+        const float *v = base + (size_t)u * C3 + 2 * (size_t)C;
+        float dp = 0.0f;
+        for (int d = 0; d < HS; d++)
+            dp += dy[d] * v[d];
+        row[u] = dp;
+        pd += p[u] * dp;
+    }
+    pd = block_reduce(pd, false);
+    for (int u = threadIdx.x; u < T; u += blockDim.x)
+        row[u] = u <= t ? p[u] * (row[u] - pd) * scale : 0.0f;
+    __syncthreads();
+    float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * HS;
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+        const float *k = base + (size_t)C + d;
+        float s = 0.0f;
+        for (int u = 0; u <= t; u++)
+            s += row[u] * k[(size_t)u * C3];
+        dq[d] = s;
+    }
+}
+
+/* Block (u, bh): dK and dV of key row u, from the columns u of dS and P. */
+__global__ void exact_backward_kv_kernel(float *dqkv, const float *ds, const float *dout, const float *qkv,
+                                         const float *att, int T, int NH, int HS)
+{
+    int u = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const float *dy = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *dsc = ds + (size_t)bh * T * T + u, *pc = att + (size_t)bh * T * T + u;
+    float *dk = dqkv + ((size_t)b * T + u) * C3 + C + (size_t)h * HS;
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+        float sk = 0.0f, sv = 0.0f;
+        for (int t = u; t < T; t++) {
+            sk += dsc[(size_t)t * T] * q[(size_t)t * C3 + d];
+            sv += pc[(size_t)t * T] * dy[(size_t)t * C + d];
+        }
+        dk[d] = sk;
+        dk[C + d] = sv;
+    }
+}
+
+/* ===================================================================== flash */
+
+constexpr int TILE = 64;   /* queries and keys per tile */
+constexpr int WARPS = 4;   /* 16 rows each */
+constexpr int FLASH_THREADS = WARPS * 32;
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_b_row;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> frag_b_col;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
+
+constexpr size_t round128(size_t b) { return (b + 127) & ~(size_t)127; }
+
+/* Shared-memory shapes.  Leading dimensions are padded (against bank
+ * conflicts) and stay multiples of 8 bf16 / 4 floats as WMMA requires;
+ * every buffer starts 128-byte aligned. */
+template <int HS> struct dims {
+    static constexpr int LDK = HS + 8;        /* bf16 tile of 64 x HS */
+    static constexpr int LDS = TILE + 4;      /* fp32 16 x 64 per warp */
+    static constexpr int LDP = TILE + 8;      /* bf16 16 x 64 per warp */
+    static constexpr int LDO = HS + 4;        /* fp32 16 x HS per warp */
+    static constexpr size_t tile = round128((size_t)TILE * LDK * 2);
+    static constexpr size_t warp_f32 = round128((size_t)16 * LDS * 4);
+    static constexpr size_t warp_bf16 = round128((size_t)16 * LDP * 2);
+    static constexpr size_t warp_o = round128((size_t)16 * LDO * 4);
+    static constexpr size_t stats = round128((size_t)TILE * 4);
+    /* forward: Q K V, S, P, O per warp */
+    static constexpr size_t fwd = 3 * tile + WARPS * (warp_f32 + warp_bf16 + warp_o);
+    /* backward: four tiles, two fp32 (reused for the output) and two bf16
+     * 16 x 64 buffers per warp, lse and D */
+    static constexpr size_t bwd = 4 * tile + WARPS * (2 * warp_f32 + 2 * warp_bf16) + 2 * stats;
+    static_assert(2 * warp_f32 >= warp_o, "the output staging must fit the score buffers");
+};
+
+/* 64 rows (row0.., masked at T to zeros) of HS floats, row r at
+ * base + r * stride, into a bf16 tile. */
+template <int HS>
+__device__ void load_tile(__nv_bfloat16 *dst, const float *base, size_t stride, int row0, int T)
+{
+    constexpr int V4 = HS / 4, LDK = dims<HS>::LDK;
+    for (int e = threadIdx.x; e < TILE * V4; e += blockDim.x) {
+        int r = e / V4, c4 = e % V4, t = row0 + r;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t < T)
+            v = *reinterpret_cast<const float4 *>(base + (size_t)t * stride + 4 * c4);
+        __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(dst + r * LDK + 4 * c4);
+        d[0] = __floats2bfloat162_rn(v.x, v.y);
+        d[1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
+/* out (16 x 64 fp32, ld LDS) = A rows (16 x HS, of a tile) times B^T, B
+ * being 64 rows of HS of another tile. */
+template <int HS>
+__device__ void mma_abt(float *out, const __nv_bfloat16 *a, const __nv_bfloat16 *b)
+{
+    constexpr int LDK = dims<HS>::LDK, LDS = dims<HS>::LDS;
+    for (int nt = 0; nt < TILE / 16; nt++) {
+        frag_acc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk < HS / 16; kk++) {
+            frag_a fa;
+            frag_b_col fb;
+            wmma::load_matrix_sync(fa, a + kk * 16, LDK);
+            wmma::load_matrix_sync(fb, b + nt * 16 * LDK + kk * 16, LDK);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(out + nt * 16, acc, LDS, wmma::mem_row_major);
+    }
+}
+
+/* acc[dt] += P (16 x 64 bf16, ld LDP) times tile rows (64 x HS). */
+template <int HS>
+__device__ void mma_pv(frag_acc *acc, const __nv_bfloat16 *p, const __nv_bfloat16 *v)
+{
+    constexpr int LDK = dims<HS>::LDK, LDP = dims<HS>::LDP;
+    for (int kk = 0; kk < TILE / 16; kk++) {
+        frag_a fa;
+        wmma::load_matrix_sync(fa, p + kk * 16, LDP);
+        for (int dt = 0; dt < HS / 16; dt++) {
+            frag_b_row fb;
+            wmma::load_matrix_sync(fb, v + kk * 16 * LDK + dt * 16, LDK);
+            wmma::mma_sync(acc[dt], fa, fb, acc[dt]);
+        }
+    }
+}
+
+/* Grid (query tiles, B*NH), the last (longest) tiles first. */
+template <int HS>
+__global__ void __launch_bounds__(FLASH_THREADS)
+flash_forward_kernel(float *out, float *lse, float *o_saved, const float *qkv, int T, int NH, float scale)
+{
+    typedef dims<HS> D;
+    extern __shared__ __align__(128) unsigned char smem[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
+    __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
+    unsigned char *w = smem + 3 * D::tile + (size_t)warp * (D::warp_f32 + D::warp_bf16 + D::warp_o);
+    float *s = reinterpret_cast<float *>(w);
+    __nv_bfloat16 *p = reinterpret_cast<__nv_bfloat16 *>(w + D::warp_f32);
+    float *o = reinterpret_cast<float *>(w + D::warp_f32 + D::warp_bf16);
+
+    int q0 = qt * TILE;
+    load_tile<HS>(qs, base, C3, q0, T);
+    for (int i = lane; i < 16 * D::LDO; i += 32)
+        o[i] = 0.0f;
+    /* lane: row r of the warp's 16, columns half*32 .. half*32+31 */
+    int r = lane / 2, half = lane % 2, q = q0 + warp * 16 + r;
+    float m_run = -INFINITY, l_run = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); /* the previous K, V are no longer read */
+        load_tile<HS>(ks, base + C, C3, k0, T);
+        load_tile<HS>(vs, base + 2 * (size_t)C, C3, k0, T);
+        __syncthreads();
+        mma_abt<HS>(s, qs + warp * 16 * D::LDK, ks);
+        __syncwarp();
+        float tile_max = -INFINITY;
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            int u = k0 + c;
+            float v = (u <= q && u < T) ? s[r * D::LDS + c] * scale : -INFINITY;
+            s[r * D::LDS + c] = v;
+            tile_max = fmaxf(tile_max, v);
+        }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        float m_new = fmaxf(m_run, tile_max);
+        float alpha = m_new == -INFINITY ? 1.0f : expf(m_run - m_new);
+        float sum = 0.0f;
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            float v = s[r * D::LDS + c];
+            float e = v == -INFINITY ? 0.0f : expf(v - m_new);
+            p[r * D::LDP + c] = __float2bfloat16_rn(e);
+            sum += e;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        l_run = l_run * alpha + sum;
+        m_run = m_new;
+        for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); d++)
+            o[r * D::LDO + d] *= alpha;
+        __syncwarp();
+        frag_acc acc[HS / 16];
+        for (int dt = 0; dt < HS / 16; dt++)
+            wmma::load_matrix_sync(acc[dt], o + dt * 16, D::LDO, wmma::mem_row_major);
+        mma_pv<HS>(acc, p, vs);
+        for (int dt = 0; dt < HS / 16; dt++)
+            wmma::store_matrix_sync(o + dt * 16, acc[dt], D::LDO, wmma::mem_row_major);
+        __syncwarp();
+    }
+    float inv = l_run > 0.0f ? 1.0f / l_run : 0.0f;
+    for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); d++)
+        o[r * D::LDO + d] *= inv;
+    if (half == 0 && q < T)
+        lse[(size_t)bh * T + q] = m_run + logf(l_run);
+    __syncwarp();
+    /* the warp writes its 16 rows, lanes along the head */
+    for (int rr = 0; rr < 16; rr++) {
+        int t = q0 + warp * 16 + rr;
+        if (t >= T)
+            break;
+        for (int d = lane; d < HS; d += 32) {
+            float v = o[rr * D::LDO + d];
+            out[((size_t)b * T + t) * C + (size_t)h * HS + d] = v;
+            o_saved[((size_t)bh * T + t) * HS + d] = v;
+        }
+    }
+}
+
+/* D[bh][t] = sum over d of dout * out: one warp per (bh, t) */
+__global__ void flash_rowdot_kernel(float *dsum, const float *dout, const float *o_saved, int BH, int T, int NH,
+                                    int HS)
+{
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)BH * T)
+        return;
+    size_t bh = row / T, t = row % T, b = bh / NH, h = bh % NH;
+    const float *dy = dout + (b * T + t) * (size_t)NH * HS + h * HS, *o = o_saved + row * HS;
+    float s = 0.0f;
+    for (int d = lane; d < HS; d += 32)
+        s += dy[d] * o[d];
+    s = warp_sum(s);
+    if (lane == 0)
+        dsum[row] = s;
+}
+
+/* Writes a warp's 16 rows (row0.., < T) of a 16 x HS fp32 staging buffer to
+ * dst + row * stride. */
+template <int HS>
+__device__ void store_rows(float *dst, size_t stride, const float *stage, int row0, int T)
+{
+    int lane = threadIdx.x % 32;
+    for (int rr = 0; rr < 16; rr++) {
+        int t = row0 + rr;
+        if (t >= T)
+            break;
+        for (int d = lane; d < HS; d += 32)
+            dst[(size_t)t * stride + d] = stage[rr * dims<HS>::LDO + d];
+    }
+}
+
+/* Grid (key tiles, B*NH): dK and dV of 64 keys, each warp 16 of them,
+ * over the query tiles from the diagonal to the end. */
+template <int HS>
+__global__ void __launch_bounds__(FLASH_THREADS)
+flash_backward_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dsum,
+                         int T, int NH, float scale)
+{
+    typedef dims<HS> D;
+    extern __shared__ __align__(128) unsigned char smem[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    int tiles = gridDim.x;
+    size_t C3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const float *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem);
+    __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
+    __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
+    __nv_bfloat16 *dos = reinterpret_cast<__nv_bfloat16 *>(smem + 3 * D::tile);
+    unsigned char *w = smem + 4 * D::tile + (size_t)warp * (2 * D::warp_f32 + 2 * D::warp_bf16);
+    float *st = reinterpret_cast<float *>(w);                      /* S^T: 16 keys x 64 queries */
+    float *dpt = reinterpret_cast<float *>(w + D::warp_f32);       /* dP^T */
+    __nv_bfloat16 *pt = reinterpret_cast<__nv_bfloat16 *>(w + 2 * D::warp_f32);
+    __nv_bfloat16 *dst_ = reinterpret_cast<__nv_bfloat16 *>(w + 2 * D::warp_f32 + D::warp_bf16);
+    float *lse_s = reinterpret_cast<float *>(smem + 4 * D::tile + WARPS * (2 * D::warp_f32 + 2 * D::warp_bf16));
+    float *dsum_s = lse_s + D::stats / 4;
+
+    int k0 = kt * TILE;
+    load_tile<HS>(ks, base + C, C3, k0, T);
+    load_tile<HS>(vs, base + 2 * (size_t)C, C3, k0, T);
+    frag_acc dk[HS / 16], dv[HS / 16];
+    for (int dt = 0; dt < HS / 16; dt++) {
+        wmma::fill_fragment(dk[dt], 0.0f);
+        wmma::fill_fragment(dv[dt], 0.0f);
+    }
+    int r = lane / 2, half = lane % 2, u = k0 + warp * 16 + r;
+
+    for (int qt = kt; qt < tiles; qt++) {
+        int q0 = qt * TILE;
+        __syncthreads();
+        load_tile<HS>(qs, base, C3, q0, T);
+        load_tile<HS>(dos, dbase, C, q0, T);
+        for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+            int t = q0 + i;
+            lse_s[i] = t < T ? lse[(size_t)bh * T + t] : INFINITY;
+            dsum_s[i] = t < T ? dsum[(size_t)bh * T + t] : 0.0f;
+        }
+        __syncthreads();
+        mma_abt<HS>(st, ks + warp * 16 * D::LDK, qs);
+        mma_abt<HS>(dpt, vs + warp * 16 * D::LDK, dos);
+        __syncwarp();
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            int t = q0 + c;
+            bool valid = t >= u && t < T && u < T;
+            float pv = valid ? expf(st[r * D::LDS + c] * scale - lse_s[c]) : 0.0f;
+            float ds = pv * (dpt[r * D::LDS + c] - dsum_s[c]) * scale;
+            pt[r * D::LDP + c] = __float2bfloat16_rn(pv);
+            dst_[r * D::LDP + c] = __float2bfloat16_rn(ds);
+        }
+        __syncwarp();
+        mma_pv<HS>(dv, pt, dos);
+        mma_pv<HS>(dk, dst_, qs);
+    }
+    float *stage = st; /* S^T and dP^T are free now */
+    for (int dt = 0; dt < HS / 16; dt++)
+        wmma::store_matrix_sync(stage + dt * 16, dk[dt], D::LDO, wmma::mem_row_major);
+    __syncwarp();
+    store_rows<HS>(dqkv + (size_t)b * T * C3 + C + (size_t)h * HS, C3, stage, k0 + warp * 16, T);
+    __syncwarp();
+    for (int dt = 0; dt < HS / 16; dt++)
+        wmma::store_matrix_sync(stage + dt * 16, dv[dt], D::LDO, wmma::mem_row_major);
+    __syncwarp();
+    store_rows<HS>(dqkv + (size_t)b * T * C3 + 2 * (size_t)C + (size_t)h * HS, C3, stage, k0 + warp * 16, T);
+}
+
+/* Grid (query tiles, B*NH), longest first: dQ of 64 queries over the key
+ * tiles up to the diagonal. */
+template <int HS>
+__global__ void __launch_bounds__(FLASH_THREADS)
+flash_backward_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dsum,
+                        int T, int NH, float scale)
+{
+    typedef dims<HS> D;
+    extern __shared__ __align__(128) unsigned char smem[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const float *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    __nv_bfloat16 *dos = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
+    __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
+    __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + 3 * D::tile);
+    unsigned char *w = smem + 4 * D::tile + (size_t)warp * (2 * D::warp_f32 + 2 * D::warp_bf16);
+    float *s = reinterpret_cast<float *>(w);
+    float *dp = reinterpret_cast<float *>(w + D::warp_f32);
+    __nv_bfloat16 *ds16 = reinterpret_cast<__nv_bfloat16 *>(w + 2 * D::warp_f32);
+    float *lse_s = reinterpret_cast<float *>(smem + 4 * D::tile + WARPS * (2 * D::warp_f32 + 2 * D::warp_bf16));
+    float *dsum_s = lse_s + D::stats / 4;
+
+    int q0 = qt * TILE;
+    load_tile<HS>(qs, base, C3, q0, T);
+    load_tile<HS>(dos, dbase, C, q0, T);
+    for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+        int t = q0 + i;
+        lse_s[i] = t < T ? lse[(size_t)bh * T + t] : INFINITY;
+        dsum_s[i] = t < T ? dsum[(size_t)bh * T + t] : 0.0f;
+    }
+    frag_acc dq[HS / 16];
+    for (int dt = 0; dt < HS / 16; dt++)
+        wmma::fill_fragment(dq[dt], 0.0f);
+    int r = lane / 2, half = lane % 2, rw = warp * 16 + r, t = q0 + rw;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads();
+        load_tile<HS>(ks, base + C, C3, k0, T);
+        load_tile<HS>(vs, base + 2 * (size_t)C, C3, k0, T);
+        __syncthreads();
+        mma_abt<HS>(s, qs + warp * 16 * D::LDK, ks);
+        mma_abt<HS>(dp, dos + warp * 16 * D::LDK, vs);
+        __syncwarp();
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            int u = k0 + c;
+            bool valid = u <= t && u < T && t < T;
+            float pv = valid ? expf(s[r * D::LDS + c] * scale - lse_s[rw]) : 0.0f;
+            ds16[r * D::LDP + c] = __float2bfloat16_rn(pv * (dp[r * D::LDS + c] - dsum_s[rw]) * scale);
+        }
+        __syncwarp();
+        mma_pv<HS>(dq, ds16, ks);
+    }
+    float *stage = s;
+    __syncwarp();
+    for (int dt = 0; dt < HS / 16; dt++)
+        wmma::store_matrix_sync(stage + dt * 16, dq[dt], D::LDO, wmma::mem_row_major);
+    __syncwarp();
+    store_rows<HS>(dqkv + (size_t)b * T * C3 + (size_t)h * HS, C3, stage, q0 + warp * 16, T);
+}
+
+/* ===================================================================== choice */
+
+template <int HS> size_t flash_smem_fwd() { return dims<HS>::fwd; }
+template <int HS> size_t flash_smem_bwd() { return dims<HS>::bwd; }
+
+size_t flash_smem(int HS, bool backward)
+{
+    switch (HS) {
+    case 16: return backward ? flash_smem_bwd<16>() : flash_smem_fwd<16>();
+    case 32: return backward ? flash_smem_bwd<32>() : flash_smem_fwd<32>();
+    case 64: return backward ? flash_smem_bwd<64>() : flash_smem_fwd<64>();
+    case 128: return backward ? flash_smem_bwd<128>() : flash_smem_fwd<128>();
+    default: return 0;
+    }
+}
+
+/* Whether (precision, shape) takes the flash kernels; a function of the
+ * shape and the device, never of the data, so both passes agree. */
+bool use_flash(const struct cuda_kernels *ck, int T, int NH, int HS)
+{
+    /* att must hold lse (T) and the output (T * HS) per (b, h): T > HS */
+    if (!ck->bf16 || flash_smem(HS, false) == 0 || T <= HS || NH < 1)
+        return false;
+    return flash_smem(HS, true) <= ck->smem_optin && flash_smem(HS, false) <= ck->smem_optin;
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <int HS>
+int flash_forward(struct cuda_kernels *ck, float *out, float *att, const float *qkv, int B, int T, int NH)
+{
+    size_t smem = dims<HS>::fwd;
+    if (cuda_check(ck, cudaFuncSetAttribute(flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem), "attention forward (shared memory)") != 0)
+        return -1;
+    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+    float *lse = att, *o_saved = att + (size_t)B * NH * T;
+    flash_forward_kernel<HS><<<grid, FLASH_THREADS, smem, ck->stream>>>(out, lse, o_saved, qkv, T, NH,
+                                                                         1.0f / sqrtf((float)HS));
+    return cuda_check_launch(ck, "attention forward");
+}
+
+template <int HS>
+int flash_backward(struct cuda_kernels *ck, float *dqkv, float *dsum, const float *dout, const float *qkv,
+                   const float *att, int B, int T, int NH)
+{
+    size_t smem = dims<HS>::bwd;
+    const float *lse = att, *o_saved = att + (size_t)B * NH * T;
+    size_t rows = (size_t)B * NH * T;
+    flash_rowdot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, ck->stream>>>(dsum, dout, o_saved, B * NH, T, NH, HS);
+    if (cuda_check_launch(ck, "attention backward (row dots)") != 0 ||
+        cuda_check(ck, cudaFuncSetAttribute(flash_backward_kv_kernel<HS>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                   "attention backward (shared memory)") != 0 ||
+        cuda_check(ck, cudaFuncSetAttribute(flash_backward_q_kernel<HS>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                   "attention backward (shared memory)") != 0)
+        return -1;
+    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+    float scale = 1.0f / sqrtf((float)HS);
+    flash_backward_kv_kernel<HS><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
+                                                                             scale);
+    if (cuda_check_launch(ck, "attention backward (dK, dV)") != 0)
+        return -1;
+    flash_backward_q_kernel<HS><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
+                                                                            scale);
+    return cuda_check_launch(ck, "attention backward (dQ)");
+}
+
+/* Both paths put (batch row, head) in the grid's y dimension and rows or
+ * tiles of T in x. */
+bool grid_fits(struct cuda_kernels *ck, int B, int T, int NH, const char *what)
+{
+    if ((long)B * NH <= 65535 && T <= 65535 * TILE)
+        return true;
+    cuda_fail(ck, "%s: B*NH = %ld is over 65535 or T = %d too long for one launch", what, (long)B * NH, T);
+    return false;
+}
+
+} // namespace
+
+extern "C" void cuda_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv, int B,
+                                       int T, int NH, int HS)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention forward"))
+        return;
+    if (use_flash(ck, T, NH, HS)) {
+        if (!aligned16(qkv)) {
+            cuda_fail(ck, "attention forward: qkv is not 16-byte aligned");
+            return;
+        }
+        switch (HS) {
+        case 16: (void)flash_forward<16>(ck, out, att, qkv, B, T, NH); return;
+        case 32: (void)flash_forward<32>(ck, out, att, qkv, B, T, NH); return;
+        case 64: (void)flash_forward<64>(ck, out, att, qkv, B, T, NH); return;
+        case 128: (void)flash_forward<128>(ck, out, att, qkv, B, T, NH); return;
+        default: break;
+        }
+    }
+    dim3 grid((unsigned)T, (unsigned)(B * NH));
+    exact_forward_kernel<<<grid, EXACT_THREADS, (size_t)HS * sizeof(float), ck->stream>>>(
+        out, att, qkv, T, NH, HS, 1.0f / sqrtf((float)HS));
+    (void)cuda_check_launch(ck, "attention forward");
+}
+
+extern "C" size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+{
+    if (use_flash(cuda_of(k), T, NH, HS))
+        return (size_t)B * NH * T; /* D */
+    return (size_t)B * NH * T * T;  /* dS */
+}
+
+extern "C" void cuda_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch, const float *dout,
+                                        const float *qkv, const float *att, int B, int T, int NH, int HS)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention backward"))
+        return;
+    if (use_flash(ck, T, NH, HS)) {
+        if (!aligned16(qkv) || !aligned16(dout)) {
+            cuda_fail(ck, "attention backward: qkv or dout is not 16-byte aligned");
+            return;
+        }
+        switch (HS) {
+        case 16: (void)flash_backward<16>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
+        case 32: (void)flash_backward<32>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
+        case 64: (void)flash_backward<64>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
+        case 128: (void)flash_backward<128>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
+        default: break;
+        }
+    }
+    dim3 grid((unsigned)T, (unsigned)(B * NH));
+    float scale = 1.0f / sqrtf((float)HS);
+    exact_backward_q_kernel<<<grid, EXACT_THREADS, (size_t)HS * sizeof(float), ck->stream>>>(
+        dqkv, scratch, dout, qkv, att, T, NH, HS, scale);
+    if (cuda_check_launch(ck, "attention backward") != 0)
+        return;
+    exact_backward_kv_kernel<<<grid, EXACT_THREADS, 0, ck->stream>>>(dqkv, scratch, dout, qkv, att, T, NH, HS);
+    (void)cuda_check_launch(ck, "attention backward");
+}

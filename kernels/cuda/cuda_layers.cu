@@ -1,0 +1,322 @@
+/* Embedding, layer norm, GELU and residual on the GPU; see dtrain_kernels.h.
+ *
+ * fp32 in and out (the interface's tensors), fp32 arithmetic.  Reductions
+ * have a fixed shape (a warp's butterfly, row chunks summed in order), so
+ * the results are the same bits run after run.  The embedding gradient
+ * sorts the positions by token (CUB's stable radix sort) so that each wte
+ * row is summed by one thread in position order instead of with atomics. */
+#include "cuda_backend.h"
+
+#include <cub/device/device_radix_sort.cuh>
+
+namespace {
+
+constexpr float LAYERNORM_EPS = 1e-5f;
+constexpr float GELU_SCALE = 0.7978845608028654f; /* sqrt(2/pi) */
+constexpr float GELU_CUBE = 0.044715f;
+
+__device__ inline float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ------------------------------------------------------------- encoder */
+
+__global__ void encoder_forward_kernel(float *out, const int32_t *tokens, const float *wte,
+                                       const float *wpe, int T, int C, size_t total)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        size_t bt = i / (size_t)C, c = i % (size_t)C, t = bt % (size_t)T;
+        out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[t * C + c];
+    }
+}
+
+__global__ void iota_kernel(int32_t *v, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        v[i] = i;
+}
+
+/* One block per sorted position i; the first position of each token's run
+ * sums the run's rows of dout (positions ascending) into that wte row. */
+__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int32_t *sorted_tokens,
+                                            const int32_t *sorted_pos, int N, int C)
+{
+    int i = blockIdx.x;
+    int tok = sorted_tokens[i];
+    if (i > 0 && sorted_tokens[i - 1] == tok)
+        return;
+    int end = i + 1;
+    while (end < N && sorted_tokens[end] == tok)
+        end++;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0.0f;
+        for (int j = i; j < end; j++)
+            s += dout[(size_t)sorted_pos[j] * C + c];
+        dwte[(size_t)tok * C + c] += s;
+    }
+}
+
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C)
+{
+    size_t total = (size_t)T * C, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++)
+            s += dout[(size_t)b * total + i];
+        dwpe[i] += s;
+    }
+}
+
+/* ------------------------------------------------------------- layer norm */
+
+/* one warp per row */
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *weight, const float *bias, int N, int C)
+{
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        s += x[c];
+    float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float r = 1.0f / sqrtf(warp_sum(v) / (float)C + LAYERNORM_EPS);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* dinp (+=), one warp per row */
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *weight, const float *mean, const float *rstd,
+                                               int N, int C)
+{
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float a = 0.0f, b = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float dnorm = weight[c] * dy[c];
+        a += dnorm;
+        b += dnorm * (x[c] - m) * r;
+    }
+    float dnorm_mean = warp_sum(a) / (float)C, dnorm_norm_mean = warp_sum(b) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * r;
+        float dnorm = weight[c] * dy[c];
+        dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+    }
+}
+
+/* partials[chunk][c] of dweight (first chunks*C floats) and dbias (next) */
+__global__ void layernorm_backward_partials_kernel(float *partials, const float *dout, const float *inp,
+                                                   const float *mean, const float *rstd, int N, int C,
+                                                   int rows, int chunks)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= C)
+        return;
+    int n0 = chunk * rows, n1 = min(N, n0 + rows);
+    float w = 0.0f, b = 0.0f;
+    for (int n = n0; n < n1; n++) {
+        float dy = dout[(size_t)n * C + c];
+        w += (inp[(size_t)n * C + c] - mean[n]) * rstd[n] * dy;
+        b += dy;
+    }
+    partials[(size_t)chunk * C + c] = w;
+    partials[(size_t)(chunks + chunk) * C + c] = b;
+}
+
+__global__ void layernorm_backward_sum_kernel(float *dweight, float *dbias, const float *partials, int C,
+                                              int chunks)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float w = 0.0f, b = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        w += partials[(size_t)k * C + c];
+        b += partials[(size_t)(chunks + k) * C + c];
+    }
+    dweight[c] += w;
+    dbias[c] += b;
+}
+
+inline int chunk_rows(int N)
+{
+    int rows = 64;
+    while ((N + rows - 1) / rows > 65535)
+        rows *= 2;
+    return rows;
+}
+
+/* ------------------------------------------------------------- GELU, residual */
+
+/* tanh as the CPU kernel computes it, 1 - 2 / (exp(2u) + 1) */
+__device__ inline float gelu_tanh(float x)
+{
+    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+    return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+}
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + gelu_tanh(x));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float x = inp[i], th = gelu_tanh(x);
+        float local = 0.5f * (1.0f + th) +
+                      0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+        dinp[i] = local * dout[i];
+    }
+}
+
+__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = a[i] + b[i];
+}
+
+} // namespace
+
+extern "C" void cuda_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                     const float *wte, const float *wpe, int B, int T, int C)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    size_t total = (size_t)B * T * C;
+    if (ck->failed || total == 0)
+        return;
+    encoder_forward_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>(out, tokens, wte, wpe, T, C, total);
+    (void)cuda_check_launch(ck, "encoder forward");
+}
+
+extern "C" void cuda_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *tokens, int B, int T, int C)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    int N = B * T;
+    if (ck->failed || N <= 0 || C <= 0)
+        return;
+    size_t temp_bytes = 0, used = 0;
+    if (cuda_check(ck, cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const int32_t *)nullptr,
+                                                       (int32_t *)nullptr, (const int32_t *)nullptr,
+                                                       (int32_t *)nullptr, N, 0, 32, ck->stream),
+                   "embedding gradient (sort size)") != 0)
+        return;
+    for (int i = 0; i < 3; i++)
+        cuda_carve(nullptr, &used, (size_t)N * sizeof(int32_t));
+    cuda_carve(nullptr, &used, temp_bytes);
+    void *base = cuda_scratch(ck, used);
+    if (base == nullptr)
+        return;
+    used = 0;
+    int32_t *pos = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
+    int32_t *sorted_tokens = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
+    int32_t *sorted_pos = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
+    void *temp = cuda_carve(base, &used, temp_bytes);
+    iota_kernel<<<cuda_blocks((size_t)N, 256), 256, 0, ck->stream>>>(pos, N);
+    if (cuda_check_launch(ck, "embedding gradient") != 0)
+        return;
+    if (cuda_check(ck, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, pos, sorted_pos,
+                                                       N, 0, 32, ck->stream),
+                   "embedding gradient (sort)") != 0)
+        return;
+    encoder_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte, dout, sorted_tokens, sorted_pos, N, C);
+    if (cuda_check_launch(ck, "embedding gradient") != 0)
+        return;
+    encoder_backward_wpe_kernel<<<cuda_blocks((size_t)T * C, 256), 256, 0, ck->stream>>>(dwpe, dout, B, T, C);
+    (void)cuda_check_launch(ck, "position embedding gradient");
+}
+
+extern "C" void cuda_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, float *rstd,
+                                       const float *inp, const float *weight, const float *bias, int N, int C)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || N <= 0 || C <= 0)
+        return;
+    layernorm_forward_kernel<<<(unsigned)((N + 7) / 8), 256, 0, ck->stream>>>(out, mean, rstd, inp, weight,
+                                                                                bias, N, C);
+    (void)cuda_check_launch(ck, "layernorm forward");
+}
+
+extern "C" void cuda_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp, const float *weight,
+                                        const float *mean, const float *rstd, int N, int C)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || N <= 0 || C <= 0)
+        return;
+    int rows = chunk_rows(N), chunks = (N + rows - 1) / rows;
+    float *partials = (float *)cuda_scratch(ck, 2 * (size_t)chunks * C * sizeof(float));
+    if (partials == nullptr)
+        return;
+    layernorm_backward_dinp_kernel<<<(unsigned)((N + 7) / 8), 256, 0, ck->stream>>>(dinp, dout, inp, weight,
+                                                                                      mean, rstd, N, C);
+    if (cuda_check_launch(ck, "layernorm backward") != 0)
+        return;
+    dim3 grid((unsigned)((C + 255) / 256), (unsigned)chunks);
+    layernorm_backward_partials_kernel<<<grid, 256, 0, ck->stream>>>(partials, dout, inp, mean, rstd, N, C,
+                                                                     rows, chunks);
+    if (cuda_check_launch(ck, "layernorm backward") != 0)
+        return;
+    layernorm_backward_sum_kernel<<<(unsigned)((C + 255) / 256), 256, 0, ck->stream>>>(dweight, dbias, partials,
+                                                                                       C, chunks);
+    (void)cuda_check_launch(ck, "layernorm backward");
+}
+
+extern "C" void cuda_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || n == 0)
+        return;
+    gelu_forward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(out, inp, n);
+    (void)cuda_check_launch(ck, "gelu forward");
+}
+
+extern "C" void cuda_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp, const float *dout,
+                                   size_t n)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || n == 0)
+        return;
+    gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(dinp, inp, dout, n);
+    (void)cuda_check_launch(ck, "gelu backward");
+}
+
+extern "C" void cuda_residual_forward(struct dtrain_kernels *k, float *out, const float *a, const float *b,
+                                      size_t n)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || n == 0)
+        return;
+    residual_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(out, a, b, n);
+    (void)cuda_check_launch(ck, "residual");
+}

@@ -1,0 +1,347 @@
+/* Linear layers through cuBLASLt; see dtrain_kernels.h.
+ *
+ * cuBLASLt is column-major; a row-major (R, C) matrix is a column-major
+ * (C, R) one.  So, with W (OC, IC), inp (N, IC), dout (N, OC) row-major:
+ *   out^T  (OC x N) = op_T(W) inp^T          m=OC n=N  k=IC, bias epilogue
+ *   dinp^T (IC x N) = W^T dout^T             m=IC n=N  k=OC
+ *   dW^T   (IC x OC) += inp^T op_T(dout^T)   m=IC n=OC k=N,  beta = 1
+ * where each "X^T" is simply X's memory read column-major.
+ *
+ * fp32 precision: fp32 operands, fp32 compute (no TF32), as the CPU does.
+ * bf16 precision: the operands are first rounded to bf16 copies in scratch
+ * (one pass each), the product runs on the tensor cores with fp32
+ * accumulation and writes fp32, the bias added in the epilogue in fp32.
+ *
+ * A plan (descriptors, layouts and the heuristic's algorithm) is made once
+ * per shape and kept: asking the heuristic costs more than a small GEMM. */
+#include "cuda_backend.h"
+#include "dtrain_cuda.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GEMM_CACHE_SIZE 64
+
+struct gemm_key {
+    int m, n, k, lda, ldb, ldc;
+    int transa, transb;
+    int ab_type, cd_type;   /* cudaDataType_t */
+    int bias;               /* bias epilogue */
+    int accumulate;         /* beta = 1 */
+    unsigned align[4];      /* A, B, C, bias pointer alignment in bytes */
+};
+
+struct gemm_plan {
+    struct gemm_key key;
+    int used;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct cuda_gemm_cache {
+    struct gemm_plan plan[GEMM_CACHE_SIZE];
+    int next; /* round-robin victim */
+};
+
+int cuda_gemm_cache_create(struct cuda_gemm_cache **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out == NULL ? -1 : 0;
+}
+
+static void plan_release(struct gemm_plan *p)
+{
+    if (p->desc != NULL)
+        (void)cublasLtMatmulDescDestroy(p->desc);
+    if (p->a != NULL)
+        (void)cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b != NULL)
+        (void)cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c != NULL)
+        (void)cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
+}
+
+void cuda_gemm_cache_destroy(struct cuda_gemm_cache *c)
+{
+    if (c == NULL)
+        return;
+    for (int i = 0; i < GEMM_CACHE_SIZE; i++)
+        plan_release(&c->plan[i]);
+    free(c);
+}
+
+/* Largest power of two, at most 256, that divides the address. */
+static unsigned alignment(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    unsigned al = 256;
+    while (al > 1 && a % al != 0)
+        al /= 2;
+    return al;
+}
+
+static int lt_check(struct cuda_kernels *ck, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return cuda_fail(ck, "cuBLASLt %s: %s", what, cublasLtGetStatusString(s));
+}
+
+static int plan_make(struct cuda_kernels *ck, struct gemm_plan *p, const struct gemm_key *key)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cudaDataType_t bias_type = CUDA_R_32F;
+    int rows_a = key->transa ? key->k : key->m, cols_a = key->transa ? key->m : key->k;
+    int rows_b = key->transb ? key->n : key->k, cols_b = key->transb ? key->k : key->n;
+    uint64_t ws = ck->lt_workspace_bytes;
+    int found = 0, rc = -1;
+    cublasLtMatmulHeuristicResult_t result;
+
+    memset(p, 0, sizeof *p);
+    p->key = *key;
+    if (lt_check(ck, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc") ||
+        lt_check(ck, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+                 "transa") ||
+        lt_check(ck, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+                 "transb") ||
+        lt_check(ck, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+                 "epilogue"))
+        goto out;
+    if (key->bias &&
+        lt_check(ck, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                    sizeof bias_type), "bias type"))
+        goto out;
+    if (lt_check(ck, cublasLtMatrixLayoutCreate(&p->a, (cudaDataType_t)key->ab_type, (uint64_t)rows_a,
+                                                (uint64_t)cols_a, key->lda), "layout A") ||
+        lt_check(ck, cublasLtMatrixLayoutCreate(&p->b, (cudaDataType_t)key->ab_type, (uint64_t)rows_b,
+                                                (uint64_t)cols_b, key->ldb), "layout B") ||
+        lt_check(ck, cublasLtMatrixLayoutCreate(&p->c, (cudaDataType_t)key->cd_type, (uint64_t)key->m,
+                                                (uint64_t)key->n, key->ldc), "layout C"))
+        goto out;
+    if (lt_check(ck, cublasLtMatmulPreferenceCreate(&pref), "preference") ||
+        lt_check(ck, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                          sizeof ws), "workspace") ||
+        lt_check(ck, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                          &key->align[0], sizeof key->align[0]), "align A") ||
+        lt_check(ck, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                          &key->align[1], sizeof key->align[1]), "align B") ||
+        lt_check(ck, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                          &key->align[2], sizeof key->align[2]), "align C") ||
+        lt_check(ck, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                          &key->align[2], sizeof key->align[2]), "align D"))
+        goto out;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ck->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                                      &result, &found);
+    if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+        /* not a fault: the caller may try without the bias epilogue */
+        rc = 1;
+        goto out;
+    }
+    p->algo = result.algo;
+    p->used = 1;
+    rc = 0;
+out:
+    if (pref != NULL)
+        (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (rc != 0)
+        plan_release(p);
+    return rc;
+}
+
+/* The plan for key: cached, or made (0), 1 when cuBLASLt has no algorithm
+ * for it, -1 after cuda_fail. */
+static int plan_get(struct cuda_kernels *ck, const struct gemm_key *key, struct gemm_plan **out)
+{
+    struct cuda_gemm_cache *c = ck->gemm;
+    for (int i = 0; i < GEMM_CACHE_SIZE; i++) {
+        if (c->plan[i].used && memcmp(&c->plan[i].key, key, sizeof *key) == 0) {
+            *out = &c->plan[i];
+            return 0;
+        }
+    }
+    struct gemm_plan *p = &c->plan[c->next];
+    c->next = (c->next + 1) % GEMM_CACHE_SIZE;
+    plan_release(p);
+    int rc = plan_make(ck, p, key);
+    if (rc == 0)
+        *out = p;
+    return rc;
+}
+
+/* D = C = alpha op(A) op(B) + beta C, with an optional bias epilogue. */
+static int gemm(struct cuda_kernels *ck, int transa, int transb, int m, int n, int k, const void *A,
+                int lda, const void *B, int ldb, void *C, int ldc, cudaDataType_t ab_type,
+                cudaDataType_t cd_type, int accumulate, const float *bias, const char *what)
+{
+    struct gemm_key key;
+    struct gemm_plan *plan = NULL;
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    memset(&key, 0, sizeof key);
+    key = (struct gemm_key){.m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                            .transa = transa, .transb = transb, .ab_type = (int)ab_type,
+                            .cd_type = (int)cd_type, .bias = bias != NULL, .accumulate = accumulate,
+                            .align = {alignment(A), alignment(B), alignment(C),
+                                      bias != NULL ? alignment(bias) : 256}};
+    int rc = plan_get(ck, &key, &plan);
+    if (rc == 1 && bias != NULL) {
+        /* no bias epilogue for this shape (C is fp32 here): C = bias, then
+         * accumulate onto it */
+        if (cuda_fill_bias(ck, C, bias, m, n, ldc) != 0)
+            return -1;
+        return gemm(ck, transa, transb, m, n, k, A, lda, B, ldb, C, ldc, ab_type, cd_type, 1, NULL, what);
+    }
+    if (rc == 1)
+        return cuda_fail(ck, "cuBLASLt has no algorithm for the %s GEMM m=%d n=%d k=%d", what, m, n, k);
+    if (rc != 0)
+        return -1;
+    if (bias != NULL &&
+        lt_check(ck, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                    sizeof bias), "bias pointer"))
+        return -1;
+    return lt_check(ck, cublasLtMatmul(ck->lt, plan->desc, &alpha, A, plan->a, B, plan->b, &beta, C, plan->c,
+                                       C, plan->c, &plan->algo, ck->lt_workspace, ck->lt_workspace_bytes,
+                                       ck->stream), what);
+}
+
+void cuda_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, const float *weight,
+                         const float *bias, int N, int IC, int OC)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
+        return;
+    if (!ck->bf16) {
+        (void)gemm(ck, 1, 0, OC, N, IC, weight, IC, inp, IC, out, OC, CUDA_R_32F, CUDA_R_32F, 0, bias,
+                   "matmul forward");
+        return;
+    }
+    size_t used = 0, ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    cuda_carve(NULL, &used, ni * 2);
+    cuda_carve(NULL, &used, nw * 2);
+    void *base = cuda_scratch(ck, used);
+    if (base == NULL)
+        return;
+    used = 0;
+    void *inp16 = cuda_carve(base, &used, ni * 2), *w16 = cuda_carve(base, &used, nw * 2);
+    if (cuda_to_bf16(ck, inp16, inp, ni) != 0 || cuda_to_bf16(ck, w16, weight, nw) != 0)
+        return;
+    (void)gemm(ck, 1, 0, OC, N, IC, w16, IC, inp16, IC, out, OC, CUDA_R_16BF, CUDA_R_32F, 0, bias,
+               "matmul forward");
+}
+
+void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight, int N, int IC, int OC)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
+        return;
+    size_t nd = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC, used = 0;
+    int bf = ck->bf16;
+    cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
+    /* scratch: the bias partial sums, and the bf16 operand copies */
+    cuda_carve(NULL, &used, cuda_bias_backward_partials(N, OC) * sizeof(float));
+    if (bf) {
+        cuda_carve(NULL, &used, nd * 2);
+        cuda_carve(NULL, &used, ni * 2);
+        cuda_carve(NULL, &used, nw * 2);
+    }
+    void *base = cuda_scratch(ck, used);
+    if (base == NULL)
+        return;
+    used = 0;
+    float *partials = cuda_carve(base, &used, cuda_bias_backward_partials(N, OC) * sizeof(float));
+    const void *d = dout, *x = inp, *w = weight;
+    if (bf) {
+        void *d16 = cuda_carve(base, &used, nd * 2), *x16 = cuda_carve(base, &used, ni * 2);
+        void *w16 = cuda_carve(base, &used, nw * 2);
+        if (cuda_to_bf16(ck, d16, dout, nd) != 0 || cuda_to_bf16(ck, x16, inp, ni) != 0 ||
+            (dinp != NULL && cuda_to_bf16(ck, w16, weight, nw) != 0))
+            return;
+        d = d16;
+        x = x16;
+        w = w16;
+    }
+    if (dinp != NULL &&
+        gemm(ck, 0, 0, IC, N, OC, w, IC, d, OC, dinp, IC, t, CUDA_R_32F, 0, NULL, "matmul backward (dinp)") != 0)
+        return;
+    if (gemm(ck, 0, 1, IC, OC, N, x, IC, d, OC, dweight, IC, t, CUDA_R_32F, 1, NULL,
+             "matmul backward (dweight)") != 0)
+        return;
+    if (dbias != NULL)
+        cuda_bias_backward(ck, dbias, dout, N, OC, partials);
+}
+
+/* ------------------------------------------------------------------ GEMM rate */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int dtrain_cuda_gemm_bf16_tflops(struct dtrain_kernels *k, int n, int reps, double *tflops, char *err,
+                                 size_t errlen)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    void *a = NULL, *b = NULL, *c = NULL;
+    cudaEvent_t start = NULL, stop = NULL;
+    double *rate = NULL;
+    size_t nn = (size_t)n * n;
+    int rc = -1;
+    if (n < 16 || reps < 1) {
+        snprintf(err, errlen, "GEMM rate: n %d and reps %d must be at least 16 and 1", n, reps);
+        return -1;
+    }
+    if (ck->failed) {
+        snprintf(err, errlen, "%s", ck->error);
+        return -1;
+    }
+    rate = calloc((size_t)reps, sizeof *rate);
+    if (rate == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (cudaMalloc(&a, nn * 2) != cudaSuccess || cudaMalloc(&b, nn * 2) != cudaSuccess ||
+        cudaMalloc(&c, nn * 2) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(err, errlen, "out of device memory for three %d x %d bf16 matrices", n, n);
+        goto out;
+    }
+    if (cuda_fill_uniform_bf16(ck, a, nn, 1) != 0 || cuda_fill_uniform_bf16(ck, b, nn, 2) != 0 ||
+        cuda_check(ck, cudaEventCreate(&start), "cudaEventCreate") != 0 ||
+        cuda_check(ck, cudaEventCreate(&stop), "cudaEventCreate") != 0)
+        goto fault;
+    for (int r = -3; r < reps; r++) { /* three untimed warm-up runs */
+        float ms = 0.0f;
+        if (cuda_check(ck, cudaEventRecord(start, ck->stream), "cudaEventRecord") != 0 ||
+            gemm(ck, 0, 0, n, n, n, a, n, b, n, c, n, CUDA_R_16BF, CUDA_R_16BF, 0, NULL, "bf16 rate") != 0 ||
+            cuda_check(ck, cudaEventRecord(stop, ck->stream), "cudaEventRecord") != 0 ||
+            cuda_check(ck, cudaEventSynchronize(stop), "cudaEventSynchronize") != 0 ||
+            cuda_check(ck, cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime") != 0)
+            goto fault;
+        if (r >= 0)
+            rate[r] = 2.0 * (double)n * (double)n * (double)n / ((double)ms * 1e-3) * 1e-12;
+    }
+    qsort(rate, (size_t)reps, sizeof *rate, cmp_double);
+    *tflops = reps % 2 ? rate[reps / 2] : 0.5 * (rate[reps / 2 - 1] + rate[reps / 2]);
+    rc = 0;
+    goto out;
+fault:
+    snprintf(err, errlen, "%s", ck->error);
+out:
+    if (start != NULL)
+        (void)cudaEventDestroy(start);
+    if (stop != NULL)
+        (void)cudaEventDestroy(stop);
+    (void)cudaFree(a);
+    (void)cudaFree(b);
+    (void)cudaFree(c);
+    free(rate);
+    return rc;
+}
