@@ -13,7 +13,7 @@
  * column, speedup / allowed, says how much the split itself costs
  * (communication, the tensor-parallel all-reduces, the bubble's excess).
  *
- *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero1 0|1]
+ *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero1 0|1] [--dp-overlap 0|1]
  *
  * More ranks than CPUs time-share them: on a 2-CPU machine the allowed
  * speedup of any layout is 2. */
@@ -32,7 +32,7 @@ struct layout {
 
 int main(int argc, char **argv)
 {
-    int steps = 5, warmup = 2, zero1 = 0;
+    int steps = 5, warmup = 2, zero1 = 0, overlap = 1;
     char err[512];
     for (int i = 1; i < argc; i++) {
         long v;
@@ -47,11 +47,13 @@ int main(int argc, char **argv)
             warmup = (int)v;
         } else if (good && strcmp(a, "--zero1") == 0) {
             good = dtrain_parse_bool(val, a, &zero1, err, sizeof err) == 0;
+        } else if (good && strcmp(a, "--dp-overlap") == 0) {
+            good = dtrain_parse_bool(val, a, &overlap, err, sizeof err) == 0;
         } else {
             good = 0;
         }
         if (!good) {
-            fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero1 0|1])\n",
+            fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero1 0|1] [--dp-overlap 0|1])\n",
                     a);
             return 2;
         }
@@ -76,13 +78,15 @@ int main(int argc, char **argv)
     cfg.threads = 1;
     cfg.log_every = 0;
     cfg.zero1 = zero1;
+    cfg.dp_overlap = overlap;
     if (dtrain_train_config_finish(&cfg, err, sizeof err) != DTRAIN_OK) {
         fprintf(stderr, "dtrain-bench-layouts: %s\n", err);
         return 1;
     }
     int cpus = bench_cpus();
     printf("layouts at equal work: L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, ZeRO-1 %s, "
-           "%d CPUs; medians of %d steps after %d\n", zero1 ? "on" : "off", cpus, steps, warmup);
+           "DP overlap %s, %d CPUs; medians of %d steps after %d\n", zero1 ? "on" : "off", overlap ? "on" : "off",
+           cpus, steps, warmup);
     printf("%-12s %3s %6s %10s %11s %9s %9s %9s\n", "(T,P,D)", "m", "ranks", "step ms", "compute ms", "speedup",
            "allowed", "ratio");
     const struct layout layouts[] = {
