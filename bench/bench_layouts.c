@@ -53,8 +53,8 @@ int main(int argc, char **argv)
             good = 0;
         }
         if (!good) {
-            fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero1 0|1] [--dp-overlap 0|1])\n",
-                    a);
+            fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero1 0|1] "
+                            "[--dp-overlap 0|1])\n", a);
             return 2;
         }
     }

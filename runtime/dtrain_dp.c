@@ -449,7 +449,8 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
                                   c, step, lr, grad_scale);
         if (dp->comm != NULL) {
             int rc = dtrain_comm_all_gather(dp->comm, b->param + at, b->param, b->share);
-            if ((rc = dtrain_pcomm_status(dp->comm, rc, "ZeRO-1 all-gather of the parameters", err, errlen)) != DTRAIN_OK)
+            rc = dtrain_pcomm_status(dp->comm, rc, "ZeRO-1 all-gather of the parameters", err, errlen);
+            if (rc != DTRAIN_OK)
                 return rc;
         }
         unpack(b, b->param, dp->params);

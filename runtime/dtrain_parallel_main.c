@@ -46,9 +46,9 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
            "gradient buckets of %.3g MB%s\n", prog, bs->tp, bs->pp, bs->dp, bs->world_size,
            c->micro_batches, c->micro_batches == 1 ? "" : "es", c->batch / (bs->dp * c->micro_batches),
            c->seq, c->zero1 ? "on" : "off", c->bucket_mb, c->dp_overlap ? " overlapped with backward" : "");
-    printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d threads per rank, %.3f GFLOP per step\n",
+    printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d thread%s per rank, %.3f GFLOP per step\n",
            prog, c->data, c->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", c->batch, c->seq,
-           c->steps, c->threads, dtrain_gpt2_flops_per_step(m, c->batch, c->seq) * 1e-9);
+           c->steps, c->threads, c->threads == 1 ? "" : "s", dtrain_gpt2_flops_per_step(m, c->batch, c->seq) * 1e-9);
     fflush(stdout);
 }
 

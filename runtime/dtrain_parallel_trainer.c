@@ -155,7 +155,9 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     size_t wte = t->shard.size[DTRAIN_GPT2_WTE];
-    if (t->inputs == NULL || t->targets == NULL || (bs->pp > 1 && wte > 0 && (t->tie = malloc(wte * sizeof(float))) == NULL)) {
+    if (bs->pp > 1 && wte > 0)
+        t->tie = malloc(wte * sizeof(float));
+    if (t->inputs == NULL || t->targets == NULL || (bs->pp > 1 && wte > 0 && t->tie == NULL)) {
         snprintf(err, errlen, "out of memory");
         rc = DTRAIN_ERR_SYSTEM;
         goto fail;

@@ -144,7 +144,8 @@ int main(void)
     dtrain_shard_block_weights(&s, local, 1, &w);
     size_t per_layer = dtrain_shard_layer_size(&s);
     ok(per_layer == 2 * 8 + 3 * 4 * 8 + 3 * 4 + 8 * 4 + 8 + 2 * 8 + 16 * 8 + 16 + 8 * 16 + 8 &&
-       w.qkvw == local + s.offset[DTRAIN_GPT2_QKVW] + 3 * 4 * 8 && w.fcprojb == local + s.offset[DTRAIN_GPT2_FCPROJB] + 8,
+       w.qkvw == local + s.offset[DTRAIN_GPT2_QKVW] + 3 * 4 * 8 &&
+       w.fcprojb == local + s.offset[DTRAIN_GPT2_FCPROJB] + 8,
        "block views of local layer 1 point one layer's slice into each tensor (%zu parameters a layer)", per_layer);
     free(local);
     struct dtrain_block_shape shape;
@@ -158,8 +159,10 @@ int main(void)
     rc = dtrain_shard_plan(&model, 2, 1, 1, 0, &s, err, sizeof err);
     local = malloc(s.count * sizeof(float));
     dtrain_shard_scatter(&s, whole, local);
-    size_t q = dtrain_gpt2_tensor_offset(&model, DTRAIN_GPT2_QKVW), ap = dtrain_gpt2_tensor_offset(&model, DTRAIN_GPT2_ATTPROJW);
-    float *lq = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_QKVW), *lap = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_ATTPROJW);
+    size_t q = dtrain_gpt2_tensor_offset(&model, DTRAIN_GPT2_QKVW);
+    size_t ap = dtrain_gpt2_tensor_offset(&model, DTRAIN_GPT2_ATTPROJW);
+    float *lq = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_QKVW);
+    float *lap = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_ATTPROJW);
     float *lwte = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_WTE);
     ok(lq[0] == (float)(q + 4 * 8) && lq[4 * 8] == (float)(q + 8 * 8 + 4 * 8) && lap[0] == (float)(ap + 4) &&
        lap[4] == (float)(ap + 8 + 4) && lwte[0] == (float)(128 * 8),

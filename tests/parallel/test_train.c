@@ -215,7 +215,8 @@ int main(void)
     struct run_result ref = {0};
     float *ref_params = malloc(j.nparams * sizeof(float));
     int have_ref = fin == DTRAIN_OK && reference(&j, &ref, ref_params) == 0;
-    ok(have_ref, "the single-process reference trains %d steps (%s)", STEPS, have_ref ? "ok" : ref.err[0] ? ref.err : err);
+    ok(have_ref, "the single-process reference trains %d steps (%s)", STEPS,
+       have_ref ? "ok" : ref.err[0] ? ref.err : err);
     if (!have_ref) {
         free(ref_params);
         return tap_done();
