@@ -1,0 +1,389 @@
+/* Every CUDA kernel against the CPU kernel, in fp32 and in bf16 precision.
+ *
+ * Fresh random inputs each run (the seed is printed), outputs the kernel
+ * overwrites poisoned with NaN, outputs it adds into pre-filled with the
+ * same random values on both sides.  The error of an output is its largest
+ * |gpu - cpu| over the largest |cpu| (gpu_pair.h); each check has a
+ * threshold for its precision:
+ *   exact fp32 work (elementwise, AdamW)                  1e-6
+ *   fp32 sums (layer norm, loss, embedding gradient)      2e-5
+ *   matmuls and attention in fp32                          5e-5
+ *   matmuls in bf16 (operands rounded to 8 bits)           2e-2
+ *   attention in bf16 (scores, probabilities rounded)      3e-2 forward, 5e-2 backward
+ * The kernels that claim bit-identical results run twice and must agree.
+ * Without a CUDA device the whole file is skipped. */
+#include "dtrain_kernels.h"
+#include "gpu_pair.h"
+#include "tap.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DTRAIN_HAVE_CUDA
+#include "dtrain_cuda.h"
+#endif
+
+struct tolerances {
+    const char *name;
+    double exact, sums, matmul, attn_fwd, attn_bwd;
+};
+
+static const struct tolerances TOL_FP32 = {"fp32", 1e-6, 2e-5, 5e-5, 5e-5, 5e-5};
+static const struct tolerances TOL_BF16 = {"bf16", 1e-6, 2e-5, 2e-2, 3e-2, 5e-2};
+
+/* ok() on an error against its threshold, naming both */
+#define CHECK_ERR(err, thr, tol, ...)                                                         \
+    do {                                                                                      \
+        double e_ = (err), t_ = (thr);                                                        \
+        char what_[160];                                                                      \
+        snprintf(what_, sizeof what_, __VA_ARGS__);                                           \
+        ok(e_ <= t_, "[%s] %s: error %.2e (threshold %.0e)", (tol)->name, what_, e_, t_);     \
+    } while (0)
+
+#ifdef DTRAIN_HAVE_CUDA
+
+/* ------------------------------------------------------------------ encoder */
+
+static void test_encoder(struct gpu_pair *p, const struct tolerances *tol)
+{
+    int B = 4, T = 64, C = 256, V = 300, maxT = 80; /* 256 positions over 300 tokens: repeats */
+    size_t N = (size_t)B * T;
+    struct mirror_i32 tok = mirror_tokens(p, N, V);
+    struct mirror wte = mirror_random(p, (size_t)V * C, 1.0f), wpe = mirror_random(p, (size_t)maxT * C, 1.0f);
+    struct mirror out = mirror_poisoned(p, N * C), dout = mirror_random(p, N * C, 1.0f);
+    dtrain_k_encoder_forward(p->cpu, out.cpu, tok.cpu, wte.cpu, wpe.cpu, B, T, C);
+    dtrain_k_encoder_forward(p->gpu, out.gpu, tok.gpu, wte.gpu, wpe.gpu, B, T, C);
+    CHECK_ERR(mirror_error(p, &out), tol->exact, tol, "encoder forward (B=%d T=%d C=%d)", B, T, C);
+
+    struct mirror dwte = mirror_random(p, (size_t)V * C, 0.5f), dwpe = mirror_random(p, (size_t)maxT * C, 0.5f);
+    float *dwte0 = gpu_clone(p, dwte.gpu, dwte.n), *dwpe0 = gpu_clone(p, dwpe.gpu, dwpe.n);
+    dtrain_k_encoder_backward(p->cpu, dwte.cpu, dwpe.cpu, dout.cpu, tok.cpu, B, T, C);
+    dtrain_k_encoder_backward(p->gpu, dwte.gpu, dwpe.gpu, dout.gpu, tok.gpu, B, T, C);
+    CHECK_ERR(mirror_error(p, &dwte), tol->sums, tol, "encoder backward dwte (+=, repeated tokens)");
+    CHECK_ERR(mirror_error(p, &dwpe), tol->sums, tol, "encoder backward dwpe (+=)");
+    dtrain_k_encoder_backward(p->gpu, dwte0, dwpe0, dout.gpu, tok.gpu, B, T, C);
+    ok(gpu_same_bits(p, dwte0, dwte.gpu, dwte.n) && gpu_same_bits(p, dwpe0, dwpe.gpu, dwpe.n),
+       "[%s] encoder backward gives the same bits twice", tol->name);
+    dtrain_k_free(p->gpu, dwte0);
+    dtrain_k_free(p->gpu, dwpe0);
+    mirror_free(p, &dwte); mirror_free(p, &dwpe); mirror_free(p, &out); mirror_free(p, &dout);
+    mirror_free(p, &wte); mirror_free(p, &wpe); mirror_i32_free(p, &tok);
+}
+
+/* ------------------------------------------------------------------ layer norm */
+
+static void test_layernorm(struct gpu_pair *p, const struct tolerances *tol, int N, int C)
+{
+    size_t NC = (size_t)N * C;
+    struct mirror inp = mirror_random(p, NC, 2.0f), w = mirror_random(p, (size_t)C, 1.0f);
+    struct mirror b = mirror_random(p, (size_t)C, 1.0f), out = mirror_poisoned(p, NC);
+    struct mirror mean = mirror_poisoned(p, (size_t)N), rstd = mirror_poisoned(p, (size_t)N);
+    dtrain_k_layernorm_forward(p->cpu, out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, b.cpu, N, C);
+    dtrain_k_layernorm_forward(p->gpu, out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, b.gpu, N, C);
+    CHECK_ERR(mirror_error(p, &out), tol->sums, tol, "layernorm forward out (N=%d C=%d)", N, C);
+    CHECK_ERR(mirror_error(p, &mean), tol->sums, tol, "layernorm forward mean (N=%d C=%d)", N, C);
+    CHECK_ERR(mirror_error(p, &rstd), tol->sums, tol, "layernorm forward rstd (N=%d C=%d)", N, C);
+
+    struct mirror dout = mirror_random(p, NC, 1.0f), dinp = mirror_random(p, NC, 0.5f);
+    struct mirror dw = mirror_random(p, (size_t)C, 0.5f), db = mirror_random(p, (size_t)C, 0.5f);
+    float *dinp0 = gpu_clone(p, dinp.gpu, NC), *dw0 = gpu_clone(p, dw.gpu, (size_t)C);
+    float *db0 = gpu_clone(p, db.gpu, (size_t)C);
+    dtrain_k_layernorm_backward(p->cpu, dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu, rstd.cpu, N, C);
+    dtrain_k_layernorm_backward(p->gpu, dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C);
+    CHECK_ERR(mirror_error(p, &dinp), tol->sums, tol, "layernorm backward dinp (+=) (N=%d C=%d)", N, C);
+    CHECK_ERR(mirror_error(p, &dw), tol->sums, tol, "layernorm backward dweight (+=) (N=%d C=%d)", N, C);
+    CHECK_ERR(mirror_error(p, &db), tol->sums, tol, "layernorm backward dbias (+=) (N=%d C=%d)", N, C);
+    dtrain_k_layernorm_backward(p->gpu, dinp0, dw0, db0, dout.gpu, inp.gpu, w.gpu, mean.gpu, rstd.gpu, N, C);
+    ok(gpu_same_bits(p, dinp0, dinp.gpu, NC) && gpu_same_bits(p, dw0, dw.gpu, (size_t)C) &&
+       gpu_same_bits(p, db0, db.gpu, (size_t)C), "[%s] layernorm backward gives the same bits twice", tol->name);
+    dtrain_k_free(p->gpu, dinp0); dtrain_k_free(p->gpu, dw0); dtrain_k_free(p->gpu, db0);
+    mirror_free(p, &inp); mirror_free(p, &w); mirror_free(p, &b); mirror_free(p, &out); mirror_free(p, &mean);
+    mirror_free(p, &rstd); mirror_free(p, &dout); mirror_free(p, &dinp); mirror_free(p, &dw); mirror_free(p, &db);
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+static void test_matmul(struct gpu_pair *p, const struct tolerances *tol, int N, int IC, int OC, int with_bias,
+                        int with_dinp)
+{
+    struct mirror inp = mirror_random(p, (size_t)N * IC, 1.0f), w = mirror_random(p, (size_t)OC * IC, 1.0f);
+    struct mirror bias = mirror_random(p, (size_t)OC, 1.0f), out = mirror_poisoned(p, (size_t)N * OC);
+    dtrain_k_matmul_forward(p->cpu, out.cpu, inp.cpu, w.cpu, with_bias ? bias.cpu : NULL, N, IC, OC);
+    dtrain_k_matmul_forward(p->gpu, out.gpu, inp.gpu, w.gpu, with_bias ? bias.gpu : NULL, N, IC, OC);
+    CHECK_ERR(mirror_error(p, &out), tol->matmul, tol, "matmul forward N=%d IC=%d OC=%d%s", N, IC, OC,
+              with_bias ? " + bias" : "");
+
+    struct mirror dout = mirror_random(p, (size_t)N * OC, 1.0f), dinp = mirror_poisoned(p, (size_t)N * IC);
+    struct mirror dw = mirror_random(p, (size_t)OC * IC, 0.5f), db = mirror_random(p, (size_t)OC, 0.5f);
+    float *dw0 = gpu_clone(p, dw.gpu, dw.n), *db0 = gpu_clone(p, db.gpu, db.n);
+    dtrain_k_matmul_backward(p->cpu, with_dinp ? dinp.cpu : NULL, dw.cpu, with_bias ? db.cpu : NULL, dout.cpu,
+                             inp.cpu, w.cpu, N, IC, OC);
+    dtrain_k_matmul_backward(p->gpu, with_dinp ? dinp.gpu : NULL, dw.gpu, with_bias ? db.gpu : NULL, dout.gpu,
+                             inp.gpu, w.gpu, N, IC, OC);
+    if (with_dinp)
+        CHECK_ERR(mirror_error(p, &dinp), tol->matmul, tol, "matmul backward dinp (=) N=%d IC=%d OC=%d", N, IC, OC);
+    CHECK_ERR(mirror_error(p, &dw), tol->matmul, tol, "matmul backward dweight (+=) N=%d IC=%d OC=%d", N, IC, OC);
+    CHECK_ERR(mirror_error(p, &db), with_bias ? tol->sums : 0.0, tol, "matmul backward dbias %s",
+              with_bias ? "(+=)" : "untouched when NULL");
+    dtrain_k_matmul_backward(p->gpu, NULL, dw0, with_bias ? db0 : NULL, dout.gpu, inp.gpu, w.gpu, N, IC, OC);
+    ok(gpu_same_bits(p, dw0, dw.gpu, dw.n) && gpu_same_bits(p, db0, db.gpu, db.n),
+       "[%s] matmul backward gives the same bits twice", tol->name);
+    dtrain_k_free(p->gpu, dw0); dtrain_k_free(p->gpu, db0);
+    mirror_free(p, &inp); mirror_free(p, &w); mirror_free(p, &bias); mirror_free(p, &out);
+    mirror_free(p, &dout); mirror_free(p, &dinp); mirror_free(p, &dw); mirror_free(p, &db);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+/* The rule of kernels/cuda/cuda_attention.cu: bf16 with a head size of
+ * 16, 32, 64 or 128 and T > HS takes the flash kernels, whose att holds
+ * their own saved state instead of the probabilities. */
+static int flash_path(enum dtrain_kernels_precision prec, int T, int HS)
+{
+    return prec == DTRAIN_PRECISION_BF16 && (HS == 16 || HS == 32 || HS == 64 || HS == 128) && T > HS;
+}
+
+static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int B, int T, int NH, int HS)
+{
+    size_t C = (size_t)NH * HS, N = (size_t)B * T, NA = (size_t)B * NH * T * T;
+    int flash = flash_path(dtrain_kernels_precision(p->gpu), T, HS);
+    struct mirror qkv = mirror_random(p, N * 3 * C, 2.0f), out = mirror_poisoned(p, N * C);
+    struct mirror att = mirror_poisoned(p, NA);
+    dtrain_k_attention_forward(p->cpu, out.cpu, att.cpu, qkv.cpu, B, T, NH, HS);
+    dtrain_k_attention_forward(p->gpu, out.gpu, att.gpu, qkv.gpu, B, T, NH, HS);
+    CHECK_ERR(mirror_error(p, &out), tol->attn_fwd, tol, "attention forward out (B=%d T=%d NH=%d HS=%d, %s)", B, T,
+              NH, HS, flash ? "flash" : "exact");
+    if (!flash)
+        CHECK_ERR(mirror_error(p, &att), tol->attn_fwd, tol, "attention forward att (B=%d T=%d NH=%d HS=%d)", B, T,
+                  NH, HS);
+
+    struct mirror dout = mirror_random(p, N * C, 1.0f), dqkv = mirror_poisoned(p, N * 3 * C);
+    size_t ns_cpu = dtrain_k_attention_scratch(p->cpu, B, T, NH, HS);
+    size_t ns_gpu = dtrain_k_attention_scratch(p->gpu, B, T, NH, HS);
+    float *s_cpu = dtrain_k_alloc(p->cpu, ns_cpu * sizeof(float));
+    float *s_gpu = dtrain_k_alloc(p->gpu, ns_gpu * sizeof(float));
+    if (s_cpu == NULL || s_gpu == NULL) {
+        printf("Bail out! out of memory for the attention scratch\n");
+        exit(1);
+    }
+    dtrain_k_attention_backward(p->cpu, dqkv.cpu, s_cpu, dout.cpu, qkv.cpu, att.cpu, B, T, NH, HS);
+    dtrain_k_attention_backward(p->gpu, dqkv.gpu, s_gpu, dout.gpu, qkv.gpu, att.gpu, B, T, NH, HS);
+    CHECK_ERR(mirror_error(p, &dqkv), tol->attn_bwd, tol, "attention backward dqkv (=) (B=%d T=%d NH=%d HS=%d, %s)",
+              B, T, NH, HS, flash ? "flash" : "exact");
+    float *again = gpu_clone(p, dqkv.gpu, dqkv.n);
+    dtrain_k_attention_backward(p->gpu, again, s_gpu, dout.gpu, qkv.gpu, att.gpu, B, T, NH, HS);
+    ok(gpu_same_bits(p, again, dqkv.gpu, dqkv.n), "[%s] attention backward gives the same bits twice", tol->name);
+    dtrain_k_free(p->gpu, again);
+    dtrain_k_free(p->cpu, s_cpu);
+    dtrain_k_free(p->gpu, s_gpu);
+    mirror_free(p, &qkv); mirror_free(p, &out); mirror_free(p, &att); mirror_free(p, &dout); mirror_free(p, &dqkv);
+}
+
+/* ------------------------------------------------------------------ elementwise */
+
+static void test_elementwise(struct gpu_pair *p, const struct tolerances *tol)
+{
+    size_t n = ((size_t)1 << 20) + 3;
+    struct mirror x = mirror_random(p, n, 4.0f), y = mirror_random(p, n, 1.0f), out = mirror_poisoned(p, n);
+    dtrain_k_gelu_forward(p->cpu, out.cpu, x.cpu, n);
+    dtrain_k_gelu_forward(p->gpu, out.gpu, x.gpu, n);
+    CHECK_ERR(mirror_error(p, &out), tol->exact, tol, "gelu forward (n=%zu)", n);
+    struct mirror dinp = mirror_poisoned(p, n);
+    dtrain_k_gelu_backward(p->cpu, dinp.cpu, x.cpu, y.cpu, n);
+    dtrain_k_gelu_backward(p->gpu, dinp.gpu, x.gpu, y.gpu, n);
+    CHECK_ERR(mirror_error(p, &dinp), tol->exact, tol, "gelu backward (n=%zu)", n);
+    struct mirror r = mirror_poisoned(p, n);
+    dtrain_k_residual_forward(p->cpu, r.cpu, x.cpu, y.cpu, n);
+    dtrain_k_residual_forward(p->gpu, r.gpu, x.gpu, y.gpu, n);
+    CHECK_ERR(mirror_error(p, &r), tol->exact, tol, "residual forward (n=%zu)", n);
+    dtrain_k_residual_forward(p->cpu, x.cpu, x.cpu, y.cpu, n);
+    dtrain_k_residual_forward(p->gpu, x.gpu, x.gpu, y.gpu, n);
+    CHECK_ERR(mirror_error(p, &x), tol->exact, tol, "residual forward in place");
+    mirror_free(p, &x); mirror_free(p, &y); mirror_free(p, &out); mirror_free(p, &dinp); mirror_free(p, &r);
+}
+
+/* ------------------------------------------------------------------ loss */
+
+static void test_xent(struct gpu_pair *p, const struct tolerances *tol, int N, int V, int Vp)
+{
+    struct mirror logits = mirror_random(p, (size_t)N * Vp, 8.0f), losses = mirror_poisoned(p, (size_t)N);
+    struct mirror_i32 tgt = mirror_tokens(p, (size_t)N, V);
+    dtrain_k_softmax_xent_forward(p->cpu, logits.cpu, losses.cpu, tgt.cpu, N, V, Vp);
+    dtrain_k_softmax_xent_forward(p->gpu, logits.gpu, losses.gpu, tgt.gpu, N, V, Vp);
+    CHECK_ERR(mirror_error(p, &losses), tol->sums, tol, "cross-entropy losses (N=%d V=%d Vp=%d)", N, V, Vp);
+    CHECK_ERR(mirror_error(p, &logits), tol->sums, tol, "cross-entropy probabilities, padding 0");
+    dtrain_k_softmax_xent_backward(p->cpu, logits.cpu, tgt.cpu, 1.0f / N, N, V, Vp);
+    dtrain_k_softmax_xent_backward(p->gpu, logits.gpu, tgt.gpu, 1.0f / N, N, V, Vp);
+    CHECK_ERR(mirror_error(p, &logits), tol->sums, tol, "cross-entropy backward dlogits (=)");
+    mirror_free(p, &logits); mirror_free(p, &losses); mirror_i32_free(p, &tgt);
+}
+
+/* The vocabulary-parallel pieces on one GPU: the vocabulary split into
+ * `parts` slices (the last one with padding), the all-gather and all-reduce
+ * done here on the host, the result against the CPU's whole-row kernel. */
+static void test_xent_vocab_parallel(struct gpu_pair *p, const struct tolerances *tol, int N, int V, int parts)
+{
+    int Vl = (V + parts - 1) / parts, Vp = Vl * parts;
+    size_t NV = (size_t)N * Vp;
+    struct mirror logits = mirror_random(p, NV, 8.0f), losses = mirror_poisoned(p, (size_t)N);
+    struct mirror_i32 tgt = mirror_tokens(p, (size_t)N, V);
+    float *host = malloc(NV * sizeof(float)), *all_max = malloc((size_t)parts * N * sizeof(float));
+    float *sums = calloc(2 * (size_t)N, sizeof(float)), *part_sums = malloc(2 * (size_t)N * sizeof(float));
+    float **slice = calloc((size_t)parts, sizeof *slice), *row_slice = malloc((size_t)N * Vl * sizeof(float));
+    float *d_rowmax = dtrain_k_alloc(p->gpu, (size_t)N * sizeof(float));
+    float *d_allmax = dtrain_k_alloc(p->gpu, (size_t)parts * N * sizeof(float));
+    float *d_sums = dtrain_k_alloc(p->gpu, 2 * (size_t)N * sizeof(float));
+    if (!host || !all_max || !sums || !part_sums || !slice || !row_slice || !d_rowmax || !d_allmax || !d_sums) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+    }
+    /* each rank's slice as its own (N, Vl) tensor */
+    dtrain_k_download(p->gpu, host, logits.gpu, NV * sizeof(float));
+    for (int r = 0; r < parts; r++) {
+        for (int n = 0; n < N; n++)
+            memcpy(row_slice + (size_t)n * Vl, host + (size_t)n * Vp + (size_t)r * Vl, (size_t)Vl * sizeof(float));
+        if ((slice[r] = dtrain_k_alloc(p->gpu, (size_t)N * Vl * sizeof(float))) == NULL) {
+            printf("Bail out! out of device memory\n");
+            exit(1);
+        }
+        dtrain_k_upload(p->gpu, slice[r], row_slice, (size_t)N * Vl * sizeof(float));
+    }
+    /* 1. row maxima, all-gathered */
+    for (int r = 0; r < parts; r++) {
+        int nv = V - r * Vl < 0 ? 0 : V - r * Vl > Vl ? Vl : V - r * Vl;
+        dtrain_cuda_xent_vp_rowmax(p->gpu, d_rowmax, slice[r], N, Vl, nv);
+        dtrain_k_download(p->gpu, all_max + (size_t)r * N, d_rowmax, (size_t)N * sizeof(float));
+    }
+    dtrain_k_upload(p->gpu, d_allmax, all_max, (size_t)parts * N * sizeof(float));
+    /* 2. exponentials and local sums, all-reduced */
+    for (int r = 0; r < parts; r++) {
+        int nv = V - r * Vl < 0 ? 0 : V - r * Vl > Vl ? Vl : V - r * Vl;
+        dtrain_cuda_xent_vp_exp(p->gpu, slice[r], d_sums, d_allmax, parts, tgt.gpu, r * Vl, N, Vl, nv);
+        dtrain_k_download(p->gpu, part_sums, d_sums, 2 * (size_t)N * sizeof(float));
+        for (size_t i = 0; i < 2 * (size_t)N; i++)
+            sums[i] += part_sums[i];
+    }
+    dtrain_k_upload(p->gpu, d_sums, sums, 2 * (size_t)N * sizeof(float));
+    /* 3. probabilities and losses; then backward, each slice */
+    for (int r = 0; r < parts; r++) {
+        int nv = V - r * Vl < 0 ? 0 : V - r * Vl > Vl ? Vl : V - r * Vl;
+        dtrain_cuda_xent_vp_finish(p->gpu, slice[r], losses.gpu, d_sums, N, Vl, nv);
+    }
+    /* the CPU: the whole rows */
+    dtrain_k_softmax_xent_forward(p->cpu, logits.cpu, losses.cpu, tgt.cpu, N, V, Vp);
+    CHECK_ERR(mirror_error(p, &losses), tol->sums, tol, "vocabulary-parallel losses (%d slices of %d, V=%d)", parts,
+              Vl, V);
+    /* gather the slices back into the GPU side of the mirror */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0; r < parts; r++) {
+            dtrain_k_download(p->gpu, row_slice, slice[r], (size_t)N * Vl * sizeof(float));
+            for (int n = 0; n < N; n++)
+                memcpy(host + (size_t)n * Vp + (size_t)r * Vl, row_slice + (size_t)n * Vl, (size_t)Vl * sizeof(float));
+        }
+        dtrain_k_upload(p->gpu, logits.gpu, host, NV * sizeof(float));
+        CHECK_ERR(mirror_error(p, &logits), tol->sums, tol, "vocabulary-parallel %s",
+                  pass == 0 ? "probabilities" : "backward dlogits");
+        if (pass == 0) {
+            for (int r = 0; r < parts; r++) {
+                int nv = V - r * Vl < 0 ? 0 : V - r * Vl > Vl ? Vl : V - r * Vl;
+                dtrain_cuda_xent_vp_backward(p->gpu, slice[r], tgt.gpu, r * Vl, 1.0f / N, N, Vl, nv);
+            }
+            dtrain_k_softmax_xent_backward(p->cpu, logits.cpu, tgt.cpu, 1.0f / N, N, V, Vp);
+        }
+    }
+    for (int r = 0; r < parts; r++)
+        dtrain_k_free(p->gpu, slice[r]);
+    dtrain_k_free(p->gpu, d_rowmax); dtrain_k_free(p->gpu, d_allmax); dtrain_k_free(p->gpu, d_sums);
+    free(row_slice); free(host); free(all_max); free(sums); free(part_sums); free(slice);
+    mirror_free(p, &logits); mirror_free(p, &losses); mirror_i32_free(p, &tgt);
+}
+
+/* ------------------------------------------------------------------ optimizer */
+
+static void test_adamw(struct gpu_pair *p, const struct tolerances *tol)
+{
+    size_t n = ((size_t)1 << 20) + 5;
+    struct mirror params = mirror_random(p, n, 1.0f), grads = mirror_random(p, n, 0.1f);
+    struct mirror m = mirror_random(p, n, 0.01f), v = mirror_random(p, n, 0.001f);
+    struct mirror x = mirror_random(p, n, 1.0f);
+    /* v >= 0, as in a real run */
+    float *h = malloc(n * sizeof(float));
+    if (h == NULL) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+    }
+    dtrain_k_download(p->cpu, h, v.cpu, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        h[i] = h[i] * h[i] * 1000.0f;
+    dtrain_k_upload(p->cpu, v.cpu, h, n * sizeof(float));
+    dtrain_k_upload(p->gpu, v.gpu, h, n * sizeof(float));
+    free(h);
+    struct dtrain_adamw_args a = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                                  .step = 3, .grad_scale = 0.5f};
+    dtrain_k_adamw_update(p->cpu, params.cpu, grads.cpu, m.cpu, v.cpu, n, &a);
+    dtrain_k_adamw_update(p->gpu, params.gpu, grads.gpu, m.gpu, v.gpu, n, &a);
+    CHECK_ERR(mirror_error(p, &params), tol->exact, tol, "adamw params (n=%zu)", n);
+    CHECK_ERR(mirror_error(p, &m), tol->exact, tol, "adamw m");
+    CHECK_ERR(mirror_error(p, &v), tol->exact, tol, "adamw v");
+
+    double s_cpu = dtrain_k_sumsq(p->cpu, x.cpu, n), s_gpu = dtrain_k_sumsq(p->gpu, x.gpu, n);
+    double s_again = dtrain_k_sumsq(p->gpu, x.gpu, n);
+    double e = fabs(s_gpu - s_cpu) / s_cpu;
+    ok(e <= 1e-9, "[%s] sumsq (double): %.9g vs CPU %.9g, relative error %.1e", tol->name, s_gpu, s_cpu, e);
+    ok(s_again == s_gpu, "[%s] sumsq gives the same bits twice", tol->name);
+    mirror_free(p, &params); mirror_free(p, &grads); mirror_free(p, &m); mirror_free(p, &v);
+    mirror_free(p, &x);
+}
+
+static void run_precision(uint64_t seed, enum dtrain_kernels_precision prec, const struct tolerances *tol)
+{
+    struct gpu_pair p = {.seed = seed + (uint64_t)prec};
+    gpu_pair_open(&p, prec);
+    ok(dtrain_kernels_precision(p.gpu) == prec, "[%s] the cuda instance computes in %s", tol->name,
+       dtrain_kernels_precision_name(dtrain_kernels_precision(p.gpu)));
+    test_encoder(&p, tol);
+    test_layernorm(&p, tol, 512, 768);
+    test_layernorm(&p, tol, 37, 100);
+    test_matmul(&p, tol, 512, 768, 2304, 1, 1);  /* QKV of GPT-2 small */
+    test_matmul(&p, tol, 512, 3072, 768, 1, 1);  /* MLP projection */
+    test_matmul(&p, tol, 37, 50, 33, 1, 0);      /* odd sizes, unaligned rows; no dinp */
+    test_matmul(&p, tol, 64, 128, 1000, 0, 1);   /* no bias (LM head) */
+    test_attention(&p, tol, 2, 256, 4, 64);      /* flash in bf16, 4 full tiles */
+    test_attention(&p, tol, 2, 100, 3, 32);      /* a partial last tile */
+    test_attention(&p, tol, 1, 192, 2, 128);
+    test_attention(&p, tol, 2, 80, 2, 16);
+    test_attention(&p, tol, 1, 40, 2, 24);       /* head size the flash kernels do not take */
+    test_attention(&p, tol, 2, 48, 2, 64);       /* T <= HS: exact even in bf16 */
+    test_elementwise(&p, tol);
+    test_xent(&p, tol, 64, 50257, 50304);        /* GPT-2's vocabulary */
+    test_xent(&p, tol, 33, 1000, 1000);
+    test_xent_vocab_parallel(&p, tol, 48, 1000, 3);
+    test_adamw(&p, tol);
+    ok(gpu_error(&p) == 0, "[%s] no CUDA error recorded", tol->name);
+    gpu_pair_close(&p);
+}
+
+int main(void)
+{
+    char why[256];
+    if (!gpu_available(why, sizeof why)) {
+        printf("1..0 # SKIP %s\n", why);
+        return 0;
+    }
+    uint64_t seed = gpu_test_seed();
+    run_precision(seed, DTRAIN_PRECISION_FP32, &TOL_FP32);
+    run_precision(seed, DTRAIN_PRECISION_BF16, &TOL_BF16);
+    return tap_done();
+}
+
+#else
+
+int main(void)
+{
+    printf("1..0 # SKIP dtrain was configured without CUDA\n");
+    return 0;
+}
+
+#endif
