@@ -8,7 +8,8 @@
 # twice, ZeRO-1 off and on, on a tiny model (L=4 C=64 NH=4 V=256, T=32,
 # global batch 8, 10 steps, byte-level tokens of the docs in the tree); the
 # largest job is 8 ranks over 2 nodes.  Every run's per-step loss must match
-# the (1,1,1) run's within the relative tolerance of doc/parallel.md.
+# the (1,1,1) run's within the relative tolerance of doc/parallel.md.  Then
+# two shapes that do not split are refused by every rank with exit 2.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
 need_cluster_tools
@@ -94,4 +95,16 @@ for spec in "tp2 2 1 1 2 1" "pp2 1 2 2 1 2" "dp2 1 1 2 1 1" "tp2pp2 2 2 1 4 2" "
   done
 done
 diag "largest relative loss deviation from (1,1,1) over all layouts: $worst; all jobs took $(($(date +%s) - start)) s"
+
+# ---- shapes that do not split: one line from every rank, exit 2, no training
+in_cluster "$d" timeout 60 srun -N1 -n2 --dtrain-tp=2 --mpi=pmi2 "$launch" --backend cpu "${trainer[@]}" \
+  --heads 1 >"$d/heads.out" 2>"$d/heads.err"
+rc=$?
+check "T=2 for a model of one head: exit 2, both ranks say T must divide the heads (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'T=2 does not divide the 1 attention heads' "$d/heads.err")" -eq 2 ]
+in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --mpi=pmi2 "$launch" --backend cpu "${trainer[@]}" \
+  --batch 6 --micro-batches 2 >"$d/batch.out" 2>"$d/batch.err"
+rc=$?
+check "D=2 with --batch 6 --micro-batches 2: exit 2, both ranks ask for a batch that is a multiple of 4 (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'batch 6 does not split into D=2 .* multiple of 4' "$d/batch.err")" -eq 2 ]
 done_testing
