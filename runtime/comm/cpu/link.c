@@ -84,11 +84,13 @@ struct link *link_new(int fd, int peer, int sender)
 
 void link_set_waiting(struct link *l, int oversubscribed)
 {
-    /* Measured with dtrain-bench-collectives: 4 and 8 ranks on 2 CPUs gain
-     * from giving the CPU away at once; ranks on CPUs of their own lose
-     * latency when they sleep early. */
-    l->spin = oversubscribed ? 0 : 64;
-    l->yield = oversubscribed ? 8 : 256;
+    /* Measured with dtrain-bench-collectives on 2 CPUs: 4 and 8 ranks gain
+     * from giving the CPU away at once; 2 ranks gain a little from a short
+     * spin (about 10 us) when the machine is quiet, and lose a lot from a
+     * long one when other processes want the CPUs (as a trainer's compute
+     * threads do). */
+    l->spin = oversubscribed ? 0 : 16;
+    l->yield = oversubscribed ? 8 : 32;
 }
 
 static int fail(struct link *l, int code, const char *what, int err)
