@@ -81,7 +81,8 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     char why[512];
     int crc = dtrain_comm_init_all(bs, &opts, &comms, why, sizeof why);
     if (crc != DTRAIN_COMM_OK) {
-        fprintf(stderr, "%s: rank %d: cannot build the communicators: %s\n", prog, bs->rank, why);
+        fprintf(stderr, "%s: rank %d: cannot build the communicators: %s%s\n", prog, bs->rank, why,
+                crc == DTRAIN_COMM_ENOTSUP ? " (dtrain-launch --backend cpu)" : "");
         return crc == DTRAIN_COMM_ENOTSUP ? DTRAIN_EXIT_USAGE
              : crc == DTRAIN_COMM_EINVAL ? DTRAIN_EXIT_FAILURE : DTRAIN_EXIT_REQUEUE;
     }
