@@ -23,6 +23,8 @@ enum kind {
     K_ORDER,    /* enum dtrain_data_order: "sequential" | "shuffled" */
     K_SCHEDULE, /* enum dtrain_lr_schedule: "constant" | "cosine" */
     K_BOOL,     /* int 0/1: JSON true/false, flags 1/0, yes/no, true/false, on/off */
+    K_BACKEND,  /* char[16]: a kernel backend this build has (dtrain_kernels_backends()) */
+    K_PRECISION,/* enum dtrain_kernels_precision: "fp32" | "bf16" */
 };
 
 struct setting {
@@ -62,6 +64,8 @@ static const struct setting settings[] = {
     {"run", "steps", "steps", K_LONG, OFF(steps), 0, BIG, "train until this many steps are done"},
     {"run", "seed", "seed", K_U64, OFF(seed), 0, BIG, "seed of the model initialisation"},
     {"run", "threads", "threads", K_INT, OFF(threads), 1, 1024, "CPU threads (own kernels and OpenBLAS)"},
+    {"run", "backend", "backend", K_BACKEND, OFF(backend), 0, 0, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"},
+    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 (cuda only; default: cpu fp32, cuda bf16)"},
     {"run", "init_llmc", "init-llmc", K_PATH, OFF(init_llmc), 0, 0, "start from this llm.c model file"},
     {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from this checkpoint"},
     {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "write a checkpoint here at the end"},
@@ -101,6 +105,8 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->steps = 100;
     c->seed = 1337;
     c->threads = affinity_cpus();
+    snprintf(c->backend, sizeof c->backend, "cpu");
+    c->precision = DTRAIN_PRECISION_DEFAULT;
     c->log_every = 1;
     c->micro_batches = 1;
     c->zero1 = 0;
@@ -177,11 +183,33 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
         else
             break;
         return DTRAIN_OK;
+    case K_BACKEND: {
+        char names[64] = "";
+        for (const char *const *b = dtrain_kernels_backends(); *b != NULL; b++) {
+            if (strcmp(text, *b) == 0 && strlen(text) < 16) {
+                strcpy((char *)field(c, s), text);
+                return DTRAIN_OK;
+            }
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *b);
+        }
+        snprintf(err, errlen, "%s: '%.64s' is not a kernel backend of this build (%s)%s", where, text, names,
+                 strcmp(text, "cuda") == 0 ? ": configure with --with-cuda" : "");
+        return DTRAIN_ERR_INPUT;
+    }
+    case K_PRECISION:
+        if (strcmp(text, "fp32") == 0)
+            *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP32;
+        else if (strcmp(text, "bf16") == 0)
+            *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_BF16;
+        else
+            break;
+        return DTRAIN_OK;
     default:
         break;
     }
     snprintf(err, errlen, "%s: '%.64s' is not one of %s", where, text,
-             s->kind == K_ORDER ? "sequential, shuffled" : "constant, cosine");
+             s->kind == K_ORDER ? "sequential, shuffled" : s->kind == K_PRECISION ? "fp32, bf16" :
+             "constant, cosine");
     return DTRAIN_ERR_INPUT;
 }
 

@@ -61,6 +61,11 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
                  c->micro_batches, split);
         return DTRAIN_ERR_INPUT;
     }
+    if (strcmp(c->backend, "cpu") != 0) {
+        snprintf(err, errlen, "run.backend %s: the parallel trainer runs on the cpu kernels for now "
+                 "(use dtrain-train for one GPU)", c->backend);
+        return DTRAIN_ERR_INPUT;
+    }
     if (c->checkpoint[0] != '\0' || c->resume[0] != '\0') {
         snprintf(err, errlen, "--checkpoint and --resume need one task without --micro-batches or --zero1 "
                  "(sharded checkpoints are not implemented yet); use --save-llmc and --init-llmc");

@@ -58,6 +58,8 @@ struct dtrain_train_config {
     long steps;                       /* train until this many steps are done */
     uint64_t seed;                    /* model initialisation */
     int threads;
+    char backend[16];                 /* kernels: "cpu" or "cuda" (dtrain_kernels_backends()) */
+    enum dtrain_kernels_precision precision; /* DEFAULT: the backend's (cpu fp32, cuda bf16) */
     char init_llmc[DTRAIN_PATH_MAX];  /* start from this llm.c model file, or "" */
     char resume[DTRAIN_PATH_MAX];     /* continue from this checkpoint, or "" */
     char checkpoint[DTRAIN_PATH_MAX]; /* write checkpoints here, or "" */

@@ -122,8 +122,8 @@ int dtrain_trainer_create(const struct dtrain_train_config *c, struct dtrain_tra
         rc = DTRAIN_ERR_INPUT;
         goto fail;
     }
-    struct dtrain_kernels_options kopt = {.threads = c->threads};
-    if (dtrain_kernels_create("cpu", &kopt, &t->k, err, errlen) != 0) {
+    struct dtrain_kernels_options kopt = {.threads = c->threads, .precision = c->precision};
+    if (dtrain_kernels_create(c->backend, &kopt, &t->k, err, errlen) != 0) {
         rc = DTRAIN_ERR_SYSTEM;
         goto fail;
     }

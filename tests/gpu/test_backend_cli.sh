@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# dtrain-train --backend / --precision as a user meets them: a backend or a
+# precision that does not exist is refused (exit 2, one line); --backend
+# cuda without a CUDA device fails with one line saying "no CUDA device";
+# with a device, a tiny model trains on the GPU in fp32 and in bf16 and its
+# first loss matches the CPU's (relative 1e-4 in fp32, 2e-2 in bf16).
+set -u
+. "$top_srcdir/tests/tap.sh"
+train="$top_builddir/runtime/dtrain-train"
+tokenize="$top_builddir/runtime/dtrain-tokenize"
+work=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test-gpu-cli-XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+
+# expect_fail CODE NEEDLE DESC CMD...: exit CODE, one "dtrain-train: " line holding NEEDLE
+expect_fail() {
+    local code=$1 needle=$2 desc=$3; shift 3
+    "$@" >"$work/out" 2>"$work/err"
+    local rc=$? msg
+    msg=$(cat "$work/err")
+    if [ "$rc" -eq "$code" ] && [ "$(wc -l <"$work/err")" -eq 1 ] &&
+       [[ "$msg" == "dtrain-train: "* ]] && [[ "$msg" == *"$needle"* ]]; then
+        pass "$desc: $msg"
+    else
+        fail "$desc (exit $rc): $msg"
+    fi
+}
+
+# first_loss FILE: the loss of the first progress line
+first_loss() { sed -n 's/^step *0\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1" | head -1; }
+
+for i in $(seq 300); do echo "a GPU and a CPU should agree on every loss, line $i"; done >"$work/text.txt"
+"$tokenize" "$work/text.txt" "$work/data.bin" >/dev/null || { fail "dtrain-tokenize"; done_testing; }
+model="--layers 2 --channels 128 --heads 2 --max-seq-len 128 --batch 4 --seq 128 --steps 3 --data $work/data.bin"
+
+expect_fail 2 "is not a kernel backend of this build" "--backend tpu is refused" $train $model --backend tpu
+expect_fail 2 "is not one of fp32, bf16" "--precision fp16 is refused" $train $model --precision fp16
+
+if ! $train --help | grep -q -- '--backend'; then
+    fail "dtrain-train --help lists --backend"
+elif $train $model --backend cuda --threads 1 >"$work/gpu.out" 2>"$work/gpu.err"; then
+    pass "dtrain-train --backend cuda trains 3 steps on the GPU"
+    $train $model --threads 2 >"$work/cpu.out" 2>&1 || fail "the same run on the CPU"
+    $train $model --backend cuda --precision fp32 >"$work/fp32.out" 2>&1 || fail "--precision fp32 on the GPU"
+    cpu=$(first_loss "$work/cpu.out") bf16=$(first_loss "$work/gpu.out") fp32=$(first_loss "$work/fp32.out")
+    diag "first losses: cpu $cpu, cuda bf16 $bf16, cuda fp32 $fp32"
+    check "cuda fp32 first loss $fp32 is the CPU's $cpu within 1e-4" \
+        awk -v a="$fp32" -v b="$cpu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 1e-4) }'
+    check "cuda bf16 first loss $bf16 is the CPU's $cpu within 2e-2" \
+        awk -v a="$bf16" -v b="$cpu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 2e-2) }'
+else
+    rc=$?
+    msg=$(cat "$work/gpu.err")
+    if grep -q "no CUDA device" "$work/gpu.err" && [ "$(wc -l <"$work/gpu.err")" -eq 1 ]; then
+        pass "--backend cuda without a CUDA device fails clearly (exit $rc): $msg"
+        skip_test "no CUDA device: the first losses on the GPU"
+        skip_test "no CUDA device: the first losses on the GPU in bf16"
+    elif grep -q "configure with --with-cuda" "$work/gpu.err"; then
+        pass "--backend cuda in a build without CUDA says how to get it: $msg"
+    else
+        fail "--backend cuda (exit $rc): $msg"
+    fi
+fi
+done_testing
