@@ -107,6 +107,11 @@ int dtrain_comm_init(const struct dtrain_comm_group *g, enum dtrain_comm_backend
 {
     int listen_fd = g != NULL ? g->listen_fd : -1;
     int rc;
+    if (out == NULL) {
+        dtrain_snprintf(err, errlen, "no place for the communicator (out is NULL)");
+        rc = DTRAIN_COMM_EINVAL;
+        goto fail_fd;
+    }
     *out = NULL;
     struct dtrain_comm *c = calloc(1, sizeof *c);
     if (c == NULL) {
@@ -183,12 +188,12 @@ int comm_fail(struct dtrain_comm *c, int code, int peer, const char *fmt, ...)
 
 int dtrain_comm_rank(const dtrain_comm *c)
 {
-    return c->rank;
+    return c != NULL ? c->rank : -1;
 }
 
 int dtrain_comm_size(const dtrain_comm *c)
 {
-    return c->size;
+    return c != NULL ? c->size : 0;
 }
 
 /* Before every call: a broken communicator answers with its first error. */
@@ -322,6 +327,10 @@ void dtrain_comm_abort(dtrain_comm *c)
 
 int dtrain_comm_get_async_error(dtrain_comm *c, struct dtrain_comm_error *e)
 {
+    if (c == NULL) {
+        *e = (struct dtrain_comm_error){.code = DTRAIN_COMM_EINVAL, .peer = -1, .message = "no communicator"};
+        return e->code;
+    }
     if (atomic_load(&c->failed) == 0 && c->backend != NULL)
         c->backend->poll_links(c);
     pthread_mutex_lock(&c->lock);
@@ -335,11 +344,14 @@ int dtrain_comm_get_async_error(dtrain_comm *c, struct dtrain_comm_error *e)
 const char *dtrain_comm_error_message(const dtrain_comm *c)
 {
     /* Written once, before `failed` is set, never again: safe to read after. */
-    return atomic_load(&c->failed) != 0 ? c->error.message : "";
+    return c != NULL && atomic_load(&c->failed) != 0 ? c->error.message : "";
 }
 
 void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s)
 {
+    memset(s, 0, sizeof *s);
+    if (c == NULL)
+        return;
     s->bytes_sent = atomic_load(&c->bytes_sent);
     s->bytes_received = atomic_load(&c->bytes_received);
     s->calls = atomic_load(&c->calls);

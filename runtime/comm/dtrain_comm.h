@@ -43,7 +43,8 @@
  * dtrain_comm_abort(), dtrain_comm_get_async_error(),
  * dtrain_comm_error_message() and dtrain_comm_get_stats() may be called from
  * any thread, also while a call is in flight; dtrain_comm_destroy() only
- * when no call is. */
+ * when no call is.  A NULL communicator gives DTRAIN_COMM_EINVAL (rank -1,
+ * size 0, empty statistics). */
 #ifndef DTRAIN_COMM_H
 #define DTRAIN_COMM_H
 

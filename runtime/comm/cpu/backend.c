@@ -29,8 +29,12 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
     cc->listen_fd = g->listen_fd; /* ours from now on, closed by destroy */
     cc->stash_fd = -1;
     c->impl = cc;
-    if (c->size == 1)
+    if (c->size == 1) { /* nobody will connect */
+        if (cc->listen_fd >= 0)
+            close(cc->listen_fd);
+        cc->listen_fd = -1;
         return 0;
+    }
     int64_t deadline = comm_now_ms() + c->timeout_ms;
     int rc = cpu_bootstrap(c, cc, g, deadline, why, sizeof why);
     if (rc == 0)
