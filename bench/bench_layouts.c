@@ -13,7 +13,10 @@
  * column, speedup / allowed, says how much the split itself costs
  * (communication, the tensor-parallel all-reduces, the bubble's excess).
  *
- *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero1 0|1] [--dp-overlap 0|1]
+ *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero1 0|1] [--dp-overlap 0|1] [--repeat N]
+ *
+ * Each layout runs --repeat times (default 3) and the least disturbed run
+ * (lowest median step time) is shown: the machine may be shared.
  *
  * More ranks than CPUs time-share them: on a 2-CPU machine the allowed
  * speedup of any layout is 2. */
@@ -32,7 +35,7 @@ struct layout {
 
 int main(int argc, char **argv)
 {
-    int steps = 5, warmup = 2, zero1 = 0, overlap = 1;
+    int steps = 5, warmup = 2, zero1 = 0, overlap = 1, repeats = 3;
     char err[512];
     for (int i = 1; i < argc; i++) {
         long v;
@@ -47,6 +50,9 @@ int main(int argc, char **argv)
             warmup = (int)v;
         } else if (good && strcmp(a, "--zero1") == 0) {
             good = dtrain_parse_bool(val, a, &zero1, err, sizeof err) == 0;
+        } else if (good && strcmp(a, "--repeat") == 0) {
+            good = dtrain_parse_int(val, 1, 64, a, &v, err, sizeof err) == 0;
+            repeats = (int)v;
         } else if (good && strcmp(a, "--dp-overlap") == 0) {
             good = dtrain_parse_bool(val, a, &overlap, err, sizeof err) == 0;
         } else {
@@ -54,7 +60,7 @@ int main(int argc, char **argv)
         }
         if (!good) {
             fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero1 0|1] "
-                            "[--dp-overlap 0|1])\n", a);
+                            "[--dp-overlap 0|1] [--repeat N])\n", a);
             return 2;
         }
     }
@@ -85,8 +91,8 @@ int main(int argc, char **argv)
     }
     int cpus = bench_cpus();
     printf("layouts at equal work: L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, ZeRO-1 %s, "
-           "DP overlap %s, %d CPUs; medians of %d steps after %d\n", zero1 ? "on" : "off", overlap ? "on" : "off",
-           cpus, steps, warmup);
+           "DP overlap %s, %d CPUs; medians of %d steps after %d, best of %d runs\n", zero1 ? "on" : "off",
+           overlap ? "on" : "off", cpus, steps, warmup, repeats);
     printf("%-12s %3s %6s %10s %11s %9s %9s %9s\n", "(T,P,D)", "m", "ranks", "step ms", "compute ms", "speedup",
            "allowed", "ratio");
     const struct layout layouts[] = {
@@ -99,7 +105,7 @@ int main(int argc, char **argv)
         struct bench_rank ranks[8];
         int world = L->tp * L->pp * L->dp;
         cfg.micro_batches = L->micro;
-        if (bench_run(&cfg, L->tp, L->pp, L->dp, warmup, steps, ranks, err, sizeof err) != 0) {
+        if (bench_run(&cfg, L->tp, L->pp, L->dp, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
             fprintf(stderr, "dtrain-bench-layouts: (%d,%d,%d): %s\n", L->tp, L->pp, L->dp, err);
             rc = 1;
             continue;

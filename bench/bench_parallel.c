@@ -63,23 +63,31 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     return r->ok ? 0 : 1;
 }
 
-int bench_run(const struct dtrain_train_config *cfg, int tp, int pp, int dp, int warmup, int steps,
+int bench_run(const struct dtrain_train_config *cfg, int tp, int pp, int dp, int warmup, int steps, int repeats,
               struct bench_rank *ranks, char *err, size_t errlen)
 {
-    int codes[LOCAL_BOOT_MAX_WORLD];
+    int codes[LOCAL_BOOT_MAX_WORLD], world = tp * pp * dp;
+    struct bench_rank run[LOCAL_BOOT_MAX_WORLD];
     struct job j = {cfg, warmup, steps};
-    if (steps < 1 || steps > MAX_STEPS || warmup < 0) {
-        snprintf(err, errlen, "steps %d: 1 to %d", steps, MAX_STEPS);
+    if (steps < 1 || steps > MAX_STEPS || warmup < 0 || repeats < 1 || world > LOCAL_BOOT_MAX_WORLD) {
+        snprintf(err, errlen, "steps %d (1 to %d), repeats %d, %d ranks (at most %d)", steps, MAX_STEPS, repeats,
+                 world, LOCAL_BOOT_MAX_WORLD);
         return -1;
     }
-    memset(ranks, 0, sizeof *ranks * (size_t)(tp * pp * dp));
-    int rc = local_boot_run(tp, pp, dp, rank_main, &j, sizeof *ranks, ranks, codes, 600, err, errlen);
-    for (int r = 0; rc != 0 && r < tp * pp * dp; r++)
-        if (ranks[r].err[0]) {
-            snprintf(err, errlen, "rank %d: %s", r, ranks[r].err);
-            break;
+    for (int i = 0; i < repeats; i++) {
+        memset(run, 0, sizeof run);
+        if (local_boot_run(tp, pp, dp, rank_main, &j, sizeof run[0], run, codes, 600, err, errlen) != 0) {
+            for (int r = 0; r < world; r++)
+                if (run[r].err[0]) {
+                    snprintf(err, errlen, "rank %d: %s", r, run[r].err);
+                    break;
+                }
+            return -1;
         }
-    return rc;
+        if (i == 0 || run[0].step_ms < ranks[0].step_ms)
+            memcpy(ranks, run, sizeof run[0] * (size_t)world);
+    }
+    return 0;
 }
 
 int bench_tokens(const char *path, size_t n, unsigned seed, char *err, size_t errlen)

@@ -22,9 +22,11 @@ struct bench_rank {
 };
 
 /* Run `warmup` then `steps` steps of cfg in layout T x P x D (cfg.steps is
- * ignored); ranks[world] receives each rank's figures.  Returns 0, or -1
- * with one line in err. */
-int bench_run(const struct dtrain_train_config *cfg, int tp, int pp, int dp, int warmup, int steps,
+ * ignored), `repeats` times, and keep the run whose rank 0 had the lowest
+ * median step time (the one least disturbed by other work on the machine);
+ * ranks[world] receives that run's figures.  Returns 0, or -1 with one line
+ * in err. */
+int bench_run(const struct dtrain_train_config *cfg, int tp, int pp, int dp, int warmup, int steps, int repeats,
               struct bench_rank *ranks, char *err, size_t errlen);
 
 /* A token file of n random byte tokens (a pure function of seed) at path. */

@@ -10,7 +10,10 @@
  * 1 - compute / span, the time it had nothing to do.  Medians over the
  * measured steps; the figure is the mean over the stages.
  *
- *   dtrain-bench-pipeline [--stages P] [--micro 1,2,4,8] [--steps N] [--warmup N]
+ *   dtrain-bench-pipeline [--stages P] [--micro 1,2,4,8] [--steps N] [--warmup N] [--repeat N]
+ *
+ * Each (P, m) runs --repeat times (default 3) and the least disturbed run
+ * (lowest median step time) is shown: the machine may be shared.
  *
  * Stages beyond the CPUs this process may use time-share them and their
  * idle time fills with the others' work: the default is P = 2, and P = 4
@@ -43,7 +46,7 @@ static int parse_list(const char *text, int *out, int max)
 int main(int argc, char **argv)
 {
     int stages[2] = {2, 4}, nstages = bench_cpus() >= 4 ? 2 : 1;
-    int micro[MAX_MICRO] = {1, 2, 4, 8}, nmicro = 4, steps = 5, warmup = 2;
+    int micro[MAX_MICRO] = {1, 2, 4, 8}, nmicro = 4, steps = 5, warmup = 2, repeats = 3;
     char err[512];
     for (int i = 1; i < argc; i++) {
         long v;
@@ -66,12 +69,15 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--warmup") == 0) {
             good = dtrain_parse_int(val, 0, 64, a, &v, err, sizeof err) == 0;
             warmup = (int)v;
+        } else if (strcmp(a, "--repeat") == 0) {
+            good = dtrain_parse_int(val, 1, 64, a, &v, err, sizeof err) == 0;
+            repeats = (int)v;
         } else {
             good = 0;
         }
         if (!good) {
             fprintf(stderr, "dtrain-bench-pipeline: bad option %s %s (usage: [--stages P] [--micro 1,2,4,8] "
-                            "[--steps N] [--warmup N])\n", a, val);
+                            "[--steps N] [--warmup N] [--repeat N])\n", a, val);
             return 2;
         }
     }
@@ -98,7 +104,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("1F1B bubble: L=8 C=256 NH=4 V=256, micro-batches of 1 x 64 tokens, 1 thread per stage, %d CPUs; "
-           "medians of %d steps after %d\n", bench_cpus(), steps, warmup);
+           "medians of %d steps after %d, best of %d runs\n", bench_cpus(), steps, warmup, repeats);
     printf("%3s %3s %10s %10s %8s %9s   %s\n", "P", "m", "step ms", "span ms", "ideal", "measured",
            "per stage: compute ms / bubble");
     int rc = 0;
@@ -109,7 +115,7 @@ int main(int argc, char **argv)
             struct bench_rank ranks[8];
             cfg.batch = m;
             cfg.micro_batches = m;
-            if (bench_run(&cfg, 1, P, 1, warmup, steps, ranks, err, sizeof err) != 0) {
+            if (bench_run(&cfg, 1, P, 1, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
                 fprintf(stderr, "dtrain-bench-pipeline: P=%d m=%d: %s\n", P, m, err);
                 rc = 1;
                 continue;
