@@ -13,7 +13,9 @@
  * algbw * 2(n-1)/n for all-reduce and algbw * (n-1)/n for the others: the
  * bytes each rank's link carries per second, comparable across n.
  * memcpy: one thread copying 64 MiB (median of 9), before and after the
- * collectives; the ratio uses the lower of the two.  Target: all-reduce
+ * collectives; the rows' last column divides by the first, the summary
+ * lines by the higher of the two (the ceiling: a busy neighbour must not
+ * lower it).  Target: all-reduce
  * busbw at 64 MiB >= 50% of memcpy.
  *
  * The processes are forked here and bootstrapped from an id made with the
@@ -360,7 +362,7 @@ int main(int argc, char **argv)
             failed = 1;
         }
     double after = memcpy_rate();
-    double ceiling = after < before ? after : before;
+    double ceiling = after > before ? after : before;
     printf("# memcpy again: %.2f GB/s; ceiling used below: %.2f GB/s\n", after, ceiling);
     rewind(report);
     int n;
