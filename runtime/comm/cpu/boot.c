@@ -208,13 +208,13 @@ static int accept_hello(struct dtrain_comm *c, struct cpu_comm *cc, enum wire_he
 
 /* ------------------------------------------------------------------ steps 1-3 */
 
-static int local_address(int fd, int peer_side, struct sockaddr_in *sin, char *why, size_t whylen)
+/* The IPv4 address and port a socket is bound to. */
+static int local_address(int fd, struct sockaddr_in *sin, char *why, size_t whylen)
 {
     socklen_t len = sizeof *sin;
-    int rc = peer_side ? getpeername(fd, (struct sockaddr *)sin, &len) : getsockname(fd, (struct sockaddr *)sin, &len);
+    int rc = getsockname(fd, (struct sockaddr *)sin, &len);
     if (rc != 0 || sin->sin_family != AF_INET) {
-        dtrain_snprintf(why, whylen, "%s: %s", peer_side ? "getpeername" : "getsockname",
-                        rc != 0 ? strerror(errno) : "not an IPv4 socket");
+        dtrain_snprintf(why, whylen, "getsockname: %s", rc != 0 ? strerror(errno) : "not an IPv4 socket");
         return -DTRAIN_COMM_EINVAL;
     }
     return 0;
@@ -224,7 +224,7 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
 {
     const int n = c->size;
     struct sockaddr_in me;
-    int rc = local_address(cc->listen_fd, 0, &me, why, whylen);
+    int rc = local_address(cc->listen_fd, &me, why, whylen);
     if (rc != 0)
         return rc;
     int *fds = malloc((size_t)n * sizeof *fds);
@@ -306,9 +306,9 @@ static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct 
     if (rc != 0)
         goto out;
     /* Listen where the route to the leader leaves this host. */
-    if ((rc = local_address(fd, 0, &me, why, whylen)) != 0 ||
+    if ((rc = local_address(fd, &me, why, whylen)) != 0 ||
         (rc = net_listen(&me.sin_addr, &cc->listen_fd, why, whylen)) != 0 ||
-        (rc = local_address(cc->listen_fd, 0, &me, why, whylen)) != 0)
+        (rc = local_address(cc->listen_fd, &me, why, whylen)) != 0)
         goto out;
     struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)n, .from = (uint32_t)c->rank, .to = 0,
                            .addr = me.sin_addr, .port = ntohs(me.sin_port), .pid = (uint32_t)getpid()};
@@ -374,7 +374,7 @@ int cpu_bootstrap(struct dtrain_comm *c, struct cpu_comm *cc, const struct dtrai
         dtrain_snprintf(why, whylen, "rank 0 of a cpu group needs the listening socket of its id (listen_fd)");
         return -DTRAIN_COMM_EINVAL;
     }
-    if (local_address(cc->listen_fd, 0, &me, why, whylen) != 0 || me.sin_port != leader.sin_port ||
+    if (local_address(cc->listen_fd, &me, why, whylen) != 0 || me.sin_port != leader.sin_port ||
         me.sin_addr.s_addr != leader.sin_addr.s_addr) {
         dtrain_snprintf(why, whylen, "listen_fd %d is not the socket of id %s (it is bound to %s)", cc->listen_fd,
                         net_addr_text(&leader, text, sizeof text), net_addr_text(&me, have, sizeof have));
