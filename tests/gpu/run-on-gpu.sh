@@ -1,3 +1,184 @@
-#!/bin/sh
-echo "run-on-gpu.sh: not written yet" >&2
-exit 1
+#!/usr/bin/env bash
+# The one command for a machine with a GPU (doc/gpu.md): every CUDA kernel
+# against the CPU kernel, a one-GPU training step against the CPU, the CLI
+# choice of backend, then GPT-2 124M tokens/s and MFU against the bf16
+# cuBLASLt GEMM rate measured in the same run.  Under 8 minutes on an
+# H100/H200 (about 2 with the bundle already built).
+#
+#   tests/gpu/run-on-gpu.sh --prepare   on a build machine with the CUDA toolkit
+#                                       (and dtrain's build dependencies): build
+#                                       with --with-cuda into build-gpu/ and make
+#                                       build-gpu/bundle/, the programs and the
+#                                       non-system libraries they need
+#   tests/gpu/run-on-gpu.sh             on the GPU machine, from a copy of the
+#                                       tree holding build-gpu/bundle (carried:
+#                                       the device tool's carry ["build-gpu/bundle"]);
+#                                       without a bundle it tries to build there
+#
+# GPU machines lent to a session have the CUDA driver, cudart, cuBLASLt and
+# NCCL (from the toolkit or the Python wheels) but not dtrain's build
+# dependencies (Slurm, hwloc, jansson, OpenBLAS), hence the bundle.  The
+# output also goes to $OUT/run-on-gpu.log when $OUT is set (the device
+# tool's folder of files to bring back).  Exit status 0 when every test
+# passed.  Environment: DTRAIN_TEST_SEED repeats a run's random inputs;
+# DTRAIN_GPU_BATCH (16) is the benchmark's batch.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+build="$top/build-gpu"
+bundle="$build/bundle"
+prog=run-on-gpu.sh
+
+say() { printf '%s: %s\n' "$prog" "$*"; }
+die() { say "$*" >&2; exit 1; }
+
+# ------------------------------------------------------------------ build
+
+build_tree() {
+    if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ]; then
+        (cd "$top" && ./autogen.sh) >"$build.autogen.log" 2>&1 || die "autogen.sh failed (see $build.autogen.log)"
+    fi
+    mkdir -p "$build" || die "cannot create $build"
+    if [ ! -f "$build/Makefile" ]; then
+        (cd "$build" && "$top/configure" --with-cuda >configure.out 2>&1) ||
+            { tail -3 "$build/configure.out" >&2; die "configure --with-cuda failed (see $build/configure.out)"; }
+    fi
+    local jobs
+    jobs=$(nproc 2>/dev/null || echo 2)
+    [ "$jobs" -gt 16 ] && jobs=16
+    make -C "$build" -j"$jobs" >"$build/make.out" 2>&1 || { tail -20 "$build/make.out" >&2; die "make failed"; }
+    # the test programs, without running the suite
+    make -C "$build/tests/gpu" -j"$jobs" check TESTS= >>"$build/make.out" 2>&1 ||
+        { tail -20 "$build/make.out" >&2; die "building tests/gpu failed"; }
+}
+
+# real_binary DIR NAME: the ELF file behind libtool's wrapper script
+real_binary() {
+    if [ -f "$1/.libs/$2" ]; then echo "$1/.libs/$2"; else echo "$1/$2"; fi
+}
+
+make_bundle() {
+    rm -rf "$bundle"
+    mkdir -p "$bundle/lib" "$bundle/runtime" "$bundle/bench" "$bundle/tests/gpu" || die "cannot create $bundle"
+    local f
+    for f in test_cuda_backend test_cuda_kernels test_cuda_train; do
+        cp "$(real_binary "$build/tests/gpu" "$f")" "$bundle/tests/gpu/$f" || die "no $f: build first"
+    done
+    cp "$(real_binary "$build/runtime" dtrain-train)" "$bundle/runtime/" &&
+        cp "$(real_binary "$build/runtime" dtrain-tokenize)" "$bundle/runtime/" &&
+        cp "$(real_binary "$build/bench" dtrain-bench-gpu)" "$bundle/bench/" || die "programs missing: build first"
+    cp -P "$build"/runtime/.libs/libdtrain.so* "$bundle/lib/" || die "libdtrain.so missing"
+    # Every shared library the programs load, except the C and C++ runtimes
+    # (on any Linux) and CUDA's (found on the GPU machine: they must match
+    # its driver).
+    local lib path
+    for f in "$bundle"/tests/gpu/* "$bundle"/runtime/* "$bundle"/bench/*; do
+        LD_LIBRARY_PATH="$bundle/lib" ldd "$f"
+    done | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u | while read -r lib path; do
+        case "$lib" in
+            libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+            libcuda*|libcublas*|libnccl*|libnvidia*|libdtrain*) ;;
+            *) cp -L "$path" "$bundle/lib/$lib" || die "cannot copy $path" ;;
+        esac
+    done
+    (cd "$top" && git rev-parse HEAD 2>/dev/null) >"$bundle/commit"
+    say "bundle: $(du -sh "$bundle" | cut -f1) in $bundle (libraries: $(ls "$bundle/lib" | tr '\n' ' '))"
+}
+
+if [ "${1:-}" = "--prepare" ]; then
+    command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || die "no nvcc: install the CUDA toolkit"
+    build_tree
+    make_bundle
+    say "now, on the GPU machine: tests/gpu/run-on-gpu.sh (carry build-gpu/bundle, $(du -sh "$bundle" | cut -f1))"
+    exit 0
+fi
+[ $# -eq 0 ] || die "usage: $prog [--prepare]"
+
+# ------------------------------------------------------------------ run
+
+log=/dev/null
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    log="$OUT/run-on-gpu.log"
+fi
+exec > >(tee "$log") 2>&1
+
+start=$(date +%s)
+say "started $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname)"
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L; then
+    say "nvidia-smi finds no GPU: the tests will report SKIP"
+fi
+if [ ! -x "$bundle/tests/gpu/test_cuda_kernels" ]; then
+    say "no bundle in $bundle: building here"
+    build_tree
+    make_bundle
+fi
+say "bundle of commit $(cat "$bundle/commit" 2>/dev/null || echo '?'); tree at $(cd "$top" && git rev-parse HEAD 2>/dev/null || echo '?')"
+
+# CUDA's libraries on this machine: the toolkit's, the loader's, or the
+# NVIDIA Python wheels' (the NCCL of PyTorch images lives there).
+cuda_dirs=""
+for want in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+    dir=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+        [ -e "$d/$want" ] && { dir=$d; break; }
+    done
+    if [ -z "$dir" ] && ldconfig -p 2>/dev/null | grep -q "$want"; then
+        dir=system
+    fi
+    if [ -z "$dir" ]; then
+        hit=$(find /usr /opt /root -name "$want" -not -path '*/proc/*' 2>/dev/null | head -1)
+        [ -n "$hit" ] && dir=$(dirname "$hit")
+    fi
+    if [ -z "$dir" ]; then
+        say "warning: $want not found on this machine"
+    elif [ "$dir" != system ]; then
+        case ":$cuda_dirs:" in *":$dir:"*) ;; *) cuda_dirs="$cuda_dirs:$dir" ;; esac
+    fi
+done
+export LD_LIBRARY_PATH="$bundle/lib$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+
+failed=0
+summary=""
+# run_tap NAME LIMIT CMD...: a TAP program; its counts go into the summary
+run_tap() {
+    local name=$1 limit=$2; shift 2
+    local out="$build/$name.tap" rc
+    say "---- $name"
+    timeout "$limit" "$@" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    local pass fail skip
+    pass=$(grep -c '^ok [0-9]* - ' "$out")
+    skip=$(grep -c '^ok [0-9]* # SKIP\|^1\.\.0 # SKIP' "$out")
+    fail=$(grep -c '^not ok' "$out")
+    if [ "$rc" -ne 0 ] || [ "$fail" -ne 0 ] || ! grep -q '^1\.\.[0-9]' "$out"; then
+        failed=$((failed + 1))
+        summary="$summary$name: FAILED (exit $rc): $pass passed, $fail failed, $skip skipped\n"
+    else
+        summary="$summary$name: $pass passed, $fail failed, $skip skipped\n"
+    fi
+}
+
+mkdir -p "$build" || die "cannot write to $build"
+run_tap test_cuda_backend 60 "$bundle/tests/gpu/test_cuda_backend"
+run_tap test_cuda_kernels 240 "$bundle/tests/gpu/test_cuda_kernels"
+run_tap test_cuda_train 120 "$bundle/tests/gpu/test_cuda_train"
+run_tap test_backend_cli 120 env top_srcdir="$top" top_builddir="$bundle" bash "$top/tests/gpu/test_backend_cli.sh"
+
+say "---- dtrain-bench-gpu (GPT-2 124M)"
+timeout 240 "$bundle/bench/dtrain-bench-gpu" --batch "${DTRAIN_GPU_BATCH:-16}" >"$build/bench.out" 2>&1
+rc=$?
+cat "$build/bench.out"
+if [ "$rc" -eq 0 ]; then
+    summary="${summary}dtrain-bench-gpu: $(grep -E '^(tokens/s|MFU)' "$build/bench.out" | tr -s ' ' | tr '\n' ';')\n"
+elif [ "$rc" -eq 77 ]; then
+    summary="${summary}dtrain-bench-gpu: skipped (no CUDA device)\n"
+else
+    failed=$((failed + 1))
+    summary="${summary}dtrain-bench-gpu: FAILED (exit $rc)\n"
+fi
+
+say "---- summary ($(( $(date +%s) - start )) s)"
+printf '%b' "$summary"
+[ "$failed" -eq 0 ] && say "nothing failed" || say "$failed failed"
+[ "$failed" -eq 0 ]
