@@ -615,9 +615,13 @@ extern "C" void cuda_attention_forward(struct dtrain_kernels *k, float *out, flo
 
 extern "C" size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
 {
-    if (use_flash(cuda_of(k), T, NH, HS))
-        return (size_t)B * NH * T; /* D */
-    return (size_t)B * NH * T * T;  /* dS */
+    if (use_flash(cuda_of(k), T, NH, HS)) {
+        /* D; and dS of the exact path, which a later batch with T <= HS
+         * (smaller than this capacity) would take */
+        size_t t_exact = (size_t)(T < HS ? T : HS);
+        return (size_t)B * NH * (t_exact * t_exact > (size_t)T ? t_exact * t_exact : (size_t)T);
+    }
+    return (size_t)B * NH * T * T; /* dS */
 }
 
 extern "C" void cuda_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch, const float *dout,

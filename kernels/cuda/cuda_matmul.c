@@ -244,8 +244,9 @@ void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
     size_t nd = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC, used = 0;
     int bf = ck->bf16;
     cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
+    size_t npart = dbias != NULL ? cuda_bias_backward_partials(N, OC) : 0;
     /* scratch: the bias partial sums, and the bf16 operand copies */
-    cuda_carve(NULL, &used, cuda_bias_backward_partials(N, OC) * sizeof(float));
+    cuda_carve(NULL, &used, npart * sizeof(float));
     if (bf) {
         cuda_carve(NULL, &used, nd * 2);
         cuda_carve(NULL, &used, ni * 2);
@@ -255,7 +256,7 @@ void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
     if (base == NULL)
         return;
     used = 0;
-    float *partials = cuda_carve(base, &used, cuda_bias_backward_partials(N, OC) * sizeof(float));
+    float *partials = cuda_carve(base, &used, npart * sizeof(float));
     const void *d = dout, *x = inp, *w = weight;
     if (bf) {
         void *d16 = cuda_carve(base, &used, nd * 2), *x16 = cuda_carve(base, &used, ni * 2);
