@@ -82,7 +82,16 @@ run_client "$out" "$err" srun -J late --dtrain-tp=2 -N2 true
 check "srun --dtrain-tp=2 -N2 (1 task per node): refused before any task starts (exit $RC)" \
   eval '[ "$RC" -ne 0 ] && head -n 1 "$err" | grep -q "^dtrain: T=2 is larger than the 1 tasks per node" && [ ! -s "$out" ]'
 diag_file "$err"
-check "... and its job is gone" eval '[ -z "$(in_cluster "$D" squeue -h -n late)" ]'
+# squeue may still list it as COMPLETING for a moment after srun returned.
+job_gone() {
+  local i
+  for ((i = 0; i < 30; i++)); do
+    [ -z "$(in_cluster "$D" squeue -h -n late)" ] && return 0
+    sleep 1
+  done
+  return 1
+}
+check "... and its job is gone (within 30 s)" job_gone
 
 # ---- refused in slurmstepd: what only the node knows
 run_client "$out" "$err" srun -N1 -n16 --dtrain-tp=2 true
