@@ -115,7 +115,7 @@ static int map_segment(struct link *l, int fd, int create, size_t len)
         r->version = WIRE_VERSION;
         r->capacity = len - RING_DATA_OFFSET;
     } else if (r->magic != RING_MAGIC || r->version != WIRE_VERSION || r->capacity != len - RING_DATA_OFFSET ||
-               (r->capacity & (r->capacity - 1)) != 0) {
+               r->capacity < 64 || (r->capacity & (r->capacity - 1)) != 0) {
         munmap(p, len);
         return fail(l, DTRAIN_COMM_EPEER, "the shared-memory ring the peer named is not one", 0);
     }
