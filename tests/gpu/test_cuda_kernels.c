@@ -23,7 +23,6 @@
 
 #ifdef DTRAIN_HAVE_CUDA
 #include "dtrain_cuda.h"
-#endif
 
 struct tolerances {
     const char *name;
@@ -41,8 +40,6 @@ static const struct tolerances TOL_BF16 = {"bf16", 1e-6, 2e-5, 2e-2, 3e-2, 5e-2}
         snprintf(what_, sizeof what_, __VA_ARGS__);                                           \
         ok(e_ <= t_, "[%s] %s: error %.2e (threshold %.0e)", (tol)->name, what_, e_, t_);     \
     } while (0)
-
-#ifdef DTRAIN_HAVE_CUDA
 
 /* ------------------------------------------------------------------ encoder */
 
