@@ -73,6 +73,13 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     if (rc == DTRAIN_OK && bs->world_size == 1 && cfg.micro_batches == 1 && !cfg.zero1)
         return dtrain_train_main(argc, argv);
 
+    /* The parallel trainer keeps its tensors in host memory (cpu kernels),
+     * which NCCL cannot move: refuse before building communicators. */
+    if (bs->backend == DTRAIN_COMM_NCCL) {
+        fprintf(stderr, "%s: rank %d: the parallel trainer runs on the cpu kernels, whose host buffers the nccl "
+                "comm backend cannot move: run dtrain-launch --backend cpu\n", prog, bs->rank);
+        return DTRAIN_EXIT_USAGE;
+    }
     memset(&comms, 0, sizeof comms);
     struct dtrain_comm_options opts;
     dtrain_comm_options_defaults(&opts);

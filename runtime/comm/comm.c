@@ -134,9 +134,15 @@ int dtrain_comm_init(const struct dtrain_comm_group *g, enum dtrain_comm_backend
         c->backend = &comm_backend_cpu;
         break;
     case DTRAIN_COMM_NCCL:
-        dtrain_snprintf(err, errlen, "the nccl backend is not built into this library yet: use the cpu backend");
+#ifdef DTRAIN_HAVE_CUDA
+        c->backend = &comm_backend_nccl;
+        break;
+#else
+        dtrain_snprintf(err, errlen, "the nccl backend is not built into this library (configure --with-cuda): "
+                        "use the cpu backend");
         rc = DTRAIN_COMM_ENOTSUP;
         goto fail;
+#endif
     default:
         dtrain_snprintf(err, errlen, "unknown backend %d", (int)backend);
         rc = DTRAIN_COMM_EINVAL;
@@ -315,6 +321,54 @@ int dtrain_comm_barrier(dtrain_comm *c)
     if (rc != 0 || c->size == 1)
         return rc == 0 ? done(c, rc) : rc;
     return done(c, c->backend->barrier(c));
+}
+
+int dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g, const struct dtrain_comm_options *opts,
+                      dtrain_comm **out, char *err, size_t errlen)
+{
+    int rc;
+    *out = NULL;
+    if (world == NULL) {
+        dtrain_snprintf(err, errlen, "no communicator to split");
+        return DTRAIN_COMM_EINVAL;
+    }
+    if ((rc = usable(world)) != 0) {
+        dtrain_snprintf(err, errlen, "the communicator to split is broken: %s", dtrain_comm_error_message(world));
+        return rc;
+    }
+    if (world->backend->split == NULL) {
+        dtrain_snprintf(err, errlen, "the %s backend does not split communicators: use dtrain_comm_init",
+                        world->backend->name);
+        return DTRAIN_COMM_ENOTSUP;
+    }
+    struct dtrain_comm *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return DTRAIN_COMM_ESYS;
+    }
+    if (pthread_mutex_init(&c->lock, NULL) != 0) {
+        free(c);
+        dtrain_snprintf(err, errlen, "pthread_mutex_init failed");
+        return DTRAIN_COMM_ESYS;
+    }
+    if ((rc = check_group(g, err, errlen)) != 0 || (rc = resolve_options(c, opts, err, errlen)) != 0)
+        goto fail;
+    c->rank = g->my_rank;
+    c->size = g->size;
+    c->backend = world->backend;
+    if ((rc = world->backend->split(world, c, g, err, errlen)) != DTRAIN_COMM_OK)
+        goto fail;
+    *out = c;
+    return DTRAIN_COMM_OK;
+fail:
+    dtrain_comm_destroy(c);
+    return rc;
+}
+
+void dtrain_comm_set_stream(dtrain_comm *c, void *stream)
+{
+    if (c != NULL && c->backend != NULL && c->backend->set_stream != NULL)
+        c->backend->set_stream(c, stream);
 }
 
 void dtrain_comm_abort(dtrain_comm *c)

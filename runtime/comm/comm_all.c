@@ -50,7 +50,14 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
         struct dtrain_comm_group *g = &bs->groups[order[i]];
         if (!g->present)
             continue;
-        rc = dtrain_comm_init(g, bs->backend, &o, &out->group[order[i]], why, sizeof why);
+        /* nccl: the groups that cover WORLD split off it (one bootstrap
+         * instead of one per group); the pipeline pairs use their ids */
+        int split = bs->backend == DTRAIN_COMM_NCCL && out->group[DTRAIN_GROUP_WORLD] != NULL &&
+                    (order[i] == DTRAIN_GROUP_TP || order[i] == DTRAIN_GROUP_PP || order[i] == DTRAIN_GROUP_DP);
+        if (split)
+            rc = dtrain_comm_split(out->group[DTRAIN_GROUP_WORLD], g, &o, &out->group[order[i]], why, sizeof why);
+        else
+            rc = dtrain_comm_init(g, bs->backend, &o, &out->group[order[i]], why, sizeof why);
         g->listen_fd = -1; /* taken over, also on failure */
         if (rc != DTRAIN_COMM_OK) {
             dtrain_snprintf(err, errlen, "%s communicator (rank %d of %d): %s", kind_env[order[i]], g->my_rank,

@@ -1,5 +1,5 @@
 /* Inside the comm layer: the communicator every backend shares, and the
- * table of operations a backend fills in (cpu now, nccl with the GPU issue).
+ * table of operations a backend fills in (cpu, and nccl when built with CUDA).
  *
  * comm.c checks arguments, keeps the sticky first error and dispatches to
  * the backend; a backend only moves data.  A backend reports failures with
@@ -36,9 +36,19 @@ struct comm_backend {
     /* Any thread, non-blocking: record (comm_fail) a peer that has gone. */
     void (*poll_links)(struct dtrain_comm *c);
     void (*destroy)(struct dtrain_comm *c);
+    /* Optional (NULL: not offered).  split: make c (rank, size and options
+     * set) the group g of parent's members, collectively over parent, as
+     * init does from an id.  set_stream: order later calls after the work
+     * of this compute stream (a cudaStream_t). */
+    int (*split)(struct dtrain_comm *parent, struct dtrain_comm *c, const struct dtrain_comm_group *g, char *err,
+                 size_t errlen);
+    void (*set_stream)(struct dtrain_comm *c, void *stream);
 };
 
 extern const struct comm_backend comm_backend_cpu;
+#ifdef DTRAIN_HAVE_CUDA
+extern const struct comm_backend comm_backend_nccl; /* nccl/nccl_backend.c */
+#endif
 
 struct dtrain_comm {
     const struct comm_backend *backend;

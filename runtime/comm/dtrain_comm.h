@@ -13,8 +13,11 @@
  *         dropped).  Ring algorithms, chunked and pipelined: an all-reduce
  *         sends 2(n-1)/n of the buffer per rank.  doc/comm.md has the wire
  *         protocol and the algorithms.
- *   nccl  (the GPU issue) not built yet: init returns DTRAIN_COMM_ENOTSUP.
- * With cpu, buffers are host memory.
+ *   nccl  NCCL between GPUs (built with CUDA; else init returns
+ *         DTRAIN_COMM_ENOTSUP), from the "nccl:<hex>" id the launcher made;
+ *         TP/PP/DP groups can be split off WORLD (dtrain_comm_split).
+ *         Non-blocking init and a watchdog on every call (doc/gpu.md).
+ * With cpu, buffers are host memory; with nccl, GPU memory.
  *
  * Calls.  Every member calls the same collectives, in the same order, with
  * the same counts (and root); a mismatch is detected where the headers meet
@@ -134,6 +137,20 @@ void dtrain_comm_destroy_all(struct dtrain_comms *comms);
  * (-1 when unset).  Returns DTRAIN_COMM_OK, or DTRAIN_COMM_EINVAL and one
  * line naming the variable that is missing or malformed. */
 int dtrain_comm_bootstrap_from_env(struct dtrain_bootstrap *bs, char *err, size_t errlen);
+
+/* Make group g's communicator by splitting `world` instead of from g->id:
+ * collective over world, so every member of world calls it for its own
+ * group of one kind (TP, PP or DP: groups that cover WORLD), in the same
+ * order.  nccl only (ncclCommSplit: one bootstrap for all groups); other
+ * backends return DTRAIN_COMM_ENOTSUP.  Errors as dtrain_comm_init. */
+int dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g, const struct dtrain_comm_options *opts,
+                      dtrain_comm **out, char *err, size_t errlen);
+
+/* GPU backends: every later call waits for the work queued so far on
+ * `stream` (a cudaStream_t, e.g. the kernels' dtrain_cuda_stream()), and
+ * that stream's later work waits for the call.  Without it, a call first
+ * synchronises the device.  The cpu backend ignores it. */
+void dtrain_comm_set_stream(dtrain_comm *c, void *stream);
 
 int dtrain_comm_rank(const dtrain_comm *c);
 int dtrain_comm_size(const dtrain_comm *c);
