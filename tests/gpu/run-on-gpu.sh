@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The one command for a machine with a GPU (doc/gpu.md): every CUDA kernel
-# against the CPU kernel, a one-GPU training step against the CPU, the CLI
-# choice of backend, then GPT-2 124M tokens/s and MFU against the bf16
-# cuBLASLt GEMM rate measured in the same run.  Under 8 minutes on an
-# H100/H200 (about 2 with the bundle already built).
+# against the CPU kernel, a one-GPU training step against the CPU, the nccl
+# comm backend, the CLI choice of backend, then GPT-2 124M tokens/s and MFU
+# against the bf16 cuBLASLt GEMM rate measured in the same run.  Under 8
+# minutes on an H100/H200 (about 2 with the bundle already built).
 #
 #   tests/gpu/run-on-gpu.sh --prepare   on a build machine with the CUDA toolkit
 #                                       (and dtrain's build dependencies): build
@@ -60,7 +60,7 @@ make_bundle() {
     rm -rf "$bundle"
     mkdir -p "$bundle/lib" "$bundle/runtime" "$bundle/bench" "$bundle/tests/gpu" || die "cannot create $bundle"
     local f
-    for f in test_cuda_backend test_cuda_kernels test_cuda_train; do
+    for f in test_cuda_backend test_cuda_kernels test_cuda_train test_nccl; do
         cp "$(real_binary "$build/tests/gpu" "$f")" "$bundle/tests/gpu/$f" || die "no $f: build first"
     done
     cp "$(real_binary "$build/runtime" dtrain-train)" "$bundle/runtime/" &&
@@ -163,6 +163,7 @@ mkdir -p "$build" || die "cannot write to $build"
 run_tap test_cuda_backend 60 "$bundle/tests/gpu/test_cuda_backend"
 run_tap test_cuda_kernels 240 "$bundle/tests/gpu/test_cuda_kernels"
 run_tap test_cuda_train 120 "$bundle/tests/gpu/test_cuda_train"
+run_tap test_nccl 120 "$bundle/tests/gpu/test_nccl"
 run_tap test_backend_cli 120 env top_srcdir="$top" top_builddir="$bundle" bash "$top/tests/gpu/test_backend_cli.sh"
 
 say "---- dtrain-bench-gpu (GPT-2 124M)"
