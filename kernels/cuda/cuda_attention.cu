@@ -22,6 +22,7 @@
  *
  * Layout (the interface's): qkv (B, T, 3, NH, HS), out (B, T, NH, HS). */
 #include "cuda_backend.h"
+#include "cuda_reduce.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -34,36 +35,6 @@ using namespace nvcuda;
 /* ===================================================================== exact */
 
 constexpr int EXACT_THREADS = 128;
-
-__device__ inline float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ inline float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* The block's sum or max of v, in every thread (fixed order). */
-__device__ float block_reduce(float v, bool is_max)
-{
-    __shared__ float shared[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = is_max ? warp_max(v) : warp_sum(v);
-    __syncthreads();
-    if (lane == 0)
-        shared[warp] = v;
-    __syncthreads();
-    float r = is_max ? -INFINITY : 0.0f;
-    for (int w = 0; w < warps; w++)
-        r = is_max ? fmaxf(r, shared[w]) : r + shared[w];
-    return r;
-}
 
 /* Block (t, b*NH + h): row t of att and of out.  Dynamic shared: HS floats. */
 __global__ void exact_forward_kernel(float *out, float *att, const float *qkv, int T, int NH, int HS, float scale)

@@ -6,6 +6,7 @@
  * sorts the positions by token (CUB's stable radix sort) so that each wte
  * row is summed by one thread in position order instead of with atomics. */
 #include "cuda_backend.h"
+#include "cuda_reduce.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -14,13 +15,6 @@ namespace {
 constexpr float LAYERNORM_EPS = 1e-5f;
 constexpr float GELU_SCALE = 0.7978845608028654f; /* sqrt(2/pi) */
 constexpr float GELU_CUBE = 0.044715f;
-
-__device__ inline float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* ------------------------------------------------------------- encoder */
 

@@ -5,6 +5,7 @@
  * strided sum, a warp butterfly, the warp results added in order), so a
  * row's sums are the same bits every run. */
 #include "cuda_backend.h"
+#include "cuda_reduce.cuh"
 #include "dtrain_cuda.h"
 
 #include <math.h>
@@ -13,51 +14,21 @@ namespace {
 
 constexpr int XENT_THREADS = 512;
 
-__device__ inline float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ inline float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* The block's sum (or max) of v, in every thread; `shared` holds 32 floats. */
-__device__ float block_reduce(float v, bool is_max, float *shared)
-{
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = is_max ? warp_max(v) : warp_sum(v);
-    __syncthreads(); /* shared may still be read by a previous reduction */
-    if (lane == 0)
-        shared[warp] = v;
-    __syncthreads();
-    float r = is_max ? -INFINITY : 0.0f;
-    for (int w = 0; w < warps; w++)
-        r = is_max ? fmaxf(r, shared[w]) : r + shared[w];
-    return r;
-}
-
 __global__ void xent_forward_kernel(float *logits, float *losses, const int32_t *targets, int V, int Vp)
 {
-    __shared__ float shared[32];
     float *row = logits + (size_t)blockIdx.x * Vp;
     float target_logit = row[targets[blockIdx.x]];
     float m = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x)
         m = fmaxf(m, row[i]);
-    m = block_reduce(m, true, shared);
+    m = block_reduce(m, true);
     float s = 0.0f;
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
         float e = expf(row[i] - m);
         row[i] = e;
         s += e;
     }
-    s = block_reduce(s, false, shared);
+    s = block_reduce(s, false);
     if (threadIdx.x == 0)
         losses[blockIdx.x] = logf(s) - (target_logit - m);
     float inv = 1.0f / s;
@@ -87,12 +58,11 @@ __global__ void xent_backward_kernel(float *rows, const int32_t *targets, int v0
 
 __global__ void vp_rowmax_kernel(float *row_max, const float *logits, int Vl, int nv)
 {
-    __shared__ float shared[32];
     const float *row = logits + (size_t)blockIdx.x * Vl;
     float m = -INFINITY;
     for (int i = threadIdx.x; i < nv; i += blockDim.x)
         m = fmaxf(m, row[i]);
-    m = block_reduce(m, true, shared);
+    m = block_reduce(m, true);
     if (threadIdx.x == 0)
         row_max[blockIdx.x] = m;
 }
@@ -100,7 +70,6 @@ __global__ void vp_rowmax_kernel(float *row_max, const float *logits, int Vl, in
 __global__ void vp_exp_kernel(float *logits, float *sums, const float *all_max, int size, const int32_t *targets,
                               int v0, int N, int Vl, int nv)
 {
-    __shared__ float shared[32];
     int n = blockIdx.x;
     float *row = logits + (size_t)n * Vl;
     float m = -INFINITY;
@@ -115,7 +84,7 @@ __global__ void vp_exp_kernel(float *logits, float *sums, const float *all_max, 
         row[i] = e;
         s += e;
     }
-    s = block_reduce(s, false, shared);
+    s = block_reduce(s, false);
     if (threadIdx.x == 0) {
         sums[n] = s;
         sums[N + n] = target_shifted;
