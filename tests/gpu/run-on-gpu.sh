@@ -21,7 +21,8 @@
 # output also goes to $OUT/run-on-gpu.log when $OUT is set (the device
 # tool's folder of files to bring back).  Exit status 0 when every test
 # passed.  Environment: DTRAIN_TEST_SEED repeats a run's random inputs;
-# DTRAIN_GPU_BATCH (16) is the benchmark's batch.
+# DTRAIN_GPU_BATCH (16) is the benchmark's batch; DTRAIN_GPU_SANITIZE=1 runs
+# the kernel tests under compute-sanitizer (memcheck; minutes more).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build="$top/build-gpu"
@@ -102,9 +103,11 @@ fi
 exec > >(tee "$log") 2>&1
 
 start=$(date +%s)
-say "started $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname)"
+say "started $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(uname -n)"
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L; then
     say "nvidia-smi finds no GPU: the tests will report SKIP"
+else
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
 fi
 if [ ! -x "$bundle/tests/gpu/test_cuda_kernels" ]; then
     say "no bundle in $bundle: building here"
@@ -161,7 +164,13 @@ run_tap() {
 
 mkdir -p "$build" || die "cannot write to $build"
 run_tap test_cuda_backend 60 "$bundle/tests/gpu/test_cuda_backend"
-run_tap test_cuda_kernels 240 "$bundle/tests/gpu/test_cuda_kernels"
+if [ "${DTRAIN_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    # out-of-bounds and misaligned accesses, uninitialised reads (slow)
+    run_tap test_cuda_kernels 480 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$bundle/tests/gpu/test_cuda_kernels"
+else
+    run_tap test_cuda_kernels 240 "$bundle/tests/gpu/test_cuda_kernels"
+fi
 run_tap test_cuda_train 120 "$bundle/tests/gpu/test_cuda_train"
 run_tap test_nccl 120 "$bundle/tests/gpu/test_nccl"
 run_tap test_backend_cli 120 env top_srcdir="$top" top_builddir="$bundle" bash "$top/tests/gpu/test_backend_cli.sh"
