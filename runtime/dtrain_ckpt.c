@@ -10,15 +10,23 @@
 #error "checkpoints are little-endian; this code writes them natively"
 #endif
 
-#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_OFFSET DTRAIN_CKPT_CHECKSUM_INIT
 #define FNV_PRIME 0x100000001b3ULL
+
+uint64_t dtrain_ckpt_checksum(uint64_t h, const void *data, size_t words)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < words; i++) {
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4); /* any alignment; compiles to a load */
+        h = (h ^ w) * FNV_PRIME;
+    }
+    return h;
+}
 
 static uint64_t checksum_words(uint64_t h, const float *x, size_t n)
 {
-    const uint32_t *w = (const uint32_t *)(const void *)x;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ w[i]) * FNV_PRIME;
-    return h;
+    return dtrain_ckpt_checksum(h, x, n);
 }
 
 /* Header fields at fixed offsets; put/get copy native little-endian values. */

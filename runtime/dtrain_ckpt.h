@@ -59,6 +59,12 @@ int dtrain_ckpt_read_meta(const char *path, struct dtrain_ckpt_meta *meta,
 int dtrain_ckpt_load(const char *path, struct dtrain_ckpt_meta *meta, float *params, float *m,
                      float *v, char *err, size_t errlen);
 
+/* The checksum of the format (64-bit FNV-1a over little-endian 32-bit
+ * words): start from DTRAIN_CKPT_CHECKSUM_INIT and feed `words` words at
+ * a time.  Sharded checkpoints (dtrain_shard_ckpt.h) use it too. */
+#define DTRAIN_CKPT_CHECKSUM_INIT 0xcbf29ce484222325ULL
+uint64_t dtrain_ckpt_checksum(uint64_t h, const void *data, size_t words);
+
 #ifdef __cplusplus
 }
 #endif

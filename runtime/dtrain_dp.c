@@ -355,6 +355,29 @@ size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp)
 
 double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp) { return dp->exposed; }
 
+int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx)
+{
+    float *m = dtrain_adamw_m(dp->adamw), *v = dtrain_adamw_v(dp->adamw);
+    if (!dp->zero1)
+        return fn(ctx, 0, dp->shard->count, m, v);
+    for (int i = 0; i < dp->nbuckets; i++) {
+        const struct bucket *b = &dp->buckets[i];
+        size_t lo = (size_t)dp->rank * b->share, hi = lo + b->share, at = 0;
+        for (int j = 0; j < b->nranges; j++) {
+            size_t s = at, e = at + b->ranges[j].count;
+            at = e;
+            if (e <= lo || s >= hi)
+                continue;
+            size_t from = s > lo ? s : lo, to = e < hi ? e : hi;
+            size_t state = b->state_offset + (from - lo);
+            int rc = fn(ctx, b->ranges[j].offset + (from - s), to - from, m + state, v + state);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ a step */
 
 void dtrain_dp_begin_step(struct dtrain_dp *dp)

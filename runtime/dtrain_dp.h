@@ -61,6 +61,16 @@ int dtrain_dp_buckets(const struct dtrain_dp *dp);
 /* Floats of AdamW state (m and v) this rank keeps: 2 * its share. */
 size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp);
 
+/* The AdamW moments this rank keeps, as runs of the local parameter vector
+ * (checkpoints save and load them): without ZeRO-1 one run, the whole
+ * vector; with ZeRO-1, bucket by bucket, the parts of the local vector that
+ * this rank's share [d*share, (d+1)*share) of the bucket covers (padding
+ * left out).  fn gets each run's local offset and length and its m and v
+ * (backend memory, writable); a non-zero return stops the walk and is
+ * returned, else 0. */
+typedef int (*dtrain_dp_state_fn)(void *ctx, size_t offset, size_t count, float *m, float *v);
+int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx);
+
 /* A new step: no unit is ready. */
 void dtrain_dp_begin_step(struct dtrain_dp *dp);
 /* Unit u's gradient is final on this rank (call once per unit per step, in

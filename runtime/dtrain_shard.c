@@ -257,6 +257,33 @@ void dtrain_shard_gather(const struct dtrain_shard *s, const float *local, float
     for_each_block(s, copy_block, &c);
 }
 
+struct run_ctx {
+    const struct dtrain_shard *s;
+    dtrain_shard_run_fn fn;
+    void *ctx;
+};
+
+static void run_block(void *p, const struct block_copy *b)
+{
+    const struct run_ctx *c = p;
+    int t = 0; /* the tensor holding the block: the last one starting at or before it */
+    for (int i = 0; i < DTRAIN_GPT2_NUM_TENSORS; i++)
+        if (c->s->size[i] > 0 && c->s->offset[i] <= b->local)
+            t = i;
+    struct dtrain_shard_run r = {0, 0, b->cols, dtrain_shard_in_norm(c->s, (enum dtrain_gpt2_tensor)t)};
+    for (size_t row = 0; row < b->rows; row++) {
+        r.local = b->local + row * b->cols;
+        r.whole = b->whole + row * b->stride;
+        c->fn(c->ctx, &r);
+    }
+}
+
+void dtrain_shard_for_each_run(const struct dtrain_shard *s, dtrain_shard_run_fn fn, void *ctx)
+{
+    struct run_ctx c = {s, fn, ctx};
+    for_each_block(s, run_block, &c);
+}
+
 int dtrain_shard_in_norm(const struct dtrain_shard *s, enum dtrain_gpt2_tensor t)
 {
     switch (t) {

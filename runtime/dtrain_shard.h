@@ -80,6 +80,18 @@ void dtrain_shard_gather(const struct dtrain_shard *s, const float *local, float
  * only; the head's copy of wte (P > 1) not at all (stage 0's counts). */
 int dtrain_shard_in_norm(const struct dtrain_shard *s, enum dtrain_gpt2_tensor t);
 
+/* Every contiguous run of the local vector with its place in the whole
+ * vector (llm.c order), in local order: `local` and `whole` offsets and
+ * `count` elements; in_norm as dtrain_shard_in_norm of its tensor, which
+ * makes each element of the whole model "owned" by exactly one (tp, pp)
+ * shard (sharded checkpoints write each element once). */
+struct dtrain_shard_run {
+    size_t local, whole, count;
+    int in_norm;
+};
+typedef void (*dtrain_shard_run_fn)(void *ctx, const struct dtrain_shard_run *run);
+void dtrain_shard_for_each_run(const struct dtrain_shard *s, dtrain_shard_run_fn fn, void *ctx);
+
 /* ------------------------------------------------------------ gradient units
  * The groups of local gradients in the order backward finishes them, the
  * data-parallel buckets' building blocks:
