@@ -7,7 +7,7 @@
 # (PMI2_Init until every id is in hand) of the slowest task, median of the
 # runs, with its breakdown; then the ratio 3D / baseline.
 #
-#   bench/bootstrap.sh [--build DIR] [--runs N] [--backend cpu|nccl]
+#   bench/bootstrap.sh [--build DIR] [--runs N] [--comm-backend cpu|nccl]
 #
 # DIR is a configured and built tree (default: $DTRAIN_BUILD, else build/ in
 # the source tree).  Needs root, the Slurm daemons and python3.  The cluster
@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --build) [ $# -ge 2 ] || die "--build needs a folder" 2; build=$2; shift 2 ;;
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]{0,2}$ ]] || die "--runs needs a count from 1 to 999" 2; runs=$2; shift 2 ;;
-    --backend) [ $# -ge 2 ] && [[ $2 =~ ^(cpu|nccl)$ ]] || die "--backend needs cpu or nccl" 2; backend=$2; shift 2 ;;
+    --comm-backend) [ $# -ge 2 ] && [[ $2 =~ ^(cpu|nccl)$ ]] || die "--comm-backend needs cpu or nccl" 2; backend=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see $0 --help)" 2 ;;
   esac
@@ -43,7 +43,7 @@ run() {
   local name=$1 tp=$2 pp=$3
   mkdir -p "$dir/$name"
   timeout 120 srun -Q -N2 -n16 --ntasks-per-node=8 --mpi=pmi2 -o "$dir/$name/%t" \
-    "$launch" --json --backend "$backend" --tp "$tp" --pp "$pp" ||
+    "$launch" --json --comm-backend "$backend" --tp "$tp" --pp "$pp" ||
     die "srun dtrain-launch --tp $tp --pp $pp failed: $(cat "$dir/$name"/* | grep -v '^{' | head -3)"
 }
 # Alternate the shapes so that a machine growing busier affects both alike.

@@ -179,7 +179,7 @@ int dtrain_bootstrap_id_make_nccl(char *id, size_t idlen, char *err, size_t errl
 #else
     (void)id;
     (void)idlen;
-    dtrain_snprintf(err, errlen, "this dtrain-launch was built without CUDA/NCCL: use --backend cpu, or rebuild with --with-cuda");
+    dtrain_snprintf(err, errlen, "this dtrain-launch was built without CUDA/NCCL: use --comm-backend cpu, or rebuild with --with-cuda");
     return -1;
 #endif
 }

@@ -89,7 +89,7 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
         }
         if (dtrain_bootstrap_id_backend(g->id) != (int)bs->backend) {
             dtrain_snprintf(err, errlen, "group %s: its leader, rank %d, published a non-%s id ('%.16s...'): "
-                                         "give every task the same --backend",
+                                         "give every task the same --comm-backend",
                             g->key, g->first, dtrain_backend_name(bs->backend), g->id);
             rc = DTRAIN_EXIT_USAGE;
             goto fail;

@@ -58,7 +58,8 @@ static void usage(FILE *out)
             "  -t, --tp T            tensor-parallel size (default: DTRAIN_TP, else 1)\n"
             "  -p, --pp P            pipeline-parallel size (default: DTRAIN_PP, else 1)\n"
             "  -d, --dp D            data-parallel size (default: DTRAIN_DP, else tasks / (T*P))\n"
-            "  -b, --backend B       cpu or nccl (default: nccl when built with CUDA and a GPU is visible)\n"
+            "      --comm-backend B  communication backend, cpu or nccl (default: cpu for the trainer in\n"
+            "                        this process; nccl for a PROGRAM when built with CUDA and a GPU is visible)\n"
             "  -i, --comm-iface IF   network interface whose IPv4 address cpu-backend sockets use\n"
             "      --timeout S       give up when a PMI2 call takes more than S seconds (default %d; exit 75)\n"
             "      --print           print this task's placement, groups and ids as key=value\n"
@@ -86,12 +87,12 @@ static int parse_dim(const char *opt, const char *text, long max, int *out)
 /* Returns -1 to go on, else the exit code. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON };
+    enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON, OPT_COMM_BACKEND };
     static const struct option longopts[] = {
         {"tp", required_argument, NULL, 't'},
         {"pp", required_argument, NULL, 'p'},
         {"dp", required_argument, NULL, 'd'},
-        {"backend", required_argument, NULL, 'b'},
+        {"comm-backend", required_argument, NULL, OPT_COMM_BACKEND},
         {"comm-iface", required_argument, NULL, 'i'},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"print", no_argument, NULL, OPT_PRINT},
@@ -105,7 +106,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     opterr = 0;
     int c, trainer_from = -1;
     /* "+": stop at the first non-option, so PROGRAM's own options stay its own. */
-    while ((c = getopt_long(argc, argv, "+:t:p:d:b:i:hV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:t:p:d:i:hV", longopts, NULL)) != -1) {
         switch (c) {
         case 't': if (parse_dim("--tp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.tp) != 0) return DTRAIN_EXIT_USAGE; break;
         case 'p': if (parse_dim("--pp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.pp) != 0) return DTRAIN_EXIT_USAGE; break;
@@ -114,9 +115,9 @@ static int parse_options(int argc, char **argv, struct options *o)
             if (parse_dim("--timeout", optarg, 86400, &o->timeout_s) != 0)
                 return DTRAIN_EXIT_USAGE;
             break;
-        case 'b':
+        case OPT_COMM_BACKEND:
             if (dtrain_backend_parse(optarg, &o->backend) != 0) {
-                fprintf(stderr, PROG ": --backend '%.64s': use cpu or nccl\n", optarg);
+                fprintf(stderr, PROG ": --comm-backend '%.64s': use cpu or nccl\n", optarg);
                 return DTRAIN_EXIT_USAGE;
             }
             o->backend_given = 1;
@@ -150,7 +151,7 @@ parsed:
         o->trainer_argv = &argv[trainer_from];
     }
     if (o->backend_given && !dtrain_backend_built(o->backend)) {
-        fprintf(stderr, PROG ": --backend %s: this dtrain-launch was built without CUDA/NCCL: use --backend cpu, "
+        fprintf(stderr, PROG ": --comm-backend %s: this dtrain-launch was built without CUDA/NCCL: use --comm-backend cpu, "
                         "or rebuild with --with-cuda\n", dtrain_backend_name(o->backend));
         return DTRAIN_EXIT_USAGE;
     }
@@ -239,7 +240,10 @@ int main(int argc, char **argv)
         goto fail_alone;
     }
     fill_from_placement(bs, &place);
-    bs->backend = opt.backend_given ? opt.backend : dtrain_backend_default();
+    /* The in-process trainer keeps its tensors in host memory, which only the
+     * cpu backend moves; a PROGRAM gets nccl when it can use a GPU. */
+    bs->backend = opt.backend_given ? opt.backend
+                : runs_trainer(&opt) ? DTRAIN_COMM_CPU : dtrain_backend_default();
     if (bs->backend == DTRAIN_COMM_CPU) {
         char why[256];
         if (dtrain_comm_addr_pick(opt.iface, addr, sizeof addr, why, sizeof why) != 0) {

@@ -77,7 +77,7 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
      * which NCCL cannot move: refuse before building communicators. */
     if (bs->backend == DTRAIN_COMM_NCCL) {
         fprintf(stderr, "%s: rank %d: the parallel trainer runs on the cpu kernels, whose host buffers the nccl "
-                "comm backend cannot move: run dtrain-launch --backend cpu\n", prog, bs->rank);
+                "comm backend cannot move: run dtrain-launch --comm-backend cpu\n", prog, bs->rank);
         return DTRAIN_EXIT_USAGE;
     }
     memset(&comms, 0, sizeof comms);
@@ -89,7 +89,7 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     int crc = dtrain_comm_init_all(bs, &opts, &comms, why, sizeof why);
     if (crc != DTRAIN_COMM_OK) {
         fprintf(stderr, "%s: rank %d: cannot build the communicators: %s%s\n", prog, bs->rank, why,
-                crc == DTRAIN_COMM_ENOTSUP ? " (dtrain-launch --backend cpu)" : "");
+                crc == DTRAIN_COMM_ENOTSUP ? " (dtrain-launch --comm-backend cpu)" : "");
         return crc == DTRAIN_COMM_ENOTSUP ? DTRAIN_EXIT_USAGE
              : crc == DTRAIN_COMM_EINVAL ? DTRAIN_EXIT_FAILURE : DTRAIN_EXIT_REQUEUE;
     }

@@ -55,12 +55,12 @@ check "--print: 16 key=value lines, one fence each" [ "$rc" -eq 0 -a "$lines" -e
 tp0=$(grep -o ' tp.key=dt.tp.0 .* tp.id=[^ ]*' "$d/print.out" | sed 's/.* tp.id=//' | sort -u | wc -l)
 check "--print: the 4 members of dt.tp.0 print one id" [ "$(grep -c ' tp.key=dt.tp.0 ' "$d/print.out")" -eq 4 -a "$tp0" -eq 1 ]
 
-step "$d" nccl "${shape[@]}" -o "$d/nccl.%t" "$launch" --json --tp 4 --pp 2 --backend nccl
+step "$d" nccl "${shape[@]}" -o "$d/nccl.%t" "$launch" --json --tp 4 --pp 2 --comm-backend nccl
 if cat "$d/nccl.err" "$d"/nccl.[0-9]* | grep -q "built without CUDA/NCCL"; then
   skip_test "built without CUDA/NCCL: the nccl backend's ids are not exchanged"
 else
   show_err "$d/nccl.err" "$d"/nccl.[0-9]*
-  verified "--backend nccl: ncclGetUniqueId ids, each group's members hold the same id" \
+  verified "--comm-backend nccl: ncclGetUniqueId ids, each group's members hold the same id" \
     report 4 2 2 8 launcher nccl "$d"/nccl.[0-9]*
 fi
 

@@ -33,11 +33,13 @@ refused "an unknown short option" 2 "unknown option '-x'" "$launch" -x --print
 refused "--tp 0" 2 "--tp: 0 is out of range" "$launch" --tp 0 --print
 refused "--pp abc" 2 "--pp: 'abc' is not a whole number" "$launch" --pp abc --print
 refused "--dp without a value" 2 "option --dp needs a value" "$launch" --dp
-refused "--backend gloo" 2 "--backend 'gloo': use cpu or nccl" "$launch" --backend gloo --print
+refused "--comm-backend gloo" 2 "--comm-backend 'gloo': use cpu or nccl" "$launch" --comm-backend gloo --print
 refused "--timeout 0" 2 "--timeout" "$launch" --timeout 0 --print
-refused "--backend nccl without a value" 2 "option --backend needs a value" "$launch" --backend
+refused "--comm-backend without a value" 2 "option --comm-backend needs a value" "$launch" --comm-backend
 refused "the trainer's arguments, no PMI2 environment: how to launch" 2 "not started by srun --mpi=pmi2" \
   "$launch" --tp 2 --data tokens.bin --steps 10
+refused "--backend cuda is the trainer's kernel choice, not the launcher's comm backend" 2 \
+  "not started by srun --mpi=pmi2" "$launch" --tp 2 --backend cuda --data tokens.bin
 
 out=$("$launch" --help 2>&1)
 rc=$?

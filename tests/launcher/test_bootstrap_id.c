@@ -97,7 +97,7 @@ int main(void)
            "an nccl id is 'nccl:' + 256 hex (%zu bytes < 1024)", strlen(id1));
         ok(nccl && dtrain_nccl_id_parse(id1, raw) == 0 && strcmp(id1, id2) != 0, "nccl ids parse back and differ");
     } else {
-        ok(dtrain_bootstrap_id_make_nccl(id1, sizeof id1, err, sizeof err) == -1 && strstr(err, "--backend cpu"),
+        ok(dtrain_bootstrap_id_make_nccl(id1, sizeof id1, err, sizeof err) == -1 && strstr(err, "--comm-backend cpu"),
            "without CUDA an nccl id is refused with advice (%s)", err);
         skip("built without CUDA/NCCL: ncclGetUniqueId not tested");
         skip("built without CUDA/NCCL: nccl id parsing of a real id not tested");

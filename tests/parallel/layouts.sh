@@ -44,8 +44,10 @@ layout() {
     echo '#!/bin/bash'
     echo 'export OPENBLAS_NUM_THREADS=1'
     for z in 0 1; do
-      printf 'srun --mpi=pmi2 %q --backend cpu' "$launch"
-      printf ' %q' "${trainer[@]}" --micro-batches "$micro" --zero1 "$z" --metrics "$d/$name.zero$z.jsonl"
+      # no --comm-backend: cpu is the in-process trainer's default; --backend
+      # cpu is the trainer's (kernels), passed through by dtrain-launch
+      printf 'srun --mpi=pmi2 %q' "$launch"
+      printf ' %q' "${trainer[@]}" --backend cpu --micro-batches "$micro" --zero1 "$z" --metrics "$d/$name.zero$z.jsonl"
       printf ' || exit $?\n'
     done
   } >"$d/$name.sbatch"
@@ -97,12 +99,12 @@ done
 diag "largest relative loss deviation from (1,1,1) over all layouts: $worst; all jobs took $(($(date +%s) - start)) s"
 
 # ---- shapes that do not split: one line from every rank, exit 2, no training
-in_cluster "$d" timeout 60 srun -N1 -n2 --dtrain-tp=2 --mpi=pmi2 "$launch" --backend cpu "${trainer[@]}" \
+in_cluster "$d" timeout 60 srun -N1 -n2 --dtrain-tp=2 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
   --heads 1 >"$d/heads.out" 2>"$d/heads.err"
 rc=$?
 check "T=2 for a model of one head: exit 2, both ranks say T must divide the heads (exit $rc)" \
   [ "$rc" -eq 2 -a "$(grep -c 'T=2 does not divide the 1 attention heads' "$d/heads.err")" -eq 2 ]
-in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --mpi=pmi2 "$launch" --backend cpu "${trainer[@]}" \
+in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
   --batch 6 --micro-batches 2 >"$d/batch.out" 2>"$d/batch.err"
 rc=$?
 check "D=2 with --batch 6 --micro-batches 2: exit 2, both ranks ask for a batch that is a multiple of 4 (exit $rc)" \

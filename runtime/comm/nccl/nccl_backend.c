@@ -186,7 +186,7 @@ static int nccl_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, c
     if (strncmp(g->id, NCCL_PREFIX, sizeof NCCL_PREFIX - 1) != 0 ||
         dtrain_hex_decode(g->id + sizeof NCCL_PREFIX - 1, id.internal, NCCL_ID_BYTES) != 0) {
         dtrain_snprintf(err, errlen, "group %.64s: '%.16s...' is not an nccl bootstrap id (was dtrain-launch run "
-                        "with --backend cpu?)", g->key, g->id);
+                        "with --comm-backend cpu?)", g->key, g->id);
         return DTRAIN_COMM_EINVAL;
     }
     if ((rc = setup(c, g, err, errlen)) != DTRAIN_COMM_OK)
