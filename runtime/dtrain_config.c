@@ -78,10 +78,15 @@ static const struct setting settings[] = {
     {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
     {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
     {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
+    {"fault", "ckpt_dir", "ckpt-dir", K_PATH, OFF(ckpt_dir), 0, 0, "dtrain-launch: sharded checkpoints go here (default: $DTRAIN_CKPT_DIR, --dtrain-ckpt-dir); the run resumes from the newest good one"},
+    {"fault", "ckpt_keep", "ckpt-keep", K_INT, OFF(ckpt_keep), 1, 1000000, "dtrain-launch: complete checkpoints kept"},
+    {"fault", "nonfinite_skips", "nonfinite-skips", K_INT, OFF(nonfinite_skips), 0, 1000000, "dtrain-launch: steps in a row with a non-finite loss or gradient skipped before rolling back to the last checkpoint"},
+    {"fault", "watchdog", "watchdog", K_INT, OFF(watchdog), 0, 604800, "dtrain-launch: seconds without progress after which a rank counts as hung; 0 = twice comm_timeout"},
+    {"fault", "inject", "inject", K_PATH, OFF(inject), 0, 0, "dtrain-launch: fault injection for tests, e.g. kill:rank=1:step=5 (default: $DTRAIN_INJECT)"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
-static const char *const sections[] = {"model", "data", "optimizer", "run", "parallel"};
+static const char *const sections[] = {"model", "data", "optimizer", "run", "parallel", "fault"};
 
 static int affinity_cpus(void)
 {
@@ -113,6 +118,8 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->bucket_mb = 4.0;
     c->dp_overlap = 1;
     c->comm_timeout = 300;
+    c->ckpt_keep = 2;
+    c->nonfinite_skips = 3;
 }
 
 /* ------------------------------------------------------------------ setting values */
@@ -350,7 +357,7 @@ int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *pat
                 break;
         if (si == sizeof sections / sizeof sections[0]) {
             snprintf(err, errlen, "config %s: unknown section '%.64s' (use model, data, "
-                     "optimizer, run, parallel)", path, sname);
+                     "optimizer, run, parallel, fault)", path, sname);
             rc = DTRAIN_ERR_INPUT;
             goto out;
         }

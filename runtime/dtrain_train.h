@@ -74,13 +74,19 @@ struct dtrain_train_config {
     double bucket_mb;                 /* data-parallel gradient buckets of about this many MB */
     int dp_overlap;                   /* reduce buckets in a thread while backward goes on */
     int comm_timeout;                 /* seconds a communicator may make no progress */
+    /* fault tolerance: used by the parallel trainer (dtrain_ft.h, doc/fault-tolerance.md) */
+    char ckpt_dir[DTRAIN_PATH_MAX];   /* sharded checkpoints and resume; "": $DTRAIN_CKPT_DIR, else none */
+    int ckpt_keep;                    /* complete checkpoints kept */
+    int nonfinite_skips;              /* steps in a row with a non-finite loss skipped before a rollback */
+    int watchdog;                     /* seconds without progress that make a rank hung; 0: 2 x comm_timeout */
+    char inject[DTRAIN_PATH_MAX];     /* fault injection spec (dtrain_inject.h); "": $DTRAIN_INJECT */
 };
 
 /* Defaults: constant lr 3e-4, betas 0.9/0.999, eps 1e-8, no weight decay, no
  * clipping; B=4, T=64, 100 steps, seed 1337, sequential data, threads = CPUs
  * this process may run on; model (when not imported) L=4, C=256, NH=4,
  * V=256 (bytes), maxT=256; one micro-batch, no ZeRO-1, 4 MB buckets, overlap on,
- * communicator timeout 300 s. */
+ * communicator timeout 300 s; 2 checkpoints kept, 3 non-finite steps skipped. */
 void dtrain_train_config_defaults(struct dtrain_train_config *c);
 
 /* Apply a JSON config file on top of c. */

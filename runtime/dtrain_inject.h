@@ -1,0 +1,74 @@
+/* libdtrain: fault injection, for testing the fault-tolerance path.
+ *
+ * A spec (the DTRAIN_INJECT environment variable, the fault.inject config
+ * key or --inject) is a comma-separated list of faults, each
+ * KIND:key=value:key=value...
+ *
+ *   kill:rank=R:step=S       rank R sends itself SIGKILL as step S starts (a crash)
+ *   hang:rank=R:step=S       rank R stops as step S starts and never goes on (a hang:
+ *                            it sleeps, deaf to everything but SIGKILL)
+ *   nan:rank=R:step=S[:count=N]  rank R's share of the loss is NaN at steps S..S+N-1
+ *   corrupt:rank=R           before resuming, rank R damages its shard of the newest
+ *                            complete checkpoint (one byte of the payload flipped)
+ *   nospace:rank=R:step=S    rank R's shard of the checkpoint at step S fails to
+ *                            write as on a full disk (ENOSPC)
+ *
+ * Every fault also takes restart=N (default 0) or restart=any: it fires
+ * only in the run whose SLURM_RESTART_COUNT is N (unset counts as 0), so
+ * that the requeued job runs clean; "any" fires in every run.  A step is
+ * the 0-based index of the training step (the metrics' "step").
+ * No allocation, no global state. */
+#ifndef DTRAIN_INJECT_H
+#define DTRAIN_INJECT_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_INJECT_ENV "DTRAIN_INJECT"
+#define DTRAIN_INJECT_MAX 16 /* faults in one spec */
+
+enum dtrain_inject_kind {
+    DTRAIN_INJECT_KILL = 0,
+    DTRAIN_INJECT_HANG,
+    DTRAIN_INJECT_NAN,
+    DTRAIN_INJECT_CORRUPT,
+    DTRAIN_INJECT_NOSPACE,
+};
+
+struct dtrain_inject_fault {
+    enum dtrain_inject_kind kind;
+    int rank;
+    long step;    /* -1 for corrupt */
+    long count;   /* nan: steps in a row; else 1 */
+    long restart; /* -1: any run */
+};
+
+struct dtrain_inject {
+    int n;
+    struct dtrain_inject_fault faults[DTRAIN_INJECT_MAX];
+};
+
+/* Parse a spec ("" or NULL: no faults).  Returns 0, or -1 with one line in
+ * err naming the bad part and the accepted syntax. */
+int dtrain_inject_parse(const char *spec, struct dtrain_inject *out, char *err, size_t errlen);
+
+/* 1 when a fault of this kind is due on this rank at this step in the run
+ * of this restart count (step is ignored for corrupt). */
+int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind kind, int rank, long step,
+                      long restart);
+
+/* "kill", "hang", ... */
+const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind);
+
+/* corrupt: flip one byte in the middle of the file.  0, or -1 with one
+ * line in err. */
+int dtrain_inject_corrupt_file(const char *path, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,134 @@
+/* libdtrain: sharded checkpoints of the parallel trainer.
+ *
+ * A checkpoint is a folder DIR/step-NNNNNNNN (the step, 8 digits or more)
+ * holding one file per rank, shard-RRRRR.bin, and manifest.json.  Every
+ * value is placed by its offset in the whole model's flat parameter vector
+ * (llm.c's order, as in dtrain_ckpt.h): each rank writes the elements it
+ * owns as runs (whole offset, count) with their parameters and AdamW
+ * moments, and each element of the model is written by exactly one rank.
+ * A rank of any layout loads by asking for the runs it needs, so a
+ * checkpoint loads into a different D (after losing nodes), with ZeRO-1 on
+ * or off, and into other T and P as well.
+ *
+ * Commit protocol (dtrain_sckpt_save, a collective over WORLD):
+ *   1. every rank writes DIR/step-N.tmp/shard-R.bin under a temporary name,
+ *      fsyncs it, renames it into place and fsyncs the folder;
+ *   2. an all-gather of every rank's outcome, file size and checksum (the
+ *      barrier: nobody goes on before every shard is on disk);
+ *   3. rank 0 writes manifest.json (temporary name, fsync, rename), renames
+ *      step-N.tmp to step-N (atomic: a step folder without ".tmp" is
+ *      complete), fsyncs DIR and removes all but the newest `keep` complete
+ *      checkpoints;
+ *   4. rank 0 broadcasts the outcome, so that every rank returns the same.
+ * A failed write on any rank leaves step-N.tmp behind (removed) and the
+ * older checkpoints untouched.
+ *
+ * Resume (dtrain_sckpt_resume, collective): rank 0 removes leftovers of
+ * interrupted saves (*.tmp) and lists the complete checkpoints, newest
+ * first.  For each: every rank reads the manifest and checks it against
+ * the run's config; shard file i is read whole and its size and checksum
+ * compared with the manifest by rank (i mod world size); if every shard
+ * verifies, every rank reads the runs it asked for.  A damaged checkpoint
+ * (manifest unreadable, a shard missing, short, or with another checksum)
+ * is renamed step-N.damaged, reported on one line, and the one before is
+ * tried.  A checkpoint of another model, batch shape, data order or seed
+ * is refused (DTRAIN_ERR_INPUT): that is a wrong folder, not damage.
+ *
+ * Shard file, little-endian:
+ *   256-byte header: "DTRNSHRD", u32 version 1, u32 header bytes 256,
+ *     u32 rank, world size, T, P, D, tp rank, pp rank, dp rank, zero1,
+ *     zero, u64 step, data batches consumed, model parameters, runs,
+ *     floats (the sum of the runs' counts), u64 checksum
+ *     (dtrain_ckpt_checksum of the header with this field 0, the run
+ *     table and the payload), zeros;
+ *   run table: runs x (u64 whole offset, u64 count), increasing, disjoint;
+ *   payload: params[floats], m[floats], v[floats], fp32, in run order.
+ * manifest.json: {"format": "dtrain-sharded-checkpoint", "version": 1,
+ *   "step", "data_batches", "nparams", "config": {model, batch, seq, data
+ *   order and seed, seed, optimizer}, "layout": {"tp", "pp", "dp",
+ *   "world_size", "zero1"}, "shards": [{"rank", "file", "bytes", "floats",
+ *   "checksum" (16 hex digits)}, ...]}  (doc/fault-tolerance.md). */
+#ifndef DTRAIN_SHARD_CKPT_H
+#define DTRAIN_SHARD_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain_comm.h"
+#include "dtrain_train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_SCKPT_MAGIC "DTRNSHRD"
+#define DTRAIN_SCKPT_VERSION 1
+#define DTRAIN_SCKPT_HEADER_BYTES 256
+#define DTRAIN_SCKPT_MANIFEST "manifest.json"
+
+/* A run of the whole model's vector and where its values are in this
+ * process: count floats each at params, m and v (host memory).  Saving
+ * needs all three; loading fills those that are not NULL. */
+struct dtrain_sckpt_piece {
+    uint64_t whole, count;
+    float *params, *m, *v;
+};
+
+/* The layout of the writing job, and this rank's place in it. */
+struct dtrain_sckpt_layout {
+    int tp, pp, dp, world_size, zero1;
+    int rank, tp_rank, pp_rank, dp_rank;
+};
+
+struct dtrain_sckpt_stats {
+    uint64_t bytes;       /* this rank's shard file (save), or bytes it read (resume) */
+    uint64_t total_bytes; /* every shard of the checkpoint (save: known on rank 0 only) */
+    double seconds;       /* wall time of the call on this rank */
+};
+
+/* Write checkpoint `step` (data_batches: the next batch index) into dir,
+ * a collective over world (the job's WORLD communicator; NULL: one rank).
+ * pieces: this rank's owned runs, increasing and disjoint, params, m and v
+ * all set.  keep >= 1: complete checkpoints kept afterwards.  fail_write
+ * (fault injection): this rank's write fails as on a full disk.
+ * Returns on every rank: DTRAIN_OK (committed); DTRAIN_ERR_SYSTEM when a
+ * rank could not write (err names the rank and why; nothing committed);
+ * DTRAIN_ERR_FAULT when the communicator failed. */
+int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
+                      const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                      dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces,
+                      int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen);
+
+struct dtrain_sckpt_resumed {
+    int found;                         /* 0: dir holds no usable checkpoint (start afresh) */
+    uint64_t step, data_batches;
+    struct dtrain_sckpt_layout writer; /* the layout that wrote it (rank fields 0) */
+    int damaged;                       /* newer checkpoints found damaged and skipped */
+    char path[DTRAIN_PATH_MAX];        /* the step folder loaded */
+};
+
+/* Load the newest good checkpoint of dir into pieces (any runs of the whole
+ * vector; they may overlap), a collective over world.  Messages (a damaged
+ * checkpoint, the fallback) go to msgs on rank 0 (and the rank that found
+ * the damage), prefixed "PROG: ".  Returns on every rank: DTRAIN_OK (with
+ * out->found 0 when there is nothing to resume); DTRAIN_ERR_INPUT when the
+ * checkpoints belong to another model or batch shape, or dir is unusable;
+ * DTRAIN_ERR_FAULT when the communicator failed; DTRAIN_ERR_SYSTEM
+ * otherwise. */
+int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, dtrain_comm *world,
+                        const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
+                        const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st,
+                        char *err, size_t errlen);
+
+/* The step folders of dir, complete or not (not collective): fills
+ * steps[] (at most max, newest first) and returns how many complete
+ * checkpoints there are, or -1 with one line in err when dir cannot be
+ * read.  For tests and tools. */
+int dtrain_sckpt_list(const char *dir, uint64_t *steps, int max, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,172 @@
+/* The watchdog thread; see dtrain_watchdog.h. */
+#include "dtrain_watchdog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct dtrain_watchdog {
+    struct dtrain_watchdog_options o;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int stop;                   /* under lock */
+    atomic_int paused;
+    atomic_int fired;
+    atomic_llong beat_ns;       /* CLOCK_MONOTONIC of the last beat */
+    _Atomic(const char *) phase;
+    atomic_long step;
+};
+
+static long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Sleep up to s seconds or until stopped; returns 1 when stopped. */
+static int nap(struct dtrain_watchdog *w, double s)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    long long ns = until.tv_nsec + (long long)(s * 1e9);
+    until.tv_sec += (time_t)(ns / 1000000000LL);
+    until.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_mutex_lock(&w->lock);
+    while (!w->stop && pthread_cond_timedwait(&w->wake, &w->lock, &until) != ETIMEDOUT)
+        ;
+    int stopped = w->stop;
+    pthread_mutex_unlock(&w->lock);
+    return stopped;
+}
+
+static const char *const group_names[DTRAIN_GROUP_KINDS] = {"world", "TP", "PP", "DP", "next-stage", "previous-stage"};
+
+/* A reason to give up, or 0. */
+static int look(struct dtrain_watchdog *w, char *reason, size_t len)
+{
+    const struct dtrain_comms *c = w->o.comms;
+    for (int k = 0; c != NULL && k < DTRAIN_GROUP_KINDS; k++) {
+        struct dtrain_comm_error e;
+        if (c->group[k] == NULL || dtrain_comm_get_async_error(c->group[k], &e) == DTRAIN_COMM_OK)
+            continue;
+        if (e.code == DTRAIN_COMM_EABORTED)
+            continue; /* our own abort: the loop knows why */
+        snprintf(reason, len, "watchdog: the %s communicator failed: %s: %s",
+                 group_names[k], dtrain_comm_result_name(e.code), e.message);
+        return 1;
+    }
+    double idle = 1e-9 * (double)(mono_ns() - atomic_load(&w->beat_ns));
+    if (w->o.stall_s > 0 && idle > w->o.stall_s) {
+        snprintf(reason, len, "watchdog: no progress for %.0f s in %s (more than the %.0f s allowed): the "
+                 "process hangs", idle, atomic_load(&w->phase), w->o.stall_s);
+        return 1;
+    }
+    return 0;
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct dtrain_watchdog *w = arg;
+    char reason[600];
+    while (!nap(w, w->o.poll_s)) {
+        if (atomic_load(&w->paused) || !look(w, reason, sizeof reason))
+            continue;
+        atomic_store(&w->fired, 1);
+        int code = dtrain_fault_report(w->o.fault, atomic_load(&w->step), reason);
+        if (w->o.abort_flag != NULL)
+            atomic_store(w->o.abort_flag, 1);
+        if (nap(w, w->o.grace_s))
+            break; /* the loop unwound and stopped us */
+        fprintf(stderr, "%s: rank %d: the training loop did not stop within %.0f s of the abort: exiting %d\n",
+                w->o.fault->prog, w->o.fault->rank, w->o.grace_s, code);
+        fflush(NULL);
+        _exit(code);
+    }
+    return NULL;
+}
+
+int dtrain_watchdog_start(const struct dtrain_watchdog_options *o, struct dtrain_watchdog **out, char *err,
+                          size_t errlen)
+{
+    *out = NULL;
+    struct dtrain_watchdog *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        snprintf(err, errlen, "out of memory for the watchdog");
+        return -1;
+    }
+    w->o = *o;
+    if (w->o.poll_s <= 0)
+        w->o.poll_s = 0.2;
+    atomic_init(&w->paused, 0);
+    atomic_init(&w->fired, 0);
+    atomic_init(&w->beat_ns, mono_ns());
+    atomic_init(&w->phase, "start-up");
+    atomic_init(&w->step, 0);
+    pthread_condattr_t ca;
+    int e = pthread_condattr_init(&ca);
+    if (e == 0 && (e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) == 0 &&
+        (e = pthread_mutex_init(&w->lock, NULL)) == 0) {
+        if ((e = pthread_cond_init(&w->wake, &ca)) != 0)
+            pthread_mutex_destroy(&w->lock);
+    }
+    pthread_condattr_destroy(&ca);
+    if (e == 0 && (e = pthread_create(&w->thread, NULL, watchdog_main, w)) != 0) {
+        pthread_cond_destroy(&w->wake);
+        pthread_mutex_destroy(&w->lock);
+    }
+    if (e != 0) {
+        snprintf(err, errlen, "cannot start the watchdog thread: %s", strerror(e));
+        free(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+void dtrain_watchdog_beat(struct dtrain_watchdog *w, const char *phase, long step)
+{
+    if (w == NULL)
+        return;
+    atomic_store(&w->phase, phase);
+    atomic_store(&w->step, step);
+    atomic_store(&w->beat_ns, mono_ns());
+}
+
+void dtrain_watchdog_pause(struct dtrain_watchdog *w)
+{
+    if (w != NULL)
+        atomic_store(&w->paused, 1);
+}
+
+void dtrain_watchdog_resume(struct dtrain_watchdog *w)
+{
+    if (w == NULL)
+        return;
+    atomic_store(&w->beat_ns, mono_ns());
+    atomic_store(&w->paused, 0);
+}
+
+int dtrain_watchdog_fired(const struct dtrain_watchdog *w)
+{
+    return w != NULL && atomic_load(&w->fired);
+}
+
+void dtrain_watchdog_stop(struct dtrain_watchdog *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}

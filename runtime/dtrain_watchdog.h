@@ -1,0 +1,63 @@
+/* libdtrain: the watchdog thread of a training process.
+ *
+ * The training loop can only notice a fault when a call returns; a rank
+ * stuck in computation, or one whose peers died while it computes, needs a
+ * second thread.  Every poll interval the watchdog
+ *   - asks every communicator for an asynchronous error
+ *     (dtrain_comm_get_async_error: a peer that closed its links, i.e.
+ *     died or gave up);
+ *   - checks the heartbeat: the loop calls dtrain_watchdog_beat() at each
+ *     step and around checkpoints; no beat for stall_s seconds is a hang.
+ * On either it reports the fault (dtrain_fault_report: the one line), sets
+ * the process's abort flag, which every communicator watches (calls in
+ * flight return DTRAIN_COMM_EABORTED within tens of milliseconds, so the
+ * loop unwinds), and if the main thread has not stopped the watchdog
+ * grace_s seconds later (it is stuck outside the comm layer) ends the
+ * process with the fault's exit code (_exit: the process is wedged).
+ *
+ * Stop the watchdog before the last collective of a run: ranks that finish
+ * first close their links, which a peer's watchdog would take for a fault.
+ * dtrain_watchdog_pause() / _resume() switch the polling off and on (the
+ * heartbeat check too) around such a phase. */
+#ifndef DTRAIN_WATCHDOG_H
+#define DTRAIN_WATCHDOG_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "dtrain_comm.h"
+#include "dtrain_fault.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dtrain_watchdog_options {
+    atomic_int *abort_flag;           /* set on a fault (the communicators' abort flag) */
+    const struct dtrain_comms *comms; /* polled for asynchronous errors; NULL: none */
+    struct dtrain_fault *fault;       /* the process's fault state: the line, the exit code */
+    double stall_s;                   /* no heartbeat for this long is a hang; 0: not checked */
+    double grace_s;                   /* after the abort, how long the main thread may take to stop us */
+    double poll_s;                    /* between looks; 0: 0.2 s */
+};
+
+struct dtrain_watchdog; /* opaque */
+
+int dtrain_watchdog_start(const struct dtrain_watchdog_options *o, struct dtrain_watchdog **out, char *err,
+                          size_t errlen);
+/* The loop is alive; `phase` (a string that lives as long as the
+ * watchdog, e.g. a literal) names what it does next, for the fault line;
+ * step is the step it works on. */
+void dtrain_watchdog_beat(struct dtrain_watchdog *w, const char *phase, long step);
+void dtrain_watchdog_pause(struct dtrain_watchdog *w);
+void dtrain_watchdog_resume(struct dtrain_watchdog *w);
+/* 1 once the watchdog has reported a fault. */
+int dtrain_watchdog_fired(const struct dtrain_watchdog *w);
+/* Stop and join the thread; NULL is fine. */
+void dtrain_watchdog_stop(struct dtrain_watchdog *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
