@@ -40,6 +40,9 @@
 #include "dtrain_comm.h"
 #include "dtrain_train.h"
 
+struct dtrain_shard;
+struct dtrain_dp;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -79,8 +82,46 @@ long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t);
 
 /* Train until config.steps: rank 0 prints progress lines to `progress`
  * (NULL: none) and writes the metrics file; at the end rank 0 writes the
- * llm.c model file (--save-llmc), gathered from every stage and TP rank. */
+ * llm.c model file (--save-llmc), gathered from every stage and TP rank.
+ * The loop of dtrain_ft.h does the same with checkpoints and faults. */
 int dtrain_ptrainer_run(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen);
+
+/* ------------------------------------------------------------ the pieces of the loop
+ * (dtrain_ft.h, the fault-tolerant loop, is built from these) */
+
+struct dtrain_pstep_control {
+    double flags;     /* in: this rank's value, summed over the world with the loss; out: the sum */
+    int poison_loss;  /* in: fault injection: this rank's share of the loss is NaN */
+    int skipped;      /* out: the loss or the gradient norm was not finite on the whole job: no update
+                       * was made (every rank skips alike), the batch is consumed, the step is not */
+};
+
+/* dtrain_ptrainer_step with control (ctl NULL: the same as it, a non-finite
+ * loss is an error). */
+int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_control *ctl,
+                             struct dtrain_pstep_result *r, char *err, size_t errlen);
+
+/* Rank 0: the progress line (every log_every steps) and the metrics line
+ * of a step. */
+int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,
+                             char *err, size_t errlen);
+/* Rank 0: cut the metrics file back to the lines of the steps before
+ * `step` (0: empty it), so that a resumed run's file reads as one run. */
+int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err, size_t errlen);
+/* After the last step: the llm.c export (a collective) and the metrics file closed. */
+int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen);
+
+/* The data batch the next step reads; moving the trainer (after loading a
+ * checkpoint) to step `step` reading batch `data_batches`. */
+uint64_t dtrain_ptrainer_data_batches(const struct dtrain_ptrainer *t);
+void dtrain_ptrainer_set_position(struct dtrain_ptrainer *t, long step, uint64_t data_batches);
+
+/* What a checkpoint holds of this rank: its shard (the layout of its
+ * parameters), its parameters (backend memory, writable) and its data-
+ * parallel state (the AdamW moments it keeps: dtrain_dp_for_each_state). */
+const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t);
+float *dtrain_ptrainer_params(struct dtrain_ptrainer *t);
+struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t);
 
 /* This rank's parameters (its slice of the model in the layout of
  * dtrain_shard_plan(model, T, P, tp_rank, pp_rank); backend memory);

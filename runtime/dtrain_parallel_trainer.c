@@ -13,7 +13,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct dtrain_ptrainer {
     struct dtrain_train_config cfg;
@@ -67,8 +69,8 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
         return DTRAIN_ERR_INPUT;
     }
     if (c->checkpoint[0] != '\0' || c->resume[0] != '\0') {
-        snprintf(err, errlen, "--checkpoint and --resume need one task without --micro-batches or --zero1 "
-                 "(sharded checkpoints are not implemented yet); use --save-llmc and --init-llmc");
+        snprintf(err, errlen, "--checkpoint and --resume are dtrain-train's single-file checkpoints: with "
+                 "dtrain-launch give --ckpt-dir DIR (sharded checkpoints; the run resumes from DIR by itself)");
         return DTRAIN_ERR_INPUT;
     }
     return DTRAIN_OK;
@@ -169,8 +171,10 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     }
     if ((rc = init_params(t, err, errlen)) != DTRAIN_OK)
         goto fail;
-    /* here, so that a bad path is refused with every rank's agreement */
-    if (bs->rank == 0 && c->metrics[0] != '\0' && (t->metrics = fopen(c->metrics, "w")) == NULL) {
+    /* here, so that a bad path is refused with every rank's agreement; not
+     * truncated yet: a resumed run keeps the lines of the steps before it
+     * (dtrain_ptrainer_metrics_from) */
+    if (bs->rank == 0 && c->metrics[0] != '\0' && (t->metrics = fopen(c->metrics, "a+")) == NULL) {
         snprintf(err, errlen, "cannot create metrics file %s: %s", c->metrics, strerror(errno));
         rc = DTRAIN_ERR_INPUT;
         goto fail;
@@ -202,6 +206,20 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
 }
 
 long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t) { return t->step; }
+
+uint64_t dtrain_ptrainer_data_batches(const struct dtrain_ptrainer *t) { return t->data_batches; }
+
+void dtrain_ptrainer_set_position(struct dtrain_ptrainer *t, long step, uint64_t data_batches)
+{
+    t->step = step;
+    t->data_batches = data_batches;
+}
+
+const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t) { return &t->shard; }
+
+struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t) { return t->dp; }
+
+float *dtrain_ptrainer_params(struct dtrain_ptrainer *t) { return dtrain_stage_params(t->stage); }
 
 size_t dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, const float **params)
 {
@@ -304,6 +322,12 @@ static int tie_embedding(struct dtrain_ptrainer *t, char *err, size_t errlen)
 int dtrain_ptrainer_step(struct dtrain_ptrainer *t, struct dtrain_pstep_result *r,
                          char *err, size_t errlen)
 {
+    return dtrain_ptrainer_step_ctl(t, NULL, r, err, errlen);
+}
+
+int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_control *ctl,
+                             struct dtrain_pstep_result *r, char *err, size_t errlen)
+{
     const struct dtrain_train_config *c = &t->cfg;
     const struct dtrain_shard *s = &t->shard;
     int rc;
@@ -323,12 +347,28 @@ int dtrain_ptrainer_step(struct dtrain_ptrainer *t, struct dtrain_pstep_result *
 
     /* The loss (TP rank 0 of the last stage of each pipeline) and the norm
      * shares, added over the world in rank order: every rank gets the same. */
-    double mine[2] = {s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, dtrain_dp_norm_sumsq(t->dp)}, all[2];
-    if ((rc = dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], mine, all, 2,
+    double mine[3] = {s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, dtrain_dp_norm_sumsq(t->dp),
+                      ctl != NULL ? ctl->flags : 0.0}, all[3];
+    if (ctl != NULL && ctl->poison_loss)
+        mine[0] = NAN; /* fault injection */
+    if ((rc = dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], mine, all, ctl != NULL ? 3 : 2,
                                        "loss and gradient norm", err, errlen)) != DTRAIN_OK)
         return rc;
     float loss = (float)(all[0] / ((double)c->batch * c->seq));
     double norm = sqrt(all[1]);
+    if (ctl != NULL) {
+        ctl->flags = all[2];
+        ctl->skipped = !isfinite(loss) || !isfinite(norm);
+    }
+    if (ctl != NULL && ctl->skipped) {
+        /* no update: every rank saw the same sums, so every rank skips */
+        memset(r, 0, sizeof *r);
+        r->base.step = t->step;
+        r->base.loss = loss;
+        r->base.grad_norm = norm;
+        t->data_batches++;
+        return DTRAIN_OK;
+    }
     if (!isfinite(loss) || !isfinite(norm)) {
         snprintf(err, errlen, "step %ld: the %s is not finite: training diverged (lower the learning rate "
                  "or set grad_clip)", t->step, isfinite(loss) ? "gradient norm" : "loss");
@@ -419,29 +459,62 @@ static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
     fflush(f);
 }
 
+int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err, size_t errlen)
+{
+    struct stat st;
+    if (t->metrics == NULL || fstat(fileno(t->metrics), &st) != 0 || !S_ISREG(st.st_mode))
+        return DTRAIN_OK; /* a pipe or terminal: nothing to cut */
+    /* keep the lines of steps before `step`: they start with {"step": N */
+    char line[1024];
+    long keep = 0, n;
+    rewind(t->metrics);
+    while (fgets(line, sizeof line, t->metrics) != NULL && strchr(line, '\n') != NULL &&
+           sscanf(line, "{\"step\": %ld,", &n) == 1 && n < step)
+        keep = ftell(t->metrics);
+    if (fflush(t->metrics) != 0 || ftruncate(fileno(t->metrics), keep) != 0 || fseek(t->metrics, 0, SEEK_END) != 0) {
+        snprintf(err, errlen, "cannot rewrite metrics file %s: %s", t->cfg.metrics, strerror(errno));
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,
+                             char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
+        (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps)) {
+        fprintf(progress, "step %5ld/%ld | loss %.6f | lr %.3e | norm %.4f | %8.2f ms | %8.0f tok/s | "
+                "%7.2f GFLOP/s\n", r->base.step, c->steps, (double)r->base.loss, r->base.lr, r->base.grad_norm,
+                r->base.ms, r->base.tokens_per_s, r->base.gflops);
+        fflush(progress);
+    }
+    if (t->metrics != NULL) {
+        write_metrics(t->metrics, r);
+        if (ferror(t->metrics)) {
+            snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
+            return DTRAIN_ERR_SYSTEM;
+        }
+    }
+    return DTRAIN_OK;
+}
+
 int dtrain_ptrainer_run(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = &t->cfg;
-    int rc = DTRAIN_OK;
-    while (t->step < c->steps) {
+    int rc = dtrain_ptrainer_metrics_from(t, t->step, err, errlen);
+    while (rc == DTRAIN_OK && t->step < c->steps) {
         struct dtrain_pstep_result r;
-        if ((rc = dtrain_ptrainer_step(t, &r, err, errlen)) != DTRAIN_OK)
-            return rc;
-        if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
-            (r.base.step % c->log_every == 0 || t->step == c->steps)) {
-            fprintf(progress, "step %5ld/%ld | loss %.6f | lr %.3e | norm %.4f | %8.2f ms | %8.0f tok/s | "
-                    "%7.2f GFLOP/s\n", r.base.step, c->steps, (double)r.base.loss, r.base.lr, r.base.grad_norm,
-                    r.base.ms, r.base.tokens_per_s, r.base.gflops);
-            fflush(progress);
-        }
-        if (t->metrics != NULL) {
-            write_metrics(t->metrics, &r);
-            if (ferror(t->metrics)) {
-                snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
-                return DTRAIN_ERR_SYSTEM;
-            }
-        }
+        if ((rc = dtrain_ptrainer_step(t, &r, err, errlen)) == DTRAIN_OK)
+            rc = dtrain_ptrainer_log_step(t, progress, &r, err, errlen);
     }
+    return rc == DTRAIN_OK ? dtrain_ptrainer_finish(t, err, errlen) : rc;
+}
+
+int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    int rc;
     if (c->save_llmc[0] != '\0' && (rc = save_llmc(t, err, errlen)) != DTRAIN_OK)
         return rc;
     if (t->metrics != NULL) {
