@@ -1,6 +1,8 @@
 /* The parallel trainer as the program inside dtrain-launch; see
  * dtrain_parallel.h. */
 #include "dtrain_parallel.h"
+#include "dtrain_fault.h"
+#include "dtrain_ft.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -68,10 +70,21 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
             dtrain_train_usage(stdout);
         return DTRAIN_EXIT_OK;
     }
-    /* One task, one micro-batch, no ZeRO-1: the single-process trainer
-     * (its checkpoints and all), which this layout reproduces bit for bit. */
-    if (rc == DTRAIN_OK && bs->world_size == 1 && cfg.micro_batches == 1 && !cfg.zero1)
+    /* --ckpt-dir and --inject from the environment too (sbatch --dtrain-ckpt-dir) */
+    if (rc == DTRAIN_OK)
+        rc = dtrain_ft_config_from_env(&cfg, err, sizeof err);
+    /* One task, one micro-batch, no ZeRO-1, no sharded checkpoints: the
+     * single-process trainer, which this layout reproduces bit for bit. */
+    if (rc == DTRAIN_OK && bs->world_size == 1 && cfg.micro_batches == 1 && !cfg.zero1 && cfg.ckpt_dir[0] == '\0')
         return dtrain_train_main(argc, argv);
+    /* the restart budget and the fault line (SLURM_RESTART_COUNT, DTRAIN_MAX_RESTARTS) */
+    struct dtrain_fault fault;
+    if (rc == DTRAIN_OK && dtrain_fault_init(&fault, prog, bs->rank, err, sizeof err) != 0)
+        rc = DTRAIN_ERR_INPUT;
+    if (rc != DTRAIN_OK) { /* the same on every rank: each says it and leaves */
+        fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
+        return dtrain_status_exit(rc);
+    }
 
     /* The parallel trainer keeps its tensors in host memory (cpu kernels),
      * which NCCL cannot move: refuse before building communicators. */
@@ -85,13 +98,20 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     dtrain_comm_options_defaults(&opts);
     /* a stage may wait a whole pipeline's forward and backward for a gradient */
     opts.timeout_ms = cfg.comm_timeout * 1000;
+    /* the watchdog (dtrain_ft.h) stops every communicator at once through it */
+    atomic_int abort_flag;
+    atomic_init(&abort_flag, 0);
+    opts.abort_flag = &abort_flag;
     char why[512];
     int crc = dtrain_comm_init_all(bs, &opts, &comms, why, sizeof why);
-    if (crc != DTRAIN_COMM_OK) {
+    if (crc == DTRAIN_COMM_ENOTSUP || crc == DTRAIN_COMM_EINVAL) {
         fprintf(stderr, "%s: rank %d: cannot build the communicators: %s%s\n", prog, bs->rank, why,
                 crc == DTRAIN_COMM_ENOTSUP ? " (dtrain-launch --comm-backend cpu)" : "");
-        return crc == DTRAIN_COMM_ENOTSUP ? DTRAIN_EXIT_USAGE
-             : crc == DTRAIN_COMM_EINVAL ? DTRAIN_EXIT_FAILURE : DTRAIN_EXIT_REQUEUE;
+        return crc == DTRAIN_COMM_ENOTSUP ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
+    }
+    if (crc != DTRAIN_COMM_OK) { /* a peer died or never came: requeue while restarts remain */
+        snprintf(err, sizeof err, "cannot build the communicators: %s", why);
+        return dtrain_fault_report(&fault, 0, err);
     }
     /* Everything that can fail on some ranks only, before they agree. */
     if (rc == DTRAIN_OK)
@@ -102,8 +122,9 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
         fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
     int mine = dtrain_status_exit(rc);
     if ((rc = agree(comms.group[DTRAIN_GROUP_WORLD], mine, &worst, err, sizeof err)) != DTRAIN_OK) {
-        fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
-        code = dtrain_status_exit(rc);
+        code = rc == DTRAIN_ERR_FAULT ? dtrain_fault_report(&fault, 0, err) : dtrain_status_exit(rc);
+        if (rc != DTRAIN_ERR_FAULT)
+            fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
         goto out;
     }
     if (worst != DTRAIN_EXIT_OK) {
@@ -115,7 +136,11 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     }
     if (bs->rank == 0)
         print_header(prog, &cfg, bs);
-    if ((rc = dtrain_ptrainer_run(t, stdout, err, sizeof err)) != DTRAIN_OK) {
+    struct dtrain_ft_summary sum;
+    rc = dtrain_ft_run(t, &cfg, bs, &comms, &abort_flag, &fault, stdout, &sum, err, sizeof err);
+    if (rc == DTRAIN_ERR_FAULT) {
+        code = dtrain_fault_report(&fault, dtrain_ptrainer_steps_done(t), err);
+    } else if (rc != DTRAIN_OK) {
         fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
         code = dtrain_status_exit(rc);
     }

@@ -367,7 +367,7 @@ static int commit(const char *dir, const char *tmp, const char *final, const str
                      "config", config_json(cfg), "layout", "tp", L->tp, "pp", L->pp, "dp", L->dp,
                      "world_size", L->world_size, "zero1", L->zero1, "shards", shards);
     shards = NULL; /* stolen by "o", also on failure */
-    if (root == NULL || (text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) == NULL)
+    if (root == NULL || (text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) == NULL)
         goto oom;
     char path[DTRAIN_PATH_MAX];
     if (dtrain_snprintf(path, sizeof path, "%s/%s", tmp, DTRAIN_SCKPT_MANIFEST) != 0) {
@@ -475,7 +475,9 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
     if ((rc = bcast(world, &outcome, sizeof outcome, "checkpoint: the outcome", err, errlen)) != DTRAIN_OK)
         goto out;
     rc = outcome.rc;
-    if (rc != DTRAIN_OK)
+    if (rc != DTRAIN_OK && mine.error != 0) /* the failing rank says what failed here */
+        dtrain_snprintf(err, errlen, "checkpoint of step %" PRIu64 " not written: rank %d: %s", step, L->rank, why);
+    else if (rc != DTRAIN_OK)
         dtrain_snprintf(err, errlen, "%s", outcome.msg);
 out:
     free(all);
@@ -851,8 +853,8 @@ static int load_pieces(const char *path, const struct manifest *m, const struct 
 static int try_candidate(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
                          dtrain_comm *world, int rank, int size, const struct dtrain_sckpt_piece *pieces, size_t n,
                          FILE *msgs, const char *prog, struct manifest *m, int *bad_shard,
-                         struct dtrain_sckpt_stats *st, char *why, size_t whylen, int *comm_rc, char *err,
-                         size_t errlen)
+                         struct dtrain_sckpt_stats *st, int *loaded, char *why, size_t whylen, int *comm_rc,
+                         char *err, size_t errlen)
 {
     int32_t mine[2] = {GOOD, -1};
     int32_t *all = malloc((size_t)size * 2 * sizeof *all);
@@ -889,6 +891,7 @@ static int try_candidate(const char *path, uint64_t step, const struct dtrain_tr
             read_manifest(path, step, cfg, m, why, whylen);
         if (agreed != GOOD || phase == 1)
             break;
+        *loaded = 1;
         mine[0] = load_pieces(path, m, pieces, n, &st->bytes, why, whylen);
         if (mine[0] != GOOD && msgs != NULL)
             fprintf(msgs, "%s: rank %d: checkpoint %s: %s\n", prog, rank, path, why);
@@ -936,7 +939,7 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
             goto out;
         }
         int v = try_candidate(path, list.steps[i], cfg, world, rank, size, pieces, npieces, msgs, prog, &m,
-                              &bad_shard, st, why, sizeof why, &comm_rc, err, errlen);
+                              &bad_shard, st, &out->loaded_partly, why, sizeof why, &comm_rc, err, errlen);
         if (comm_rc != DTRAIN_OK) {
             free(m.shards);
             rc = comm_rc;
@@ -944,6 +947,7 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
         }
         if (v == GOOD) {
             out->found = 1;
+            out->loaded_partly = 0;
             out->step = m.step;
             out->data_batches = m.data_batches;
             out->writer = m.layout;

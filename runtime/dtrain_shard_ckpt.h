@@ -105,6 +105,7 @@ struct dtrain_sckpt_resumed {
     uint64_t step, data_batches;
     struct dtrain_sckpt_layout writer; /* the layout that wrote it (rank fields 0) */
     int damaged;                       /* newer checkpoints found damaged and skipped */
+    int loaded_partly;                 /* found 0, but a damaged one was read into the pieces in part */
     char path[DTRAIN_PATH_MAX];        /* the step folder loaded */
 };
 

@@ -1,0 +1,468 @@
+/* The fault-tolerant training loop; see dtrain_ft.h. */
+#include "dtrain_ft.h"
+#include "dtrain_dp.h"
+#include "dtrain_env.h"
+#include "dtrain_inject.h"
+#include "dtrain_parse.h"
+#include "dtrain_pcomm.h"
+#include "dtrain_shard.h"
+#include "dtrain_shard_ckpt.h"
+#include "dtrain_watchdog.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The stop flags travel summed over the world with the step's loss: a
+ * SIGTERM counts 1, a SIGUSR1 this much, so both counts survive the sum
+ * (worlds are below 2^20). */
+#define USR1_WEIGHT 2097152.0
+
+#define GRACE_S 5.0 /* the watchdog's wait for the loop to unwind after an abort */
+
+struct ft {
+    struct dtrain_ptrainer *t;
+    const struct dtrain_train_config *cfg;
+    const struct dtrain_bootstrap *bs;
+    dtrain_comm *world;
+    struct dtrain_fault *fault;
+    struct dtrain_watchdog *wd;
+    struct dtrain_inject inject;
+    const char *prog;
+    FILE *progress;
+    const char *dir;                 /* checkpoint folder, NULL: none */
+    struct dtrain_sckpt_layout layout;
+    struct dtrain_sckpt_piece *save; /* the runs this rank owns, by whole offset */
+    size_t nsave;
+    struct dtrain_sckpt_piece *load; /* every run it needs: its parameters, its moments */
+    size_t nload;
+    long restart;
+    long last_ckpt;                  /* step of the newest checkpoint written or loaded, -1 */
+    struct dtrain_ft_summary *sum;
+};
+
+int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen)
+{
+    const char *dir = getenv(DTRAIN_ENV_CKPT_DIR), *inject = getenv(DTRAIN_INJECT_ENV);
+    if (c->ckpt_dir[0] == '\0' && dir != NULL && dtrain_snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", dir) != 0) {
+        snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_ENV_CKPT_DIR, sizeof c->ckpt_dir - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->inject[0] == '\0' && inject != NULL && dtrain_snprintf(c->inject, sizeof c->inject, "%s", inject) != 0) {
+        snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_INJECT_ENV, sizeof c->inject - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    struct dtrain_inject in;
+    return dtrain_inject_parse(c->inject, &in, err, errlen) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+}
+
+/* ------------------------------------------------------------ what a checkpoint holds of this rank */
+
+struct runs {
+    struct dtrain_shard_run *r;
+    size_t n, cap;
+    int oom;
+};
+
+static void add_run(void *ctx, const struct dtrain_shard_run *run)
+{
+    struct runs *l = ctx;
+    if (l->oom)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        struct dtrain_shard_run *more = realloc(l->r, cap * sizeof *more);
+        if (more == NULL) {
+            l->oom = 1;
+            return;
+        }
+        l->r = more;
+        l->cap = cap;
+    }
+    l->r[l->n++] = *run;
+}
+
+struct pieces {
+    struct dtrain_sckpt_piece *p;
+    size_t n, cap;
+};
+
+static int add_piece(struct pieces *l, struct dtrain_sckpt_piece piece)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        struct dtrain_sckpt_piece *more = realloc(l->p, cap * sizeof *more);
+        if (more == NULL)
+            return -1;
+        l->p = more;
+        l->cap = cap;
+    }
+    l->p[l->n++] = piece;
+    return 0;
+}
+
+struct state_ctx {
+    const struct runs *runs;
+    float *params;
+    int owner;            /* this rank writes the moments it keeps (ZeRO-1, or DP rank 0) */
+    struct pieces *save, *load;
+};
+
+/* One run of moments [off, off + count) of the local vector: split along
+ * the shard's runs into whole-vector pieces. */
+static int add_state(void *ctx, size_t off, size_t count, float *m, float *v)
+{
+    struct state_ctx *c = ctx;
+    const struct runs *r = c->runs;
+    size_t a = 0, b = r->n;
+    while (a < b) { /* the first shard run ending after off */
+        size_t mid = a + (b - a) / 2;
+        if (r->r[mid].local + r->r[mid].count <= off)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    for (size_t k = a; k < r->n && r->r[k].local < off + count; k++) {
+        const struct dtrain_shard_run *run = &r->r[k];
+        size_t from = run->local > off ? run->local : off;
+        size_t to = run->local + run->count < off + count ? run->local + run->count : off + count;
+        struct dtrain_sckpt_piece p = {run->whole + (from - run->local), to - from, NULL, m + (from - off),
+                                       v + (from - off)};
+        if (add_piece(c->load, p) != 0)
+            return -1;
+        p.params = c->params + from;
+        if (c->owner && run->in_norm && add_piece(c->save, p) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int by_whole(const void *a, const void *b)
+{
+    const struct dtrain_sckpt_piece *x = a, *y = b;
+    return x->whole < y->whole ? -1 : x->whole > y->whole;
+}
+
+/* save: the parameters and moments this rank owns (each element of the
+ * model once over the job: dtrain_shard_in_norm across TP and PP, the
+ * ZeRO-1 shares or DP rank 0 across DP); load: its whole shard's
+ * parameters and the moments it keeps. */
+static int build_pieces(struct ft *f, char *err, size_t errlen)
+{
+    const struct dtrain_shard *s = dtrain_ptrainer_shard(f->t);
+    float *params = dtrain_ptrainer_params(f->t);
+    struct runs runs = {0};
+    struct pieces save = {0}, load = {0};
+    int rc = DTRAIN_ERR_SYSTEM;
+    dtrain_shard_for_each_run(s, add_run, &runs);
+    if (runs.oom)
+        goto oom;
+    for (size_t i = 0; i < runs.n; i++)
+        if (add_piece(&load, (struct dtrain_sckpt_piece){runs.r[i].whole, runs.r[i].count,
+                                                        params + runs.r[i].local, NULL, NULL}) != 0)
+            goto oom;
+    struct state_ctx ctx = {&runs, params, f->cfg->zero1 || f->bs->dp_rank == 0, &save, &load};
+    if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(f->t), add_state, &ctx) != 0)
+        goto oom;
+    if (save.n > 0)
+        qsort(save.p, save.n, sizeof *save.p, by_whole);
+    f->save = save.p;
+    f->nsave = save.n;
+    f->load = load.p;
+    f->nload = load.n;
+    free(runs.r);
+    return DTRAIN_OK;
+oom:
+    snprintf(err, errlen, "out of memory for the checkpoint's list of %zu runs", runs.n);
+    free(runs.r);
+    free(save.p);
+    free(load.p);
+    return rc;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+static int is_root(const struct ft *f) { return f->bs->rank == 0; }
+
+static int save_checkpoint(struct ft *f, char *err, size_t errlen)
+{
+    long step = dtrain_ptrainer_steps_done(f->t);
+    struct dtrain_sckpt_stats st;
+    int nospace = dtrain_inject_due(&f->inject, DTRAIN_INJECT_NOSPACE, f->bs->rank, step, f->restart);
+    if (nospace) {
+        fprintf(stderr, "%s: inject: rank %d fails its checkpoint write of step %ld (no space)\n", f->prog,
+                f->bs->rank, step);
+        dtrain_fault_event(f->fault, "inject", step, "nospace");
+    }
+    dtrain_watchdog_beat(f->wd, "writing a checkpoint", step);
+    int rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
+                               f->world, f->save, f->nsave, f->cfg->ckpt_keep, nospace, &st, err, errlen);
+    dtrain_watchdog_beat(f->wd, "training", step);
+    if (rc == DTRAIN_OK) {
+        f->last_ckpt = step;
+        f->sum->checkpoints++;
+        f->sum->ckpt_write_s = st.seconds;
+        f->sum->ckpt_bytes = st.total_bytes;
+        if (is_root(f)) {
+            fprintf(f->progress, "%s: checkpoint of step %ld written to %s/step-%08ld (%.2f MB, %.3f s)\n", f->prog,
+                    step, f->dir, step, 1e-6 * (double)st.total_bytes, st.seconds);
+            fflush(f->progress);
+            char what[64];
+            snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st.total_bytes, st.seconds);
+            dtrain_fault_event(f->fault, "ckpt_write", step, what);
+        }
+    } else if (rc == DTRAIN_ERR_SYSTEM) {
+        f->sum->checkpoint_failures++;
+        if (is_root(f) || strstr(err, "not written: rank ") != NULL)
+            fprintf(stderr, "%s: warning: %s; the newest checkpoint stays %s\n", f->prog, err,
+                    f->last_ckpt >= 0 ? "the one before" : "none");
+    }
+    return rc;
+}
+
+/* Load the newest good checkpoint (at start, or to roll back). */
+static int load_checkpoint(struct ft *f, int rollback, char *err, size_t errlen)
+{
+    struct dtrain_sckpt_resumed res;
+    struct dtrain_sckpt_stats st;
+    long at = dtrain_ptrainer_steps_done(f->t);
+    dtrain_watchdog_beat(f->wd, "loading a checkpoint", at);
+    dtrain_fault_event(f->fault, "load_begin", at, rollback ? "rollback" : "resume");
+    int rc = dtrain_sckpt_resume(f->dir, f->cfg, f->world, f->load, f->nload, stderr, f->prog, &res, &st, err,
+                                 errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    if (!res.found && (rollback || res.loaded_partly)) {
+        snprintf(err, errlen, "%s: no good checkpoint in %s%s", rollback ? "cannot roll back" : "cannot resume",
+                 f->dir, res.loaded_partly ? " (a damaged one was read in part: the model is not usable)" : "");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    if (res.found) {
+        dtrain_ptrainer_set_position(f->t, (long)res.step, res.data_batches);
+        f->last_ckpt = (long)res.step;
+        f->sum->load_s = st.seconds;
+        f->sum->load_bytes = st.bytes;
+        if (!rollback)
+            f->sum->resumed_step = (long)res.step;
+        char what[96];
+        snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st.bytes, st.seconds);
+        dtrain_fault_event(f->fault, "load_end", (long)res.step, what);
+        if (is_root(f)) {
+            const struct dtrain_sckpt_layout *w = &res.writer;
+            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO-1 %s): step %" PRIu64 ", data batch %"
+                    PRIu64 "; rank 0 read %.2f MB in %.3f s\n", f->prog, rollback ? "rolled back to" : "resumed from",
+                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "on" : "off", res.step, res.data_batches,
+                    1e-6 * (double)st.bytes, st.seconds);
+            fflush(f->progress);
+        }
+    } else if (is_root(f)) {
+        fprintf(f->progress, "%s: no checkpoint in %s yet: starting from step 0\n", f->prog, f->dir);
+        fflush(f->progress);
+    }
+    return dtrain_ptrainer_metrics_from(f->t, dtrain_ptrainer_steps_done(f->t), err, errlen);
+}
+
+/* ------------------------------------------------------------ injected faults */
+
+static void inject_step_faults(struct ft *f, long step)
+{
+    int rank = f->bs->rank;
+    if (dtrain_inject_due(&f->inject, DTRAIN_INJECT_KILL, rank, step, f->restart)) {
+        fprintf(stderr, "%s: inject: rank %d kills itself (SIGKILL) at step %ld\n", f->prog, rank, step);
+        fflush(NULL);
+        dtrain_fault_event(f->fault, "inject", step, "kill");
+        raise(SIGKILL);
+    }
+    if (dtrain_inject_due(&f->inject, DTRAIN_INJECT_HANG, rank, step, f->restart)) {
+        fprintf(stderr, "%s: inject: rank %d hangs at step %ld\n", f->prog, rank, step);
+        fflush(NULL);
+        dtrain_fault_event(f->fault, "inject", step, "hang");
+        for (;;)
+            sleep(3600); /* deaf to signals but SIGKILL: the watchdog or Slurm must end it */
+    }
+}
+
+/* Before resuming: damage this rank's shard of the newest checkpoint. */
+static void inject_corruption(struct ft *f)
+{
+    char path[DTRAIN_PATH_MAX], why[512];
+    uint64_t newest;
+    int rank = f->bs->rank;
+    if (!dtrain_inject_due(&f->inject, DTRAIN_INJECT_CORRUPT, rank, 0, f->restart) ||
+        dtrain_sckpt_list(f->dir, &newest, 1, why, sizeof why) < 1)
+        return;
+    if (dtrain_snprintf(path, sizeof path, "%s/step-%08" PRIu64 "/shard-%05d.bin", f->dir, newest, rank) != 0 ||
+        dtrain_inject_corrupt_file(path, why, sizeof why) != 0) {
+        fprintf(stderr, "%s: inject: rank %d: %s\n", f->prog, rank, why);
+        return;
+    }
+    fprintf(stderr, "%s: inject: rank %d corrupted %s\n", f->prog, rank, path);
+    dtrain_fault_event(f->fault, "inject", (long)newest, "corrupt");
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static int barrier(struct ft *f, const char *what, char *err, size_t errlen)
+{
+    return dtrain_pcomm_status(f->world, dtrain_comm_barrier(f->world), what, err, errlen);
+}
+
+/* After a step: the stop signals the ranks saw together.  Returns
+ * DTRAIN_ERR_FAULT (with the reason) when the run must stop. */
+static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
+{
+    long usr1 = (long)floor(flags / USR1_WEIGHT), term = (long)fmod(flags, USR1_WEIGHT);
+    if (term == 0 && usr1 == 0)
+        return DTRAIN_OK;
+    long step = dtrain_ptrainer_steps_done(f->t);
+    int bits = (term ? DTRAIN_SIGNAL_TERM : 0) | (usr1 ? DTRAIN_SIGNAL_USR1 : 0);
+    char saved[DTRAIN_PATH_MAX + 64] = "no checkpoint folder: nothing saved";
+    dtrain_fault_event(f->fault, "signal", step, dtrain_signals_name(bits));
+    if (f->dir != NULL) {
+        int rc = f->last_ckpt == step ? DTRAIN_OK : save_checkpoint(f, err, errlen);
+        if (rc == DTRAIN_ERR_FAULT)
+            return rc;
+        snprintf(saved, sizeof saved, rc == DTRAIN_OK ? "checkpoint of step %ld written" :
+                 "the checkpoint of step %ld failed (the run resumes from the one before)", step);
+    }
+    snprintf(err, errlen, "stopping on %s (received by %ld rank%s): %s", dtrain_signals_name(bits),
+             term + usr1, term + usr1 == 1 ? "" : "s", saved);
+    return DTRAIN_ERR_FAULT;
+}
+
+/* A step whose loss or norm was not finite (every rank skipped it). */
+static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in_a_row, char *err, size_t errlen)
+{
+    const long skips = f->cfg->nonfinite_skips;
+    (*in_a_row)++;
+    f->sum->steps_skipped++;
+    if (*in_a_row <= skips) {
+        if (is_root(f)) {
+            fprintf(stderr, "%s: step %ld: the %s is not finite (loss %g, norm %g): step skipped, its batch "
+                    "consumed (%ld of at most %ld in a row)\n", f->prog, r->base.step,
+                    isfinite(r->base.loss) ? "gradient norm" : "loss", (double)r->base.loss, r->base.grad_norm,
+                    *in_a_row, skips);
+        }
+        return DTRAIN_OK;
+    }
+    if (f->dir == NULL || f->last_ckpt < 0) {
+        snprintf(err, errlen, "step %ld: training diverged: %ld steps in a row had a non-finite loss or gradient "
+                 "and there is no checkpoint to roll back to (lower the learning rate, set grad_clip, or give "
+                 "--ckpt-dir)", r->base.step, *in_a_row);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    if (f->sum->rollbacks == DTRAIN_FT_MAX_ROLLBACKS) {
+        snprintf(err, errlen, "step %ld: training diverged again after %d rollbacks to the last checkpoint "
+                 "(lower the learning rate or set grad_clip)", r->base.step, DTRAIN_FT_MAX_ROLLBACKS);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    if (is_root(f))
+        fprintf(stderr, "%s: step %ld: %ld steps in a row with a non-finite loss or gradient: rolling back to the "
+                "checkpoint of step %ld\n", f->prog, r->base.step, *in_a_row, f->last_ckpt);
+    f->sum->rollbacks++;
+    *in_a_row = 0;
+    return load_checkpoint(f, 1, err, errlen);
+}
+
+static int train(struct ft *f, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = f->cfg;
+    long in_a_row = 0;
+    int first_after_resume = f->sum->resumed_step >= 0, rc;
+    while (dtrain_ptrainer_steps_done(f->t) < c->steps) {
+        long step = dtrain_ptrainer_steps_done(f->t);
+        dtrain_watchdog_beat(f->wd, "training", step);
+        inject_step_faults(f, step);
+        int sig = dtrain_signals_pending();
+        struct dtrain_pstep_control ctl = {
+            .flags = (sig & DTRAIN_SIGNAL_TERM ? 1.0 : 0.0) + (sig & DTRAIN_SIGNAL_USR1 ? USR1_WEIGHT : 0.0),
+            .poison_loss = dtrain_inject_due(&f->inject, DTRAIN_INJECT_NAN, f->bs->rank, step, f->restart),
+        };
+        if (ctl.poison_loss) {
+            fprintf(stderr, "%s: inject: rank %d's loss is NaN at step %ld\n", f->prog, f->bs->rank, step);
+            dtrain_fault_event(f->fault, "inject", step, "nan");
+        }
+        struct dtrain_pstep_result r;
+        if ((rc = dtrain_ptrainer_step_ctl(f->t, &ctl, &r, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (ctl.skipped) {
+            if ((rc = nonfinite(f, &r, &in_a_row, err, errlen)) != DTRAIN_OK)
+                return rc;
+        } else {
+            in_a_row = 0;
+            if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK)
+                return rc;
+            if (first_after_resume) {
+                dtrain_fault_event(f->fault, "first_step", r.base.step, NULL);
+                first_after_resume = 0;
+            }
+        }
+        if ((rc = stop_requested(f, ctl.flags, err, errlen)) != DTRAIN_OK)
+            return rc;
+        long done = dtrain_ptrainer_steps_done(f->t);
+        if (f->dir != NULL && c->checkpoint_every > 0 && done % c->checkpoint_every == 0 && done != f->last_ckpt &&
+            done < c->steps && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+            return rc;
+    }
+    if (f->dir != NULL && f->last_ckpt != c->steps && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
+    return DTRAIN_OK;
+}
+
+int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
+                  const struct dtrain_bootstrap *bs, const struct dtrain_comms *comms, atomic_int *abort_flag,
+                  struct dtrain_fault *fault, FILE *progress, struct dtrain_ft_summary *sum, char *err,
+                  size_t errlen)
+{
+    struct ft f = {
+        .t = t, .cfg = cfg, .bs = bs, .world = comms->group[DTRAIN_GROUP_WORLD], .fault = fault,
+        .prog = fault->prog, .progress = progress != NULL ? progress : stdout,
+        .dir = cfg->ckpt_dir[0] != '\0' ? cfg->ckpt_dir : NULL,
+        .layout = {bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank, bs->tp_rank, bs->pp_rank,
+                   bs->dp_rank},
+        .restart = fault->restarts.count, .last_ckpt = -1, .sum = sum,
+    };
+    int rc, signals = 0;
+    memset(sum, 0, sizeof *sum);
+    sum->resumed_step = -1;
+    if (dtrain_inject_parse(cfg->inject, &f.inject, err, errlen) != 0)
+        return DTRAIN_ERR_INPUT;
+    if ((rc = build_pieces(&f, err, errlen)) != DTRAIN_OK)
+        return rc;
+    rc = DTRAIN_ERR_SYSTEM;
+    if (dtrain_signals_install(err, errlen) != 0)
+        goto out;
+    signals = 1;
+    struct dtrain_watchdog_options wo = {
+        .abort_flag = abort_flag, .comms = comms, .fault = fault,
+        .stall_s = cfg->watchdog > 0 ? cfg->watchdog : 2.0 * cfg->comm_timeout, .grace_s = GRACE_S,
+    };
+    if (dtrain_watchdog_start(&wo, &f.wd, err, errlen) != 0)
+        goto out;
+    if (f.dir != NULL) {
+        inject_corruption(&f);
+        if ((rc = barrier(&f, "before resuming", err, errlen)) != DTRAIN_OK ||
+            (rc = load_checkpoint(&f, 0, err, errlen)) != DTRAIN_OK)
+            goto out;
+    } else if ((rc = dtrain_ptrainer_metrics_from(t, 0, err, errlen)) != DTRAIN_OK) {
+        goto out;
+    }
+    if ((rc = train(&f, err, errlen)) != DTRAIN_OK)
+        goto out;
+    /* the rest ends with ranks leaving one by one: not a fault */
+    dtrain_watchdog_stop(f.wd);
+    f.wd = NULL;
+    rc = dtrain_ptrainer_finish(t, err, errlen);
+out:
+    if (rc == DTRAIN_ERR_FAULT && abort_flag != NULL)
+        atomic_store(abort_flag, 1); /* stop every communicator of the process now */
+    dtrain_watchdog_stop(f.wd);
+    if (signals)
+        dtrain_signals_restore();
+    free(f.save);
+    free(f.load);
+    return rc;
+}

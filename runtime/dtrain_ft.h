@@ -1,0 +1,85 @@
+/* libdtrain: the fault-tolerant training loop of the parallel trainer.
+ *
+ * dtrain_ft_run() trains a dtrain_ptrainer (dtrain_parallel.h) to
+ * config.steps the way dtrain_ptrainer_run does, plus:
+ *
+ *   Resume.  With a checkpoint folder (--ckpt-dir, else DTRAIN_CKPT_DIR,
+ *   which sbatch --dtrain-ckpt-dir sets), the run first loads the newest
+ *   good checkpoint there (dtrain_shard_ckpt.h: written by any layout;
+ *   damaged ones are skipped, saying so) and goes on from its step; the
+ *   metrics file is cut back to that step.  In the same layout the
+ *   resumed run's losses equal the unbroken run's bit for bit: parameters,
+ *   AdamW moments, step and data position are restored exactly and every
+ *   random draw in dtrain is a pure function of the seeds.
+ *
+ *   Checkpoints every --checkpoint-every steps, at the end, and when any
+ *   rank got SIGTERM (preemption, scancel) or SIGUSR1 (sbatch --signal):
+ *   the ranks agree on the signal through the loss sum of the step in
+ *   flight, write a checkpoint of the step after it, and stop with the
+ *   requeue code.  A checkpoint that fails to write (a full disk) is
+ *   reported and training goes on; the older checkpoints stay.
+ *
+ *   Faults.  A communicator error (a dead peer, a timeout, an abort), a
+ *   hang seen by the watchdog (dtrain_watchdog.h), or a stop signal ends
+ *   the run with DTRAIN_ERR_FAULT and the reason in err; the caller
+ *   reports it (dtrain_fault_report: one line, exit 75 while restarts
+ *   remain).  A non-finite loss or gradient norm skips the step (no
+ *   update, the batch consumed) up to --nonfinite-skips times in a row;
+ *   one more rolls the run back to the last checkpoint (at most 3
+ *   rollbacks; without a checkpoint it is an error: training diverged).
+ *
+ *   Fault injection (dtrain_inject.h, --inject or DTRAIN_INJECT).
+ *
+ * Every rank calls it; rank 0 prints the progress and checkpoint lines to
+ * `progress` and its messages to stderr. */
+#ifndef DTRAIN_FT_H
+#define DTRAIN_FT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "dtrain_bootstrap.h"
+#include "dtrain_comm.h"
+#include "dtrain_fault.h"
+#include "dtrain_parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_FT_MAX_ROLLBACKS 3
+
+/* Complete c from the environment before the trainer is built: an empty
+ * ckpt_dir takes DTRAIN_CKPT_DIR, an empty inject DTRAIN_INJECT; the
+ * injection spec is checked.  DTRAIN_ERR_INPUT with one line in err. */
+int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen);
+
+/* What the loop measured, for the caller's last line and the benchmark. */
+struct dtrain_ft_summary {
+    long resumed_step;       /* -1: started from the beginning */
+    long steps_skipped;      /* non-finite steps skipped */
+    int rollbacks;
+    int checkpoints;         /* written by this run */
+    int checkpoint_failures;
+    double ckpt_write_s;     /* seconds in the last checkpoint written */
+    unsigned long long ckpt_bytes; /* its size, all shards (rank 0) */
+    double load_s;           /* seconds loading the checkpoint resumed from */
+    unsigned long long load_bytes; /* bytes this rank read then */
+};
+
+/* Train t (built from cfg on bs and comms) to cfg->steps.  abort_flag is
+ * the communicators' abort flag (the watchdog sets it); fault the
+ * process's fault state.  Returns DTRAIN_OK, DTRAIN_ERR_FAULT (requeue:
+ * err holds the reason, not yet reported), or another status with one
+ * line in err. */
+int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
+                  const struct dtrain_bootstrap *bs, const struct dtrain_comms *comms, atomic_int *abort_flag,
+                  struct dtrain_fault *fault, FILE *progress, struct dtrain_ft_summary *sum, char *err,
+                  size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
