@@ -4,6 +4,7 @@
 #include "dtrain_train.h"
 #include "dtrain_ckpt.h"
 #include "dtrain_llmc.h"
+#include "dtrain_metrics.h"
 #include "dtrain_parse.h"
 
 #include <errno.h>
@@ -72,6 +73,7 @@ static const struct setting settings[] = {
     {"run", "checkpoint_every", "checkpoint-every", K_LONG, OFF(checkpoint_every), 0, BIG, "and every this many steps"},
     {"run", "save_llmc", "save-llmc", K_PATH, OFF(save_llmc), 0, 0, "export an llm.c model file at the end"},
     {"run", "metrics", "metrics", K_PATH, OFF(metrics), 0, 0, "JSON-lines metrics file, one object per step"},
+    {"run", "prom_textfile", "prom-textfile", K_PATH, OFF(prom_textfile), 0, 0, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"},
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
     {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero1), 0, 1, "dtrain-launch: shard the AdamW state over data-parallel ranks (ZeRO-1)"},
@@ -519,6 +521,9 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
         snprintf(err, errlen, "give either --init-llmc or --resume, not both");
         return DTRAIN_ERR_INPUT;
     }
+    struct dtrain_prom prom; /* checked here, before the model is built */
+    if (c->prom_textfile[0] != '\0' && (rc = dtrain_prom_init(&prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
+        return rc;
     if (c->resume[0] != '\0') {
         struct dtrain_ckpt_meta meta;
         if ((rc = dtrain_ckpt_read_meta(c->resume, &meta, err, errlen)) != DTRAIN_OK)

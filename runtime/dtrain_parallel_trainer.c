@@ -3,6 +3,7 @@
 #include "dtrain_parallel.h"
 #include "dtrain_dp.h"
 #include "dtrain_llmc.h"
+#include "dtrain_metrics.h"
 #include "dtrain_pcomm.h"
 #include "dtrain_pipeline.h"
 #include "dtrain_shard.h"
@@ -33,6 +34,8 @@ struct dtrain_ptrainer {
     int32_t *inputs, *targets;   /* host: the global batch, B*T each */
     float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient */
     FILE *metrics;               /* rank 0, with --metrics */
+    struct dtrain_prom prom;     /* rank 0, with --prom-textfile (prom_on) */
+    int prom_on;
     long step;
     uint64_t data_batches;
     double flops_per_step;       /* of the whole job */
@@ -178,6 +181,11 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         snprintf(err, errlen, "cannot create metrics file %s: %s", c->metrics, strerror(errno));
         rc = DTRAIN_ERR_INPUT;
         goto fail;
+    }
+    if (bs->rank == 0 && c->prom_textfile[0] != '\0') {
+        if ((rc = dtrain_prom_init(&t->prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
+            goto fail;
+        t->prom_on = 1;
     }
     t->flops_per_step = dtrain_gpt2_flops_per_step(&c->model, B, T);
     *out = t;
@@ -453,9 +461,10 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
 static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
 {
     fprintf(f, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f}\n",
+            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, "
+            "\"time\": %.3f}\n",
             r->base.step, (double)r->base.loss, r->base.lr, r->base.grad_norm, r->base.ms,
-            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms);
+            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms, dtrain_metrics_wall_clock());
     fflush(f);
 }
 
@@ -496,6 +505,8 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
             return DTRAIN_ERR_SYSTEM;
         }
     }
+    if (t->prom_on)
+        return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps, err, errlen);
     return DTRAIN_OK;
 }
 

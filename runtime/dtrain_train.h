@@ -23,9 +23,11 @@
  *
  * Metrics file: one JSON object per step:
  *   {"step": 0, "loss": 5.54, "lr": 0.0003, "grad_norm": 1.2, "ms": 210.5,
- *    "tokens_per_s": 4866, "gflops": 123.4}
+ *    "tokens_per_s": 4866, "gflops": 123.4, "time": 1795941614.325}
  * step counts from 0; loss is the mean loss of that step's batch, computed
- * before the update. */
+ * before the update; time is the Unix time the line was written.  With
+ * prom_textfile, the same figures also go to a Prometheus textfile
+ * (node_exporter), rewritten at most once a second. */
 #ifndef DTRAIN_TRAIN_H
 #define DTRAIN_TRAIN_H
 
@@ -66,6 +68,7 @@ struct dtrain_train_config {
     long checkpoint_every;            /* also every this many steps; 0: only at the end */
     char save_llmc[DTRAIN_PATH_MAX];  /* export an llm.c model file at the end, or "" */
     char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
+    char prom_textfile[DTRAIN_PATH_MAX]; /* node_exporter textfile (.prom) kept up to date, or "" */
     long log_every;                   /* print every this many steps; 0: never */
     /* parallel: used by the parallel trainer (dtrain_parallel.h, dtrain-launch);
      * dtrain-train refuses micro_batches > 1 and zero1 */

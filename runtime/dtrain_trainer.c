@@ -3,6 +3,7 @@
 #include "dtrain_train.h"
 #include "dtrain_ckpt.h"
 #include "dtrain_llmc.h"
+#include "dtrain_metrics.h"
 
 #include <errno.h>
 #include <math.h>
@@ -254,8 +255,9 @@ int dtrain_trainer_save_llmc(struct dtrain_trainer *t, const char *path, char *e
 static void write_metrics(FILE *f, const struct dtrain_step_result *r)
 {
     fprintf(f, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-            "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.3f}\n",
-            r->step, (double)r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_s, r->gflops);
+            "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.3f, \"time\": %.3f}\n",
+            r->step, (double)r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_s, r->gflops,
+            dtrain_metrics_wall_clock());
     fflush(f);
 }
 
@@ -263,7 +265,10 @@ int dtrain_trainer_run(struct dtrain_trainer *t, FILE *progress, char *err, size
 {
     const struct dtrain_train_config *c = &t->cfg;
     FILE *metrics = NULL;
+    struct dtrain_prom prom;
     int rc = DTRAIN_OK;
+    if (c->prom_textfile[0] != '\0' && (rc = dtrain_prom_init(&prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
+        return rc;
     if (c->metrics[0] != '\0') {
         /* a resumed run continues the file it was writing */
         metrics = fopen(c->metrics, c->resume[0] != '\0' ? "a" : "w");
@@ -291,6 +296,9 @@ int dtrain_trainer_run(struct dtrain_trainer *t, FILE *progress, char *err, size
                 goto out;
             }
         }
+        if (c->prom_textfile[0] != '\0' &&
+            (rc = dtrain_prom_update(&prom, &r, c->steps, t->step == c->steps, err, errlen)) != DTRAIN_OK)
+            goto out;
         if (c->checkpoint[0] != '\0' && c->checkpoint_every > 0 && t->step < c->steps &&
             t->step % c->checkpoint_every == 0 &&
             (rc = dtrain_trainer_save_checkpoint(t, c->checkpoint, err, errlen)) != DTRAIN_OK)
