@@ -21,7 +21,7 @@
  * (worlds are below 2^20). */
 #define USR1_WEIGHT 2097152.0
 
-#define GRACE_S 5.0 /* the watchdog's wait for the loop to unwind after an abort */
+#define GRACE_S 2.0 /* the watchdog's wait for the loop to unwind after an abort */
 
 struct ft {
     struct dtrain_ptrainer *t;
@@ -40,6 +40,8 @@ struct ft {
     struct dtrain_sckpt_piece *load; /* every run it needs: its parameters, its moments */
     size_t nload;
     long restart;
+    long nan_left;                   /* injected NaN attempts still to come */
+    long nan_armed;                  /* the last step a nan fault was armed at */
     long last_ckpt;                  /* step of the newest checkpoint written or loaded, -1 */
     struct dtrain_ft_summary *sum;
 };
@@ -216,7 +218,7 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
         }
     } else if (rc == DTRAIN_ERR_SYSTEM) {
         f->sum->checkpoint_failures++;
-        if (is_root(f) || strstr(err, "not written: rank ") != NULL)
+        if (is_root(f) || st.failed_here) /* the summary, or what failed here */
             fprintf(stderr, "%s: warning: %s; the newest checkpoint stays %s\n", f->prog, err,
                     f->last_ckpt >= 0 ? "the one before" : "none");
     }
@@ -377,11 +379,18 @@ static int train(struct ft *f, char *err, size_t errlen)
         dtrain_watchdog_beat(f->wd, "training", step);
         inject_step_faults(f, step);
         int sig = dtrain_signals_pending();
+        const struct dtrain_inject_fault *nan = dtrain_inject_find(&f->inject, DTRAIN_INJECT_NAN, f->bs->rank, step,
+                                                                   f->restart);
+        if (nan != NULL && step > f->nan_armed) {
+            f->nan_left = nan->count;
+            f->nan_armed = step;
+        }
         struct dtrain_pstep_control ctl = {
             .flags = (sig & DTRAIN_SIGNAL_TERM ? 1.0 : 0.0) + (sig & DTRAIN_SIGNAL_USR1 ? USR1_WEIGHT : 0.0),
-            .poison_loss = dtrain_inject_due(&f->inject, DTRAIN_INJECT_NAN, f->bs->rank, step, f->restart),
+            .poison_loss = f->nan_left > 0,
         };
         if (ctl.poison_loss) {
+            f->nan_left--;
             fprintf(stderr, "%s: inject: rank %d's loss is NaN at step %ld\n", f->prog, f->bs->rank, step);
             dtrain_fault_event(f->fault, "inject", step, "nan");
         }
@@ -423,7 +432,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
         .dir = cfg->ckpt_dir[0] != '\0' ? cfg->ckpt_dir : NULL,
         .layout = {bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank, bs->tp_rank, bs->pp_rank,
                    bs->dp_rank},
-        .restart = fault->restarts.count, .last_ckpt = -1, .sum = sum,
+        .restart = fault->restarts.count, .nan_armed = -1, .last_ckpt = -1, .sum = sum,
     };
     int rc, signals = 0;
     memset(sum, 0, sizeof *sum);

@@ -130,6 +130,17 @@ int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind ki
     return 0;
 }
 
+const struct dtrain_inject_fault *dtrain_inject_find(const struct dtrain_inject *in, enum dtrain_inject_kind kind,
+                                                     int rank, long step, long restart)
+{
+    for (int i = 0; in != NULL && i < in->n; i++) {
+        const struct dtrain_inject_fault *f = &in->faults[i];
+        if (f->kind == kind && f->rank == rank && (f->restart < 0 || f->restart == restart) && f->step == step)
+            return f;
+    }
+    return NULL;
+}
+
 int dtrain_inject_corrupt_file(const char *path, char *err, size_t errlen)
 {
     struct stat st;

@@ -7,7 +7,9 @@
  *   kill:rank=R:step=S       rank R sends itself SIGKILL as step S starts (a crash)
  *   hang:rank=R:step=S       rank R stops as step S starts and never goes on (a hang:
  *                            it sleeps, deaf to everything but SIGKILL)
- *   nan:rank=R:step=S[:count=N]  rank R's share of the loss is NaN at steps S..S+N-1
+ *   nan:rank=R:step=S[:count=N]  rank R's share of the loss is NaN in the first N attempts
+ *                            from step S on (a skipped step is tried again with the next
+ *                            batch; after a rollback to before S it is not injected again)
  *   corrupt:rank=R           before resuming, rank R damages its shard of the newest
  *                            complete checkpoint (one byte of the payload flipped)
  *   nospace:rank=R:step=S    rank R's shard of the checkpoint at step S fails to
@@ -59,6 +61,11 @@ int dtrain_inject_parse(const char *spec, struct dtrain_inject *out, char *err, 
  * of this restart count (step is ignored for corrupt). */
 int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind kind, int rank, long step,
                       long restart);
+
+/* The fault of this kind on this rank that starts exactly at `step` in
+ * this run (nan: the caller counts its attempts), or NULL. */
+const struct dtrain_inject_fault *dtrain_inject_find(const struct dtrain_inject *in, enum dtrain_inject_kind kind,
+                                                     int rank, long step, long restart);
 
 /* "kill", "hang", ... */
 const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind);

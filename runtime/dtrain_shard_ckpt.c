@@ -438,6 +438,7 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
     }
     if (mine.error == 0)
         st->bytes = mine.bytes;
+    st->failed_here = mine.error != 0;
 
     /* The barrier: every rank's outcome on every rank. */
     all = malloc((size_t)L->world_size * sizeof *all);

@@ -85,6 +85,7 @@ struct dtrain_sckpt_stats {
     uint64_t bytes;       /* this rank's shard file (save), or bytes it read (resume) */
     uint64_t total_bytes; /* every shard of the checkpoint (save: known on rank 0 only) */
     double seconds;       /* wall time of the call on this rank */
+    int failed_here;      /* save: this rank's write failed (err then says why, here) */
 };
 
 /* Write checkpoint `step` (data_batches: the next batch index) into dir,
