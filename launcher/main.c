@@ -22,7 +22,9 @@
 #include "dtrain_parse.h"
 #include "dtrain_plan.h"
 #include "exchange.h"
+#include "dtrain_fault.h"
 #include "handoff.h"
+#include "job_exit.h"
 #include "placement.h"
 #include "pmi.h"
 #include "dtrain_parallel.h"
@@ -41,6 +43,8 @@ struct options {
     int timeout_s;
     enum output_mode output;
     char **program; /* argv after "--", NULL when none */
+    long job_exit;  /* --job-exit STATUS, -1 when not given */
+    int slurm_requeue; /* --slurm-requeue */
     int trainer_argc; /* the in-process trainer's arguments: CONFIG.json and flags */
     char **trainer_argv;
 };
@@ -64,6 +68,11 @@ static void usage(FILE *out)
             "      --timeout S       give up when a PMI2 call takes more than S seconds (default %d; exit 75)\n"
             "      --print           print this task's placement, groups and ids as key=value\n"
             "      --json            the same as one JSON object\n"
+            "      --job-exit STATUS in the batch script after the srun step (exec " PROG " --job-exit $?):\n"
+            "                        exit 75 for a fault (75, a task killed by a signal) while restarts remain\n"
+            "                        (SLURM_RESTART_COUNT < DTRAIN_MAX_RESTARTS), so that RequeueExit=75 requeues\n"
+            "                        the job; 1 once they are spent; 0, 1, 2, 3 as they are\n"
+            "      --slurm-requeue   with --job-exit: also ask slurmctld to requeue the job (slurm_requeue)\n"
             "  -h, --help            this text\n"
             "  -V, --version         the version\n"
             "With --print or --json and neither PROGRAM nor CONFIG, it stops after printing.\n"
@@ -87,7 +96,7 @@ static int parse_dim(const char *opt, const char *text, long max, int *out)
 /* Returns -1 to go on, else the exit code. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON, OPT_COMM_BACKEND };
+    enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON, OPT_COMM_BACKEND, OPT_JOB_EXIT, OPT_SLURM_REQUEUE };
     static const struct option longopts[] = {
         {"tp", required_argument, NULL, 't'},
         {"pp", required_argument, NULL, 'p'},
@@ -97,12 +106,15 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"print", no_argument, NULL, OPT_PRINT},
         {"json", no_argument, NULL, OPT_JSON},
+        {"job-exit", required_argument, NULL, OPT_JOB_EXIT},
+        {"slurm-requeue", no_argument, NULL, OPT_SLURM_REQUEUE},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
     o->timeout_s = DEFAULT_TIMEOUT_S;
+    o->job_exit = -1;
     opterr = 0;
     int c, trainer_from = -1;
     /* "+": stop at the first non-option, so PROGRAM's own options stay its own. */
@@ -125,6 +137,15 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'i': o->iface = optarg; break;
         case OPT_PRINT: o->output = OUTPUT_TEXT; break;
         case OPT_JSON: o->output = OUTPUT_JSON; break;
+        case OPT_JOB_EXIT: {
+            char err[256];
+            if (dtrain_parse_int(optarg, 0, 255, "--job-exit", &o->job_exit, err, sizeof err) != 0) {
+                fprintf(stderr, PROG ": %s (give the srun step's exit status: " PROG " --job-exit $?)\n", err);
+                return DTRAIN_EXIT_USAGE;
+            }
+            break;
+        }
+        case OPT_SLURM_REQUEUE: o->slurm_requeue = 1; break;
         case 'h': usage(stdout); return DTRAIN_EXIT_OK;
         case 'V': printf(PROG " " PACKAGE_VERSION "\n"); return DTRAIN_EXIT_OK;
         case ':':
@@ -149,6 +170,14 @@ parsed:
     if (trainer_from >= 0) {
         o->trainer_argc = argc - trainer_from;
         o->trainer_argv = &argv[trainer_from];
+    }
+    if (o->slurm_requeue && o->job_exit < 0) {
+        fprintf(stderr, PROG ": --slurm-requeue goes with --job-exit STATUS (in the batch script, after srun)\n");
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (o->job_exit >= 0 && (o->program != NULL || o->trainer_argc > 0 || o->output != OUTPUT_NONE)) {
+        fprintf(stderr, PROG ": --job-exit takes no trainer, PROGRAM or --print/--json: it only maps an exit status\n");
+        return DTRAIN_EXIT_USAGE;
     }
     if (o->backend_given && !dtrain_backend_built(o->backend)) {
         fprintf(stderr, PROG ": --comm-backend %s: this dtrain-launch was built without CUDA/NCCL: use --comm-backend cpu, "
@@ -205,12 +234,42 @@ static void fill_from_placement(struct dtrain_bootstrap *bs, const struct dtrain
     bs->local_size = p->local_size;
 }
 
+/* --job-exit: the batch script's exit code (job_exit.h), said on one line. */
+static int job_exit(const struct options *o)
+{
+    char line[512], err[256];
+    struct dtrain_fault f;
+    int code = dtrain_job_exit_code(o->job_exit, line, sizeof line);
+    if (line[0] != '\0')
+        fprintf(stderr, PROG ": %s\n", line);
+    if (dtrain_fault_init(&f, PROG, -1, err, sizeof err) == 0) {
+        snprintf(err, sizeof err, "exit %ld", o->job_exit);
+        dtrain_fault_event(&f, "step_end", -1, err);
+    }
+    if (code == DTRAIN_EXIT_REQUEUE && o->slurm_requeue) {
+        if (dtrain_job_requeue(err, sizeof err) != 0)
+            fprintf(stderr, PROG ": %s (RequeueExit=75 in slurm.conf still requeues the job)\n", err);
+        else
+            fprintf(stderr, PROG ": asked Slurm to requeue job %s\n", getenv("SLURM_JOB_ID"));
+    }
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     struct options opt;
     int rc = parse_options(argc, argv, &opt);
     if (rc >= 0)
         return rc;
+    if (opt.job_exit >= 0)
+        return job_exit(&opt);
+    const char *procid = getenv("SLURM_PROCID");
+    if (procid != NULL && strcmp(procid, "0") == 0) { /* the fault timeline (DTRAIN_FAULT_LOG), once per step */
+        struct dtrain_fault f;
+        char why[256];
+        if (dtrain_fault_init(&f, PROG, 0, why, sizeof why) == 0)
+            dtrain_fault_event(&f, "launch", -1, NULL);
+    }
 
     char err[1024];
     struct dtrain_placement place;
@@ -309,7 +368,18 @@ fail_alone:
     fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
     dtrain_pmi_abort(pmi, err);
 fail:
-    fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
+    if (rc == DTRAIN_EXIT_REQUEUE) { /* the restart budget decides */
+        struct dtrain_restarts budget;
+        char why[256];
+        if (dtrain_restarts_read(&budget, why, sizeof why) == 0) {
+            rc = dtrain_restarts_exit(&budget, why, sizeof why);
+            fprintf(stderr, PROG ": rank %d: %s: exit %d (%s)\n", rank, err, rc, why);
+        } else {
+            fprintf(stderr, PROG ": rank %d: %s; %s\n", rank, err, why);
+        }
+    } else {
+        fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
+    }
     dtrain_pmi_finalize(pmi);
     if (bs != NULL)
         dtrain_bootstrap_close(bs);

@@ -1,0 +1,72 @@
+/* The batch script's exit code after the training step; see job_exit.h. */
+#include "job_exit.h"
+#include "dtrain_exit.h"
+#include "dtrain_fault.h"
+#include "dtrain_parse.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *status_meaning(long status, char *buf, size_t len)
+{
+    switch (status) {
+    case DTRAIN_EXIT_FAILURE: return "an internal error";
+    case DTRAIN_EXIT_USAGE: return "bad input";
+    case DTRAIN_EXIT_REFUSED: return "a refused job shape";
+    case DTRAIN_EXIT_REQUEUE: return "a task detected a fault";
+    default:
+        break;
+    }
+    if (status > 128 && status < 128 + 65)
+        snprintf(buf, len, "a task was killed by signal %ld (%s)", status - 128, strsignal((int)(status - 128)));
+    else
+        snprintf(buf, len, "an unexpected status");
+    return buf;
+}
+
+int dtrain_job_exit_code(long status, char *line, size_t linelen)
+{
+    char meaning[128], why[256], err[256];
+    const char *m = status_meaning(status, meaning, sizeof meaning);
+    line[0] = '\0';
+    if (status == DTRAIN_EXIT_OK)
+        return DTRAIN_EXIT_OK;
+    if (status == DTRAIN_EXIT_FAILURE || status == DTRAIN_EXIT_USAGE || status == DTRAIN_EXIT_REFUSED) {
+        snprintf(line, linelen, "the job step ended with exit %ld (%s): not requeued (retrying cannot help)",
+                 status, m);
+        return (int)status;
+    }
+    struct dtrain_restarts r;
+    if (dtrain_restarts_read(&r, err, sizeof err) != 0) {
+        snprintf(line, linelen, "%s", err);
+        return DTRAIN_EXIT_USAGE;
+    }
+    int code = dtrain_restarts_exit(&r, why, sizeof why);
+    snprintf(line, linelen, "the job step ended with exit %ld (%s): exit %d (%s)", status, m, code, why);
+    return code;
+}
+
+int dtrain_job_requeue(char *err, size_t errlen)
+{
+    const char *id = getenv("SLURM_JOB_ID");
+    long job;
+    char why[128];
+    if (id == NULL || dtrain_parse_int(id, 1, UINT32_MAX, "SLURM_JOB_ID", &job, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot ask Slurm to requeue: %s", id == NULL ? "SLURM_JOB_ID is not set" : why);
+        return -1;
+    }
+    slurm_init(NULL); /* SLURM_CONF, else the default slurm.conf */
+    int rc = slurm_requeue((uint32_t)job, 0), e = rc == SLURM_SUCCESS ? 0 : slurm_get_errno();
+    slurm_fini();
+    if (rc != SLURM_SUCCESS) {
+        snprintf(err, errlen, "slurm_requeue of job %ld failed: %s", job, slurm_strerror(e));
+        return -1;
+    }
+    return 0;
+}

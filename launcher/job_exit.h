@@ -1,0 +1,34 @@
+/* The batch script's half of a requeue: what the script exits with once
+ * its `srun ... dtrain-launch` step has ended.
+ *
+ *   srun --mpi=pmi2 dtrain-launch ...
+ *   exec dtrain-launch --job-exit $?
+ *
+ * srun's status is the highest of its tasks' (128 + n for a task killed by
+ * signal n).  So a step whose tasks detected a fault ends with 75, and one
+ * where a task crashed or was killed with 128 + n, whatever the others
+ * said.  The mapping:
+ *   0, 1, 2, 3        the step's own verdict, passed on (done, internal
+ *                     error, bad input, refused shape: retrying cannot help);
+ *   75, > 128, other  a fault: 75 while the restart budget lasts
+ *                     (dtrain_fault.h: SLURM_RESTART_COUNT against
+ *                     DTRAIN_MAX_RESTARTS), so that RequeueExit=75 requeues
+ *                     the job; 1 once it is spent (the job ends FAILED).
+ * With `api`, a requeue is also asked of slurmctld (libslurm
+ * slurm_requeue of SLURM_JOB_ID), for clusters without RequeueExit=75.
+ * Every verdict but 0 is said on one line on stderr. */
+#ifndef DTRAIN_LAUNCH_JOB_EXIT_H
+#define DTRAIN_LAUNCH_JOB_EXIT_H
+
+#include <stddef.h>
+
+/* The exit code for step status `status` (0..255) and, in line, what is
+ * printed ("" for 0).  Reads the restart variables (a malformed one is
+ * bad input: 2).  Does not call Slurm. */
+int dtrain_job_exit_code(long status, char *line, size_t linelen);
+
+/* Ask slurmctld to requeue SLURM_JOB_ID.  Returns 0, or -1 with one line
+ * in err. */
+int dtrain_job_requeue(char *err, size_t errlen);
+
+#endif
