@@ -272,6 +272,9 @@ static int load_checkpoint(struct ft *f, int rollback, char *err, size_t errlen)
 static void inject_step_faults(struct ft *f, long step)
 {
     int rank = f->bs->rank;
+    long ms = dtrain_inject_delay_ms(&f->inject, rank, step, f->restart);
+    if (ms > 0)
+        usleep((useconds_t)(ms * 1000));
     if (dtrain_inject_due(&f->inject, DTRAIN_INJECT_KILL, rank, step, f->restart)) {
         fprintf(stderr, "%s: inject: rank %d kills itself (SIGKILL) at step %ld\n", f->prog, rank, step);
         fflush(NULL);

@@ -9,10 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SYNTAX "KIND:rank=R[:step=S][:count=N][:restart=N|any], KIND one of kill, hang, nan, corrupt, nospace"
+#define SYNTAX "KIND:rank=R[:step=S][:count=N][:ms=M][:restart=N|any], KIND one of kill, hang, nan, corrupt, " \
+    "nospace, delay"
 #define MAX_STEP 1000000000L
 
-static const char *const kind_names[] = {"kill", "hang", "nan", "corrupt", "nospace"};
+static const char *const kind_names[] = {"kill", "hang", "nan", "corrupt", "nospace", "delay"};
 
 const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind)
 {
@@ -23,8 +24,8 @@ const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind)
 static int parse_field(const char *field, struct dtrain_inject_fault *f, unsigned *seen, char *err,
                        size_t errlen)
 {
-    static const char *const keys[] = {"rank", "step", "count", "restart"};
-    static const long max[] = {1L << 20, MAX_STEP, MAX_STEP, 100000};
+    static const char *const keys[] = {"rank", "step", "count", "restart", "ms"};
+    static const long max[] = {1L << 20, MAX_STEP, MAX_STEP, 100000, 3600000};
     const char *eq = strchr(field, '=');
     char why[160];
     for (unsigned k = 0; eq != NULL && k < sizeof keys / sizeof keys[0]; k++) {
@@ -40,7 +41,7 @@ static int parse_field(const char *field, struct dtrain_inject_fault *f, unsigne
             f->restart = -1;
             return 0;
         }
-        if (dtrain_parse_int(eq + 1, k == 2 ? 1 : 0, max[k], keys[k], &v, why, sizeof why) != 0) {
+        if (dtrain_parse_int(eq + 1, k == 2 || k == 4 ? 1 : 0, max[k], keys[k], &v, why, sizeof why) != 0) {
             snprintf(err, errlen, "%s", why);
             return -1;
         }
@@ -50,8 +51,10 @@ static int parse_field(const char *field, struct dtrain_inject_fault *f, unsigne
             f->step = v;
         else if (k == 2)
             f->count = v;
-        else
+        else if (k == 3)
             f->restart = v;
+        else
+            f->ms = v;
         return 0;
     }
     snprintf(err, errlen, "'%.60s' is not rank=, step=, count= or restart=", field);
@@ -70,7 +73,7 @@ static int parse_one(char *text, struct dtrain_inject_fault *f, char *err, size_
         snprintf(err, errlen, "unknown fault '%.40s'", part != NULL ? part : "");
         return -1;
     }
-    *f = (struct dtrain_inject_fault){(enum dtrain_inject_kind)kind, -1, -1, 1, 0};
+    *f = (struct dtrain_inject_fault){(enum dtrain_inject_kind)kind, -1, -1, 1, 0, 0};
     while ((part = strtok_r(NULL, ":", &save)) != NULL)
         if (parse_field(part, f, &seen, err, errlen) != 0)
             return -1;
@@ -83,8 +86,12 @@ static int parse_one(char *text, struct dtrain_inject_fault *f, char *err, size_
         snprintf(err, errlen, "%s %s step=S", kind_names[kind], wants_step ? "needs" : "takes no");
         return -1;
     }
-    if ((seen & 4u) && kind != DTRAIN_INJECT_NAN) {
-        snprintf(err, errlen, "count= is for nan only");
+    if ((seen & 4u) && kind != DTRAIN_INJECT_NAN && kind != DTRAIN_INJECT_DELAY) {
+        snprintf(err, errlen, "count= is for nan and delay only");
+        return -1;
+    }
+    if (!!(seen & 16u) != (kind == DTRAIN_INJECT_DELAY)) {
+        snprintf(err, errlen, "%s", kind == DTRAIN_INJECT_DELAY ? "delay needs ms=M" : "ms= is for delay only");
         return -1;
     }
     return 0;
@@ -126,6 +133,17 @@ int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind ki
             continue;
         if (kind == DTRAIN_INJECT_CORRUPT || (step >= f->step && step < f->step + f->count))
             return 1;
+    }
+    return 0;
+}
+
+long dtrain_inject_delay_ms(const struct dtrain_inject *in, int rank, long step, long restart)
+{
+    for (int i = 0; in != NULL && i < in->n; i++) {
+        const struct dtrain_inject_fault *f = &in->faults[i];
+        if (f->kind == DTRAIN_INJECT_DELAY && f->rank == rank && (f->restart < 0 || f->restart == restart) &&
+            step >= f->step && step < f->step + f->count)
+            return f->ms;
     }
     return 0;
 }

@@ -14,6 +14,9 @@
  *                            complete checkpoint (one byte of the payload flipped)
  *   nospace:rank=R:step=S    rank R's shard of the checkpoint at step S fails to
  *                            write as on a full disk (ENOSPC)
+ *   delay:rank=R:step=S:ms=M[:count=N]  rank R sleeps M ms before each of the steps
+ *                            S..S+N-1 (a slow rank; tests use it to leave time for an
+ *                            outside fault: keep M below the communicator timeout)
  *
  * Every fault also takes restart=N (default 0) or restart=any: it fires
  * only in the run whose SLURM_RESTART_COUNT is N (unset counts as 0), so
@@ -38,13 +41,15 @@ enum dtrain_inject_kind {
     DTRAIN_INJECT_NAN,
     DTRAIN_INJECT_CORRUPT,
     DTRAIN_INJECT_NOSPACE,
+    DTRAIN_INJECT_DELAY,
 };
 
 struct dtrain_inject_fault {
     enum dtrain_inject_kind kind;
     int rank;
     long step;    /* -1 for corrupt */
-    long count;   /* nan: steps in a row; else 1 */
+    long count;   /* nan: attempts, delay: steps; else 1 */
+    long ms;      /* delay: milliseconds */
     long restart; /* -1: any run */
 };
 
@@ -66,6 +71,9 @@ int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind ki
  * this run (nan: the caller counts its attempts), or NULL. */
 const struct dtrain_inject_fault *dtrain_inject_find(const struct dtrain_inject *in, enum dtrain_inject_kind kind,
                                                      int rank, long step, long restart);
+
+/* delay: the milliseconds rank sleeps before step, 0 when none. */
+long dtrain_inject_delay_ms(const struct dtrain_inject *in, int rank, long step, long restart);
 
 /* "kill", "hang", ... */
 const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind);
