@@ -35,10 +35,7 @@ struct ft {
     FILE *progress;
     const char *dir;                 /* checkpoint folder, NULL: none */
     struct dtrain_sckpt_layout layout;
-    struct dtrain_sckpt_piece *save; /* the runs this rank owns, by whole offset */
-    size_t nsave;
-    struct dtrain_sckpt_piece *load; /* every run it needs: its parameters, its moments */
-    size_t nload;
+    struct dtrain_ft_pieces pieces;
     long restart;
     long nan_left;                   /* injected NaN attempts still to come */
     long nan_armed;                  /* the last step a nan fault was armed at */
@@ -148,17 +145,15 @@ static int by_whole(const void *a, const void *b)
     return x->whole < y->whole ? -1 : x->whole > y->whole;
 }
 
-/* save: the parameters and moments this rank owns (each element of the
- * model once over the job: dtrain_shard_in_norm across TP and PP, the
- * ZeRO-1 shares or DP rank 0 across DP); load: its whole shard's
- * parameters and the moments it keeps. */
-static int build_pieces(struct ft *f, char *err, size_t errlen)
+int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
+                     const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen)
 {
-    const struct dtrain_shard *s = dtrain_ptrainer_shard(f->t);
-    float *params = dtrain_ptrainer_params(f->t);
+    const struct dtrain_shard *s = dtrain_ptrainer_shard(t);
+    float *params = dtrain_ptrainer_params(t);
     struct runs runs = {0};
     struct pieces save = {0}, load = {0};
     int rc = DTRAIN_ERR_SYSTEM;
+    memset(out, 0, sizeof *out);
     dtrain_shard_for_each_run(s, add_run, &runs);
     if (runs.oom)
         goto oom;
@@ -166,15 +161,15 @@ static int build_pieces(struct ft *f, char *err, size_t errlen)
         if (add_piece(&load, (struct dtrain_sckpt_piece){runs.r[i].whole, runs.r[i].count,
                                                         params + runs.r[i].local, NULL, NULL}) != 0)
             goto oom;
-    struct state_ctx ctx = {&runs, params, f->cfg->zero1 || f->bs->dp_rank == 0, &save, &load};
-    if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(f->t), add_state, &ctx) != 0)
+    struct state_ctx ctx = {&runs, params, cfg->zero1 || bs->dp_rank == 0, &save, &load};
+    if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
         goto oom;
     if (save.n > 0)
         qsort(save.p, save.n, sizeof *save.p, by_whole);
-    f->save = save.p;
-    f->nsave = save.n;
-    f->load = load.p;
-    f->nload = load.n;
+    out->save = save.p;
+    out->nsave = save.n;
+    out->load = load.p;
+    out->nload = load.n;
     free(runs.r);
     return DTRAIN_OK;
 oom:
@@ -183,6 +178,13 @@ oom:
     free(save.p);
     free(load.p);
     return rc;
+}
+
+void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p)
+{
+    free(p->save);
+    free(p->load);
+    memset(p, 0, sizeof *p);
 }
 
 /* ------------------------------------------------------------ checkpoints */
@@ -201,7 +203,7 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
     }
     dtrain_watchdog_beat(f->wd, "writing a checkpoint", step);
     int rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
-                               f->world, f->save, f->nsave, f->cfg->ckpt_keep, nospace, &st, err, errlen);
+                               f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err, errlen);
     dtrain_watchdog_beat(f->wd, "training", step);
     if (rc == DTRAIN_OK) {
         f->last_ckpt = step;
@@ -233,7 +235,7 @@ static int load_checkpoint(struct ft *f, int rollback, char *err, size_t errlen)
     long at = dtrain_ptrainer_steps_done(f->t);
     dtrain_watchdog_beat(f->wd, "loading a checkpoint", at);
     dtrain_fault_event(f->fault, "load_begin", at, rollback ? "rollback" : "resume");
-    int rc = dtrain_sckpt_resume(f->dir, f->cfg, f->world, f->load, f->nload, stderr, f->prog, &res, &st, err,
+    int rc = dtrain_sckpt_resume(f->dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res, &st, err,
                                  errlen);
     if (rc != DTRAIN_OK)
         return rc;
@@ -442,7 +444,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     sum->resumed_step = -1;
     if (dtrain_inject_parse(cfg->inject, &f.inject, err, errlen) != 0)
         return DTRAIN_ERR_INPUT;
-    if ((rc = build_pieces(&f, err, errlen)) != DTRAIN_OK)
+    if ((rc = dtrain_ft_pieces(t, cfg, bs, &f.pieces, err, errlen)) != DTRAIN_OK)
         return rc;
     rc = DTRAIN_ERR_SYSTEM;
     if (dtrain_signals_install(err, errlen) != 0)
@@ -474,7 +476,6 @@ out:
     dtrain_watchdog_stop(f.wd);
     if (signals)
         dtrain_signals_restore();
-    free(f.save);
-    free(f.load);
+    dtrain_ft_pieces_free(&f.pieces);
     return rc;
 }

@@ -43,6 +43,7 @@
 #include "dtrain_comm.h"
 #include "dtrain_fault.h"
 #include "dtrain_parallel.h"
+#include "dtrain_shard_ckpt.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,20 @@ extern "C" {
  * ckpt_dir takes DTRAIN_CKPT_DIR, an empty inject DTRAIN_INJECT; the
  * injection spec is checked.  DTRAIN_ERR_INPUT with one line in err. */
 int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen);
+
+/* What a checkpoint holds of this rank, as runs of the whole model's
+ * vector (dtrain_shard_ckpt.h), pointing into the trainer's memory:
+ * save, the parameters and moments it owns (each element of the model once
+ * over the job: dtrain_shard_in_norm across TP and PP, the ZeRO-1 shares or
+ * DP rank 0 across DP), increasing; load, every run it needs (its whole
+ * shard's parameters, the moments it keeps).  Valid while t lives. */
+struct dtrain_ft_pieces {
+    struct dtrain_sckpt_piece *save, *load;
+    size_t nsave, nload;
+};
+int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
+                     const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen);
+void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p);
 
 /* What the loop measured, for the caller's last line and the benchmark. */
 struct dtrain_ft_summary {
