@@ -57,7 +57,7 @@ static int parse_field(const char *field, struct dtrain_inject_fault *f, unsigne
             f->ms = v;
         return 0;
     }
-    snprintf(err, errlen, "'%.60s' is not rank=, step=, count= or restart=", field);
+    snprintf(err, errlen, "'%.60s' is not rank=, step=, count=, ms= or restart=", field);
     return -1;
 }
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# dtrain-launch --job-exit STATUS: the batch script's exit code after its
+# srun step, for every kind of status and restart budget, and its refusals.
+# No Slurm needed (the restart variables are set by hand).
+. "$abs_top_srcdir/tests/tap.sh"
+launch=$abs_top_builddir/launcher/dtrain-launch
+[ -x "$launch" ] || skip_all "dtrain-launch is not built"
+unset SLURM_RESTART_COUNT DTRAIN_MAX_RESTARTS DTRAIN_FAULT_LOG SLURM_JOB_ID
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test-cli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+# job_exit WANT-CODE LINE-PATTERN ARGS...: run with the environment given
+# before it (env NAME=VALUE ...), check its code and its stderr.
+job_exit() {
+  local want=$1 pattern=$2 rc
+  shift 2
+  "$@" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -eq "$want" ] || { diag "exit $rc, want $want: $(cat "$tmp/err")"; return 1; }
+  if [ -z "$pattern" ]; then [ ! -s "$tmp/err" ]; else grep -q -e "$pattern" "$tmp/err"; fi ||
+    { diag "stderr: $(cat "$tmp/err")"; return 1; }
+}
+
+check "status 0: exit 0, nothing said" job_exit 0 "" "$launch" --job-exit 0
+check "status 1: exit 1, not requeued" job_exit 1 "exit 1 (an internal error): not requeued" "$launch" --job-exit 1
+check "status 2: exit 2, not requeued" job_exit 2 "exit 2 (bad input): not requeued" "$launch" --job-exit 2
+check "status 3: exit 3, not requeued" job_exit 3 "exit 3 (a refused job shape): not requeued" "$launch" --job-exit 3
+check "status 75 on the first run: exit 75 (requeue, restart 1)" \
+  job_exit 75 "exit 75 (a task detected a fault): exit 75 (requeue, restart 1)" "$launch" --job-exit 75
+check "status 137 (a task killed): exit 75" \
+  job_exit 75 "exit 137 (a task was killed by signal 9 (Killed)): exit 75" "$launch" --job-exit 137
+check "status 143 after 2 of at most 3 restarts: exit 75 (restart 3 of at most 3)" \
+  job_exit 75 "exit 75 (requeue, restart 3 of at most 3)" env SLURM_RESTART_COUNT=2 DTRAIN_MAX_RESTARTS=3 \
+  "$launch" --job-exit 143
+check "status 75 after 3 of at most 3 restarts: exit 1, the budget is spent" \
+  job_exit 1 "exit 1 (not requeued: the job was already restarted 3 times (--dtrain-max-restarts=3))" \
+  env SLURM_RESTART_COUNT=3 DTRAIN_MAX_RESTARTS=3 "$launch" --job-exit 75
+check "a malformed DTRAIN_MAX_RESTARTS: exit 2" \
+  job_exit 2 "DTRAIN_MAX_RESTARTS (--dtrain-max-restarts): 'many' is not a whole number" \
+  env DTRAIN_MAX_RESTARTS=many "$launch" --job-exit 75
+check "--job-exit 256: exit 2" job_exit 2 "^dtrain-launch: --job-exit: 256 is out of range" "$launch" --job-exit 256
+check "--job-exit with trainer flags: exit 2" job_exit 2 "--job-exit takes no trainer" "$launch" --job-exit 0 --steps 3
+check "--slurm-requeue alone: exit 2" job_exit 2 "--slurm-requeue goes with --job-exit" "$launch" --slurm-requeue
+check "--slurm-requeue outside a job: says it cannot, still exits 75 for RequeueExit" \
+  job_exit 75 "cannot ask Slurm to requeue: SLURM_JOB_ID is not set" "$launch" --job-exit 75 --slurm-requeue
+check "the step_end event goes to DTRAIN_FAULT_LOG" \
+  eval 'DTRAIN_FAULT_LOG="$tmp/events" "$launch" --job-exit 75 2>/dev/null; grep -q "\"event\": \"step_end\", \"rank\": -1.*\"what\": \"exit 75\"" "$tmp/events"'
+done_testing

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Faults under a real local Slurm (scripts/local-cluster: munged,
+# slurmctld, 2 slurmd on loopback, each node a 4-GPU HGX A100 board by its
+# saved hwloc topology, a hardware stand-in; the dtrain SPANK plugin;
+# etc/slurm/dtrain.conf's RequeueExit=75; requeue delay 5 s, backfill every
+# second, SlurmdTimeout 10 s so that a dead node is noticed quickly).
+# Every job is the documented batch script:
+#     srun --mpi=pmi2 --ntasks-per-node=2 dtrain-launch ... ; exec dtrain-launch --job-exit $?
+# submitted with sbatch --dtrain-tp=2 --dtrain-ckpt-dir=DIR, training a
+# tiny model (L=2 C=32 NH=4, T=16, batch 8, 24 steps, ZeRO-1, a checkpoint
+# every 4 steps, communicator timeout 5 s) as T=2 x D=2 over 2 nodes.
+#  - the reference: no fault;
+#  - rank 1 killed (SIGKILL) at step 10;
+#  - rank 3 (node2) hung at step 10: detected within the timeout + 10 s;
+#  - rank 0 killed at step 10, then rank 1 corrupts the newest checkpoint
+#    before the requeued run resumes: it falls back to the one before;
+#  - SIGTERM to every task (scancel --signal=TERM, as preemption sends):
+#    checkpoint, exit 75, requeue;
+#  - node2's slurmd, slurmstepd and tasks killed (a node failure): Slurm
+#    requeues the job (sbatch -N1-2 --exclusive), which runs again on node1
+#    alone as T=2 x D=1 from the D=2 checkpoint;
+#  - --dtrain-max-restarts=1 and a rank killed in every run: the job ends
+#    FAILED with the reason.
+# Each job must end COMPLETED (but the last) after one requeue, with every
+# step's loss equal to the reference's bit for bit (the node failure: the
+# steps before the resume bit for bit, the others within doc/parallel.md's
+# 1e-5, D having changed).
+. "$abs_top_srcdir/tests/tap.sh"
+. "$abs_top_srcdir/tests/slurm/lib.sh"
+need_cluster_tools
+plugin=$abs_top_builddir/spank_plugin/.libs/dtrain.so
+[ -f "$plugin" ] || skip_all "the dtrain plugin is not built ($plugin)"
+if "$abs_top_builddir/config.status" --config | grep -q -- --enable-sanitizers; then
+  skip_all "sanitizer build: slurmstepd cannot load a plugin built with ASan (run in the normal build)"
+fi
+launch=$abs_top_builddir/launcher/dtrain-launch
+tokenize=$abs_top_builddir/runtime/dtrain-tokenize
+steps=24 every=4 comm_timeout=5 rtol=1e-5
+
+new_cluster_dir fault; d=$LC_NEW
+cat "$abs_top_srcdir"/doc/*.md >"$d/corpus.txt"
+"$tokenize" "$d/corpus.txt" "$d/tokens.bin" >/dev/null || { fail "dtrain-tokenize the docs"; done_testing; }
+cat >"$d/extra.conf" <<EOF
+SchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=2
+SlurmdTimeout=10
+EOF
+out=$(lc start --dir "$d" --nodes 2 --cpus-per-node 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
+  --plugin "$plugin" --plugin-args "max_tp=8" --requeue-delay 5 --slurm-conf-extra "$d/extra.conf" 2>&1)
+rc=$?
+check "a 2-node cluster with the dtrain plugin, RequeueExit=75 and a 5 s requeue delay starts" [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+
+trainer=(--data "$d/tokens.bin" --layers 2 --channels 32 --heads 4 --vocab-size 256 --padded-vocab-size 256
+  --max-seq-len 16 --seq 16 --batch 8 --steps "$steps" --lr 3e-3 --grad-clip 1 --seed 7 --threads 1
+  --log-every 0 --checkpoint-every "$every" --comm-timeout "$comm_timeout" --zero1 1)
+
+# submit NAME INJECT SBATCH-ARGS...: write NAME.sbatch (the documented
+# pattern) and submit it; prints the job id.  Output in NAME.out (appended
+# over the restarts), metrics NAME.jsonl, checkpoints NAME.ckpt, fault
+# timeline NAME.events.
+submit() {
+  local name=$1 inject=$2
+  shift 2
+  {
+    echo '#!/bin/bash'
+    echo 'export OPENBLAS_NUM_THREADS=1'
+    printf 'export DTRAIN_FAULT_LOG=%q\n' "$d/$name.events"
+    echo 'echo "job: start, restart ${SLURM_RESTART_COUNT:-0}, on $SLURM_JOB_NODELIST"'
+    printf 'srun --mpi=pmi2 --ntasks-per-node=2 %q' "$launch"
+    printf ' %q' "${trainer[@]}" --metrics "$d/$name.jsonl"
+    [ -z "$inject" ] || printf ' --inject %q' "$inject"
+    printf '\nexec %q --job-exit $?\n' "$launch"
+  } >"$d/$name.sbatch"
+  in_cluster "$d" sbatch --parsable --dtrain-tp=2 --dtrain-ckpt-dir="$d/$name.ckpt" --open-mode=append \
+    -o "$d/$name.out" "$@" "$d/$name.sbatch" 2>"$d/$name.err"
+}
+
+# losses FILE: the "loss" of each metrics line, one a line.
+losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+# same_losses NAME: NAME's every step's loss is the reference's, as printed (%.9g: the float's bits).
+same_losses() { [ "$(losses "$d/$1.jsonl" | wc -l)" -eq "$steps" ] && [ "$(losses "$d/$1.jsonl")" = "$(losses "$d/base.jsonl")" ]; }
+# ended NAME ID STATE RESTARTS: the job ended in STATE after RESTARTS restarts.
+ended() {
+  local state restarts
+  state=$(job_field "$d" "$2" JobState) restarts=$(job_field "$d" "$2" Restarts)
+  [ "$state" = "$3" ] && [ "$restarts" = "$4" ] && return 0
+  diag "$1: job $2 is $state after $restarts restarts (want $3 after $4); its output:"
+  sed 's/^/#   /' "$d/$1.out" "$d/$1.err" 2>/dev/null | tail -25
+  return 1
+}
+has() { grep -q -e "$2" "$d/$1.out"; }
+# event_time NAME EVENT: the wall clock of NAME's first EVENT in its timeline.
+event_time() { sed -n "s/^{\"t\": \([0-9.]*\), \"event\": \"$2\".*/\1/p" "$d/$1.events" 2>/dev/null | head -n 1; }
+
+start=$(date +%s)
+# ---- the reference and four faults, submitted together (Slurm runs what fits)
+base=$(submit base "" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
+kill=$(submit kill "kill:rank=1:step=10" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
+hang=$(submit hang "hang:rank=3:step=10" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
+corrupt=$(submit corrupt "kill:rank=0:step=10,corrupt:rank=1:restart=1" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
+budget=$(submit budget "kill:rank=1:step=3:restart=any" -N1 --ntasks-per-node=2 --dtrain-max-restarts=1)
+check "five jobs submitted (sbatch --dtrain-tp=2 --dtrain-ckpt-dir=... --dtrain-max-restarts=...)" \
+  [ -n "$base" -a -n "$kill" -a -n "$hang" -a -n "$corrupt" -a -n "$budget" ]
+for j in base:$base kill:$kill hang:$hang corrupt:$corrupt budget:$budget; do
+  wait_job "$d" "${j#*:}" 240 || diag "${j%%:*}: job ${j#*:} did not end within 240 s"
+done
+
+check "reference: COMPLETED without a restart, $steps steps of metrics" \
+  eval 'ended base "$base" COMPLETED 0 && [ "$(losses "$d/base.jsonl" | wc -l)" -eq "$steps" ]'
+
+check "killed rank: COMPLETED after 1 restart" ended kill "$kill" COMPLETED 1
+check "killed rank: its peers report the dead peer on one line each (EPEER, rank, node, exit 75)" \
+  eval 'has kill "fault: rank 0 on node1 (.*EPEER.*exit 75 (requeue, restart 1 of at most 3)"'
+check "killed rank: the batch script maps srun's 137 to 75 (dtrain-launch --job-exit)" \
+  has kill "the job step ended with exit 137 (a task was killed by signal 9 .*): exit 75"
+check "killed rank: the requeued run resumes from the checkpoint of step 8" \
+  has kill "resumed from $d/kill.ckpt/step-00000008 (written by T=2 P=1 D=2, ZeRO-1 on)"
+check "killed rank: every step's loss equals the reference's, bit for bit" same_losses kill
+
+check "hung rank: COMPLETED after 1 restart" ended hang "$hang" COMPLETED 1
+check "hung rank: its peers time out (ETIMEDOUT, no progress for ${comm_timeout}000 ms)" \
+  has hang "ETIMEDOUT: .*no progress for ${comm_timeout}000 ms"
+check "hung rank: its own watchdog ends it with 75" \
+  has hang "fault: rank 3 on node2 (.*watchdog: .*exit 75"
+t_hang=$(event_time hang inject) t_seen=$(event_time hang detect)
+dt=$(awk -v a="$t_hang" -v b="$t_seen" 'BEGIN { if (a == "" || b == "") print "none"; else printf "%.1f", b - a }')
+check "hung rank: detected $dt s after it hung (communicator timeout $comm_timeout s; at most 10 s more allowed)" \
+  awk -v x="$dt" -v t="$comm_timeout" 'BEGIN { exit !(x != "none" && x + 0 <= t + 10) }'
+check "hung rank: every step's loss equals the reference's, bit for bit" same_losses hang
+
+check "corrupted checkpoint: COMPLETED after 1 restart" ended corrupt "$corrupt" COMPLETED 1
+check "corrupted checkpoint: the newest (step 8) is found damaged and the resume falls back to step 4, saying so" \
+  eval 'has corrupt "checkpoint $d/corrupt.ckpt/step-00000008 is damaged: a shard file.s checksum does not match the manifest (shard-00001.bin); falling back to step 4" &&
+        has corrupt "resumed from $d/corrupt.ckpt/step-00000004" && [ -d "$d/corrupt.ckpt/step-00000008.damaged" ]'
+check "corrupted checkpoint: every step's loss equals the reference's, bit for bit" same_losses corrupt
+
+check "restart budget spent: FAILED after 1 restart (--dtrain-max-restarts=1)" ended budget "$budget" FAILED 1
+check "restart budget spent: one line says why, and the job's exit code is 1" \
+  eval 'has budget "not requeued: the job was already restarted 1 time (--dtrain-max-restarts=1)" &&
+        [ "$(job_field "$d" "$budget" ExitCode)" = "1:0" ]'
+
+# ---- preemption: SIGTERM to every task of the running job
+term=$(submit term "delay:rank=0:step=0:ms=200:count=$steps" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
+for ((i = 0; i < 600; i++)); do
+  [ "$(losses "$d/term.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
+  sleep 0.1
+done
+in_cluster "$d" scancel --signal=TERM "$term"
+wait_job "$d" "$term" 120 || diag "term: job $term did not end within 120 s"
+check "SIGTERM: COMPLETED after 1 restart" ended term "$term" COMPLETED 1
+check "SIGTERM: the ranks stop together after writing a checkpoint, and exit 75" \
+  has term "stopping on SIGTERM (received by [0-9]* ranks\{0,1\}): checkpoint of step [0-9]* written: exit 75"
+check "SIGTERM: every step's loss equals the reference's, bit for bit" same_losses term
+
+# ---- a node fails: node2's slurmd, its slurmstepd and tasks killed
+# kill_node NODE: SIGKILL to the node's slurmd, to every slurmstepd with a
+# socket in its spool folder, and to their descendants (only this cluster's).
+kill_node() {
+  local node=$1 spool pids
+  spool=$(readlink -f "$d/run")/spool/$node/
+  pids=$( { slurmd_pid "$d" "$node"; echo
+    find /proc/[0-9]*/fd -maxdepth 1 -lname 'socket:*' -printf '%h %l\n' 2>/dev/null |
+      awk -v spool="$spool" 'FILENAME == "/proc/net/unix" { if (index($8, spool) == 1) inode["socket:[" $7 "]"] = 1; next }
+                             ($2 in inode) { split($1, f, "/"); print f[3] }' /proc/net/unix -; } | sort -u)
+  pids=$(ps -e -o pid=,ppid= | awk -v roots="$pids" '
+    BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) keep[r[i]] = 1 }
+    { parent[$1] = $2; all[NR] = $1 }
+    END { do { changed = 0; for (i in all) { p = all[i]; if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; changed = 1 } } } while (changed)
+          for (p in keep) print p }')
+  # shellcheck disable=SC2086
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+  diag "killed node $node: processes $(echo $pids)"
+}
+node=$(submit node "delay:rank=0:step=0:ms=200:count=$steps" -N1-2 --exclusive --dtrain-max-restarts=3)
+for ((i = 0; i < 600; i++)); do
+  [ -f "$d/node.ckpt/step-00000004/manifest.json" ] && break
+  sleep 0.1
+done
+check "node failure: the job runs on both nodes and has written the checkpoint of step 4" \
+  eval '[ -f "$d/node.ckpt/step-00000004/manifest.json" ] && has node "job: start, restart 0, on node\[1-2\]"'
+kill_node node2
+wait_job "$d" "$node" 180 || diag "node: job $node did not end within 180 s"
+check "node failure: COMPLETED after 1 restart (Slurm requeued it: the node failed)" ended node "$node" COMPLETED 1
+check "node failure: the requeued run has node1 alone, node2 is down and not used" \
+  eval '[ "$(job_field "$d" "$node" NodeList)" = node1 ] && has node "job: start, restart 1, on node1\$" &&
+        in_cluster "$d" sinfo -h -n node2 -o %t | grep -q "^down"'
+check "node failure: it trains as T=2 P=1 D=1 from the D=2 checkpoint (ZeRO-1 state resharded)" \
+  eval 'has node "layout T=2 P=1 D=1 (2 ranks)" && has node "resumed from $d/node.ckpt/step-[0-9]* (written by T=2 P=1 D=2, ZeRO-1 on)"'
+resumed=$(sed -n 's/.*resumed from .*step-0*\([0-9][0-9]*\) (written by.*/\1/p' "$d/node.out" | tail -n 1)
+dev=$(paste <(losses "$d/base.jsonl") <(losses "$d/node.jsonl") | awk -v n="$steps" -v r="${resumed:-0}" '
+  NF == 2 { k++; if (k <= r && $1 != $2) exact = "no"; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > m) m = d }
+  END { if (k != n || exact == "no") print "mismatch"; else printf "%.2e\n", m }')
+check "node failure: steps before $resumed bit for bit, every step within $rtol of the reference (max $dev)" \
+  awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "mismatch" && x + 0 <= t + 0) }'
+diag "all jobs took $(($(date +%s) - start)) s"
+done_testing

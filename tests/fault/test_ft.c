@@ -1,0 +1,264 @@
+/* The fault-tolerant loop (runtime/dtrain_ft.h) on real ranks
+ * (tests/parallel/local_boot.h: local processes, real communicators with
+ * the process's abort flag, the watchdog, the fault line and exit codes of
+ * dtrain-launch's trainer).  Layout (1,2,2) with ZeRO-1 and 2 micro-
+ * batches, 8 steps, a checkpoint every 2; the reference is the same run
+ * without a fault.  Each fault is followed, where the job would be
+ * requeued, by the run Slurm would start (SLURM_RESTART_COUNT=1):
+ *  - rank 2 killed (SIGKILL) at step 5: the others exit 75; the second run
+ *    resumes from step 4 and every step's loss is the reference's, bit for
+ *    bit (the metrics file reads as one run);
+ *  - rank 1 hung at step 3: the others time out (2 s), the hung rank's
+ *    watchdog ends it: every rank exits 75; the resumed run is exact;
+ *  - SIGTERM to rank 1 while it trains: every rank writes the checkpoint of
+ *    the same step and exits 75; the resumed run is exact;
+ *  - a NaN loss for 2 steps: skipped, the run completes; for 4 steps (more
+ *    than --nonfinite-skips 3): rolled back to the last checkpoint, every
+ *    loss exact; without a checkpoint folder: exit 1 (diverged);
+ *  - a checkpoint of (1,2,2) resumed by (1,2,1): losses within 1e-5;
+ *  - the restart budget spent (SLURM_RESTART_COUNT=1, DTRAIN_MAX_RESTARTS
+ *    =1): the killed rank's peers exit 1, not 75. */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtrain_fault.h"
+#include "dtrain_ft.h"
+#include "dtrain_parallel.h"
+#include "harness.h"
+#include "local_boot.h"
+#include "tap.h"
+
+#define STEPS 8
+#define LOSS_RTOL 1e-5
+
+struct job {
+    struct dtrain_train_config cfg;
+    int sigterm_rank; /* this rank raises SIGTERM once rank 0 has logged a step; -1: none */
+};
+
+struct area {
+    char err[512];
+    struct dtrain_ft_summary sum;
+};
+
+static void *send_sigterm(void *arg)
+{
+    const struct job *j = arg;
+    struct stat st;
+    for (int i = 0; i < 3000; i++) { /* rank 0 has finished a step: the handler is in */
+        if (stat(j->cfg.metrics, &st) == 0 && st.st_size > 0)
+            break;
+        usleep(10000);
+    }
+    raise(SIGTERM);
+    return NULL;
+}
+
+static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
+{
+    const struct job *j = ctx;
+    struct area *a = result;
+    struct dtrain_comms comms;
+    struct dtrain_ptrainer *t = NULL;
+    struct dtrain_fault fault;
+    struct dtrain_comm_options o;
+    atomic_int abort_flag;
+    atomic_init(&abort_flag, 0);
+    dtrain_comm_options_defaults(&o);
+    o.timeout_ms = j->cfg.comm_timeout * 1000;
+    o.abort_flag = &abort_flag;
+    if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
+        return 3;
+    int code = DTRAIN_EXIT_FAILURE, rc = DTRAIN_ERR_INPUT;
+    if (dtrain_fault_init(&fault, "test_ft", bs->rank, a->err, sizeof a->err) == 0)
+        rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
+    pthread_t th;
+    int signaller = rc == DTRAIN_OK && bs->rank == j->sigterm_rank &&
+                    pthread_create(&th, NULL, send_sigterm, (void *)j) == 0;
+    FILE *quiet = fopen("/dev/null", "w");
+    if (rc == DTRAIN_OK)
+        rc = dtrain_ft_run(t, &j->cfg, bs, &comms, &abort_flag, &fault, quiet, &a->sum, a->err, sizeof a->err);
+    if (rc == DTRAIN_ERR_FAULT)
+        code = dtrain_fault_report(&fault, t != NULL ? dtrain_ptrainer_steps_done(t) : 0, a->err);
+    else
+        code = dtrain_status_exit(rc);
+    if (signaller)
+        pthread_join(th, NULL);
+    if (quiet != NULL)
+        fclose(quiet);
+    dtrain_ptrainer_destroy(t);
+    dtrain_comm_destroy_all(&comms);
+    return code;
+}
+
+/* Run the job in (tp, pp, dp); codes[] get the ranks' exit codes. */
+static void run(const struct job *j, int tp, int pp, int dp, struct area *areas, int *codes)
+{
+    char err[512];
+    memset(areas, 0, (size_t)(tp * pp * dp) * sizeof *areas);
+    if (local_boot_run(tp, pp, dp, rank_main, (void *)j, sizeof *areas, areas, codes, 120, err, sizeof err) != 0)
+        diag("(%d,%d,%d): %s", tp, pp, dp, err);
+}
+
+static int all_codes(const int *codes, int n, int want, int except, int except_code)
+{
+    for (int r = 0; r < n; r++)
+        if (codes[r] != (r == except ? except_code : want))
+            return 0;
+    return 1;
+}
+
+/* Losses of a metrics file (one per step, in order); returns how many. */
+static int losses(const char *path, float *out, int max)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int n = 0;
+    long step;
+    float loss;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "{\"step\": %ld, \"loss\": %f", &step, &loss) == 2 && step == n && n < max)
+            out[n++] = loss;
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+static int same_losses(const char *path, const float *ref)
+{
+    float l[STEPS + 1];
+    return losses(path, l, STEPS + 1) == STEPS && memcmp(l, ref, sizeof l[0] * STEPS) == 0;
+}
+
+/* A job of the scenario `name`: its own checkpoint folder and metrics. */
+static struct job scenario(const struct dtrain_train_config *base, const char *top, const char *name,
+                           const char *inject)
+{
+    struct job j = {*base, -1};
+    snprintf(j.cfg.ckpt_dir, sizeof j.cfg.ckpt_dir, "%s/%s.ckpt", top, name);
+    snprintf(j.cfg.metrics, sizeof j.cfg.metrics, "%s/%s.jsonl", top, name);
+    snprintf(j.cfg.inject, sizeof j.cfg.inject, "%s", inject);
+    return j;
+}
+
+int main(void)
+{
+    char top[256], err[512];
+    struct dtrain_train_config cfg;
+    if (harness_setup("ft", top, sizeof top, &cfg, err, sizeof err) != 0) {
+        printf("1..0 # SKIP %s\n", err);
+        return 0;
+    }
+    cfg.steps = STEPS;
+    cfg.zero1 = 1;
+    cfg.micro_batches = 2;
+    cfg.checkpoint_every = 2;
+    cfg.comm_timeout = 2;
+    cfg.optim.total_steps = STEPS;
+    unsetenv("SLURM_RESTART_COUNT");
+    unsetenv("DTRAIN_MAX_RESTARTS");
+    unsetenv("DTRAIN_FAULT_LOG");
+    struct area areas[LOCAL_BOOT_MAX_WORLD];
+    int codes[LOCAL_BOOT_MAX_WORLD];
+    float ref[STEPS + 1];
+
+    struct job j = scenario(&cfg, top, "ref", "");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && losses(j.cfg.metrics, ref, STEPS + 1) == STEPS &&
+       areas[0].sum.checkpoints == 4, "the reference: (1,2,2) ZeRO-1, 8 steps, 4 checkpoints, exit 0");
+
+    /* ---- a killed rank */
+    j = scenario(&cfg, top, "kill", "kill:rank=2:step=5");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 75, 2, 128 + SIGKILL), "rank 2 killed at step 5: it dies of SIGKILL, the others "
+       "exit 75 (%d %d %d %d)", codes[0], codes[1], codes[2], codes[3]);
+    harness_sh("cp -r '%s' '%s/kill4.ckpt' && cp '%s' '%s/kill4.jsonl'", j.cfg.ckpt_dir, top, j.cfg.metrics,
+               top); /* for the smaller D below */
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 4, "the requeued run resumes from step 4 "
+       "and completes (resumed from %ld)", areas[0].sum.resumed_step);
+    ok(same_losses(j.cfg.metrics, ref), "every step's loss equals the unbroken run's, bit for bit");
+    unsetenv("SLURM_RESTART_COUNT");
+
+    /* ---- a hung rank */
+    j = scenario(&cfg, top, "hang", "hang:rank=1:step=3");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 75, -1, 0), "rank 1 hangs at step 3: the others time out, its watchdog ends it: "
+       "every rank exits 75 (%d %d %d %d)", codes[0], codes[1], codes[2], codes[3]);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 2 && same_losses(j.cfg.metrics, ref),
+       "the requeued run resumes from step 2; every loss equals the unbroken run's");
+    unsetenv("SLURM_RESTART_COUNT");
+
+    /* ---- SIGTERM (preemption) on one rank */
+    j = scenario(&cfg, top, "term", "delay:rank=0:step=0:ms=150:count=8");
+    j.sigterm_rank = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    uint64_t newest = 0;
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &newest, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 75, -1, 0) && strstr(areas[0].err, "stopping on SIGTERM (received by 1 rank)") &&
+       strstr(areas[3].err, "stopping on SIGTERM") && newest > 0 && newest < STEPS && areas[0].sum.checkpoints > 0,
+       "SIGTERM to rank 1: every rank stops after the same step with its checkpoint (step %llu) and exits 75: %s",
+       (unsigned long long)newest, areas[0].err);
+    j.sigterm_rank = -1;
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == (long)newest && same_losses(j.cfg.metrics, ref),
+       "the requeued run resumes from step %llu; every loss equals the unbroken run's", (unsigned long long)newest);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    /* ---- non-finite losses */
+    j = scenario(&cfg, top, "nan2", "nan:rank=3:step=3:count=2");
+    run(&j, 1, 2, 2, areas, codes);
+    float l[STEPS + 1];
+    int nl = losses(j.cfg.metrics, l, STEPS + 1);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.steps_skipped == 2 && areas[0].sum.rollbacks == 0 &&
+       nl == STEPS && memcmp(l, ref, 3 * sizeof l[0]) == 0 && l[3] != ref[3],
+       "a NaN loss at step 3 twice: 2 steps skipped (their batches consumed), the run completes");
+    j = scenario(&cfg, top, "nan4", "nan:rank=3:step=3:count=4");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.steps_skipped == 4 && areas[0].sum.rollbacks == 1 &&
+       same_losses(j.cfg.metrics, ref), "4 NaN losses in a row (more than 3): rolled back to step 2, every loss "
+       "equals the unbroken run's");
+    j = scenario(&cfg, top, "nan4nodir", "nan:rank=3:step=3:count=4");
+    j.cfg.ckpt_dir[0] = '\0';
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 1, -1, 0) && strstr(areas[0].err, "training diverged") != NULL,
+       "the same without a checkpoint folder: exit 1 on every rank: %s", areas[0].err);
+
+    /* ---- a smaller D */
+    j = scenario(&cfg, top, "kill4", "");
+    run(&j, 1, 2, 1, areas, codes);
+    nl = losses(j.cfg.metrics, l, STEPS + 1);
+    double worst = 0.0;
+    for (int s = 4; s < nl; s++)
+        worst = fmax(worst, fabs((double)l[s] - ref[s]) / fabs((double)ref[s]));
+    ok(all_codes(codes, 2, 0, -1, 0) && areas[0].sum.resumed_step == 4 && nl == STEPS && worst <= LOSS_RTOL,
+       "(1,2,2)'s checkpoint of step 4 resumed by (1,2,1): steps 4..7 within %g of the unbroken run (%.2e)",
+       LOSS_RTOL, worst);
+
+    /* ---- the restart budget spent */
+    j = scenario(&cfg, top, "budget", "kill:rank=0:step=1:restart=any");
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    setenv("DTRAIN_MAX_RESTARTS", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 1, 0, 128 + SIGKILL), "restarted once of at most 1: rank 0 killed, the others exit 1 "
+       "(%d %d %d %d), not 75", codes[0], codes[1], codes[2], codes[3]);
+    unsetenv("SLURM_RESTART_COUNT");
+    unsetenv("DTRAIN_MAX_RESTARTS");
+
+    if (tap_state_.failed == 0)
+        harness_cleanup(top);
+    else
+        diag("files kept in %s", top);
+    return tap_done();
+}

@@ -1,0 +1,309 @@
+/* Sharded checkpoints (runtime/dtrain_shard_ckpt.h) written and read by
+ * real ranks (tests/parallel/local_boot.h: local processes, the launcher's
+ * ids, real communicators):
+ *  - a checkpoint of a (2,1,2) ZeRO-1 run loads into (2,1,2), (1,1,1),
+ *    (1,2,1) ZeRO-1, (2,2,2) and (1,1,4) ZeRO-1: saved again there it holds
+ *    the same bits (parameters, both AdamW moments), and the next step's
+ *    loss is the original run's (bit for bit in the same layout, within
+ *    doc/parallel.md's 1e-5 elsewhere);
+ *  - damage (a flipped byte, a missing shard, a garbage manifest, a short
+ *    shard) makes the resume fall back to the checkpoint before, which is
+ *    renamed step-N.damaged, down to "none left"; leftovers of interrupted
+ *    saves (*.tmp) go;
+ *  - a checkpoint of another model or seed is refused, not skipped;
+ *  - a shard write that fails (injected ENOSPC) fails the save on every
+ *    rank and commits nothing; the older checkpoints stay;
+ *  - only the newest --ckpt-keep checkpoints are kept. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dtrain_ft.h"
+#include "dtrain_inject.h"
+#include "dtrain_parallel.h"
+#include "dtrain_shard_ckpt.h"
+#include "harness.h"
+#include "local_boot.h"
+#include "tap.h"
+
+#define MAX_STEPS 8
+#define LOSS_RTOL 1e-5
+
+struct job {
+    struct dtrain_train_config cfg;
+    char load_dir[512]; /* "": start afresh */
+    char save_dir[512];
+    int steps;          /* trained after loading */
+    int save_every;     /* save after steps done % this == 0; 0: never */
+    int save_after_load;
+    int fail_rank, fail_step; /* this rank's save at this step fails (ENOSPC) */
+};
+
+struct area {
+    int ok;
+    char err[512];
+    int found;
+    long resumed;
+    int nsaves;
+    int save_rc[MAX_STEPS + 1];
+    float loss[MAX_STEPS];
+};
+
+static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
+{
+    const struct job *j = ctx;
+    struct area *a = result;
+    struct dtrain_comms comms;
+    struct dtrain_ptrainer *t = NULL;
+    struct dtrain_ft_pieces pieces = {0};
+    struct dtrain_comm_options o;
+    dtrain_comm_options_defaults(&o);
+    o.timeout_ms = 20000;
+    if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
+        return 3;
+    dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
+    struct dtrain_sckpt_layout L = {bs->tp, bs->pp, bs->dp, bs->world_size, j->cfg.zero1, bs->rank, bs->tp_rank,
+                                    bs->pp_rank, bs->dp_rank};
+    struct dtrain_sckpt_stats st;
+    int rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
+    if (rc == DTRAIN_OK)
+        rc = dtrain_ft_pieces(t, &j->cfg, bs, &pieces, a->err, sizeof a->err);
+    if (rc == DTRAIN_OK && j->load_dir[0] != '\0') {
+        struct dtrain_sckpt_resumed res;
+        FILE *quiet = fopen("/dev/null", "w");
+        rc = dtrain_sckpt_resume(j->load_dir, &j->cfg, world, pieces.load, pieces.nload, quiet, "test", &res, &st,
+                                 a->err, sizeof a->err);
+        if (quiet != NULL)
+            fclose(quiet);
+        a->found = res.found;
+        a->resumed = (long)res.step;
+        if (rc == DTRAIN_OK && res.found)
+            dtrain_ptrainer_set_position(t, (long)res.step, res.data_batches);
+    }
+    if (rc == DTRAIN_OK && j->save_after_load)
+        rc = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)dtrain_ptrainer_steps_done(t),
+                               dtrain_ptrainer_data_batches(t), world, pieces.save, pieces.nsave, 100, 0, &st,
+                               a->err, sizeof a->err);
+    for (int s = 0; rc == DTRAIN_OK && s < j->steps; s++) {
+        struct dtrain_pstep_result r;
+        rc = dtrain_ptrainer_step(t, &r, a->err, sizeof a->err);
+        a->loss[s] = r.base.loss;
+        long done = dtrain_ptrainer_steps_done(t);
+        if (rc == DTRAIN_OK && j->save_every > 0 && done % j->save_every == 0) {
+            int fail = bs->rank == j->fail_rank && done == j->fail_step;
+            char why[512];
+            int src = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)done, dtrain_ptrainer_data_batches(t),
+                                        world, pieces.save, pieces.nsave, j->cfg.ckpt_keep, fail, &st, why,
+                                        sizeof why);
+            a->save_rc[a->nsaves++] = src;
+            if (src != DTRAIN_OK && src != DTRAIN_ERR_SYSTEM) {
+                rc = src;
+                snprintf(a->err, sizeof a->err, "%s", why);
+            }
+        }
+    }
+    a->ok = rc == DTRAIN_OK;
+    dtrain_ft_pieces_free(&pieces);
+    dtrain_ptrainer_destroy(t);
+    dtrain_comm_destroy_all(&comms);
+    return rc == DTRAIN_OK ? 0 : 1;
+}
+
+/* Run job in layout (tp, pp, dp); rank 0's area into *a0; 0 when every
+ * rank ended well. */
+static int run(const struct job *j, int tp, int pp, int dp, struct area *a0, struct area *all)
+{
+    int world = tp * pp * dp, codes[LOCAL_BOOT_MAX_WORLD];
+    char err[512];
+    memset(all, 0, (size_t)world * sizeof *all);
+    int rc = local_boot_run(tp, pp, dp, rank_main, (void *)j, sizeof(struct area), all, codes, 120, err, sizeof err);
+    *a0 = all[0];
+    if (rc != 0) {
+        diag("(%d,%d,%d): %s", tp, pp, dp, err);
+        for (int r = 0; r < world; r++)
+            if (!all[r].ok)
+                diag("  rank %d (exit %d): %s", r, codes[r], all[r].err);
+    }
+    return rc;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static double rel(float a, float b)
+{
+    return fabs((double)a - b) / fabs((double)b);
+}
+
+int main(void)
+{
+    char top[256], err[512];
+    struct dtrain_train_config cfg;
+    if (harness_setup("sckpt", top, sizeof top, &cfg, err, sizeof err) != 0) {
+        printf("1..0 # SKIP %s\n", err);
+        return 0;
+    }
+    const size_t n = dtrain_gpt2_param_count(&cfg.model);
+    struct area a0, all[LOCAL_BOOT_MAX_WORLD];
+    struct job j;
+    memset(&j, 0, sizeof j);
+    j.cfg = cfg;
+    j.fail_rank = -1;
+
+    /* ---- A: (2,1,2) ZeRO-1, 4 steps, a checkpoint after each */
+    j.cfg.zero1 = 1;
+    j.cfg.ckpt_keep = 10;
+    j.steps = 4;
+    j.save_every = 1;
+    snprintf(j.save_dir, sizeof j.save_dir, "%s/a", top);
+    int rc = run(&j, 2, 1, 2, &a0, all);
+    ok(rc == 0, "(2,1,2) ZeRO-1 trains 4 steps and writes a checkpoint after each");
+    float loss_a[MAX_STEPS];
+    memcpy(loss_a, a0.loss, sizeof loss_a);
+    int saves_ok = a0.nsaves == 4;
+    for (int i = 0; i < a0.nsaves; i++)
+        saves_ok &= a0.save_rc[i] == DTRAIN_OK;
+    ok(saves_ok, "every save returned OK on rank 0 (%d saves)", a0.nsaves);
+    uint64_t steps[8];
+    int complete = dtrain_sckpt_list(j.save_dir, steps, 8, err, sizeof err);
+    ok(complete == 4 && steps[0] == 4 && steps[3] == 1, "the folder holds the complete checkpoints of steps 4..1");
+
+    /* the checkpoint of step 3 alone, for loading */
+    char a3[300];
+    snprintf(a3, sizeof a3, "%s/a3", top);
+    harness_sh("mkdir -p '%s' && cp -r '%s/a/step-00000003' '%s/'", a3, top, a3);
+    float *p_a, *m_a, *v_a;
+    struct dtrain_sckpt_resumed res;
+    rc = harness_read_whole(a3, &cfg, &p_a, &m_a, &v_a, &res, err, sizeof err);
+    ok(rc == DTRAIN_OK && res.found && res.step == 3 && res.data_batches == 3 && res.writer.dp == 2 &&
+       res.writer.zero1, "one process reads the whole step-3 checkpoint back (written by T=2 D=2 ZeRO-1)");
+
+    /* ---- B: load step 3 into other layouts, save it again, one more step */
+    static const struct { int tp, pp, dp, zero1; } layouts[] = {
+        {2, 1, 2, 1}, {1, 1, 1, 0}, {1, 2, 1, 1}, {2, 2, 2, 0}, {1, 1, 4, 1},
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        struct job b = j;
+        b.cfg.zero1 = layouts[k].zero1;
+        snprintf(b.load_dir, sizeof b.load_dir, "%s", a3);
+        snprintf(b.save_dir, sizeof b.save_dir, "%s/b%zu", top, k);
+        b.save_after_load = 1;
+        b.save_every = 0;
+        b.steps = 1;
+        int tp = layouts[k].tp, pp = layouts[k].pp, dp = layouts[k].dp;
+        rc = run(&b, tp, pp, dp, &a0, all);
+        ok(rc == 0 && a0.found && a0.resumed == 3, "(%d,%d,%d) ZeRO-1 %s: loads the (2,1,2) checkpoint of step 3, "
+           "saves it again, trains a step", tp, pp, dp, layouts[k].zero1 ? "on" : "off");
+        float *p_b = NULL, *m_b = NULL, *v_b = NULL;
+        struct dtrain_sckpt_resumed rb;
+        rc = harness_read_whole(b.save_dir, &cfg, &p_b, &m_b, &v_b, &rb, err, sizeof err);
+        ok(rc == DTRAIN_OK && rb.found && harness_same_bits(p_a, p_b, n) && harness_same_bits(m_a, m_b, n) &&
+           harness_same_bits(v_a, v_b, n), "(%d,%d,%d): its checkpoint holds the same bits: parameters, m and v",
+           tp, pp, dp);
+        if (k == 0)
+            ok(a0.loss[0] == loss_a[3], "(2,1,2) again: step 3's loss %.9g is the original run's bit for bit",
+               (double)a0.loss[0]);
+        else
+            ok(rel(a0.loss[0], loss_a[3]) <= LOSS_RTOL, "(%d,%d,%d): step 3's loss %.9g within %g of the original "
+               "%.9g (relative %.2e)", tp, pp, dp, (double)a0.loss[0], LOSS_RTOL, (double)loss_a[3],
+               rel(a0.loss[0], loss_a[3]));
+        free(p_b);
+        free(m_b);
+        free(v_b);
+    }
+
+    /* ---- another model or seed: refused, not skipped */
+    struct dtrain_train_config other = cfg;
+    other.seed++;
+    float *p_x, *m_x, *v_x;
+    rc = harness_read_whole(a3, &other, &p_x, &m_x, &v_x, &res, err, sizeof err);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "seed") != NULL, "a checkpoint of another seed is refused: %s", err);
+    free(p_x);
+    free(m_x);
+    free(v_x);
+    other = cfg;
+    other.model.num_layers = 3;
+    rc = harness_read_whole(a3, &other, &p_x, &m_x, &v_x, &res, err, sizeof err);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "L=2") != NULL, "a checkpoint of another model is refused: %s", err);
+    free(p_x);
+    free(m_x);
+    free(v_x);
+
+    /* ---- damage, newest first: each falls back to the one before */
+    char *a = j.save_dir;
+    static const struct { const char *what, *cmd; long expect; } damage[] = {
+        {"a flipped byte in step 4's shard 1", NULL, 3},
+        {"step 3's shard 2 missing", "rm '%s/step-00000003/shard-00002.bin'", 2},
+        {"a garbage manifest in step 2", "echo '{\"format\": ' >'%s/step-00000002/manifest.json'", 1},
+        {"step 1's shard 0 cut short", "truncate -s 1000 '%s/step-00000001/shard-00000.bin'", -1},
+    };
+    harness_sh("mkdir -p '%s/step-00000007.tmp' && touch '%s/step-00000007.tmp/shard-00000.bin'", a, a);
+    for (size_t k = 0; k < sizeof damage / sizeof damage[0]; k++) {
+        char cmd[1024], gone[600];
+        if (damage[k].cmd != NULL) {
+            snprintf(cmd, sizeof cmd, damage[k].cmd, a);
+            harness_sh("%s", cmd);
+        } else {
+            snprintf(cmd, sizeof cmd, "%s/step-00000004/shard-00001.bin", a);
+            dtrain_inject_corrupt_file(cmd, err, sizeof err);
+        }
+        float *p, *m, *v;
+        rc = harness_read_whole(a, &cfg, &p, &m, &v, &res, err, sizeof err);
+        long newest = damage[k].expect < 0 ? 1 : damage[k].expect + 1;
+        snprintf(gone, sizeof gone, "%s/step-%08ld.damaged", a, newest);
+        if (damage[k].expect > 0)
+            ok(rc == DTRAIN_OK && res.found && (long)res.step == damage[k].expect && res.damaged == 1 && exists(gone),
+               "%s: falls back to step %ld, the damaged one kept as step-%08ld.damaged", damage[k].what,
+               damage[k].expect, newest);
+        else
+            ok(rc == DTRAIN_OK && !res.found && res.damaged == 1 && exists(gone),
+               "%s: no good checkpoint left, nothing loaded", damage[k].what);
+        free(p);
+        free(m);
+        free(v);
+    }
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s/step-00000007.tmp", a);
+    ok(!exists(tmp), "the leftover of an interrupted save (step-00000007.tmp) is removed when resuming");
+
+    /* ---- a shard that cannot be written (injected ENOSPC on rank 1 at step 2) */
+    struct job f = j;
+    f.cfg.zero1 = 0;
+    f.steps = 2;
+    f.save_every = 1;
+    f.fail_rank = 1;
+    f.fail_step = 2;
+    snprintf(f.save_dir, sizeof f.save_dir, "%s/f", top);
+    rc = run(&f, 1, 1, 2, &a0, all);
+    ok(rc == 0 && all[0].nsaves == 2 && all[1].nsaves == 2 && all[0].save_rc[0] == DTRAIN_OK &&
+       all[1].save_rc[0] == DTRAIN_OK && all[0].save_rc[1] == DTRAIN_ERR_SYSTEM &&
+       all[1].save_rc[1] == DTRAIN_ERR_SYSTEM, "(1,1,2): rank 1's write fails at step 2: the save fails on both ranks");
+    complete = dtrain_sckpt_list(f.save_dir, steps, 8, err, sizeof err);
+    snprintf(tmp, sizeof tmp, "%s/step-00000002.tmp", f.save_dir);
+    ok(complete == 1 && steps[0] == 1 && !exists(tmp), "step 1's checkpoint stays the newest; no step-2 folder is left");
+
+    /* ---- keep the newest 2 */
+    struct job k = j;
+    k.cfg.zero1 = 1;
+    k.cfg.ckpt_keep = 2;
+    k.steps = 4;
+    k.save_every = 1;
+    snprintf(k.save_dir, sizeof k.save_dir, "%s/k", top);
+    rc = run(&k, 1, 1, 1, &a0, all);
+    complete = dtrain_sckpt_list(k.save_dir, steps, 8, err, sizeof err);
+    ok(rc == 0 && complete == 2 && steps[0] == 4 && steps[1] == 3, "--ckpt-keep 2: after 4 saves steps 4 and 3 remain");
+
+    free(p_a);
+    free(m_a);
+    free(v_a);
+    if (tap_state_.failed == 0)
+        harness_cleanup(top);
+    else
+        diag("files kept in %s", top);
+    return tap_done();
+}
