@@ -93,7 +93,6 @@ def plot(runs, restarts, png, title):
         label = "run %d (SLURM_RESTART_COUNT=%d): steps %d-%d" % (run, run, rows[0]["step"], rows[-1]["step"])
         ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], lw=1.0,
                 color=colours[i % len(colours)], label=label)
-    top = max(r["loss"] for rows in runs.values() for r in rows)
     for k, r in enumerate(restarts):
         first = k == 0  # one legend entry for each kind of mark
         ax.axvline(r["stopped"] + 1, color="tab:red", ls="--", lw=1.2,
@@ -106,13 +105,13 @@ def plot(runs, restarts, png, title):
             k + 1, r["stopped"] + 1, r["resumed"])
         if r["lost"] is not None:
             text += "\n(%.0f s lost)" % r["lost"]
-        ax.annotate(text, xy=(r["stopped"] + 1, top * 0.93), xytext=(8, 0), textcoords="offset points",
-                    fontsize=8, color="tab:red", va="top")
+        ax.annotate(text, xy=(r["stopped"] + 1, 0.62 - 0.2 * k), xycoords=("data", "axes fraction"),
+                    xytext=(6, 0), textcoords="offset points", fontsize=8, color="tab:red", va="top")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (mean over the step's batch)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(png)
 
