@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# bench/bench_fault.sh: the time from a fault to the first resumed training
+# step, phase by phase, on a real local Slurm (scripts/local-cluster: 2
+# slurmd on loopback, the dtrain plugin, RequeueExit=75).  A batch job of
+# 4 ranks (T=2 x D=2 over 2 nodes; L=4 C=256 NH=4, T=64, batch 8, ZeRO-1, a
+# checkpoint every 10 steps, communicator timeout 5 s) gets one fault at
+# step 25, is requeued and resumes from step 20.  Every process appends
+# its events to a timeline (DTRAIN_FAULT_LOG, wall clock); the phases:
+#   detection     the fault -> the first rank that reports it
+#   teardown      -> the srun step has ended (dtrain-launch --job-exit runs)
+#   requeue       -> the requeued batch script starts (RequeueExit, the
+#                    requeue delay = cred_expire, the scheduler's next pass)
+#   restart       -> the resume begins (srun, PMI2 bootstrap, communicators,
+#                    the trainer built); split as srun + launch and the rest
+#   load          -> the checkpoint is verified and loaded
+#   first step    -> the first resumed step is done
+# Faults: kill (rank 1 SIGKILLs itself) and hang (rank 3 stops: the
+# communicator timeout is the detection).  Medians of --runs runs.
+#
+#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang]
+#
+# DIR is a configured and built tree (default: $DTRAIN_BUILD, else build/
+# in the source tree).  Needs root, the Slurm daemons and python3.  The
+# cluster lives in a fresh folder under DIR and is stopped on exit.
+set -uo pipefail
+prog=bench_fault.sh
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang
+die() { echo "$prog: $1" >&2; exit "${2:-1}"; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) [ $# -ge 2 ] || die "--build needs a folder" 2; build=$2; shift 2 ;;
+    --runs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]?$ ]] || die "--runs needs a count from 1 to 99" 2; runs=$2; shift 2 ;;
+    --requeue-delay) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]{1,4}$ ]] && [ "$2" -ge 5 ] || die "--requeue-delay needs seconds, at least 5" 2
+      delay=$2; shift 2 ;;
+    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang)(,(kill|hang))*$ ]] || die "--faults takes kill, hang or kill,hang" 2
+      faults=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) die "unknown option '$1' (see $0 --help)" 2 ;;
+  esac
+done
+launch=$build/launcher/dtrain-launch plugin=$build/spank_plugin/.libs/dtrain.so
+[ -x "$launch" ] && [ -f "$plugin" ] || die "$launch or $plugin is not built: configure and make in $build first (or give --build DIR)" 2
+[ "$(id -u)" -eq 0 ] || die "needs root (slurmd launches the tasks as root)" 2
+command -v python3 >/dev/null 2>&1 || die "needs python3 (apt-get install python3)" 2
+
+dir=$(mktemp -d "$build/bench-fault.XXXXXX") || die "cannot make a folder in $build"
+stop() { "$top/scripts/local-cluster" stop --dir "$dir" >/dev/null 2>&1; rm -rf -- "$dir"; }
+trap stop EXIT
+printf 'SchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=2\n' >"$dir/extra.conf"
+"$top/scripts/local-cluster" start --dir "$dir" --nodes 2 --cpus-per-node 4 \
+  --topology-all "$top/tests/fixtures/topology/hgx-a100-4gpu.xml" --plugin "$plugin" --plugin-args "max_tp=8" \
+  --requeue-delay "$delay" --slurm-conf-extra "$dir/extra.conf" >"$dir/start.log" 2>&1 ||
+  { cat "$dir/start.log" >&2; die "the local cluster did not start"; }
+export SLURM_CONF=$dir/slurm.conf
+cat "$top"/doc/*.md >"$dir/corpus.txt"
+"$build/runtime/dtrain-tokenize" "$dir/corpus.txt" "$dir/tokens.bin" >/dev/null || die "dtrain-tokenize failed"
+
+# run NAME INJECT: one job, waited for; its timeline in NAME.events.
+run() {
+  local name=$1 inject=$2 id state i
+  {
+    echo '#!/bin/bash'
+    echo 'export OPENBLAS_NUM_THREADS=1'
+    printf 'export DTRAIN_FAULT_LOG=%q\n' "$dir/$name.events"
+    # the batch script's own event: when Slurm started it
+    echo 'printf "{\"t\": %s, \"event\": \"job_start\", \"rank\": -1, \"node\": \"%s\", \"step\": -1, \"restart\": %s, \"what\": \"\"}\n" "$(date +%s.%N)" "$SLURMD_NODENAME" "${SLURM_RESTART_COUNT:-0}" >>"$DTRAIN_FAULT_LOG"'
+    printf 'srun --mpi=pmi2 --ntasks-per-node=2 %q --data %q' "$launch" "$dir/tokens.bin"
+    printf ' --layers 4 --channels 256 --heads 4 --vocab-size 256 --max-seq-len 64 --seq 64 --batch 8 --steps 40'
+    printf ' --lr 1e-3 --threads 1 --log-every 0 --checkpoint-every 10 --comm-timeout 5 --zero1 1 --inject %q\n' "$inject"
+    printf 'exec %q --job-exit $?\n' "$launch"
+  } >"$dir/$name.sbatch"
+  id=$(sbatch --parsable -N2 --ntasks-per-node=2 --dtrain-tp=2 --dtrain-ckpt-dir="$dir/$name.ckpt" \
+    --open-mode=append -o "$dir/$name.out" "$dir/$name.sbatch") || die "sbatch failed"
+  for ((i = 0; i < 300; i++)); do
+    state=$(scontrol show job "$id" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
+    case $state in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL) break ;; esac
+    sleep 1
+  done
+  [ "$state" = COMPLETED ] || { tail -20 "$dir/$name.out" >&2; die "job $name ended $state"; }
+}
+
+IFS=, read -r -a kinds <<<"$faults"
+for ((r = 0; r < runs; r++)); do
+  for k in "${kinds[@]}"; do
+    case $k in
+      kill) run "kill.$r" "kill:rank=1:step=25" ;;
+      hang) run "hang.$r" "hang:rank=3:step=25" ;;
+    esac
+  done
+done
+
+python3 - "$dir" "$runs" "$faults" "$delay" <<'PY'
+import json, statistics, sys
+d, runs, faults, delay = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4]
+PHASES = [("detection", "inject", "detect"), ("teardown", "detect", "step_end"),
+          ("requeue + scheduling", "step_end", "job_start"), ("restart: srun + launch", "job_start", "launch"),
+          ("restart: bootstrap, comms, build", "launch", "load_begin"), ("checkpoint load", "load_begin", "load_end"),
+          ("first step", "load_end", "first_step")]
+
+def times(path):
+    ev = [json.loads(l) for l in open(path)]
+    def first(name, restart, rank=None):
+        t = [e["t"] for e in ev if e["event"] == name and e["restart"] == restart and (rank is None or e["rank"] == rank)]
+        if not t:
+            raise SystemExit(f"{path}: no {name} event in run {restart}")
+        return min(t)
+    return {"inject": first("inject", 0), "detect": first("detect", 0), "step_end": first("step_end", 0),
+            "job_start": first("job_start", 1), "launch": first("launch", 1), "load_begin": first("load_begin", 1, 0),
+            "load_end": first("load_end", 1, 0), "first_step": first("first_step", 1, 0)}
+
+print(f"fault to the first resumed step: 4 ranks (T=2 x D=2, 2 nodes), L=4 C=256, requeue delay {delay} s; "
+      f"median of {runs} runs (min..max), seconds")
+for f in faults:
+    rows = [times(f"{d}/{f}.{r}.events") for r in range(runs)]
+    print(f"  {f}:")
+    for name, a, b in PHASES + [("total", "inject", "first_step")]:
+        v = [t[b] - t[a] for t in rows]
+        print(f"    {name:34s} {statistics.median(v):7.2f}   ({min(v):.2f}..{max(v):.2f})")
+PY
