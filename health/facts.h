@@ -11,8 +11,10 @@
 #ifndef DTRAIN_HEALTH_FACTS_H
 #define DTRAIN_HEALTH_FACTS_H
 
+#include "dtrain_nvml.h"
+
 #define HEALTH_MAX_GPUS 64       /* = DTRAIN_TOPO_MAX_GPUS */
-#define HEALTH_MAX_NVLINKS 36    /* NVML_NVLINK_MAX_LINKS in nvml.h (API 13) */
+#define HEALTH_MAX_NVLINKS NVML_NVLINK_MAX_LINKS /* 36 in nvml.h (API 13) */
 #define HEALTH_MAX_PROCS 32      /* processes remembered per GPU (the count is exact) */
 #define HEALTH_MAX_XIDS 16       /* XID events remembered per GPU */
 #define HEALTH_MAX_IB_PORTS 64

@@ -1,7 +1,6 @@
 /* dtrain-health: read the GPUs' health through NVML; see nvml.h. */
 #include "nvml.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,39 +9,12 @@
 #include <unistd.h>
 
 #include "busid.h"
+#include "dtrain_nvml.h"
 #include "dtrain_parse.h"
-#include "nvml_abi.h"
-
-/* The functions, found with dlsym() under their NVML names. */
-struct nvml_api {
-    void *dl;
-    /* required */
-    nvmlReturn_t (*nvmlInit_v2)(void);
-    nvmlReturn_t (*nvmlShutdown)(void);
-    nvmlReturn_t (*nvmlDeviceGetCount_v2)(unsigned int *);
-    nvmlReturn_t (*nvmlDeviceGetHandleByIndex_v2)(unsigned int, nvmlDevice_t *);
-    nvmlReturn_t (*nvmlDeviceGetPciInfo_v3)(nvmlDevice_t, nvmlPciInfo_t *);
-    /* optional: a missing one counts as "not supported" */
-    const char *(*nvmlErrorString)(nvmlReturn_t);
-    nvmlReturn_t (*nvmlDeviceGetName)(nvmlDevice_t, char *, unsigned int);
-    nvmlReturn_t (*nvmlDeviceGetTotalEccErrors)(nvmlDevice_t, int, int, unsigned long long *);
-    nvmlReturn_t (*nvmlDeviceGetRemappedRows)(nvmlDevice_t, unsigned int *, unsigned int *,
-                                              unsigned int *, unsigned int *);
-    nvmlReturn_t (*nvmlDeviceGetRetiredPages)(nvmlDevice_t, int, unsigned int *, unsigned long long *);
-    nvmlReturn_t (*nvmlDeviceGetRetiredPagesPendingStatus)(nvmlDevice_t, int *);
-    nvmlReturn_t (*nvmlDeviceGetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
-    nvmlReturn_t (*nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
-    nvmlReturn_t (*nvmlDeviceGetNvLinkState)(nvmlDevice_t, unsigned int, int *);
-    nvmlReturn_t (*nvmlDeviceGetNvLinkErrorCounter)(nvmlDevice_t, unsigned int, int, unsigned long long *);
-    nvmlReturn_t (*nvmlEventSetCreate)(nvmlEventSet_t *);
-    nvmlReturn_t (*nvmlDeviceRegisterEvents)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
-    nvmlReturn_t (*nvmlEventSetWait_v2)(nvmlEventSet_t, nvmlEventData_t *, unsigned int);
-    nvmlReturn_t (*nvmlEventSetFree)(nvmlEventSet_t);
-};
 
 /* One gathering: the API, where to announce the stage, the GPU being read. */
 struct nvml_ctx {
-    struct nvml_api api;
+    struct dtrain_nvml api;
     struct health_stage *stage;
     struct health_nvml_facts *out;
     nvmlDevice_t handles[HEALTH_MAX_GPUS];
@@ -50,59 +22,7 @@ struct nvml_ctx {
 
 void health_nvml_library(const char *configured, char *out, size_t outlen)
 {
-    const char *env = getenv("DTRAIN_NVML_LIBRARY");
-    const char *lib = "libnvidia-ml.so.1";
-    if (configured && configured[0])
-        lib = configured;
-    else if (env && env[0])
-        lib = env;
-    dtrain_snprintf(out, outlen, "%s", lib);
-}
-
-static const char *nvml_error_name(const struct nvml_api *api, nvmlReturn_t rc)
-{
-    const char *s = api->nvmlErrorString ? api->nvmlErrorString(rc) : NULL;
-    return s ? s : "NVML error";
-}
-
-static int api_open(struct nvml_api *api, const char *library, char *err, size_t errlen)
-{
-    memset(api, 0, sizeof(*api));
-    api->dl = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-    if (!api->dl) {
-        const char *why = dlerror();
-        dtrain_snprintf(err, errlen, "cannot load NVML: %s", why ? why : library);
-        return -1;
-    }
-#define SYM(name) (*(void **)(&api->name) = dlsym(api->dl, #name))
-    SYM(nvmlInit_v2);
-    SYM(nvmlShutdown);
-    SYM(nvmlDeviceGetCount_v2);
-    SYM(nvmlDeviceGetHandleByIndex_v2);
-    SYM(nvmlDeviceGetPciInfo_v3);
-    SYM(nvmlErrorString);
-    SYM(nvmlDeviceGetName);
-    SYM(nvmlDeviceGetTotalEccErrors);
-    SYM(nvmlDeviceGetRemappedRows);
-    SYM(nvmlDeviceGetRetiredPages);
-    SYM(nvmlDeviceGetRetiredPagesPendingStatus);
-    SYM(nvmlDeviceGetMemoryInfo);
-    SYM(nvmlDeviceGetComputeRunningProcesses_v3);
-    SYM(nvmlDeviceGetNvLinkState);
-    SYM(nvmlDeviceGetNvLinkErrorCounter);
-    SYM(nvmlEventSetCreate);
-    SYM(nvmlDeviceRegisterEvents);
-    SYM(nvmlEventSetWait_v2);
-    SYM(nvmlEventSetFree);
-#undef SYM
-    if (!api->nvmlInit_v2 || !api->nvmlShutdown || !api->nvmlDeviceGetCount_v2 ||
-        !api->nvmlDeviceGetHandleByIndex_v2 || !api->nvmlDeviceGetPciInfo_v3) {
-        dtrain_snprintf(err, errlen, "%s lacks nvmlInit_v2 or another basic NVML function (driver too old?)", library);
-        dlclose(api->dl);
-        api->dl = NULL;
-        return -1;
-    }
-    return 0;
+    dtrain_snprintf(out, outlen, "%s", dtrain_nvml_library(configured));
 }
 
 /* Judge one call's return code: 1 when it answered.  "Not supported", a
@@ -120,7 +40,7 @@ static int nvml_answered(struct nvml_ctx *c, struct health_nvml_gpu *gpu, const 
         gpu->lost = 1;
     if (!gpu->error[0])
         dtrain_snprintf(gpu->error, sizeof(gpu->error), "%s: %s (NVML error %d)", fn,
-                        nvml_error_name(&c->api, rc), rc);
+                        dtrain_nvml_error_string(&c->api, rc), rc);
     return 0;
 }
 
@@ -276,7 +196,7 @@ static long long now_ms(void)
  * doc/health.md for what that means for a prolog. */
 static void read_xids(struct nvml_ctx *c, int wait_ms)
 {
-    struct nvml_api *api = &c->api;
+    struct dtrain_nvml *api = &c->api;
     nvmlEventSet_t set = NULL;
     if (!api->nvmlEventSetCreate || !api->nvmlDeviceRegisterEvents || !api->nvmlEventSetWait_v2)
         return;
@@ -329,13 +249,13 @@ void health_nvml_gather(const struct health_nvml_request *req, struct health_nvm
     c.out = out;
     dtrain_snprintf(out->library, sizeof(out->library), "%s", req->library);
     health_stage_set(stage, "dlopen(%s)", req->library);
-    if (api_open(&c.api, req->library, out->error, sizeof(out->error)) != 0)
+    if (dtrain_nvml_open(&c.api, req->library, out->error, sizeof(out->error)) != DTRAIN_NVML_OK)
         return;
     health_stage_set(stage, "nvmlInit_v2");
     rc = c.api.nvmlInit_v2();
     if (rc != NVML_SUCCESS) {
         dtrain_snprintf(out->error, sizeof(out->error), "nvmlInit_v2 failed: %s (NVML error %d; is the NVIDIA driver loaded?)",
-                        nvml_error_name(&c.api, rc), rc);
+                        dtrain_nvml_error_string(&c.api, rc), rc);
         goto close;
     }
     health_stage_set(stage, "nvmlDeviceGetCount_v2");
@@ -343,7 +263,7 @@ void health_nvml_gather(const struct health_nvml_request *req, struct health_nvm
     if (rc != NVML_SUCCESS || count > HEALTH_MAX_GPUS) {
         if (rc != NVML_SUCCESS)
             dtrain_snprintf(out->error, sizeof(out->error), "nvmlDeviceGetCount_v2 failed: %s (NVML error %d)",
-                            nvml_error_name(&c.api, rc), rc);
+                            dtrain_nvml_error_string(&c.api, rc), rc);
         else
             dtrain_snprintf(out->error, sizeof(out->error), "NVML reports %u GPUs, more than the %d supported",
                             count, HEALTH_MAX_GPUS);
@@ -387,7 +307,7 @@ shutdown:
     c.api.nvmlShutdown();
 close:
     health_stage_set(stage, "dlclose");
-    dlclose(c.api.dl);
+    dtrain_nvml_close(&c.api);
 }
 
 static void nvml_probe_child(const void *arg, void *out, struct health_stage *stage)

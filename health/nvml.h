@@ -1,11 +1,10 @@
 /* dtrain-health: the GPUs as NVML reports them.
  *
- * NVML is opened with dlopen(), so dtrain-health neither links against nor
- * needs the NVIDIA driver; the few functions used are declared in nvml.c
- * with NVML's ABI (nvml.h, API version 13).  The library is the config's
- * "nvml_library", else $DTRAIN_NVML_LIBRARY (the variable libdtrain-topo
- * honours too, so one fake library stands in for both in tests), else
- * libnvidia-ml.so.1.
+ * NVML is opened with dlopen() through common/dtrain_nvml.h, so
+ * dtrain-health neither links against nor needs the NVIDIA driver.  The
+ * library is the config's "nvml_library", else $DTRAIN_NVML_LIBRARY (the
+ * variable libdtrain-topo honours too, so one fake library stands in for
+ * both in tests), else libnvidia-ml.so.1.
  *
  * Every query runs in a bounded child (bounded.h): a hung NVML call cannot
  * hang the prolog; the answer then says which call on which GPU hung. */

@@ -60,9 +60,10 @@ void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
                        unsigned dev, unsigned func);
 
 /* NVML source (topo_nvml.c): read NVLink of the model's GPUs through the
- * NVML library `libpath` (NULL: $DTRAIN_NVML_LIBRARY, else
- * "libnvidia-ml.so.1") and, when it reports any NVLink, replace the model's
- * links with it (source DTRAIN_LINKS_NVML) and fill missing model/uuid.
+ * NVML library `libpath` (NULL or "": $DTRAIN_NVML_LIBRARY, else
+ * "libnvidia-ml.so.1", as dtrain_nvml_library() says) and, when it reports
+ * any NVLink, replace the model's links with it (source DTRAIN_LINKS_NVML)
+ * and fill missing model/uuid.
  * Returns 1 when NVLink was found and applied, 0 when NVML is absent or
  * reports none (not an error), -1 with err on a broken NVML.  Call before
  * topo_model_finish(). */

@@ -1,53 +1,22 @@
 /* libdtrain-topo: NVLink read directly from NVML on live nodes.
  *
- * The library is opened with dlopen() so that dtrain neither links against
- * nor requires the NVIDIA driver; the few functions used are declared here
- * with NVML's ABI.  DTRAIN_NVML_LIBRARY (from the process environment, i.e.
- * slurmd's for the plugin, never the job's) may name another library: the
- * tests use a fake NVML that stands in for the hardware.
+ * NVML is opened at run time through common/dtrain_nvml.h, so dtrain
+ * neither links against nor requires the NVIDIA driver.  DTRAIN_NVML_LIBRARY
+ * (from the process environment, i.e. slurmd's for the plugin, never the
+ * job's) may name another library: the tests use a fake NVML that stands in
+ * for the hardware.
  *
  * Per GPU, every active link's remote end is looked up: another GPU of the
  * model is a direct link; any other NVIDIA PCI device is an NVSwitch port;
  * anything else is a CPU (POWER NPU).  Bandwidth per link and direction
  * comes from the link's NVLink version (table below), and switched pairs get
  * min(S(a), S(b)) as in topo_hwloc.c. */
-#include <dlfcn.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "dtrain_nvml.h"
 #include "dtrain_parse.h"
 #include "topo_model.h"
-
-/* NVML ABI subset (nvml.h, stable since CUDA 11). */
-typedef int nvmlReturn_t;
-typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct {
-    char busIdLegacy[16];
-    unsigned int domain;
-    unsigned int bus;
-    unsigned int device;
-    unsigned int pciDeviceId; /* device id << 16 | vendor id */
-    unsigned int pciSubSystemId;
-    char busId[32];
-} nvmlPciInfo_t;
-#define NVML_SUCCESS 0
-#define NVML_FEATURE_ENABLED 1
-#define NVML_NVLINK_MAX_LINKS 18 /* NVML 12.x; Hopper has 18 */
-
-struct nvml_api {
-    void *handle;
-    nvmlReturn_t (*init)(void);
-    nvmlReturn_t (*shutdown)(void);
-    nvmlReturn_t (*count)(unsigned int *);
-    nvmlReturn_t (*by_index)(unsigned int, nvmlDevice_t *);
-    nvmlReturn_t (*pci_info)(nvmlDevice_t, nvmlPciInfo_t *);
-    nvmlReturn_t (*link_state)(nvmlDevice_t, unsigned int, int *);
-    nvmlReturn_t (*remote_pci)(nvmlDevice_t, unsigned int, nvmlPciInfo_t *);
-    nvmlReturn_t (*link_version)(nvmlDevice_t, unsigned int, unsigned int *); /* optional */
-    nvmlReturn_t (*name)(nvmlDevice_t, char *, unsigned int);
-    nvmlReturn_t (*uuid)(nvmlDevice_t, char *, unsigned int);
-};
 
 long long topo_nvlink_mbps_per_link(unsigned version)
 {
@@ -63,33 +32,6 @@ long long topo_nvlink_mbps_per_link(unsigned version)
     return 25000; /* 2..6, and 0 (unknown): the common case */
 }
 
-static int load_api(struct nvml_api *api, const char *libpath)
-{
-    memset(api, 0, sizeof(*api));
-    api->handle = dlopen(libpath, RTLD_NOW | RTLD_LOCAL);
-    if (!api->handle)
-        return 0;
-#define SYM(field, name) (*(void **)(&api->field) = dlsym(api->handle, name))
-    SYM(init, "nvmlInit_v2");
-    SYM(shutdown, "nvmlShutdown");
-    SYM(count, "nvmlDeviceGetCount_v2");
-    SYM(by_index, "nvmlDeviceGetHandleByIndex_v2");
-    SYM(pci_info, "nvmlDeviceGetPciInfo_v3");
-    SYM(link_state, "nvmlDeviceGetNvLinkState");
-    SYM(remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-    SYM(link_version, "nvmlDeviceGetNvLinkVersion");
-    SYM(name, "nvmlDeviceGetName");
-    SYM(uuid, "nvmlDeviceGetUUID");
-#undef SYM
-    if (!api->init || !api->shutdown || !api->count || !api->by_index || !api->pci_info ||
-        !api->link_state || !api->remote_pci || !api->name || !api->uuid) {
-        dlclose(api->handle);
-        api->handle = NULL;
-        return -1;
-    }
-    return 1;
-}
-
 static int find_gpu(const struct dtrain_topo *topo, const nvmlPciInfo_t *pci)
 {
     char busid[DTRAIN_TOPO_BUSID_LEN];
@@ -99,47 +41,48 @@ static int find_gpu(const struct dtrain_topo *topo, const nvmlPciInfo_t *pci)
 
 int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen)
 {
-    struct nvml_api api;
+    struct dtrain_nvml api;
     unsigned int count = 0;
     int found = 0;
     long long direct[DTRAIN_TOPO_MAX_GPUS][DTRAIN_TOPO_MAX_GPUS];
     long long to_switch[DTRAIN_TOPO_MAX_GPUS] = {0};
     int to_cpu = 0;
 
-    if (!libpath)
-        libpath = getenv("DTRAIN_NVML_LIBRARY");
-    if (!libpath || !libpath[0])
-        libpath = "libnvidia-ml.so.1";
-    int loaded = load_api(&api, libpath);
-    if (loaded == 0)
+    char why[256]; /* the loader's words; this source says its own */
+    libpath = dtrain_nvml_library(libpath);
+    int opened = dtrain_nvml_open(&api, libpath, why, sizeof(why));
+    if (opened == DTRAIN_NVML_ABSENT)
         return 0; /* no NVIDIA driver: not an error */
-    if (loaded < 0) {
+    if (opened != DTRAIN_NVML_OK || !api.nvmlDeviceGetNvLinkState || !api.nvmlDeviceGetNvLinkRemotePciInfo_v2 ||
+        !api.nvmlDeviceGetName || !api.nvmlDeviceGetUUID) {
+        dtrain_nvml_close(&api);
         dtrain_snprintf(err, errlen, "%s lacks NVML functions dtrain needs (driver too old?)", libpath);
         return -1;
     }
-    if (api.init() != NVML_SUCCESS) {
+    if (api.nvmlInit_v2() != NVML_SUCCESS) {
         /* Driver library present but no usable GPU driver: like no NVML. */
-        dlclose(api.handle);
+        dtrain_nvml_close(&api);
         return 0;
     }
     memset(direct, 0, sizeof(direct));
-    if (api.count(&count) != NVML_SUCCESS)
+    if (api.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
         count = 0;
     for (unsigned int i = 0; i < count; i++) {
         nvmlDevice_t dev;
         nvmlPciInfo_t pci;
-        if (api.by_index(i, &dev) != NVML_SUCCESS || api.pci_info(dev, &pci) != NVML_SUCCESS)
+        if (api.nvmlDeviceGetHandleByIndex_v2(i, &dev) != NVML_SUCCESS ||
+            api.nvmlDeviceGetPciInfo_v3(dev, &pci) != NVML_SUCCESS)
             continue;
         int g = find_gpu(topo, &pci);
         if (g < 0)
             continue; /* hidden from hwloc (cgroup): not ours to place */
         struct dtrain_gpu_info *info = &topo->gpus[g];
         char text[96];
-        if (!info->model[0] && api.name(dev, text, sizeof(text)) == NVML_SUCCESS) {
+        if (!info->model[0] && api.nvmlDeviceGetName(dev, text, sizeof(text)) == NVML_SUCCESS) {
             text[sizeof(text) - 1] = '\0';
             snprintf(info->model, sizeof(info->model), "%s", text);
         }
-        if (!info->uuid[0] && api.uuid(dev, text, sizeof(text)) == NVML_SUCCESS) {
+        if (!info->uuid[0] && api.nvmlDeviceGetUUID(dev, text, sizeof(text)) == NVML_SUCCESS) {
             size_t len = strnlen(text, sizeof(info->uuid) - 1);
             memcpy(info->uuid, text, len);
             info->uuid[len] = '\0';
@@ -148,11 +91,11 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
             int active = 0;
             nvmlPciInfo_t remote;
             unsigned int version = 0;
-            if (api.link_state(dev, link, &active) != NVML_SUCCESS || active != NVML_FEATURE_ENABLED)
+            if (api.nvmlDeviceGetNvLinkState(dev, link, &active) != NVML_SUCCESS || active != NVML_FEATURE_ENABLED)
                 continue;
-            if (api.remote_pci(dev, link, &remote) != NVML_SUCCESS)
+            if (api.nvmlDeviceGetNvLinkRemotePciInfo_v2(dev, link, &remote) != NVML_SUCCESS)
                 continue;
-            if (api.link_version && api.link_version(dev, link, &version) != NVML_SUCCESS)
+            if (api.nvmlDeviceGetNvLinkVersion && api.nvmlDeviceGetNvLinkVersion(dev, link, &version) != NVML_SUCCESS)
                 version = 0;
             long long mbps = topo_nvlink_mbps_per_link(version);
             int peer = find_gpu(topo, &remote);
@@ -164,8 +107,8 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
                 to_cpu = 1;
         }
     }
-    api.shutdown();
-    dlclose(api.handle);
+    api.nvmlShutdown();
+    dtrain_nvml_close(&api);
 
     int n = topo->ngpus;
     for (int a = 0; a < n && !found; a++)

@@ -27,7 +27,9 @@
  * nvlinks (number of links), nvlink_down ("3,5": inactive links),
  * nvlink_version, nvlink_replay, nvlink_recovery, nvlink_crc (per link),
  * nvlinkK.remote (bus id at the other end of link K; a bus id that is
- * not one of the GPUs is taken for an NVSwitch port).
+ * not one of the GPUs is taken for an NVSwitch port), nvlinkK.remote_vendor
+ * (PCI vendor id at that end, hex, default 0x10de NVIDIA; 0x1014 is the
+ * NVLink bridge of an IBM POWER CPU).
  *
  * Defaults: no GPU; each GPU "NVIDIA H100 80GB HBM3" at 0000:(0x10+N):00.0,
  * ECC and row remapping supported with zero counts, 80 GiB with 512 MiB
@@ -49,9 +51,9 @@
 #define FAKE_MAX_PROCS 64
 #define FAKE_MAX_XIDS 16
 
-#include "nvml_abi.h"
+#include "dtrain_nvml.h"
 
-/* One GPU: nvml_abi.h leaves the device handle's struct opaque; the fake
+/* One GPU: dtrain_nvml.h leaves the device handle's struct opaque; the fake
  * defines it. */
 struct nvmlDevice_st {
     char busid[32], name[96], uuid[80];
@@ -73,6 +75,7 @@ struct nvmlDevice_st {
     unsigned link_version;
     unsigned long long link_replay, link_recovery, link_crc;
     char link_remote[FAKE_MAX_LINKS][32];
+    unsigned link_remote_vendor[FAKE_MAX_LINKS]; /* 0: NVIDIA */
 };
 
 struct nvmlEventSet_st {
@@ -221,10 +224,13 @@ static int set_gpu_key(struct nvmlDevice_st *g, const char *key, const char *val
         }
         return 0;
     }
-    if (sscanf(key, "nvlink%d.%63s", &link, rest) == 2 && !strcmp(rest, "remote") && link >= 0 &&
-        link < FAKE_MAX_LINKS) {
-        snprintf(g->link_remote[link], sizeof(g->link_remote[link]), "%s", value);
-        return 0;
+    if (sscanf(key, "nvlink%d.%63s", &link, rest) == 2 && link >= 0 && link < FAKE_MAX_LINKS) {
+        if (!strcmp(rest, "remote")) {
+            snprintf(g->link_remote[link], sizeof(g->link_remote[link]), "%s", value);
+            return 0;
+        }
+        if (!strcmp(rest, "remote_vendor"))
+            return parse_uint(value, &g->link_remote_vendor[link]) || g->link_remote_vendor[link] > 0xffff ? -1 : 0;
     }
     return -1;
 }
@@ -321,13 +327,13 @@ static nvmlReturn_t device_call(const char *fn, nvmlDevice_t dev)
     return fake.fail[0] && strcmp(fake.fail, fn) == 0 ? fake.fail_rc : NVML_SUCCESS;
 }
 
-static void fill_pci(const struct nvmlDevice_st *g, nvmlPciInfo_t *pci)
+static void fill_pci(const struct nvmlDevice_st *g, unsigned vendor_id, nvmlPciInfo_t *pci)
 {
     memset(pci, 0, sizeof(*pci));
     pci->domain = g->domain;
     pci->bus = g->bus;
     pci->device = g->device;
-    pci->pciDeviceId = (g->device_id << 16) | 0x10de;
+    pci->pciDeviceId = (g->device_id << 16) | vendor_id;
     snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.0", g->domain, g->bus, g->device);
     snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.0", g->domain & 0xffff, g->bus, g->device);
 }
@@ -389,7 +395,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci)
 {
     nvmlReturn_t rc = device_call("nvmlDeviceGetPciInfo_v3", dev);
     if (rc == NVML_SUCCESS)
-        fill_pci(dev, pci);
+        fill_pci(dev, 0x10de, pci);
     return rc;
 }
 
@@ -561,7 +567,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsigned int 
     for (int i = 0; i < fake.count; i++)
         if (!strcmp(fake.gpus[i].busid, remote.busid))
             remote.device_id = fake.gpus[i].device_id;
-    fill_pci(&remote, pci);
+    fill_pci(&remote, dev->link_remote_vendor[link] ? dev->link_remote_vendor[link] : 0x10de, pci);
     return NVML_SUCCESS;
 }
 

@@ -2,6 +2,7 @@
  * ids, locality, links, islands); subsets; live loading through
  * HWLOC_XMLFILE; the NVML path against the fake NVML library. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,6 +181,82 @@ static void check_subset_and_lookup(void)
     dtrain_topo_free(t);
 }
 
+static const char *const g4dn_busids[8] = {"0000:18:00.0", "0000:19:00.0", "0000:35:00.0", "0000:36:00.0",
+                                            "0000:e7:00.0", "0000:e8:00.0", "0000:f4:00.0", "0000:f5:00.0"};
+
+/* A machine for the fake NVML library (tests/health/fake_nvml.c, a stand-in
+ * for libnvidia-ml.so.1), which answers from the file named by
+ * FAKE_NVML_CONFIG: the first ngpus g4dn GPUs, then NVLinks numbered per GPU
+ * in the order they are added. */
+#define FAKE_NVML_FILE "test_discovery-nvml.conf"
+struct fake_machine {
+    FILE *f;
+    int ngpus;
+    int nlinks[8];
+};
+
+static void fake_start(struct fake_machine *m, int ngpus, unsigned version)
+{
+    memset(m, 0, sizeof(*m));
+    m->ngpus = ngpus;
+    m->f = fopen(FAKE_NVML_FILE, "w");
+    if (!m->f) {
+        diag("cannot write %s: the NVML checks below will fail", FAKE_NVML_FILE);
+        return;
+    }
+    fprintf(m->f, "count = %d\nall.nvlink_version = %u\n", ngpus, version);
+    for (int g = 0; g < ngpus; g++)
+        fprintf(m->f, "gpu%d.busid = %s\n", g, g4dn_busids[g]);
+    setenv("FAKE_NVML_CONFIG", FAKE_NVML_FILE, 1);
+}
+
+/* One NVLink from GPU g to the PCI device at busid (vendor 0: NVIDIA). */
+static void fake_link(struct fake_machine *m, int g, const char *busid, unsigned vendor)
+{
+    if (!m->f)
+        return;
+    fprintf(m->f, "gpu%d.nvlink%d.remote = %s\n", g, m->nlinks[g], busid);
+    if (vendor)
+        fprintf(m->f, "gpu%d.nvlink%d.remote_vendor = 0x%x\n", g, m->nlinks[g], vendor);
+    m->nlinks[g]++;
+}
+
+/* n links between GPUs a and b. */
+static void fake_pair(struct fake_machine *m, int a, int b, int n)
+{
+    for (int i = 0; i < n; i++) {
+        fake_link(m, a, g4dn_busids[b], 0);
+        fake_link(m, b, g4dn_busids[a], 0);
+    }
+}
+
+/* n links from GPU g to the ports of four NVSwitches. */
+static void fake_switch(struct fake_machine *m, int g, int n)
+{
+    static const char *const ports[4] = {"0000:e0:00.0", "0000:e1:00.0", "0000:e2:00.0", "0000:e3:00.0"};
+    for (int i = 0; i < n; i++)
+        fake_link(m, g, ports[i % 4], 0);
+}
+
+/* One link from GPU g to the CPU (POWER: an IBM NVLink bridge). */
+static void fake_cpu(struct fake_machine *m, int g)
+{
+    fake_link(m, g, "0007:00:00.1", 0x1014);
+}
+
+/* Close the file; `extra` is one more line ("init = 9") or NULL. */
+static void fake_finish(struct fake_machine *m, const char *extra)
+{
+    if (!m->f)
+        return;
+    for (int g = 0; g < m->ngpus; g++)
+        fprintf(m->f, "gpu%d.nvlinks = %d\n", g, m->nlinks[g]);
+    if (extra)
+        fprintf(m->f, "%s\n", extra);
+    fclose(m->f);
+    m->f = NULL;
+}
+
 static void check_live(void)
 {
     char err[512];
@@ -204,9 +281,11 @@ static void check_live(void)
 
     /* ...and NVML, which describes the real machine, is never mixed in. */
     if (fake) {
+        struct fake_machine m;
+        fake_start(&m, 2, 2);
+        fake_pair(&m, 0, 1, 4);
+        fake_finish(&m, NULL);
         setenv("DTRAIN_NVML_LIBRARY", fake, 1);
-        setenv("FAKE_NVML_GPUS", "0000:18:00.0 0000:19:00.0", 1);
-        setenv("FAKE_NVML_LINKS", "0-1:4", 1);
         setenv("HWLOC_XMLFILE", fixture_path("g4dnmetal.xml"), 1);
         rc = dtrain_topo_load_live(&t, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_OK && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY &&
@@ -227,10 +306,7 @@ static void check_live(void)
     unsetenv("HWLOC_XMLFILE");
 }
 
-static const char *const g4dn_busids =
-    "0000:18:00.0 0000:19:00.0 0000:35:00.0 0000:36:00.0 0000:e7:00.0 0000:e8:00.0 0000:f4:00.0 0000:f5:00.0";
-
-/* Load g4dn (PCIe only) and apply the fake NVML described by the env. */
+/* Load g4dn (PCIe only) and apply the fake NVML described by its file. */
 static int apply_fake(const char *fake, dtrain_topo **out, char *err, size_t errlen)
 {
     dtrain_topo *t = load_fixture("g4dnmetal.xml");
@@ -247,14 +323,16 @@ static void check_nvml(void)
     const char *fake = getenv("DTRAIN_FAKE_NVML");
     char err[512] = "";
     dtrain_topo *t = NULL;
+    struct fake_machine m;
     if (!fake) {
-        for (int i = 0; i < 9; i++)
+        for (int i = 0; i < 10; i++)
             skip("DTRAIN_FAKE_NVML not set: fake NVML library not built");
         return;
     }
-    setenv("FAKE_NVML_GPUS", g4dn_busids, 1);
-    setenv("FAKE_NVML_LINKS", "0-1:2 2-3:1", 1);
-    setenv("FAKE_NVML_VERSION", "2", 1);
+    fake_start(&m, 8, 2);
+    fake_pair(&m, 0, 1, 2);
+    fake_pair(&m, 2, 3, 1);
+    fake_finish(&m, NULL);
     int rc = apply_fake(fake, &t, err, sizeof(err));
     ok(rc == 1 && dtrain_topo_link_source(t) == DTRAIN_LINKS_NVML, "NVML: NVLink found and used (rc %d)", rc);
     ok(bw_is(t, 0, 1, 50) && bw_is(t, 2, 3, 25) && bw_is(t, 1, 2, 0),
@@ -263,26 +341,36 @@ static void check_nvml(void)
     ok(strcmp(dtrain_topo_gpu(t, 0)->model, "Tesla T4") == 0, "NVML: hwloc's model name is kept");
     dtrain_topo_free(t);
 
-    setenv("FAKE_NVML_LINKS", "", 1);
-    setenv("FAKE_NVML_SWITCH", "0:12 1:12 2:12 3:6", 1);
-    setenv("FAKE_NVML_CPU", "4 5", 1);
-    setenv("FAKE_NVML_VERSION", "1", 1);
+    fake_start(&m, 8, 1);
+    fake_switch(&m, 0, 12);
+    fake_switch(&m, 1, 12);
+    fake_switch(&m, 2, 12);
+    fake_switch(&m, 3, 6);
+    fake_cpu(&m, 4);
+    fake_cpu(&m, 5);
+    fake_finish(&m, NULL);
     rc = apply_fake(fake, &t, err, sizeof(err));
     ok(rc == 1 && bw_is(t, 0, 1, 240) && bw_is(t, 0, 3, 120) && bw_is(t, 4, 5, 0) && t->via_switch,
        "NVML: through NVSwitch a-b gets min(S(a), S(b)) (NVLink 1: 20 GB/s per link); CPU links join nothing");
     ok(dtrain_topo_island_count(t) == 5, "NVML: switched GPUs form one island (got %d islands)",
        dtrain_topo_island_count(t));
     dtrain_topo_free(t);
-    unsetenv("FAKE_NVML_SWITCH");
-    unsetenv("FAKE_NVML_CPU");
 
-    setenv("FAKE_NVML_LINKS", "0-1:2", 1);
-    setenv("FAKE_NVML_INIT", "fail", 1);
+    /* NVML numbers up to NVML_NVLINK_MAX_LINKS (36) links per GPU. */
+    fake_start(&m, 8, 2);
+    fake_pair(&m, 0, 1, 20);
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 1 && bw_is(t, 0, 1, 500), "NVML: links past the 18th are counted (20 links = 500 GB/s)");
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 2);
+    fake_pair(&m, 0, 1, 2);
+    fake_finish(&m, "init = 9");
     rc = apply_fake(fake, &t, err, sizeof(err));
     ok(rc == 0 && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY,
        "NVML whose init fails (no driver) is like no NVML");
     dtrain_topo_free(t);
-    unsetenv("FAKE_NVML_INIT");
 
     rc = apply_fake("/nonexistent/libnvidia-ml.so.1", &t, err, sizeof(err));
     ok(rc == 0 && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY, "no NVML library: not an error");
@@ -291,8 +379,8 @@ static void check_nvml(void)
     rc = apply_fake("libm.so.6", &t, err, sizeof(err));
     ok(rc == -1 && strstr(err, "NVML") != NULL, "a library without the NVML functions is an error: %s", err);
     dtrain_topo_free(t);
-    unsetenv("FAKE_NVML_GPUS");
-    unsetenv("FAKE_NVML_LINKS");
+    unsetenv("FAKE_NVML_CONFIG");
+    remove(FAKE_NVML_FILE);
 }
 
 static void check_nvlink_table(void)
