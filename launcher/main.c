@@ -76,7 +76,7 @@ static void usage(FILE *out)
             "  -h, --help            this text\n"
             "  -V, --version         the version\n"
             "With --print or --json and neither PROGRAM nor CONFIG, it stops after printing.\n"
-            "Exit: 0 done, 1 internal error, 2 bad input, 3 shape refused, 75 PMI2 exchange failed (requeue).\n"
+            "Exit: 0 done, 1 internal error (or restarts spent), 2 bad input, 3 shape refused, 75 a fault: requeue.\n"
             "See dtrain-launch(1).\n",
             DEFAULT_TIMEOUT_S);
 }
