@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_parallel.h"
 #include "dtrain_parse.h"
 #include "dtrain_shard_ckpt.h"
 #include "local_boot.h"
@@ -182,18 +183,6 @@ out:
     return rc;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static int parse_opt(const char *name, const char *text, long min, long max, long *out)
 {
     char err[256];
@@ -284,8 +273,8 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    double mw = median(w, (int)repeat), mr = median(r, (int)repeat), mpw = median(pw, (int)repeat),
-           mpr = median(pr, (int)repeat), gb = 1e-9 * (double)bytes;
+    double mw = bench_median(w, (int)repeat), mr = bench_median(r, (int)repeat), mpw = bench_median(pw, (int)repeat),
+           mpr = bench_median(pr, (int)repeat), gb = 1e-9 * (double)bytes;
     printf("  %.3f GB in %ld shard files (parameters, m and v: 12 bytes per parameter)\n", gb, ranks);
     printf("  write  sharded checkpoint   %7.3f s  %6.2f GB/s   (slowest rank: checksums, fsync, gather, manifest, rename)\n",
            mw, gb / mw);

@@ -23,7 +23,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -52,10 +52,10 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         r->last_loss = x.base.loss;
     }
     if (rc == DTRAIN_OK) {
-        r->step_ms = median(step, j->steps);
-        r->compute_ms = median(compute, j->steps);
-        r->wait_ms = median(wait, j->steps);
-        r->exposed_ms = median(exposed, j->steps);
+        r->step_ms = bench_median(step, j->steps);
+        r->compute_ms = bench_median(compute, j->steps);
+        r->wait_ms = bench_median(wait, j->steps);
+        r->exposed_ms = bench_median(exposed, j->steps);
         r->ok = 1;
     }
     dtrain_ptrainer_destroy(t);
