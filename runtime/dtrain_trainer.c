@@ -123,6 +123,13 @@ int dtrain_trainer_create(const struct dtrain_train_config *c, struct dtrain_tra
         rc = DTRAIN_ERR_INPUT;
         goto fail;
     }
+    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0') {
+        snprintf(err, errlen, "%s is for the parallel trainer's sharded checkpoints and faults: run `srun --mpi=pmi2 "
+                 "dtrain-launch ...` (dtrain-train writes one checkpoint file: --checkpoint, --checkpoint-every)",
+                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : "fault.inject");
+        rc = DTRAIN_ERR_INPUT;
+        goto fail;
+    }
     struct dtrain_kernels_options kopt = {.threads = c->threads, .precision = c->precision};
     if (dtrain_kernels_create(c->backend, &kopt, &t->k, err, errlen) != 0) {
         rc = DTRAIN_ERR_SYSTEM;

@@ -45,4 +45,11 @@ check "--slurm-requeue outside a job: says it cannot, still exits 75 for Requeue
   job_exit 75 "cannot ask Slurm to requeue: SLURM_JOB_ID is not set" "$launch" --job-exit 75 --slurm-requeue
 check "the step_end event goes to DTRAIN_FAULT_LOG" \
   eval 'DTRAIN_FAULT_LOG="$tmp/events" "$launch" --job-exit 75 2>/dev/null; grep -q "\"event\": \"step_end\", \"rank\": -1.*\"what\": \"exit 75\"" "$tmp/events"'
+train=$abs_top_builddir/runtime/dtrain-train
+printf 'hello world\n' >"$tmp/t.txt"
+"$abs_top_builddir/runtime/dtrain-tokenize" "$tmp/t.txt" "$tmp/t.bin" >/dev/null 2>&1
+check "dtrain-train refuses --ckpt-dir (sharded checkpoints are dtrain-launch's): exit 2" \
+  job_exit 2 "fault.ckpt_dir is for the parallel trainer" "$train" --data "$tmp/t.bin" --ckpt-dir "$tmp/ck"
+check "dtrain-train refuses --inject: exit 2" \
+  job_exit 2 "fault.inject is for the parallel trainer" "$train" --data "$tmp/t.bin" --inject kill:rank=0:step=1
 done_testing

@@ -9,6 +9,7 @@
 # submitted with sbatch --dtrain-tp=2 --dtrain-ckpt-dir=DIR, training a
 # tiny model (L=2 C=32 NH=4, T=16, batch 8, 24 steps, ZeRO-1, a checkpoint
 # every 4 steps, communicator timeout 5 s) as T=2 x D=2 over 2 nodes.
+#  - a malformed --inject spec: exit 2 from every rank;
 #  - the reference: no fault;
 #  - rank 1 killed (SIGKILL) at step 10;
 #  - rank 3 (node2) hung at step 10: detected within the timeout + 10 s;
@@ -91,6 +92,13 @@ ended() {
 has() { grep -q -e "$2" "$d/$1.out"; }
 # event_time NAME EVENT: the wall clock of NAME's first EVENT in its timeline.
 event_time() { sed -n "s/^{\"t\": \([0-9.]*\), \"event\": \"$2\".*/\1/p" "$d/$1.events" 2>/dev/null | head -n 1; }
+
+# ---- a malformed injection spec: refused by every rank before training, exit 2
+in_cluster "$d" timeout 60 srun -N1 -n2 --mpi=pmi2 "$launch" "${trainer[@]}" --inject "kill:rank=1" \
+  >"$d/spec.out" 2>"$d/spec.err"
+rc=$?
+check "a malformed --inject: exit 2, both ranks say what is wrong (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c "fault injection 'kill:rank=1': kill needs step=S" "$d/spec.err")" -eq 2 ]
 
 start=$(date +%s)
 # ---- the reference and four faults, submitted together (Slurm runs what fits)
