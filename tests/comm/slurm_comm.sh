@@ -17,10 +17,7 @@ probe=$abs_builddir/comm_probe
 [ -x "$probe" ] || skip_all "comm_probe is not built (make check builds it)"
 
 new_cluster_dir comm; d=$LC_NEW
-out=$(lc start --dir "$d" 2>&1)
-rc=$?
-check "a 2-node local cluster starts" [ "$rc" -eq 0 ]
-[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+check_cluster_start "a 2-node local cluster starts" "$d"
 
 # run NAME ENV...: the probe on 8 tasks, 4 per node; output in $d/NAME.*
 run() {

@@ -83,23 +83,14 @@ matches() { [[ $1 =~ $2 ]]; }     # matches TEXT REGEX (check needs a command)
 node_state() { in_cluster "$d" sinfo -h -N -n "$1" -o %t 2>/dev/null | head -n 1; }
 node_reason() { in_cluster "$d" scontrol show node "$1" 2>/dev/null | sed -n 's/^ *Reason=//p'; }
 
+node_state_is() { [[ $(node_state "$1") =~ $2 ]]; }   # node_state_is NODE REGEX
 # wait_node_state NODE REGEX SECONDS
-wait_node_state() {
-    local i
-    for ((i = 0; i < $3 * 2; i++)); do
-        [[ $(node_state "$1") =~ $2 ]] && return 0
-        sleep 0.5
-    done
-    return 1
-}
+wait_node_state() { wait_for "$3" node_state_is "$1" "$2"; }
 
 # start_cluster NODES: a fresh cluster with the hooks.
 start_cluster() {
-    local out rc
-    out=$(lc start --dir "$d" --nodes "$1" --slurm-conf-extra "$d/hooks.conf" --requeue-delay 5 2>&1)
-    rc=$?
-    check "a $1-node cluster with dtrain-prolog and dtrain-epilog starts" [ "$rc" -eq 0 ]
-    [ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+    check_cluster_start "a $1-node cluster with dtrain-prolog and dtrain-epilog starts" "$d" \
+        --nodes "$1" --slurm-conf-extra "$d/hooks.conf" --requeue-delay 5
 }
 
 # submit NAME [SBATCH-OPTION...]: an exclusive 1-node batch job that says

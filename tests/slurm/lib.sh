@@ -3,8 +3,14 @@
 #   need_cluster_tools    skip_all unless root with the Slurm daemons installed
 #   new_cluster_dir NAME  sets LC_NEW to a fresh folder under the build
 #                         folder, stopped (and removed when all passed) at exit
+#   check_cluster_start DESC DIR LC-START-ARGS...
+#                         one test point: local-cluster start --dir DIR ARGS;
+#                         when it fails, its output as comments and the test
+#                         ends there (done_testing)
 #   in_cluster DIR CMD... run a Slurm client command against DIR's cluster
 #   dir_processes DIR     PIDs of processes that belong to DIR's cluster
+#   wait_for S CMD...     run CMD once a second until it succeeds (status 0),
+#                         S seconds at most (status 1)
 #   wait_job DIR JOBID S  wait until the job is finished (S seconds at most)
 #   job_field DIR JOBID F one field of `scontrol show job` (e.g. JobState)
 # DTRAIN_TEST_CLUSTERS=0 in the environment skips every test that starts a
@@ -44,6 +50,15 @@ new_cluster_dir() {
   LC_DIRS+=("$LC_NEW")
 }
 
+check_cluster_start() {
+  local desc=$1 dir=$2 out rc
+  shift 2
+  out=$(lc start --dir "$dir" "$@" 2>&1)
+  rc=$?
+  check "$desc" [ "$rc" -eq 0 ]
+  [ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+}
+
 in_cluster() {
   local d=$1
   shift
@@ -68,17 +83,25 @@ job_field() {
   in_cluster "$1" scontrol show job "$2" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$3=//p" | head -n 1
 }
 
-wait_job() {
-  local d=$1 id=$2 bound=$3 i state
+wait_for() {
+  local bound=$1 i
+  shift
   for ((i = 0; i < bound; i++)); do
-    state=$(job_field "$d" "$id" JobState)
-    case $state in
-      COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE) return 0 ;;
-    esac
+    "$@" && return 0
     sleep 1
   done
   return 1
 }
+
+# job_finished DIR JOBID: the job is in a final state.
+job_finished() {
+  case $(job_field "$1" "$2" JobState) in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE) return 0 ;;
+  esac
+  return 1
+}
+
+wait_job() { wait_for "$3" job_finished "$1" "$2"; }
 
 # slurmd_pid DIR NODE: the PID of DIR's slurmd for NODE.
 slurmd_pid() { tr -dc '0-9' <"$1/pids/slurmd-$2.pid" 2>/dev/null; }

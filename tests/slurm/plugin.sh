@@ -11,10 +11,8 @@ probe=$abs_builddir/.libs/spank_probe.so
 [ -f "$probe" ] || skip_all "spank_probe.so was not built (make check builds it)"
 topo=$fixtures/power8gpudistances.xml
 new_cluster_dir plugin-with-a-folder-name-long-enough-to-move-the-sockets; d=$LC_NEW
-out=$(lc start --dir "$d" --plugin "$probe" --plugin-args "alpha=1 beta=two" --topology-all "$topo" 2>&1)
-rc=$?
-check "start with --plugin exits 0" [ "$rc" -eq 0 ]
-[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+check_cluster_start "start with --plugin exits 0" "$d" --plugin "$probe" --plugin-args "alpha=1 beta=two" \
+  --topology-all "$topo"
 
 check "plugstack.conf has the line 'required PATH ARGS'" grep -qxF "required $probe alpha=1 beta=two" "$d/plugstack.conf"
 socket=$(sed -n 's/^AuthInfo=socket=\([^,]*\).*/\1/p' "$d/slurm.conf")
@@ -31,7 +29,7 @@ node2|alpha=1 beta=two|$topo" ] || printf '%s\n' "$out" | sed 's/^/# /'
 # The tasks carry "$d/step" in their command line so the check can find them.
 id=$(in_cluster "$d" sbatch --parsable -N2 -o /dev/null --wrap "srun sh -c 'sleep 300; :' $d/step" 2>/dev/null)
 running() { [ "$(job_field "$d" "$id" JobState)" = RUNNING ] && pgrep -f "$d/step" >/dev/null; }
-for ((i = 0; i < 60; i++)); do running && break; sleep 1; done
+wait_for 60 running
 check "a 2-node job step runs" running
 check "stop exits 0 with the step running" lc stop --dir "$d"
 left=$(dir_processes "$d" | tr '\n' ' ')

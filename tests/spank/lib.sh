@@ -1,6 +1,6 @@
 # Helpers for the plugin's integration tests; source after tests/tap.sh.
-# Builds on tests/slurm/lib.sh (lc, new_cluster_dir, in_cluster, job_field,
-# wait_job, slurmd_pid: clusters are stopped at exit).
+# Builds on tests/slurm/lib.sh (lc, new_cluster_dir, check_cluster_start,
+# in_cluster, job_field, wait_job, slurmd_pid: clusters are stopped at exit).
 #   need_plugin              skip_all unless dtrain.so can be loaded into slurmstepd
 #   start_plugin_cluster DIR LC-START-ARGS...
 #                            start a cluster in DIR (from new_cluster_dir) whose
@@ -24,16 +24,9 @@ need_plugin() {
 }
 
 start_plugin_cluster() {
-  local out
   D=$1
   shift
-  out=$(lc start --dir "$D" --plugin "$plugin" "$@" 2>&1)
-  if [ $? -ne 0 ]; then
-    fail "local-cluster start $*"
-    printf '%s\n' "$out" | sed 's/^/# /'
-    done_testing
-  fi
-  pass "a local cluster with dtrain.so in its plugstack.conf is up ($*)"
+  check_cluster_start "a local cluster with dtrain.so in its plugstack.conf is up ($*)" "$D" --plugin "$plugin" "$@"
 }
 
 set_plugin_args() {

@@ -83,15 +83,8 @@ check "srun --dtrain-tp=2 -N2 (1 task per node): refused before any task starts 
   eval '[ "$RC" -ne 0 ] && head -n 1 "$err" | grep -q "^dtrain: T=2 is larger than the 1 tasks per node" && [ ! -s "$out" ]'
 diag_file "$err"
 # squeue may still list it as COMPLETING for a moment after srun returned.
-job_gone() {
-  local i
-  for ((i = 0; i < 30; i++)); do
-    [ -z "$(in_cluster "$D" squeue -h -n late)" ] && return 0
-    sleep 1
-  done
-  return 1
-}
-check "... and its job is gone (within 30 s)" job_gone
+job_gone() { [ -z "$(in_cluster "$D" squeue -h -n late)" ]; }
+check "... and its job is gone (within 30 s)" wait_for 30 job_gone
 
 # ---- refused in slurmstepd: what only the node knows
 run_client "$out" "$err" srun -N1 -n16 --dtrain-tp=2 true
