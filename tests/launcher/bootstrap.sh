@@ -35,10 +35,7 @@ verified() {
 show_err() { [ "$rc" -eq 0 ] || cat "$@" 2>/dev/null | grep -v '^{' | sed 's/^/# /' | head -20; }
 
 new_cluster_dir launcher; d=$LC_NEW
-out=$(lc start --dir "$d" 2>&1)
-rc=$?
-check "a 2-node cluster without the dtrain plugin starts" [ "$rc" -eq 0 ]
-[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+check_cluster_start "a 2-node cluster without the dtrain plugin starts" "$d"
 
 # ---- the launcher plans: 16 tasks, T=4 P=2
 # srun cuts output lines longer than 1 KiB: one output file per task.
