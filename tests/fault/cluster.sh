@@ -22,7 +22,8 @@
 #    alone as T=2 x D=1 from the D=2 checkpoint;
 #  - --dtrain-max-restarts=1 and a rank killed in every run: the job ends
 #    FAILED with the reason.
-# Each job must end COMPLETED (but the last) after one requeue, with every
+# Each job must end COMPLETED (but the last) after one requeue (the node
+# failure: one or more), with every
 # step's loss equal to the reference's bit for bit (the node failure: the
 # steps before the resume bit for bit, the others within doc/parallel.md's
 # 1e-5, D having changed).
@@ -80,11 +81,16 @@ submit() {
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
 # same_losses NAME: NAME's every step's loss is the reference's, as printed (%.9g: the float's bits).
 same_losses() { [ "$(losses "$d/$1.jsonl" | wc -l)" -eq "$steps" ] && [ "$(losses "$d/$1.jsonl")" = "$(losses "$d/base.jsonl")" ]; }
-# ended NAME ID STATE RESTARTS: the job ended in STATE after RESTARTS restarts.
+# ended NAME ID STATE RESTARTS: the job ended in STATE after RESTARTS
+# restarts ("1+": one or more).
 ended() {
   local state restarts
   state=$(job_field "$d" "$2" JobState) restarts=$(job_field "$d" "$2" Restarts)
-  [ "$state" = "$3" ] && [ "$restarts" = "$4" ] && return 0
+  if [ "$4" = 1+ ]; then
+    [ "$state" = "$3" ] && [ "${restarts:-0}" -ge 1 ] 2>/dev/null && return 0
+  else
+    [ "$state" = "$3" ] && [ "$restarts" = "$4" ] && return 0
+  fi
   diag "$1: job $2 is $state after $restarts restarts (want $3 after $4); its output:"
   sed 's/^/#   /' "$d/$1.out" "$d/$1.err" 2>/dev/null | tail -25
   return 1
@@ -188,9 +194,12 @@ check "node failure: the job runs on both nodes and has written the checkpoint o
   eval '[ -f "$d/node.ckpt/step-00000004/manifest.json" ] && has node "job: start, restart 0, on node\[1-2\]"'
 kill_node node2
 wait_job "$d" "$node" 180 || diag "node: job $node did not end within 180 s"
-check "node failure: COMPLETED after 1 restart (Slurm requeued it: the node failed)" ended node "$node" COMPLETED 1
+# Slurm requeues it once it has set node2 DOWN (SlurmdTimeout); were the
+# batch script's own exit 75 first, a second requeue could follow a start
+# on the dead node: one restart or more, ending on node1.
+check "node failure: COMPLETED after a restart (Slurm requeued it: the node failed)" ended node "$node" COMPLETED 1+
 check "node failure: the requeued run has node1 alone, node2 is down and not used" \
-  eval '[ "$(job_field "$d" "$node" NodeList)" = node1 ] && has node "job: start, restart 1, on node1\$" &&
+  eval '[ "$(job_field "$d" "$node" NodeList)" = node1 ] && has node "job: start, restart [1-9][0-9]*, on node1\$" &&
         in_cluster "$d" sinfo -h -n node2 -o %t | grep -q "^down"'
 check "node failure: it trains as T=2 P=1 D=1 from the D=2 checkpoint (ZeRO-1 state resharded)" \
   eval 'has node "layout T=2 P=1 D=1 (2 ranks)" && has node "resumed from $d/node.ckpt/step-[0-9]* (written by T=2 P=1 D=2, ZeRO-1 on)"'
