@@ -23,10 +23,9 @@
 #  - --dtrain-max-restarts=1 and a rank killed in every run: the job ends
 #    FAILED with the reason.
 # Each job must end COMPLETED (but the last) after one requeue (the node
-# failure: one or more), with every
-# step's loss equal to the reference's bit for bit (the node failure: the
-# steps before the resume bit for bit, the others within doc/parallel.md's
-# 1e-5, D having changed).
+# failure: one or more), with every step's loss equal to the reference's
+# bit for bit (the node failure: the steps before the resume bit for bit,
+# the others within doc/parallel.md's 1e-5, D having changed).
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
 need_cluster_tools
