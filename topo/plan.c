@@ -298,8 +298,7 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
             }
             if (K > DTRAIN_TOPO_MAX_GPUS || topo->ngpus < K) {
                 rc = refuse(err, errlen,
-                            "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less, "
-                            "or --dtrain-cpu-only",
+                            "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less",
                             node, topo->ngpus, K, topo->ngpus);
                 goto fail;
             }

@@ -327,8 +327,7 @@ int plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups
     *crossed = 0;
     if (topo->ngpus < K) {
         dtrain_snprintf(err, errlen,
-                        "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less, "
-                        "or --dtrain-cpu-only",
+                        "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less",
                         node_index, topo->ngpus, K, topo->ngpus);
         return DTRAIN_TOPO_ERR_REFUSED;
     }
