@@ -325,16 +325,21 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
     if (term == 0 && usr1 == 0)
         return DTRAIN_OK;
     long step = dtrain_ptrainer_steps_done(f->t);
-    int bits = (term ? DTRAIN_SIGNAL_TERM : 0) | (usr1 ? DTRAIN_SIGNAL_USR1 : 0);
+    int bits = (term ? DTRAIN_SIGNAL_TERM : 0) | (usr1 ? DTRAIN_SIGNAL_USR1 : 0), rc;
     char saved[DTRAIN_PATH_MAX + 64] = "no checkpoint folder: nothing saved";
     dtrain_fault_event(f->fault, "signal", step, dtrain_signals_name(bits));
+    /* the ranks leave together: nobody's links close while another is still
+     * in the checkpoint's collectives (as at the end of dtrain_ft_run) */
+    dtrain_watchdog_pause(f->wd);
     if (f->dir != NULL) {
-        int rc = f->last_ckpt == step ? DTRAIN_OK : save_checkpoint(f, err, errlen);
+        rc = f->last_ckpt == step ? DTRAIN_OK : save_checkpoint(f, err, errlen);
         if (rc == DTRAIN_ERR_FAULT)
             return rc;
         snprintf(saved, sizeof saved, rc == DTRAIN_OK ? "checkpoint of step %ld written" :
                  "the checkpoint of step %ld failed (the run resumes from the one before)", step);
     }
+    if ((rc = barrier(f, "stopping", err, errlen)) != DTRAIN_OK)
+        return rc;
     snprintf(err, errlen, "stopping on %s (received by %ld rank%s): %s", dtrain_signals_name(bits),
              term + usr1, term + usr1 == 1 ? "" : "s", saved);
     return DTRAIN_ERR_FAULT;
@@ -466,10 +471,14 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     }
     if ((rc = train(&f, err, errlen)) != DTRAIN_OK)
         goto out;
-    /* the rest ends with ranks leaving one by one: not a fault */
+    /* Ranks that finish first close their links, which a peer's watchdog
+     * would take for a fault.  Each rank stops its watchdog before a last
+     * barrier: no rank leaves the barrier before every rank has entered it,
+     * so every watchdog is off before any link closes. */
     dtrain_watchdog_stop(f.wd);
     f.wd = NULL;
-    rc = dtrain_ptrainer_finish(t, err, errlen);
+    if ((rc = barrier(&f, "at the end of the run", err, errlen)) == DTRAIN_OK)
+        rc = dtrain_ptrainer_finish(t, err, errlen);
 out:
     if (rc == DTRAIN_ERR_FAULT && abort_flag != NULL)
         atomic_store(abort_flag, 1); /* stop every communicator of the process now */
