@@ -15,10 +15,12 @@
  * grace_s seconds later (it is stuck outside the comm layer) ends the
  * process with the fault's exit code (_exit: the process is wedged).
  *
- * Stop the watchdog before the last collective of a run: ranks that finish
- * first close their links, which a peer's watchdog would take for a fault.
+ * Ranks that finish first close their links, which a peer's watchdog would
+ * take for a fault: each rank stops (or pauses) its watchdog and then
+ * enters a last barrier; nobody leaves the barrier before every rank has
+ * entered it, so every watchdog is off before any link closes.
  * dtrain_watchdog_pause() / _resume() switch the polling off and on (the
- * heartbeat check too) around such a phase. */
+ * heartbeat check too). */
 #ifndef DTRAIN_WATCHDOG_H
 #define DTRAIN_WATCHDOG_H
 
