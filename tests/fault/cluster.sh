@@ -45,11 +45,9 @@ cat >"$d/extra.conf" <<EOF
 SchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=2
 SlurmdTimeout=10
 EOF
-out=$(lc start --dir "$d" --nodes 2 --cpus-per-node 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
-  --plugin "$plugin" --plugin-args "max_tp=8" --requeue-delay 5 --slurm-conf-extra "$d/extra.conf" 2>&1)
-rc=$?
-check "a 2-node cluster with the dtrain plugin, RequeueExit=75 and a 5 s requeue delay starts" [ "$rc" -eq 0 ]
-[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+check_cluster_start "a 2-node cluster with the dtrain plugin, RequeueExit=75 and a 5 s requeue delay starts" "$d" \
+  --nodes 2 --cpus-per-node 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" --plugin "$plugin" --plugin-args "max_tp=8" \
+  --requeue-delay 5 --slurm-conf-extra "$d/extra.conf"
 
 trainer=(--data "$d/tokens.bin" --layers 2 --channels 32 --heads 4 --vocab-size 256 --padded-vocab-size 256
   --max-seq-len 16 --seq 16 --batch 8 --steps "$steps" --lr 3e-3 --grad-clip 1 --seed 7 --threads 1
@@ -154,10 +152,7 @@ check "restart budget spent: one line says why, and the job's exit code is 1" \
 
 # ---- preemption: SIGTERM to every task of the running job
 term=$(submit term "delay:rank=0:step=0:ms=200:count=$steps" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
-for ((i = 0; i < 600; i++)); do
-  [ "$(losses "$d/term.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
-  sleep 0.1
-done
+wait_for 60 eval '[ "$(losses "$d/term.jsonl" 2>/dev/null | wc -l)" -ge 3 ]'
 in_cluster "$d" scancel --signal=TERM "$term"
 wait_job "$d" "$term" 120 || diag "term: job $term did not end within 120 s"
 check "SIGTERM: COMPLETED after 1 restart" ended term "$term" COMPLETED 1
