@@ -11,7 +11,7 @@
  *  - rank 1 hung at step 3: the others time out (2 s), the hung rank's
  *    watchdog ends it: every rank exits 75; the resumed run is exact;
  *  - SIGTERM to rank 1 while it trains: every rank writes the checkpoint of
- *    the same step and exits 75; the resumed run is exact;
+ *    the same step and exits 75; the resumed run is exact; SIGUSR1 alike;
  *  - a NaN loss for 2 steps: skipped, the run completes; for 4 steps (more
  *    than --nonfinite-skips 3): rolled back to the last checkpoint, every
  *    loss exact; without a checkpoint folder: exit 1 (diverged);
@@ -40,7 +40,8 @@
 
 struct job {
     struct dtrain_train_config cfg;
-    int sigterm_rank; /* this rank raises SIGTERM once rank 0 has logged a step; -1: none */
+    int sigterm_rank; /* this rank raises `signal` once rank 0 has logged a step; -1: none */
+    int signal;
 };
 
 struct area {
@@ -57,7 +58,7 @@ static void *send_sigterm(void *arg)
             break;
         usleep(10000);
     }
-    raise(SIGTERM);
+    raise(j->signal);
     return NULL;
 }
 
@@ -141,7 +142,7 @@ static int same_losses(const char *path, const float *ref)
 static struct job scenario(const struct dtrain_train_config *base, const char *top, const char *name,
                            const char *inject)
 {
-    struct job j = {*base, -1};
+    struct job j = {*base, -1, SIGTERM};
     snprintf(j.cfg.ckpt_dir, sizeof j.cfg.ckpt_dir, "%s/%s.ckpt", top, name);
     snprintf(j.cfg.metrics, sizeof j.cfg.metrics, "%s/%s.jsonl", top, name);
     snprintf(j.cfg.inject, sizeof j.cfg.inject, "%s", inject);
@@ -215,6 +216,12 @@ int main(void)
     ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == (long)newest && same_losses(j.cfg.metrics, ref),
        "the requeued run resumes from step %llu; every loss equals the unbroken run's", (unsigned long long)newest);
     unsetenv("SLURM_RESTART_COUNT");
+    j = scenario(&cfg, top, "usr1", "delay:rank=0:step=0:ms=150:count=8");
+    j.sigterm_rank = 2;
+    j.signal = SIGUSR1;
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 75, -1, 0) && strstr(areas[1].err, "stopping on SIGUSR1 (received by 1 rank): checkpoint "
+       "of step") != NULL, "SIGUSR1 (sbatch --signal) to rank 2: the same: %s", areas[1].err);
 
     /* ---- non-finite losses */
     j = scenario(&cfg, top, "nan2", "nan:rank=3:step=3:count=2");
