@@ -21,7 +21,9 @@
 #    requeues the job (sbatch -N1-2 --exclusive), which runs again on node1
 #    alone as T=2 x D=1 from the D=2 checkpoint;
 #  - --dtrain-max-restarts=1 and a rank killed in every run: the job ends
-#    FAILED with the reason.
+#    FAILED with the reason;
+#  - a batch script that asks slurmctld to requeue its job
+#    (--job-exit --slurm-requeue, libslurm's slurm_requeue).
 # Each job must end COMPLETED (but the last) after one requeue (the node
 # failure: one or more), with every step's loss equal to the reference's
 # bit for bit (the node failure: the steps before the resume bit for bit,
@@ -110,9 +112,13 @@ kill=$(submit kill "kill:rank=1:step=10" -N2 --ntasks-per-node=2 --dtrain-max-re
 hang=$(submit hang "hang:rank=3:step=10" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
 corrupt=$(submit corrupt "kill:rank=0:step=10,corrupt:rank=1:restart=1" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
 budget=$(submit budget "kill:rank=1:step=3:restart=any" -N1 --ntasks-per-node=2 --dtrain-max-restarts=1)
-check "five jobs submitted (sbatch --dtrain-tp=2 --dtrain-ckpt-dir=... --dtrain-max-restarts=...)" \
-  [ -n "$base" -a -n "$kill" -a -n "$hang" -a -n "$corrupt" -a -n "$budget" ]
-for j in base:$base kill:$kill hang:$hang corrupt:$corrupt budget:$budget; do
+# the API path: the batch script asks slurmctld to requeue (no training: a step that "lost" a task)
+printf '#!/bin/bash\n[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0\nexec %q --job-exit 137 --slurm-requeue\n' "$launch" \
+  >"$d/api.sbatch"
+api=$(in_cluster "$d" sbatch --parsable --open-mode=append -o "$d/api.out" "$d/api.sbatch" 2>"$d/api.err")
+check "six jobs submitted (sbatch --dtrain-tp=2 --dtrain-ckpt-dir=... --dtrain-max-restarts=...)" \
+  [ -n "$base" -a -n "$kill" -a -n "$hang" -a -n "$corrupt" -a -n "$budget" -a -n "$api" ]
+for j in base:$base kill:$kill hang:$hang corrupt:$corrupt budget:$budget api:$api; do
   wait_job "$d" "${j#*:}" 240 || diag "${j%%:*}: job ${j#*:} did not end within 240 s"
 done
 
@@ -149,6 +155,9 @@ check "restart budget spent: FAILED after 1 restart (--dtrain-max-restarts=1)" e
 check "restart budget spent: one line says why, and the job's exit code is 1" \
   eval 'has budget "not requeued: the job was already restarted 1 time (--dtrain-max-restarts=1)" &&
         [ "$(job_field "$d" "$budget" ExitCode)" = "1:0" ]'
+
+check "slurm_requeue: dtrain-launch --job-exit --slurm-requeue has the job requeued by slurmctld, which then completes" \
+  eval 'ended api "$api" COMPLETED 1 && has api "asked Slurm to requeue job $api" && has api "DUE TO JOB REQUEUE"'
 
 # ---- preemption: SIGTERM to every task of the running job
 term=$(submit term "delay:rank=0:step=0:ms=200:count=$steps" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
