@@ -888,8 +888,10 @@ static int try_candidate(const char *path, uint64_t step, const struct dtrain_tr
                 *bad_shard = all[2 * r + 1];
             }
         }
-        if (agreed == INCOMPATIBLE && mine[0] != INCOMPATIBLE) /* every rank says the same line */
+        if (agreed == INCOMPATIBLE && mine[0] != INCOMPATIBLE) { /* every rank says the same line */
+            free(m->shards);
             read_manifest(path, step, cfg, m, why, whylen);
+        }
         if (agreed != GOOD || phase == 1)
             break;
         *loaded = 1;
