@@ -244,6 +244,12 @@ static int load_checkpoint(struct ft *f, int rollback, char *err, size_t errlen)
                  f->dir, res.loaded_partly ? " (a damaged one was read in part: the model is not usable)" : "");
         return DTRAIN_ERR_SYSTEM;
     }
+    if (!res.found && res.damaged > 0) {
+        /* storage that damages every checkpoint would make every requeue start over */
+        snprintf(err, errlen, "every checkpoint in %s is damaged (kept as step-N.damaged): not starting over from "
+                 "step 0; move the folder away (or give another --ckpt-dir) to train from the beginning", f->dir);
+        return DTRAIN_ERR_INPUT;
+    }
     if (res.found) {
         dtrain_ptrainer_set_position(f->t, (long)res.step, res.data_batches);
         f->last_ckpt = (long)res.step;

@@ -7,7 +7,9 @@
  *   which sbatch --dtrain-ckpt-dir sets), the run first loads the newest
  *   good checkpoint there (dtrain_shard_ckpt.h: written by any layout;
  *   damaged ones are skipped, saying so) and goes on from its step; the
- *   metrics file is cut back to that step.  In the same layout the
+ *   metrics file is cut back to that step.  When every checkpoint there is
+ *   damaged the run stops (DTRAIN_ERR_INPUT) rather than start over.  In
+ *   the same layout the
  *   resumed run's losses equal the unbroken run's bit for bit: parameters,
  *   AdamW moments, step and data position are restored exactly and every
  *   random draw in dtrain is a pure function of the seeds.

@@ -975,8 +975,8 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
                     fprintf(msgs, "%s: checkpoint %s is damaged: %s%s; falling back to step %" PRIu64 "\n", prog,
                             path, verdict_text(v), shard, list.steps[i + 1]);
                 else
-                    fprintf(msgs, "%s: checkpoint %s is damaged: %s%s; no older checkpoint: starting from the "
-                            "beginning\n", prog, path, verdict_text(v), shard);
+                    fprintf(msgs, "%s: checkpoint %s is damaged: %s%s; there is no older one\n", prog, path,
+                            verdict_text(v), shard);
                 if (v == DAMAGED_MANIFEST)
                     fprintf(msgs, "%s: %s\n", prog, why);
                 fflush(msgs);

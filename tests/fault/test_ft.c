@@ -16,6 +16,8 @@
  *    than --nonfinite-skips 3): rolled back to the last checkpoint, every
  *    loss exact; without a checkpoint folder: exit 1 (diverged);
  *  - a checkpoint of (1,2,2) resumed by (1,2,1): losses within 1e-5;
+ *  - the only checkpoint damaged: the resume stops with exit 2, it does not
+ *    start over from step 0;
  *  - the restart budget spent (SLURM_RESTART_COUNT=1, DTRAIN_MAX_RESTARTS
  *    =1): the killed rank's peers exit 1, not 75. */
 #include <math.h>
@@ -187,6 +189,15 @@ int main(void)
     ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 4, "the requeued run resumes from step 4 "
        "and completes (resumed from %ld)", areas[0].sum.resumed_step);
     ok(same_losses(j.cfg.metrics, ref), "every step's loss equals the unbroken run's, bit for bit");
+    unsetenv("SLURM_RESTART_COUNT");
+
+    /* ---- every checkpoint damaged: no silent start from step 0 */
+    j = scenario(&cfg, top, "alldamaged", "kill:rank=1:step=3,corrupt:rank=0:restart=1");
+    run(&j, 1, 2, 2, areas, codes);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 2, -1, 0) && strstr(areas[0].err, "every checkpoint in") != NULL,
+       "the only checkpoint damaged before the resume: every rank exits 2: %s", areas[0].err);
     unsetenv("SLURM_RESTART_COUNT");
 
     /* ---- a hung rank */
