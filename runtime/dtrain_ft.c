@@ -203,7 +203,8 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
     }
     dtrain_watchdog_beat(f->wd, "writing a checkpoint", step);
     int rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
-                               f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err, errlen);
+                               f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
+                               errlen);
     dtrain_watchdog_beat(f->wd, "training", step);
     if (rc == DTRAIN_OK) {
         f->last_ckpt = step;
@@ -220,9 +221,11 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
         }
     } else if (rc == DTRAIN_ERR_SYSTEM) {
         f->sum->checkpoint_failures++;
+        char kept[64] = "there is no checkpoint yet";
+        if (f->last_ckpt >= 0)
+            snprintf(kept, sizeof kept, "the newest checkpoint stays step %ld", f->last_ckpt);
         if (is_root(f) || st.failed_here) /* the summary, or what failed here */
-            fprintf(stderr, "%s: warning: %s; the newest checkpoint stays %s\n", f->prog, err,
-                    f->last_ckpt >= 0 ? "the one before" : "none");
+            fprintf(stderr, "%s: warning: %s; %s\n", f->prog, err, kept);
     }
     return rc;
 }
@@ -235,8 +238,8 @@ static int load_checkpoint(struct ft *f, int rollback, char *err, size_t errlen)
     long at = dtrain_ptrainer_steps_done(f->t);
     dtrain_watchdog_beat(f->wd, "loading a checkpoint", at);
     dtrain_fault_event(f->fault, "load_begin", at, rollback ? "rollback" : "resume");
-    int rc = dtrain_sckpt_resume(f->dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res, &st, err,
-                                 errlen);
+    int rc = dtrain_sckpt_resume(f->dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res,
+                                 &st, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
     if (!res.found && (rollback || res.loaded_partly)) {

@@ -367,7 +367,8 @@ static int commit(const char *dir, const char *tmp, const char *final, const str
                      "config", config_json(cfg), "layout", "tp", L->tp, "pp", L->pp, "dp", L->dp,
                      "world_size", L->world_size, "zero1", L->zero1, "shards", shards);
     shards = NULL; /* stolen by "o", also on failure */
-    if (root == NULL || (text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) == NULL)
+    if (root == NULL ||
+        (text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) == NULL)
         goto oom;
     char path[DTRAIN_PATH_MAX];
     if (dtrain_snprintf(path, sizeof path, "%s/%s", tmp, DTRAIN_SCKPT_MANIFEST) != 0) {
@@ -588,8 +589,8 @@ static int read_manifest(const char *path, uint64_t step, const struct dtrain_tr
                           mc->max_seq_len};
     if (v[0] != want[0] || v[1] != want[1] || v[2] != want[2] || v[3] != want[3] || v[4] != want[4] ||
         v[5] != want[5] || nparams != (json_int_t)dtrain_gpt2_param_count(mc)) {
-        dtrain_snprintf(why, whylen, "%s holds a model L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld; this run's "
-                 "is L=%ld C=%ld NH=%ld V=%ld (padded %ld) maxT=%ld: give the same model, or another checkpoint "
+        dtrain_snprintf(why, whylen, "%s holds a model L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld; "
+                 "this run's is L=%ld C=%ld NH=%ld V=%ld (padded %ld) maxT=%ld: give the same model, or another checkpoint "
                  "folder", path, (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
                  (long long)v[4], (long long)v[5], want[0], want[1], want[2], want[3], want[4], want[5]);
         verdict = INCOMPATIBLE;
@@ -695,7 +696,8 @@ static int shard_open(const char *path, long r, const struct manifest *m, int wa
         return DAMAGED_MISSING;
     }
     if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->bytes) {
-        dtrain_snprintf(why, whylen, "%s: %lld bytes, the manifest says %" PRIu64, file, (long long)st.st_size, e->bytes);
+        dtrain_snprintf(why, whylen, "%s: %lld bytes, the manifest says %" PRIu64, file, (long long)st.st_size,
+                        e->bytes);
         return DAMAGED_SIZE;
     }
     if (pread_full(f->fd, h, sizeof h, 0) != 0) {
@@ -737,7 +739,8 @@ static int shard_open(const char *path, long r, const struct manifest *m, int wa
         end = whole + count;
     }
     if (at != f->floats) {
-        dtrain_snprintf(why, whylen, "%s: the runs hold %" PRIu64 " floats, the header says %" PRIu64, file, at, f->floats);
+        dtrain_snprintf(why, whylen, "%s: the runs hold %" PRIu64 " floats, the header says %" PRIu64, file, at,
+                        f->floats);
         return DAMAGED_HEADER;
     }
     return GOOD;
