@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "bootstrap_id.h"
 #include "dtrain_comm.h"
 #include "dtrain_exit.h"
@@ -56,19 +57,6 @@ struct options {
     enum dtrain_comm_transport transport;
 };
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* GB/s of one thread copying MEMCPY_BYTES, median of 9 copies. */
 static double memcpy_rate(void)
 {
@@ -82,15 +70,14 @@ static double memcpy_rate(void)
     memset(src, 1, MEMCPY_BYTES);
     memset(dst, 2, MEMCPY_BYTES);
     for (int i = 0; i < 9; i++) {
-        double t0 = now_seconds();
+        double t0 = bench_now_seconds();
         memcpy(dst, src, MEMCPY_BYTES);
-        rate[i] = (double)MEMCPY_BYTES / (now_seconds() - t0) / 1e9;
+        rate[i] = (double)MEMCPY_BYTES / (bench_now_seconds() - t0) / 1e9;
         src[i] = dst[MEMCPY_BYTES - 1 - (size_t)i]; /* keep the copy observable */
     }
     free(src);
     free(dst);
-    qsort(rate, 9, sizeof rate[0], cmp_double);
-    return rate[4];
+    return bench_median(rate, 9);
 }
 
 /* GB/s each of n processes gets when all copy MEMCPY_BYTES 5 times at
@@ -134,7 +121,7 @@ static double concurrent_memcpy_rate(int n)
     close(start[0]);
     close(done[1]);
     sleep(1); /* let every child fill its buffers */
-    double t0 = now_seconds();
+    double t0 = bench_now_seconds();
     for (int i = 0; i < started; i++)
         if (write(start[1], "g", 1) != 1)
             break;
@@ -142,7 +129,7 @@ static double concurrent_memcpy_rate(int n)
     char byte;
     while (finished < started && read(done[0], &byte, 1) == 1)
         finished++;
-    double wall = now_seconds() - t0;
+    double wall = bench_now_seconds() - t0;
     close(done[0]);
     for (int i = 0; i < started; i++)
         waitpid(pids[i], NULL, 0);
@@ -318,11 +305,11 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
             for (int rep = 0; rep < REPS; rep++) {
                 if ((rc = dtrain_comm_barrier(c)) != 0)
                     goto failed;
-                double t0 = now_seconds();
+                double t0 = bench_now_seconds();
                 for (int it = 0; it < iters; it++)
                     if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
                         goto failed;
-                float mine = (float)((now_seconds() - t0) / iters);
+                float mine = (float)((bench_now_seconds() - t0) / iters);
                 if ((rc = dtrain_comm_all_gather(c, &mine, times, 1)) != 0)
                     goto failed;
                 rep_time[rep] = 0;
@@ -330,8 +317,7 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
                     rep_time[rep] = times[i] > rep_time[rep] ? times[i] : rep_time[rep];
             }
             if (rank == 0) {
-                qsort(rep_time, REPS, sizeof rep_time[0], cmp_double);
-                double t = rep_time[REPS / 2];
+                double t = bench_median(rep_time, REPS);
                 double size = (double)(count * sizeof(float) * (k == OP_ALLREDUCE ? 1 : (size_t)n));
                 double algbw = size / t / 1e9;
                 double busbw = algbw * (k == OP_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;

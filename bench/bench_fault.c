@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "bench_parallel.h"
+#include "bench_util.h"
 #include "dtrain_parse.h"
 #include "dtrain_shard_ckpt.h"
 #include "local_boot.h"
@@ -45,13 +46,6 @@ struct result {
     double write_s, read_s;
     unsigned long long bytes_read;
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Drop a checkpoint folder's files from the page cache (its step folders'
  * files), written back first. */
@@ -108,19 +102,19 @@ static int rank_main(struct dtrain_bootstrap *bs, void *area, void *ctx)
     struct dtrain_sckpt_layout L = {1, 1, bs->world_size, bs->world_size, 1, bs->rank, 0, 0, bs->rank};
     struct dtrain_sckpt_stats st;
     dtrain_comm_barrier(world);
-    double t0 = now();
+    double t0 = bench_now_seconds();
     rc = dtrain_sckpt_save(j->dir, &j->cfg, &L, 1, 1, world, &piece, 1, 1, 0, &st, res->err, sizeof res->err);
-    double t1 = now();
+    double t1 = bench_now_seconds();
     if (rc != DTRAIN_OK)
         goto out;
     if (bs->rank == 0)
         drop_cache(j->dir);
     dtrain_comm_barrier(world);
     struct dtrain_sckpt_resumed found;
-    double t2 = now();
+    double t2 = bench_now_seconds();
     rc = dtrain_sckpt_resume(j->dir, &j->cfg, world, &piece, 1, stderr, PROG, &found, &st, res->err,
                              sizeof res->err);
-    double t3 = now();
+    double t3 = bench_now_seconds();
     if (rc == DTRAIN_OK && !found.found) {
         snprintf(res->err, sizeof res->err, "the checkpoint just written was not found");
         rc = DTRAIN_ERR_SYSTEM;
@@ -150,7 +144,7 @@ static int plain(const char *dir, uint64_t bytes, double *write_s, double *read_
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = -1;
     if (fd < 0)
         goto out;
-    double t0 = now();
+    double t0 = bench_now_seconds();
     for (uint64_t done = 0; done < bytes;) {
         size_t n = bytes - done < chunk ? (size_t)(bytes - done) : chunk;
         ssize_t w = write(fd, buf, n);
@@ -160,12 +154,12 @@ static int plain(const char *dir, uint64_t bytes, double *write_s, double *read_
     }
     if (fsync(fd) != 0)
         goto out_close;
-    *write_s = now() - t0;
+    *write_s = bench_now_seconds() - t0;
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         goto out;
-    t0 = now();
+    t0 = bench_now_seconds();
     for (;;) {
         ssize_t r = read(fd, buf, chunk);
         if (r < 0)
@@ -173,7 +167,7 @@ static int plain(const char *dir, uint64_t bytes, double *write_s, double *read_
         if (r == 0)
             break;
     }
-    *read_s = now() - t0;
+    *read_s = bench_now_seconds() - t0;
     rc = 0;
 out_close:
     close(fd);

@@ -14,6 +14,7 @@
  * bf16 GEMM (n = 8192), measured before and after the steps.  Target: 45%
  * on an H100/H200-class GPU.  Prints "no CUDA device" and exits 77 (the
  * automake code for "skipped") without a GPU. */
+#include "bench_util.h"
 #include "dtrain_cuda.h"
 #include "dtrain_gpt2.h"
 #include "dtrain_kernels.h"
@@ -31,25 +32,6 @@
 #define PROG "dtrain-bench-gpu"
 #define TARGET_MFU 0.45
 #define EXIT_SKIP 77
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct options {
     int batch, steps, warmup, gemm_n, kernels;
@@ -154,7 +136,7 @@ static void event_ok(struct timer *t, cudaError_t e)
             if (r_ >= 0)                                                                      \
                 ms_[r_] = m_;                                                                 \
         }                                                                                     \
-        (result) = median(ms_, (reps));                                                       \
+        (result) = bench_median(ms_, (reps));                                                       \
     } while (0)
 
 struct row {
@@ -351,20 +333,20 @@ int main(int argc, char **argv)
             inputs[i] = (int32_t)(dtrain_rng_bits(7, step, (uint64_t)i) % (uint64_t)cfg.vocab_size);
             targets[i] = (int32_t)(dtrain_rng_bits(8, step, (uint64_t)i) % (uint64_t)cfg.vocab_size);
         }
-        double t0 = now_seconds();
+        double t0 = bench_now_seconds();
         if (dtrain_gpt2_forward(model, inputs, targets, B, T, &loss, err, sizeof err) != DTRAIN_OK)
             goto fail;
-        double t1 = now_seconds();
+        double t1 = bench_now_seconds();
         dtrain_gpt2_zero_grad(model);
         if (dtrain_gpt2_backward(model, err, sizeof err) != DTRAIN_OK)
             goto fail;
         dtrain_k_sync(k);
-        double t2 = now_seconds();
+        double t2 = bench_now_seconds();
         double norm = sqrt(dtrain_k_sumsq(k, dtrain_gpt2_grads(model), n));
         dtrain_adamw_update(opt, dtrain_gpt2_params(model), dtrain_gpt2_grads(model), &oc, (long)step, oc.lr,
                             dtrain_clip_scale(&oc, norm));
         dtrain_k_sync(k);
-        double t3 = now_seconds();
+        double t3 = bench_now_seconds();
         if (dtrain_kernels_error(k, err, sizeof err) != 0)
             goto fail;
         if (s >= 0) {
@@ -380,7 +362,7 @@ int main(int argc, char **argv)
     double best = step_ms[0];
     for (int s = 1; s < o.steps; s++)
         best = step_ms[s] < best ? step_ms[s] : best;
-    double ms = median(step_ms, o.steps), gemm = 0.5 * (gemm_before + gemm_after);
+    double ms = bench_median(step_ms, o.steps), gemm = 0.5 * (gemm_before + gemm_after);
     double tflops = flops / (ms * 1e-3) * 1e-12, mfu = tflops / gemm;
     printf(PROG ": %s\n", device);
     printf(PROG ": GPT-2 L=%d C=%d NH=%d V=%d (Vp %d) T=%d B=%d, %zu parameters, %s, %d steps after %d warm-up\n",
@@ -388,7 +370,7 @@ int main(int argc, char **argv)
            dtrain_kernels_precision_name(o.precision), o.steps, o.warmup);
     printf("loss                 %9.4f  (random tokens: about ln(V) = %.2f)\n", loss, log((double)cfg.vocab_size));
     printf("step (median)        %9.2f ms  (best %.2f ms; forward %.2f, backward %.2f, norm+update %.2f)\n", ms,
-           best, median(fwd_ms, o.steps), median(bwd_ms, o.steps), median(upd_ms, o.steps));
+           best, bench_median(fwd_ms, o.steps), bench_median(bwd_ms, o.steps), bench_median(upd_ms, o.steps));
     printf("tokens/s             %9.0f\n", B * T / (ms * 1e-3));
     printf("model FLOP per step  %9.3f TFLOP\n", flops * 1e-12);
     printf("achieved             %9.1f TFLOP/s\n", tflops);

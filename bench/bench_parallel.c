@@ -17,18 +17,6 @@ struct job {
     int warmup, steps;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double bench_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
 {
     const struct job *j = ctx;

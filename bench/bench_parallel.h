@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "bench_util.h"
 #include "dtrain_parallel.h"
 
 /* One rank's figures over the measured steps. */
@@ -31,9 +32,6 @@ int bench_run(const struct dtrain_train_config *cfg, int tp, int pp, int dp, int
 
 /* A token file of n random byte tokens (a pure function of seed) at path. */
 int bench_tokens(const char *path, size_t n, unsigned seed, char *err, size_t errlen);
-
-/* The median of v[n] (n >= 1; v is sorted in place). */
-double bench_median(double *v, int n);
 
 /* CPUs this process may run on. */
 int bench_cpus(void);

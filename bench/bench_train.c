@@ -10,6 +10,7 @@
  * is measured before and after the steps with OpenBLAS's own threads; the
  * ratio uses medians, so one noisy neighbour on a shared machine does not
  * decide the figure.  Target: the step at >= 40% of the sgemm rate. */
+#include "bench_util.h"
 #include "dtrain_gpt2.h"
 #include "dtrain_kernels.h"
 #include "dtrain_optim.h"
@@ -26,25 +27,6 @@
 #define TARGET_RATIO 0.40
 
 void openblas_set_num_threads(int num_threads);
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Median GFLOP/s of `reps` n x n x n sgemm calls on `threads` OpenBLAS threads. */
 static int sgemm_rate(int n, int threads, int reps, double *gflops)
@@ -64,13 +46,13 @@ static int sgemm_rate(int n, int threads, int reps, double *gflops)
     openblas_set_num_threads(threads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     for (int r = 0; r < reps; r++) {
-        double t0 = now_seconds();
+        double t0 = bench_now_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        rate[r] = 2.0 * n * (double)n * n / (now_seconds() - t0) * 1e-9;
+        rate[r] = 2.0 * n * (double)n * n / (bench_now_seconds() - t0) * 1e-9;
     }
     /* the CPU kernels run OpenBLAS on one thread and split matmuls themselves */
     openblas_set_num_threads(1);
-    *gflops = median(rate, reps);
+    *gflops = bench_median(rate, reps);
     free(a); free(b); free(c); free(rate);
     return 0;
 }
@@ -160,19 +142,19 @@ int main(int argc, char **argv)
             targets[i] = (int32_t)(dtrain_rng_bits(8, step, (uint64_t)i) % (uint64_t)cfg.vocab_size);
         }
         float loss;
-        double t0 = now_seconds();
+        double t0 = bench_now_seconds();
         if (dtrain_gpt2_forward(model, inputs, targets, B, T, &loss, err, sizeof err) != DTRAIN_OK)
             goto fail;
-        double t1 = now_seconds();
+        double t1 = bench_now_seconds();
         dtrain_gpt2_zero_grad(model);
         if (dtrain_gpt2_backward(model, err, sizeof err) != DTRAIN_OK)
             goto fail;
-        double t2 = now_seconds();
+        double t2 = bench_now_seconds();
         double norm2 = dtrain_k_sumsq(k, dtrain_gpt2_grads(model), n);
         dtrain_adamw_update(opt, dtrain_gpt2_params(model), dtrain_gpt2_grads(model), &oc,
                             s + o.warmup, oc.lr, dtrain_clip_scale(&oc, norm2));
         dtrain_k_sync(k);
-        double t3 = now_seconds();
+        double t3 = bench_now_seconds();
         if (s >= 0) {
             fwd_ms[s] = 1e3 * (t1 - t0);
             bwd_ms[s] = 1e3 * (t2 - t1);
@@ -189,7 +171,7 @@ int main(int argc, char **argv)
     for (int s = 1; s < o.steps; s++)
         if (step_ms[s] < best_ms)
             best_ms = step_ms[s];
-    double ms = median(step_ms, o.steps);
+    double ms = bench_median(step_ms, o.steps);
     double sgemm = 0.5 * (sgemm_before + sgemm_after);
     double gflops = flops / (ms * 1e-3) * 1e-9;
     double ratio = gflops / sgemm;
@@ -197,8 +179,8 @@ int main(int argc, char **argv)
            "%d steps after %d warm-up\n", cfg.num_layers, cfg.channels, cfg.num_heads,
            cfg.vocab_size, T, B, n, o.threads, o.steps, o.warmup);
     printf("step (median)        %9.2f ms  (best %.2f ms; forward %.2f, backward %.2f, "
-           "update %.2f)\n", ms, best_ms, median(fwd_ms, o.steps), median(bwd_ms, o.steps),
-           median(upd_ms, o.steps));
+           "update %.2f)\n", ms, best_ms, bench_median(fwd_ms, o.steps), bench_median(bwd_ms, o.steps),
+           bench_median(upd_ms, o.steps));
     printf("tokens/s             %9.0f\n", B * T / (ms * 1e-3));
     printf("model FLOP per step  %9.3f GFLOP\n", flops * 1e-9);
     printf("achieved             %9.2f GFLOP/s\n", gflops);

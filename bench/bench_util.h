@@ -1,0 +1,13 @@
+/* Timing helpers every benchmark in bench/ uses: a monotonic clock and the
+ * median, the figure benchmarks report because it is the one least moved by
+ * other work on the machine. */
+#ifndef DTRAIN_BENCH_UTIL_H
+#define DTRAIN_BENCH_UTIL_H
+
+/* Seconds on CLOCK_MONOTONIC. */
+double bench_now_seconds(void);
+
+/* The median of v[n] (n >= 1; v is sorted in place). */
+double bench_median(double *v, int n);
+
+#endif
