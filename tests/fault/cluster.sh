@@ -30,12 +30,7 @@
 # the others within doc/parallel.md's 1e-5, D having changed).
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
-need_cluster_tools
-plugin=$abs_top_builddir/spank_plugin/.libs/dtrain.so
-[ -f "$plugin" ] || skip_all "the dtrain plugin is not built ($plugin)"
-if "$abs_top_builddir/config.status" --config | grep -q -- --enable-sanitizers; then
-  skip_all "sanitizer build: slurmstepd cannot load a plugin built with ASan (run in the normal build)"
-fi
+need_plugin
 launch=$abs_top_builddir/launcher/dtrain-launch
 tokenize=$abs_top_builddir/runtime/dtrain-tokenize
 steps=24 every=4 comm_timeout=5 rtol=1e-5

@@ -108,11 +108,8 @@ check "a task failing alone (no interface) says why and ends the step, not a fen
 lc stop --dir "$d" >/dev/null 2>&1
 
 # ---- with the dtrain SPANK plugin: its placement, checked by the launcher
-plugin=$abs_top_builddir/spank_plugin/.libs/dtrain.so
-if [ ! -f "$plugin" ]; then
-  for i in 1 2 3; do skip_test "the dtrain plugin is not built ($plugin)"; done
-elif "$abs_top_builddir/config.status" --config | grep -q -- --enable-sanitizers; then
-  for i in 1 2 3; do skip_test "sanitizer build: the plugin is not loaded into slurmstepd"; done
+if why=$(plugin_unusable); then
+  for i in 1 2 3; do skip_test "$why"; done
 else
   new_cluster_dir plugin; dp=$LC_NEW
   out=$(lc start --dir "$dp" --plugin "$plugin" 2>&1)

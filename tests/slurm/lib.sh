@@ -13,6 +13,12 @@
 #                         S seconds at most (status 1)
 #   wait_job DIR JOBID S  wait until the job is finished (S seconds at most)
 #   job_field DIR JOBID F one field of `scontrol show job` (e.g. JobState)
+#   plugin                the dtrain SPANK plugin of this build
+#   plugin_unusable       prints why this build's plugin cannot be loaded by
+#                         slurmstepd (not built, or an ASan build); nothing
+#                         (status 1) when it can
+#   need_plugin           skip_all unless need_cluster_tools holds and the
+#                         plugin can be loaded
 # DTRAIN_TEST_CLUSTERS=0 in the environment skips every test that starts a
 # cluster (a package build, a machine where Slurm must not be started).
 : "${abs_top_srcdir:?run through make check}" "${abs_builddir:?run through make check}"
@@ -32,6 +38,24 @@ need_cluster_tools() {
   for b in munged slurmctld slurmd srun sbatch sinfo scontrol; do
     command -v "$b" >/dev/null 2>&1 || skip_all "$b not installed (apt-get install munge slurmctld slurmd slurm-client)"
   done
+}
+
+plugin=${abs_top_builddir:-}/spank_plugin/.libs/dtrain.so
+
+plugin_unusable() {
+  if [ ! -f "$plugin" ]; then
+    echo "the dtrain plugin is not built ($plugin)"
+  elif "$abs_top_builddir/config.status" --config | grep -q -- --enable-sanitizers; then
+    echo "sanitizer build: slurmstepd cannot load a plugin built with ASan (run in the normal build)"
+  else
+    return 1
+  fi
+}
+
+need_plugin() {
+  need_cluster_tools
+  local why
+  if why=$(plugin_unusable); then skip_all "$why"; fi
 }
 
 LC_DIRS=()

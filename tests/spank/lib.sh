@@ -1,7 +1,7 @@
 # Helpers for the plugin's integration tests; source after tests/tap.sh.
 # Builds on tests/slurm/lib.sh (lc, new_cluster_dir, check_cluster_start,
 # in_cluster, job_field, wait_job, slurmd_pid: clusters are stopped at exit).
-#   need_plugin              skip_all unless dtrain.so can be loaded into slurmstepd
+#   (need_plugin and plugin come from tests/slurm/lib.sh)
 #   start_plugin_cluster DIR LC-START-ARGS...
 #                            start a cluster in DIR (from new_cluster_dir) whose
 #                            plugstack.conf loads dtrain.so; sets D=DIR
@@ -13,15 +13,7 @@
 : "${abs_srcdir:?run through make check}" "${abs_top_builddir:?run through make check}"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
 
-plugin=$abs_top_builddir/spank_plugin/.libs/dtrain.so
 show_task=$abs_srcdir/show-task.sh
-
-need_plugin() {
-  [ "${DTRAIN_SANITIZED:-0}" = 0 ] ||
-    skip_all "sanitizer build: slurmstepd cannot load a plugin built with ASan (run in the normal build)"
-  need_cluster_tools
-  [ -f "$plugin" ] || skip_all "$plugin not built"
-}
 
 start_plugin_cluster() {
   D=$1
