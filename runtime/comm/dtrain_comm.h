@@ -1,7 +1,7 @@
 /* dtrain comm: communicators and collectives for the trainer.
  *
  * A communicator (opaque dtrain_comm) joins the members of one group of
- * launcher/dtrain_bootstrap.h (WORLD, TP, PP, DP or a PP neighbour pair):
+ * runtime/comm/bootstrap/dtrain_bootstrap.h (WORLD, TP, PP, DP or a PP neighbour pair):
  * ranks 0..size-1, rank 0 the leader that made the group's bootstrap id.
  * Communicators share nothing: two of them over the same processes, used
  * interleaved, never see each other's data.  There is no global state.

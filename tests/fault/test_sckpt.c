@@ -1,4 +1,4 @@
-/* Sharded checkpoints (runtime/dtrain_shard_ckpt.h) written and read by
+/* Sharded checkpoints (runtime/ckpt/dtrain_shard_ckpt.h) written and read by
  * real ranks (tests/parallel/local_boot.h: local processes, the launcher's
  * ids, real communicators):
  *  - a checkpoint of a (2,1,2) ZeRO-1 run loads into (2,1,2), (1,1,1),

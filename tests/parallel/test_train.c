@@ -1,4 +1,4 @@
-/* Whole training runs of the parallel trainer (runtime/dtrain_parallel.h)
+/* Whole training runs of the parallel trainer (runtime/trainer/dtrain_parallel.h)
  * as T*P*D local processes (local_boot.h), against the single-process
  * trainer with the same config, seed, data and global batch:
  *  - (1,1,1) with one micro-batch gives the same losses and parameters bit

@@ -23,7 +23,7 @@
  * parameters and follows the (1,1,1) run up to fp32 rounding
  * (doc/parallel.md states and measures the tolerance).
  *
- * Rank order and groups: launcher/dtrain_bootstrap.h.  Tensor parallel:
+ * Rank order and groups: runtime/comm/bootstrap/dtrain_bootstrap.h.  Tensor parallel:
  * dtrain_tp.h; pipeline: dtrain_stage.h and dtrain_pipeline.h; data
  * parallel, ZeRO-1, norm and update: dtrain_dp.h.
  *
