@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "bounded.h"
+#include "dtrain_bounded.h"
 #include "dtrain_parse.h"
 #include "facts.h"
 
@@ -27,7 +27,7 @@ struct drain_answer {
     char error[HEALTH_ERROR_LEN];
 };
 
-static void drain_child(const void *arg, void *out, struct health_stage *stage)
+static void drain_child(const void *arg, void *out, struct dtrain_stage *stage)
 {
     const struct drain_request *req = arg;
     struct drain_answer *answer = out;
@@ -39,7 +39,7 @@ static void drain_child(const void *arg, void *out, struct health_stage *stage)
         dup2(req->log_fd, STDERR_FILENO);
     if (__lsan_disable)
         __lsan_disable();
-    health_stage_set(stage, "slurm_init");
+    dtrain_stage_set(stage, "slurm_init");
     slurm_init(NULL);
     slurm_init_update_node_msg(&msg);
     /* libslurm takes char *, but does not write through these. */
@@ -47,7 +47,7 @@ static void drain_child(const void *arg, void *out, struct health_stage *stage)
     msg.reason = (char *)req->reason;
     msg.node_state = NODE_STATE_DRAIN;
     msg.reason_uid = getuid();
-    health_stage_set(stage, "slurm_update_node (is slurmctld up?)");
+    dtrain_stage_set(stage, "slurm_update_node (is slurmctld up?)");
     if (slurm_update_node(&msg) == SLURM_SUCCESS)
         answer->ok = 1;
     else
@@ -84,10 +84,10 @@ int health_drain(const char *node, const char *reason, int timeout_ms, char *err
     int rc = -1;
 
     req.log_fd = memfd_create("dtrain-health-libslurm-log", MFD_CLOEXEC);
-    enum health_bounded_status st =
-        health_run_bounded(drain_child, &req, &answer, sizeof(answer), timeout_ms, why, sizeof(why));
+    enum dtrain_bounded_status st =
+        dtrain_run_bounded(drain_child, &req, &answer, sizeof(answer), timeout_ms, why, sizeof(why));
     last_log_line(req.log_fd, log, sizeof(log));
-    if (st != HEALTH_BOUNDED_OK)
+    if (st != DTRAIN_BOUNDED_OK)
         dtrain_snprintf(err, errlen, "cannot drain %s: libslurm %s%s%s", node, why, log[0] ? ": " : "", log);
     else if (!answer.ok)
         dtrain_snprintf(err, errlen, "cannot drain %s: slurmctld answered: %s", node, answer.error);

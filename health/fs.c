@@ -8,13 +8,13 @@
 
 #include "dtrain_parse.h"
 
-static void fs_child(const void *arg, void *out, struct health_stage *stage)
+static void fs_child(const void *arg, void *out, struct dtrain_stage *stage)
 {
     const char *path = arg;
     struct health_fs_facts *facts = out;
     struct stat st;
     struct statvfs vfs;
-    health_stage_set(stage, "stat(%.120s)", path);
+    dtrain_stage_set(stage, "stat(%.120s)", path);
     if (stat(path, &st) != 0) {
         dtrain_snprintf(facts->error, sizeof(facts->error), "%s: %s", path, strerror(errno));
         return;
@@ -23,7 +23,7 @@ static void fs_child(const void *arg, void *out, struct health_stage *stage)
         dtrain_snprintf(facts->error, sizeof(facts->error), "%s: not a directory", path);
         return;
     }
-    health_stage_set(stage, "statvfs(%.120s)", path);
+    dtrain_stage_set(stage, "statvfs(%.120s)", path);
     if (statvfs(path, &vfs) != 0) {
         dtrain_snprintf(facts->error, sizeof(facts->error), "%s: statvfs: %s", path, strerror(errno));
         return;
@@ -39,15 +39,15 @@ static void fs_failed(void *out, const void *ctx, const char *why)
     dtrain_snprintf(facts->error, sizeof(facts->error), "%s: %s", (const char *)ctx, why);
 }
 
-void health_fs_start(const char *path, int timeout_ms, struct health_fs_facts *out, struct health_probe *probe)
+void health_fs_start(const char *path, int timeout_ms, struct health_fs_facts *out, struct dtrain_probe *probe)
 {
-    health_probe_start(probe, fs_child, path, out, sizeof(*out), timeout_ms, fs_failed, path);
+    dtrain_probe_start(probe, fs_child, path, out, sizeof(*out), timeout_ms, fs_failed, path);
 }
 
 void health_fs_probe(const char *path, int timeout_ms, struct health_fs_facts *out)
 {
-    struct health_probe probe;
-    struct health_probe *list[1] = {&probe};
+    struct dtrain_probe probe;
+    struct dtrain_probe *list[1] = {&probe};
     health_fs_start(path, timeout_ms, out, &probe);
-    health_probe_wait_all(list, 1);
+    dtrain_probe_wait_all(list, 1);
 }

@@ -5,13 +5,13 @@
 #ifndef DTRAIN_HEALTH_FS_H
 #define DTRAIN_HEALTH_FS_H
 
-#include "bounded.h"
+#include "dtrain_bounded.h"
 #include "facts.h"
 
 /* Start looking at the directory at path (valid until the wait);
- * health_probe_wait_all() completes it.  out->ok = 0 with out->error when
+ * dtrain_probe_wait_all() completes it.  out->ok = 0 with out->error when
  * the path is missing, not a directory, or did not answer in time. */
-void health_fs_start(const char *path, int timeout_ms, struct health_fs_facts *out, struct health_probe *probe);
+void health_fs_start(const char *path, int timeout_ms, struct health_fs_facts *out, struct dtrain_probe *probe);
 
 /* Start and wait. */
 void health_fs_probe(const char *path, int timeout_ms, struct health_fs_facts *out);

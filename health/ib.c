@@ -43,14 +43,14 @@ static void state_name(const char *text, char *out, size_t outlen)
 }
 
 static void read_port(const char *root, const char *device, unsigned port, struct health_ib_port_facts *out,
-                      struct health_stage *stage)
+                      struct dtrain_stage *stage)
 {
     char dir[HEALTH_PATH_LEN + 128], path[HEALTH_PATH_LEN + 160], text[128];
     dtrain_snprintf(out->device, sizeof(out->device), "%s", device);
     out->port = port;
     if (dtrain_snprintf(dir, sizeof(dir), "%s/class/infiniband/%s/ports/%u", root, device, port) != 0)
         return;
-    health_stage_set(stage, "reading %.140s", dir);
+    dtrain_stage_set(stage, "reading %.140s", dir);
     if (access(dir, F_OK) != 0)
         return;
     out->present = 1;
@@ -76,11 +76,11 @@ static int by_device_port(const void *a, const void *b)
 }
 
 /* Every port of every device under <root>/class/infiniband. */
-static void read_all_ports(const char *root, struct health_ib_facts *out, struct health_stage *stage)
+static void read_all_ports(const char *root, struct health_ib_facts *out, struct dtrain_stage *stage)
 {
     char path[HEALTH_PATH_LEN + 128];
     dtrain_snprintf(path, sizeof(path), "%s/class/infiniband", root);
-    health_stage_set(stage, "listing %.140s", path);
+    dtrain_stage_set(stage, "listing %.140s", path);
     DIR *devices = opendir(path);
     if (!devices) {
         if (errno == ENOENT) {
@@ -114,7 +114,7 @@ static void read_all_ports(const char *root, struct health_ib_facts *out, struct
     out->ok = 1;
 }
 
-static void ib_child(const void *arg, void *out, struct health_stage *stage)
+static void ib_child(const void *arg, void *out, struct dtrain_stage *stage)
 {
     const struct ib_request *req = arg;
     struct health_ib_facts *facts = out;
@@ -136,17 +136,17 @@ static void ib_failed(void *out, const void *ctx, const char *why)
 }
 
 void health_ib_start(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,
-                     int timeout_ms, struct health_ib_facts *out, struct health_probe *probe)
+                     int timeout_ms, struct health_ib_facts *out, struct dtrain_probe *probe)
 {
     struct ib_request req = {.root = sysfs_root, .ports = ports, .nports = nports};
-    health_probe_start(probe, ib_child, &req, out, sizeof(*out), timeout_ms, ib_failed, NULL);
+    dtrain_probe_start(probe, ib_child, &req, out, sizeof(*out), timeout_ms, ib_failed, NULL);
 }
 
 void health_ib_probe(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,
                      int timeout_ms, struct health_ib_facts *out)
 {
-    struct health_probe probe;
-    struct health_probe *list[1] = {&probe};
+    struct dtrain_probe probe;
+    struct dtrain_probe *list[1] = {&probe};
     health_ib_start(sysfs_root, ports, nports, timeout_ms, out, &probe);
-    health_probe_wait_all(list, 1);
+    dtrain_probe_wait_all(list, 1);
 }

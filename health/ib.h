@@ -7,15 +7,15 @@
 #ifndef DTRAIN_HEALTH_IB_H
 #define DTRAIN_HEALTH_IB_H
 
-#include "bounded.h"
+#include "dtrain_bounded.h"
 #include "facts.h"
 #include "site_config.h"
 
 /* Start reading: with nports > 0 those ports (a missing one has present =
  * 0), with nports == 0 every port of every device found.
- * health_probe_wait_all() completes it. */
+ * dtrain_probe_wait_all() completes it. */
 void health_ib_start(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,
-                     int timeout_ms, struct health_ib_facts *out, struct health_probe *probe);
+                     int timeout_ms, struct health_ib_facts *out, struct dtrain_probe *probe);
 
 /* Start and wait. */
 void health_ib_probe(const char *sysfs_root, const struct health_ib_port_spec *ports, int nports,

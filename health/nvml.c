@@ -15,7 +15,7 @@
 /* One gathering: the API, where to announce the stage, the GPU being read. */
 struct nvml_ctx {
     struct dtrain_nvml api;
-    struct health_stage *stage;
+    struct dtrain_stage *stage;
     struct health_nvml_facts *out;
     nvmlDevice_t handles[HEALTH_MAX_GPUS];
 };
@@ -48,7 +48,7 @@ static int nvml_answered(struct nvml_ctx *c, struct health_nvml_gpu *gpu, const 
  * Evaluates to 1 when the function exists and answered. */
 #define GPU_CALL(c, g, gpu, fn, ...)                                                            \
     ((c)->api.fn != NULL &&                                                                     \
-     (health_stage_set((c)->stage, "%s on GPU %d (%s)", #fn, (g), (gpu)->busid),              \
+     (dtrain_stage_set((c)->stage, "%s on GPU %d (%s)", #fn, (g), (gpu)->busid),              \
       nvml_answered((c), (gpu), #fn, (c)->api.fn(__VA_ARGS__))))
 
 static void read_ecc(struct nvml_ctx *c, int g, const struct health_nvml_request *req)
@@ -80,7 +80,7 @@ static void read_retired(struct nvml_ctx *c, int g)
          * success (none) or INSUFFICIENT_SIZE with the count. */
         unsigned long long addresses[1];
         counts[i] = 0;
-        health_stage_set(c->stage, "nvmlDeviceGetRetiredPages on GPU %d (%s)", g, gpu->busid);
+        dtrain_stage_set(c->stage, "nvmlDeviceGetRetiredPages on GPU %d (%s)", g, gpu->busid);
         nvmlReturn_t rc = c->api.nvmlDeviceGetRetiredPages(dev, causes[i], &counts[i], addresses);
         if (rc != NVML_ERROR_INSUFFICIENT_SIZE && !nvml_answered(c, gpu, "nvmlDeviceGetRetiredPages", rc))
             return;
@@ -130,7 +130,7 @@ static void read_processes(struct nvml_ctx *c, int g)
     unsigned int n = sizeof(infos) / sizeof(infos[0]);
     if (!c->api.nvmlDeviceGetComputeRunningProcesses_v3)
         return;
-    health_stage_set(c->stage, "nvmlDeviceGetComputeRunningProcesses_v3 on GPU %d (%s)", g, gpu->busid);
+    dtrain_stage_set(c->stage, "nvmlDeviceGetComputeRunningProcesses_v3 on GPU %d (%s)", g, gpu->busid);
     nvmlReturn_t rc = c->api.nvmlDeviceGetComputeRunningProcesses_v3(c->handles[g], &n, infos);
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
         /* More than 256: n is the count needed, none listed. */
@@ -157,7 +157,7 @@ static void read_nvlinks(struct nvml_ctx *c, int g)
         return;
     for (unsigned int link = 0; link < HEALTH_MAX_NVLINKS; link++) {
         int state = 0;
-        health_stage_set(c->stage, "nvmlDeviceGetNvLinkState on GPU %d (%s) link %u", g, gpu->busid, link);
+        dtrain_stage_set(c->stage, "nvmlDeviceGetNvLinkState on GPU %d (%s) link %u", g, gpu->busid, link);
         nvmlReturn_t rc = c->api.nvmlDeviceGetNvLinkState(dev, link, &state);
         if (rc != NVML_SUCCESS) {
             /* Links are numbered from 0: the first one NVML refuses
@@ -171,7 +171,7 @@ static void read_nvlinks(struct nvml_ctx *c, int g)
         if (!c->api.nvmlDeviceGetNvLinkErrorCounter)
             continue;
         unsigned long long flit = 0, data = 0;
-        health_stage_set(c->stage, "nvmlDeviceGetNvLinkErrorCounter on GPU %d (%s) link %u", g, gpu->busid, link);
+        dtrain_stage_set(c->stage, "nvmlDeviceGetNvLinkErrorCounter on GPU %d (%s) link %u", g, gpu->busid, link);
         if (c->api.nvmlDeviceGetNvLinkErrorCounter(dev, link, NVML_NVLINK_ERROR_DL_REPLAY, &gpu->link_replay[link]) ==
                 NVML_SUCCESS &&
             c->api.nvmlDeviceGetNvLinkErrorCounter(dev, link, NVML_NVLINK_ERROR_DL_RECOVERY,
@@ -200,7 +200,7 @@ static void read_xids(struct nvml_ctx *c, int wait_ms)
     nvmlEventSet_t set = NULL;
     if (!api->nvmlEventSetCreate || !api->nvmlDeviceRegisterEvents || !api->nvmlEventSetWait_v2)
         return;
-    health_stage_set(c->stage, "nvmlEventSetCreate");
+    dtrain_stage_set(c->stage, "nvmlEventSetCreate");
     if (api->nvmlEventSetCreate(&set) != NVML_SUCCESS)
         return;
     int registered = 0;
@@ -216,7 +216,7 @@ static void read_xids(struct nvml_ctx *c, int wait_ms)
         nvmlEventData_t data;
         long long left = deadline - now_ms();
         memset(&data, 0, sizeof(data));
-        health_stage_set(c->stage, "nvmlEventSetWait_v2 (%lld ms)", left > 0 ? left : 0);
+        dtrain_stage_set(c->stage, "nvmlEventSetWait_v2 (%lld ms)", left > 0 ? left : 0);
         if (api->nvmlEventSetWait_v2(set, &data, left > 0 ? (unsigned int)left : 0) != NVML_SUCCESS)
             break; /* NVML_ERROR_TIMEOUT: nothing more */
         if (!(data.eventType & nvmlEventTypeXidCriticalError))
@@ -231,13 +231,13 @@ static void read_xids(struct nvml_ctx *c, int wait_ms)
         }
     }
     if (api->nvmlEventSetFree) {
-        health_stage_set(c->stage, "nvmlEventSetFree");
+        dtrain_stage_set(c->stage, "nvmlEventSetFree");
         api->nvmlEventSetFree(set);
     }
 }
 
 void health_nvml_gather(const struct health_nvml_request *req, struct health_nvml_facts *out,
-                        struct health_stage *stage)
+                        struct dtrain_stage *stage)
 {
     struct nvml_ctx c;
     unsigned int count = 0;
@@ -248,17 +248,17 @@ void health_nvml_gather(const struct health_nvml_request *req, struct health_nvm
     c.stage = stage;
     c.out = out;
     dtrain_snprintf(out->library, sizeof(out->library), "%s", req->library);
-    health_stage_set(stage, "dlopen(%s)", req->library);
+    dtrain_stage_set(stage, "dlopen(%s)", req->library);
     if (dtrain_nvml_open(&c.api, req->library, out->error, sizeof(out->error)) != DTRAIN_NVML_OK)
         return;
-    health_stage_set(stage, "nvmlInit_v2");
+    dtrain_stage_set(stage, "nvmlInit_v2");
     rc = c.api.nvmlInit_v2();
     if (rc != NVML_SUCCESS) {
         dtrain_snprintf(out->error, sizeof(out->error), "nvmlInit_v2 failed: %s (NVML error %d; is the NVIDIA driver loaded?)",
                         dtrain_nvml_error_string(&c.api, rc), rc);
         goto close;
     }
-    health_stage_set(stage, "nvmlDeviceGetCount_v2");
+    dtrain_stage_set(stage, "nvmlDeviceGetCount_v2");
     rc = c.api.nvmlDeviceGetCount_v2(&count);
     if (rc != NVML_SUCCESS || count > HEALTH_MAX_GPUS) {
         if (rc != NVML_SUCCESS)
@@ -303,14 +303,14 @@ void health_nvml_gather(const struct health_nvml_request *req, struct health_nvm
         read_xids(&c, req->xid_wait_ms);
     out->ok = 1;
 shutdown:
-    health_stage_set(stage, "nvmlShutdown");
+    dtrain_stage_set(stage, "nvmlShutdown");
     c.api.nvmlShutdown();
 close:
-    health_stage_set(stage, "dlclose");
+    dtrain_stage_set(stage, "dlclose");
     dtrain_nvml_close(&c.api);
 }
 
-static void nvml_probe_child(const void *arg, void *out, struct health_stage *stage)
+static void nvml_probe_child(const void *arg, void *out, struct dtrain_stage *stage)
 {
     health_nvml_gather(arg, out, stage);
 }
@@ -326,15 +326,15 @@ static void nvml_failed(void *out, const void *ctx, const char *why)
 }
 
 void health_nvml_start(const struct health_nvml_request *req, int timeout_ms, struct health_nvml_facts *out,
-                       struct health_probe *probe)
+                       struct dtrain_probe *probe)
 {
-    health_probe_start(probe, nvml_probe_child, req, out, sizeof(*out), timeout_ms, nvml_failed, req);
+    dtrain_probe_start(probe, nvml_probe_child, req, out, sizeof(*out), timeout_ms, nvml_failed, req);
 }
 
 void health_nvml_probe(const struct health_nvml_request *req, int timeout_ms, struct health_nvml_facts *out)
 {
-    struct health_probe probe;
-    struct health_probe *list[1] = {&probe};
+    struct dtrain_probe probe;
+    struct dtrain_probe *list[1] = {&probe};
     health_nvml_start(req, timeout_ms, out, &probe);
-    health_probe_wait_all(list, 1);
+    dtrain_probe_wait_all(list, 1);
 }

@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-#include "bounded.h"
+#include "dtrain_bounded.h"
 #include "site_config.h"
 #include "facts.h"
 
@@ -42,14 +42,14 @@ void health_nvml_library(const char *configured, char *out, size_t outlen);
  * per-GPU fields say what was learnt.  May block if NVML blocks; use
  * health_nvml_probe() unless already inside a bounded child. */
 void health_nvml_gather(const struct health_nvml_request *req, struct health_nvml_facts *out,
-                        struct health_stage *stage);
+                        struct dtrain_stage *stage);
 
 /* Start health_nvml_gather() in a bounded child (req must stay valid until
- * the wait); health_probe_wait_all() completes it.  After timeout_ms the
+ * the wait); dtrain_probe_wait_all() completes it.  After timeout_ms the
  * child is killed: out->ok = 0, out->probe_failed = 1 and out->error
  * "NVML did not finish within ... (stuck in <call> on GPU <n>)". */
 void health_nvml_start(const struct health_nvml_request *req, int timeout_ms, struct health_nvml_facts *out,
-                       struct health_probe *probe);
+                       struct dtrain_probe *probe);
 
 /* Start and wait. */
 void health_nvml_probe(const struct health_nvml_request *req, int timeout_ms,

@@ -108,8 +108,8 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
     struct health_fs_facts *ckpt = NULL, *shm = NULL;
     struct health_ib_facts *ib = NULL;
     struct health_nvml_request req;
-    struct health_probe topo_probe, nvml_probe, ckpt_probe, shm_probe, ib_probe;
-    struct health_probe *probes[5] = {NULL, NULL, NULL, NULL, NULL};
+    struct dtrain_probe topo_probe, nvml_probe, ckpt_probe, shm_probe, ib_probe;
+    struct dtrain_probe *probes[5] = {NULL, NULL, NULL, NULL, NULL};
     double start = now_ms();
     int rc = -1;
 
@@ -161,7 +161,7 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
         probes[4] = &ib_probe;
         facts.ib = ib;
     }
-    health_probe_wait_all(probes, 5);
+    dtrain_probe_wait_all(probes, 5);
     if (probes[0])
         out->topology_ms = topo_probe.elapsed_ms;
     if (probes[1])
@@ -191,7 +191,7 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
     goto done;
 oom:
     /* Probes already started must not outlive the run. */
-    health_probe_wait_all(probes, 5);
+    dtrain_probe_wait_all(probes, 5);
     dtrain_snprintf(err, errlen, "out of memory");
 done:
     free(topo);

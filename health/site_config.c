@@ -7,6 +7,7 @@
 #include "site_config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dtrain_file.h"
 #include "dtrain_parse.h"
+
+/* A site config larger than this is refused. */
+#define HEALTH_CONFIG_MAX_BYTES (1 << 20)
 
 static const char *const check_names[HEALTH_CHECK_COUNT] = {
     [HEALTH_CHECK_GPU_COUNT] = "gpu_count",
@@ -467,13 +472,13 @@ static int parse_ib_ports(struct parse_ctx *ctx, const char *where, json_t *valu
  * error (exit 2), not a sick node. */
 static int check_readable(struct parse_ctx *ctx, const char *where, const char *path)
 {
-    struct stat st;
+    char why[1200];
     if (!path[0])
         return 0;
-    if (stat(path, &st) != 0 || access(path, R_OK) != 0)
-        return fail(ctx, where, "cannot read %s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return fail(ctx, where, "%s is not a regular file", path);
+    int fd = dtrain_open_regular(path, O_RDONLY, "file", NULL, why, sizeof why);
+    if (fd < 0)
+        return fail(ctx, where, "%s", why);
+    close(fd);
     return 0;
 }
 
@@ -489,17 +494,18 @@ int health_config_load(const char *path, const char *node, struct health_config 
         dtrain_snprintf(err, errlen, "config path too long: %.64s...", path);
         return -1;
     }
-    FILE *f = fopen(path, "r");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        dtrain_snprintf(err, errlen, "cannot read the config %s: %s (give --config FILE)", path,
-                        f ? "not a regular file" : strerror(errno));
-        if (f)
-            fclose(f);
+    /* As root (the prolog) the file must be one root may trust: no link,
+     * root-owned file and folders (common/dtrain_file.h); otherwise a
+     * regular file, opened without blocking. */
+    char why[1200];
+    int fd = geteuid() == 0 ? dtrain_open_trusted(path, "the config", HEALTH_CONFIG_MAX_BYTES, why, sizeof why)
+                            : dtrain_open_regular(path, O_RDONLY, "the config", NULL, why, sizeof why);
+    if (fd < 0) {
+        dtrain_snprintf(err, errlen, "%s (give --config FILE)", why);
         return -1;
     }
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (!root) {
         dtrain_snprintf(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
         return -1;

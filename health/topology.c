@@ -32,17 +32,17 @@ static void copy_model(const dtrain_topo *topo, struct health_topo_model *out)
     dtrain_snprintf(out->summary, sizeof(out->summary), "%s", dtrain_topo_summary(topo));
 }
 
-static void load_one(const char *xml, struct health_topo_model *out, struct health_stage *stage)
+static void load_one(const char *xml, struct health_topo_model *out, struct dtrain_stage *stage)
 {
     dtrain_topo *topo = NULL;
     char err[HEALTH_ERROR_LEN];
     int rc;
     dtrain_snprintf(out->source, sizeof(out->source), "%s", xml[0] ? xml : "live");
     if (xml[0]) {
-        health_stage_set(stage, "loading the topology %s", xml);
+        dtrain_stage_set(stage, "loading the topology %s", xml);
         rc = dtrain_topo_load_xml(xml, &topo, err, sizeof(err));
     } else {
-        health_stage_set(stage, "discovering the live topology (hwloc)");
+        dtrain_stage_set(stage, "discovering the live topology (hwloc)");
         rc = dtrain_topo_load_live(&topo, err, sizeof(err));
     }
     if (rc != DTRAIN_TOPO_OK) {
@@ -54,7 +54,7 @@ static void load_one(const char *xml, struct health_topo_model *out, struct heal
     out->ok = 1;
 }
 
-static void topology_child(const void *arg, void *out, struct health_stage *stage)
+static void topology_child(const void *arg, void *out, struct dtrain_stage *stage)
 {
     const struct topology_request *req = arg;
     struct health_topo_facts *facts = out;
@@ -74,18 +74,18 @@ static void topology_failed(void *out, const void *ctx, const char *why)
 }
 
 void health_topology_start(const char *node_xml, const char *reference_xml, int timeout_ms,
-                           struct health_topo_facts *out, struct health_probe *probe)
+                           struct health_topo_facts *out, struct dtrain_probe *probe)
 {
     /* The child gets a copy of this frame: the request may live here. */
     struct topology_request req = {.node_xml = node_xml, .reference_xml = reference_xml};
-    health_probe_start(probe, topology_child, &req, out, sizeof(*out), timeout_ms, topology_failed, node_xml);
+    dtrain_probe_start(probe, topology_child, &req, out, sizeof(*out), timeout_ms, topology_failed, node_xml);
 }
 
 void health_topology_probe(const char *node_xml, const char *reference_xml, int timeout_ms,
                            struct health_topo_facts *out)
 {
-    struct health_probe probe;
-    struct health_probe *list[1] = {&probe};
+    struct dtrain_probe probe;
+    struct dtrain_probe *list[1] = {&probe};
     health_topology_start(node_xml, reference_xml, timeout_ms, out, &probe);
-    health_probe_wait_all(list, 1);
+    dtrain_probe_wait_all(list, 1);
 }

@@ -7,15 +7,15 @@
 #ifndef DTRAIN_HEALTH_TOPOLOGY_H
 #define DTRAIN_HEALTH_TOPOLOGY_H
 
-#include "bounded.h"
+#include "dtrain_bounded.h"
 #include "facts.h"
 
 /* Start loading: node_xml "" for live, else a saved hwloc XML path;
- * reference_xml "" for none.  health_probe_wait_all() completes it; after
+ * reference_xml "" for none.  dtrain_probe_wait_all() completes it; after
  * timeout_ms the load is abandoned: out->node.ok = 0 with the reason in
  * out->node.error.  The strings must stay valid until the wait. */
 void health_topology_start(const char *node_xml, const char *reference_xml, int timeout_ms,
-                           struct health_topo_facts *out, struct health_probe *probe);
+                           struct health_topo_facts *out, struct dtrain_probe *probe);
 
 /* Start and wait. */
 void health_topology_probe(const char *node_xml, const char *reference_xml, int timeout_ms,

@@ -25,6 +25,9 @@
 #include "dtrain_parse.h"
 #include "plugin.h"
 
+/* How long this node's topology discovery may take inside slurmstepd. */
+#define DTRAIN_TOPO_TIMEOUT_MS 30000
+
 /* ---------------------------------------------------------------- failures */
 
 /* Remember the step's first failure; later ones add nothing. */
@@ -105,7 +108,11 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
  *  - HWLOC_XMLFILE in slurmstepd's own environment (slurmd's, the admin's;
  *    never the job's): loaded as a file here, because hwloc given a broken
  *    HWLOC_XMLFILE silently falls back to the real machine;
- *  - discovery of this machine (hwloc, NVML). */
+ *  - discovery of this machine (hwloc, NVML).
+ * The load runs in a forked child bounded by DTRAIN_TOPO_TIMEOUT_MS: a
+ * topology file that crashes or hangs hwloc, or a hung NVML, fails the
+ * step with one line and leaves slurmstepd alone.  A file is opened as a
+ * root process trusts it (no link, root-owned file and folders). */
 static int load_topology(struct dtrain_plugin *plugin)
 {
     struct dtrain_step *s = &plugin->step;
@@ -120,10 +127,9 @@ static int load_topology(struct dtrain_plugin *plugin)
     } else {
         xml = getenv("HWLOC_XMLFILE");
     }
-    if (xml == NULL || xml[0] == '\0')
-        rc = dtrain_topo_load_live(&s->topo, err, sizeof err);
-    else if (dtrain_config_check_trusted(xml, "topology file", 0, err, sizeof err) == 0)
-        rc = dtrain_topo_load_xml(xml, &s->topo, err, sizeof err);
+    if (xml != NULL && xml[0] == '\0')
+        xml = NULL;
+    rc = dtrain_topo_load_bounded(xml, 1, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
 done:
     if (rc != DTRAIN_TOPO_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);

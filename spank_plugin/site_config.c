@@ -4,11 +4,11 @@
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "dtrain_file.h"
 #include "dtrain_parse.h"
 #include "dtrain_topo.h"
 
@@ -18,32 +18,6 @@ void dtrain_config_init(struct dtrain_site_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->allow_pcie = DTRAIN_PCIE_USER;
-}
-
-int dtrain_config_check_trusted(const char *path, const char *what, long long max_bytes,
-                                char *err, size_t errlen)
-{
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        dtrain_snprintf(err, errlen, "%s %.512s: %s", what, path, strerror(errno));
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        dtrain_snprintf(err, errlen, "%s %.512s: not a regular file", what, path);
-        return -1;
-    }
-    if (max_bytes > 0 && (long long)st.st_size > max_bytes) {
-        dtrain_snprintf(err, errlen, "%s %.512s: larger than %lld bytes", what, path, max_bytes);
-        return -1;
-    }
-    if (geteuid() != 0)
-        return 0;
-    if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-        dtrain_snprintf(err, errlen, "%s %.512s: must be owned by root and not writable by group or others "
-                        "(the plugin reads it as root)", what, path);
-        return -1;
-    }
-    return 0;
 }
 
 /* ---------------------------------------------------------------- one key */
@@ -127,9 +101,13 @@ static int load_json(struct dtrain_site_config *cfg, const char *path, char *err
     json_t *value;
     int rc = -1;
 
-    if (dtrain_config_check_trusted(path, "config", SITE_JSON_MAX_BYTES, err, errlen) != 0)
+    /* Opened as a root process trusts it (common/dtrain_file.h): no link,
+     * root-owned file and folders, checked on what is then read. */
+    int fd = dtrain_open_trusted(path, "config", SITE_JSON_MAX_BYTES, err, errlen);
+    if (fd < 0)
         return -1;
-    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (root == NULL) {
         dtrain_snprintf(err, errlen, "config %.512s: line %d: %.200s", path, jerr.line, jerr.text);
         goto cleanup;

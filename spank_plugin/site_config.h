@@ -59,10 +59,4 @@ int dtrain_config_topology_path(const struct dtrain_site_config *cfg, const char
  * a TP group across PCIe: 1 yes, 0 no, -1 the site refuses the option. */
 int dtrain_config_pcie_allowed(const struct dtrain_site_config *cfg, int user_asked);
 
-/* Refuse a file that root should not trust: missing, not a regular file,
- * larger than max_bytes (0: any size) or, when euid is 0, not owned by root
- * or writable by group/others.  `what` names the file in err. */
-int dtrain_config_check_trusted(const char *path, const char *what, long long max_bytes,
-                                char *err, size_t errlen);
-
 #endif

@@ -76,6 +76,20 @@ int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t 
  * distances.  A node without NVML is not an error. */
 int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen);
 
+/* Load from hwloc XML text buf[0..len) (`name` names it in messages). */
+int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, dtrain_topo **out, char *err,
+                                size_t errlen);
+
+/* Load in a forked child that may take at most timeout_ms (see
+ * topo_bounded.c): from the file `xml`, opened as a privileged process
+ * trusts it (common/dtrain_file.h) when `trusted`, or live when xml is
+ * NULL.  A crash or hang of the load gives DTRAIN_TOPO_ERR_SYSTEM with one
+ * line ("topology discovery crashed with signal 11 (...) in loading F with
+ * hwloc"), never a crash or hang of the caller.  The caller must not mind
+ * a child process (fork). */
+int dtrain_topo_load_bounded(const char *xml, int trusted, int timeout_ms, dtrain_topo **out, char *err,
+                             size_t errlen);
+
 void dtrain_topo_free(dtrain_topo *topo);
 
 /* A new model holding only the listed GPUs (indices of `topo`), renumbered

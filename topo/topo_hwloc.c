@@ -19,10 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <hwloc.h>
 
+#include "dtrain_file.h"
 #include "dtrain_parse.h"
 #include "topo_model.h"
 
@@ -368,11 +368,14 @@ fail:
     return rc;
 }
 
-/* Load a topology: from `xml` when given, else live (HWLOC_XMLFILE is then
- * honoured by hwloc itself). */
-static int load(const char *xml, dtrain_topo **out, char *err, size_t errlen)
+/* Load a topology: from the XML text buf[0..len) when given (named `name`
+ * in messages), else live.  hwloc is never left to open a file itself: a
+ * live load with HWLOC_XMLFILE set reads that file here (non-blocking
+ * open, regular file, size bound, pre-check) and hands hwloc the bytes. */
+static int load(const char *buf, size_t len, const char *name, dtrain_topo **out, char *err, size_t errlen)
 {
     hwloc_topology_t topo = NULL;
+    char *envbuf = NULL;
     int rc = DTRAIN_TOPO_ERR_SYSTEM;
 
     if (!out) {
@@ -380,66 +383,81 @@ static int load(const char *xml, dtrain_topo **out, char *err, size_t errlen)
         return DTRAIN_TOPO_ERR_INPUT;
     }
     *out = NULL;
-    if (xml) {
-        struct stat st;
-        FILE *f = fopen(xml, "r");
-        if (!f) {
-            dtrain_snprintf(err, errlen, "cannot read topology file %s: %s", xml, strerror(errno));
+    const char *env = getenv("HWLOC_XMLFILE");
+    int live = buf == NULL;
+    if (live && env && env[0]) {
+        if (dtrain_read_regular(env, "topology file (HWLOC_XMLFILE)", TOPO_XML_MAX_BYTES, &envbuf, &len, err,
+                                errlen) != 0)
             return DTRAIN_TOPO_ERR_INPUT;
-        }
-        int is_file = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-        fclose(f);
-        if (!is_file) {
-            dtrain_snprintf(err, errlen, "topology file %s is not a regular file", xml);
-            return DTRAIN_TOPO_ERR_INPUT;
-        }
+        buf = envbuf;
+        name = env;
     }
-    /* hwloc reads HWLOC_XMLFILE by itself on a live load: check it too. */
-    const char *file = xml ? xml : getenv("HWLOC_XMLFILE");
-    if (file && file[0] && topo_xml_precheck(file, err, errlen) < 0)
-        return DTRAIN_TOPO_ERR_INPUT;
+    if (buf && topo_xml_precheck_buffer(buf, len, name, err, errlen) < 0) {
+        rc = DTRAIN_TOPO_ERR_INPUT;
+        goto out;
+    }
     if (hwloc_topology_init(&topo) < 0) {
         dtrain_snprintf(err, errlen, "hwloc_topology_init failed: %s", strerror(errno));
-        return DTRAIN_TOPO_ERR_SYSTEM;
+        topo = NULL;
+        goto out;
     }
     /* Without this, hwloc drops every PCI and OS device, GPUs included. */
     if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL) < 0) {
         dtrain_snprintf(err, errlen, "hwloc could not keep I/O devices: %s", strerror(errno));
         goto out;
     }
-    if (xml && hwloc_topology_set_xml(topo, xml) < 0) {
-        dtrain_snprintf(err, errlen, "%s is not a valid hwloc XML topology (hwloc could not parse it)", xml);
+    if (buf && hwloc_topology_set_xmlbuffer(topo, buf, (int)len) < 0) {
+        dtrain_snprintf(err, errlen, "%.512s is not a valid hwloc XML topology (hwloc could not parse it)", name);
         rc = DTRAIN_TOPO_ERR_INPUT;
         goto out;
     }
     if (hwloc_topology_load(topo) < 0) {
-        if (xml)
-            dtrain_snprintf(err, errlen, "%s is not a valid hwloc XML topology (hwloc could not load it)", xml);
+        if (buf)
+            dtrain_snprintf(err, errlen, "%.512s is not a valid hwloc XML topology (hwloc could not load it)", name);
         else
-            dtrain_snprintf(err, errlen, "hwloc could not load this machine's topology%s",
-                            getenv("HWLOC_XMLFILE") ? " (check HWLOC_XMLFILE)" : "");
+            dtrain_snprintf(err, errlen, "hwloc could not load this machine's topology");
         rc = DTRAIN_TOPO_ERR_INPUT;
         goto out;
     }
     /* NVML describes this machine only: never mix it into a saved topology,
      * whether given explicitly or through HWLOC_XMLFILE. */
-    int use_nvml = !xml && !getenv("HWLOC_XMLFILE") && hwloc_topology_is_thissystem(topo);
+    int use_nvml = buf == NULL && hwloc_topology_is_thissystem(topo);
     rc = model_from_hwloc(topo, use_nvml, out, err, errlen);
 out:
-    hwloc_topology_destroy(topo);
+    if (topo)
+        hwloc_topology_destroy(topo);
+    free(envbuf);
     return rc;
+}
+
+int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, dtrain_topo **out, char *err,
+                                size_t errlen)
+{
+    if (!buf) {
+        dtrain_snprintf(err, errlen, "no topology given");
+        return DTRAIN_TOPO_ERR_INPUT;
+    }
+    return load(buf, len, name ? name : "topology", out, err, errlen);
 }
 
 int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen)
 {
+    char *buf = NULL;
+    size_t len = 0;
+    if (out)
+        *out = NULL;
     if (!path || !path[0]) {
         dtrain_snprintf(err, errlen, "no topology file given");
         return DTRAIN_TOPO_ERR_INPUT;
     }
-    return load(path, out, err, errlen);
+    if (dtrain_read_regular(path, "topology file", TOPO_XML_MAX_BYTES, &buf, &len, err, errlen) != 0)
+        return DTRAIN_TOPO_ERR_INPUT;
+    int rc = load(buf, len, path, out, err, errlen);
+    free(buf);
+    return rc;
 }
 
 int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen)
 {
-    return load(NULL, out, err, errlen);
+    return load(NULL, 0, NULL, out, err, errlen);
 }

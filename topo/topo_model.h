@@ -69,9 +69,14 @@ void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
  * topo_model_finish(). */
 int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen);
 
-/* Refuse hwloc XML that would crash hwloc 2.9 while loading (see
- * topo_xml_check.c).  Returns 0, or -1 with one line in err. */
-int topo_xml_precheck(const char *path, char *err, size_t errlen);
+/* A topology file larger than this is refused (the largest real machines
+ * save a few MB). */
+#define TOPO_XML_MAX_BYTES (256 * 1024 * 1024)
+
+/* Refuse hwloc XML text buf[0..len) that is not well-formed XML or would
+ * crash hwloc 2.9 while loading (see topo_xml_check.c); `name` names it in
+ * messages.  Returns 0, or -1 with one line in err. */
+int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen);
 
 /* NVLink bandwidth per link and direction, in MB/s, for an NVML NVLink
  * version value (see topo_nvml.c for the table). */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bounded.h"
+#include "dtrain_bounded.h"
 #include "fs.h"
 #include "health_test.h"
 #include "ib.h"
@@ -22,26 +22,26 @@ static char why[512];
 /* ------------------------------------------------------------ bounded */
 struct answer { int value; };
 
-static void quick_probe(const void *arg, void *out, struct health_stage *stage)
+static void quick_probe(const void *arg, void *out, struct dtrain_stage *stage)
 {
-    health_stage_set(stage, "adding one");
+    dtrain_stage_set(stage, "adding one");
     ((struct answer *)out)->value = *(const int *)arg + 1;
 }
 
-static void hung_probe(const void *arg, void *out, struct health_stage *stage)
+static void hung_probe(const void *arg, void *out, struct dtrain_stage *stage)
 {
     (void)arg;
     (void)out;
-    health_stage_set(stage, "waiting for %s", "Godot");
+    dtrain_stage_set(stage, "waiting for %s", "Godot");
     for (;;)
         pause();
 }
 
-static void dying_probe(const void *arg, void *out, struct health_stage *stage)
+static void dying_probe(const void *arg, void *out, struct dtrain_stage *stage)
 {
     (void)arg;
     (void)out;
-    health_stage_set(stage, "reading a register");
+    dtrain_stage_set(stage, "reading a register");
     kill(getpid(), SIGTERM);
     for (;;)
         pause();
@@ -51,14 +51,14 @@ static void test_bounded(void)
 {
     struct answer a = {0};
     int in = 41;
-    ok(health_run_bounded(quick_probe, &in, &a, sizeof(a), 5000, why, sizeof(why)) == HEALTH_BOUNDED_OK &&
+    ok(dtrain_run_bounded(quick_probe, &in, &a, sizeof(a), 5000, why, sizeof(why)) == DTRAIN_BOUNDED_OK &&
            a.value == 42,
        "bounded: the child's answer comes back");
     a.value = 7;
-    ok(health_run_bounded(hung_probe, &in, &a, sizeof(a), 100, why, sizeof(why)) == HEALTH_BOUNDED_TIMEOUT &&
+    ok(dtrain_run_bounded(hung_probe, &in, &a, sizeof(a), 100, why, sizeof(why)) == DTRAIN_BOUNDED_TIMEOUT &&
            strstr(why, "did not finish within 100 ms (stuck in waiting for Godot)") && a.value == 0,
        "bounded: a hung probe is cut off and its stage named (%s)", why);
-    ok(health_run_bounded(dying_probe, &in, &a, sizeof(a), 5000, why, sizeof(why)) == HEALTH_BOUNDED_FAILED &&
+    ok(dtrain_run_bounded(dying_probe, &in, &a, sizeof(a), 5000, why, sizeof(why)) == DTRAIN_BOUNDED_FAILED &&
            strstr(why, "crashed with signal 15") && strstr(why, "in reading a register"),
        "bounded: a probe killed by a signal is reported (%s)", why);
 }

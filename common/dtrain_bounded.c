@@ -1,5 +1,5 @@
-/* Run probes in forked children with deadlines; see bounded.h. */
-#include "bounded.h"
+/* Run probes in forked children with deadlines; see dtrain_bounded.h. */
+#include "dtrain_bounded.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 
 #include "dtrain_parse.h"
 
-void health_stage_set(struct health_stage *stage, const char *fmt, ...)
+void dtrain_stage_set(struct dtrain_stage *stage, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -30,13 +30,13 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-static const char *stage_of(const struct health_probe *p)
+static const char *stage_of(const struct dtrain_probe *p)
 {
-    return ((const struct health_stage *)p->shared)->text;
+    return ((const struct dtrain_stage *)p->shared)->text;
 }
 
-void health_probe_start(struct health_probe *p, health_probe_fn probe, const void *arg, void *out,
-                        size_t outsize, int timeout_ms, health_probe_failed_fn failed, const void *ctx)
+void dtrain_probe_start(struct dtrain_probe *p, dtrain_probe_fn probe, const void *arg, void *out,
+                        size_t outsize, int timeout_ms, dtrain_probe_failed_fn failed, const void *ctx)
 {
     int fds[2] = {-1, -1};
     memset(p, 0, sizeof(*p));
@@ -48,11 +48,11 @@ void health_probe_start(struct health_probe *p, health_probe_fn probe, const voi
     p->failed = failed;
     p->failed_ctx = ctx;
     p->busy = 1;
-    p->status = HEALTH_BOUNDED_FAILED;
+    p->status = DTRAIN_BOUNDED_FAILED;
     p->start_ms = now_ms();
     memset(out, 0, outsize);
 
-    p->shared_len = sizeof(struct health_stage) + outsize;
+    p->shared_len = sizeof(struct dtrain_stage) + outsize;
     p->shared = mmap(NULL, p->shared_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p->shared == MAP_FAILED) {
         p->shared = NULL;
@@ -60,7 +60,7 @@ void health_probe_start(struct health_probe *p, health_probe_fn probe, const voi
                         strerror(errno));
         return;
     }
-    struct health_stage *stage = p->shared;
+    struct dtrain_stage *stage = p->shared;
     dtrain_snprintf(stage->text, sizeof(stage->text), "starting");
     if (pipe2(fds, O_CLOEXEC) != 0) {
         dtrain_snprintf(p->why, sizeof(p->why), "cannot create a pipe: %s", strerror(errno));
@@ -82,7 +82,8 @@ void health_probe_start(struct health_probe *p, health_probe_fn probe, const voi
          * the parent sees end-of-file then. */
         setpgid(0, 0);
         close(fds[0]);
-        probe(arg, (char *)p->shared + sizeof(struct health_stage), stage);
+        probe(arg, (char *)p->shared + sizeof(struct dtrain_stage), stage);
+        stage->done = 1;
         _exit(0);
     }
     setpgid(pid, pid); /* from here too: no race with a kill of the group */
@@ -104,13 +105,17 @@ static void reap_briefly(pid_t pid)
 }
 
 /* The child closed its pipe (it exited): collect its status and answer. */
-static void collect(struct health_probe *p)
+static void collect(struct dtrain_probe *p)
 {
     int wstatus = 0;
     pid_t r;
     while ((r = waitpid(p->pid, &wstatus, 0)) < 0 && errno == EINTR)
         ;
-    if (r != p->pid)
+    if (r != p->pid && errno == ECHILD && ((const struct dtrain_stage *)p->shared)->done) {
+        /* Someone else reaped it, after it finished. */
+        memcpy(p->out, (char *)p->shared + sizeof(struct dtrain_stage), p->outsize);
+        p->status = DTRAIN_BOUNDED_OK;
+    } else if (r != p->pid)
         dtrain_snprintf(p->why, sizeof(p->why), "cannot wait for the probe: %s", strerror(errno));
     else if (WIFSIGNALED(wstatus))
         dtrain_snprintf(p->why, sizeof(p->why), "crashed with signal %d (%s) in %s", WTERMSIG(wstatus),
@@ -118,18 +123,18 @@ static void collect(struct health_probe *p)
     else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
         dtrain_snprintf(p->why, sizeof(p->why), "exited with status %d in %s", WEXITSTATUS(wstatus), stage_of(p));
     else {
-        memcpy(p->out, (char *)p->shared + sizeof(struct health_stage), p->outsize);
-        p->status = HEALTH_BOUNDED_OK;
+        memcpy(p->out, (char *)p->shared + sizeof(struct dtrain_stage), p->outsize);
+        p->status = DTRAIN_BOUNDED_OK;
     }
 }
 
-static void give_up(struct health_probe *p, enum health_bounded_status status, const char *what)
+static void give_up(struct dtrain_probe *p, enum dtrain_bounded_status status, const char *what)
 {
     kill(-p->pid, SIGKILL);
     kill(p->pid, SIGKILL);
     reap_briefly(p->pid);
     p->status = status;
-    if (status == HEALTH_BOUNDED_TIMEOUT)
+    if (status == DTRAIN_BOUNDED_TIMEOUT)
         dtrain_snprintf(p->why, sizeof(p->why), "did not finish within %d ms (stuck in %s)", p->timeout_ms,
                         stage_of(p));
     else
@@ -137,7 +142,7 @@ static void give_up(struct health_probe *p, enum health_bounded_status status, c
 }
 
 /* The probe is over: close it and, when it gave no answer, say so. */
-static void finish(struct health_probe *p)
+static void finish(struct dtrain_probe *p)
 {
     p->elapsed_ms = now_ms() - p->start_ms;
     if (p->fd >= 0)
@@ -148,20 +153,20 @@ static void finish(struct health_probe *p)
     p->shared = NULL;
     p->pid = -1;
     p->busy = 0;
-    if (p->status != HEALTH_BOUNDED_OK && p->failed)
+    if (p->status != DTRAIN_BOUNDED_OK && p->failed)
         p->failed(p->out, p->failed_ctx, p->why);
 }
 
-void health_probe_wait_all(struct health_probe *const *probes, int n)
+void dtrain_probe_wait_all(struct dtrain_probe *const *probes, int n)
 {
     enum { MAX_WAIT = 16 };
     for (;;) {
         struct pollfd fds[MAX_WAIT];
-        struct health_probe *waiting[MAX_WAIT];
+        struct dtrain_probe *waiting[MAX_WAIT];
         int nw = 0;
         double soonest = -1, now = now_ms();
         for (int i = 0; i < n; i++) {
-            struct health_probe *p = probes[i];
+            struct dtrain_probe *p = probes[i];
             if (!p || !p->busy)
                 continue;
             if (p->fd < 0) { /* never started: already failed */
@@ -170,7 +175,7 @@ void health_probe_wait_all(struct health_probe *const *probes, int n)
             }
             double deadline = p->start_ms + p->timeout_ms;
             if (now >= deadline) {
-                give_up(p, HEALTH_BOUNDED_TIMEOUT, NULL);
+                give_up(p, DTRAIN_BOUNDED_TIMEOUT, NULL);
                 finish(p);
                 continue;
             }
@@ -189,7 +194,7 @@ void health_probe_wait_all(struct health_probe *const *probes, int n)
             char what[64];
             dtrain_snprintf(what, sizeof(what), "poll: %s", strerror(errno));
             for (int i = 0; i < nw; i++) {
-                give_up(waiting[i], HEALTH_BOUNDED_FAILED, what);
+                give_up(waiting[i], DTRAIN_BOUNDED_FAILED, what);
                 finish(waiting[i]);
             }
             return;
@@ -207,13 +212,13 @@ void health_probe_wait_all(struct health_probe *const *probes, int n)
     }
 }
 
-enum health_bounded_status health_run_bounded(health_probe_fn probe, const void *arg, void *out,
+enum dtrain_bounded_status dtrain_run_bounded(dtrain_probe_fn probe, const void *arg, void *out,
                                               size_t outsize, int timeout_ms, char *why, size_t whylen)
 {
-    struct health_probe p;
-    struct health_probe *list[1] = {&p};
-    health_probe_start(&p, probe, arg, out, outsize, timeout_ms, NULL, NULL);
-    health_probe_wait_all(list, 1);
+    struct dtrain_probe p;
+    struct dtrain_probe *list[1] = {&p};
+    dtrain_probe_start(&p, probe, arg, out, outsize, timeout_ms, NULL, NULL);
+    dtrain_probe_wait_all(list, 1);
     if (why)
         dtrain_snprintf(why, whylen, "%s", p.why);
     return p.status;

@@ -1,0 +1,128 @@
+/* libdtrain-topo: topology discovery in a forked child with a time bound.
+ *
+ * hwloc given a hostile XML file may crash, and NVML or sysfs on a sick
+ * node may hang; inside slurmstepd either would take the step (or the
+ * daemon) with it.  So the whole load (open, pre-check, hwloc, NVML) runs
+ * in a child through common/dtrain_bounded, and the finished model comes
+ * back through its shared memory: the model is plain data, apart from its
+ * PU list, which travels inline. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dtrain_bounded.h"
+#include "dtrain_file.h"
+#include "dtrain_parse.h"
+#include "topo_model.h"
+
+/* More PUs than this in one node is refused (the largest machines have a
+ * few thousand). */
+#define TOPO_BOUNDED_MAX_PUS 16384
+
+struct bounded_arg {
+    const char *xml; /* NULL: live */
+    int trusted;
+};
+
+struct bounded_answer {
+    int rc;
+    char err[1024];
+    struct dtrain_topo model; /* pus == NULL here */
+    int npus;
+    int pus[TOPO_BOUNDED_MAX_PUS];
+};
+
+static void load_in_child(const void *argp, void *outp, struct dtrain_stage *stage)
+{
+    const struct bounded_arg *arg = argp;
+    struct bounded_answer *a = outp;
+    dtrain_topo *t = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+
+    if (arg->xml == NULL) {
+        dtrain_stage_set(stage, "discovering this machine (hwloc, NVML)");
+        a->rc = dtrain_topo_load_live(&t, a->err, sizeof a->err);
+    } else {
+        dtrain_stage_set(stage, "reading %.120s", arg->xml);
+        int fd = arg->trusted ? dtrain_open_trusted(arg->xml, "topology file", TOPO_XML_MAX_BYTES, a->err,
+                                                    sizeof a->err)
+                              : dtrain_open_regular(arg->xml, O_RDONLY, "topology file", NULL, a->err,
+                                                    sizeof a->err);
+        a->rc = DTRAIN_TOPO_ERR_INPUT;
+        if (fd < 0)
+            return;
+        int r = dtrain_read_fd(fd, arg->xml, "topology file", TOPO_XML_MAX_BYTES, &buf, &len, a->err,
+                               sizeof a->err);
+        close(fd);
+        if (r != 0)
+            return;
+        dtrain_stage_set(stage, "loading %.120s with hwloc", arg->xml);
+        a->rc = dtrain_topo_load_xml_buffer(buf, len, arg->xml, &t, a->err, sizeof a->err);
+        free(buf);
+    }
+    if (a->rc != DTRAIN_TOPO_OK)
+        return;
+    if (t->npus > TOPO_BOUNDED_MAX_PUS) {
+        dtrain_snprintf(a->err, sizeof a->err, "the node has %d CPUs, more than dtrain handles (%d)", t->npus,
+                        TOPO_BOUNDED_MAX_PUS);
+        a->rc = DTRAIN_TOPO_ERR_INPUT;
+    } else {
+        a->model = *t;
+        a->model.pus = NULL;
+        a->npus = t->npus;
+        if (t->npus > 0)
+            memcpy(a->pus, t->pus, sizeof(int) * (size_t)t->npus);
+    }
+    dtrain_topo_free(t);
+}
+
+int dtrain_topo_load_bounded(const char *xml, int trusted, int timeout_ms, dtrain_topo **out, char *err,
+                             size_t errlen)
+{
+    struct bounded_arg arg = {.xml = xml, .trusted = trusted};
+    char why[DTRAIN_WHY_LEN];
+    *out = NULL;
+    struct bounded_answer *a = malloc(sizeof *a);
+    if (a == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return DTRAIN_TOPO_ERR_SYSTEM;
+    }
+    enum dtrain_bounded_status st = dtrain_run_bounded(load_in_child, &arg, a, sizeof *a, timeout_ms, why,
+                                                       sizeof why);
+    int rc = DTRAIN_TOPO_ERR_SYSTEM;
+    if (st != DTRAIN_BOUNDED_OK) {
+        dtrain_snprintf(err, errlen, "topology discovery %s", why);
+        goto done;
+    }
+    if (a->rc != DTRAIN_TOPO_OK) {
+        a->err[sizeof a->err - 1] = '\0';
+        dtrain_snprintf(err, errlen, "%s", a->err);
+        rc = a->rc;
+        goto done;
+    }
+    struct dtrain_topo *t = topo_model_new();
+    if (t == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    *t = a->model;
+    t->pus = NULL;
+    t->npus = 0;
+    if (a->npus > 0 && a->npus <= TOPO_BOUNDED_MAX_PUS) {
+        t->pus = malloc(sizeof(int) * (size_t)a->npus);
+        if (t->pus == NULL) {
+            dtrain_topo_free(t);
+            dtrain_snprintf(err, errlen, "out of memory");
+            goto done;
+        }
+        memcpy(t->pus, a->pus, sizeof(int) * (size_t)a->npus);
+        t->npus = a->npus;
+    }
+    *out = t;
+    rc = DTRAIN_TOPO_OK;
+done:
+    free(a);
+    return rc;
+}
