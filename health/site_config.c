@@ -475,7 +475,7 @@ static int check_readable(struct parse_ctx *ctx, const char *where, const char *
     char why[1200];
     if (!path[0])
         return 0;
-    int fd = dtrain_open_regular(path, O_RDONLY, "file", NULL, why, sizeof why);
+    int fd = dtrain_open_regular(path, O_RDONLY, "the file", NULL, why, sizeof why);
     if (fd < 0)
         return fail(ctx, where, "%s", why);
     close(fd);

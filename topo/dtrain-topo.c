@@ -136,7 +136,8 @@ int main(int argc, char **argv)
             usage(stdout);
         return rc > 0 ? DTRAIN_EXIT_OK : DTRAIN_EXIT_USAGE;
     }
-    rc = o.xml ? dtrain_topo_load_xml(o.xml, &topo, err, sizeof(err)) : dtrain_topo_load_live(&topo, err, sizeof(err));
+    /* In a bounded child: a file that crashes or hangs hwloc gives one line. */
+    rc = dtrain_topo_load_bounded(o.xml, 0, 60000, &topo, err, sizeof(err));
     if (rc != DTRAIN_TOPO_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         return exit_code_of(rc);

@@ -140,9 +140,9 @@ static void test_refusals(void)
     ok(refused("[]", "expected an object", NULL), "a top level that is not an object");
     ok(refused("{\"gpus\": {\"count\": 8}, \"gpus\": {}}", "duplicate object key", NULL), "duplicate keys");
     ok(refused("{\"gpus\": {\"count\": 8},}", "line 1", NULL), "malformed JSON: the line is named");
-    ok(refused("{\"topology\": \"/nonexistent/node.xml\"}", "topology: cannot read /nonexistent/node.xml", NULL),
+    ok(refused("{\"topology\": \"/nonexistent/node.xml\"}", "topology: cannot read the file /nonexistent/node.xml", NULL),
        "unreadable topology file: a config error");
-    ok(refused("{\"checks\": {\"nvlink\": {\"reference_topology\": \"/\"}}}", "is not a regular file", NULL),
+    ok(refused("{\"checks\": {\"nvlink\": {\"reference_topology\": \"/\"}}}", "is a directory", NULL),
        "reference topology that is a folder");
 
     char missing[4200];
@@ -151,7 +151,7 @@ static void test_refusals(void)
     ok(health_config_load(missing, "n", &cfg, err, sizeof(err)) == -1 && strstr(err, "cannot read the config") &&
            strstr(err, "No such file"),
        "missing config file: cannot read, and why");
-    ok(health_config_load(dir, "n", &cfg, err, sizeof(err)) == -1 && strstr(err, "not a regular file"),
+    ok(health_config_load(dir, "n", &cfg, err, sizeof(err)) == -1 && strstr(err, "is a directory"),
        "a folder as config");
     ok(load_text("{\"checks\": {\"checkpoint_fs\": {\"path\": \"/ckpt/%n\"}}}") == 0, "%%n with a node name");
     char path[4200];

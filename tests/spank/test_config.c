@@ -111,7 +111,7 @@ static void test_site_json(void)
     chmod(path, 0644);
     ok(parse(line, &c, err, sizeof err) == 0, "an empty site file is fine");
     snprintf(line, sizeof line, "config=%s", tmpdir);
-    ok(parse(line, &c, err, sizeof err) == -1 && strstr(err, "not a regular file"), "a folder is refused (%s)", err);
+    ok(parse(line, &c, err, sizeof err) == -1 && strstr(err, "is a directory"), "a folder is refused (%s)", err);
     unlink(path);
 }
 
