@@ -2,6 +2,7 @@
  * verification and loading into any layout; see dtrain_shard_ckpt.h. */
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_ckpt.h"
+#include "dtrain_file.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "dtrain_pcomm.h"
@@ -11,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -25,6 +27,8 @@
 #define MAX_CANDIDATES 64      /* complete checkpoints looked at when resuming */
 #define MAX_WORLD (1L << 20)   /* dtrain_plan.h's largest world */
 #define VERIFY_CHUNK (1 << 20) /* bytes read at a time when verifying a shard */
+#define MAX_MANIFEST_BYTES (512L << 20)   /* ~500 bytes per shard entry at MAX_WORLD */
+#define MAX_SHARD_BYTES (1LL << 50)       /* 1 PiB: more is a corrupt size, not a shard */
 
 /* Header fields at fixed offsets. */
 enum {
@@ -110,27 +114,114 @@ static int fsync_dir(const char *path)
     return rc;
 }
 
-/* Remove a step folder: its plain files, then the folder.  Never follows
- * links and never descends (a step folder holds files only). */
+/* Is `name` a file a save writes into a step folder: the manifest, a
+ * shard, or one of their temporary names (dtrain_io.h's NAME.tmp.PID)? */
+static int our_file_name(const char *name)
+{
+    size_t n = 0;
+    if (strncmp(name, DTRAIN_SCKPT_MANIFEST, strlen(DTRAIN_SCKPT_MANIFEST)) == 0)
+        n = strlen(DTRAIN_SCKPT_MANIFEST);
+    else if (strncmp(name, "shard-", 6) == 0) {
+        n = 6;
+        while (name[n] >= '0' && name[n] <= '9')
+            n++;
+        if (n < 11 || strncmp(name + n, ".bin", 4) != 0)
+            return 0;
+        n += 4;
+    } else
+        return 0;
+    if (name[n] == '\0')
+        return 1;
+    if (strncmp(name + n, ".tmp.", 5) != 0 || name[n + 5] == '\0')
+        return 0;
+    for (n += 5; name[n] != '\0'; n++)
+        if (name[n] < '0' || name[n] > '9')
+            return 0;
+    return 1;
+}
+
+/* Say once why a folder was left alone (stderr: there is no other stream
+ * here); errno is kept. */
+static void left_alone(const char *path, const char *why)
+{
+    int e = errno;
+    fprintf(stderr, "dtrain: checkpoint: leaving %s alone: %s\n", path, why);
+    fflush(stderr);
+    errno = e;
+}
+
+/* Remove a step folder this run's saves made: only a real folder (never a
+ * link, never a folder someone else owns), only the files a save writes
+ * (manifest, shards and their temporary names), each removed with
+ * unlinkat() relative to the folder's own descriptor, opened with
+ * O_NOFOLLOW relative to the checkpoint folder's.  Anything else (a link,
+ * a foreign file, a sub-folder) is reported, left where it is, and the
+ * folder kept.  0 when removed (or absent), -1 with errno otherwise. */
 static int remove_step_dir(const char *path)
 {
-    DIR *d = opendir(path);
-    if (d == NULL)
+    char parent[DTRAIN_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL || dtrain_snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path) != 0) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    const char *name = slash + 1;
+    int pfd = open(parent[0] ? parent : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0)
         return errno == ENOENT ? 0 : -1;
-    int fd = dirfd(d), rc = 0;
+    struct stat st;
+    int rc = -1;
+    if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        rc = errno == ENOENT ? 0 : -1;
+        close(pfd);
+        return rc;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        left_alone(path, S_ISLNK(st.st_mode) ? "a symbolic link, not a step folder of this run"
+                                             : "not a folder");
+        close(pfd);
+        return -1;
+    }
+    int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        close(pfd);
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || st.st_uid != geteuid()) {
+        errno = EPERM;
+        left_alone(path, "owned by another user, not a step folder of this run");
+        goto out;
+    }
+    int foreign = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        struct stat st;
-        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
-            continue; /* not ours: leave it (rmdir below then fails) */
+        struct stat fst;
+        if (!our_file_name(e->d_name) || fstatat(fd, e->d_name, &fst, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(fst.st_mode)) {
+            if (foreign++ == 0) {
+                char what[400];
+                dtrain_snprintf(what, sizeof what, "it holds %.200s, which no save writes", e->d_name);
+                left_alone(path, what);
+            }
+            continue;
+        }
         if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT)
-            rc = -1;
+            foreign++;
     }
+    if (foreign) {
+        errno = ENOTEMPTY;
+        goto out;
+    }
+    rc = unlinkat(pfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
+out:
     closedir(d);
-    if (rmdir(path) != 0 && errno != ENOENT)
-        rc = -1;
+    close(pfd);
     return rc;
 }
 
@@ -151,15 +242,25 @@ static long list_steps(const char *dir, const char *suffix, uint64_t *steps, lon
     long n = 0, cap = 64;
     uint64_t *all = malloc((size_t)cap * sizeof *all);
     struct dirent *e;
+    int dfd = dirfd(d);
     while (all != NULL && (e = readdir(d)) != NULL) {
         uint64_t step;
+        struct stat st;
         if (!parse_step_name(e->d_name, suffix, &step))
             continue;
+        /* Real folders only: a link named like a step is not ours (said
+         * when looking for leftovers to remove, the one place it matters). */
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+            char shown[DTRAIN_PATH_MAX];
+            if (suffix[0] != '\0' && S_ISLNK(st.st_mode) &&
+                dtrain_snprintf(shown, sizeof shown, "%s/%s", dir, e->d_name) == 0)
+                left_alone(shown, "a symbolic link, not a step folder of this run");
+            continue;
+        }
         if (suffix[0] == '\0') {
             char m[DTRAIN_PATH_MAX];
-            struct stat st;
-            if (dtrain_snprintf(m, sizeof m, "%s/%s/%s", dir, e->d_name, DTRAIN_SCKPT_MANIFEST) != 0 ||
-                stat(m, &st) != 0 || !S_ISREG(st.st_mode))
+            if (dtrain_snprintf(m, sizeof m, "%s/%s", e->d_name, DTRAIN_SCKPT_MANIFEST) != 0 ||
+                fstatat(dfd, m, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
                 continue;
         }
         if (n == cap) {
@@ -558,7 +659,18 @@ static int read_manifest(const char *path, uint64_t step, const struct dtrain_tr
         dtrain_snprintf(why, whylen, "%s: path too long", path);
         return DAMAGED_MANIFEST;
     }
-    if ((root = json_load_file(file, JSON_REJECT_DUPLICATES, &je)) == NULL) {
+    off_t size = 0;
+    int fd = dtrain_open_regular(file, O_RDONLY, "checkpoint manifest", &size, why, whylen);
+    if (fd < 0)
+        return DAMAGED_MANIFEST;
+    if (size > MAX_MANIFEST_BYTES) {
+        dtrain_snprintf(why, whylen, "%s: %lld bytes, larger than a manifest can be", file, (long long)size);
+        close(fd);
+        return DAMAGED_MANIFEST;
+    }
+    root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
+    if (root == NULL) {
         dtrain_snprintf(why, whylen, "%s: line %d: %s", file, je.line, je.text);
         return DAMAGED_MANIFEST;
     }
@@ -579,8 +691,11 @@ static int read_manifest(const char *path, uint64_t step, const struct dtrain_tr
                  (long long)version, FORMAT_NAME, DTRAIN_SCKPT_VERSION);
         goto out;
     }
-    if (nstep < 0 || (uint64_t)nstep != step || ndata < 0 || tp < 1 || pp < 1 || dp < 1 || world != tp * pp * dp ||
-        world > MAX_WORLD || !json_is_array(shards) || json_array_size(shards) != (size_t)world) {
+    /* Every count bounded before any arithmetic on it (no wrap-around). */
+    if (nstep < 0 || (uint64_t)nstep != step || ndata < 0 || tp < 1 || pp < 1 || dp < 1 || tp > MAX_WORLD ||
+        pp > MAX_WORLD || dp > MAX_WORLD || world < 1 || world > MAX_WORLD ||
+        (uint64_t)world != (uint64_t)tp * (uint64_t)pp * (uint64_t)dp || !json_is_array(shards) ||
+        json_array_size(shards) != (size_t)world) {
         dtrain_snprintf(why, whylen, "%s: step, layout or shard list inconsistent", file);
         goto out;
     }
@@ -622,6 +737,7 @@ static int read_manifest(const char *path, uint64_t step, const struct dtrain_tr
         if (json_unpack_ex(json_array_get(shards, (size_t)r), &je, 0, "{s:I, s:s, s:I, s:I, s:s}", "rank", &rank,
                            "file", &name, "bytes", &bytes, "floats", &floats, "checksum", &sum) != 0 ||
             rank != r || strcmp(name, expect) != 0 || floats < 0 || bytes < DTRAIN_SCKPT_HEADER_BYTES ||
+            bytes > MAX_SHARD_BYTES ||
             (uint64_t)floats > m->nparams || parse_checksum(sum, &m->shards[r].checksum) != 0) {
             dtrain_snprintf(why, whylen, "%s: shard entry %lld is malformed", file, (long long)r);
             goto out;
@@ -682,7 +798,6 @@ static int shard_open(const char *path, long r, const struct manifest *m, int wa
 {
     char file[DTRAIN_PATH_MAX], name[32];
     unsigned char h[DTRAIN_SCKPT_HEADER_BYTES];
-    struct stat st;
     const struct shard_entry *e = &m->shards[r];
     memset(f, 0, sizeof *f);
     f->fd = -1;
@@ -691,12 +806,12 @@ static int shard_open(const char *path, long r, const struct manifest *m, int wa
         dtrain_snprintf(why, whylen, "%s: path too long", path);
         return DAMAGED_MISSING;
     }
-    if ((f->fd = open(file, O_RDONLY | O_CLOEXEC)) < 0) {
-        dtrain_snprintf(why, whylen, "%s: %s", file, strerror(errno));
+    /* Never a blocking open: a FIFO named like a shard must not hang the job. */
+    off_t size = 0;
+    if ((f->fd = dtrain_open_regular(file, O_RDONLY, "checkpoint shard", &size, why, whylen)) < 0)
         return DAMAGED_MISSING;
-    }
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->bytes) {
-        dtrain_snprintf(why, whylen, "%s: %lld bytes, the manifest says %" PRIu64, file, (long long)st.st_size,
+    if ((uint64_t)size != e->bytes) {
+        dtrain_snprintf(why, whylen, "%s: %lld bytes, the manifest says %" PRIu64, file, (long long)size,
                         e->bytes);
         return DAMAGED_SIZE;
     }

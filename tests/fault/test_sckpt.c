@@ -298,6 +298,58 @@ int main(void)
     complete = dtrain_sckpt_list(k.save_dir, steps, 8, err, sizeof err);
     ok(rc == 0 && complete == 2 && steps[0] == 4 && steps[1] == 3, "--ckpt-keep 2: after 4 saves steps 4 and 3 remain");
 
+    /* ---- cleanup never follows a link, never deletes what a save did not
+     * write (issue 16): links named like a stale step-N.tmp and like an
+     * old checkpoint point at another folder; a real step-N.tmp holds a
+     * user's file.  Saves (which prune) and a resume (which removes
+     * leftovers) must leave all of it alone. */
+    char victim[600], kd[512];
+    snprintf(victim, sizeof victim, "%s/victim", top);
+    snprintf(kd, sizeof kd, "%s", k.save_dir);
+    harness_sh("mkdir -p '%s' && echo precious >'%s/shard-00000.bin' && echo '{}' >'%s/manifest.json' && "
+               "ln -s '%s' '%s/step-00000009.tmp' && ln -s '%s' '%s/step-00000001' && mkdir '%s/step-00000008.tmp' && "
+               "echo mine >'%s/step-00000008.tmp/notes.txt' && echo stale >'%s/step-00000008.tmp/shard-00000.bin'",
+               victim, victim, victim, victim, kd, victim, kd, kd, kd, kd);
+    struct job k2 = k;
+    k2.steps = 2;
+    snprintf(k2.load_dir, sizeof k2.load_dir, "%s", kd);
+    rc = run(&k2, 1, 1, 1, &a0, all);
+    char probe[700];
+    snprintf(probe, sizeof probe, "%s/shard-00000.bin", victim);
+    int victim_ok = exists(probe);
+    snprintf(probe, sizeof probe, "%s/manifest.json", victim);
+    victim_ok &= exists(probe);
+    snprintf(probe, sizeof probe, "%s/step-00000008.tmp/notes.txt", kd);
+    int notes_ok = exists(probe);
+    snprintf(probe, sizeof probe, "%s/step-00000009.tmp", kd);
+    struct stat lst;
+    int links_ok = lstat(probe, &lst) == 0 && S_ISLNK(lst.st_mode);
+    snprintf(probe, sizeof probe, "%s/step-00000001", kd);
+    links_ok &= lstat(probe, &lst) == 0 && S_ISLNK(lst.st_mode);
+    complete = dtrain_sckpt_list(kd, steps, 8, err, sizeof err);
+    ok(rc == 0 && victim_ok && notes_ok && links_ok && complete == 2 && steps[0] == 6 && steps[1] == 5,
+       "resume + 2 saves + pruning next to links and a foreign file: the linked folder's files, the links and "
+       "the user's file stay; steps 6 and 5 are the checkpoints");
+
+    /* ---- sizes read from a manifest are bounded before arithmetic: a
+     * layout whose tp*pp*dp wraps is damage, not a crash or UB. */
+    harness_sh("sed -i 's/\"tp\": 1,/\"tp\": 9223372036854775807,/; s/\"pp\": 1,/\"pp\": 4,/' "
+               "'%s/step-00000006/manifest.json'", kd);
+    float *p_k, *m_k, *v_k;
+    rc = harness_read_whole(kd, &cfg, &p_k, &m_k, &v_k, &res, err, sizeof err);
+    ok(rc == DTRAIN_OK && res.found && res.step == 5 && res.damaged == 1,
+       "a manifest with tp = 2^63-1: damaged, the resume falls back to step 5");
+    free(p_k);
+    free(m_k);
+    free(v_k);
+    /* ---- a FIFO where a shard belongs: damage found at once, no hang */
+    harness_sh("rm '%s/step-00000005/shard-00000.bin' && mkfifo '%s/step-00000005/shard-00000.bin'", kd, kd);
+    rc = harness_read_whole(kd, &cfg, &p_k, &m_k, &v_k, &res, err, sizeof err);
+    ok(rc == DTRAIN_OK && !res.found && res.damaged == 1, "a FIFO as a shard: damaged, not waited on");
+    free(p_k);
+    free(m_k);
+    free(v_k);
+
     free(p_a);
     free(m_a);
     free(v_a);
