@@ -64,12 +64,14 @@ int dtrain_open_regular(const char *path, int flags, const char *what, off_t *si
         return -1;
     }
     /* O_NONBLOCK: opening a FIFO for reading returns at once. */
-    int fd = open(path, (flags & O_ACCMODE) | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644);
     if (fd < 0) {
-        if (errno == EISDIR)
+        if (errno == ENXIO) /* a FIFO opened for writing, with no reader */
+            dtrain_snprintf(err, errlen, "%s %.512s is not a regular file (a FIFO)", what, path);
+        else if (errno == EISDIR)
             dtrain_snprintf(err, errlen, "%s %.512s is a directory", what, path);
         else
-            dtrain_snprintf(err, errlen, "cannot read %s %.512s: %s", what, path, strerror(errno));
+            dtrain_snprintf(err, errlen, "cannot open %s %.512s: %s", what, path, strerror(errno));
         return -1;
     }
     if (check_regular(fd, path, what, size, err, errlen) != 0) {
@@ -119,7 +121,7 @@ int dtrain_read_fd(int fd, const char *path, const char *what, size_t max_bytes,
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0) {
-            dtrain_snprintf(err, errlen, "cannot read %s %.512s: %s", what, path, strerror(errno));
+            dtrain_snprintf(err, errlen, "cannot open %s %.512s: %s", what, path, strerror(errno));
             free(b);
             return -1;
         }
@@ -234,7 +236,7 @@ int dtrain_open_trusted(const char *path, const char *what, long long max_bytes,
         else if (errno == EISDIR)
             dtrain_snprintf(err, errlen, "%s %.512s is a directory", what, path);
         else
-            dtrain_snprintf(err, errlen, "cannot read %s %.512s: %s", what, path, strerror(errno));
+            dtrain_snprintf(err, errlen, "cannot open %s %.512s: %s", what, path, strerror(errno));
         goto fail;
     }
     off_t size = 0;

@@ -25,10 +25,11 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-/* Open `path` (flags: O_RDONLY, or O_RDWR; O_CLOEXEC and O_NOCTTY are
- * added) and require a regular file.  Returns the descriptor (blocking
+/* Open `path` (flags: O_RDONLY, O_RDWR, or O_WRONLY with O_APPEND/O_CREAT,
+ * mode 0644; O_NONBLOCK, O_CLOEXEC and O_NOCTTY are added) and require a
+ * regular file.  Returns the descriptor (blocking
  * again) and its size in *size (may be NULL), or -1 with err:
- * "cannot read WHAT PATH: No such file or directory", "WHAT PATH is a directory",
+ * "cannot open WHAT PATH: No such file or directory", "WHAT PATH is a directory",
  * "WHAT PATH is not a regular file (a FIFO)". */
 int dtrain_open_regular(const char *path, int flags, const char *what, off_t *size, char *err, size_t errlen);
 

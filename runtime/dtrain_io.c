@@ -3,9 +3,35 @@
 #include "dtrain_status.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "dtrain_file.h"
+#include "dtrain_parse.h"
+
+#define IO_PATH_MAX 4096
+
+/* PATH may be replaced by a rename: only when absent or a regular file (a
+ * device, FIFO, socket, folder or link there is never replaced). */
+static int replaceable(const char *path, const char *what, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : (snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno)), -1);
+    if (S_ISREG(st.st_mode))
+        return 0;
+    if (S_ISDIR(st.st_mode))
+        snprintf(err, errlen, "%s %s is a directory: give a file name", what, path);
+    else if (S_ISLNK(st.st_mode))
+        snprintf(err, errlen, "%s %s is a symbolic link: give the file it points to", what, path);
+    else
+        snprintf(err, errlen, "%s %s is %s, not a regular file: dtrain never replaces one", what, path,
+                 dtrain_file_type_name(st.st_mode));
+    return -1;
+}
 
 int dtrain_out_open(struct dtrain_out_file *o, const char *path, char *err, size_t errlen)
 {
@@ -16,9 +42,16 @@ int dtrain_out_open(struct dtrain_out_file *o, const char *path, char *err, size
         snprintf(err, errlen, "output path is too long: %.80s...", path);
         return DTRAIN_ERR_INPUT;
     }
-    o->f = fopen(o->tmp, "wb");
-    if (o->f == NULL) {
+    if (replaceable(path, "output", err, errlen) != 0)
+        return DTRAIN_ERR_INPUT;
+    /* A new file of our own (O_EXCL after removing a stale one of this
+     * PID): never a FIFO, device or link someone left under the name. */
+    unlink(o->tmp);
+    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 || (o->f = fdopen(fd, "wb")) == NULL) {
         snprintf(err, errlen, "cannot create %s: %s", o->tmp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return DTRAIN_ERR_INPUT;
     }
     return DTRAIN_OK;
@@ -39,6 +72,10 @@ int dtrain_out_commit(struct dtrain_out_file *o, char *err, size_t errlen)
     if (fclose(o->f) != 0 && o->write_errno == 0)
         o->write_errno = errno;
     o->f = NULL;
+    if (o->write_errno == 0 && replaceable(o->path, "output", err, errlen) != 0) {
+        unlink(o->tmp);
+        return DTRAIN_ERR_INPUT;
+    }
     if (o->write_errno == 0 && rename(o->tmp, o->path) != 0)
         o->write_errno = errno;
     if (o->write_errno != 0) {
@@ -61,18 +98,87 @@ void dtrain_out_abort(struct dtrain_out_file *o)
 int dtrain_in_open(const char *path, const char *what, FILE **f, size_t *size,
                    char *err, size_t errlen)
 {
-    struct stat st;
-    *f = fopen(path, "rb");
-    if (*f == NULL) {
-        snprintf(err, errlen, "cannot open %s %s: %s", what, path, strerror(errno));
+    off_t bytes = 0;
+    *f = dtrain_fopen_regular(path, 0, what, &bytes, err, errlen);
+    if (*f == NULL)
         return DTRAIN_ERR_INPUT;
-    }
-    if (fstat(fileno(*f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s %s is not a regular file", what, path);
-        fclose(*f);
-        *f = NULL;
-        return DTRAIN_ERR_INPUT;
-    }
-    *size = (size_t)st.st_size;
+    *size = (size_t)bytes;
     return DTRAIN_OK;
+}
+
+/* Create and remove a probe file in `folder`: the honest test that a file
+ * can be created there (access() says yes to root on a full disk, and on
+ * some network filesystems). */
+static int probe_folder(const char *folder, const char *what, const char *path, char *err, size_t errlen)
+{
+    char probe[IO_PATH_MAX + 64];
+    if (dtrain_snprintf(probe, sizeof probe, "%s/.dtrain-probe.%ld", folder, (long)getpid()) != 0) {
+        snprintf(err, errlen, "%s %s: the path is too long", what, path);
+        return -1;
+    }
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST && unlink(probe) == 0)
+        fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s %s: cannot create files in %s: %s", what, path, folder, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+int dtrain_out_check(const char *path, const char *what, char *err, size_t errlen)
+{
+    char dir[IO_PATH_MAX];
+    struct stat st;
+    if (path == NULL || path[0] == '\0')
+        return DTRAIN_OK;
+    if (dtrain_snprintf(dir, sizeof dir, "%s", path) != 0) {
+        snprintf(err, errlen, "%s: the path is too long: %.80s...", what, path);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (replaceable(path, what, err, errlen) != 0)
+        return DTRAIN_ERR_INPUT;
+    const char *folder = dirname(dir);
+    if (stat(folder, &st) != 0) {
+        snprintf(err, errlen, "%s %s: folder %s: %s", what, path, folder, strerror(errno));
+        return DTRAIN_ERR_INPUT;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: %s is not a folder", what, path, folder);
+        return DTRAIN_ERR_INPUT;
+    }
+    return probe_folder(folder, what, path, err, errlen) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+}
+
+int dtrain_out_check_dir(const char *dir, const char *what, char *err, size_t errlen)
+{
+    char buf[IO_PATH_MAX];
+    struct stat st;
+    if (dir == NULL || dir[0] == '\0')
+        return DTRAIN_OK;
+    if (dtrain_snprintf(buf, sizeof buf, "%s", dir) != 0) {
+        snprintf(err, errlen, "%s: the path is too long: %.80s...", what, dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    /* mkdir -p: the folder is made now, as the first save would. */
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            snprintf(err, errlen, "%s %s: cannot create %s: %s", what, dir, buf, strerror(errno));
+            return DTRAIN_ERR_INPUT;
+        }
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s %s is not a folder", what, dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    return probe_folder(dir, what, dir, err, errlen) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
 }

@@ -17,14 +17,28 @@ struct dtrain_out_file {
     int write_errno; /* first failing write's errno, 0 when none */
 };
 
+/* PATH.tmp.PID is created new (O_EXCL, O_NOFOLLOW); PATH must be absent
+ * or a regular file, here and again just before the rename: a device,
+ * FIFO, socket, folder or link under that name is never replaced. */
 int dtrain_out_open(struct dtrain_out_file *o, const char *path, char *err, size_t errlen);
 void dtrain_out_write(struct dtrain_out_file *o, const void *data, size_t bytes);
 int dtrain_out_commit(struct dtrain_out_file *o, char *err, size_t errlen);
 void dtrain_out_abort(struct dtrain_out_file *o);
 
 /* Open path for reading and give its size.  DTRAIN_ERR_INPUT when missing,
- * unreadable or not a regular file. */
+ * unreadable or not a regular file; never waits (a FIFO is refused at
+ * once, common/dtrain_file.h). */
 int dtrain_in_open(const char *path, const char *what, FILE **f, size_t *size,
                    char *err, size_t errlen);
+
+/* Checked before any work, so that a run never trains for hours and then
+ * cannot write its result.  dtrain_out_check: a file a run will write
+ * with dtrain_out_open (or append to): absent or a regular file, in an
+ * existing folder where a file can be created (a probe file is made and
+ * removed).  dtrain_out_check_dir: a folder a run writes into (created,
+ * like mkdir -p, then probed the same way).  "" or NULL: nothing to check.
+ * DTRAIN_OK, or DTRAIN_ERR_INPUT with one line naming `what`. */
+int dtrain_out_check(const char *path, const char *what, char *err, size_t errlen);
+int dtrain_out_check_dir(const char *dir, const char *what, char *err, size_t errlen);
 
 #endif

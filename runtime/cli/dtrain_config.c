@@ -3,17 +3,22 @@
  * and --help all work from it.  See dtrain_train.h. */
 #include "dtrain_train.h"
 #include "dtrain_ckpt.h"
+#include "dtrain_file.h"
+#include "dtrain_io.h"
 #include "dtrain_llmc.h"
 #include "dtrain_metrics.h"
 #include "dtrain_parse.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum kind {
     K_INT,      /* int */
@@ -335,7 +340,13 @@ int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *pat
 {
     json_error_t jerr;
     int rc = DTRAIN_OK;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    /* Never a blocking open (a FIFO), and a folder is "is a directory",
+     * not a JSON syntax error. */
+    int fd = dtrain_open_regular(path, O_RDONLY, "config", NULL, err, errlen);
+    if (fd < 0)
+        return DTRAIN_ERR_INPUT;
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (root == NULL) {
         if (jerr.line < 1)
             snprintf(err, errlen, "config %s: %s", path, jerr.text);
@@ -508,6 +519,25 @@ static int merge_shape(struct dtrain_gpt2_config *cfg, const struct dtrain_gpt2_
     return DTRAIN_OK;
 }
 
+int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char *err, size_t errlen)
+{
+    struct stat st;
+    int rc = DTRAIN_OK;
+    if (c->checkpoint[0] != '\0')
+        rc = stat(c->checkpoint, &st) == 0 && S_ISDIR(st.st_mode)
+                 ? dtrain_out_check_dir(c->checkpoint, "checkpoint", err, errlen)
+                 : dtrain_out_check(c->checkpoint, "checkpoint", err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = dtrain_out_check(c->save_llmc, "llm.c model file (--save-llmc)", err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = dtrain_out_check(c->metrics, "metrics file", err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = dtrain_out_check(c->prom_textfile, "prom_textfile", err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = dtrain_out_check_dir(c->ckpt_dir, "checkpoint folder (--ckpt-dir)", err, errlen);
+    return rc;
+}
+
 int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t errlen)
 {
     int rc;
@@ -560,5 +590,6 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
         return DTRAIN_ERR_INPUT;
     }
     c->optim.total_steps = c->steps;
-    return DTRAIN_OK;
+    /* Last: every input is fine, so check that the results can be kept. */
+    return dtrain_train_config_check_outputs(c, err, errlen);
 }

@@ -2,6 +2,8 @@
  * (vocabulary 256: token = byte value) in llm.c's layout, so that demos and
  * tests need no download and no tokenizer.  "-" reads standard input. */
 #include "dtrain_data.h"
+#include "dtrain_file.h"
+#include "dtrain_io.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -33,9 +35,18 @@ int main(int argc, char **argv)
         usage(stderr);
         return DTRAIN_EXIT_USAGE;
     }
-    FILE *in = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "rb");
+    char why[1200];
+    /* Never a blocking open: a FIFO or device given as input is refused
+     * (stdin, "-", may be a pipe); the output is checked before reading. */
+    FILE *in = strcmp(argv[1], "-") == 0 ? stdin : dtrain_fopen_regular(argv[1], 0, "input", NULL, why, sizeof why);
     if (in == NULL) {
-        fprintf(stderr, PROG ": cannot open %s: %s\n", argv[1], strerror(errno));
+        fprintf(stderr, PROG ": %s\n", why);
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (dtrain_out_check(argv[2], "output", why, sizeof why) != DTRAIN_OK) {
+        fprintf(stderr, PROG ": %s\n", why);
+        if (in != stdin)
+            fclose(in);
         return DTRAIN_EXIT_USAGE;
     }
     unsigned char buf[65536];

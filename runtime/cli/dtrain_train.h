@@ -103,8 +103,16 @@ int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char
                                    int *help, char *err, size_t errlen);
 
 /* Fill in the model shape (from --resume, --init-llmc or the defaults) and
- * check everything that does not need the data file. */
+ * check everything that does not need the data file; last, the outputs
+ * (dtrain_train_config_check_outputs). */
 int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t errlen);
+
+/* Before any work: every output the config names can be written (checkpoint,
+ * --save-llmc, metrics, prom textfile: absent or a regular file in a folder
+ * where files can be created; the fault-tolerance checkpoint folder: made
+ * and probed).  A device, FIFO, folder or link where a file goes is
+ * refused.  DTRAIN_OK or DTRAIN_ERR_INPUT with one line. */
+int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char *err, size_t errlen);
 
 /* The usage text, for --help. */
 void dtrain_train_usage(FILE *out);

@@ -1,5 +1,6 @@
 /* Token files and batch order; see dtrain_data.h. */
 #include "dtrain_data.h"
+#include "dtrain_file.h"
 #include "dtrain_io.h"
 #include "dtrain_rng.h"
 
@@ -32,13 +33,12 @@ int dtrain_tokens_open(const char *path, struct dtrain_tokens **out, char *err, 
     struct dtrain_tokens *tok = NULL;
     struct stat st;
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open token file %s: %s", path, strerror(errno));
+    /* Never a blocking open: a FIFO is refused at once. */
+    int fd = dtrain_open_regular(path, O_RDONLY, "token file", NULL, err, errlen);
+    if (fd < 0)
         return DTRAIN_ERR_INPUT;
-    }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "token file %s is not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "token file %s: %s", path, strerror(errno));
         goto out;
     }
     if ((size_t)st.st_size < HEADER_BYTES) {

@@ -1,6 +1,7 @@
 /* The restart budget, the fault line, the timeline and the stop signals;
  * see dtrain_fault.h. */
 #include "dtrain_fault.h"
+#include "dtrain_file.h"
 #include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
@@ -100,7 +101,8 @@ void dtrain_fault_event(const struct dtrain_fault *f, const char *event, long st
     if (n < 0 || (size_t)n >= sizeof line)
         return;
     /* one write with O_APPEND: lines of several processes do not mix */
-    int fd = open(f->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    char why[600];
+    int fd = dtrain_open_regular(f->log_path, O_WRONLY | O_APPEND | O_CREAT, "fault log", NULL, why, sizeof why);
     if (fd < 0)
         return;
     ssize_t unused = write(fd, line, (size_t)n);

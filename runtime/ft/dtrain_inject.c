@@ -1,5 +1,6 @@
 /* Fault injection specs; see dtrain_inject.h. */
 #include "dtrain_inject.h"
+#include "dtrain_file.h"
 #include "dtrain_parse.h"
 
 #include <errno.h>
@@ -163,9 +164,10 @@ int dtrain_inject_corrupt_file(const char *path, char *err, size_t errlen)
 {
     struct stat st;
     unsigned char b;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    char why[600] = "";
+    int fd = dtrain_open_regular(path, O_RDWR, "file", NULL, why, sizeof why);
     if (fd < 0 || fstat(fd, &st) != 0 || st.st_size < 1) {
-        snprintf(err, errlen, "cannot corrupt %s: %s", path, fd < 0 ? strerror(errno) : "empty or unreadable");
+        snprintf(err, errlen, "cannot corrupt %s: %s", path, fd < 0 ? why : "empty or unreadable");
         if (fd >= 0)
             close(fd);
         return -1;

@@ -174,10 +174,10 @@ else
     skip_test "python3 not installed: JSON not parsed"
 fi
 run --check --config "$tmp/absent.json"
-check "unreadable config: exit 2 and the reason" sh -c "test $rc -eq 2 && grep -q 'cannot read the config $tmp/absent.json: No such file or directory' '$tmp/err'"
+check "unreadable config: exit 2 and the reason" sh -c "test $rc -eq 2 && grep -q 'cannot open the config $tmp/absent.json: No such file or directory' '$tmp/err'"
 printf '{"topology": "%s/absent.xml"}\n' "$tmp" >"$tmp/badtopo.json"
 run --check --config "$tmp/badtopo.json"
-check "unreadable topology file: exit 2 and the file named" sh -c "test $rc -eq 2 && grep -q 'topology: cannot read the file $tmp/absent.xml' '$tmp/err'"
+check "unreadable topology file: exit 2 and the file named" sh -c "test $rc -eq 2 && grep -q 'topology: cannot open the file $tmp/absent.xml' '$tmp/err'"
 run --config "$tmp/health.json"
 check "no mode: exit 2" sh -c "test $rc -eq 2 && grep -q 'say when this runs: --prolog, --epilog or --check' '$tmp/err'"
 run --prolog --epilog --config "$tmp/health.json"

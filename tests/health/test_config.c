@@ -140,7 +140,7 @@ static void test_refusals(void)
     ok(refused("[]", "expected an object", NULL), "a top level that is not an object");
     ok(refused("{\"gpus\": {\"count\": 8}, \"gpus\": {}}", "duplicate object key", NULL), "duplicate keys");
     ok(refused("{\"gpus\": {\"count\": 8},}", "line 1", NULL), "malformed JSON: the line is named");
-    ok(refused("{\"topology\": \"/nonexistent/node.xml\"}", "topology: cannot read the file /nonexistent/node.xml", NULL),
+    ok(refused("{\"topology\": \"/nonexistent/node.xml\"}", "topology: cannot open the file /nonexistent/node.xml", NULL),
        "unreadable topology file: a config error");
     ok(refused("{\"checks\": {\"nvlink\": {\"reference_topology\": \"/\"}}}", "is a directory", NULL),
        "reference topology that is a folder");
@@ -148,7 +148,7 @@ static void test_refusals(void)
     char missing[4200];
     if (snprintf(missing, sizeof(missing), "%s/absent.json", dir) >= (int)sizeof(missing))
         missing[0] = '\0';
-    ok(health_config_load(missing, "n", &cfg, err, sizeof(err)) == -1 && strstr(err, "cannot read the config") &&
+    ok(health_config_load(missing, "n", &cfg, err, sizeof(err)) == -1 && strstr(err, "cannot open the config") &&
            strstr(err, "No such file"),
        "missing config file: cannot read, and why");
     ok(health_config_load(dir, "n", &cfg, err, sizeof(err)) == -1 && strstr(err, "is a directory"),

@@ -89,6 +89,34 @@ expect_fail 2 "dtrain-train: " "not an llm.c model file" "a token file given as 
 expect_fail 2 "dtrain-train: " "unknown option" "an unknown flag" "$train" --data "$work/data.bin" --sped 3
 expect_fail 2 "dtrain-train: " "no token file" "no token file at all" "$train" --steps 1
 
+# Special files where a file is expected are refused at once (issue 16);
+# `timeout` only turns a hang into a failure instead of a stuck suite.
+mkfifo "$work/fifo"
+mkdir "$work/adir"
+expect_fail 2 "dtrain-train: " "is a directory" "a folder given as the config" \
+    timeout 60 "$train" "$work/adir"
+expect_fail 2 "dtrain-train: " "is not a regular file (a FIFO)" "a FIFO given as the config" \
+    timeout 60 "$train" "$work/fifo"
+expect_fail 2 "dtrain-train: " "is not a regular file (a FIFO)" "a FIFO given as the token file" \
+    timeout 60 "$train" --data "$work/fifo" --steps 1
+expect_fail 2 "dtrain-train: " "is not a regular file (a FIFO)" "a FIFO given as the llm.c model file" \
+    timeout 60 "$train" --data "$work/data.bin" --init-llmc "$work/fifo" --steps 1
+expect_fail 2 "dtrain-tokenize: " "is not a regular file (a FIFO)" "a FIFO given to dtrain-tokenize" \
+    timeout 60 "$tokenize" "$work/fifo" "$work/x.bin"
+# Outputs are checked before any work, and only regular files are replaced.
+expect_fail 2 "dtrain-tokenize: " "is a character device, not a regular file" \
+    "dtrain-tokenize onto /dev/full: refused" "$tokenize" "$work/text.txt" /dev/full
+check "/dev/full is still a character device" test -c /dev/full
+expect_fail 2 "dtrain-train: " "is a character device, not a regular file" "--save-llmc /dev/full: refused" \
+    "$train" "$work/tiny.json" --steps 1 --save-llmc /dev/full
+expect_fail 2 "dtrain-train: " "folder $work/none: No such file" "--save-llmc into a missing folder: refused before step 0" \
+    "$train" "$work/tiny.json" --steps 1 --save-llmc "$work/none/model.bin"
+check "... and no step ran" test ! -s "$work/out"
+expect_fail 2 "dtrain-train: " "folder $work/none: No such file" "--checkpoint into a missing folder: refused before step 0" \
+    "$train" "$work/tiny.json" --steps 1 --checkpoint "$work/none/run.ckpt"
+expect_fail 2 "dtrain-train: " "metrics file $work/adir is a directory" "--metrics naming a folder: refused" \
+    "$train" "$work/tiny.json" --steps 1 --metrics "$work/adir"
+
 # The README's demo corpus on Debian.
 if [ -r /usr/share/common-licenses/GPL-3 ]; then
     "$tokenize" /usr/share/common-licenses/GPL-3 "$work/gpl.bin" >/dev/null &&

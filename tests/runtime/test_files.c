@@ -67,7 +67,7 @@ static void test_token_files(void)
     fclose(f);
     expect_bad(dtrain_tokens_open(in_dir("s.bin"), &t, err, sizeof err), err, "truncated",
                "a file shorter than the header");
-    expect_bad(dtrain_tokens_open(dir, &t, err, sizeof err), err, "not a regular file",
+    expect_bad(dtrain_tokens_open(dir, &t, err, sizeof err), err, "is a directory",
                "a folder given as a token file");
     ok(t == NULL, "no handle is returned for a bad file");
 
