@@ -20,9 +20,7 @@ check "slurm.conf names the folder's own munge socket" grep -q "^AuthInfo=socket
 config=$(in_cluster "$d" scontrol show config 2>/dev/null)
 check "slurmctld runs with etc/slurm/dtrain.conf: RequeueExit=75, nohold_on_prolog_fail" \
   eval 'grep -qE "^RequeueExit +=  *75$" <<<"$config" && grep -qE "^SchedulerParameters +=.*nohold_on_prolog_fail" <<<"$config"'
-states=$(in_cluster "$d" sinfo -h -N -o '%N %t' | sort -u)
-check "sinfo: node1 and node2 idle" [ "$states" = "node1 idle
-node2 idle" ]
+check "sinfo: node1 and node2 idle" wait_for 60 sinfo_is "$d" "%N %t" "node1 idle node2 idle "
 
 # ---- PMI2 across two nodes
 out=$(in_cluster "$d" timeout 120 srun -N2 -n4 --ntasks-per-node=2 --mpi=pmi2 "$abs_builddir/pmi2_kvs" 2>&1)
@@ -92,7 +90,7 @@ ctld_replaced() {
     ! tr '\0' ' ' 2>/dev/null </proc/"$old_ctld"/cmdline | grep -qF "$d/"
 }
 check "it restarted slurmctld (new PID, the old one is gone)" ctld_replaced
-check "both nodes idle again" [ "$(in_cluster "$d" sinfo -h -N -o '%t' | sort -u)" = idle ]
+check "both nodes idle again" wait_for 60 sinfo_is "$d" "%t" "idle "
 
 # ---- stop
 check "stop exits 0" lc stop --dir "$d"

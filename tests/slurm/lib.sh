@@ -127,6 +127,13 @@ job_finished() {
 
 wait_job() { wait_for "$3" job_finished "$1" "$2"; }
 
+# sinfo_is DIR FORMAT WANT: `sinfo -h -N -o FORMAT` of DIR, sorted, unique
+# and on one line (each line followed by a space), is WANT.  Slurm state
+# settles after the event that changed it (a node still COMPLETING right
+# after a step, a node registering after a start): read it with
+# `wait_for SECONDS sinfo_is ...`, never once.
+sinfo_is() { [ "$(in_cluster "$1" sinfo -h -N -o "$2" 2>/dev/null | sort -u | tr '\n' ' ')" = "$3" ]; }
+
 # slurmd_pid DIR NODE: the PID of DIR's slurmd for NODE.
 slurmd_pid() { tr -dc '0-9' <"$1/pids/slurmd-$2.pid" 2>/dev/null; }
 

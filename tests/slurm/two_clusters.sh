@@ -27,8 +27,8 @@ check "different ClusterName" [ "$(conf_value "$a" ClusterName)" != "$(conf_valu
 check "no TCP port shared between the two" [ -z "$(comm -12 <(ports "$a") <(ports "$b"))" ]
 check "different munge sockets" [ "$(conf_value "$a" AuthInfo)" != "$(conf_value "$b" AuthInfo)" ]
 
-check "A: sinfo shows node1-2 idle" [ "$(in_cluster "$a" sinfo -h -N -o '%N %t %c' | sort -u | tr '\n' ' ')" = "node1 idle 16 node2 idle 16 " ]
-check "B: sinfo shows node1-3 idle with 32 CPUs" [ "$(in_cluster "$b" sinfo -h -N -o '%N %t %c' | sort -u | tr '\n' ' ')" = "node1 idle 32 node2 idle 32 node3 idle 32 " ]
+check "A: sinfo shows node1-2 idle" wait_for 60 sinfo_is "$a" "%N %t %c" "node1 idle 16 node2 idle 16 "
+check "B: sinfo shows node1-3 idle with 32 CPUs" wait_for 60 sinfo_is "$b" "%N %t %c" "node1 idle 32 node2 idle 32 node3 idle 32 "
 check "A runs a 2-node step" [ "$(in_cluster "$a" timeout 60 srun -N2 -n2 printenv SLURMD_NODENAME 2>/dev/null | sort | tr '\n' ' ')" = "node1 node2 " ]
 check "B runs a 3-node step" [ "$(in_cluster "$b" timeout 60 srun -N3 -n3 printenv SLURMD_NODENAME 2>/dev/null | sort | tr '\n' ' ')" = "node1 node2 node3 " ]
 

@@ -140,7 +140,10 @@ check "... with a clear message: 'dtrain: node4: cannot read this node's GPU top
 grep '^dtrain' "$err" | diag_file /dev/stdin
 pid=$(slurmd_pid "$D" node4)
 check "node4's slurmd is still running" eval '[ -n "$pid" ] && kill -0 "$pid"'
-check "node4 is still idle (not down or drained)" [ "$(in_cluster "$D" sinfo -h -n node4 -o %t)" = idle ]
+# Right after the step node4 may still be completing: wait (bounded) for idle;
+# down or drained would never become idle.
+node4_idle() { [ "$(in_cluster "$D" sinfo -h -n node4 -o %t 2>/dev/null)" = idle ]; }
+check "node4 is idle again (not down or drained)" wait_for 60 node4_idle
 run_client "$out" "$err" srun -w node4 -N1 -n1 echo next
 check "the next job on node4 (without dtrain options) runs (exit $RC)" eval '[ "$RC" -eq 0 ] && [ "$(cat "$out")" = next ]'
 run_client "$out" "$err" srun -w node3 -N1 -n8 --dtrain-tp=8 sh "$show_task"

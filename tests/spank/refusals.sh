@@ -134,6 +134,30 @@ check "... node2 has no node2.xml: its step fails naming the file (exit $RC)" \
   eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node2: cannot read this node.s GPU topology: .*$D/topo/node2.xml" "$err"'
 grep '^dtrain' "$err" | diag_file /dev/stdin
 
+# Hostile topology files inside slurmstepd (issue 16): legal XML that
+# crashes hwloc 2.9 unless refused (cpuset without complete_cpuset, hidden
+# by spaces around '='), a FIFO, a link.  Each fails the step with one
+# line naming the file; slurmd keeps running and the node takes the next job.
+sed '0,/ complete_cpuset="[^"]*"/s///; 0,/ cpuset=/s// cpuset = /' "$fixtures/dgx1-v100.xml" >"$D/topo/node1.xml"
+run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 true
+check "a topology file that crashes hwloc: the step fails with one line (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: cannot read this node.s GPU topology: .*node1.xml line [0-9]*: an <object> has a cpuset" "$err"'
+grep '^dtrain' "$err" | diag_file /dev/stdin
+rm -f "$D/topo/node1.xml" && mkfifo "$D/topo/node1.xml"
+run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 true
+check "a FIFO as topology file: the step fails at once with one line (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: cannot read this node.s GPU topology: .*node1.xml is not a regular file (a FIFO)" "$err"'
+rm -f "$D/topo/node1.xml" && ln -s "$fixtures/dgx1-v100.xml" "$D/topo/node1.xml"
+run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 true
+check "a link as topology file: refused, slurmstepd reads it as root (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: cannot read this node.s GPU topology: .*node1.xml is a symbolic link" "$err"'
+pid=$(slurmd_pid "$D" node1)
+check "node1's slurmd is still running" eval '[ -n "$pid" ] && kill -0 "$pid"'
+rm -f "$D/topo/node1.xml" && cp "$fixtures/dgx1-v100.xml" "$D/topo/node1.xml"
+run_client "$out" "$err" srun -w node1 -N1 -n8 --dtrain-tp=8 sh "$show_task"
+check "... and the next dtrain step on node1 runs (exit $RC)" \
+  eval '[ "$RC" -eq 0 ] && grep -q "cuda=0 .*gpu=0000:06:00.0" "$out"'
+
 # A node whose NVLink islands are pairs (4 PCIe A100s with bridges): T=4 is
 # refused on the node, and runs across PCIe with --dtrain-allow-pcie.
 cp "$fixtures/pcie-a100-bridged-pairs.xml" "$D/topo/node1.xml"
