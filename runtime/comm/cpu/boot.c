@@ -48,7 +48,43 @@ static void drop_pending(struct cpu_comm *cc, int i)
     cc->pending[i] = cc->pending[--cc->npending];
 }
 
-/* Take new connections off the listening socket into the pending list. */
+/* Bytes of a pending hello arrived: -1 when they show a stranger (wrong
+ * magic, version, kind or secret: refuse at once), else 0; marks the
+ * connection proven once the secret matched. */
+static int pending_check(const struct cpu_comm *cc, struct pending_conn *pc)
+{
+    if (wire_hello_prefix_check(pc->buf, pc->got) != 0)
+        return -1;
+    if (!pc->proven && pc->got >= WIRE_HELLO_SECRET_END) {
+        if (!net_secret_equal(pc->buf + 8, cc->secret, sizeof cc->secret))
+            return -1;
+        pc->proven = 1;
+        pc->deadline_ms = comm_now_ms() + CPU_HELLO_TIMEOUT_MS;
+    }
+    return 0;
+}
+
+/* A slot for a new connection when the list is full: drop the unproven
+ * connection waiting longest.  0 when a slot is free, -1 when every
+ * pending connection has shown the secret. */
+static int make_room(struct dtrain_comm *c, struct cpu_comm *cc)
+{
+    if (cc->npending < CPU_MAX_PENDING)
+        return 0;
+    int victim = -1;
+    for (int i = 0; i < cc->npending; i++)
+        if (!cc->pending[i].proven && (victim < 0 || cc->pending[i].deadline_ms < cc->pending[victim].deadline_ms))
+            victim = i;
+    if (victim < 0)
+        return -1;
+    refuse(c, cc->pending[victim].fd);
+    drop_pending(cc, victim);
+    return 0;
+}
+
+/* Take new connections off the listening socket into the pending list,
+ * reading at once what each has already sent (a member's hello is usually
+ * there), so that strangers are told apart before they take a slot. */
 static int accept_new(struct dtrain_comm *c, struct cpu_comm *cc, char *why, size_t whylen)
 {
     for (;;) {
@@ -59,12 +95,18 @@ static int accept_new(struct dtrain_comm *c, struct cpu_comm *cc, char *why, siz
             dtrain_snprintf(why, whylen, "accept: %s", strerror(errno));
             return -DTRAIN_COMM_ESYS;
         }
-        if (cc->npending == CPU_MAX_PENDING) { /* a flood: the oldest unauthenticated one goes */
-            refuse(c, cc->pending[0].fd);
-            drop_pending(cc, 0);
+        struct pending_conn pc = {.fd = fd, .deadline_ms = comm_now_ms() + CPU_PROVE_TIMEOUT_MS};
+        ssize_t n = recv(fd, pc.buf, WIRE_HELLO_LEN, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            refuse(c, fd);
+            continue;
         }
-        int64_t deadline = comm_now_ms() + CPU_HELLO_TIMEOUT_MS;
-        cc->pending[cc->npending++] = (struct pending_conn){.fd = fd, .deadline_ms = deadline};
+        pc.got = n > 0 ? (size_t)n : 0;
+        if (pending_check(cc, &pc) != 0 || make_room(c, cc) != 0) {
+            refuse(c, fd);
+            continue;
+        }
+        cc->pending[cc->npending++] = pc;
     }
 }
 
@@ -102,23 +144,13 @@ static void install_p2p_in(struct dtrain_comm *c, struct cpu_comm *cc, int fd, i
     atomic_fetch_add(&c->tcp_links, 1);
 }
 
-/* Read what pending connection i has sent.  1 when a hello the caller
- * waits for is complete (fd and hello returned), else 0. */
-static int read_pending(struct dtrain_comm *c, struct cpu_comm *cc, int i, enum wire_hello_kind kind, int from,
-                        int *fd_out, struct wire_hello *h)
+/* Pending connection i's hello is complete: take it out of the list and
+ * use it.  1 when it is the hello the caller waits for (fd and hello
+ * returned), else 0 (installed, kept or refused). */
+static int complete_pending(struct dtrain_comm *c, struct cpu_comm *cc, int i, enum wire_hello_kind kind, int from,
+                            int *fd_out, struct wire_hello *h)
 {
     struct pending_conn *pc = &cc->pending[i];
-    ssize_t n = recv(pc->fd, pc->buf + pc->got, WIRE_HELLO_LEN - pc->got, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return 0;
-    if (n <= 0) {
-        refuse(c, pc->fd);
-        drop_pending(cc, i);
-        return 0;
-    }
-    pc->got += (size_t)n;
-    if (pc->got < WIRE_HELLO_LEN)
-        return 0;
     unsigned char buf[WIRE_HELLO_LEN];
     memcpy(buf, pc->buf, sizeof buf);
     int fd = pc->fd;
@@ -143,6 +175,31 @@ static int read_pending(struct dtrain_comm *c, struct cpu_comm *cc, int i, enum 
     }
     refuse(c, fd);
     return 0;
+}
+
+/* Read what pending connection i has sent.  1 when a hello the caller
+ * waits for is complete (fd and hello returned), else 0. */
+static int read_pending(struct dtrain_comm *c, struct cpu_comm *cc, int i, enum wire_hello_kind kind, int from,
+                        int *fd_out, struct wire_hello *h)
+{
+    struct pending_conn *pc = &cc->pending[i];
+    ssize_t n = recv(pc->fd, pc->buf + pc->got, WIRE_HELLO_LEN - pc->got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (n <= 0) {
+        refuse(c, pc->fd);
+        drop_pending(cc, i);
+        return 0;
+    }
+    pc->got += (size_t)n;
+    if (pending_check(cc, pc) != 0) {
+        refuse(c, pc->fd);
+        drop_pending(cc, i);
+        return 0;
+    }
+    if (pc->got < WIRE_HELLO_LEN)
+        return 0;
+    return complete_pending(c, cc, i, kind, from, fd_out, h);
 }
 
 /* Wait for an authenticated hello of `kind` from member `from` (-1: any);
@@ -193,6 +250,11 @@ static int accept_hello(struct dtrain_comm *c, struct cpu_comm *cc, enum wire_he
         }
         if (p[0].revents != 0 && (rc = accept_new(c, cc, why, whylen)) != 0)
             return rc;
+        /* Hellos that came whole with their connection: no more bytes will
+         * wake poll for them. */
+        for (int i = cc->npending - 1; i >= 0; i--)
+            if (cc->pending[i].got == WIRE_HELLO_LEN && complete_pending(c, cc, i, kind, from, fd_out, h))
+                return 0;
     }
 }
 

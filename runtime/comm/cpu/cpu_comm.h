@@ -28,15 +28,23 @@
 
 struct dtrain_comm;
 
-/* Connections whose hello has not fully arrived, and how long one may take. */
+/* Connections whose hello has not fully arrived, and how long one may take:
+ * a connection must show the group's secret (the first 24 bytes of its
+ * hello; a member sends all 128 at once right after connecting) within
+ * CPU_PROVE_TIMEOUT_MS, and complete its hello within CPU_HELLO_TIMEOUT_MS.
+ * When the list is full, a connection that has not shown the secret goes
+ * (the one waiting longest), never one that has; with none such, the new
+ * connection is refused. */
 #define CPU_MAX_PENDING 32
+#define CPU_PROVE_TIMEOUT_MS 3000
 #define CPU_HELLO_TIMEOUT_MS 10000
 
 struct pending_conn {
     int fd;
     size_t got;
     unsigned char buf[WIRE_HELLO_LEN];
-    int64_t deadline_ms;
+    int64_t deadline_ms;  /* prove the secret by then, then complete the hello */
+    int proven;           /* the secret came: a member */
 };
 
 struct cpu_comm {

@@ -89,6 +89,22 @@ int wire_hello_decode(const unsigned char in[WIRE_HELLO_LEN], struct wire_hello 
     return 0;
 }
 
+int wire_hello_prefix_check(const unsigned char *in, size_t got)
+{
+    unsigned char want[6];
+    put32(want, MAGIC_HELLO);
+    put16(want + 4, WIRE_VERSION);
+    size_t n = got < sizeof want ? got : sizeof want;
+    if (memcmp(in, want, n) != 0)
+        return -1;
+    if (got >= 8) {
+        unsigned kind = get16(in + 6);
+        if (kind < WIRE_BOOT || kind > WIRE_P2P)
+            return -1;
+    }
+    return 0;
+}
+
 void wire_table_head_encode(uint32_t size, uint32_t to, unsigned char out[WIRE_TABLE_HEAD_LEN])
 {
     memset(out, 0, WIRE_TABLE_HEAD_LEN);

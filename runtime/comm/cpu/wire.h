@@ -50,6 +50,12 @@ void wire_hello_encode(const struct wire_hello *h, unsigned char out[WIRE_HELLO_
  * The secret is NOT checked here. */
 int wire_hello_decode(const unsigned char in[WIRE_HELLO_LEN], struct wire_hello *h);
 
+/* The first `got` bytes of a hello still on its way: -1 when they already
+ * show it is not one (magic, version, kind), 0 while too few bytes came to
+ * tell; the secret (bytes 8..24) is checked by the caller. */
+#define WIRE_HELLO_SECRET_END 24
+int wire_hello_prefix_check(const unsigned char *in, size_t got);
+
 /* ------------------------------------------------------------------ table */
 #define WIRE_TABLE_HEAD_LEN 16
 #define WIRE_TABLE_ENTRY_LEN 12
