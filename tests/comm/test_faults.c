@@ -26,6 +26,7 @@
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
 #include "harness.h"
+#include "net.h"
 #include "tap.h"
 #include "wire.h"
 
@@ -149,6 +150,52 @@ static void test_strangers(void)
        "that sends garbage");
     ok(rc == 0 && res.exit_code[0] == 0, "the leader counts the strangers (and a silent one) as refused");
     ok(rc == 0 && res.failed == 0, "the real members still get in and all-reduce correctly");
+}
+
+/* ------------------------------------------------------------------ a storm */
+
+/* Issue 16: a stranger must not be able to fail a job.  While the members
+ * join, connections keep coming: silent ones, ones that send the right
+ * magic and then nothing, garbage, far more than the 32 pending slots.
+ * Every member still gets in. */
+#define STORM_OPEN 300
+
+static void storm(const struct harness_started *s, void *arg)
+{
+    (void)arg;
+    static int fds[STORM_OPEN];
+    unsigned char prefix[6], garbage[WIRE_HELLO_LEN];
+    struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)s->n, .from = 1, .to = 0, .port = 1};
+    unsigned char hello[WIRE_HELLO_LEN];
+    wire_hello_encode(&h, hello);
+    memcpy(prefix, hello, sizeof prefix); /* magic and version: looks like a slow member */
+    for (size_t i = 0; i < sizeof garbage; i++)
+        garbage[i] = (unsigned char)(i * 53 + 7);
+    for (int i = 0; i < STORM_OPEN; i++)
+        fds[i] = -1;
+    int64_t end = comm_now_ms() + 2500; /* members come after 700 ms */
+    for (long k = 0; comm_now_ms() < end; k++) {
+        int slot = (int)(k % STORM_OPEN);
+        if (fds[slot] >= 0)
+            close(fds[slot]);
+        fds[slot] = k % 3 == 0 ? knock(s->ids[0], NULL, 0)
+                  : k % 3 == 1 ? knock(s->ids[0], prefix, sizeof prefix)
+                               : knock(s->ids[0], garbage, sizeof garbage);
+        if (k % 64 == 63)
+            sleep_ms(1);
+    }
+    for (int i = 0; i < STORM_OPEN; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+static void test_storm(void)
+{
+    struct harness_result res;
+    int rc = harness_run(4, 1, strangers_child, NULL, BOUND_S, storm, &res);
+    ok(rc == 0 && res.failed == 0 && res.exit_code[0] == 0,
+       "a storm of strangers (silent, slow, garbage; 300 open at once) while 4 members join: every member gets in "
+       "and all-reduces correctly");
 }
 
 /* ------------------------------------------------------------------ a killed member */
@@ -466,6 +513,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_strangers();
+    test_storm();
     test_killed(DTRAIN_COMM_TRANSPORT_AUTO, "shared memory");
     test_killed(DTRAIN_COMM_TRANSPORT_TCP, "tcp");
     test_stop(STOP_FLAG, "the abort flag set by another thread ends a waiting all-reduce with EABORTED, sticky");
