@@ -134,8 +134,11 @@ int dtrain_bootstrap_id_make_cpu(const char *addr, int peers, char *id, size_t i
         dtrain_snprintf(err, errlen, "bind %s: %s", addr, strerror(errno));
         goto fail;
     }
-    int backlog = peers < 1 ? 1 : peers > SOMAXCONN ? SOMAXCONN : peers;
-    if (listen(fd, backlog) != 0) {
+    /* The kernel's largest queue, not one slot per peer: strangers that
+     * connect first must not fill it and make members' connects wait for
+     * SYN retries (the leader tells them apart once accepted). */
+    (void)peers;
+    if (listen(fd, SOMAXCONN) != 0) {
         dtrain_snprintf(err, errlen, "listen on %s: %s", addr, strerror(errno));
         goto fail;
     }

@@ -42,7 +42,8 @@ enum dtrain_comm_backend dtrain_backend_default(void);
 int dtrain_comm_addr_pick(const char *iface, char *addr, size_t addrlen, char *err, size_t errlen);
 
 /* Make a CPU-backend id: bind a TCP socket on addr (port chosen by the
- * kernel), listen with room for `peers` pending connections, draw a secret.
+ * kernel), listen with the largest queue the kernel allows (`peers` is kept
+ * for callers; strangers must not fill a queue sized to the group), draw a secret.
  * The socket is close-on-exec; *listen_fd receives it. */
 int dtrain_bootstrap_id_make_cpu(const char *addr, int peers, char *id, size_t idlen,
                                  int *listen_fd, char *err, size_t errlen);
