@@ -2,7 +2,8 @@
  *
  * hwloc 2.9 crashes (NULL bitmap in hwloc_bitmap_compare_first during
  * hwloc_topology_load) on an <object> that has a cpuset but no
- * complete_cpuset, or a nodeset but no complete_nodeset.  The check parses
+ * complete_cpuset, or a nodeset but no complete_nodeset, and aborts on a
+ * bitmap it cannot read (bitmap_ok below).  The check parses
  * the text with a real XML parser (libxml2: no network, no DTD loading, no
  * entity substitution), so attribute spacing, quoting, '>' inside a value,
  * comments or CDATA cannot hide such an object; text that is not
@@ -26,6 +27,54 @@
 /* Deeper nesting than this is refused (real topologies nest < 20). */
 #define TOPO_XML_MAX_DEPTH 256
 
+/* hwloc's bitmap syntax, as hwloc_bitmap_snprintf writes it: an optional
+ * "0xf...f" (infinite) head, then comma-separated words "0x" + 1..8 hex
+ * digits, where a word after the first may be empty (",," is a zero word).
+ * hwloc_bitmap_sscanf asserts (aborts) on some other texts, e.g. a leading
+ * comma (found by tests/fuzz). */
+static int bitmap_ok(const char *v)
+{
+    if (strncmp(v, "0xf...f", 7) == 0) {
+        v += 7;
+        if (*v == '\0')
+            return 1;
+        if (*v++ != ',')
+            return 0;
+    }
+    for (int first = 1;; first = 0) {
+        if (v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) {
+            int n = 0;
+            for (v += 2; (*v >= '0' && *v <= '9') || (*v >= 'a' && *v <= 'f') || (*v >= 'A' && *v <= 'F'); v++)
+                n++;
+            if (n < 1 || n > 8)
+                return 0;
+        } else if (first) {
+            return 0;
+        }
+        if (*v == '\0')
+            return 1;
+        if (*v++ != ',')
+            return 0;
+    }
+}
+
+/* Every attribute named *cpuset or *nodeset holds a bitmap hwloc can read. */
+static int bad_bitmap(const xmlNode *n)
+{
+    for (const xmlAttr *a = n->properties; a; a = a->next) {
+        size_t len = strlen((const char *)a->name);
+        if (len < 6 || (strcmp((const char *)a->name + len - 6, "cpuset") != 0 &&
+                        (len < 7 || strcmp((const char *)a->name + len - 7, "nodeset") != 0)))
+            continue;
+        xmlChar *v = xmlNodeGetContent((const xmlNode *)a);
+        int ok = v != NULL && bitmap_ok((const char *)v);
+        xmlFree(v);
+        if (!ok)
+            return 1;
+    }
+    return 0;
+}
+
 static int bad_object(const xmlNode *n)
 {
     int cpuset = xmlHasProp(n, (const xmlChar *)"cpuset") != NULL;
@@ -35,14 +84,19 @@ static int bad_object(const xmlNode *n)
     return (cpuset && !ccpuset) || (nodeset && !cnodeset);
 }
 
-/* Walk the element tree without recursion; returns the first bad node,
- * or sets *too_deep. */
-static const xmlNode *find_bad(const xmlNode *root, int *too_deep)
+/* Walk the element tree without recursion; returns the first bad node
+ * (*bitmap set when a bitmap is malformed), or sets *too_deep. */
+static const xmlNode *find_bad(const xmlNode *root, int *too_deep, int *bitmap)
 {
     const xmlNode *n = root;
     int depth = 0;
     *too_deep = 0;
+    *bitmap = 0;
     while (n) {
+        if (n->type == XML_ELEMENT_NODE && bad_bitmap(n)) {
+            *bitmap = 1;
+            return n;
+        }
         if (n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, (const xmlChar *)"object") == 0 && bad_object(n))
             return n;
         if (n->type == XML_ELEMENT_NODE && n->children) {
@@ -91,15 +145,19 @@ int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char
         xmlResetLastError();
         return -1;
     }
-    int rc = 0, too_deep = 0;
+    int rc = 0, too_deep = 0, bitmap = 0;
     const xmlNode *root = xmlDocGetRootElement(doc);
-    const xmlNode *bad = root ? find_bad(root, &too_deep) : NULL;
+    const xmlNode *bad = root ? find_bad(root, &too_deep, &bitmap) : NULL;
     if (root == NULL) {
         dtrain_snprintf(err, errlen, "%.512s has no root element: not a valid hwloc XML topology", name);
         rc = -1;
     } else if (too_deep) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: nested deeper than %d elements: not a valid hwloc XML "
                         "topology", name, (long)xmlGetLineNo(bad), TOPO_XML_MAX_DEPTH);
+        rc = -1;
+    } else if (bad && bitmap) {
+        dtrain_snprintf(err, errlen, "%.512s line %ld: a cpuset/nodeset that is not an hwloc bitmap: not a valid "
+                        "hwloc XML topology", name, (long)xmlGetLineNo(bad));
         rc = -1;
     } else if (bad) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: an <object> has a cpuset/nodeset without its complete_ "

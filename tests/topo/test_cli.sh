@@ -83,7 +83,7 @@ check "option without value: exit 2" sh -c "test $rc -eq 2 && grep -q '^dtrain-t
 run --xml "$fx/dgx1-v100.xml" extra
 check "stray argument: exit 2" sh -c "test $rc -eq 2 && grep -q \"^dtrain-topo: unexpected argument 'extra'\" '$tmp/err'"
 run --xml "$tmp/nonexistent.xml"
-check "unreadable topology: exit 2, one line" sh -c "test $rc -eq 2 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q '^dtrain-topo: cannot read' '$tmp/err'"
+check "unreadable topology: exit 2, one line" sh -c "test $rc -eq 2 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q '^dtrain-topo: cannot open' '$tmp/err'"
 head -c 3000 "$fx/dgx1-v100.xml" >"$tmp/trunc.xml"
 run --xml "$tmp/trunc.xml"
 check "truncated topology: exit 2, one line" sh -c "test $rc -eq 2 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q 'not a valid hwloc XML' '$tmp/err'"

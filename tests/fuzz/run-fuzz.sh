@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# libFuzzer harnesses for every parser of untrusted input (issue 16), built
+# with clang (-fsanitize=fuzzer,address,undefined) straight from the
+# sources, each run for a bounded time from its seed corpus in the tree
+# (tests/fuzz/corpus/NAME, plus the topology fixtures for topo_xml).
+#
+#   tests/fuzz/run-fuzz.sh [SECONDS] [NAME...]   (default 20 s each, all)
+#
+# TAP output: one line per harness with the executions done; a crash fails
+# it and leaves the input in $DTRAIN_FUZZ_OUT (default a temporary folder);
+# add that input to tests/fuzz/corpus/NAME as a regression once fixed.
+# Without clang and libFuzzer (Debian: clang, libclang-rt-14-dev) it SKIPs.
+# The suite runs it for a short time; a longer run is this command with
+# a larger SECONDS.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+seconds=${1:-20}
+shift $(( $# > 0 ? 1 : 0 ))
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject)
+
+if ! command -v clang >/dev/null 2>&1; then
+  echo "1..0 # SKIP clang is not installed (apt-get install clang libclang-rt-14-dev)"
+  exit 0
+fi
+out=${DTRAIN_FUZZ_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/dtrain-fuzz-XXXXXX")}
+mkdir -p "$out"
+probe="$out/probe.c"
+printf '#include <stdint.h>\n#include <stddef.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$probe"
+if ! clang -fsanitize=fuzzer "$probe" -o "$out/probe" 2>/dev/null; then
+  echo "1..0 # SKIP clang has no libFuzzer (apt-get install libclang-rt-14-dev)"
+  exit 0
+fi
+
+c=$top/common
+common_src="$c/dtrain_parse.c $c/dtrain_file.c"
+pc() { pkg-config "$@" 2>/dev/null; }
+cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$c"
+sources() {
+  case $1 in
+    topo_xml) echo "$here/fuzz_topo_xml.c $top/topo/topo_model.c $top/topo/topo_hwloc.c $top/topo/topo_xml_check.c" \
+                   "$top/topo/topo_nvml.c $top/topo/topo_bounded.c $top/topo/plan_node.c $top/topo/plan.c" \
+                   "$common_src $c/dtrain_nvml.c $c/dtrain_bounded.c -I$top/topo $(pc --cflags hwloc libxml-2.0)" \
+                   "$(pc --libs hwloc libxml-2.0) -ldl" ;;
+    plugstack) echo "$here/fuzz_plugstack.c $top/spank_plugin/site_config.c $common_src -I$top/spank_plugin -I$top/topo" \
+                    "$(pc --cflags --libs jansson)" ;;
+    health_config) echo "$here/fuzz_health_config.c $top/health/site_config.c $common_src -I$top/health -I$top/topo" \
+                        "$(pc --cflags --libs jansson)" ;;
+    wire) echo "$here/fuzz_wire.c $top/runtime/comm/cpu/wire.c -I$top/runtime/comm/cpu -I$top/runtime/comm" \
+               "-I$top/runtime/comm/bootstrap" ;;
+    inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime/ft -I$top/runtime" ;;
+    *) return 1 ;;
+  esac
+}
+
+echo "1..${#names[@]}"
+i=0
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+for name in "${names[@]}"; do
+  i=$((i + 1))
+  # shellcheck disable=SC2046 # the source list is several words
+  if ! src=$(sources "$name"); then
+    echo "not ok $i - $name: no such harness"; continue
+  fi
+  # shellcheck disable=SC2086
+  if ! clang $cflags $src -o "$out/fuzz_$name" 2>"$out/$name.build.log"; then
+    echo "not ok $i - $name: does not build with clang"; sed 's/^/# /' "$out/$name.build.log" | head -n 20; continue
+  fi
+  work="$out/$name.corpus"
+  mkdir -p "$work"
+  seeds=("$here/corpus/$name")
+  [ "$name" = topo_xml ] && seeds+=("$top/tests/fixtures/topology")
+  log="$out/$name.log"
+  # hwloc 2.9 leaks what it parsed of some malformed files (lsan.supp)
+  lsan=${LSAN_OPTIONS:-}
+  [ "$name" = topo_xml ] && lsan="suppressions=$here/lsan.supp${lsan:+:$lsan}"
+  (cd "$out" && LSAN_OPTIONS="$lsan" "./fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=1048576 \
+      -print_final_stats=1 -artifact_prefix="$out/$name-" "$work" "${seeds[@]}") >"$log" 2>&1
+  rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  if [ "$rc" -eq 0 ]; then
+    echo "ok $i - $name: ${execs:-?} executions in ${seconds} s, no crash, no leak"
+  else
+    echo "not ok $i - $name: exit $rc after ${execs:-?} executions; input and log in $out"
+    grep -E "ERROR|SUMMARY|runtime error" "$log" | head -n 5 | sed 's/^/# /'
+  fi
+done
