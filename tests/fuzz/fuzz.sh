@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# The suite's short fuzzing pass: every harness for DTRAIN_FUZZ_SECONDS.
+here=$(cd "$(dirname "$0")" && pwd)
+exec "$here/run-fuzz.sh" "${DTRAIN_FUZZ_SECONDS:-20}"
