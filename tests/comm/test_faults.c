@@ -210,6 +210,56 @@ static void test_storm(void)
        "and all-reduces correctly");
 }
 
+/* ------------------------------------------------------------------ a member gone during the bootstrap */
+
+/* Issue 16: rank 3 joins (its hello reaches the leader) and dies, rank 2
+ * never comes.  The leader must not wait out its 20 s timeout with rank 3
+ * dead: it fails with EPEER naming rank 3, and rank 1, waiting for the
+ * table, fails with EPEER as the leader closes its connection. */
+static int gone_child(int rank, int n, struct dtrain_comm_group *groups, int ngroups, void *arg)
+{
+    (void)ngroups;
+    (void)arg;
+    if (rank == 2)
+        return 0;
+    if (rank == 3) {
+        struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)n, .from = 3, .to = 0, .port = 1};
+        struct sockaddr_in leader;
+        unsigned char hello[WIRE_HELLO_LEN];
+        cpu_id_parse(groups[0].id, &leader, h.secret);
+        dtrain_snprintf(h.host_id, sizeof h.host_id, "test-host-0");
+        wire_hello_encode(&h, hello);
+        int fd = knock(groups[0].id, hello, sizeof hello);
+        sleep_ms(300);
+        if (fd >= 0)
+            close(fd);
+        return fd >= 0 ? 0 : 4;
+    }
+    struct dtrain_comm_options o;
+    char host[DTRAIN_COMM_HOST_ID_MAX], err[512] = "";
+    dtrain_comm *c = NULL;
+    harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, 20000, host);
+    int rc = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
+    groups[0].listen_fd = -1;
+    if (rc == DTRAIN_COMM_OK) {
+        dtrain_comm_destroy(c);
+        return 1;
+    }
+    harness_diag(rank, "%s: %s", dtrain_comm_result_name(rc), err);
+    if (rc != DTRAIN_COMM_EPEER)
+        return 2;
+    return rank == 0 && strstr(err, "rank 3") == NULL ? 3 : 0;
+}
+
+static void test_gone_during_bootstrap(void)
+{
+    struct harness_result res;
+    int rc = harness_run(4, 1, gone_child, NULL, BOUND_S, NULL, &res);
+    ok(rc == 0 && res.failed == 0 && res.hung == 0,
+       "a member that joins and dies during the bootstrap: the leader fails with EPEER naming it, and the member "
+       "waiting for the table with EPEER, not after the 20 s timeout");
+}
+
 /* ------------------------------------------------------------------ a killed member */
 
 struct killed {
@@ -526,6 +576,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     test_strangers();
     test_storm();
+    test_gone_during_bootstrap();
     test_killed(DTRAIN_COMM_TRANSPORT_AUTO, "shared memory");
     test_killed(DTRAIN_COMM_TRANSPORT_TCP, "tcp");
     test_stop(STOP_FLAG, "the abort flag set by another thread ends a waiting all-reduce with EABORTED, sticky");

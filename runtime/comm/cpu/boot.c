@@ -35,6 +35,10 @@ int cpu_id_parse(const char *id, struct sockaddr_in *leader, unsigned char secre
     return 0;
 }
 
+/* How often the leader looks at the members that joined while it waits
+ * for the others. */
+#define GATHER_SLICE_MS 500
+
 /* ------------------------------------------------------------------ accepting */
 
 static void refuse(struct dtrain_comm *c, int fd)
@@ -272,6 +276,17 @@ static int local_address(int fd, struct sockaddr_in *sin, char *why, size_t whyl
     return 0;
 }
 
+/* A joined member whose connection closed (it died): its rank, else -1. */
+static int member_gone(const int *fds, int n)
+{
+    for (int i = 1; i < n; i++) {
+        char byte;
+        if (fds[i] >= 0 && recv(fds[i], &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+            return i;
+    }
+    return -1;
+}
+
 static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen)
 {
     const int n = c->size;
@@ -294,7 +309,21 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
     for (int joined = 1; joined < n;) {
         struct wire_hello h;
         int fd;
-        rc = accept_hello(c, cc, WIRE_BOOT, -1, deadline_ms, &fd, &h, why, whylen);
+        /* In slices, so that a member that joined and then died is noticed
+         * at once: the bootstrap fails and every joined member, waiting for
+         * the table, sees its connection close, instead of all waiting out
+         * the whole timeout. */
+        int64_t slice = comm_now_ms() + GATHER_SLICE_MS;
+        rc = accept_hello(c, cc, WIRE_BOOT, -1, slice < deadline_ms ? slice : deadline_ms, &fd, &h, why, whylen);
+        if (rc == -DTRAIN_COMM_ETIMEDOUT && comm_now_ms() < deadline_ms) {
+            int gone = member_gone(fds, n);
+            if (gone < 0)
+                continue;
+            dtrain_snprintf(why, whylen, "rank %d joined and then closed its connection while %d of %d members "
+                            "had joined (it died?)", gone, joined, n);
+            rc = -DTRAIN_COMM_EPEER;
+            goto out;
+        }
         if (rc == -DTRAIN_COMM_ETIMEDOUT) {
             int missing = 1;
             while (missing < n && fds[missing] >= 0)
