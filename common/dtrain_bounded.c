@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +23,11 @@ void dtrain_stage_set(struct dtrain_stage *stage, const char *fmt, ...)
     vsnprintf(stage->text, sizeof(stage->text), fmt, ap);
     va_end(ap);
 }
+
+/* The probe's answer follows the stage in the shared memory, aligned for
+ * any type. */
+#define OUT_OFFSET ((sizeof(struct dtrain_stage) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * \
+                    _Alignof(max_align_t))
 
 static double now_ms(void)
 {
@@ -52,7 +58,7 @@ void dtrain_probe_start(struct dtrain_probe *p, dtrain_probe_fn probe, const voi
     p->start_ms = now_ms();
     memset(out, 0, outsize);
 
-    p->shared_len = sizeof(struct dtrain_stage) + outsize;
+    p->shared_len = OUT_OFFSET + outsize;
     p->shared = mmap(NULL, p->shared_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p->shared == MAP_FAILED) {
         p->shared = NULL;
@@ -82,7 +88,7 @@ void dtrain_probe_start(struct dtrain_probe *p, dtrain_probe_fn probe, const voi
          * the parent sees end-of-file then. */
         setpgid(0, 0);
         close(fds[0]);
-        probe(arg, (char *)p->shared + sizeof(struct dtrain_stage), stage);
+        probe(arg, (char *)p->shared + OUT_OFFSET, stage);
         stage->done = 1;
         _exit(0);
     }
@@ -113,7 +119,7 @@ static void collect(struct dtrain_probe *p)
         ;
     if (r != p->pid && errno == ECHILD && ((const struct dtrain_stage *)p->shared)->done) {
         /* Someone else reaped it, after it finished. */
-        memcpy(p->out, (char *)p->shared + sizeof(struct dtrain_stage), p->outsize);
+        memcpy(p->out, (char *)p->shared + OUT_OFFSET, p->outsize);
         p->status = DTRAIN_BOUNDED_OK;
     } else if (r != p->pid)
         dtrain_snprintf(p->why, sizeof(p->why), "cannot wait for the probe: %s", strerror(errno));
@@ -123,7 +129,7 @@ static void collect(struct dtrain_probe *p)
     else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
         dtrain_snprintf(p->why, sizeof(p->why), "exited with status %d in %s", WEXITSTATUS(wstatus), stage_of(p));
     else {
-        memcpy(p->out, (char *)p->shared + sizeof(struct dtrain_stage), p->outsize);
+        memcpy(p->out, (char *)p->shared + OUT_OFFSET, p->outsize);
         p->status = DTRAIN_BOUNDED_OK;
     }
 }
