@@ -66,14 +66,12 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
                  c->micro_batches, split);
         return DTRAIN_ERR_INPUT;
     }
-    if (strcmp(c->backend, "cpu") != 0) {
-        snprintf(err, errlen, "run.backend %s: the parallel trainer runs on the cpu kernels for now "
-                 "(use dtrain-train for one GPU)", c->backend);
-        return DTRAIN_ERR_INPUT;
-    }
-    if (c->checkpoint[0] != '\0' || c->resume[0] != '\0') {
-        snprintf(err, errlen, "--checkpoint and --resume are dtrain-train's single-file checkpoints: with "
-                 "dtrain-launch give --ckpt-dir DIR (sharded checkpoints; the run resumes from DIR by itself)");
+    /* On a GPU the pieces between the kernels (tensor-parallel vocabulary
+     * loops, the tied embedding's sum, data-parallel buckets) are host code
+     * today: one rank only there, for now. */
+    if (strcmp(c->backend, "cpu") != 0 && (long)tp * pp * dp > 1) {
+        snprintf(err, errlen, "run.backend %s with T=%d P=%d D=%d: the trainer runs %s on one rank only for now "
+                 "(T=P=D=1); use --backend cpu for more ranks", c->backend, tp, pp, dp, c->backend);
         return DTRAIN_ERR_INPUT;
     }
     return DTRAIN_OK;
@@ -126,8 +124,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     if ((rc = dtrain_shard_plan(&c->model, bs->tp, bs->pp, bs->tp_rank, bs->pp_rank, &t->shard,
                                 err, errlen)) != DTRAIN_OK)
         goto fail;
-    struct dtrain_kernels_options kopt = {.threads = c->threads};
-    if (dtrain_kernels_create("cpu", &kopt, &t->k, err, errlen) != 0) {
+    struct dtrain_kernels_options kopt = {.threads = c->threads, .precision = c->precision};
+    if (dtrain_kernels_create(c->backend, &kopt, &t->k, err, errlen) != 0) {
         rc = DTRAIN_ERR_SYSTEM;
         goto fail;
     }
@@ -226,6 +224,8 @@ void dtrain_ptrainer_set_position(struct dtrain_ptrainer *t, long step, uint64_t
 const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t) { return &t->shard; }
 
 struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t) { return t->dp; }
+
+struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t) { return t->k; }
 
 float *dtrain_ptrainer_params(struct dtrain_ptrainer *t) { return dtrain_stage_params(t->stage); }
 
@@ -410,15 +410,24 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
 {
     const struct dtrain_bootstrap *L = &t->layout;
     dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
-    float *local = dtrain_stage_params(t->stage);
     int rc = DTRAIN_OK;
+    if (L->rank != 0 && L->dp_rank != 0)
+        return DTRAIN_OK;
+    /* this rank's shard, from backend memory */
+    float *local = malloc((t->shard.count + 1) * sizeof(float));
+    if (local == NULL) {
+        snprintf(err, errlen, "gathering the model: out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    dtrain_k_download(t->k, local, dtrain_stage_params(t->stage), t->shard.count * sizeof(float));
     if (L->rank != 0) {
-        if (L->dp_rank == 0)
-            rc = dtrain_pcomm_status(world, dtrain_comm_send(world, local, t->shard.count * sizeof(float), 0),
-                                     "gathering the model: send", err, errlen);
+        rc = dtrain_pcomm_status(world, dtrain_comm_send(world, local, t->shard.count * sizeof(float), 0),
+                                 "gathering the model: send", err, errlen);
+        free(local);
         return rc;
     }
     dtrain_shard_gather(&t->shard, local, whole);
+    free(local);
     /* the other stages' and TP ranks' shards of DP replica 0 */
     for (int pp = 0; pp < L->pp && rc == DTRAIN_OK; pp++) {
         for (int tp = 0; tp < L->tp && rc == DTRAIN_OK; tp++) {
@@ -508,18 +517,6 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
     if (t->prom_on)
         return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps, err, errlen);
     return DTRAIN_OK;
-}
-
-int dtrain_ptrainer_run(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen)
-{
-    const struct dtrain_train_config *c = &t->cfg;
-    int rc = dtrain_ptrainer_metrics_from(t, t->step, err, errlen);
-    while (rc == DTRAIN_OK && t->step < c->steps) {
-        struct dtrain_pstep_result r;
-        if ((rc = dtrain_ptrainer_step(t, &r, err, errlen)) == DTRAIN_OK)
-            rc = dtrain_ptrainer_log_step(t, progress, &r, err, errlen);
-    }
-    return rc == DTRAIN_OK ? dtrain_ptrainer_finish(t, err, errlen) : rc;
 }
 
 int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)
