@@ -109,6 +109,18 @@ void dtrain_k_download(struct dtrain_kernels *k, void *dst, const void *src, siz
     k->ops->download(k, dst, src, bytes);
 }
 void dtrain_k_zero(struct dtrain_kernels *k, void *p, size_t bytes) { k->ops->zero(k, p, bytes); }
+void dtrain_k_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)
+{
+    k->ops->copy(k, dst, src, bytes);
+}
+int dtrain_kernels_host_memory(const struct dtrain_kernels *k) { return k->ops->host_memory; }
+void *dtrain_k_host_alloc(struct dtrain_kernels *k, size_t bytes) { return k->ops->host_alloc(k, bytes); }
+void dtrain_k_host_free(struct dtrain_kernels *k, void *p)
+{
+    if (p != NULL)
+        k->ops->host_free(k, p);
+}
+void *dtrain_k_stream(struct dtrain_kernels *k) { return k->ops->stream != NULL ? k->ops->stream(k) : NULL; }
 void dtrain_k_sync(struct dtrain_kernels *k) { k->ops->sync(k); }
 
 void dtrain_k_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,

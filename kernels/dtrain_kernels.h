@@ -94,8 +94,22 @@ void dtrain_k_free(struct dtrain_kernels *k, void *p); /* NULL is fine */
 void dtrain_k_upload(struct dtrain_kernels *k, void *dst, const void *host_src, size_t bytes);
 void dtrain_k_download(struct dtrain_kernels *k, void *host_dst, const void *src, size_t bytes);
 void dtrain_k_zero(struct dtrain_kernels *k, void *p, size_t bytes);
+/* bytes from backend memory src to backend memory dst (may overlap), in
+ * order with the other operations on k. */
+void dtrain_k_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
 /* Wait until every operation queued on k has finished (no-op on the CPU). */
 void dtrain_k_sync(struct dtrain_kernels *k);
+
+/* 1 when backend memory is host memory that the host may read and write
+ * directly (the cpu backend), 0 when it must be moved (a GPU's). */
+int dtrain_kernels_host_memory(const struct dtrain_kernels *k);
+/* Host memory that upload and download move fastest (pinned on a GPU,
+ * plain on the CPU), for staging buffers; NULL when out of memory. */
+void *dtrain_k_host_alloc(struct dtrain_kernels *k, size_t bytes);
+void dtrain_k_host_free(struct dtrain_kernels *k, void *p); /* NULL is fine */
+/* The queue k's operations run on (a cudaStream_t), so that a GPU
+ * communicator can run in order with them; NULL on the CPU. */
+void *dtrain_k_stream(struct dtrain_kernels *k);
 
 /* ------------------------------------------------------------------ layers */
 

@@ -20,6 +20,7 @@
 struct dtrain_kernel_ops {
     const char *name;
     int bf16; /* 1: the backend computes in DTRAIN_PRECISION_BF16 too (and defaults to it) */
+    int host_memory; /* 1: backend memory is host memory (the host may read and write it) */
     int (*create)(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
                   char *err, size_t errlen);
     void (*destroy)(struct dtrain_kernels *k);
@@ -28,8 +29,12 @@ struct dtrain_kernel_ops {
     void (*free)(struct dtrain_kernels *k, void *p);
     void (*upload)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
     void (*download)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
+    void (*copy)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes); /* backend to backend */
     void (*zero)(struct dtrain_kernels *k, void *p, size_t bytes);
     void (*sync)(struct dtrain_kernels *k);
+    void *(*host_alloc)(struct dtrain_kernels *k, size_t bytes); /* host memory fast to move (pinned) */
+    void (*host_free)(struct dtrain_kernels *k, void *p);
+    void *(*stream)(struct dtrain_kernels *k);                   /* NULL: none */
 
     void (*encoder_forward)(struct dtrain_kernels *k, float *out, const int32_t *tokens,
                             const float *wte, const float *wpe, int B, int T, int C);

@@ -83,16 +83,25 @@ static void cpu_sync(struct dtrain_kernels *k)
     (void)k;
 }
 
+static void *cpu_host_alloc(struct dtrain_kernels *k, size_t bytes)
+{
+    return cpu_alloc(k, bytes);
+}
+
 const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .name = "cpu",
+    .host_memory = 1,
     .create = cpu_create,
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,

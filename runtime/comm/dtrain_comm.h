@@ -152,6 +152,9 @@ int dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g, con
  * synchronises the device.  The cpu backend ignores it. */
 void dtrain_comm_set_stream(dtrain_comm *c, void *stream);
 
+/* 1 when c moves GPU memory (nccl), 0 when host memory (cpu, or NULL). */
+int dtrain_comm_device_memory(const dtrain_comm *c);
+
 int dtrain_comm_rank(const dtrain_comm *c);
 int dtrain_comm_size(const dtrain_comm *c);
 

@@ -11,6 +11,7 @@
 struct dtrain_tp {
     struct dtrain_kernels *k;
     dtrain_comm *comm;    /* NULL when T = 1 */
+    struct dtrain_pcomm pc; /* comm on the kernels' memory */
     int size, rank;       /* T, this rank */
     int V, Vl, v0;        /* vocabulary, rows held here, first of them */
     int valid;            /* columns of this rank below V: min(max(V - v0, 0), Vl) */
@@ -42,6 +43,11 @@ int dtrain_tp_create(struct dtrain_kernels *k, dtrain_comm *comm, int V, int Vl,
     tp->v0 = v0;
     tp->valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
     tp->max_rows = max_rows;
+    int rc = dtrain_pcomm_init(&tp->pc, k, tp->comm, err, errlen);
+    if (rc != DTRAIN_OK) {
+        dtrain_tp_destroy(tp);
+        return rc;
+    }
     if (tp->comm != NULL) {
         tp->row_max = malloc((size_t)max_rows * sizeof(float));
         tp->all_max = malloc((size_t)max_rows * tp->size * sizeof(float));
@@ -62,6 +68,7 @@ void dtrain_tp_destroy(struct dtrain_tp *tp)
 {
     if (tp == NULL)
         return;
+    dtrain_pcomm_release(&tp->pc);
     free(tp->row_max);
     free(tp->all_max);
     free(tp->sums);
@@ -78,10 +85,7 @@ const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp)
 
 int dtrain_tp_allreduce(struct dtrain_tp *tp, float *buf, size_t n, char *err, size_t errlen)
 {
-    if (tp->comm == NULL)
-        return DTRAIN_OK;
-    return dtrain_pcomm_status(tp->comm, dtrain_comm_allreduce(tp->comm, buf, n, DTRAIN_REDUCE_SUM),
-                               "tensor-parallel all-reduce", err, errlen);
+    return dtrain_pcomm_allreduce(&tp->pc, buf, n, "tensor-parallel all-reduce", err, errlen);
 }
 
 /* ------------------------------------------------------------ embedding */
@@ -185,7 +189,9 @@ int dtrain_tp_xent_forward(struct dtrain_tp *tp, float *logits_probs, float *los
         sum[n] = s;
     }
     /* 3. the global denominators and target logits in one all-reduce */
-    if ((rc = dtrain_tp_allreduce(tp, tp->sums, 2 * (size_t)N, err, errlen)) != DTRAIN_OK)
+    rc = dtrain_pcomm_status(tp->comm, dtrain_comm_allreduce(tp->comm, tp->sums, 2 * (size_t)N, DTRAIN_REDUCE_SUM),
+                             "vocabulary-parallel cross-entropy (denominators)", err, errlen);
+    if (rc != DTRAIN_OK)
         return rc;
     for (int n = 0; n < N; n++) {
         /* -log(e^(x_t - max) / sum), as the kernel computes it */

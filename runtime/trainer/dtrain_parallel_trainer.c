@@ -32,7 +32,8 @@ struct dtrain_ptrainer {
     long nactions;
     int micro_rows;              /* b = B / (D*m) */
     int32_t *inputs, *targets;   /* host: the global batch, B*T each */
-    float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient */
+    float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient (kernels' memory) */
+    struct dtrain_pcomm prev, next, pp; /* the pipeline's communicators on the kernels' memory */
     FILE *metrics;               /* rank 0, with --metrics */
     struct dtrain_prom prom;     /* rank 0, with --prom-textfile (prom_on) */
     int prom_on;
@@ -66,12 +67,12 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
                  c->micro_batches, split);
         return DTRAIN_ERR_INPUT;
     }
-    /* On a GPU the pieces between the kernels (tensor-parallel vocabulary
-     * loops, the tied embedding's sum, data-parallel buckets) are host code
-     * today: one rank only there, for now. */
-    if (strcmp(c->backend, "cpu") != 0 && (long)tp * pp * dp > 1) {
-        snprintf(err, errlen, "run.backend %s with T=%d P=%d D=%d: the trainer runs %s on one rank only for now "
-                 "(T=P=D=1); use --backend cpu for more ranks", c->backend, tp, pp, dp, c->backend);
+    /* On a GPU the tensor-parallel vocabulary pieces are host loops today
+     * (dtrain_tp.h): T = 1 there, for now. */
+    if (strcmp(c->backend, "cpu") != 0 && tp > 1) {
+        snprintf(err, errlen, "run.backend %s with T=%d: tensor parallelism runs on the cpu kernels only for now "
+                 "(its vocabulary-parallel embedding and loss are host loops); use T=1 (pipeline and data "
+                 "parallel work on %s), or --backend cpu", c->backend, tp, c->backend);
         return DTRAIN_ERR_INPUT;
     }
     return DTRAIN_OK;
@@ -129,6 +130,10 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         rc = DTRAIN_ERR_SYSTEM;
         goto fail;
     }
+    if ((rc = dtrain_pcomm_init(&t->prev, t->k, comms->group[DTRAIN_GROUP_PP_PREV], err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_pcomm_init(&t->next, t->k, comms->group[DTRAIN_GROUP_PP_NEXT], err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_pcomm_init(&t->pp, t->k, comms->group[DTRAIN_GROUP_PP], err, errlen)) != DTRAIN_OK)
+        goto fail;
     if ((rc = dtrain_tokens_open(c->data, &t->data, err, errlen)) != DTRAIN_OK ||
         (rc = dtrain_tokens_batches(t->data, B, T, &nbatches, err, errlen)) != DTRAIN_OK)
         goto fail;
@@ -164,7 +169,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     size_t wte = t->shard.size[DTRAIN_GPT2_WTE];
     if (bs->pp > 1 && wte > 0)
-        t->tie = malloc(wte * sizeof(float));
+        t->tie = dtrain_k_alloc(t->k, wte * sizeof(float));
     if (t->inputs == NULL || t->targets == NULL || (bs->pp > 1 && wte > 0 && t->tie == NULL)) {
         snprintf(err, errlen, "out of memory");
         rc = DTRAIN_ERR_SYSTEM;
@@ -203,7 +208,11 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
     free(t->actions);
     free(t->inputs);
     free(t->targets);
-    free(t->tie);
+    if (t->k != NULL)
+        dtrain_k_free(t->k, t->tie);
+    dtrain_pcomm_release(&t->prev);
+    dtrain_pcomm_release(&t->next);
+    dtrain_pcomm_release(&t->pp);
     if (t->metrics != NULL)
         fclose(t->metrics);
     dtrain_tokens_close(t->data);
@@ -242,17 +251,14 @@ static void unit_done(void *ctx, int unit)
     dtrain_dp_unit_ready(ctx, unit);
 }
 
-/* The peer of this rank in a 2-member PP_NEXT / PP_PREV communicator. */
-static int pair_peer(dtrain_comm *c)
+/* A pipeline neighbour's activation or gradient: the peer is the other
+ * member of the 2-member PP_NEXT / PP_PREV communicator. */
+static int p2p(struct dtrain_pcomm *c, int send, float *buf, size_t floats, const char *what, char *err,
+               size_t errlen)
 {
-    return 1 - dtrain_comm_rank(c);
-}
-
-static int p2p(dtrain_comm *c, int send, void *buf, size_t floats, const char *what, char *err, size_t errlen)
-{
-    size_t bytes = floats * sizeof(float);
-    int rc = send ? dtrain_comm_send(c, buf, bytes, pair_peer(c)) : dtrain_comm_recv(c, buf, bytes, pair_peer(c));
-    return dtrain_pcomm_status(c, rc, what, err, errlen);
+    int peer = 1 - dtrain_comm_rank(c->c);
+    return send ? dtrain_pcomm_send(c, buf, floats, peer, what, err, errlen)
+                : dtrain_pcomm_recv(c, buf, floats, peer, what, err, errlen);
 }
 
 /* Run this stage's 1F1B list for the step's micro-batches. */
@@ -260,7 +266,7 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wai
                         char *err, size_t errlen)
 {
     const struct dtrain_bootstrap *L = &t->layout;
-    dtrain_comm *prev = t->comms->group[DTRAIN_GROUP_PP_PREV], *next = t->comms->group[DTRAIN_GROUP_PP_NEXT];
+    struct dtrain_pcomm *prev = &t->prev, *next = &t->next;
     size_t act = dtrain_stage_act_floats(t->stage);
     int T = t->cfg.seq, m = t->cfg.micro_batches;
     float dloss = 1.0f / (float)((long)t->cfg.batch * T);
@@ -315,15 +321,13 @@ static int tie_embedding(struct dtrain_ptrainer *t, char *err, size_t errlen)
     size_t n = s->size[DTRAIN_GPT2_WTE];
     if (s->pp == 1 || n == 0)
         return DTRAIN_OK;
-    dtrain_comm *pp = t->comms->group[DTRAIN_GROUP_PP];
     float *g = dtrain_shard_tensor(s, dtrain_stage_grads(t->stage), DTRAIN_GPT2_WTE);
     int other = s->has_embedding ? s->pp - 1 : 0;
-    size_t bytes = n * sizeof(float);
-    int rc = dtrain_comm_sendrecv(pp, g, bytes, other, t->tie, bytes, other);
-    if ((rc = dtrain_pcomm_status(pp, rc, "tied embedding: gradient exchange", err, errlen)) != DTRAIN_OK)
+    int rc = dtrain_pcomm_sendrecv(&t->pp, g, n, other, t->tie, n, other, "tied embedding: gradient exchange", err,
+                                   errlen);
+    if (rc != DTRAIN_OK)
         return rc;
-    for (size_t i = 0; i < n; i++)
-        g[i] += t->tie[i];
+    dtrain_k_residual_forward(t->k, g, g, t->tie, n); /* g += tie, element by element */
     return DTRAIN_OK;
 }
 

@@ -461,6 +461,7 @@ static void nccl_destroy(struct dtrain_comm *c)
 
 const struct comm_backend comm_backend_nccl = {
     .name = "nccl",
+    .device_memory = 1,
     .init = nccl_init,
     .allreduce = nccl_allreduce,
     .reduce_scatter = nccl_reduce_scatter,
