@@ -210,6 +210,42 @@ void dtrain_k_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogi
     k->ops->softmax_xent_backward(k, probs_dlogits, targets, dloss, N, V, Vp);
 }
 
+void dtrain_k_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                   const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,
+                                   int add_wpe)
+{
+    k->ops->embedding_vp_forward(k, out, tokens, wte_local, wpe, B, T, C, v0, Vl, add_wpe);
+}
+
+void dtrain_k_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                                    const int32_t *tokens, int B, int T, int C, int v0, int Vl)
+{
+    k->ops->embedding_vp_backward(k, dwte_local, dwpe, dout, tokens, B, T, C, v0, Vl);
+}
+
+void dtrain_k_xent_vp_rowmax(struct dtrain_kernels *k, float *row_max, const float *logits, int N, int Vl, int nv)
+{
+    k->ops->xent_vp_rowmax(k, row_max, logits, N, Vl, nv);
+}
+
+void dtrain_k_xent_vp_exp(struct dtrain_kernels *k, float *logits, float *sums, const float *all_max, int size,
+                          const int32_t *targets, int v0, int N, int Vl, int nv)
+{
+    k->ops->xent_vp_exp(k, logits, sums, all_max, size, targets, v0, N, Vl, nv);
+}
+
+void dtrain_k_xent_vp_finish(struct dtrain_kernels *k, float *logits, float *losses, const float *sums, int N,
+                             int Vl, int nv)
+{
+    k->ops->xent_vp_finish(k, logits, losses, sums, N, Vl, nv);
+}
+
+void dtrain_k_xent_vp_backward(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
+                               float dloss, int N, int Vl, int nv)
+{
+    k->ops->xent_vp_backward(k, probs_dlogits, targets, v0, dloss, N, Vl, nv);
+}
+
 void dtrain_k_adamw_update(struct dtrain_kernels *k, float *params, const float *grads,
                            float *m, float *v, size_t n, const struct dtrain_adamw_args *a)
 {

@@ -188,6 +188,41 @@ void dtrain_k_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs
 void dtrain_k_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogits,
                                     const int32_t *targets, float dloss, int N, int V, int Vp);
 
+/* ------------------------------------------------------------------ vocabulary parallel
+ *
+ * A tensor-parallel rank holds wte rows and logit columns v0 .. v0+Vl-1 of
+ * the vocabulary; the first nv of its columns are real (< V), the rest
+ * padding.  The collectives between the steps are the caller's
+ * (runtime/parallel/dtrain_tp.h).
+ *
+ * Embedding: out (B,T,C) (=) = wte_local[token - v0] for a token held
+ * here, else 0, plus wpe[t] when add_wpe (one rank adds it; the sum over
+ * the ranks is then the whole lookup, bit for bit).  Backward: dwte_local
+ * (+=) the rows of dout of the tokens held here, dwpe (+=) the sum over b,
+ * rows in order.
+ *
+ * Cross-entropy, forward in three steps:
+ *   1. xent_vp_rowmax: row_max (N) = max over the nv real local columns
+ *      (-inf when nv = 0);  -- all-gather row_max into all_max (size * N) --
+ *   2. xent_vp_exp: m = max over all_max; logits become exp(x - m), the
+ *      padding 0; sums[n] = the local sum, sums[N + n] = the target's
+ *      x - m when the target is here, else 0;  -- all-reduce the 2N sums --
+ *   3. xent_vp_finish: losses (N) = log(sums[n]) - sums[N + n]; logits
+ *      become the probabilities.
+ * Backward, in place: dlogits (=) = (p - onehot) * dloss, padding 0. */
+void dtrain_k_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                   const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,
+                                   int add_wpe);
+void dtrain_k_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                                    const int32_t *tokens, int B, int T, int C, int v0, int Vl);
+void dtrain_k_xent_vp_rowmax(struct dtrain_kernels *k, float *row_max, const float *logits, int N, int Vl, int nv);
+void dtrain_k_xent_vp_exp(struct dtrain_kernels *k, float *logits, float *sums, const float *all_max, int size,
+                          const int32_t *targets, int v0, int N, int Vl, int nv);
+void dtrain_k_xent_vp_finish(struct dtrain_kernels *k, float *logits, float *losses, const float *sums, int N,
+                             int Vl, int nv);
+void dtrain_k_xent_vp_backward(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
+                               float dloss, int N, int Vl, int nv);
+
 /* ------------------------------------------------------------------ optimizer */
 
 struct dtrain_adamw_args {

@@ -67,6 +67,18 @@ struct dtrain_kernel_ops {
                                  const int32_t *targets, int N, int V, int Vp);
     void (*softmax_xent_backward)(struct dtrain_kernels *k, float *probs_dlogits,
                                   const int32_t *targets, float dloss, int N, int V, int Vp);
+    void (*embedding_vp_forward)(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                 const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,
+                                 int add_wpe);
+    void (*embedding_vp_backward)(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                                  const int32_t *tokens, int B, int T, int C, int v0, int Vl);
+    void (*xent_vp_rowmax)(struct dtrain_kernels *k, float *row_max, const float *logits, int N, int Vl, int nv);
+    void (*xent_vp_exp)(struct dtrain_kernels *k, float *logits, float *sums, const float *all_max, int size,
+                        const int32_t *targets, int v0, int N, int Vl, int nv);
+    void (*xent_vp_finish)(struct dtrain_kernels *k, float *logits, float *losses, const float *sums, int N,
+                           int Vl, int nv);
+    void (*xent_vp_backward)(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
+                             float dloss, int N, int Vl, int nv);
     void (*adamw_update)(struct dtrain_kernels *k, float *params, const float *grads,
                          float *m, float *v, size_t n, const struct dtrain_adamw_args *a);
     double (*sumsq)(struct dtrain_kernels *k, const float *x, size_t n);

@@ -24,12 +24,11 @@
  * probability and gradient 0, as in dtrain_k_softmax_xent_*.
  *
  * With T = 1 every function is the plain kernel (dtrain_kernels.h) and no
- * communication happens.  With T > 1 the all-reduces work on any kernels'
- * memory (dtrain_pcomm.h), but the vocabulary-parallel pieces are host
- * loops over the buffers, with their scratch and its communication in host
- * memory: right for the cpu kernels, whose memory is host memory; the
- * trainer refuses T > 1 on a GPU until they are kernels too.  All buffers
- * are the kernels' memory, token arrays included. */
+ * communication happens.  With T > 1 the vocabulary-parallel pieces are
+ * kernels too (dtrain_k_embedding_vp_*, dtrain_k_xent_vp_*) and the
+ * collectives between them go through dtrain_pcomm.h, so every backend
+ * runs them: all buffers, scratch and token arrays included, are the
+ * kernels' memory. */
 #ifndef DTRAIN_TP_H
 #define DTRAIN_TP_H
 

@@ -67,14 +67,6 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
                  c->micro_batches, split);
         return DTRAIN_ERR_INPUT;
     }
-    /* On a GPU the tensor-parallel vocabulary pieces are host loops today
-     * (dtrain_tp.h): T = 1 there, for now. */
-    if (strcmp(c->backend, "cpu") != 0 && tp > 1) {
-        snprintf(err, errlen, "run.backend %s with T=%d: tensor parallelism runs on the cpu kernels only for now "
-                 "(its vocabulary-parallel embedding and loss are host loops); use T=1 (pipeline and data "
-                 "parallel work on %s), or --backend cpu", c->backend, tp, c->backend);
-        return DTRAIN_ERR_INPUT;
-    }
     return DTRAIN_OK;
 }
 

@@ -1,7 +1,8 @@
 /* The one trainer on a GPU (runtime/trainer/dtrain_parallel.h), against
  * the same run on the cpu kernels in one process (dtrain_train.h):
- *   - (T,P,D) = (1,2,2): 4 processes sharing one GPU, the cpu comm
- *     backend, every pipeline, tied-embedding and data-parallel call staged
+ *   - (T,P,D) = (2,2,1) and (1,2,2): 4 processes sharing one GPU, the cpu
+ *     comm backend, every tensor-parallel (vocabulary-parallel kernels
+ *     included), pipeline, tied-embedding and data-parallel call staged
  *     through pinned host memory (dtrain_pcomm.h), in fp32: every step's
  *     loss within 1e-4 relative of the CPU's (fp32 on two backends: the
  *     GEMMs sum in other orders), and the job's checkpoint of the last step
@@ -181,32 +182,39 @@ int main(void)
     ok(cpu_run(&cpu, STEPS + 1, ref, why, sizeof why) == DTRAIN_OK, "the CPU reference trains %d steps%s%s",
        STEPS + 1, *why ? ": " : "", why);
 
-    /* ---- (1,2,2): 4 processes on one GPU, cpu comm backend, staged */
-    struct job j = {.cfg = cpu};
-    snprintf(j.cfg.backend, sizeof j.cfg.backend, "cuda");
-    j.cfg.precision = DTRAIN_PRECISION_FP32;
-    j.cfg.micro_batches = 2;
-    snprintf(j.save_dir, sizeof j.save_dir, "%s/ckpt", top);
-    struct area all[LOCAL_BOOT_MAX_WORLD];
-    int codes[LOCAL_BOOT_MAX_WORLD];
-    memset(all, 0, sizeof all);
-    int rc = local_boot_run(1, 2, 2, rank_main, &j, sizeof all[0], all, codes, 300, why, sizeof why);
-    for (int r = 0; r < 4; r++)
-        if (!all[r].ok)
-            diag("(1,2,2) rank %d (exit %d): %s", r, codes[r], all[r].err);
-    double w = worst(all[0].loss, ref, STEPS);
-    ok(rc == 0 && w <= 1e-4, "(1,2,2) on one GPU, cpu comm backend (staged), fp32: every step's loss within 1e-4 "
-       "of the CPU's (worst %.2e)", w);
-    struct dtrain_train_config back = cpu;
-    snprintf(back.resume, sizeof back.resume, "%s", j.save_dir);
-    struct dtrain_trainer *one = NULL;
-    struct dtrain_step_result sr = {0};
-    int good = rc == 0 && dtrain_trainer_create(&back, &one, why, sizeof why) == DTRAIN_OK &&
-               dtrain_trainer_steps_done(one) == STEPS && dtrain_trainer_step(one, &sr, why, sizeof why) == DTRAIN_OK;
-    dtrain_trainer_destroy(one);
-    ok(good && rel(sr.loss, ref[STEPS]) <= 1e-4, "its checkpoint (GPU memory through host copies) resumes on the "
-       "CPU: step %d's loss %.6f, the CPU run's %.6f%s%s", STEPS, (double)sr.loss, (double)ref[STEPS],
-       good ? "" : ": ", good ? "" : why);
+    /* ---- (2,2,1) and (1,2,2): 4 processes on one GPU, cpu comm backend, staged */
+    static const int layouts[][3] = {{2, 2, 1}, {1, 2, 2}};
+    int rc;
+    double w;
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        int T = layouts[l][0], P = layouts[l][1], D = layouts[l][2];
+        struct job j = {.cfg = cpu};
+        snprintf(j.cfg.backend, sizeof j.cfg.backend, "cuda");
+        j.cfg.precision = DTRAIN_PRECISION_FP32;
+        j.cfg.micro_batches = 2;
+        snprintf(j.save_dir, sizeof j.save_dir, "%s/ckpt%zu", top, l);
+        struct area all[LOCAL_BOOT_MAX_WORLD];
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        memset(all, 0, sizeof all);
+        rc = local_boot_run(T, P, D, rank_main, &j, sizeof all[0], all, codes, 300, why, sizeof why);
+        for (int r = 0; r < T * P * D; r++)
+            if (!all[r].ok)
+                diag("(%d,%d,%d) rank %d (exit %d): %s", T, P, D, r, codes[r], all[r].err);
+        w = worst(all[0].loss, ref, STEPS);
+        ok(rc == 0 && w <= 1e-4, "(%d,%d,%d) on one GPU, cpu comm backend (staged), fp32: every step's loss within "
+           "1e-4 of the CPU's (worst %.2e)", T, P, D, w);
+        struct dtrain_train_config back = cpu;
+        snprintf(back.resume, sizeof back.resume, "%s", j.save_dir);
+        struct dtrain_trainer *one = NULL;
+        struct dtrain_step_result sr = {0};
+        int good = rc == 0 && dtrain_trainer_create(&back, &one, why, sizeof why) == DTRAIN_OK &&
+                   dtrain_trainer_steps_done(one) == STEPS &&
+                   dtrain_trainer_step(one, &sr, why, sizeof why) == DTRAIN_OK;
+        dtrain_trainer_destroy(one);
+        ok(good && rel(sr.loss, ref[STEPS]) <= 1e-4, "(%d,%d,%d): its checkpoint (GPU memory through host copies) "
+           "resumes on the CPU: step %d's loss %.6f, the CPU run's %.6f%s%s", T, P, D, STEPS, (double)sr.loss,
+           (double)ref[STEPS], good ? "" : ": ", good ? "" : why);
+    }
 
     /* ---- (1,1,1) on nccl, fp32 and bf16 */
     static const struct { enum dtrain_kernels_precision p; const char *name; double tol; } prec[] = {
