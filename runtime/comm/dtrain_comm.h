@@ -17,7 +17,8 @@
  *         DTRAIN_COMM_ENOTSUP), from the "nccl:<hex>" id the launcher made;
  *         TP/PP/DP groups can be split off WORLD (dtrain_comm_split).
  *         Non-blocking init and a watchdog on every call (doc/gpu.md).
- * With cpu, buffers are host memory; with nccl, GPU memory.
+ * With cpu, buffers are host memory; with nccl, GPU memory (a host buffer
+ * goes through a device copy: slow, for small control messages).
  *
  * Calls.  Every member calls the same collectives, in the same order, with
  * the same counts (and root); a mismatch is detected where the headers meet
