@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,17 +28,24 @@ int dtrain_rdv_master_addr(const char *nodelist, char *out, size_t outlen, char 
                         nodelist ? nodelist : "(unset)");
         goto out;
     }
-    /* slurmstepd's own table of NodeName -> NodeAddr (libslurm, not in
-     * slurm.h: looked up, and the node name used when it is not there). */
-    char *(*get_addr)(const char *) = (char *(*)(const char *))dlsym(RTLD_DEFAULT, "slurm_conf_get_nodeaddr");
-    void (*xfree)(void **) = (void (*)(void **))dlsym(RTLD_DEFAULT, "slurm_xfree");
-    char *addr = (get_addr && xfree) ? get_addr(first) : NULL;
-    if (dtrain_snprintf(out, outlen, "%s", addr ? addr : first) != 0)
+    /* slurmstepd's own table NodeName -> NodeAddr, the address Slurm itself
+     * reaches the node at: slurm_conf_get_addr() of libslurm (not in
+     * slurm.h, so looked up; the node name is used when it is missing). */
+    int (*get_addr)(const char *, struct sockaddr_storage *, uint16_t) =
+        (int (*)(const char *, struct sockaddr_storage *, uint16_t))dlsym(RTLD_DEFAULT, "slurm_conf_get_addr");
+    struct sockaddr_storage sa;
+    char text[INET6_ADDRSTRLEN] = "";
+    memset(&sa, 0, sizeof sa);
+    if (get_addr != NULL && get_addr(first, &sa, 0) == 0) {
+        if (sa.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, text, sizeof text);
+        else if (sa.ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, text, sizeof text);
+    }
+    if (dtrain_snprintf(out, outlen, "%s", text[0] ? text : first) != 0)
         dtrain_snprintf(err, errlen, "the address of node %.64s is longer than %zu bytes", first, outlen - 1);
     else
         rc = 0;
-    if (addr)
-        xfree((void **)&addr);
 out:
     free(first);
     if (hl)
