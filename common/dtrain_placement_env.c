@@ -170,3 +170,13 @@ const char *dtrain_env_getter_list(const char *name, void *ctx)
 {
     return dtrain_env_list_get(ctx, name);
 }
+
+int dtrain_task_cuda_device(int count)
+{
+    const char *text = getenv(DTRAIN_ENV_CUDA_DEVICE);
+    char err[128];
+    long v;
+    if (text == NULL || count < 1 || dtrain_parse_int(text, 0, count - 1, DTRAIN_ENV_CUDA_DEVICE, &v, err, sizeof err) != 0)
+        return 0;
+    return (int)v;
+}

@@ -74,6 +74,11 @@ typedef const char *(*dtrain_env_getter)(const char *name, void *ctx);
 int dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_coords *c, char *err,
                                 size_t errlen);
 
+/* The CUDA device a task of a placed step uses, among count devices:
+ * DTRAIN_CUDA_DEVICE (LOCAL_RANK with --dtrain-gpu-visibility=all, 0 with
+ * one), else 0; a value outside 0..count-1 is 0 too. */
+int dtrain_task_cuda_device(int count);
+
 /* Getters for decode: the process environment (ctx unused), a list. */
 const char *dtrain_env_getter_process(const char *name, void *ctx);
 const char *dtrain_env_getter_list(const char *name, void *ctx);
