@@ -152,6 +152,14 @@ static int parse_options(int argc, char **argv, struct options *o)
             fprintf(stderr, PROG ": option %s needs a value (see " PROG " --help)\n", argv[optind - 1]);
             return DTRAIN_EXIT_USAGE;
         default:
+            if (strncmp(argv[optind - 1], "--nproc-per-node", 16) == 0 ||
+                strncmp(argv[optind - 1], "--nproc_per_node", 16) == 0) {
+                /* torchrun style: a per-node agent spawning workers (doc/frameworks.md) */
+                fprintf(stderr, PROG ": %s: dtrain-launch runs as one task per GPU, not as a per-node agent: "
+                                "srun --mpi=pmi2 --ntasks-per-node=GPUS_PER_NODE " PROG " -- python train.py\n",
+                        argv[optind - 1]);
+                return DTRAIN_EXIT_USAGE;
+            }
             /* A long option of ours it is not: the trainer's flags start here
              * (the trainer refuses what it does not know either). */
             if (strncmp(argv[optind - 1], "--", 2) == 0 && argv[optind - 1][2] != '\0') {

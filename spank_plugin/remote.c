@@ -390,6 +390,11 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: task %u (local %d) is not where the plan put it", s->node, global,
                   local);
 
+    int argc = 0;
+    char **argv = NULL;
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && dtrain_argv_spawns_workers(argc, argv))
+        task_fail(DTRAIN_EXIT_USAGE, local == 0, DTRAIN_SPAWN_REFUSAL, argv[0]);
+
     const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)global);
     const char *cuda = NULL;
     int device = -1;

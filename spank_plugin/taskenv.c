@@ -108,3 +108,29 @@ int dtrain_visible_devices(const int *task_gpu, int ntasks, int ngpus, const cha
     }
     return 0;
 }
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+int dtrain_argv_spawns_workers(int argc, char *const argv[])
+{
+    int i = 0;
+    if (argc > 0 && argv[0] != NULL && strcmp(base_name(argv[0]), "dtrain-launch") == 0) {
+        while (i < argc && argv[i] != NULL && strcmp(argv[i], "--") != 0)
+            i++;
+        i++; /* PROGRAM, after "--" */
+    }
+    if (i >= argc || argv[i] == NULL)
+        return 0;
+    const char *prog = base_name(argv[i]);
+    if (strcmp(prog, "torchrun") == 0 || strcmp(prog, "deepspeed") == 0)
+        return 1;
+    if (strncmp(prog, "python", 6) == 0 && i + 2 < argc && argv[i + 1] != NULL && argv[i + 2] != NULL &&
+        strcmp(argv[i + 1], "-m") == 0)
+        return strcmp(argv[i + 2], "torch.distributed.run") == 0 ||
+               strcmp(argv[i + 2], "torch.distributed.launch") == 0;
+    return 0;
+}

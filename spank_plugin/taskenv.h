@@ -41,6 +41,17 @@ int dtrain_task_env_placement(struct dtrain_env_list *env, const struct dtrain_t
 /* The value of `name` in env, or NULL. */
 const char *dtrain_task_env_get(const struct dtrain_env_list *env, const char *name);
 
+/* 1 when the task's command is a per-node launcher that starts its own
+ * workers and overrides the placement: torchrun, python -m
+ * torch.distributed.run / .launch, deepspeed (also after dtrain-launch --). */
+int dtrain_argv_spawns_workers(int argc, char *const argv[]);
+
+/* The line a refused per-node launcher gets (no "dtrain: " prefix). */
+#define DTRAIN_SPAWN_REFUSAL \
+    "%s starts its own workers, which dtrain cannot place (it would override RANK, LOCAL_RANK and the GPU " \
+    "of each): run the workers as the step's tasks instead, one per GPU: srun --ntasks-per-node=GPUS_PER_NODE " \
+    "python train.py (every variable torchrun sets is set; doc/frameworks.md)"
+
 #define DTRAIN_GPU_TOKEN_MAX 64
 
 /* CUDA_VISIBLE_DEVICES of local task `local` of a node whose K tasks have

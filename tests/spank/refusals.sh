@@ -79,8 +79,8 @@ check "srun --dtrain-tp=4 -N2 -n6: exit 3, one dtrain line (exit $RC)" eval '[ "
 diag_file "$err"
 # -N2 without -n: srun learns the task count (2) only once the step exists.
 run_client "$out" "$err" srun -J late --dtrain-tp=2 -N2 true
-check "srun --dtrain-tp=2 -N2 (1 task per node): refused before any task starts (exit $RC)" \
-  eval '[ "$RC" -ne 0 ] && head -n 1 "$err" | grep -q "^dtrain: T=2 is larger than the 1 tasks per node" && [ ! -s "$out" ]'
+check "srun --dtrain-tp=2 -N2 (1 task per node, torchrun style): refused before any task starts, showing the supported command (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && head -n 1 "$err" | grep -q "^dtrain: T=2 with 1 task per node: .*srun --ntasks-per-node=GPUS_PER_NODE python train.py" && [ ! -s "$out" ]'
 diag_file "$err"
 # squeue may still list it as COMPLETING for a moment after srun returned.
 job_gone() { [ -z "$(in_cluster "$D" squeue -h -n late)" ]; }

@@ -212,8 +212,26 @@ static void test_gres(void)
            "SLURM_STEP_GPUS=%s is refused (%s)", bad[i], err);
 }
 
+static void test_spawners(void)
+{
+    char *torchrun[] = {"/usr/bin/torchrun", "--nproc-per-node=8", "train.py"};
+    char *module[] = {"python3", "-m", "torch.distributed.run", "train.py"};
+    char *launch[] = {"dtrain-launch", "--timeout", "60", "--", "/venv/bin/torchrun", "train.py"};
+    char *ds[] = {"deepspeed", "train.py"};
+    char *plain[] = {"python3", "train.py", "--launcher", "torchrun"};
+    char *plain_launch[] = {"/usr/bin/dtrain-launch", "--", "python", "-m", "mypkg.train"};
+    char *trainer[] = {"dtrain-launch", "--data", "x.bin"};
+    ok(dtrain_argv_spawns_workers(3, torchrun) && dtrain_argv_spawns_workers(4, module) &&
+       dtrain_argv_spawns_workers(6, launch) && dtrain_argv_spawns_workers(2, ds),
+       "torchrun, python -m torch.distributed.run, dtrain-launch -- torchrun, deepspeed: per-node launchers");
+    ok(!dtrain_argv_spawns_workers(4, plain) && !dtrain_argv_spawns_workers(5, plain_launch) &&
+       !dtrain_argv_spawns_workers(3, trainer) && !dtrain_argv_spawns_workers(0, NULL),
+       "python train.py (whatever its arguments), dtrain-launch -- python -m pkg, the trainer: not");
+}
+
 int main(void)
 {
+    test_spawners();
     const char *fixtures = getenv("DTRAIN_FIXTURES");
     test_options_env();
     if (fixtures) {
