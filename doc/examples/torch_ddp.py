@@ -33,27 +33,22 @@ def env_int(name):
 
 
 def groups(T, P, D, rank):
-    """Every TP, PP and DP group, created by every rank in the same order."""
-    tp = dp = pp = None
-    for p in range(P):
-        for d in range(D):
-            ranks = [t + T * (d + D * p) for t in range(T)]
+    """This rank's TP, DP and PP groups (rank = t + T*(d + D*p)); every
+    rank creates every group, in the same order."""
+    def at(t, d, p):
+        return t + T * (d + D * p)
+    every = (
+        [[at(t, d, p) for t in range(T)] for p in range(P) for d in range(D)],   # TP
+        [[at(t, d, p) for d in range(D)] for p in range(P) for t in range(T)],   # DP
+        [[at(t, d, p) for p in range(P)] for d in range(D) for t in range(T)],   # PP
+    )
+    mine = []
+    for kind in every:
+        for ranks in kind:
             g = dist.new_group(ranks)
             if rank in ranks:
-                tp = (g, ranks)
-    for p in range(P):
-        for t in range(T):
-            ranks = [t + T * (d + D * p) for d in range(D)]
-            g = dist.new_group(ranks)
-            if rank in ranks:
-                dp = (g, ranks)
-    for d in range(D):
-        for t in range(T):
-            ranks = [t + T * (d + D * p) for p in range(P)]
-            g = dist.new_group(ranks)
-            if rank in ranks:
-                pp = (g, ranks)
-    return tp, dp, pp
+                mine.append((g, ranks))
+    return mine
 
 
 def newest_complete(ckpt, world):

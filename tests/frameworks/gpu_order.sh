@@ -80,22 +80,24 @@ in_cluster "$D" timeout 120 srun -J hold -w node1 -N1 -n1 --dtrain-tp=1 sleep 10
 holder=$!
 # the lock is taken in slurmstepd before the task runs: wait for the step
 wait_for 30 eval 'in_cluster "$D" squeue -h -t R -s -n hold | grep -q "\.0 "'
-in_cluster "$D" timeout 60 srun -w node1 -N1 -n1 --dtrain-tp=1 true >"$D/busy.out" 2>"$D/busy.err"
-rc=$?
-check "a second step on the port another dtrain step holds: refused with exit 1 and one line (exit $rc)" \
-  eval '[ "$rc" -eq 1 ] && grep -q "^dtrain: node1: MASTER_PORT $port (site range master_ports=$port-$port, from job [0-9]* step 0): port $port is held by another dtrain job step on this node" "$D/busy.err"'
-grep '^dtrain' "$D/busy.err" | sed 's/^/#   /'
+# refused_step DESC PATTERN: a step on node1 fails with exit 1 and a line matching PATTERN.
+refused_step() {
+  in_cluster "$D" timeout 60 srun -w node1 -N1 -n1 --dtrain-tp=1 true >"$D/busy.out" 2>"$D/busy.err"
+  local rc=$?
+  check "$1: refused with exit 1 and one line (exit $rc)" eval '[ "$rc" -eq 1 ] && grep -q "^dtrain: node1: $2" "$D/busy.err"'
+  grep '^dtrain' "$D/busy.err" | sed 's/^/#   /'
+}
+refused_step "a second step on the port another dtrain step holds" \
+  "MASTER_PORT $port (site range master_ports=$port-$port, from job [0-9]* step 0): port $port is held by another dtrain job step on this node"
 hold_job=$(in_cluster "$D" squeue -h -n hold -o %i | head -n 1)
 [ -n "$hold_job" ] && in_cluster "$D" scancel "$hold_job"
 wait "$holder" 2>/dev/null
 check "the holding step ends (scancel) and releases the port" \
   wait_for 30 eval '[ -z "$(in_cluster "$D" squeue -h -s -n hold)" ] && flock -n "/run/dtrain/master-port-$port.lock" true'
-python3 -c 'import socket,sys,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(30)' "$port" &
+python3 -c 'import socket,sys,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(300)' "$port" &
 listener=$!
 wait_for 10 eval 'grep -q ":$(printf %04X "$port") .* 0A " /proc/net/tcp'
-in_cluster "$D" timeout 60 srun -w node1 -N1 -n1 --dtrain-tp=1 true >"$D/busy.out" 2>"$D/busy.err"
-rc=$?
-check "a port another program listens on: refused with exit 1 and one line naming it (exit $rc)" \
-  eval '[ "$rc" -eq 1 ] && grep -q "^dtrain: node1: MASTER_PORT $port .*port $port is taken on this node (Address already in use): another program uses it" "$D/busy.err"'
+refused_step "a port another program listens on" \
+  "MASTER_PORT $port .*port $port is taken on this node (Address already in use): another program uses it"
 kill "$listener" 2>/dev/null; wait "$listener" 2>/dev/null
 done_testing
