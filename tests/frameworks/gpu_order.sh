@@ -83,8 +83,8 @@ wait_for 30 eval 'in_cluster "$D" squeue -h -t R -s -n hold | grep -q "\.0 "'
 # refused_step DESC PATTERN: a step on node1 fails with exit 1 and a line matching PATTERN.
 refused_step() {
   in_cluster "$D" timeout 60 srun -w node1 -N1 -n1 --dtrain-tp=1 true >"$D/busy.out" 2>"$D/busy.err"
-  local rc=$?
-  check "$1: refused with exit 1 and one line (exit $rc)" eval '[ "$rc" -eq 1 ] && grep -q "^dtrain: node1: $2" "$D/busy.err"'
+  local rc=$? want=$2
+  check "$1: refused with exit 1 and one line (exit $rc)" eval '[ "$rc" -eq 1 ] && grep -q "^dtrain: node1: $want" "$D/busy.err"'
   grep '^dtrain' "$D/busy.err" | sed 's/^/#   /'
 }
 refused_step "a second step on the port another dtrain step holds" \

@@ -7,6 +7,8 @@
 # at 8 ranks on 2 nodes with --dtrain-tp=2 --dtrain-pp=2:
 #  - plain srun (the plugin alone);
 #  - srun --mpi=pmi2 dtrain-launch -- python ...: the same losses;
+#  - the same without the plugin (dtrain-launch --tp 2 --pp 2 plans the step
+#    and hands rank 0's held port through its PMI2 fence);
 #  - a batch job whose rank 5 kills itself at step 4, requeued by
 #    `dtrain-launch --job-exit $?` (exit 75, RequeueExit=75), resuming from
 #    the script's own checkpoint: COMPLETED after 1 restart, the same losses
@@ -54,6 +56,17 @@ check "srun --mpi=pmi2 dtrain-launch -- python torch_ddp.py: 8 ranks ok (exit $r
 [ "$rc" -eq 0 ] || tail -n 5 "$D/launch.err" | sed 's/^/#   /'
 check "... with the same losses and parameters as plain srun" \
   eval '[ "$(losses "$D/launch.out")" = "$(losses "$D/plain.out")" ] && [ "$(params "$D/launch.out")" = "$(params "$D/plain.out")" ]'
+
+# ---- without the plugin: dtrain-launch plans the step and makes the rendezvous
+new_cluster_dir torch-noplugin; N=$LC_NEW
+check_cluster_start "a 2-node cluster without the plugin starts" "$N" --nodes 2 --cpus-per-node 8
+in_cluster "$N" timeout 300 srun --mpi=pmi2 -N2 --ntasks-per-node=4 -K \
+  "$launch" --tp 2 --pp 2 -- "$python" "$script" --steps "$steps" >"$D/noplugin.out" 2>"$D/noplugin.err"
+rc=$?
+check "no plugin: dtrain-launch --tp 2 --pp 2 -- python: rank 0's held port through the PMI2 fence, 8 ranks ok, the same losses (exit $rc)" \
+  eval '[ "$rc" -eq 0 ] && [ "$(ok_lines "$D/noplugin.out")" -eq 8 ] && [ "$(losses "$D/noplugin.out")" = "$(losses "$D/plain.out")" ]'
+[ "$rc" -eq 0 ] || tail -n 5 "$D/noplugin.err" | sed 's/^/#   /'
+lc stop --dir "$N" >/dev/null 2>&1
 
 # ---- a killed rank: requeue and resume from the script's own checkpoint
 cat >"$D/job.sbatch" <<JOB
