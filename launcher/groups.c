@@ -54,14 +54,6 @@ int dtrain_group_key(enum dtrain_group_kind kind, long index, char *key, size_t 
     return dtrain_snprintf(key, keylen, "%s%ld", prefix, index);
 }
 
-const char *dtrain_group_kind_name(enum dtrain_group_kind kind)
-{
-    static const char *const names[DTRAIN_GROUP_KINDS] = {
-        "world", "tp", "pp", "dp", "pp_next", "pp_prev",
-    };
-    return (unsigned)kind < DTRAIN_GROUP_KINDS ? names[kind] : "?";
-}
-
 /* One group as (first, stride, size) and this rank's place in it. */
 static void set_members(struct dtrain_comm_group *out, long index, int first, int stride, int size, int rank)
 {

@@ -32,7 +32,4 @@ int dtrain_group_of(const struct dtrain_grid *grid, int rank, enum dtrain_group_
  * Returns 0, or -1 when it does not fit in keylen. */
 int dtrain_group_key(enum dtrain_group_kind kind, long index, char *key, size_t keylen);
 
-/* "world", "tp", "pp", "dp", "pp_next", "pp_prev". */
-const char *dtrain_group_kind_name(enum dtrain_group_kind kind);
-
 #endif

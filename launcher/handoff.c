@@ -10,70 +10,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
+#include "bootstrap_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
-
-static const char *const kind_env[DTRAIN_GROUP_KINDS] = {
-    "WORLD", "TP", "PP", "DP", "PP_NEXT", "PP_PREV",
-};
-
-/* setenv("DTRAIN_COMM_<kind>_<field>", value), or unsetenv when value is NULL. */
-static int set_group_var(int kind, const char *field, const char *value, char *err, size_t errlen)
-{
-    char name[64];
-    if (dtrain_snprintf(name, sizeof name, "DTRAIN_COMM_%s_%s", kind_env[kind], field) != 0) {
-        dtrain_snprintf(err, errlen, "variable name too long");
-        return -1;
-    }
-    int rc = value != NULL ? setenv(name, value, 1) : unsetenv(name);
-    if (rc != 0) {
-        dtrain_snprintf(err, errlen, "setenv %s: %s", name, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
-static int export_group(int kind, const struct dtrain_comm_group *g, char *err, size_t errlen)
-{
-    static const char *const fields[] = {"ID", "RANK", "SIZE", "FIRST", "STRIDE", "FD"};
-    char numbers[5][16];
-    const char *values[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    if (g->present) {
-        const int ints[5] = {g->my_rank, g->size, g->first, g->stride, g->listen_fd};
-        for (int i = 0; i < 5; i++)
-            if (dtrain_snprintf(numbers[i], sizeof numbers[i], "%d", ints[i]) != 0)
-                return -1;
-        values[0] = g->id;
-        values[1] = numbers[0];
-        values[2] = numbers[1];
-        values[3] = numbers[2];
-        values[4] = numbers[3];
-        values[5] = g->listen_fd >= 0 ? numbers[4] : NULL;
-    }
-    for (int i = 0; i < 6; i++)
-        if (set_group_var(kind, fields[i], values[i], err, errlen) != 0)
-            return -1;
-    if (g->present && g->listen_fd >= 0) {
-        int flags = fcntl(g->listen_fd, F_GETFD);
-        if (flags < 0 || fcntl(g->listen_fd, F_SETFD, flags & ~FD_CLOEXEC) != 0) {
-            dtrain_snprintf(err, errlen, "fcntl(listening socket %d): %s", g->listen_fd, strerror(errno));
-            return -1;
-        }
-    }
-    return 0;
-}
 
 int dtrain_handoff_export(const struct dtrain_bootstrap *bs, char *err, size_t errlen)
 {
     static const char *const pmi_vars[] = {"PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_JOBID", "PMI_SPAWNED"};
-    if (setenv("DTRAIN_COMM_BACKEND", dtrain_backend_name(bs->backend), 1) != 0) {
-        dtrain_snprintf(err, errlen, "setenv DTRAIN_COMM_BACKEND: %s", strerror(errno));
+    if (dtrain_bootstrap_env_export(bs, err, errlen) != 0)
         return -1;
-    }
-    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++)
-        if (export_group(k, &bs->groups[k], err, errlen) != 0)
-            return -1;
     for (size_t i = 0; i < sizeof pmi_vars / sizeof pmi_vars[0]; i++)
         unsetenv(pmi_vars[i]);
     return 0;

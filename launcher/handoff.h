@@ -1,18 +1,9 @@
 /* Handing the bootstrap to a child PROGRAM through its environment.
  *
- * For every group kind K in WORLD, TP, PP, DP, PP_NEXT, PP_PREV the child
- * gets (doc/bootstrap.md):
- *   DTRAIN_COMM_<K>_ID      the group's bootstrap id (dtrain_bootstrap.h)
- *   DTRAIN_COMM_<K>_RANK    this task's rank in the group (0 = leader)
- *   DTRAIN_COMM_<K>_SIZE    members
- *   DTRAIN_COMM_<K>_FIRST   global rank of member 0
- *   DTRAIN_COMM_<K>_STRIDE  member i = FIRST + i * STRIDE
- *   DTRAIN_COMM_<K>_FD      leader with the cpu backend: the inherited
- *                           listening socket (FD_CLOEXEC cleared)
- * plus DTRAIN_COMM_BACKEND (cpu | nccl).  Variables of a group the task does
- * not have (PP_NEXT on the last stage...) are removed, as are the PMI_*
- * variables: PMI2 is finalized before the child runs, so it is no PMI2
- * client. */
+ * The child gets the DTRAIN_COMM_* variables of
+ * runtime/comm/bootstrap/bootstrap_env.h (doc/bootstrap.md), and loses the
+ * PMI_* variables: PMI2 is finalized before the child runs, so it is no
+ * PMI2 client. */
 #ifndef DTRAIN_LAUNCH_HANDOFF_H
 #define DTRAIN_LAUNCH_HANDOFF_H
 

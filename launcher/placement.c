@@ -163,7 +163,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     }
     int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, err, errlen);
     if (rc != DTRAIN_TOPO_OK)
-        return rc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED : DTRAIN_EXIT_USAGE;
+        return dtrain_topo_status_exit(rc);
     if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &p->node, err, errlen) != 0 ||
         env_int("SLURM_LOCALID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &procid, err, errlen) != 0)
         return DTRAIN_EXIT_USAGE;
@@ -196,8 +196,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     free(nodes);
     if (prc != DTRAIN_TOPO_OK) {
         dtrain_snprintf(err, errlen, "%s", why);
-        rc = prc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED
-             : prc == DTRAIN_TOPO_ERR_INPUT ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
+        rc = dtrain_topo_status_exit(prc);
         goto out;
     }
     const struct dtrain_task_placement *t = dtrain_plan_task(plan, p->rank);

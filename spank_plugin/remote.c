@@ -199,8 +199,7 @@ static int plan_step(struct dtrain_plugin *plugin)
         nodes[i] = node;
     int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &s->plan, err, sizeof err);
     if (prc != DTRAIN_TOPO_OK) {
-        step_fail(s, prc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED : DTRAIN_EXIT_FAILURE, "%s: %s",
-                  s->node, err);
+        step_fail(s, dtrain_topo_status_exit(prc), "%s: %s", s->node, err);
         goto cleanup;
     }
     s->mode = DTRAIN_STEP_PLACED;

@@ -6,7 +6,7 @@
  *  - the instance's stream, so that a communicator (the nccl backend of
  *    dtrain_comm.h) can order its own stream after the kernels with events;
  *  - the pieces of a vocabulary-parallel cross-entropy, the same steps as
- *    runtime/dtrain_tp.c takes on the CPU, with the collectives in between
+ *    runtime/parallel/dtrain_tp.c takes on the CPU, with the collectives in between
  *    left to the caller;
  *  - the bf16 cuBLASLt GEMM rate the benchmarks compare a training step to.
  *

@@ -1,7 +1,7 @@
 /* dtrain comm: communicators and collectives for the trainer.
  *
  * A communicator (opaque dtrain_comm) joins the members of one group of
- * launcher/dtrain_bootstrap.h (WORLD, TP, PP, DP or a PP neighbour pair):
+ * runtime/comm/bootstrap/dtrain_bootstrap.h (WORLD, TP, PP, DP or a PP neighbour pair):
  * ranks 0..size-1, rank 0 the leader that made the group's bootstrap id.
  * Communicators share nothing: two of them over the same processes, used
  * interleaved, never see each other's data.  There is no global state.
@@ -151,6 +151,9 @@ int dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g, con
  * that stream's later work waits for the call.  Without it, a call first
  * synchronises the device.  The cpu backend ignores it. */
 void dtrain_comm_set_stream(dtrain_comm *c, void *stream);
+
+/* 1 when c moves GPU memory (nccl), 0 when host memory (cpu, or NULL). */
+int dtrain_comm_device_memory(const dtrain_comm *c);
 
 int dtrain_comm_rank(const dtrain_comm *c);
 int dtrain_comm_size(const dtrain_comm *c);

@@ -30,7 +30,7 @@ def coords(rank, T, D):
 
 def expected_group(kind, rank, T, P, D):
     """(key, first, stride, size) of rank's group, or None: the contract of
-    launcher/dtrain_bootstrap.h written out independently."""
+    runtime/comm/bootstrap/dtrain_bootstrap.h written out independently."""
     tp, dp, pp = coords(rank, T, D)
     if kind == "world":
         return ("dt.w", 0, 1, T * P * D)

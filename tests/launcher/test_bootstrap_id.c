@@ -1,4 +1,4 @@
-/* Unit tests of launcher/bootstrap_id.c: cpu ids (a real listening socket,
+/* Unit tests of runtime/comm/bootstrap/bootstrap_id.c: cpu ids (a real listening socket,
  * a real connection to it, secrets from getrandom), nccl ids (the real
  * ncclGetUniqueId, which needs no GPU; skipped in a build without CUDA) and
  * the strict parsers. */

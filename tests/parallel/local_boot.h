@@ -1,7 +1,7 @@
 /* A stand-in for srun + PMI2 on one host, for the tests and benchmarks of
  * the parallel trainer: each rank's struct dtrain_bootstrap built the way
  * dtrain-launch's exchange builds it (launcher/groups.h for the groups,
- * launcher/bootstrap_id.h for the cpu ids: every leader's listening socket
+ * runtime/comm/bootstrap/bootstrap_id.h for the cpu ids: every leader's listening socket
  * on 127.0.0.1), then the ranks forked from this process.  Only the id
  * distribution is stood in for; the communicators are the real comm layer's
  * (shared memory and TCP on this host). */

@@ -1,4 +1,4 @@
-/* Data parallelism (runtime/dtrain_dp.h) with D = 2 and D = 3 local
+/* Data parallelism (runtime/parallel/dtrain_dp.h) with D = 2 and D = 3 local
  * processes: each rank brings its own gradients for 3 steps; the bucketed
  * all-reduce (overlapped in the reducer thread, or not, units reported in
  * any order) and ZeRO-1 (reduce-scatter, AdamW on the shard, all-gather)

@@ -1,4 +1,4 @@
-/* The 1F1B schedule's action lists (runtime/dtrain_pipeline.h): for many
+/* The 1F1B schedule's action lists (runtime/parallel/dtrain_pipeline.h): for many
  * (P, m), on every stage, every micro-batch is received, run forward, sent,
  * its gradient received, run backward and sent back exactly once, in that
  * order; forwards and backwards go in micro-batch order; at most min(P-s, m)

@@ -1,4 +1,4 @@
-/* One rank's part of the model (runtime/dtrain_shard.h), without any
+/* One rank's part of the model (runtime/parallel/dtrain_shard.h), without any
  * communication: for several (T, P), the shards of all ranks put back
  * together give the whole model; every parameter of the whole model is
  * held by exactly the ranks Megatron's split says and counted exactly once

@@ -1,4 +1,4 @@
-/* Tensor parallelism (runtime/dtrain_tp.h) with T = 2 and T = 4 local
+/* Tensor parallelism (runtime/parallel/dtrain_tp.h) with T = 2 and T = 4 local
  * processes on real communicators, against the unsplit layers run in the
  * same process with the CPU kernels:
  *  - vocabulary-parallel embedding: the output and the wpe gradient are the

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bootstrap_id.h"
 #include "comm_backend.h"
 #include "dtrain_parse.h"
 #include "net.h"
@@ -22,26 +23,15 @@
 
 int cpu_id_parse(const char *id, struct sockaddr_in *leader, unsigned char secret[DTRAIN_BOOTSTRAP_SECRET_LEN])
 {
-    static const char prefix[] = "cpu:";
-    char text[DTRAIN_BOOTSTRAP_ID_MAX], ignored[128];
-    long port;
-
+    struct dtrain_cpu_id parsed;
     memset(leader, 0, sizeof *leader);
-    if (strncmp(id, prefix, sizeof prefix - 1) != 0 ||
-        dtrain_snprintf(text, sizeof text, "%s", id + sizeof prefix - 1) != 0)
+    if (dtrain_cpu_id_parse(id, &parsed) != 0)
         return -1;
-    char *port_text = strchr(text, ':'); /* IPv4 has no colon: split at the next two */
-    char *secret_text = port_text != NULL ? strchr(port_text + 1, ':') : NULL;
-    if (secret_text == NULL)
-        return -1;
-    *port_text++ = '\0';
-    *secret_text++ = '\0';
     leader->sin_family = AF_INET;
-    if (inet_pton(AF_INET, text, &leader->sin_addr) != 1 ||
-        dtrain_parse_int(port_text, 1, 65535, "port", &port, ignored, sizeof ignored) != 0 ||
-        dtrain_hex_decode(secret_text, secret, DTRAIN_BOOTSTRAP_SECRET_LEN) != 0)
+    if (inet_pton(AF_INET, parsed.addr, &leader->sin_addr) != 1) /* checked by the parser */
         return -1;
-    leader->sin_port = htons((uint16_t)port);
+    leader->sin_port = htons((uint16_t)parsed.port);
+    memcpy(secret, parsed.secret, DTRAIN_BOOTSTRAP_SECRET_LEN);
     return 0;
 }
 

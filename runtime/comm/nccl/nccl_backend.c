@@ -32,12 +32,10 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "bootstrap_id.h"
 #include "comm_backend.h"
 #include "dtrain_parse.h"
 #include "dtrain_placement_env.h"
-
-#define NCCL_PREFIX "nccl:"
-#define NCCL_ID_BYTES 128
 
 struct nccl_impl {
     pthread_mutex_t mu;   /* guards comm: break_links may abort it from any thread */
@@ -185,8 +183,8 @@ static int nccl_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, c
     int rc;
     if (g->listen_fd >= 0)
         close(g->listen_fd); /* only cpu ids come with a socket */
-    if (strncmp(g->id, NCCL_PREFIX, sizeof NCCL_PREFIX - 1) != 0 ||
-        dtrain_hex_decode(g->id + sizeof NCCL_PREFIX - 1, id.internal, NCCL_ID_BYTES) != 0) {
+    _Static_assert(sizeof id.internal == DTRAIN_NCCL_ID_LEN, "ncclUniqueId is 128 bytes");
+    if (dtrain_nccl_id_parse(g->id, (unsigned char *)id.internal) != 0) {
         dtrain_snprintf(err, errlen, "group %.64s: '%.16s...' is not an nccl bootstrap id (was dtrain-launch run "
                         "with --comm-backend cpu?)", g->key, g->id);
         return DTRAIN_COMM_EINVAL;
@@ -465,6 +463,7 @@ static void nccl_destroy(struct dtrain_comm *c)
 
 const struct comm_backend comm_backend_nccl = {
     .name = "nccl",
+    .device_memory = 1,
     .init = nccl_init,
     .allreduce = nccl_allreduce,
     .reduce_scatter = nccl_reduce_scatter,

@@ -1,11 +1,14 @@
 /* What dtrain-launch hands to the runtime: this task's place in the job and,
  * for every communicator the job needs, its members and its bootstrap id.
  *
- * dtrain-launch fills one struct dtrain_bootstrap per task in a single PMI2
- * round (each group's leader puts its id, one fence, members get) and then
- * either calls the runtime in-process with it, or exports the same facts to
- * a child PROGRAM as DTRAIN_COMM_* environment variables (doc/bootstrap.md).
- * The runtime's comm layer turns each group into a communicator.
+ * This contract belongs to the comm layer: it makes the ids
+ * (bootstrap_id.h), writes and reads the DTRAIN_COMM_* environment
+ * (bootstrap_env.h) and turns each group into a communicator
+ * (dtrain_comm.h).  dtrain-launch only carries the id texts through PMI2:
+ * it fills one struct dtrain_bootstrap per task in a single PMI2 round
+ * (each group's leader puts its id, one fence, members get) and then either
+ * calls the runtime in-process with it, or exports it to a child PROGRAM
+ * (doc/bootstrap.md).
  *
  * Groups, for T x P x D ranks, rank = tp + T*(dp + D*pp) (dtrain_plan.h):
  *   WORLD    all ranks
@@ -77,6 +80,15 @@ struct dtrain_bootstrap {
     enum dtrain_comm_backend backend;
     struct dtrain_comm_group groups[DTRAIN_GROUP_KINDS]; /* indexed by enum dtrain_group_kind */
 };
+
+/* "world", "tp", "pp", "dp", "pp_next", "pp_prev": the kind's name in
+ * messages and reports (upper case in DTRAIN_COMM_<K>_*, bootstrap_env.h). */
+const char *dtrain_group_kind_name(enum dtrain_group_kind kind);
+
+/* One task alone (T = P = D = 1, rank 0 of 1, node 0): every group of one
+ * member, nothing to connect, the cpu backend.  dtrain-train trains on it
+ * the trainer dtrain-launch runs on its PMI2 bootstrap. */
+void dtrain_bootstrap_local(struct dtrain_bootstrap *bs);
 
 /* Global rank of member i (0 <= i < g->size) of a group. */
 static inline int dtrain_group_member(const struct dtrain_comm_group *g, int i)

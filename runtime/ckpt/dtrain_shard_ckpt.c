@@ -1,7 +1,6 @@
 /* Sharded checkpoints: shard files, the manifest, the commit protocol,
  * verification and loading into any layout; see dtrain_shard_ckpt.h. */
 #include "dtrain_shard_ckpt.h"
-#include "dtrain_ckpt.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "dtrain_pcomm.h"
@@ -34,6 +33,19 @@ enum {
     OFF_STEP = 56, OFF_DATA_BATCHES = 64, OFF_NPARAMS = 72, OFF_RUNS = 80, OFF_FLOATS = 88,
     OFF_CHECKSUM = 96,
 };
+
+#define FNV_PRIME 0x100000001b3ULL
+
+uint64_t dtrain_sckpt_checksum(uint64_t h, const void *data, size_t words)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < words; i++) {
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4); /* any alignment; compiles to a load */
+        h = (h ^ w) * FNV_PRIME;
+    }
+    return h;
+}
 
 static void put32(unsigned char *h, size_t off, uint32_t v) { memcpy(h + off, &v, 4); }
 static void put64(unsigned char *h, size_t off, uint64_t v) { memcpy(h + off, &v, 8); }
@@ -284,14 +296,14 @@ static int write_shard(const char *path, const struct dtrain_sckpt_layout *L, ui
     put64(h, OFF_RUNS, n);
     put64(h, OFF_FLOATS, floats);
 
-    uint64_t sum = dtrain_ckpt_checksum(DTRAIN_CKPT_CHECKSUM_INIT, h, sizeof h / 4);
+    uint64_t sum = dtrain_sckpt_checksum(DTRAIN_SCKPT_CHECKSUM_INIT, h, sizeof h / 4);
     for (size_t i = 0; i < n; i++) {
         uint64_t run[2] = {p[i].whole, p[i].count};
-        sum = dtrain_ckpt_checksum(sum, run, 4);
+        sum = dtrain_sckpt_checksum(sum, run, 4);
     }
     for (int a = 0; a < 3; a++)
         for (size_t i = 0; i < n; i++)
-            sum = dtrain_ckpt_checksum(sum, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count);
+            sum = dtrain_sckpt_checksum(sum, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count);
     put64(h, OFF_CHECKSUM, sum);
 
     struct dtrain_out_file o;
@@ -760,7 +772,7 @@ static int shard_verify(const char *path, long r, const struct manifest *m, uint
         v = NO_MEMORY;
         goto out;
     }
-    uint64_t size = m->shards[r].bytes, sum = DTRAIN_CKPT_CHECKSUM_INIT;
+    uint64_t size = m->shards[r].bytes, sum = DTRAIN_SCKPT_CHECKSUM_INIT;
     for (uint64_t off = 0; off < size;) {
         size_t n = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
         if (pread_full(f.fd, buf, n, off) != 0) {
@@ -770,7 +782,7 @@ static int shard_verify(const char *path, long r, const struct manifest *m, uint
         }
         if (off == 0)
             memset(buf + OFF_CHECKSUM, 0, 8); /* the header is summed with its checksum field 0 */
-        sum = dtrain_ckpt_checksum(sum, buf, n / 4);
+        sum = dtrain_sckpt_checksum(sum, buf, n / 4);
         off += n;
         *bytes_read += n;
     }
@@ -994,5 +1006,50 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
     rc = DTRAIN_OK;
 out:
     st->seconds = now_seconds() - t0;
+    return rc;
+}
+
+/* ------------------------------------------------------------ the model a folder holds */
+
+int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, char *err, size_t errlen)
+{
+    uint64_t newest;
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        dtrain_snprintf(err, errlen, "checkpoint %s is a file, not a folder: dtrain checkpoints are folders of "
+                        "step-N checkpoints (--checkpoint DIR writes them)", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    int n = dtrain_sckpt_list(dir, &newest, 1, err, errlen);
+    if (n < 0)
+        return DTRAIN_ERR_INPUT;
+    if (n == 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder %s holds no complete checkpoint (step-N with a %s)", dir,
+                        DTRAIN_SCKPT_MANIFEST);
+        return DTRAIN_ERR_INPUT;
+    }
+    char step[DTRAIN_PATH_MAX], file[DTRAIN_PATH_MAX];
+    json_error_t je;
+    json_int_t v[6];
+    if (step_path(step, sizeof step, dir, newest, "") != 0 ||
+        dtrain_snprintf(file, sizeof file, "%s/%s", step, DTRAIN_SCKPT_MANIFEST) != 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder %s: path too long", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    int rc = root != NULL &&
+             json_unpack_ex(root, &je, 0, "{s:{s:{s:I, s:I, s:I, s:I, s:I, s:I}}}", "config", "model", "num_layers",
+                            &v[0], "channels", &v[1], "num_heads", &v[2], "vocab_size", &v[3], "padded_vocab_size",
+                            &v[4], "max_seq_len", &v[5]) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+    for (int i = 0; rc == DTRAIN_OK && i < 6; i++)
+        if (v[i] < 1 || v[i] > INT32_MAX)
+            rc = DTRAIN_ERR_INPUT;
+    if (rc == DTRAIN_OK)
+        *model = (struct dtrain_gpt2_config){.num_layers = (int)v[0], .channels = (int)v[1], .num_heads = (int)v[2],
+                                             .vocab_size = (int)v[3], .padded_vocab_size = (int)v[4],
+                                             .max_seq_len = (int)v[5]};
+    else
+        dtrain_snprintf(err, errlen, "%s: %s", file, root == NULL ? je.text : "no valid config.model in it");
+    json_decref(root);
     return rc;
 }
