@@ -2,6 +2,7 @@
  * the table of operations; see cuda_backend.h. */
 #include "cuda_backend.h"
 #include "dtrain_cuda.h"
+#include "dtrain_placement_env.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -107,8 +108,14 @@ static int cuda_create(const struct dtrain_kernels_options *opt, struct dtrain_k
     ck->base.ops = &dtrain_kernels_cuda_ops;
     ck->base.threads = 1;
     ck->bf16 = opt->precision == DTRAIN_PRECISION_BF16;
-    /* The current device: CUDA_VISIBLE_DEVICES (set per task by the SPANK
-     * plugin) leaves each task one GPU, device 0. */
+    /* The task's GPU: device DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES as
+     * the SPANK plugin set them (LOCAL_RANK with --dtrain-gpu-visibility=all,
+     * 0 with one), else device 0. */
+    int count = dtrain_cuda_device_count(NULL, 0);
+    if ((e = cudaSetDevice(dtrain_task_cuda_device(count))) != cudaSuccess) {
+        what = "cudaSetDevice";
+        goto fail_cuda;
+    }
     if ((e = cudaGetDevice(&ck->device)) != cudaSuccess) {
         what = "cudaGetDevice";
         goto fail_cuda;

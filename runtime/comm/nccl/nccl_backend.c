@@ -39,6 +39,7 @@
 #include "bootstrap_id.h"
 #include "comm_backend.h"
 #include "dtrain_parse.h"
+#include "dtrain_placement_env.h"
 
 struct nccl_impl {
     pthread_mutex_t mu;   /* guards comm: break_links may abort it from any thread */
@@ -137,8 +138,8 @@ static void abort_nccl(struct nccl_impl *ni)
     pthread_mutex_unlock(&ni->mu);
 }
 
-/* Stream, events and the barrier's token; the device is the current one
- * (CUDA_VISIBLE_DEVICES leaves each task its GPU as device 0). */
+/* Stream, events and the barrier's token, on the task's GPU: device
+ * DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES (dtrain_placement_env.h). */
 static int setup(struct dtrain_comm *c, const struct dtrain_comm_group *g, char *err, size_t errlen)
 {
     struct nccl_impl *ni = calloc(1, sizeof *ni);
@@ -161,7 +162,8 @@ static int setup(struct dtrain_comm *c, const struct dtrain_comm_group *g, char 
                         e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees none");
         return DTRAIN_COMM_ESYS;
     }
-    if ((e = cudaGetDevice(&ni->device)) != cudaSuccess ||
+    if ((e = cudaSetDevice(dtrain_task_cuda_device(count))) != cudaSuccess ||
+        (e = cudaGetDevice(&ni->device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&ni->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&ni->ready, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&ni->done, cudaEventDisableTiming)) != cudaSuccess ||
