@@ -22,12 +22,24 @@
 #define DTRAIN_ENV_VERBOSE       "DTRAIN_VERBOSE"     /* 1 with --dtrain-verbose */
 #define DTRAIN_ENV_ALLOW_PCIE    "DTRAIN_ALLOW_PCIE"  /* 1 with --dtrain-allow-pcie */
 #define DTRAIN_ENV_PLACED_BY     "DTRAIN_PLACED_BY"   /* "spank" or "launcher": who computed the placement */
+#define DTRAIN_ENV_NODE_RANK     "DTRAIN_NODE_RANK"   /* the node's index in the step, 0..N-1 */
+#define DTRAIN_ENV_NNODES        "DTRAIN_NNODES"      /* nodes of the step */
+#define DTRAIN_ENV_GPU_VISIBILITY "DTRAIN_GPU_VISIBILITY" /* "all" or "one" (--dtrain-gpu-visibility) */
+#define DTRAIN_ENV_CUDA_DEVICE   "DTRAIN_CUDA_DEVICE" /* the task's GPU as a CUDA device index */
 
 /* Framework names (PyTorch, Megatron, JAX). */
 #define DTRAIN_ENV_FW_RANK             "RANK"
 #define DTRAIN_ENV_FW_LOCAL_RANK       "LOCAL_RANK"
 #define DTRAIN_ENV_FW_WORLD_SIZE       "WORLD_SIZE"
 #define DTRAIN_ENV_FW_LOCAL_WORLD_SIZE "LOCAL_WORLD_SIZE"
+#define DTRAIN_ENV_FW_NODE_RANK        "NODE_RANK"         /* PyTorch Lightning, torchrun --node-rank */
+#define DTRAIN_ENV_FW_GROUP_RANK       "GROUP_RANK"        /* torchrun: the agent (node) rank */
+#define DTRAIN_ENV_FW_GROUP_WORLD_SIZE "GROUP_WORLD_SIZE"  /* torchrun: nodes */
+#define DTRAIN_ENV_FW_ROLE_RANK        "ROLE_RANK"         /* torchrun: rank within the role */
+#define DTRAIN_ENV_FW_ROLE_WORLD_SIZE  "ROLE_WORLD_SIZE"
+#define DTRAIN_ENV_FW_RESTART_COUNT    "TORCHELASTIC_RESTART_COUNT" /* = SLURM_RESTART_COUNT */
+#define DTRAIN_ENV_FW_MASTER_ADDR      "MASTER_ADDR"       /* env:// rendezvous: the step's first node */
+#define DTRAIN_ENV_FW_MASTER_PORT      "MASTER_PORT"       /* env:// rendezvous: rank 0's store port */
 #define DTRAIN_ENV_CUDA_VISIBLE        "CUDA_VISIBLE_DEVICES"
 #define DTRAIN_ENV_CUDA_ORDER          "CUDA_DEVICE_ORDER"  /* set to PCI_BUS_ID */
 

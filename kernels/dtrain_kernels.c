@@ -109,6 +109,18 @@ void dtrain_k_download(struct dtrain_kernels *k, void *dst, const void *src, siz
     k->ops->download(k, dst, src, bytes);
 }
 void dtrain_k_zero(struct dtrain_kernels *k, void *p, size_t bytes) { k->ops->zero(k, p, bytes); }
+void dtrain_k_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)
+{
+    k->ops->copy(k, dst, src, bytes);
+}
+int dtrain_kernels_host_memory(const struct dtrain_kernels *k) { return k->ops->host_memory; }
+void *dtrain_k_host_alloc(struct dtrain_kernels *k, size_t bytes) { return k->ops->host_alloc(k, bytes); }
+void dtrain_k_host_free(struct dtrain_kernels *k, void *p)
+{
+    if (p != NULL)
+        k->ops->host_free(k, p);
+}
+void *dtrain_k_stream(struct dtrain_kernels *k) { return k->ops->stream != NULL ? k->ops->stream(k) : NULL; }
 void dtrain_k_sync(struct dtrain_kernels *k) { k->ops->sync(k); }
 
 void dtrain_k_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
@@ -196,6 +208,42 @@ void dtrain_k_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogi
                                     const int32_t *targets, float dloss, int N, int V, int Vp)
 {
     k->ops->softmax_xent_backward(k, probs_dlogits, targets, dloss, N, V, Vp);
+}
+
+void dtrain_k_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                   const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,
+                                   int add_wpe)
+{
+    k->ops->embedding_vp_forward(k, out, tokens, wte_local, wpe, B, T, C, v0, Vl, add_wpe);
+}
+
+void dtrain_k_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                                    const int32_t *tokens, int B, int T, int C, int v0, int Vl)
+{
+    k->ops->embedding_vp_backward(k, dwte_local, dwpe, dout, tokens, B, T, C, v0, Vl);
+}
+
+void dtrain_k_xent_vp_rowmax(struct dtrain_kernels *k, float *row_max, const float *logits, int N, int Vl, int nv)
+{
+    k->ops->xent_vp_rowmax(k, row_max, logits, N, Vl, nv);
+}
+
+void dtrain_k_xent_vp_exp(struct dtrain_kernels *k, float *logits, float *sums, const float *all_max, int size,
+                          const int32_t *targets, int v0, int N, int Vl, int nv)
+{
+    k->ops->xent_vp_exp(k, logits, sums, all_max, size, targets, v0, N, Vl, nv);
+}
+
+void dtrain_k_xent_vp_finish(struct dtrain_kernels *k, float *logits, float *losses, const float *sums, int N,
+                             int Vl, int nv)
+{
+    k->ops->xent_vp_finish(k, logits, losses, sums, N, Vl, nv);
+}
+
+void dtrain_k_xent_vp_backward(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
+                               float dloss, int N, int Vl, int nv)
+{
+    k->ops->xent_vp_backward(k, probs_dlogits, targets, v0, dloss, N, Vl, nv);
 }
 
 void dtrain_k_adamw_update(struct dtrain_kernels *k, float *params, const float *grads,

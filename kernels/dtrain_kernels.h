@@ -94,8 +94,22 @@ void dtrain_k_free(struct dtrain_kernels *k, void *p); /* NULL is fine */
 void dtrain_k_upload(struct dtrain_kernels *k, void *dst, const void *host_src, size_t bytes);
 void dtrain_k_download(struct dtrain_kernels *k, void *host_dst, const void *src, size_t bytes);
 void dtrain_k_zero(struct dtrain_kernels *k, void *p, size_t bytes);
+/* bytes from backend memory src to backend memory dst (may overlap), in
+ * order with the other operations on k. */
+void dtrain_k_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
 /* Wait until every operation queued on k has finished (no-op on the CPU). */
 void dtrain_k_sync(struct dtrain_kernels *k);
+
+/* 1 when backend memory is host memory that the host may read and write
+ * directly (the cpu backend), 0 when it must be moved (a GPU's). */
+int dtrain_kernels_host_memory(const struct dtrain_kernels *k);
+/* Host memory that upload and download move fastest (pinned on a GPU,
+ * plain on the CPU), for staging buffers; NULL when out of memory. */
+void *dtrain_k_host_alloc(struct dtrain_kernels *k, size_t bytes);
+void dtrain_k_host_free(struct dtrain_kernels *k, void *p); /* NULL is fine */
+/* The queue k's operations run on (a cudaStream_t), so that a GPU
+ * communicator can run in order with them; NULL on the CPU. */
+void *dtrain_k_stream(struct dtrain_kernels *k);
 
 /* ------------------------------------------------------------------ layers */
 
@@ -173,6 +187,41 @@ void dtrain_k_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs
  * 1/N for a mean over N positions. */
 void dtrain_k_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogits,
                                     const int32_t *targets, float dloss, int N, int V, int Vp);
+
+/* ------------------------------------------------------------------ vocabulary parallel
+ *
+ * A tensor-parallel rank holds wte rows and logit columns v0 .. v0+Vl-1 of
+ * the vocabulary; the first nv of its columns are real (< V), the rest
+ * padding.  The collectives between the steps are the caller's
+ * (runtime/parallel/dtrain_tp.h).
+ *
+ * Embedding: out (B,T,C) (=) = wte_local[token - v0] for a token held
+ * here, else 0, plus wpe[t] when add_wpe (one rank adds it; the sum over
+ * the ranks is then the whole lookup, bit for bit).  Backward: dwte_local
+ * (+=) the rows of dout of the tokens held here, dwpe (+=) the sum over b,
+ * rows in order.
+ *
+ * Cross-entropy, forward in three steps:
+ *   1. xent_vp_rowmax: row_max (N) = max over the nv real local columns
+ *      (-inf when nv = 0);  -- all-gather row_max into all_max (size * N) --
+ *   2. xent_vp_exp: m = max over all_max; logits become exp(x - m), the
+ *      padding 0; sums[n] = the local sum, sums[N + n] = the target's
+ *      x - m when the target is here, else 0;  -- all-reduce the 2N sums --
+ *   3. xent_vp_finish: losses (N) = log(sums[n]) - sums[N + n]; logits
+ *      become the probabilities.
+ * Backward, in place: dlogits (=) = (p - onehot) * dloss, padding 0. */
+void dtrain_k_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                   const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,
+                                   int add_wpe);
+void dtrain_k_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                                    const int32_t *tokens, int B, int T, int C, int v0, int Vl);
+void dtrain_k_xent_vp_rowmax(struct dtrain_kernels *k, float *row_max, const float *logits, int N, int Vl, int nv);
+void dtrain_k_xent_vp_exp(struct dtrain_kernels *k, float *logits, float *sums, const float *all_max, int size,
+                          const int32_t *targets, int v0, int N, int Vl, int nv);
+void dtrain_k_xent_vp_finish(struct dtrain_kernels *k, float *logits, float *losses, const float *sums, int N,
+                             int Vl, int nv);
+void dtrain_k_xent_vp_backward(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
+                               float dloss, int N, int Vl, int nv);
 
 /* ------------------------------------------------------------------ optimizer */
 

@@ -20,6 +20,7 @@
 struct dtrain_kernel_ops {
     const char *name;
     int bf16; /* 1: the backend computes in DTRAIN_PRECISION_BF16 too (and defaults to it) */
+    int host_memory; /* 1: backend memory is host memory (the host may read and write it) */
     int (*create)(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
                   char *err, size_t errlen);
     void (*destroy)(struct dtrain_kernels *k);
@@ -28,8 +29,12 @@ struct dtrain_kernel_ops {
     void (*free)(struct dtrain_kernels *k, void *p);
     void (*upload)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
     void (*download)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes);
+    void (*copy)(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes); /* backend to backend */
     void (*zero)(struct dtrain_kernels *k, void *p, size_t bytes);
     void (*sync)(struct dtrain_kernels *k);
+    void *(*host_alloc)(struct dtrain_kernels *k, size_t bytes); /* host memory fast to move (pinned) */
+    void (*host_free)(struct dtrain_kernels *k, void *p);
+    void *(*stream)(struct dtrain_kernels *k);                   /* NULL: none */
 
     void (*encoder_forward)(struct dtrain_kernels *k, float *out, const int32_t *tokens,
                             const float *wte, const float *wpe, int B, int T, int C);
@@ -62,6 +67,18 @@ struct dtrain_kernel_ops {
                                  const int32_t *targets, int N, int V, int Vp);
     void (*softmax_xent_backward)(struct dtrain_kernels *k, float *probs_dlogits,
                                   const int32_t *targets, float dloss, int N, int V, int Vp);
+    void (*embedding_vp_forward)(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                 const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,
+                                 int add_wpe);
+    void (*embedding_vp_backward)(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                                  const int32_t *tokens, int B, int T, int C, int v0, int Vl);
+    void (*xent_vp_rowmax)(struct dtrain_kernels *k, float *row_max, const float *logits, int N, int Vl, int nv);
+    void (*xent_vp_exp)(struct dtrain_kernels *k, float *logits, float *sums, const float *all_max, int size,
+                        const int32_t *targets, int v0, int N, int Vl, int nv);
+    void (*xent_vp_finish)(struct dtrain_kernels *k, float *logits, float *losses, const float *sums, int N,
+                           int Vl, int nv);
+    void (*xent_vp_backward)(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
+                             float dloss, int N, int Vl, int nv);
     void (*adamw_update)(struct dtrain_kernels *k, float *params, const float *grads,
                          float *m, float *v, size_t n, const struct dtrain_adamw_args *a);
     double (*sumsq)(struct dtrain_kernels *k, const float *x, size_t n);

@@ -27,6 +27,7 @@
 #include "job_exit.h"
 #include "placement.h"
 #include "pmi.h"
+#include "rendezvous.h"
 #include "dtrain_parallel.h"
 #include "report.h"
 
@@ -152,6 +153,14 @@ static int parse_options(int argc, char **argv, struct options *o)
             fprintf(stderr, PROG ": option %s needs a value (see " PROG " --help)\n", argv[optind - 1]);
             return DTRAIN_EXIT_USAGE;
         default:
+            if (strncmp(argv[optind - 1], "--nproc-per-node", 16) == 0 ||
+                strncmp(argv[optind - 1], "--nproc_per_node", 16) == 0) {
+                /* torchrun style: a per-node agent spawning workers (doc/frameworks.md) */
+                fprintf(stderr, PROG ": %s: dtrain-launch runs as one task per GPU, not as a per-node agent: "
+                                "srun --mpi=pmi2 --ntasks-per-node=GPUS_PER_NODE " PROG " -- python train.py\n",
+                        argv[optind - 1]);
+                return DTRAIN_EXIT_USAGE;
+            }
             /* A long option of ours it is not: the trainer's flags start here
              * (the trainer refuses what it does not know either). */
             if (strncmp(argv[optind - 1], "--", 2) == 0 && argv[optind - 1][2] != '\0') {
@@ -277,6 +286,7 @@ int main(int argc, char **argv)
     struct dtrain_report report = {.placed_by = "launcher"};
     char addr[INET_ADDRSTRLEN] = "";
     dtrain_pmi *pmi = NULL;
+    struct dtrain_launch_rdv rdv = {.fd = -1};
 
     long t0 = now_us();
     rc = dtrain_pmi_init(opt.timeout_s, &pmi, err, sizeof err);
@@ -312,11 +322,23 @@ int main(int argc, char **argv)
     }
     long t2 = now_us();
 
+    /* A PROGRAM on a step the plugin did not place gets its env:// rendezvous
+     * from rank 0 through the same fence (rendezvous.h). */
+    const int own_rdv = opt.program != NULL && !place.placed_by_plugin;
+    if (own_rdv && (rc = dtrain_launch_rdv_put(pmi, rank, opt.iface, &rdv, err, sizeof err)) != DTRAIN_EXIT_OK)
+        goto fail_alone;
     rc = dtrain_exchange_ids(pmi, bs, addr, &report.exchange, err, sizeof err);
     if (rc == DTRAIN_EXIT_REQUEUE)
         goto fail; /* the fence failed for every task */
     if (rc != DTRAIN_EXIT_OK)
         goto fail_alone;
+    if (own_rdv) {
+        rc = dtrain_launch_rdv_get(pmi, rank, &rdv, err, sizeof err);
+        if (rc != DTRAIN_EXIT_OK)
+            goto fail;
+        dtrain_snprintf(place.coords.master_addr, sizeof place.coords.master_addr, "%s", rdv.addr);
+        place.coords.master_port = rdv.port;
+    }
     long t3 = now_us();
     report.bs = bs;
     report.placed_by = place.placed_by_plugin ? "spank" : "launcher";

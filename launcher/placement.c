@@ -11,6 +11,7 @@
 #include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
+#include "dtrain_placement_env.h"
 #include "dtrain_plan.h"
 
 /* An integer from the environment: 0 when set and valid, 1 when unset (and
@@ -73,20 +74,26 @@ static int tasks_per_node_uniform(const char *text, int *per_node, int *nnodes)
     return 0;
 }
 
-/* The placement the dtrain SPANK plugin exported, checked. */
+/* The placement the dtrain SPANK plugin exported (decoded by the one
+ * decoder of dtrain_placement_env.h), checked. */
 static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
 {
-    const struct { const char *name; int *dst; int min; } vars[] = {
-        {DTRAIN_ENV_TP, &p->tp, 1},           {DTRAIN_ENV_PP, &p->pp, 1},
-        {DTRAIN_ENV_DP, &p->dp, 1},           {DTRAIN_ENV_RANK, &p->rank, 0},
-        {DTRAIN_ENV_WORLD_SIZE, &p->world_size, 1},
-        {DTRAIN_ENV_TP_RANK, &p->tp_rank, 0}, {DTRAIN_ENV_PP_RANK, &p->pp_rank, 0},
-        {DTRAIN_ENV_DP_RANK, &p->dp_rank, 0}, {DTRAIN_ENV_LOCAL_RANK, &p->local_rank, 0},
-    };
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (env_int(vars[i].name, vars[i].min, DTRAIN_PLAN_MAX_WORLD, 1, vars[i].dst, err, errlen) != 0)
-            return DTRAIN_EXIT_USAGE;
-
+    struct dtrain_coords *c = &p->coords;
+    char why[256];
+    if (dtrain_placement_env_decode(dtrain_env_getter_process, NULL, c, why, sizeof why) != 0) {
+        dtrain_snprintf(err, errlen, "the dtrain plugin's environment: %s", why);
+        return DTRAIN_EXIT_USAGE;
+    }
+    p->tp = c->tp;
+    p->pp = c->pp;
+    p->dp = c->dp;
+    p->rank = c->rank;
+    p->world_size = c->world_size;
+    p->tp_rank = c->tp_rank;
+    p->pp_rank = c->pp_rank;
+    p->dp_rank = c->dp_rank;
+    p->local_rank = c->local_rank;
+    p->local_size = c->local_size;
     const struct { const char *opt; int asked; int got; const char *var; } dims[] = {
         {"--tp", req->tp, p->tp, DTRAIN_ENV_TP},
         {"--pp", req->pp, p->pp, DTRAIN_ENV_PP},
@@ -114,12 +121,8 @@ static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_pla
                         p->rank, p->tp_rank, p->dp_rank, p->pp_rank, tp, dp, pp);
         return DTRAIN_EXIT_USAGE;
     }
-    p->local_size = 0;
-    if (env_int(DTRAIN_ENV_FW_LOCAL_WORLD_SIZE, 1, DTRAIN_PLAN_MAX_WORLD, 0, &p->local_size, err, errlen) < 0)
-        return DTRAIN_EXIT_USAGE;
-    const char *cpus = getenv(DTRAIN_ENV_CPUS);
-    if (dtrain_snprintf(p->cpus, sizeof p->cpus, "%s", cpus ? cpus : "") != 0)
-        p->cpus[0] = '\0';
+    memcpy(p->cpus, c->cpus, sizeof p->cpus);
+    p->cpus[sizeof p->cpus - 1] = '\0';
     p->placed_by_plugin = 1;
     return DTRAIN_EXIT_OK;
 }
@@ -160,7 +163,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     }
     int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, err, errlen);
     if (rc != DTRAIN_TOPO_OK)
-        return rc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED : DTRAIN_EXIT_USAGE;
+        return dtrain_topo_status_exit(rc);
     if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &p->node, err, errlen) != 0 ||
         env_int("SLURM_LOCALID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &procid, err, errlen) != 0)
         return DTRAIN_EXIT_USAGE;
@@ -193,8 +196,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     free(nodes);
     if (prc != DTRAIN_TOPO_OK) {
         dtrain_snprintf(err, errlen, "%s", why);
-        rc = prc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED
-             : prc == DTRAIN_TOPO_ERR_INPUT ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
+        rc = dtrain_topo_status_exit(prc);
         goto out;
     }
     const struct dtrain_task_placement *t = dtrain_plan_task(plan, p->rank);
@@ -314,36 +316,35 @@ int dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen)
         dtrain_snprintf(p->warning, sizeof p->warning, "not bound to CPUs %.64s: %s", p->cpus, why);
         p->cpus[0] = '\0';
     }
-    const struct { const char *name; int value; } ints[] = {
-        {DTRAIN_ENV_TP, p->tp},
-        {DTRAIN_ENV_PP, p->pp},
-        {DTRAIN_ENV_DP, p->dp},
-        {DTRAIN_ENV_TP_RANK, p->tp_rank},
-        {DTRAIN_ENV_PP_RANK, p->pp_rank},
-        {DTRAIN_ENV_DP_RANK, p->dp_rank},
-        {DTRAIN_ENV_RANK, p->rank},
-        {DTRAIN_ENV_WORLD_SIZE, p->world_size},
-        {DTRAIN_ENV_LOCAL_RANK, p->local_rank},
-        {DTRAIN_ENV_FW_RANK, p->rank},
-        {DTRAIN_ENV_FW_LOCAL_RANK, p->local_rank},
-        {DTRAIN_ENV_FW_WORLD_SIZE, p->world_size},
-        {DTRAIN_ENV_FW_LOCAL_WORLD_SIZE, p->local_size},
-    };
-    char text[16];
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (dtrain_snprintf(text, sizeof text, "%d", ints[i].value) != 0 || setenv(ints[i].name, text, 1) != 0) {
-            dtrain_snprintf(err, errlen, "setenv %s: %s", ints[i].name, strerror(errno));
-            return 1;
-        }
+    /* The one encoder (dtrain_placement_env.h) writes the variables. */
+    static struct dtrain_env_list env;
+    struct dtrain_coords *c = &p->coords;
+    c->tp = p->tp;
+    c->pp = p->pp;
+    c->dp = p->dp;
+    c->rank = p->rank;
+    c->world_size = p->world_size;
+    c->tp_rank = p->tp_rank;
+    c->pp_rank = p->pp_rank;
+    c->dp_rank = p->dp_rank;
+    c->local_rank = p->local_rank;
+    c->local_size = p->local_size;
+    c->node = p->node;
+    c->nnodes = p->nnodes;
+    c->cuda_device = -1; /* GPUs stay as Slurm set them: only the plugin places them */
+    memcpy(c->cpus, p->cpus, sizeof c->cpus);
+    c->cpus[sizeof c->cpus - 1] = '\0';
+    dtrain_snprintf(c->placed_by, sizeof c->placed_by, "launcher");
+    if (env_int("SLURM_RESTART_COUNT", 0, 1000000, 0, &c->restart_count, err, errlen) < 0)
+        c->restart_count = 0;
+    env.count = 0;
+    if (dtrain_placement_env_encode(c, &env) != 0) {
+        dtrain_snprintf(err, errlen, "the placement does not fit the environment");
+        return 1;
     }
-    const struct { const char *name; const char *value; } strs[] = {
-        {DTRAIN_ENV_GPU, ""}, /* GPUs stay as Slurm set them: only the plugin places them */
-        {DTRAIN_ENV_CPUS, p->cpus},
-        {DTRAIN_ENV_PLACED_BY, "launcher"},
-    };
-    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
-        if (setenv(strs[i].name, strs[i].value, 1) != 0) {
-            dtrain_snprintf(err, errlen, "setenv %s: %s", strs[i].name, strerror(errno));
+    for (int i = 0; i < env.count; i++) {
+        if (setenv(env.var[i].name, env.var[i].value, 1) != 0) {
+            dtrain_snprintf(err, errlen, "setenv %s: %s", env.var[i].name, strerror(errno));
             return 1;
         }
     }

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "dtrain_placement_env.h"
 #include "dtrain_topo.h"
 
 /* The shape asked for on the command line; 0 = not given. */
@@ -31,6 +32,7 @@ struct dtrain_placement {
     int placed_by_plugin;           /* 1: DTRAIN_PLACED_BY=spank; 0: planned here */
     char cpus[DTRAIN_TOPO_CPULIST_LEN]; /* the task's CPUs, "" when not known */
     char warning[256];              /* a line to print once (rank 0), or "" */
+    struct dtrain_coords coords;    /* the plugin's variables, decoded; or what apply encodes */
 };
 
 /* Resolve the placement of the task with this PMI2 rank and size. */

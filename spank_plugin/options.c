@@ -26,6 +26,9 @@ const struct dtrain_option_info dtrain_option_table[] = {
      "[dtrain] let a tensor-parallel group span GPUs without NVLink between them (slower; prints a warning)"},
     {DTRAIN_OPT_VERBOSE, "dtrain-verbose", NULL,
      "[dtrain] print each task's placement and binding to its stderr"},
+    {DTRAIN_OPT_GPU_VISIBILITY, "dtrain-gpu-visibility", "all|one",
+     "[dtrain] GPUs each task sees: all (every GPU of the step on the node, device LOCAL_RANK = the task's "
+     "placed GPU) or one (only its own); default: the site's, else all"},
 };
 const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
 
@@ -90,6 +93,16 @@ static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const cha
         return 0;
     case DTRAIN_OPT_VERBOSE:
         opts->verbose = 1;
+        return 0;
+    case DTRAIN_OPT_GPU_VISIBILITY:
+        if (arg != NULL && strcmp(arg, "all") == 0)
+            opts->gpu_visibility = 1;
+        else if (arg != NULL && strcmp(arg, "one") == 0)
+            opts->gpu_visibility = 2;
+        else {
+            dtrain_snprintf(err, errlen, "--dtrain-gpu-visibility '%.32s': use all or one", arg ? arg : "");
+            return -1;
+        }
         return 0;
     }
     dtrain_snprintf(err, errlen, "unknown option id %d (a bug in the plugin)", (int)id);

@@ -22,6 +22,7 @@ enum dtrain_opt_id {
     DTRAIN_OPT_MAX_RESTARTS,
     DTRAIN_OPT_ALLOW_PCIE,
     DTRAIN_OPT_VERBOSE,
+    DTRAIN_OPT_GPU_VISIBILITY,
 };
 
 struct dtrain_option_info {
@@ -43,6 +44,7 @@ struct dtrain_options {
     int max_restarts;                   /* -1 = not given */
     int allow_pcie;                     /* 1 with --dtrain-allow-pcie */
     int verbose;                        /* 1 with --dtrain-verbose */
+    int gpu_visibility;                 /* 0 not given (the site's default), 1 all, 2 one */
     unsigned given;                     /* bit (1 << id) for each option given */
 };
 

@@ -15,7 +15,8 @@
  *                   each task's environment and bind its CPUs
  *   options.c       the --dtrain-* options;  site_config.c  the site config
  *   submit.c        client-side checks;  taskenv.c  the task environment
- *   gres.c          GPUs from Slurm's GRES;  cpubind.c  CPU lists, binding */
+ *   gres.c          GPUs from Slurm's GRES;  cpubind.c  CPU lists, binding
+ *   rendezvous.c    MASTER_ADDR / MASTER_PORT and the first node's claim */
 #ifndef DTRAIN_SPANK_PLUGIN_H
 #define DTRAIN_SPANK_PLUGIN_H
 
@@ -51,7 +52,12 @@ struct dtrain_step {
     dtrain_plan *plan;
     char failure[DTRAIN_MSG_MAX];          /* one line, shown to the user by each node's first task */
     int failure_exit;                      /* DTRAIN_EXIT_* the tasks end with */
-    struct dtrain_task_env env;            /* scratch for task_init */
+    int gpu_all;                           /* --dtrain-gpu-visibility (or the site's): 1 all, 0 one */
+    int restart_count;                     /* the job's SLURM_RESTART_COUNT */
+    char master_addr[DTRAIN_COORDS_ADDR_MAX]; /* the rendezvous; "" when unknown */
+    int master_port;
+    int port_lock_fd;                      /* the first node's claim on master_port, -1 none */
+    struct dtrain_env_list env;            /* scratch for task_init */
 };
 
 struct dtrain_plugin {

@@ -21,9 +21,11 @@
 
 #include "cpubind.h"
 #include "dtrain_env.h"
+#include "dtrain_master_port.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "plugin.h"
+#include "rendezvous.h"
 
 /* How long this node's topology discovery may take inside slurmstepd. */
 #define DTRAIN_TOPO_TIMEOUT_MS 30000
@@ -203,8 +205,7 @@ static int plan_step(struct dtrain_plugin *plugin)
         nodes[i] = node;
     int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &s->plan, err, sizeof err);
     if (prc != DTRAIN_TOPO_OK) {
-        step_fail(s, prc == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED : DTRAIN_EXIT_FAILURE, "%s: %s",
-                  s->node, err);
+        step_fail(s, dtrain_topo_status_exit(prc), "%s: %s", s->node, err);
         goto cleanup;
     }
     s->mode = DTRAIN_STEP_PLACED;
@@ -212,6 +213,47 @@ static int plan_step(struct dtrain_plugin *plugin)
 cleanup:
     free(nodes);
     return rc;
+}
+
+/* MASTER_ADDR/MASTER_PORT of the placed step (rendezvous.h), the restart
+ * count, the GPU visibility.  A port another step or program holds on the
+ * first node fails the step there; an address that cannot be worked out
+ * only leaves MASTER_ADDR unset (dtrain's own trainer does not use it). */
+static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t stepid)
+{
+    struct dtrain_step *s = &plugin->step;
+    char buf[4096], err[DTRAIN_MSG_MAX];
+    const char *v = NULL;
+    uint32_t jobid = 0;
+    long n;
+
+    s->gpu_all = plugin->opts.gpu_visibility ? plugin->opts.gpu_visibility == 1 : !plugin->config.gpu_visibility_one;
+    s->restart_count = 0;
+    if (job_getenv(sp, "SLURM_RESTART_COUNT", buf, sizeof buf, &v) == 0 && v != NULL &&
+        dtrain_parse_int(v, 0, 1000000, "SLURM_RESTART_COUNT", &n, err, sizeof err) == 0)
+        s->restart_count = (int)n;
+    spank_err_t rc = spank_get_item(sp, S_JOB_ID, &jobid);
+    if (rc != ESPANK_SUCCESS) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read the job id: %s", s->node, spank_strerror(rc));
+        return;
+    }
+    s->master_port = dtrain_master_port(plugin->config.master_port_lo, plugin->config.master_port_hi, jobid, stepid);
+    if (s->nodeid == 0 && dtrain_rdv_claim_port(s->master_port, &s->port_lock_fd, err, sizeof err) != 0) {
+        step_fail(s, DTRAIN_EXIT_FAILURE,
+                  "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step %u): %s; run the step "
+                  "again (another step id gets another port) or ask the admin to widen master_ports",
+                  s->node, s->master_port, plugin->config.master_port_lo, plugin->config.master_port_hi, jobid,
+                  stepid, err);
+        return;
+    }
+    v = NULL;
+    if (job_getenv(sp, "SLURM_STEP_NODELIST", buf, sizeof buf, &v) != 0 || v == NULL)
+        job_getenv(sp, "SLURM_JOB_NODELIST", buf, sizeof buf, &v);
+    if (dtrain_rdv_master_addr(v, s->master_addr, sizeof s->master_addr, err, sizeof err) != 0) {
+        s->master_addr[0] = '\0';
+        if (plugin->opts.verbose)
+            slurm_info("dtrain: %s: MASTER_ADDR not set: %s", s->node, err);
+    }
 }
 
 int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
@@ -245,7 +287,8 @@ int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
         return 0;
     if (read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0)
         return 0;
-    plan_step(plugin);
+    if (plan_step(plugin) == 0)
+        prepare_tasks(plugin, sp, stepid);
     return 0;
 }
 
@@ -267,7 +310,7 @@ static void task_fail(int code, int print, const char *fmt, ...)
     _exit(code);
 }
 
-static void export_env(spank_t sp, const struct dtrain_task_env *env)
+static void export_env(spank_t sp, const struct dtrain_env_list *env)
 {
     for (int i = 0; i < env->count; i++) {
         spank_err_t rc = spank_setenv(sp, env->var[i].name, env->var[i].value, 1);
@@ -326,7 +369,8 @@ static const char *bind_task(struct dtrain_plugin *plugin, const struct dtrain_t
 int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
 {
     struct dtrain_step *s = &plugin->step;
-    char visible[DTRAIN_GRES_TOKEN_MAX], bound[DTRAIN_TASK_ENV_VALUE_MAX];
+    static char visible[DTRAIN_COORDS_VISIBLE_MAX], bound[DTRAIN_TASK_ENV_VALUE_MAX];
+    int task_gpu[DTRAIN_PLAN_MAX_WORLD];
     int local = -1;
     uint32_t global = 0;
     spank_err_t rc;
@@ -351,22 +395,40 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: task %u (local %d) is not where the plan put it", s->node, global,
                   local);
 
+    int argc = 0;
+    char **argv = NULL;
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && dtrain_argv_spawns_workers(argc, argv))
+        task_fail(DTRAIN_EXIT_USAGE, local == 0, DTRAIN_SPAWN_REFUSAL, argv[0]);
+
     const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)global);
     const char *cuda = NULL;
+    int device = -1;
     if (t->gpu >= 0) {
-        /* The index CUDA sees: Slurm's value for a GRES GPU, else the
-         * GPU's place in PCI bus id order. */
-        if (s->gres.count > 0)
-            cuda = s->gres.visible[t->gpu];
-        else if (dtrain_snprintf(visible, sizeof visible, "%d", t->gpu) == 0)
-            cuda = visible;
+        /* The values CUDA knows the GPUs by: Slurm's for GRES GPUs, else
+         * their places in PCI bus id order; this node's tasks' GPUs first
+         * with --dtrain-gpu-visibility=all. */
+        const dtrain_topo *model = s->gres_topo ? s->gres_topo : s->topo;
+        for (uint32_t i = 0; i < s->local_tasks && i < DTRAIN_PLAN_MAX_WORLD; i++)
+            task_gpu[i] = dtrain_plan_task(s->plan, (int)(s->nodeid * s->local_tasks + i))->gpu;
+        int vrc = dtrain_visible_devices(task_gpu, (int)s->local_tasks, dtrain_topo_gpu_count(model),
+                                         s->gres.count > 0 ? (const char (*)[DTRAIN_GPU_TOKEN_MAX])s->gres.visible
+                                                           : NULL,
+                                         s->gpu_all, local, visible, sizeof visible, &device);
+        if (vrc != 0)
+            task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: cannot write CUDA_VISIBLE_DEVICES for rank %u", s->node, global);
+        cuda = visible;
     }
     struct dtrain_task_where where = {
         .shape = dtrain_plan_shape(s->plan),
         .task = t,
         .local_world_size = (int)s->local_tasks,
         .cuda_visible = cuda,
+        .cuda_device = device,
+        .gpu_visibility = s->gpu_all ? "all" : "one",
         .cpus = NULL,
+        .master_addr = s->master_addr[0] ? s->master_addr : NULL,
+        .master_port = s->master_port,
+        .restart_count = s->restart_count,
     };
     if (local == 0 && plugin->config.bind && plugin->opts.verbose)
         warn_missing_cpus(plugin);
@@ -380,9 +442,12 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     if (warning != NULL && local == 0)
         fprintf(stderr, "dtrain: warning: %s: %s\n", s->node, warning);
     if (plugin->opts.verbose)
-        fprintf(stderr, "dtrain: rank %d on %s: tp %d pp %d dp %d, local rank %d, GPU %s%s%s, CPUs %s\n", t->rank,
-                s->node, t->tp_rank, t->pp_rank, t->dp_rank, t->local_rank, cuda ? cuda : "none",
-                t->gpu_busid[0] ? " " : "", t->gpu_busid, where.cpus ? where.cpus : "not bound");
+        fprintf(stderr, "dtrain: rank %d on %s: tp %d pp %d dp %d, local rank %d, GPU %s%s%s (CUDA device %d of "
+                "%.64s), CPUs %s, MASTER_ADDR=%s MASTER_PORT=%d\n", t->rank,
+                s->node, t->tp_rank, t->pp_rank, t->dp_rank, t->local_rank, cuda ? "" : "none",
+                t->gpu_busid[0] ? " " : "", t->gpu_busid, device, cuda ? cuda : "-",
+                where.cpus ? where.cpus : "not bound", s->master_addr[0] ? s->master_addr : "(unset)",
+                s->master_port);
     fflush(stderr);
     return 0;
 }
@@ -393,6 +458,9 @@ void dtrain_remote_exit(struct dtrain_plugin *plugin)
     dtrain_plan_free(s->plan);
     dtrain_topo_free(s->gres_topo);
     dtrain_topo_free(s->topo);
+    if (s->port_lock_fd >= 0)
+        close(s->port_lock_fd);
+    s->port_lock_fd = -1;
     s->plan = NULL;
     s->gres_topo = NULL;
     s->topo = NULL;

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "dtrain_file.h"
+#include "dtrain_master_port.h"
 #include "dtrain_parse.h"
 #include "dtrain_topo.h"
 
@@ -18,6 +19,8 @@ void dtrain_config_init(struct dtrain_site_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->allow_pcie = DTRAIN_PCIE_USER;
+    cfg->master_port_lo = DTRAIN_MASTER_PORTS_DEFAULT_LO;
+    cfg->master_port_hi = DTRAIN_MASTER_PORTS_DEFAULT_HI;
 }
 
 /* ---------------------------------------------------------------- one key */
@@ -67,7 +70,19 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         cfg->max_tp = (int)v;
         return 0;
     }
-    dtrain_snprintf(err, errlen, "unknown key '%.64s' (known: config, topology_xml, bind, allow_pcie, max_tp)", key);
+    if (strcmp(key, "gpu_visibility") == 0) {
+        if (strcmp(value, "all") != 0 && strcmp(value, "one") != 0) {
+            dtrain_snprintf(err, errlen, "gpu_visibility=%.64s: use all or one", value);
+            return -1;
+        }
+        cfg->gpu_visibility_one = strcmp(value, "one") == 0;
+        return 0;
+    }
+    if (strcmp(key, "master_ports") == 0)
+        return dtrain_master_ports_parse(value, "master_ports", &cfg->master_port_lo, &cfg->master_port_hi, err,
+                                         errlen);
+    dtrain_snprintf(err, errlen, "unknown key '%.64s' (known: config, topology_xml, bind, allow_pcie, max_tp, "
+                    "gpu_visibility, master_ports)", key);
     return -1;
 }
 

@@ -15,6 +15,10 @@
  *                      user (default): the job decides with --dtrain-allow-pcie.
  *   max_tp=N           the largest NVLink island on this cluster's GPU nodes;
  *                      sbatch/srun refuse --dtrain-tp above it (0: unknown).
+ *   gpu_visibility=all|one  the default of --dtrain-gpu-visibility (all).
+ *   master_ports=LO-HI the ports MASTER_PORT is taken from (default
+ *                      29500-29999; keep them out of the kernel's ephemeral
+ *                      ports with net.ipv4.ip_local_reserved_ports).
  * An unknown key or a bad value is an error naming it.
  *
  * Every path here comes from the admin (plugstack.conf, the site file),
@@ -39,6 +43,8 @@ struct dtrain_site_config {
     int bind;
     enum dtrain_pcie_policy allow_pcie;
     int max_tp; /* 0 = unknown */
+    int gpu_visibility_one;         /* 1: gpu_visibility=one */
+    int master_port_lo, master_port_hi; /* master_ports= */
 };
 
 void dtrain_config_init(struct dtrain_site_config *cfg);

@@ -1,85 +1,136 @@
 /* A task's environment as name=value pairs; see taskenv.h. */
 #include "taskenv.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dtrain_env.h"
+#include "dtrain_parse.h"
 
-/* Set name to the formatted value, replacing an earlier value of name. */
-static int env_set(struct dtrain_task_env *env, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int env_set(struct dtrain_task_env *env, const char *name, const char *fmt, ...)
-{
-    struct dtrain_env_var *v = NULL;
-    for (int i = 0; i < env->count && !v; i++)
-        if (strcmp(env->var[i].name, name) == 0)
-            v = &env->var[i];
-    if (v == NULL) {
-        if (env->count >= DTRAIN_TASK_ENV_MAX)
-            return -1;
-        v = &env->var[env->count++];
-        v->name = name;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(v->value, sizeof v->value, fmt, ap);
-    va_end(ap);
-    return (n < 0 || (size_t)n >= sizeof v->value) ? -1 : 0;
-}
-
-int dtrain_task_env_options(struct dtrain_task_env *env, const struct dtrain_options *opts, int allow_pcie)
+int dtrain_task_env_options(struct dtrain_env_list *env, const struct dtrain_options *opts, int allow_pcie)
 {
     int rc = 0;
     env->count = 0;
-    rc |= env_set(env, DTRAIN_ENV_TP, "%d", dtrain_options_tp(opts));
-    rc |= env_set(env, DTRAIN_ENV_PP, "%d", dtrain_options_pp(opts));
+    rc |= dtrain_env_list_set(env, DTRAIN_ENV_TP, "%d", dtrain_options_tp(opts));
+    rc |= dtrain_env_list_set(env, DTRAIN_ENV_PP, "%d", dtrain_options_pp(opts));
     if (opts->dp > 0)
-        rc |= env_set(env, DTRAIN_ENV_DP, "%d", opts->dp);
+        rc |= dtrain_env_list_set(env, DTRAIN_ENV_DP, "%d", opts->dp);
     if (opts->ckpt_dir[0] != '\0')
-        rc |= env_set(env, DTRAIN_ENV_CKPT_DIR, "%s", opts->ckpt_dir);
+        rc |= dtrain_env_list_set(env, DTRAIN_ENV_CKPT_DIR, "%s", opts->ckpt_dir);
     if (opts->max_restarts >= 0)
-        rc |= env_set(env, DTRAIN_ENV_MAX_RESTARTS, "%d", opts->max_restarts);
-    rc |= env_set(env, DTRAIN_ENV_VERBOSE, "%d", opts->verbose ? 1 : 0);
-    rc |= env_set(env, DTRAIN_ENV_ALLOW_PCIE, "%d", allow_pcie ? 1 : 0);
+        rc |= dtrain_env_list_set(env, DTRAIN_ENV_MAX_RESTARTS, "%d", opts->max_restarts);
+    rc |= dtrain_env_list_set(env, DTRAIN_ENV_VERBOSE, "%d", opts->verbose ? 1 : 0);
+    rc |= dtrain_env_list_set(env, DTRAIN_ENV_ALLOW_PCIE, "%d", allow_pcie ? 1 : 0);
     return rc ? -1 : 0;
 }
 
-int dtrain_task_env_placement(struct dtrain_task_env *env, const struct dtrain_task_where *w)
+/* Copy text into a coords field; -1 when it does not fit. */
+static int put(char *dst, size_t len, const char *text)
 {
+    return dtrain_snprintf(dst, len, "%s", text ? text : "");
+}
+
+int dtrain_task_env_placement(struct dtrain_env_list *env, const struct dtrain_task_where *w)
+{
+    static struct dtrain_coords c; /* large (the GPU list); one task at a time per process */
     const struct dtrain_task_placement *t = w->task;
-    int world = w->shape->tp * w->shape->pp * w->shape->dp;
-    int rc = 0;
-
-    rc |= env_set(env, DTRAIN_ENV_TP, "%d", w->shape->tp);
-    rc |= env_set(env, DTRAIN_ENV_PP, "%d", w->shape->pp);
-    rc |= env_set(env, DTRAIN_ENV_DP, "%d", w->shape->dp);
-    rc |= env_set(env, DTRAIN_ENV_TP_RANK, "%d", t->tp_rank);
-    rc |= env_set(env, DTRAIN_ENV_PP_RANK, "%d", t->pp_rank);
-    rc |= env_set(env, DTRAIN_ENV_DP_RANK, "%d", t->dp_rank);
-    rc |= env_set(env, DTRAIN_ENV_RANK, "%d", t->rank);
-    rc |= env_set(env, DTRAIN_ENV_WORLD_SIZE, "%d", world);
-    rc |= env_set(env, DTRAIN_ENV_LOCAL_RANK, "%d", t->local_rank);
-    rc |= env_set(env, DTRAIN_ENV_GPU, "%s", t->gpu_busid);
-    if (w->cpus != NULL)
-        rc |= env_set(env, DTRAIN_ENV_CPUS, "%s", w->cpus);
-    rc |= env_set(env, DTRAIN_ENV_PLACED_BY, "spank");
-    rc |= env_set(env, DTRAIN_ENV_FW_RANK, "%d", t->rank);
-    rc |= env_set(env, DTRAIN_ENV_FW_LOCAL_RANK, "%d", t->local_rank);
-    rc |= env_set(env, DTRAIN_ENV_FW_WORLD_SIZE, "%d", world);
-    rc |= env_set(env, DTRAIN_ENV_FW_LOCAL_WORLD_SIZE, "%d", w->local_world_size);
-    if (w->cuda_visible != NULL) {
-        rc |= env_set(env, DTRAIN_ENV_CUDA_VISIBLE, "%s", w->cuda_visible);
-        rc |= env_set(env, DTRAIN_ENV_CUDA_ORDER, "PCI_BUS_ID");
-    }
-    return rc ? -1 : 0;
+    memset(&c, 0, sizeof c);
+    c.tp = w->shape->tp;
+    c.pp = w->shape->pp;
+    c.dp = w->shape->dp;
+    c.rank = t->rank;
+    c.world_size = w->shape->tp * w->shape->pp * w->shape->dp;
+    c.tp_rank = t->tp_rank;
+    c.pp_rank = t->pp_rank;
+    c.dp_rank = t->dp_rank;
+    c.local_rank = t->local_rank;
+    c.local_size = w->local_world_size;
+    c.node = t->node;
+    c.nnodes = w->shape->nnodes;
+    c.restart_count = w->restart_count;
+    c.cuda_device = w->cuda_visible ? w->cuda_device : -1;
+    c.master_port = w->master_addr ? w->master_port : 0;
+    if (put(c.placed_by, sizeof c.placed_by, "spank") != 0 || put(c.gpu_busid, sizeof c.gpu_busid, t->gpu_busid) != 0 ||
+        put(c.gpu_visibility, sizeof c.gpu_visibility, w->cuda_visible ? w->gpu_visibility : NULL) != 0 ||
+        put(c.cpus, sizeof c.cpus, w->cpus) != 0 || put(c.cuda_visible, sizeof c.cuda_visible, w->cuda_visible) != 0 ||
+        put(c.master_addr, sizeof c.master_addr, w->master_addr) != 0)
+        return -1;
+    return dtrain_placement_env_encode(&c, env);
 }
 
-const char *dtrain_task_env_get(const struct dtrain_task_env *env, const char *name)
+const char *dtrain_task_env_get(const struct dtrain_env_list *env, const char *name)
 {
-    for (int i = 0; i < env->count; i++)
-        if (strcmp(env->var[i].name, name) == 0)
-            return env->var[i].value;
-    return NULL;
+    return dtrain_env_list_get(env, name);
+}
+
+/* Append GPU g's token (after a comma unless first); -2 when out is full. */
+static int append(char *out, size_t outlen, size_t *len, const char (*tokens)[DTRAIN_GPU_TOKEN_MAX], int g)
+{
+    char idx[16];
+    const char *tok = tokens ? tokens[g] : idx;
+    if (tokens == NULL)
+        snprintf(idx, sizeof idx, "%d", g);
+    int n = snprintf(out + *len, outlen - *len, "%s%s", *len ? "," : "", tok);
+    if (n < 0 || (size_t)n >= outlen - *len)
+        return -2;
+    *len += (size_t)n;
+    return 0;
+}
+
+int dtrain_visible_devices(const int *task_gpu, int ntasks, int ngpus, const char (*tokens)[DTRAIN_GPU_TOKEN_MAX],
+                           int all, int local, char *out, size_t outlen, int *device)
+{
+    unsigned char listed[DTRAIN_TOPO_MAX_GPUS] = {0};
+    size_t len = 0;
+    if (outlen == 0)
+        return -2;
+    out[0] = '\0';
+    if (local < 0 || local >= ntasks || task_gpu[local] < 0 || task_gpu[local] >= ngpus ||
+        ngpus > DTRAIN_TOPO_MAX_GPUS)
+        return -1;
+    if (!all) {
+        *device = 0;
+        return append(out, outlen, &len, tokens, task_gpu[local]);
+    }
+    int pos = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < (pass == 0 ? ntasks : ngpus); i++) {
+            int g = pass == 0 ? task_gpu[i] : i;
+            if (g < 0 || g >= ngpus || listed[g])
+                continue;
+            listed[g] = 1;
+            if (g == task_gpu[local])
+                *device = pos;
+            pos++;
+            if (append(out, outlen, &len, tokens, g) != 0)
+                return -2;
+        }
+    }
+    return 0;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+int dtrain_argv_spawns_workers(int argc, char *const argv[])
+{
+    int i = 0;
+    if (argc > 0 && argv[0] != NULL && strcmp(base_name(argv[0]), "dtrain-launch") == 0) {
+        while (i < argc && argv[i] != NULL && strcmp(argv[i], "--") != 0)
+            i++;
+        i++; /* PROGRAM, after "--" */
+    }
+    if (i >= argc || argv[i] == NULL)
+        return 0;
+    const char *prog = base_name(argv[i]);
+    if (strcmp(prog, "torchrun") == 0 || strcmp(prog, "deepspeed") == 0)
+        return 1;
+    if (strncmp(prog, "python", 6) == 0 && i + 2 < argc && argv[i + 1] != NULL && argv[i + 2] != NULL &&
+        strcmp(argv[i + 1], "-m") == 0)
+        return strcmp(argv[i + 2], "torch.distributed.run") == 0 ||
+               strcmp(argv[i + 2], "torch.distributed.launch") == 0;
+    return 0;
 }

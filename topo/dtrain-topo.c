@@ -111,16 +111,6 @@ static int parse_options(int argc, char **argv, struct options *o)
     return 0;
 }
 
-static int exit_code_of(int rc)
-{
-    switch (rc) {
-    case DTRAIN_TOPO_OK: return DTRAIN_EXIT_OK;
-    case DTRAIN_TOPO_ERR_INPUT: return DTRAIN_EXIT_USAGE;
-    case DTRAIN_TOPO_ERR_REFUSED: return DTRAIN_EXIT_REFUSED;
-    default: return DTRAIN_EXIT_FAILURE;
-    }
-}
-
 int main(int argc, char **argv)
 {
     struct options o;
@@ -140,7 +130,7 @@ int main(int argc, char **argv)
     rc = dtrain_topo_load_bounded(o.xml, 0, 60000, &topo, err, sizeof(err));
     if (rc != DTRAIN_TOPO_OK) {
         fprintf(stderr, PROG ": %s\n", err);
-        return exit_code_of(rc);
+        return dtrain_topo_status_exit(rc);
     }
     if (o.want_plan) {
         struct dtrain_shape shape = {(int)o.tp, (int)o.pp, (int)o.dp, (int)o.nodes, (int)o.tasks_per_node};
@@ -161,7 +151,7 @@ int main(int argc, char **argv)
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof(err));
         if (rc != DTRAIN_TOPO_OK) {
             fprintf(stderr, PROG ": %s\n", err);
-            status = exit_code_of(rc);
+            status = dtrain_topo_status_exit(rc);
             goto out;
         }
         if (dtrain_plan_warning(plan) && o.json)

@@ -19,6 +19,8 @@
 
 #include <stddef.h>
 
+#include "dtrain_exit.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,6 +35,17 @@ enum dtrain_topo_status {
     DTRAIN_TOPO_ERR_REFUSED = -2, /* (planner) the shape cannot be placed */
     DTRAIN_TOPO_ERR_SYSTEM = -3,  /* out of memory, hwloc failure */
 };
+
+/* The process exit code for a status (common/dtrain_exit.h), the one
+ * mapping the plugin, the launcher and dtrain-topo use: bad input 2, a
+ * shape that cannot be placed 3, anything else 1. */
+static inline int dtrain_topo_status_exit(int status)
+{
+    return status == DTRAIN_TOPO_OK ? DTRAIN_EXIT_OK
+         : status == DTRAIN_TOPO_ERR_INPUT ? DTRAIN_EXIT_USAGE
+         : status == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED
+         : DTRAIN_EXIT_FAILURE;
+}
 
 enum dtrain_link_kind {
     DTRAIN_LINK_SELF = 0,

@@ -87,6 +87,13 @@ int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_
         return refuse(err, errlen, "T*P*D = %ld is larger than %d tasks: use smaller --dtrain-tp/pp/dp",
                       tpp * dp, DTRAIN_PLAN_MAX_WORLD);
     if (tasks_per_node > 0) {
+        if (tp > tasks_per_node && tasks_per_node == 1)
+            return refuse(err, errlen,
+                          "T=%d with 1 task per node: dtrain places one task per GPU, not a per-node "
+                          "launcher (torchrun) that starts its own workers; run the workers as the "
+                          "step's tasks: srun --ntasks-per-node=GPUS_PER_NODE python train.py "
+                          "(RANK, LOCAL_RANK, MASTER_ADDR... are set as torchrun sets them; doc/frameworks.md)",
+                          tp);
         if (tp > tasks_per_node)
             return refuse(err, errlen,
                           "T=%d is larger than the %ld tasks per node: a TP group must stay on one node; "

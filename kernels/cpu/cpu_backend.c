@@ -83,16 +83,25 @@ static void cpu_sync(struct dtrain_kernels *k)
     (void)k;
 }
 
+static void *cpu_host_alloc(struct dtrain_kernels *k, size_t bytes)
+{
+    return cpu_alloc(k, bytes);
+}
+
 const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .name = "cpu",
+    .host_memory = 1,
     .create = cpu_create,
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
@@ -105,6 +114,12 @@ const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .residual_forward = cpu_residual_forward,
+    .embedding_vp_forward = cpu_embedding_vp_forward,
+    .embedding_vp_backward = cpu_embedding_vp_backward,
+    .xent_vp_rowmax = cpu_xent_vp_rowmax,
+    .xent_vp_exp = cpu_xent_vp_exp,
+    .xent_vp_finish = cpu_xent_vp_finish,
+    .xent_vp_backward = cpu_xent_vp_backward,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .adamw_update = cpu_adamw_update,

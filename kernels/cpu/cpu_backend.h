@@ -70,6 +70,19 @@ void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratc
                             int B, int T, int NH, int HS);
 
 /* cpu_loss.c */
+/* cpu_vocab.c: the vocabulary-parallel pieces (dtrain_kernels.h) */
+void cpu_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens, const float *wte_local,
+                              const float *wpe, int B, int T, int C, int v0, int Vl, int add_wpe);
+void cpu_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                               const int32_t *tokens, int B, int T, int C, int v0, int Vl);
+void cpu_xent_vp_rowmax(struct dtrain_kernels *k, float *row_max, const float *logits, int N, int Vl, int nv);
+void cpu_xent_vp_exp(struct dtrain_kernels *k, float *logits, float *sums, const float *all_max, int size,
+                     const int32_t *targets, int v0, int N, int Vl, int nv);
+void cpu_xent_vp_finish(struct dtrain_kernels *k, float *logits, float *losses, const float *sums, int N, int Vl,
+                        int nv);
+void cpu_xent_vp_backward(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
+                          float dloss, int N, int Vl, int nv);
+
 void cpu_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs, float *losses,
                               const int32_t *targets, int N, int V, int Vp);
 void cpu_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogits,

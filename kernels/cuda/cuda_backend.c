@@ -2,6 +2,7 @@
  * the table of operations; see cuda_backend.h. */
 #include "cuda_backend.h"
 #include "dtrain_cuda.h"
+#include "dtrain_placement_env.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -107,8 +108,14 @@ static int cuda_create(const struct dtrain_kernels_options *opt, struct dtrain_k
     ck->base.ops = &dtrain_kernels_cuda_ops;
     ck->base.threads = 1;
     ck->bf16 = opt->precision == DTRAIN_PRECISION_BF16;
-    /* The current device: CUDA_VISIBLE_DEVICES (set per task by the SPANK
-     * plugin) leaves each task one GPU, device 0. */
+    /* The task's GPU: device DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES as
+     * the SPANK plugin set them (LOCAL_RANK with --dtrain-gpu-visibility=all,
+     * 0 with one), else device 0. */
+    int count = dtrain_cuda_device_count(NULL, 0);
+    if ((e = cudaSetDevice(dtrain_task_cuda_device(count))) != cudaSuccess) {
+        what = "cudaSetDevice";
+        goto fail_cuda;
+    }
     if ((e = cudaGetDevice(&ck->device)) != cudaSuccess) {
         what = "cudaGetDevice";
         goto fail_cuda;
@@ -216,6 +223,30 @@ static void cuda_download(struct dtrain_kernels *k, void *dst, const void *src, 
         memset(dst, 0xff, bytes);
 }
 
+static void cuda_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || bytes == 0)
+        return;
+    (void)cuda_check(ck, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ck->stream), "copy");
+}
+
+static void *cuda_host_alloc(struct dtrain_kernels *k, size_t bytes)
+{
+    void *p = NULL;
+    (void)k;
+    if (bytes == 0 || cudaMallocHost(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of pinned memory is the caller's to report */
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(struct dtrain_kernels *k, void *p)
+{
+    (void)cuda_check(cuda_of(k), cudaFreeHost(p), "cudaFreeHost");
+}
+
 static void cuda_zero(struct dtrain_kernels *k, void *p, size_t bytes)
 {
     struct cuda_kernels *ck = cuda_of(k);
@@ -274,8 +305,12 @@ const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .free = cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
+    .copy = cuda_copy,
     .zero = cuda_zero,
     .sync = cuda_sync,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .stream = dtrain_cuda_stream,
     .encoder_forward = cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = cuda_layernorm_forward,
@@ -290,6 +325,12 @@ const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .residual_forward = cuda_residual_forward,
     .softmax_xent_forward = cuda_softmax_xent_forward,
     .softmax_xent_backward = cuda_softmax_xent_backward,
+    .embedding_vp_forward = cuda_embedding_vp_forward,
+    .embedding_vp_backward = cuda_embedding_vp_backward,
+    .xent_vp_rowmax = dtrain_cuda_xent_vp_rowmax,
+    .xent_vp_exp = dtrain_cuda_xent_vp_exp,
+    .xent_vp_finish = dtrain_cuda_xent_vp_finish,
+    .xent_vp_backward = dtrain_cuda_xent_vp_backward,
     .adamw_update = cuda_adamw_update,
     .sumsq = cuda_sumsq,
     .error = cuda_error,

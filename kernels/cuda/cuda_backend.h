@@ -97,6 +97,11 @@ void cuda_bias_backward(struct cuda_kernels *ck, float *dbias, const float *dout
 size_t cuda_bias_backward_partials(int N, int OC); /* floats of scratch it needs */
 
 /* cuda_layers.cu */
+void cuda_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                               const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,
+                               int add_wpe);
+void cuda_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, float *dwpe, const float *dout,
+                                const int32_t *tokens, int B, int T, int C, int v0, int Vl);
 void cuda_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
                           const float *wte, const float *wpe, int B, int T, int C);
 void cuda_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe,

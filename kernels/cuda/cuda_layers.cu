@@ -65,6 +65,41 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int 
     }
 }
 
+/* The vocabulary-parallel embedding (dtrain_kernels.h): a token outside
+ * [v0, v0 + Vl) gives 0, wpe only where add_wpe; w + p in that order, as
+ * on the CPU. */
+__global__ void embedding_vp_forward_kernel(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                                            int T, int C, int v0, int Vl, int add_wpe, size_t total)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        size_t bt = i / (size_t)C, c = i % (size_t)C, t = bt % (size_t)T;
+        long row = (long)tokens[bt] - v0;
+        int held = row >= 0 && row < Vl;
+        float w = held ? wte[(size_t)row * C + c] : 0.0f;
+        out[i] = add_wpe ? (held ? w + wpe[t * C + c] : wpe[t * C + c]) : w;
+    }
+}
+
+/* encoder_backward_wte_kernel for the rows held here: runs of other tokens skipped. */
+__global__ void embedding_vp_backward_wte_kernel(float *dwte, const float *dout, const int32_t *sorted_tokens,
+                                                 const int32_t *sorted_pos, int N, int C, int v0, int Vl)
+{
+    int i = blockIdx.x;
+    int tok = sorted_tokens[i];
+    if ((i > 0 && sorted_tokens[i - 1] == tok) || tok < v0 || tok >= v0 + Vl)
+        return;
+    int end = i + 1;
+    while (end < N && sorted_tokens[end] == tok)
+        end++;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0.0f;
+        for (int j = i; j < end; j++)
+            s += dout[(size_t)sorted_pos[j] * C + c];
+        dwte[(size_t)(tok - v0) * C + c] += s;
+    }
+}
+
 /* ------------------------------------------------------------- layer norm */
 
 /* one warp per row */
@@ -212,39 +247,80 @@ extern "C" void cuda_encoder_forward(struct dtrain_kernels *k, float *out, const
     (void)cuda_check_launch(ck, "encoder forward");
 }
 
-extern "C" void cuda_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe, const float *dout,
-                                      const int32_t *tokens, int B, int T, int C)
+/* The N positions sorted by token (CUB radix sort, stable: positions
+ * ascending within a token), in the instance's scratch; 0, or -1 with the
+ * failure recorded on ck. */
+static int sort_positions(struct cuda_kernels *ck, const int32_t *tokens, int N, const char *what,
+                          int32_t **sorted_tokens, int32_t **sorted_pos)
 {
-    struct cuda_kernels *ck = cuda_of(k);
-    int N = B * T;
-    if (ck->failed || N <= 0 || C <= 0)
-        return;
     size_t temp_bytes = 0, used = 0;
     if (cuda_check(ck, cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const int32_t *)nullptr,
                                                        (int32_t *)nullptr, (const int32_t *)nullptr,
                                                        (int32_t *)nullptr, N, 0, 32, ck->stream),
-                   "embedding gradient (sort size)") != 0)
-        return;
+                   what) != 0)
+        return -1;
     for (int i = 0; i < 3; i++)
         cuda_carve(nullptr, &used, (size_t)N * sizeof(int32_t));
     cuda_carve(nullptr, &used, temp_bytes);
     void *base = cuda_scratch(ck, used);
     if (base == nullptr)
-        return;
+        return -1;
     used = 0;
     int32_t *pos = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
-    int32_t *sorted_tokens = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
-    int32_t *sorted_pos = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
+    *sorted_tokens = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
+    *sorted_pos = (int32_t *)cuda_carve(base, &used, (size_t)N * sizeof(int32_t));
     void *temp = cuda_carve(base, &used, temp_bytes);
     iota_kernel<<<cuda_blocks((size_t)N, 256), 256, 0, ck->stream>>>(pos, N);
-    if (cuda_check_launch(ck, "embedding gradient") != 0)
-        return;
-    if (cuda_check(ck, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, pos, sorted_pos,
-                                                       N, 0, 32, ck->stream),
-                   "embedding gradient (sort)") != 0)
+    if (cuda_check_launch(ck, what) != 0)
+        return -1;
+    return cuda_check(ck, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, *sorted_tokens, pos,
+                                                          *sorted_pos, N, 0, 32, ck->stream),
+                      what);
+}
+
+extern "C" void cuda_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *tokens, int B, int T, int C)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    int N = B * T;
+    int32_t *sorted_tokens, *sorted_pos;
+    if (ck->failed || N <= 0 || C <= 0 ||
+        sort_positions(ck, tokens, N, "embedding gradient (sort)", &sorted_tokens, &sorted_pos) != 0)
         return;
     encoder_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte, dout, sorted_tokens, sorted_pos, N, C);
     if (cuda_check_launch(ck, "embedding gradient") != 0)
+        return;
+    encoder_backward_wpe_kernel<<<cuda_blocks((size_t)T * C, 256), 256, 0, ck->stream>>>(dwpe, dout, B, T, C);
+    (void)cuda_check_launch(ck, "position embedding gradient");
+}
+
+extern "C" void cuda_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
+                                          const float *wte_local, const float *wpe, int B, int T, int C, int v0,
+                                          int Vl, int add_wpe)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    size_t total = (size_t)B * T * C;
+    if (ck->failed || total == 0)
+        return;
+    embedding_vp_forward_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>(out, tokens, wte_local, wpe, T, C,
+                                                                                 v0, Vl, add_wpe, total);
+    (void)cuda_check_launch(ck, "vocabulary-parallel embedding");
+}
+
+extern "C" void cuda_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, float *dwpe,
+                                           const float *dout, const int32_t *tokens, int B, int T, int C, int v0,
+                                           int Vl)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    int N = B * T;
+    int32_t *sorted_tokens, *sorted_pos;
+    if (ck->failed || N <= 0 || C <= 0 ||
+        sort_positions(ck, tokens, N, "vocabulary-parallel embedding gradient (sort)", &sorted_tokens,
+                       &sorted_pos) != 0)
+        return;
+    embedding_vp_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte_local, dout, sorted_tokens,
+                                                                          sorted_pos, N, C, v0, Vl);
+    if (cuda_check_launch(ck, "vocabulary-parallel embedding gradient") != 0)
         return;
     encoder_backward_wpe_kernel<<<cuda_blocks((size_t)T * C, 256), 256, 0, ck->stream>>>(dwpe, dout, B, T, C);
     (void)cuda_check_launch(ck, "position embedding gradient");

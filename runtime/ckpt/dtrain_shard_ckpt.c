@@ -1,7 +1,6 @@
 /* Sharded checkpoints: shard files, the manifest, the commit protocol,
  * verification and loading into any layout; see dtrain_shard_ckpt.h. */
 #include "dtrain_shard_ckpt.h"
-#include "dtrain_ckpt.h"
 #include "dtrain_file.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
@@ -38,6 +37,19 @@ enum {
     OFF_STEP = 56, OFF_DATA_BATCHES = 64, OFF_NPARAMS = 72, OFF_RUNS = 80, OFF_FLOATS = 88,
     OFF_CHECKSUM = 96,
 };
+
+#define FNV_PRIME 0x100000001b3ULL
+
+uint64_t dtrain_sckpt_checksum(uint64_t h, const void *data, size_t words)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < words; i++) {
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4); /* any alignment; compiles to a load */
+        h = (h ^ w) * FNV_PRIME;
+    }
+    return h;
+}
 
 static void put32(unsigned char *h, size_t off, uint32_t v) { memcpy(h + off, &v, 4); }
 static void put64(unsigned char *h, size_t off, uint64_t v) { memcpy(h + off, &v, 8); }
@@ -385,14 +397,14 @@ static int write_shard(const char *path, const struct dtrain_sckpt_layout *L, ui
     put64(h, OFF_RUNS, n);
     put64(h, OFF_FLOATS, floats);
 
-    uint64_t sum = dtrain_ckpt_checksum(DTRAIN_CKPT_CHECKSUM_INIT, h, sizeof h / 4);
+    uint64_t sum = dtrain_sckpt_checksum(DTRAIN_SCKPT_CHECKSUM_INIT, h, sizeof h / 4);
     for (size_t i = 0; i < n; i++) {
         uint64_t run[2] = {p[i].whole, p[i].count};
-        sum = dtrain_ckpt_checksum(sum, run, 4);
+        sum = dtrain_sckpt_checksum(sum, run, 4);
     }
     for (int a = 0; a < 3; a++)
         for (size_t i = 0; i < n; i++)
-            sum = dtrain_ckpt_checksum(sum, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count);
+            sum = dtrain_sckpt_checksum(sum, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count);
     put64(h, OFF_CHECKSUM, sum);
 
     struct dtrain_out_file o;
@@ -643,6 +655,27 @@ static int parse_checksum(const char *text, uint64_t *out)
     return 0;
 }
 
+/* A manifest's JSON, opened without blocking (a FIFO there is damage, not
+ * a hang) and bounded in size; NULL with one line in why. */
+static json_t *load_manifest_json(const char *file, char *why, size_t whylen)
+{
+    off_t size = 0;
+    json_error_t je;
+    int fd = dtrain_open_regular(file, O_RDONLY, "checkpoint manifest", &size, why, whylen);
+    if (fd < 0)
+        return NULL;
+    if (size > MAX_MANIFEST_BYTES) {
+        dtrain_snprintf(why, whylen, "%s: %lld bytes, larger than a manifest can be", file, (long long)size);
+        close(fd);
+        return NULL;
+    }
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
+    if (root == NULL)
+        dtrain_snprintf(why, whylen, "%s: line %d: %s", file, je.line, je.text);
+    return root;
+}
+
 /* Read path/manifest.json into *m and check it against cfg.  Returns GOOD,
  * DAMAGED_MANIFEST or INCOMPATIBLE (both with one line in why). */
 static int read_manifest(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
@@ -659,21 +692,8 @@ static int read_manifest(const char *path, uint64_t step, const struct dtrain_tr
         dtrain_snprintf(why, whylen, "%s: path too long", path);
         return DAMAGED_MANIFEST;
     }
-    off_t size = 0;
-    int fd = dtrain_open_regular(file, O_RDONLY, "checkpoint manifest", &size, why, whylen);
-    if (fd < 0)
+    if ((root = load_manifest_json(file, why, whylen)) == NULL)
         return DAMAGED_MANIFEST;
-    if (size > MAX_MANIFEST_BYTES) {
-        dtrain_snprintf(why, whylen, "%s: %lld bytes, larger than a manifest can be", file, (long long)size);
-        close(fd);
-        return DAMAGED_MANIFEST;
-    }
-    root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
-    close(fd);
-    if (root == NULL) {
-        dtrain_snprintf(why, whylen, "%s: line %d: %s", file, je.line, je.text);
-        return DAMAGED_MANIFEST;
-    }
     json_int_t tp, pp, dp, world;
     if (json_unpack_ex(root, &je, 0, "{s:s, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:b}, s:o}",
                        "format", &format, "version", &version, "step", &nstep, "data_batches", &ndata,
@@ -875,7 +895,7 @@ static int shard_verify(const char *path, long r, const struct manifest *m, uint
         v = NO_MEMORY;
         goto out;
     }
-    uint64_t size = m->shards[r].bytes, sum = DTRAIN_CKPT_CHECKSUM_INIT;
+    uint64_t size = m->shards[r].bytes, sum = DTRAIN_SCKPT_CHECKSUM_INIT;
     for (uint64_t off = 0; off < size;) {
         size_t n = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
         if (pread_full(f.fd, buf, n, off) != 0) {
@@ -885,7 +905,7 @@ static int shard_verify(const char *path, long r, const struct manifest *m, uint
         }
         if (off == 0)
             memset(buf + OFF_CHECKSUM, 0, 8); /* the header is summed with its checksum field 0 */
-        sum = dtrain_ckpt_checksum(sum, buf, n / 4);
+        sum = dtrain_sckpt_checksum(sum, buf, n / 4);
         off += n;
         *bytes_read += n;
     }
@@ -1109,5 +1129,53 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
     rc = DTRAIN_OK;
 out:
     st->seconds = now_seconds() - t0;
+    return rc;
+}
+
+/* ------------------------------------------------------------ the model a folder holds */
+
+int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, char *err, size_t errlen)
+{
+    uint64_t newest;
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        dtrain_snprintf(err, errlen, "checkpoint %s is a file, not a folder: dtrain checkpoints are folders of "
+                        "step-N checkpoints (--checkpoint DIR writes them)", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    int n = dtrain_sckpt_list(dir, &newest, 1, err, errlen);
+    if (n < 0)
+        return DTRAIN_ERR_INPUT;
+    if (n == 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder %s holds no complete checkpoint (step-N with a %s)", dir,
+                        DTRAIN_SCKPT_MANIFEST);
+        return DTRAIN_ERR_INPUT;
+    }
+    char step[DTRAIN_PATH_MAX], file[DTRAIN_PATH_MAX];
+    json_error_t je;
+    json_int_t v[6];
+    if (step_path(step, sizeof step, dir, newest, "") != 0 ||
+        dtrain_snprintf(file, sizeof file, "%s/%s", step, DTRAIN_SCKPT_MANIFEST) != 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder %s: path too long", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    char why[600] = "";
+    json_t *root = load_manifest_json(file, why, sizeof why);
+    int rc = root != NULL &&
+             json_unpack_ex(root, &je, 0, "{s:{s:{s:I, s:I, s:I, s:I, s:I, s:I}}}", "config", "model", "num_layers",
+                            &v[0], "channels", &v[1], "num_heads", &v[2], "vocab_size", &v[3], "padded_vocab_size",
+                            &v[4], "max_seq_len", &v[5]) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+    for (int i = 0; rc == DTRAIN_OK && i < 6; i++)
+        if (v[i] < 1 || v[i] > INT32_MAX)
+            rc = DTRAIN_ERR_INPUT;
+    if (rc == DTRAIN_OK)
+        *model = (struct dtrain_gpt2_config){.num_layers = (int)v[0], .channels = (int)v[1], .num_heads = (int)v[2],
+                                             .vocab_size = (int)v[3], .padded_vocab_size = (int)v[4],
+                                             .max_seq_len = (int)v[5]};
+    else if (root == NULL)
+        dtrain_snprintf(err, errlen, "%s", why);
+    else
+        dtrain_snprintf(err, errlen, "%s: no valid config.model in it", file);
+    json_decref(root);
     return rc;
 }

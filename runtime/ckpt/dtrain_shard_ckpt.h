@@ -3,7 +3,7 @@
  * A checkpoint is a folder DIR/step-NNNNNNNN (the step, 8 digits or more)
  * holding one file per rank, shard-RRRRR.bin, and manifest.json.  Every
  * value is placed by its offset in the whole model's flat parameter vector
- * (llm.c's order, as in dtrain_ckpt.h): each rank writes the elements it
+ * (llm.c's order, dtrain_gpt2.h): each rank writes the elements it
  * owns as runs (whole offset, count) with their parameters and AdamW
  * moments, and each element of the model is written by exactly one rank.
  * A rank of any layout loads by asking for the runs it needs, so a
@@ -39,7 +39,7 @@
  *     u32 rank, world size, T, P, D, tp rank, pp rank, dp rank, zero1,
  *     zero, u64 step, data batches consumed, model parameters, runs,
  *     floats (the sum of the runs' counts), u64 checksum
- *     (dtrain_ckpt_checksum of the header with this field 0, the run
+ *     (dtrain_sckpt_checksum of the header with this field 0, the run
  *     table and the payload), zeros;
  *   run table: runs x (u64 whole offset, u64 count), increasing, disjoint;
  *   payload: params[floats], m[floats], v[floats], fp32, in run order.
@@ -66,6 +66,12 @@ extern "C" {
 #define DTRAIN_SCKPT_VERSION 1
 #define DTRAIN_SCKPT_HEADER_BYTES 256
 #define DTRAIN_SCKPT_MANIFEST "manifest.json"
+
+/* The checksum of the format (64-bit FNV-1a over little-endian 32-bit
+ * words): start from DTRAIN_SCKPT_CHECKSUM_INIT and feed `words` words at
+ * a time. */
+#define DTRAIN_SCKPT_CHECKSUM_INIT 0xcbf29ce484222325ULL
+uint64_t dtrain_sckpt_checksum(uint64_t h, const void *data, size_t words);
 
 /* A run of the whole model's vector and where its values are in this
  * process: count floats each at params, m and v (host memory).  Saving
@@ -122,6 +128,12 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
                         const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
                         const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st,
                         char *err, size_t errlen);
+
+/* The model shape of dir's newest complete checkpoint, from its manifest
+ * (not collective, nothing verified: the run's resume does that), so that
+ * --resume DIR needs no model flags.  DTRAIN_ERR_INPUT with one line in
+ * err when dir is a file, unreadable, or holds no complete checkpoint. */
+int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, char *err, size_t errlen);
 
 /* The step folders of dir, complete or not (not collective): fills
  * steps[] (at most max, newest first) and returns how many complete

@@ -2,9 +2,9 @@
  * One table describes every setting once; the JSON reader, the flag parser
  * and --help all work from it.  See dtrain_train.h. */
 #include "dtrain_train.h"
-#include "dtrain_ckpt.h"
 #include "dtrain_file.h"
 #include "dtrain_io.h"
+#include "dtrain_shard_ckpt.h"
 #include "dtrain_llmc.h"
 #include "dtrain_metrics.h"
 #include "dtrain_parse.h"
@@ -73,8 +73,8 @@ static const struct setting settings[] = {
     {"run", "backend", "backend", K_BACKEND, OFF(backend), 0, 0, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"},
     {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 (cuda only; default: cpu fp32, cuda bf16)"},
     {"run", "init_llmc", "init-llmc", K_PATH, OFF(init_llmc), 0, 0, "start from this llm.c model file"},
-    {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from this checkpoint"},
-    {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "write a checkpoint here at the end"},
+    {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from the newest checkpoint in this folder (any layout wrote it)"},
+    {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "dtrain-train: write checkpoints into this folder at the end (sharded format, one shard); the run resumes from it"},
     {"run", "checkpoint_every", "checkpoint-every", K_LONG, OFF(checkpoint_every), 0, BIG, "and every this many steps"},
     {"run", "save_llmc", "save-llmc", K_PATH, OFF(save_llmc), 0, 0, "export an llm.c model file at the end"},
     {"run", "metrics", "metrics", K_PATH, OFF(metrics), 0, 0, "JSON-lines metrics file, one object per step"},
@@ -555,10 +555,10 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     if (c->prom_textfile[0] != '\0' && (rc = dtrain_prom_init(&prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
         return rc;
     if (c->resume[0] != '\0') {
-        struct dtrain_ckpt_meta meta;
-        if ((rc = dtrain_ckpt_read_meta(c->resume, &meta, err, errlen)) != DTRAIN_OK)
+        struct dtrain_gpt2_config file;
+        if ((rc = dtrain_sckpt_read_model(c->resume, &file, err, errlen)) != DTRAIN_OK)
             return rc;
-        if ((rc = merge_shape(m, &meta.model, "checkpoint", c->resume, err, errlen)) != DTRAIN_OK)
+        if ((rc = merge_shape(m, &file, "checkpoint", c->resume, err, errlen)) != DTRAIN_OK)
             return rc;
     } else if (c->init_llmc[0] != '\0') {
         struct dtrain_gpt2_config file;

@@ -1,5 +1,12 @@
 /* libdtrain: training a GPT-2 model in one process (the `dtrain-train` program).
  *
+ * One process runs the same trainer as T x P x D ranks under dtrain-launch
+ * (dtrain_parallel.h), on a 1x1x1 bootstrap of its own, with the same loop
+ * (dtrain_ft.h) and the same checkpoints: a folder of step-N sharded
+ * checkpoints (dtrain_shard_ckpt.h) holding one shard, which any layout
+ * can resume from, and which dtrain-train resumes from whatever layout
+ * wrote it.
+ *
  * Three levels, use the one that fits:
  *
  *   dtrain_train_main(argc, argv)
@@ -63,21 +70,22 @@ struct dtrain_train_config {
     char backend[16];                 /* kernels: "cpu" or "cuda" (dtrain_kernels_backends()) */
     enum dtrain_kernels_precision precision; /* DEFAULT: the backend's (cpu fp32, cuda bf16) */
     char init_llmc[DTRAIN_PATH_MAX];  /* start from this llm.c model file, or "" */
-    char resume[DTRAIN_PATH_MAX];     /* continue from this checkpoint, or "" */
-    char checkpoint[DTRAIN_PATH_MAX]; /* write checkpoints here, or "" */
+    char resume[DTRAIN_PATH_MAX];     /* continue from the newest checkpoint of this folder, or "" */
+    char checkpoint[DTRAIN_PATH_MAX]; /* dtrain-train: write checkpoints into this folder (and resume from
+                                       * it when it holds some), or "" */
     long checkpoint_every;            /* also every this many steps; 0: only at the end */
     char save_llmc[DTRAIN_PATH_MAX];  /* export an llm.c model file at the end, or "" */
     char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
     char prom_textfile[DTRAIN_PATH_MAX]; /* node_exporter textfile (.prom) kept up to date, or "" */
     long log_every;                   /* print every this many steps; 0: never */
-    /* parallel: used by the parallel trainer (dtrain_parallel.h, dtrain-launch);
-     * dtrain-train refuses micro_batches > 1 and zero1 */
+    /* parallel (dtrain_parallel.h); one process may run several micro-batches
+     * (gradient accumulation); ZeRO-1 shards nothing there */
     int micro_batches;                /* m: each data-parallel rank's rows run as m micro-batches */
     int zero1;                        /* shard the AdamW state over the data-parallel ranks */
     double bucket_mb;                 /* data-parallel gradient buckets of about this many MB */
     int dp_overlap;                   /* reduce buckets in a thread while backward goes on */
     int comm_timeout;                 /* seconds a communicator may make no progress */
-    /* fault tolerance: used by the parallel trainer (dtrain_ft.h, doc/fault-tolerance.md) */
+    /* fault tolerance (dtrain_ft.h, doc/fault-tolerance.md); dtrain-launch's options */
     char ckpt_dir[DTRAIN_PATH_MAX];   /* sharded checkpoints and resume; "": $DTRAIN_CKPT_DIR, else none */
     int ckpt_keep;                    /* complete checkpoints kept */
     int nonfinite_skips;              /* steps in a row with a non-finite loss skipped before a rollback */
@@ -119,7 +127,7 @@ void dtrain_train_usage(FILE *out);
 
 /* ------------------------------------------------------------------ trainer */
 
-struct dtrain_trainer; /* opaque */
+struct dtrain_trainer; /* opaque: the parallel trainer on one process */
 
 struct dtrain_step_result {
     long step;          /* 0-based index of the step just done */
@@ -131,27 +139,36 @@ struct dtrain_step_result {
     double gflops;      /* achieved model GFLOP/s (dtrain_gpt2_flops_per_step) */
 };
 
-/* Build the kernels, the model (initialised, imported or resumed), the
- * optimizer and the data from a finished config.  DTRAIN_ERR_INPUT for a bad
- * data, model or checkpoint file (or one that does not fit the config). */
+/* Build the kernels, the model (initialised, imported, or resumed from the
+ * newest checkpoint of c->resume), the optimizer and the data from a
+ * finished config.  DTRAIN_ERR_INPUT for a bad data, model or checkpoint
+ * (or one that does not fit the config). */
 int dtrain_trainer_create(const struct dtrain_train_config *c, struct dtrain_trainer **out,
                           char *err, size_t errlen);
 void dtrain_trainer_destroy(struct dtrain_trainer *t);
 
 /* Steps done so far (the next step's index). */
 long dtrain_trainer_steps_done(const struct dtrain_trainer *t);
-struct dtrain_gpt2 *dtrain_trainer_model(struct dtrain_trainer *t);
+
+/* The model's parameters: how many, and a host copy of them all (llm.c's
+ * order, dtrain_gpt2.h). */
+size_t dtrain_trainer_num_params(const struct dtrain_trainer *t);
+int dtrain_trainer_params(struct dtrain_trainer *t, float *whole, char *err, size_t errlen);
 
 /* One training step: next batch, forward, backward, clip, AdamW. */
 int dtrain_trainer_step(struct dtrain_trainer *t, struct dtrain_step_result *r,
                         char *err, size_t errlen);
 
-int dtrain_trainer_save_checkpoint(struct dtrain_trainer *t, const char *path,
-                                   char *err, size_t errlen);
+/* A checkpoint of the present step into folder dir (dir/step-N, the
+ * newest c->ckpt_keep kept), or an llm.c model file. */
+int dtrain_trainer_save_checkpoint(struct dtrain_trainer *t, const char *dir, char *err, size_t errlen);
 int dtrain_trainer_save_llmc(struct dtrain_trainer *t, const char *path, char *err, size_t errlen);
 
-/* Train until config.steps are done: progress lines to `progress` (every
- * log_every steps; NULL for none), metrics, checkpoints, the llm.c export. */
+/* Train until config.steps are done, in the loop of dtrain_ft.h: progress
+ * lines to `progress` (every log_every steps), metrics, checkpoints into
+ * c->checkpoint (every checkpoint_every steps and at the end), the llm.c
+ * export.  A trainer at step 0 first resumes from c->checkpoint when it
+ * holds checkpoints. */
 int dtrain_trainer_run(struct dtrain_trainer *t, FILE *progress, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ program */

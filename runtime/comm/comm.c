@@ -365,6 +365,11 @@ fail:
     return rc;
 }
 
+int dtrain_comm_device_memory(const dtrain_comm *c)
+{
+    return c != NULL && c->backend != NULL && c->backend->device_memory;
+}
+
 void dtrain_comm_set_stream(dtrain_comm *c, void *stream)
 {
     if (c != NULL && c->backend != NULL && c->backend->set_stream != NULL)

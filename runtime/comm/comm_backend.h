@@ -17,6 +17,7 @@
 
 struct comm_backend {
     const char *name;
+    int device_memory; /* 1: buffers are GPU memory (nccl); 0: host memory */
     /* Connect the group; c->rank, size and options are set.  On failure
      * the caller still calls destroy.  Returns 0 or a result code. */
     int (*init)(struct dtrain_comm *c, const struct dtrain_comm_group *g, char *err, size_t errlen);

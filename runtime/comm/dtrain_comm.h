@@ -17,7 +17,8 @@
  *         DTRAIN_COMM_ENOTSUP), from the "nccl:<hex>" id the launcher made;
  *         TP/PP/DP groups can be split off WORLD (dtrain_comm_split).
  *         Non-blocking init and a watchdog on every call (doc/gpu.md).
- * With cpu, buffers are host memory; with nccl, GPU memory.
+ * With cpu, buffers are host memory; with nccl, GPU memory (a host buffer
+ * goes through a device copy: slow, for small control messages).
  *
  * Calls.  Every member calls the same collectives, in the same order, with
  * the same counts (and root); a mismatch is detected where the headers meet
@@ -151,6 +152,9 @@ int dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g, con
  * that stream's later work waits for the call.  Without it, a call first
  * synchronises the device.  The cpu backend ignores it. */
 void dtrain_comm_set_stream(dtrain_comm *c, void *stream);
+
+/* 1 when c moves GPU memory (nccl), 0 when host memory (cpu, or NULL). */
+int dtrain_comm_device_memory(const dtrain_comm *c);
 
 int dtrain_comm_rank(const dtrain_comm *c);
 int dtrain_comm_size(const dtrain_comm *c);

@@ -30,6 +30,7 @@ struct bucket {
 struct dtrain_dp {
     struct dtrain_kernels *k;
     dtrain_comm *comm;  /* NULL when D = 1 */
+    struct dtrain_pcomm pc; /* comm on the kernels' memory */
     int size, rank;     /* D, this rank */
     int zero1, overlap, local; /* local: D = 1 without ZeRO-1, nothing to reduce */
     const struct dtrain_shard *shard;
@@ -68,20 +69,21 @@ static double now_seconds(void)
 
 /* ------------------------------------------------------------ one bucket */
 
-static void pack(const struct bucket *b, const float *vec, float *buf)
+/* Copies within the kernels' memory (a GPU's on the cuda kernels). */
+static void pack(struct dtrain_kernels *k, const struct bucket *b, const float *vec, float *buf)
 {
     size_t at = 0;
     for (int i = 0; i < b->nranges; i++) {
-        memcpy(buf + at, vec + b->ranges[i].offset, b->ranges[i].count * sizeof(float));
+        dtrain_k_copy(k, buf + at, vec + b->ranges[i].offset, b->ranges[i].count * sizeof(float));
         at += b->ranges[i].count;
     }
 }
 
-static void unpack(const struct bucket *b, const float *buf, float *vec)
+static void unpack(struct dtrain_kernels *k, const struct bucket *b, const float *buf, float *vec)
 {
     size_t at = 0;
     for (int i = 0; i < b->nranges; i++) {
-        memcpy(vec + b->ranges[i].offset, buf + at, b->ranges[i].count * sizeof(float));
+        dtrain_k_copy(k, vec + b->ranges[i].offset, buf + at, b->ranges[i].count * sizeof(float));
         at += b->ranges[i].count;
     }
 }
@@ -90,19 +92,19 @@ static void unpack(const struct bucket *b, const float *buf, float *vec)
  * this rank's share of b->grad (ZeRO-1: reduce-scatter). */
 static int reduce_bucket(struct dtrain_dp *dp, struct bucket *b, char *err, size_t errlen)
 {
-    pack(b, dp->grads, b->grad);
+    pack(dp->k, b, dp->grads, b->grad);
     if (dp->comm == NULL)
         return DTRAIN_OK; /* ZeRO-1 on D = 1: the share is the bucket */
     int rc;
     if (dp->zero1) {
         float *mine = b->grad + (size_t)dp->rank * b->share;
-        rc = dtrain_comm_reduce_scatter(dp->comm, b->grad, mine, b->share, DTRAIN_REDUCE_SUM);
-        return dtrain_pcomm_status(dp->comm, rc, "data-parallel reduce-scatter", err, errlen);
+        return dtrain_pcomm_reduce_scatter(&dp->pc, b->grad, mine, b->share, "data-parallel reduce-scatter", err,
+                                           errlen);
     }
-    rc = dtrain_comm_allreduce(dp->comm, b->grad, b->packed, DTRAIN_REDUCE_SUM);
-    if ((rc = dtrain_pcomm_status(dp->comm, rc, "data-parallel all-reduce", err, errlen)) != DTRAIN_OK)
+    if ((rc = dtrain_pcomm_allreduce(&dp->pc, b->grad, b->packed, "data-parallel all-reduce", err, errlen)) !=
+        DTRAIN_OK)
         return rc;
-    unpack(b, b->grad, dp->grads);
+    unpack(dp->k, b, b->grad, dp->grads);
     return DTRAIN_OK;
 }
 
@@ -266,7 +268,11 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
     dp->rank = dp->comm != NULL ? dtrain_comm_rank(comm) : 0;
     dp->zero1 = opt->zero1;
     dp->local = dp->comm == NULL && !dp->zero1;
-    dp->overlap = opt->overlap && !dp->local && dp->comm != NULL;
+    /* The reducer thread packs and reduces while the main thread runs the
+     * backward: only on host memory, where the copies are plain memcpy.  A
+     * GPU's kernels take calls from one thread; there the buckets are
+     * reduced after the backward, in the main thread. */
+    dp->overlap = opt->overlap && !dp->local && dp->comm != NULL && dtrain_kernels_host_memory(k);
     dp->shard = shard;
     dp->params = params;
     dp->grads = grads;
@@ -284,6 +290,8 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
         goto oom;
     }
     dp->sync_ready = 1;
+    if ((rc = dtrain_pcomm_init(&dp->pc, k, dp->comm, err, errlen)) != DTRAIN_OK)
+        goto fail;
     if (build_buckets(dp, opt->bucket_floats > 0 ? opt->bucket_floats : 1) != 0 || build_norm_spans(dp) != 0)
         goto oom;
     size_t state = shard->count;
@@ -337,6 +345,7 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
         dtrain_k_free(dp->k, dp->buckets[i].param);
     }
     dtrain_adamw_destroy(dp->adamw);
+    dtrain_pcomm_release(&dp->pc);
     free(dp->buckets);
     free(dp->ranges);
     free(dp->spans);
@@ -467,16 +476,16 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
     for (int i = 0; i < dp->nbuckets; i++) {
         struct bucket *b = &dp->buckets[i];
         size_t at = (size_t)dp->rank * b->share;
-        pack(b, dp->params, b->param);
+        pack(dp->k, b, dp->params, b->param);
         dtrain_adamw_update_range(dp->adamw, b->state_offset, b->share, b->param + at, b->grad + at,
                                   c, step, lr, grad_scale);
         if (dp->comm != NULL) {
-            int rc = dtrain_comm_all_gather(dp->comm, b->param + at, b->param, b->share);
-            rc = dtrain_pcomm_status(dp->comm, rc, "ZeRO-1 all-gather of the parameters", err, errlen);
+            int rc = dtrain_pcomm_all_gather(&dp->pc, b->param + at, b->param, b->share,
+                                             "ZeRO-1 all-gather of the parameters", err, errlen);
             if (rc != DTRAIN_OK)
                 return rc;
         }
-        unpack(b, b->param, dp->params);
+        unpack(dp->k, b, b->param, dp->params);
     }
     return DTRAIN_OK;
 }

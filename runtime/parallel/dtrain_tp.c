@@ -11,11 +11,12 @@
 struct dtrain_tp {
     struct dtrain_kernels *k;
     dtrain_comm *comm;    /* NULL when T = 1 */
+    struct dtrain_pcomm pc; /* comm on the kernels' memory */
     int size, rank;       /* T, this rank */
     int V, Vl, v0;        /* vocabulary, rows held here, first of them */
     int valid;            /* columns of this rank below V: min(max(V - v0, 0), Vl) */
     int max_rows;
-    float *row_max;       /* (max_rows) */
+    float *row_max;       /* (max_rows), kernels' memory */
     float *all_max;       /* (T * max_rows) */
     float *sums;          /* (2 * max_rows): denominators, target logits */
     struct dtrain_tp_hook hook;
@@ -42,10 +43,15 @@ int dtrain_tp_create(struct dtrain_kernels *k, dtrain_comm *comm, int V, int Vl,
     tp->v0 = v0;
     tp->valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
     tp->max_rows = max_rows;
+    int rc = dtrain_pcomm_init(&tp->pc, k, tp->comm, err, errlen);
+    if (rc != DTRAIN_OK) {
+        dtrain_tp_destroy(tp);
+        return rc;
+    }
     if (tp->comm != NULL) {
-        tp->row_max = malloc((size_t)max_rows * sizeof(float));
-        tp->all_max = malloc((size_t)max_rows * tp->size * sizeof(float));
-        tp->sums = malloc(2 * (size_t)max_rows * sizeof(float));
+        tp->row_max = dtrain_k_alloc(k, (size_t)max_rows * sizeof(float));
+        tp->all_max = dtrain_k_alloc(k, (size_t)max_rows * tp->size * sizeof(float));
+        tp->sums = dtrain_k_alloc(k, 2 * (size_t)max_rows * sizeof(float));
         if (tp->row_max == NULL || tp->all_max == NULL || tp->sums == NULL)
             goto oom;
     }
@@ -62,9 +68,12 @@ void dtrain_tp_destroy(struct dtrain_tp *tp)
 {
     if (tp == NULL)
         return;
-    free(tp->row_max);
-    free(tp->all_max);
-    free(tp->sums);
+    dtrain_pcomm_release(&tp->pc);
+    if (tp->comm != NULL) {
+        dtrain_k_free(tp->k, tp->row_max);
+        dtrain_k_free(tp->k, tp->all_max);
+        dtrain_k_free(tp->k, tp->sums);
+    }
     free(tp);
 }
 
@@ -78,10 +87,7 @@ const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp)
 
 int dtrain_tp_allreduce(struct dtrain_tp *tp, float *buf, size_t n, char *err, size_t errlen)
 {
-    if (tp->comm == NULL)
-        return DTRAIN_OK;
-    return dtrain_pcomm_status(tp->comm, dtrain_comm_allreduce(tp->comm, buf, n, DTRAIN_REDUCE_SUM),
-                               "tensor-parallel all-reduce", err, errlen);
+    return dtrain_pcomm_allreduce(&tp->pc, buf, n, "tensor-parallel all-reduce", err, errlen);
 }
 
 /* ------------------------------------------------------------ embedding */
@@ -96,14 +102,7 @@ int dtrain_tp_embedding_forward(struct dtrain_tp *tp, float *out, const int32_t 
     }
     /* g after a vocabulary-parallel lookup: rank 0 adds wpe, the owner of
      * the token its wte row; everything else is an exact zero. */
-    for (long bt = 0; bt < (long)B * T; bt++) {
-        long row = (long)tokens[bt] - tp->v0;
-        const float *w = (row >= 0 && row < tp->Vl) ? wte_local + (size_t)row * C : NULL;
-        const float *p = tp->rank == 0 ? wpe + (size_t)(bt % T) * C : NULL;
-        float *o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++)
-            o[c] = (w != NULL && p != NULL) ? w[c] + p[c] : w != NULL ? w[c] : p != NULL ? p[c] : 0.0f;
-    }
+    dtrain_k_embedding_vp_forward(tp->k, out, tokens, wte_local, wpe, B, T, C, tp->v0, tp->Vl, tp->rank == 0);
     return dtrain_tp_allreduce(tp, out, (size_t)B * T * C, err, errlen);
 }
 
@@ -114,19 +113,7 @@ void dtrain_tp_embedding_backward(struct dtrain_tp *tp, float *dwte_local, float
         dtrain_k_encoder_backward(tp->k, dwte_local, dwpe, dout, tokens, B, T, C);
         return;
     }
-    /* Rows in order, as the kernel adds them: the same sums bit for bit. */
-    for (long bt = 0; bt < (long)B * T; bt++) {
-        long row = (long)tokens[bt] - tp->v0;
-        const float *d = dout + (size_t)bt * C;
-        float *dp = dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++)
-            dp[c] += d[c];
-        if (row >= 0 && row < tp->Vl) {
-            float *dw = dwte_local + (size_t)row * C;
-            for (int c = 0; c < C; c++)
-                dw[c] += d[c];
-        }
-    }
+    dtrain_k_embedding_vp_backward(tp->k, dwte_local, dwpe, dout, tokens, B, T, C, tp->v0, tp->Vl);
 }
 
 /* ------------------------------------------------------------ cross-entropy */
@@ -152,48 +139,19 @@ int dtrain_tp_xent_forward(struct dtrain_tp *tp, float *logits_probs, float *los
         return rc;
     int Vl = tp->Vl, nv = tp->valid;
     /* 1. the row maxima over all columns: gather the local ones */
-    for (int n = 0; n < N; n++) {
-        const float *row = logits_probs + (size_t)n * Vl;
-        float m = -INFINITY;
-        for (int i = 0; i < nv; i++)
-            if (row[i] > m)
-                m = row[i];
-        tp->row_max[n] = m;
-    }
-    rc = dtrain_pcomm_status(tp->comm, dtrain_comm_all_gather(tp->comm, tp->row_max, tp->all_max, (size_t)N),
-                             "vocabulary-parallel cross-entropy (row maxima)", err, errlen);
+    dtrain_k_xent_vp_rowmax(tp->k, tp->row_max, logits_probs, N, Vl, nv);
+    rc = dtrain_pcomm_all_gather(&tp->pc, tp->row_max, tp->all_max, (size_t)N,
+                                 "vocabulary-parallel cross-entropy (row maxima)", err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
     /* 2. exponentials, local denominators and the target's shifted logit */
-    float *sum = tp->sums, *target = tp->sums + N;
-    for (int n = 0; n < N; n++) {
-        float m = -INFINITY;
-        for (int r = 0; r < tp->size; r++)
-            if (tp->all_max[(size_t)r * N + n] > m)
-                m = tp->all_max[(size_t)r * N + n];
-        float *row = logits_probs + (size_t)n * Vl;
-        long t = (long)targets[n] - tp->v0;
-        target[n] = (t >= 0 && t < nv) ? row[t] - m : 0.0f;
-        float s = 0.0f;
-        for (int i = 0; i < nv; i++) {
-            float e = expf(row[i] - m);
-            row[i] = e;
-            s += e;
-        }
-        if (Vl > nv)
-            memset(row + nv, 0, (size_t)(Vl - nv) * sizeof(float));
-        sum[n] = s;
-    }
+    dtrain_k_xent_vp_exp(tp->k, logits_probs, tp->sums, tp->all_max, tp->size, targets, tp->v0, N, Vl, nv);
     /* 3. the global denominators and target logits in one all-reduce */
-    if ((rc = dtrain_tp_allreduce(tp, tp->sums, 2 * (size_t)N, err, errlen)) != DTRAIN_OK)
+    rc = dtrain_pcomm_allreduce(&tp->pc, tp->sums, 2 * (size_t)N, "vocabulary-parallel cross-entropy (denominators)",
+                                err, errlen);
+    if (rc != DTRAIN_OK)
         return rc;
-    for (int n = 0; n < N; n++) {
-        /* -log(e^(x_t - max) / sum), as the kernel computes it */
-        losses[n] = logf(sum[n]) - target[n];
-        float inv = 1.0f / sum[n], *row = logits_probs + (size_t)n * Vl;
-        for (int i = 0; i < nv; i++)
-            row[i] *= inv;
-    }
+    dtrain_k_xent_vp_finish(tp->k, logits_probs, losses, tp->sums, N, Vl, nv);
     return DTRAIN_OK;
 }
 
@@ -204,15 +162,5 @@ void dtrain_tp_xent_backward(struct dtrain_tp *tp, float *probs_dlogits, const i
         dtrain_k_softmax_xent_backward(tp->k, probs_dlogits, targets, dloss, N, tp->V, tp->Vl);
         return;
     }
-    int Vl = tp->Vl, nv = tp->valid;
-    for (int n = 0; n < N; n++) {
-        float *row = probs_dlogits + (size_t)n * Vl;
-        for (int i = 0; i < nv; i++)
-            row[i] *= dloss;
-        long t = (long)targets[n] - tp->v0;
-        if (t >= 0 && t < nv)
-            row[t] -= dloss;
-        if (Vl > nv)
-            memset(row + nv, 0, (size_t)(Vl - nv) * sizeof(float));
-    }
+    dtrain_k_xent_vp_backward(tp->k, probs_dlogits, targets, tp->v0, dloss, N, tp->Vl, tp->valid);
 }

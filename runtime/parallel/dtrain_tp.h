@@ -25,10 +25,10 @@
  *
  * With T = 1 every function is the plain kernel (dtrain_kernels.h) and no
  * communication happens.  With T > 1 the vocabulary-parallel pieces are
- * host loops over the buffers: the comm layer's cpu backend moves host
- * memory, and so is the CPU kernels' backend memory (the GPU build gets
- * kernels for them together with the NCCL backend).  All buffers are that
- * memory; token arrays included. */
+ * kernels too (dtrain_k_embedding_vp_*, dtrain_k_xent_vp_*) and the
+ * collectives between them go through dtrain_pcomm.h, so every backend
+ * runs them: all buffers, scratch and token arrays included, are the
+ * kernels' memory. */
 #ifndef DTRAIN_TP_H
 #define DTRAIN_TP_H
 

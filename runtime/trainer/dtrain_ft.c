@@ -34,6 +34,8 @@ struct ft {
     const char *prog;
     FILE *progress;
     const char *dir;                 /* checkpoint folder, NULL: none */
+    const char *resume;              /* resume from here (--resume), NULL: from dir */
+    const char *last_dir;            /* the folder of last_ckpt */
     struct dtrain_sckpt_layout layout;
     struct dtrain_ft_pieces pieces;
     long restart;
@@ -103,19 +105,39 @@ static int add_piece(struct pieces *l, struct dtrain_sckpt_piece piece)
     return 0;
 }
 
-struct state_ctx {
-    const struct runs *runs;
-    float *params;
-    int owner;            /* this rank writes the moments it keeps (ZeRO-1, or DP rank 0) */
-    struct pieces *save, *load;
+/* The moments the rank keeps, run by run, in backend memory (dev) and
+ * their host copies (host), which the checkpoint pieces point into. */
+struct state_copy {
+    float *dev_m, *dev_v, *host_m, *host_v;
+    size_t count;
 };
 
-/* One run of moments [off, off + count) of the local vector: split along
- * the shard's runs into whole-vector pieces. */
-static int add_state(void *ctx, size_t off, size_t count, float *m, float *v)
+struct state_ctx {
+    const struct runs *runs;
+    float *params;        /* host copy of the local parameters */
+    int owner;            /* this rank writes the moments it keeps (ZeRO-1, or DP rank 0) */
+    struct pieces *save, *load;
+    struct dtrain_ft_pieces *out; /* its state copies */
+};
+
+/* One run of moments [off, off + count) of the local vector: a host copy
+ * of it, split along the shard's runs into whole-vector pieces. */
+static int add_state(void *ctx, size_t off, size_t count, float *dev_m, float *dev_v)
 {
     struct state_ctx *c = ctx;
     const struct runs *r = c->runs;
+    struct dtrain_ft_pieces *o = c->out;
+    struct state_copy *more = realloc(o->state, (o->nstate + 1) * sizeof *more);
+    if (more == NULL)
+        return -1;
+    o->state = more;
+    struct state_copy *sc = &o->state[o->nstate];
+    *sc = (struct state_copy){dev_m, dev_v, malloc((count + 1) * sizeof(float)), malloc((count + 1) * sizeof(float)),
+                              count};
+    o->nstate++; /* freed with the pieces even when a malloc failed */
+    if (sc->host_m == NULL || sc->host_v == NULL)
+        return -1;
+    float *m = sc->host_m, *v = sc->host_v;
     size_t a = 0, b = r->n;
     while (a < b) { /* the first shard run ending after off */
         size_t mid = a + (b - a) / 2;
@@ -149,11 +171,15 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
                      const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen)
 {
     const struct dtrain_shard *s = dtrain_ptrainer_shard(t);
-    float *params = dtrain_ptrainer_params(t);
     struct runs runs = {0};
     struct pieces save = {0}, load = {0};
-    int rc = DTRAIN_ERR_SYSTEM;
     memset(out, 0, sizeof *out);
+    out->k = dtrain_ptrainer_kernels(t);
+    out->dev_params = dtrain_ptrainer_params(t);
+    out->nparams = s->count;
+    float *params = out->host_params = malloc((s->count + 1) * sizeof(float));
+    if (params == NULL)
+        goto oom;
     dtrain_shard_for_each_run(s, add_run, &runs);
     if (runs.oom)
         goto oom;
@@ -161,7 +187,7 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
         if (add_piece(&load, (struct dtrain_sckpt_piece){runs.r[i].whole, runs.r[i].count,
                                                         params + runs.r[i].local, NULL, NULL}) != 0)
             goto oom;
-    struct state_ctx ctx = {&runs, params, cfg->zero1 || bs->dp_rank == 0, &save, &load};
+    struct state_ctx ctx = {&runs, params, cfg->zero1 || bs->dp_rank == 0, &save, &load, out};
     if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
         goto oom;
     if (save.n > 0)
@@ -173,23 +199,55 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     free(runs.r);
     return DTRAIN_OK;
 oom:
-    snprintf(err, errlen, "out of memory for the checkpoint's list of %zu runs", runs.n);
+    snprintf(err, errlen, "out of memory for the checkpoint's list of %zu runs and its host copy", runs.n);
     free(runs.r);
     free(save.p);
     free(load.p);
-    return rc;
+    dtrain_ft_pieces_free(out);
+    return DTRAIN_ERR_SYSTEM;
+}
+
+void dtrain_ft_pieces_download(struct dtrain_ft_pieces *p)
+{
+    dtrain_k_download(p->k, p->host_params, p->dev_params, p->nparams * sizeof(float));
+    for (size_t i = 0; i < p->nstate; i++) {
+        dtrain_k_download(p->k, p->state[i].host_m, p->state[i].dev_m, p->state[i].count * sizeof(float));
+        dtrain_k_download(p->k, p->state[i].host_v, p->state[i].dev_v, p->state[i].count * sizeof(float));
+    }
+}
+
+void dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p)
+{
+    dtrain_k_upload(p->k, p->dev_params, p->host_params, p->nparams * sizeof(float));
+    for (size_t i = 0; i < p->nstate; i++) {
+        dtrain_k_upload(p->k, p->state[i].dev_m, p->state[i].host_m, p->state[i].count * sizeof(float));
+        dtrain_k_upload(p->k, p->state[i].dev_v, p->state[i].host_v, p->state[i].count * sizeof(float));
+    }
+    dtrain_k_sync(p->k);
 }
 
 void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p)
 {
     free(p->save);
     free(p->load);
+    free(p->host_params);
+    for (size_t i = 0; i < p->nstate; i++) {
+        free(p->state[i].host_m);
+        free(p->state[i].host_v);
+    }
+    free(p->state);
     memset(p, 0, sizeof *p);
 }
 
 /* ------------------------------------------------------------ checkpoints */
 
 static int is_root(const struct ft *f) { return f->bs->rank == 0; }
+
+/* The checkpoint folder holds this step already (written, or resumed from). */
+static int saved_in_dir(const struct ft *f, long step)
+{
+    return f->last_ckpt == step && f->last_dir == f->dir;
+}
 
 static int save_checkpoint(struct ft *f, char *err, size_t errlen)
 {
@@ -202,12 +260,14 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
         dtrain_fault_event(f->fault, "inject", step, "nospace");
     }
     dtrain_watchdog_beat(f->wd, "writing a checkpoint", step);
+    dtrain_ft_pieces_download(&f->pieces);
     int rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
                                f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
                                errlen);
     dtrain_watchdog_beat(f->wd, "training", step);
     if (rc == DTRAIN_OK) {
         f->last_ckpt = step;
+        f->last_dir = f->dir;
         f->sum->checkpoints++;
         f->sum->ckpt_write_s = st.seconds;
         f->sum->ckpt_bytes = st.total_bytes;
@@ -230,30 +290,38 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
     return rc;
 }
 
-/* Load the newest good checkpoint (at start, or to roll back). */
-static int load_checkpoint(struct ft *f, int rollback, char *err, size_t errlen)
+/* Load the newest good checkpoint of dir (at start, or to roll back).
+ * required: finding none there is an error (--resume DIR). */
+static int load_checkpoint(struct ft *f, const char *dir, int rollback, int required, char *err, size_t errlen)
 {
     struct dtrain_sckpt_resumed res;
     struct dtrain_sckpt_stats st;
     long at = dtrain_ptrainer_steps_done(f->t);
     dtrain_watchdog_beat(f->wd, "loading a checkpoint", at);
     dtrain_fault_event(f->fault, "load_begin", at, rollback ? "rollback" : "resume");
-    int rc = dtrain_sckpt_resume(f->dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res,
+    int rc = dtrain_sckpt_resume(dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res,
                                  &st, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
     if (!res.found && (rollback || res.loaded_partly)) {
         snprintf(err, errlen, "%s: no good checkpoint in %s%s", rollback ? "cannot roll back" : "cannot resume",
-                 f->dir, res.loaded_partly ? " (a damaged one was read in part: the model is not usable)" : "");
+                 dir, res.loaded_partly ? " (a damaged one was read in part: the model is not usable)" : "");
         return DTRAIN_ERR_SYSTEM;
     }
     if (!res.found && res.damaged > 0) {
         /* storage that damages every checkpoint would make every requeue start over */
         snprintf(err, errlen, "every checkpoint in %s is damaged (kept as step-N.damaged): not starting over from "
-                 "step 0; move the folder away (or give another --ckpt-dir) to train from the beginning", f->dir);
+                 "step 0; move the folder away (or give another --ckpt-dir) to train from the beginning", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (!res.found && required) {
+        snprintf(err, errlen, "--resume %s: no checkpoint there (a folder of step-N checkpoints, as --checkpoint "
+                 "writes)", dir);
         return DTRAIN_ERR_INPUT;
     }
     if (res.found) {
+        dtrain_ft_pieces_upload(&f->pieces);
+        f->last_dir = dir;
         dtrain_ptrainer_set_position(f->t, (long)res.step, res.data_batches);
         f->last_ckpt = (long)res.step;
         f->sum->load_s = st.seconds;
@@ -272,7 +340,7 @@ static int load_checkpoint(struct ft *f, int rollback, char *err, size_t errlen)
             fflush(f->progress);
         }
     } else if (is_root(f)) {
-        fprintf(f->progress, "%s: no checkpoint in %s yet: starting from step 0\n", f->prog, f->dir);
+        fprintf(f->progress, "%s: no checkpoint in %s yet: starting from step 0\n", f->prog, dir);
         fflush(f->progress);
     }
     return dtrain_ptrainer_metrics_from(f->t, dtrain_ptrainer_steps_done(f->t), err, errlen);
@@ -341,7 +409,7 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
      * in the checkpoint's collectives (as at the end of dtrain_ft_run) */
     dtrain_watchdog_pause(f->wd);
     if (f->dir != NULL) {
-        rc = f->last_ckpt == step ? DTRAIN_OK : save_checkpoint(f, err, errlen);
+        rc = saved_in_dir(f, step) ? DTRAIN_OK : save_checkpoint(f, err, errlen);
         if (rc == DTRAIN_ERR_FAULT)
             return rc;
         snprintf(saved, sizeof saved, rc == DTRAIN_OK ? "checkpoint of step %ld written" :
@@ -369,7 +437,7 @@ static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in
         }
         return DTRAIN_OK;
     }
-    if (f->dir == NULL || f->last_ckpt < 0) {
+    if (f->last_dir == NULL || f->last_ckpt < 0) {
         snprintf(err, errlen, "step %ld: training diverged: %ld steps in a row had a non-finite loss or gradient "
                  "and there is no checkpoint to roll back to (lower the learning rate, set grad_clip, or give "
                  "--ckpt-dir)", r->base.step, *in_a_row);
@@ -385,7 +453,7 @@ static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in
                 "checkpoint of step %ld\n", f->prog, r->base.step, *in_a_row, f->last_ckpt);
     f->sum->rollbacks++;
     *in_a_row = 0;
-    return load_checkpoint(f, 1, err, errlen);
+    return load_checkpoint(f, f->last_dir, 1, 0, err, errlen);
 }
 
 static int train(struct ft *f, char *err, size_t errlen)
@@ -431,11 +499,11 @@ static int train(struct ft *f, char *err, size_t errlen)
         if ((rc = stop_requested(f, ctl.flags, err, errlen)) != DTRAIN_OK)
             return rc;
         long done = dtrain_ptrainer_steps_done(f->t);
-        if (f->dir != NULL && c->checkpoint_every > 0 && done % c->checkpoint_every == 0 && done != f->last_ckpt &&
+        if (f->dir != NULL && c->checkpoint_every > 0 && done % c->checkpoint_every == 0 && !saved_in_dir(f, done) &&
             done < c->steps && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
             return rc;
     }
-    if (f->dir != NULL && f->last_ckpt != c->steps && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+    if (f->dir != NULL && !saved_in_dir(f, c->steps) && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
         return rc;
     return DTRAIN_OK;
 }
@@ -449,6 +517,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
         .t = t, .cfg = cfg, .bs = bs, .world = comms->group[DTRAIN_GROUP_WORLD], .fault = fault,
         .prog = fault->prog, .progress = progress != NULL ? progress : stdout,
         .dir = cfg->ckpt_dir[0] != '\0' ? cfg->ckpt_dir : NULL,
+        .resume = cfg->resume[0] != '\0' ? cfg->resume : NULL,
         .layout = {bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank, bs->tp_rank, bs->pp_rank,
                    bs->dp_rank},
         .restart = fault->restarts.count, .nan_armed = -1, .last_ckpt = -1, .sum = sum,
@@ -470,12 +539,16 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     };
     if (dtrain_watchdog_start(&wo, &f.wd, err, errlen) != 0)
         goto out;
-    if (f.dir != NULL) {
-        inject_corruption(&f);
+    /* a trainer that has trained already (dtrain_trainer.h's) goes on from where it is */
+    if ((f.dir != NULL || f.resume != NULL) && dtrain_ptrainer_steps_done(t) == 0) {
+        if (f.dir != NULL)
+            inject_corruption(&f);
+        /* the same folder named twice is the folder: last_dir then says so */
+        const char *from = f.resume != NULL && (f.dir == NULL || strcmp(f.resume, f.dir) != 0) ? f.resume : f.dir;
         if ((rc = barrier(&f, "before resuming", err, errlen)) != DTRAIN_OK ||
-            (rc = load_checkpoint(&f, 0, err, errlen)) != DTRAIN_OK)
+            (rc = load_checkpoint(&f, from, 0, f.resume != NULL, err, errlen)) != DTRAIN_OK)
             goto out;
-    } else if ((rc = dtrain_ptrainer_metrics_from(t, 0, err, errlen)) != DTRAIN_OK) {
+    } else if ((rc = dtrain_ptrainer_metrics_from(t, dtrain_ptrainer_steps_done(t), err, errlen)) != DTRAIN_OK) {
         goto out;
     }
     if ((rc = train(&f, err, errlen)) != DTRAIN_OK)
@@ -495,5 +568,47 @@ out:
     if (signals)
         dtrain_signals_restore();
     dtrain_ft_pieces_free(&f.pieces);
+    return rc;
+}
+
+/* ------------------------------------------------------------ one checkpoint, outside the loop */
+
+int dtrain_ft_save(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg, const struct dtrain_bootstrap *bs,
+                   dtrain_comm *world, const char *dir, char *err, size_t errlen)
+{
+    struct dtrain_ft_pieces p;
+    struct dtrain_sckpt_stats st;
+    const struct dtrain_sckpt_layout layout = {bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank,
+                                               bs->tp_rank, bs->pp_rank, bs->dp_rank};
+    int rc = dtrain_ft_pieces(t, cfg, bs, &p, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    dtrain_ft_pieces_download(&p);
+    rc = dtrain_sckpt_save(dir, cfg, &layout, (uint64_t)dtrain_ptrainer_steps_done(t),
+                           dtrain_ptrainer_data_batches(t), world, p.save, p.nsave, cfg->ckpt_keep, 0, &st, err, errlen);
+    dtrain_ft_pieces_free(&p);
+    return rc;
+}
+
+int dtrain_ft_load(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg, const struct dtrain_bootstrap *bs,
+                   dtrain_comm *world, const char *dir, const char *prog, char *err, size_t errlen)
+{
+    struct dtrain_ft_pieces p;
+    struct dtrain_sckpt_resumed res;
+    struct dtrain_sckpt_stats st;
+    int rc = dtrain_ft_pieces(t, cfg, bs, &p, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    rc = dtrain_sckpt_resume(dir, cfg, world, p.load, p.nload, stderr, prog, &res, &st, err, errlen);
+    if (rc == DTRAIN_OK && !res.found) {
+        snprintf(err, errlen, "--resume %s: no good checkpoint there (a folder of step-N checkpoints, as --checkpoint "
+                 "writes)", dir);
+        rc = DTRAIN_ERR_INPUT;
+    }
+    if (rc == DTRAIN_OK) {
+        dtrain_ft_pieces_upload(&p);
+        dtrain_ptrainer_set_position(t, (long)res.step, res.data_batches);
+    }
+    dtrain_ft_pieces_free(&p);
     return rc;
 }

@@ -1,10 +1,13 @@
 /* libdtrain: the fault-tolerant training loop of the parallel trainer.
  *
  * dtrain_ft_run() trains a dtrain_ptrainer (dtrain_parallel.h) to
- * config.steps the way dtrain_ptrainer_run does, plus:
+ * config.steps: every step (dtrain_ptrainer_step_ctl), its progress line
+ * and metrics (dtrain_ptrainer_log_step), the llm.c export at the end,
+ * plus:
  *
  *   Resume.  With a checkpoint folder (--ckpt-dir, else DTRAIN_CKPT_DIR,
- *   which sbatch --dtrain-ckpt-dir sets), the run first loads the newest
+ *   which sbatch --dtrain-ckpt-dir sets; dtrain-train's --checkpoint), or
+ *   --resume DIR (which must hold one), a trainer at step 0 first loads the newest
  *   good checkpoint there (dtrain_shard_ckpt.h: written by any layout;
  *   damaged ones are skipped, saying so) and goes on from its step; the
  *   metrics file is cut back to that step.  When every checkpoint there is
@@ -59,18 +62,39 @@ extern "C" {
 int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen);
 
 /* What a checkpoint holds of this rank, as runs of the whole model's
- * vector (dtrain_shard_ckpt.h), pointing into the trainer's memory:
- * save, the parameters and moments it owns (each element of the model once
- * over the job: dtrain_shard_in_norm across TP and PP, the ZeRO-1 shares or
- * DP rank 0 across DP), increasing; load, every run it needs (its whole
- * shard's parameters, the moments it keeps).  Valid while t lives. */
+ * vector (dtrain_shard_ckpt.h), pointing into a host copy of the
+ * trainer's parameters and moments (which live in kernel-backend memory,
+ * device memory on a GPU): save, the parameters and moments it owns (each
+ * element of the model once over the job: dtrain_shard_in_norm across TP
+ * and PP, the ZeRO-1 shares or DP rank 0 across DP), increasing; load,
+ * every run it needs (its whole shard's parameters, the moments it keeps).
+ * dtrain_ft_pieces_download fills the host copy from the trainer before a
+ * save; dtrain_ft_pieces_upload puts it back after a load.  Valid while t
+ * lives. */
+struct state_copy;
 struct dtrain_ft_pieces {
     struct dtrain_sckpt_piece *save, *load;
     size_t nsave, nload;
+    struct dtrain_kernels *k;   /* the trainer's */
+    float *dev_params, *host_params;
+    size_t nparams;
+    struct state_copy *state;   /* the moments' runs and their host copies */
+    size_t nstate;
 };
 int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
                      const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen);
+void dtrain_ft_pieces_download(struct dtrain_ft_pieces *p);
+void dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p);
 void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p);
+
+/* One checkpoint of t's present step into dir, or t from dir's newest
+ * good checkpoint (none there is DTRAIN_ERR_INPUT), outside the loop (a
+ * collective over world, as in the loop; damaged checkpoints are reported
+ * to stderr prefixed prog). */
+int dtrain_ft_save(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg, const struct dtrain_bootstrap *bs,
+                   dtrain_comm *world, const char *dir, char *err, size_t errlen);
+int dtrain_ft_load(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg, const struct dtrain_bootstrap *bs,
+                   dtrain_comm *world, const char *dir, const char *prog, char *err, size_t errlen);
 
 /* What the loop measured, for the caller's last line and the benchmark. */
 struct dtrain_ft_summary {

@@ -6,12 +6,13 @@
  *       dtrain-train's config and flags (plus the "parallel" section:
  *       --micro-batches, --zero1, --bucket-mb, --dp-overlap), trains, and
  *       returns the process exit code.  Rank 0 prints the progress lines
- *       and writes the metrics file.  One task with one micro-batch and no
- *       ZeRO-1 runs the single-process trainer (dtrain_train.h) itself.
+ *       and writes the metrics file.  dtrain-train (dtrain_train.h) runs
+ *       the same program on a 1x1x1 bootstrap of its own.
  *
  *   struct dtrain_ptrainer
- *       One rank's trainer on communicators the caller built (the launcher's
- *       or a test's): create, step, run.
+ *       One rank's trainer on communicators the caller built (the launcher's,
+ *       dtrain-train's 1x1x1 or a test's): create, step; the loop is
+ *       dtrain_ft_run (dtrain_ft.h), the only one.
  *
  * Semantics: the same as the single-process trainer with the same config.
  * Step k reads global batch k (B x T) on every rank; data-parallel rank d
@@ -80,12 +81,6 @@ int dtrain_ptrainer_step(struct dtrain_ptrainer *t, struct dtrain_pstep_result *
                          char *err, size_t errlen);
 long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t);
 
-/* Train until config.steps: rank 0 prints progress lines to `progress`
- * (NULL: none) and writes the metrics file; at the end rank 0 writes the
- * llm.c model file (--save-llmc), gathered from every stage and TP rank.
- * The loop of dtrain_ft.h does the same with checkpoints and faults. */
-int dtrain_ptrainer_run(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen);
-
 /* ------------------------------------------------------------ the pieces of the loop
  * (dtrain_ft.h, the fault-tolerant loop, is built from these) */
 
@@ -122,6 +117,7 @@ void dtrain_ptrainer_set_position(struct dtrain_ptrainer *t, long step, uint64_t
 const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t);
 float *dtrain_ptrainer_params(struct dtrain_ptrainer *t);
 struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t);
+struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t); /* its kernel backend */
 
 /* This rank's parameters (its slice of the model in the layout of
  * dtrain_shard_plan(model, T, P, tp_rank, pp_rank); backend memory);

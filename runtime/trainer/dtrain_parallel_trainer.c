@@ -32,7 +32,8 @@ struct dtrain_ptrainer {
     long nactions;
     int micro_rows;              /* b = B / (D*m) */
     int32_t *inputs, *targets;   /* host: the global batch, B*T each */
-    float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient */
+    float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient (kernels' memory) */
+    struct dtrain_pcomm prev, next, pp; /* the pipeline's communicators on the kernels' memory */
     FILE *metrics;               /* rank 0, with --metrics */
     struct dtrain_prom prom;     /* rank 0, with --prom-textfile (prom_on) */
     int prom_on;
@@ -64,16 +65,6 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
         snprintf(err, errlen, "batch %d does not split into D=%d data-parallel ranks x %d micro-batches: "
                  "make --batch a multiple of %ld (or change --micro-batches)", c->batch, dp,
                  c->micro_batches, split);
-        return DTRAIN_ERR_INPUT;
-    }
-    if (strcmp(c->backend, "cpu") != 0) {
-        snprintf(err, errlen, "run.backend %s: the parallel trainer runs on the cpu kernels for now "
-                 "(use dtrain-train for one GPU)", c->backend);
-        return DTRAIN_ERR_INPUT;
-    }
-    if (c->checkpoint[0] != '\0' || c->resume[0] != '\0') {
-        snprintf(err, errlen, "--checkpoint and --resume are dtrain-train's single-file checkpoints: with "
-                 "dtrain-launch give --ckpt-dir DIR (sharded checkpoints; the run resumes from DIR by itself)");
         return DTRAIN_ERR_INPUT;
     }
     return DTRAIN_OK;
@@ -126,11 +117,15 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     if ((rc = dtrain_shard_plan(&c->model, bs->tp, bs->pp, bs->tp_rank, bs->pp_rank, &t->shard,
                                 err, errlen)) != DTRAIN_OK)
         goto fail;
-    struct dtrain_kernels_options kopt = {.threads = c->threads};
-    if (dtrain_kernels_create("cpu", &kopt, &t->k, err, errlen) != 0) {
+    struct dtrain_kernels_options kopt = {.threads = c->threads, .precision = c->precision};
+    if (dtrain_kernels_create(c->backend, &kopt, &t->k, err, errlen) != 0) {
         rc = DTRAIN_ERR_SYSTEM;
         goto fail;
     }
+    if ((rc = dtrain_pcomm_init(&t->prev, t->k, comms->group[DTRAIN_GROUP_PP_PREV], err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_pcomm_init(&t->next, t->k, comms->group[DTRAIN_GROUP_PP_NEXT], err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_pcomm_init(&t->pp, t->k, comms->group[DTRAIN_GROUP_PP], err, errlen)) != DTRAIN_OK)
+        goto fail;
     if ((rc = dtrain_tokens_open(c->data, &t->data, err, errlen)) != DTRAIN_OK ||
         (rc = dtrain_tokens_batches(t->data, B, T, &nbatches, err, errlen)) != DTRAIN_OK)
         goto fail;
@@ -166,7 +161,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     size_t wte = t->shard.size[DTRAIN_GPT2_WTE];
     if (bs->pp > 1 && wte > 0)
-        t->tie = malloc(wte * sizeof(float));
+        t->tie = dtrain_k_alloc(t->k, wte * sizeof(float));
     if (t->inputs == NULL || t->targets == NULL || (bs->pp > 1 && wte > 0 && t->tie == NULL)) {
         snprintf(err, errlen, "out of memory");
         rc = DTRAIN_ERR_SYSTEM;
@@ -205,7 +200,11 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
     free(t->actions);
     free(t->inputs);
     free(t->targets);
-    free(t->tie);
+    if (t->k != NULL)
+        dtrain_k_free(t->k, t->tie);
+    dtrain_pcomm_release(&t->prev);
+    dtrain_pcomm_release(&t->next);
+    dtrain_pcomm_release(&t->pp);
     if (t->metrics != NULL)
         fclose(t->metrics);
     dtrain_tokens_close(t->data);
@@ -227,6 +226,8 @@ const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t
 
 struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t) { return t->dp; }
 
+struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t) { return t->k; }
+
 float *dtrain_ptrainer_params(struct dtrain_ptrainer *t) { return dtrain_stage_params(t->stage); }
 
 size_t dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, const float **params)
@@ -242,17 +243,14 @@ static void unit_done(void *ctx, int unit)
     dtrain_dp_unit_ready(ctx, unit);
 }
 
-/* The peer of this rank in a 2-member PP_NEXT / PP_PREV communicator. */
-static int pair_peer(dtrain_comm *c)
+/* A pipeline neighbour's activation or gradient: the peer is the other
+ * member of the 2-member PP_NEXT / PP_PREV communicator. */
+static int p2p(struct dtrain_pcomm *c, int send, float *buf, size_t floats, const char *what, char *err,
+               size_t errlen)
 {
-    return 1 - dtrain_comm_rank(c);
-}
-
-static int p2p(dtrain_comm *c, int send, void *buf, size_t floats, const char *what, char *err, size_t errlen)
-{
-    size_t bytes = floats * sizeof(float);
-    int rc = send ? dtrain_comm_send(c, buf, bytes, pair_peer(c)) : dtrain_comm_recv(c, buf, bytes, pair_peer(c));
-    return dtrain_pcomm_status(c, rc, what, err, errlen);
+    int peer = 1 - dtrain_comm_rank(c->c);
+    return send ? dtrain_pcomm_send(c, buf, floats, peer, what, err, errlen)
+                : dtrain_pcomm_recv(c, buf, floats, peer, what, err, errlen);
 }
 
 /* Run this stage's 1F1B list for the step's micro-batches. */
@@ -260,7 +258,7 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wai
                         char *err, size_t errlen)
 {
     const struct dtrain_bootstrap *L = &t->layout;
-    dtrain_comm *prev = t->comms->group[DTRAIN_GROUP_PP_PREV], *next = t->comms->group[DTRAIN_GROUP_PP_NEXT];
+    struct dtrain_pcomm *prev = &t->prev, *next = &t->next;
     size_t act = dtrain_stage_act_floats(t->stage);
     int T = t->cfg.seq, m = t->cfg.micro_batches;
     float dloss = 1.0f / (float)((long)t->cfg.batch * T);
@@ -315,15 +313,13 @@ static int tie_embedding(struct dtrain_ptrainer *t, char *err, size_t errlen)
     size_t n = s->size[DTRAIN_GPT2_WTE];
     if (s->pp == 1 || n == 0)
         return DTRAIN_OK;
-    dtrain_comm *pp = t->comms->group[DTRAIN_GROUP_PP];
     float *g = dtrain_shard_tensor(s, dtrain_stage_grads(t->stage), DTRAIN_GPT2_WTE);
     int other = s->has_embedding ? s->pp - 1 : 0;
-    size_t bytes = n * sizeof(float);
-    int rc = dtrain_comm_sendrecv(pp, g, bytes, other, t->tie, bytes, other);
-    if ((rc = dtrain_pcomm_status(pp, rc, "tied embedding: gradient exchange", err, errlen)) != DTRAIN_OK)
+    int rc = dtrain_pcomm_sendrecv(&t->pp, g, n, other, t->tie, n, other, "tied embedding: gradient exchange", err,
+                                   errlen);
+    if (rc != DTRAIN_OK)
         return rc;
-    for (size_t i = 0; i < n; i++)
-        g[i] += t->tie[i];
+    dtrain_k_residual_forward(t->k, g, g, t->tie, n); /* g += tie, element by element */
     return DTRAIN_OK;
 }
 
@@ -410,15 +406,24 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
 {
     const struct dtrain_bootstrap *L = &t->layout;
     dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
-    float *local = dtrain_stage_params(t->stage);
     int rc = DTRAIN_OK;
+    if (L->rank != 0 && L->dp_rank != 0)
+        return DTRAIN_OK;
+    /* this rank's shard, from backend memory */
+    float *local = malloc((t->shard.count + 1) * sizeof(float));
+    if (local == NULL) {
+        snprintf(err, errlen, "gathering the model: out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    dtrain_k_download(t->k, local, dtrain_stage_params(t->stage), t->shard.count * sizeof(float));
     if (L->rank != 0) {
-        if (L->dp_rank == 0)
-            rc = dtrain_pcomm_status(world, dtrain_comm_send(world, local, t->shard.count * sizeof(float), 0),
-                                     "gathering the model: send", err, errlen);
+        rc = dtrain_pcomm_status(world, dtrain_comm_send(world, local, t->shard.count * sizeof(float), 0),
+                                 "gathering the model: send", err, errlen);
+        free(local);
         return rc;
     }
     dtrain_shard_gather(&t->shard, local, whole);
+    free(local);
     /* the other stages' and TP ranks' shards of DP replica 0 */
     for (int pp = 0; pp < L->pp && rc == DTRAIN_OK; pp++) {
         for (int tp = 0; tp < L->tp && rc == DTRAIN_OK; tp++) {
@@ -508,18 +513,6 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
     if (t->prom_on)
         return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps, err, errlen);
     return DTRAIN_OK;
-}
-
-int dtrain_ptrainer_run(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen)
-{
-    const struct dtrain_train_config *c = &t->cfg;
-    int rc = dtrain_ptrainer_metrics_from(t, t->step, err, errlen);
-    while (rc == DTRAIN_OK && t->step < c->steps) {
-        struct dtrain_pstep_result r;
-        if ((rc = dtrain_ptrainer_step(t, &r, err, errlen)) == DTRAIN_OK)
-            rc = dtrain_ptrainer_log_step(t, progress, &r, err, errlen);
-    }
-    return rc == DTRAIN_OK ? dtrain_ptrainer_finish(t, err, errlen) : rc;
 }
 
 int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)

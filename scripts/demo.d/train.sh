@@ -21,7 +21,7 @@ echo "demo: job $SLURM_JOB_ID, run $run (SLURM_RESTART_COUNT=${SLURM_RESTART_COU
 if [ "$run" = 0 ]; then
   # Where the plugin placed each task (its environment, doc/environment.md).
   srun bash -c 'echo "demo: rank $DTRAIN_RANK on $SLURMD_NODENAME: tp $DTRAIN_TP_RANK dp $DTRAIN_DP_RANK pp $DTRAIN_PP_RANK," \
-    "GPU $DTRAIN_GPU (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES), placed by $DTRAIN_PLACED_BY"' | sort -n -k3
+    "GPU $DTRAIN_GPU (CUDA device ${DTRAIN_CUDA_DEVICE:-0} of CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES), placed by $DTRAIN_PLACED_BY"' | sort -n -k3
 fi
 # One thread per rank: 8 ranks share this machine's cores.
 export OPENBLAS_NUM_THREADS=1

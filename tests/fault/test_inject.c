@@ -1,5 +1,5 @@
 /* Fault injection specs (runtime/ft/dtrain_inject.h) and the restart budget
- * (runtime/ft/dtrain_fault.h): what parses, what is refused with which line,
+ * (common/dtrain_fault.h): what parses, what is refused with which line,
  * when a fault is due, and the exit code of a fault for each
  * SLURM_RESTART_COUNT / DTRAIN_MAX_RESTARTS. */
 #include <stdio.h>

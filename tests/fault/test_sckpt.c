@@ -10,6 +10,9 @@
  *    shard) makes the resume fall back to the checkpoint before, which is
  *    renamed step-N.damaged, down to "none left"; leftovers of interrupted
  *    saves (*.tmp) go;
+ *  - a checkpoint written by one process (dtrain_train.h, dtrain-train's
+ *    trainer) loads into (2,2,2) ZeRO-1, and one process resumes the
+ *    (2,1,2) checkpoint;
  *  - a checkpoint of another model or seed is refused, not skipped;
  *  - a shard write that fails (injected ENOSPC) fails the save on every
  *    rank and commits nothing; the older checkpoints stay;
@@ -24,6 +27,7 @@
 #include "dtrain_inject.h"
 #include "dtrain_parallel.h"
 #include "dtrain_shard_ckpt.h"
+#include "dtrain_train.h"
 #include "harness.h"
 #include "local_boot.h"
 #include "tap.h"
@@ -79,9 +83,13 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             fclose(quiet);
         a->found = res.found;
         a->resumed = (long)res.step;
-        if (rc == DTRAIN_OK && res.found)
+        if (rc == DTRAIN_OK && res.found) {
+            dtrain_ft_pieces_upload(&pieces); /* the pieces are a host copy of the trainer's memory */
             dtrain_ptrainer_set_position(t, (long)res.step, res.data_batches);
+        }
     }
+    if (rc == DTRAIN_OK)
+        dtrain_ft_pieces_download(&pieces);
     if (rc == DTRAIN_OK && j->save_after_load)
         rc = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)dtrain_ptrainer_steps_done(t),
                                dtrain_ptrainer_data_batches(t), world, pieces.save, pieces.nsave, 100, 0, &st,
@@ -94,6 +102,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         if (rc == DTRAIN_OK && j->save_every > 0 && done % j->save_every == 0) {
             int fail = bs->rank == j->fail_rank && done == j->fail_step;
             char why[512];
+            dtrain_ft_pieces_download(&pieces);
             int src = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)done, dtrain_ptrainer_data_batches(t),
                                         world, pieces.save, pieces.nsave, j->cfg.ckpt_keep, fail, &st, why,
                                         sizeof why);
@@ -215,6 +224,42 @@ int main(void)
         free(p_b);
         free(m_b);
         free(v_b);
+    }
+
+    /* ---- C: dtrain-train's checkpoints (dtrain_train.h: the same trainer on
+     * one process) load into other layouts, and the other way round */
+    {
+        struct dtrain_trainer *one = NULL;
+        struct dtrain_step_result sr;
+        char c3[300];
+        snprintf(c3, sizeof c3, "%s/c3", top);
+        int good = dtrain_trainer_create(&cfg, &one, err, sizeof err) == DTRAIN_OK;
+        for (int s = 0; good && s < 3; s++)
+            good = dtrain_trainer_step(one, &sr, err, sizeof err) == DTRAIN_OK;
+        good = good && dtrain_trainer_save_checkpoint(one, c3, err, sizeof err) == DTRAIN_OK;
+        good = good && dtrain_trainer_step(one, &sr, err, sizeof err) == DTRAIN_OK;
+        ok(good, "one process (dtrain_train.h) trains 3 steps and writes a checkpoint%s%s", good ? "" : ": ", good ? "" : err);
+        float one_loss3 = sr.loss;
+        dtrain_trainer_destroy(one);
+        struct job c = j;
+        c.cfg.zero1 = 1;
+        snprintf(c.load_dir, sizeof c.load_dir, "%s", c3);
+        snprintf(c.save_dir, sizeof c.save_dir, "%s/c", top);
+        c.save_after_load = 0;
+        c.save_every = 0;
+        c.steps = 1;
+        rc = run(&c, 2, 2, 2, &a0, all);
+        ok(rc == 0 && a0.found && a0.resumed == 3 && rel(a0.loss[0], one_loss3) <= LOSS_RTOL,
+           "(2,2,2) ZeRO-1 loads one process's checkpoint of step 3: its step 3 loss %.9g within %g of that "
+           "process's %.9g", (double)a0.loss[0], LOSS_RTOL, (double)one_loss3);
+        struct dtrain_train_config rc1 = cfg;
+        snprintf(rc1.resume, sizeof rc1.resume, "%s", a3);
+        good = dtrain_trainer_create(&rc1, &one, err, sizeof err) == DTRAIN_OK &&
+               dtrain_trainer_steps_done(one) == 3 && dtrain_trainer_step(one, &sr, err, sizeof err) == DTRAIN_OK;
+        ok(good && rel(sr.loss, loss_a[3]) <= LOSS_RTOL, "one process resumes the (2,1,2) ZeRO-1 checkpoint of step 3: "
+           "step 3's loss %.9g within %g of the original %.9g%s%s", (double)sr.loss, LOSS_RTOL, (double)loss_a[3],
+           good ? "" : ": ", good ? "" : err);
+        dtrain_trainer_destroy(one);
     }
 
     /* ---- another model or seed: refused, not skipped */

@@ -61,7 +61,7 @@ make_bundle() {
     rm -rf "$bundle"
     mkdir -p "$bundle/lib" "$bundle/runtime" "$bundle/bench" "$bundle/tests/gpu" || die "cannot create $bundle"
     local f
-    for f in test_cuda_backend test_cuda_kernels test_cuda_train test_nccl; do
+    for f in test_cuda_backend test_cuda_kernels test_cuda_train test_cuda_parallel test_nccl; do
         cp "$(real_binary "$build/tests/gpu" "$f")" "$bundle/tests/gpu/$f" || die "no $f: build first"
     done
     cp "$(real_binary "$build/runtime" dtrain-train)" "$bundle/runtime/" &&
@@ -172,6 +172,7 @@ else
     run_tap test_cuda_kernels 240 "$bundle/tests/gpu/test_cuda_kernels"
 fi
 run_tap test_cuda_train 120 "$bundle/tests/gpu/test_cuda_train"
+run_tap test_cuda_parallel 240 "$bundle/tests/gpu/test_cuda_parallel"
 run_tap test_nccl 120 "$bundle/tests/gpu/test_nccl"
 run_tap test_backend_cli 120 env top_srcdir="$top" top_builddir="$bundle" bash "$top/tests/gpu/test_backend_cli.sh"
 

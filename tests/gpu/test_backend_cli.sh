@@ -47,6 +47,18 @@ elif $train $model --backend cuda --threads 1 >"$work/gpu.out" 2>"$work/gpu.err"
         awk -v a="$fp32" -v b="$cpu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 1e-4) }'
     check "cuda bf16 first loss $bf16 is the CPU's $cpu within 2e-2" \
         awk -v a="$bf16" -v b="$cpu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 2e-2) }'
+    # the one trainer's checkpoints from GPU memory (host copies, sharded format),
+    # resumed on the GPU and on the CPU: the same step 3 within fp32's 1e-4
+    step3() { sed -n 's/^step *3\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1" | head -1; }
+    $train $model --backend cuda --precision fp32 --checkpoint "$work/gck" >"$work/gck.out" 2>&1
+    check "dtrain-train --backend cuda --checkpoint writes a sharded checkpoint of step 3" \
+        test -f "$work/gck/step-00000003/manifest.json" -a -f "$work/gck/step-00000003/shard-00000.bin"
+    resume="--data $work/data.bin --batch 4 --seq 128 --steps 5 --resume $work/gck"
+    $train $resume --backend cuda --precision fp32 >"$work/gres.out" 2>&1 || fail "--resume on the GPU"
+    $train $resume --threads 2 >"$work/cres.out" 2>&1 || fail "--resume of the GPU's checkpoint on the CPU"
+    g3=$(step3 "$work/gres.out") c3=$(step3 "$work/cres.out")
+    check "the GPU's checkpoint resumes on the GPU ($g3) and on the CPU ($c3) at step 3 within 1e-4" \
+        awk -v a="$g3" -v b="$c3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 1e-4) }'
 else
     rc=$?
     msg=$(cat "$work/gpu.err")
@@ -54,6 +66,8 @@ else
         pass "--backend cuda without a CUDA device fails clearly (exit $rc): $msg"
         skip_test "no CUDA device: the first losses on the GPU"
         skip_test "no CUDA device: the first losses on the GPU in bf16"
+        skip_test "no CUDA device: a checkpoint from GPU memory"
+        skip_test "no CUDA device: that checkpoint resumed on the GPU and on the CPU"
     elif grep -q "configure with --with-cuda" "$work/gpu.err"; then
         pass "--backend cuda in a build without CUDA says how to get it: $msg"
     else

@@ -25,6 +25,9 @@ refused() {
 msg='not started by srun --mpi=pmi2 (no PMI2 environment): run it as `srun --mpi=pmi2 dtrain-launch ...`'
 refused "no PMI2 environment: exit 2 and how to launch" 2 "$msg" "$launch" --print
 refused "no PMI2 environment, with a PROGRAM: the same" 2 "not started by srun --mpi=pmi2" "$launch" -- true
+refused "torchrun style --nproc-per-node: exit 2, showing the supported command" 2 \
+  "--nproc-per-node: dtrain-launch runs as one task per GPU, not as a per-node agent: srun --mpi=pmi2 --ntasks-per-node=GPUS_PER_NODE dtrain-launch -- python train.py" \
+  "$launch" --nproc-per-node 8 -- python train.py
 refused "PMI_FD without PMI_RANK/PMI_SIZE is not a PMI2 environment" 2 "not started by srun --mpi=pmi2" \
   env PMI_FD=0 "$launch" --print
 refused "a PMI_FD that is no PMI2 connection: exit 1, says so" 1 "PMI2_Init failed" \

@@ -1,6 +1,7 @@
 /* Whole training runs of the parallel trainer (runtime/trainer/dtrain_parallel.h)
- * as T*P*D local processes (local_boot.h), against the single-process
- * trainer with the same config, seed, data and global batch:
+ * as T*P*D local processes (local_boot.h), against one process training
+ * the whole model (dtrain_gpt2.h, its own loop here) with the same config,
+ * seed, data and global batch:
  *  - (1,1,1) with one micro-batch gives the same losses and parameters bit
  *    for bit (the same operations in the same order);
  *  - every other layout, micro-batch count, ZeRO-1 on or off and bucket
@@ -117,25 +118,53 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     return rc == DTRAIN_OK ? 0 : 1;
 }
 
-/* The reference: the single-process trainer. */
+/* The reference: one process training the whole model (dtrain_gpt2.h's
+ * forward and backward of every layer, checked against finite differences
+ * and llm.c in tests/runtime) with AdamW, written out here so that it does
+ * not share the parallel trainer's code: the steps of the trainer of old. */
 static int reference(const struct job *j, struct run_result *r, float *params)
 {
-    struct dtrain_trainer *t;
-    if (dtrain_trainer_create(&j->cfg, &t, r->err, sizeof r->err) != DTRAIN_OK)
-        return -1;
+    const struct dtrain_train_config *c = &j->cfg;
+    struct dtrain_kernels *k = NULL;
+    struct dtrain_gpt2 *m = NULL;
+    struct dtrain_adamw *opt = NULL;
+    struct dtrain_tokens *data = NULL;
+    struct dtrain_kernels_options kopt = {.threads = c->threads};
+    int B = c->batch, T = c->seq, rc = -1;
+    int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    size_t n = dtrain_gpt2_param_count(&c->model);
+    if (in == NULL || tg == NULL || dtrain_kernels_create("cpu", &kopt, &k, r->err, sizeof r->err) != 0 ||
+        dtrain_tokens_open(c->data, &data, r->err, sizeof r->err) != DTRAIN_OK ||
+        dtrain_gpt2_create(k, &c->model, B, T, &m, r->err, sizeof r->err) != DTRAIN_OK ||
+        dtrain_adamw_create(k, n, &opt, r->err, sizeof r->err) != DTRAIN_OK)
+        goto out;
+    dtrain_gpt2_init_params(&c->model, c->seed, params);
+    dtrain_gpt2_set_params(m, params);
     for (int s = 0; s < STEPS; s++) {
-        struct dtrain_step_result sr;
-        if (dtrain_trainer_step(t, &sr, r->err, sizeof r->err) != DTRAIN_OK) {
-            dtrain_trainer_destroy(t);
-            return -1;
-        }
-        r->loss[s] = sr.loss;
-        r->norm[s] = sr.grad_norm;
+        float loss = 0.0f;
+        dtrain_tokens_batch(data, B, T, c->data_order, c->data_seed, (uint64_t)s, in, tg);
+        if (dtrain_gpt2_forward(m, in, tg, B, T, &loss, r->err, sizeof r->err) != DTRAIN_OK)
+            goto out;
+        dtrain_gpt2_zero_grad(m);
+        if (dtrain_gpt2_backward(m, r->err, sizeof r->err) != DTRAIN_OK)
+            goto out;
+        double norm = sqrt(dtrain_k_sumsq(k, dtrain_gpt2_grads(m), n));
+        dtrain_adamw_update(opt, dtrain_gpt2_params(m), dtrain_gpt2_grads(m), &c->optim, s,
+                            dtrain_lr_at(&c->optim, s), dtrain_clip_scale(&c->optim, norm));
+        r->loss[s] = loss;
+        r->norm[s] = norm;
     }
-    dtrain_gpt2_get_params(dtrain_trainer_model(t), params);
-    dtrain_trainer_destroy(t);
+    dtrain_gpt2_get_params(m, params);
     r->ok = 1;
-    return 0;
+    rc = 0;
+out:
+    dtrain_adamw_destroy(opt);
+    dtrain_gpt2_destroy(m);
+    dtrain_tokens_close(data);
+    dtrain_kernels_destroy(k);
+    free(in);
+    free(tg);
+    return rc;
 }
 
 struct layout {

@@ -53,7 +53,7 @@ check "one progress line per step with loss, lr, ms, tok/s and GFLOP/s" \
     test "$(grep -cE '^step +[0-9]+/4 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| +[0-9.]+ ms \| +[0-9]+ tok/s \| +[0-9.]+ GFLOP/s$' "$work/out")" -eq 4
 check "the metrics file has one JSON line per step, from step 0" \
     test "$(grep -c '^{"step": [0-3], "loss": [0-9.]*, ' "$work/m.jsonl")" -eq 4
-check "the run wrote an llm.c model file and a checkpoint" test -s "$work/model.bin" -a -s "$work/run.ckpt"
+check "the run wrote an llm.c model file and a checkpoint" test -s "$work/model.bin" -a -d "$work/run.ckpt"
 
 "$train" "$work/tiny.json" --steps 4 --threads 2 --metrics "$work/m2.jsonl" --log-every 0 >/dev/null 2>&1
 check "a second process with the same seed and threads logs the same losses" \
@@ -68,6 +68,16 @@ check "--init-llmc starts from the exported model (its shape comes from the file
 check "--resume continues at step 4 and appends to the metrics file" \
     test "$(grep -c '^step' "$work/out")" -eq 2 -a "$(grep -c '"step": [4-5],' "$work/m.jsonl")" -eq 2
 
+check "the checkpoint is a folder of sharded checkpoints (one shard)" \
+    test -f "$work/run.ckpt/step-00000004/manifest.json" -a -f "$work/run.ckpt/step-00000004/shard-00000.bin"
+expect_fail 2 "dtrain-train: " "is a file, not a folder" "--resume of a single file (the format of old)" \
+    "$train" "$work/tiny.json" --resume "$work/model.bin" --steps 6
+expect_fail 2 "dtrain-train: " "holds no complete checkpoint" "--resume of a folder without checkpoints" \
+    "$train" "$work/tiny.json" --resume "$work" --steps 6
+"$train" "$work/tiny.json" --steps 4 --threads 2 --micro-batches 2 --metrics "$work/m3.jsonl" --log-every 0 \
+    >/dev/null 2>&1
+check "one process accumulates gradients over --micro-batches 2 (the parallel trainer's option)" \
+    test "$(grep -c '^{"step": [0-3], ' "$work/m3.jsonl")" -eq 4
 echo '{"run": {"batch": 4, "sequence": 16}}' >"$work/bad.json"
 expect_fail 2 "dtrain-train: " "unknown key 'run.sequence'" "an unknown config key" \
     "$train" "$work/bad.json" --data "$work/data.bin"

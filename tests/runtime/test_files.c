@@ -1,8 +1,8 @@
-/* Token files, llm.c model files and checkpoints: the layouts, the batch
- * order, and a clear DTRAIN_ERR_INPUT for every kind of bad file (missing,
- * wrong magic or version, truncated, too long, impossible or mismatched
- * shape, corrupted payload). */
-#include "dtrain_ckpt.h"
+/* Token files, llm.c model files and what --resume reads of a checkpoint
+ * folder: the layouts, the batch order, and a clear DTRAIN_ERR_INPUT for
+ * every kind of bad file (missing, wrong magic or version, truncated, too
+ * long, impossible or mismatched shape, a file where a folder belongs). */
+#include "dtrain_shard_ckpt.h"
 #include "dtrain_data.h"
 #include "dtrain_llmc.h"
 #include "dtrain_rng.h"
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[1024];
@@ -180,54 +181,36 @@ static void test_llmc_files(void)
     free(params);
 }
 
-static void test_checkpoints(void)
+/* What --resume reads before anything is built (dtrain_sckpt_read_model);
+ * the checkpoints themselves are tested in tests/fault/test_sckpt.c. */
+static void test_resume_folders(void)
 {
     char err[512] = "";
-    size_t n = dtrain_gpt2_param_count(&shape);
-    float *p = calloc(3 * n, sizeof(float));
-    for (size_t i = 0; i < 3 * n; i++)
-        p[i] = (float)i * 0.25f;
-    struct dtrain_ckpt_meta meta = {.model = shape, .batch = 2, .seq = 8, .step = 5, .data_batches = 5,
-                                    .seed = 1, .nparams = n, .shard_offset = 0, .shard_count = n};
-    char good[2048];
-    snprintf(good, sizeof good, "%s", in_dir("c.ckpt"));
-    ok(dtrain_ckpt_save(good, &meta, p, p + n, p + 2 * n, err, sizeof err) == DTRAIN_OK, "save a checkpoint");
-    struct dtrain_ckpt_meta got;
-    float *q = calloc(3 * n, sizeof(float));
-    ok(dtrain_ckpt_load(good, &got, q, q + n, q + 2 * n, err, sizeof err) == DTRAIN_OK &&
-       memcmp(p, q, 3 * n * sizeof(float)) == 0 && got.step == 5 && got.nparams == n,
-       "load it back bit-exact");
-    ok(access(in_dir("c.ckpt.tmp"), F_OK) != 0, "no temporary file is left behind");
-
-    /* damaged copies */
-    FILE *f = fopen(good, "rb");
-    size_t size = DTRAIN_CKPT_HEADER_BYTES + 3 * n * sizeof(float);
-    unsigned char *bytes = malloc(size);
-    if (f == NULL || fread(bytes, 1, size, f) != size)
+    struct dtrain_gpt2_config got;
+    int32_t words[4] = {1, 2, 3, 4};
+    expect_bad(dtrain_sckpt_read_model(write_file("old.ckpt", words, 4, 16), &got, err, sizeof err),
+               err, "is a file, not a folder", "a file given as checkpoint folder (the single-file format of old)");
+    expect_bad(dtrain_sckpt_read_model(in_dir("none"), &got, err, sizeof err), err, "holds no complete checkpoint",
+               "a missing checkpoint folder");
+    char empty[2048], step[2100];
+    snprintf(empty, sizeof empty, "%s", in_dir("empty"));
+    snprintf(step, sizeof step, "%s/step-00000003", empty);
+    if (mkdir(empty, 0700) != 0 || mkdir(step, 0700) != 0)
         abort();
+    expect_bad(dtrain_sckpt_read_model(empty, &got, err, sizeof err), err, "holds no complete checkpoint",
+               "a folder whose only step has no manifest (an interrupted save)");
+    char manifest[2200];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", step);
+    FILE *f = fopen(manifest, "w");
+    if (f == NULL)
+        abort();
+    fputs("{\"config\": {\"model\": {\"num_layers\": 2, \"channels\": 0}}}", f);
     fclose(f);
-    struct { const char *what, *needle; size_t off; unsigned char value; size_t len; } cases[] = {
-        {"a checkpoint with the wrong magic", "bad magic", 0, 'X', size},
-        {"a checkpoint of another version", "version", 8, 9, size},
-        {"a truncated checkpoint", "truncated", 0, 0, size - 8},
-        {"a checkpoint whose payload changed", "corrupt", DTRAIN_CKPT_HEADER_BYTES + 5, 0x55, size},
-        {"a checkpoint with an impossible shape", "impossible shape", 16 + 20, 3, size},
-        {"a checkpoint with inconsistent counts", "inconsistent", 88, 1, size},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        unsigned char *copy = malloc(size);
-        memcpy(copy, bytes, size);
-        copy[cases[i].off] ^= cases[i].value;
-        f = fopen(in_dir("bad.ckpt"), "wb");
-        fwrite(copy, 1, cases[i].len, f);
-        fclose(f);
-        expect_bad(dtrain_ckpt_load(path, &got, q, q + n, q + 2 * n, err, sizeof err), err,
-                   cases[i].needle, cases[i].what);
-        free(copy);
-    }
-    expect_bad(dtrain_ckpt_read_meta(in_dir("none.ckpt"), &got, err, sizeof err), err, "cannot open",
-               "a missing checkpoint");
-    free(bytes); free(p); free(q);
+    expect_bad(dtrain_sckpt_read_model(empty, &got, err, sizeof err), err, "no valid config.model",
+               "a manifest without a valid model shape");
+    unlink(manifest);
+    rmdir(step);
+    rmdir(empty);
 }
 
 int main(void)
@@ -238,7 +221,7 @@ int main(void)
         return tap_done();
     test_token_files();
     test_llmc_files();
-    test_checkpoints();
+    test_resume_folders();
     static const char *const names[] = {"m.bin", "v.bin", "t.bin", "l.bin", "n.bin", "s.bin", "good.bin",
                                         "ok.bin", "bad.bin", "c.ckpt", "bad.ckpt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -22,7 +22,11 @@ start_plugin_cluster() {
 }
 
 set_plugin_args() {
-  printf 'required %s %s\n' "$plugin" "$2" >"$1/plugstack.conf"
+  # keep the cluster's own master_ports= block (scripts/local-cluster) unless ARGS give one
+  local mp
+  mp=$(grep -o ' master_ports=[0-9-]*' "$1/plugstack.conf" 2>/dev/null | head -n 1)
+  case " $2" in *" master_ports="*) mp="" ;; esac
+  printf 'required %s %s%s\n' "$plugin" "$2" "$mp" >"$1/plugstack.conf"
 }
 
 run_client() {

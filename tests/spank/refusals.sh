@@ -18,9 +18,9 @@ out=$D/client.out err=$D/client.err
 for client in sbatch salloc srun; do
   help=$(in_cluster "$D" "$client" --help 2>&1)
   names=$(printf '%s\n' "$help" | grep -oE -- '--dtrain-[a-z-]+' | sort -u | tr '\n' ' ')
-  check "$client --help lists the 7 --dtrain-* options ($names)" \
-    [ "$names" = "--dtrain-allow-pcie --dtrain-ckpt-dir --dtrain-dp --dtrain-max-restarts --dtrain-pp --dtrain-tp --dtrain-verbose " ]
-  check "$client --help marks them [dtrain]" [ "$(printf '%s\n' "$help" | grep -c '\[dtrain\]')" -eq 7 ]
+  check "$client --help lists the 8 --dtrain-* options ($names)" \
+    [ "$names" = "--dtrain-allow-pcie --dtrain-ckpt-dir --dtrain-dp --dtrain-gpu-visibility --dtrain-max-restarts --dtrain-pp --dtrain-tp --dtrain-verbose " ]
+  check "$client --help marks them [dtrain]" [ "$(printf '%s\n' "$help" | grep -c '\[dtrain\]')" -eq 8 ]
 done
 
 # ---- sbatch refusals: "EXPECTED-EXIT|ARGS"
@@ -79,8 +79,8 @@ check "srun --dtrain-tp=4 -N2 -n6: exit 3, one dtrain line (exit $RC)" eval '[ "
 diag_file "$err"
 # -N2 without -n: srun learns the task count (2) only once the step exists.
 run_client "$out" "$err" srun -J late --dtrain-tp=2 -N2 true
-check "srun --dtrain-tp=2 -N2 (1 task per node): refused before any task starts (exit $RC)" \
-  eval '[ "$RC" -ne 0 ] && head -n 1 "$err" | grep -q "^dtrain: T=2 is larger than the 1 tasks per node" && [ ! -s "$out" ]'
+check "srun --dtrain-tp=2 -N2 (1 task per node, torchrun style): refused before any task starts, showing the supported command (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && head -n 1 "$err" | grep -q "^dtrain: T=2 with 1 task per node: .*srun --ntasks-per-node=GPUS_PER_NODE python train.py" && [ ! -s "$out" ]'
 diag_file "$err"
 # squeue may still list it as COMPLETING for a moment after srun returned.
 job_gone() { [ -z "$(in_cluster "$D" squeue -h -n late)" ]; }

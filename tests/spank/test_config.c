@@ -46,6 +46,10 @@ static void test_arguments(void)
        strcmp(c.topology_xml, "/etc/dtrain/%n.xml") == 0, "every key is read");
     ok(parse("allow_pcie=user", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_USER, "allow_pcie=user");
     ok(parse("allow_pcie=true", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_ALWAYS, "allow_pcie=true");
+    ok(parse("", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 0 && c.master_port_lo == 29500 &&
+       c.master_port_hi == 29999, "defaults: gpu_visibility=all, master_ports=29500-29999");
+    ok(parse("gpu_visibility=one master_ports=40000-40099", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 1 &&
+       c.master_port_lo == 40000 && c.master_port_hi == 40099, "gpu_visibility=one master_ports=40000-40099");
 
     struct { const char *line, *want; } bad[] = {
         {"colour=blue", "unknown key 'colour'"},
@@ -57,6 +61,11 @@ static void test_arguments(void)
         {"max_tp=65", "max_tp"},
         {"max_tp=4.5", "max_tp"},
         {"topology_xml=relative.xml", "absolute path"},
+        {"gpu_visibility=some", "gpu_visibility=some: use all or one"},
+        {"master_ports=29500", "give a port range LO-HI"},
+        {"master_ports=30000-29999", "1024 <= LO <= HI <= 65535"},
+        {"master_ports=80-90", "1024 <= LO <= HI <= 65535"},
+        {"master_ports=29500-70000", "1024 <= LO <= HI <= 65535"},
         {"config=/nonexistent/dtrain.json", "/nonexistent/dtrain.json"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)

@@ -60,6 +60,11 @@ static void test_option_values(void)
     ok(dtrain_options_set(&o, DTRAIN_OPT_ALLOW_PCIE, NULL, err, sizeof err) == 0 && o.allow_pcie == 1 &&
        dtrain_options_set(&o, DTRAIN_OPT_VERBOSE, "", err, sizeof err) == 0 && o.verbose == 1,
        "the flags take no value");
+    ok(dtrain_options_set(&o, DTRAIN_OPT_GPU_VISIBILITY, "one", err, sizeof err) == 0 && o.gpu_visibility == 2 &&
+       dtrain_options_set(&o, DTRAIN_OPT_GPU_VISIBILITY, "all", err, sizeof err) == 0 && o.gpu_visibility == 1,
+       "--dtrain-gpu-visibility takes all or one");
+    ok(dtrain_options_set(&o, DTRAIN_OPT_GPU_VISIBILITY, "some", err, sizeof err) != 0 && o.gpu_visibility == 1 &&
+       strstr(err, "use all or one") != NULL, "--dtrain-gpu-visibility=some is refused (%s)", err);
 
     dtrain_options_init(&o);
     ok(dtrain_options_set(&o, DTRAIN_OPT_VERBOSE, NULL, err, sizeof err) == 0 && dtrain_options_used(&o),
@@ -69,7 +74,7 @@ static void test_option_values(void)
     for (size_t i = 0; i < dtrain_option_count; i++)
         usage_ok &= strncmp(dtrain_option_table[i].usage, "[dtrain] ", 9) == 0 &&
                     strncmp(dtrain_option_table[i].name, "dtrain-", 7) == 0;
-    ok(dtrain_option_count == 7 && usage_ok, "7 options, each named dtrain-* with usage starting [dtrain]");
+    ok(dtrain_option_count == 8 && usage_ok, "8 options, each named dtrain-* with usage starting [dtrain]");
 }
 
 static void test_job_size(void)

@@ -11,13 +11,13 @@
 #include "taskenv.h"
 #include "tap.h"
 
-static const char *get(const struct dtrain_task_env *env, const char *name)
+static const char *get(const struct dtrain_env_list *env, const char *name)
 {
     const char *v = dtrain_task_env_get(env, name);
     return v ? v : "(unset)";
 }
 
-static int get_int(const struct dtrain_task_env *env, const char *name)
+static int get_int(const struct dtrain_env_list *env, const char *name)
 {
     const char *v = dtrain_task_env_get(env, name);
     return v ? atoi(v) : -1;
@@ -26,7 +26,7 @@ static int get_int(const struct dtrain_task_env *env, const char *name)
 static void test_options_env(void)
 {
     struct dtrain_options o;
-    struct dtrain_task_env env;
+    struct dtrain_env_list env;
     char err[256];
 
     dtrain_options_init(&o);
@@ -60,7 +60,7 @@ static void test_plan_env(const char *fixtures, int T, int P)
     dtrain_topo *topo = NULL;
     dtrain_plan *plan = NULL;
     struct dtrain_options o;
-    struct dtrain_task_env env;
+    struct dtrain_env_list env;
 
     snprintf(path, sizeof path, "%s/dgx1-v100.xml", fixtures);
     if (dtrain_topo_load_xml(path, &topo, err, sizeof err) != DTRAIN_TOPO_OK) {
@@ -80,7 +80,8 @@ static void test_plan_env(const char *fixtures, int T, int P)
     for (int r = 0; r < 16; r++) {
         const struct dtrain_task_placement *t = dtrain_plan_task(plan, r);
         snprintf(cuda, sizeof cuda, "%d", t->gpu);
-        struct dtrain_task_where w = {dtrain_plan_shape(plan), t, 8, cuda, NULL};
+        struct dtrain_task_where w = {.shape = dtrain_plan_shape(plan), .task = t, .local_world_size = 8,
+                                      .cuda_visible = cuda, .cuda_device = 0, .gpu_visibility = "one"};
         if (dtrain_task_env_options(&env, &o, 0) != 0 || dtrain_task_env_placement(&env, &w) != 0) {
             good = 0;
             break;
@@ -107,13 +108,71 @@ static void test_plan_env(const char *fixtures, int T, int P)
     dtrain_topo_free(topo);
 }
 
+/* --dtrain-gpu-visibility on the DGX-1 at T=2: the planner pairs GPUs that
+ * are not consecutive, so LOCAL_RANK order and GPU index order differ;
+ * device LOCAL_RANK of every task's list must be its planned GPU. */
+static void test_visible_all(const char *fixtures)
+{
+    char path[1024], err[512], list[256], one[16];
+    dtrain_topo *topo = NULL;
+    dtrain_plan *plan = NULL;
+    snprintf(path, sizeof path, "%s/dgx1-v100.xml", fixtures);
+    if (dtrain_topo_load_xml(path, &topo, err, sizeof err) != DTRAIN_TOPO_OK) {
+        ok(0, "load %s: %s", path, err);
+        return;
+    }
+    const dtrain_topo *nodes[1] = {topo};
+    struct dtrain_shape shape = {.tp = 2, .pp = 1, .dp = 0, .nnodes = 1, .tasks_per_node = 8};
+    struct dtrain_policy policy = {0, 0};
+    if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_TOPO_OK) {
+        ok(0, "plan: %s", err);
+        dtrain_topo_free(topo);
+        return;
+    }
+    int gpu[8], differs = 0, good = 1, device = -1;
+    for (int i = 0; i < 8; i++) {
+        gpu[i] = dtrain_plan_task(plan, i)->gpu;
+        differs |= gpu[i] != i;
+    }
+    char first[256] = "";
+    for (int i = 0; i < 8; i++) {
+        good &= dtrain_visible_devices(gpu, 8, 8, NULL, 1, i, list, sizeof list, &device) == 0 && device == i;
+        if (i == 0)
+            snprintf(first, sizeof first, "%s", list);
+        good &= strcmp(first, list) == 0; /* every task of the node sees the same list */
+        /* entry i of the list is the planned GPU */
+        char copy[256], *save = NULL, *tok = NULL;
+        snprintf(copy, sizeof copy, "%s", list);
+        tok = strtok_r(copy, ",", &save);
+        for (int k = 0; k < i && tok; k++)
+            tok = strtok_r(NULL, ",", &save);
+        good &= tok != NULL && atoi(tok) == gpu[i];
+        good &= dtrain_visible_devices(gpu, 8, 8, NULL, 0, i, one, sizeof one, &device) == 0 && device == 0 &&
+                atoi(one) == gpu[i];
+    }
+    ok(differs && good, "DGX-1 T=2: all = '%s' (device LOCAL_RANK is the planned GPU), one = the planned GPU alone",
+       first);
+
+    /* 2 tasks on 4 GRES GPUs known by UUID: the tasks' GPUs first, then the rest */
+    const char tokens[4][DTRAIN_GPU_TOKEN_MAX] = {"GPU-a", "GPU-b", "GPU-c", "GPU-d"};
+    int two[2] = {2, 0};
+    ok(dtrain_visible_devices(two, 2, 4, tokens, 1, 1, list, sizeof list, &device) == 0 &&
+       strcmp(list, "GPU-c,GPU-a,GPU-b,GPU-d") == 0 && device == 1,
+       "GRES tokens: the tasks' GPUs first, the step's other GPUs after (%s), device 1 for local 1", list);
+    ok(dtrain_visible_devices(two, 2, 4, tokens, 1, 0, list, 10, &device) == -2, "a list too long is refused");
+    int none[1] = {-1};
+    ok(dtrain_visible_devices(none, 1, 4, tokens, 1, 0, list, sizeof list, &device) == -1, "a task without a GPU");
+    dtrain_plan_free(plan);
+    dtrain_topo_free(topo);
+}
+
 static void test_cpus_and_no_gpu(void)
 {
     struct dtrain_options o;
-    struct dtrain_task_env env;
+    struct dtrain_env_list env;
     struct dtrain_shape shape = {.tp = 1, .pp = 1, .dp = 2, .nnodes = 1, .tasks_per_node = 2};
     struct dtrain_task_placement t = {.rank = 1, .node = 0, .local_rank = 1, .dp_rank = 1, .gpu = -1};
-    struct dtrain_task_where w = {&shape, &t, 2, NULL, "4-7"};
+    struct dtrain_task_where w = {.shape = &shape, .task = &t, .local_world_size = 2, .cpus = "4-7"};
     dtrain_options_init(&o);
     dtrain_task_env_options(&env, &o, 0);
     ok(dtrain_task_env_placement(&env, &w) == 0 && strcmp(get(&env, DTRAIN_ENV_CPUS), "4-7") == 0 &&
@@ -153,16 +212,35 @@ static void test_gres(void)
            "SLURM_STEP_GPUS=%s is refused (%s)", bad[i], err);
 }
 
+static void test_spawners(void)
+{
+    char *torchrun[] = {"/usr/bin/torchrun", "--nproc-per-node=8", "train.py"};
+    char *module[] = {"python3", "-m", "torch.distributed.run", "train.py"};
+    char *launch[] = {"dtrain-launch", "--timeout", "60", "--", "/venv/bin/torchrun", "train.py"};
+    char *ds[] = {"deepspeed", "train.py"};
+    char *plain[] = {"python3", "train.py", "--launcher", "torchrun"};
+    char *plain_launch[] = {"/usr/bin/dtrain-launch", "--", "python", "-m", "mypkg.train"};
+    char *trainer[] = {"dtrain-launch", "--data", "x.bin"};
+    ok(dtrain_argv_spawns_workers(3, torchrun) && dtrain_argv_spawns_workers(4, module) &&
+       dtrain_argv_spawns_workers(6, launch) && dtrain_argv_spawns_workers(2, ds),
+       "torchrun, python -m torch.distributed.run, dtrain-launch -- torchrun, deepspeed: per-node launchers");
+    ok(!dtrain_argv_spawns_workers(4, plain) && !dtrain_argv_spawns_workers(5, plain_launch) &&
+       !dtrain_argv_spawns_workers(3, trainer) && !dtrain_argv_spawns_workers(0, NULL),
+       "python train.py (whatever its arguments), dtrain-launch -- python -m pkg, the trainer: not");
+}
+
 int main(void)
 {
+    test_spawners();
     const char *fixtures = getenv("DTRAIN_FIXTURES");
     test_options_env();
     if (fixtures) {
         test_plan_env(fixtures, 4, 2);
         test_plan_env(fixtures, 2, 1);
         test_plan_env(fixtures, 8, 2);
+        test_visible_all(fixtures);
     } else {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 7; i++)
             skip("DTRAIN_FIXTURES not set (run through make check)");
     }
     test_cpus_and_no_gpu();

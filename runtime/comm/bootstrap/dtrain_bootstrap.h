@@ -85,6 +85,11 @@ struct dtrain_bootstrap {
  * messages and reports (upper case in DTRAIN_COMM_<K>_*, bootstrap_env.h). */
 const char *dtrain_group_kind_name(enum dtrain_group_kind kind);
 
+/* One task alone (T = P = D = 1, rank 0 of 1, node 0): every group of one
+ * member, nothing to connect, the cpu backend.  dtrain-train trains on it
+ * the trainer dtrain-launch runs on its PMI2 bootstrap. */
+void dtrain_bootstrap_local(struct dtrain_bootstrap *bs);
+
 /* Global rank of member i (0 <= i < g->size) of a group. */
 static inline int dtrain_group_member(const struct dtrain_comm_group *g, int i)
 {

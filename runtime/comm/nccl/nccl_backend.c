@@ -22,7 +22,11 @@
  *
  * NCCL cannot tell members that called different operations or counts
  * apart from slow ones: such a mismatch ends as ETIMEDOUT, not EMISMATCH.
- * Buffers must be device memory; host memory is refused with EINVAL. */
+ *
+ * Buffers are device memory.  Host memory (the trainer's small control
+ * messages: loss and norm sums, the start agreement, checkpoint outcomes,
+ * the llm.c export's gather) goes through a device copy the communicator
+ * keeps (bounce): copied in, the call, copied out; slow, for small calls. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,7 @@
 #include "bootstrap_id.h"
 #include "comm_backend.h"
 #include "dtrain_parse.h"
+#include "dtrain_placement_env.h"
 
 struct nccl_impl {
     pthread_mutex_t mu;   /* guards comm: break_links may abort it from any thread */
@@ -44,6 +49,8 @@ struct nccl_impl {
     cudaStream_t compute; /* the kernels' stream, or NULL */
     cudaEvent_t ready, done;
     float *token;         /* device: the barrier's all-reduce */
+    void *bounce;         /* device: host buffers' copy (grown on demand) */
+    size_t bounce_bytes;
     char name[DTRAIN_BOOTSTRAP_KEY_MAX];
 };
 
@@ -131,8 +138,8 @@ static void abort_nccl(struct nccl_impl *ni)
     pthread_mutex_unlock(&ni->mu);
 }
 
-/* Stream, events and the barrier's token; the device is the current one
- * (CUDA_VISIBLE_DEVICES leaves each task its GPU as device 0). */
+/* Stream, events and the barrier's token, on the task's GPU: device
+ * DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES (dtrain_placement_env.h). */
 static int setup(struct dtrain_comm *c, const struct dtrain_comm_group *g, char *err, size_t errlen)
 {
     struct nccl_impl *ni = calloc(1, sizeof *ni);
@@ -155,7 +162,8 @@ static int setup(struct dtrain_comm *c, const struct dtrain_comm_group *g, char 
                         e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees none");
         return DTRAIN_COMM_ESYS;
     }
-    if ((e = cudaGetDevice(&ni->device)) != cudaSuccess ||
+    if ((e = cudaSetDevice(dtrain_task_cuda_device(count))) != cudaSuccess ||
+        (e = cudaGetDevice(&ni->device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&ni->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&ni->ready, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&ni->done, cudaEventDisableTiming)) != cudaSuccess ||
@@ -271,8 +279,8 @@ static int begin(struct dtrain_comm *c, const char *what, const void *a, const v
     struct nccl_impl *ni = impl(c);
     cudaError_t e;
     if (!on_device(a) || !on_device(b))
-        return comm_fail(c, DTRAIN_COMM_EINVAL, -1, "%s: the nccl backend needs GPU memory (dtrain_k_alloc of the "
-                         "cuda kernels), not host memory", what);
+        return comm_fail(c, DTRAIN_COMM_EINVAL, -1, "%s: host memory reached the NCCL call (a bug: it goes "
+                         "through the bounce copy)", what);
     if (ni->compute != NULL) {
         if ((e = cudaEventRecord(ni->ready, ni->compute)) != cudaSuccess ||
             (e = cudaStreamWaitEvent(ni->stream, ni->ready, 0)) != cudaSuccess)
@@ -335,7 +343,7 @@ static ncclRedOp_t red_op(enum dtrain_reduce_op op)
     return op == DTRAIN_REDUCE_AVG ? ncclAvg : ncclSum;
 }
 
-static int nccl_allreduce(struct dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
+static int nccl_allreduce_dev(struct dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
 {
     int rc = begin(c, "all-reduce", buf, NULL);
     if (rc != DTRAIN_COMM_OK)
@@ -346,7 +354,7 @@ static int nccl_allreduce(struct dtrain_comm *c, float *buf, size_t count, enum 
     return finish(c, r, "all-reduce", bytes, bytes);
 }
 
-static int nccl_reduce_scatter(struct dtrain_comm *c, const float *in, float *out, size_t count,
+static int nccl_reduce_scatter_dev(struct dtrain_comm *c, const float *in, float *out, size_t count,
                                enum dtrain_reduce_op op)
 {
     int rc = begin(c, "reduce-scatter", in, out);
@@ -358,7 +366,7 @@ static int nccl_reduce_scatter(struct dtrain_comm *c, const float *in, float *ou
                   count * (size_t)(c->size - 1) * sizeof(float));
 }
 
-static int nccl_all_gather(struct dtrain_comm *c, const float *in, float *out, size_t count)
+static int nccl_all_gather_dev(struct dtrain_comm *c, const float *in, float *out, size_t count)
 {
     int rc = begin(c, "all-gather", in, out);
     if (rc != DTRAIN_COMM_OK)
@@ -368,7 +376,7 @@ static int nccl_all_gather(struct dtrain_comm *c, const float *in, float *out, s
     return finish(c, r, "all-gather", count * sizeof(float), count * (size_t)(c->size - 1) * sizeof(float));
 }
 
-static int nccl_broadcast(struct dtrain_comm *c, void *buf, size_t bytes, int root)
+static int nccl_broadcast_dev(struct dtrain_comm *c, void *buf, size_t bytes, int root)
 {
     int rc = begin(c, "broadcast", buf, NULL);
     if (rc != DTRAIN_COMM_OK)
@@ -378,7 +386,7 @@ static int nccl_broadcast(struct dtrain_comm *c, void *buf, size_t bytes, int ro
     return finish(c, r, "broadcast", c->rank == root ? bytes : 0, c->rank == root ? 0 : bytes);
 }
 
-static int nccl_sendrecv(struct dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
+static int nccl_sendrecv_dev(struct dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
                          size_t recv_bytes, int from)
 {
     int rc = begin(c, "send/recv", to >= 0 ? sendbuf : NULL, from >= 0 ? recvbuf : NULL);
@@ -395,6 +403,117 @@ static int nccl_sendrecv(struct dtrain_comm *c, const void *sendbuf, size_t send
     if (r == ncclSuccess || r == ncclInProgress)
         r = end;
     return finish(c, r, "send/recv", to >= 0 ? send_bytes : 0, from >= 0 ? recv_bytes : 0);
+}
+
+/* --------------------------------------------------------------- host buffers */
+
+/* The bounce copy of at least bytes; NULL (the communicator failed) when
+ * the device is out of memory. */
+static char *bounce(struct dtrain_comm *c, size_t bytes, const char *what)
+{
+    struct nccl_impl *ni = impl(c);
+    if (bytes <= ni->bounce_bytes)
+        return ni->bounce;
+    (void)cudaFree(ni->bounce);
+    ni->bounce = NULL;
+    ni->bounce_bytes = 0;
+    cudaError_t e = cudaMalloc(&ni->bounce, bytes);
+    if (e != cudaSuccess) {
+        ni->bounce = NULL;
+        comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: a device copy of %zu bytes of host memory: %s", what, bytes,
+                  cudaGetErrorString(e));
+        return NULL;
+    }
+    ni->bounce_bytes = bytes;
+    return ni->bounce;
+}
+
+/* dst <- src, either side host or device (the call before it completed). */
+static int move(struct dtrain_comm *c, void *dst, const void *src, size_t bytes, const char *what)
+{
+    if (bytes == 0)
+        return DTRAIN_COMM_OK;
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    return e == cudaSuccess ? DTRAIN_COMM_OK
+                            : comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: copying a host buffer: %s", what,
+                                        cudaGetErrorString(e));
+}
+
+static int nccl_allreduce(struct dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
+{
+    size_t bytes = count * sizeof(float);
+    char *b;
+    int rc;
+    if (on_device(buf))
+        return nccl_allreduce_dev(c, buf, count, op);
+    if ((b = bounce(c, bytes, "all-reduce")) == NULL)
+        return atomic_load(&c->failed);
+    if ((rc = move(c, b, buf, bytes, "all-reduce")) != DTRAIN_COMM_OK ||
+        (rc = nccl_allreduce_dev(c, (float *)b, count, op)) != DTRAIN_COMM_OK)
+        return rc;
+    return move(c, buf, b, bytes, "all-reduce");
+}
+
+static int nccl_reduce_scatter(struct dtrain_comm *c, const float *in, float *out, size_t count,
+                               enum dtrain_reduce_op op)
+{
+    size_t each = count * sizeof(float), all = each * (size_t)c->size;
+    char *b;
+    int rc;
+    if (on_device(in) && on_device(out))
+        return nccl_reduce_scatter_dev(c, in, out, count, op);
+    if ((b = bounce(c, all + each, "reduce-scatter")) == NULL)
+        return atomic_load(&c->failed);
+    if ((rc = move(c, b, in, all, "reduce-scatter")) != DTRAIN_COMM_OK ||
+        (rc = nccl_reduce_scatter_dev(c, (float *)b, (float *)(b + all), count, op)) != DTRAIN_COMM_OK)
+        return rc;
+    return move(c, out, b + all, each, "reduce-scatter");
+}
+
+static int nccl_all_gather(struct dtrain_comm *c, const float *in, float *out, size_t count)
+{
+    size_t each = count * sizeof(float), all = each * (size_t)c->size;
+    char *b;
+    int rc;
+    if (on_device(in) && on_device(out))
+        return nccl_all_gather_dev(c, in, out, count);
+    if ((b = bounce(c, all + each, "all-gather")) == NULL)
+        return atomic_load(&c->failed);
+    if ((rc = move(c, b + all, in, each, "all-gather")) != DTRAIN_COMM_OK ||
+        (rc = nccl_all_gather_dev(c, (float *)(b + all), (float *)b, count)) != DTRAIN_COMM_OK)
+        return rc;
+    return move(c, out, b, all, "all-gather");
+}
+
+static int nccl_broadcast(struct dtrain_comm *c, void *buf, size_t bytes, int root)
+{
+    char *b;
+    int rc;
+    if (on_device(buf))
+        return nccl_broadcast_dev(c, buf, bytes, root);
+    if ((b = bounce(c, bytes, "broadcast")) == NULL)
+        return atomic_load(&c->failed);
+    if ((rc = move(c, b, buf, bytes, "broadcast")) != DTRAIN_COMM_OK ||
+        (rc = nccl_broadcast_dev(c, b, bytes, root)) != DTRAIN_COMM_OK)
+        return rc;
+    return move(c, buf, b, bytes, "broadcast");
+}
+
+static int nccl_sendrecv(struct dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
+                         size_t recv_bytes, int from)
+{
+    const void *s = to >= 0 ? sendbuf : NULL;
+    void *r = from >= 0 ? recvbuf : NULL;
+    char *b;
+    int rc;
+    if (on_device(s) && on_device(r))
+        return nccl_sendrecv_dev(c, sendbuf, send_bytes, to, recvbuf, recv_bytes, from);
+    if ((b = bounce(c, send_bytes + recv_bytes + 1, "send/recv")) == NULL)
+        return atomic_load(&c->failed);
+    if ((s != NULL && (rc = move(c, b, s, send_bytes, "send/recv")) != DTRAIN_COMM_OK) ||
+        (rc = nccl_sendrecv_dev(c, b, send_bytes, to, b + send_bytes, recv_bytes, from)) != DTRAIN_COMM_OK)
+        return rc;
+    return r != NULL ? move(c, r, b + send_bytes, recv_bytes, "send/recv") : DTRAIN_COMM_OK;
 }
 
 static int nccl_barrier(struct dtrain_comm *c)
@@ -448,6 +567,8 @@ static void nccl_destroy(struct dtrain_comm *c)
     }
     if (ni->token != NULL)
         (void)cudaFree(ni->token);
+    if (ni->bounce != NULL)
+        (void)cudaFree(ni->bounce);
     if (ni->ready != NULL)
         (void)cudaEventDestroy(ni->ready);
     if (ni->done != NULL)
@@ -461,6 +582,7 @@ static void nccl_destroy(struct dtrain_comm *c)
 
 const struct comm_backend comm_backend_nccl = {
     .name = "nccl",
+    .device_memory = 1,
     .init = nccl_init,
     .allreduce = nccl_allreduce,
     .reduce_scatter = nccl_reduce_scatter,

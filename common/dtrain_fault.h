@@ -1,4 +1,4 @@
-/* libdtrain: what every dtrain process does about a fault.
+/* dtrain common: what every dtrain process does about a fault.
  *
  * The restart budget.  Slurm counts a job's restarts in
  * SLURM_RESTART_COUNT (unset on the first run); --dtrain-max-restarts

@@ -1,8 +1,11 @@
-/* The parallel trainer as the program inside dtrain-launch; see
- * dtrain_parallel.h. */
+/* The one training program: dtrain-train (one process, on a local 1x1x1
+ * bootstrap) and the trainer inside dtrain-launch (its PMI2 bootstrap) run
+ * the same parallel trainer and fault-tolerant loop; see dtrain_train.h
+ * and dtrain_parallel.h. */
 #include "dtrain_parallel.h"
 #include "dtrain_fault.h"
 #include "dtrain_ft.h"
+#include "dtrain_train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,30 +41,52 @@ static int agree(dtrain_comm *world, int mine, int *worst, char *err, size_t err
 }
 
 static void print_header(const char *prog, const struct dtrain_train_config *c,
-                         const struct dtrain_bootstrap *bs)
+                         const struct dtrain_bootstrap *bs, int launched)
 {
     const struct dtrain_gpt2_config *m = &c->model;
     printf("%s: model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters%s%s\n", prog,
            m->num_layers, m->channels, m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len,
            dtrain_gpt2_param_count(m), c->init_llmc[0] ? ", from " : "", c->init_llmc);
-    printf("%s: layout T=%d P=%d D=%d (%d ranks), %d micro-batch%s of %d x %d per rank, ZeRO-1 %s, "
-           "gradient buckets of %.3g MB%s\n", prog, bs->tp, bs->pp, bs->dp, bs->world_size,
-           c->micro_batches, c->micro_batches == 1 ? "" : "es", c->batch / (bs->dp * c->micro_batches),
-           c->seq, c->zero1 ? "on" : "off", c->bucket_mb, c->dp_overlap ? " overlapped with backward" : "");
+    if (launched) /* one process has no layout to tell */
+        printf("%s: layout T=%d P=%d D=%d (%d rank%s), %d micro-batch%s of %d x %d per rank, ZeRO-1 %s, "
+               "gradient buckets of %.3g MB%s\n", prog, bs->tp, bs->pp, bs->dp, bs->world_size,
+               bs->world_size == 1 ? "" : "s", c->micro_batches, c->micro_batches == 1 ? "" : "es",
+               c->batch / (bs->dp * c->micro_batches), c->seq, c->zero1 ? "on" : "off", c->bucket_mb,
+               c->dp_overlap ? " overlapped with backward" : "");
     printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d thread%s per rank, %.3f GFLOP per step\n",
            prog, c->data, c->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", c->batch, c->seq,
            c->steps, c->threads, c->threads == 1 ? "" : "s", dtrain_gpt2_flops_per_step(m, c->batch, c->seq) * 1e-9);
     fflush(stdout);
 }
 
-int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
+/* dtrain-train's options mapped onto the one trainer's: its checkpoint
+ * file of old is now a folder of sharded checkpoints (one shard). */
+static int single_process_options(struct dtrain_train_config *c, char *err, size_t errlen)
 {
-    const char *prog = argc > 0 && argv[0] != NULL ? argv[0] : "dtrain";
+    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0') {
+        snprintf(err, errlen, "%s is for the parallel trainer under srun: run `srun --mpi=pmi2 dtrain-launch ...` "
+                 "(dtrain-train writes its checkpoints with --checkpoint DIR)",
+                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : "fault.inject");
+        return DTRAIN_ERR_INPUT;
+    }
+    memcpy(c->ckpt_dir, c->checkpoint, sizeof c->ckpt_dir);
+    return DTRAIN_OK;
+}
+
+/* The program on a bootstrap: dtrain-launch's (launched = 1) or
+ * dtrain-train's local one. */
+static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap *bs, int launched)
+{
     struct dtrain_train_config cfg;
     struct dtrain_comms comms;
     struct dtrain_ptrainer *t = NULL;
     char err[1024] = "";
     int help = 0, rc, code = DTRAIN_EXIT_OK, worst;
+    char who[128]; /* the messages' prefix: "dtrain-launch: rank 3", or "dtrain-train" */
+    if (launched)
+        snprintf(who, sizeof who, "%s: rank %d", prog, bs->rank);
+    else
+        snprintf(who, sizeof who, "%s", prog);
 
     dtrain_train_config_defaults(&cfg);
     rc = dtrain_train_config_parse_args(&cfg, argc, argv, &help, err, sizeof err);
@@ -70,27 +95,28 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
             dtrain_train_usage(stdout);
         return DTRAIN_EXIT_OK;
     }
+    if (rc == DTRAIN_OK && launched && cfg.checkpoint[0] != '\0') {
+        snprintf(err, sizeof err, "--checkpoint is dtrain-train's: with dtrain-launch give --ckpt-dir DIR (sharded "
+                 "checkpoints; the run resumes from DIR by itself)");
+        rc = DTRAIN_ERR_INPUT;
+    }
     /* --ckpt-dir and --inject from the environment too (sbatch --dtrain-ckpt-dir) */
     if (rc == DTRAIN_OK)
-        rc = dtrain_ft_config_from_env(&cfg, err, sizeof err);
-    /* One task, one micro-batch, no ZeRO-1, no sharded checkpoints: the
-     * single-process trainer, which this layout reproduces bit for bit. */
-    if (rc == DTRAIN_OK && bs->world_size == 1 && cfg.micro_batches == 1 && !cfg.zero1 && cfg.ckpt_dir[0] == '\0')
-        return dtrain_train_main(argc, argv);
+        rc = launched ? dtrain_ft_config_from_env(&cfg, err, sizeof err)
+                      : single_process_options(&cfg, err, sizeof err);
     /* the restart budget and the fault line (SLURM_RESTART_COUNT, DTRAIN_MAX_RESTARTS) */
     struct dtrain_fault fault;
     if (rc == DTRAIN_OK && dtrain_fault_init(&fault, prog, bs->rank, err, sizeof err) != 0)
         rc = DTRAIN_ERR_INPUT;
     if (rc != DTRAIN_OK) { /* the same on every rank: each says it and leaves */
-        fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
+        fprintf(stderr, "%s: %s\n", who, err);
         return dtrain_status_exit(rc);
     }
 
-    /* The parallel trainer keeps its tensors in host memory (cpu kernels),
-     * which NCCL cannot move: refuse before building communicators. */
-    if (bs->backend == DTRAIN_COMM_NCCL) {
-        fprintf(stderr, "%s: rank %d: the parallel trainer runs on the cpu kernels, whose host buffers the nccl "
-                "comm backend cannot move: run dtrain-launch --comm-backend cpu\n", prog, bs->rank);
+    /* NCCL moves device memory only: the kernels must be the GPU's. */
+    if (bs->backend == DTRAIN_COMM_NCCL && strcmp(cfg.backend, "cuda") != 0) {
+        fprintf(stderr, "%s: the nccl comm backend moves GPU memory, and run.backend is %s: give "
+                "--backend cuda, or run dtrain-launch --comm-backend cpu\n", who, cfg.backend);
         return DTRAIN_EXIT_USAGE;
     }
     memset(&comms, 0, sizeof comms);
@@ -105,7 +131,7 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     char why[512];
     int crc = dtrain_comm_init_all(bs, &opts, &comms, why, sizeof why);
     if (crc == DTRAIN_COMM_ENOTSUP || crc == DTRAIN_COMM_EINVAL) {
-        fprintf(stderr, "%s: rank %d: cannot build the communicators: %s%s\n", prog, bs->rank, why,
+        fprintf(stderr, "%s: cannot build the communicators: %s%s\n", who, why,
                 crc == DTRAIN_COMM_ENOTSUP ? " (dtrain-launch --comm-backend cpu)" : "");
         return crc == DTRAIN_COMM_ENOTSUP ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
     }
@@ -119,33 +145,44 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
     if (rc == DTRAIN_OK)
         rc = dtrain_ptrainer_create(&cfg, bs, &comms, &t, err, sizeof err);
     if (rc != DTRAIN_OK)
-        fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
+        fprintf(stderr, "%s: %s\n", who, err);
     int mine = dtrain_status_exit(rc);
     if ((rc = agree(comms.group[DTRAIN_GROUP_WORLD], mine, &worst, err, sizeof err)) != DTRAIN_OK) {
         code = rc == DTRAIN_ERR_FAULT ? dtrain_fault_report(&fault, 0, err) : dtrain_status_exit(rc);
         if (rc != DTRAIN_ERR_FAULT)
-            fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
+            fprintf(stderr, "%s: %s\n", who, err);
         goto out;
     }
     if (worst != DTRAIN_EXIT_OK) {
         if (mine == DTRAIN_EXIT_OK && bs->rank == 0)
-            fprintf(stderr, "%s: rank %d: another rank failed to start (see its message): stopping\n", prog,
-                    bs->rank);
+            fprintf(stderr, "%s: another rank failed to start (see its message): stopping\n", who);
         code = worst;
         goto out;
     }
     if (bs->rank == 0)
-        print_header(prog, &cfg, bs);
+        print_header(prog, &cfg, bs, launched);
     struct dtrain_ft_summary sum;
     rc = dtrain_ft_run(t, &cfg, bs, &comms, &abort_flag, &fault, stdout, &sum, err, sizeof err);
     if (rc == DTRAIN_ERR_FAULT) {
         code = dtrain_fault_report(&fault, dtrain_ptrainer_steps_done(t), err);
     } else if (rc != DTRAIN_OK) {
-        fprintf(stderr, "%s: rank %d: %s\n", prog, bs->rank, err);
+        fprintf(stderr, "%s: %s\n", who, err);
         code = dtrain_status_exit(rc);
     }
 out:
     dtrain_ptrainer_destroy(t);
     dtrain_comm_destroy_all(&comms);
     return code;
+}
+
+int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
+{
+    return run(argc > 0 && argv[0] != NULL ? argv[0] : "dtrain", argc, argv, bs, 1);
+}
+
+int dtrain_train_main(int argc, char **argv)
+{
+    struct dtrain_bootstrap bs;
+    dtrain_bootstrap_local(&bs);
+    return run("dtrain-train", argc, argv, &bs, 0);
 }

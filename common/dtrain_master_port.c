@@ -1,0 +1,39 @@
+/* The rendezvous port of a step; see dtrain_master_port.h. */
+#include "dtrain_master_port.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_parse.h"
+
+int dtrain_master_ports_parse(const char *text, const char *what, int *lo, int *hi, char *err, size_t errlen)
+{
+    char buf[32];
+    const char *dash = text ? strchr(text, '-') : NULL;
+    long a, b;
+    if (dash == NULL || (size_t)(dash - text) >= sizeof buf) {
+        dtrain_snprintf(err, errlen, "%s '%.32s': give a port range LO-HI, e.g. %d-%d", what, text ? text : "",
+                        DTRAIN_MASTER_PORTS_DEFAULT_LO, DTRAIN_MASTER_PORTS_DEFAULT_HI);
+        return -1;
+    }
+    memcpy(buf, text, (size_t)(dash - text));
+    buf[dash - text] = '\0';
+    char why[128];
+    if (dtrain_parse_int(buf, 1024, 65535, what, &a, why, sizeof why) != 0 ||
+        dtrain_parse_int(dash + 1, 1024, 65535, what, &b, why, sizeof why) != 0 || b < a) {
+        dtrain_snprintf(err, errlen, "%s '%.32s': give LO-HI with 1024 <= LO <= HI <= 65535, e.g. %d-%d", what,
+                        text, DTRAIN_MASTER_PORTS_DEFAULT_LO, DTRAIN_MASTER_PORTS_DEFAULT_HI);
+        return -1;
+    }
+    *lo = (int)a;
+    *hi = (int)b;
+    return 0;
+}
+
+int dtrain_master_port(int lo, int hi, uint32_t job_id, uint32_t step_id)
+{
+    uint64_t n = (uint64_t)(hi - lo) + 1;
+    uint64_t slot = ((uint64_t)job_id * 8u + step_id % 8u) % n;
+    return lo + (int)slot;
+}

@@ -1,0 +1,127 @@
+/* Unit tests of the one placement encoder/decoder (dtrain_placement_env.h)
+ * and of the rendezvous port (dtrain_master_port.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_env.h"
+#include "dtrain_master_port.h"
+#include "dtrain_placement_env.h"
+#include "tap.h"
+
+static struct dtrain_env_list env;
+static struct dtrain_coords a, b;
+
+static const char *get(const char *name)
+{
+    const char *v = dtrain_env_list_get(&env, name);
+    return v ? v : "(unset)";
+}
+
+static void fill(struct dtrain_coords *c)
+{
+    memset(c, 0, sizeof *c);
+    c->tp = 4, c->pp = 2, c->dp = 2, c->rank = 11, c->world_size = 16;
+    c->tp_rank = 3, c->dp_rank = 0, c->pp_rank = 1;
+    c->local_rank = 3, c->local_size = 8, c->node = 1, c->nnodes = 2, c->restart_count = 2, c->cuda_device = 3;
+    snprintf(c->placed_by, sizeof c->placed_by, "spank");
+    snprintf(c->gpu_busid, sizeof c->gpu_busid, "0000:5d:00.0");
+    snprintf(c->gpu_visibility, sizeof c->gpu_visibility, "all");
+    snprintf(c->cpus, sizeof c->cpus, "0-7,16-23");
+    snprintf(c->cuda_visible, sizeof c->cuda_visible, "0,3,1,2,4,7,5,6");
+    snprintf(c->master_addr, sizeof c->master_addr, "10.0.0.1");
+    c->master_port = 29517;
+}
+
+static void test_round_trip(void)
+{
+    char err[256];
+    fill(&a);
+    env.count = 0;
+    ok(dtrain_placement_env_encode(&a, &env) == 0, "encode a whole placement");
+    ok(strcmp(get("RANK"), "11") == 0 && strcmp(get("LOCAL_RANK"), "3") == 0 && strcmp(get("WORLD_SIZE"), "16") == 0 &&
+       strcmp(get("LOCAL_WORLD_SIZE"), "8") == 0 && strcmp(get("NODE_RANK"), "1") == 0 &&
+       strcmp(get("GROUP_RANK"), "1") == 0 && strcmp(get("GROUP_WORLD_SIZE"), "2") == 0 &&
+       strcmp(get("ROLE_RANK"), "11") == 0 && strcmp(get("ROLE_WORLD_SIZE"), "16") == 0 &&
+       strcmp(get("TORCHELASTIC_RESTART_COUNT"), "2") == 0 && strcmp(get("MASTER_ADDR"), "10.0.0.1") == 0 &&
+       strcmp(get("MASTER_PORT"), "29517") == 0 && strcmp(get("CUDA_VISIBLE_DEVICES"), "0,3,1,2,4,7,5,6") == 0 &&
+       strcmp(get("CUDA_DEVICE_ORDER"), "PCI_BUS_ID") == 0 && strcmp(get("DTRAIN_CUDA_DEVICE"), "3") == 0,
+       "the framework names (torch.distributed, torchrun, Megatron-LM, DeepSpeed) are written");
+    ok(dtrain_placement_env_decode(dtrain_env_getter_list, &env, &b, err, sizeof err) == 0 &&
+       memcmp(&a, &b, sizeof a) == 0, "decode(encode(c)) == c, field for field");
+
+    /* Unknown parts are left out, and read back as unknown. */
+    fill(&a);
+    memset(a.master_addr, 0, sizeof a.master_addr);
+    memset(a.cuda_visible, 0, sizeof a.cuda_visible);
+    memset(a.cpus, 0, sizeof a.cpus);
+    memset(a.gpu_visibility, 0, sizeof a.gpu_visibility);
+    a.master_port = 0, a.cuda_device = -1, a.nnodes = 0, a.local_size = 0;
+    env.count = 0;
+    ok(dtrain_placement_env_encode(&a, &env) == 0 && dtrain_env_list_get(&env, "MASTER_ADDR") == NULL &&
+       dtrain_env_list_get(&env, "MASTER_PORT") == NULL && dtrain_env_list_get(&env, "CUDA_VISIBLE_DEVICES") == NULL &&
+       dtrain_env_list_get(&env, "CUDA_DEVICE_ORDER") == NULL && dtrain_env_list_get(&env, "DTRAIN_CPUS") == NULL &&
+       dtrain_env_list_get(&env, "GROUP_WORLD_SIZE") == NULL &&
+       dtrain_env_list_get(&env, "LOCAL_WORLD_SIZE") == NULL,
+       "no rendezvous, no GPU list, no CPUs, no node count: those variables are left out");
+    ok(dtrain_placement_env_decode(dtrain_env_getter_list, &env, &b, err, sizeof err) == 0 &&
+       memcmp(&a, &b, sizeof a) == 0, "... and decode back as unknown");
+
+    /* Encoding twice replaces, never repeats. */
+    fill(&a);
+    ok(dtrain_placement_env_encode(&a, &env) == 0, "encode over an earlier placement");
+    int unique = 1;
+    for (int i = 0; i < env.count; i++)
+        for (int j = i + 1; j < env.count; j++)
+            unique &= strcmp(env.var[i].name, env.var[j].name) != 0;
+    ok(unique && strcmp(get("MASTER_PORT"), "29517") == 0, "each variable once (%d variables)", env.count);
+}
+
+static void test_decode_errors(void)
+{
+    char err[256];
+    fill(&a);
+    env.count = 0;
+    dtrain_placement_env_encode(&a, &env);
+    dtrain_env_list_set(&env, DTRAIN_ENV_PP_RANK, "one");
+    ok(dtrain_placement_env_decode(dtrain_env_getter_list, &env, &b, err, sizeof err) == -1 &&
+       strstr(err, "DTRAIN_PP_RANK") != NULL, "a malformed coordinate is named (%s)", err);
+    dtrain_env_list_set(&env, DTRAIN_ENV_PP_RANK, "1");
+    dtrain_env_list_set(&env, DTRAIN_ENV_FW_MASTER_PORT, "70000");
+    ok(dtrain_placement_env_decode(dtrain_env_getter_list, &env, &b, err, sizeof err) == -1 &&
+       strstr(err, "MASTER_PORT=70000 is not a TCP port") != NULL, "a port above 65535 (%s)", err);
+    struct dtrain_env_list empty = {0};
+    ok(dtrain_placement_env_decode(dtrain_env_getter_list, &empty, &b, err, sizeof err) == -1 &&
+       strcmp(err, "DTRAIN_TP is not set") == 0, "nothing set: '%s'", err);
+}
+
+static void test_master_port(void)
+{
+    char err[256];
+    int lo = 0, hi = 0;
+    ok(dtrain_master_ports_parse("29500-29999", "master_ports", &lo, &hi, err, sizeof err) == 0 && lo == 29500 &&
+       hi == 29999, "master_ports=29500-29999");
+    ok(dtrain_master_ports_parse("29500-", "master_ports", &lo, &hi, err, sizeof err) == -1 &&
+       dtrain_master_ports_parse("abc", "master_ports", &lo, &hi, err, sizeof err) == -1,
+       "malformed ranges are refused (%s)", err);
+    int in_range = 1, distinct = 1, seen[500] = {0};
+    for (uint32_t job = 1; job <= 62; job++)
+        for (uint32_t step = 0; step < 8; step++) {
+            int p = dtrain_master_port(29500, 29999, job, step);
+            in_range &= p >= 29500 && p <= 29999;
+            distinct &= seen[p - 29500]++ == 0;
+        }
+    ok(in_range && distinct, "62 consecutive jobs x 8 steps get 496 distinct ports of the 500");
+    ok(dtrain_master_port(29500, 29999, 7, 0) == dtrain_master_port(29500, 29999, 7, 0) &&
+       dtrain_master_port(29500, 29999, 4294967295u, 4294967294u) >= 29500 &&
+       dtrain_master_port(40000, 40000, 123, 4) == 40000,
+       "a pure function of (job, step), in range for the largest ids and a one-port range");
+}
+
+int main(void)
+{
+    test_round_trip();
+    test_decode_errors();
+    test_master_port();
+    return tap_done();
+}

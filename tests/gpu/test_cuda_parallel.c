@@ -1,0 +1,239 @@
+/* The one trainer on a GPU (runtime/trainer/dtrain_parallel.h), against
+ * the same run on the cpu kernels in one process (dtrain_train.h):
+ *   - (T,P,D) = (2,2,1) and (1,2,2): 4 processes sharing one GPU, the cpu
+ *     comm backend, every tensor-parallel (vocabulary-parallel kernels
+ *     included), pipeline, tied-embedding and data-parallel call staged
+ *     through pinned host memory (dtrain_pcomm.h), in fp32: every step's
+ *     loss within 1e-4 relative of the CPU's (fp32 on two backends: the
+ *     GEMMs sum in other orders), and the job's checkpoint of the last step
+ *     (host copies of GPU memory) resumed by one CPU process gives the CPU
+ *     run's next loss within 1e-4;
+ *   - (1,1,1) on the nccl comm backend (ids from ncclGetUniqueId, every
+ *     group split off WORLD, calls on the kernels' stream), fp32 and bf16:
+ *     losses within 1e-4 (fp32) and 2e-2 (bf16, tests/gpu/test_cuda_train's
+ *     bound) of the CPU's.
+ * Ranks are local processes (tests/parallel/local_boot.h, the launcher's
+ * id code).  Skipped without a CUDA device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bootstrap_id.h"
+#include "dtrain_data.h"
+#include "dtrain_ft.h"
+#include "dtrain_parallel.h"
+#include "dtrain_train.h"
+#include "gpu_pair.h"
+#include "local_boot.h"
+#include "tap.h"
+
+#define STEPS 6
+
+struct job {
+    struct dtrain_train_config cfg;
+    int nccl;            /* 1x1x1 on the nccl backend */
+    char save_dir[512];  /* checkpoint after the last step, or "" */
+};
+
+struct area {
+    int ok;
+    char err[512];
+    float loss[STEPS];
+};
+
+static int train_rank(struct dtrain_bootstrap *bs, const struct job *j, struct area *a)
+{
+    struct dtrain_comms comms;
+    struct dtrain_ptrainer *t = NULL;
+    struct dtrain_comm_options o;
+    dtrain_comm_options_defaults(&o);
+    o.timeout_ms = 60000;
+    if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
+        return 3;
+    int rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
+    for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
+        struct dtrain_pstep_result r;
+        rc = dtrain_ptrainer_step(t, &r, a->err, sizeof a->err);
+        a->loss[s] = r.base.loss;
+    }
+    if (rc == DTRAIN_OK && j->save_dir[0] != '\0')
+        rc = dtrain_ft_save(t, &j->cfg, bs, comms.group[DTRAIN_GROUP_WORLD], j->save_dir, a->err, sizeof a->err);
+    a->ok = rc == DTRAIN_OK;
+    dtrain_ptrainer_destroy(t);
+    dtrain_comm_destroy_all(&comms);
+    return a->ok ? 0 : 1;
+}
+
+static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
+{
+    return train_rank(bs, ctx, result);
+}
+
+/* (1,1,1) on nccl: one process, every group an nccl id of its own. */
+static int nccl_alone(const struct job *j, struct area *a)
+{
+    struct dtrain_bootstrap bs;
+    dtrain_bootstrap_local(&bs);
+    bs.backend = DTRAIN_COMM_NCCL;
+    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++)
+        if (bs.groups[k].present &&
+            dtrain_bootstrap_id_make_nccl(bs.groups[k].id, sizeof bs.groups[k].id, a->err, sizeof a->err) != 0)
+            return -1;
+    return train_rank(&bs, j, a);
+}
+
+static double rel(float a, float b)
+{
+    return fabs((double)a - b) / fabs((double)b);
+}
+
+static double worst(const float *a, const float *b, int n)
+{
+    double w = 0.0;
+    for (int i = 0; i < n; i++)
+        w = fmax(w, isfinite(a[i]) ? rel(a[i], b[i]) : INFINITY);
+    return w;
+}
+
+/* The CPU reference: one process, cpu kernels; losses of steps 0..n-1. */
+static int cpu_run(const struct dtrain_train_config *c, int n, float *loss, char *err, size_t errlen)
+{
+    struct dtrain_trainer *t = NULL;
+    struct dtrain_step_result r;
+    int rc = dtrain_trainer_create(c, &t, err, errlen);
+    for (int s = 0; rc == DTRAIN_OK && s < n; s++) {
+        rc = dtrain_trainer_step(t, &r, err, errlen);
+        loss[s] = r.loss;
+    }
+    dtrain_trainer_destroy(t);
+    return rc;
+}
+
+/* gpu_available asked in a child process: the ranks are forked from this
+ * one, and CUDA does not survive a fork once the parent has initialised it. */
+static int gpu_available_in_child(char *why, size_t whylen)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(why, whylen, "pipe failed");
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        char w[512] = "";
+        int yes = gpu_available(w, sizeof w);
+        ssize_t k = write(fds[1], w, strlen(w));
+        (void)k;
+        _exit(yes ? 0 : 1);
+    }
+    close(fds[1]);
+    ssize_t got = pid > 0 ? read(fds[0], why, whylen - 1) : -1;
+    why[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    int status = 1;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return 0;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int main(void)
+{
+    char why[512], top[] = "/tmp/dtrain-test-cuda-parallel-XXXXXX";
+    if (!gpu_available_in_child(why, sizeof why)) {
+        printf("1..0 # SKIP %s\n", why);
+        return 0;
+    }
+    if (mkdtemp(top) == NULL) {
+        printf("Bail out! mkdtemp\n");
+        return 1;
+    }
+    /* the data: bytes of a repeated sentence */
+    char data[600];
+    snprintf(data, sizeof data, "%s/data.bin", top);
+    static const char text[] = "a GPU and a CPU should agree on every loss of the same run; ";
+    size_t n = 20000;
+    uint16_t *tok = malloc(n * sizeof *tok);
+    for (size_t i = 0; tok != NULL && i < n; i++)
+        tok[i] = (unsigned char)text[i % (sizeof text - 1)];
+    if (tok == NULL || dtrain_tokens_write(data, tok, n, why, sizeof why) != DTRAIN_OK) {
+        printf("Bail out! token file: %s\n", why);
+        return 1;
+    }
+    free(tok);
+
+    struct dtrain_train_config cpu;
+    dtrain_train_config_defaults(&cpu);
+    snprintf(cpu.data, sizeof cpu.data, "%s", data);
+    cpu.model = (struct dtrain_gpt2_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
+                                            .num_layers = 4, .num_heads = 2, .channels = 128};
+    cpu.batch = 8;
+    cpu.seq = 64;
+    cpu.steps = STEPS + 1;
+    cpu.optim.lr = 1e-3;
+    cpu.threads = 2;
+    if (dtrain_train_config_finish(&cpu, why, sizeof why) != DTRAIN_OK) {
+        printf("Bail out! config: %s\n", why);
+        return 1;
+    }
+    float ref[STEPS + 1];
+    ok(cpu_run(&cpu, STEPS + 1, ref, why, sizeof why) == DTRAIN_OK, "the CPU reference trains %d steps%s%s",
+       STEPS + 1, *why ? ": " : "", why);
+
+    /* ---- (2,2,1) and (1,2,2): 4 processes on one GPU, cpu comm backend, staged */
+    static const int layouts[][3] = {{2, 2, 1}, {1, 2, 2}};
+    int rc;
+    double w;
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        int T = layouts[l][0], P = layouts[l][1], D = layouts[l][2];
+        struct job j = {.cfg = cpu};
+        snprintf(j.cfg.backend, sizeof j.cfg.backend, "cuda");
+        j.cfg.precision = DTRAIN_PRECISION_FP32;
+        j.cfg.micro_batches = 2;
+        snprintf(j.save_dir, sizeof j.save_dir, "%s/ckpt%zu", top, l);
+        struct area all[LOCAL_BOOT_MAX_WORLD];
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        memset(all, 0, sizeof all);
+        rc = local_boot_run(T, P, D, rank_main, &j, sizeof all[0], all, codes, 300, why, sizeof why);
+        for (int r = 0; r < T * P * D; r++)
+            if (!all[r].ok)
+                diag("(%d,%d,%d) rank %d (exit %d): %s", T, P, D, r, codes[r], all[r].err);
+        w = worst(all[0].loss, ref, STEPS);
+        ok(rc == 0 && w <= 1e-4, "(%d,%d,%d) on one GPU, cpu comm backend (staged), fp32: every step's loss within "
+           "1e-4 of the CPU's (worst %.2e)", T, P, D, w);
+        struct dtrain_train_config back = cpu;
+        snprintf(back.resume, sizeof back.resume, "%s", j.save_dir);
+        struct dtrain_trainer *one = NULL;
+        struct dtrain_step_result sr = {0};
+        int good = rc == 0 && dtrain_trainer_create(&back, &one, why, sizeof why) == DTRAIN_OK &&
+                   dtrain_trainer_steps_done(one) == STEPS &&
+                   dtrain_trainer_step(one, &sr, why, sizeof why) == DTRAIN_OK;
+        dtrain_trainer_destroy(one);
+        ok(good && rel(sr.loss, ref[STEPS]) <= 1e-4, "(%d,%d,%d): its checkpoint (GPU memory through host copies) "
+           "resumes on the CPU: step %d's loss %.6f, the CPU run's %.6f%s%s", T, P, D, STEPS, (double)sr.loss,
+           (double)ref[STEPS], good ? "" : ": ", good ? "" : why);
+    }
+
+    /* ---- (1,1,1) on nccl, fp32 and bf16 */
+    static const struct { enum dtrain_kernels_precision p; const char *name; double tol; } prec[] = {
+        {DTRAIN_PRECISION_FP32, "fp32", 1e-4}, {DTRAIN_PRECISION_BF16, "bf16", 2e-2},
+    };
+    for (size_t i = 0; i < sizeof prec / sizeof prec[0]; i++) {
+        struct job jn = {.cfg = cpu, .nccl = 1};
+        snprintf(jn.cfg.backend, sizeof jn.cfg.backend, "cuda");
+        jn.cfg.precision = prec[i].p;
+        struct area a;
+        memset(&a, 0, sizeof a);
+        rc = nccl_alone(&jn, &a);
+        w = worst(a.loss, ref, STEPS);
+        ok(rc == 0 && w <= prec[i].tol, "(1,1,1) on the nccl comm backend, %s: losses within %g of the CPU's "
+           "(worst %.2e)%s%s", prec[i].name, prec[i].tol, w, rc == 0 ? "" : ": ", rc == 0 ? "" : a.err);
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    if (system(cmd) != 0)
+        diag("could not remove %s", top);
+    return tap_done();
+}
