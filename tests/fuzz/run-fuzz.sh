@@ -43,7 +43,8 @@ sources() {
                    "$top/topo/topo_nvml.c $top/topo/topo_bounded.c $top/topo/plan_node.c $top/topo/plan.c" \
                    "$common_src $c/dtrain_nvml.c $c/dtrain_bounded.c -I$top/topo $(pc --cflags hwloc libxml-2.0)" \
                    "$(pc --libs hwloc libxml-2.0) -ldl" ;;
-    plugstack) echo "$here/fuzz_plugstack.c $top/spank_plugin/site_config.c $common_src -I$top/spank_plugin -I$top/topo" \
+    plugstack) echo "$here/fuzz_plugstack.c $top/spank_plugin/site_config.c $common_src $c/dtrain_master_port.c" \
+                    "-I$top/spank_plugin -I$top/topo" \
                     "$(pc --cflags --libs jansson)" ;;
     health_config) echo "$here/fuzz_health_config.c $top/health/site_config.c $common_src -I$top/health -I$top/topo" \
                         "$(pc --cflags --libs jansson)" ;;
