@@ -523,10 +523,15 @@ int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char 
 {
     struct stat st;
     int rc = DTRAIN_OK;
+    /* --checkpoint: a folder that exists, or one its existing parent can hold */
+    if (c->checkpoint[0] != '\0' && stat(c->checkpoint, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "checkpoint %s is a file, not a folder: --checkpoint names a folder of step-N "
+                 "checkpoints (give a new name)", c->checkpoint);
+        return DTRAIN_ERR_INPUT;
+    }
     if (c->checkpoint[0] != '\0')
-        rc = stat(c->checkpoint, &st) == 0 && S_ISDIR(st.st_mode)
-                 ? dtrain_out_check_dir(c->checkpoint, "checkpoint", err, errlen)
-                 : dtrain_out_check(c->checkpoint, "checkpoint", err, errlen);
+        rc = stat(c->checkpoint, &st) == 0 ? dtrain_out_check_dir(c->checkpoint, "checkpoint folder", err, errlen)
+                                            : dtrain_out_check(c->checkpoint, "checkpoint folder", err, errlen);
     if (rc == DTRAIN_OK)
         rc = dtrain_out_check(c->save_llmc, "llm.c model file (--save-llmc)", err, errlen);
     if (rc == DTRAIN_OK)

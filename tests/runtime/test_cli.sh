@@ -124,6 +124,8 @@ expect_fail 2 "dtrain-train: " "folder $work/none: No such file" "--save-llmc in
 check "... and no step ran" test ! -s "$work/out"
 expect_fail 2 "dtrain-train: " "folder $work/none: No such file" "--checkpoint into a missing folder: refused before step 0" \
     "$train" "$work/tiny.json" --steps 1 --checkpoint "$work/none/run.ckpt"
+expect_fail 2 "dtrain-train: " "is a file, not a folder" "--checkpoint naming a file: refused before step 0" \
+    "$train" "$work/tiny.json" --steps 1 --checkpoint "$work/model.bin"
 expect_fail 2 "dtrain-train: " "metrics file $work/adir is a directory" "--metrics naming a folder: refused" \
     "$train" "$work/tiny.json" --steps 1 --metrics "$work/adir"
 
