@@ -1,0 +1,137 @@
+/* libdtrain, internal: what the files of runtime/ckpt/ share about the
+ * sharded checkpoint format (dtrain_shard_ckpt.h says the format and the
+ * protocols): the constants and header offsets, the outcome record of a
+ * save, the parsed manifest, an open shard file, and each file's functions.
+ *   sckpt_folder.c     the folder: step names, listing, creating, removing
+ *                      (never following a link, only what a save writes)
+ *   sckpt_manifest.c   manifest.json: written by rank 0, read and checked
+ *                      against the run's config
+ *   sckpt_shard.c      shard files: written, verified against the
+ *                      manifest, read into the pieces a rank asks for
+ *   dtrain_shard_ckpt.c  the commit protocol (save) and the resume policy
+ *                      (newest good one first, damaged ones renamed) */
+#ifndef DTRAIN_SCKPT_INTERNAL_H
+#define DTRAIN_SCKPT_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain_shard_ckpt.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "shard files are little-endian; this code writes them natively"
+#endif
+
+#define FORMAT_NAME "dtrain-sharded-checkpoint"
+#define MAX_CANDIDATES 64      /* complete checkpoints looked at when resuming */
+#define MAX_WORLD (1L << 20)   /* dtrain_plan.h's largest world */
+#define VERIFY_CHUNK (1 << 20) /* bytes read at a time when verifying a shard */
+#define MAX_MANIFEST_BYTES (512L << 20)   /* ~500 bytes per shard entry at MAX_WORLD */
+#define MAX_SHARD_BYTES (1LL << 50)       /* 1 PiB: more is a corrupt size, not a shard */
+
+/* Header fields at fixed offsets. */
+enum {
+    OFF_MAGIC = 0, OFF_VERSION = 8, OFF_HEADER_BYTES = 12,
+    OFF_RANK = 16, OFF_WORLD = 20, OFF_TP = 24, OFF_PP = 28, OFF_DP = 32,
+    OFF_TP_RANK = 36, OFF_PP_RANK = 40, OFF_DP_RANK = 44, OFF_ZERO1 = 48,
+    OFF_STEP = 56, OFF_DATA_BATCHES = 64, OFF_NPARAMS = 72, OFF_RUNS = 80, OFF_FLOATS = 88,
+    OFF_CHECKSUM = 96,
+};
+
+static inline void put32(unsigned char *h, size_t off, uint32_t v) { memcpy(h + off, &v, 4); }
+static inline void put64(unsigned char *h, size_t off, uint64_t v) { memcpy(h + off, &v, 8); }
+static inline uint32_t get32(const unsigned char *h, size_t off) { uint32_t v; memcpy(&v, h + off, 4); return v; }
+static inline uint64_t get64(const unsigned char *h, size_t off) { uint64_t v; memcpy(&v, h + off, 8); return v; }
+
+static inline double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One rank's outcome, gathered on every rank: 8 int32 (an errno, the
+ * file's size, floats and checksum as halves). */
+struct record {
+    int32_t error;   /* 0, or the errno of the failed write */
+    int32_t pad;
+    uint64_t bytes, floats, checksum;
+};
+#define RECORD_INTS ((int)(sizeof(struct record) / sizeof(int32_t)))
+
+struct shard_entry {
+    uint64_t bytes, floats, checksum;
+};
+
+struct manifest {
+    uint64_t step, data_batches, nparams;
+    struct dtrain_sckpt_layout layout;
+    struct shard_entry *shards; /* layout.world_size */
+};
+
+enum verdict {
+    GOOD = 0,
+    DAMAGED_MANIFEST = 1,
+    DAMAGED_MISSING = 2,
+    DAMAGED_SIZE = 3,
+    DAMAGED_HEADER = 4,
+    DAMAGED_CHECKSUM = 5,
+    DAMAGED_READ = 6,
+    DAMAGED_COVERAGE = 7,
+    INCOMPATIBLE = 8,
+    NO_MEMORY = 9,
+};
+
+struct shard_file {
+    int fd;
+    uint64_t runs, floats;
+    uint64_t *table; /* runs x (whole, count) */
+    uint64_t *pos;   /* runs: each run's first float in the payload */
+};
+
+/* sckpt_folder.c: step-N names, the folder (created, fsynced, listed), removal */
+int sckpt_step_path(char *out, size_t len, const char *dir, uint64_t step, const char *suffix);
+int sckpt_shard_name(char *out, size_t len, long rank);
+/* mkdir -p; 0 or -1 with errno. */
+int sckpt_make_dirs(const char *path);
+int sckpt_fsync_dir(const char *path);
+/* Remove a step folder this run's saves made: only a real folder (never a
+ * link, never a folder someone else owns), only the files a save writes
+ * (manifest, shards and their temporary names), each removed with
+ * unlinkat() relative to the folder's own descriptor, opened with
+ * O_NOFOLLOW relative to the checkpoint folder's.  Anything else (a link,
+ * a foreign file, a sub-folder) is reported, left where it is, and the
+ * folder kept.  0 when removed (or absent), -1 with errno otherwise. */
+int sckpt_remove_step_dir(const char *path);
+/* Steps of dir's folders with this suffix ("" = complete, with a
+ * manifest), newest first; at most max kept, the count of all returned.
+ * -1 when dir cannot be read (0 when it does not exist). */
+long sckpt_list_steps(const char *dir, const char *suffix, uint64_t *steps, long max);
+/* Keep the newest `keep` complete checkpoints of dir. */
+void sckpt_prune(const char *dir, int keep);
+/* Leftovers of saves that never committed. */
+void sckpt_remove_partial(const char *dir);
+
+/* sckpt_manifest.c: manifest.json, written and read */
+/* Rank 0: manifest.json into tmp, then tmp renamed to final. */
+int sckpt_commit(const char *dir, const char *tmp, const char *final, const struct dtrain_train_config *cfg,
+                 const struct dtrain_sckpt_layout *L, uint64_t step, uint64_t data_batches,
+                 const struct record *all, char *err, size_t errlen);
+/* Read path/manifest.json into *m and check it against cfg.  Returns GOOD,
+ * DAMAGED_MANIFEST or INCOMPATIBLE (both with one line in why). */
+int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
+                        struct manifest *m, char *why, size_t whylen);
+
+/* sckpt_shard.c: shard files, written, verified, read */
+int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
+                      uint64_t data_batches, uint64_t nparams, const struct dtrain_sckpt_piece *p, size_t n,
+                      int fail_write, struct record *rec, char *err, size_t errlen);
+/* Read shard r whole and compare its checksum with the manifest's. */
+int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint64_t *bytes_read, char *why,
+                       size_t whylen);
+/* Every rank: read the pieces from every shard of the checkpoint at path. */
+int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
+                      size_t n, uint64_t *bytes_read, char *why, size_t whylen);
+
+#endif

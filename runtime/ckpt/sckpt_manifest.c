@@ -1,0 +1,276 @@
+/* manifest.json, written and read; see sckpt_internal.h. */
+#include "sckpt_internal.h"
+#include "dtrain_file.h"
+#include "dtrain_io.h"
+#include "dtrain_parse.h"
+#include "dtrain_pcomm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *order_name(int order)
+{
+    return order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential";
+}
+
+static json_t *config_json(const struct dtrain_train_config *c)
+{
+    const struct dtrain_gpt2_config *m = &c->model;
+    const struct dtrain_optim_config *o = &c->optim;
+    return json_pack("{s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:i, s:i, s:s, s:I, s:I, s:I, s:i,"
+                     " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:f}}",
+                     "model", "num_layers", m->num_layers, "channels", m->channels, "num_heads", m->num_heads,
+                     "vocab_size", m->vocab_size, "padded_vocab_size", m->padded_vocab_size,
+                     "max_seq_len", m->max_seq_len,
+                     "batch", c->batch, "seq", c->seq, "data_order", order_name(c->data_order),
+                     "data_seed", (json_int_t)c->data_seed, "seed", (json_int_t)c->seed,
+                     "steps", (json_int_t)c->steps, "micro_batches", c->micro_batches,
+                     "optimizer", "lr", o->lr, "beta1", o->beta1, "beta2", o->beta2, "eps", o->eps,
+                     "weight_decay", o->weight_decay, "grad_clip", o->grad_clip,
+                     "schedule", o->schedule == DTRAIN_LR_COSINE ? "cosine" : "constant",
+                     "warmup_steps", (json_int_t)o->warmup_steps, "min_lr", o->min_lr);
+}
+
+int sckpt_commit(const char *dir, const char *tmp, const char *final, const struct dtrain_train_config *cfg,
+                  const struct dtrain_sckpt_layout *L, uint64_t step, uint64_t data_batches,
+                  const struct record *all, char *err, size_t errlen)
+{
+    int rc = DTRAIN_ERR_SYSTEM;
+    json_t *shards = json_array(), *root = NULL;
+    char *text = NULL;
+    for (int r = 0; shards != NULL && r < L->world_size; r++) {
+        char name[32], sum[17];
+        sckpt_shard_name(name, sizeof name, r);
+        snprintf(sum, sizeof sum, "%016" PRIx64, all[r].checksum);
+        if (json_array_append_new(shards, json_pack("{s:i, s:s, s:I, s:I, s:s}", "rank", r, "file", name,
+                                                    "bytes", (json_int_t)all[r].bytes,
+                                                    "floats", (json_int_t)all[r].floats, "checksum", sum)) != 0)
+            goto oom;
+    }
+    root = json_pack("{s:s, s:i, s:I, s:I, s:I, s:o, s:{s:i, s:i, s:i, s:i, s:b}, s:o}", "format", FORMAT_NAME,
+                     "version", DTRAIN_SCKPT_VERSION, "step", (json_int_t)step, "data_batches",
+                     (json_int_t)data_batches, "nparams", (json_int_t)dtrain_gpt2_param_count(&cfg->model),
+                     "config", config_json(cfg), "layout", "tp", L->tp, "pp", L->pp, "dp", L->dp,
+                     "world_size", L->world_size, "zero1", L->zero1, "shards", shards);
+    shards = NULL; /* stolen by "o", also on failure */
+    if (root == NULL ||
+        (text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) == NULL)
+        goto oom;
+    char path[DTRAIN_PATH_MAX];
+    if (dtrain_snprintf(path, sizeof path, "%s/%s", tmp, DTRAIN_SCKPT_MANIFEST) != 0) {
+        dtrain_snprintf(err, errlen, "checkpoint path too long: %.80s...", tmp);
+        goto out;
+    }
+    struct dtrain_out_file o;
+    if ((rc = dtrain_out_open(&o, path, err, errlen)) != DTRAIN_OK)
+        goto out;
+    dtrain_out_write(&o, text, strlen(text));
+    dtrain_out_write(&o, "\n", 1);
+    if ((rc = dtrain_out_commit(&o, err, errlen)) != DTRAIN_OK)
+        goto out;
+    rc = DTRAIN_ERR_SYSTEM;
+    /* A folder of this step may be there from an earlier attempt (a
+     * damaged one renamed away, or a run that got further before a fault). */
+    if (sckpt_remove_step_dir(final) != 0 || sckpt_fsync_dir(tmp) != 0 || rename(tmp, final) != 0 || sckpt_fsync_dir(dir) != 0) {
+        dtrain_snprintf(err, errlen, "cannot sckpt_commit checkpoint %s: %s", final, strerror(errno));
+        goto out;
+    }
+    rc = DTRAIN_OK;
+    goto out;
+oom:
+    dtrain_snprintf(err, errlen, "out of memory for the checkpoint manifest");
+out:
+    free(text);
+    json_decref(root);
+    json_decref(shards);
+    return rc;
+}
+
+static int parse_checksum(const char *text, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (strlen(text) != 16)
+        return -1;
+    for (int i = 0; i < 16; i++) {
+        int c = text[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return -1;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A manifest's JSON, opened without blocking (a FIFO there is damage, not
+ * a hang) and bounded in size; NULL with one line in why. */
+static json_t *load_manifest_json(const char *file, char *why, size_t whylen)
+{
+    off_t size = 0;
+    json_error_t je;
+    int fd = dtrain_open_regular(file, O_RDONLY, "checkpoint manifest", &size, why, whylen);
+    if (fd < 0)
+        return NULL;
+    if (size > MAX_MANIFEST_BYTES) {
+        dtrain_snprintf(why, whylen, "%s: %lld bytes, larger than a manifest can be", file, (long long)size);
+        close(fd);
+        return NULL;
+    }
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
+    if (root == NULL)
+        dtrain_snprintf(why, whylen, "%s: line %d: %s", file, je.line, je.text);
+    return root;
+}
+
+int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
+                         struct manifest *m, char *why, size_t whylen)
+{
+    char file[DTRAIN_PATH_MAX];
+    json_error_t je;
+    json_t *root = NULL, *config, *shards;
+    const char *format, *order;
+    json_int_t v[6], nstep, ndata, nparams, version, batch, seq, data_seed, seed;
+    int zero1, verdict = DAMAGED_MANIFEST;
+    memset(m, 0, sizeof *m);
+    if (dtrain_snprintf(file, sizeof file, "%s/%s", path, DTRAIN_SCKPT_MANIFEST) != 0) {
+        dtrain_snprintf(why, whylen, "%s: path too long", path);
+        return DAMAGED_MANIFEST;
+    }
+    if ((root = load_manifest_json(file, why, whylen)) == NULL)
+        return DAMAGED_MANIFEST;
+    json_int_t tp, pp, dp, world;
+    if (json_unpack_ex(root, &je, 0, "{s:s, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:b}, s:o}",
+                       "format", &format, "version", &version, "step", &nstep, "data_batches", &ndata,
+                       "nparams", &nparams, "config", &config, "layout", "tp", &tp, "pp", &pp, "dp", &dp,
+                       "world_size", &world, "zero1", &zero1, "shards", &shards) != 0 ||
+        json_unpack_ex(config, &je, 0, "{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:I, s:s, s:I, s:I}",
+                       "model", "num_layers", &v[0], "channels", &v[1], "num_heads", &v[2], "vocab_size", &v[3],
+                       "padded_vocab_size", &v[4], "max_seq_len", &v[5], "batch", &batch, "seq", &seq,
+                       "data_order", &order, "data_seed", &data_seed, "seed", &seed) != 0) {
+        dtrain_snprintf(why, whylen, "%s: %s", file, je.text);
+        goto out;
+    }
+    if (strcmp(format, FORMAT_NAME) != 0 || version != DTRAIN_SCKPT_VERSION) {
+        dtrain_snprintf(why, whylen, "%s: format %.40s version %lld; this dtrain reads %s version %d", file, format,
+                 (long long)version, FORMAT_NAME, DTRAIN_SCKPT_VERSION);
+        goto out;
+    }
+    /* Every count bounded before any arithmetic on it (no wrap-around). */
+    if (nstep < 0 || (uint64_t)nstep != step || ndata < 0 || tp < 1 || pp < 1 || dp < 1 || tp > MAX_WORLD ||
+        pp > MAX_WORLD || dp > MAX_WORLD || world < 1 || world > MAX_WORLD ||
+        (uint64_t)world != (uint64_t)tp * (uint64_t)pp * (uint64_t)dp || !json_is_array(shards) ||
+        json_array_size(shards) != (size_t)world) {
+        dtrain_snprintf(why, whylen, "%s: step, layout or shard list inconsistent", file);
+        goto out;
+    }
+    const struct dtrain_gpt2_config *mc = &cfg->model;
+    const long want[6] = {mc->num_layers, mc->channels, mc->num_heads, mc->vocab_size, mc->padded_vocab_size,
+                          mc->max_seq_len};
+    if (v[0] != want[0] || v[1] != want[1] || v[2] != want[2] || v[3] != want[3] || v[4] != want[4] ||
+        v[5] != want[5] || nparams != (json_int_t)dtrain_gpt2_param_count(mc)) {
+        dtrain_snprintf(why, whylen, "%s holds a model L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld; "
+                 "this run's is L=%ld C=%ld NH=%ld V=%ld (padded %ld) maxT=%ld: give the same model, or another checkpoint "
+                 "folder", path, (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+                 (long long)v[4], (long long)v[5], want[0], want[1], want[2], want[3], want[4], want[5]);
+        verdict = INCOMPATIBLE;
+        goto out;
+    }
+    if (batch != cfg->batch || seq != cfg->seq || strcmp(order, order_name(cfg->data_order)) != 0 ||
+        (uint64_t)data_seed != cfg->data_seed || (uint64_t)seed != cfg->seed) {
+        dtrain_snprintf(why, whylen, "%s was written by a run with batch %lld x %lld, %s data (seed %lld), seed %lld; "
+                 "this run has %d x %d, %s (seed %" PRIu64 "), seed %" PRIu64 ": resume with the same --batch, "
+                 "--seq, --order, --data-seed and --seed, or use another checkpoint folder", path,
+                 (long long)batch, (long long)seq, order, (long long)data_seed, (long long)seed, cfg->batch,
+                 cfg->seq, order_name(cfg->data_order), cfg->data_seed, cfg->seed);
+        verdict = INCOMPATIBLE;
+        goto out;
+    }
+    m->step = (uint64_t)nstep;
+    m->data_batches = (uint64_t)ndata;
+    m->nparams = (uint64_t)nparams;
+    m->layout = (struct dtrain_sckpt_layout){(int)tp, (int)pp, (int)dp, (int)world, zero1, 0, 0, 0, 0};
+    if ((m->shards = calloc((size_t)world, sizeof *m->shards)) == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory for %lld shard entries", (long long)world);
+        goto out;
+    }
+    for (json_int_t r = 0; r < world; r++) {
+        json_int_t rank, bytes, floats;
+        const char *name, *sum;
+        char expect[32];
+        sckpt_shard_name(expect, sizeof expect, (long)r);
+        if (json_unpack_ex(json_array_get(shards, (size_t)r), &je, 0, "{s:I, s:s, s:I, s:I, s:s}", "rank", &rank,
+                           "file", &name, "bytes", &bytes, "floats", &floats, "checksum", &sum) != 0 ||
+            rank != r || strcmp(name, expect) != 0 || floats < 0 || bytes < DTRAIN_SCKPT_HEADER_BYTES ||
+            bytes > MAX_SHARD_BYTES ||
+            (uint64_t)floats > m->nparams || parse_checksum(sum, &m->shards[r].checksum) != 0) {
+            dtrain_snprintf(why, whylen, "%s: shard entry %lld is malformed", file, (long long)r);
+            goto out;
+        }
+        m->shards[r].bytes = (uint64_t)bytes;
+        m->shards[r].floats = (uint64_t)floats;
+    }
+    verdict = GOOD;
+out:
+    if (verdict != GOOD) {
+        free(m->shards);
+        m->shards = NULL;
+    }
+    json_decref(root);
+    return verdict;
+}
+
+/* ------------------------------------------------------------ the model a folder holds */
+
+int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, char *err, size_t errlen)
+{
+    uint64_t newest;
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        dtrain_snprintf(err, errlen, "checkpoint %s is a file, not a folder: dtrain checkpoints are folders of "
+                        "step-N checkpoints (--checkpoint DIR writes them)", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    int n = dtrain_sckpt_list(dir, &newest, 1, err, errlen);
+    if (n < 0)
+        return DTRAIN_ERR_INPUT;
+    if (n == 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder %s holds no complete checkpoint (step-N with a %s)", dir,
+                        DTRAIN_SCKPT_MANIFEST);
+        return DTRAIN_ERR_INPUT;
+    }
+    char step[DTRAIN_PATH_MAX], file[DTRAIN_PATH_MAX];
+    json_error_t je;
+    json_int_t v[6];
+    if (sckpt_step_path(step, sizeof step, dir, newest, "") != 0 ||
+        dtrain_snprintf(file, sizeof file, "%s/%s", step, DTRAIN_SCKPT_MANIFEST) != 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder %s: path too long", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    char why[600] = "";
+    json_t *root = load_manifest_json(file, why, sizeof why);
+    int rc = root != NULL &&
+             json_unpack_ex(root, &je, 0, "{s:{s:{s:I, s:I, s:I, s:I, s:I, s:I}}}", "config", "model", "num_layers",
+                            &v[0], "channels", &v[1], "num_heads", &v[2], "vocab_size", &v[3], "padded_vocab_size",
+                            &v[4], "max_seq_len", &v[5]) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+    for (int i = 0; rc == DTRAIN_OK && i < 6; i++)
+        if (v[i] < 1 || v[i] > INT32_MAX)
+            rc = DTRAIN_ERR_INPUT;
+    if (rc == DTRAIN_OK)
+        *model = (struct dtrain_gpt2_config){.num_layers = (int)v[0], .channels = (int)v[1], .num_heads = (int)v[2],
+                                             .vocab_size = (int)v[3], .padded_vocab_size = (int)v[4],
+                                             .max_seq_len = (int)v[5]};
+    else if (root == NULL)
+        dtrain_snprintf(err, errlen, "%s", why);
+    else
+        dtrain_snprintf(err, errlen, "%s: no valid config.model in it", file);
+    json_decref(root);
+    return rc;
+}

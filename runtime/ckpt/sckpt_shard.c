@@ -1,0 +1,287 @@
+/* Shard files: written, verified, read into pieces; see sckpt_internal.h. */
+#include "sckpt_internal.h"
+#include "dtrain_file.h"
+#include "dtrain_io.h"
+#include "dtrain_parse.h"
+#include "dtrain_pcomm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FNV_PRIME 0x100000001b3ULL
+
+uint64_t dtrain_sckpt_checksum(uint64_t h, const void *data, size_t words)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < words; i++) {
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4); /* any alignment; compiles to a load */
+        h = (h ^ w) * FNV_PRIME;
+    }
+    return h;
+}
+
+int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
+                       uint64_t data_batches, uint64_t nparams, const struct dtrain_sckpt_piece *p, size_t n,
+                       int fail_write, struct record *rec, char *err, size_t errlen)
+{
+    unsigned char h[DTRAIN_SCKPT_HEADER_BYTES] = {0};
+    uint64_t floats = 0;
+    for (size_t i = 0; i < n; i++)
+        floats += p[i].count;
+    memcpy(h + OFF_MAGIC, DTRAIN_SCKPT_MAGIC, 8);
+    put32(h, OFF_VERSION, DTRAIN_SCKPT_VERSION);
+    put32(h, OFF_HEADER_BYTES, DTRAIN_SCKPT_HEADER_BYTES);
+    const int fields[] = {L->rank, L->world_size, L->tp, L->pp, L->dp, L->tp_rank, L->pp_rank, L->dp_rank, L->zero1};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        put32(h, OFF_RANK + 4 * i, (uint32_t)fields[i]);
+    put64(h, OFF_STEP, step);
+    put64(h, OFF_DATA_BATCHES, data_batches);
+    put64(h, OFF_NPARAMS, nparams);
+    put64(h, OFF_RUNS, n);
+    put64(h, OFF_FLOATS, floats);
+
+    uint64_t sum = dtrain_sckpt_checksum(DTRAIN_SCKPT_CHECKSUM_INIT, h, sizeof h / 4);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t run[2] = {p[i].whole, p[i].count};
+        sum = dtrain_sckpt_checksum(sum, run, 4);
+    }
+    for (int a = 0; a < 3; a++)
+        for (size_t i = 0; i < n; i++)
+            sum = dtrain_sckpt_checksum(sum, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count);
+    put64(h, OFF_CHECKSUM, sum);
+
+    struct dtrain_out_file o;
+    int rc = dtrain_out_open(&o, path, err, errlen);
+    if (rc != DTRAIN_OK) {
+        rec->error = errno ? errno : EIO;
+        return rc;
+    }
+    dtrain_out_write(&o, h, sizeof h);
+    if (fail_write && o.write_errno == 0)
+        o.write_errno = ENOSPC; /* fault injection: the disk is full from here on */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t run[2] = {p[i].whole, p[i].count};
+        dtrain_out_write(&o, run, sizeof run);
+    }
+    for (int a = 0; a < 3; a++)
+        for (size_t i = 0; i < n; i++)
+            dtrain_out_write(&o, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count * sizeof(float));
+    int write_errno = o.write_errno;
+    if ((rc = dtrain_out_commit(&o, err, errlen)) != DTRAIN_OK) {
+        rec->error = write_errno ? write_errno : (o.write_errno ? o.write_errno : EIO);
+        return rc;
+    }
+    rec->bytes = DTRAIN_SCKPT_HEADER_BYTES + 16 * (uint64_t)n + 12 * floats;
+    rec->floats = floats;
+    rec->checksum = sum;
+    return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ shard files */
+
+static int pread_full(int fd, void *buf, size_t bytes, uint64_t off)
+{
+    unsigned char *p = buf;
+    while (bytes > 0) {
+        ssize_t n = pread(fd, p, bytes, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        bytes -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static void shard_close(struct shard_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->table);
+    free(f->pos);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+/* Open shard r of the checkpoint at path and check its header against the
+ * manifest (size, rank, step, counts).  With want_table, also read and
+ * check the run table.  Returns GOOD or a DAMAGED_* verdict (why set). */
+static int shard_open(const char *path, long r, const struct manifest *m, int want_table, struct shard_file *f,
+                      char *why, size_t whylen)
+{
+    char file[DTRAIN_PATH_MAX], name[32];
+    unsigned char h[DTRAIN_SCKPT_HEADER_BYTES];
+    const struct shard_entry *e = &m->shards[r];
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    sckpt_shard_name(name, sizeof name, r);
+    if (dtrain_snprintf(file, sizeof file, "%s/%s", path, name) != 0) {
+        dtrain_snprintf(why, whylen, "%s: path too long", path);
+        return DAMAGED_MISSING;
+    }
+    /* Never a blocking open: a FIFO named like a shard must not hang the job. */
+    off_t size = 0;
+    if ((f->fd = dtrain_open_regular(file, O_RDONLY, "checkpoint shard", &size, why, whylen)) < 0)
+        return DAMAGED_MISSING;
+    if ((uint64_t)size != e->bytes) {
+        dtrain_snprintf(why, whylen, "%s: %lld bytes, the manifest says %" PRIu64, file, (long long)size,
+                        e->bytes);
+        return DAMAGED_SIZE;
+    }
+    if (pread_full(f->fd, h, sizeof h, 0) != 0) {
+        dtrain_snprintf(why, whylen, "%s: cannot read the header", file);
+        return DAMAGED_READ;
+    }
+    f->runs = get64(h, OFF_RUNS);
+    f->floats = get64(h, OFF_FLOATS);
+    if (memcmp(h + OFF_MAGIC, DTRAIN_SCKPT_MAGIC, 8) != 0 || get32(h, OFF_VERSION) != DTRAIN_SCKPT_VERSION ||
+        get32(h, OFF_HEADER_BYTES) != DTRAIN_SCKPT_HEADER_BYTES || get32(h, OFF_RANK) != (uint32_t)r ||
+        get32(h, OFF_WORLD) != (uint32_t)m->layout.world_size || get64(h, OFF_STEP) != m->step ||
+        get64(h, OFF_NPARAMS) != m->nparams || f->floats != e->floats || f->runs > m->nparams ||
+        DTRAIN_SCKPT_HEADER_BYTES + 16 * f->runs + 12 * f->floats != e->bytes ||
+        get64(h, OFF_CHECKSUM) != e->checksum) {
+        dtrain_snprintf(why, whylen, "%s: the header does not match the manifest", file);
+        return DAMAGED_HEADER;
+    }
+    if (!want_table)
+        return GOOD;
+    f->table = malloc((size_t)(2 * f->runs + 1) * sizeof *f->table);
+    f->pos = malloc((size_t)(f->runs + 1) * sizeof *f->pos);
+    if (f->table == NULL || f->pos == NULL) {
+        dtrain_snprintf(why, whylen, "%s: out of memory for its %" PRIu64 " runs", file, f->runs);
+        return NO_MEMORY;
+    }
+    if (pread_full(f->fd, f->table, (size_t)f->runs * 16, DTRAIN_SCKPT_HEADER_BYTES) != 0) {
+        dtrain_snprintf(why, whylen, "%s: cannot read the run table", file);
+        return DAMAGED_READ;
+    }
+    uint64_t at = 0, end = 0;
+    for (uint64_t i = 0; i < f->runs; i++) {
+        uint64_t whole = f->table[2 * i], count = f->table[2 * i + 1];
+        if (count == 0 || whole < end || whole > m->nparams || count > m->nparams - whole) {
+            dtrain_snprintf(why, whylen, "%s: run %" PRIu64 " is empty, out of order or outside the model", file, i);
+            return DAMAGED_HEADER;
+        }
+        f->pos[i] = at;
+        at += count;
+        end = whole + count;
+    }
+    if (at != f->floats) {
+        dtrain_snprintf(why, whylen, "%s: the runs hold %" PRIu64 " floats, the header says %" PRIu64, file, at,
+                        f->floats);
+        return DAMAGED_HEADER;
+    }
+    return GOOD;
+}
+
+int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint64_t *bytes_read, char *why,
+                        size_t whylen)
+{
+    struct shard_file f;
+    int v = shard_open(path, r, m, 0, &f, why, whylen);
+    unsigned char *buf = NULL;
+    if (v != GOOD)
+        goto out;
+    if ((buf = malloc(VERIFY_CHUNK)) == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory to verify shard %ld", r);
+        v = NO_MEMORY;
+        goto out;
+    }
+    uint64_t size = m->shards[r].bytes, sum = DTRAIN_SCKPT_CHECKSUM_INIT;
+    for (uint64_t off = 0; off < size;) {
+        size_t n = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
+        if (pread_full(f.fd, buf, n, off) != 0) {
+            dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: read error at byte %" PRIu64, path, r, off);
+            v = DAMAGED_READ;
+            goto out;
+        }
+        if (off == 0)
+            memset(buf + OFF_CHECKSUM, 0, 8); /* the header is summed with its checksum field 0 */
+        sum = dtrain_sckpt_checksum(sum, buf, n / 4);
+        off += n;
+        *bytes_read += n;
+    }
+    if (sum != m->shards[r].checksum) {
+        dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: checksum %016" PRIx64 ", the manifest says %016" PRIx64,
+                 path, r, sum, m->shards[r].checksum);
+        v = DAMAGED_CHECKSUM;
+    }
+out:
+    free(buf);
+    shard_close(&f);
+    return v;
+}
+
+/* Copy what shard f holds of each piece into it; covered[i] counts. */
+static int shard_read_pieces(struct shard_file *f, const struct dtrain_sckpt_piece *pieces, size_t n,
+                             uint64_t *covered, uint64_t *bytes_read)
+{
+    const uint64_t payload = DTRAIN_SCKPT_HEADER_BYTES + 16 * f->runs;
+    for (size_t i = 0; i < n; i++) {
+        const struct dtrain_sckpt_piece *p = &pieces[i];
+        uint64_t lo = p->whole, hi = p->whole + p->count;
+        /* the first run that ends after lo */
+        uint64_t a = 0, b = f->runs;
+        while (a < b) {
+            uint64_t mid = a + (b - a) / 2;
+            if (f->table[2 * mid] + f->table[2 * mid + 1] <= lo)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        for (uint64_t k = a; k < f->runs && f->table[2 * k] < hi; k++) {
+            uint64_t rs = f->table[2 * k], re = rs + f->table[2 * k + 1];
+            uint64_t from = rs > lo ? rs : lo, to = re < hi ? re : hi;
+            uint64_t at = f->pos[k] + (from - rs);
+            float *dst[3] = {p->params, p->m, p->v};
+            for (int arr = 0; arr < 3; arr++) {
+                if (dst[arr] == NULL)
+                    continue;
+                uint64_t off = payload + 4 * ((uint64_t)arr * f->floats + at);
+                if (pread_full(f->fd, dst[arr] + (from - lo), (size_t)(to - from) * sizeof(float), off) != 0)
+                    return DAMAGED_READ;
+                *bytes_read += (to - from) * sizeof(float);
+            }
+            covered[i] += to - from;
+        }
+    }
+    return GOOD;
+}
+
+int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
+                       size_t n, uint64_t *bytes_read, char *why, size_t whylen)
+{
+    uint64_t *covered = calloc(n + 1, sizeof *covered);
+    if (covered == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory");
+        return NO_MEMORY;
+    }
+    int v = GOOD;
+    for (long r = 0; r < m->layout.world_size && v == GOOD; r++) {
+        struct shard_file f;
+        v = shard_open(path, r, m, 1, &f, why, whylen);
+        if (v == GOOD && (v = shard_read_pieces(&f, pieces, n, covered, bytes_read)) != GOOD)
+            dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: read error", path, r);
+        shard_close(&f);
+    }
+    for (size_t i = 0; i < n && v == GOOD; i++) {
+        if (covered[i] != pieces[i].count) {
+            dtrain_snprintf(why, whylen, "%s: the shards hold %" PRIu64 " of the %" PRIu64 " values at offset %" PRIu64,
+                     path, covered[i], pieces[i].count, pieces[i].whole);
+            v = DAMAGED_COVERAGE;
+        }
+    }
+    free(covered);
+    return v;
+}
