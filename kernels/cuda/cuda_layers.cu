@@ -5,6 +5,7 @@
  * the results are the same bits run after run.  The embedding gradient
  * sorts the positions by token (CUB's stable radix sort) so that each wte
  * row is summed by one thread in position order instead of with atomics. */
+#include <climits>
 #include "cuda_backend.h"
 #include "cuda_reduce.cuh"
 
@@ -34,26 +35,6 @@ __global__ void iota_kernel(int32_t *v, int n)
         v[i] = i;
 }
 
-/* One block per sorted position i; the first position of each token's run
- * sums the run's rows of dout (positions ascending) into that wte row. */
-__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int32_t *sorted_tokens,
-                                            const int32_t *sorted_pos, int N, int C)
-{
-    int i = blockIdx.x;
-    int tok = sorted_tokens[i];
-    if (i > 0 && sorted_tokens[i - 1] == tok)
-        return;
-    int end = i + 1;
-    while (end < N && sorted_tokens[end] == tok)
-        end++;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float s = 0.0f;
-        for (int j = i; j < end; j++)
-            s += dout[(size_t)sorted_pos[j] * C + c];
-        dwte[(size_t)tok * C + c] += s;
-    }
-}
-
 __global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C)
 {
     size_t total = (size_t)T * C, stride = (size_t)gridDim.x * blockDim.x;
@@ -81,8 +62,10 @@ __global__ void embedding_vp_forward_kernel(float *out, const int32_t *tokens, c
     }
 }
 
-/* encoder_backward_wte_kernel for the rows held here: runs of other tokens skipped. */
-__global__ void embedding_vp_backward_wte_kernel(float *dwte, const float *dout, const int32_t *sorted_tokens,
+/* One block per sorted position i; the first position of each token's run
+ * sums the run's rows of dout (positions ascending) into that wte row, for
+ * the rows held here ([v0, v0 + Vl); the whole table: 0, INT_MAX). */
+__global__ void embedding_backward_wte_kernel(float *dwte, const float *dout, const int32_t *sorted_tokens,
                                                  const int32_t *sorted_pos, int N, int C, int v0, int Vl)
 {
     int i = blockIdx.x;
@@ -287,7 +270,8 @@ extern "C" void cuda_encoder_backward(struct dtrain_kernels *k, float *dwte, flo
     if (ck->failed || N <= 0 || C <= 0 ||
         sort_positions(ck, tokens, N, "embedding gradient (sort)", &sorted_tokens, &sorted_pos) != 0)
         return;
-    encoder_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte, dout, sorted_tokens, sorted_pos, N, C);
+    embedding_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte, dout, sorted_tokens, sorted_pos, N, C,
+                                                                       0, INT_MAX);
     if (cuda_check_launch(ck, "embedding gradient") != 0)
         return;
     encoder_backward_wpe_kernel<<<cuda_blocks((size_t)T * C, 256), 256, 0, ck->stream>>>(dwpe, dout, B, T, C);
@@ -318,7 +302,7 @@ extern "C" void cuda_embedding_vp_backward(struct dtrain_kernels *k, float *dwte
         sort_positions(ck, tokens, N, "vocabulary-parallel embedding gradient (sort)", &sorted_tokens,
                        &sorted_pos) != 0)
         return;
-    embedding_vp_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte_local, dout, sorted_tokens,
+    embedding_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte_local, dout, sorted_tokens,
                                                                           sorted_pos, N, C, v0, Vl);
     if (cuda_check_launch(ck, "vocabulary-parallel embedding gradient") != 0)
         return;
