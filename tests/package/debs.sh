@@ -72,8 +72,8 @@ stop_chroot() {
   done
   [ -z "$pids" ] || kill -9 $pids 2>/dev/null
   for i in $(seq 25); do [ -z "$(chroot_pids "$d")" ] && break; sleep 0.2; done
-  mountpoint -q "$d/proc" && umount "$d/proc"
-  mountpoint -q "$d/proc" && umount -l "$d/proc"
+  if mountpoint -q "$d/sys/fs/cgroup"; then umount -R "$d/sys/fs/cgroup" || umount -R -l "$d/sys/fs/cgroup"; fi
+  if mountpoint -q "$d/proc"; then umount "$d/proc" || umount -l "$d/proc"; fi
   return 0
 }
 cleanup() {
@@ -87,6 +87,8 @@ trap 'exit 1' INT TERM HUP
 # in_root CMD...: CMD in the work chroot, bounded, with a plain environment.
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 HOME=/root timeout 300 "$@"; }
 apt_root() { in_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends "$@"; }
+# debs VERSION-FOLDER: the three packages an admin installs, as chroot paths.
+debs() { local f; for f in "$root/tmp/debs/$1"/{slurm-dtrain-plugin,dtrain,libdtrain0}_*.deb; do echo "${f#"$root"}"; done; }
 
 # Skip the remaining N points with a reason, then end.
 skip_rest() {
@@ -95,7 +97,7 @@ skip_rest() {
   done_testing
 }
 # Points after the builds: keep in step with the checks below.
-chroot_points=16
+chroot_points=17
 
 # ------------------------------------------------------------------ 1. builds
 src=$work/src/dtrain
@@ -188,11 +190,17 @@ fi
 cp -a "$base" "$root" || skip_rest "cannot copy $base" $chroot_points
 flock -u 7
 diag "chroot: $how, copied to the work folder, in $((SECONDS - s)) s"
+# slurmd initialises its cgroup plugin even with proctrack/linuxproc and
+# task/none: it needs the host's cgroup mounts (a slave copy, so that
+# unmounting it never reaches the host's).
 mount -t proc proc "$root/proc" || skip_rest "cannot mount /proc in the chroot" $chroot_points
+mkdir -p "$root/sys/fs/cgroup"
+{ mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup" && mount --make-rslave "$root/sys/fs/cgroup"; } ||
+  skip_rest "cannot bind /sys/fs/cgroup into the chroot" $chroot_points
 
 # ------------------------------------------------------------------ 3. install
 mkdir -p "$root/tmp/debs" && cp -a "$work/v1" "$work/v2" "$root/tmp/debs/"
-install_v1() { apt_root install /tmp/debs/v1/slurm-dtrain-plugin_*.deb /tmp/debs/v1/dtrain_*.deb /tmp/debs/v1/libdtrain0_*.deb >"$work/install1.log" 2>&1 ||
+install_v1() { apt_root install $(debs v1) >"$work/install1.log" 2>&1 ||
   { tail -8 "$work/install1.log" | sed 's/^/# /'; return 1; }; }
 check "install $v1 in the chroot (apt-get install of the three .debs)" install_v1
 
@@ -271,21 +279,37 @@ check "dtrain-health --check passes, then the hooks are enabled; the node stays 
 # placed_job: two tasks placed by the plugin on two GPUs, through the prolog.
 placed_job() {
   local out
-  out=$(in_root timeout 120 srun -N1 -n2 --dtrain-tp=2 sh -c 'echo "$DTRAIN_PLACED_BY $DTRAIN_GPU"' 2>"$work/srun.err") ||
+  out=$(in_root timeout 60 srun -N1 -n2 --dtrain-tp=2 sh -c 'echo "$DTRAIN_PLACED_BY $DTRAIN_GPU"' 2>"$work/srun.err") ||
     { diag "srun: $(tail -2 "$work/srun.err")"; return 1; }
   [ "$(echo "$out" | grep -c '^spank ')" = 2 ] && [ "$(echo "$out" | awk '{print $2}' | sort -u | wc -l)" = 2 ] ||
     { diag "tasks said: $(echo "$out" | tr '\n' ';')"; return 1; }
   slurm_answers
 }
 check "a placed job runs (srun -n2 --dtrain-tp=2: DTRAIN_PLACED_BY=spank, two GPUs), the prolog passes" placed_job
+# The hooks are live: a failing check in the prolog drains the node with
+# dtrain's reason; fixed and resumed, the node serves again.
+prolog_drains() {
+  local cfg=$root/etc/dtrain/health.json i reason=""
+  cp "$cfg" "$work/health.good" && sed -i 's/"count": 8/"count": 9/' "$cfg"
+  in_root timeout 60 srun -N1 -n1 true >/dev/null 2>&1 && { diag "the job ran although the prolog must fail"; cp "$work/health.good" "$cfg"; return 1; }
+  for i in $(seq 60); do
+    reason=$(in_root timeout 20 sinfo -h -R -n gpu01 -o %E 2>/dev/null)
+    case $reason in dtrain:*) break ;; esac
+    sleep 0.5
+  done
+  cp "$work/health.good" "$cfg"
+  case $reason in dtrain:*gpu_count*) diag "drained: $reason" ;; *) diag "drain reason: '$reason'"; return 1 ;; esac
+  in_root timeout 20 scontrol update NodeName=gpu01 State=RESUME || return 1
+  slurm_answers
+}
+check "a failing prolog check drains the node with a dtrain: reason; resumed after the fix" prolog_drains
 check "sbatch knows --dtrain-tp" sh -c "chroot '$root' sbatch --help | grep -q -- --dtrain-tp"
 
 # ------------------------------------------------------------------ upgrade
 upgrade() {
   sed -i 's/"max_tp": 0/"max_tp": 4/' "$root/etc/dtrain/dtrain.json"
   grep -q '"max_tp": 4' "$root/etc/dtrain/dtrain.json" || { diag "could not edit dtrain.json"; return 1; }
-  apt_root -o Dpkg::Options::=--force-confold install /tmp/debs/v2/slurm-dtrain-plugin_*.deb /tmp/debs/v2/dtrain_*.deb \
-    /tmp/debs/v2/libdtrain0_*.deb </dev/null >"$work/upgrade.log" 2>&1 || { tail -8 "$work/upgrade.log" | sed 's/^/# /'; return 1; }
+  apt_root -o Dpkg::Options::=--force-confold install $(debs v2) </dev/null >"$work/upgrade.log" 2>&1 || { tail -8 "$work/upgrade.log" | sed 's/^/# /'; return 1; }
   [ "$(in_root dpkg-query -W -f='${Version}' slurm-dtrain-plugin)" = "$v2" ] || { diag "slurm-dtrain-plugin is not $v2"; return 1; }
 }
 check "upgrade to $v2 with an edited conffile, non-interactive (--force-confold)" upgrade
@@ -312,12 +336,12 @@ remove_hooks_then_dtrain() {
 }
 check "hooks removed and reconfigured, then dtrain purged; Slurm answers" remove_hooks_then_dtrain
 check "a job runs after dtrain's removal (the node is not drained)" sh -c \
-  "chroot '$root' timeout 120 srun -N1 -n1 true && chroot '$root' timeout 20 sinfo -h -n gpu01 -o %T | grep -qv drain"
+  "chroot '$root' timeout 60 srun -N1 -n1 true && chroot '$root' timeout 20 sinfo -h -n gpu01 -o %T | grep -qv drain"
 
 remove_plugin() {
   apt_root remove slurm-dtrain-plugin >"$work/remove-plugin.log" 2>&1 || { tail -5 "$work/remove-plugin.log" | sed 's/^/# /'; return 1; }
   [ ! -e "$root/etc/slurm/plugstack.conf.d/dtrain.conf" ] || { diag "the plugstack line is still there"; return 1; }
-  in_root timeout 120 srun -N1 -n1 true || return 1
+  in_root timeout 60 srun -N1 -n1 true || return 1
   slurm_answers
 }
 check "remove slurm-dtrain-plugin: srun still works (plugstack line moved aside); Slurm answers" remove_plugin
@@ -327,7 +351,7 @@ purge_all() {
   [ -f "$root/etc/slurm/dtrain.conf" ] || { diag "/etc/slurm/dtrain.conf is gone"; return 1; }
   in_root timeout 20 scontrol reconfigure || return 1
   in_root timeout 20 scontrol show config | grep -q 'RequeueExit *= *75' || { diag "RequeueExit=75 lost"; return 1; }
-  in_root timeout 120 srun -N1 -n1 true || return 1
+  in_root timeout 60 srun -N1 -n1 true || return 1
   slurm_answers
 }
 check "purge: the Included /etc/slurm/dtrain.conf stays, Slurm reconfigures, answers and runs jobs" purge_all
