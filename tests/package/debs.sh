@@ -305,7 +305,7 @@ prolog_drains() {
   slurm_answers
 }
 check "a failing prolog check drains the node with a dtrain: reason; resumed after the fix" prolog_drains
-sbatch_knows() { in_root sbatch --help 2>&1 | grep -q -- --dtrain-tp; }
+sbatch_knows() { local help; help=$(in_root sbatch --help 2>&1) && grep -q -- --dtrain-tp <<<"$help"; }
 check "sbatch knows --dtrain-tp" sbatch_knows
 
 # ------------------------------------------------------------------ upgrade
@@ -352,7 +352,8 @@ purge_all() {
   apt_root purge slurm-dtrain-plugin libdtrain0 >"$work/purge.log" 2>&1 || { tail -5 "$work/purge.log" | sed 's/^/# /'; return 1; }
   [ -f "$root/etc/slurm/dtrain.conf" ] || { diag "/etc/slurm/dtrain.conf is gone"; return 1; }
   in_root timeout 20 scontrol reconfigure || return 1
-  in_root timeout 20 scontrol show config | grep -q 'RequeueExit *= *75' || { diag "RequeueExit=75 lost"; return 1; }
+  local conf; conf=$(in_root timeout 20 scontrol show config) || return 1
+  grep -q 'RequeueExit *= *75' <<<"$conf" || { diag "RequeueExit=75 lost"; return 1; }
   job_runs
 }
 check "purge: the Included /etc/slurm/dtrain.conf stays, Slurm reconfigures, answers and runs jobs" purge_all
