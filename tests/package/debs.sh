@@ -299,6 +299,12 @@ prolog_drains() {
     case $reason in dtrain:*) break ;; esac
     sleep 0.5
   done
+  # The epilog of that job runs with the same config: restore it only once
+  # the job has left the node (COMPLETING is over), then resume.
+  for i in $(seq 120); do
+    [ -z "$(in_root timeout 20 squeue -h -o %i 2>/dev/null)" ] && break
+    sleep 0.5
+  done
   cp "$work/health.good" "$cfg"
   case $reason in dtrain:*gpu_count*) diag "drained: $reason" ;; *) diag "drain reason: '$reason'"; return 1 ;; esac
   in_root timeout 20 scontrol update NodeName=gpu01 State=RESUME || return 1
