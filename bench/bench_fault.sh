@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # bench/bench_fault.sh: the time from a fault to the first resumed training
 # step, phase by phase, on a real local Slurm (scripts/local-cluster: 2
 # slurmd on loopback, the dtrain plugin, RequeueExit=75).  A batch job of

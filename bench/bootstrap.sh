@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # bench/bootstrap.sh: what dtrain-launch's PMI2 bootstrap costs, on a real
 # local Slurm (scripts/local-cluster: 2 slurmd on loopback), 16 tasks on
 # 2 nodes.  Prints, for the 3D shape T=4 P=2 D=2 and for the baseline

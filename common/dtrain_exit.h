@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain process exit codes: one table shared by every dtrain program.
  *
  * Slurm sees these as the job or step exit status, so they are the contract

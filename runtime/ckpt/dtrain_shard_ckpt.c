@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Sharded checkpoints: shard files, the manifest, the commit protocol,
  * verification and loading into any layout; see dtrain_shard_ckpt.h. */
 #include "dtrain_shard_ckpt.h"

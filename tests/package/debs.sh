@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # The Debian packages as an admin gets them (doc/install.md): built twice in
 # the same tree, installed into a Debian 12 chroot with Debian's Slurm,
 # upgraded, removed and purged, with Slurm asked after every step.
