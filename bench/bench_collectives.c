@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-collectives: the cpu comm backend's all-reduce, all-gather
  * and reduce-scatter on n local processes, reported as nccl-tests does, next
  * to memcpy bandwidth measured in the same run (the ceiling).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-fault: sharded checkpoint write and read bandwidth against a
  * plain sequential write and read of the same bytes, measured in the same
  * run on the same filesystem.

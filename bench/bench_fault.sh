@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # bench/bench_fault.sh: the time from a fault to the first resumed training
 # step, phase by phase, on a real local Slurm (scripts/local-cluster: 2
 # slurmd on loopback, the dtrain plugin, RequeueExit=75).  A batch job of
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
       delay=$2; shift 2 ;;
     --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang)(,(kill|hang))*$ ]] || die "--faults takes kill, hang or kill,hang" 2
       faults=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;/^# SPDX-License-Identifier:/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see $0 --help)" 2 ;;
   esac
 done

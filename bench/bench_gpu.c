@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-gpu: tokens/s and MFU of GPT-2 124M training steps on one
  * GPU (the cuda kernels through the runtime's model and optimizer), against
  * the bf16 cuBLASLt GEMM rate measured in the same run; then each kernel at

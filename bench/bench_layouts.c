@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-layouts: each layout's step time against (1,1,1) at equal
  * total work.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Timed runs of the parallel trainer on local processes; see bench_parallel.h. */
 #include "bench_parallel.h"
 

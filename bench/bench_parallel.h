@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* What dtrain-bench-pipeline and dtrain-bench-layouts share: a T x P x D
  * run of the parallel trainer as local processes (tests/parallel/
  * local_boot.h: ids made with the launcher's code, real communicators),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-pipeline: the measured 1F1B pipeline bubble against the
  * ideal (P-1)/(m+P-1).
  *

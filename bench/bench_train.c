@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-train: tokens/s and achieved FLOP/s of full GPT-2 training
  * steps (forward, backward, AdamW update) on the CPU kernels, against the
  * CBLAS sgemm rate for large square matrices measured in the same run.

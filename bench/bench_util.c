@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Timing helpers of the benchmarks; see bench_util.h. */
 #include "bench_util.h"
 

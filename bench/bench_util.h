@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Timing helpers every benchmark in bench/ uses: a monotonic clock and the
  * median, the figure benchmarks report because it is the one least moved by
  * other work on the machine. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # bench/bootstrap.sh: what dtrain-launch's PMI2 bootstrap costs, on a real
 # local Slurm (scripts/local-cluster: 2 slurmd on loopback), 16 tasks on
 # 2 nodes.  Prints, for the 3D shape T=4 P=2 D=2 and for the baseline
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     --build) [ $# -ge 2 ] || die "--build needs a folder" 2; build=$2; shift 2 ;;
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]{0,2}$ ]] || die "--runs needs a count from 1 to 999" 2; runs=$2; shift 2 ;;
     --comm-backend) [ $# -ge 2 ] && [[ $2 =~ ^(cpu|nccl)$ ]] || die "--comm-backend needs cpu or nccl" 2; backend=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;/^# SPDX-License-Identifier:/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see $0 --help)" 2 ;;
   esac
 done

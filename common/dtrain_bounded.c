@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Run probes in forked children with deadlines; see dtrain_bounded.h. */
 #include "dtrain_bounded.h"
 

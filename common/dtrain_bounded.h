@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Run probes with a time bound, several at once (dtrain-health's probes;
  * the SPANK plugin's topology discovery inside slurmstepd).
  *

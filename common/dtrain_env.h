@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Names of the environment variables of dtrain's placement contract.
  *
  * The SPANK plugin exports them for every task (task_init); dtrain-launch

@@ -1,8 +1,9 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain process exit codes: one table shared by every dtrain program.
  *
  * Slurm sees these as the job or step exit status, so they are the contract
  * with slurm.conf: `RequeueExit=75` (etc/slurm/dtrain.conf, installed to
- * $(sysconfdir)/slurm/dtrain.conf) makes Slurm requeue a batch job that
+ * $(pkgdatadir)/slurm/dtrain.conf for the admin to copy) makes Slurm requeue a batch job that
  * ends with DTRAIN_EXIT_REQUEUE.
  * sysexits.h values are used where one fits, so that other tools read them
  * the same way. */

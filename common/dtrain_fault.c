@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The restart budget, the fault line, the timeline and the stop signals;
  * see dtrain_fault.h. */
 #include "dtrain_fault.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain common: what every dtrain process does about a fault.
  *
  * The restart budget.  Slurm counts a job's restarts in

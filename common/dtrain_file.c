@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Non-blocking, type-checked and trusted opens; see dtrain_file.h. */
 #include "dtrain_file.h"
 

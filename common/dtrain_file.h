@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Opening files named by someone else without hanging, and without
  * trusting a path while root.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The rendezvous port of a step; see dtrain_master_port.h. */
 #include "dtrain_master_port.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The rendezvous port of a job step (MASTER_PORT), from the site's range.
  *
  * The site gives the plugin a range of ports that only dtrain hands out

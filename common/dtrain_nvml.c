@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* NVML loaded at run time; see dtrain_nvml.h. */
 #include "dtrain_nvml.h"
 

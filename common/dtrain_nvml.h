@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* NVML loaded at run time: the subset of NVML's ABI that dtrain uses, and
  * one loader for libdtrain-topo (NVLink) and dtrain-health (GPU health).
  *

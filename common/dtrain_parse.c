@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Strict number parsing and hex helpers; see dtrain_parse.h. */
 #include "dtrain_parse.h"
 

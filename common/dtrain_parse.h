@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Strict parsing of user-supplied numbers and small text helpers.
  *
  * Every option, config value and environment variable that dtrain reads goes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A task's placement as NAME=VALUE pairs, and back; see dtrain_placement_env.h. */
 #include "dtrain_placement_env.h"
 

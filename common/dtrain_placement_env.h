@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* One task's placement as environment variables, and back: the one place
  * where every variable of doc/environment.md is written (the SPANK plugin's
  * task_init and dtrain-launch both encode with it; dtrain-launch decodes the

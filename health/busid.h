@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: PCI bus ids in one spelling.
  *
  * NVML writes "00000000:07:00.0" (8-digit domain, upper case), hwloc and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: one function per check; see checks.h. */
 #include "checks.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: judging the probed facts against the site config.
  *
  * One function per check (checks.c); each reads only the facts and the

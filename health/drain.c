@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: drain through libslurm; see drain.h. */
 #include "drain.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: drain a node through libslurm.
  *
  * The same request as `scontrol update NodeName=N State=DRAIN Reason=R`

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: what the probes found on the node, as plain data.
  *
  * Probes (topology.c, nvml.c, fs.c, ib.c) fill these in a bounded child

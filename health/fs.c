@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: filesystem free space; see fs.h. */
 #include "fs.h"
 

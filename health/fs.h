@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: free space of a filesystem, in a bounded child.
  *
  * statvfs() on a hung network filesystem (the checkpoint store is often

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: InfiniBand port facts from sysfs; see ib.h. */
 #include "ib.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: InfiniBand ports from sysfs, in a bounded child.
  *
  * Reads <sysfs_root>/class/infiniband/<device>/ports/<n>/{state,phys_state,rate}

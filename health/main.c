@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: node health checks for Slurm's Prolog, Epilog and
  * HealthCheckProgram.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: read the GPUs' health through NVML; see nvml.h. */
 #include "nvml.h"
 

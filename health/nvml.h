@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: the GPUs as NVML reports them.
  *
  * NVML is opened with dlopen() through common/dtrain_nvml.h, so

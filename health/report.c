@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: text and JSON output; see report.h. */
 #include "report.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: telling what was found, as text lines or one JSON object.
  *
  * Text: one line per failed check on stderr, "dtrain-health: FAIL ecc:

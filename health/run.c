@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: probe what the wanted checks need, then judge; see run.h. */
 #include "run.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: one run, from the config to the verdict.
  *
  * Decides which probes the wanted checks need (checks.h lists the checks

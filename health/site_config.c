@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health site config: strict JSON reading; see config.h.
  *
  * The schema is a table (struct key_spec) per JSON object: each known key

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: the site's expectations, read from a JSON file.
  *
  *   {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: topology facts from libdtrain-topo; see topology.h. */
 #include "topology.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health: the node's GPU topology (libdtrain-topo), in a bounded child.
  *
  * Loads the node (live hwloc, which honours HWLOC_XMLFILE, or a saved XML

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Backend selection and dispatch; see dtrain_kernels.h. */
 #include "dtrain_kernels_backend.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain kernels: one interface, several backends.
  *
  * Every numerical operation of the GPT-2 trainer goes through this header:

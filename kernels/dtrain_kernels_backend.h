@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* For backend implementors only: the table of operations behind
  * dtrain_kernels.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* One PMI2 round for all communicator ids; see exchange.h. */
 #include "exchange.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The bootstrap exchange: every communicator's id in ONE PMI2 round.
  *
  * For each group kind (dtrain_bootstrap.h) the task computes its group; the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Communicator groups and key names; see groups.h. */
 #include "groups.h"
 

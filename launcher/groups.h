@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The communicator groups of a T x P x D job and their PMI2 key names.
  *
  * Pure arithmetic on the rank order of dtrain_plan.h; no allocation, no

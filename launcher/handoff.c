@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The child PROGRAM's environment, exec or fork; see handoff.h. */
 #include "handoff.h"
 

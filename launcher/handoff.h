@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Handing the bootstrap to a child PROGRAM through its environment.
  *
  * The child gets the DTRAIN_COMM_* variables of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The batch script's exit code after the training step; see job_exit.h. */
 #include "job_exit.h"
 #include "dtrain_exit.h"

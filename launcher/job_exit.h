@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The batch script's half of a requeue: what the script exits with once
  * its `srun ... dtrain-launch` step has ended.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-launch: bootstrap every communicator of a dtrain job in one PMI2
  * round, then run the training in-process or a PROGRAM with the result in
  * its environment.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* This task's placement, from the plugin or planned here; see placement.h. */
 #include "placement.h"
 

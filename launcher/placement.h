@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* This task's place in the job: shape T x P x D, rank, coordinates, node.
  *
  * With the dtrain SPANK plugin (DTRAIN_PLACED_BY=spank) the placement comes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Bounded PMI2 calls; see pmi.h. */
 #include "pmi.h"
 

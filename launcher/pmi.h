@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A thin, bounded wrapper around Slurm's PMI2 client (libpmi2).
  *
  * Every call is checked, says in one line what failed, and is bounded: a

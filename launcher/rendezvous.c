@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* MASTER_ADDR / MASTER_PORT without the plugin; see rendezvous.h. */
 #include "rendezvous.h"
 

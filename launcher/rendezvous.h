@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* MASTER_ADDR / MASTER_PORT for a PROGRAM when dtrain-launch placed the step
  * itself (no dtrain plugin; with the plugin its values pass through).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* --print / --json lines; see report.h. */
 #include "report.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* --print and --json: one line per task with its placement, its groups and
  * ids, and what the bootstrap cost (used by the tests and the benchmark).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Whole-or-nothing output files and checked input files; see dtrain_io.h. */
 #include "dtrain_io.h"
 #include "dtrain_status.h"

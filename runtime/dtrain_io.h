@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain, internal: files written whole or not at all, and files read
  * with their size known up front.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: status codes of the runtime's functions.
  *
  * 0 is success; the negative codes tell the caller which exit code of

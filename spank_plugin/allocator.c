@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Allocator context (sbatch, salloc), and srun before it asks for resources:
  * refuse a job that cannot run before it is queued.  The option callbacks
  * already refused malformed values; here the values meet the site policy

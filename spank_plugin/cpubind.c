@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* CPU lists and binding; see cpubind.h. */
 #include "cpubind.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* CPU lists in hwloc/Linux list syntax ("0-15,64-79") and binding a task to
  * the part of such a list that exists for it.
  *

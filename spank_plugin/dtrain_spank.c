@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain.so: the SPANK entry points.  Each one dispatches to the file of the
  * context it runs in (allocator.c, local.c, remote.c); see plugin.h. */
 #include <stdio.h>

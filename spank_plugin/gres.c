@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* GPUs that Slurm's GRES gave the step; see gres.h. */
 #include "gres.h"
 

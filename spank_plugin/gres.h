@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The GPUs Slurm's GRES gave a step, so that the plugin places tasks only on
  * those.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Local context (srun).  srun first checks its options like sbatch does
  * (dtrain_allocator_post_opt, before it asks for resources); here it checks
  * again with the step Slurm actually created (its task and node counts),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The --dtrain-* options: table and strict parsing; see options.h. */
 #include "options.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The --dtrain-* options of the SPANK plugin: their table and strict parsing.
  *
  * Pure code (no Slurm calls), so the unit tests link it as is.  The plugin

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain.so: the state of the plugin in one Slurm process, and the entry
  * points of each SPANK context.
  *

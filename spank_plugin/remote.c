@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Remote context (slurmstepd, one per job step and node).
  *
  * init_post_opt (as root, once per step): read the step's layout from Slurm,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* MASTER_ADDR / MASTER_PORT of a placed step; see rendezvous.h. */
 #include "rendezvous.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The env:// rendezvous of a placed step: MASTER_ADDR and MASTER_PORT.
  *
  * MASTER_ADDR is the step's first node (the node of rank 0) as Slurm itself

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Site configuration: plugstack.conf arguments and the site JSON; see site_config.h. */
 #include "site_config.h"
 

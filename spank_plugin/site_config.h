@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Site configuration of the SPANK plugin: the admin's key=value arguments
  * on the plugstack.conf line, and optionally a site JSON file they name.
  *

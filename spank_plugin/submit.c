@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Client-side checks (sbatch, salloc, srun); see submit.h. */
 #include "submit.h"
 

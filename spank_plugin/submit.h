@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* What sbatch, salloc and srun can check before anything is queued or
  * launched: the options against the site policy and the job's size.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A task's environment as name=value pairs; see taskenv.h. */
 #include "taskenv.h"
 

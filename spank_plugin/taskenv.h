@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The environment the plugin gives a task (doc/environment.md), computed as
  * a plain list of name=value pairs so that it can be checked without Slurm.
  *

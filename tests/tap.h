@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A minimal TAP producer for dtrain's C unit tests.
  *
  * Each check prints "ok N - ..." or "not ok N - ..."; tap_done() prints the

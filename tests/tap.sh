@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
 # A minimal TAP producer for dtrain's shell tests; source it.
 #   ok COND_STATUS "description"   -> use: check "desc" cmd args...
 #   check "desc" CMD...            runs CMD, one test point from its status

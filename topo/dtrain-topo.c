@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-topo: show a node's GPU topology as dtrain sees it, and the plan
  * for a job shape.  See doc/dtrain-topo.1.
  *

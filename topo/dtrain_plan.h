@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo, part 2: the placement planner, a pure function.
  *
  * Given the job shape (T, P, D, nodes, tasks per node), one node model per

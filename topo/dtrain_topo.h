@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo, part 1: a node's GPU topology as a plain model.
  *
  * dtrain_topo_load_*() reads a node with hwloc (live, or from a saved XML

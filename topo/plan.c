@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: the placement planner (shape checks, ranks, coordinates;
  * plan_node.c picks the GPUs inside each node). */
 #include <stdarg.h>

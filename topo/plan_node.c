@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: GPUs for the local tasks of one node.
  *
  * Two stages, both deterministic:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo internals: choosing the GPU of every local task of one
  * node (the part of the planner that looks at the hardware).  Not installed.
  *

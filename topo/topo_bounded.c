@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: topology discovery in a forked child with a time bound.
  *
  * hwloc given a hostile XML file may crash, and NVML or sysfs on a sick

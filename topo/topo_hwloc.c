@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: discovery with hwloc, live or from a saved XML file.
  *
  * GPUs are PCI devices of class 0300/0302/0380 (and 1200, processing

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-topo --json: the document described in doc/topo-json.md. */
 #include <stdio.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: the node model's accessors, islands, subset and summary. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo internals: the node model behind the opaque dtrain_topo
  * handle, shared by the discovery sources (hwloc, NVML) and the planner.
  * Not installed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: NVLink read directly from NVML on live nodes.
  *
  * NVML is opened at run time through common/dtrain_nvml.h, so dtrain

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-topo: readable tables and the ASCII picture. */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-topo output: a node model and (optionally) a plan as readable
  * tables, an ASCII picture of islands and TP groups, or JSON
  * (doc/topo-json.md).  plan may be NULL: then only the node is shown. */

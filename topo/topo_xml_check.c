@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: a pre-check of hwloc XML before hwloc reads it.
  *
  * hwloc 2.9 crashes (NULL bitmap in hwloc_bitmap_compare_first during

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
 """PyTorch on dtrain's placement, with nothing written by hand.
 
 Run as every task of a step placed by the dtrain plugin (plain srun, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Causal multi-head attention on the CPU; see dtrain_kernels.h.
  *
  * One parallel item is one (batch row, head) pair, whose outputs are

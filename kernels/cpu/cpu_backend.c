@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The CPU backend: host memory, a thread pool, OpenBLAS. */
 #include "cpu_backend.h"
 

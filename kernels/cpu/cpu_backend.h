@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The CPU backend's instance and the operations each file implements.
  * Internal to kernels/cpu; see dtrain_kernels.h for what each does. */
 #ifndef DTRAIN_CPU_BACKEND_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Embedding, layer norm, GELU and residual on the CPU; see dtrain_kernels.h. */
 #include "cpu_backend.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Softmax + cross-entropy on the CPU, in place; see dtrain_kernels.h. */
 #include "cpu_backend.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Linear layers on the CPU through CBLAS; see dtrain_kernels.h.
  *
  * OpenBLAS runs single-threaded here (cpu_backend.c) and the pool splits

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Fork-join pool with a static partition; see cpu_pool.h. */
 #include "cpu_pool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A small fork-join thread pool for the CPU kernels.
  *
  * cpu_pool_for(pool, n, fn, arg) splits [0, n) into one contiguous range per

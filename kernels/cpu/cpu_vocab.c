@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Vocabulary-parallel embedding and cross-entropy on the CPU: the loops a
  * tensor-parallel rank runs on its columns between the collectives (see
  * dtrain_kernels.h).  One thread, rows in order: the sums are the whole

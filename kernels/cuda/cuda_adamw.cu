@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Fused AdamW update and the sum of squares on the GPU; see dtrain_kernels.h.
  *
  * AdamW works on the fp32 master weights in place, one pass over params,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Causal multi-head attention on the GPU; see dtrain_kernels.h.
  *
  * Two implementations, chosen by (precision, shape) alone, so that forward

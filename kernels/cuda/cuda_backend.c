@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The CUDA backend: device, stream, cuBLASLt handle, memory, errors, and
  * the table of operations; see cuda_backend.h. */
 #include "cuda_backend.h"

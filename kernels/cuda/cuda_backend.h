@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The CUDA backend's instance and the operations each file implements.
  * Internal to kernels/cuda; see dtrain_kernels.h for what each operation
  * does and dtrain_cuda.h for the CUDA-only extras.

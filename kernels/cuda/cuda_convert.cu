@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Small helpers of the matmuls: bf16 copies, random fill, bias broadcast
  * and the bias gradient; see cuda_backend.h. */
 #include "cuda_backend.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Embedding, layer norm, GELU and residual on the GPU; see dtrain_kernels.h.
  *
  * fp32 in and out (the interface's tensors), fp32 arithmetic.  Reductions

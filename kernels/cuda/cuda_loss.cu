@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Softmax + cross-entropy on the GPU, in place; see dtrain_kernels.h, and
  * its vocabulary-parallel pieces, see dtrain_cuda.h.
  *

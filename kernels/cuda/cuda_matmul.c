@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Linear layers through cuBLASLt; see dtrain_kernels.h.
  *
  * cuBLASLt is column-major; a row-major (R, C) matrix is a column-major

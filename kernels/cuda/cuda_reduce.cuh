@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Warp and block reductions of fixed shape for the CUDA kernels: the same
  * inputs give the same bits on every run (a warp's butterfly, then the
  * warps' results added in order).  Internal to kernels/cuda. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* What the CUDA backend offers beyond dtrain_kernels.h (built when
  * configured with CUDA: DTRAIN_HAVE_CUDA).
  *

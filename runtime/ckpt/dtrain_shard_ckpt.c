@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Sharded checkpoints: the commit protocol (save) and the resume policy;
  * the files are sckpt_folder.c, sckpt_manifest.c and sckpt_shard.c (see
  * sckpt_internal.h and dtrain_shard_ckpt.h). */

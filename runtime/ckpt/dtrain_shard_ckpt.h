@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: sharded checkpoints of the parallel trainer.
  *
  * A checkpoint is a folder DIR/step-NNNNNNNN (the step, 8 digits or more)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The checkpoint folder: step names, listing, creating and removing only
  * what a save made; see sckpt_internal.h. */
 #include "sckpt_internal.h"

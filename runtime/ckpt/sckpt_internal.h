@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain, internal: what the files of runtime/ckpt/ share about the
  * sharded checkpoint format (dtrain_shard_ckpt.h says the format and the
  * protocols): the constants and header offsets, the outcome record of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* manifest.json, written and read; see sckpt_internal.h. */
 #include "sckpt_internal.h"
 #include "dtrain_file.h"

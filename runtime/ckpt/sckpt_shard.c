@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Shard files: written, verified, read into pieces; see sckpt_internal.h. */
 #include "sckpt_internal.h"
 #include "dtrain_file.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The training config: defaults, JSON file, command-line flags, checks.
  * One table describes every setting once; the JSON reader, the flag parser
  * and --help all work from it.  See dtrain_train.h. */

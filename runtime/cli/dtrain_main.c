@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The one training program: dtrain-train (one process, on a local 1x1x1
  * bootstrap) and the trainer inside dtrain-launch (its PMI2 bootstrap) run
  * the same parallel trainer and fault-tolerant loop; see dtrain_train.h

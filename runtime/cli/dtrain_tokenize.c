@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-tokenize INPUT OUTPUT: turn any file into a byte-level token file
  * (vocabulary 256: token = byte value) in llm.c's layout, so that demos and
  * tests need no download and no tokenizer.  "-" reads standard input. */

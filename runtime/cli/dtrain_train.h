@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: training a GPT-2 model in one process (the `dtrain-train` program).
  *
  * One process runs the same trainer as T x P x D ranks under dtrain-launch

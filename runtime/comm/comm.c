@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The comm interface: options, argument checks, the sticky first error,
  * dispatch to a backend; see dtrain_comm.h. */
 #include "dtrain_comm.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Every communicator of a task in one call; see dtrain_comm.h. */
 #include <stdlib.h>
 #include <string.h>

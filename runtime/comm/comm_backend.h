@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Inside the comm layer: the communicator every backend shares, and the
  * table of operations a backend fills in (cpu, and nccl when built with CUDA).
  *

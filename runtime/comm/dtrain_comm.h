@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain comm: communicators and collectives for the trainer.
  *
  * A communicator (opaque dtrain_comm) joins the members of one group of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Token files and batch order; see dtrain_data.h. */
 #include "dtrain_data.h"
 #include "dtrain_file.h"

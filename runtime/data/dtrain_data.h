@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: token files and the order of batches.
  *
  * A token file has llm.c's layout: 256 little-endian int32 (magic 20240520,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* llm.c model files; see dtrain_llmc.h. */
 #include "dtrain_llmc.h"
 #include "dtrain_io.h"

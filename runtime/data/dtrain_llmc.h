@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: llm.c's GPT-2 model file (train_gpt2.c, version 3, fp32).
  *
  * Layout: 256 little-endian int32 (magic 20240326, version 3, maxT, V, L,

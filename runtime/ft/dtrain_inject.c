@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Fault injection specs; see dtrain_inject.h. */
 #include "dtrain_inject.h"
 #include "dtrain_file.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: fault injection, for testing the fault-tolerance path.
  *
  * A spec (the DTRAIN_INJECT environment variable, the fault.inject config

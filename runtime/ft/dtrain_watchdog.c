@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The watchdog thread; see dtrain_watchdog.h. */
 #include "dtrain_watchdog.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: the watchdog thread of a training process.
  *
  * The training loop can only notice a fault when a call returns; a rank

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* One GPT-2 transformer block, forward and backward; see dtrain_gpt2.h.
  *
  *   ln1  = LN(x)                       (N,C)

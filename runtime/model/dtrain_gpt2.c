@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The GPT-2 model: layout, initialisation, and the whole-model passes built
  * from the stage pieces; see dtrain_gpt2.h. */
 #include "dtrain_gpt2.h"

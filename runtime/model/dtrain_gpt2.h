@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: the GPT-2 model (llm.c's train_gpt2.c, nanoGPT).
  *
  * Learned token and position embeddings; L pre-LayerNorm blocks of causal

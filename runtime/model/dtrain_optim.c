@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* AdamW, schedules, clipping; see dtrain_optim.h. */
 #include "dtrain_optim.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: AdamW, learning-rate schedules and gradient clipping.
  *
  * The optimizer state is the two moment vectors m and v, each as long as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Counter-based random numbers; see dtrain_rng.h. */
 #include "dtrain_rng.h"
 

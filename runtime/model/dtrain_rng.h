@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: counter-based random numbers.
  *
  * Every random value is a pure function of (seed, stream, index): no

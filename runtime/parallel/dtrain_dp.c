@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Data parallelism: bucketed, overlapped gradient reduction, ZeRO-1, the
  * norm share and the update; see dtrain_dp.h. */
 #include "dtrain_dp.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: data parallelism for one rank's shard: the gradient
  * all-reduce in buckets, overlapped with the backward pass, optionally
  * ZeRO-1, the rank's share of the global gradient norm, and the update.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Comm results, double sums and communication on the kernels' memory for
  * the parallel trainer; see dtrain_pcomm.h. */
 #include "dtrain_pcomm.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain, internal: what the parallel trainer's modules share about the
  * comm layer (runtime/comm/dtrain_comm.h): a comm result as a dtrain_status,
  * exact-order sums of doubles (the comm layer reduces floats), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The 1F1B schedule; see dtrain_pipeline.h. */
 #include "dtrain_pipeline.h"
 

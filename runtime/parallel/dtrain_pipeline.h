@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: the 1F1B pipeline schedule as an explicit list of actions.
  *
  * Stage s of P runs m micro-batches in three phases (PipeDream-Flush, the

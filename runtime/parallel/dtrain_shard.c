@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* One rank's part of the model: sizes, views, slices; see dtrain_shard.h. */
 #include "dtrain_shard.h"
 

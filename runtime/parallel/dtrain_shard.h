@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: the part of the GPT-2 model one rank of a T x P x D job holds.
  *
  * Megatron's split, for tensor-parallel rank r of T and pipeline stage s of P:

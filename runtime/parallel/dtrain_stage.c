@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* One rank's pipeline stage: parameters, activations per slot, forward and
  * backward of a micro-batch; see dtrain_stage.h. */
 #include "dtrain_stage.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: what one rank computes of a T x P x D job: its pipeline
  * stage's part of the model (dtrain_shard.h), tensor-parallel over its TP
  * group (dtrain_tp.h), for one micro-batch at a time.

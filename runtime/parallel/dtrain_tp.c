@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Tensor parallelism: the f/g operators, vocabulary-parallel embedding and
  * cross-entropy; see dtrain_tp.h. */
 #include "dtrain_tp.h"

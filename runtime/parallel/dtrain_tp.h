@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: tensor parallelism (Megatron-LM) over a TP communicator.
  *
  * Inside a block (dtrain_block_forward/backward) the QKV and fc matmuls are

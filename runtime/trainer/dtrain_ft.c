@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The fault-tolerant training loop; see dtrain_ft.h. */
 #include "dtrain_ft.h"
 #include "dtrain_dp.h"

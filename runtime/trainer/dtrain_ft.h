@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: the fault-tolerant training loop of the parallel trainer.
  *
  * dtrain_ft_run() trains a dtrain_ptrainer (dtrain_parallel.h) to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The wall clock of the metrics lines and the Prometheus textfile; see
  * dtrain_metrics.h. */
 #include "dtrain_metrics.h"

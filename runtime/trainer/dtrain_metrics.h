@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain, internal: what the trainers report per step besides the
  * progress line and the JSON-lines file: the wall clock those lines carry,
  * and the Prometheus file.

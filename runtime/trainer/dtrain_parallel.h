@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: the 3D-parallel trainer (tensor x pipeline x data parallel).
  *
  *   dtrain_parallel_main(argc, argv, bs)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The 3D-parallel trainer: one rank's stage, its 1F1B schedule, the tied
  * embedding, data parallelism, the step and the loop; see dtrain_parallel.h. */
 #include "dtrain_parallel.h"

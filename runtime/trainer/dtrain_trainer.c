@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The single-process trainer API: the parallel trainer on a 1x1x1
  * bootstrap of its own; see dtrain_train.h. */
 #include "dtrain_train.h"

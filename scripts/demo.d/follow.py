@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
 """Follow a dtrain batch job live: its Slurm state, its output and its metrics.
 
     follow.py --job ID --dir DIR --steps N [--every K] [--out FILE]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
 """The demo's summary and loss curve, from what the job actually wrote.
 
     report.py --dir DIR --png FILE [--title TEXT]

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # The demo's batch script (scripts/demo submits it with sbatch --dtrain-tp=2
 # --dtrain-pp=2 --dtrain-ckpt-dir=... --dtrain-max-restarts=...).
 #

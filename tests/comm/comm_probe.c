@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* comm_probe: a child PROGRAM of dtrain-launch (tests/comm/slurm_comm.sh).
  *
  *   srun --mpi=pmi2 dtrain-launch --tp T --pp P -- comm_probe

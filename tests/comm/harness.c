@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Local multi-process runs of comm tests; see harness.h. */
 #include "harness.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Running one test as n local processes that form communicators, without
  * Slurm: the parent makes each group's bootstrap id with the launcher's own
  * code (dtrain_bootstrap_id_make_cpu: a listening socket on 127.0.0.1 and a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # The comm layer under a real local Slurm (scripts/local-cluster: 2 slurmd
 # on loopback): srun -N2 -n8 --mpi=pmi2 dtrain-launch --tp 2 --pp 2 --
 # comm_probe.  dtrain-launch bootstraps the ids in one PMI2 round and hands

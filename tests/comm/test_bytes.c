@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* What each member sends, counted by the communicator (payload bytes,
  * headers and padding not counted), against what the ring algorithms
  * promise: all-reduce 2(n-1)/n of the buffer, reduce-scatter and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Every collective of the cpu backend against a serial reference: counts
  * 0, 1, 7, 1001 and several slices' worth, n = 1..8 processes, over shared
  * memory, over TCP, and mixed (fake hosts: shared memory inside a "host",

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Failures of the cpu backend: strangers at the leader's door (wrong
  * secret, garbage, silence) are dropped while the real members get in; a
  * member killed in the middle of collectives is noticed by the others

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* No global state: two communicators over the same 4 processes, one over
  * shared memory and one over TCP, used interleaved, never mix their data,
  * their sequence numbers or their statistics, and destroying one leaves the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of the cpu backend's pieces that need no second process: the
  * messages of wire.h (round trips, and refusals of a wrong magic, version,
  * kind or an unterminated string), the id parser against the launcher's own

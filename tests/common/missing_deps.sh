@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # configure stops on a missing required dependency with ONE line naming the
 # Debian package that provides it.  Each case runs the real configure in a
 # temporary folder with one dependency made to look absent, without touching

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of common/dtrain_file: opens that never block on a special
  * file, and the trusted open a root process uses (no link anywhere, the file
  * and every folder above it root-owned and not writable by others). */

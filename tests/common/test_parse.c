@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of common/dtrain_parse: the strict number parser every option goes through. */
 #include "dtrain_parse.h"
 #include "tap.h"

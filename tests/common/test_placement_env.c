@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of the one placement encoder/decoder (dtrain_placement_env.h)
  * and of the rendezvous port (dtrain_master_port.h). */
 #include <stdio.h>

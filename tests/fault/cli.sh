@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-launch --job-exit STATUS: the batch script's exit code after its
 # srun step, for every kind of status and restart budget, and its refusals.
 # No Slurm needed (the restart variables are set by hand).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # Faults under a real local Slurm (scripts/local-cluster: munged,
 # slurmctld, 2 slurmd on loopback, each node a 4-GPU HGX A100 board by its
 # saved hwloc topology, a hardware stand-in; the dtrain SPANK plugin;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Shared helpers of the fault-tolerance unit tests; see harness.h. */
 #include "harness.h"
 #include "dtrain_data.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* What the fault-tolerance unit tests share: a tiny model's config on a
  * token file of their own, a temporary folder, and reading a whole
  * checkpoint back into the model's flat vectors (one process, no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The fault-tolerant loop (runtime/trainer/dtrain_ft.h) on real ranks
  * (tests/parallel/local_boot.h: local processes, real communicators with
  * the process's abort flag, the watchdog, the fault line and exit codes of

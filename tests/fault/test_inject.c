@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Fault injection specs (runtime/ft/dtrain_inject.h) and the restart budget
  * (common/dtrain_fault.h): what parses, what is refused with which line,
  * when a fault is due, and the exit code of a fault for each

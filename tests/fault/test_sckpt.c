@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Sharded checkpoints (runtime/ckpt/dtrain_shard_ckpt.h) written and read by
  * real ranks (tests/parallel/local_boot.h: local processes, the launcher's
  * ids, real communicators):

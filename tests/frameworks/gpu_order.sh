@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # GPU visibility and the rendezvous, on a real local Slurm with dtrain.so,
 # one node a DGX-1 V100 (tests/fixtures/topology/dgx1-v100.xml, hybrid
 # cube-mesh: at T=2 dtrain pairs GPUs 0+3, 1+2, 4+7, 5+6, so LOCAL_RANK

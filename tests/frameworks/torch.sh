@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # A real PyTorch from PyPI on dtrain's placement, on a real local Slurm with
 # dtrain.so (2 nodes that look like 8-GPU DGX H100 servers through saved
 # hwloc topologies; the ranks run on the CPU with gloo):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libFuzzer: dtrain-health's site config (JSON), read from a file as the
  * prolog does. */
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libFuzzer: the fault-injection spec (DTRAIN_INJECT, fault.inject). */
 #include <stdint.h>
 #include <stdlib.h>

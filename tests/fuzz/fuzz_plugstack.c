@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libFuzzer: the plugin's plugstack.conf arguments, one per line (the
  * text slurmstepd hands the plugin), then topology_xml's %n expansion. */
 #include <stdint.h>

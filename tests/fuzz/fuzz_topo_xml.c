@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libFuzzer: hwloc XML text -> pre-check -> hwloc -> node model -> planner,
  * as the SPANK plugin does with a site's topology file (issue 16). */
 #include <stdint.h>

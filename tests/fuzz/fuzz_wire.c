@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libFuzzer: what a stranger may send the CPU backend's listening socket
  * and links: hello (whole and as a prefix), table head, reply, ack and
  * message headers. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # libFuzzer harnesses for every parser of untrusted input (issue 16), built
 # with clang (-fsanitize=fuzzer,address,undefined) straight from the
 # sources, each run for a bounded time from its seed corpus in the tree

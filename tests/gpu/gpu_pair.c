@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Test helpers for the GPU tests; see gpu_pair.h. */
 #include "gpu_pair.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Test helpers for the GPU tests: the CPU and CUDA kernels side by side.
  *
  * A pair is one "cpu" and one "cuda" kernels instance.  A mirror is one

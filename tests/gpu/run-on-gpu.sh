@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # The one command for a machine with a GPU (doc/gpu.md): every CUDA kernel
 # against the CPU kernel, a one-GPU training step against the CPU, the nccl
 # comm backend, the CLI choice of backend, then GPT-2 124M tokens/s and MFU

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-train --backend / --precision as a user meets them: a backend or a
 # precision that does not exist is refused (exit 2, one line); --backend
 # cuda without a CUDA device fails with one line saying "no CUDA device";

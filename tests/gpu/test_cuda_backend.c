@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Choosing the kernel backend and its precision, on any machine.
  *
  * With a CUDA device: "cuda" is listed, starts, computes in bf16 unless

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Every CUDA kernel against the CPU kernel, in fp32 and in bf16 precision.
  *
  * Fresh random inputs each run (the seed is printed), outputs the kernel

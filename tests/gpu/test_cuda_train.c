@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A GPT-2 training step on one GPU against the same step on the CPU.
  *
  * One small model (L=2, C=128, NH=2 so the head size is 64 and bf16 takes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The nccl backend of the comm interface (runtime/comm/nccl).
  *
  * Anywhere: an id that is not "nccl:<256 hex>" is refused with EINVAL;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* fake_nvml.so: a stand-in for libnvidia-ml.so.1 at the hardware boundary.
  *
  * TEST DOUBLE.  This machine (and CI) has no NVIDIA GPU, so the tests load

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Helpers shared by the dtrain-health unit tests: a scratch folder, files
  * written into it, and where the fixtures and the fake NVML library are
  * (set by tests/health/Makefile.am). */

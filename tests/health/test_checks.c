@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health checks, judged on facts built here (no machine involved):
  * every check's pass, fail and skip, the mode table, one line per fault
  * when a probe could not look, and the drain reason. */

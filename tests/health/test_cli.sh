@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-health command line and the Slurm hook wrappers, without Slurm:
 # exit codes, one-line messages, JSON, a hung NVML call cut off, config
 # errors, and the per-node config choice of dtrain-prolog.  Stand-ins at

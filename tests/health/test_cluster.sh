@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-health as the Prolog and Epilog of a real local Slurm (munged,
 # slurmctld, six slurmd started by scripts/local-cluster), one fault per
 # node and six exclusive jobs at once: a node whose fake NVML reports an XID,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health site config: defaults, every key, and the one-line errors
  * for unknown keys, wrong types, bad values, unreadable files and
  * malformed JSON. */

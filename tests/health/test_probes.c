@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health probes against the hardware-boundary stand-ins: the fake
  * NVML library (fake_nvml.c, answers set by a file), a folder tree shaped
  * like /sys/class/infiniband, and saved hwloc topologies; the bounded

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-launch under a real local Slurm (scripts/local-cluster: munged,
 # slurmctld, 2 slurmd on loopback): the PMI2 bootstrap of 16 tasks on 2 nodes
 # with T=4 P=2 (D=2), without the SPANK plugin (the launcher plans) and with

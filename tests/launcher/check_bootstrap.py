@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
 """Checks of dtrain-launch's bootstrap for tests/launcher/bootstrap.sh.
 
   check_bootstrap.py report T P D K PLACED_BY BACKEND FILE...

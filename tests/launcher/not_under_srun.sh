@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-launch outside `srun --mpi=pmi2`, and its command line: each bad
 # input gives exit 2 and one line saying what to do.  Needs no Slurm.
 . "$abs_top_srcdir/tests/tap.sh"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of runtime/comm/bootstrap/bootstrap_id.c: cpu ids (a real listening socket,
  * a real connection to it, secrets from getrandom), nccl ids (the real
  * ncclGetUniqueId, which needs no GPU; skipped in a build without CUDA) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of launcher/groups.c: the communicator groups of T x P x D
  * jobs, from 1 task to 2^20, and the PMI2 key scheme's sizes.  Also prints
  * (as TAP comments) the key/value volume of the bootstrap at 10^5 ranks that

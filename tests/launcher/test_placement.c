@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of launcher/placement.c: the checks of the plugin's placement
  * against PMI2 and Slurm, and the launcher's own planning, driven through
  * the environment as srun and the SPANK plugin would set it.  The planning

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # The 3D-parallel trainer under a real local Slurm (scripts/local-cluster:
 # munged, slurmctld, 2 slurmd on loopback, each node looking like a 4-GPU
 # HGX A100 board through a saved hwloc topology, a hardware stand-in; the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Ranks of a T x P x D job forked on one host; see local_boot.h. */
 #include "local_boot.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A stand-in for srun + PMI2 on one host, for the tests and benchmarks of
  * the parallel trainer: each rank's struct dtrain_bootstrap built the way
  * dtrain-launch's exchange builds it (launcher/groups.h for the groups,

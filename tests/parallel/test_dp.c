@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Data parallelism (runtime/parallel/dtrain_dp.h) with D = 2 and D = 3 local
  * processes: each rank brings its own gradients for 3 steps; the bucketed
  * all-reduce (overlapped in the reducer thread, or not, units reported in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Communication on the kernels' memory (runtime/parallel/dtrain_pcomm.h):
  * the staged path a GPU rank takes on the cpu comm backend (download into
  * a staging buffer, communicate, upload) against the direct path, for every

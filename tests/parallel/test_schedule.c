@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The 1F1B schedule's action lists (runtime/parallel/dtrain_pipeline.h): for many
  * (P, m), on every stage, every micro-batch is received, run forward, sent,
  * its gradient received, run backward and sent back exactly once, in that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* One rank's part of the model (runtime/parallel/dtrain_shard.h), without any
  * communication: for several (T, P), the shards of all ranks put back
  * together give the whole model; every parameter of the whole model is

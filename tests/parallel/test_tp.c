@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Tensor parallelism (runtime/parallel/dtrain_tp.h) with T = 2 and T = 4 local
  * processes on real communicators, against the unsplit layers run in the
  * same process with the CPU kernels:

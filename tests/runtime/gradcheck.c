@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Test helpers; see gradcheck.h. */
 #include "gradcheck.h"
 #include "dtrain_rng.h"

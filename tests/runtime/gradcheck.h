@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Helpers shared by the runtime tests: random fills, host/backend copies and
  * a finite-difference gradient check in double precision. */
 #ifndef DTRAIN_TEST_GRADCHECK_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Double-precision reference layers; see ref_double.h. */
 #include "ref_double.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Double-precision reference forward passes of every GPT-2 layer and of the
  * whole model, written independently of kernels/ for the gradient checks:
  * finite differences of these (step 1e-5 in double) are the "true"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-train and dtrain-tokenize as programs: a tiny training run from a
 # config file plus flags, its progress lines and metrics file, llm.c export
 # and import, checkpoint and resume, and exit code 2 with one

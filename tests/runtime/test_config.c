@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The training config: JSON file and flags, and one clear line for every
  * kind of bad input (unknown key, wrong type, impossible shape, T > maxT,
  * out-of-range value, malformed JSON, missing file). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Token files, llm.c model files and what --resume reads of a checkpoint
  * folder: the layouts, the batch order, and a clear DTRAIN_ERR_INPUT for
  * every kind of bad file (missing, wrong magic or version, truncated, too

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Every kernel's forward against a double-precision reference, and every
  * backward against central finite differences of that reference (double,
  * step 1e-5).  The loss of a layer is sum(out * R) for a fixed random R, so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The whole GPT-2 model: layout facts, gradient check of every parameter
  * against double-precision finite differences, the stage pieces a pipeline
  * runs, and a transformer block split over two tensor-parallel ranks. */

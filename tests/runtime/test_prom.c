@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The Prometheus textfile (dtrain_metrics.h): the node_exporter text
  * format with HELP and TYPE for every metric, the job label escaped, the
  * figures of the step given, a whole file renamed into place (no temporary

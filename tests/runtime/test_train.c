@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Training behaviour end to end through the trainer API: the loss falls on
  * a tiny dataset, runs repeat bit for bit, checkpoints round-trip exactly
  * and a resumed run continues with identical losses, llm.c model files

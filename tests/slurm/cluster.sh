@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # One local cluster, end to end: start (node1 with a saved GPU-server
 # topology), nodes idle, a 4-task PMI2 step across both nodes doing a real
 # KVS exchange, batch jobs (success, failure, requeue on exit 75), the

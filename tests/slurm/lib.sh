@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
 # Shared helpers for the tests in tests/slurm/; source after tests/tap.sh.
 #   lc ARGS...            run scripts/local-cluster
 #   need_cluster_tools    skip_all unless root with the Slurm daemons installed

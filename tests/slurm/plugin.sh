@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # `start --plugin PATH --plugin-args ARGS --topology-all FILE` in a folder
 # whose path is too long for Unix sockets: the SPANK plugin line reaches
 # every task's slurmstepd with its arguments, the sockets move to a short

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* pmi2_kvs: one real PMI2 key-value exchange across every task of a step.
  *
  * Run under `srun --mpi=pmi2 -n N pmi2_kvs`.  Each task puts one key naming

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* spank_probe.so: the smallest SPANK plugin, used to test that
  * `local-cluster start --plugin PATH --plugin-args ARGS` puts a working
  * `required PATH ARGS` line into the cluster's plugstack.conf.

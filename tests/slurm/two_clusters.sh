@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # Two local clusters started at the same time in two folders: each gets its
 # own ports, ClusterName and munged, both run jobs, and stopping one leaves
 # the other running.

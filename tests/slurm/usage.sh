@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # scripts/local-cluster's command line: bad input is refused with exit 2 and
 # one line naming the problem, before anything is started (runs as any user,
 # with or without Slurm installed).

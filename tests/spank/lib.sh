@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
 # Helpers for the plugin's integration tests; source after tests/tap.sh.
 # Builds on tests/slurm/lib.sh (lc, new_cluster_dir, check_cluster_start,
 # in_cluster, job_field, wait_job, slurmd_pid: clusters are stopped at exit).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain.so places every task, on a real local Slurm of 4 nodes that look
 # like GPU servers through saved hwloc topologies (hardware stand-ins):
 #   node1, node2  8x H100 with NVSwitch (dgx-h100.xml)

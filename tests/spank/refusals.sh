@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain.so refuses what cannot run, on a real local Slurm whose two nodes
 # look like 8-GPU NVSwitch servers (saved hwloc topology dgx-h100.xml):
 #  - sbatch with each bad value, or a shape that cannot be placed: exit

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-or-later
 # Run as a job step's task: one line with what the dtrain plugin set for this
 # task (key=value, "-" when unset) and the CPUs the task may run on.
 # cuda= is the task's own GPU: the entry DTRAIN_CUDA_DEVICE of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of the plugin's site configuration (site_config.c): plugstack.conf
  * arguments, the site JSON, "%n" in topology_xml, and the shipped files
  * etc/plugstack.conf.d/dtrain.conf and etc/dtrain.json (paths from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of CPU lists and binding (cpubind.c).  Binding runs in the test
  * process itself, against the CPUs this machine really has. */
 #include <sched.h>

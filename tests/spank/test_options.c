@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of the plugin's --dtrain-* options (options.c) and of the
  * checks sbatch/salloc/srun make before queueing (submit.c). */
 #include <string.h>

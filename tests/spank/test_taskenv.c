@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of a task's environment (taskenv.c) computed from a real plan
  * of a saved DGX-1 topology (tests/fixtures/topology, a hardware stand-in),
  * and of the GPUs taken from Slurm's GRES (gres.c). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Helpers shared by the topo tests: where the fixtures are, and loading one. */
 #ifndef DTRAIN_TEST_TOPO_FIXTURES_H
 #define DTRAIN_TEST_TOPO_FIXTURES_H

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-topo command line: tables, JSON, picture, refusals and exit codes.
 . "${DTRAIN_TAP_SH:?run through make check}"
 bin=${DTRAIN_TOPO_BIN:?}

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Discovery: every fixture loads into the expected node model (GPUs, bus
  * ids, locality, links, islands); subsets; live loading through
  * HWLOC_XMLFILE; the NVML path against the fake NVML library. */

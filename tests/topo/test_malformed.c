@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Malformed input: truncated, corrupted or hostile topology files give
  * DTRAIN_TOPO_ERR_INPUT (or a valid model) with one line of text, never a
  * crash, a hang or a leak (run-suite repeats this under ASan/UBSan). */

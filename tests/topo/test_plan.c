@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The placement planner on the fixtures: TP groups on the right GPUs, ranks
  * and coordinates, CPU lists, every refusal, cpu_only, check_shape. */
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Property test of the planner over random topologies (seeded, so every run
  * sees the same cases).  For each random node and job shape, checked against
  * an independent brute force over every assignment of tasks to GPUs:

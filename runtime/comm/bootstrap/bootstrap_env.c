@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The bootstrap as DTRAIN_COMM_* variables, written and read in one place;
  * see bootstrap_env.h. */
 #include "bootstrap_env.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The bootstrap in a process's environment: how dtrain-launch hands every
  * communicator to a child PROGRAM, and how that program finds them again
  * (dtrain_comm_bootstrap_from_env in dtrain_comm.h reads what

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Bootstrap ids for the cpu and nccl backends; see bootstrap_id.h. */
 #include "bootstrap_id.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The bootstrap id a group's leader makes, as PMI2-safe text, and its parsing.
  *
  *   nccl: "nccl:<256 hex>"  ncclGetUniqueId (only when built with CUDA/NCCL).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The bootstrap of a process alone; see dtrain_bootstrap.h. */
 #include "dtrain_bootstrap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* What dtrain-launch hands to the runtime: this task's place in the job and,
  * for every communicator the job needs, its members and its bootstrap id.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The cpu backend: shared memory between processes of one host, TCP
  * between hosts, ring algorithms.  Bootstrap in boot.c, links in link.c,
  * algorithms in ring.c, the progress engine in engine.c. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Bootstrap, ring links and point-to-point links of the cpu backend; see
  * cpu_comm.h for the sequence and wire.h for the messages. */
 #include "cpu_comm.h"

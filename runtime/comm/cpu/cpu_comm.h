@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* State of one cpu-backend communicator and its bootstrap (boot.c).
  *
  * Bootstrap of a group of n members (doc/comm.md, "Wire protocol"):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The progress engine; see engine.h. */
 #include "engine.h"
 

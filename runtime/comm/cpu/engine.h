@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The progress engine every cpu-backend operation runs on.
  *
  * An operation, as one member sees it, is two ordered lists: what it

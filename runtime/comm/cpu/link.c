@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* TCP and shared-memory links; see link.h. */
 #include "link.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A link: one direction of data between two members of a communicator.
  *
  * Over TCP the link is a connected socket that carries the data.  Over

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Sockets with deadlines; see net.h. */
 #include "net.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Sockets with deadlines for the cpu backend's bootstrap and link setup.
  *
  * Every function that may wait takes an absolute deadline (comm_now_ms()

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Ring collectives as engine plans; see ring.h. */
 #include "ring.h"
 

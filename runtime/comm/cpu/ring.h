@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Ring algorithms of the cpu backend, as engine plans (engine.h).
  *
  * Members 0..n-1 form a ring; each writes to `next` (rank+1) and reads from

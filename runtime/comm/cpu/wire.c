@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Encoding of the cpu backend's messages; see wire.h. */
 #include "wire.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The cpu backend's messages on the wire, little-endian, fixed sizes
  * (doc/comm.md draws them).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The nccl backend of the comm interface: NCCL on the GPUs; see
  * dtrain_comm.h and comm_backend.h.
  *
