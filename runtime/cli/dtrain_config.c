@@ -520,6 +520,18 @@ static int merge_shape(struct dtrain_gpt2_config *cfg, const struct dtrain_gpt2_
     return DTRAIN_OK;
 }
 
+int dtrain_train_config_single_process(struct dtrain_train_config *c, char *err, size_t errlen)
+{
+    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0') {
+        snprintf(err, errlen, "%s is for the parallel trainer under srun: run `srun --mpi=pmi2 dtrain-launch ...` "
+                 "(dtrain-train writes its checkpoints with --checkpoint DIR)",
+                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : "fault.inject");
+        return DTRAIN_ERR_INPUT;
+    }
+    memcpy(c->ckpt_dir, c->checkpoint, sizeof c->ckpt_dir);
+    return DTRAIN_OK;
+}
+
 int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char *err, size_t errlen)
 {
     struct stat st;

@@ -60,20 +60,6 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
     fflush(stdout);
 }
 
-/* dtrain-train's options mapped onto the one trainer's: its checkpoint
- * file of old is now a folder of sharded checkpoints (one shard). */
-static int single_process_options(struct dtrain_train_config *c, char *err, size_t errlen)
-{
-    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0') {
-        snprintf(err, errlen, "%s is for the parallel trainer under srun: run `srun --mpi=pmi2 dtrain-launch ...` "
-                 "(dtrain-train writes its checkpoints with --checkpoint DIR)",
-                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : "fault.inject");
-        return DTRAIN_ERR_INPUT;
-    }
-    memcpy(c->ckpt_dir, c->checkpoint, sizeof c->ckpt_dir);
-    return DTRAIN_OK;
-}
-
 /* The program on a bootstrap: dtrain-launch's (launched = 1) or
  * dtrain-train's local one. */
 static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap *bs, int launched)
@@ -104,7 +90,7 @@ static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap 
     /* --ckpt-dir and --inject from the environment too (sbatch --dtrain-ckpt-dir) */
     if (rc == DTRAIN_OK)
         rc = launched ? dtrain_ft_config_from_env(&cfg, err, sizeof err)
-                      : single_process_options(&cfg, err, sizeof err);
+                      : dtrain_train_config_single_process(&cfg, err, sizeof err);
     /* the restart budget and the fault line (SLURM_RESTART_COUNT, DTRAIN_MAX_RESTARTS) */
     struct dtrain_fault fault;
     if (rc == DTRAIN_OK && dtrain_fault_init(&fault, prog, bs->rank, err, sizeof err) != 0)

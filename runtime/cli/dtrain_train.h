@@ -123,6 +123,12 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
  * refused.  DTRAIN_OK or DTRAIN_ERR_INPUT with one line. */
 int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char *err, size_t errlen);
 
+/* One process's options onto the one trainer's (dtrain-train and the
+ * trainer API below): fault.ckpt_dir and fault.inject are dtrain-launch's
+ * and refused (DTRAIN_ERR_INPUT), run.checkpoint becomes the checkpoint
+ * folder of the loop (ckpt_dir). */
+int dtrain_train_config_single_process(struct dtrain_train_config *c, char *err, size_t errlen);
+
 /* The usage text, for --help. */
 void dtrain_train_usage(FILE *out);
 

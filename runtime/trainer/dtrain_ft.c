@@ -63,6 +63,13 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
 
 /* ------------------------------------------------------------ what a checkpoint holds of this rank */
 
+/* The writing job's layout and this rank's place in it, as checkpoints record it. */
+static struct dtrain_sckpt_layout layout_of(const struct dtrain_bootstrap *bs, const struct dtrain_train_config *cfg)
+{
+    return (struct dtrain_sckpt_layout){bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank,
+                                        bs->tp_rank, bs->pp_rank, bs->dp_rank};
+}
+
 struct runs {
     struct dtrain_shard_run *r;
     size_t n, cap;
@@ -519,8 +526,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
         .prog = fault->prog, .progress = progress != NULL ? progress : stdout,
         .dir = cfg->ckpt_dir[0] != '\0' ? cfg->ckpt_dir : NULL,
         .resume = cfg->resume[0] != '\0' ? cfg->resume : NULL,
-        .layout = {bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank, bs->tp_rank, bs->pp_rank,
-                   bs->dp_rank},
+        .layout = layout_of(bs, cfg),
         .restart = fault->restarts.count, .nan_armed = -1, .last_ckpt = -1, .sum = sum,
     };
     int rc, signals = 0;
@@ -579,8 +585,7 @@ int dtrain_ft_save(struct dtrain_ptrainer *t, const struct dtrain_train_config *
 {
     struct dtrain_ft_pieces p;
     struct dtrain_sckpt_stats st;
-    const struct dtrain_sckpt_layout layout = {bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank,
-                                               bs->tp_rank, bs->pp_rank, bs->dp_rank};
+    const struct dtrain_sckpt_layout layout = layout_of(bs, cfg);
     int rc = dtrain_ft_pieces(t, cfg, bs, &p, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;

@@ -14,7 +14,7 @@
 #define PROG "dtrain-train"
 
 struct dtrain_trainer {
-    struct dtrain_train_config cfg; /* ckpt_dir = the config's checkpoint folder */
+    struct dtrain_train_config cfg; /* dtrain_train_config_single_process's */
     struct dtrain_bootstrap bs;
     struct dtrain_comms comms;
     atomic_int abort_flag;
@@ -34,13 +34,8 @@ int dtrain_trainer_create(const struct dtrain_train_config *c, struct dtrain_tra
         return DTRAIN_ERR_SYSTEM;
     }
     t->cfg = *c;
-    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0') {
-        snprintf(err, errlen, "%s is for the parallel trainer under srun (dtrain-launch); give the checkpoint "
-                 "folder as run.checkpoint", c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : "fault.inject");
-        rc = DTRAIN_ERR_INPUT;
+    if ((rc = dtrain_train_config_single_process(&t->cfg, err, errlen)) != DTRAIN_OK)
         goto fail;
-    }
-    memcpy(t->cfg.ckpt_dir, c->checkpoint, sizeof t->cfg.ckpt_dir);
     dtrain_bootstrap_local(&t->bs);
     if (dtrain_fault_init(&t->fault, PROG, 0, err, errlen) != 0) {
         rc = DTRAIN_ERR_INPUT;
