@@ -4,6 +4,9 @@
 # header line, a site's OPENBLAS_CORETYPE kept with a warning, a switch by
 # executing again (DTRAIN_BLAS_CORE=name), the way back when OpenBLAS does
 # not take the core asked for, and exit 2 for a core this CPU cannot run.
+# Then --precision bf16 on the cpu backend: the loss within the bf16
+# tolerance (1% relative at every step of 30) of fp32's, not equal to it,
+# and the same bits on a second run.
 # The automatic switch needs a CPU that OpenBLAS does not know; its
 # decision is tested in test_blas.c with CPUs described by hand.
 set -u
@@ -79,4 +82,28 @@ else
     skip_test "this CPU runs every OpenBLAS core: no core beyond it to refuse"
     skip_test "this CPU runs every OpenBLAS core: no core beyond it to refuse"
 fi
+losses() { grep '^step' "$1" | cut -d'|' -f2 | awk '{print $2}'; }
+bargs=(--data "$work/data.bin" --layers 2 --channels 64 --heads 2 --vocab-size 256 --max-seq-len 32
+       --seq 32 --batch 4 --steps 30 --threads 2)
+"$train" "${bargs[@]}" --precision fp32 >"$work/fp32" 2>&1 &&
+"$train" "${bargs[@]}" --precision bf16 >"$work/bf16a" 2>&1 &&
+"$train" "${bargs[@]}" --precision bf16 >"$work/bf16b" 2>&1
+check "fp32 and two bf16 runs of 30 steps on the cpu backend" test $? -eq 0
+paste <(losses "$work/fp32") <(losses "$work/bf16a") >"$work/pair"
+check "30 losses each" test "$(wc -l <"$work/pair")" -eq 30
+worst=$(awk '{d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d} END {printf "%.3g", w}' "$work/pair")
+check "bf16's loss within 1% of fp32's at every step (worst $worst)" \
+    awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'
+check "and not equal to it: the operands are rounded" awk -v w="$worst" 'BEGIN {exit !(w > 0)}'
+check "bf16 is deterministic: the second run's losses are the same bits" \
+    cmp -s <(losses "$work/bf16a") <(losses "$work/bf16b")
+# The benchmark's candidates and both precisions (speed is not checked: benchmarks say it)
+bench="$top_builddir/bench/dtrain-bench-train"
+"$bench" --steps 1 --warmup 0 --sgemm-n 128 >"$work/bench" 2>&1
+check "dtrain-bench-train runs (1 step, sgemm 128)" test $? -eq 0
+check "  it names the kernels running" grep -q "^GEMM kernels  *OpenBLAS" "$work/bench"
+check "  and measures OpenBLAS's $best kernels as a candidate in a child" \
+    grep -Eq "^  candidate OpenBLAS $best +[0-9.]+ GFLOP/s" "$work/bench"
+check "  never a core this CPU cannot run" bash -c "! grep -q 'candidate OpenBLAS ${above:-none} ' '$work/bench'"
+check "  and bf16 next to fp32" grep -q "^tokens/s bf16 .*x fp32" "$work/bench"
 done_testing
