@@ -45,7 +45,7 @@ int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options 
         struct dtrain_kernels_options resolved = *opt;
         switch (opt->precision) {
         case DTRAIN_PRECISION_DEFAULT:
-            resolved.precision = ops->bf16 ? DTRAIN_PRECISION_BF16 : DTRAIN_PRECISION_FP32;
+            resolved.precision = ops->default_bf16 ? DTRAIN_PRECISION_BF16 : DTRAIN_PRECISION_FP32;
             break;
         case DTRAIN_PRECISION_FP32:
             break;

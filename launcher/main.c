@@ -30,6 +30,7 @@
 #include "pmi.h"
 #include "rendezvous.h"
 #include "dtrain_parallel.h"
+#include "dtrain_blas.h"
 #include "report.h"
 
 #define PROG "dtrain-launch"
@@ -268,7 +269,18 @@ static int job_exit(const struct options *o)
 int main(int argc, char **argv)
 {
     struct options opt;
+    /* getopt reorders argv: the arguments as given, to execute again with */
+    char **given = calloc((size_t)argc + 1, sizeof *given);
+    if (given == NULL) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return DTRAIN_EXIT_FAILURE;
+    }
+    memcpy(given, argv, (size_t)argc * sizeof *given);
     int rc = parse_options(argc, argv, &opt);
+    /* the trainer's GEMM kernels (dtrain_blas.h): before PMI, as it may execute this program again */
+    if (rc < 0 && opt.job_exit < 0 && runs_trainer(&opt) && dtrain_blas_select(PROG, given) != 0)
+        rc = DTRAIN_EXIT_USAGE;
+    free(given);
     if (rc >= 0)
         return rc;
     if (opt.job_exit >= 0)

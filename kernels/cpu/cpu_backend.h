@@ -10,6 +10,9 @@
 struct cpu_kernels {
     struct dtrain_kernels base; /* first: the dispatcher casts to it */
     struct cpu_pool *pool;
+    int bf16;            /* DTRAIN_PRECISION_BF16: matmul operands rounded to bf16 */
+    float *bf16_scratch; /* the rounded operands (cpu_matmul.c); grows, never shrinks */
+    size_t bf16_cap;     /* floats in bf16_scratch */
 };
 
 static inline struct cpu_pool *cpu_pool_of(struct dtrain_kernels *k)

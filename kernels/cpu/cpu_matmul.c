@@ -5,15 +5,80 @@
  * each matmul into one slice per thread: row blocks of the output for the
  * forward and for dinp, row blocks of dweight (with the matching dbias
  * columns) for the weight gradient.  OpenBLAS's own threads would spin
- * between calls and take the cores away from the pool's elementwise loops. */
+ * between calls and take the cores away from the pool's elementwise loops.
+ *
+ * bf16 precision: the operands (inp, weight, dout) are rounded to bf16
+ * (round to nearest even) into scratch, kept in fp32 slots.  The product
+ * of two bf16 values is exact in fp32, so an fp32 GEMM on the rounded
+ * operands computes what a bf16 GEMM with fp32 accumulation (AMX, the GPU's
+ * tensor cores) does, up to the order of the sums: the same numbers as the
+ * CUDA backend's bf16 matmuls, at fp32 speed (no bf16 kernels on CPUs
+ * without AMX / AVX-512 BF16).  Outputs, biases and gradients stay fp32. */
 #include "cpu_backend.h"
 
 #include <cblas.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* x rounded to the nearest bf16 (ties to even), in an fp32; NaN stays NaN. */
+static inline float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+        u |= 0x00400000u; /* keep a NaN quiet after truncation */
+    else
+        u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+struct round_args {
+    float *dst;
+    const float *src;
+    size_t n;
+};
+
+static void round_items(void *p, long begin, long end, int tid)
+{
+    const struct round_args *a = p;
+    (void)tid;
+    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
+    if (i1 > a->n)
+        i1 = a->n;
+    for (size_t i = i0; i < i1; i++)
+        a->dst[i] = bf16_round(a->src[i]);
+}
+
+/* Room for `floats` rounded values in the instance's scratch; NULL when out
+ * of memory (the caller then computes in fp32 rather than fail). */
+static float *bf16_scratch(struct cpu_kernels *ck, size_t floats)
+{
+    if (floats > ck->bf16_cap) {
+        size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
+        float *p = aligned_alloc(64, bytes);
+        if (p == NULL)
+            return NULL;
+        free(ck->bf16_scratch);
+        ck->bf16_scratch = p;
+        ck->bf16_cap = bytes / sizeof(float);
+    }
+    return ck->bf16_scratch;
+}
+
+/* dst[0..n) = src rounded to bf16, on the pool */
+static void round_to_bf16(struct dtrain_kernels *k, float *dst, const float *src, size_t n)
+{
+    struct round_args a = {.dst = dst, .src = src, .n = n};
+    cpu_parallel(k, (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM, round_items, &a);
+}
 
 struct matmul_args {
     float *out, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout;
+    const float *dbias_dout; /* dout as given: dbias sums it in fp32 (bf16 rounds only GEMM operands) */
     int N, IC, OC;
 };
 
@@ -38,6 +103,15 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
 {
     struct matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias,
                             .N = N, .IC = IC, .OC = OC};
+    struct cpu_kernels *ck = (struct cpu_kernels *)k;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *r = ck->bf16 ? bf16_scratch(ck, ni + nw) : NULL;
+    if (r != NULL) {
+        round_to_bf16(k, r, inp, ni);
+        round_to_bf16(k, r + ni, weight, nw);
+        a.inp = r;
+        a.weight = r + ni;
+    }
     cpu_parallel(k, N, (size_t)IC * OC, forward_rows, &a);
 }
 
@@ -66,7 +140,7 @@ static void backward_parts(void *p, long begin, long end, int tid)
                         1.0f, a->dweight + (size_t)o0 * a->IC, a->IC);
             if (a->dbias != NULL)
                 for (int n = 0; n < a->N; n++) {
-                    const float *d = a->dout + (size_t)n * a->OC;
+                    const float *d = a->dbias_dout + (size_t)n * a->OC;
                     for (int o = o0; o < o1; o++)
                         a->dbias[o] += d[o];
                 }
@@ -79,7 +153,18 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
                          int N, int IC, int OC)
 {
     struct matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
-                            .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
+                            .dbias_dout = dout, .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
+    struct cpu_kernels *ck = (struct cpu_kernels *)k;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, nd = (size_t)N * OC;
+    float *r = ck->bf16 ? bf16_scratch(ck, ni + nw + nd) : NULL;
+    if (r != NULL) {
+        round_to_bf16(k, r, inp, ni);
+        round_to_bf16(k, r + ni, weight, nw);
+        round_to_bf16(k, r + ni + nw, dout, nd);
+        a.inp = r;
+        a.weight = r + ni;
+        a.dout = r + ni + nw;
+    }
     /* one part per thread: the split changes no output element's sum */
     struct backward_split s = {.a = &a, .parts = dtrain_kernels_threads(k)};
     cpu_parallel(k, s.parts, (size_t)N * IC * OC / (size_t)s.parts, backward_parts, &s);

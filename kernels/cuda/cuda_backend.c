@@ -300,6 +300,7 @@ void *dtrain_cuda_stream(struct dtrain_kernels *k)
 const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .name = "cuda",
     .bf16 = 1,
+    .default_bf16 = 1,
     .create = cuda_create,
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,

@@ -4,6 +4,7 @@
  * the same parallel trainer and fault-tolerant loop; see dtrain_train.h
  * and dtrain_parallel.h. */
 #include "dtrain_parallel.h"
+#include "dtrain_blas.h"
 #include "dtrain_fault.h"
 #include "dtrain_ft.h"
 #include "dtrain_train.h"
@@ -57,6 +58,11 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
     printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d thread%s per rank, %.3f GFLOP per step\n",
            prog, c->data, c->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", c->batch, c->seq,
            c->steps, c->threads, c->threads == 1 ? "" : "s", dtrain_gpt2_flops_per_step(m, c->batch, c->seq) * 1e-9);
+    if (strcmp(c->backend, "cpu") == 0) { /* which GEMM kernels run (dtrain_blas.h) */
+        char blas[256];
+        dtrain_blas_describe(blas, sizeof blas);
+        printf("%s: kernels cpu: %s\n", prog, blas);
+    }
     fflush(stdout);
 }
 
@@ -170,6 +176,9 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
 int dtrain_train_main(int argc, char **argv)
 {
     struct dtrain_bootstrap bs;
+    int code = dtrain_blas_select("dtrain-train", argv); /* may execute the program again */
+    if (code != 0)
+        return code;
     dtrain_bootstrap_local(&bs);
     return run("dtrain-train", argc, argv, &bs, 0);
 }
