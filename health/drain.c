@@ -2,6 +2,7 @@
 /* dtrain-health: drain through libslurm; see drain.h. */
 #include "drain.h"
 
+#include <errno.h>
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <string.h>
@@ -52,7 +53,7 @@ static void drain_child(const void *arg, void *out, struct dtrain_stage *stage)
     if (slurm_update_node(&msg) == SLURM_SUCCESS)
         answer->ok = 1;
     else
-        dtrain_snprintf(answer->error, sizeof(answer->error), "%s", slurm_strerror(slurm_get_errno()));
+        dtrain_snprintf(answer->error, sizeof(answer->error), "%s", slurm_strerror(errno)); /* libslurm sets errno */
     slurm_fini();
 }
 

@@ -63,7 +63,7 @@ int dtrain_job_requeue(char *err, size_t errlen)
         return -1;
     }
     slurm_init(NULL); /* SLURM_CONF, else the default slurm.conf */
-    int rc = slurm_requeue((uint32_t)job, 0), e = rc == SLURM_SUCCESS ? 0 : slurm_get_errno();
+    int rc = slurm_requeue((uint32_t)job, 0), e = rc == SLURM_SUCCESS ? 0 : errno; /* libslurm sets errno (slurm_get_errno() of 22.05 returns it; 24.11 has no such call) */
     slurm_fini();
     if (rc != SLURM_SUCCESS) {
         snprintf(err, errlen, "slurm_requeue of job %ld failed: %s", job, slurm_strerror(e));

@@ -21,7 +21,7 @@
 
 int dtrain_rdv_master_addr(const char *nodelist, char *out, size_t outlen, char *err, size_t errlen)
 {
-    hostlist_t hl = nodelist ? slurm_hostlist_create(nodelist) : NULL;
+    DTRAIN_SLURM_HOSTLIST hl = nodelist ? slurm_hostlist_create(nodelist) : NULL;
     char *first = hl ? slurm_hostlist_shift(hl) : NULL;
     int rc = -1;
     if (first == NULL) {
