@@ -162,7 +162,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
                         (long)K * nnodes, p->world_size);
         return DTRAIN_EXIT_USAGE;
     }
-    int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, err, errlen);
+    int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, 0, err, errlen);
     if (rc != DTRAIN_TOPO_OK)
         return dtrain_topo_status_exit(rc);
     if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &p->node, err, errlen) != 0 ||

@@ -132,7 +132,7 @@ static int load_topology(struct dtrain_plugin *plugin)
     }
     if (xml != NULL && xml[0] == '\0')
         xml = NULL;
-    rc = dtrain_topo_load_bounded(xml, 1, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
+    rc = dtrain_topo_load_bounded(xml, DTRAIN_TOPO_LOAD_TRUSTED | DTRAIN_TOPO_LOAD_THIS_NODE, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
 done:
     if (rc != DTRAIN_TOPO_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);
@@ -187,6 +187,7 @@ static int plan_step(struct dtrain_plugin *plugin)
         .allow_pcie = s->allow_pcie,
         /* A node without GPUs runs CPU ranks (the CPU backend). */
         .cpu_only = dtrain_topo_gpu_count(node) == 0,
+        .nvlink_domain_gpus = plugin->config.nvlink_domain_gpus,
     };
     int rc = -1;
 
@@ -209,6 +210,12 @@ static int plan_step(struct dtrain_plugin *plugin)
         step_fail(s, dtrain_topo_status_exit(prc), "%s: %s", s->node, err);
         goto cleanup;
     }
+    /* A TP group of several nodes: the launcher checks with the other
+     * nodes that they report this same domain (launcher/exchange.c). */
+    s->nvlink_domain[0] = '\0';
+    if (shape.tp > shape.tasks_per_node &&
+        dtrain_topo_nvlink_domain(node, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err) != 1)
+        s->nvlink_domain[0] = '\0'; /* the planner refused such a node already */
     s->mode = DTRAIN_STEP_PLACED;
     rc = 0;
 cleanup:
@@ -435,6 +442,9 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         warn_missing_cpus(plugin);
     where.cpus = bind_task(plugin, t, bound, sizeof bound);
     if (dtrain_task_env_placement(&s->env, &where) != 0)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
+                  global);
+    if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
     export_env(sp, &s->env);

@@ -4,6 +4,7 @@
  *
  *   dtrain-topo [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]
  *               [--tasks-per-node K] [--allow-pcie] [--cpu-only]
+ *               [--nvlink-domain-gpus G]
  *               [--json | --picture]
  *
  * Exit codes (common/dtrain_exit.h): 0 ok, 2 bad usage or unreadable
@@ -23,7 +24,7 @@
 
 struct options {
     const char *xml;
-    long tp, pp, dp, nodes, tasks_per_node;
+    long tp, pp, dp, nodes, tasks_per_node, domain_gpus;
     int want_plan;
     int allow_pcie, cpu_only, json, picture;
 };
@@ -32,7 +33,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: " PROG " [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]\n"
-            "                   [--tasks-per-node K] [--allow-pcie] [--cpu-only] [--json | --picture]\n"
+            "                   [--tasks-per-node K] [--allow-pcie] [--cpu-only] [--nvlink-domain-gpus G]\n"
+            "                   [--json | --picture]\n"
             "Shows this node's GPUs, NVLink/XGMI links and islands (or those of a saved hwloc\n"
             "XML topology), and with a job shape the rank/GPU/CPU placement dtrain would use.\n"
             "  --xml FILE            read the topology from an hwloc XML file instead of this machine\n"
@@ -41,6 +43,8 @@ static void usage(FILE *out)
             "  --tasks-per-node K    tasks per node (default: the node's GPU count)\n"
             "  --allow-pcie          let TP groups span NVLink islands (with a warning)\n"
             "  --cpu-only            place ranks without GPUs, CPUs split evenly\n"
+            "  --nvlink-domain-gpus G  GPUs per multi-node NVLink domain (site key nvlink_domain_gpus):\n"
+            "                        TP groups may then hold whole nodes of the node's NVML fabric clique\n"
             "  --json                print JSON (doc/topo-json.md) instead of tables\n"
             "  --picture             also draw the islands and the TP groups of node 0\n"
             "Exit: 0 ok, 2 bad usage or topology, 3 shape refused, 1 internal error.\n");
@@ -59,7 +63,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
 /* Returns -1 on bad usage (message printed), 1 when --help was asked. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_JSON, O_PICTURE, O_HELP };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_JSON, O_PICTURE, O_HELP };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -69,6 +73,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"tasks-per-node", required_argument, NULL, O_TPN},
         {"allow-pcie", no_argument, NULL, O_PCIE},
         {"cpu-only", no_argument, NULL, O_CPU},
+        {"nvlink-domain-gpus", required_argument, NULL, O_DOMAIN},
         {"json", no_argument, NULL, O_JSON},
         {"picture", no_argument, NULL, O_PICTURE},
         {"help", no_argument, NULL, O_HELP},
@@ -89,6 +94,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_TPN: if (parse_number("--tasks-per-node", optarg, 1, DTRAIN_PLAN_MAX_WORLD, &o->tasks_per_node) < 0) return -1; o->want_plan = 1; break;
         case O_PCIE: o->allow_pcie = 1; o->want_plan = 1; break;
         case O_CPU: o->cpu_only = 1; o->want_plan = 1; break;
+        case O_DOMAIN: if (parse_number("--nvlink-domain-gpus", optarg, 0, DTRAIN_PLAN_MAX_DIM, &o->domain_gpus) < 0) return -1; o->want_plan = 1; break;
         case O_JSON: o->json = 1; break;
         case O_PICTURE: o->picture = 1; break;
         case O_HELP: return 1;
@@ -135,7 +141,7 @@ int main(int argc, char **argv)
     }
     if (o.want_plan) {
         struct dtrain_shape shape = {(int)o.tp, (int)o.pp, (int)o.dp, (int)o.nodes, (int)o.tasks_per_node};
-        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only};
+        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus};
         if (shape.tasks_per_node == 0) {
             /* One task per GPU; a CPU-only job needs at least a TP group. */
             shape.tasks_per_node = dtrain_topo_gpu_count(topo);

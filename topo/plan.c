@@ -64,7 +64,7 @@ static long divisor_at_most(long k, long t)
     return 1;
 }
 
-int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node,
+int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
                             char *err, size_t errlen)
 {
     if (tp < 1 || tp > DTRAIN_PLAN_MAX_DIM)
@@ -87,7 +87,24 @@ int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_
     if (dp > 0 && tpp * dp > DTRAIN_PLAN_MAX_WORLD)
         return refuse(err, errlen, "T*P*D = %ld is larger than %d tasks: use smaller --dtrain-tp/pp/dp",
                       tpp * dp, DTRAIN_PLAN_MAX_WORLD);
-    if (tasks_per_node > 0) {
+    if (domain_gpus > 0 && tp > domain_gpus && (tasks_per_node <= 0 || tp > tasks_per_node))
+        return refuse(err, errlen,
+                      "T=%d is larger than this cluster's multi-node NVLink domain (%d GPUs, site setting "
+                      "nvlink_domain_gpus): a TP group must stay inside one domain; use --dtrain-tp=%ld or less",
+                      tp, domain_gpus, divisor_at_most(domain_gpus, tp));
+    if (domain_gpus > 0 && tasks_per_node > 0 && tp > tasks_per_node) {
+        /* A TP group of whole nodes, inside one domain. */
+        if (tp % tasks_per_node != 0)
+            return refuse(err, errlen,
+                          "T=%d is not a multiple of the %ld tasks per node, so a TP group would hold part of "
+                          "a node: use --dtrain-tp=%ld or a multiple of %ld up to %d",
+                          tp, tasks_per_node, divisor_at_most(tasks_per_node, tp), tasks_per_node, domain_gpus);
+        if (domain_gpus % tp != 0)
+            return refuse(err, errlen,
+                          "T=%d does not divide this cluster's NVLink domain of %d GPUs, so TP groups would "
+                          "straddle domains: use --dtrain-tp=%ld",
+                          tp, domain_gpus, divisor_at_most(domain_gpus, tp));
+    } else if (tasks_per_node > 0) {
         if (tp > tasks_per_node && tasks_per_node == 1)
             return refuse(err, errlen,
                           "T=%d with 1 task per node: dtrain places one task per GPU, not a per-node "
@@ -173,6 +190,34 @@ static void cpu_share(const dtrain_topo *topo, int i, int K, char *buf, size_t l
     }
 }
 
+/* Node `node` of a TP group of `span` whole nodes: its GPUs in one NVLink
+ * domain, the same as the group's first node's.  Only the models given
+ * are compared: the plugin knows its own node only (and passes it for
+ * every node), so the launcher compares the nodes' domains again across
+ * the step (DTRAIN_NVLINK_DOMAIN, launcher/exchange.c). */
+static int check_domain(const dtrain_topo *const *nodes, int node, int span, int T, int K, char *err,
+                        size_t errlen)
+{
+    char key[DTRAIN_TOPO_DOMAIN_LEN], first_key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
+    int first = node - node % span;
+    int rc = dtrain_topo_nvlink_domain(nodes[node], key, sizeof key, why, sizeof why);
+    if (rc < 0)
+        return refuse(err, errlen, "node %d: %s", node, why);
+    if (rc == 0)
+        return refuse(err, errlen,
+                      "T=%d is larger than the %d tasks per node, and node %d's GPUs report no multi-node NVLink "
+                      "domain (NVML GPU fabric): use --dtrain-tp=%d or less",
+                      T, K, node, K);
+    if (first != node && nodes[first] != nodes[node] &&
+        dtrain_topo_nvlink_domain(nodes[first], first_key, sizeof first_key, why, sizeof why) == 1 &&
+        strcmp(first_key, key) != 0)
+        return refuse(err, errlen,
+                      "the TP group of nodes %d-%d would span NVLink domains %s (node %d) and %s (node %d): "
+                      "run on nodes of one domain (Slurm topology/block, --segment) or use --dtrain-tp=%d or less",
+                      first, first + span - 1, first_key, first, key, node, K);
+    return DTRAIN_TOPO_OK;
+}
+
 static void cache_free(struct plan_cache *cache)
 {
     for (int i = 0; i < cache->nmodels; i++)
@@ -244,7 +289,7 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                             const struct dtrain_policy *policy,
                             dtrain_plan **out, char *err, size_t errlen)
 {
-    static const struct dtrain_policy no_policy = {0, 0};
+    static const struct dtrain_policy no_policy = {0, 0, 0};
     struct plan_cache *cache = NULL;
     unsigned char *rel = NULL;
     int *gpus = NULL;
@@ -267,7 +312,8 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
     if (world > DTRAIN_PLAN_MAX_WORLD)
         return refuse(err, errlen, "%d nodes x %d tasks = %ld tasks is more than %d", shape->nnodes,
                       shape->tasks_per_node, world, DTRAIN_PLAN_MAX_WORLD);
-    rc = dtrain_plan_check_shape(shape->tp, shape->pp, shape->dp, world, shape->tasks_per_node, err, errlen);
+    rc = dtrain_plan_check_shape(shape->tp, shape->pp, shape->dp, world, shape->tasks_per_node,
+                                 policy->nvlink_domain_gpus, err, errlen);
     if (rc != DTRAIN_TOPO_OK)
         return rc;
     if (!policy->cpu_only && !nodes) {
@@ -275,8 +321,13 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
         return DTRAIN_TOPO_ERR_INPUT;
     }
 
-    int T = shape->tp, K = shape->tasks_per_node, ngroups = K / T;
+    int T = shape->tp, K = shape->tasks_per_node;
     int D = (int)(world / ((long)T * shape->pp));
+    /* A TP group larger than a node (check_shape allowed it inside a
+     * multi-node NVLink domain) holds `span` whole nodes; each node's tasks
+     * are then one slot of K GPUs, all of one TP group. */
+    int span = T > K ? T / K : 1;
+    int slotT = T > K ? K : T, ngroups = K / slotT;
     plan = calloc(1, sizeof(*plan));
     if (!plan)
         goto oom;
@@ -310,9 +361,15 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                             node, topo->ngpus, K, topo->ngpus);
                 goto fail;
             }
-            slot_relations(node, ngroups, D, rel);
+            if (span > 1 && (rc = check_domain(nodes, node, span, T, K, err, errlen)) != DTRAIN_TOPO_OK)
+                goto fail;
+            if (span > 1)
+                memset(rel, PLAN_REL_NONE, (size_t)ngroups * (size_t)ngroups);
+            else
+                slot_relations(node, ngroups, D, rel);
             int crossed = 0;
-            rc = node_layout(cache, topo, node, T, ngroups, rel, policy->allow_pcie, gpus, &crossed, err, errlen);
+            rc = node_layout(cache, topo, node, slotT, ngroups, rel, policy->allow_pcie, gpus, &crossed, err,
+                             errlen);
             if (rc != DTRAIN_TOPO_OK)
                 goto fail;
             if (crossed && !plan->has_warning) {
@@ -320,7 +377,7 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                 dtrain_snprintf(plan->warning, sizeof(plan->warning),
                                 "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
                                 "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
-                                T, node, dtrain_topo_largest_island(topo));
+                                slotT, node, dtrain_topo_largest_island(topo));
             }
             layout = gpus;
         }

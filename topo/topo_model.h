@@ -70,6 +70,14 @@ void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
  * topo_model_finish(). */
 int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen);
 
+/* NVML source, fabric only: fill the GPUs' fabric_* fields from NVML for
+ * GPUs whose bus id NVML also reports, and nothing else (links stay the
+ * model's).  For a saved topology that stands for this very node (the
+ * plugin's HWLOC_XMLFILE / topology_xml=): hwloc files never carry fabric
+ * membership.  Returns 1 when some GPU reported a fabric, 0 when none or no
+ * NVML, -1 with err on a broken NVML. */
+int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen);
+
 /* A topology file larger than this is refused (the largest real machines
  * save a few MB). */
 #define TOPO_XML_MAX_BYTES (256 * 1024 * 1024)

@@ -384,6 +384,83 @@ static void check_nvml(void)
     remove(FAKE_NVML_FILE);
 }
 
+/* Multi-node NVLink fabric membership through the fake NVML. */
+static void check_fabric(void)
+{
+    const char *fake = getenv("DTRAIN_FAKE_NVML");
+    char err[512] = "", key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
+    dtrain_topo *t = NULL;
+    struct fake_machine m;
+    if (!fake) {
+        for (int i = 0; i < 7; i++)
+            skip("DTRAIN_FAKE_NVML not set: fake NVML library not built");
+        return;
+    }
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c\n"
+                 "all.fabric_clique = 17\n");
+    fake_finish(&m, NULL);
+    int rc = apply_fake(fake, &t, err, sizeof(err));
+    const struct dtrain_gpu_info *g = t ? dtrain_topo_gpu(t, 5) : NULL;
+    ok(rc == 0 && g && g->fabric_state == 3 && g->fabric_clique == 17 &&
+           strcmp(g->fabric_cluster, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c") == 0,
+       "NVML fabric: state, clique id and cluster UUID read per GPU (nvmlDeviceGetGpuFabricInfoV)");
+    ok(dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 1 &&
+           strcmp(key, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c/17") == 0,
+       "NVML fabric: the node's domain is %s", key);
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b0c2f4e0a9b1d3c5e7f9a1b2c\n"
+                 "gpu6.fabric_state = 2\n");
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == -1 &&
+           strstr(why, "0000:f4:00.0") && strstr(why, "in progress"),
+       "NVML fabric: a GPU still registering makes no domain: %s", why);
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b0c2f4e0a9b1d3c5e7f9a1b2c\n"
+                 "gpu2.fabric_status = 999\n");
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == -1 && strstr(why, "0000:35:00.0") &&
+           strstr(why, "registration failed"),
+       "NVML fabric: a registration that ended in an error makes no domain: %s", why);
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 2);
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 0,
+       "NVML without fabric support (before Hopper): no domain, not an error");
+    dtrain_topo_free(t);
+
+    /* A saved file standing for this node (the plugin's HWLOC_XMLFILE):
+     * fabric from NVML, links still the file's. */
+    fake_start(&m, 8, 7);
+    fake_pair(&m, 0, 1, 4);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b0c2f4e0a9b1d3c5e7f9a1b2c\nall.fabric_clique = 4\n");
+    fake_finish(&m, NULL);
+    setenv("DTRAIN_NVML_LIBRARY", fake, 1);
+    rc = dtrain_topo_load_bounded(fixture_path("g4dnmetal.xml"), DTRAIN_TOPO_LOAD_THIS_NODE, 20000, &t, err,
+                                  sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 1 &&
+           strcmp(key, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c/4") == 0 &&
+           dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY && dtrain_topo_bandwidth(t, 0, 1) == 0,
+       "a saved topology of this node gets NVML's fabric (%s) but never its links", rc ? err : key);
+    dtrain_topo_free(t);
+    t = NULL;
+    rc = dtrain_topo_load_bounded(fixture_path("g4dnmetal.xml"), 0, 20000, &t, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 0,
+       "a saved topology of another machine never gets NVML's fabric");
+    dtrain_topo_free(t);
+    unsetenv("DTRAIN_NVML_LIBRARY");
+    unsetenv("FAKE_NVML_CONFIG");
+    remove(FAKE_NVML_FILE);
+}
+
 static void check_nvlink_table(void)
 {
     ok(topo_nvlink_mbps_per_link(1) == 20000 && topo_nvlink_mbps_per_link(2) == 25000 &&
@@ -400,6 +477,7 @@ int main(void)
     check_subset_and_lookup();
     check_live();
     check_nvml();
+    check_fabric();
     check_nvlink_table();
     return tap_done();
 }
