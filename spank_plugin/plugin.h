@@ -45,6 +45,11 @@ enum dtrain_step_mode {
 struct dtrain_step {
     enum dtrain_step_mode mode;
     uint32_t nnodes, nodeid, local_tasks, total_tasks;
+    /* This node's place in the step's task order: it holds task ids
+     * node_pos*K .. node_pos*K+K-1.  SLURM_NODEID with --distribution=block;
+     * another place when SLURM_HOSTFILE + --distribution=arbitrary reorder
+     * the nodes (dtrain-topo --switch-addrs: the switch tree order). */
+    uint32_t node_pos;
     char node[DTRAIN_CONFIG_NODE_MAX];     /* Slurm's name of this node */
     int allow_pcie;                        /* effective: option and site policy */
     dtrain_topo *topo;                     /* this node */

@@ -5,6 +5,8 @@
  *   dtrain-topo [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]
  *               [--tasks-per-node K] [--allow-pcie] [--cpu-only]
  *               [--nvlink-domain-gpus G]
+ *   dtrain-topo --switch-addrs FILE --tp T [--pp P] --tasks-per-node K
+ *               [--grad-bytes B] [--hostfile OUT]
  *               [--json | --picture]
  *
  * Exit codes (common/dtrain_exit.h): 0 ok, 2 bad usage or unreadable
@@ -18,6 +20,8 @@
 #include "dtrain_parse.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
+#include "dtrain_tree.h"
+#include "dtrain_file.h"
 #include "topo_report.h"
 
 #define PROG "dtrain-topo"
@@ -25,6 +29,8 @@
 struct options {
     const char *xml;
     long tp, pp, dp, nodes, tasks_per_node, domain_gpus;
+    const char *switch_addrs, *hostfile;
+    double grad_bytes;
     int want_plan;
     int allow_pcie, cpu_only, json, picture;
 };
@@ -35,6 +41,8 @@ static void usage(FILE *out)
             "usage: " PROG " [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]\n"
             "                   [--tasks-per-node K] [--allow-pcie] [--cpu-only] [--nvlink-domain-gpus G]\n"
             "                   [--json | --picture]\n"
+            "       " PROG " --switch-addrs FILE --tp T [--pp P] --tasks-per-node K [--grad-bytes B]\n"
+            "                   [--hostfile OUT]\n"
             "Shows this node's GPUs, NVLink/XGMI links and islands (or those of a saved hwloc\n"
             "XML topology), and with a job shape the rank/GPU/CPU placement dtrain would use.\n"
             "  --xml FILE            read the topology from an hwloc XML file instead of this machine\n"
@@ -45,6 +53,13 @@ static void usage(FILE *out)
             "  --cpu-only            place ranks without GPUs, CPUs split evenly\n"
             "  --nvlink-domain-gpus G  GPUs per multi-node NVLink domain (site key nvlink_domain_gpus):\n"
             "                        TP groups may then hold whole nodes of the node's NVML fabric clique\n"
+            "  --switch-addrs FILE   lines 'NODE SLURM_TOPOLOGY_ADDR' in Slurm's node order (one task per\n"
+            "                        node: srun --ntasks-per-node=1 sh -c 'echo $SLURMD_NODENAME\n"
+            "                        $SLURM_TOPOLOGY_ADDR'): print the node order that keeps DP rings under\n"
+            "                        their leaf switches and the bytes crossing leaf uplinks, vs Slurm's\n"
+            "  --grad-bytes B        gradient bytes each DP member all-reduces per step (default 0: edges only)\n"
+            "  --hostfile OUT        write the chosen order as a SLURM_HOSTFILE (each node K times) for\n"
+            "                        srun --distribution=arbitrary\n"
             "  --json                print JSON (doc/topo-json.md) instead of tables\n"
             "  --picture             also draw the islands and the TP groups of node 0\n"
             "Exit: 0 ok, 2 bad usage or topology, 3 shape refused, 1 internal error.\n");
@@ -63,7 +78,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
 /* Returns -1 on bad usage (message printed), 1 when --help was asked. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_JSON, O_PICTURE, O_HELP };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_JSON, O_PICTURE, O_HELP };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -74,6 +89,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"allow-pcie", no_argument, NULL, O_PCIE},
         {"cpu-only", no_argument, NULL, O_CPU},
         {"nvlink-domain-gpus", required_argument, NULL, O_DOMAIN},
+        {"switch-addrs", required_argument, NULL, O_ADDRS},
+        {"grad-bytes", required_argument, NULL, O_GRAD},
+        {"hostfile", required_argument, NULL, O_HOSTFILE},
         {"json", no_argument, NULL, O_JSON},
         {"picture", no_argument, NULL, O_PICTURE},
         {"help", no_argument, NULL, O_HELP},
@@ -95,6 +113,17 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_PCIE: o->allow_pcie = 1; o->want_plan = 1; break;
         case O_CPU: o->cpu_only = 1; o->want_plan = 1; break;
         case O_DOMAIN: if (parse_number("--nvlink-domain-gpus", optarg, 0, DTRAIN_PLAN_MAX_DIM, &o->domain_gpus) < 0) return -1; o->want_plan = 1; break;
+        case O_ADDRS: o->switch_addrs = optarg; break;
+        case O_HOSTFILE: o->hostfile = optarg; break;
+        case O_GRAD: {
+            char *end = NULL;
+            o->grad_bytes = strtod(optarg, &end);
+            if (!end || end == optarg || *end || !(o->grad_bytes >= 0 && o->grad_bytes < 1e18)) {
+                fprintf(stderr, PROG ": --grad-bytes '%s': give a number of bytes (e.g. 4e9)\n", optarg);
+                return -1;
+            }
+            break;
+        }
         case O_JSON: o->json = 1; break;
         case O_PICTURE: o->picture = 1; break;
         case O_HELP: return 1;
@@ -111,11 +140,90 @@ static int parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, PROG ": unexpected argument '%s': see " PROG " --help\n", argv[optind]);
         return -1;
     }
+    if (o->hostfile && !o->switch_addrs) {
+        fprintf(stderr, PROG ": --hostfile needs --switch-addrs\n");
+        return -1;
+    }
     if (o->json && o->picture) {
         fprintf(stderr, PROG ": --json and --picture do not mix: pick one\n");
         return -1;
     }
     return 0;
+}
+
+static void print_cost(const char *what, const struct dtrain_tree_node *nodes, const int *order, int n,
+                       const struct dtrain_tree_cost *c)
+{
+    printf("%-14s", what);
+    for (int p = 0; p < n; p++)
+        printf(" %s", nodes[order[p]].name);
+    printf("\n  DP ring edges across leaf switches: %ld of %ld", c->cross_edges, c->ring_edges);
+    if (c->cross_bytes > 0)
+        printf(", %.3f GB per step over leaf uplinks", c->cross_bytes / 1e9);
+    if (c->pp_pairs)
+        printf("; PP neighbour pairs across leaf switches: %ld of %ld", c->pp_cross, c->pp_pairs);
+    printf("\n");
+}
+
+/* --switch-addrs: the node order of the step under Slurm's switch tree. */
+static int switch_order(const struct options *o)
+{
+    char err[512];
+    char *text = NULL;
+    size_t len = 0;
+    struct dtrain_tree_node *nodes = NULL;
+    int n = 0, status = DTRAIN_EXIT_USAGE;
+    int *slurm = NULL, *order = NULL;
+    FILE *f = NULL;
+
+    if (dtrain_read_regular(o->switch_addrs, "switch address file", 64L << 20, &text, &len, err, sizeof err) != 0 ||
+        dtrain_tree_parse(text, len, &nodes, &n, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s: %s\n", o->switch_addrs, err);
+        goto out;
+    }
+    int T = (int)o->tp, P = (int)o->pp, K = o->tasks_per_node ? (int)o->tasks_per_node : (int)o->tp;
+    slurm = malloc(sizeof *slurm * (size_t)n);
+    order = malloc(sizeof *order * (size_t)n);
+    if (!slurm || !order || dtrain_tree_order(nodes, n, order) != 0) {
+        fprintf(stderr, PROG ": out of memory\n");
+        status = DTRAIN_EXIT_FAILURE;
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        slurm[i] = i;
+    struct dtrain_tree_cost before, after;
+    if (dtrain_tree_cost(nodes, slurm, n, T, P, K, o->grad_bytes, &before, err, sizeof err) != 0 ||
+        dtrain_tree_cost(nodes, order, n, T, P, K, o->grad_bytes, &after, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s: use --tp/--pp/--tasks-per-node that fit the %d nodes\n", err, n);
+        status = DTRAIN_EXIT_REFUSED;
+        goto out;
+    }
+    printf("Switch tree: %d nodes under %d leaf switches; T=%d P=%d D=%ld, %d tasks per node\n", n, before.leaves,
+           T, P, (long)n * K / ((long)T * P), K);
+    print_cost("Slurm's order:", nodes, slurm, n, &before);
+    print_cost("chosen order:", nodes, order, n, &after);
+    printf("Reordered: the node order of the step (task ids follow SLURM_HOSTFILE with\n"
+           "--distribution=arbitrary); the rank formula rank = tp + T*(dp + D*pp) is unchanged.\n");
+    if (o->hostfile) {
+        f = fopen(o->hostfile, "w");
+        for (int p = 0; f && p < n; p++)
+            for (int k = 0; k < K; k++)
+                fprintf(f, "%s\n", nodes[order[p]].name);
+        if (!f || fclose(f) != 0) {
+            f = NULL;
+            fprintf(stderr, PROG ": cannot write %s\n", o->hostfile);
+            status = DTRAIN_EXIT_FAILURE;
+            goto out;
+        }
+        f = NULL;
+    }
+    status = fflush(stdout) == 0 ? DTRAIN_EXIT_OK : DTRAIN_EXIT_FAILURE;
+out:
+    free(text);
+    free(nodes);
+    free(slurm);
+    free(order);
+    return status;
 }
 
 int main(int argc, char **argv)
@@ -133,6 +241,8 @@ int main(int argc, char **argv)
             usage(stdout);
         return rc > 0 ? DTRAIN_EXIT_OK : DTRAIN_EXIT_USAGE;
     }
+    if (o.switch_addrs)
+        return switch_order(&o);
     /* In a bounded child: a file that crashes or hangs hwloc gives one line. */
     rc = dtrain_topo_load_bounded(o.xml, 0, 60000, &topo, err, sizeof(err));
     if (rc != DTRAIN_TOPO_OK) {
