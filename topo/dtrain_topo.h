@@ -61,6 +61,11 @@ enum dtrain_link_source {
     DTRAIN_LINKS_HWLOC_NVLINK,  /* hwloc "NVLinkBandwidth" distances */
     DTRAIN_LINKS_HWLOC_XGMI,    /* hwloc "XGMIBandwidth" distances */
     DTRAIN_LINKS_NVML,          /* NVML queried directly (live nodes) */
+    /* No link information at all: a saved topology without a link-reporting
+     * backend (an hwloc 1.x export, or hwloc saved without its NVML/RSMI
+     * plugin: no nvmlN/rsmiN OS device on any GPU) and no NVML either.
+     * NVLink may be there or not: TP > 1 is refused unless PCIe is allowed. */
+    DTRAIN_LINKS_NONE,
 };
 
 struct dtrain_gpu_info {

@@ -374,10 +374,16 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                 goto fail;
             if (crossed && !plan->has_warning) {
                 plan->has_warning = 1;
-                dtrain_snprintf(plan->warning, sizeof(plan->warning),
-                                "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
-                                "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
-                                slotT, node, dtrain_topo_largest_island(topo));
+                if (topo->source == DTRAIN_LINKS_NONE)
+                    dtrain_snprintf(plan->warning, sizeof(plan->warning),
+                                    "node %d's topology has no link information: TP groups of %d GPUs are placed "
+                                    "by PCI locality only and may cross PCIe (--dtrain-allow-pcie)",
+                                    node, slotT);
+                else
+                    dtrain_snprintf(plan->warning, sizeof(plan->warning),
+                                    "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
+                                    "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
+                                    slotT, node, dtrain_topo_largest_island(topo));
             }
             layout = gpus;
         }

@@ -359,6 +359,17 @@ static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **o
             goto fail;
         }
     }
+    if (model->source == DTRAIN_LINKS_PCIE_ONLY && model->ngpus > 0 && !model->nvml_seen) {
+        /* "PCIe only" means a backend looked for links and found none: the
+         * NVML (nvmlN) or RSMI (rsmiN) OS devices say hwloc's did.  Without
+         * them (hwloc 1.x exports, hwloc without those plugins) nobody
+         * looked. */
+        int looked = 0;
+        for (int i = 0; i < model->ngpus; i++)
+            looked |= strncmp(model->gpus[i].osdev, "nvml", 4) == 0 || strncmp(model->gpus[i].osdev, "rsmi", 4) == 0;
+        if (!looked)
+            model->source = DTRAIN_LINKS_NONE;
+    }
     topo_model_finish(model);
     free(gpus);
     *out = model;

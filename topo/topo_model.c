@@ -107,12 +107,15 @@ static void make_summary(struct dtrain_topo *topo)
     case DTRAIN_LINKS_HWLOC_XGMI:
         links = "XGMI";
         break;
+    case DTRAIN_LINKS_NONE:
+        links = "no link information";
+        break;
     default:
         links = "PCIe only";
         break;
     }
     char islands[64] = "";
-    if (topo->source != DTRAIN_LINKS_PCIE_ONLY && topo->nislands > 1)
+    if (topo->source != DTRAIN_LINKS_PCIE_ONLY && topo->source != DTRAIN_LINKS_NONE && topo->nislands > 1)
         dtrain_snprintf(islands, sizeof(islands), ", %d islands (largest %d)", topo->nislands,
                         dtrain_topo_largest_island(topo));
     char domain[DTRAIN_TOPO_DOMAIN_LEN + 40] = "", key[DTRAIN_TOPO_DOMAIN_LEN], why[8];
@@ -294,6 +297,7 @@ const char *dtrain_link_source_name(enum dtrain_link_source src)
     case DTRAIN_LINKS_HWLOC_NVLINK: return "hwloc NVLinkBandwidth";
     case DTRAIN_LINKS_HWLOC_XGMI: return "hwloc XGMIBandwidth";
     case DTRAIN_LINKS_NVML: return "NVML";
+    case DTRAIN_LINKS_NONE: return "no link information";
     }
     return "unknown";
 }

@@ -31,6 +31,7 @@ struct dtrain_topo {
     enum dtrain_link_source source;
     int via_switch; /* 1 when some GPU-GPU bandwidth came through NVSwitch ports */
     int nvlink_to_cpu; /* 1 when some GPU has NVLink to a CPU (POWER); informational */
+    int nvml_seen;     /* 1 when NVML (live) enumerated some GPU of the model, links or not */
 
     int nislands;
     int island_of[DTRAIN_TOPO_MAX_GPUS];

@@ -144,6 +144,7 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
         int g = find_gpu(topo, &pci);
         if (g < 0)
             continue; /* hidden from hwloc (cgroup): not ours to place */
+        topo->nvml_seen = 1;
         struct dtrain_gpu_info *info = &topo->gpus[g];
         char text[96];
         if (!info->model[0] && api.nvmlDeviceGetName(dev, text, sizeof(text)) == NVML_SUCCESS) {

@@ -44,6 +44,9 @@ static const struct expect cases[] = {
      "NVIDIA A100 80GB PCIe", "nvml0", 0, 1, "0-7,16-23", {{0, 1, 300}, {2, 3, 300}, {1, 2, 0}, {0, 3, 0}}},
     {"amd-mi250x.xml", 8, 1, 8, DTRAIN_LINKS_HWLOC_XGMI, "0000:c1:00.0", "0000:de:00.0", 0x1002,
      "AMD Instinct MI250X", "rsmi0", 0, 1, "0-7,16-23", {{0, 1, 200}, {0, 6, 100}, {0, 2, 50}, {0, 3, 0}}},
+    /* A real hwloc 1.x export (no OS devices, no link data): "no link information", not "PCIe only". */
+    {"hwloc1-x9drg-m2075.xml", 3, 3, 1, DTRAIN_LINKS_NONE, "0000:03:00.0", "0000:84:00.0", 0x10de,
+     "Tesla M2075 Dual-Slot Computing Processor Module", "", 0, 1, "0-7,16-23", {{0, 1, 0}, {1, 2, 0}, {0, 2, 0}, {2, 1, 0}}},
 };
 
 static int bw_is(const dtrain_topo *t, int a, int b, double gbps)

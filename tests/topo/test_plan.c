@@ -401,6 +401,29 @@ static void multinode_domains(void)
     dtrain_topo_free(plain);
 }
 
+/* An hwloc 1.x export has no link data: TP > 1 only with allow_pcie. */
+static void no_link_information(void)
+{
+    dtrain_topo *t = load_fixture("hwloc1-x9drg-m2075.xml");
+    dtrain_plan *p = NULL;
+    if (!t)
+        return;
+    ok(dtrain_topo_link_source(t) == DTRAIN_LINKS_NONE && strstr(dtrain_topo_summary(t), "no link information") &&
+           !strstr(dtrain_topo_summary(t), "PCIe only"),
+       "hwloc 1.x export: '%s'", dtrain_topo_summary(t));
+    ok(plan_on(t, 3, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no link information") &&
+           strstr(err, "--dtrain-allow-pcie"),
+       "T=3 there is refused, saying why: %s", err);
+    int rc = plan_on(t, 3, 1, 0, 1, 3, 1, 0, &p);
+    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) &&
+           strstr(dtrain_plan_warning(p), "no link information"),
+       "... placed with allow_pcie, with a warning: %s", p ? dtrain_plan_warning(p) : err);
+    dtrain_plan_free(p);
+    ok(plan_on(t, 1, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_TOPO_OK, "T=1 needs no links (%s)", err);
+    dtrain_plan_free(p);
+    dtrain_topo_free(t);
+}
+
 static void cpu_only(void)
 {
     dtrain_topo *t = load_fixture("dgx1-v100.xml");
@@ -552,6 +575,7 @@ int main(void)
     missing_and_degraded();
     heterogeneous_nodes();
     multinode_domains();
+    no_link_information();
     cpu_only();
     refusals();
     shape_checks();
