@@ -48,6 +48,7 @@ int dtrain_nvml_open(struct dtrain_nvml *nvml, const char *library, char *err, s
     SYM(nvmlDeviceGetNvLinkVersion);
     SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2);
     SYM(nvmlDeviceGetGpuFabricInfoV);
+    SYM(nvmlDeviceGetMigMode);
     SYM(nvmlDeviceGetNvLinkErrorCounter);
     SYM(nvmlEventSetCreate);
     SYM(nvmlDeviceRegisterEvents);

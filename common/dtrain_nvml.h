@@ -121,6 +121,7 @@ struct dtrain_nvml {
     nvmlReturn_t (*nvmlDeviceGetNvLinkVersion)(nvmlDevice_t, unsigned int, unsigned int *);
     nvmlReturn_t (*nvmlDeviceGetNvLinkRemotePciInfo_v2)(nvmlDevice_t, unsigned int, nvmlPciInfo_t *);
     nvmlReturn_t (*nvmlDeviceGetGpuFabricInfoV)(nvmlDevice_t, nvmlGpuFabricInfo_v2_t *);
+    nvmlReturn_t (*nvmlDeviceGetMigMode)(nvmlDevice_t, unsigned int *, unsigned int *); /* current, pending */
     nvmlReturn_t (*nvmlDeviceGetNvLinkErrorCounter)(nvmlDevice_t, unsigned int, int, unsigned long long *);
     nvmlReturn_t (*nvmlEventSetCreate)(nvmlEventSet_t *);
     nvmlReturn_t (*nvmlDeviceRegisterEvents)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);

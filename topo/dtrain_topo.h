@@ -86,6 +86,12 @@ struct dtrain_gpu_info {
      * domain across nodes (GB200 NVL72: 72 GPUs in 18 nodes). */
     int fabric_state;
     unsigned fabric_clique;
+    /* Partitions: management OS devices (rsmiN, nvmlN) under this one PCI
+     * device; > 1 on AMD MI300 in TPX/CPX mode.  mig: 1 when NVML reports
+     * MIG mode on (live nodes).  The planner refuses both: it places whole
+     * GPUs only. */
+    int partitions;
+    int mig;
     char fabric_cluster[40];               /* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", or "" */
 };
 

@@ -190,6 +190,35 @@ static void cpu_share(const dtrain_topo *topo, int i, int K, char *buf, size_t l
     }
 }
 
+/* GPUs dtrain cannot place on: partitions, MIG, two vendors in a node. */
+static int check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t errlen)
+{
+    int nvidia = 0, amd = 0;
+    for (int i = 0; i < topo->ngpus; i++) {
+        const struct dtrain_gpu_info *g = &topo->gpus[i];
+        if (g->partitions > 1)
+            return refuse(err, errlen,
+                          "node %d: GPU %s shows as %d partitions (%s...: AMD TPX/CPX compute partitioning): dtrain "
+                          "places one rank per whole GPU; set the GPUs to SPX mode (amd-smi set "
+                          "--compute-partition SPX) or leave out the --dtrain-* placement options",
+                          node, g->busid, g->partitions, g->osdev);
+        if (g->mig)
+            return refuse(err, errlen,
+                          "node %d: GPU %s has MIG mode on: dtrain places one rank per whole GPU; turn MIG off "
+                          "(nvidia-smi -mig 0) or leave out the --dtrain-* placement options",
+                          node, g->busid);
+        nvidia += g->vendor_id == 0x10de;
+        amd += g->vendor_id == 0x1002;
+    }
+    if (nvidia && amd)
+        return refuse(err, errlen,
+                      "node %d has GPUs of two vendors (%d NVIDIA, %d AMD): dtrain never hands a CUDA task an AMD GPU "
+                      "or the reverse; ask Slurm for one vendor's GPUs (--gres=gpu:TYPE:N, the step then sees only "
+                      "those)",
+                      node, nvidia, amd);
+    return DTRAIN_TOPO_OK;
+}
+
 /* Node `node` of a TP group of `span` whole nodes: its GPUs in one NVLink
  * domain, the same as the group's first node's.  Only the models given
  * are compared: the plugin knows its own node only (and passes it for
@@ -361,6 +390,8 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                             node, topo->ngpus, K, topo->ngpus);
                 goto fail;
             }
+            if ((rc = check_whole_gpus(topo, node, err, errlen)) != DTRAIN_TOPO_OK)
+                goto fail;
             if (span > 1 && (rc = check_domain(nodes, node, span, T, K, err, errlen)) != DTRAIN_TOPO_OK)
                 goto fail;
             if (span > 1)

@@ -62,11 +62,14 @@ static void copy_str(char *dst, size_t len, const char *src)
 
 static void fill_from_osdevs(hwloc_obj_t pci, struct dtrain_gpu_info *info)
 {
-    int best = 100;
+    int best = 100, nvml = 0, rsmi = 0;
     for (hwloc_obj_t os = pci->io_first_child; os; os = os->next_sibling) {
         if (os->type != HWLOC_OBJ_OS_DEVICE || !os->name)
             continue;
         int rank = osdev_rank(os->name);
+        nvml += rank == 0;
+        rsmi += rank == 1;
+        info->partitions = nvml > rsmi ? nvml : rsmi;
         if (rank < best) {
             best = rank;
             copy_str(info->osdev, sizeof(info->osdev), os->name);

@@ -72,6 +72,14 @@ static int read_fabric(const struct dtrain_nvml *api, nvmlDevice_t dev, struct d
     return 1;
 }
 
+/* 1 when MIG mode is on (NOT_SUPPORTED before Ampere: off). */
+static int read_mig(const struct dtrain_nvml *api, nvmlDevice_t dev)
+{
+    unsigned int mig = 0, pending = 0;
+    return api->nvmlDeviceGetMigMode && api->nvmlDeviceGetMigMode(dev, &mig, &pending) == NVML_SUCCESS &&
+           mig == NVML_FEATURE_ENABLED;
+}
+
 /* Open and initialise NVML: 1 ready, 0 absent (not an error), -1 with err. */
 static int nvml_start(struct dtrain_nvml *api, const char *libpath, int need_links, char *err, size_t errlen)
 {
@@ -112,8 +120,10 @@ int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *
             api.nvmlDeviceGetPciInfo_v3(dev, &pci) != NVML_SUCCESS)
             continue;
         int g = find_gpu(topo, &pci);
-        if (g >= 0)
-            found |= read_fabric(&api, dev, &topo->gpus[g]);
+        if (g < 0)
+            continue;
+        found |= read_fabric(&api, dev, &topo->gpus[g]);
+        topo->gpus[g].mig = read_mig(&api, dev);
     }
     api.nvmlShutdown();
     dtrain_nvml_close(&api);
@@ -157,6 +167,7 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
             info->uuid[len] = '\0';
         }
         read_fabric(&api, dev, info);
+        info->mig = read_mig(&api, dev);
         for (unsigned int link = 0; link < NVML_NVLINK_MAX_LINKS; link++) {
             int active = 0;
             nvmlPciInfo_t remote;

@@ -34,7 +34,8 @@
  * 0 not supported .. 3 completed; unset: nvmlDeviceGetGpuFabricInfoV
  * answers NOT_SUPPORTED, as before Hopper), fabric_cluster (the cluster
  * UUID, 32 hex digits, dashes allowed), fabric_clique (clique id),
- * fabric_status (NVML return code reported in the info).
+ * fabric_status (NVML return code reported in the info), mig (MIG mode,
+ * current = pending; unset: NOT_SUPPORTED, as before Ampere).
  *
  * Defaults: no GPU; each GPU "NVIDIA H100 80GB HBM3" at 0000:(0x10+N):00.0,
  * ECC and row remapping supported with zero counts, 80 GiB with 512 MiB
@@ -85,6 +86,7 @@ struct nvmlDevice_st {
     unsigned char fabric_cluster[NVML_GPU_FABRIC_UUID_LEN];
     unsigned fabric_clique;
     int fabric_status;
+    int mig; /* -1: nvmlDeviceGetMigMode answers NOT_SUPPORTED */
 };
 
 struct nvmlEventSet_st {
@@ -129,6 +131,7 @@ static void gpu_defaults(struct nvmlDevice_st *g, int i)
     g->memory_used = 512ULL << 20;
     g->link_version = 4;
     g->fabric_state = -1;
+    g->mig = -1;
 }
 
 /* A UUID as 32 hex digits (dashes skipped) into 16 bytes. */
@@ -224,6 +227,7 @@ static int set_gpu_key(struct nvmlDevice_st *g, const char *key, const char *val
     if (!strcmp(key, "fabric_cluster")) return parse_uuid(value, g->fabric_cluster);
     if (!strcmp(key, "fabric_clique")) return parse_uint(value, &g->fabric_clique);
     if (!strcmp(key, "fabric_status")) return parse_int(value, &g->fabric_status);
+    if (!strcmp(key, "mig")) return parse_int(value, &g->mig);
     if (!strcmp(key, "xid")) {
         if (parse_list(value, g->xids, FAKE_MAX_XIDS, &g->nxids) != 0)
             return -1;
@@ -618,6 +622,19 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t dev, nvmlGpuFabricInfo_v2_
     info->cliqueId = dev->fabric_clique;
     info->state = (unsigned char)dev->fabric_state;
     info->healthMask = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current, unsigned int *pending)
+{
+    nvmlReturn_t rc = device_call("nvmlDeviceGetMigMode", dev);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!current || !pending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->mig < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *current = *pending = (unsigned int)dev->mig;
     return NVML_SUCCESS;
 }
 

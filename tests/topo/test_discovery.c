@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain_plan.h"
 #include "fixtures.h"
 #include "tap.h"
 #include "topo_model.h"
@@ -438,6 +439,24 @@ static void check_fabric(void)
     rc = apply_fake(fake, &t, err, sizeof(err));
     ok(rc == 0 && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 0,
        "NVML without fabric support (before Hopper): no domain, not an error");
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "gpu2.mig = 1\ngpu3.mig = 0\n");
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_gpu(t, 2)->mig == 1 && dtrain_topo_gpu(t, 3)->mig == 0 && dtrain_topo_gpu(t, 0)->mig == 0,
+       "NVML: MIG mode read per GPU (on, off, not supported)");
+    {
+        const dtrain_topo *nodes[1] = {t};
+        struct dtrain_shape shape = {1, 1, 0, 1, 8};
+        struct dtrain_policy policy = {0, 0, 0};
+        dtrain_plan *p = NULL;
+        rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on"),
+           "a GPU in MIG mode is refused with one line: %s", err);
+        dtrain_plan_free(p);
+    }
     dtrain_topo_free(t);
 
     /* A saved file standing for this node (the plugin's HWLOC_XMLFILE):
