@@ -21,6 +21,7 @@
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
 #include "dtrain_tree.h"
+#include "dtrain_explain.h"
 #include "dtrain_file.h"
 #include "topo_report.h"
 
@@ -30,7 +31,9 @@ struct options {
     const char *xml;
     long tp, pp, dp, nodes, tasks_per_node, domain_gpus;
     const char *switch_addrs, *hostfile;
-    double grad_bytes;
+    double grad_bytes, net_gbps, pcie_gbps;
+    int explain;
+    struct dtrain_model_size model;
     int want_plan;
     int allow_pcie, cpu_only, json, picture;
 };
@@ -60,6 +63,12 @@ static void usage(FILE *out)
             "  --grad-bytes B        gradient bytes each DP member all-reduces per step (default 0: edges only)\n"
             "  --hostfile OUT        write the chosen order as a SLURM_HOSTFILE (each node K times) for\n"
             "                        srun --distribution=arbitrary\n"
+            "  --explain             with a shape: bytes each group (TP, PP, DP) sends per rank and step,\n"
+            "                        its slowest link and the predicted time, for the model below\n"
+            "  --layers L --hidden H --seq S --vocab V --micro-batch B --micro-batches M --act-bytes A\n"
+            "                        the model and its batch (default GPT-2 small: 12, 768, 1024, 50257,\n"
+            "                        8, 8, 2 = bf16); gradients are fp32\n"
+            "  --net-gbps N --pcie-gbps N  network and PCIe bandwidth per GPU in GB/s (default 25, 25)\n"
             "  --json                print JSON (doc/topo-json.md) instead of tables\n"
             "  --picture             also draw the islands and the TP groups of node 0\n"
             "Exit: 0 ok, 2 bad usage or topology, 3 shape refused, 1 internal error.\n");
@@ -78,7 +87,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
 /* Returns -1 on bad usage (message printed), 1 when --help was asked. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_JSON, O_PICTURE, O_HELP };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_JSON, O_PICTURE, O_HELP };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -92,6 +101,16 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"switch-addrs", required_argument, NULL, O_ADDRS},
         {"grad-bytes", required_argument, NULL, O_GRAD},
         {"hostfile", required_argument, NULL, O_HOSTFILE},
+        {"explain", no_argument, NULL, O_EXPLAIN},
+        {"layers", required_argument, NULL, O_LAYERS},
+        {"hidden", required_argument, NULL, O_HIDDEN},
+        {"seq", required_argument, NULL, O_SEQ},
+        {"vocab", required_argument, NULL, O_VOCAB},
+        {"micro-batch", required_argument, NULL, O_MB},
+        {"micro-batches", required_argument, NULL, O_NMB},
+        {"act-bytes", required_argument, NULL, O_ACT},
+        {"net-gbps", required_argument, NULL, O_NET},
+        {"pcie-gbps", required_argument, NULL, O_PCIEBW},
         {"json", no_argument, NULL, O_JSON},
         {"picture", no_argument, NULL, O_PICTURE},
         {"help", no_argument, NULL, O_HELP},
@@ -101,6 +120,11 @@ static int parse_options(int argc, char **argv, struct options *o)
 
     memset(o, 0, sizeof(*o));
     o->tp = o->pp = o->nodes = 1;
+    /* GPT-2 small, bf16 activations, fp32 gradients, 200 Gb/s network, PCIe 4.0 x16. */
+    o->model = (struct dtrain_model_size){.layers = 12, .hidden = 768, .seq = 1024, .vocab = 50257,
+                                          .micro_batch = 8, .micro_batches = 8, .act_bytes = 2, .grad_bytes = 4};
+    o->net_gbps = 25;
+    o->pcie_gbps = 25;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -115,6 +139,16 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_DOMAIN: if (parse_number("--nvlink-domain-gpus", optarg, 0, DTRAIN_PLAN_MAX_DIM, &o->domain_gpus) < 0) return -1; o->want_plan = 1; break;
         case O_ADDRS: o->switch_addrs = optarg; break;
         case O_HOSTFILE: o->hostfile = optarg; break;
+        case O_EXPLAIN: o->explain = 1; o->want_plan = 1; break;
+        case O_LAYERS: if (parse_number("--layers", optarg, 1, 100000, &o->model.layers) < 0) return -1; break;
+        case O_HIDDEN: if (parse_number("--hidden", optarg, 1, 1L << 20, &o->model.hidden) < 0) return -1; break;
+        case O_SEQ: if (parse_number("--seq", optarg, 1, 1L << 24, &o->model.seq) < 0) return -1; break;
+        case O_VOCAB: if (parse_number("--vocab", optarg, 1, 1L << 24, &o->model.vocab) < 0) return -1; break;
+        case O_MB: if (parse_number("--micro-batch", optarg, 1, 1L << 20, &o->model.micro_batch) < 0) return -1; break;
+        case O_NMB: if (parse_number("--micro-batches", optarg, 1, 1L << 20, &o->model.micro_batches) < 0) return -1; break;
+        case O_ACT: { long v; if (parse_number("--act-bytes", optarg, 1, 8, &v) < 0) return -1; o->model.act_bytes = (int)v; break; }
+        case O_NET: { long v; if (parse_number("--net-gbps", optarg, 1, 100000, &v) < 0) return -1; o->net_gbps = (double)v; break; }
+        case O_PCIEBW: { long v; if (parse_number("--pcie-gbps", optarg, 1, 100000, &v) < 0) return -1; o->pcie_gbps = (double)v; break; }
         case O_GRAD: {
             char *end = NULL;
             o->grad_bytes = strtod(optarg, &end);
@@ -163,6 +197,35 @@ static void print_cost(const char *what, const struct dtrain_tree_node *nodes, c
     if (c->pp_pairs)
         printf("; PP neighbour pairs across leaf switches: %ld of %ld", c->pp_cross, c->pp_pairs);
     printf("\n");
+}
+
+/* --explain: what each group moves per step. */
+static int explain(const struct options *o, const dtrain_topo *topo, const dtrain_plan *plan)
+{
+    static const char *const name[DTRAIN_EXPLAIN_GROUPS] = {"TP", "PP", "DP"};
+    struct dtrain_explain e;
+    char err[256];
+    if (dtrain_explain_plan(plan, topo, &o->model, o->net_gbps, o->pcie_gbps, &e, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": --explain: %s\n", err);
+        return -1;
+    }
+    printf("\nExplain: %ld layers, hidden %ld, sequence %ld, vocabulary %ld: %.1f M parameters; %ld micro-batches of "
+           "%ld per step and DP rank, %d-byte activations, fp32 gradients\n",
+           o->model.layers, o->model.hidden, o->model.seq, o->model.vocab, e.params / 1e6, o->model.micro_batches,
+           o->model.micro_batch, o->model.act_bytes);
+    printf("GROUP  BYTES/RANK/STEP  SLOWEST LINK            PREDICTED\n");
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        if (e.gbps[g] <= 0) {
+            printf("%-6s %-16s %-23s %s\n", name[g], "0", "- (one rank)", "-");
+            continue;
+        }
+        char bw[40];
+        snprintf(bw, sizeof bw, "%s %.0f GB/s", e.link[g], e.gbps[g]);
+        printf("%-6s %10.3f GB    %-23s %9.3f ms\n", name[g], e.bytes[g] / 1e9, bw, e.seconds[g] * 1e3);
+    }
+    printf("Predicted communication per step: %.3f ms (no overlap with compute: an upper bound)\n",
+           e.total_seconds * 1e3);
+    return 0;
 }
 
 /* --switch-addrs: the node order of the step under Slurm's switch tree. */
@@ -283,6 +346,10 @@ int main(int argc, char **argv)
         topo_report_table(stdout, topo, plan);
         if (o.picture)
             topo_report_picture(stdout, topo, plan);
+        if (o.explain && explain(&o, topo, plan) != 0) {
+            status = DTRAIN_EXIT_USAGE;
+            goto out;
+        }
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, PROG ": cannot write the output\n");
