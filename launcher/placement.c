@@ -193,7 +193,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     }
     for (int i = 0; i < nnodes; i++)
         nodes[i] = topo;
-    int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, why, sizeof why);
+    int prc = dtrain_plan_place_node(&shape, nodes, &policy, p->node, &plan, why, sizeof why);
     free(nodes);
     if (prc != DTRAIN_TOPO_OK) {
         dtrain_snprintf(err, errlen, "%s", why);

@@ -219,7 +219,8 @@ static int plan_step(struct dtrain_plugin *plugin)
     }
     for (uint32_t i = 0; i < s->nnodes; i++)
         nodes[i] = node;
-    int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &s->plan, err, sizeof err);
+    /* This node's share only: memory and time independent of the world. */
+    int prc = dtrain_plan_place_node(&shape, nodes, &policy, (int)s->node_pos, &s->plan, err, sizeof err);
     if (prc != DTRAIN_TOPO_OK) {
         step_fail(s, dtrain_topo_status_exit(prc), "%s: %s", s->node, err);
         goto cleanup;

@@ -68,11 +68,20 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                             const struct dtrain_policy *policy,
                             dtrain_plan **out, char *err, size_t errlen);
 
+/* The same plan, for node `node`'s tasks only (ranks node*K .. node*K+K-1;
+ * dtrain_plan_task() gives NULL for others): what a node needs, in memory
+ * and time independent of the number of nodes.  nodes[] must still hold
+ * every node (entries other than `node` and, for node-spanning TP groups,
+ * its group's first node, are not read). */
+int dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                           const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err,
+                           size_t errlen);
+
 void dtrain_plan_free(dtrain_plan *plan);
 
 const struct dtrain_shape *dtrain_plan_shape(const dtrain_plan *plan); /* D filled in */
 int dtrain_plan_world_size(const dtrain_plan *plan);
-const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank);
+const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank); /* NULL outside the plan */
 /* A warning the caller should print (PCIe fallback), or NULL. */
 const char *dtrain_plan_warning(const dtrain_plan *plan);
 

@@ -14,6 +14,7 @@
 struct dtrain_plan {
     struct dtrain_shape shape; /* dp filled in */
     int world;
+    int first_rank, ntasks; /* tasks[] holds ranks first_rank .. first_rank+ntasks-1 */
     struct dtrain_task_placement *tasks;
     char warning[512];
     int has_warning;
@@ -313,10 +314,9 @@ static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int no
     return DTRAIN_TOPO_OK;
 }
 
-int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
-                            const dtrain_topo *const *nodes,
-                            const struct dtrain_policy *policy,
-                            dtrain_plan **out, char *err, size_t errlen)
+/* Plan nodes first_node .. last_node (-1: through the last node). */
+static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nodes, const struct dtrain_policy *policy,
+                 int first_node, int last_node, dtrain_plan **out, char *err, size_t errlen)
 {
     static const struct dtrain_policy no_policy = {0, 0, 0};
     struct plan_cache *cache = NULL;
@@ -368,14 +368,23 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
         if (!cache || !rel || !gpus)
             goto oom;
     }
-    plan->tasks = calloc((size_t)world, sizeof(*plan->tasks));
+    if (last_node < 0 || last_node >= shape->nnodes)
+        last_node = shape->nnodes - 1;
+    if (first_node < 0 || first_node > last_node) {
+        dtrain_snprintf(err, errlen, "node %d is not in the job's %d nodes", first_node, shape->nnodes);
+        rc = DTRAIN_TOPO_ERR_INPUT;
+        goto fail;
+    }
+    plan->first_rank = first_node * K;
+    plan->ntasks = (last_node - first_node + 1) * K;
+    plan->tasks = calloc((size_t)plan->ntasks, sizeof(*plan->tasks));
     if (!plan->tasks)
         goto oom;
     plan->shape = *shape;
     plan->shape.dp = D;
     plan->world = (int)world;
 
-    for (int node = 0; node < shape->nnodes; node++) {
+    for (int node = first_node; node <= last_node; node++) {
         const dtrain_topo *topo = nodes ? nodes[node] : NULL;
         const int *layout = NULL;
         if (!policy->cpu_only) {
@@ -420,7 +429,7 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
         }
         for (int i = 0; i < K; i++) {
             int rank = node * K + i;
-            struct dtrain_task_placement *t = &plan->tasks[rank];
+            struct dtrain_task_placement *t = &plan->tasks[rank - plan->first_rank];
             t->rank = rank;
             t->node = node;
             t->local_rank = i;
@@ -455,6 +464,24 @@ fail:
     return rc;
 }
 
+int dtrain_plan_place_tasks(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                            const struct dtrain_policy *policy, dtrain_plan **out, char *err, size_t errlen)
+{
+    return place(shape, nodes, policy, 0, -1, out, err, errlen);
+}
+
+int dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                           const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err, size_t errlen)
+{
+    if (shape && (node < 0 || node >= shape->nnodes)) {
+        if (out)
+            *out = NULL;
+        dtrain_snprintf(err, errlen, "node %d is not in the job's %d nodes", node, shape->nnodes);
+        return DTRAIN_TOPO_ERR_INPUT;
+    }
+    return place(shape, nodes, policy, node, node, out, err, errlen);
+}
+
 void dtrain_plan_free(dtrain_plan *plan)
 {
     if (!plan)
@@ -475,9 +502,9 @@ int dtrain_plan_world_size(const dtrain_plan *plan)
 
 const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank)
 {
-    if (!plan || rank < 0 || rank >= plan->world)
+    if (!plan || rank < plan->first_rank || rank >= plan->first_rank + plan->ntasks)
         return NULL;
-    return &plan->tasks[rank];
+    return &plan->tasks[rank - plan->first_rank];
 }
 
 const char *dtrain_plan_warning(const dtrain_plan *plan)

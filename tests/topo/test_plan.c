@@ -424,6 +424,38 @@ static void no_link_information(void)
     dtrain_topo_free(t);
 }
 
+/* One node's share of the plan is the full plan's entries for that node. */
+static void node_share(void)
+{
+    dtrain_topo *t = load_fixture("dgx1-v100.xml");
+    const dtrain_topo *nodes[16];
+    dtrain_plan *full = NULL, *one = NULL;
+    if (!t)
+        return;
+    for (int i = 0; i < 16; i++)
+        nodes[i] = t;
+    struct dtrain_shape shape = {4, 4, 0, 16, 8};
+    struct dtrain_policy policy = {0, 0, 0};
+    int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &full, err, sizeof(err));
+    int same = rc == DTRAIN_TOPO_OK;
+    for (int node = 0; same && node < 16; node += 5) {
+        same = dtrain_plan_place_node(&shape, nodes, &policy, node, &one, err, sizeof(err)) == DTRAIN_TOPO_OK &&
+               dtrain_plan_world_size(one) == 128 && dtrain_plan_shape(one)->dp == 8;
+        for (int r = 0; same && r < 128; r++) {
+            const struct dtrain_task_placement *a = dtrain_plan_task(full, r), *b = dtrain_plan_task(one, r);
+            same = r / 8 == node ? b && memcmp(a, b, sizeof *a) == 0 : b == NULL;
+        }
+        dtrain_plan_free(one);
+        one = NULL;
+    }
+    ok(same, "place_node: each node's share equals the full plan's entries, other ranks absent (%s)", err);
+    ok(dtrain_plan_place_node(&shape, nodes, &policy, 16, &one, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT &&
+           one == NULL && strstr(err, "node 16"),
+       "place_node: a node outside the job is bad input: %s", err);
+    dtrain_plan_free(full);
+    dtrain_topo_free(t);
+}
+
 static void cpu_only(void)
 {
     dtrain_topo *t = load_fixture("dgx1-v100.xml");
@@ -576,6 +608,7 @@ int main(void)
     heterogeneous_nodes();
     multinode_domains();
     no_link_information();
+    node_share();
     cpu_only();
     refusals();
     shape_checks();
