@@ -38,6 +38,17 @@ check "explain: TP 3.624 GB over NVLink 450 GB/s, 8.053 ms" grep -Eq '^TP +3\.62
 check "explain: PP 0.201 GB over the network (25 GB/s), 8.053 ms" grep -Eq '^PP +0\.201 GB +network 25 GB/s +8\.053 ms' "$tmp/out"
 check "explain: DP 0.062 GB inside a node, over NVLink" grep -Eq '^DP +0\.062 GB +NVLink 450 GB/s' "$tmp/out"
 check "explain: the total is the sum (16.244 ms)" grep -q 'per step: 16.244 ms' "$tmp/out"
+run --xml "$fx/hwloc1-x9drg-m2075.xml" --json
+if command -v python3 >/dev/null 2>&1; then
+    check "json of an hwloc 1.x export: links source is 'no link information'" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["links"]["source"] == "no link information" and len(d["gpus"]) == 3, d["links"]["source"]
+' "$tmp/out"
+else
+    skip_test "python3 not installed: JSON not parsed"
+fi
+
 run --xml "$fx/g4dnmetal.xml" --tp 2 --allow-pcie --explain --pcie-gbps 12
 check "explain on PCIe-only T4s: TP's slowest link is PCIe at the given 12 GB/s" grep -Eq '^TP .* PCIe 12 GB/s' "$tmp/out"
 run --xml "$fx/dgx-h100.xml" --tp 8 --pp 3 --nodes 3 --explain
@@ -86,6 +97,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["plan"] is None and d["links"]["source"] == "PCIe only" and d["links"]["kind"][0][1] == "PCIe"
 assert d["gpus"][0]["numa_node"] == 0 and d["gpus"][0]["cpulist"] == "0-23,48-71"
+g = d["gpus"][0]
+assert d["nvlink_domain"] is None and g["partitions"] == 1 and g["mig"] is False
+assert g["fabric_state"] == 0 and g["fabric_cluster"] == "" and g["fabric_clique"] is None
 ' "$tmp/out"
 else
     skip_test "python3 not installed: JSON not parsed"
