@@ -2,6 +2,8 @@
 /* NVML loaded at run time; see dtrain_nvml.h. */
 #include "dtrain_nvml.h"
 
+_Static_assert(sizeof(nvmlGpuFabricInfo_v2_t) == 0x24, "nvmlGpuFabricInfo_v2_t has nvml.h's layout (version 0x02000024)");
+
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,8 @@ int dtrain_nvml_open(struct dtrain_nvml *nvml, const char *library, char *err, s
     SYM(nvmlDeviceGetNvLinkState);
     SYM(nvmlDeviceGetNvLinkVersion);
     SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2);
+    SYM(nvmlDeviceGetGpuFabricInfoV);
+    SYM(nvmlDeviceGetMigMode);
     SYM(nvmlDeviceGetNvLinkErrorCounter);
     SYM(nvmlEventSetCreate);
     SYM(nvmlDeviceRegisterEvents);

@@ -78,6 +78,23 @@ typedef struct {                  /* nvmlEventData_t */
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlEventData_t;
 
+/* GPU fabric (multi-node NVLink: GB200 NVL36/NVL72 and later).  GPUs whose
+ * fabric registration is complete and that share clusterUuid and cliqueId
+ * are in one NVLink domain, across nodes. */
+#define NVML_GPU_FABRIC_UUID_LEN 16
+enum { NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0, NVML_GPU_FABRIC_STATE_NOT_STARTED = 1,
+       NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2, NVML_GPU_FABRIC_STATE_COMPLETED = 3 };
+typedef struct {                  /* nvmlGpuFabricInfo_v2_t (nvmlGpuFabricInfoV_t of API 12) */
+    unsigned int version;         /* nvmlGpuFabricInfo_v2 below */
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;          /* meaningful only when state is COMPLETED */
+    unsigned int cliqueId;
+    unsigned char state;          /* nvmlGpuFabricState_t */
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+/* NVML_STRUCT_VERSION(GpuFabricInfo, 2): sizeof | 2 << 24 */
+#define nvmlGpuFabricInfo_v2 ((unsigned int)(sizeof(nvmlGpuFabricInfo_v2_t) | (2u << 24)))
+
 /* ------------------------------------------------------------ the loader */
 /* The functions, found with dlsym() under their NVML names.  The first five
  * are always there after a successful dtrain_nvml_open(); any other may be
@@ -103,6 +120,8 @@ struct dtrain_nvml {
     nvmlReturn_t (*nvmlDeviceGetNvLinkState)(nvmlDevice_t, unsigned int, int *);
     nvmlReturn_t (*nvmlDeviceGetNvLinkVersion)(nvmlDevice_t, unsigned int, unsigned int *);
     nvmlReturn_t (*nvmlDeviceGetNvLinkRemotePciInfo_v2)(nvmlDevice_t, unsigned int, nvmlPciInfo_t *);
+    nvmlReturn_t (*nvmlDeviceGetGpuFabricInfoV)(nvmlDevice_t, nvmlGpuFabricInfo_v2_t *);
+    nvmlReturn_t (*nvmlDeviceGetMigMode)(nvmlDevice_t, unsigned int *, unsigned int *); /* current, pending */
     nvmlReturn_t (*nvmlDeviceGetNvLinkErrorCounter)(nvmlDevice_t, unsigned int, int, unsigned long long *);
     nvmlReturn_t (*nvmlEventSetCreate)(nvmlEventSet_t *);
     nvmlReturn_t (*nvmlDeviceRegisterEvents)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);

@@ -2,11 +2,13 @@
 /* One PMI2 round for all communicator ids; see exchange.h. */
 #include "exchange.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bootstrap_id.h"
+#include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "groups.h"
@@ -37,6 +39,45 @@ static int make_id(struct dtrain_comm_group *g, enum dtrain_comm_backend backend
     return rc;
 }
 
+#define NVD_VALUE_MAX 128 /* "<cluster uuid>/<clique id>" is 48 bytes at most */
+
+/* The PMI2 key of the NVLink domain of TP group g, put by its leader
+ * ("dt.tp.3" -> "dt.tp.3.nvd"). */
+static int domain_key(const struct dtrain_comm_group *g, char *key, size_t len)
+{
+    return dtrain_snprintf(key, len, "%s.nvd", g->key);
+}
+
+/* A TP group that holds several nodes must hold them inside one NVLink
+ * domain: the plugin saw only its own node, so every member compares the
+ * leader's domain (DTRAIN_NVLINK_DOMAIN, put in the same round) with its
+ * own.  `domain` is this task's, "" when the plugin set none (TP inside a
+ * node, or no plugin): nothing to check then. */
+static int check_tp_domain(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, const char *domain, char *err,
+                           size_t errlen)
+{
+    const struct dtrain_comm_group *g = &bs->groups[DTRAIN_GROUP_TP];
+    char key[DTRAIN_BOOTSTRAP_KEY_MAX + 8], leader[NVD_VALUE_MAX];
+    if (!domain[0] || !g->present || g->size < 2 || g->my_rank == 0)
+        return DTRAIN_EXIT_OK;
+    if (domain_key(g, key, sizeof key) != 0) {
+        dtrain_snprintf(err, errlen, "group %s: its key is too long", g->key);
+        return DTRAIN_EXIT_FAILURE;
+    }
+    int rc = dtrain_pmi_get(pmi, g->first, key, leader, sizeof leader, err, errlen);
+    if (rc != DTRAIN_PMI_OK)
+        return exit_code_of(rc);
+    if (strcmp(leader, domain) != 0) {
+        dtrain_snprintf(err, errlen,
+                        "TP group %s (ranks %d-%d) spans NVLink domains: rank %d is in %s, its leader rank %d in "
+                        "%s; run on nodes of one domain (Slurm topology/block, --segment) or use a TP size of "
+                        "at most the tasks per node",
+                        g->key, g->first, g->first + (g->size - 1) * g->stride, bs->rank, domain, g->first, leader);
+        return DTRAIN_EXIT_REFUSED;
+    }
+    return DTRAIN_EXIT_OK;
+}
+
 int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
                         struct dtrain_exchange_times *times, char *err, size_t errlen)
 {
@@ -61,6 +102,24 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
         }
     }
     long t1 = now_us();
+    const char *domain = getenv(DTRAIN_ENV_NVLINK_DOMAIN);
+    if (!domain)
+        domain = "";
+    const struct dtrain_comm_group *tpg = &bs->groups[DTRAIN_GROUP_TP];
+    if (domain[0] && tpg->present && tpg->size > 1 && tpg->my_rank == 0) {
+        char key[DTRAIN_BOOTSTRAP_KEY_MAX + 8];
+        if (domain_key(tpg, key, sizeof key) != 0 || strlen(domain) >= NVD_VALUE_MAX) {
+            dtrain_snprintf(err, errlen, "group %s: its key or %s='%.64s' is too long", tpg->key,
+                            DTRAIN_ENV_NVLINK_DOMAIN, domain);
+            rc = DTRAIN_EXIT_USAGE;
+            goto fail;
+        }
+        rc = dtrain_pmi_put(pmi, key, domain, err, errlen);
+        if (rc != DTRAIN_PMI_OK) {
+            rc = exit_code_of(rc);
+            goto fail;
+        }
+    }
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         const struct dtrain_comm_group *g = &bs->groups[k];
         /* PP_PREV's leader is the previous stage, which puts it as its PP_NEXT. */
@@ -96,6 +155,9 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
             goto fail;
         }
     }
+    rc = check_tp_domain(pmi, bs, domain, err, errlen);
+    if (rc != DTRAIN_EXIT_OK)
+        goto fail;
     long t4 = now_us();
     times->ids_us = t1 - t0;
     times->put_us = t2 - t1;

@@ -5,7 +5,13 @@
  * group's leader makes the id and, when the group has other members, puts it
  * under the group's key; then one fence for the whole step; then every
  * non-leader member gets the ids of its groups.  A task puts at most 5 keys
- * and gets at most 5; each key is put once, by its leader. */
+ * and gets at most 5; each key is put once, by its leader.
+ *
+ * When the plugin set DTRAIN_NVLINK_DOMAIN (a TP group of several nodes in
+ * a multi-node NVLink domain), the TP leader also puts its domain under
+ * "<tp key>.nvd" in the same round and every member compares it with its
+ * own: a group across two domains ends with 3 (refused) and one line naming
+ * both.  One more key and get per TP group; still one fence. */
 #ifndef DTRAIN_LAUNCH_EXCHANGE_H
 #define DTRAIN_LAUNCH_EXCHANGE_H
 

@@ -162,7 +162,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
                         (long)K * nnodes, p->world_size);
         return DTRAIN_EXIT_USAGE;
     }
-    int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, err, errlen);
+    int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, 0, err, errlen);
     if (rc != DTRAIN_TOPO_OK)
         return dtrain_topo_status_exit(rc);
     if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &p->node, err, errlen) != 0 ||
@@ -193,7 +193,7 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     }
     for (int i = 0; i < nnodes; i++)
         nodes[i] = topo;
-    int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, why, sizeof why);
+    int prc = dtrain_plan_place_node(&shape, nodes, &policy, p->node, &plan, why, sizeof why);
     free(nodes);
     if (prc != DTRAIN_TOPO_OK) {
         dtrain_snprintf(err, errlen, "%s", why);

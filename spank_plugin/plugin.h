@@ -45,6 +45,11 @@ enum dtrain_step_mode {
 struct dtrain_step {
     enum dtrain_step_mode mode;
     uint32_t nnodes, nodeid, local_tasks, total_tasks;
+    /* This node's place in the step's task order: it holds task ids
+     * node_pos*K .. node_pos*K+K-1.  SLURM_NODEID with --distribution=block;
+     * another place when SLURM_HOSTFILE + --distribution=arbitrary reorder
+     * the nodes (dtrain-topo --switch-addrs: the switch tree order). */
+    uint32_t node_pos;
     char node[DTRAIN_CONFIG_NODE_MAX];     /* Slurm's name of this node */
     int allow_pcie;                        /* effective: option and site policy */
     dtrain_topo *topo;                     /* this node */
@@ -56,6 +61,7 @@ struct dtrain_step {
     int gpu_all;                           /* --dtrain-gpu-visibility (or the site's): 1 all, 0 one */
     int restart_count;                     /* the job's SLURM_RESTART_COUNT */
     char master_addr[DTRAIN_COORDS_ADDR_MAX]; /* the rendezvous; "" when unknown */
+    char nvlink_domain[DTRAIN_TOPO_DOMAIN_LEN]; /* set when TP groups hold several nodes of one domain */
     int master_port;
     int port_lock_fd;                      /* the first node's claim on master_port, -1 none */
     struct dtrain_env_list env;            /* scratch for task_init */

@@ -87,7 +87,10 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
                   s->node, s->total_tasks, s->nnodes, s->local_tasks);
         return -1;
     }
-    /* Ranks are Slurm task ids and a node holds a block of them. */
+    /* Ranks are Slurm task ids and a node holds a block of them: the block
+     * of SLURM_NODEID (--distribution=block), or any block when the nodes
+     * were reordered (--distribution=arbitrary with a SLURM_HOSTFILE that
+     * lists each node K times in a row). */
     for (uint32_t i = 0; i < s->local_tasks; i++) {
         uint32_t global = 0;
         if ((rc = spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, i, &global)) != ESPANK_SUCCESS) {
@@ -95,13 +98,24 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
                       spank_strerror(rc));
             return -1;
         }
-        if (global != s->nodeid * s->local_tasks + i) {
+        if (i == 0)
+            s->node_pos = global / s->local_tasks;
+        if (global != s->node_pos * s->local_tasks + i) {
             step_fail(s, DTRAIN_EXIT_REFUSED,
                       "%s: task %u runs here, but dtrain needs each node to hold a block of consecutive task "
-                      "ids: use --distribution=block",
-                      s->node, global);
+                      "ids: use --distribution=block (or arbitrary, with SLURM_HOSTFILE listing each node "
+                      "%u times in a row)",
+                      s->node, global, s->local_tasks);
             return -1;
         }
+    }
+    /* MASTER_ADDR is the step's first node: rank 0 must run there. */
+    if ((s->node_pos == 0) != (s->nodeid == 0)) {
+        step_fail(s, DTRAIN_EXIT_REFUSED,
+                  "%s: %s, but rank 0 must run on the step's first node (MASTER_ADDR): keep that node first in "
+                  "SLURM_HOSTFILE (dtrain-topo --switch-addrs does)",
+                  s->node, s->nodeid == 0 ? "this is the step's first node without rank 0" : "rank 0 runs here");
+        return -1;
     }
     return 0;
 }
@@ -132,7 +146,7 @@ static int load_topology(struct dtrain_plugin *plugin)
     }
     if (xml != NULL && xml[0] == '\0')
         xml = NULL;
-    rc = dtrain_topo_load_bounded(xml, 1, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
+    rc = dtrain_topo_load_bounded(xml, DTRAIN_TOPO_LOAD_TRUSTED | DTRAIN_TOPO_LOAD_THIS_NODE, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
 done:
     if (rc != DTRAIN_TOPO_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);
@@ -187,6 +201,7 @@ static int plan_step(struct dtrain_plugin *plugin)
         .allow_pcie = s->allow_pcie,
         /* A node without GPUs runs CPU ranks (the CPU backend). */
         .cpu_only = dtrain_topo_gpu_count(node) == 0,
+        .nvlink_domain_gpus = plugin->config.nvlink_domain_gpus,
     };
     int rc = -1;
 
@@ -204,11 +219,18 @@ static int plan_step(struct dtrain_plugin *plugin)
     }
     for (uint32_t i = 0; i < s->nnodes; i++)
         nodes[i] = node;
-    int prc = dtrain_plan_place_tasks(&shape, nodes, &policy, &s->plan, err, sizeof err);
+    /* This node's share only: memory and time independent of the world. */
+    int prc = dtrain_plan_place_node(&shape, nodes, &policy, (int)s->node_pos, &s->plan, err, sizeof err);
     if (prc != DTRAIN_TOPO_OK) {
         step_fail(s, dtrain_topo_status_exit(prc), "%s: %s", s->node, err);
         goto cleanup;
     }
+    /* A TP group of several nodes: the launcher checks with the other
+     * nodes that they report this same domain (launcher/exchange.c). */
+    s->nvlink_domain[0] = '\0';
+    if (shape.tp > shape.tasks_per_node &&
+        dtrain_topo_nvlink_domain(node, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err) != 1)
+        s->nvlink_domain[0] = '\0'; /* the planner refused such a node already */
     s->mode = DTRAIN_STEP_PLACED;
     rc = 0;
 cleanup:
@@ -329,7 +351,7 @@ static void warn_missing_cpus(struct dtrain_plugin *plugin)
     char err[DTRAIN_MSG_MAX], have[256];
     int partial = 0, none = 0;
     for (uint32_t i = 0; i < s->local_tasks; i++) {
-        const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)(s->nodeid * s->local_tasks + i));
+        const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)(s->node_pos * s->local_tasks + i));
         int listed, usable;
         if (t->cpulist[0] == '\0' || dtrain_cpulist_usable(t->cpulist, &listed, &usable, err, sizeof err) != 0)
             continue;
@@ -392,7 +414,7 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
 
     if ((rc = spank_get_item(sp, S_TASK_GLOBAL_ID, &global)) != ESPANK_SUCCESS)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: cannot read the task's global id: %s", s->node, spank_strerror(rc));
-    if (local < 0 || (uint32_t)local >= s->local_tasks || global != s->nodeid * s->local_tasks + (uint32_t)local)
+    if (local < 0 || (uint32_t)local >= s->local_tasks || global != s->node_pos * s->local_tasks + (uint32_t)local)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: task %u (local %d) is not where the plan put it", s->node, global,
                   local);
 
@@ -410,7 +432,7 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
          * with --dtrain-gpu-visibility=all. */
         const dtrain_topo *model = s->gres_topo ? s->gres_topo : s->topo;
         for (uint32_t i = 0; i < s->local_tasks && i < DTRAIN_PLAN_MAX_WORLD; i++)
-            task_gpu[i] = dtrain_plan_task(s->plan, (int)(s->nodeid * s->local_tasks + i))->gpu;
+            task_gpu[i] = dtrain_plan_task(s->plan, (int)(s->node_pos * s->local_tasks + i))->gpu;
         int vrc = dtrain_visible_devices(task_gpu, (int)s->local_tasks, dtrain_topo_gpu_count(model),
                                          s->gres.count > 0 ? (const char (*)[DTRAIN_GPU_TOKEN_MAX])s->gres.visible
                                                            : NULL,
@@ -435,6 +457,9 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         warn_missing_cpus(plugin);
     where.cpus = bind_task(plugin, t, bound, sizeof bound);
     if (dtrain_task_env_placement(&s->env, &where) != 0)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
+                  global);
+    if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
     export_env(sp, &s->env);

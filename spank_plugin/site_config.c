@@ -12,6 +12,7 @@
 #include "dtrain_file.h"
 #include "dtrain_master_port.h"
 #include "dtrain_parse.h"
+#include "dtrain_plan.h"
 #include "dtrain_topo.h"
 
 #define SITE_JSON_MAX_BYTES (1 << 20) /* a site file larger than this is refused */
@@ -71,6 +72,12 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         cfg->max_tp = (int)v;
         return 0;
     }
+    if (strcmp(key, "nvlink_domain_gpus") == 0) {
+        if (dtrain_parse_int(value, 0, DTRAIN_PLAN_MAX_DIM, "nvlink_domain_gpus", &v, err, errlen) != 0)
+            return -1;
+        cfg->nvlink_domain_gpus = (int)v;
+        return 0;
+    }
     if (strcmp(key, "gpu_visibility") == 0) {
         if (strcmp(value, "all") != 0 && strcmp(value, "one") != 0) {
             dtrain_snprintf(err, errlen, "gpu_visibility=%.64s: use all or one", value);
@@ -83,7 +90,7 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         return dtrain_master_ports_parse(value, "master_ports", &cfg->master_port_lo, &cfg->master_port_hi, err,
                                          errlen);
     dtrain_snprintf(err, errlen, "unknown key '%.64s' (known: config, topology_xml, bind, allow_pcie, max_tp, "
-                    "gpu_visibility, master_ports)", key);
+                    "nvlink_domain_gpus, gpu_visibility, master_ports)", key);
     return -1;
 }
 

@@ -16,6 +16,11 @@
  *                      user (default): the job decides with --dtrain-allow-pcie.
  *   max_tp=N           the largest NVLink island on this cluster's GPU nodes;
  *                      sbatch/srun refuse --dtrain-tp above it (0: unknown).
+ *   nvlink_domain_gpus=N  GPUs in one multi-node NVLink domain (GB200
+ *                      NVL72: 72; 0, the default: NVLink stops at the node).
+ *                      TP groups may then hold several whole nodes of one
+ *                      domain (NVML's GPU fabric clique); sbatch/srun refuse
+ *                      --dtrain-tp above N or not dividing it.
  *   gpu_visibility=all|one  the default of --dtrain-gpu-visibility (all).
  *   master_ports=LO-HI the ports MASTER_PORT is taken from (default
  *                      29500-29999; keep them out of the kernel's ephemeral
@@ -44,6 +49,7 @@ struct dtrain_site_config {
     int bind;
     enum dtrain_pcie_policy allow_pcie;
     int max_tp; /* 0 = unknown */
+    int nvlink_domain_gpus; /* GPUs in one multi-node NVLink domain, 0 = none */
     int gpu_visibility_one;         /* 1: gpu_visibility=one */
     int master_port_lo, master_port_hi; /* master_ports= */
 };

@@ -115,7 +115,9 @@ int dtrain_submit_check(const struct dtrain_options *opts, const struct dtrain_s
     }
     if (!dtrain_options_used(opts))
         return 0;
-    if (cfg->max_tp > 0 && T > cfg->max_tp && !pcie) {
+    /* Past the largest island of a node, a multi-node NVLink domain may
+     * still hold the group: dtrain_plan_check_shape judges it then. */
+    if (cfg->max_tp > 0 && T > cfg->max_tp && !pcie && cfg->nvlink_domain_gpus <= 0) {
         if (cfg->allow_pcie == DTRAIN_PCIE_NEVER)
             dtrain_snprintf(err, errlen, "--dtrain-tp=%d is larger than the largest NVLink island on this "
                             "cluster's nodes (%d GPUs): use --dtrain-tp=%d or less", T, cfg->max_tp, cfg->max_tp);
@@ -130,7 +132,8 @@ int dtrain_submit_check(const struct dtrain_options *opts, const struct dtrain_s
                         "different task counts: use --ntasks-per-node", size->ntasks, size->nnodes);
         return DTRAIN_EXIT_REFUSED;
     }
-    if (dtrain_plan_check_shape(T, P, opts->dp, size->ntasks, size->tasks_per_node, err, errlen) != DTRAIN_TOPO_OK)
+    if (dtrain_plan_check_shape(T, P, opts->dp, size->ntasks, size->tasks_per_node, cfg->nvlink_domain_gpus, err,
+                                errlen) != DTRAIN_TOPO_OK)
         return DTRAIN_EXIT_REFUSED;
     return 0;
 }

@@ -4,6 +4,9 @@
  *
  *   dtrain-topo [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]
  *               [--tasks-per-node K] [--allow-pcie] [--cpu-only]
+ *               [--nvlink-domain-gpus G]
+ *   dtrain-topo --switch-addrs FILE --tp T [--pp P] --tasks-per-node K
+ *               [--grad-bytes B] [--hostfile OUT]
  *               [--json | --picture]
  *
  * Exit codes (common/dtrain_exit.h): 0 ok, 2 bad usage or unreadable
@@ -17,13 +20,20 @@
 #include "dtrain_parse.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
+#include "dtrain_tree.h"
+#include "dtrain_explain.h"
+#include "dtrain_file.h"
 #include "topo_report.h"
 
 #define PROG "dtrain-topo"
 
 struct options {
     const char *xml;
-    long tp, pp, dp, nodes, tasks_per_node;
+    long tp, pp, dp, nodes, tasks_per_node, domain_gpus;
+    const char *switch_addrs, *hostfile;
+    double grad_bytes, net_gbps, pcie_gbps;
+    int explain;
+    struct dtrain_model_size model;
     int want_plan;
     int allow_pcie, cpu_only, json, picture;
 };
@@ -32,7 +42,10 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: " PROG " [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]\n"
-            "                   [--tasks-per-node K] [--allow-pcie] [--cpu-only] [--json | --picture]\n"
+            "                   [--tasks-per-node K] [--allow-pcie] [--cpu-only] [--nvlink-domain-gpus G]\n"
+            "                   [--json | --picture]\n"
+            "       " PROG " --switch-addrs FILE --tp T [--pp P] --tasks-per-node K [--grad-bytes B]\n"
+            "                   [--hostfile OUT]\n"
             "Shows this node's GPUs, NVLink/XGMI links and islands (or those of a saved hwloc\n"
             "XML topology), and with a job shape the rank/GPU/CPU placement dtrain would use.\n"
             "  --xml FILE            read the topology from an hwloc XML file instead of this machine\n"
@@ -41,6 +54,21 @@ static void usage(FILE *out)
             "  --tasks-per-node K    tasks per node (default: the node's GPU count)\n"
             "  --allow-pcie          let TP groups span NVLink islands (with a warning)\n"
             "  --cpu-only            place ranks without GPUs, CPUs split evenly\n"
+            "  --nvlink-domain-gpus G  GPUs per multi-node NVLink domain (site key nvlink_domain_gpus):\n"
+            "                        TP groups may then hold whole nodes of the node's NVML fabric clique\n"
+            "  --switch-addrs FILE   lines 'NODE SLURM_TOPOLOGY_ADDR' in Slurm's node order (one task per\n"
+            "                        node: srun --ntasks-per-node=1 sh -c 'echo $SLURMD_NODENAME\n"
+            "                        $SLURM_TOPOLOGY_ADDR'): print the node order that keeps DP rings under\n"
+            "                        their leaf switches and the bytes crossing leaf uplinks, vs Slurm's\n"
+            "  --grad-bytes B        gradient bytes each DP member all-reduces per step (default 0: edges only)\n"
+            "  --hostfile OUT        write the chosen order as a SLURM_HOSTFILE (each node K times) for\n"
+            "                        srun --distribution=arbitrary\n"
+            "  --explain             with a shape: bytes each group (TP, PP, DP) sends per rank and step,\n"
+            "                        its slowest link and the predicted time, for the model below\n"
+            "  --layers L --hidden H --seq S --vocab V --micro-batch B --micro-batches M --act-bytes A\n"
+            "                        the model and its batch (default GPT-2 small: 12, 768, 1024, 50257,\n"
+            "                        8, 8, 2 = bf16); gradients are fp32\n"
+            "  --net-gbps N --pcie-gbps N  network and PCIe bandwidth per GPU in GB/s (default 25, 25)\n"
             "  --json                print JSON (doc/topo-json.md) instead of tables\n"
             "  --picture             also draw the islands and the TP groups of node 0\n"
             "Exit: 0 ok, 2 bad usage or topology, 3 shape refused, 1 internal error.\n");
@@ -59,7 +87,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
 /* Returns -1 on bad usage (message printed), 1 when --help was asked. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_JSON, O_PICTURE, O_HELP };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_JSON, O_PICTURE, O_HELP };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -69,6 +97,20 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"tasks-per-node", required_argument, NULL, O_TPN},
         {"allow-pcie", no_argument, NULL, O_PCIE},
         {"cpu-only", no_argument, NULL, O_CPU},
+        {"nvlink-domain-gpus", required_argument, NULL, O_DOMAIN},
+        {"switch-addrs", required_argument, NULL, O_ADDRS},
+        {"grad-bytes", required_argument, NULL, O_GRAD},
+        {"hostfile", required_argument, NULL, O_HOSTFILE},
+        {"explain", no_argument, NULL, O_EXPLAIN},
+        {"layers", required_argument, NULL, O_LAYERS},
+        {"hidden", required_argument, NULL, O_HIDDEN},
+        {"seq", required_argument, NULL, O_SEQ},
+        {"vocab", required_argument, NULL, O_VOCAB},
+        {"micro-batch", required_argument, NULL, O_MB},
+        {"micro-batches", required_argument, NULL, O_NMB},
+        {"act-bytes", required_argument, NULL, O_ACT},
+        {"net-gbps", required_argument, NULL, O_NET},
+        {"pcie-gbps", required_argument, NULL, O_PCIEBW},
         {"json", no_argument, NULL, O_JSON},
         {"picture", no_argument, NULL, O_PICTURE},
         {"help", no_argument, NULL, O_HELP},
@@ -78,6 +120,11 @@ static int parse_options(int argc, char **argv, struct options *o)
 
     memset(o, 0, sizeof(*o));
     o->tp = o->pp = o->nodes = 1;
+    /* GPT-2 small, bf16 activations, fp32 gradients, 200 Gb/s network, PCIe 4.0 x16. */
+    o->model = (struct dtrain_model_size){.layers = 12, .hidden = 768, .seq = 1024, .vocab = 50257,
+                                          .micro_batch = 8, .micro_batches = 8, .act_bytes = 2, .grad_bytes = 4};
+    o->net_gbps = 25;
+    o->pcie_gbps = 25;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -89,6 +136,28 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_TPN: if (parse_number("--tasks-per-node", optarg, 1, DTRAIN_PLAN_MAX_WORLD, &o->tasks_per_node) < 0) return -1; o->want_plan = 1; break;
         case O_PCIE: o->allow_pcie = 1; o->want_plan = 1; break;
         case O_CPU: o->cpu_only = 1; o->want_plan = 1; break;
+        case O_DOMAIN: if (parse_number("--nvlink-domain-gpus", optarg, 0, DTRAIN_PLAN_MAX_DIM, &o->domain_gpus) < 0) return -1; o->want_plan = 1; break;
+        case O_ADDRS: o->switch_addrs = optarg; break;
+        case O_HOSTFILE: o->hostfile = optarg; break;
+        case O_EXPLAIN: o->explain = 1; o->want_plan = 1; break;
+        case O_LAYERS: if (parse_number("--layers", optarg, 1, 100000, &o->model.layers) < 0) return -1; break;
+        case O_HIDDEN: if (parse_number("--hidden", optarg, 1, 1L << 20, &o->model.hidden) < 0) return -1; break;
+        case O_SEQ: if (parse_number("--seq", optarg, 1, 1L << 24, &o->model.seq) < 0) return -1; break;
+        case O_VOCAB: if (parse_number("--vocab", optarg, 1, 1L << 24, &o->model.vocab) < 0) return -1; break;
+        case O_MB: if (parse_number("--micro-batch", optarg, 1, 1L << 20, &o->model.micro_batch) < 0) return -1; break;
+        case O_NMB: if (parse_number("--micro-batches", optarg, 1, 1L << 20, &o->model.micro_batches) < 0) return -1; break;
+        case O_ACT: { long v; if (parse_number("--act-bytes", optarg, 1, 8, &v) < 0) return -1; o->model.act_bytes = (int)v; break; }
+        case O_NET: { long v; if (parse_number("--net-gbps", optarg, 1, 100000, &v) < 0) return -1; o->net_gbps = (double)v; break; }
+        case O_PCIEBW: { long v; if (parse_number("--pcie-gbps", optarg, 1, 100000, &v) < 0) return -1; o->pcie_gbps = (double)v; break; }
+        case O_GRAD: {
+            char *end = NULL;
+            o->grad_bytes = strtod(optarg, &end);
+            if (!end || end == optarg || *end || !(o->grad_bytes >= 0 && o->grad_bytes < 1e18)) {
+                fprintf(stderr, PROG ": --grad-bytes '%s': give a number of bytes (e.g. 4e9)\n", optarg);
+                return -1;
+            }
+            break;
+        }
         case O_JSON: o->json = 1; break;
         case O_PICTURE: o->picture = 1; break;
         case O_HELP: return 1;
@@ -105,11 +174,119 @@ static int parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, PROG ": unexpected argument '%s': see " PROG " --help\n", argv[optind]);
         return -1;
     }
+    if (o->hostfile && !o->switch_addrs) {
+        fprintf(stderr, PROG ": --hostfile needs --switch-addrs\n");
+        return -1;
+    }
     if (o->json && o->picture) {
         fprintf(stderr, PROG ": --json and --picture do not mix: pick one\n");
         return -1;
     }
     return 0;
+}
+
+static void print_cost(const char *what, const struct dtrain_tree_node *nodes, const int *order, int n,
+                       const struct dtrain_tree_cost *c)
+{
+    printf("%-14s", what);
+    for (int p = 0; p < n; p++)
+        printf(" %s", nodes[order[p]].name);
+    printf("\n  DP ring edges across leaf switches: %ld of %ld", c->cross_edges, c->ring_edges);
+    if (c->cross_bytes > 0)
+        printf(", %.3f GB per step over leaf uplinks", c->cross_bytes / 1e9);
+    if (c->pp_pairs)
+        printf("; PP neighbour pairs across leaf switches: %ld of %ld", c->pp_cross, c->pp_pairs);
+    printf("\n");
+}
+
+/* --explain: what each group moves per step. */
+static int explain(const struct options *o, const dtrain_topo *topo, const dtrain_plan *plan)
+{
+    static const char *const name[DTRAIN_EXPLAIN_GROUPS] = {"TP", "PP", "DP"};
+    struct dtrain_explain e;
+    char err[256];
+    if (dtrain_explain_plan(plan, topo, &o->model, o->net_gbps, o->pcie_gbps, &e, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": --explain: %s\n", err);
+        return -1;
+    }
+    printf("\nExplain: %ld layers, hidden %ld, sequence %ld, vocabulary %ld: %.1f M parameters; %ld micro-batches of "
+           "%ld per step and DP rank, %d-byte activations, fp32 gradients\n",
+           o->model.layers, o->model.hidden, o->model.seq, o->model.vocab, e.params / 1e6, o->model.micro_batches,
+           o->model.micro_batch, o->model.act_bytes);
+    printf("GROUP  BYTES/RANK/STEP  SLOWEST LINK            PREDICTED\n");
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        if (e.gbps[g] <= 0) {
+            printf("%-6s %-16s %-23s %s\n", name[g], "0", "- (one rank)", "-");
+            continue;
+        }
+        char bw[40];
+        snprintf(bw, sizeof bw, "%s %.0f GB/s", e.link[g], e.gbps[g]);
+        printf("%-6s %10.3f GB    %-23s %9.3f ms\n", name[g], e.bytes[g] / 1e9, bw, e.seconds[g] * 1e3);
+    }
+    printf("Predicted communication per step: %.3f ms (no overlap with compute: an upper bound)\n",
+           e.total_seconds * 1e3);
+    return 0;
+}
+
+/* --switch-addrs: the node order of the step under Slurm's switch tree. */
+static int switch_order(const struct options *o)
+{
+    char err[512];
+    char *text = NULL;
+    size_t len = 0;
+    struct dtrain_tree_node *nodes = NULL;
+    int n = 0, status = DTRAIN_EXIT_USAGE;
+    int *slurm = NULL, *order = NULL;
+    FILE *f = NULL;
+
+    if (dtrain_read_regular(o->switch_addrs, "switch address file", 64L << 20, &text, &len, err, sizeof err) != 0 ||
+        dtrain_tree_parse(text, len, &nodes, &n, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s: %s\n", o->switch_addrs, err);
+        goto out;
+    }
+    int T = (int)o->tp, P = (int)o->pp, K = o->tasks_per_node ? (int)o->tasks_per_node : (int)o->tp;
+    slurm = malloc(sizeof *slurm * (size_t)n);
+    order = malloc(sizeof *order * (size_t)n);
+    if (!slurm || !order || dtrain_tree_order(nodes, n, order) != 0) {
+        fprintf(stderr, PROG ": out of memory\n");
+        status = DTRAIN_EXIT_FAILURE;
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        slurm[i] = i;
+    struct dtrain_tree_cost before, after;
+    if (dtrain_tree_cost(nodes, slurm, n, T, P, K, o->grad_bytes, &before, err, sizeof err) != 0 ||
+        dtrain_tree_cost(nodes, order, n, T, P, K, o->grad_bytes, &after, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s: use --tp/--pp/--tasks-per-node that fit the %d nodes\n", err, n);
+        status = DTRAIN_EXIT_REFUSED;
+        goto out;
+    }
+    printf("Switch tree: %d nodes under %d leaf switches; T=%d P=%d D=%ld, %d tasks per node\n", n, before.leaves,
+           T, P, (long)n * K / ((long)T * P), K);
+    print_cost("Slurm's order:", nodes, slurm, n, &before);
+    print_cost("chosen order:", nodes, order, n, &after);
+    printf("Reordered: the node order of the step (task ids follow SLURM_HOSTFILE with\n"
+           "--distribution=arbitrary); the rank formula rank = tp + T*(dp + D*pp) is unchanged.\n");
+    if (o->hostfile) {
+        f = fopen(o->hostfile, "w");
+        for (int p = 0; f && p < n; p++)
+            for (int k = 0; k < K; k++)
+                fprintf(f, "%s\n", nodes[order[p]].name);
+        if (!f || fclose(f) != 0) {
+            f = NULL;
+            fprintf(stderr, PROG ": cannot write %s\n", o->hostfile);
+            status = DTRAIN_EXIT_FAILURE;
+            goto out;
+        }
+        f = NULL;
+    }
+    status = fflush(stdout) == 0 ? DTRAIN_EXIT_OK : DTRAIN_EXIT_FAILURE;
+out:
+    free(text);
+    free(nodes);
+    free(slurm);
+    free(order);
+    return status;
 }
 
 int main(int argc, char **argv)
@@ -127,6 +304,8 @@ int main(int argc, char **argv)
             usage(stdout);
         return rc > 0 ? DTRAIN_EXIT_OK : DTRAIN_EXIT_USAGE;
     }
+    if (o.switch_addrs)
+        return switch_order(&o);
     /* In a bounded child: a file that crashes or hangs hwloc gives one line. */
     rc = dtrain_topo_load_bounded(o.xml, 0, 60000, &topo, err, sizeof(err));
     if (rc != DTRAIN_TOPO_OK) {
@@ -135,7 +314,7 @@ int main(int argc, char **argv)
     }
     if (o.want_plan) {
         struct dtrain_shape shape = {(int)o.tp, (int)o.pp, (int)o.dp, (int)o.nodes, (int)o.tasks_per_node};
-        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only};
+        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus};
         if (shape.tasks_per_node == 0) {
             /* One task per GPU; a CPU-only job needs at least a TP group. */
             shape.tasks_per_node = dtrain_topo_gpu_count(topo);
@@ -167,6 +346,10 @@ int main(int argc, char **argv)
         topo_report_table(stdout, topo, plan);
         if (o.picture)
             topo_report_picture(stdout, topo, plan);
+        if (o.explain && explain(&o, topo, plan) != 0) {
+            status = DTRAIN_EXIT_USAGE;
+            goto out;
+        }
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, PROG ": cannot write the output\n");

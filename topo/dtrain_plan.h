@@ -9,7 +9,9 @@
  * Rank order (DESIGN.md, Megatron's default): TP fastest, then DP, then PP:
  *     rank = tp + T*(dp + D*pp)
  * Tasks are distributed in blocks: node n holds ranks n*K .. n*K+K-1 (K tasks
- * per node), so with K % T == 0 a TP group never leaves a node.  Inside a node
+ * per node), so with K % T == 0 a TP group never leaves a node (in a
+ * multi-node NVLink domain, T may be a multiple of K instead: the group
+ * then holds T/K consecutive nodes of one domain).  Inside a node
  * the planner chooses which GPU each local task gets: every TP group on one
  * NVLink/XGMI island, the fastest pairs first; then PP neighbours and DP peers
  * on the best links left. */
@@ -36,6 +38,12 @@ struct dtrain_shape {
 struct dtrain_policy {
     int allow_pcie; /* TP groups may span islands (PCIe); the plan then carries a warning */
     int cpu_only;   /* place ranks without GPUs (gpu = -1); CPUs split evenly among local tasks */
+    /* GPUs in one multi-node NVLink domain on this cluster (site key
+     * nvlink_domain_gpus; GB200 NVL72: 72), 0 none.  With it a TP group may
+     * be larger than a node (T a multiple of the tasks per node, T at most
+     * this and dividing it): it then holds T/K whole consecutive nodes, which
+     * must report one NVLink domain (dtrain_topo_nvlink_domain). */
+    int nvlink_domain_gpus;
 };
 
 struct dtrain_task_placement {
@@ -60,19 +68,30 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                             const struct dtrain_policy *policy,
                             dtrain_plan **out, char *err, size_t errlen);
 
+/* The same plan, for node `node`'s tasks only (ranks node*K .. node*K+K-1;
+ * dtrain_plan_task() gives NULL for others): what a node needs, in memory
+ * and time independent of the number of nodes.  nodes[] must still hold
+ * every node (entries other than `node` and, for node-spanning TP groups,
+ * its group's first node, are not read). */
+int dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                           const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err,
+                           size_t errlen);
+
 void dtrain_plan_free(dtrain_plan *plan);
 
 const struct dtrain_shape *dtrain_plan_shape(const dtrain_plan *plan); /* D filled in */
 int dtrain_plan_world_size(const dtrain_plan *plan);
-const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank);
+const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank); /* NULL outside the plan */
 /* A warning the caller should print (PCIe fallback), or NULL. */
 const char *dtrain_plan_warning(const dtrain_plan *plan);
 
 /* Check a shape without node models (what sbatch can know): T, P, D ranges,
- * T*P dividing world, T*P*D == world when D is given, T dividing K.  Same
- * return convention as dtrain_plan_place_tasks.  ntasks or tasks_per_node
- * may be 0 when unknown; those checks are then skipped. */
-int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node,
+ * T*P dividing world, T*P*D == world when D is given, T dividing K, or,
+ * with domain_gpus > 0 (policy.nvlink_domain_gpus), T larger than K inside
+ * a multi-node NVLink domain: K dividing T, T at most domain_gpus and
+ * dividing it.  Same return convention as dtrain_plan_place_tasks.  ntasks
+ * or tasks_per_node may be 0 when unknown; those checks are then skipped. */
+int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
                             char *err, size_t errlen);
 
 /* Coordinates <-> rank, the one definition of the rank order. */

@@ -61,6 +61,11 @@ enum dtrain_link_source {
     DTRAIN_LINKS_HWLOC_NVLINK,  /* hwloc "NVLinkBandwidth" distances */
     DTRAIN_LINKS_HWLOC_XGMI,    /* hwloc "XGMIBandwidth" distances */
     DTRAIN_LINKS_NVML,          /* NVML queried directly (live nodes) */
+    /* No link information at all: a saved topology without a link-reporting
+     * backend (an hwloc 1.x export, or hwloc saved without its NVML/RSMI
+     * plugin: no nvmlN/rsmiN OS device on any GPU) and no NVML either.
+     * NVLink may be there or not: TP > 1 is refused unless PCIe is allowed. */
+    DTRAIN_LINKS_NONE,
 };
 
 struct dtrain_gpu_info {
@@ -73,6 +78,21 @@ struct dtrain_gpu_info {
     char osdev[32];                        /* first OS device name (nvml0, cuda0, rsmi0...), or "" */
     int numa_node;                         /* OS index of the nearest NUMA node, -1 unknown */
     char cpulist[DTRAIN_TOPO_CPULIST_LEN]; /* local CPUs (hwloc list syntax), "" unknown */
+    /* Multi-node NVLink fabric (NVML nvmlDeviceGetGpuFabricInfoV; hwloc
+     * files never hold it): state 0 none (not reported, not supported), 1 not
+     * started, 2 in progress, 3 registered, 4 registration failed (NVML
+     * reported completion with an error); cluster UUID and clique id are
+     * meaningful when 3.  GPUs of one cluster and clique share one NVLink
+     * domain across nodes (GB200 NVL72: 72 GPUs in 18 nodes). */
+    int fabric_state;
+    unsigned fabric_clique;
+    /* Partitions: management OS devices (rsmiN, nvmlN) under this one PCI
+     * device; > 1 on AMD MI300 in TPX/CPX mode.  mig: 1 when NVML reports
+     * MIG mode on (live nodes).  The planner refuses both: it places whole
+     * GPUs only. */
+    int partitions;
+    int mig;
+    char fabric_cluster[40];               /* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", or "" */
 };
 
 typedef struct dtrain_topo dtrain_topo;
@@ -96,12 +116,17 @@ int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, d
 
 /* Load in a forked child that may take at most timeout_ms (see
  * topo_bounded.c): from the file `xml`, opened as a privileged process
- * trusts it (common/dtrain_file.h) when `trusted`, or live when xml is
- * NULL.  A crash or hang of the load gives DTRAIN_TOPO_ERR_SYSTEM with one
+ * trusts it (common/dtrain_file.h) when flags has DTRAIN_TOPO_LOAD_TRUSTED,
+ * or live when xml is NULL.  With DTRAIN_TOPO_LOAD_THIS_NODE the file
+ * stands for this very node (the plugin's HWLOC_XMLFILE / topology_xml=):
+ * NVML's fabric membership (never its links) is added for the GPUs whose
+ * bus ids NVML also reports, since hwloc files never carry it.  A crash or hang of the load gives DTRAIN_TOPO_ERR_SYSTEM with one
  * line ("topology discovery crashed with signal 11 (...) in loading F with
  * hwloc"), never a crash or hang of the caller.  The caller must not mind
  * a child process (fork). */
-int dtrain_topo_load_bounded(const char *xml, int trusted, int timeout_ms, dtrain_topo **out, char *err,
+#define DTRAIN_TOPO_LOAD_TRUSTED 1
+#define DTRAIN_TOPO_LOAD_THIS_NODE 2
+int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_topo **out, char *err,
                              size_t errlen);
 
 void dtrain_topo_free(dtrain_topo *topo);
@@ -131,6 +156,15 @@ int dtrain_topo_island_count(const dtrain_topo *topo);
 int dtrain_topo_island_of(const dtrain_topo *topo, int gpu);
 int dtrain_topo_island_size(const dtrain_topo *topo, int island);
 int dtrain_topo_largest_island(const dtrain_topo *topo); /* size of the largest island */
+
+/* The multi-node NVLink domain of this node's GPUs.  Returns 1 with
+ * "<cluster uuid>/<clique id>" in buf when every GPU is registered in one
+ * cluster and clique; 0 when no GPU reports fabric membership (an ordinary
+ * node: NVLink stops at the node); -1 with one line in why when the GPUs
+ * report a fabric but not one usable domain (registration not complete,
+ * GPUs in different cliques). */
+#define DTRAIN_TOPO_DOMAIN_LEN 64
+int dtrain_topo_nvlink_domain(const dtrain_topo *topo, char *buf, size_t len, char *why, size_t whylen);
 
 /* Short description of the machine (for logs): "8x NVIDIA H100, NVLink via NVSwitch". */
 const char *dtrain_topo_summary(const dtrain_topo *topo);

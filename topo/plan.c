@@ -14,6 +14,7 @@
 struct dtrain_plan {
     struct dtrain_shape shape; /* dp filled in */
     int world;
+    int first_rank, ntasks; /* tasks[] holds ranks first_rank .. first_rank+ntasks-1 */
     struct dtrain_task_placement *tasks;
     char warning[512];
     int has_warning;
@@ -64,7 +65,7 @@ static long divisor_at_most(long k, long t)
     return 1;
 }
 
-int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node,
+int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
                             char *err, size_t errlen)
 {
     if (tp < 1 || tp > DTRAIN_PLAN_MAX_DIM)
@@ -87,7 +88,24 @@ int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_
     if (dp > 0 && tpp * dp > DTRAIN_PLAN_MAX_WORLD)
         return refuse(err, errlen, "T*P*D = %ld is larger than %d tasks: use smaller --dtrain-tp/pp/dp",
                       tpp * dp, DTRAIN_PLAN_MAX_WORLD);
-    if (tasks_per_node > 0) {
+    if (domain_gpus > 0 && tp > domain_gpus && (tasks_per_node <= 0 || tp > tasks_per_node))
+        return refuse(err, errlen,
+                      "T=%d is larger than this cluster's multi-node NVLink domain (%d GPUs, site setting "
+                      "nvlink_domain_gpus): a TP group must stay inside one domain; use --dtrain-tp=%ld or less",
+                      tp, domain_gpus, divisor_at_most(domain_gpus, tp));
+    if (domain_gpus > 0 && tasks_per_node > 0 && tp > tasks_per_node) {
+        /* A TP group of whole nodes, inside one domain. */
+        if (tp % tasks_per_node != 0)
+            return refuse(err, errlen,
+                          "T=%d is not a multiple of the %ld tasks per node, so a TP group would hold part of "
+                          "a node: use --dtrain-tp=%ld or a multiple of %ld up to %d",
+                          tp, tasks_per_node, divisor_at_most(tasks_per_node, tp), tasks_per_node, domain_gpus);
+        if (domain_gpus % tp != 0)
+            return refuse(err, errlen,
+                          "T=%d does not divide this cluster's NVLink domain of %d GPUs, so TP groups would "
+                          "straddle domains: use --dtrain-tp=%ld",
+                          tp, domain_gpus, divisor_at_most(domain_gpus, tp));
+    } else if (tasks_per_node > 0) {
         if (tp > tasks_per_node && tasks_per_node == 1)
             return refuse(err, errlen,
                           "T=%d with 1 task per node: dtrain places one task per GPU, not a per-node "
@@ -173,6 +191,63 @@ static void cpu_share(const dtrain_topo *topo, int i, int K, char *buf, size_t l
     }
 }
 
+/* GPUs dtrain cannot place on: partitions, MIG, two vendors in a node. */
+static int check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t errlen)
+{
+    int nvidia = 0, amd = 0;
+    for (int i = 0; i < topo->ngpus; i++) {
+        const struct dtrain_gpu_info *g = &topo->gpus[i];
+        if (g->partitions > 1)
+            return refuse(err, errlen,
+                          "node %d: GPU %s shows as %d partitions (%s...: AMD TPX/CPX compute partitioning): dtrain "
+                          "places one rank per whole GPU; set the GPUs to SPX mode (amd-smi set "
+                          "--compute-partition SPX) or leave out the --dtrain-* placement options",
+                          node, g->busid, g->partitions, g->osdev);
+        if (g->mig)
+            return refuse(err, errlen,
+                          "node %d: GPU %s has MIG mode on: dtrain places one rank per whole GPU; turn MIG off "
+                          "(nvidia-smi -mig 0) or leave out the --dtrain-* placement options",
+                          node, g->busid);
+        nvidia += g->vendor_id == 0x10de;
+        amd += g->vendor_id == 0x1002;
+    }
+    if (nvidia && amd)
+        return refuse(err, errlen,
+                      "node %d has GPUs of two vendors (%d NVIDIA, %d AMD): dtrain never hands a CUDA task an AMD GPU "
+                      "or the reverse; ask Slurm for one vendor's GPUs (--gres=gpu:TYPE:N, the step then sees only "
+                      "those)",
+                      node, nvidia, amd);
+    return DTRAIN_TOPO_OK;
+}
+
+/* Node `node` of a TP group of `span` whole nodes: its GPUs in one NVLink
+ * domain, the same as the group's first node's.  Only the models given
+ * are compared: the plugin knows its own node only (and passes it for
+ * every node), so the launcher compares the nodes' domains again across
+ * the step (DTRAIN_NVLINK_DOMAIN, launcher/exchange.c). */
+static int check_domain(const dtrain_topo *const *nodes, int node, int span, int T, int K, char *err,
+                        size_t errlen)
+{
+    char key[DTRAIN_TOPO_DOMAIN_LEN], first_key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
+    int first = node - node % span;
+    int rc = dtrain_topo_nvlink_domain(nodes[node], key, sizeof key, why, sizeof why);
+    if (rc < 0)
+        return refuse(err, errlen, "node %d: %s", node, why);
+    if (rc == 0)
+        return refuse(err, errlen,
+                      "T=%d is larger than the %d tasks per node, and node %d's GPUs report no multi-node NVLink "
+                      "domain (NVML GPU fabric): use --dtrain-tp=%d or less",
+                      T, K, node, K);
+    if (first != node && nodes[first] != nodes[node] &&
+        dtrain_topo_nvlink_domain(nodes[first], first_key, sizeof first_key, why, sizeof why) == 1 &&
+        strcmp(first_key, key) != 0)
+        return refuse(err, errlen,
+                      "the TP group of nodes %d-%d would span NVLink domains %s (node %d) and %s (node %d): "
+                      "run on nodes of one domain (Slurm topology/block, --segment) or use --dtrain-tp=%d or less",
+                      first, first + span - 1, first_key, first, key, node, K);
+    return DTRAIN_TOPO_OK;
+}
+
 static void cache_free(struct plan_cache *cache)
 {
     for (int i = 0; i < cache->nmodels; i++)
@@ -239,12 +314,11 @@ static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int no
     return DTRAIN_TOPO_OK;
 }
 
-int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
-                            const dtrain_topo *const *nodes,
-                            const struct dtrain_policy *policy,
-                            dtrain_plan **out, char *err, size_t errlen)
+/* Plan nodes first_node .. last_node (-1: through the last node). */
+static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nodes, const struct dtrain_policy *policy,
+                 int first_node, int last_node, dtrain_plan **out, char *err, size_t errlen)
 {
-    static const struct dtrain_policy no_policy = {0, 0};
+    static const struct dtrain_policy no_policy = {0, 0, 0};
     struct plan_cache *cache = NULL;
     unsigned char *rel = NULL;
     int *gpus = NULL;
@@ -267,7 +341,8 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
     if (world > DTRAIN_PLAN_MAX_WORLD)
         return refuse(err, errlen, "%d nodes x %d tasks = %ld tasks is more than %d", shape->nnodes,
                       shape->tasks_per_node, world, DTRAIN_PLAN_MAX_WORLD);
-    rc = dtrain_plan_check_shape(shape->tp, shape->pp, shape->dp, world, shape->tasks_per_node, err, errlen);
+    rc = dtrain_plan_check_shape(shape->tp, shape->pp, shape->dp, world, shape->tasks_per_node,
+                                 policy->nvlink_domain_gpus, err, errlen);
     if (rc != DTRAIN_TOPO_OK)
         return rc;
     if (!policy->cpu_only && !nodes) {
@@ -275,8 +350,13 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
         return DTRAIN_TOPO_ERR_INPUT;
     }
 
-    int T = shape->tp, K = shape->tasks_per_node, ngroups = K / T;
+    int T = shape->tp, K = shape->tasks_per_node;
     int D = (int)(world / ((long)T * shape->pp));
+    /* A TP group larger than a node (check_shape allowed it inside a
+     * multi-node NVLink domain) holds `span` whole nodes; each node's tasks
+     * are then one slot of K GPUs, all of one TP group. */
+    int span = T > K ? T / K : 1;
+    int slotT = T > K ? K : T, ngroups = K / slotT;
     plan = calloc(1, sizeof(*plan));
     if (!plan)
         goto oom;
@@ -288,14 +368,23 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
         if (!cache || !rel || !gpus)
             goto oom;
     }
-    plan->tasks = calloc((size_t)world, sizeof(*plan->tasks));
+    if (last_node < 0 || last_node >= shape->nnodes)
+        last_node = shape->nnodes - 1;
+    if (first_node < 0 || first_node > last_node) {
+        dtrain_snprintf(err, errlen, "node %d is not in the job's %d nodes", first_node, shape->nnodes);
+        rc = DTRAIN_TOPO_ERR_INPUT;
+        goto fail;
+    }
+    plan->first_rank = first_node * K;
+    plan->ntasks = (last_node - first_node + 1) * K;
+    plan->tasks = calloc((size_t)plan->ntasks, sizeof(*plan->tasks));
     if (!plan->tasks)
         goto oom;
     plan->shape = *shape;
     plan->shape.dp = D;
     plan->world = (int)world;
 
-    for (int node = 0; node < shape->nnodes; node++) {
+    for (int node = first_node; node <= last_node; node++) {
         const dtrain_topo *topo = nodes ? nodes[node] : NULL;
         const int *layout = NULL;
         if (!policy->cpu_only) {
@@ -310,23 +399,37 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
                             node, topo->ngpus, K, topo->ngpus);
                 goto fail;
             }
-            slot_relations(node, ngroups, D, rel);
+            if ((rc = check_whole_gpus(topo, node, err, errlen)) != DTRAIN_TOPO_OK)
+                goto fail;
+            if (span > 1 && (rc = check_domain(nodes, node, span, T, K, err, errlen)) != DTRAIN_TOPO_OK)
+                goto fail;
+            if (span > 1)
+                memset(rel, PLAN_REL_NONE, (size_t)ngroups * (size_t)ngroups);
+            else
+                slot_relations(node, ngroups, D, rel);
             int crossed = 0;
-            rc = node_layout(cache, topo, node, T, ngroups, rel, policy->allow_pcie, gpus, &crossed, err, errlen);
+            rc = node_layout(cache, topo, node, slotT, ngroups, rel, policy->allow_pcie, gpus, &crossed, err,
+                             errlen);
             if (rc != DTRAIN_TOPO_OK)
                 goto fail;
             if (crossed && !plan->has_warning) {
                 plan->has_warning = 1;
-                dtrain_snprintf(plan->warning, sizeof(plan->warning),
-                                "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
-                                "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
-                                T, node, dtrain_topo_largest_island(topo));
+                if (topo->source == DTRAIN_LINKS_NONE)
+                    dtrain_snprintf(plan->warning, sizeof(plan->warning),
+                                    "node %d's topology has no link information: TP groups of %d GPUs are placed "
+                                    "by PCI locality only and may cross PCIe (--dtrain-allow-pcie)",
+                                    node, slotT);
+                else
+                    dtrain_snprintf(plan->warning, sizeof(plan->warning),
+                                    "TP groups of %d GPUs do not fit in the NVLink islands of node %d "
+                                    "(largest %d GPUs): their traffic crosses PCIe (--dtrain-allow-pcie)",
+                                    slotT, node, dtrain_topo_largest_island(topo));
             }
             layout = gpus;
         }
         for (int i = 0; i < K; i++) {
             int rank = node * K + i;
-            struct dtrain_task_placement *t = &plan->tasks[rank];
+            struct dtrain_task_placement *t = &plan->tasks[rank - plan->first_rank];
             t->rank = rank;
             t->node = node;
             t->local_rank = i;
@@ -361,6 +464,24 @@ fail:
     return rc;
 }
 
+int dtrain_plan_place_tasks(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                            const struct dtrain_policy *policy, dtrain_plan **out, char *err, size_t errlen)
+{
+    return place(shape, nodes, policy, 0, -1, out, err, errlen);
+}
+
+int dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                           const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err, size_t errlen)
+{
+    if (shape && (node < 0 || node >= shape->nnodes)) {
+        if (out)
+            *out = NULL;
+        dtrain_snprintf(err, errlen, "node %d is not in the job's %d nodes", node, shape->nnodes);
+        return DTRAIN_TOPO_ERR_INPUT;
+    }
+    return place(shape, nodes, policy, node, node, out, err, errlen);
+}
+
 void dtrain_plan_free(dtrain_plan *plan)
 {
     if (!plan)
@@ -381,9 +502,9 @@ int dtrain_plan_world_size(const dtrain_plan *plan)
 
 const struct dtrain_task_placement *dtrain_plan_task(const dtrain_plan *plan, int rank)
 {
-    if (!plan || rank < 0 || rank >= plan->world)
+    if (!plan || rank < plan->first_rank || rank >= plan->first_rank + plan->ntasks)
         return NULL;
-    return &plan->tasks[rank];
+    return &plan->tasks[rank - plan->first_rank];
 }
 
 const char *dtrain_plan_warning(const dtrain_plan *plan)

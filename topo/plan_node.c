@@ -295,7 +295,13 @@ static int refuse_islands(const dtrain_topo *topo, int node_index, int T, int K,
 {
     int largest = dtrain_topo_largest_island(topo);
     int fit = best_fitting_tp(topo, K);
-    if (topo->source == DTRAIN_LINKS_PCIE_ONLY) {
+    if (topo->source == DTRAIN_LINKS_NONE) {
+        dtrain_snprintf(err, errlen,
+                        "T=%d needs NVLink/XGMI-connected GPUs, but node %d's topology has no link information "
+                        "(an hwloc 1.x export, or hwloc without its NVML/RSMI plugin): save it again with hwloc "
+                        ">= 2.5 and NVML/RSMI (lstopo --of xml), or use --dtrain-allow-pcie",
+                        T, node_index);
+    } else if (topo->source == DTRAIN_LINKS_PCIE_ONLY) {
         dtrain_snprintf(err, errlen,
                         "T=%d needs %s-connected GPUs but node %d has none (PCIe only): "
                         "use --dtrain-tp=1, or --dtrain-allow-pcie",

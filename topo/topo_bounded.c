@@ -24,6 +24,7 @@
 struct bounded_arg {
     const char *xml; /* NULL: live */
     int trusted;
+    int this_node;
 };
 
 struct bounded_answer {
@@ -65,6 +66,17 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
     }
     if (a->rc != DTRAIN_TOPO_OK)
         return;
+    if (arg->xml != NULL && arg->this_node && t->ngpus > 0) {
+        /* A saved file standing for this node has no fabric membership
+         * (hwloc never records it): NVML's, for the GPUs it also sees. */
+        dtrain_stage_set(stage, "reading the NVLink fabric from NVML");
+        if (topo_nvml_apply_fabric(t, NULL, a->err, sizeof a->err) < 0) {
+            a->rc = DTRAIN_TOPO_ERR_SYSTEM;
+            dtrain_topo_free(t);
+            return;
+        }
+        topo_model_finish(t);
+    }
     if (t->npus > TOPO_BOUNDED_MAX_PUS) {
         dtrain_snprintf(a->err, sizeof a->err, "the node has %d CPUs, more than dtrain handles (%d)", t->npus,
                         TOPO_BOUNDED_MAX_PUS);
@@ -79,10 +91,11 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
     dtrain_topo_free(t);
 }
 
-int dtrain_topo_load_bounded(const char *xml, int trusted, int timeout_ms, dtrain_topo **out, char *err,
+int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_topo **out, char *err,
                              size_t errlen)
 {
-    struct bounded_arg arg = {.xml = xml, .trusted = trusted};
+    struct bounded_arg arg = {.xml = xml, .trusted = (flags & DTRAIN_TOPO_LOAD_TRUSTED) != 0,
+                              .this_node = (flags & DTRAIN_TOPO_LOAD_THIS_NODE) != 0};
     char why[DTRAIN_WHY_LEN];
     *out = NULL;
     struct bounded_answer *a = malloc(sizeof *a);

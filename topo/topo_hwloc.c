@@ -62,11 +62,14 @@ static void copy_str(char *dst, size_t len, const char *src)
 
 static void fill_from_osdevs(hwloc_obj_t pci, struct dtrain_gpu_info *info)
 {
-    int best = 100;
+    int best = 100, nvml = 0, rsmi = 0;
     for (hwloc_obj_t os = pci->io_first_child; os; os = os->next_sibling) {
         if (os->type != HWLOC_OBJ_OS_DEVICE || !os->name)
             continue;
         int rank = osdev_rank(os->name);
+        nvml += rank == 0;
+        rsmi += rank == 1;
+        info->partitions = nvml > rsmi ? nvml : rsmi;
         if (rank < best) {
             best = rank;
             copy_str(info->osdev, sizeof(info->osdev), os->name);
@@ -358,6 +361,17 @@ static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **o
             rc = DTRAIN_TOPO_ERR_SYSTEM;
             goto fail;
         }
+    }
+    if (model->source == DTRAIN_LINKS_PCIE_ONLY && model->ngpus > 0 && !model->nvml_seen) {
+        /* "PCIe only" means a backend looked for links and found none: the
+         * NVML (nvmlN) or RSMI (rsmiN) OS devices say hwloc's did.  Without
+         * them (hwloc 1.x exports, hwloc without those plugins) nobody
+         * looked. */
+        int looked = 0;
+        for (int i = 0; i < model->ngpus; i++)
+            looked |= strncmp(model->gpus[i].osdev, "nvml", 4) == 0 || strncmp(model->gpus[i].osdev, "rsmi", 4) == 0;
+        if (!looked)
+            model->source = DTRAIN_LINKS_NONE;
     }
     topo_model_finish(model);
     free(gpus);

@@ -37,12 +37,24 @@ static json_t *gpu_json(const dtrain_topo *topo, int i)
            set(o, "osdev", json_string(g->osdev)) |
            set(o, "numa_node", g->numa_node >= 0 ? json_integer(g->numa_node) : json_null()) |
            set(o, "cpulist", json_string(g->cpulist)) |
-           set(o, "island", json_integer(dtrain_topo_island_of(topo, i)));
+           set(o, "island", json_integer(dtrain_topo_island_of(topo, i))) |
+           set(o, "partitions", json_integer(g->partitions > 1 ? g->partitions : 1)) |
+           set(o, "mig", json_boolean(g->mig != 0)) |
+           set(o, "fabric_state", json_integer(g->fabric_state)) |
+           set(o, "fabric_cluster", json_string(g->fabric_state > 0 ? g->fabric_cluster : "")) |
+           set(o, "fabric_clique", g->fabric_state > 0 ? json_integer(g->fabric_clique) : json_null());
     if (bad) {
         json_decref(o);
         return NULL;
     }
     return o;
+}
+
+/* The node's multi-node NVLink domain, or null. */
+static json_t *domain_json(const dtrain_topo *topo)
+{
+    char key[DTRAIN_TOPO_DOMAIN_LEN], why[8];
+    return dtrain_topo_nvlink_domain(topo, key, sizeof key, why, sizeof why) == 1 ? json_string(key) : json_null();
 }
 
 static json_t *links_json(const dtrain_topo *topo)
@@ -152,6 +164,7 @@ int topo_report_json(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan
         gpus = NULL;
         bad |= set(doc, "links", links_json(topo)) | set(doc, "islands", islands_json(topo)) |
                set(doc, "largest_island", json_integer(dtrain_topo_largest_island(topo))) |
+               set(doc, "nvlink_domain", domain_json(topo)) |
                set(doc, "plan", plan ? plan_json(plan) : json_null());
     }
     if (bad) {

@@ -107,17 +107,62 @@ static void make_summary(struct dtrain_topo *topo)
     case DTRAIN_LINKS_HWLOC_XGMI:
         links = "XGMI";
         break;
+    case DTRAIN_LINKS_NONE:
+        links = "no link information";
+        break;
     default:
         links = "PCIe only";
         break;
     }
     char islands[64] = "";
-    if (topo->source != DTRAIN_LINKS_PCIE_ONLY && topo->nislands > 1)
+    if (topo->source != DTRAIN_LINKS_PCIE_ONLY && topo->source != DTRAIN_LINKS_NONE && topo->nislands > 1)
         dtrain_snprintf(islands, sizeof(islands), ", %d islands (largest %d)", topo->nislands,
                         dtrain_topo_largest_island(topo));
+    char domain[DTRAIN_TOPO_DOMAIN_LEN + 40] = "", key[DTRAIN_TOPO_DOMAIN_LEN], why[8];
+    if (dtrain_topo_nvlink_domain(topo, key, sizeof key, why, sizeof why) == 1)
+        dtrain_snprintf(domain, sizeof(domain), ", multi-node NVLink domain %s", key);
     /* Truncation of a very long model name only shortens the log line. */
-    (void)dtrain_snprintf(topo->summary, sizeof(topo->summary), "%dx %s, %s%s", topo->ngpus,
-                          same_model && model[0] ? model : "GPU", links, islands);
+    (void)dtrain_snprintf(topo->summary, sizeof(topo->summary), "%dx %s, %s%s%s", topo->ngpus,
+                          same_model && model[0] ? model : "GPU", links, islands, domain);
+}
+
+int dtrain_topo_nvlink_domain(const dtrain_topo *topo, char *buf, size_t len, char *why, size_t whylen)
+{
+    static const char *const state_name[] = {"not supported", "not started", "in progress", "registered",
+                                             "registration failed"};
+    int reported = 0;
+    if (buf && len)
+        buf[0] = '\0';
+    if (!topo)
+        return 0;
+    for (int i = 0; i < topo->ngpus; i++)
+        if (topo->gpus[i].fabric_state > 0)
+            reported = 1;
+    if (!reported)
+        return 0;
+    const struct dtrain_gpu_info *g0 = &topo->gpus[0];
+    for (int i = 0; i < topo->ngpus; i++) {
+        const struct dtrain_gpu_info *g = &topo->gpus[i];
+        if (g->fabric_state != 3) {
+            int st = g->fabric_state >= 0 && g->fabric_state <= 4 ? g->fabric_state : 1;
+            dtrain_snprintf(why, whylen,
+                            "GPU %s has not joined its NVLink fabric (NVML fabric state: %s): wait for the "
+                            "fabric manager (nvidia-imex / nvidia-fabricmanager) or drain the node",
+                            g->busid, state_name[st]);
+            return -1;
+        }
+        if (g->fabric_clique != g0->fabric_clique || strcmp(g->fabric_cluster, g0->fabric_cluster) != 0) {
+            dtrain_snprintf(why, whylen,
+                            "GPUs %s and %s are in different NVLink domains (%s/%u and %s/%u): the node's fabric "
+                            "is misconfigured",
+                            g0->busid, g->busid, g0->fabric_cluster, g0->fabric_clique, g->fabric_cluster,
+                            g->fabric_clique);
+            return -1;
+        }
+    }
+    if (buf && len)
+        (void)dtrain_snprintf(buf, len, "%s/%u", g0->fabric_cluster, g0->fabric_clique);
+    return 1;
 }
 
 void topo_model_finish(struct dtrain_topo *topo)
@@ -252,6 +297,7 @@ const char *dtrain_link_source_name(enum dtrain_link_source src)
     case DTRAIN_LINKS_HWLOC_NVLINK: return "hwloc NVLinkBandwidth";
     case DTRAIN_LINKS_HWLOC_XGMI: return "hwloc XGMIBandwidth";
     case DTRAIN_LINKS_NVML: return "NVML";
+    case DTRAIN_LINKS_NONE: return "no link information";
     }
     return "unknown";
 }

@@ -31,6 +31,7 @@ struct dtrain_topo {
     enum dtrain_link_source source;
     int via_switch; /* 1 when some GPU-GPU bandwidth came through NVSwitch ports */
     int nvlink_to_cpu; /* 1 when some GPU has NVLink to a CPU (POWER); informational */
+    int nvml_seen;     /* 1 when NVML (live) enumerated some GPU of the model, links or not */
 
     int nislands;
     int island_of[DTRAIN_TOPO_MAX_GPUS];
@@ -69,6 +70,14 @@ void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
  * reports none (not an error), -1 with err on a broken NVML.  Call before
  * topo_model_finish(). */
 int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen);
+
+/* NVML source, fabric only: fill the GPUs' fabric_* fields from NVML for
+ * GPUs whose bus id NVML also reports, and nothing else (links stay the
+ * model's).  For a saved topology that stands for this very node (the
+ * plugin's HWLOC_XMLFILE / topology_xml=): hwloc files never carry fabric
+ * membership.  Returns 1 when some GPU reported a fabric, 0 when none or no
+ * NVML, -1 with err on a broken NVML. */
+int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen);
 
 /* A topology file larger than this is refused (the largest real machines
  * save a few MB). */

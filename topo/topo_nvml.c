@@ -11,7 +11,13 @@
  * model is a direct link; any other NVIDIA PCI device is an NVSwitch port;
  * anything else is a CPU (POWER NPU).  Bandwidth per link and direction
  * comes from the link's NVLink version (table below), and switched pairs get
- * min(S(a), S(b)) as in topo_hwloc.c. */
+ * min(S(a), S(b)) as in topo_hwloc.c.
+ *
+ * Per GPU also its fabric membership (nvmlDeviceGetGpuFabricInfoV, drivers
+ * from 550 on): the cluster UUID and clique id of a multi-node NVLink
+ * domain.  The inter-node links of such a domain go through NVSwitch trays
+ * outside the node; the model only records the membership, and the planner
+ * and the launcher keep TP groups that leave a node inside one domain. */
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +46,90 @@ static int find_gpu(const struct dtrain_topo *topo, const nvmlPciInfo_t *pci)
     return dtrain_topo_find_busid(topo, busid);
 }
 
+/* The GPU's fabric membership, when this NVML reports one. */
+static int read_fabric(const struct dtrain_nvml *api, nvmlDevice_t dev, struct dtrain_gpu_info *info)
+{
+    nvmlGpuFabricInfo_v2_t f;
+    info->fabric_state = 0;
+    info->fabric_clique = 0;
+    info->fabric_cluster[0] = '\0';
+    if (!api->nvmlDeviceGetGpuFabricInfoV)
+        return 0; /* a driver before 550: no multi-node NVLink */
+    memset(&f, 0, sizeof f);
+    f.version = nvmlGpuFabricInfo_v2;
+    if (api->nvmlDeviceGetGpuFabricInfoV(dev, &f) != NVML_SUCCESS || f.state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED)
+        return 0;
+    /* A registration that finished with an error is no domain to place in. */
+    info->fabric_state = f.state == NVML_GPU_FABRIC_STATE_COMPLETED && f.status != NVML_SUCCESS
+                             ? 4 /* registration failed */
+                             : f.state > NVML_GPU_FABRIC_STATE_COMPLETED ? NVML_GPU_FABRIC_STATE_NOT_STARTED
+                                                                         : f.state;
+    info->fabric_clique = f.cliqueId;
+    const unsigned char *u = f.clusterUuid;
+    snprintf(info->fabric_cluster, sizeof info->fabric_cluster,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4],
+             u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    return 1;
+}
+
+/* 1 when MIG mode is on (NOT_SUPPORTED before Ampere: off). */
+static int read_mig(const struct dtrain_nvml *api, nvmlDevice_t dev)
+{
+    unsigned int mig = 0, pending = 0;
+    return api->nvmlDeviceGetMigMode && api->nvmlDeviceGetMigMode(dev, &mig, &pending) == NVML_SUCCESS &&
+           mig == NVML_FEATURE_ENABLED;
+}
+
+/* Open and initialise NVML: 1 ready, 0 absent (not an error), -1 with err. */
+static int nvml_start(struct dtrain_nvml *api, const char *libpath, int need_links, char *err, size_t errlen)
+{
+    char why[256]; /* the loader's words; this source says its own */
+    libpath = dtrain_nvml_library(libpath);
+    int opened = dtrain_nvml_open(api, libpath, why, sizeof(why));
+    if (opened == DTRAIN_NVML_ABSENT)
+        return 0; /* no NVIDIA driver: not an error */
+    if (opened != DTRAIN_NVML_OK ||
+        (need_links && (!api->nvmlDeviceGetNvLinkState || !api->nvmlDeviceGetNvLinkRemotePciInfo_v2 ||
+                        !api->nvmlDeviceGetName || !api->nvmlDeviceGetUUID))) {
+        dtrain_nvml_close(api);
+        dtrain_snprintf(err, errlen, "%s lacks NVML functions dtrain needs (driver too old?)", libpath);
+        return -1;
+    }
+    if (api->nvmlInit_v2() != NVML_SUCCESS) {
+        /* Driver library present but no usable GPU driver: like no NVML. */
+        dtrain_nvml_close(api);
+        return 0;
+    }
+    return 1;
+}
+
+int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen)
+{
+    struct dtrain_nvml api;
+    unsigned int count = 0;
+    int found = 0;
+    int started = nvml_start(&api, libpath, 0, err, errlen);
+    if (started <= 0)
+        return started;
+    if (api.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
+        count = 0;
+    for (unsigned int i = 0; i < count; i++) {
+        nvmlDevice_t dev;
+        nvmlPciInfo_t pci;
+        if (api.nvmlDeviceGetHandleByIndex_v2(i, &dev) != NVML_SUCCESS ||
+            api.nvmlDeviceGetPciInfo_v3(dev, &pci) != NVML_SUCCESS)
+            continue;
+        int g = find_gpu(topo, &pci);
+        if (g < 0)
+            continue;
+        found |= read_fabric(&api, dev, &topo->gpus[g]);
+        topo->gpus[g].mig = read_mig(&api, dev);
+    }
+    api.nvmlShutdown();
+    dtrain_nvml_close(&api);
+    return found;
+}
+
 int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen)
 {
     struct dtrain_nvml api;
@@ -49,22 +139,9 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
     long long to_switch[DTRAIN_TOPO_MAX_GPUS] = {0};
     int to_cpu = 0;
 
-    char why[256]; /* the loader's words; this source says its own */
-    libpath = dtrain_nvml_library(libpath);
-    int opened = dtrain_nvml_open(&api, libpath, why, sizeof(why));
-    if (opened == DTRAIN_NVML_ABSENT)
-        return 0; /* no NVIDIA driver: not an error */
-    if (opened != DTRAIN_NVML_OK || !api.nvmlDeviceGetNvLinkState || !api.nvmlDeviceGetNvLinkRemotePciInfo_v2 ||
-        !api.nvmlDeviceGetName || !api.nvmlDeviceGetUUID) {
-        dtrain_nvml_close(&api);
-        dtrain_snprintf(err, errlen, "%s lacks NVML functions dtrain needs (driver too old?)", libpath);
-        return -1;
-    }
-    if (api.nvmlInit_v2() != NVML_SUCCESS) {
-        /* Driver library present but no usable GPU driver: like no NVML. */
-        dtrain_nvml_close(&api);
-        return 0;
-    }
+    int started = nvml_start(&api, libpath, 1, err, errlen);
+    if (started <= 0)
+        return started;
     memset(direct, 0, sizeof(direct));
     if (api.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
         count = 0;
@@ -77,6 +154,7 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
         int g = find_gpu(topo, &pci);
         if (g < 0)
             continue; /* hidden from hwloc (cgroup): not ours to place */
+        topo->nvml_seen = 1;
         struct dtrain_gpu_info *info = &topo->gpus[g];
         char text[96];
         if (!info->model[0] && api.nvmlDeviceGetName(dev, text, sizeof(text)) == NVML_SUCCESS) {
@@ -88,6 +166,8 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
             memcpy(info->uuid, text, len);
             info->uuid[len] = '\0';
         }
+        read_fabric(&api, dev, info);
+        info->mig = read_mig(&api, dev);
         for (unsigned int link = 0; link < NVML_NVLINK_MAX_LINKS; link++) {
             int active = 0;
             nvmlPciInfo_t remote;

@@ -30,7 +30,12 @@
  * nvlinkK.remote (bus id at the other end of link K; a bus id that is
  * not one of the GPUs is taken for an NVSwitch port), nvlinkK.remote_vendor
  * (PCI vendor id at that end, hex, default 0x10de NVIDIA; 0x1014 is the
- * NVLink bridge of an IBM POWER CPU).
+ * NVLink bridge of an IBM POWER CPU), fabric_state (nvmlGpuFabricState_t:
+ * 0 not supported .. 3 completed; unset: nvmlDeviceGetGpuFabricInfoV
+ * answers NOT_SUPPORTED, as before Hopper), fabric_cluster (the cluster
+ * UUID, 32 hex digits, dashes allowed), fabric_clique (clique id),
+ * fabric_status (NVML return code reported in the info), mig (MIG mode,
+ * current = pending; unset: NOT_SUPPORTED, as before Ampere).
  *
  * Defaults: no GPU; each GPU "NVIDIA H100 80GB HBM3" at 0000:(0x10+N):00.0,
  * ECC and row remapping supported with zero counts, 80 GiB with 512 MiB
@@ -77,6 +82,11 @@ struct nvmlDevice_st {
     unsigned long long link_replay, link_recovery, link_crc;
     char link_remote[FAKE_MAX_LINKS][32];
     unsigned link_remote_vendor[FAKE_MAX_LINKS]; /* 0: NVIDIA */
+    int fabric_state; /* -1: the call answers NOT_SUPPORTED */
+    unsigned char fabric_cluster[NVML_GPU_FABRIC_UUID_LEN];
+    unsigned fabric_clique;
+    int fabric_status;
+    int mig; /* -1: nvmlDeviceGetMigMode answers NOT_SUPPORTED */
 };
 
 struct nvmlEventSet_st {
@@ -120,6 +130,25 @@ static void gpu_defaults(struct nvmlDevice_st *g, int i)
     g->memory_total = 80ULL << 30;
     g->memory_used = 512ULL << 20;
     g->link_version = 4;
+    g->fabric_state = -1;
+    g->mig = -1;
+}
+
+/* A UUID as 32 hex digits (dashes skipped) into 16 bytes. */
+static int parse_uuid(const char *text, unsigned char *out)
+{
+    int n = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p == '-')
+            continue;
+        unsigned v;
+        char digit[2] = {*p, 0};
+        if (n >= 2 * NVML_GPU_FABRIC_UUID_LEN || sscanf(digit, "%1x", &v) != 1)
+            return -1;
+        out[n / 2] = (unsigned char)(n % 2 ? (out[n / 2] | v) : v << 4);
+        n++;
+    }
+    return n == 2 * NVML_GPU_FABRIC_UUID_LEN ? 0 : -1;
 }
 
 static int parse_ull(const char *text, unsigned long long *out)
@@ -194,6 +223,11 @@ static int set_gpu_key(struct nvmlDevice_st *g, const char *key, const char *val
     if (!strcmp(key, "nvlink_replay")) return parse_ull(value, &g->link_replay);
     if (!strcmp(key, "nvlink_recovery")) return parse_ull(value, &g->link_recovery);
     if (!strcmp(key, "nvlink_crc")) return parse_ull(value, &g->link_crc);
+    if (!strcmp(key, "fabric_state")) return parse_int(value, &g->fabric_state) || g->fabric_state > 255 ? -1 : 0;
+    if (!strcmp(key, "fabric_cluster")) return parse_uuid(value, g->fabric_cluster);
+    if (!strcmp(key, "fabric_clique")) return parse_uint(value, &g->fabric_clique);
+    if (!strcmp(key, "fabric_status")) return parse_int(value, &g->fabric_status);
+    if (!strcmp(key, "mig")) return parse_int(value, &g->mig);
     if (!strcmp(key, "xid")) {
         if (parse_list(value, g->xids, FAKE_MAX_XIDS, &g->nxids) != 0)
             return -1;
@@ -569,6 +603,38 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsigned int 
         if (!strcmp(fake.gpus[i].busid, remote.busid))
             remote.device_id = fake.gpus[i].device_id;
     fill_pci(&remote, dev->link_remote_vendor[link] ? dev->link_remote_vendor[link] : 0x10de, pci);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t dev, nvmlGpuFabricInfo_v2_t *info)
+{
+    nvmlReturn_t rc = device_call("nvmlDeviceGetGpuFabricInfoV", dev);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!info)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlGpuFabricInfo_v2)
+        return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+    if (dev->fabric_state < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memcpy(info->clusterUuid, dev->fabric_cluster, sizeof(info->clusterUuid));
+    info->status = dev->fabric_status;
+    info->cliqueId = dev->fabric_clique;
+    info->state = (unsigned char)dev->fabric_state;
+    info->healthMask = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current, unsigned int *pending)
+{
+    nvmlReturn_t rc = device_call("nvmlDeviceGetMigMode", dev);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!current || !pending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->mig < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *current = *pending = (unsigned int)dev->mig;
     return NVML_SUCCESS;
 }
 

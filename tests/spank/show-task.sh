@@ -18,4 +18,5 @@ echo "node=${SLURMD_NODENAME:--} procid=${SLURM_PROCID:--} rank=${RANK:--} local
   "node_rank=${NODE_RANK:--} group_rank=${GROUP_RANK:--} nnodes=${DTRAIN_NNODES:--}" \
   "master=${MASTER_ADDR:--}:${MASTER_PORT:--} restart_count=${TORCHELASTIC_RESTART_COUNT:--} vis=${DTRAIN_GPU_VISIBILITY:--}" \
   "cpus=${DTRAIN_CPUS:--} allowed=$cpus by=${DTRAIN_PLACED_BY:--} ckpt=${DTRAIN_CKPT_DIR:--}" \
-  "restarts=${DTRAIN_MAX_RESTARTS:--} verbose=${DTRAIN_VERBOSE:--} pcie=${DTRAIN_ALLOW_PCIE:--}"
+  "restarts=${DTRAIN_MAX_RESTARTS:--} verbose=${DTRAIN_VERBOSE:--} pcie=${DTRAIN_ALLOW_PCIE:--}" \
+  "nvd=${DTRAIN_NVLINK_DOMAIN:--}"

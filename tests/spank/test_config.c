@@ -46,6 +46,9 @@ static void test_arguments(void)
        c.bind == 1 && c.allow_pcie == DTRAIN_PCIE_NEVER && c.max_tp == 8 &&
        strcmp(c.topology_xml, "/etc/dtrain/%n.xml") == 0, "every key is read");
     ok(parse("allow_pcie=user", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_USER, "allow_pcie=user");
+    ok(parse("nvlink_domain_gpus=72", &c, err, sizeof err) == 0 && c.nvlink_domain_gpus == 72,
+       "nvlink_domain_gpus=72 (GB200 NVL72)");
+    ok(parse("", &c, err, sizeof err) == 0 && c.nvlink_domain_gpus == 0, "default: no multi-node NVLink domain");
     ok(parse("allow_pcie=true", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_ALWAYS, "allow_pcie=true");
     ok(parse("", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 0 && c.master_port_lo == 29500 &&
        c.master_port_hi == 29999, "defaults: gpu_visibility=all, master_ports=29500-29999");
@@ -61,6 +64,8 @@ static void test_arguments(void)
         {"max_tp=-1", "max_tp"},
         {"max_tp=65", "max_tp"},
         {"max_tp=4.5", "max_tp"},
+        {"nvlink_domain_gpus=-8", "nvlink_domain_gpus"},
+        {"nvlink_domain_gpus=lots", "nvlink_domain_gpus"},
         {"topology_xml=relative.xml", "absolute path"},
         {"gpu_visibility=some", "gpu_visibility=some: use all or one"},
         {"master_ports=29500", "give a port range LO-HI"},

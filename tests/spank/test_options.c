@@ -156,6 +156,20 @@ static void test_submit_check(void)
     ok(check(8, 1, 0, 0, &cfg, NULL, NULL, NULL, err, sizeof err) == 0,
        "with allow_pcie=yes T above max_tp is accepted without the option");
 
+    /* A multi-node NVLink domain of 8 GPUs over nodes of 4. */
+    cfg.allow_pcie = DTRAIN_PCIE_USER;
+    cfg.nvlink_domain_gpus = 8;
+    ok(check(8, 1, 0, 0, &cfg, NULL, "4", "4", err, sizeof err) == 0,
+       "nvlink_domain_gpus=8: T=8 over nodes of 4 tasks is accepted (%s)", err);
+    ok(check(16, 1, 0, 0, &cfg, NULL, "4", "4", err, sizeof err) == DTRAIN_EXIT_REFUSED && strstr(err, "(8 GPUs") &&
+           strstr(err, "--dtrain-tp=8"),
+       "nvlink_domain_gpus=8: T=16 is refused naming the domain size (%s)", err);
+    ok(check(16, 1, 0, 0, &cfg, NULL, NULL, NULL, err, sizeof err) == DTRAIN_EXIT_REFUSED && strstr(err, "(8 GPUs"),
+       "nvlink_domain_gpus=8: T=16 is refused with the task counts unknown (%s)", err);
+    ok(check(6, 1, 0, 0, &cfg, NULL, "4", "4", err, sizeof err) == DTRAIN_EXIT_REFUSED && strstr(err, "part of a node"),
+       "nvlink_domain_gpus=8: T=6 over nodes of 4 is refused (%s)", err);
+    cfg.nvlink_domain_gpus = 0;
+
     struct dtrain_options none;
     struct dtrain_job_size s;
     dtrain_options_init(&none);

@@ -11,6 +11,52 @@ run() { # run ARGS...: stdout in $tmp/out, stderr in $tmp/err, status in $rc
     "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
 }
 
+# GPU partitions (AMD TPX/CPX: several rsmiN OS devices under one PCI
+# device) and two vendors in one node: derived from amd-mi250x.xml.
+sed '51i\            <object type="OSDev" gp_index="9001" name="rsmi8" subtype="RSMI" osdev_type="1"/>\
+            <object type="OSDev" gp_index="9002" name="rsmi9" subtype="RSMI" osdev_type="1"/>' \
+  "$fx/amd-mi250x.xml" >"$tmp/partitions.xml"
+run --xml "$tmp/partitions.xml" --tp 2
+check "GPU partitions: refused with exit 3 naming the GPU and the partition count" \
+  sh -c "[ $rc -eq 3 ] && grep -q 'GPU 0000:c1:00.0 shows as 3 partitions' '$tmp/err'"
+sed 's/pci_busid="0000:c1:00.0" pci_type="0380 \[1002:740c\]/pci_busid="0000:c1:00.0" pci_type="0302 [10de:20b0]/' \
+  "$fx/amd-mi250x.xml" >"$tmp/mixed.xml"
+run --xml "$tmp/mixed.xml" --tp 1
+check "two vendors in one node: refused with exit 3, never a CUDA task on an AMD GPU" \
+  sh -c "[ $rc -eq 3 ] && grep -q 'two vendors (1 NVIDIA, 7 AMD)' '$tmp/err'"
+run --xml "$fx/amd-mi250x.xml" --tp 2
+check "the unchanged MI250X still places (exit $rc)" test "$rc" -eq 0
+
+# --explain: GPT-2 small (124.3 M parameters), T=4 P=2 D=2 on 2 DGX H100,
+# 8 micro-batches of 8 x 1024 tokens, bf16 activations (12.58 MB each):
+# TP 4 all-reduces x 6 layers x 8 x 2*3/4 x 12.58 MB = 3.624 GB at 450 GB/s;
+# PP 2 x 8 x 12.58 MB = 0.201 GB over the network (stages on two nodes);
+# DP 2*1/2 x 124.3 M / 8 x 4 B = 0.062 GB between GPUs of one node.
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --explain
+check "explain: exit 0, 124.3 M parameters" sh -c "[ $rc -eq 0 ] && grep -q '124.3 M parameters' '$tmp/out'"
+check "explain: TP 3.624 GB over NVLink 450 GB/s, 8.053 ms" grep -Eq '^TP +3\.624 GB +NVLink 450 GB/s +8\.053 ms' "$tmp/out"
+check "explain: PP 0.201 GB over the network (25 GB/s), 8.053 ms" grep -Eq '^PP +0\.201 GB +network 25 GB/s +8\.053 ms' "$tmp/out"
+check "explain: DP 0.062 GB inside a node, over NVLink" grep -Eq '^DP +0\.062 GB +NVLink 450 GB/s' "$tmp/out"
+check "explain: the total is the sum (16.244 ms)" grep -q 'per step: 16.244 ms' "$tmp/out"
+run --xml "$fx/hwloc1-x9drg-m2075.xml" --json
+if command -v python3 >/dev/null 2>&1; then
+    check "json of an hwloc 1.x export: links source is 'no link information'" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["links"]["source"] == "no link information" and len(d["gpus"]) == 3, d["links"]["source"]
+' "$tmp/out"
+else
+    skip_test "python3 not installed: JSON not parsed"
+fi
+
+run --xml "$fx/g4dnmetal.xml" --tp 2 --allow-pcie --explain --pcie-gbps 12
+check "explain on PCIe-only T4s: TP's slowest link is PCIe at the given 12 GB/s" grep -Eq '^TP .* PCIe 12 GB/s' "$tmp/out"
+run --xml "$fx/dgx-h100.xml" --tp 8 --pp 3 --nodes 3 --explain
+check "explain: 12 layers split into P=3 stages (exit $rc)" test "$rc" -eq 0
+run --xml "$fx/dgx-h100.xml" --tp 8 --pp 5 --nodes 5 --explain
+check "explain: layers that do not split into P stages: exit 2 and one line" \
+  sh -c "[ $rc -eq 2 ] && grep -q 'do not split into P=5' '$tmp/err'"
+
 run --xml "$fx/dgx1-v100.xml"
 check "table: exit 0" test "$rc" -eq 0
 check "table: summary line" grep -q '^Node: 8x Tesla V100-SXM2-32GB, NVLink' "$tmp/out"
@@ -51,6 +97,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["plan"] is None and d["links"]["source"] == "PCIe only" and d["links"]["kind"][0][1] == "PCIe"
 assert d["gpus"][0]["numa_node"] == 0 and d["gpus"][0]["cpulist"] == "0-23,48-71"
+g = d["gpus"][0]
+assert d["nvlink_domain"] is None and g["partitions"] == 1 and g["mig"] is False
+assert g["fabric_state"] == 0 and g["fabric_cluster"] == "" and g["fabric_clique"] is None
 ' "$tmp/out"
 else
     skip_test "python3 not installed: JSON not parsed"

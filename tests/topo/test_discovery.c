@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain_plan.h"
 #include "fixtures.h"
 #include "tap.h"
 #include "topo_model.h"
@@ -44,6 +45,9 @@ static const struct expect cases[] = {
      "NVIDIA A100 80GB PCIe", "nvml0", 0, 1, "0-7,16-23", {{0, 1, 300}, {2, 3, 300}, {1, 2, 0}, {0, 3, 0}}},
     {"amd-mi250x.xml", 8, 1, 8, DTRAIN_LINKS_HWLOC_XGMI, "0000:c1:00.0", "0000:de:00.0", 0x1002,
      "AMD Instinct MI250X", "rsmi0", 0, 1, "0-7,16-23", {{0, 1, 200}, {0, 6, 100}, {0, 2, 50}, {0, 3, 0}}},
+    /* A real hwloc 1.x export (no OS devices, no link data): "no link information", not "PCIe only". */
+    {"hwloc1-x9drg-m2075.xml", 3, 3, 1, DTRAIN_LINKS_NONE, "0000:03:00.0", "0000:84:00.0", 0x10de,
+     "Tesla M2075 Dual-Slot Computing Processor Module", "", 0, 1, "0-7,16-23", {{0, 1, 0}, {1, 2, 0}, {0, 2, 0}, {2, 1, 0}}},
 };
 
 static int bw_is(const dtrain_topo *t, int a, int b, double gbps)
@@ -384,6 +388,101 @@ static void check_nvml(void)
     remove(FAKE_NVML_FILE);
 }
 
+/* Multi-node NVLink fabric membership through the fake NVML. */
+static void check_fabric(void)
+{
+    const char *fake = getenv("DTRAIN_FAKE_NVML");
+    char err[512] = "", key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
+    dtrain_topo *t = NULL;
+    struct fake_machine m;
+    if (!fake) {
+        for (int i = 0; i < 7; i++)
+            skip("DTRAIN_FAKE_NVML not set: fake NVML library not built");
+        return;
+    }
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c\n"
+                 "all.fabric_clique = 17\n");
+    fake_finish(&m, NULL);
+    int rc = apply_fake(fake, &t, err, sizeof(err));
+    const struct dtrain_gpu_info *g = t ? dtrain_topo_gpu(t, 5) : NULL;
+    ok(rc == 0 && g && g->fabric_state == 3 && g->fabric_clique == 17 &&
+           strcmp(g->fabric_cluster, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c") == 0,
+       "NVML fabric: state, clique id and cluster UUID read per GPU (nvmlDeviceGetGpuFabricInfoV)");
+    ok(dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 1 &&
+           strcmp(key, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c/17") == 0,
+       "NVML fabric: the node's domain is %s", key);
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b0c2f4e0a9b1d3c5e7f9a1b2c\n"
+                 "gpu6.fabric_state = 2\n");
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == -1 &&
+           strstr(why, "0000:f4:00.0") && strstr(why, "in progress"),
+       "NVML fabric: a GPU still registering makes no domain: %s", why);
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b0c2f4e0a9b1d3c5e7f9a1b2c\n"
+                 "gpu2.fabric_status = 999\n");
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == -1 && strstr(why, "0000:35:00.0") &&
+           strstr(why, "registration failed"),
+       "NVML fabric: a registration that ended in an error makes no domain: %s", why);
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 2);
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 0,
+       "NVML without fabric support (before Hopper): no domain, not an error");
+    dtrain_topo_free(t);
+
+    fake_start(&m, 8, 7);
+    fprintf(m.f, "gpu2.mig = 1\ngpu3.mig = 0\n");
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 0 && dtrain_topo_gpu(t, 2)->mig == 1 && dtrain_topo_gpu(t, 3)->mig == 0 && dtrain_topo_gpu(t, 0)->mig == 0,
+       "NVML: MIG mode read per GPU (on, off, not supported)");
+    {
+        const dtrain_topo *nodes[1] = {t};
+        struct dtrain_shape shape = {1, 1, 0, 1, 8};
+        struct dtrain_policy policy = {0, 0, 0};
+        dtrain_plan *p = NULL;
+        rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on"),
+           "a GPU in MIG mode is refused with one line: %s", err);
+        dtrain_plan_free(p);
+    }
+    dtrain_topo_free(t);
+
+    /* A saved file standing for this node (the plugin's HWLOC_XMLFILE):
+     * fabric from NVML, links still the file's. */
+    fake_start(&m, 8, 7);
+    fake_pair(&m, 0, 1, 4);
+    fprintf(m.f, "all.fabric_state = 3\nall.fabric_cluster = 6d1e4a7b0c2f4e0a9b1d3c5e7f9a1b2c\nall.fabric_clique = 4\n");
+    fake_finish(&m, NULL);
+    setenv("DTRAIN_NVML_LIBRARY", fake, 1);
+    rc = dtrain_topo_load_bounded(fixture_path("g4dnmetal.xml"), DTRAIN_TOPO_LOAD_THIS_NODE, 20000, &t, err,
+                                  sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 1 &&
+           strcmp(key, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c/4") == 0 &&
+           dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY && dtrain_topo_bandwidth(t, 0, 1) == 0,
+       "a saved topology of this node gets NVML's fabric (%s) but never its links", rc ? err : key);
+    dtrain_topo_free(t);
+    t = NULL;
+    rc = dtrain_topo_load_bounded(fixture_path("g4dnmetal.xml"), 0, 20000, &t, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 0,
+       "a saved topology of another machine never gets NVML's fabric");
+    dtrain_topo_free(t);
+    unsetenv("DTRAIN_NVML_LIBRARY");
+    unsetenv("FAKE_NVML_CONFIG");
+    remove(FAKE_NVML_FILE);
+}
+
 static void check_nvlink_table(void)
 {
     ok(topo_nvlink_mbps_per_link(1) == 20000 && topo_nvlink_mbps_per_link(2) == 25000 &&
@@ -400,6 +499,7 @@ int main(void)
     check_subset_and_lookup();
     check_live();
     check_nvml();
+    check_fabric();
     check_nvlink_table();
     return tap_done();
 }

@@ -7,6 +7,7 @@
 #include "dtrain_plan.h"
 #include "fixtures.h"
 #include "tap.h"
+#include "topo_model.h"
 
 static char err[512];
 
@@ -17,7 +18,7 @@ static int plan_on(const dtrain_topo *topo, int T, int P, int D, int N, int K, i
     for (int i = 0; i < N && i < 64; i++)
         nodes[i] = topo;
     struct dtrain_shape shape = {T, P, D, N, K};
-    struct dtrain_policy policy = {allow_pcie, cpu_only};
+    struct dtrain_policy policy = {allow_pcie, cpu_only, 0};
     err[0] = '\0';
     *out = NULL;
     return dtrain_plan_place_tasks(&shape, N <= 64 ? nodes : NULL, &policy, out, err, sizeof(err));
@@ -279,7 +280,7 @@ static void heterogeneous_nodes(void)
     if (full && miss) {
         const dtrain_topo *nodes[2] = {full, miss};
         struct dtrain_shape shape = {4, 1, 0, 2, 4};
-        struct dtrain_policy policy = {0, 0};
+        struct dtrain_policy policy = {0, 0, 0};
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_OK && plan_consistent(p, nodes) && group_mask(p, 1, 0) == 0x0f,
@@ -295,6 +296,164 @@ static void heterogeneous_nodes(void)
     }
     dtrain_topo_free(full);
     dtrain_topo_free(miss);
+}
+
+/* Fabric membership as NVML reports it on GB200-class nodes (written into
+ * the model here: hwloc files never carry it, and tests/topo/test_discovery
+ * reads it through the fake NVML). */
+static void set_fabric(dtrain_topo *t, int state, const char *cluster, unsigned clique)
+{
+    for (int i = 0; i < t->ngpus; i++) {
+        t->gpus[i].fabric_state = state;
+        t->gpus[i].fabric_clique = clique;
+        snprintf(t->gpus[i].fabric_cluster, sizeof t->gpus[i].fabric_cluster, "%s", cluster);
+    }
+    topo_model_finish(t);
+}
+
+/* 4 nodes x 4 GPUs (HGX A100 4-GPU boards standing in for GB200 trays), two
+ * cliques of 8 GPUs across 2 nodes each. */
+static void multinode_domains(void)
+{
+    static const char cluster[] = "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c";
+    dtrain_topo *a = load_fixture("hgx-a100-4gpu.xml"), *b = load_fixture("hgx-a100-4gpu.xml");
+    dtrain_topo *plain = load_fixture("hgx-a100-4gpu.xml");
+    char key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
+    if (!a || !b || !plain) {
+        dtrain_topo_free(a);
+        dtrain_topo_free(b);
+        dtrain_topo_free(plain);
+        return;
+    }
+    set_fabric(a, 3, cluster, 1);
+    set_fabric(b, 3, cluster, 2);
+    ok(dtrain_topo_nvlink_domain(a, key, sizeof key, why, sizeof why) == 1 &&
+           strcmp(key, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c/1") == 0 && strstr(dtrain_topo_summary(a), key),
+       "a registered node's domain is cluster/clique (%s)", dtrain_topo_summary(a));
+    ok(dtrain_topo_nvlink_domain(plain, key, sizeof key, why, sizeof why) == 0 && key[0] == '\0',
+       "a node without fabric has no domain");
+
+    const dtrain_topo *nodes[4] = {a, a, b, b};
+    struct dtrain_shape shape = {8, 1, 0, 4, 4};
+    struct dtrain_policy policy = {0, 0, 8};
+    dtrain_plan *p = NULL;
+    err[0] = '\0';
+    int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+    int good = rc == DTRAIN_TOPO_OK && dtrain_plan_shape(p)->dp == 2;
+    for (int r = 0; good && r < 16; r++) {
+        const struct dtrain_task_placement *t = dtrain_plan_task(p, r);
+        int node_gpus = 0;
+        for (int q = (r / 4) * 4; q < (r / 4) * 4 + 4; q++)
+            node_gpus |= 1 << dtrain_plan_task(p, q)->gpu;
+        good = t->tp_rank == r % 8 && t->dp_rank == r / 8 && t->node == r / 4 && node_gpus == 0xf &&
+               nodes[t->node] == (t->dp_rank == 0 ? a : b);
+    }
+    ok(good, "T=8 on 4 nodes x 4 GPUs, domains of 8: each TP group holds the 2 nodes of one clique, every GPU once "
+       "(%s)", err);
+    dtrain_plan_free(p);
+
+    shape.tp = 16;
+    rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && p == NULL && strstr(err, "T=16") && strstr(err, "(8 GPUs") &&
+           strstr(err, "--dtrain-tp=8"),
+       "T=16 refused, naming the domain size: %s", err);
+
+    const dtrain_topo *mixed[4] = {a, b, a, b};
+    shape.tp = 8;
+    rc = dtrain_plan_place_tasks(&shape, mixed, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "nodes 0-1") && strstr(err, "/1 (node 0)") &&
+           strstr(err, "/2 (node 1)"),
+       "a TP group over nodes of two cliques is refused, naming both: %s", err);
+
+    const dtrain_topo *noplain[4] = {a, a, plain, plain};
+    rc = dtrain_plan_place_tasks(&shape, noplain, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "node 2") && strstr(err, "no multi-node NVLink domain"),
+       "a node without fabric in a node-spanning TP group is refused: %s", err);
+
+    set_fabric(b, 2, cluster, 2);
+    rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "node 2") && strstr(err, "in progress"),
+       "a node whose fabric registration is in progress is refused: %s", err);
+    set_fabric(b, 3, cluster, 2);
+    b->gpus[3].fabric_clique = 7;
+    rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "different NVLink domains"),
+       "a node whose GPUs report two cliques is refused: %s", err);
+
+    policy.nvlink_domain_gpus = 0;
+    rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "must stay on one node"),
+       "without the site's domain size TP stays inside a node: %s", err);
+
+    ok(dtrain_plan_check_shape(8, 1, 0, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape: T=8 K=4 domain 8");
+    ok(dtrain_plan_check_shape(16, 1, 0, 0, 0, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "8 GPUs"),
+       "check_shape: T=16 over a domain of 8, task counts unknown (sbatch): %s", err);
+    ok(dtrain_plan_check_shape(6, 1, 0, 0, 4, 72, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "multiple of the 4 tasks"),
+       "check_shape: T=6 with K=4 would split a node: %s", err);
+    ok(dtrain_plan_check_shape(16, 1, 0, 0, 4, 72, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "does not divide") && strstr(err, "--dtrain-tp=12"),
+       "check_shape: T=16 does not tile a domain of 72: %s", err);
+    ok(dtrain_plan_check_shape(8, 1, 0, 0, 8, 72, err, sizeof(err)) == DTRAIN_TOPO_OK,
+       "check_shape: T=8 inside a node of 8 needs nothing of the domain");
+    dtrain_topo_free(a);
+    dtrain_topo_free(b);
+    dtrain_topo_free(plain);
+}
+
+/* An hwloc 1.x export has no link data: TP > 1 only with allow_pcie. */
+static void no_link_information(void)
+{
+    dtrain_topo *t = load_fixture("hwloc1-x9drg-m2075.xml");
+    dtrain_plan *p = NULL;
+    if (!t)
+        return;
+    ok(dtrain_topo_link_source(t) == DTRAIN_LINKS_NONE && strstr(dtrain_topo_summary(t), "no link information") &&
+           !strstr(dtrain_topo_summary(t), "PCIe only"),
+       "hwloc 1.x export: '%s'", dtrain_topo_summary(t));
+    ok(plan_on(t, 3, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no link information") &&
+           strstr(err, "--dtrain-allow-pcie"),
+       "T=3 there is refused, saying why: %s", err);
+    int rc = plan_on(t, 3, 1, 0, 1, 3, 1, 0, &p);
+    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) &&
+           strstr(dtrain_plan_warning(p), "no link information"),
+       "... placed with allow_pcie, with a warning: %s", p ? dtrain_plan_warning(p) : err);
+    dtrain_plan_free(p);
+    ok(plan_on(t, 1, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_TOPO_OK, "T=1 needs no links (%s)", err);
+    dtrain_plan_free(p);
+    dtrain_topo_free(t);
+}
+
+/* One node's share of the plan is the full plan's entries for that node. */
+static void node_share(void)
+{
+    dtrain_topo *t = load_fixture("dgx1-v100.xml");
+    const dtrain_topo *nodes[16];
+    dtrain_plan *full = NULL, *one = NULL;
+    if (!t)
+        return;
+    for (int i = 0; i < 16; i++)
+        nodes[i] = t;
+    struct dtrain_shape shape = {4, 4, 0, 16, 8};
+    struct dtrain_policy policy = {0, 0, 0};
+    int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &full, err, sizeof(err));
+    int same = rc == DTRAIN_TOPO_OK;
+    for (int node = 0; same && node < 16; node += 5) {
+        same = dtrain_plan_place_node(&shape, nodes, &policy, node, &one, err, sizeof(err)) == DTRAIN_TOPO_OK &&
+               dtrain_plan_world_size(one) == 128 && dtrain_plan_shape(one)->dp == 8;
+        for (int r = 0; same && r < 128; r++) {
+            const struct dtrain_task_placement *a = dtrain_plan_task(full, r), *b = dtrain_plan_task(one, r);
+            same = r / 8 == node ? b && memcmp(a, b, sizeof *a) == 0 : b == NULL;
+        }
+        dtrain_plan_free(one);
+        one = NULL;
+    }
+    ok(same, "place_node: each node's share equals the full plan's entries, other ranks absent (%s)", err);
+    ok(dtrain_plan_place_node(&shape, nodes, &policy, 16, &one, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT &&
+           one == NULL && strstr(err, "node 16"),
+       "place_node: a node outside the job is bad input: %s", err);
+    dtrain_plan_free(full);
+    dtrain_topo_free(t);
 }
 
 static void cpu_only(void)
@@ -322,7 +481,7 @@ static void cpu_only(void)
         dtrain_plan_free(p);
     }
     struct dtrain_shape shape = {2, 1, 0, 3, 2};
-    struct dtrain_policy policy = {0, 1};
+    struct dtrain_policy policy = {0, 1, 0};
     int rc = dtrain_plan_place_tasks(&shape, NULL, &policy, &p, err, sizeof(err));
     ok(rc == DTRAIN_TOPO_OK && dtrain_plan_task(p, 5)->cpulist[0] == '\0' && dtrain_plan_task(p, 5)->gpu == -1,
        "cpu_only without node models: ranks only, CPUs left unset");
@@ -359,7 +518,7 @@ static void refusals(void)
         dtrain_plan *p = NULL;
         const dtrain_topo *nodes[1] = {t};
         struct dtrain_shape shape = {c->T, c->P, c->D, c->N, c->K};
-        struct dtrain_policy policy = {0, 0};
+        struct dtrain_policy policy = {0, 0, 0};
         err[0] = '\0';
         int rc = dtrain_plan_place_tasks(&shape, c->N == 1 ? nodes : NULL, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_ERR_REFUSED && p == NULL && strstr(err, c->needle) && !strchr(err, '\n') &&
@@ -388,22 +547,22 @@ static void refusals(void)
 
 static void shape_checks(void)
 {
-    ok(dtrain_plan_check_shape(8, 8, 0, 512, 8, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape T=8 P=8 512 tasks");
-    ok(dtrain_plan_check_shape(8, 8, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with unknown counts");
-    ok(dtrain_plan_check_shape(4, 2, 4, 32, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with D given");
-    ok(dtrain_plan_check_shape(8, 8, 0, 500, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_shape(8, 8, 0, 512, 8, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape T=8 P=8 512 tasks");
+    ok(dtrain_plan_check_shape(8, 8, 0, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with unknown counts");
+    ok(dtrain_plan_check_shape(4, 2, 4, 32, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with D given");
+    ok(dtrain_plan_check_shape(8, 8, 0, 500, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
            strstr(err, "multiple of 64"),
        "check_shape: 500 tasks for T*P=64 refused: %s", err);
-    ok(dtrain_plan_check_shape(3, 1, 0, 0, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "--dtrain-tp=2"),
+    ok(dtrain_plan_check_shape(3, 1, 0, 0, 8, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "--dtrain-tp=2"),
        "check_shape: T=3 with 8 tasks per node suggests T=2: %s", err);
-    ok(dtrain_plan_check_shape(2, 2, 5, 16, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_shape(2, 2, 5, 16, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
            strstr(err, "--dtrain-dp=4"),
        "check_shape: D=5 for 16 tasks suggests D=4: %s", err);
-    ok(dtrain_plan_check_shape(65536, 65536, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED,
+    ok(dtrain_plan_check_shape(65536, 65536, 0, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED,
        "check_shape: T*P beyond the world limit: %s", err);
-    ok(dtrain_plan_check_shape(1, 1, 0, -5, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED, "check_shape: negative tasks");
+    ok(dtrain_plan_check_shape(1, 1, 0, -5, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED, "check_shape: negative tasks");
     char tiny[4];
-    ok(dtrain_plan_check_shape(0, 1, 0, 0, 0, tiny, sizeof(tiny)) == DTRAIN_TOPO_ERR_REFUSED && strlen(tiny) == 3,
+    ok(dtrain_plan_check_shape(0, 1, 0, 0, 0, 0, tiny, sizeof(tiny)) == DTRAIN_TOPO_ERR_REFUSED && strlen(tiny) == 3,
        "check_shape never overruns a small error buffer");
     int all = 1;
     for (int r = 0; r < 96; r++) {
@@ -426,7 +585,7 @@ static void large_shape(void)
         for (int i = 0; i < NODES; i++)
             nodes[i] = t;
         struct dtrain_shape shape = {8, 16, 0, NODES, 8};
-        struct dtrain_policy policy = {0, 0};
+        struct dtrain_policy policy = {0, 0, 0};
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_OK && dtrain_plan_world_size(p) == 8192 && dtrain_plan_shape(p)->dp == 64 &&
@@ -447,6 +606,9 @@ int main(void)
     g4dn();
     missing_and_degraded();
     heterogeneous_nodes();
+    multinode_domains();
+    no_link_information();
+    node_share();
     cpu_only();
     refusals();
     shape_checks();

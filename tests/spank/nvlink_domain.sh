@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Multi-node NVLink domains on a real local Slurm of 4 nodes x 4 GPUs
+# (HGX A100 4-GPU boards, hgx-a100-4gpu.xml, standing in for GB200 trays)
+# whose NVML is the fake one (tests/health/fake_nvml.c, a hardware-boundary
+# stand-in): every GPU reports its fabric registered, node1+node2 in clique 1
+# and node3+node4 in clique 2 of one cluster (two NVLink domains of 8 GPUs).
+# Site: max_tp=4 nvlink_domain_gpus=8.
+#  - T=8 on 4 nodes x 4 tasks: each TP group holds the 2 nodes of one
+#    clique, DTRAIN_NVLINK_DOMAIN names it, the PMI2 bootstrap (dtrain-launch)
+#    succeeds;
+#  - T=16 is refused by sbatch and srun, naming the domain size (8 GPUs);
+#  - node2 moved to clique 2: the plugin (which sees only its own node)
+#    places the step, and the launcher's PMI2 round refuses the TP group that
+#    spans cliques 1 and 2, naming both, and ends the step (PMI2 abort:
+#    the other members would wait for it in communicator set-up).
+# Slurm's topology/block (23.11+) is not testable here: Debian 12 has 22.05.
+. "$abs_top_srcdir/tests/tap.sh"
+. "$abs_srcdir/lib.sh"
+need_plugin
+fake=${DTRAIN_FAKE_NVML:?}
+[ -f "$fake" ] || skip_all "fake NVML not built ($fake)"
+launch=$abs_top_builddir/launcher/dtrain-launch
+cluster=6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c
+
+new_cluster_dir nvlink
+# nvml_conf NODE CLIQUE: NODE's fake NVML, the 4 GPUs of hgx-a100-4gpu.xml.
+nvml_conf() {
+  cat >"$LC_NEW/nvml-$1.conf" <<CONF
+count = 4
+all.name = NVIDIA GB200
+all.fabric_state = 3
+all.fabric_cluster = $cluster
+all.fabric_clique = $2
+gpu0.busid = 0000:01:00.0
+gpu1.busid = 0000:41:00.0
+gpu2.busid = 0000:81:00.0
+gpu3.busid = 0000:c1:00.0
+CONF
+}
+nvml_conf node1 1; nvml_conf node2 1; nvml_conf node3 2; nvml_conf node4 2
+env_args=(--slurmd-env "DTRAIN_NVML_LIBRARY=$fake")
+for k in 1 2 3 4; do env_args+=(--slurmd-env "node$k:FAKE_NVML_CONFIG=$LC_NEW/nvml-node$k.conf"); done
+start_plugin_cluster "$LC_NEW" --nodes 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
+  --plugin-args "max_tp=4 nvlink_domain_gpus=8" "${env_args[@]}"
+out=$D/client.out err=$D/client.err
+
+# ---- T=8: TP groups of 2 whole nodes, inside one clique
+run_client "$out" "$err" srun -N4 --ntasks-per-node=4 --dtrain-tp=8 sh "$show_task"
+check "srun -N4 --ntasks-per-node=4 --dtrain-tp=8 is placed (exit $RC)" [ "$RC" -eq 0 ]
+diag_file "$err"
+problems=$(awk -v c="$cluster" '
+    { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      n++; r = v["rank"]; node = v["node"]
+      if (v["T"] != 8 || v["D"] != 2 || v["tp"] != r % 8 || v["dp"] != int(r / 8)) { print "rank " r ": coordinates"; bad = 1 }
+      want = (v["dp"] == 0) ? "node[12]" : "node[34]"
+      if (node !~ ("^" want "$")) { print "rank " r " (TP group " v["dp"] ") on " node; bad = 1 }
+      clique = (node == "node1" || node == "node2") ? 1 : 2
+      if (v["nvd"] != c "/" clique) { print "rank " r " on " node ": DTRAIN_NVLINK_DOMAIN=" v["nvd"]; bad = 1 }
+      g = node ":" v["gpu"]; if (g in seen) { print node ": GPU " v["gpu"] " twice"; bad = 1 } seen[g] = 1
+    }
+    END { if (n != 16) { print n " lines"; bad = 1 } exit bad }' "$out")
+check "T=8: TP group 0 holds node1+node2 (clique 1), group 1 node3+node4 (clique 2), each task its own GPU, DTRAIN_NVLINK_DOMAIN names the clique${problems:+: $problems}" \
+  [ -z "$problems" ]
+grep -m2 'rank=[07] ' "$out" | sed 's/^/#   /'
+
+run_client "$out" "$err" srun -N4 --ntasks-per-node=4 --mpi=pmi2 --dtrain-tp=8 -o "$D/launch.%t" "$launch" --print
+cat "$D"/launch.[0-9]* >"$D/launch.out" 2>/dev/null
+ok_lines=$(grep -c '^rank=.* placed_by=spank ' "$D/launch.out")
+tp0=$(grep -o ' tp.key=dt.tp.0 .* tp.id=[^ ]*' "$D/launch.out" | sed 's/.* tp.id=//' | sort -u | wc -l)
+check "T=8 across nodes: the PMI2 bootstrap of 16 tasks succeeds, the 8 members of dt.tp.0 share one id (exit $RC, $ok_lines lines)" \
+  [ "$RC" -eq 0 -a "$ok_lines" -eq 16 -a "$(grep -c ' tp.key=dt.tp.0 ' "$D/launch.out")" -eq 8 -a "$tp0" -eq 1 ]
+[ "$RC" -eq 0 ] || diag_file "$err"
+
+# ---- T=16 does not fit a domain of 8
+run_client "$out" "$err" sbatch -o /dev/null --dtrain-tp=16 -N4 --ntasks-per-node=4 --wrap true
+check "sbatch --dtrain-tp=16 -N4 --ntasks-per-node=4: exit 3, one line naming the domain size (exit $RC)" \
+  eval '[ "$RC" -eq 3 ] && one_dtrain_line "$err" && grep -q "T=16 is larger than .*NVLink domain (8 GPUs" "$err"'
+diag_file "$err"
+run_client "$out" "$err" srun -N4 --ntasks-per-node=4 --dtrain-tp=16 true
+check "srun --dtrain-tp=16: refused before launching, naming the domain size (exit $RC)" \
+  eval '[ "$RC" -eq 3 ] && grep -q "(8 GPUs" "$err" && [ ! -s "$out" ]'
+diag_file "$err"
+
+# ---- a TP group across two cliques: found in the launcher's PMI2 round
+nvml_conf node2 2
+run_client "$out" "$err" srun -N4 --ntasks-per-node=4 --mpi=pmi2 --dtrain-tp=8 -o "$D/cross.%t" "$launch" --print
+cat "$err" "$D"/cross.[0-9]* >"$D/cross.out" 2>/dev/null
+check "node2 in clique 2: the step fails, a member of TP group dt.tp.0 says it spans NVLink domains $cluster/2 and $cluster/1 (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "TP group dt.tp.0 (ranks 0-7) spans NVLink domains: rank [4-7] is in $cluster/2, its leader rank 0 in $cluster/1" "$D/cross.out"'
+grep -m1 'spans NVLink' "$D/cross.out" | sed 's/^/#   /'
+done_testing

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The switch tree (dtrain_tree.h): parsing SLURM_TOPOLOGY_ADDR lines, the
+ * node order (grouped under switches, Slurm's first node first) and the DP
+ * ring traffic across leaf switches. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_tree.h"
+#include "tap.h"
+
+static char err[512];
+
+static int load(const char *text, struct dtrain_tree_node **nodes, int *n)
+{
+    err[0] = '\0';
+    return dtrain_tree_parse(text, strlen(text), nodes, n, err, sizeof err);
+}
+
+/* The chosen order as "a b c". */
+static const char *order_text(const struct dtrain_tree_node *nodes, int n)
+{
+    static char buf[1024];
+    int order[64];
+    buf[0] = '\0';
+    if (n > 64 || dtrain_tree_order(nodes, n, order) != 0)
+        return "(failed)";
+    for (int p = 0; p < n; p++) {
+        strcat(buf, p ? " " : "");
+        strcat(buf, nodes[order[p]].name);
+    }
+    return buf;
+}
+
+int main(void)
+{
+    struct dtrain_tree_node *nodes = NULL;
+    int n = 0, order[64], slurm[64];
+    struct dtrain_tree_cost c;
+    int rc;
+
+    ok(load("# gathered\nnode1 spine.leaf1.node1\n\nnode2 spine.leaf2.node2\nnode3 spine.leaf1.node3\n"
+            "node4  spine.leaf2.node4 \n", &nodes, &n) == 0 && n == 4 && strcmp(nodes[3].addr, "spine.leaf2.node4") == 0,
+       "4 nodes parsed, comments and blank lines skipped (%s)", err);
+    ok(strcmp(order_text(nodes, n), "node1 node3 node2 node4") == 0, "two interleaved leaves: grouped (%s)",
+       order_text(nodes, n));
+    for (int i = 0; i < n; i++)
+        slurm[i] = i;
+    rc = dtrain_tree_cost(nodes, slurm, n, 2, 1, 2, 1e9, &c, err, sizeof err);
+    ok(rc == 0 && c.leaves == 2 &&
+           c.ring_edges == 8 && c.cross_edges == 8 && c.cross_bytes == 12e9,
+       "Slurm's order, T=2 K=2 D=4: 8 of 8 ring edges cross, 2*(3/4)*1 GB each = 12 GB (%ld, %.0f)", c.cross_edges,
+       c.cross_bytes);
+    dtrain_tree_order(nodes, n, order);
+    rc = dtrain_tree_cost(nodes, order, n, 2, 1, 2, 1e9, &c, err, sizeof err);
+    ok(rc == 0 && c.cross_edges == 4 &&
+           c.cross_bytes == 6e9,
+       "chosen order: 4 of 8, 6 GB (%ld, %.0f)", c.cross_edges, c.cross_bytes);
+    rc = dtrain_tree_cost(nodes, order, n, 2, 2, 2, 1e9, &c, err, sizeof err);
+    ok(rc == 0 && c.cross_edges == 0 &&
+           c.pp_pairs == 4 && c.pp_cross == 4,
+       "T=2 P=2: the chosen order keeps DP rings under one leaf, PP sends cross (%ld, %ld)", c.cross_edges, c.pp_cross);
+    rc = dtrain_tree_cost(nodes, order, n, 4, 1, 2, 1e9, &c, err, sizeof err);
+    ok(rc == 0 && c.ring_edges == 8,
+       "T=4 over nodes of 2 (a multi-node NVLink TP group) is costed too");
+    rc = dtrain_tree_cost(nodes, order, n, 3, 1, 2, 1e9, &c, err, sizeof err);
+    ok(rc == -1 && strstr(err, "T=3"),
+       "a shape that does not fit is refused: %s", err);
+    free(nodes);
+
+    /* Three levels: two spines, four leaves; Slurm's first node stays first. */
+    ok(load("n1 core.sp2.l3.n1\nn2 core.sp1.l1.n2\nn3 core.sp2.l4.n3\nn4 core.sp1.l2.n4\nn5 core.sp1.l1.n5\n"
+            "n6 core.sp2.l3.n6\nn7 core.sp1.l2.n7\nn8 core.sp2.l4.n8\n", &nodes, &n) == 0 && n == 8,
+       "8 nodes under 2 spines (%s)", err);
+    ok(strcmp(order_text(nodes, n), "n1 n6 n3 n8 n2 n5 n4 n7") == 0,
+       "three levels: leaves grouped under their spine, each group where its first node stood (%s)",
+       order_text(nodes, n));
+    free(nodes);
+
+    ok(load("n1 leafA.n1\nn2 n2\n", &nodes, &n) == 0 && strcmp(order_text(nodes, n), "n1 n2") == 0,
+       "addresses of different depth still order");
+    free(nodes);
+    nodes = NULL;
+
+    ok(load("node1\n", &nodes, &n) == -1 && strstr(err, "line 1") && nodes == NULL, "a line without address: %s", err);
+    ok(load("a x.a\nb x.b extra\n", &nodes, &n) == -1 && strstr(err, "line 2"), "a line with three fields: %s", err);
+    ok(load("a x.a\na x.b\n", &nodes, &n) == -1 && strstr(err, "twice"), "a node twice: %s", err);
+    ok(load("# nothing\n", &nodes, &n) == -1 && strstr(err, "no nodes"), "no nodes: %s", err);
+    return tap_done();
+}
