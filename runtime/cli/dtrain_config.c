@@ -82,7 +82,8 @@ static const struct setting settings[] = {
     {"run", "prom_textfile", "prom-textfile", K_PATH, OFF(prom_textfile), 0, 0, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"},
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
     {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
-    {"parallel", "zero1", "zero1", K_BOOL, OFF(zero1), 0, 1, "dtrain-launch: shard the AdamW state over data-parallel ranks (ZeRO-1)"},
+    {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients (3 is refused)"},
+    {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
     {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
     {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
     {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
@@ -122,7 +123,7 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->precision = DTRAIN_PRECISION_DEFAULT;
     c->log_every = 1;
     c->micro_batches = 1;
-    c->zero1 = 0;
+    c->zero_stage = 0;
     c->bucket_mb = 4.0;
     c->dp_overlap = 1;
     c->comm_timeout = 300;

@@ -66,7 +66,7 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
 /* The writing job's layout and this rank's place in it, as checkpoints record it. */
 static struct dtrain_sckpt_layout layout_of(const struct dtrain_bootstrap *bs, const struct dtrain_train_config *cfg)
 {
-    return (struct dtrain_sckpt_layout){bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank,
+    return (struct dtrain_sckpt_layout){bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero_stage >= 1, bs->rank,
                                         bs->tp_rank, bs->pp_rank, bs->dp_rank};
 }
 
@@ -195,7 +195,7 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
         if (add_piece(&load, (struct dtrain_sckpt_piece){runs.r[i].whole, runs.r[i].count,
                                                         params + runs.r[i].local, NULL, NULL}) != 0)
             goto oom;
-    struct state_ctx ctx = {&runs, params, cfg->zero1 || bs->dp_rank == 0, &save, &load, out};
+    struct state_ctx ctx = {&runs, params, cfg->zero_stage >= 1 || bs->dp_rank == 0, &save, &load, out};
     if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
         goto oom;
     if (save.n > 0)
@@ -341,9 +341,9 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
         dtrain_fault_event(f->fault, "load_end", (long)res.step, what);
         if (is_root(f)) {
             const struct dtrain_sckpt_layout *w = &res.writer;
-            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO-1 %s): step %" PRIu64 ", data batch %"
+            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO %s): step %" PRIu64 ", data batch %"
                     PRIu64 "; rank 0 read %.2f MB in %.3f s\n", f->prog, rollback ? "rolled back to" : "resumed from",
-                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "on" : "off", res.step, res.data_batches,
+                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "sharded" : "off", res.step, res.data_batches,
                     1e-6 * (double)st.bytes, st.seconds);
             fflush(f->progress);
         }

@@ -5,7 +5,7 @@
  *       The trainer inside `srun --mpi=pmi2 dtrain-launch [CONFIG] [flags]`:
  *       builds every communicator from the launcher's bootstrap, parses
  *       dtrain-train's config and flags (plus the "parallel" section:
- *       --micro-batches, --zero1, --bucket-mb, --dp-overlap), trains, and
+ *       --micro-batches, --zero-stage, --bucket-mb, --dp-overlap), trains, and
  *       returns the process exit code.  Rank 0 prints the progress lines
  *       and writes the metrics file.  dtrain-train (dtrain_train.h) runs
  *       the same program on a 1x1x1 bootstrap of its own.

@@ -61,6 +61,11 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
     }
     if ((rc = dtrain_shard_plan(&c->model, tp, pp, 0, 0, &s, err, errlen)) != DTRAIN_OK)
         return rc;
+    if (c->zero_stage == 3) {
+        snprintf(err, errlen, "--zero-stage 3 (sharded parameters, FSDP) is not built in this version: use "
+                 "--zero-stage 2 (gradients and AdamW state sharded over the D ranks)");
+        return DTRAIN_ERR_INPUT;
+    }
     long split = (long)dp * c->micro_batches;
     if (c->batch % split != 0) {
         snprintf(err, errlen, "batch %d does not split into D=%d data-parallel ranks x %d micro-batches: "
@@ -152,7 +157,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
                                   err, errlen)) != DTRAIN_OK)
         goto fail;
     struct dtrain_dp_options dopt = {
-        .zero1 = c->zero1, .overlap = c->dp_overlap,
+        .zero_stage = c->zero_stage, .overlap = c->dp_overlap,
         .bucket_floats = (size_t)(c->bucket_mb * 1e6 / sizeof(float)) + 1,
     };
     if ((rc = dtrain_dp_create(t->k, comms->group[DTRAIN_GROUP_DP], &t->shard, dtrain_stage_params(t->stage),

@@ -169,7 +169,7 @@ out:
 }
 
 struct layout {
-    int tp, pp, dp, micro, zero1, overlap;
+    int tp, pp, dp, micro, zero, overlap; /* zero: the ZeRO stage */
 };
 
 static double max_rel_loss(const struct run_result *a, const struct run_result *b)
@@ -259,6 +259,8 @@ int main(void)
         {1, 1, 1, 1, 0, 1}, {1, 1, 1, 2, 1, 1}, {2, 1, 1, 1, 0, 1}, {1, 2, 1, 2, 0, 1},
         {1, 1, 2, 1, 0, 1}, {1, 1, 2, 2, 1, 0}, {2, 2, 1, 2, 0, 1}, {2, 2, 2, 2, 0, 1},
         {2, 2, 2, 2, 1, 1}, {1, 4, 1, 4, 0, 1}, {4, 1, 2, 1, 1, 1},
+        /* ZeRO-2 at D = 2 and 4, with T = 2 and with P = 2 */
+        {1, 1, 2, 2, 2, 1}, {2, 1, 2, 1, 2, 1}, {1, 2, 2, 2, 2, 0}, {2, 1, 4, 1, 2, 1}, {1, 2, 4, 2, 2, 1},
     };
     double worst_loss = 0.0;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
@@ -266,7 +268,7 @@ int main(void)
         int world = L->tp * L->pp * L->dp;
         struct job lj = j;
         lj.cfg.micro_batches = L->micro;
-        lj.cfg.zero1 = L->zero1;
+        lj.cfg.zero_stage = L->zero;
         lj.cfg.dp_overlap = L->overlap;
         size_t bytes = area_bytes(&lj);
         unsigned char *areas = calloc((size_t)world, bytes);
@@ -274,8 +276,8 @@ int main(void)
         int rc = local_boot_run(L->tp, L->pp, L->dp, rank_main, &lj, bytes, areas, codes, 120, err, sizeof err);
         const struct rank_area *r0 = (const struct rank_area *)areas;
         char name[96];
-        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO-1 %s%s", L->tp, L->pp, L->dp, L->micro,
-                 L->zero1 ? "on" : "off", L->overlap ? "" : " no overlap");
+        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero, L->overlap ? "" : " no overlap");
         if (rc != 0) {
             for (int r = 0; r < world; r++) {
                 const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
