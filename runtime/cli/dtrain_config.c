@@ -32,6 +32,7 @@ enum kind {
     K_BOOL,     /* int 0/1: JSON true/false, flags 1/0, yes/no, true/false, on/off */
     K_BACKEND,  /* char[16]: a kernel backend this build has (dtrain_kernels_backends()) */
     K_PRECISION,/* enum dtrain_kernels_precision: "fp32" | "bf16" */
+    K_RECOMPUTE,/* int, enum dtrain_recompute: "none" | "selective" | "full" */
 };
 
 struct setting {
@@ -84,6 +85,8 @@ static const struct setting settings[] = {
     {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
     {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients (3 is refused)"},
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
+    {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
+    {"parallel", "memory_report", "memory-report", K_BOOL, OFF(memory_report), 0, 1, "each rank prints one JSON line of its memory (parameters, gradients, optimizer, activations, buffers) at the start"},
     {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
     {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
     {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
@@ -212,6 +215,15 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
                  strcmp(text, "cuda") == 0 ? ": configure with --with-cuda" : "");
         return DTRAIN_ERR_INPUT;
     }
+    case K_RECOMPUTE: {
+        static const char *const modes[] = {"none", "selective", "full"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(text, modes[i]) == 0) {
+                *(int *)field(c, s) = i;
+                return DTRAIN_OK;
+            }
+        break;
+    }
     case K_PRECISION:
         if (strcmp(text, "fp32") == 0)
             *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP32;
@@ -225,7 +237,7 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
     }
     snprintf(err, errlen, "%s: '%.64s' is not one of %s", where, text,
              s->kind == K_ORDER ? "sequential, shuffled" : s->kind == K_PRECISION ? "fp32, bf16" :
-             "constant, cosine");
+             s->kind == K_RECOMPUTE ? "none, selective, full" : "constant, cosine");
     return DTRAIN_ERR_INPUT;
 }
 

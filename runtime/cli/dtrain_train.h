@@ -84,6 +84,9 @@ struct dtrain_train_config {
     int micro_batches;                /* m: each data-parallel rank's rows run as m micro-batches */
     int zero_stage;                   /* ZeRO over the data-parallel ranks: 0 none, 1 the AdamW state, 2 also the
                                        * reduced gradients (3 is refused: dtrain_parallel_check) */
+    int recompute;                    /* activation recomputation, enum dtrain_recompute (dtrain_stage.h):
+                                       * 0 none, 1 selective (attention probabilities), 2 full */
+    int memory_report;                /* each rank prints its memory as one JSON line at the start */
     double bucket_mb;                 /* data-parallel gradient buckets of about this many MB */
     int dp_overlap;                   /* reduce buckets in a thread while backward goes on */
     int comm_timeout;                 /* seconds a communicator may make no progress */

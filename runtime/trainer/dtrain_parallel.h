@@ -97,6 +97,22 @@ struct dtrain_pstep_control {
 int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_control *ctl,
                              struct dtrain_pstep_result *r, char *err, size_t errlen);
 
+/* This rank's backend memory by kind, as the stage, data parallelism and
+ * the tied embedding allocated it (all of it up front: the activations are
+ * the peak), and what the formula gives for the same layout (fp32, n local
+ * parameters, D data-parallel ranks): parameters 4n, the accumulated
+ * gradients 4n, the reduced gradients kept 4n (stage 0 and 1; none on
+ * D = 1 without ZeRO) or 4n/D (stage 2), AdamW moments 8n (stage 0) or
+ * 8n/D (stage 1, 2).  The measured figure is above the formula by the
+ * buckets' padding to a multiple of D. */
+struct dtrain_ptrainer_memory {
+    size_t params, grads, reduced_grads, optimizer, activations, comm;
+    size_t model_state, model_state_formula; /* params + grads + reduced_grads + optimizer */
+};
+void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m);
+/* The memory as one JSON line {"memory": {...}} (--memory-report). */
+void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out);
+
 /* Rank 0: the progress line (every log_every steps) and the metrics line
  * of a step. */
 int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,

@@ -153,8 +153,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     int N = t->micro_rows * T;
     if ((rc = dtrain_tp_create(t->k, comms->group[DTRAIN_GROUP_TP], c->model.vocab_size, t->shard.vocab_rows,
                                t->shard.vocab_begin, N, &t->tp, err, errlen)) != DTRAIN_OK ||
-        (rc = dtrain_stage_create(t->k, &t->shard, t->tp, t->micro_rows, T, slots, &t->stage,
-                                  err, errlen)) != DTRAIN_OK)
+        (rc = dtrain_stage_create(t->k, &t->shard, t->tp, t->micro_rows, T, slots,
+                                  (enum dtrain_recompute)c->recompute, &t->stage, err, errlen)) != DTRAIN_OK)
         goto fail;
     struct dtrain_dp_options dopt = {
         .zero_stage = c->zero_stage, .overlap = c->dp_overlap,
@@ -189,6 +189,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         t->prom_on = 1;
     }
     t->flops_per_step = dtrain_gpt2_flops_per_step(&c->model, B, T);
+    if (c->memory_report)
+        dtrain_ptrainer_memory_line(t, stdout);
     *out = t;
     return DTRAIN_OK;
 fail:
@@ -240,6 +242,42 @@ size_t dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, const float **par
 {
     *params = dtrain_stage_params(t->stage);
     return t->shard.count;
+}
+
+void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m)
+{
+    struct dtrain_stage_memory sm;
+    struct dtrain_dp_memory dm;
+    dtrain_stage_memory(t->stage, &sm);
+    dtrain_dp_memory(t->dp, &dm);
+    size_t n = t->shard.count, D = (size_t)t->layout.dp, f = sizeof(float);
+    int stage = t->cfg.zero_stage, local = D == 1 && stage == 0;
+    m->params = sm.param_bytes;
+    m->grads = sm.grad_bytes;
+    m->reduced_grads = dm.grad_bytes;
+    m->optimizer = dm.optimizer_bytes;
+    m->activations = sm.activation_bytes;
+    m->comm = dm.comm_bytes + (t->tie != NULL ? t->shard.size[DTRAIN_GPT2_WTE] * f : 0);
+    m->model_state = m->params + m->grads + m->reduced_grads + m->optimizer;
+    m->model_state_formula = 4 * n + 4 * n + (local ? 0 : stage >= 2 ? 4 * n / D : 4 * n) +
+                             (stage >= 1 ? 8 * n / D : 8 * n);
+    (void)f;
+}
+
+void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
+{
+    static const char *const modes[] = {"none", "selective", "full"};
+    struct dtrain_ptrainer_memory m;
+    dtrain_ptrainer_memory(t, &m);
+    const struct dtrain_bootstrap *L = &t->layout;
+    fprintf(out, "{\"memory\": {\"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+            "\"zero_stage\": %d, \"recompute\": \"%s\", \"local_params\": %zu, \"params_bytes\": %zu, "
+            "\"grads_bytes\": %zu, \"reduced_grads_bytes\": %zu, \"optimizer_bytes\": %zu, "
+            "\"activations_bytes\": %zu, \"comm_bytes\": %zu, \"model_state_bytes\": %zu, "
+            "\"model_state_formula_bytes\": %zu}}\n", L->rank, L->tp_rank, L->pp_rank, L->dp_rank,
+            t->cfg.zero_stage, modes[t->cfg.recompute], t->shard.count, m.params, m.grads, m.reduced_grads,
+            m.optimizer, m.activations, m.comm, m.model_state, m.model_state_formula);
+    fflush(out);
 }
 
 /* ------------------------------------------------------------ the step */
@@ -469,13 +507,19 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
     return rc;
 }
 
-static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
+static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct dtrain_pstep_result *r)
 {
     fprintf(f, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, "
-            "\"time\": %.3f}\n",
+            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
             r->base.step, (double)r->base.loss, r->base.lr, r->base.grad_norm, r->base.ms,
-            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms, dtrain_metrics_wall_clock());
+            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms);
+    if (t->cfg.memory_report) { /* rank 0's memory (--memory-report) */
+        struct dtrain_ptrainer_memory m;
+        dtrain_ptrainer_memory(t, &m);
+        fprintf(f, "\"model_state_bytes\": %zu, \"activations_bytes\": %zu, \"comm_bytes\": %zu, ",
+                m.model_state, m.activations, m.comm);
+    }
+    fprintf(f, "\"time\": %.3f}\n", dtrain_metrics_wall_clock());
     fflush(f);
 }
 
@@ -510,7 +554,7 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
         fflush(progress);
     }
     if (t->metrics != NULL) {
-        write_metrics(t->metrics, r);
+        write_metrics(t, t->metrics, r);
         if (ferror(t->metrics)) {
             snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
             return DTRAIN_ERR_SYSTEM;

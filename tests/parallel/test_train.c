@@ -10,7 +10,12 @@
  *    doc/parallel.md and final parameters within a small bound;
  *  - DP replicas, the tied embedding's two copies (P > 1) and the
  *    TP-replicated tensors stay equal bit for bit (each rank reports
- *    checksums of its final parameters).
+ *    checksums of its final parameters);
+ *  - activation recomputation (selective, full) gives the same layout's
+ *    losses, norms and parameters without it bit for bit, with less
+ *    activation memory (dtrain_ptrainer_memory), and every layout's
+ *    model-state bytes are within 5% above the formula of
+ *    dtrain_parallel.h (ZeRO stages 0-2).
  * The model is tiny (L=4 C=32 NH=4 V=256 padded to 256), the learning rate
  * high (1e-2, so that 8 steps move the loss from 5.55 to about 4) and
  * gradient clipping on, so that the global norm over all three dimensions
@@ -25,6 +30,7 @@
 #include "dtrain_data.h"
 #include "dtrain_parallel.h"
 #include "dtrain_shard.h"
+#include "dtrain_stage.h"
 #include "local_boot.h"
 #include "tap.h"
 
@@ -45,6 +51,7 @@ struct run_result {
      * slice, its TP-replicated tensors */
     uint64_t all, wte, replicated;
     int tp_rank, pp_rank, dp_rank;
+    struct dtrain_ptrainer_memory mem;
 };
 
 /* What each rank writes; rank 0's area also holds the whole model. */
@@ -103,6 +110,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (rc != DTRAIN_COMM_OK)
         return 3;
     rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->r.err, sizeof a->r.err);
+    if (rc == DTRAIN_OK)
+        dtrain_ptrainer_memory(t, &a->r.mem);
     for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
         struct dtrain_pstep_result r;
         rc = dtrain_ptrainer_step(t, &r, a->r.err, sizeof a->r.err);
@@ -170,6 +179,8 @@ out:
 
 struct layout {
     int tp, pp, dp, micro, zero, overlap; /* zero: the ZeRO stage */
+    int recompute;                        /* enum dtrain_recompute */
+    int bits_of;                          /* 1 + the layout whose bits this one gives; 0: none */
 };
 
 static double max_rel_loss(const struct run_result *a, const struct run_result *b)
@@ -256,12 +267,22 @@ int main(void)
        ref.loss[STEPS - 1], ref.norm[0]);
 
     const struct layout layouts[] = {
-        {1, 1, 1, 1, 0, 1}, {1, 1, 1, 2, 1, 1}, {2, 1, 1, 1, 0, 1}, {1, 2, 1, 2, 0, 1},
-        {1, 1, 2, 1, 0, 1}, {1, 1, 2, 2, 1, 0}, {2, 2, 1, 2, 0, 1}, {2, 2, 2, 2, 0, 1},
-        {2, 2, 2, 2, 1, 1}, {1, 4, 1, 4, 0, 1}, {4, 1, 2, 1, 1, 1},
+        {1, 1, 1, 1, 0, 1, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0},
+        {1, 1, 2, 1, 0, 1, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0},
+        {2, 2, 2, 2, 1, 1, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0},
         /* ZeRO-2 at D = 2 and 4, with T = 2 and with P = 2 */
-        {1, 1, 2, 2, 2, 1}, {2, 1, 2, 1, 2, 1}, {1, 2, 2, 2, 2, 0}, {2, 1, 4, 1, 2, 1}, {1, 2, 4, 2, 2, 1},
+        {1, 1, 2, 2, 2, 1, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0},
+        /* recomputation: the bits of layouts 1, 4, 8 and 15 (1-based) */
+        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1},
+        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8},
+        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15},
     };
+    enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
+    static const char *const modes[] = {"none", "selective", "full"};
+    struct run_result kept[NLAYOUTS];
+    float *kept_params[NLAYOUTS] = {NULL};
+    double worst_state = 0.0, lowest_state = 0.0;
+    memset(kept, 0, sizeof kept);
     double worst_loss = 0.0;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         const struct layout *L = &layouts[i];
@@ -269,6 +290,7 @@ int main(void)
         struct job lj = j;
         lj.cfg.micro_batches = L->micro;
         lj.cfg.zero_stage = L->zero;
+        lj.cfg.recompute = L->recompute;
         lj.cfg.dp_overlap = L->overlap;
         size_t bytes = area_bytes(&lj);
         unsigned char *areas = calloc((size_t)world, bytes);
@@ -276,8 +298,9 @@ int main(void)
         int rc = local_boot_run(L->tp, L->pp, L->dp, rank_main, &lj, bytes, areas, codes, 120, err, sizeof err);
         const struct rank_area *r0 = (const struct rank_area *)areas;
         char name[96];
-        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s", L->tp, L->pp, L->dp, L->micro,
-                 L->zero, L->overlap ? "" : " no overlap");
+        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero, L->overlap ? "" : " no overlap", L->recompute ? " recompute " : "",
+                 L->recompute ? modes[L->recompute] : "");
         if (rc != 0) {
             for (int r = 0; r < world; r++) {
                 const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
@@ -314,6 +337,25 @@ int main(void)
         if (world > 1)
             ok(replicas && twins && tp_same, "%s: DP replicas, the tied wte's two copies and TP-replicated tensors "
                "end bit-identical", name);
+        kept[i] = r0->r;
+        if ((kept_params[i] = malloc(j.nparams * sizeof(float))) != NULL)
+            memcpy(kept_params[i], r0->params, j.nparams * sizeof(float));
+        double state = (double)r0->r.mem.model_state / (double)r0->r.mem.model_state_formula - 1.0;
+        if (!(state <= worst_state))
+            worst_state = state;
+        if (!(state >= lowest_state))
+            lowest_state = state;
+        if (L->bits_of > 0) {
+            const struct run_result *b = &kept[L->bits_of - 1];
+            const float *bp = kept_params[L->bits_of - 1];
+            ok(bp != NULL && kept_params[i] != NULL && b->ok && memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0 &&
+               memcmp(b->norm, r0->r.norm, sizeof b->norm) == 0 &&
+               memcmp(bp, kept_params[i], j.nparams * sizeof(float)) == 0 &&
+               r0->r.mem.activations < b->mem.activations,
+               "%s: the losses, norms and parameters of layout %d without recomputation, bit for bit; rank 0's "
+               "activations %zu bytes instead of %zu (%.0f%%)", name, L->bits_of, r0->r.mem.activations,
+               b->mem.activations, 100.0 * (double)r0->r.mem.activations / (double)b->mem.activations);
+        }
         double dl = max_rel_loss(&r0->r, &ref), dn = max_rel_norm(&r0->r, &ref);
         double dp = max_abs(r0->params, ref_params, j.nparams);
         if (i == 0) {
@@ -330,6 +372,11 @@ int main(void)
         free(areas);
     }
     diag("largest relative loss deviation over the layouts: %.3e", worst_loss);
+    ok(lowest_state >= 0.0 && worst_state <= 0.05, "every layout: rank 0's model-state bytes (parameters, gradients, "
+       "reduced gradients, AdamW) from %.2f%% to %.2f%% above the formula of dtrain_parallel.h (0 to 5%%)",
+       100.0 * lowest_state, 100.0 * worst_state);
+    for (int i = 0; i < NLAYOUTS; i++)
+        free(kept_params[i]);
 
     free(ref_params);
     unlink(path);
