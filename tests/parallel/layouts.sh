@@ -11,8 +11,9 @@
 # global batch 8, 10 steps, byte-level tokens of the docs in the tree); the
 # largest job is 8 ranks over 2 nodes.  Every run's per-step loss must match
 # the (1,1,1) run's within the relative tolerance of doc/parallel.md.  Then
-# two shapes that do not split and --zero-stage 3 are refused by every rank
-# with exit 2.
+# (2,2,2) ZeRO-2 with --recompute selective and full gives the losses of the
+# run without recomputation bit for bit.  Two shapes that do not split and
+# --zero-stage 3 are refused by every rank with exit 2.
 # dtrain-train (one process) must give the (1,1,1) run's losses bit for bit.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
@@ -107,6 +108,32 @@ for spec in "tp2 2 1 1 2 1" "pp2 1 2 2 1 2" "dp2 1 1 2 1 1" "tp2pp2 2 2 1 4 2" "
   done
 done
 diag "largest relative loss deviation from (1,1,1) over all layouts: $worst; all jobs took $(($(date +%s) - start)) s"
+
+# ---- activation recomputation at (2,2,2) ZeRO-2: the same losses bit for bit
+{
+  echo '#!/bin/bash'
+  echo 'export OPENBLAS_NUM_THREADS=1'
+  for r in selective full; do
+    printf 'srun --mpi=pmi2 %q' "$launch"
+    printf ' %q' "${trainer[@]}" --backend cpu --micro-batches 2 --zero-stage 2 --recompute "$r" --memory-report 1 \
+      --metrics "$d/recompute.$r.jsonl"
+    printf ' || exit $?\n'
+  done
+} >"$d/recompute.sbatch"
+in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-tp=2 --dtrain-pp=2 -N 2 --ntasks-per-node=4 \
+  -o "$d/recompute.out" "$d/recompute.sbatch" >/dev/null 2>"$d/recompute.err"
+rc=$?
+check "(2,2,2) ZeRO-2, --recompute selective and full: two sruns exit 0, each rank prints its memory line (exit $rc)" \
+  [ "$rc" -eq 0 -a "$(grep -c '^{"memory": {"rank": ' "$d/recompute.out")" -eq 16 ]
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$d/recompute.out" "$d/recompute.err" | head -20
+for r in selective full; do
+  check "(2,2,2) ZeRO-2 --recompute $r: every step's loss is the run's without recomputation, bit for bit" \
+    [ "$(losses "$d/recompute.$r.jsonl" | wc -l)" -eq "$steps" -a \
+      "$(losses "$d/recompute.$r.jsonl")" = "$(losses "$d/tp2pp2dp2.zero2.jsonl")" ]
+done
+act() { sed -n 's/^{"memory": {"rank": 0,.*"recompute": "'"$1"'".*"activations_bytes": \([0-9]*\),.*/\1/p' "$d/recompute.out"; }
+check "rank 0 reports fewer activation bytes with full recomputation ($(act full)) than selective ($(act selective))" \
+  awk -v a="$(act full)" -v b="$(act selective)" 'BEGIN { exit !(a != "" && b != "" && a + 0 < b + 0) }'
 
 # ---- shapes that do not split: one line from every rank, exit 2, no training
 in_cluster "$d" timeout 60 srun -N1 -n2 --dtrain-tp=2 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
