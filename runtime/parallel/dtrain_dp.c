@@ -261,6 +261,8 @@ static int build_buckets(struct dtrain_dp *dp, size_t bucket_floats)
         size_t padded = dp->zero1 ? b->share * (size_t)dp->size : b->packed;
         if (padded > dp->scratch_floats)
             dp->scratch_floats = padded;
+        if (dp->local)
+            continue; /* D = 1 without ZeRO: nothing is packed */
         b->grad = dtrain_k_alloc(dp->k, (dp->stage2 ? b->share : padded) * sizeof(float));
         if (b->grad == NULL)
             return -1;
