@@ -341,9 +341,9 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
         dtrain_fault_event(f->fault, "load_end", (long)res.step, what);
         if (is_root(f)) {
             const struct dtrain_sckpt_layout *w = &res.writer;
-            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO %s): step %" PRIu64 ", data batch %"
+            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO-1 %s): step %" PRIu64 ", data batch %"
                     PRIu64 "; rank 0 read %.2f MB in %.3f s\n", f->prog, rollback ? "rolled back to" : "resumed from",
-                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "sharded" : "off", res.step, res.data_batches,
+                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "on" : "off", res.step, res.data_batches,
                     1e-6 * (double)st.bytes, st.seconds);
             fflush(f->progress);
         }
