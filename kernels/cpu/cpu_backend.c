@@ -91,6 +91,7 @@ static void *cpu_host_alloc(struct dtrain_kernels *k, size_t bytes)
 
 const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .name = "cpu",
+    .fp16 = 1,
     .host_memory = 1,
     .create = cpu_create,
     .destroy = cpu_destroy,

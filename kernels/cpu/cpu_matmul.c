@@ -5,11 +5,29 @@
  * each matmul into one slice per thread: row blocks of the output for the
  * forward and for dinp, row blocks of dweight (with the matching dbias
  * columns) for the weight gradient.  OpenBLAS's own threads would spin
- * between calls and take the cores away from the pool's elementwise loops. */
+ * between calls and take the cores away from the pool's elementwise loops.
+ *
+ * fp16 (DTRAIN_PRECISION_FP16, emulated): the operands are rounded to IEEE
+ * half precision (_Float16: round to nearest even, overflow to inf) into
+ * copies first; CBLAS then multiplies them in fp32, as a GPU's fp16 GEMM
+ * accumulates in fp32. */
 #include "cpu_backend.h"
 
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* n floats of x rounded to fp16 (and back), in a new buffer; NULL when out
+ * of memory (the caller then computes in fp32). */
+static float *round_fp16(const float *x, size_t n)
+{
+    float *r = x != NULL ? malloc((n + 1) * sizeof(float)) : NULL;
+    for (size_t i = 0; r != NULL && i < n; i++)
+        r[i] = (float)(_Float16)x[i];
+    return r;
+}
+
+static int fp16(struct dtrain_kernels *k) { return dtrain_kernels_precision(k) == DTRAIN_PRECISION_FP16; }
 
 struct matmul_args {
     float *out, *dinp, *dweight, *dbias;
@@ -38,7 +56,14 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
 {
     struct matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias,
                             .N = N, .IC = IC, .OC = OC};
+    float *ri = NULL, *rw = NULL;
+    if (fp16(k) && (ri = round_fp16(inp, (size_t)N * IC)) != NULL && (rw = round_fp16(weight, (size_t)OC * IC)) != NULL) {
+        a.inp = ri;
+        a.weight = rw;
+    }
     cpu_parallel(k, N, (size_t)IC * OC, forward_rows, &a);
+    free(ri);
+    free(rw);
 }
 
 struct backward_split {
@@ -80,7 +105,17 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
 {
     struct matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
                             .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
+    float *rd = NULL, *ri = NULL, *rw = NULL;
+    if (fp16(k) && (rd = round_fp16(dout, (size_t)N * OC)) != NULL && (ri = round_fp16(inp, (size_t)N * IC)) != NULL &&
+        (rw = round_fp16(weight, (size_t)OC * IC)) != NULL) {
+        a.dout = rd; /* dbias sums the rounded gradient too, as the GEMM sees it */
+        a.inp = ri;
+        a.weight = rw;
+    }
     /* one part per thread: the split changes no output element's sum */
     struct backward_split s = {.a = &a, .parts = dtrain_kernels_threads(k)};
     cpu_parallel(k, s.parts, (size_t)N * IC * OC / (size_t)s.parts, backward_parts, &s);
+    free(rd);
+    free(ri);
+    free(rw);
 }

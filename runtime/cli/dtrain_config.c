@@ -73,7 +73,7 @@ static const struct setting settings[] = {
     {"run", "seed", "seed", K_U64, OFF(seed), 0, BIG, "seed of the model initialisation"},
     {"run", "threads", "threads", K_INT, OFF(threads), 1, 1024, "CPU threads (own kernels and OpenBLAS)"},
     {"run", "backend", "backend", K_BACKEND, OFF(backend), 0, 0, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"},
-    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 (cuda only; default: cpu fp32, cuda bf16)"},
+    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 (cuda only) | fp16 (emulated on the cpu kernels, with dynamic loss scaling); default: cpu fp32, cuda bf16"},
     {"run", "init_llmc", "init-llmc", K_PATH, OFF(init_llmc), 0, 0, "start from this llm.c model file"},
     {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from the newest checkpoint in this folder (any layout wrote it)"},
     {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "dtrain-train: write checkpoints into this folder at the end (sharded format, one shard); the run resumes from it"},
@@ -87,6 +87,8 @@ static const struct setting settings[] = {
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
     {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
     {"parallel", "memory_report", "memory-report", K_BOOL, OFF(memory_report), 0, 1, "each rank prints one JSON line of its memory (parameters, gradients, optimizer, activations, buffers) at the start"},
+    {"parallel", "loss_scale", "loss-scale", K_REAL, OFF(loss_scale), 1, 1e30, "fp16: initial loss scale; halved on a gradient overflow (the step is skipped)"},
+    {"parallel", "loss_scale_window", "loss-scale-window", K_LONG, OFF(loss_scale_window), 1, BIG, "fp16: steps without an overflow after which the loss scale doubles"},
     {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
     {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
     {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
@@ -127,6 +129,8 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->log_every = 1;
     c->micro_batches = 1;
     c->zero_stage = 0;
+    c->loss_scale = 65536.0;
+    c->loss_scale_window = 2000;
     c->bucket_mb = 4.0;
     c->dp_overlap = 1;
     c->comm_timeout = 300;
@@ -229,6 +233,8 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
             *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP32;
         else if (strcmp(text, "bf16") == 0)
             *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_BF16;
+        else if (strcmp(text, "fp16") == 0)
+            *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP16;
         else
             break;
         return DTRAIN_OK;
@@ -236,7 +242,7 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
         break;
     }
     snprintf(err, errlen, "%s: '%.64s' is not one of %s", where, text,
-             s->kind == K_ORDER ? "sequential, shuffled" : s->kind == K_PRECISION ? "fp32, bf16" :
+             s->kind == K_ORDER ? "sequential, shuffled" : s->kind == K_PRECISION ? "fp32, bf16, fp16" :
              s->kind == K_RECOMPUTE ? "none, selective, full" : "constant, cosine");
     return DTRAIN_ERR_INPUT;
 }

@@ -87,6 +87,8 @@ struct dtrain_train_config {
     int recompute;                    /* activation recomputation, enum dtrain_recompute (dtrain_stage.h):
                                        * 0 none, 1 selective (attention probabilities), 2 full */
     int memory_report;                /* each rank prints its memory as one JSON line at the start */
+    double loss_scale;                /* fp16: the initial loss scale (dynamic loss scaling) */
+    long loss_scale_window;           /* fp16: steps without an overflow before the scale doubles */
     double bucket_mb;                 /* data-parallel gradient buckets of about this many MB */
     int dp_overlap;                   /* reduce buckets in a thread while backward goes on */
     int comm_timeout;                 /* seconds a communicator may make no progress */

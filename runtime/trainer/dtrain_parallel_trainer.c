@@ -8,6 +8,7 @@
 #include "dtrain_pcomm.h"
 #include "dtrain_pipeline.h"
 #include "dtrain_shard.h"
+#include "dtrain_shard_ckpt.h"
 #include "dtrain_stage.h"
 #include "dtrain_tp.h"
 
@@ -41,6 +42,7 @@ struct dtrain_ptrainer {
     long step;
     uint64_t data_batches;
     double flops_per_step;       /* of the whole job */
+    struct dtrain_sckpt_scaler scaler; /* fp16: dynamic loss scaling (on 0 otherwise) */
 };
 
 static double now_seconds(void)
@@ -61,6 +63,11 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
     }
     if ((rc = dtrain_shard_plan(&c->model, tp, pp, 0, 0, &s, err, errlen)) != DTRAIN_OK)
         return rc;
+    if (c->precision == DTRAIN_PRECISION_FP16 && strcmp(c->backend, "cpu") != 0) {
+        snprintf(err, errlen, "--precision fp16 is emulated on the cpu kernels only (the %s kernels have no fp16 "
+                 "GEMMs here): use --backend cpu, or --precision bf16 on %s", c->backend, c->backend);
+        return DTRAIN_ERR_INPUT;
+    }
     if (c->zero_stage == 3) {
         snprintf(err, errlen, "--zero-stage 3 (sharded parameters, FSDP) is not built in this version: use "
                  "--zero-stage 2 (gradients and AdamW state sharded over the D ranks)");
@@ -189,6 +196,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         t->prom_on = 1;
     }
     t->flops_per_step = dtrain_gpt2_flops_per_step(&c->model, B, T);
+    if (dtrain_kernels_precision(t->k) == DTRAIN_PRECISION_FP16)
+        t->scaler = (struct dtrain_sckpt_scaler){1, c->loss_scale, 0, 0};
     if (c->memory_report)
         dtrain_ptrainer_memory_line(t, stdout);
     *out = t;
@@ -280,6 +289,14 @@ void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
     fflush(out);
 }
 
+void dtrain_ptrainer_scaler(const struct dtrain_ptrainer *t, struct dtrain_sckpt_scaler *s) { *s = t->scaler; }
+
+void dtrain_ptrainer_set_scaler(struct dtrain_ptrainer *t, const struct dtrain_sckpt_scaler *s)
+{
+    if (t->scaler.on && s->on)
+        t->scaler = *s;
+}
+
 /* ------------------------------------------------------------ the step */
 
 static void unit_done(void *ctx, int unit)
@@ -301,11 +318,12 @@ static int p2p(struct dtrain_pcomm *c, int send, float *buf, size_t floats, cons
 static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
                         char *err, size_t errlen)
 {
+    double scale = t->scaler.on ? t->scaler.scale : 1.0;
     const struct dtrain_bootstrap *L = &t->layout;
     struct dtrain_pcomm *prev = &t->prev, *next = &t->next;
     size_t act = dtrain_stage_act_floats(t->stage);
     int T = t->cfg.seq, m = t->cfg.micro_batches;
-    float dloss = 1.0f / (float)((long)t->cfg.batch * T);
+    float dloss = (float)(scale / (double)((long)t->cfg.batch * T)); /* fp16: the scaled loss's */
     int rc = DTRAIN_OK;
     for (long a = 0; a < t->nactions && rc == DTRAIN_OK; a++) {
         const struct dtrain_pipe_action *x = &t->actions[a];
@@ -403,7 +421,25 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
                                        "loss and gradient norm", err, errlen)) != DTRAIN_OK)
         return rc;
     float loss = (float)(all[0] / ((double)c->batch * c->seq));
-    double norm = sqrt(all[1]);
+    double scale = t->scaler.on ? t->scaler.scale : 1.0;
+    double norm = sqrt(all[1]) / scale; /* of the unscaled gradients */
+    r->loss_scale = scale;
+    r->overflow = 0;
+    if (t->scaler.on && isfinite(loss) && !isfinite(norm)) {
+        /* fp16 overflow (every rank saw the same sums): no update, back off */
+        t->scaler.scale = scale / 2;
+        t->scaler.good_steps = 0;
+        t->scaler.overflow_steps++;
+        if (ctl != NULL)
+            ctl->flags = all[2];
+        r->base.step = t->step;
+        r->base.loss = loss;
+        r->base.grad_norm = norm;
+        r->overflow = 1;
+        r->overflow_steps = (long)t->scaler.overflow_steps;
+        t->data_batches++;
+        return DTRAIN_OK;
+    }
     if (ctl != NULL) {
         ctl->flags = all[2];
         ctl->skipped = !isfinite(loss) || !isfinite(norm);
@@ -423,9 +459,15 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
         return DTRAIN_ERR_SYSTEM;
     }
     double lr = dtrain_lr_at(&c->optim, t->step);
-    if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, dtrain_clip_scale(&c->optim, norm),
+    /* the clip factor and, with fp16, the unscaling in one factor */
+    if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, (float)(dtrain_clip_scale(&c->optim, norm) / scale),
                                err, errlen)) != DTRAIN_OK)
         return rc;
+    if (t->scaler.on && ++t->scaler.good_steps >= (uint64_t)c->loss_scale_window) {
+        t->scaler.scale = scale * 2;
+        t->scaler.good_steps = 0;
+    }
+    r->overflow_steps = (long)t->scaler.overflow_steps;
     dtrain_k_sync(t->k);
     double seconds = now_seconds() - t0;
 
@@ -513,6 +555,8 @@ static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct
             "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
             r->base.step, (double)r->base.loss, r->base.lr, r->base.grad_norm, r->base.ms,
             r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms);
+    if (t->scaler.on)
+        fprintf(f, "\"loss_scale\": %.9g, \"overflow_steps\": %ld, ", r->loss_scale, r->overflow_steps);
     if (t->cfg.memory_report) { /* rank 0's memory (--memory-report) */
         struct dtrain_ptrainer_memory m;
         dtrain_ptrainer_memory(t, &m);

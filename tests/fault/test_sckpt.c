@@ -93,7 +93,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         dtrain_ft_pieces_download(&pieces);
     if (rc == DTRAIN_OK && j->save_after_load)
         rc = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)dtrain_ptrainer_steps_done(t),
-                               dtrain_ptrainer_data_batches(t), world, pieces.save, pieces.nsave, 100, 0, &st,
+                               dtrain_ptrainer_data_batches(t), NULL, world, pieces.save, pieces.nsave, 100, 0, &st,
                                a->err, sizeof a->err);
     for (int s = 0; rc == DTRAIN_OK && s < j->steps; s++) {
         struct dtrain_pstep_result r;
@@ -105,7 +105,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             char why[512];
             dtrain_ft_pieces_download(&pieces);
             int src = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)done, dtrain_ptrainer_data_batches(t),
-                                        world, pieces.save, pieces.nsave, j->cfg.ckpt_keep, fail, &st, why,
+                                        NULL, world, pieces.save, pieces.nsave, j->cfg.ckpt_keep, fail, &st, why,
                                         sizeof why);
             a->save_rc[a->nsaves++] = src;
             if (src != DTRAIN_OK && src != DTRAIN_ERR_SYSTEM) {

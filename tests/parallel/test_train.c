@@ -5,7 +5,7 @@
  * seed, data and global batch:
  *  - (1,1,1) with one micro-batch gives the same losses and parameters bit
  *    for bit (the same operations in the same order);
- *  - every other layout, micro-batch count, ZeRO-1 on or off and bucket
+ *  - every other layout, micro-batch count, ZeRO stage 0, 1 or 2 and bucket
  *    overlap on or off gives every step's loss within the tolerance of
  *    doc/parallel.md and final parameters within a small bound;
  *  - DP replicas, the tied embedding's two copies (P > 1) and the
@@ -41,6 +41,8 @@
  * at most about lr, so a wrong gradient shows as deviations near lr*STEPS;
  * rounding differences flip only elements whose gradient is near 0. */
 #define PARAM_ATOL (1e-3)
+/* fp16 runs against the (1,1,1) fp16 run (see the fp16 block of main). */
+#define FP16_RTOL 1e-3
 
 struct run_result {
     int ok;
@@ -52,6 +54,8 @@ struct run_result {
     uint64_t all, wte, replicated;
     int tp_rank, pp_rank, dp_rank;
     struct dtrain_ptrainer_memory mem;
+    long overflows;    /* fp16: steps skipped for a gradient overflow */
+    double last_scale; /* fp16: the loss scale of the last step */
 };
 
 /* What each rank writes; rank 0's area also holds the whole model. */
@@ -112,11 +116,22 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->r.err, sizeof a->r.err);
     if (rc == DTRAIN_OK)
         dtrain_ptrainer_memory(t, &a->r.mem);
-    for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
+    /* fp16: an overflow skips its step (dtrain_parallel.h), at most 64 of them */
+    for (int tries = 0; rc == DTRAIN_OK && dtrain_ptrainer_steps_done(t) < STEPS && tries < STEPS + 64; tries++) {
         struct dtrain_pstep_result r;
+        long s = dtrain_ptrainer_steps_done(t);
         rc = dtrain_ptrainer_step(t, &r, a->r.err, sizeof a->r.err);
+        if (rc == DTRAIN_OK && r.overflow) {
+            a->r.overflows++;
+            continue;
+        }
         a->r.loss[s] = r.base.loss;
         a->r.norm[s] = r.base.grad_norm;
+        a->r.last_scale = r.loss_scale;
+    }
+    if (rc == DTRAIN_OK && dtrain_ptrainer_steps_done(t) < STEPS) {
+        snprintf(a->r.err, sizeof a->r.err, "%d steps not done after %d tries", STEPS, STEPS + 64);
+        rc = DTRAIN_ERR_SYSTEM;
     }
     if (rc == DTRAIN_OK)
         rc = dtrain_ptrainer_gather_params(t, a->params, a->r.err, sizeof a->r.err);
@@ -377,6 +392,74 @@ int main(void)
        100.0 * lowest_state, 100.0 * worst_state);
     for (int i = 0; i < NLAYOUTS; i++)
         free(kept_params[i]);
+
+    /* fp16 (emulated on the cpu kernels) with dynamic loss scaling from
+     * 2^30: the first backward passes overflow fp16, the scale backs off
+     * (halved per skipped step, whose batch is consumed) and grows again
+     * after 3 good steps.  Every layout sees the same overflows and ends
+     * with the same scale, and its
+     * losses match the (1,1,1) fp16 run within FP16_RTOL: rounding operands
+     * to fp16 (unit roundoff 2^-11 = 4.9e-4) turns the layouts' different
+     * fp32 sums into differences of up to one fp16 ulp of an operand. */
+    static const struct layout half[] = {
+        {1, 1, 1, 1, 0, 1, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0},
+        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0},
+    };
+    struct run_result half0 = {0};
+    for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
+        const struct layout *L = &half[i];
+        int world = L->tp * L->pp * L->dp;
+        struct job hj = j;
+        hj.cfg.precision = DTRAIN_PRECISION_FP16;
+        hj.cfg.loss_scale = 1073741824.0;
+        hj.cfg.loss_scale_window = 3;
+        hj.cfg.micro_batches = L->micro;
+        hj.cfg.zero_stage = L->zero;
+        hj.cfg.recompute = L->recompute;
+        size_t bytes = area_bytes(&hj);
+        unsigned char *areas = calloc((size_t)world, bytes);
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        int rc = areas == NULL ? -1 : local_boot_run(L->tp, L->pp, L->dp, rank_main, &hj, bytes, areas, codes, 120,
+                                                     err, sizeof err);
+        char name[96];
+        snprintf(name, sizeof name, "fp16 (T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero, L->recompute ? " recompute full" : "");
+        if (rc != 0) {
+            for (int r = 0; areas != NULL && r < world; r++) {
+                const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
+                if (a->r.err[0])
+                    diag("rank %d: %s", r, a->r.err);
+            }
+            ok(0, "%s: runs (%s)", name, err);
+            free(areas);
+            continue;
+        }
+        const struct run_result *r0 = &((const struct rank_area *)areas)->r;
+        int same = 1;
+        for (int r = 1; r < world; r++) {
+            const struct run_result *x = &((const struct rank_area *)(areas + (size_t)r * bytes))->r;
+            same = same && x->overflows == r0->overflows && x->last_scale == r0->last_scale &&
+                   memcmp(x->loss, r0->loss, sizeof x->loss) == 0;
+        }
+        if (i == 0) {
+            half0 = *r0;
+            int finite = 1;
+            for (int q = 0; q < STEPS; q++)
+                finite = finite && isfinite(r0->loss[q]) && isfinite(r0->norm[q]);
+            /* the skipped steps consumed their batches: not comparable with
+             * the fp32 reference's batches */
+            ok(same && finite && r0->overflows >= 1 && r0->last_scale < 1073741824.0,
+               "%s: %ld steps skipped for an fp16 overflow, the scale backs off from 2^30 (last step's %g), "
+               "finite losses (%.4f -> %.4f)", name, r0->overflows, r0->last_scale, (double)r0->loss[0],
+               (double)r0->loss[STEPS - 1]);
+        } else {
+            double dl = max_rel_loss(r0, &half0);
+            ok(same && r0->overflows == half0.overflows && r0->last_scale == half0.last_scale && dl <= FP16_RTOL,
+               "%s: every rank agrees; the same %ld overflows and last scale %g as (1,1,1) fp16; max relative loss "
+               "deviation %.1e (<= %.0e)", name, r0->overflows, r0->last_scale, dl, FP16_RTOL);
+        }
+        free(areas);
+    }
 
     free(ref_params);
     unlink(path);
