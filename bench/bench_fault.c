@@ -104,7 +104,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *area, void *ctx)
     struct dtrain_sckpt_stats st;
     dtrain_comm_barrier(world);
     double t0 = bench_now_seconds();
-    rc = dtrain_sckpt_save(j->dir, &j->cfg, &L, 1, 1, world, &piece, 1, 1, 0, &st, res->err, sizeof res->err);
+    rc = dtrain_sckpt_save(j->dir, &j->cfg, &L, 1, 1, NULL, world, &piece, 1, 1, 0, &st, res->err, sizeof res->err);
     double t1 = bench_now_seconds();
     if (rc != DTRAIN_OK)
         goto out;

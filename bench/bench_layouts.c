@@ -14,7 +14,7 @@
  * column, speedup / allowed, says how much the split itself costs
  * (communication, the tensor-parallel all-reduces, the bubble's excess).
  *
- *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero1 0|1] [--dp-overlap 0|1] [--repeat N]
+ *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero-stage 0|1|2] [--dp-overlap 0|1] [--repeat N]
  *
  * Each layout runs --repeat times (default 3) and the least disturbed run
  * (lowest median step time) is shown: the machine may be shared.
@@ -36,7 +36,7 @@ struct layout {
 
 int main(int argc, char **argv)
 {
-    int steps = 5, warmup = 2, zero1 = 0, overlap = 1, repeats = 3;
+    int steps = 5, warmup = 2, zero = 0, overlap = 1, repeats = 3;
     char err[512];
     for (int i = 1; i < argc; i++) {
         long v;
@@ -49,8 +49,9 @@ int main(int argc, char **argv)
         } else if (good && strcmp(a, "--warmup") == 0) {
             good = dtrain_parse_int(val, 0, 64, a, &v, err, sizeof err) == 0;
             warmup = (int)v;
-        } else if (good && strcmp(a, "--zero1") == 0) {
-            good = dtrain_parse_bool(val, a, &zero1, err, sizeof err) == 0;
+        } else if (good && strcmp(a, "--zero-stage") == 0) {
+            good = dtrain_parse_int(val, 0, 2, a, &v, err, sizeof err) == 0;
+            zero = (int)v;
         } else if (good && strcmp(a, "--repeat") == 0) {
             good = dtrain_parse_int(val, 1, 64, a, &v, err, sizeof err) == 0;
             repeats = (int)v;
@@ -60,7 +61,7 @@ int main(int argc, char **argv)
             good = 0;
         }
         if (!good) {
-            fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero1 0|1] "
+            fprintf(stderr, "dtrain-bench-layouts: bad option %s (usage: [--steps N] [--warmup N] [--zero-stage 0|1|2] "
                             "[--dp-overlap 0|1] [--repeat N])\n", a);
             return 2;
         }
@@ -84,15 +85,15 @@ int main(int argc, char **argv)
     cfg.seq = 64;
     cfg.threads = 1;
     cfg.log_every = 0;
-    cfg.zero1 = zero1;
+    cfg.zero_stage = zero;
     cfg.dp_overlap = overlap;
     if (dtrain_train_config_finish(&cfg, err, sizeof err) != DTRAIN_OK) {
         fprintf(stderr, "dtrain-bench-layouts: %s\n", err);
         return 1;
     }
     int cpus = bench_cpus();
-    printf("layouts at equal work: L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, ZeRO-1 %s, "
-           "DP overlap %s, %d CPUs; medians of %d steps after %d, best of %d runs\n", zero1 ? "on" : "off",
+    printf("layouts at equal work: L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, ZeRO stage %d, "
+           "DP overlap %s, %d CPUs; medians of %d steps after %d, best of %d runs\n", zero,
            overlap ? "on" : "off", cpus, steps, warmup, repeats);
     printf("%-12s %3s %6s %10s %11s %9s %9s %9s\n", "(T,P,D)", "m", "ranks", "step ms", "compute ms", "speedup",
            "allowed", "ratio");

@@ -29,6 +29,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (local_boot_comms(bs, 60000, 0, &comms, r->err, sizeof r->err) != DTRAIN_COMM_OK)
         return 3;
     int rc = dtrain_ptrainer_create(j->cfg, bs, &comms, &t, r->err, sizeof r->err);
+    if (rc == DTRAIN_OK)
+        dtrain_ptrainer_memory(t, &r->mem);
     for (int s = 0; rc == DTRAIN_OK && s < j->warmup + j->steps; s++) {
         struct dtrain_pstep_result x;
         rc = dtrain_ptrainer_step(t, &x, r->err, sizeof r->err);

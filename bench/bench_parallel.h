@@ -21,6 +21,7 @@ struct bench_rank {
     double wait_ms;     /* median time blocked in pipeline sends and receives */
     double exposed_ms;  /* median wait for gradient buckets after backward */
     float last_loss;
+    struct dtrain_ptrainer_memory mem; /* its memory (dtrain_ptrainer_memory) */
 };
 
 /* Run `warmup` then `steps` steps of cfg in layout T x P x D (cfg.steps is

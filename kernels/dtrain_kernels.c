@@ -56,8 +56,15 @@ int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options 
                 return -1;
             }
             break;
+        case DTRAIN_PRECISION_FP16:
+            if (!ops->fp16) {
+                snprintf(err, errlen, "the %s kernels do not compute in fp16 (it is emulated on the cpu "
+                         "kernels only): use precision %s", ops->name, ops->bf16 ? "bf16 or fp32" : "fp32");
+                return -1;
+            }
+            break;
         default:
-            snprintf(err, errlen, "unknown precision %d (use fp32 or bf16)", (int)opt->precision);
+            snprintf(err, errlen, "unknown precision %d (use fp32, bf16 or fp16)", (int)opt->precision);
             return -1;
         }
         if (ops->create(&resolved, out, err, errlen) != 0)
@@ -88,6 +95,7 @@ const char *dtrain_kernels_precision_name(enum dtrain_kernels_precision p)
     switch (p) {
     case DTRAIN_PRECISION_FP32: return "fp32";
     case DTRAIN_PRECISION_BF16: return "bf16";
+    case DTRAIN_PRECISION_FP16: return "fp16";
     default: return "default";
     }
 }

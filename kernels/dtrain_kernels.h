@@ -55,6 +55,11 @@ enum dtrain_kernels_precision {
     DTRAIN_PRECISION_BF16 = 2,    /* mixed: matmul and attention operands rounded to bf16,
                                    * products accumulated in fp32; elementwise work, the
                                    * loss and the optimizer (fp32 master weights) in fp32 */
+    DTRAIN_PRECISION_FP16 = 3,    /* mixed, emulated (cpu kernels): matmul operands (inputs,
+                                   * weights, output gradients) rounded to IEEE fp16, round to
+                                   * nearest even, above 65504 to inf; products accumulated in
+                                   * fp32, everything else fp32.  The trainer scales the loss
+                                   * (dynamic loss scaling) so that small gradients survive */
 };
 
 struct dtrain_kernels_options {

@@ -22,6 +22,7 @@ struct dtrain_kernel_ops {
     const char *name;
     int bf16;         /* 1: the backend computes in DTRAIN_PRECISION_BF16 too */
     int default_bf16; /* 1: and DTRAIN_PRECISION_DEFAULT is bf16 */
+    int fp16;         /* 1: the backend computes in DTRAIN_PRECISION_FP16 too */
     int host_memory; /* 1: backend memory is host memory (the host may read and write it) */
     int (*create)(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
                   char *err, size_t errlen);

@@ -60,7 +60,7 @@ static void usage(FILE *out)
             "Bootstraps every communicator of a dtrain job (world, TP, PP, DP, PP neighbours) in one\n"
             "PMI2 round, then runs the dtrain 3D-parallel trainer in this process, or PROGRAM with the\n"
             "ids in DTRAIN_COMM_* variables.  The trainer's arguments (those of dtrain-train, plus\n"
-            "--micro-batches, --zero1, --bucket-mb, --dp-overlap) start at the first argument that is\n"
+            "--micro-batches, --zero-stage, --bucket-mb, --dp-overlap) start at the first argument that is\n"
             "not an option below.\n"
             "  -t, --tp T            tensor-parallel size (default: DTRAIN_TP, else 1)\n"
             "  -p, --pp P            pipeline-parallel size (default: DTRAIN_PP, else 1)\n"

@@ -33,7 +33,7 @@ static int cpu_create(const struct dtrain_kernels_options *opt, struct dtrain_ke
     }
     ck->base.ops = &dtrain_kernels_cpu_ops;
     ck->base.threads = threads;
-    ck->bf16 = opt->precision == DTRAIN_PRECISION_BF16;
+    ck->rounds = opt->precision == DTRAIN_PRECISION_BF16 || opt->precision == DTRAIN_PRECISION_FP16;
     /* The pool splits every matmul itself (cpu_matmul.c), so OpenBLAS runs
      * one thread per call.  This setting is process-wide in OpenBLAS. */
     openblas_set_num_threads(1);
@@ -45,7 +45,7 @@ static void cpu_destroy(struct dtrain_kernels *k)
 {
     struct cpu_kernels *ck = (struct cpu_kernels *)k;
     cpu_pool_destroy(ck->pool);
-    free(ck->bf16_scratch);
+    free(ck->round_scratch);
     free(ck);
 }
 
@@ -93,6 +93,7 @@ static void *cpu_host_alloc(struct dtrain_kernels *k, size_t bytes)
 
 const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .name = "cpu",
+    .fp16 = 1,
     .host_memory = 1,
     .bf16 = 1, /* bf16 operands emulated exactly on fp32 GEMMs (cpu_matmul.c) */
     .create = cpu_create,

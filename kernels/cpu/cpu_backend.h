@@ -10,9 +10,9 @@
 struct cpu_kernels {
     struct dtrain_kernels base; /* first: the dispatcher casts to it */
     struct cpu_pool *pool;
-    int bf16;            /* DTRAIN_PRECISION_BF16: matmul operands rounded to bf16 */
-    float *bf16_scratch; /* the rounded operands (cpu_matmul.c); grows, never shrinks */
-    size_t bf16_cap;     /* floats in bf16_scratch */
+    int rounds;           /* bf16 or fp16 precision: matmul operands rounded (cpu_matmul.c) */
+    float *round_scratch; /* the rounded operands; grows, never shrinks */
+    size_t round_cap;     /* floats in round_scratch */
 };
 
 static inline struct cpu_pool *cpu_pool_of(struct dtrain_kernels *k)

@@ -7,13 +7,15 @@
  * columns) for the weight gradient.  OpenBLAS's own threads would spin
  * between calls and take the cores away from the pool's elementwise loops.
  *
- * bf16 precision: the operands (inp, weight, dout) are rounded to bf16
- * (round to nearest even) into scratch, kept in fp32 slots.  The product
- * of two bf16 values is exact in fp32, so an fp32 GEMM on the rounded
- * operands computes what a bf16 GEMM with fp32 accumulation (AMX, the GPU's
- * tensor cores) does, up to the order of the sums: the same numbers as the
- * CUDA backend's bf16 matmuls, at fp32 speed (no bf16 kernels on CPUs
- * without AMX / AVX-512 BF16).  Outputs, biases and gradients stay fp32. */
+ * bf16 and fp16 precision: the operands (inp, weight, dout) are rounded
+ * (to nearest even) into scratch, kept in fp32 slots: to bf16, or to IEEE
+ * half (_Float16, above 65504 to inf, which dynamic loss scaling detects).
+ * The product of two such values is exact in fp32, so an fp32 GEMM on the
+ * rounded operands computes what a bf16/fp16 GEMM with fp32 accumulation
+ * (AMX, the GPU's tensor cores) does, up to the order of the sums: the
+ * numbers of the CUDA backend's bf16 matmuls, at fp32 speed (no bf16/fp16
+ * kernels on CPUs without AMX / AVX-512 BF16).  Outputs, biases, dbias and
+ * gradients stay fp32. */
 #include "cpu_backend.h"
 
 #include <cblas.h>
@@ -39,6 +41,7 @@ struct round_args {
     float *dst;
     const float *src;
     size_t n;
+    int fp16; /* 1: to IEEE half; 0: to bf16 */
 };
 
 static void round_items(void *p, long begin, long end, int tid)
@@ -48,37 +51,42 @@ static void round_items(void *p, long begin, long end, int tid)
     size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
     if (i1 > a->n)
         i1 = a->n;
-    for (size_t i = i0; i < i1; i++)
-        a->dst[i] = bf16_round(a->src[i]);
+    if (a->fp16)
+        for (size_t i = i0; i < i1; i++)
+            a->dst[i] = (float)(_Float16)a->src[i];
+    else
+        for (size_t i = i0; i < i1; i++)
+            a->dst[i] = bf16_round(a->src[i]);
 }
 
 /* Room for `floats` rounded values in the instance's scratch; NULL when out
  * of memory (the caller then computes in fp32 rather than fail). */
-static float *bf16_scratch(struct cpu_kernels *ck, size_t floats)
+static float *round_scratch(struct cpu_kernels *ck, size_t floats)
 {
-    if (floats > ck->bf16_cap) {
+    if (floats > ck->round_cap) {
         size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
         float *p = aligned_alloc(64, bytes);
         if (p == NULL)
             return NULL;
-        free(ck->bf16_scratch);
-        ck->bf16_scratch = p;
-        ck->bf16_cap = bytes / sizeof(float);
+        free(ck->round_scratch);
+        ck->round_scratch = p;
+        ck->round_cap = bytes / sizeof(float);
     }
-    return ck->bf16_scratch;
+    return ck->round_scratch;
 }
 
-/* dst[0..n) = src rounded to bf16, on the pool */
-static void round_to_bf16(struct dtrain_kernels *k, float *dst, const float *src, size_t n)
+/* dst[0..n) = src rounded to the instance's precision, on the pool */
+static void round_operand(struct dtrain_kernels *k, float *dst, const float *src, size_t n)
 {
-    struct round_args a = {.dst = dst, .src = src, .n = n};
+    struct round_args a = {.dst = dst, .src = src, .n = n,
+                           .fp16 = dtrain_kernels_precision(k) == DTRAIN_PRECISION_FP16};
     cpu_parallel(k, (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM, round_items, &a);
 }
 
 struct matmul_args {
     float *out, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout;
-    const float *dbias_dout; /* dout as given: dbias sums it in fp32 (bf16 rounds only GEMM operands) */
+    const float *dbias_dout; /* dout as given: dbias sums it in fp32 (the rounding is for GEMM operands only) */
     int N, IC, OC;
 };
 
@@ -105,10 +113,10 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
                             .N = N, .IC = IC, .OC = OC};
     struct cpu_kernels *ck = (struct cpu_kernels *)k;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
-    float *r = ck->bf16 ? bf16_scratch(ck, ni + nw) : NULL;
+    float *r = ck->rounds ? round_scratch(ck, ni + nw) : NULL;
     if (r != NULL) {
-        round_to_bf16(k, r, inp, ni);
-        round_to_bf16(k, r + ni, weight, nw);
+        round_operand(k, r, inp, ni);
+        round_operand(k, r + ni, weight, nw);
         a.inp = r;
         a.weight = r + ni;
     }
@@ -156,11 +164,11 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
                             .dbias_dout = dout, .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
     struct cpu_kernels *ck = (struct cpu_kernels *)k;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, nd = (size_t)N * OC;
-    float *r = ck->bf16 ? bf16_scratch(ck, ni + nw + nd) : NULL;
+    float *r = ck->rounds ? round_scratch(ck, ni + nw + nd) : NULL;
     if (r != NULL) {
-        round_to_bf16(k, r, inp, ni);
-        round_to_bf16(k, r + ni, weight, nw);
-        round_to_bf16(k, r + ni + nw, dout, nd);
+        round_operand(k, r, inp, ni);
+        round_operand(k, r + ni, weight, nw);
+        round_operand(k, r + ni + nw, dout, nd);
         a.inp = r;
         a.weight = r + ni;
         a.dout = r + ni + nw;

@@ -43,7 +43,8 @@ static int bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, 
 
 int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
                       const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
-                      dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces,
+                      const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world,
+                      const struct dtrain_sckpt_piece *pieces, size_t npieces,
                       int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
 {
     double t0 = now_seconds();
@@ -106,7 +107,7 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
                      failed > 1 ? ", and other ranks too" : "");
             sckpt_remove_step_dir(tmp);
         } else {
-            outcome.rc = sckpt_commit(dir, tmp, final, cfg, L, step, data_batches, all, outcome.msg, sizeof outcome.msg);
+            outcome.rc = sckpt_commit(dir, tmp, final, cfg, L, step, data_batches, scaler, all, outcome.msg, sizeof outcome.msg);
             if (outcome.rc == DTRAIN_OK)
                 sckpt_prune(dir, keep > 0 ? keep : 1);
             else
@@ -251,6 +252,7 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
             out->step = m.step;
             out->data_batches = m.data_batches;
             out->writer = m.layout;
+            out->scaler = m.scaler;
             snprintf(out->path, sizeof out->path, "%s", path);
             free(m.shards);
             rc = DTRAIN_OK;

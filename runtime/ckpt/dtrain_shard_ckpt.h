@@ -48,7 +48,9 @@
  *   "step", "data_batches", "nparams", "config": {model, batch, seq, data
  *   order and seed, seed, optimizer}, "layout": {"tp", "pp", "dp",
  *   "world_size", "zero1"}, "shards": [{"rank", "file", "bytes", "floats",
- *   "checksum" (16 hex digits)}, ...]}  (doc/fault-tolerance.md). */
+ *   "checksum" (16 hex digits)}, ...], and for a run with dynamic loss
+ *   scaling (fp16) "loss_scale": {"scale", "good_steps", "overflow_steps"}}
+ *   (doc/fault-tolerance.md). */
 #ifndef DTRAIN_SHARD_CKPT_H
 #define DTRAIN_SHARD_CKPT_H
 
@@ -88,6 +90,14 @@ struct dtrain_sckpt_layout {
     int rank, tp_rank, pp_rank, dp_rank;
 };
 
+/* The dynamic loss scaler's state (fp16): the scale, the steps without an
+ * overflow since it last changed, the steps skipped for an overflow. */
+struct dtrain_sckpt_scaler {
+    int on;
+    double scale;
+    uint64_t good_steps, overflow_steps;
+};
+
 struct dtrain_sckpt_stats {
     uint64_t bytes;       /* this rank's shard file (save), or bytes it read (resume) */
     uint64_t total_bytes; /* every shard of the checkpoint (save: known on rank 0 only) */
@@ -98,20 +108,22 @@ struct dtrain_sckpt_stats {
 /* Write checkpoint `step` (data_batches: the next batch index) into dir,
  * a collective over world (the job's WORLD communicator; NULL: one rank).
  * pieces: this rank's owned runs, increasing and disjoint, params, m and v
- * all set.  keep >= 1: complete checkpoints kept afterwards.  fail_write
+ * all set.  scaler: the loss scaler's state, recorded when on (may be
+ * NULL).  keep >= 1: complete checkpoints kept afterwards.  fail_write
  * (fault injection): this rank's write fails as on a full disk.
  * Returns on every rank: DTRAIN_OK (committed); DTRAIN_ERR_SYSTEM when a
  * rank could not write (err names the rank and why; nothing committed);
  * DTRAIN_ERR_FAULT when the communicator failed. */
 int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
                       const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
-                      dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces,
+                      const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces,
                       int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen);
 
 struct dtrain_sckpt_resumed {
     int found;                         /* 0: dir holds no usable checkpoint (start afresh) */
     uint64_t step, data_batches;
     struct dtrain_sckpt_layout writer; /* the layout that wrote it (rank fields 0) */
+    struct dtrain_sckpt_scaler scaler; /* the writer's loss scaler (on 0: it had none) */
     int damaged;                       /* newer checkpoints found damaged and skipped */
     int loaded_partly;                 /* found 0, but a damaged one was read into the pieces in part */
     char path[DTRAIN_PATH_MAX];        /* the step folder loaded */

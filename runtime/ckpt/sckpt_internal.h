@@ -68,6 +68,7 @@ struct shard_entry {
 struct manifest {
     uint64_t step, data_batches, nparams;
     struct dtrain_sckpt_layout layout;
+    struct dtrain_sckpt_scaler scaler; /* "loss_scale", when there is one */
     struct shard_entry *shards; /* layout.world_size */
 };
 
@@ -118,7 +119,7 @@ void sckpt_remove_partial(const char *dir);
 /* Rank 0: manifest.json into tmp, then tmp renamed to final. */
 int sckpt_commit(const char *dir, const char *tmp, const char *final, const struct dtrain_train_config *cfg,
                  const struct dtrain_sckpt_layout *L, uint64_t step, uint64_t data_batches,
-                 const struct record *all, char *err, size_t errlen);
+                 const struct dtrain_sckpt_scaler *scaler, const struct record *all, char *err, size_t errlen);
 /* Read path/manifest.json into *m and check it against cfg.  Returns GOOD,
  * DAMAGED_MANIFEST or INCOMPATIBLE (both with one line in why). */
 int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_train_config *cfg,

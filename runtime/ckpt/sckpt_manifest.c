@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,7 @@ static json_t *config_json(const struct dtrain_train_config *c)
 
 int sckpt_commit(const char *dir, const char *tmp, const char *final, const struct dtrain_train_config *cfg,
                   const struct dtrain_sckpt_layout *L, uint64_t step, uint64_t data_batches,
-                  const struct record *all, char *err, size_t errlen)
+                  const struct dtrain_sckpt_scaler *scaler, const struct record *all, char *err, size_t errlen)
 {
     int rc = DTRAIN_ERR_SYSTEM;
     json_t *shards = json_array(), *root = NULL;
@@ -62,6 +63,11 @@ int sckpt_commit(const char *dir, const char *tmp, const char *final, const stru
                      "config", config_json(cfg), "layout", "tp", L->tp, "pp", L->pp, "dp", L->dp,
                      "world_size", L->world_size, "zero1", L->zero1, "shards", shards);
     shards = NULL; /* stolen by "o", also on failure */
+    if (root != NULL && scaler != NULL && scaler->on &&
+        json_object_set_new(root, "loss_scale", json_pack("{s:f, s:I, s:I}", "scale", scaler->scale, "good_steps",
+                                                           (json_int_t)scaler->good_steps, "overflow_steps",
+                                                           (json_int_t)scaler->overflow_steps)) != 0)
+        goto oom;
     if (root == NULL ||
         (text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) == NULL)
         goto oom;
@@ -198,6 +204,17 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
     m->data_batches = (uint64_t)ndata;
     m->nparams = (uint64_t)nparams;
     m->layout = (struct dtrain_sckpt_layout){(int)tp, (int)pp, (int)dp, (int)world, zero1, 0, 0, 0, 0};
+    json_t *ls = json_object_get(root, "loss_scale");
+    if (ls != NULL) { /* optional: runs with dynamic loss scaling */
+        double scale;
+        json_int_t good, over;
+        if (json_unpack_ex(ls, &je, 0, "{s:F, s:I, s:I}", "scale", &scale, "good_steps", &good, "overflow_steps",
+                           &over) != 0 || !(scale > 0.0) || !isfinite(scale) || good < 0 || over < 0) {
+            dtrain_snprintf(why, whylen, "%s: loss_scale: not a positive scale and two counts", file);
+            goto out;
+        }
+        m->scaler = (struct dtrain_sckpt_scaler){1, scale, (uint64_t)good, (uint64_t)over};
+    }
     if ((m->shards = calloc((size_t)world, sizeof *m->shards)) == NULL) {
         dtrain_snprintf(why, whylen, "out of memory for %lld shard entries", (long long)world);
         goto out;

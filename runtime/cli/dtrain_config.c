@@ -32,6 +32,7 @@ enum kind {
     K_BOOL,     /* int 0/1: JSON true/false, flags 1/0, yes/no, true/false, on/off */
     K_BACKEND,  /* char[16]: a kernel backend this build has (dtrain_kernels_backends()) */
     K_PRECISION,/* enum dtrain_kernels_precision: "fp32" | "bf16" */
+    K_RECOMPUTE,/* int, enum dtrain_recompute: "none" | "selective" | "full" */
 };
 
 struct setting {
@@ -72,7 +73,7 @@ static const struct setting settings[] = {
     {"run", "seed", "seed", K_U64, OFF(seed), 0, BIG, "seed of the model initialisation"},
     {"run", "threads", "threads", K_INT, OFF(threads), 1, 1024, "CPU threads (own kernels and OpenBLAS)"},
     {"run", "backend", "backend", K_BACKEND, OFF(backend), 0, 0, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"},
-    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 (matmul operands in bf16, fp32 master weights; default: cpu fp32, cuda bf16)"},
+    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 | fp16 (matmul operands rounded, fp32 accumulation and master weights; fp16 with dynamic loss scaling, cpu only); default: cpu fp32, cuda bf16"},
     {"run", "init_llmc", "init-llmc", K_PATH, OFF(init_llmc), 0, 0, "start from this llm.c model file"},
     {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from the newest checkpoint in this folder (any layout wrote it)"},
     {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "dtrain-train: write checkpoints into this folder at the end (sharded format, one shard); the run resumes from it"},
@@ -82,7 +83,12 @@ static const struct setting settings[] = {
     {"run", "prom_textfile", "prom-textfile", K_PATH, OFF(prom_textfile), 0, 0, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"},
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
     {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
-    {"parallel", "zero1", "zero1", K_BOOL, OFF(zero1), 0, 1, "dtrain-launch: shard the AdamW state over data-parallel ranks (ZeRO-1)"},
+    {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients (3 is refused)"},
+    {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
+    {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
+    {"parallel", "memory_report", "memory-report", K_BOOL, OFF(memory_report), 0, 1, "each rank prints one JSON line of its memory (parameters, gradients, optimizer, activations, buffers) at the start"},
+    {"parallel", "loss_scale", "loss-scale", K_REAL, OFF(loss_scale), 1, 1e30, "fp16: initial loss scale; halved on a gradient overflow (the step is skipped)"},
+    {"parallel", "loss_scale_window", "loss-scale-window", K_LONG, OFF(loss_scale_window), 1, BIG, "fp16: steps without an overflow after which the loss scale doubles"},
     {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
     {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
     {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
@@ -122,7 +128,9 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->precision = DTRAIN_PRECISION_DEFAULT;
     c->log_every = 1;
     c->micro_batches = 1;
-    c->zero1 = 0;
+    c->zero_stage = 0;
+    c->loss_scale = 65536.0;
+    c->loss_scale_window = 2000;
     c->bucket_mb = 4.0;
     c->dp_overlap = 1;
     c->comm_timeout = 300;
@@ -211,11 +219,22 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
                  strcmp(text, "cuda") == 0 ? ": configure with --with-cuda" : "");
         return DTRAIN_ERR_INPUT;
     }
+    case K_RECOMPUTE: {
+        static const char *const modes[] = {"none", "selective", "full"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(text, modes[i]) == 0) {
+                *(int *)field(c, s) = i;
+                return DTRAIN_OK;
+            }
+        break;
+    }
     case K_PRECISION:
         if (strcmp(text, "fp32") == 0)
             *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP32;
         else if (strcmp(text, "bf16") == 0)
             *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_BF16;
+        else if (strcmp(text, "fp16") == 0)
+            *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP16;
         else
             break;
         return DTRAIN_OK;
@@ -223,8 +242,8 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
         break;
     }
     snprintf(err, errlen, "%s: '%.64s' is not one of %s", where, text,
-             s->kind == K_ORDER ? "sequential, shuffled" : s->kind == K_PRECISION ? "fp32, bf16" :
-             "constant, cosine");
+             s->kind == K_ORDER ? "sequential, shuffled" : s->kind == K_PRECISION ? "fp32, bf16, fp16" :
+             s->kind == K_RECOMPUTE ? "none, selective, full" : "constant, cosine");
     return DTRAIN_ERR_INPUT;
 }
 

@@ -50,10 +50,10 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
            m->num_layers, m->channels, m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len,
            dtrain_gpt2_param_count(m), c->init_llmc[0] ? ", from " : "", c->init_llmc);
     if (launched) /* one process has no layout to tell */
-        printf("%s: layout T=%d P=%d D=%d (%d rank%s), %d micro-batch%s of %d x %d per rank, ZeRO-1 %s, "
+        printf("%s: layout T=%d P=%d D=%d (%d rank%s), %d micro-batch%s of %d x %d per rank, ZeRO stage %d, "
                "gradient buckets of %.3g MB%s\n", prog, bs->tp, bs->pp, bs->dp, bs->world_size,
                bs->world_size == 1 ? "" : "s", c->micro_batches, c->micro_batches == 1 ? "" : "es",
-               c->batch / (bs->dp * c->micro_batches), c->seq, c->zero1 ? "on" : "off", c->bucket_mb,
+               c->batch / (bs->dp * c->micro_batches), c->seq, c->zero_stage, c->bucket_mb,
                c->dp_overlap ? " overlapped with backward" : "");
     printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d thread%s per rank, %.3f GFLOP per step\n",
            prog, c->data, c->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", c->batch, c->seq,

@@ -80,9 +80,15 @@ struct dtrain_train_config {
     char prom_textfile[DTRAIN_PATH_MAX]; /* node_exporter textfile (.prom) kept up to date, or "" */
     long log_every;                   /* print every this many steps; 0: never */
     /* parallel (dtrain_parallel.h); one process may run several micro-batches
-     * (gradient accumulation); ZeRO-1 shards nothing there */
+     * (gradient accumulation); ZeRO shards nothing there */
     int micro_batches;                /* m: each data-parallel rank's rows run as m micro-batches */
-    int zero1;                        /* shard the AdamW state over the data-parallel ranks */
+    int zero_stage;                   /* ZeRO over the data-parallel ranks: 0 none, 1 the AdamW state, 2 also the
+                                       * reduced gradients (3 is refused: dtrain_parallel_check) */
+    int recompute;                    /* activation recomputation, enum dtrain_recompute (dtrain_stage.h):
+                                       * 0 none, 1 selective (attention probabilities), 2 full */
+    int memory_report;                /* each rank prints its memory as one JSON line at the start */
+    double loss_scale;                /* fp16: the initial loss scale (dynamic loss scaling) */
+    long loss_scale_window;           /* fp16: steps without an overflow before the scale doubles */
     double bucket_mb;                 /* data-parallel gradient buckets of about this many MB */
     int dp_overlap;                   /* reduce buckets in a thread while backward goes on */
     int comm_timeout;                 /* seconds a communicator may make no progress */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Data parallelism: bucketed, overlapped gradient reduction, ZeRO-1, the
+/* Data parallelism: bucketed, overlapped gradient reduction, ZeRO, the
  * norm share and the update; see dtrain_dp.h. */
 #include "dtrain_dp.h"
 #include "dtrain_pcomm.h"
@@ -19,11 +19,11 @@ struct bucket {
     struct dtrain_shard_range *ranges; /* local ranges, in unit order (in dp->ranges) */
     int nranges;
     size_t packed;        /* floats of the ranges */
-    size_t share;         /* ZeRO-1: ceil(packed / D), this rank's part; else packed */
-    float *grad;          /* packed gradients, share * D floats (padding stays 0) */
-    float *param;         /* ZeRO-1: packed parameters, share * D floats */
-    size_t state_offset;  /* ZeRO-1: where this bucket's share starts in the moments */
-    struct span *norm;    /* ZeRO-1: parts of this rank's share that count in the norm (in dp->spans) */
+    size_t share;         /* ZeRO: ceil(packed / D), this rank's part; else packed */
+    float *grad;          /* packed gradients, share * D floats (padding stays 0); stage 2: the share only */
+    float *param;         /* stage 1: packed parameters, share * D floats */
+    size_t state_offset;  /* ZeRO: where this bucket's share starts in the moments */
+    struct span *norm;    /* ZeRO: parts of this rank's share that count in the norm (in dp->spans) */
     int nnorm;
     int pending;          /* units of this step not ready yet */
 };
@@ -33,18 +33,22 @@ struct dtrain_dp {
     dtrain_comm *comm;  /* NULL when D = 1 */
     struct dtrain_pcomm pc; /* comm on the kernels' memory */
     int size, rank;     /* D, this rank */
-    int zero1, overlap, local; /* local: D = 1 without ZeRO-1, nothing to reduce */
+    int zero1;          /* ZeRO stage 1 or 2: the optimizer state is sharded */
+    int stage2;         /* and a bucket keeps only its share of the gradient */
+    int overlap, local; /* local: D = 1 without ZeRO, nothing to reduce */
+    float *scratch;     /* stage 2: the largest bucket, padded (packing, reduce-scatter, all-gather) */
+    size_t scratch_floats;
     const struct dtrain_shard *shard;
     float *params, *grads;
     struct bucket *buckets;
     int nbuckets;
     struct dtrain_shard_range *ranges; /* every unit's ranges, in unit order */
-    struct span *spans;                /* ZeRO-1: the buckets' norm spans */
+    struct span *spans;                /* ZeRO: the buckets' norm spans */
     int *unit_bucket;   /* unit -> bucket */
     char *unit_ready;   /* this step */
     int nunits;
     int next_bucket;    /* the next bucket to hand over, in order */
-    struct span *norm;  /* without ZeRO-1: merged in-norm ranges of the local vector */
+    struct span *norm;  /* without ZeRO: merged in-norm ranges of the local vector */
     int nnorm;
     struct dtrain_adamw *adamw; /* moments of the whole local vector, or of the shares */
     double exposed;
@@ -89,19 +93,37 @@ static void unpack(struct dtrain_kernels *k, const struct bucket *b, const float
     }
 }
 
+/* ZeRO: this rank's share of bucket b's summed gradient. */
+static float *share_grad(const struct dtrain_dp *dp, const struct bucket *b)
+{
+    return dp->stage2 ? b->grad : b->grad + (size_t)dp->rank * b->share;
+}
+
+/* Stage 2: bucket b's padding in the shared scratch (the scratch held a
+ * larger bucket before): zero, so that the padded tail is the same as in
+ * stage 1's own buffers. */
+static void zero_padding(struct dtrain_dp *dp, const struct bucket *b)
+{
+    size_t padded = b->share * (size_t)dp->size;
+    if (padded > b->packed)
+        dtrain_k_zero(dp->k, dp->scratch + b->packed, (padded - b->packed) * sizeof(float));
+}
+
 /* Sum bucket b over the DP group: in the gradients (all-reduce), or into
- * this rank's share of b->grad (ZeRO-1: reduce-scatter). */
+ * this rank's share of b->grad (ZeRO: reduce-scatter). */
 static int reduce_bucket(struct dtrain_dp *dp, struct bucket *b, char *err, size_t errlen)
 {
-    pack(dp->k, b, dp->grads, b->grad);
+    /* stage 2 packs into the scratch and keeps only its share of the sum */
+    float *packed = dp->stage2 && dp->comm != NULL ? dp->scratch : b->grad;
+    pack(dp->k, b, dp->grads, packed);
+    if (packed == dp->scratch)
+        zero_padding(dp, b);
     if (dp->comm == NULL)
-        return DTRAIN_OK; /* ZeRO-1 on D = 1: the share is the bucket */
+        return DTRAIN_OK; /* ZeRO on D = 1: the share is the bucket */
     int rc;
-    if (dp->zero1) {
-        float *mine = b->grad + (size_t)dp->rank * b->share;
-        return dtrain_pcomm_reduce_scatter(&dp->pc, b->grad, mine, b->share, "data-parallel reduce-scatter", err,
-                                           errlen);
-    }
+    if (dp->zero1)
+        return dtrain_pcomm_reduce_scatter(&dp->pc, packed, share_grad(dp, b), b->share,
+                                           "data-parallel reduce-scatter", err, errlen);
     if ((rc = dtrain_pcomm_allreduce(&dp->pc, b->grad, b->packed, "data-parallel all-reduce", err, errlen)) !=
         DTRAIN_OK)
         return rc;
@@ -157,7 +179,7 @@ static int cmp_range(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Without ZeRO-1: the in-norm parts of the local vector, sorted and merged
+/* Without ZeRO: the in-norm parts of the local vector, sorted and merged
  * (one span for a whole model on one rank, as the single-process trainer
  * sums it). */
 static int build_norm_spans(struct dtrain_dp *dp)
@@ -181,7 +203,7 @@ static int build_norm_spans(struct dtrain_dp *dp)
     return 0;
 }
 
-/* ZeRO-1: the in-norm parts of this rank's share [d*share, (d+1)*share) of
+/* ZeRO: the in-norm parts of this rank's share [d*share, (d+1)*share) of
  * bucket space. */
 static void build_share_norm(const struct dtrain_dp *dp, struct bucket *b)
 {
@@ -237,12 +259,15 @@ static int build_buckets(struct dtrain_dp *dp, size_t bucket_floats)
         struct bucket *b = &dp->buckets[i];
         b->share = dp->zero1 ? (b->packed + (size_t)dp->size - 1) / (size_t)dp->size : b->packed;
         size_t padded = dp->zero1 ? b->share * (size_t)dp->size : b->packed;
-        b->grad = dtrain_k_alloc(dp->k, padded * sizeof(float));
+        if (padded > dp->scratch_floats)
+            dp->scratch_floats = padded;
+        if (dp->local)
+            continue; /* D = 1 without ZeRO: nothing is packed */
+        b->grad = dtrain_k_alloc(dp->k, (dp->stage2 ? b->share : padded) * sizeof(float));
         if (b->grad == NULL)
             return -1;
         if (dp->zero1) {
-            b->param = dtrain_k_alloc(dp->k, padded * sizeof(float));
-            if (b->param == NULL)
+            if (!dp->stage2 && (b->param = dtrain_k_alloc(dp->k, padded * sizeof(float))) == NULL)
                 return -1;
             b->state_offset = state;
             state += b->share;
@@ -251,6 +276,8 @@ static int build_buckets(struct dtrain_dp *dp, size_t bucket_floats)
             spans += (size_t)b->nnorm;
         }
     }
+    if (dp->stage2 && (dp->scratch = dtrain_k_alloc(dp->k, dp->scratch_floats * sizeof(float))) == NULL)
+        return -1;
     return 0;
 }
 
@@ -267,7 +294,8 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
     dp->size = comm != NULL ? dtrain_comm_size(comm) : 1;
     dp->comm = dp->size > 1 ? comm : NULL;
     dp->rank = dp->comm != NULL ? dtrain_comm_rank(comm) : 0;
-    dp->zero1 = opt->zero1;
+    dp->zero1 = opt->zero_stage >= 1;
+    dp->stage2 = opt->zero_stage >= 2;
     dp->local = dp->comm == NULL && !dp->zero1;
     /* The reducer thread packs and reduces while the main thread runs the
      * backward: only on host memory, where the copies are plain memcpy.  A
@@ -345,6 +373,8 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
         dtrain_k_free(dp->k, dp->buckets[i].grad);
         dtrain_k_free(dp->k, dp->buckets[i].param);
     }
+    if (dp->k != NULL)
+        dtrain_k_free(dp->k, dp->scratch);
     dtrain_adamw_destroy(dp->adamw);
     dtrain_pcomm_release(&dp->pc);
     free(dp->buckets);
@@ -364,6 +394,20 @@ size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp)
 }
 
 double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp) { return dp->exposed; }
+
+void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m)
+{
+    size_t grad = 0, comm = dp->scratch_floats * (dp->scratch != NULL);
+    for (int i = 0; i < dp->nbuckets && !dp->local; i++) {
+        const struct bucket *b = &dp->buckets[i];
+        size_t padded = dp->zero1 ? b->share * (size_t)dp->size : b->packed;
+        grad += dp->stage2 ? b->share : padded;
+        comm += b->param != NULL ? padded : 0;
+    }
+    m->grad_bytes = grad * sizeof(float);
+    m->optimizer_bytes = dtrain_dp_optimizer_floats(dp) * sizeof(float);
+    m->comm_bytes = comm * sizeof(float);
+}
 
 int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx)
 {
@@ -454,7 +498,7 @@ double dtrain_dp_norm_sumsq(struct dtrain_dp *dp)
     if (dp->zero1) {
         for (int i = 0; i < dp->nbuckets; i++) {
             const struct bucket *b = &dp->buckets[i];
-            const float *mine = b->grad + (size_t)dp->rank * b->share;
+            const float *mine = share_grad(dp, b);
             for (int j = 0; j < b->nnorm; j++)
                 sum += dtrain_k_sumsq(dp->k, mine + b->norm[j].offset, b->norm[j].count);
         }
@@ -477,16 +521,19 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
     for (int i = 0; i < dp->nbuckets; i++) {
         struct bucket *b = &dp->buckets[i];
         size_t at = (size_t)dp->rank * b->share;
-        pack(dp->k, b, dp->params, b->param);
-        dtrain_adamw_update_range(dp->adamw, b->state_offset, b->share, b->param + at, b->grad + at,
+        float *param = dp->stage2 ? dp->scratch : b->param; /* stage 2: the reductions are over */
+        pack(dp->k, b, dp->params, param);
+        if (param == dp->scratch)
+            zero_padding(dp, b);
+        dtrain_adamw_update_range(dp->adamw, b->state_offset, b->share, param + at, share_grad(dp, b),
                                   c, step, lr, grad_scale);
         if (dp->comm != NULL) {
-            int rc = dtrain_pcomm_all_gather(&dp->pc, b->param + at, b->param, b->share,
-                                             "ZeRO-1 all-gather of the parameters", err, errlen);
+            int rc = dtrain_pcomm_all_gather(&dp->pc, param + at, param, b->share,
+                                             "ZeRO all-gather of the parameters", err, errlen);
             if (rc != DTRAIN_OK)
                 return rc;
         }
-        unpack(dp->k, b, b->param, dp->params);
+        unpack(dp->k, b, param, dp->params);
     }
     return DTRAIN_OK;
 }

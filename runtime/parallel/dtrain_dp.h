@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: data parallelism for one rank's shard: the gradient
  * all-reduce in buckets, overlapped with the backward pass, optionally
- * ZeRO-1, the rank's share of the global gradient norm, and the update.
+ * ZeRO stages 1 and 2, the rank's share of the global gradient norm, and the update.
  *
  * Buckets.  The shard's gradient units (dtrain_shard.h: head, layers top
  * down, wpe; wte alone) are grouped, in the order backward finishes them,
@@ -13,12 +13,24 @@
  * waits for dtrain_dp_finish (overlap = 0).  Every rank of a DP group has
  * the same shard layout, so the same buckets in the same order.
  *
- * ZeRO-1.  Each bucket is padded to a multiple of D and reduce-scattered
- * instead of all-reduced: DP rank d keeps the d-th 1/D of every bucket's
- * summed gradient and the AdamW moments of exactly those elements (1/D of
- * the optimizer state); dtrain_dp_update runs AdamW on that share and
- * all-gathers the updated parameters.  AdamW being element-wise, the
- * result is the unsharded update's.
+ * ZeRO stage 1.  Each bucket is padded to a multiple of D and
+ * reduce-scattered instead of all-reduced: DP rank d keeps the d-th 1/D of
+ * every bucket's summed gradient and the AdamW moments of exactly those
+ * elements (1/D of the optimizer state); dtrain_dp_update runs AdamW on
+ * that share and all-gathers the updated parameters.  AdamW being
+ * element-wise, the result is the unsharded update's.  Stage 1 keeps a
+ * padded gradient and parameter buffer per bucket (a second copy of the
+ * local vector each).
+ *
+ * ZeRO stage 2.  The same reduce-scatter, bucket by bucket as backward
+ * finishes them (in the reducer thread with overlap), but a bucket keeps
+ * only the rank's share of the summed gradient (share floats); packing,
+ * the reduce-scatter and the parameter all-gather go through one scratch
+ * buffer of the largest bucket.  The results are stage 1's bit for bit
+ * (the same sums, the same update); what changes is the memory
+ * (dtrain_dp_memory).  The backward still accumulates the micro-batches'
+ * gradients in the stage's one local gradient vector: that vector is not
+ * sharded (see doc/parallel.md).
  *
  * Norm.  dtrain_dp_norm_sumsq is this rank's share of the sum of squares
  * of the reduced gradient: each parameter of the whole model counted once
@@ -44,7 +56,7 @@ extern "C" {
 struct dtrain_dp; /* opaque */
 
 struct dtrain_dp_options {
-    int zero1;            /* shard the optimizer state */
+    int zero_stage;       /* 0: none, 1: shard the optimizer state, 2: and the reduced gradients */
     int overlap;          /* reduce buckets in a thread during backward */
     size_t bucket_floats; /* aim for buckets of about this many floats (>= 1) */
 };
@@ -62,9 +74,18 @@ int dtrain_dp_buckets(const struct dtrain_dp *dp);
 /* Floats of AdamW state (m and v) this rank keeps: 2 * its share. */
 size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp);
 
+/* Bytes of backend memory dp holds (allocated in dtrain_dp_create):
+ * reduced gradients kept (stage 2: the shares; else the bucket buffers),
+ * AdamW moments, and communication buffers (stage 1's parameter buckets,
+ * stage 2's scratch). */
+struct dtrain_dp_memory {
+    size_t grad_bytes, optimizer_bytes, comm_bytes;
+};
+void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m);
+
 /* The AdamW moments this rank keeps, as runs of the local parameter vector
- * (checkpoints save and load them): without ZeRO-1 one run, the whole
- * vector; with ZeRO-1, bucket by bucket, the parts of the local vector that
+ * (checkpoints save and load them): without ZeRO one run, the whole
+ * vector; with ZeRO (stage 1 or 2), bucket by bucket, the parts of the local vector that
  * this rank's share [d*share, (d+1)*share) of the bucket covers (padding
  * left out).  fn gets each run's local offset and length and its m and v
  * (backend memory, writable); a non-zero return stops the walk and is
@@ -84,7 +105,7 @@ int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen);
 /* This rank's share of the squared global gradient norm (see above). */
 double dtrain_dp_norm_sumsq(struct dtrain_dp *dp);
 
-/* AdamW with the clip factor grad_scale; with ZeRO-1 also the all-gather
+/* AdamW with the clip factor grad_scale; with ZeRO also the all-gather
  * of the updated parameters. */
 int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, long step,
                      double lr, float grad_scale, char *err, size_t errlen);

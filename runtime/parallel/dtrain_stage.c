@@ -27,6 +27,11 @@ struct dtrain_stage {
     const struct dtrain_shard *sh;
     struct dtrain_tp *tp;
     int B, T, N, nl;
+    enum dtrain_recompute recompute;
+    struct slot layer;                  /* selective: att of one layer; full: one layer's activations */
+    float *layer_memory;
+    float *recompute_out;               /* full: (N,C), the recomputed layer's output (discarded) */
+    size_t activation_floats;
     float *params, *grads;
     int nslots;
     struct slot *slots;
@@ -45,31 +50,64 @@ static float *carve(float *base, size_t *used, size_t count)
     return p;
 }
 
+/* A slot's arrays; with recomputation the layers' arrays that are not kept
+ * are left out (nl_acts layers of them, nl_att of att). */
 static size_t layout_slot(const struct dtrain_stage *st, float *base, struct slot *s)
 {
     const struct dtrain_shard *sh = st->sh;
     size_t nl = (size_t)st->nl, N = (size_t)st->N, C = (size_t)sh->model.channels;
+    size_t nl_acts = st->recompute == DTRAIN_RECOMPUTE_FULL ? 0 : nl;
+    size_t nl_att = st->recompute == DTRAIN_RECOMPUTE_NONE ? nl : 0;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, NHL = (size_t)sh->heads;
     size_t T = (size_t)st->T, used = 0;
     size_t head = sh->has_head ? 1 : 0;
     s->res = carve(base, &used, (nl + 1) * N * C);
-    s->ln1 = carve(base, &used, nl * N * C);
-    s->ln1_mean = carve(base, &used, nl * N);
-    s->ln1_rstd = carve(base, &used, nl * N);
-    s->qkv = carve(base, &used, nl * N * 3 * CL);
-    s->atty = carve(base, &used, nl * N * CL);
-    s->att = carve(base, &used, nl * (size_t)st->B * NHL * T * T);
-    s->res2 = carve(base, &used, nl * N * C);
-    s->ln2 = carve(base, &used, nl * N * C);
-    s->ln2_mean = carve(base, &used, nl * N);
-    s->ln2_rstd = carve(base, &used, nl * N);
-    s->fch = carve(base, &used, nl * N * FL);
-    s->fch_gelu = carve(base, &used, nl * N * FL);
+    s->ln1 = carve(base, &used, nl_acts * N * C);
+    s->ln1_mean = carve(base, &used, nl_acts * N);
+    s->ln1_rstd = carve(base, &used, nl_acts * N);
+    s->qkv = carve(base, &used, nl_acts * N * 3 * CL);
+    s->atty = carve(base, &used, nl_acts * N * CL);
+    s->att = carve(base, &used, nl_att * (size_t)st->B * NHL * T * T);
+    s->res2 = carve(base, &used, nl_acts * N * C);
+    s->ln2 = carve(base, &used, nl_acts * N * C);
+    s->ln2_mean = carve(base, &used, nl_acts * N);
+    s->ln2_rstd = carve(base, &used, nl_acts * N);
+    s->fch = carve(base, &used, nl_acts * N * FL);
+    s->fch_gelu = carve(base, &used, nl_acts * N * FL);
     s->lnf = carve(base, &used, head * N * C);
     s->lnf_mean = carve(base, &used, head * N);
     s->lnf_rstd = carve(base, &used, head * N);
     s->logits = carve(base, &used, head * N * (size_t)sh->vocab_rows);
     s->losses = carve(base, &used, head * N);
+    return used;
+}
+
+/* The one layer's arrays that recomputation refills (st->layer): full,
+ * every per-layer array of one layer and the discarded output; selective,
+ * att of one layer. */
+static size_t layout_layer(struct dtrain_stage *st, float *base)
+{
+    const struct dtrain_shard *sh = st->sh;
+    size_t N = (size_t)st->N, C = (size_t)sh->model.channels, T = (size_t)st->T;
+    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, NHL = (size_t)sh->heads, used = 0;
+    struct slot *s = &st->layer;
+    if (st->recompute == DTRAIN_RECOMPUTE_NONE)
+        return 0;
+    s->att = carve(base, &used, (size_t)st->B * NHL * T * T);
+    if (st->recompute != DTRAIN_RECOMPUTE_FULL)
+        return used;
+    s->ln1 = carve(base, &used, N * C);
+    s->ln1_mean = carve(base, &used, N);
+    s->ln1_rstd = carve(base, &used, N);
+    s->qkv = carve(base, &used, N * 3 * CL);
+    s->atty = carve(base, &used, N * CL);
+    s->res2 = carve(base, &used, N * C);
+    s->ln2 = carve(base, &used, N * C);
+    s->ln2_mean = carve(base, &used, N);
+    s->ln2_rstd = carve(base, &used, N);
+    s->fch = carve(base, &used, N * FL);
+    s->fch_gelu = carve(base, &used, N * FL);
+    st->recompute_out = carve(base, &used, N * C);
     return used;
 }
 
@@ -89,8 +127,8 @@ static size_t layout_shared(struct dtrain_stage *st, float *base)
 }
 
 int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *shard,
-                        struct dtrain_tp *tp, int B, int T, int slots, struct dtrain_stage **out,
-                        char *err, size_t errlen)
+                        struct dtrain_tp *tp, int B, int T, int slots, enum dtrain_recompute recompute,
+                        struct dtrain_stage **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (B < 1 || T < 1 || T > shard->model.max_seq_len || (size_t)B * T > (size_t)1 << 31 || slots < 1) {
@@ -109,6 +147,7 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->N = B * T;
     st->nl = shard->layer_end - shard->layer_begin;
     st->nslots = slots;
+    st->recompute = recompute;
     size_t n = shard->count;
     st->params = dtrain_k_alloc(k, n * sizeof(float));
     st->grads = dtrain_k_alloc(k, n * sizeof(float));
@@ -119,10 +158,17 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->shared = dtrain_k_alloc(k, layout_shared(st, NULL) * sizeof(float));
     if (st->shared == NULL)
         goto oom;
-    layout_shared(st, st->shared);
+    st->activation_floats = layout_shared(st, st->shared);
+    size_t layer = layout_layer(st, NULL);
+    if (layer > 0 && (st->layer_memory = dtrain_k_alloc(k, layer * sizeof(float))) == NULL)
+        goto oom;
+    layout_layer(st, st->layer_memory);
+    st->activation_floats += layer;
     for (int i = 0; i < slots; i++) {
         struct slot *s = &st->slots[i];
-        s->memory = dtrain_k_alloc(k, layout_slot(st, NULL, s) * sizeof(float));
+        size_t floats = layout_slot(st, NULL, s);
+        st->activation_floats += floats;
+        s->memory = dtrain_k_alloc(k, floats * sizeof(float));
         s->inputs = dtrain_k_alloc(k, (size_t)st->N * sizeof(int32_t));
         s->targets = dtrain_k_alloc(k, (size_t)st->N * sizeof(int32_t));
         if (s->memory == NULL || s->inputs == NULL || s->targets == NULL)
@@ -149,6 +195,7 @@ void dtrain_stage_destroy(struct dtrain_stage *st)
     }
     free(st->slots);
     dtrain_k_free(st->k, st->shared);
+    dtrain_k_free(st->k, st->layer_memory);
     dtrain_k_free(st->k, st->params);
     dtrain_k_free(st->k, st->grads);
     free(st->host_losses);
@@ -156,6 +203,13 @@ void dtrain_stage_destroy(struct dtrain_stage *st)
 }
 
 size_t dtrain_stage_num_params(const struct dtrain_stage *st) { return st->sh->count; }
+
+void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memory *m)
+{
+    m->param_bytes = m->grad_bytes = st->sh->count * sizeof(float);
+    /* tokens of each slot count with the activations */
+    m->activation_bytes = st->activation_floats * sizeof(float) + (size_t)st->nslots * 2 * st->N * sizeof(int32_t);
+}
 float *dtrain_stage_params(struct dtrain_stage *st) { return st->params; }
 float *dtrain_stage_grads(struct dtrain_stage *st) { return st->grads; }
 
@@ -193,10 +247,15 @@ float *dtrain_stage_output(struct dtrain_stage *st, int slot)
 float *dtrain_stage_grad(struct dtrain_stage *st) { return st->dres; }
 size_t dtrain_stage_act_floats(const struct dtrain_stage *st) { return (size_t)st->N * st->sh->model.channels; }
 
-/* Local layer i's activations inside slot s. */
+/* Local layer i's activations inside slot s (full recomputation: the
+ * stage's one set; selective: att is the stage's). */
 static void layer_acts(const struct dtrain_stage *st, const struct slot *s, int i, struct dtrain_block_acts *a)
 {
     const struct dtrain_shard *sh = st->sh;
+    if (st->recompute == DTRAIN_RECOMPUTE_FULL) {
+        s = &st->layer;
+        i = 0;
+    }
     size_t l = (size_t)i, N = (size_t)st->N, C = (size_t)sh->model.channels;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width;
     a->ln1 = s->ln1 + l * N * C;
@@ -211,6 +270,8 @@ static void layer_acts(const struct dtrain_stage *st, const struct slot *s, int 
     a->ln2_rstd = s->ln2_rstd + l * N;
     a->fch = s->fch + l * N * FL;
     a->fch_gelu = s->fch_gelu + l * N * FL;
+    if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE)
+        a->att = st->layer.att;
 }
 
 static float *residual(const struct dtrain_stage *st, const struct slot *s, int i)
@@ -293,6 +354,13 @@ int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
         dtrain_shard_block_weights(sh, params, i, &w);
         dtrain_shard_block_grads(sh, grads, i, &g);
         layer_acts(st, s, i, &a);
+        /* recomputation: what forward did not keep, from what it kept */
+        if (st->recompute == DTRAIN_RECOMPUTE_FULL &&
+            (rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), st->recompute_out,
+                                       dtrain_tp_block_hook(st->tp), err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE) /* atty again into datty, overwritten below */
+            dtrain_k_attention_forward(st->k, st->scratch.datty, a.att, a.qkv, st->B, st->T, shape.NH, shape.HS);
         rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), st->dres,
                                    dtrain_tp_block_hook(st->tp), err, errlen);
         if (rc != DTRAIN_OK)

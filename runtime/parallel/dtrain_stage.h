@@ -14,6 +14,18 @@
  *                   the next stage sent;  blocks l1-1..l0;  grad is then the
  *                   gradient of input(slot)  [stage 0: embedding backward]
  * Parameter gradients accumulate over micro-batches (dtrain_kernels.h).
+ *
+ * Activation recomputation (enum dtrain_recompute).  none: every layer's
+ * activations of every slot are kept from forward to backward.  full: a
+ * slot keeps only the residual stream entering each layer (and the head's);
+ * the layers' activations live in one set for the stage, overwritten layer
+ * after layer in forward, and backward runs layer i's forward again from
+ * its input (tensor-parallel all-reduces included) just before its
+ * backward.  selective: only attention's probabilities (B,NH,T,T per layer,
+ * the term quadratic in T) are not kept: one buffer for the stage, and
+ * backward recomputes layer i's softmax from its kept qkv.  The kernels
+ * being deterministic, the recomputed values are the forward's bits, so
+ * every mode gives the same results bit for bit (tests/parallel/test_train).
  * With T = P = 1 and one micro-batch this is exactly dtrain_gpt2's forward
  * and backward, operation for operation. */
 #ifndef DTRAIN_STAGE_H
@@ -31,11 +43,25 @@ extern "C" {
 
 struct dtrain_stage; /* opaque */
 
+enum dtrain_recompute {
+    DTRAIN_RECOMPUTE_NONE = 0,
+    DTRAIN_RECOMPUTE_SELECTIVE = 1, /* attention probabilities */
+    DTRAIN_RECOMPUTE_FULL = 2,      /* every layer from its input */
+};
+
 /* A stage for micro-batches of B x T tokens with `slots` of them in flight.
  * k, shard and tp must outlive it.  Parameters and gradients start at 0. */
 int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *shard,
-                        struct dtrain_tp *tp, int B, int T, int slots, struct dtrain_stage **out,
-                        char *err, size_t errlen);
+                        struct dtrain_tp *tp, int B, int T, int slots, enum dtrain_recompute recompute,
+                        struct dtrain_stage **out, char *err, size_t errlen);
+
+/* Bytes of backend memory the stage allocated: parameters, gradients, and
+ * activations (every slot's plus the shared backward buffers: all of it is
+ * allocated up front, so this is the peak). */
+struct dtrain_stage_memory {
+    size_t param_bytes, grad_bytes, activation_bytes;
+};
+void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memory *m);
 void dtrain_stage_destroy(struct dtrain_stage *st);
 
 size_t dtrain_stage_num_params(const struct dtrain_stage *st);

@@ -66,7 +66,7 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
 /* The writing job's layout and this rank's place in it, as checkpoints record it. */
 static struct dtrain_sckpt_layout layout_of(const struct dtrain_bootstrap *bs, const struct dtrain_train_config *cfg)
 {
-    return (struct dtrain_sckpt_layout){bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero1, bs->rank,
+    return (struct dtrain_sckpt_layout){bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero_stage >= 1, bs->rank,
                                         bs->tp_rank, bs->pp_rank, bs->dp_rank};
 }
 
@@ -195,7 +195,7 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
         if (add_piece(&load, (struct dtrain_sckpt_piece){runs.r[i].whole, runs.r[i].count,
                                                         params + runs.r[i].local, NULL, NULL}) != 0)
             goto oom;
-    struct state_ctx ctx = {&runs, params, cfg->zero1 || bs->dp_rank == 0, &save, &load, out};
+    struct state_ctx ctx = {&runs, params, cfg->zero_stage >= 1 || bs->dp_rank == 0, &save, &load, out};
     if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
         goto oom;
     if (save.n > 0)
@@ -269,8 +269,10 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
     }
     dtrain_watchdog_beat(f->wd, "writing a checkpoint", step);
     dtrain_ft_pieces_download(&f->pieces);
+    struct dtrain_sckpt_scaler scaler;
+    dtrain_ptrainer_scaler(f->t, &scaler);
     int rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
-                               f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
+                               &scaler, f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
                                errlen);
     dtrain_watchdog_beat(f->wd, "training", step);
     if (rc == DTRAIN_OK) {
@@ -331,6 +333,7 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
         dtrain_ft_pieces_upload(&f->pieces);
         f->last_dir = dir;
         dtrain_ptrainer_set_position(f->t, (long)res.step, res.data_batches);
+        dtrain_ptrainer_set_scaler(f->t, &res.scaler);
         f->last_ckpt = (long)res.step;
         f->sum->load_s = st.seconds;
         f->sum->load_bytes = st.bytes;
@@ -495,6 +498,11 @@ static int train(struct ft *f, char *err, size_t errlen)
         if (ctl.skipped) {
             if ((rc = nonfinite(f, &r, &in_a_row, err, errlen)) != DTRAIN_OK)
                 return rc;
+        } else if (r.overflow) {
+            /* fp16: the scaled gradients overflowed; the scaler backed off (not a fault) */
+            if (is_root(f) && c->log_every > 0)
+                fprintf(f->progress, "%s: step %ld: gradient overflow at loss scale %g (fp16): step skipped, its "
+                        "batch consumed, scale now %g\n", f->prog, r.base.step, r.loss_scale, r.loss_scale / 2);
         } else {
             in_a_row = 0;
             if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK)
@@ -590,8 +598,10 @@ int dtrain_ft_save(struct dtrain_ptrainer *t, const struct dtrain_train_config *
     if (rc != DTRAIN_OK)
         return rc;
     dtrain_ft_pieces_download(&p);
+    struct dtrain_sckpt_scaler scaler;
+    dtrain_ptrainer_scaler(t, &scaler);
     rc = dtrain_sckpt_save(dir, cfg, &layout, (uint64_t)dtrain_ptrainer_steps_done(t),
-                           dtrain_ptrainer_data_batches(t), world, p.save, p.nsave, cfg->ckpt_keep, 0, &st, err, errlen);
+                           dtrain_ptrainer_data_batches(t), &scaler, world, p.save, p.nsave, cfg->ckpt_keep, 0, &st, err, errlen);
     dtrain_ft_pieces_free(&p);
     return rc;
 }
@@ -614,6 +624,7 @@ int dtrain_ft_load(struct dtrain_ptrainer *t, const struct dtrain_train_config *
     if (rc == DTRAIN_OK) {
         dtrain_ft_pieces_upload(&p);
         dtrain_ptrainer_set_position(t, (long)res.step, res.data_batches);
+        dtrain_ptrainer_set_scaler(t, &res.scaler);
     }
     dtrain_ft_pieces_free(&p);
     return rc;

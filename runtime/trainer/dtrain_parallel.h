@@ -5,7 +5,7 @@
  *       The trainer inside `srun --mpi=pmi2 dtrain-launch [CONFIG] [flags]`:
  *       builds every communicator from the launcher's bootstrap, parses
  *       dtrain-train's config and flags (plus the "parallel" section:
- *       --micro-batches, --zero1, --bucket-mb, --dp-overlap), trains, and
+ *       --micro-batches, --zero-stage, --bucket-mb, --dp-overlap), trains, and
  *       returns the process exit code.  Rank 0 prints the progress lines
  *       and writes the metrics file.  dtrain-train (dtrain_train.h) runs
  *       the same program on a 1x1x1 bootstrap of its own.
@@ -42,6 +42,8 @@
 #include "dtrain_comm.h"
 #include "dtrain_train.h"
 
+struct dtrain_sckpt_scaler; /* dtrain_shard_ckpt.h */
+
 struct dtrain_shard;
 struct dtrain_dp;
 
@@ -74,6 +76,10 @@ struct dtrain_pstep_result {
     struct dtrain_step_result base; /* loss and norm of the whole job, every rank */
     double pipe_wait_ms;  /* this rank's time blocked in pipeline sends and receives */
     double compute_ms;    /* its time in forward and backward */
+    double loss_scale;    /* fp16: the loss scale of this step (1 otherwise) */
+    long overflow_steps;  /* fp16: steps skipped for a gradient overflow so far */
+    int overflow;         /* fp16: this step's scaled gradients overflowed: no update, the scale was
+                           * halved, the batch is consumed, the step is not (as for ctl->skipped) */
     double dp_exposed_ms; /* its wait for gradient buckets after backward */
 };
 
@@ -96,6 +102,33 @@ struct dtrain_pstep_control {
  * loss is an error). */
 int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_control *ctl,
                              struct dtrain_pstep_result *r, char *err, size_t errlen);
+
+/* Dynamic loss scaling (--precision fp16; GradScaler's semantics): the
+ * loss is multiplied by the scale (initially parallel.loss_scale) before
+ * backward, the gradients divided by it before the norm and clipping; a
+ * step whose gradient norm is not finite (an fp16 overflow) makes no
+ * update and halves the scale, and loss_scale_window steps in a row
+ * without one double it.  The state travels in checkpoints. */
+void dtrain_ptrainer_scaler(const struct dtrain_ptrainer *t, struct dtrain_sckpt_scaler *s);
+/* Take a checkpoint's scaler state (ignored when it has none, or when this
+ * run does not scale the loss). */
+void dtrain_ptrainer_set_scaler(struct dtrain_ptrainer *t, const struct dtrain_sckpt_scaler *s);
+
+/* This rank's backend memory by kind, as the stage, data parallelism and
+ * the tied embedding allocated it (all of it up front: the activations are
+ * the peak), and what the formula gives for the same layout (fp32, n local
+ * parameters, D data-parallel ranks): parameters 4n, the accumulated
+ * gradients 4n, the reduced gradients kept 4n (stage 0 and 1; none on
+ * D = 1 without ZeRO) or 4n/D (stage 2), AdamW moments 8n (stage 0) or
+ * 8n/D (stage 1, 2).  The measured figure is above the formula by the
+ * buckets' padding to a multiple of D. */
+struct dtrain_ptrainer_memory {
+    size_t params, grads, reduced_grads, optimizer, activations, comm;
+    size_t model_state, model_state_formula; /* params + grads + reduced_grads + optimizer */
+};
+void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m);
+/* The memory as one JSON line {"memory": {...}} (--memory-report). */
+void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out);
 
 /* Rank 0: the progress line (every log_every steps) and the metrics line
  * of a step. */

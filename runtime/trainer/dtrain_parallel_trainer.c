@@ -8,6 +8,7 @@
 #include "dtrain_pcomm.h"
 #include "dtrain_pipeline.h"
 #include "dtrain_shard.h"
+#include "dtrain_shard_ckpt.h"
 #include "dtrain_stage.h"
 #include "dtrain_tp.h"
 
@@ -41,6 +42,7 @@ struct dtrain_ptrainer {
     long step;
     uint64_t data_batches;
     double flops_per_step;       /* of the whole job */
+    struct dtrain_sckpt_scaler scaler; /* fp16: dynamic loss scaling (on 0 otherwise) */
 };
 
 static double now_seconds(void)
@@ -61,6 +63,16 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
     }
     if ((rc = dtrain_shard_plan(&c->model, tp, pp, 0, 0, &s, err, errlen)) != DTRAIN_OK)
         return rc;
+    if (c->precision == DTRAIN_PRECISION_FP16 && strcmp(c->backend, "cpu") != 0) {
+        snprintf(err, errlen, "--precision fp16 is emulated on the cpu kernels only (the %s kernels have no fp16 "
+                 "GEMMs here): use --backend cpu, or --precision bf16 on %s", c->backend, c->backend);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->zero_stage == 3) {
+        snprintf(err, errlen, "--zero-stage 3 (sharded parameters, FSDP) is not built in this version: use "
+                 "--zero-stage 2 (gradients and AdamW state sharded over the D ranks)");
+        return DTRAIN_ERR_INPUT;
+    }
     long split = (long)dp * c->micro_batches;
     if (c->batch % split != 0) {
         snprintf(err, errlen, "batch %d does not split into D=%d data-parallel ranks x %d micro-batches: "
@@ -148,11 +160,11 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     int N = t->micro_rows * T;
     if ((rc = dtrain_tp_create(t->k, comms->group[DTRAIN_GROUP_TP], c->model.vocab_size, t->shard.vocab_rows,
                                t->shard.vocab_begin, N, &t->tp, err, errlen)) != DTRAIN_OK ||
-        (rc = dtrain_stage_create(t->k, &t->shard, t->tp, t->micro_rows, T, slots, &t->stage,
-                                  err, errlen)) != DTRAIN_OK)
+        (rc = dtrain_stage_create(t->k, &t->shard, t->tp, t->micro_rows, T, slots,
+                                  (enum dtrain_recompute)c->recompute, &t->stage, err, errlen)) != DTRAIN_OK)
         goto fail;
     struct dtrain_dp_options dopt = {
-        .zero1 = c->zero1, .overlap = c->dp_overlap,
+        .zero_stage = c->zero_stage, .overlap = c->dp_overlap,
         .bucket_floats = (size_t)(c->bucket_mb * 1e6 / sizeof(float)) + 1,
     };
     if ((rc = dtrain_dp_create(t->k, comms->group[DTRAIN_GROUP_DP], &t->shard, dtrain_stage_params(t->stage),
@@ -184,6 +196,10 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         t->prom_on = 1;
     }
     t->flops_per_step = dtrain_gpt2_flops_per_step(&c->model, B, T);
+    if (dtrain_kernels_precision(t->k) == DTRAIN_PRECISION_FP16)
+        t->scaler = (struct dtrain_sckpt_scaler){1, c->loss_scale, 0, 0};
+    if (c->memory_report)
+        dtrain_ptrainer_memory_line(t, stdout);
     *out = t;
     return DTRAIN_OK;
 fail:
@@ -237,6 +253,50 @@ size_t dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, const float **par
     return t->shard.count;
 }
 
+void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m)
+{
+    struct dtrain_stage_memory sm;
+    struct dtrain_dp_memory dm;
+    dtrain_stage_memory(t->stage, &sm);
+    dtrain_dp_memory(t->dp, &dm);
+    size_t n = t->shard.count, D = (size_t)t->layout.dp, f = sizeof(float);
+    int stage = t->cfg.zero_stage, local = D == 1 && stage == 0;
+    m->params = sm.param_bytes;
+    m->grads = sm.grad_bytes;
+    m->reduced_grads = dm.grad_bytes;
+    m->optimizer = dm.optimizer_bytes;
+    m->activations = sm.activation_bytes;
+    m->comm = dm.comm_bytes + (t->tie != NULL ? t->shard.size[DTRAIN_GPT2_WTE] * f : 0);
+    m->model_state = m->params + m->grads + m->reduced_grads + m->optimizer;
+    m->model_state_formula = 4 * n + 4 * n + (local ? 0 : stage >= 2 ? 4 * n / D : 4 * n) +
+                             (stage >= 1 ? 8 * n / D : 8 * n);
+    (void)f;
+}
+
+void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
+{
+    static const char *const modes[] = {"none", "selective", "full"};
+    struct dtrain_ptrainer_memory m;
+    dtrain_ptrainer_memory(t, &m);
+    const struct dtrain_bootstrap *L = &t->layout;
+    fprintf(out, "{\"memory\": {\"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+            "\"zero_stage\": %d, \"recompute\": \"%s\", \"local_params\": %zu, \"params_bytes\": %zu, "
+            "\"grads_bytes\": %zu, \"reduced_grads_bytes\": %zu, \"optimizer_bytes\": %zu, "
+            "\"activations_bytes\": %zu, \"comm_bytes\": %zu, \"model_state_bytes\": %zu, "
+            "\"model_state_formula_bytes\": %zu}}\n", L->rank, L->tp_rank, L->pp_rank, L->dp_rank,
+            t->cfg.zero_stage, modes[t->cfg.recompute], t->shard.count, m.params, m.grads, m.reduced_grads,
+            m.optimizer, m.activations, m.comm, m.model_state, m.model_state_formula);
+    fflush(out);
+}
+
+void dtrain_ptrainer_scaler(const struct dtrain_ptrainer *t, struct dtrain_sckpt_scaler *s) { *s = t->scaler; }
+
+void dtrain_ptrainer_set_scaler(struct dtrain_ptrainer *t, const struct dtrain_sckpt_scaler *s)
+{
+    if (t->scaler.on && s->on)
+        t->scaler = *s;
+}
+
 /* ------------------------------------------------------------ the step */
 
 static void unit_done(void *ctx, int unit)
@@ -258,11 +318,12 @@ static int p2p(struct dtrain_pcomm *c, int send, float *buf, size_t floats, cons
 static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
                         char *err, size_t errlen)
 {
+    double scale = t->scaler.on ? t->scaler.scale : 1.0;
     const struct dtrain_bootstrap *L = &t->layout;
     struct dtrain_pcomm *prev = &t->prev, *next = &t->next;
     size_t act = dtrain_stage_act_floats(t->stage);
     int T = t->cfg.seq, m = t->cfg.micro_batches;
-    float dloss = 1.0f / (float)((long)t->cfg.batch * T);
+    float dloss = (float)(scale / (double)((long)t->cfg.batch * T)); /* fp16: the scaled loss's */
     int rc = DTRAIN_OK;
     for (long a = 0; a < t->nactions && rc == DTRAIN_OK; a++) {
         const struct dtrain_pipe_action *x = &t->actions[a];
@@ -360,7 +421,25 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
                                        "loss and gradient norm", err, errlen)) != DTRAIN_OK)
         return rc;
     float loss = (float)(all[0] / ((double)c->batch * c->seq));
-    double norm = sqrt(all[1]);
+    double scale = t->scaler.on ? t->scaler.scale : 1.0;
+    double norm = sqrt(all[1]) / scale; /* of the unscaled gradients */
+    r->loss_scale = scale;
+    r->overflow = 0;
+    if (t->scaler.on && isfinite(loss) && !isfinite(norm)) {
+        /* fp16 overflow (every rank saw the same sums): no update, back off */
+        t->scaler.scale = scale / 2;
+        t->scaler.good_steps = 0;
+        t->scaler.overflow_steps++;
+        if (ctl != NULL)
+            ctl->flags = all[2];
+        r->base.step = t->step;
+        r->base.loss = loss;
+        r->base.grad_norm = norm;
+        r->overflow = 1;
+        r->overflow_steps = (long)t->scaler.overflow_steps;
+        t->data_batches++;
+        return DTRAIN_OK;
+    }
     if (ctl != NULL) {
         ctl->flags = all[2];
         ctl->skipped = !isfinite(loss) || !isfinite(norm);
@@ -380,9 +459,15 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
         return DTRAIN_ERR_SYSTEM;
     }
     double lr = dtrain_lr_at(&c->optim, t->step);
-    if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, dtrain_clip_scale(&c->optim, norm),
+    /* the clip factor and, with fp16, the unscaling in one factor */
+    if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, (float)(dtrain_clip_scale(&c->optim, norm) / scale),
                                err, errlen)) != DTRAIN_OK)
         return rc;
+    if (t->scaler.on && ++t->scaler.good_steps >= (uint64_t)c->loss_scale_window) {
+        t->scaler.scale = scale * 2;
+        t->scaler.good_steps = 0;
+    }
+    r->overflow_steps = (long)t->scaler.overflow_steps;
     dtrain_k_sync(t->k);
     double seconds = now_seconds() - t0;
 
@@ -464,13 +549,21 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
     return rc;
 }
 
-static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
+static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct dtrain_pstep_result *r)
 {
     fprintf(f, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, "
-            "\"time\": %.3f}\n",
+            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
             r->base.step, (double)r->base.loss, r->base.lr, r->base.grad_norm, r->base.ms,
-            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms, dtrain_metrics_wall_clock());
+            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms);
+    if (t->scaler.on)
+        fprintf(f, "\"loss_scale\": %.9g, \"overflow_steps\": %ld, ", r->loss_scale, r->overflow_steps);
+    if (t->cfg.memory_report) { /* rank 0's memory (--memory-report) */
+        struct dtrain_ptrainer_memory m;
+        dtrain_ptrainer_memory(t, &m);
+        fprintf(f, "\"model_state_bytes\": %zu, \"activations_bytes\": %zu, \"comm_bytes\": %zu, ",
+                m.model_state, m.activations, m.comm);
+    }
+    fprintf(f, "\"time\": %.3f}\n", dtrain_metrics_wall_clock());
     fflush(f);
 }
 
@@ -505,7 +598,7 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
         fflush(progress);
     }
     if (t->metrics != NULL) {
-        write_metrics(t->metrics, r);
+        write_metrics(t, t->metrics, r);
         if (ferror(t->metrics)) {
             snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
             return DTRAIN_ERR_SYSTEM;

@@ -161,7 +161,7 @@ int main(void)
         return 0;
     }
     cfg.steps = STEPS;
-    cfg.zero1 = 1;
+    cfg.zero_stage = 1;
     cfg.micro_batches = 2;
     cfg.checkpoint_every = 2;
     cfg.comm_timeout = 2;

@@ -69,7 +69,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
         return 3;
     dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
-    struct dtrain_sckpt_layout L = {bs->tp, bs->pp, bs->dp, bs->world_size, j->cfg.zero1, bs->rank, bs->tp_rank,
+    struct dtrain_sckpt_layout L = {bs->tp, bs->pp, bs->dp, bs->world_size, j->cfg.zero_stage >= 1, bs->rank, bs->tp_rank,
                                     bs->pp_rank, bs->dp_rank};
     struct dtrain_sckpt_stats st;
     int rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
@@ -93,7 +93,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         dtrain_ft_pieces_download(&pieces);
     if (rc == DTRAIN_OK && j->save_after_load)
         rc = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)dtrain_ptrainer_steps_done(t),
-                               dtrain_ptrainer_data_batches(t), world, pieces.save, pieces.nsave, 100, 0, &st,
+                               dtrain_ptrainer_data_batches(t), NULL, world, pieces.save, pieces.nsave, 100, 0, &st,
                                a->err, sizeof a->err);
     for (int s = 0; rc == DTRAIN_OK && s < j->steps; s++) {
         struct dtrain_pstep_result r;
@@ -105,7 +105,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             char why[512];
             dtrain_ft_pieces_download(&pieces);
             int src = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)done, dtrain_ptrainer_data_batches(t),
-                                        world, pieces.save, pieces.nsave, j->cfg.ckpt_keep, fail, &st, why,
+                                        NULL, world, pieces.save, pieces.nsave, j->cfg.ckpt_keep, fail, &st, why,
                                         sizeof why);
             a->save_rc[a->nsaves++] = src;
             if (src != DTRAIN_OK && src != DTRAIN_ERR_SYSTEM) {
@@ -166,7 +166,7 @@ int main(void)
     j.fail_rank = -1;
 
     /* ---- A: (2,1,2) ZeRO-1, 4 steps, a checkpoint after each */
-    j.cfg.zero1 = 1;
+    j.cfg.zero_stage = 1;
     j.cfg.ckpt_keep = 10;
     j.steps = 4;
     j.save_every = 1;
@@ -194,12 +194,13 @@ int main(void)
        res.writer.zero1, "one process reads the whole step-3 checkpoint back (written by T=2 D=2 ZeRO-1)");
 
     /* ---- B: load step 3 into other layouts, save it again, one more step */
-    static const struct { int tp, pp, dp, zero1; } layouts[] = {
+    static const struct { int tp, pp, dp, zero; } layouts[] = { /* zero: the ZeRO stage */
         {2, 1, 2, 1}, {1, 1, 1, 0}, {1, 2, 1, 1}, {2, 2, 2, 0}, {1, 1, 4, 1},
+        {2, 1, 2, 2}, {1, 2, 2, 2}, {1, 1, 4, 2},
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         struct job b = j;
-        b.cfg.zero1 = layouts[k].zero1;
+        b.cfg.zero_stage = layouts[k].zero;
         snprintf(b.load_dir, sizeof b.load_dir, "%s", a3);
         snprintf(b.save_dir, sizeof b.save_dir, "%s/b%zu", top, k);
         b.save_after_load = 1;
@@ -207,8 +208,8 @@ int main(void)
         b.steps = 1;
         int tp = layouts[k].tp, pp = layouts[k].pp, dp = layouts[k].dp;
         rc = run(&b, tp, pp, dp, &a0, all);
-        ok(rc == 0 && a0.found && a0.resumed == 3, "(%d,%d,%d) ZeRO-1 %s: loads the (2,1,2) checkpoint of step 3, "
-           "saves it again, trains a step", tp, pp, dp, layouts[k].zero1 ? "on" : "off");
+        ok(rc == 0 && a0.found && a0.resumed == 3, "(%d,%d,%d) ZeRO stage %d: loads the (2,1,2) ZeRO-1 checkpoint of "
+           "step 3, saves it again, trains a step", tp, pp, dp, layouts[k].zero);
         float *p_b = NULL, *m_b = NULL, *v_b = NULL;
         struct dtrain_sckpt_resumed rb;
         rc = harness_read_whole(b.save_dir, &cfg, &p_b, &m_b, &v_b, &rb, err, sizeof err);
@@ -243,7 +244,7 @@ int main(void)
         float one_loss3 = sr.loss;
         dtrain_trainer_destroy(one);
         struct job c = j;
-        c.cfg.zero1 = 1;
+        c.cfg.zero_stage = 1;
         snprintf(c.load_dir, sizeof c.load_dir, "%s", c3);
         snprintf(c.save_dir, sizeof c.save_dir, "%s/c", top);
         c.save_after_load = 0;
@@ -319,7 +320,7 @@ int main(void)
 
     /* ---- a shard that cannot be written (injected ENOSPC on rank 1 at step 2) */
     struct job f = j;
-    f.cfg.zero1 = 0;
+    f.cfg.zero_stage = 0;
     f.steps = 2;
     f.save_every = 1;
     f.fail_rank = 1;
@@ -335,7 +336,7 @@ int main(void)
 
     /* ---- keep the newest 2 */
     struct job k = j;
-    k.cfg.zero1 = 1;
+    k.cfg.zero_stage = 1;
     k.cfg.ckpt_keep = 2;
     k.steps = 4;
     k.save_every = 1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-train --backend / --precision as a user meets them: a backend or a
-# precision that does not exist is refused (exit 2, one line); --backend
+# precision that does not exist, and fp16 on cuda (emulated on the cpu
+# kernels only), are refused (exit 2, one line); --backend
 # cuda without a CUDA device fails with one line saying "no CUDA device";
 # with a device, a tiny model trains on the GPU in fp32 and in bf16 and its
 # first loss matches the CPU's (relative 1e-4 in fp32, 2e-2 in bf16).
@@ -34,7 +35,9 @@ for i in $(seq 300); do echo "a GPU and a CPU should agree on every loss, line $
 model="--layers 2 --channels 128 --heads 2 --max-seq-len 128 --batch 4 --seq 128 --steps 3 --data $work/data.bin"
 
 expect_fail 2 "is not a kernel backend of this build" "--backend tpu is refused" $train $model --backend tpu
-expect_fail 2 "is not one of fp32, bf16" "--precision fp16 is refused" $train $model --precision fp16
+expect_fail 2 "is not one of fp32, bf16, fp16" "--precision fp8 is refused" $train $model --precision fp8
+expect_fail 2 "fp16 is emulated on the cpu kernels only" "--backend cuda --precision fp16 is refused, device or not" \
+    $train $model --backend cuda --precision fp16
 
 if ! $train --help | grep -q -- '--backend'; then
     fail "dtrain-train --help lists --backend"

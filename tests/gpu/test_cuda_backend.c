@@ -4,7 +4,7 @@
  * With a CUDA device: "cuda" is listed, starts, computes in bf16 unless
  * asked for fp32, and reports no error.  Without one (or without a driver,
  * as on CI): asking for "cuda" fails with one line that says "no CUDA
- * device".  Either way: the CPU backend computes in fp32 and refuses bf16,
+ * device".  Either way: the CPU backend computes in fp32 by default and in bf16 (rounded operands),
  * an unknown precision is refused, and an unknown backend's message lists
  * the backends this build has. */
 #include "dtrain_kernels.h"

@@ -4,13 +4,16 @@
 # munged, slurmctld, 2 slurmd on loopback, each node looking like a 4-GPU
 # HGX A100 board through a saved hwloc topology, a hardware stand-in; the
 # dtrain SPANK plugin in plugstack.conf).  For (T,P,D) in (1,1,1), (2,1,1),
-# (1,2,1), (1,1,2), (2,2,1), (2,2,2), a batch job submitted with
-# `sbatch --dtrain-tp=T --dtrain-pp=P` runs `srun --mpi=pmi2 dtrain-launch`
-# twice, ZeRO-1 off and on, on a tiny model (L=4 C=64 NH=4 V=256, T=32,
+# (1,2,1), (1,1,2), (2,2,1), (2,2,2), (2,1,4), (1,2,4), a batch job submitted
+# with `sbatch --dtrain-tp=T --dtrain-pp=P` runs `srun --mpi=pmi2
+# dtrain-launch` three times, ZeRO stage 0, 1 (by its alias --zero1 1) and
+# 2, on a tiny model (L=4 C=64 NH=4 V=256, T=32,
 # global batch 8, 10 steps, byte-level tokens of the docs in the tree); the
 # largest job is 8 ranks over 2 nodes.  Every run's per-step loss must match
 # the (1,1,1) run's within the relative tolerance of doc/parallel.md.  Then
-# two shapes that do not split are refused by every rank with exit 2.
+# (2,2,2) ZeRO-2 with --recompute selective and full gives the losses of the
+# run without recomputation bit for bit.  Two shapes that do not split and
+# --zero-stage 3 are refused by every rank with exit 2.
 # dtrain-train (one process) must give the (1,1,1) run's losses bit for bit.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
@@ -34,18 +37,19 @@ trainer=(--data "$d/tokens.bin" --layers 4 --channels 64 --heads 4 --vocab-size 
   --max-seq-len 32 --seq 32 --batch 8 --steps "$steps" --lr 3e-3 --weight-decay 0.01 --grad-clip 1
   --seed 11 --threads 1 --log-every 5)
 
-# layout NAME T P NODES TASKS-PER-NODE MICRO-BATCHES: one batch job, two
-# sruns (ZeRO-1 off, on), metrics in $d/NAME.zero{0,1}.jsonl; sets $rc.
+# layout NAME T P NODES TASKS-PER-NODE MICRO-BATCHES: one batch job, three
+# sruns (ZeRO stage 0, 1, 2), metrics in $d/NAME.zero{0,1,2}.jsonl; sets $rc.
 layout() {
   local name=$1 t=$2 p=$3 nodes=$4 per=$5 micro=$6 z
   {
     echo '#!/bin/bash'
     echo 'export OPENBLAS_NUM_THREADS=1'
-    for z in 0 1; do
+    for z in 0 1 2; do
       # no --comm-backend: cpu is the in-process trainer's default; --backend
       # cpu is the trainer's (kernels), passed through by dtrain-launch
       printf 'srun --mpi=pmi2 %q' "$launch"
-      printf ' %q' "${trainer[@]}" --backend cpu --micro-batches "$micro" --zero1 "$z" --metrics "$d/$name.zero$z.jsonl"
+      printf ' %q' "${trainer[@]}" --backend cpu --micro-batches "$micro" \
+        $([ "$z" = 1 ] && echo --zero1 1 || echo --zero-stage "$z") --metrics "$d/$name.zero$z.jsonl"
       printf ' || exit $?\n'
     done
   } >"$d/$name.sbatch"
@@ -69,11 +73,14 @@ start=$(date +%s)
 layout base 1 1 1 1 1
 check "(1,1,1): sbatch --dtrain-tp=1 --dtrain-pp=1 -N1 -n1, two sruns of dtrain-launch exit 0 (exit $rc)" [ "$rc" -eq 0 ]
 [ "$rc" -eq 0 ] || sed 's/^/# /' "$d/base.out" "$d/base.err" | head -20
-check "(1,1,1): $steps steps of metrics, ZeRO-1 off and on" \
-  [ "$(losses "$d/base.zero0.jsonl" | wc -l)" -eq "$steps" -a "$(losses "$d/base.zero1.jsonl" | wc -l)" -eq "$steps" ]
-dev=$(deviation "$d/base.zero0.jsonl" "$d/base.zero1.jsonl")
-check "(1,1,1) ZeRO-1 on against off: max relative loss deviation $dev <= $rtol" \
-  awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+check "(1,1,1): $steps steps of metrics, ZeRO stage 0, 1 and 2" \
+  [ "$(losses "$d/base.zero0.jsonl" | wc -l)" -eq "$steps" -a "$(losses "$d/base.zero1.jsonl" | wc -l)" -eq "$steps" \
+    -a "$(losses "$d/base.zero2.jsonl" | wc -l)" -eq "$steps" ]
+for z in 1 2; do
+  dev=$(deviation "$d/base.zero0.jsonl" "$d/base.zero$z.jsonl")
+  check "(1,1,1) ZeRO stage $z against 0: max relative loss deviation $dev <= $rtol" \
+    awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+done
 # dtrain-train is the same trainer on a bootstrap of its own: the same bits
 OPENBLAS_NUM_THREADS=1 "$train" "${trainer[@]}" --backend cpu --metrics "$d/train.jsonl" >"$d/train.out" 2>&1
 rc=$?
@@ -82,24 +89,51 @@ check "(1,1,1): dtrain-train (one process, no Slurm) gives bit-identical losses 
 
 worst=0
 #      name  T P nodes per-node m
-for spec in "tp2 2 1 1 2 1" "pp2 1 2 2 1 2" "dp2 1 1 2 1 1" "tp2pp2 2 2 1 4 2" "tp2pp2dp2 2 2 2 4 2"; do
+for spec in "tp2 2 1 1 2 1" "pp2 1 2 2 1 2" "dp2 1 1 2 1 1" "tp2pp2 2 2 1 4 2" "tp2pp2dp2 2 2 2 4 2" \
+  "tp2dp4 2 1 2 4 1" "pp2dp4 1 2 2 4 2"; do
   set -- $spec
   name=$1 t=$2 p=$3 nodes=$4 per=$5 micro=$6
   world=$((nodes * per)) dp=$((nodes * per / (t * p)))
   layout "$name" "$t" "$p" "$nodes" "$per" "$micro"
-  check "($t,$p,$dp): sbatch --dtrain-tp=$t --dtrain-pp=$p -N$nodes --ntasks-per-node=$per, srun --mpi=pmi2 dtrain-launch --micro-batches $micro, ZeRO-1 off and on, exit 0 (exit $rc)" \
+  check "($t,$p,$dp): sbatch --dtrain-tp=$t --dtrain-pp=$p -N$nodes --ntasks-per-node=$per, srun --mpi=pmi2 dtrain-launch --micro-batches $micro, ZeRO stage 0, 1, 2, exit 0 (exit $rc)" \
     [ "$rc" -eq 0 ]
   [ "$rc" -eq 0 ] || sed 's/^/# /' "$d/$name.out" "$d/$name.err" | head -20
-  check "($t,$p,$dp): rank 0 reports the plugin's layout, T=$t P=$p D=$dp ($world ranks), twice" \
-    [ "$(grep -c "layout T=$t P=$p D=$dp ($world ranks)" "$d/$name.out")" -eq 2 ]
-  for z in 0 1; do
+  check "($t,$p,$dp): rank 0 reports the plugin's layout, T=$t P=$p D=$dp ($world ranks), three times" \
+    [ "$(grep -c "layout T=$t P=$p D=$dp ($world ranks)" "$d/$name.out")" -eq 3 ]
+  for z in 0 1 2; do
     dev=$(deviation "$d/base.zero0.jsonl" "$d/$name.zero$z.jsonl")
-    check "($t,$p,$dp) ZeRO-1 $([ $z = 1 ] && echo on || echo off): every step's loss matches (1,1,1): max relative deviation $dev <= $rtol" \
+    check "($t,$p,$dp) ZeRO stage $z: every step's loss matches (1,1,1): max relative deviation $dev <= $rtol" \
       awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
     worst=$(awk -v a="$worst" -v b="$dev" 'BEGIN { print (b != "missing" && b + 0 > a + 0) ? b : a }')
   done
 done
 diag "largest relative loss deviation from (1,1,1) over all layouts: $worst; all jobs took $(($(date +%s) - start)) s"
+
+# ---- activation recomputation at (2,2,2) ZeRO-2: the same losses bit for bit
+{
+  echo '#!/bin/bash'
+  echo 'export OPENBLAS_NUM_THREADS=1'
+  for r in selective full; do
+    printf 'srun --mpi=pmi2 %q' "$launch"
+    printf ' %q' "${trainer[@]}" --backend cpu --micro-batches 2 --zero-stage 2 --recompute "$r" --memory-report 1 \
+      --metrics "$d/recompute.$r.jsonl"
+    printf ' || exit $?\n'
+  done
+} >"$d/recompute.sbatch"
+in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-tp=2 --dtrain-pp=2 -N 2 --ntasks-per-node=4 \
+  -o "$d/recompute.out" "$d/recompute.sbatch" >/dev/null 2>"$d/recompute.err"
+rc=$?
+check "(2,2,2) ZeRO-2, --recompute selective and full: two sruns exit 0, each rank prints its memory line (exit $rc)" \
+  [ "$rc" -eq 0 -a "$(grep -c '^{"memory": {"rank": ' "$d/recompute.out")" -eq 16 ]
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$d/recompute.out" "$d/recompute.err" | head -20
+for r in selective full; do
+  check "(2,2,2) ZeRO-2 --recompute $r: every step's loss is the run's without recomputation, bit for bit" \
+    [ "$(losses "$d/recompute.$r.jsonl" | wc -l)" -eq "$steps" -a \
+      "$(losses "$d/recompute.$r.jsonl")" = "$(losses "$d/tp2pp2dp2.zero2.jsonl")" ]
+done
+act() { sed -n 's/^{"memory": {"rank": 0,.*"recompute": "'"$1"'".*"activations_bytes": \([0-9]*\),.*/\1/p' "$d/recompute.out"; }
+check "rank 0 reports fewer activation bytes with full recomputation ($(act full)) than selective ($(act selective))" \
+  awk -v a="$(act full)" -v b="$(act selective)" 'BEGIN { exit !(a != "" && b != "" && a + 0 < b + 0) }'
 
 # ---- shapes that do not split: one line from every rank, exit 2, no training
 in_cluster "$d" timeout 60 srun -N1 -n2 --dtrain-tp=2 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
@@ -112,4 +146,9 @@ in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --mpi=pmi2 "$launch" --c
 rc=$?
 check "D=2 with --batch 6 --micro-batches 2: exit 2, both ranks ask for a batch that is a multiple of 4 (exit $rc)" \
   [ "$rc" -eq 2 -a "$(grep -c 'batch 6 does not split into D=2 .* multiple of 4' "$d/batch.err")" -eq 2 ]
+in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
+  --zero-stage 3 >"$d/zero3.out" 2>"$d/zero3.err"
+rc=$?
+check "--zero-stage 3: exit 2, both ranks say it is not built and name --zero-stage 2 (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'zero-stage 3 (sharded parameters, FSDP) is not built .* use --zero-stage 2' "$d/zero3.err")" -eq 2 ]
 done_testing

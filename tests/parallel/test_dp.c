@@ -6,7 +6,9 @@
  * must give every rank the parameters of plain AdamW on the summed
  * gradients, and the ranks' norm shares must add up to the summed
  * gradient's norm.  ZeRO-1 keeps about 1/D of the optimizer state (D = 3
- * pads every bucket to a multiple of 3). */
+ * pads every bucket to a multiple of 3).  ZeRO-2 (the reduce-scatter into
+ * a scratch, only the share kept) gives ZeRO-1's bits and keeps about 1/D
+ * of the reduced gradients. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,7 @@ static const struct dtrain_gpt2_config model = {
     .max_seq_len = 8, .vocab_size = 60, .padded_vocab_size = 64, .num_layers = 3, .num_heads = 2, .channels = 8,
 };
 
-enum mode { PLAIN_OVERLAP, PLAIN_REVERSED, ZERO1, MODES };
+enum mode { PLAIN_OVERLAP, PLAIN_REVERSED, ZERO1, ZERO2, MODES };
 
 struct result {
     int ran;
@@ -33,6 +35,8 @@ struct result {
     int plain_same;           /* overlap on/off (units in reverse order): the same bits */
     double norm_err[MODES];   /* relative error of the global norm against the reference */
     size_t state[MODES];      /* optimizer floats */
+    struct dtrain_dp_memory mem[MODES];
+    int zero2_same;           /* ZeRO-2 gives ZeRO-1's bits */
     int buckets;
     size_t n;
 };
@@ -46,12 +50,12 @@ static void grads_of(float *g, size_t n, int r, int s)
 
 static int run_mode(struct dtrain_kernels *k, dtrain_comm *dp_comm, const struct dtrain_shard *sh, enum mode m,
                     const struct dtrain_optim_config *oc, float *params, double *norms, size_t *state,
-                    int *buckets, char *err, size_t errlen)
+                    struct dtrain_dp_memory *mem, int *buckets, char *err, size_t errlen)
 {
     size_t n = sh->count;
     float *grads = malloc(n * sizeof(float));
     struct dtrain_dp *dp = NULL;
-    struct dtrain_dp_options o = {.zero1 = m == ZERO1, .overlap = m != PLAIN_REVERSED, .bucket_floats = 300};
+    struct dtrain_dp_options o = {.zero_stage = m == ZERO1 ? 1 : m == ZERO2 ? 2 : 0, .overlap = m != PLAIN_REVERSED, .bucket_floats = 300};
     int rc = grads == NULL ? DTRAIN_ERR_SYSTEM : dtrain_dp_create(k, dp_comm, sh, params, grads, &o, &dp, err, errlen);
     for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
         grads_of(grads, n, dtrain_comm_rank(dp_comm), s);
@@ -69,6 +73,7 @@ static int run_mode(struct dtrain_kernels *k, dtrain_comm *dp_comm, const struct
     }
     if (dp != NULL) {
         *state = dtrain_dp_optimizer_floats(dp);
+        dtrain_dp_memory(dp, mem);
         *buckets = dtrain_dp_buckets(dp);
     }
     dtrain_dp_destroy(dp);
@@ -123,7 +128,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             goto out;
         memcpy(out[m], init, n * sizeof(float));
         if (run_mode(k, comms.group[DTRAIN_GROUP_DP], &sh, (enum mode)m, &oc, out[m], norms, &r->state[m],
-                     &r->buckets, r->err, sizeof r->err) != DTRAIN_OK)
+                     &r->mem[m], &r->buckets, r->err, sizeof r->err) != DTRAIN_OK)
             goto out;
         r->vs_ref[m] = 0.0;
         for (size_t i = 0; i < n; i++)
@@ -133,6 +138,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             r->norm_err[m] = fmax(r->norm_err[m], fabs(norms[s] - ref_norm[s]) / ref_norm[s]);
     }
     r->plain_same = memcmp(out[PLAIN_OVERLAP], out[PLAIN_REVERSED], n * sizeof(float)) == 0;
+    r->zero2_same = memcmp(out[ZERO1], out[ZERO2], n * sizeof(float)) == 0;
     r->ran = 1;
 out:
     for (int m = 0; m < MODES; m++)
@@ -155,15 +161,16 @@ int main(void)
         char err[256];
         memset(res, 0, sizeof res);
         int rc = local_boot_run(1, 1, D, rank_main, NULL, sizeof res[0], res, codes, 60, err, sizeof err);
-        int ran = rc == 0, same = 1;
+        int ran = rc == 0, same = 1, same2 = 1;
         double plain = 0, zero = 0, norm = 0;
         for (int r = 0; r < D; r++) {
             if (res[r].err[0])
                 diag("D=%d rank %d: %s", D, r, res[r].err);
             ran = ran && res[r].ran;
             same = same && res[r].plain_same;
+            same2 = same2 && res[r].zero2_same;
             plain = fmax(plain, fmax(res[r].vs_ref[PLAIN_OVERLAP], res[r].vs_ref[PLAIN_REVERSED]));
-            zero = fmax(zero, res[r].vs_ref[ZERO1]);
+            zero = fmax(zero, fmax(res[r].vs_ref[ZERO1], res[r].vs_ref[ZERO2]));
             for (int m = 0; m < MODES; m++)
                 norm = fmax(norm, res[r].norm_err[m]);
         }
@@ -172,8 +179,9 @@ int main(void)
         ok(ran && plain < 1e-6, "D=%d: bucketed all-reduce + AdamW: every rank's parameters within %.1e of AdamW on the "
            "summed gradients", D, plain);
         ok(ran && same, "D=%d: overlapped in the reducer thread or not, units reported in any order: the same bits", D);
-        ok(ran && zero < 1e-6, "D=%d: ZeRO-1 (reduce-scatter, AdamW on the shard, all-gather): within %.1e of the same",
-           D, zero);
+        ok(ran && zero < 1e-6, "D=%d: ZeRO-1 and ZeRO-2 (reduce-scatter, AdamW on the shard, all-gather): within %.1e "
+           "of the same", D, zero);
+        ok(ran && same2, "D=%d: ZeRO-2 (only the share of each bucket kept) gives ZeRO-1's parameters bit for bit", D);
         ok(ran && norm < 1e-6, "D=%d: the ranks' norm shares add up to the summed gradient's norm (%.1e), with and "
            "without ZeRO-1, so clipping acts alike", D, norm);
         size_t n = res[0].n, zs = res[0].state[ZERO1];
@@ -181,6 +189,12 @@ int main(void)
            zs <= 2 * (n / (size_t)D + (size_t)res[0].buckets),
            "D=%d: AdamW state per rank: %zu floats without ZeRO-1, %zu with it (2n/D = %zu)", D,
            res[0].state[PLAIN_OVERLAP], zs, 2 * n / (size_t)D);
+        size_t g1 = res[0].mem[ZERO1].grad_bytes, g2 = res[0].mem[ZERO2].grad_bytes, nb = (size_t)res[0].buckets;
+        ok(ran && res[0].state[ZERO2] == zs && g1 >= n * sizeof(float) && g2 >= n * sizeof(float) / D &&
+           g2 <= (n / D + nb) * sizeof(float) && res[0].mem[ZERO2].comm_bytes < res[0].mem[ZERO1].comm_bytes,
+           "D=%d: reduced gradients kept per rank: %zu bytes with ZeRO-1, %zu with ZeRO-2 (4n/D = %zu); "
+           "communication buffers %zu -> %zu bytes; the same AdamW state", D, g1, g2, n * sizeof(float) / D,
+           res[0].mem[ZERO1].comm_bytes, res[0].mem[ZERO2].comm_bytes);
     }
     return tap_done();
 }

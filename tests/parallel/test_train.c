@@ -5,12 +5,17 @@
  * seed, data and global batch:
  *  - (1,1,1) with one micro-batch gives the same losses and parameters bit
  *    for bit (the same operations in the same order);
- *  - every other layout, micro-batch count, ZeRO-1 on or off and bucket
+ *  - every other layout, micro-batch count, ZeRO stage 0, 1 or 2 and bucket
  *    overlap on or off gives every step's loss within the tolerance of
  *    doc/parallel.md and final parameters within a small bound;
  *  - DP replicas, the tied embedding's two copies (P > 1) and the
  *    TP-replicated tensors stay equal bit for bit (each rank reports
- *    checksums of its final parameters).
+ *    checksums of its final parameters);
+ *  - activation recomputation (selective, full) gives the same layout's
+ *    losses, norms and parameters without it bit for bit, with less
+ *    activation memory (dtrain_ptrainer_memory), and every layout's
+ *    model-state bytes are within 5% above the formula of
+ *    dtrain_parallel.h (ZeRO stages 0-2).
  * The model is tiny (L=4 C=32 NH=4 V=256 padded to 256), the learning rate
  * high (1e-2, so that 8 steps move the loss from 5.55 to about 4) and
  * gradient clipping on, so that the global norm over all three dimensions
@@ -25,6 +30,7 @@
 #include "dtrain_data.h"
 #include "dtrain_parallel.h"
 #include "dtrain_shard.h"
+#include "dtrain_stage.h"
 #include "local_boot.h"
 #include "tap.h"
 
@@ -35,6 +41,8 @@
  * at most about lr, so a wrong gradient shows as deviations near lr*STEPS;
  * rounding differences flip only elements whose gradient is near 0. */
 #define PARAM_ATOL (1e-3)
+/* fp16 runs against the (1,1,1) fp16 run (see the fp16 block of main). */
+#define FP16_RTOL 1e-3
 
 struct run_result {
     int ok;
@@ -45,6 +53,9 @@ struct run_result {
      * slice, its TP-replicated tensors */
     uint64_t all, wte, replicated;
     int tp_rank, pp_rank, dp_rank;
+    struct dtrain_ptrainer_memory mem;
+    long overflows;    /* fp16: steps skipped for a gradient overflow */
+    double last_scale; /* fp16: the loss scale of the last step */
 };
 
 /* What each rank writes; rank 0's area also holds the whole model. */
@@ -103,11 +114,24 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (rc != DTRAIN_COMM_OK)
         return 3;
     rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->r.err, sizeof a->r.err);
-    for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
+    if (rc == DTRAIN_OK)
+        dtrain_ptrainer_memory(t, &a->r.mem);
+    /* fp16: an overflow skips its step (dtrain_parallel.h), at most 64 of them */
+    for (int tries = 0; rc == DTRAIN_OK && dtrain_ptrainer_steps_done(t) < STEPS && tries < STEPS + 64; tries++) {
         struct dtrain_pstep_result r;
+        long s = dtrain_ptrainer_steps_done(t);
         rc = dtrain_ptrainer_step(t, &r, a->r.err, sizeof a->r.err);
+        if (rc == DTRAIN_OK && r.overflow) {
+            a->r.overflows++;
+            continue;
+        }
         a->r.loss[s] = r.base.loss;
         a->r.norm[s] = r.base.grad_norm;
+        a->r.last_scale = r.loss_scale;
+    }
+    if (rc == DTRAIN_OK && dtrain_ptrainer_steps_done(t) < STEPS) {
+        snprintf(a->r.err, sizeof a->r.err, "%d steps not done after %d tries", STEPS, STEPS + 64);
+        rc = DTRAIN_ERR_SYSTEM;
     }
     if (rc == DTRAIN_OK)
         rc = dtrain_ptrainer_gather_params(t, a->params, a->r.err, sizeof a->r.err);
@@ -169,7 +193,9 @@ out:
 }
 
 struct layout {
-    int tp, pp, dp, micro, zero1, overlap;
+    int tp, pp, dp, micro, zero, overlap; /* zero: the ZeRO stage */
+    int recompute;                        /* enum dtrain_recompute */
+    int bits_of;                          /* 1 + the layout whose bits this one gives; 0: none */
 };
 
 static double max_rel_loss(const struct run_result *a, const struct run_result *b)
@@ -256,17 +282,30 @@ int main(void)
        ref.loss[STEPS - 1], ref.norm[0]);
 
     const struct layout layouts[] = {
-        {1, 1, 1, 1, 0, 1}, {1, 1, 1, 2, 1, 1}, {2, 1, 1, 1, 0, 1}, {1, 2, 1, 2, 0, 1},
-        {1, 1, 2, 1, 0, 1}, {1, 1, 2, 2, 1, 0}, {2, 2, 1, 2, 0, 1}, {2, 2, 2, 2, 0, 1},
-        {2, 2, 2, 2, 1, 1}, {1, 4, 1, 4, 0, 1}, {4, 1, 2, 1, 1, 1},
+        {1, 1, 1, 1, 0, 1, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0},
+        {1, 1, 2, 1, 0, 1, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0},
+        {2, 2, 2, 2, 1, 1, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0},
+        /* ZeRO-2 at D = 2 and 4, with T = 2 and with P = 2 */
+        {1, 1, 2, 2, 2, 1, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0},
+        /* recomputation: the bits of layouts 1, 4, 8 and 15 (1-based) */
+        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1},
+        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8},
+        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15},
     };
+    enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
+    static const char *const modes[] = {"none", "selective", "full"};
+    struct run_result kept[NLAYOUTS];
+    float *kept_params[NLAYOUTS] = {NULL};
+    double worst_state = 0.0, lowest_state = 0.0;
+    memset(kept, 0, sizeof kept);
     double worst_loss = 0.0;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         const struct layout *L = &layouts[i];
         int world = L->tp * L->pp * L->dp;
         struct job lj = j;
         lj.cfg.micro_batches = L->micro;
-        lj.cfg.zero1 = L->zero1;
+        lj.cfg.zero_stage = L->zero;
+        lj.cfg.recompute = L->recompute;
         lj.cfg.dp_overlap = L->overlap;
         size_t bytes = area_bytes(&lj);
         unsigned char *areas = calloc((size_t)world, bytes);
@@ -274,8 +313,9 @@ int main(void)
         int rc = local_boot_run(L->tp, L->pp, L->dp, rank_main, &lj, bytes, areas, codes, 120, err, sizeof err);
         const struct rank_area *r0 = (const struct rank_area *)areas;
         char name[96];
-        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO-1 %s%s", L->tp, L->pp, L->dp, L->micro,
-                 L->zero1 ? "on" : "off", L->overlap ? "" : " no overlap");
+        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero, L->overlap ? "" : " no overlap", L->recompute ? " recompute " : "",
+                 L->recompute ? modes[L->recompute] : "");
         if (rc != 0) {
             for (int r = 0; r < world; r++) {
                 const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
@@ -312,6 +352,25 @@ int main(void)
         if (world > 1)
             ok(replicas && twins && tp_same, "%s: DP replicas, the tied wte's two copies and TP-replicated tensors "
                "end bit-identical", name);
+        kept[i] = r0->r;
+        if ((kept_params[i] = malloc(j.nparams * sizeof(float))) != NULL)
+            memcpy(kept_params[i], r0->params, j.nparams * sizeof(float));
+        double state = (double)r0->r.mem.model_state / (double)r0->r.mem.model_state_formula - 1.0;
+        if (!(state <= worst_state))
+            worst_state = state;
+        if (!(state >= lowest_state))
+            lowest_state = state;
+        if (L->bits_of > 0) {
+            const struct run_result *b = &kept[L->bits_of - 1];
+            const float *bp = kept_params[L->bits_of - 1];
+            ok(bp != NULL && kept_params[i] != NULL && b->ok && memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0 &&
+               memcmp(b->norm, r0->r.norm, sizeof b->norm) == 0 &&
+               memcmp(bp, kept_params[i], j.nparams * sizeof(float)) == 0 &&
+               r0->r.mem.activations < b->mem.activations,
+               "%s: the losses, norms and parameters of layout %d without recomputation, bit for bit; rank 0's "
+               "activations %zu bytes instead of %zu (%.0f%%)", name, L->bits_of, r0->r.mem.activations,
+               b->mem.activations, 100.0 * (double)r0->r.mem.activations / (double)b->mem.activations);
+        }
         double dl = max_rel_loss(&r0->r, &ref), dn = max_rel_norm(&r0->r, &ref);
         double dp = max_abs(r0->params, ref_params, j.nparams);
         if (i == 0) {
@@ -328,6 +387,79 @@ int main(void)
         free(areas);
     }
     diag("largest relative loss deviation over the layouts: %.3e", worst_loss);
+    ok(lowest_state >= 0.0 && worst_state <= 0.05, "every layout: rank 0's model-state bytes (parameters, gradients, "
+       "reduced gradients, AdamW) from %.2f%% to %.2f%% above the formula of dtrain_parallel.h (0 to 5%%)",
+       100.0 * lowest_state, 100.0 * worst_state);
+    for (int i = 0; i < NLAYOUTS; i++)
+        free(kept_params[i]);
+
+    /* fp16 (emulated on the cpu kernels) with dynamic loss scaling from
+     * 2^30: the first backward passes overflow fp16, the scale backs off
+     * (halved per skipped step, whose batch is consumed) and grows again
+     * after 3 good steps.  Every layout sees the same overflows and ends
+     * with the same scale, and its
+     * losses match the (1,1,1) fp16 run within FP16_RTOL: rounding operands
+     * to fp16 (unit roundoff 2^-11 = 4.9e-4) turns the layouts' different
+     * fp32 sums into differences of up to one fp16 ulp of an operand. */
+    static const struct layout half[] = {
+        {1, 1, 1, 1, 0, 1, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0},
+        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0},
+    };
+    struct run_result half0 = {0};
+    for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
+        const struct layout *L = &half[i];
+        int world = L->tp * L->pp * L->dp;
+        struct job hj = j;
+        hj.cfg.precision = DTRAIN_PRECISION_FP16;
+        hj.cfg.loss_scale = 1073741824.0;
+        hj.cfg.loss_scale_window = 3;
+        hj.cfg.micro_batches = L->micro;
+        hj.cfg.zero_stage = L->zero;
+        hj.cfg.recompute = L->recompute;
+        size_t bytes = area_bytes(&hj);
+        unsigned char *areas = calloc((size_t)world, bytes);
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        int rc = areas == NULL ? -1 : local_boot_run(L->tp, L->pp, L->dp, rank_main, &hj, bytes, areas, codes, 120,
+                                                     err, sizeof err);
+        char name[96];
+        snprintf(name, sizeof name, "fp16 (T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero, L->recompute ? " recompute full" : "");
+        if (rc != 0) {
+            for (int r = 0; areas != NULL && r < world; r++) {
+                const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
+                if (a->r.err[0])
+                    diag("rank %d: %s", r, a->r.err);
+            }
+            ok(0, "%s: runs (%s)", name, err);
+            free(areas);
+            continue;
+        }
+        const struct run_result *r0 = &((const struct rank_area *)areas)->r;
+        int same = 1;
+        for (int r = 1; r < world; r++) {
+            const struct run_result *x = &((const struct rank_area *)(areas + (size_t)r * bytes))->r;
+            same = same && x->overflows == r0->overflows && x->last_scale == r0->last_scale &&
+                   memcmp(x->loss, r0->loss, sizeof x->loss) == 0;
+        }
+        if (i == 0) {
+            half0 = *r0;
+            int finite = 1;
+            for (int q = 0; q < STEPS; q++)
+                finite = finite && isfinite(r0->loss[q]) && isfinite(r0->norm[q]);
+            /* the skipped steps consumed their batches: not comparable with
+             * the fp32 reference's batches */
+            ok(same && finite && r0->overflows >= 1 && r0->last_scale < 1073741824.0,
+               "%s: %ld steps skipped for an fp16 overflow, the scale backs off from 2^30 (last step's %g), "
+               "finite losses (%.4f -> %.4f)", name, r0->overflows, r0->last_scale, (double)r0->loss[0],
+               (double)r0->loss[STEPS - 1]);
+        } else {
+            double dl = max_rel_loss(r0, &half0);
+            ok(same && r0->overflows == half0.overflows && r0->last_scale == half0.last_scale && dl <= FP16_RTOL,
+               "%s: every rank agrees; the same %ld overflows and last scale %g as (1,1,1) fp16; max relative loss "
+               "deviation %.1e (<= %.0e)", name, r0->overflows, r0->last_scale, dl, FP16_RTOL);
+        }
+        free(areas);
+    }
 
     free(ref_params);
     unlink(path);

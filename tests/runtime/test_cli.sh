@@ -73,6 +73,39 @@ check "the checkpoint is a folder of sharded checkpoints (one shard)" \
     test -f "$work/run.ckpt/step-00000004/manifest.json" -a -f "$work/run.ckpt/step-00000004/shard-00000.bin"
 expect_fail 2 "dtrain-train: " "is a file, not a folder" "--resume of a single file (the format of old)" \
     "$train" "$work/tiny.json" --resume "$work/model.bin" --steps 6
+
+# fp16 (emulated on the cpu kernels) with dynamic loss scaling: an initial
+# scale of 1e9 overflows fp16 (65504) in the first backward passes, each
+# overflow skips its step and halves the scale; a window of 2 doubles it
+# again after 2 good steps.  The scaler's state is in the checkpoint: a run
+# cut after 3 steps and resumed gives the uncut run's steps 3..5 bit for bit
+# (a constant learning rate: a cosine schedule depends on --steps).
+fp16=(--precision fp16 --loss-scale 1e9 --loss-scale-window 2 --schedule constant --threads 1 --log-every 1)
+"$train" "$work/tiny.json" --steps 6 "${fp16[@]}" --metrics "$work/f.jsonl" >"$work/out" 2>"$work/err"
+check "--precision fp16 --loss-scale 1e9: 6 steps, exit 0" test $? -eq 0 -a "$(grep -c '^step' "$work/out")" -eq 6
+over=$(grep -c 'gradient overflow at loss scale .* (fp16): step skipped' "$work/out")
+last=$(sed -n 's/.*"loss_scale": \([^,]*\), "overflow_steps": \([0-9]*\),.*/\1 \2/p' "$work/f.jsonl" | tail -n 1)
+check "the scale backs off: $over overflow lines, the last metrics line has scale and overflow count '$last'" \
+    test "$over" -ge 1 -a "${last#* }" = "$over"
+check "and it is below the initial 1e9" awk -v s="${last% *}" 'BEGIN { exit !(s + 0 < 1e9 && s + 0 >= 1) }'
+check "the loss falls under fp16 (first and last step: $(losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }; losses "$work/f.jsonl" | sed -n '1p;$p' | tr '\n' ' '))" \
+    awk -v a="$(sed -n '1s/.*"loss": \([^,]*\),.*/\1/p' "$work/f.jsonl")" -v b="$(sed -n '$s/.*"loss": \([^,]*\),.*/\1/p' "$work/f.jsonl")" 'BEGIN { exit !(b + 0 < a + 0) }'
+"$train" "$work/tiny.json" --steps 3 "${fp16[@]}" --checkpoint "$work/f.ckpt" --metrics "$work/f1.jsonl" \
+    >/dev/null 2>&1 &&
+"$train" "$work/tiny.json" --steps 6 "${fp16[@]}" --resume "$work/f.ckpt" --metrics "$work/f2.jsonl" >/dev/null 2>&1
+check "fp16: 3 steps with a checkpoint, then resumed to 6, exit 0" test $? -eq 0
+check "the checkpoint records the loss scaler" grep -q '"loss_scale": {' "$work/f.ckpt/step-00000003/manifest.json"
+strip() { sed 's/, "ms".*"dp_exposed_ms": [0-9.]*//; s/, "time".*//' "$1"; }
+check "the resumed run's steps 3..5 (loss, norm, scale, overflows) are the uncut run's, bit for bit" \
+    test "$(strip "$work/f2.jsonl")" = "$(strip "$work/f.jsonl" | sed -n '4,6p')" -a -n "$(strip "$work/f2.jsonl")"
+"$train" "$work/tiny.json" --steps 1 --backend cuda --precision fp16 >"$work/out" 2>"$work/err"
+rc=$?
+if grep -q "not a kernel backend of this build" "$work/err"; then
+    skip_test "no cuda kernels in this build: --backend cuda --precision fp16 not tried"
+else
+    check "--backend cuda --precision fp16: exit 2, one line naming --backend cpu (exit $rc)" \
+        test "$rc" -eq 2 -a "$(wc -l <"$work/err")" -eq 1 && grep -q "fp16 is emulated on the cpu kernels only" "$work/err"
+fi
 expect_fail 2 "dtrain-train: " "holds no complete checkpoint" "--resume of a folder without checkpoints" \
     "$train" "$work/tiny.json" --resume "$work" --steps 6
 "$train" "$work/tiny.json" --steps 4 --threads 2 --micro-batches 2 --metrics "$work/m3.jsonl" --log-every 0 \

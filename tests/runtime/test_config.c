@@ -185,6 +185,22 @@ static void test_flags(void)
     ok(rc == DTRAIN_OK && c.data_order == DTRAIN_ORDER_SHUFFLED && c.data_seed == 4 &&
        c.optim.schedule == DTRAIN_LR_COSINE && c.optim.warmup_steps == 3 && c.optim.grad_clip == 1.5,
        "--order --data-seed --schedule --warmup --min-lr --grad-clip");
+    rc = parse(&c, &help, err, sizeof err, "--zero-stage", "2", "--recompute", "selective", "--memory-report", "1",
+               NULL);
+    ok(rc == DTRAIN_OK && c.zero_stage == 2 && c.recompute == 1 && c.memory_report == 1,
+       "--zero-stage 2 --recompute selective --memory-report 1");
+    rc = parse(&c, &help, err, sizeof err, "--zero-stage", "2", "--zero1", "1", "--recompute", "full", NULL);
+    ok(rc == DTRAIN_OK && c.zero_stage == 1 && c.recompute == 2, "--zero1 1 is an alias of --zero-stage 1 (the "
+       "last one given wins); --recompute full");
+    rc = parse(&c, &help, err, sizeof err, "--zero1", "0", NULL);
+    ok(rc == DTRAIN_OK && c.zero_stage == 0 && c.recompute == 0, "--zero1 0 is stage 0; recompute defaults to none");
+    rc = parse(&c, &help, err, sizeof err, "--zero-stage", "4", NULL);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--zero-stage") && strstr(err, "0 to 3"), "--zero-stage 4: %s", err);
+    rc = parse(&c, &help, err, sizeof err, "--recompute", "some", NULL);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "none, selective, full"), "--recompute some: %s", err);
+    rc = load("{\"parallel\": {\"zero_stage\": 2, \"recompute\": \"full\"}}", &c, err, sizeof err);
+    ok(rc == DTRAIN_OK && c.zero_stage == 2 && c.recompute == 2, "parallel.zero_stage and parallel.recompute in "
+       "the config file%s%s", rc ? ": " : "", rc ? err : "");
 }
 
 int main(void)
