@@ -119,8 +119,29 @@ static const xmlNode *find_bad(const xmlNode *root, int *too_deep, int *bitmap)
     return NULL;
 }
 
+/* libxml2's generic error function is process-wide (per thread) state.
+ * hwloc's libxml2 plugin (hwloc_xml_libxml.so) sets it to a function of
+ * its own on first use and never restores it, and hwloc dlcloses the plugin
+ * when the last topology is destroyed: libxml2 is left calling into
+ * unmapped memory, or into whatever is mapped there later (the fuzzer
+ * found a jump into glibc's gconv-modules.cache after ~1000 loads, once
+ * iconv had mapped it where the plugin had been).  So the pre-check, and
+ * load() after each hwloc_topology_destroy(), hand libxml2 this silent
+ * function of ours, which is mapped as long as this code is. */
+static void silent_generic_error(void *ctx, const char *msg, ...)
+{
+    (void)ctx;
+    (void)msg;
+}
+
+void topo_xml_own_errors(void)
+{
+    xmlSetGenericErrorFunc(NULL, silent_generic_error);
+}
+
 int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen)
 {
+    topo_xml_own_errors();
     if (len == 0) {
         dtrain_snprintf(err, errlen, "%.512s is empty: not a valid hwloc XML topology", name);
         return -1;
