@@ -333,6 +333,49 @@ static void bounded_same_model(void)
     dtrain_topo_free(b);
 }
 
+/* hwloc sizes bitmaps by the largest index: a PU without os_index (hwloc
+ * takes 2^32-1) or with a huge one cost 512 MB and seconds per load, and
+ * a bitmap of many commas a word each (found by tests/fuzz): refused by
+ * the pre-check, with the line. */
+static void resource_bounds(void)
+{
+    size_t len;
+    char *data = read_all(fixture_path("power8gpudistances.xml"), &len);
+    if (!ok(data != NULL, "power8: read"))
+        return;
+    char *commas = malloc(200000);
+    if (commas == NULL) {
+        free(data);
+        return;
+    }
+    strcpy(commas, "cpuset=\"0x00000001");
+    size_t at = strlen(commas);
+    for (int i = 0; i < 40000; i++)
+        commas[at++] = ',';
+    strcpy(commas + at, "\"");
+    struct { const char *what, *from, *to, *why; } cases[] = {
+        {"a PU without os_index", "<object type=\"PU\" os_index=\"0\"", "<object type=\"PU\"", "os_index"},
+        {"a PU with os_index 4000000000", "<object type=\"PU\" os_index=\"0\"",
+         "<object type=\"PU\" os_index=\"4000000000\"", "os_index"},
+        {"a NUMANode without os_index", "<object type=\"NUMANode\" os_index=\"0\"", "<object type=\"NUMANode\"",
+         "os_index"},
+        {"an os_index that is not a number", "<object type=\"PU\" os_index=\"0\"",
+         "<object type=\"PU\" os_index=\"0x10\"", "os_index"},
+        {"a cpuset of 40000 words", "cpuset=\"0x03030303\"", commas, "not an hwloc bitmap"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *copy = edit(data, cases[i].from, cases[i].to), err[512] = "";
+        const char *p = copy ? write_tmp("hostile.xml", copy, strlen(copy)) : NULL;
+        dtrain_topo *t = NULL;
+        ok(p && dtrain_topo_load_xml(p, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT && strstr(err, cases[i].why) &&
+               strstr(err, " line "), "%s: refused before hwloc (%s)", cases[i].what, err);
+        dtrain_topo_free(t);
+        free(copy);
+    }
+    free(commas);
+    free(data);
+}
+
 /* Loads leave libxml2 with an error function that is mapped: hwloc's
  * libxml2 plugin sets one of its own and hwloc unloads the plugin with the
  * last topology, which once let the fuzzer's ~1000th load jump into
@@ -397,6 +440,7 @@ int main(void)
     special_files();
     bounded_same_model();
     libxml_error_function_mapped();
+    resource_bounds();
 
     char path[600];
     const char *names[] = {"trunc.xml", "corrupt.xml", "hostile.xml", "empty.xml", "text.xml", "bypass.xml"};
