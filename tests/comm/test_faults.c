@@ -311,13 +311,15 @@ static int gone_after_table_child(int rank, int n, struct dtrain_comm_group *gro
     char host[DTRAIN_COMM_HOST_ID_MAX], err[512] = "";
     dtrain_comm *c = NULL;
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, 20000, host);
+    double t0 = now_s();
     int rc = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
     groups[0].listen_fd = -1;
     if (rc == DTRAIN_COMM_OK) {
         dtrain_comm_destroy(c);
         return 1;
     }
-    harness_diag(rank, "%s: %s", dtrain_comm_result_name(rc), err);
+    /* the time is shown, not checked (the machine may be loaded) */
+    harness_diag(rank, "%s after %.2f s: %s", dtrain_comm_result_name(rc), now_s() - t0, err);
     if (rc != DTRAIN_COMM_EPEER)
         return 2;
     return rank == 0 && strstr(err, "closed its bootstrap connection") == NULL ? 3 : 0;

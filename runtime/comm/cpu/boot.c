@@ -578,8 +578,15 @@ int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadlin
     /* next's answer to our hello. */
     int shm = 0;
     char next_name[WIRE_SHM_NAME_MAX];
-    if ((rc = net_read_all(c, cc->next->fd, reply, sizeof reply, deadline_ms, why, whylen)) != 0)
+    if ((rc = net_read_all(c, cc->next->fd, reply, sizeof reply, deadline_ms, why, whylen)) != 0) {
+        if (rc == -DTRAIN_COMM_EPEER && strstr(why, "rank ") == NULL) {
+            char step[200];
+            dtrain_snprintf(step, sizeof step, "%s", why);
+            dtrain_snprintf(why, whylen, "rank %d (ring successor) went away while the ring link was set up "
+                            "(it died?): %s", next, step);
+        }
         goto out;
+    }
     if (wire_reply_decode(reply, &shm, next_name) != 0) {
         dtrain_snprintf(why, whylen, "rank %d answered the ring hello with garbage", next);
         rc = -DTRAIN_COMM_EPEER;
