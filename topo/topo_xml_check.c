@@ -88,16 +88,19 @@ static int bad_bitmap(const xmlNode *n)
     return 0;
 }
 
-/* A PU or NUMA node needs an os_index below TOPO_XML_MAX_INDEX; any other
- * object's os_index, when it has one, is bounded too. */
+/* A PU or NUMA node (whose os_index is a bit of a cpuset or nodeset)
+ * needs an os_index below TOPO_XML_MAX_INDEX.  Other objects' os_index
+ * sizes nothing and is left to hwloc. */
 static int bad_index(const xmlNode *n)
 {
     xmlChar *type = xmlGetProp(n, (const xmlChar *)"type");
     int needs = type != NULL && (xmlStrcmp(type, (const xmlChar *)"PU") == 0 ||
                                  xmlStrcmp(type, (const xmlChar *)"NUMANode") == 0);
     xmlFree(type);
+    if (!needs)
+        return 0;
     xmlChar *v = xmlGetProp(n, (const xmlChar *)"os_index");
-    int bad = needs && v == NULL;
+    int bad = v == NULL;
     if (v != NULL) {
         const char *p = (const char *)v;
         long value = 0;
@@ -225,8 +228,8 @@ int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char
                         "hwloc XML topology", name, (long)xmlGetLineNo(bad));
         rc = -1;
     } else if (bad && index) {
-        dtrain_snprintf(err, errlen, "%.512s line %ld: an <object> has no os_index, or one that is not a number "
-                        "below %ld (a PU and a NUMANode need one): not a valid hwloc XML topology", name,
+        dtrain_snprintf(err, errlen, "%.512s line %ld: a PU or NUMANode <object> has no os_index, or one that is "
+                        "not a number below %ld: not a valid hwloc XML topology", name,
                         (long)xmlGetLineNo(bad), TOPO_XML_MAX_INDEX);
         rc = -1;
     } else if (bad) {
