@@ -85,7 +85,7 @@ runtime_archive() {
              "$top"/runtime/comm/bootstrap/*.c "$c"/*.c; do
     list+=("$src")
   done
-  # shellcheck disable=SC2086 # flags are several words
+  # shellcheck disable=SC2016,SC2086 # the sh -c script expands its own variables; flags are several words
   if ! printf '%s\n' "${list[@]}" | CFL="${cflags/fuzzer,/fuzzer-no-link,} $runtime_inc $(pc --cflags jansson)" RT="$out/rt" \
       xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c 'o="$RT/$(echo "$1" | tr / _).o"; clang $CFL -c "$1" -o "$o"' sh {} \
       >"$out/runtime.build.log" 2>&1 || ! ar rcs "$out/libdtrain-fuzz.a" "$out"/rt/*.o 2>>"$out/runtime.build.log"; then
