@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dtrain_file.h"
 #include "dtrain_parse.h"
 
 struct ib_request {
@@ -21,7 +22,10 @@ struct ib_request {
  * Returns 0, or -1 when it cannot be read. */
 static int read_small(const char *path, char *buf, size_t len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Never a blocking open: a FIFO or device here (a fake or damaged
+     * tree) is skipped, not waited on until the probe's bound. */
+    char why[128];
+    int fd = dtrain_open_regular(path, O_RDONLY, "sysfs file", NULL, why, sizeof why);
     if (fd < 0)
         return -1;
     ssize_t n = read(fd, buf, len - 1);

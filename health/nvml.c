@@ -11,6 +11,7 @@
 
 #include "busid.h"
 #include "dtrain_nvml.h"
+#include "dtrain_file.h"
 #include "dtrain_parse.h"
 
 /* One gathering: the API, where to announce the stage, the GPU being read. */
@@ -111,7 +112,10 @@ static void process_name(unsigned pid, char *out, size_t outlen)
     char path[64];
     out[0] = '\0';
     dtrain_snprintf(path, sizeof(path), "/proc/%u/comm", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Never a blocking open: a FIFO or device here (a fake or damaged
+     * tree) is skipped, not waited on until the probe's bound. */
+    char why[128];
+    int fd = dtrain_open_regular(path, O_RDONLY, "process name", NULL, why, sizeof why);
     if (fd < 0)
         return;
     ssize_t n = read(fd, out, outlen - 1);

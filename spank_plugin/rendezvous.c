@@ -76,16 +76,66 @@ static int probe_port(int port, char *err, size_t errlen)
     return rc;
 }
 
+/* fd (the lock folder or a lock file) is this process's own: of its
+ * effective user, not writable by group or others, of the right type.
+ * Anything else at those names is not ours to lock or to write: 0, or -1
+ * with err. */
+static int own_lock_node(int fd, int dir, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        dtrain_snprintf(err, errlen, "cannot check %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+        dtrain_snprintf(err, errlen, "%s is not a %s: remove it", path, dir ? "folder" : "regular file");
+        return -1;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        dtrain_snprintf(err, errlen, "%s belongs to uid %u with mode %04o, not to uid %u and writable by it "
+                        "alone: remove it", path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                        (unsigned)geteuid());
+        return -1;
+    }
+    return 0;
+}
+
 int dtrain_rdv_claim_port(int port, int *lock_fd, char *err, size_t errlen)
 {
-    char path[128];
+    char path[128], name[64];
     *lock_fd = -1;
     if (mkdir(DTRAIN_RDV_LOCK_DIR, 0755) != 0 && errno != EEXIST)
         return probe_port(port, err, errlen);
-    dtrain_snprintf(path, sizeof path, DTRAIN_RDV_LOCK_DIR "/master-port-%d.lock", port);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* The folder and the file are checked on the descriptors that are
+     * used (no link followed, nothing swapped in between), and the file
+     * is opened without blocking: a FIFO or a device there must neither
+     * hang slurmstepd nor be locked and kept as if it were our lock. */
+    int dfd = open(DTRAIN_RDV_LOCK_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+        dtrain_snprintf(err, errlen, "%s is a link or a file, not a folder: remove it", DTRAIN_RDV_LOCK_DIR);
+        return -1;
+    }
+    if (dfd < 0) /* not ours to use (as before: the probe alone) */
+        return probe_port(port, err, errlen);
+    if (own_lock_node(dfd, 1, DTRAIN_RDV_LOCK_DIR, err, errlen) != 0) {
+        close(dfd);
+        return -1;
+    }
+    dtrain_snprintf(name, sizeof name, "master-port-%d.lock", port);
+    dtrain_snprintf(path, sizeof path, DTRAIN_RDV_LOCK_DIR "/%s", name);
+    int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+    int open_errno = errno;
+    close(dfd);
+    if (fd < 0 && open_errno == ELOOP) {
+        dtrain_snprintf(err, errlen, "the lock file %s is a symbolic link: remove it", path);
+        return -1;
+    }
     if (fd < 0)
         return probe_port(port, err, errlen);
+    if (own_lock_node(fd, 0, path, err, errlen) != 0) {
+        close(fd);
+        return -1;
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         dtrain_snprintf(err, errlen, "port %d is held by another dtrain job step on this node (%s is locked)",
                         port, path);

@@ -25,8 +25,10 @@ int dtrain_rdv_master_addr(const char *nodelist, char *out, size_t outlen, char 
 
 /* Claim port for this step (first node only).  *lock_fd: the lock to keep
  * open until the step ends (-1 when none could be taken because the lock
- * folder cannot be made: then only the probe ran).  Returns 0, or -1 with
- * err when another step or program holds the port. */
+ * folder cannot be made or opened: then only the probe ran).  Returns 0,
+ * or -1 with err when another step or program holds the port, or when
+ * something not ours is where the lock folder or file should be (a link,
+ * a FIFO or device, another user's or a group/other-writable one). */
 int dtrain_rdv_claim_port(int port, int *lock_fd, char *err, size_t errlen);
 
 #endif

@@ -439,8 +439,10 @@ static int load(const char *buf, size_t len, const char *name, dtrain_topo **out
     int use_nvml = buf == NULL && hwloc_topology_is_thissystem(topo);
     rc = model_from_hwloc(topo, use_nvml, out, err, errlen);
 out:
-    if (topo)
+    if (topo) {
         hwloc_topology_destroy(topo);
+        topo_xml_own_errors(); /* hwloc may have unloaded its libxml2 plugin */
+    }
     free(envbuf);
     return rc;
 }

@@ -88,6 +88,12 @@ int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *
  * messages.  Returns 0, or -1 with one line in err. */
 int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen);
 
+/* Give libxml2 (this thread) a generic error function of ours: hwloc's
+ * libxml2 plugin leaves one of its own there that dangles once hwloc
+ * unloads the plugin (see topo_xml_check.c).  Call after every
+ * hwloc_topology_destroy(). */
+void topo_xml_own_errors(void);
+
 /* NVLink bandwidth per link and direction, in MB/s, for an NVML NVLink
  * version value (see topo_nvml.c for the table). */
 long long topo_nvlink_mbps_per_link(unsigned version);

@@ -27,6 +27,12 @@
 
 /* Deeper nesting than this is refused (real topologies nest < 20). */
 #define TOPO_XML_MAX_DEPTH 256
+/* hwloc sizes a bitmap by the largest index in it: a PU or NUMA node with
+ * os_index 4000000000, or none at all (hwloc then uses 2^32-1), costs
+ * 512 MB and seconds (found by tests/fuzz).  Real machines have < 2^16
+ * CPUs; bitmaps of more than 2^20 bits (2^15 words) are refused. */
+#define TOPO_XML_MAX_INDEX (1L << 20)
+#define TOPO_XML_MAX_WORDS ((size_t)TOPO_XML_MAX_INDEX / 32)
 
 /* hwloc's bitmap syntax, as hwloc_bitmap_snprintf writes it: an optional
  * "0xf...f" (infinite) head, then comma-separated words "0x" + 1..8 hex
@@ -35,6 +41,12 @@
  * comma (found by tests/fuzz). */
 static int bitmap_ok(const char *v)
 {
+    /* hwloc allocates a word per comma: a few MB of commas would be GBs. */
+    size_t words = 1;
+    for (const char *p = v; *p; p++)
+        words += *p == ',';
+    if (words > TOPO_XML_MAX_WORDS)
+        return 0;
     if (strncmp(v, "0xf...f", 7) == 0) {
         v += 7;
         if (*v == '\0')
@@ -76,6 +88,33 @@ static int bad_bitmap(const xmlNode *n)
     return 0;
 }
 
+/* A PU or NUMA node (whose os_index is a bit of a cpuset or nodeset)
+ * needs an os_index below TOPO_XML_MAX_INDEX.  Other objects' os_index
+ * sizes nothing and is left to hwloc. */
+static int bad_index(const xmlNode *n)
+{
+    xmlChar *type = xmlGetProp(n, (const xmlChar *)"type");
+    int needs = type != NULL && (xmlStrcmp(type, (const xmlChar *)"PU") == 0 ||
+                                 xmlStrcmp(type, (const xmlChar *)"NUMANode") == 0);
+    xmlFree(type);
+    if (!needs)
+        return 0;
+    xmlChar *v = xmlGetProp(n, (const xmlChar *)"os_index");
+    int bad = v == NULL;
+    if (v != NULL) {
+        const char *p = (const char *)v;
+        long value = 0;
+        if (*p == '\0')
+            bad = 1;
+        for (; *p && !bad; p++) {
+            if (*p < '0' || *p > '9' || (value = value * 10 + (*p - '0')) >= TOPO_XML_MAX_INDEX)
+                bad = 1;
+        }
+    }
+    xmlFree(v);
+    return bad;
+}
+
 static int bad_object(const xmlNode *n)
 {
     int cpuset = xmlHasProp(n, (const xmlChar *)"cpuset") != NULL;
@@ -86,19 +125,26 @@ static int bad_object(const xmlNode *n)
 }
 
 /* Walk the element tree without recursion; returns the first bad node
- * (*bitmap set when a bitmap is malformed), or sets *too_deep. */
-static const xmlNode *find_bad(const xmlNode *root, int *too_deep, int *bitmap)
+ * (*bitmap set when a bitmap is malformed, *index when an os_index is
+ * missing or too large), or sets *too_deep. */
+static const xmlNode *find_bad(const xmlNode *root, int *too_deep, int *bitmap, int *index)
 {
     const xmlNode *n = root;
     int depth = 0;
     *too_deep = 0;
     *bitmap = 0;
+    *index = 0;
     while (n) {
         if (n->type == XML_ELEMENT_NODE && bad_bitmap(n)) {
             *bitmap = 1;
             return n;
         }
-        if (n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, (const xmlChar *)"object") == 0 && bad_object(n))
+        int object = n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, (const xmlChar *)"object") == 0;
+        if (object && bad_index(n)) {
+            *index = 1;
+            return n;
+        }
+        if (object && bad_object(n))
             return n;
         if (n->type == XML_ELEMENT_NODE && n->children) {
             if (++depth > TOPO_XML_MAX_DEPTH) {
@@ -119,8 +165,29 @@ static const xmlNode *find_bad(const xmlNode *root, int *too_deep, int *bitmap)
     return NULL;
 }
 
+/* libxml2's generic error function is process-wide (per thread) state.
+ * hwloc's libxml2 plugin (hwloc_xml_libxml.so) sets it to a function of
+ * its own on first use and never restores it, and hwloc dlcloses the plugin
+ * when the last topology is destroyed: libxml2 is left calling into
+ * unmapped memory, or into whatever is mapped there later (the fuzzer
+ * found a jump into glibc's gconv-modules.cache after ~1000 loads, once
+ * iconv had mapped it where the plugin had been).  So the pre-check, and
+ * load() after each hwloc_topology_destroy(), hand libxml2 this silent
+ * function of ours, which is mapped as long as this code is. */
+static void silent_generic_error(void *ctx, const char *msg, ...)
+{
+    (void)ctx;
+    (void)msg;
+}
+
+void topo_xml_own_errors(void)
+{
+    xmlSetGenericErrorFunc(NULL, silent_generic_error);
+}
+
 int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen)
 {
+    topo_xml_own_errors();
     if (len == 0) {
         dtrain_snprintf(err, errlen, "%.512s is empty: not a valid hwloc XML topology", name);
         return -1;
@@ -146,9 +213,9 @@ int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char
         xmlResetLastError();
         return -1;
     }
-    int rc = 0, too_deep = 0, bitmap = 0;
+    int rc = 0, too_deep = 0, bitmap = 0, index = 0;
     const xmlNode *root = xmlDocGetRootElement(doc);
-    const xmlNode *bad = root ? find_bad(root, &too_deep, &bitmap) : NULL;
+    const xmlNode *bad = root ? find_bad(root, &too_deep, &bitmap, &index) : NULL;
     if (root == NULL) {
         dtrain_snprintf(err, errlen, "%.512s has no root element: not a valid hwloc XML topology", name);
         rc = -1;
@@ -159,6 +226,11 @@ int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char
     } else if (bad && bitmap) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: a cpuset/nodeset that is not an hwloc bitmap: not a valid "
                         "hwloc XML topology", name, (long)xmlGetLineNo(bad));
+        rc = -1;
+    } else if (bad && index) {
+        dtrain_snprintf(err, errlen, "%.512s line %ld: a PU or NUMANode <object> has no os_index, or one that is "
+                        "not a number below %ld: not a valid hwloc XML topology", name,
+                        (long)xmlGetLineNo(bad), TOPO_XML_MAX_INDEX);
         rc = -1;
     } else if (bad) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: an <object> has a cpuset/nodeset without its complete_ "

@@ -5,6 +5,7 @@
 #include "dtrain_dp.h"
 #include "dtrain_llmc.h"
 #include "dtrain_metrics.h"
+#include "dtrain_file.h"
 #include "dtrain_pcomm.h"
 #include "dtrain_pipeline.h"
 #include "dtrain_shard.h"
@@ -13,6 +14,7 @@
 #include "dtrain_tp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,10 +187,18 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     /* here, so that a bad path is refused with every rank's agreement; not
      * truncated yet: a resumed run keeps the lines of the steps before it
      * (dtrain_ptrainer_metrics_from) */
-    if (bs->rank == 0 && c->metrics[0] != '\0' && (t->metrics = fopen(c->metrics, "a+")) == NULL) {
-        snprintf(err, errlen, "cannot create metrics file %s: %s", c->metrics, strerror(errno));
-        rc = DTRAIN_ERR_INPUT;
-        goto fail;
+    if (bs->rank == 0 && c->metrics[0] != '\0') {
+        /* Never a blocking open, only a regular file (checked on the fd:
+         * the path may have changed since the config's check). */
+        int fd = dtrain_open_regular(c->metrics, O_RDWR | O_CREAT | O_APPEND, "metrics file", NULL, err, errlen);
+        if (fd >= 0 && (t->metrics = fdopen(fd, "a+")) == NULL) {
+            snprintf(err, errlen, "cannot open metrics file %s: %s", c->metrics, strerror(errno));
+            close(fd);
+        }
+        if (t->metrics == NULL) {
+            rc = DTRAIN_ERR_INPUT;
+            goto fail;
+        }
     }
     if (bs->rank == 0 && c->prom_textfile[0] != '\0') {
         if ((rc = dtrain_prom_init(&t->prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)

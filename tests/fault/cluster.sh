@@ -101,6 +101,16 @@ rc=$?
 check "a malformed --inject: exit 2, both ranks say what is wrong (exit $rc)" \
   [ "$rc" -eq 2 -a "$(grep -c "fault injection 'kill:rank=1': kill needs step=S" "$d/spec.err")" -eq 2 ]
 
+# ---- a checkpoint folder no rank can write (issue 16; /proc/1 refuses new
+# files even to root): refused by every rank at start, exit 2 (not a
+# requeue, and not found only at the first checkpoint)
+in_cluster "$d" timeout 60 srun -N1 -n2 --mpi=pmi2 "$launch" "${trainer[@]}" --ckpt-dir /proc/1 \
+  >"$d/ckro.out" 2>"$d/ckro.err"
+rc=$?
+check "an unwritable --ckpt-dir: exit 2 before step 0, every rank says so (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c "checkpoint folder (--ckpt-dir) /proc/1: cannot create files in /proc/1" "$d/ckro.err")" -eq 2 ]
+sed 's/^/#   /' "$d/ckro.err" | head -n 4
+
 start=$(date +%s)
 # ---- the reference and four faults, submitted together (Slurm runs what fits)
 base=$(submit base "" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)

@@ -24,7 +24,7 @@ top=$(cd "$here/../.." && pwd)
 seconds=${1:-20}
 shift $(( $# > 0 ? 1 : 0 ))
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject)
+[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject train_config ckpt tokens_llmc)
 
 if ! command -v clang >/dev/null 2>&1; then
   echo "1..0 # SKIP clang is not installed (apt-get install clang libclang-rt-14-dev)"
@@ -57,8 +57,41 @@ sources() {
     wire) echo "$here/fuzz_wire.c $top/runtime/comm/cpu/wire.c -I$top/runtime/comm/cpu -I$top/runtime/comm" \
                "-I$top/runtime/comm/bootstrap" ;;
     inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime/ft -I$top/runtime" ;;
+    train_config|ckpt|tokens_llmc)
+      runtime_archive || return 2
+      echo "$here/fuzz_$1.c $runtime_inc $out/libdtrain-fuzz.a $(pc --cflags --libs jansson) -lopenblas -lm -lpthread -ldl" ;;
     *) return 1 ;;
   esac
+}
+
+# The runtime's parsers open files and call into the rest of libdtrain
+# (model shapes, kernels' backend names, checkpoint folders), so their
+# harnesses link an archive of libdtrain's sources (and the kernels, comm
+# and common ones it uses) built here with clang once per run: the linker
+# takes only the objects a harness needs.  No CUDA (DTRAIN_HAVE_CUDA unset).
+runtime_inc=""
+for d in runtime runtime/model runtime/data runtime/parallel runtime/ckpt runtime/ft runtime/trainer runtime/cli \
+         runtime/comm runtime/comm/bootstrap runtime/comm/cpu kernels kernels/cpu common; do
+  runtime_inc="$runtime_inc -I$top/$d"
+done
+runtime_archive() {
+  [ -f "$out/libdtrain-fuzz.a" ] && return 0
+  [ -f "$out/libdtrain-fuzz.failed" ] && return 1
+  mkdir -p "$out/rt"
+  local src list=()
+  for src in "$top"/runtime/*.c "$top"/runtime/{model,data,parallel,ckpt,ft,trainer}/*.c \
+             "$top"/runtime/cli/dtrain_config.c "$top"/runtime/cli/dtrain_main.c "$top"/kernels/dtrain_kernels.c \
+             "$top"/kernels/cpu/*.c "$top"/runtime/comm/*.c "$top"/runtime/comm/cpu/*.c \
+             "$top"/runtime/comm/bootstrap/*.c "$c"/*.c; do
+    list+=("$src")
+  done
+  # shellcheck disable=SC2016,SC2086 # the sh -c script expands its own variables; flags are several words
+  if ! printf '%s\n' "${list[@]}" | CFL="${cflags/fuzzer,/fuzzer-no-link,} $runtime_inc $(pc --cflags jansson)" RT="$out/rt" \
+      xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c 'o="$RT/$(echo "$1" | tr / _).o"; clang $CFL -c "$1" -o "$o"' sh {} \
+      >"$out/runtime.build.log" 2>&1 || ! ar rcs "$out/libdtrain-fuzz.a" "$out"/rt/*.o 2>>"$out/runtime.build.log"; then
+    touch "$out/libdtrain-fuzz.failed"
+    return 1
+  fi
 }
 
 repeatable=""
@@ -69,9 +102,13 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 for name in "${names[@]}"; do
   i=$((i + 1))
   # shellcheck disable=SC2046 # the source list is several words
-  if ! src=$(sources "$name"); then
-    echo "not ok $i - $name: no such harness"; continue
-  fi
+  src=$(sources "$name")
+  case $? in
+    0) ;;
+    2) echo "not ok $i - $name: libdtrain's sources do not build with clang"
+       grep -E "error|warning" "$out/runtime.build.log" | head -n 20 | sed 's/^/# /'; continue ;;
+    *) echo "not ok $i - $name: no such harness"; continue ;;
+  esac
   # shellcheck disable=SC2086
   if ! clang $cflags $src -o "$out/fuzz_$name" 2>"$out/$name.build.log"; then
     echo "not ok $i - $name: does not build with clang"; sed 's/^/# /' "$out/$name.build.log" | head -n 20; continue

@@ -3,6 +3,8 @@
  * for unknown keys, wrong types, bad values, unreadable files and
  * malformed JSON. */
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "site_config.h"
 #include "health_test.h"
@@ -154,6 +156,15 @@ static void test_refusals(void)
        "missing config file: cannot read, and why");
     ok(health_config_load(dir, "n", &cfg, err, sizeof(err)) == -1 && strstr(err, "is a directory"),
        "a folder as config");
+    /* A FIFO (as root: the trusted open; else the plain one) is refused at
+     * once, never waited on (issue 16). */
+    char fifo[4200];
+    if (snprintf(fifo, sizeof(fifo), "%s/fifo.json", dir) >= (int)sizeof(fifo))
+        fifo[0] = '\0';
+    ok(mkfifo(fifo, 0600) == 0 && health_config_load(fifo, "n", &cfg, err, sizeof(err)) == -1 &&
+           strstr(err, "not a regular file (a FIFO)"),
+       "a FIFO as config: refused without waiting (%s)", err);
+    unlink(fifo);
     ok(load_text("{\"checks\": {\"checkpoint_fs\": {\"path\": \"/ckpt/%n\"}}}") == 0, "%%n with a node name");
     char path[4200];
     if (snprintf(path, sizeof(path), "%s/health.json", dir) >= (int)sizeof(path))

@@ -5,6 +5,7 @@
  * runner (time bound, crash, stage named); and whole runs (health_run). */
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrain_bounded.h"
@@ -257,6 +258,19 @@ static void test_ib(void)
     health_ib_probe(root, want, 2, 2000, &f);
     ok(f.ok && f.nports == 2 && f.ports[0].present && !f.ports[1].present && strcmp(f.ports[1].device, "mlx5_2") == 0,
        "ib: listed ports, a missing one marked absent");
+    /* A FIFO where a sysfs file should be (a fake or damaged tree): skipped
+     * at once, not waited on until the probe's 2 s bound (issue 16). */
+    char fifo[1400];
+    fake_port(root, "mlx5_3", 1, "4: ACTIVE", "5: LinkUp", "100 Gb/sec (4X EDR)");
+    snprintf(fifo, sizeof fifo, "%s/class/infiniband/mlx5_3/ports/1/state", root);
+    int made = unlink(fifo) == 0 && mkfifo(fifo, 0600) == 0;
+    struct health_ib_port_spec one[1] = {{"mlx5_3", 1}};
+    health_ib_probe(root, one, 1, 2000, &f);
+    ok(made && f.ok && f.nports == 1 && f.ports[0].present && f.ports[0].state[0] == '\0' &&
+           strcmp(f.ports[0].phys_state, "LinkUp") == 0,
+       "ib: a FIFO as a port's state file is skipped without waiting (probe %s, state '%s')",
+       f.ok ? "done" : "did not finish", f.ports[0].state);
+    unlink(fifo);
 }
 
 /* ------------------------------------------------------------ whole runs */

@@ -174,4 +174,31 @@ check "... and the node warns once that TP traffic crosses PCIe" \
   eval '[ "$(grep -c "^dtrain: warning: node1: .*crosses PCIe" "$err")" -eq 1 ]'
 grep '^dtrain' "$err" | diag_file /dev/stdin
 
+# The first node's MASTER_PORT lock file (/run/dtrain/master-port-P.lock,
+# issue 16): slurmstepd opens it as root, so a FIFO, a link or another
+# user's file there is refused with one line (not locked, not hung on),
+# and the step after its removal runs.  One port (the first of this
+# cluster's own block), so that the lock file is known.
+port=$(sed -n 's/.* master_ports=\([0-9]*\)-.*/\1/p' "$D/plugstack.conf" | head -n 1)
+set_plugin_args "$D" "topology_xml=$D/topo/%n.xml master_ports=$port-$port"
+lock=/run/dtrain/master-port-$port.lock
+mkdir -p /run/dtrain
+rm -f "$lock" && mkfifo "$lock"
+run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 true
+check "a FIFO as the MASTER_PORT lock file: the step fails with one line (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: MASTER_PORT $port .*$lock is not a regular file: remove it" "$err"'
+grep '^dtrain' "$err" | diag_file /dev/stdin
+rm -f "$lock" && ln -s /etc/hostname "$lock"
+run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 true
+check "a link as the lock file: refused, not followed (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: MASTER_PORT $port .*$lock is a symbolic link" "$err"'
+rm -f "$lock" && touch "$lock" && chown nobody "$lock"
+run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 true
+check "another user's lock file: refused (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: MASTER_PORT $port .*$lock belongs to uid [0-9]* with mode" "$err"'
+rm -f "$lock"
+run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 true
+check "... once removed, the next step runs and leaves a regular, root-owned lock file (exit $RC)" \
+  eval '[ "$RC" -eq 0 ] && [ -f "$lock" ] && [ ! -L "$lock" ] && [ "$(stat -c %u "$lock")" -eq 0 ]'
+
 done_testing

@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
 #include <hwloc.h>
+#include <libxml/globals.h>
 
 #include "dtrain_bounded.h"
 #include "fixtures.h"
@@ -331,6 +333,77 @@ static void bounded_same_model(void)
     dtrain_topo_free(b);
 }
 
+/* hwloc sizes bitmaps by the largest index: a PU without os_index (hwloc
+ * takes 2^32-1) or with a huge one cost 512 MB and seconds per load, and
+ * a bitmap of many commas a word each (found by tests/fuzz): refused by
+ * the pre-check, with the line. */
+static void resource_bounds(void)
+{
+    size_t len;
+    char *data = read_all(fixture_path("power8gpudistances.xml"), &len);
+    if (!ok(data != NULL, "power8: read"))
+        return;
+    char *commas = malloc(200000);
+    if (commas == NULL) {
+        free(data);
+        return;
+    }
+    strcpy(commas, "cpuset=\"0x00000001");
+    size_t at = strlen(commas);
+    for (int i = 0; i < 40000; i++)
+        commas[at++] = ',';
+    strcpy(commas + at, "\"");
+    struct { const char *what, *from, *to, *why; } cases[] = {
+        {"a PU without os_index", "<object type=\"PU\" os_index=\"0\"", "<object type=\"PU\"", "os_index"},
+        {"a PU with os_index 4000000000", "<object type=\"PU\" os_index=\"0\"",
+         "<object type=\"PU\" os_index=\"4000000000\"", "os_index"},
+        {"a NUMANode without os_index", "<object type=\"NUMANode\" os_index=\"0\"", "<object type=\"NUMANode\"",
+         "os_index"},
+        {"an os_index that is not a number", "<object type=\"PU\" os_index=\"0\"",
+         "<object type=\"PU\" os_index=\"0x10\"", "os_index"},
+        {"a cpuset of 40000 words", "cpuset=\"0x03030303\"", commas, "not an hwloc bitmap"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *copy = edit(data, cases[i].from, cases[i].to), err[512] = "";
+        const char *p = copy ? write_tmp("hostile.xml", copy, strlen(copy)) : NULL;
+        dtrain_topo *t = NULL;
+        ok(p && dtrain_topo_load_xml(p, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT && strstr(err, cases[i].why) &&
+               strstr(err, " line "), "%s: refused before hwloc (%s)", cases[i].what, err);
+        dtrain_topo_free(t);
+        free(copy);
+    }
+    free(commas);
+    free(data);
+}
+
+/* Loads leave libxml2 with an error function that is mapped: hwloc's
+ * libxml2 plugin sets one of its own and hwloc unloads the plugin with the
+ * last topology, which once let the fuzzer's ~1000th load jump into
+ * unmapped memory (issue 16).  Checked directly: the function libxml2
+ * would call lies in a loaded object, after several loads, good and bad. */
+static void libxml_error_function_mapped(void)
+{
+    dtrain_topo *t = NULL;
+    char err[512] = "";
+    int loads = 0;
+    for (int i = 0; i < 3; i++) {
+        loads += dtrain_topo_load_xml(fixture_path("dgx-h100.xml"), &t, err, sizeof err) == DTRAIN_TOPO_OK;
+        dtrain_topo_free(t);
+        t = NULL;
+        const char *bad = "<topology><object type=\"Machine\"/>";
+        const char *p = write_tmp("text.xml", bad, strlen(bad));
+        if (p)
+            dtrain_topo_load_xml(p, &t, err, sizeof err);
+        dtrain_topo_free(t);
+        t = NULL;
+    }
+    Dl_info where;
+    void *fn = (void *)xmlGenericError;
+    int mapped = dladdr(fn, &where) != 0 && where.dli_fname != NULL;
+    ok(loads == 3 && mapped, "after %d loads libxml2's error function %p is in a loaded object (%s)", loads, fn,
+       mapped ? where.dli_fname : "none: it dangles");
+}
+
 static void bad_paths(void)
 {
     dtrain_topo *t = NULL;
@@ -366,6 +439,8 @@ int main(void)
     precheck_bypasses();
     special_files();
     bounded_same_model();
+    libxml_error_function_mapped();
+    resource_bounds();
 
     char path[600];
     const char *names[] = {"trunc.xml", "corrupt.xml", "hostile.xml", "empty.xml", "text.xml", "bypass.xml"};

@@ -29,6 +29,7 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
     }
     cc->listen_fd = g->listen_fd; /* ours from now on, closed by destroy */
     cc->stash_fd = -1;
+    cc->boot_fd = -1;
     c->impl = cc;
     if (c->size == 1) { /* nobody will connect */
         if (cc->listen_fd >= 0)
@@ -40,6 +41,8 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
     int rc = cpu_bootstrap(c, cc, g, deadline, why, sizeof why);
     if (rc == 0)
         rc = cpu_connect_ring(c, cc, deadline, why, sizeof why);
+    if (rc == 0)
+        rc = cpu_boot_done(c, cc, deadline, why, sizeof why);
     if (rc != 0) {
         dtrain_snprintf(err, errlen, "%s", why);
         return -rc;

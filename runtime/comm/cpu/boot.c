@@ -359,6 +359,9 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
         if (rc != 0)
             goto out;
     }
+    /* The connections stay open until every ring link is up (step 5). */
+    cc->boot_fds = fds;
+    fds = NULL;
 out:
     for (int i = 0; fds != NULL && i < n; i++)
         if (fds[i] >= 0)
@@ -415,7 +418,11 @@ static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct 
     if (cc->table[c->rank].port != ntohs(me.sin_port) || cc->table[c->rank].addr.s_addr != me.sin_addr.s_addr) {
         dtrain_snprintf(why, whylen, "the leader's table does not list this member's address");
         rc = -DTRAIN_COMM_EPEER;
+        goto out;
     }
+    /* Kept until the bootstrap is done (step 5): watched meanwhile. */
+    cc->boot_fd = fd;
+    fd = -1;
     goto out;
 failed: { /* say which step: the rest of the group may be what is missing */
         char step[200];
@@ -571,8 +578,15 @@ int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadlin
     /* next's answer to our hello. */
     int shm = 0;
     char next_name[WIRE_SHM_NAME_MAX];
-    if ((rc = net_read_all(c, cc->next->fd, reply, sizeof reply, deadline_ms, why, whylen)) != 0)
+    if ((rc = net_read_all(c, cc->next->fd, reply, sizeof reply, deadline_ms, why, whylen)) != 0) {
+        if (rc == -DTRAIN_COMM_EPEER && strstr(why, "rank ") == NULL) {
+            char step[200];
+            dtrain_snprintf(step, sizeof step, "%s", why);
+            dtrain_snprintf(why, whylen, "rank %d (ring successor) went away while the ring link was set up "
+                            "(it died?): %s", next, step);
+        }
         goto out;
+    }
     if (wire_reply_decode(reply, &shm, next_name) != 0) {
         dtrain_snprintf(why, whylen, "rank %d answered the ring hello with garbage", next);
         rc = -DTRAIN_COMM_EPEER;
@@ -600,6 +614,94 @@ out:
 oom:
     dtrain_snprintf(why, whylen, "out of memory for a link");
     return -DTRAIN_COMM_ESYS;
+}
+
+/* ------------------------------------------------------------------ step 5: done */
+
+int cpu_boot_watch(struct dtrain_comm *c, char *why, size_t whylen)
+{
+    struct cpu_comm *cc = c->impl;
+    if (cc == NULL || (cc->boot_fds == NULL && cc->boot_fd < 0))
+        return 0;
+    int64_t now = comm_now_ms();
+    if (now < cc->boot_watch_ms)
+        return 0;
+    cc->boot_watch_ms = now + CPU_BOOT_WATCH_MS;
+    char byte;
+    if (cc->boot_fd >= 0) {
+        ssize_t n = recv(cc->boot_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            dtrain_snprintf(why, whylen, "the leader (rank 0) ended the bootstrap while the ring links were set "
+                            "up: a member died or failed (the leader's message names it), or the leader did");
+            return -DTRAIN_COMM_EPEER;
+        }
+        return 0;
+    }
+    for (int i = 1; i < c->size; i++) {
+        if (cc->boot_fds[i] < 0)
+            continue;
+        ssize_t n = recv(cc->boot_fds[i], &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            dtrain_snprintf(why, whylen, "rank %d closed its bootstrap connection before its ring links were up "
+                            "(it died, or failed)", i);
+            return -DTRAIN_COMM_EPEER;
+        }
+    }
+    return 0;
+}
+
+static void close_boot(struct cpu_comm *cc, int size)
+{
+    for (int i = 0; cc->boot_fds != NULL && i < size; i++)
+        if (cc->boot_fds[i] >= 0)
+            close(cc->boot_fds[i]);
+    free(cc->boot_fds);
+    cc->boot_fds = NULL;
+    if (cc->boot_fd >= 0)
+        close(cc->boot_fd);
+    cc->boot_fd = -1;
+}
+
+int cpu_boot_done(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen)
+{
+    unsigned char byte = WIRE_BOOT_READY;
+    int rc = 0;
+    if (cc->boot_fds == NULL && cc->boot_fd < 0)
+        return 0; /* a group of one */
+    if (c->rank != 0) {
+        if ((rc = net_write_all(c, cc->boot_fd, &byte, 1, deadline_ms, why, whylen)) != 0 ||
+            (rc = net_read_all(c, cc->boot_fd, &byte, 1, deadline_ms, why, whylen)) != 0) {
+            char step[200];
+            dtrain_snprintf(step, sizeof step, "%s", why);
+            dtrain_snprintf(why, whylen, "waiting for the other members' ring links: %s", step);
+        } else if (byte != WIRE_BOOT_DONE) {
+            dtrain_snprintf(why, whylen, "the leader ended the bootstrap with byte 0x%02x, not 0x%02x", byte,
+                            WIRE_BOOT_DONE);
+            rc = -DTRAIN_COMM_EPEER;
+        }
+        close_boot(cc, c->size);
+        return rc;
+    }
+    /* The leader: every member's READY (the watch sees any that closes
+     * meanwhile), then DONE to all. */
+    for (int i = 1; i < c->size && rc == 0; i++) {
+        if ((rc = net_read_all(c, cc->boot_fds[i], &byte, 1, deadline_ms, why, whylen)) == -DTRAIN_COMM_EPEER &&
+            strstr(why, "rank ") == NULL)
+            dtrain_snprintf(why, whylen, "rank %d closed its bootstrap connection before its ring links were up "
+                            "(it died, or failed)", i);
+        else if (rc == -DTRAIN_COMM_ETIMEDOUT)
+            dtrain_snprintf(why, whylen, "rank %d did not set up its ring links within %d ms", i, c->timeout_ms);
+        else if (rc == 0 && byte != WIRE_BOOT_READY) {
+            dtrain_snprintf(why, whylen, "rank %d sent byte 0x%02x for its ring links, not 0x%02x", i, byte,
+                            WIRE_BOOT_READY);
+            rc = -DTRAIN_COMM_EPEER;
+        }
+    }
+    byte = WIRE_BOOT_DONE;
+    for (int i = 1; i < c->size && rc == 0; i++)
+        rc = net_write_all(c, cc->boot_fds[i], &byte, 1, deadline_ms, why, whylen);
+    close_boot(cc, c->size);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ point-to-point links */
@@ -654,6 +756,7 @@ void cpu_comm_close(struct cpu_comm *cc, int size)
     }
     link_free(cc->next);
     link_free(cc->prev);
+    close_boot(cc, size);
     if (cc->listen_fd >= 0)
         close(cc->listen_fd);
     free(cc->p2p_out);

@@ -13,7 +13,17 @@
  *     each member;
  *  4. ring links: each member connects to rank+1 (RING hello, again with
  *     the secret) and accepts rank-1's; same-host neighbours agree on a
- *     shared-memory ring (reply + ack), others keep the TCP connection.
+ *     shared-memory ring (reply + ack), others keep the TCP connection;
+ *  5. done: the connections of step 1 stay open through step 4; a member
+ *     whose ring links are up sends the leader WIRE_BOOT_READY, and once
+ *     all have (and its own are up) the leader sends each WIRE_BOOT_DONE
+ *     and everyone closes them.  Until then each member watches its
+ *     connection to the leader, and the leader those to every member
+ *     (cpu_boot_watch, from every wait of net.c): a member that dies after
+ *     the table, while the ring is built, closes its connection, the
+ *     leader fails and closes all of them, and every member stops within
+ *     a watch interval instead of waiting out the timeout for a
+ *     neighbour that is gone.
  * Point-to-point links to members other than the ring neighbours are
  * opened on first use (P2P hello), over TCP. */
 #ifndef DTRAIN_COMM_CPU_COMM_H
@@ -62,6 +72,11 @@ struct cpu_comm {
     struct wire_hello stash;
     float *scratch;          /* reduce-scatter's partial sums, 3 * RING_CHUNK_FLOATS */
     int oversubscribed;      /* more members on this host than CPUs this process may use */
+    /* Step 5 (until the bootstrap is done): the leader's connections to
+     * each member ([size], -1 for itself), a member's to the leader. */
+    int *boot_fds;
+    int boot_fd;
+    int64_t boot_watch_ms;   /* when the watch looks next */
 };
 
 /* Parse "cpu:<IPv4>:<port>:<32 hex>".  0, or -1 when malformed. */
@@ -74,6 +89,17 @@ int cpu_bootstrap(struct dtrain_comm *c, struct cpu_comm *cc, const struct dtrai
 
 /* Step 4: cc->next and cc->prev. */
 int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen);
+
+/* Step 5: every member has its ring links; the bootstrap's connections
+ * are closed. */
+int cpu_boot_done(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen);
+
+/* While the bootstrap's connections are open (steps 4 and 5): 0, or
+ * -DTRAIN_COMM_EPEER with one line when one of them closed (a member or
+ * the leader is gone).  Looks at most every CPU_BOOT_WATCH_MS; net.c calls
+ * it from every wait (c->impl is the cpu_comm; NULL is fine). */
+#define CPU_BOOT_WATCH_MS 100
+int cpu_boot_watch(struct dtrain_comm *c, char *why, size_t whylen);
 
 /* The link to send to / receive from a member that is not a ring
  * neighbour, opened (or awaited) now when needed. */

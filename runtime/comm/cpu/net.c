@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "comm_backend.h"
+#include "cpu_comm.h"
 #include "dtrain_parse.h"
 
 /* How long one poll may sleep before the abort flag is looked at again. */
@@ -38,7 +39,9 @@ int net_check(struct dtrain_comm *c, int64_t deadline_ms, char *why, size_t whyl
         dtrain_snprintf(why, whylen, "timed out after %d ms", c->timeout_ms);
         return -DTRAIN_COMM_ETIMEDOUT;
     }
-    return 0;
+    /* During the bootstrap: a member or the leader that is gone ends the
+     * wait now (cpu_comm.h, step 5). */
+    return cpu_boot_watch(c, why, whylen);
 }
 
 /* Poll one fd for events, at most one slice; 1 when ready, 0 when not yet,

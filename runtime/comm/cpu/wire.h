@@ -72,6 +72,11 @@ int wire_table_head_decode(const unsigned char in[WIRE_TABLE_HEAD_LEN], uint32_t
 void wire_peer_encode(const struct wire_peer *p, unsigned char out[WIRE_TABLE_ENTRY_LEN]);
 void wire_peer_decode(const unsigned char in[WIRE_TABLE_ENTRY_LEN], struct wire_peer *p);
 
+/* ------------------------------------------------------------------ bootstrap done */
+/* One byte each on the BOOT connection (cpu_comm.h, step 5). */
+#define WIRE_BOOT_READY 0x52 /* 'R': member -> leader, its ring links are up */
+#define WIRE_BOOT_DONE 0x44  /* 'D': leader -> member, everyone's are */
+
 /* ------------------------------------------------------------------ ring-link reply */
 #define WIRE_REPLY_LEN 64
 #define WIRE_SHM_NAME_MAX 52 /* NUL included */
