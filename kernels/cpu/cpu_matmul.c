@@ -9,7 +9,7 @@
  *
  * bf16 and fp16 precision: the operands (inp, weight, dout) are rounded
  * (to nearest even) into scratch, kept in fp32 slots: to bf16, or to IEEE
- * half (_Float16, above 65504 to inf, which dynamic loss scaling detects).
+ * half (fp16_round: 65520 and above to inf, which dynamic loss scaling detects).
  * The product of two such values is exact in fp32, so an fp32 GEMM on the
  * rounded operands computes what a bf16/fp16 GEMM with fp32 accumulation
  * (AMX, the GPU's tensor cores) does, up to the order of the sums: the
@@ -19,6 +19,7 @@
 #include "cpu_backend.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,21 @@ static inline float bf16_round(float x)
     return x;
 }
 
+/* x rounded to the nearest IEEE half (ties to even), in an fp32: 10
+ * fraction bits, subnormals in steps of 2^-24, 65520 and above to inf.
+ * Written out rather than (_Float16)x, which not every compiler takes on
+ * x86-64 (clang 14 does not). */
+static inline float fp16_round(float x)
+{
+    float a = fabsf(x);
+    if (!(a < 65520.0f)) /* NaN, inf, and what rounds past 65504 */
+        return a >= 65520.0f ? copysignf(INFINITY, x) : x;
+    int e;
+    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    float step = e - 11 < -24 ? 0x1p-24f : ldexpf(1.0f, e - 11);
+    return copysignf(nearbyintf(a / step) * step, x); /* nearbyintf: ties to even */
+}
+
 struct round_args {
     float *dst;
     const float *src;
@@ -53,7 +69,7 @@ static void round_items(void *p, long begin, long end, int tid)
         i1 = a->n;
     if (a->fp16)
         for (size_t i = i0; i < i1; i++)
-            a->dst[i] = (float)(_Float16)a->src[i];
+            a->dst[i] = fp16_round(a->src[i]);
     else
         for (size_t i = i0; i < i1; i++)
             a->dst[i] = bf16_round(a->src[i]);
