@@ -57,6 +57,10 @@ static const struct setting settings[] = {
     {"data", "train", "data", K_PATH, OFF(data), 0, 0, "token file (llm.c layout; see dtrain-tokenize)"},
     {"data", "order", "order", K_ORDER, OFF(data_order), 0, 0, "sequential | shuffled"},
     {"data", "seed", "data-seed", K_U64, OFF(data_seed), 0, BIG, "seed of the shuffled order"},
+    {"data", "val", "val-data", K_PATH, OFF(val_data), 0, 0, "validation token file (default: none, or --val-fraction)"},
+    {"data", "val_fraction", "val-fraction", K_REAL, OFF(val_fraction), 0, 0.5, "hold out this last fraction of the training tokens for validation; 0 = none"},
+    {"run", "val_every", "val-every", K_LONG, OFF(val_every), 0, BIG, "validation loss every this many steps (and after the last); 0 = after the last only"},
+    {"run", "val_batches", "val-batches", K_INT, OFF(val_batches), 1, 1 << 20, "batches of B x T in each validation (the first ones of the validation data)"},
     {"optimizer", "lr", "lr", K_REAL, OFF(optim.lr), 0, 1e3, "learning rate (peak rate with cosine)"},
     {"optimizer", "beta1", "beta1", K_REAL, OFF(optim.beta1), 0, 0.999999, "AdamW beta1"},
     {"optimizer", "beta2", "beta2", K_REAL, OFF(optim.beta2), 0, 0.999999999, "AdamW beta2"},
@@ -128,6 +132,7 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->comm_timeout = 300;
     c->ckpt_keep = 2;
     c->nonfinite_skips = 3;
+    c->val_batches = 8;
 }
 
 /* ------------------------------------------------------------------ setting values */
@@ -563,6 +568,10 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     if (c->data[0] == '\0') {
         snprintf(err, errlen, "no token file: give --data FILE or data.train in the config "
                  "(dtrain-tokenize makes one from any text file)");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->val_data[0] != '\0' && c->val_fraction > 0.0) {
+        snprintf(err, errlen, "give either --val-data or --val-fraction, not both");
         return DTRAIN_ERR_INPUT;
     }
     if (c->init_llmc[0] != '\0' && c->resume[0] != '\0') {

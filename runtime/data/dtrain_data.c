@@ -21,7 +21,7 @@
 #define HEADER_BYTES (DTRAIN_TOKENS_HEADER_INTS * sizeof(int32_t))
 
 struct dtrain_tokens {
-    void *map;
+    void *map;                 /* NULL: a view into another's mapping (dtrain_tokens_split) */
     size_t map_bytes;
     const uint16_t *tokens;
     size_t count;
@@ -105,6 +105,30 @@ void dtrain_tokens_close(struct dtrain_tokens *tok)
     if (tok->map != NULL)
         munmap(tok->map, tok->map_bytes);
     free(tok);
+}
+
+int dtrain_tokens_split(struct dtrain_tokens *tok, double fraction, struct dtrain_tokens **val,
+                        char *err, size_t errlen)
+{
+    size_t tail = (size_t)((double)tok->count * fraction);
+    *val = NULL;
+    if (!(fraction > 0.0 && fraction < 1.0) || tail == 0 || tail == tok->count) {
+        snprintf(err, errlen, "holding out %g of %zu tokens for validation leaves %s empty: give a fraction "
+                 "between 0 and 1 of a larger file (or --val-data FILE)", fraction, tok->count,
+                 tail == 0 ? "the validation part" : "the training part");
+        return DTRAIN_ERR_INPUT;
+    }
+    struct dtrain_tokens *v = calloc(1, sizeof *v);
+    if (v == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    tok->count -= tail;
+    v->tokens = tok->tokens + tok->count;
+    v->count = tail;
+    v->max_id = tok->max_id;
+    *val = v;
+    return DTRAIN_OK;
 }
 
 size_t dtrain_tokens_count(const struct dtrain_tokens *tok) { return tok->count; }

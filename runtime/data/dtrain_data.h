@@ -48,6 +48,13 @@ size_t dtrain_tokens_count(const struct dtrain_tokens *tok);
 /* The largest token id in the file (-1 for an empty file). */
 int dtrain_tokens_max_id(const struct dtrain_tokens *tok);
 
+/* Hold out the last `fraction` (0 < fraction < 1) of tok's tokens for
+ * validation: tok keeps the head, *val is a view of the tail that shares
+ * tok's mapping (close it before tok).  DTRAIN_ERR_INPUT when either part
+ * would be empty. */
+int dtrain_tokens_split(struct dtrain_tokens *tok, double fraction, struct dtrain_tokens **val,
+                        char *err, size_t errlen);
+
 /* Write tokens (n <= DTRAIN_TOKENS_MAX_COUNT) as a token file. */
 int dtrain_tokens_write(const char *path, const uint16_t *tokens, size_t n,
                         char *err, size_t errlen);

@@ -464,6 +464,21 @@ static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in
     return load_checkpoint(f, f->last_dir, 1, 0, err, errlen);
 }
 
+/* After a step: the validation loss every val_every steps and after the
+ * last, into the step's result (its progress and metrics lines). */
+static int validate_if_due(struct ft *f, struct dtrain_pstep_result *r, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = f->cfg;
+    long done = dtrain_ptrainer_steps_done(f->t);
+    if (dtrain_ptrainer_val_batches(f->t) == 0 || !((c->val_every > 0 && done % c->val_every == 0) || done == c->steps))
+        return DTRAIN_OK;
+    dtrain_watchdog_beat(f->wd, "validating", done);
+    int rc = dtrain_ptrainer_validate(f->t, &r->base.val_loss, err, errlen);
+    r->base.has_val_loss = rc == DTRAIN_OK;
+    dtrain_watchdog_beat(f->wd, "training", done);
+    return rc;
+}
+
 static int train(struct ft *f, char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = f->cfg;
@@ -497,6 +512,8 @@ static int train(struct ft *f, char *err, size_t errlen)
                 return rc;
         } else {
             in_a_row = 0;
+            if ((rc = validate_if_due(f, &r, err, errlen)) != DTRAIN_OK)
+                return rc;
             if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK)
                 return rc;
             if (first_after_resume) {

@@ -97,8 +97,19 @@ struct dtrain_pstep_control {
 int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_control *ctl,
                              struct dtrain_pstep_result *r, char *err, size_t errlen);
 
-/* Rank 0: the progress line (every log_every steps) and the metrics line
- * of a step. */
+/* Validation (a collective over every rank): the mean loss over the first
+ * K = dtrain_ptrainer_val_batches() B x T batches of the validation data
+ * (--val-data, or the --val-fraction held out of the training data), with
+ * the present parameters, forward only: each DP rank its rows, each stage
+ * its layers, the last stage's TP ranks the vocabulary-parallel loss, the
+ * sum over the world in rank order.  The same in every layout up to fp32
+ * rounding (tests/parallel/test_train.c).  NaN and DTRAIN_OK without
+ * validation data. */
+int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *err, size_t errlen);
+int dtrain_ptrainer_val_batches(const struct dtrain_ptrainer *t); /* K; 0: no validation data */
+
+/* Rank 0: the progress line (every log_every steps, and every step with
+ * a validation loss) and the metrics line of a step. */
 int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,
                              char *err, size_t errlen);
 /* Rank 0: cut the metrics file back to the lines of the steps before

@@ -25,6 +25,8 @@ struct dtrain_ptrainer {
     const struct dtrain_comms *comms;
     struct dtrain_kernels *k;
     struct dtrain_tokens *data;
+    struct dtrain_tokens *val;   /* validation data, NULL: none */
+    int val_batches;             /* K: min(val_batches, batches the validation data holds) */
     struct dtrain_shard shard;
     struct dtrain_tp *tp;
     struct dtrain_stage *stage;
@@ -96,6 +98,43 @@ out:
     return rc;
 }
 
+/* The validation data: --val-data, or the tail of the training data
+ * (--val-fraction, which the training batches then leave alone). */
+static int open_val(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    uint64_t nb, tb;
+    int rc;
+    const char *what = c->val_data;
+    if (c->val_fraction > 0.0) {
+        what = "the held-out part of the training data";
+        if ((rc = dtrain_tokens_split(t->data, c->val_fraction, &t->val, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (dtrain_tokens_batches(t->data, c->batch, c->seq, &tb, err, errlen) != DTRAIN_OK) {
+            snprintf(err, errlen, "--val-fraction %g leaves %zu training tokens, fewer than one batch of %d x %d "
+                     "needs: lower it", c->val_fraction, dtrain_tokens_count(t->data), c->batch, c->seq);
+            return DTRAIN_ERR_INPUT;
+        }
+    } else if (c->val_data[0] != '\0') {
+        if ((rc = dtrain_tokens_open(c->val_data, &t->val, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (dtrain_tokens_max_id(t->val) >= c->model.vocab_size) {
+            snprintf(err, errlen, "validation token file %s holds token id %d, outside the model's vocabulary "
+                     "0..%d", c->val_data, dtrain_tokens_max_id(t->val), c->model.vocab_size - 1);
+            return DTRAIN_ERR_INPUT;
+        }
+    } else {
+        return DTRAIN_OK;
+    }
+    char why[256];
+    if (dtrain_tokens_batches(t->val, c->batch, c->seq, &nb, why, sizeof why) != DTRAIN_OK) {
+        snprintf(err, errlen, "validation data (%s): %s", what, why);
+        return DTRAIN_ERR_INPUT;
+    }
+    t->val_batches = (uint64_t)c->val_batches < nb ? c->val_batches : (int)nb;
+    return DTRAIN_OK;
+}
+
 int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtrain_bootstrap *bs,
                            const struct dtrain_comms *comms, struct dtrain_ptrainer **out,
                            char *err, size_t errlen)
@@ -136,6 +175,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         rc = DTRAIN_ERR_INPUT;
         goto fail;
     }
+    if ((rc = open_val(t, err, errlen)) != DTRAIN_OK)
+        goto fail;
     int slots;
     t->actions = malloc(DTRAIN_PIPE_MAX_ACTIONS(m) * sizeof *t->actions);
     if (t->actions == NULL ||
@@ -208,6 +249,7 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
     dtrain_pcomm_release(&t->pp);
     if (t->metrics != NULL)
         fclose(t->metrics);
+    dtrain_tokens_close(t->val); /* before data: it may be a view of it */
     dtrain_tokens_close(t->data);
     dtrain_kernels_destroy(t->k);
     free(t);
@@ -371,7 +413,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
         r->base.step = t->step;
         r->base.loss = loss;
         r->base.grad_norm = norm;
-        t->data_batches++;
+            t->data_batches++;
         return DTRAIN_OK;
     }
     if (!isfinite(loss) || !isfinite(norm)) {
@@ -393,11 +435,61 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     r->base.ms = 1e3 * seconds;
     r->base.tokens_per_s = (double)c->batch * c->seq / seconds;
     r->base.gflops = t->flops_per_step / seconds * 1e-9;
+    r->base.has_val_loss = 0; /* the loop validates after the step, when due */
     r->pipe_wait_ms = 1e3 * wait;
     r->compute_ms = 1e3 * compute;
     r->dp_exposed_ms = 1e3 * dtrain_dp_exposed_seconds(t->dp);
     t->step++;
     t->data_batches++;
+    return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ validation */
+
+int dtrain_ptrainer_val_batches(const struct dtrain_ptrainer *t) { return t->val != NULL ? t->val_batches : 0; }
+
+/* Forward only, micro-batch after micro-batch through the stages (each
+ * receives from the one before and sends on: no cycle, so blocking sends
+ * cannot deadlock), in slot 0, which no training micro-batch holds
+ * between steps.  The rows of each batch are split over DP as in training;
+ * the last stage's TP ranks compute the vocabulary-parallel loss. */
+int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    const struct dtrain_bootstrap *L = &t->layout;
+    const struct dtrain_shard *s = &t->shard;
+    size_t act = dtrain_stage_act_floats(t->stage);
+    int T = c->seq, m = c->micro_batches, rc = DTRAIN_OK;
+    double loss_sum = 0.0;
+    *val_loss = NAN;
+    if (t->val == NULL)
+        return DTRAIN_OK;
+    for (int j = 0; j < t->val_batches && rc == DTRAIN_OK; j++) {
+        dtrain_tokens_batch(t->val, c->batch, T, DTRAIN_ORDER_SEQUENTIAL, 0, (uint64_t)j, t->inputs, t->targets);
+        for (int micro = 0; micro < m && rc == DTRAIN_OK; micro++) {
+            size_t row = ((size_t)L->dp_rank * m + (size_t)micro) * t->micro_rows * T;
+            double part = 0.0;
+            if (L->pp_rank > 0)
+                rc = p2p(&t->prev, 0, dtrain_stage_input(t->stage, 0), act, "validation: receive activation",
+                         err, errlen);
+            if (rc == DTRAIN_OK)
+                rc = dtrain_stage_set_tokens(t->stage, 0, t->inputs + row, t->targets + row, err, errlen);
+            if (rc == DTRAIN_OK)
+                rc = dtrain_stage_forward(t->stage, 0, &part, err, errlen);
+            if (rc == DTRAIN_OK && L->pp_rank < L->pp - 1)
+                rc = p2p(&t->next, 1, dtrain_stage_output(t->stage, 0), act, "validation: send activation",
+                         err, errlen);
+            loss_sum += part;
+        }
+    }
+    if (rc != DTRAIN_OK)
+        return rc;
+    /* summed over the world in rank order, as the training loss */
+    double mine = s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, all;
+    if ((rc = dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], &mine, &all, 1, "validation loss",
+                                       err, errlen)) != DTRAIN_OK)
+        return rc;
+    *val_loss = all / ((double)t->val_batches * c->batch * T);
     return DTRAIN_OK;
 }
 
@@ -466,10 +558,13 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
 
 static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
 {
-    fprintf(f, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
+    char val[64] = "";
+    if (r->base.has_val_loss)
+        snprintf(val, sizeof val, "\"val_loss\": %.9g, ", r->base.val_loss);
+    fprintf(f, "{\"step\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
             "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, "
             "\"time\": %.3f}\n",
-            r->base.step, (double)r->base.loss, r->base.lr, r->base.grad_norm, r->base.ms,
+            r->base.step, (double)r->base.loss, val, r->base.lr, r->base.grad_norm, r->base.ms,
             r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms, dtrain_metrics_wall_clock());
     fflush(f);
 }
@@ -497,10 +592,14 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
                              char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = &t->cfg;
+    int val = r->base.has_val_loss;
     if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
-        (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps)) {
-        fprintf(progress, "step %5ld/%ld | loss %.6f | lr %.3e | norm %.4f | %8.2f ms | %8.0f tok/s | "
-                "%7.2f GFLOP/s\n", r->base.step, c->steps, (double)r->base.loss, r->base.lr, r->base.grad_norm,
+        (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps || val)) {
+        char vl[64] = "";
+        if (val)
+            snprintf(vl, sizeof vl, " | val loss %.6f", r->base.val_loss);
+        fprintf(progress, "step %5ld/%ld | loss %.6f%s | lr %.3e | norm %.4f | %8.2f ms | %8.0f tok/s | "
+                "%7.2f GFLOP/s\n", r->base.step, c->steps, (double)r->base.loss, vl, r->base.lr, r->base.grad_norm,
                 r->base.ms, r->base.tokens_per_s, r->base.gflops);
         fflush(progress);
     }
@@ -512,7 +611,7 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
         }
     }
     if (t->prom_on)
-        return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps, err, errlen);
+        return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps || val, err, errlen);
     return DTRAIN_OK;
 }
 

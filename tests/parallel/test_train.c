@@ -8,6 +8,9 @@
  *  - every other layout, micro-batch count, ZeRO-1 on or off and bucket
  *    overlap on or off gives every step's loss within the tolerance of
  *    doc/parallel.md and final parameters within a small bound;
+ *  - the validation loss after the last step (forward only over VAL_BATCHES
+ *    batches of another token file) is within the same tolerance of the
+ *    reference's in every layout;
  *  - DP replicas, the tied embedding's two copies (P > 1) and the
  *    TP-replicated tensors stay equal bit for bit (each rank reports
  *    checksums of its final parameters).
@@ -29,6 +32,7 @@
 #include "tap.h"
 
 #define STEPS 8
+#define VAL_BATCHES 3
 /* Relative loss tolerance of doc/parallel.md. */
 #define LOSS_RTOL 1e-5
 /* Parameters after STEPS AdamW steps of lr: an update moves an element by
@@ -41,6 +45,7 @@ struct run_result {
     char err[512];
     float loss[STEPS];
     double norm[STEPS];
+    double val_loss; /* after the last step */
     /* checksums of this rank's final parameters: all of them, its wte
      * slice, its TP-replicated tensors */
     uint64_t all, wte, replicated;
@@ -110,6 +115,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         a->r.norm[s] = r.base.grad_norm;
     }
     if (rc == DTRAIN_OK)
+        rc = dtrain_ptrainer_validate(t, &a->r.val_loss, a->r.err, sizeof a->r.err);
+    if (rc == DTRAIN_OK)
         rc = dtrain_ptrainer_gather_params(t, a->params, a->r.err, sizeof a->r.err);
     if (rc == DTRAIN_OK)
         checksums(t, bs, j, &a->r);
@@ -129,13 +136,14 @@ static int reference(const struct job *j, struct run_result *r, float *params)
     struct dtrain_kernels *k = NULL;
     struct dtrain_gpt2 *m = NULL;
     struct dtrain_adamw *opt = NULL;
-    struct dtrain_tokens *data = NULL;
+    struct dtrain_tokens *data = NULL, *val = NULL;
     struct dtrain_kernels_options kopt = {.threads = c->threads};
     int B = c->batch, T = c->seq, rc = -1;
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     size_t n = dtrain_gpt2_param_count(&c->model);
     if (in == NULL || tg == NULL || dtrain_kernels_create("cpu", &kopt, &k, r->err, sizeof r->err) != 0 ||
         dtrain_tokens_open(c->data, &data, r->err, sizeof r->err) != DTRAIN_OK ||
+        dtrain_tokens_open(c->val_data, &val, r->err, sizeof r->err) != DTRAIN_OK ||
         dtrain_gpt2_create(k, &c->model, B, T, &m, r->err, sizeof r->err) != DTRAIN_OK ||
         dtrain_adamw_create(k, n, &opt, r->err, sizeof r->err) != DTRAIN_OK)
         goto out;
@@ -155,6 +163,16 @@ static int reference(const struct job *j, struct run_result *r, float *params)
         r->loss[s] = loss;
         r->norm[s] = norm;
     }
+    /* the validation loss: the mean of the first VAL_BATCHES batches' mean losses */
+    double vsum = 0.0;
+    for (int v = 0; v < VAL_BATCHES; v++) {
+        float loss = 0.0f;
+        dtrain_tokens_batch(val, B, T, DTRAIN_ORDER_SEQUENTIAL, 0, (uint64_t)v, in, tg);
+        if (dtrain_gpt2_forward(m, in, tg, B, T, &loss, r->err, sizeof r->err) != DTRAIN_OK)
+            goto out;
+        vsum += loss;
+    }
+    r->val_loss = vsum / VAL_BATCHES;
     dtrain_gpt2_get_params(m, params);
     r->ok = 1;
     rc = 0;
@@ -162,6 +180,7 @@ out:
     dtrain_adamw_destroy(opt);
     dtrain_gpt2_destroy(m);
     dtrain_tokens_close(data);
+    dtrain_tokens_close(val);
     dtrain_kernels_destroy(k);
     free(in);
     free(tg);
@@ -222,11 +241,22 @@ int main(void)
         for (const char *c = words[(w * 7 + w / 9) % 9]; *c && i < ntok; c++)
             tok[i++] = (uint16_t)(unsigned char)*c;
     int wrote = dtrain_tokens_write(path, tok, ntok, err, sizeof err);
+    /* validation text: the same words in another order */
+    char val_path[256];
+    snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
+    size_t nval = 2000;
+    for (size_t i = 0, w = 0; i < nval; w++)
+        for (const char *c = words[(w * 5 + w / 7) % 9]; *c && i < nval; c++)
+            tok[i++] = (uint16_t)(unsigned char)*c;
+    if (wrote == DTRAIN_OK)
+        wrote = dtrain_tokens_write(val_path, tok, nval, err, sizeof err);
     free(tok);
 
     struct job j;
     dtrain_train_config_defaults(&j.cfg);
     snprintf(j.cfg.data, sizeof j.cfg.data, "%s", path);
+    snprintf(j.cfg.val_data, sizeof j.cfg.val_data, "%s", val_path);
+    j.cfg.val_batches = VAL_BATCHES;
     j.cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 32, .vocab_size = 256, .padded_vocab_size = 256,
                                               .num_layers = 4, .num_heads = 4, .channels = 32};
     j.cfg.batch = 8;
@@ -260,7 +290,7 @@ int main(void)
         {1, 1, 2, 1, 0, 1}, {1, 1, 2, 2, 1, 0}, {2, 2, 1, 2, 0, 1}, {2, 2, 2, 2, 0, 1},
         {2, 2, 2, 2, 1, 1}, {1, 4, 1, 4, 0, 1}, {4, 1, 2, 1, 1, 1},
     };
-    double worst_loss = 0.0;
+    double worst_loss = 0.0, worst_val = 0.0;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         const struct layout *L = &layouts[i];
         int world = L->tp * L->pp * L->dp;
@@ -313,6 +343,15 @@ int main(void)
             ok(replicas && twins && tp_same, "%s: DP replicas, the tied wte's two copies and TP-replicated tensors "
                "end bit-identical", name);
         double dl = max_rel_loss(&r0->r, &ref), dn = max_rel_norm(&r0->r, &ref);
+        double dv = fabs(r0->r.val_loss - ref.val_loss) / ref.val_loss;
+        int same_val = 1;
+        for (int r = 1; r < world; r++)
+            same_val = same_val && ((const struct rank_area *)(areas + (size_t)r * bytes))->r.val_loss == r0->r.val_loss;
+        if (dv > worst_val)
+            worst_val = dv;
+        ok(same_val && dv <= LOSS_RTOL, "%s: every rank has the validation loss %.6f over %d batches, relative "
+           "deviation from the reference's %.6f: %.1e (<= %.0e)", name, r0->r.val_loss, VAL_BATCHES, ref.val_loss, dv,
+           LOSS_RTOL);
         double dp = max_abs(r0->params, ref_params, j.nparams);
         if (i == 0) {
             ok(same && dl == 0.0 && dp == 0.0 && memcmp(r0->r.norm, ref.norm, sizeof ref.norm) == 0,
@@ -328,6 +367,7 @@ int main(void)
         free(areas);
     }
     diag("largest relative loss deviation over the layouts: %.3e", worst_loss);
+    diag("largest relative validation loss deviation over the layouts: %.3e", worst_val);
 
     free(ref_params);
     unlink(path);

@@ -117,6 +117,21 @@ static void test_token_files(void)
         perm &= seen[s] == 1;
     ok(perm && differs, "shuffled order: one epoch visits every batch once, not in file order");
     ok(repeat && other_seed, "shuffled order is fixed by its seed and changes with it");
+
+    /* --val-fraction: the tail held out, the head left to training */
+    struct dtrain_tokens *val = NULL;
+    expect_bad(dtrain_tokens_split(t, 0.0001, &val, err, sizeof err), err, "validation part",
+               "a fraction that holds out no token");
+    ok(val == NULL && dtrain_tokens_count(t) == 1000, "a refused split leaves the file whole");
+    ok(dtrain_tokens_split(t, 0.1, &val, err, sizeof err) == DTRAIN_OK && val != NULL &&
+       dtrain_tokens_count(t) == 900 && dtrain_tokens_count(val) == 100, "a split of 0.1: 900 tokens train, 100 validate");
+    if (val != NULL) {
+        dtrain_tokens_batch(val, 3, 33, DTRAIN_ORDER_SEQUENTIAL, 0, 0, in, tg);
+        ok(in[0] == 900 && tg[98] == 999, "validation batch 0 starts at the first held-out token");
+        ok(dtrain_tokens_batches(t, 3, 33, &nb, err, sizeof err) == DTRAIN_OK && nb == 9,
+           "the training part's last batch ends before the held-out tokens: (900-1)/99 = 9 batches");
+    }
+    dtrain_tokens_close(val);
     dtrain_tokens_close(t);
     t = NULL;
 

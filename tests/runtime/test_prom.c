@@ -187,6 +187,16 @@ static void test_file(void)
        (slurp(path, text, sizeof text), well_formed(text, &metrics)) && sample(text, "dtrain_step ") == 600 &&
        sample(text, "dtrain_restarts ") == 0,
        "outside Slurm: no label, 0 restarts");
+    ok(strstr(text, "dtrain_val_loss") == NULL, "no dtrain_val_loss before a validation");
+    r.has_val_loss = 1;
+    r.val_loss = 3.25;
+    ok(dtrain_prom_write(&p, &r, 700, err, sizeof err) == 0 &&
+       (slurp(path, text, sizeof text), well_formed(text, &metrics)) && metrics == 10 &&
+       sample(text, "dtrain_val_loss ") == 3.25, "a step with a validation loss adds dtrain_val_loss");
+    r.has_val_loss = 0;
+    ok(dtrain_prom_write(&p, &r, 700, err, sizeof err) == 0 &&
+       (slurp(path, text, sizeof text), sample(text, "dtrain_val_loss ")) == 3.25,
+       "later steps keep the newest validation loss");
     r.loss = 0.0f / 0.0f;
     ok(dtrain_prom_write(&p, &r, 700, err, sizeof err) == 0 &&
        (slurp(path, text, sizeof text), strstr(text, "\ndtrain_loss NaN\n") != NULL),
