@@ -42,7 +42,7 @@ static int agree(dtrain_comm *world, int mine, int *worst, char *err, size_t err
 }
 
 static void print_header(const char *prog, const struct dtrain_train_config *c,
-                         const struct dtrain_bootstrap *bs, int launched)
+                         const struct dtrain_bootstrap *bs, int launched, const struct dtrain_ptrainer *t)
 {
     const struct dtrain_gpt2_config *m = &c->model;
     printf("%s: model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters%s%s\n", prog,
@@ -57,6 +57,14 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
     printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d thread%s per rank, %.3f GFLOP per step\n",
            prog, c->data, c->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", c->batch, c->seq,
            c->steps, c->threads, c->threads == 1 ? "" : "s", dtrain_gpt2_flops_per_step(m, c->batch, c->seq) * 1e-9);
+    int k = dtrain_ptrainer_val_batches(t);
+    if (k > 0) {
+        char every[64] = "";
+        if (c->val_every > 0)
+            snprintf(every, sizeof every, "every %ld steps and ", c->val_every);
+        printf("%s: validation loss over %d batch%s of %s, %safter the last step\n", prog, k, k == 1 ? "" : "es",
+               c->val_fraction > 0.0 ? "the held-out tail of the training data" : c->val_data, every);
+    }
     fflush(stdout);
 }
 
@@ -147,7 +155,7 @@ static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap 
         goto out;
     }
     if (bs->rank == 0)
-        print_header(prog, &cfg, bs, launched);
+        print_header(prog, &cfg, bs, launched, t);
     struct dtrain_ft_summary sum;
     rc = dtrain_ft_run(t, &cfg, bs, &comms, &abort_flag, &fault, stdout, &sum, err, sizeof err);
     if (rc == DTRAIN_ERR_FAULT) {
