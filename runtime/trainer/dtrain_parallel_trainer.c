@@ -120,7 +120,7 @@ static int open_val(struct dtrain_ptrainer *t, char *err, size_t errlen)
             return rc;
         if (dtrain_tokens_max_id(t->val) >= c->model.vocab_size) {
             snprintf(err, errlen, "validation token file %s holds token id %d, outside the model's vocabulary "
-                     "0..%d", c->val_data, dtrain_tokens_max_id(t->val), c->model.vocab_size - 1);
+                     "0..%d", dtrain_tokens_max_id_file(t->val), dtrain_tokens_max_id(t->val), c->model.vocab_size - 1);
             return DTRAIN_ERR_INPUT;
         }
     } else {
@@ -171,7 +171,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         goto fail;
     if (dtrain_tokens_max_id(t->data) >= c->model.vocab_size) {
         snprintf(err, errlen, "token file %s holds token id %d, outside the model's vocabulary 0..%d: use a "
-                 "larger model.vocab_size", c->data, dtrain_tokens_max_id(t->data), c->model.vocab_size - 1);
+                 "larger model.vocab_size", dtrain_tokens_max_id_file(t->data), dtrain_tokens_max_id(t->data),
+                 c->model.vocab_size - 1);
         rc = DTRAIN_ERR_INPUT;
         goto fail;
     }
@@ -296,6 +297,17 @@ static int p2p(struct dtrain_pcomm *c, int send, float *buf, size_t floats, cons
                 : dtrain_pcomm_recv(c, buf, floats, peer, what, err, errlen);
 }
 
+/* This DP rank's rows of batch k (m micro-batches of b rows from row
+ * dp_rank*m*b), in their places of the global batch's buffers; the other
+ * rows are never read. */
+static void read_my_rows(struct dtrain_ptrainer *t, const struct dtrain_tokens *data, enum dtrain_data_order order,
+                         uint64_t seed, uint64_t k)
+{
+    int rows = t->cfg.micro_batches * t->micro_rows, row0 = t->layout.dp_rank * rows;
+    size_t at = (size_t)row0 * t->cfg.seq;
+    dtrain_tokens_rows(data, t->cfg.batch, t->cfg.seq, order, seed, k, row0, rows, t->inputs + at, t->targets + at);
+}
+
 /* Run this stage's 1F1B list for the step's micro-batches. */
 static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
                         char *err, size_t errlen)
@@ -380,8 +392,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     int rc;
     double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0;
 
-    dtrain_tokens_batch(t->data, c->batch, c->seq, c->data_order, c->data_seed, t->data_batches,
-                        t->inputs, t->targets);
+    read_my_rows(t, t->data, c->data_order, c->data_seed, t->data_batches);
     dtrain_stage_zero_grad(t->stage);
     dtrain_dp_begin_step(t->dp);
     if ((rc = run_schedule(t, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
@@ -465,7 +476,7 @@ int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *
     if (t->val == NULL)
         return DTRAIN_OK;
     for (int j = 0; j < t->val_batches && rc == DTRAIN_OK; j++) {
-        dtrain_tokens_batch(t->val, c->batch, T, DTRAIN_ORDER_SEQUENTIAL, 0, (uint64_t)j, t->inputs, t->targets);
+        read_my_rows(t, t->val, DTRAIN_ORDER_SEQUENTIAL, 0, (uint64_t)j);
         for (int micro = 0; micro < m && rc == DTRAIN_OK; micro++) {
             size_t row = ((size_t)L->dp_rank * m + (size_t)micro) * t->micro_rows * T;
             double part = 0.0;

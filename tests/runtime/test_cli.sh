@@ -95,6 +95,18 @@ expect_fail 2 "dtrain-train: " "is not a token file" "a text file given as token
     "$train" --data "$work/text.txt" --steps 1
 expect_fail 2 "dtrain-train: " "outside the model's vocabulary" "tokens beyond the vocabulary" \
     "$train" --data "$work/data.bin" --vocab-size 64 --steps 1
+mkdir "$work/shards"
+cp "$work/data.bin" "$work/shards/t_train_000000.bin"
+cp "$work/data.bin" "$work/shards/t_train_000001.bin"
+check "--data takes a glob of shards" "$train" --data "$work/shards/t_train_*.bin" --steps 1 --layers 1 \
+    --channels 16 --heads 2 --batch 2 --seq 16 --threads 1
+expect_fail 2 "dtrain-train: " "t_train_000000.bin holds token id" "a shard beyond the vocabulary is named" \
+    "$train" --data "$work/shards/t_train_*.bin" --vocab-size 64 --steps 1
+head -c 1500 "$work/data.bin" >"$work/shards/t_train_000002.bin"
+expect_fail 2 "dtrain-train: " "t_train_000002.bin is truncated" "a truncated shard is named" \
+    "$train" --data "$work/shards/t_train_*.bin" --steps 1
+expect_fail 2 "dtrain-train: " "no token file matches" "a glob that matches nothing" \
+    "$train" --data "$work/shards/v_*.bin" --steps 1
 expect_fail 2 "dtrain-train: " "not an llm.c model file" "a token file given as llm.c model" \
     "$train" --data "$work/data.bin" --init-llmc "$work/data.bin"
 expect_fail 2 "dtrain-train: " "unknown option" "an unknown flag" "$train" --data "$work/data.bin" --sped 3
