@@ -57,6 +57,12 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
     printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d thread%s per rank, %.3f GFLOP per step\n",
            prog, c->data, c->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", c->batch, c->seq,
            c->steps, c->threads, c->threads == 1 ? "" : "s", dtrain_gpt2_flops_per_step(m, c->batch, c->seq) * 1e-9);
+    int measured;
+    double peak = dtrain_ptrainer_peak_flops(t, &measured);
+    if (peak > 0.0)
+        printf("%s: MFU against %.4g GFLOP/s per device x %d device%s (%s)\n", prog, peak * 1e-9, bs->world_size,
+               bs->world_size == 1 ? "" : "s", measured ? "measured at start: this backend's 512^3 GEMM rate on rank 0; "
+               "give --peak-flops for the hardware's peak" : "declared by --peak-flops");
     int k = dtrain_ptrainer_val_batches(t);
     if (k > 0) {
         char every[64] = "";

@@ -84,6 +84,7 @@ struct dtrain_train_config {
     char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
     char prom_textfile[DTRAIN_PATH_MAX]; /* node_exporter textfile (.prom) kept up to date, or "" */
     long log_every;                   /* print every this many steps; 0: never */
+    double peak_flops;                /* MFU's peak FLOP/s per device; 0: rank 0 measures its GEMM rate */
     long val_every;                   /* validation loss every this many steps and after the last; 0: the last */
     int val_batches;                  /* K: validation batches (the first K of the validation data) */
     /* parallel (dtrain_parallel.h); one process may run several micro-batches
@@ -152,6 +153,7 @@ struct dtrain_step_result {
     double ms;          /* wall time of the whole step */
     double tokens_per_s;
     double gflops;      /* achieved model GFLOP/s (dtrain_gpt2_flops_per_step) */
+    double mfu;         /* model FLOP/s over (peak per device x devices), 0..1; 0: no peak known */
     int has_val_loss;   /* the validation loss was computed after this step's update: */
     double val_loss;    /* that loss */
 };

@@ -410,7 +410,9 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
     if (term == 0 && usr1 == 0)
         return DTRAIN_OK;
     long step = dtrain_ptrainer_steps_done(f->t);
-    int bits = (term ? DTRAIN_SIGNAL_TERM : 0) | (usr1 ? DTRAIN_SIGNAL_USR1 : 0), rc;
+    /* a Ctrl-C here counts as a SIGTERM in the sum; the rank that got it says SIGINT */
+    int bits = (term ? DTRAIN_SIGNAL_TERM : 0) | (usr1 ? DTRAIN_SIGNAL_USR1 : 0) |
+               (dtrain_signals_pending() & DTRAIN_SIGNAL_INT), rc;
     char saved[DTRAIN_PATH_MAX + 64] = "no checkpoint folder: nothing saved";
     dtrain_fault_event(f->fault, "signal", step, dtrain_signals_name(bits));
     /* the ranks leave together: nobody's links close while another is still
@@ -585,6 +587,8 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     f.wd = NULL;
     if ((rc = barrier(&f, "at the end of the run", err, errlen)) == DTRAIN_OK)
         rc = dtrain_ptrainer_finish(t, err, errlen);
+    if (rc == DTRAIN_OK)
+        dtrain_ptrainer_summary(t, f.progress, f.prog, f.dir);
 out:
     if (rc == DTRAIN_ERR_FAULT && abort_flag != NULL)
         atomic_store(abort_flag, 1); /* stop every communicator of the process now */

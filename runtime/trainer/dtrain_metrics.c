@@ -108,6 +108,7 @@ int dtrain_prom_write(struct dtrain_prom *p, const struct dtrain_step_result *r,
     if (!isnan(p->val_loss))
         put_metric(&o, p, "dtrain_val_loss", "Validation loss, the newest computed (run.val_every).", p->val_loss);
     put_metric(&o, p, "dtrain_tokens_per_second", "Tokens per second of the last step.", r->tokens_per_s);
+    put_metric(&o, p, "dtrain_mfu", "Model FLOPs utilisation of the last step, 0..1 (0: no peak known).", r->mfu);
     put_metric(&o, p, "dtrain_step_seconds", "Wall time of the last step in seconds.", r->ms / 1000.0);
     put_metric(&o, p, "dtrain_learning_rate", "Learning rate of the last step.", r->lr);
     put_metric(&o, p, "dtrain_grad_norm", "Global gradient norm of the last step, before clipping.", r->grad_norm);

@@ -14,7 +14,7 @@
  *   dtrain_step{job="1234"} 41
  *   ... the same for dtrain_steps_target, dtrain_loss, dtrain_val_loss
  *   (the newest validation loss, once there is one),
- *   dtrain_tokens_per_second, dtrain_step_seconds, dtrain_learning_rate,
+ *   dtrain_tokens_per_second, dtrain_mfu, dtrain_step_seconds, dtrain_learning_rate,
  *   dtrain_grad_norm, dtrain_restarts, dtrain_last_step_timestamp_seconds
  *
  * job is SLURM_JOB_ID (no label outside Slurm); dtrain_restarts is

@@ -115,6 +115,21 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
 /* Rank 0: cut the metrics file back to the lines of the steps before
  * `step` (0: empty it), so that a resumed run's file reads as one run. */
 int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err, size_t errlen);
+/* Rank 0, after the run: one line, "PROG: done: steps A..B of N in 3m12s,
+ * final loss L (smoothed S), val loss V (best W after step K);
+ * checkpoints in DIR; model FILE; metrics FILE" (the parts that apply), or
+ * "PROG: nothing to do: the run is at step N of N already" when this
+ * process ran no step. */
+void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, const char *prog, const char *ckpt_dir);
+/* MFU's peak FLOP/s per device: --peak-flops (*measured 0), or rank 0's
+ * GEMM rate measured at creation (*measured 1: the backend's matmul of
+ * 512^3 in the run's precision, timed for 0.2 s; only where progress lines
+ * or metrics show it); 0: none.  MFU = model FLOPs per step
+ * (dtrain_gpt2_flops_per_step) / step seconds / (peak x world size). */
+double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured);
+/* "42s", "3m07s", "2h05m" */
+void dtrain_format_duration(double seconds, char *out, size_t outlen);
+
 /* After the last step: the llm.c export (a collective) and the metrics file closed. */
 int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen);
 

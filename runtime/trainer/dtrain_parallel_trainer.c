@@ -43,7 +43,20 @@ struct dtrain_ptrainer {
     long step;
     uint64_t data_batches;
     double flops_per_step;       /* of the whole job */
+    double peak_flops;           /* per device; 0: unknown (no progress or metrics to show MFU in) */
+    int peak_measured;           /* 1: measured at start, 0: declared (--peak-flops) */
+    /* rank 0's story of the run: since its first step */
+    double run_start;            /* wall clock at the start of the first step of this process, 0: none yet */
+    long first_step;             /* that step */
+    double smooth_loss;          /* exponential moving average of the loss (SMOOTH_ALPHA) */
+    float last_loss;
+    double last_val, best_val;   /* NaN: none */
+    long best_val_step;
 };
+
+#define GEMM_N 512       /* the start-up GEMM that measures a peak: N x N x N */
+#define GEMM_MIN_S 0.2   /* timed for at least this long */
+#define SMOOTH_ALPHA 0.1 /* weight of the newest step in the smoothed loss */
 
 static double now_seconds(void)
 {
@@ -133,6 +146,40 @@ static int open_val(struct dtrain_ptrainer *t, char *err, size_t errlen)
     }
     t->val_batches = (uint64_t)c->val_batches < nb ? c->val_batches : (int)nb;
     return DTRAIN_OK;
+}
+
+/* The backend's GEMM rate (dtrain_k_matmul_forward of GEMM_N^3 in the
+ * run's precision), FLOP/s, or 0 when the buffers cannot be had. */
+static double measure_gemm(struct dtrain_kernels *k)
+{
+    size_t bytes = (size_t)GEMM_N * GEMM_N * sizeof(float);
+    float *a = dtrain_k_alloc(k, bytes), *w = dtrain_k_alloc(k, bytes), *out = dtrain_k_alloc(k, bytes);
+    double rate = 0.0;
+    if (a != NULL && w != NULL && out != NULL) {
+        dtrain_k_zero(k, a, bytes);
+        dtrain_k_zero(k, w, bytes);
+        dtrain_k_matmul_forward(k, out, a, w, NULL, GEMM_N, GEMM_N, GEMM_N); /* warm-up */
+        dtrain_k_sync(k);
+        double t0 = now_seconds(), dt = 0.0;
+        long reps = 0;
+        while (dt < GEMM_MIN_S && reps < 1000) {
+            dtrain_k_matmul_forward(k, out, a, w, NULL, GEMM_N, GEMM_N, GEMM_N);
+            dtrain_k_sync(k);
+            reps++;
+            dt = now_seconds() - t0;
+        }
+        rate = 2.0 * GEMM_N * GEMM_N * (double)GEMM_N * (double)reps / dt;
+    }
+    dtrain_k_free(k, a);
+    dtrain_k_free(k, w);
+    dtrain_k_free(k, out);
+    return rate;
+}
+
+double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured)
+{
+    *measured = t->peak_measured;
+    return t->peak_flops;
 }
 
 int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtrain_bootstrap *bs,
@@ -226,6 +273,12 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         t->prom_on = 1;
     }
     t->flops_per_step = dtrain_gpt2_flops_per_step(&c->model, B, T);
+    t->last_val = t->best_val = NAN;
+    t->peak_flops = c->peak_flops;
+    if (t->peak_flops == 0.0 && bs->rank == 0 && (c->log_every > 0 || t->metrics != NULL || t->prom_on)) {
+        t->peak_flops = measure_gemm(t->k);
+        t->peak_measured = 1;
+    }
     *out = t;
     return DTRAIN_OK;
 fail:
@@ -391,6 +444,10 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     const struct dtrain_shard *s = &t->shard;
     int rc;
     double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0;
+    if (t->run_start == 0.0) {
+        t->run_start = t0;
+        t->first_step = t->step;
+    }
 
     read_my_rows(t, t->data, c->data_order, c->data_seed, t->data_batches);
     dtrain_stage_zero_grad(t->stage);
@@ -447,6 +504,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     r->base.tokens_per_s = (double)c->batch * c->seq / seconds;
     r->base.gflops = t->flops_per_step / seconds * 1e-9;
     r->base.has_val_loss = 0; /* the loop validates after the step, when due */
+    r->base.mfu = t->peak_flops > 0.0 ? t->flops_per_step / seconds / (t->peak_flops * t->layout.world_size) : 0.0;
     r->pipe_wait_ms = 1e3 * wait;
     r->compute_ms = 1e3 * compute;
     r->dp_exposed_ms = 1e3 * dtrain_dp_exposed_seconds(t->dp);
@@ -573,10 +631,10 @@ static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
     if (r->base.has_val_loss)
         snprintf(val, sizeof val, "\"val_loss\": %.9g, ", r->base.val_loss);
     fprintf(f, "{\"step\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, "
+            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"mfu\": %.6f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, "
             "\"time\": %.3f}\n",
             r->base.step, (double)r->base.loss, val, r->base.lr, r->base.grad_norm, r->base.ms,
-            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms, dtrain_metrics_wall_clock());
+            r->base.tokens_per_s, r->base.gflops, r->base.mfu, r->pipe_wait_ms, r->dp_exposed_ms, dtrain_metrics_wall_clock());
     fflush(f);
 }
 
@@ -604,14 +662,32 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
 {
     const struct dtrain_train_config *c = &t->cfg;
     int val = r->base.has_val_loss;
+    long done = r->base.step + 1 - t->first_step; /* steps this process ran */
+    t->smooth_loss = done <= 1 ? r->base.loss : SMOOTH_ALPHA * r->base.loss + (1.0 - SMOOTH_ALPHA) * t->smooth_loss;
+    t->last_loss = r->base.loss;
+    if (val) {
+        t->last_val = r->base.val_loss;
+        if (!(r->base.val_loss >= t->best_val)) {
+            t->best_val = r->base.val_loss;
+            t->best_val_step = r->base.step;
+        }
+    }
     if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
         (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps || val)) {
-        char vl[64] = "";
+        char vl[64] = "", el[32], eta[32];
+        double elapsed = now_seconds() - t->run_start;
         if (val)
             snprintf(vl, sizeof vl, " | val loss %.6f", r->base.val_loss);
-        fprintf(progress, "step %5ld/%ld | loss %.6f%s | lr %.3e | norm %.4f | %8.2f ms | %8.0f tok/s | "
-                "%7.2f GFLOP/s\n", r->base.step, c->steps, (double)r->base.loss, vl, r->base.lr, r->base.grad_norm,
-                r->base.ms, r->base.tokens_per_s, r->base.gflops);
+        dtrain_format_duration(elapsed, el, sizeof el);
+        dtrain_format_duration(done > 0 ? elapsed / (double)done * (double)(c->steps - r->base.step - 1) : 0.0, eta,
+                               sizeof eta);
+        char mfu[32] = "";
+        if (t->peak_flops > 0.0)
+            snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * r->base.mfu);
+        fprintf(progress, "step %5ld/%ld | loss %.6f (smoothed %.4f)%s | lr %.3e | norm %.4f | %8.2f ms | "
+                "%8.0f tok/s | %7.2f GFLOP/s%s | elapsed %s | ETA %s\n", r->base.step, c->steps,
+                (double)r->base.loss, t->smooth_loss, vl, r->base.lr, r->base.grad_norm, r->base.ms,
+                r->base.tokens_per_s, r->base.gflops, mfu, el, eta);
         fflush(progress);
     }
     if (t->metrics != NULL) {
@@ -624,6 +700,48 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
     if (t->prom_on)
         return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps || val, err, errlen);
     return DTRAIN_OK;
+}
+
+void dtrain_format_duration(double s, char *out, size_t outlen)
+{
+    long n = s > 0.0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (n < 60)
+        snprintf(out, outlen, "%lds", n);
+    else if (n < 3600)
+        snprintf(out, outlen, "%ldm%02lds", n / 60, n % 60);
+    else
+        snprintf(out, outlen, "%ldh%02ldm", n / 3600, n % 3600 / 60);
+}
+
+void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, const char *prog, const char *ckpt_dir)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    char el[32], val[160] = "", kept[DTRAIN_PATH_MAX * 2 + 64] = "", *k = kept;
+    size_t left = sizeof kept;
+    if (t->layout.rank != 0 || progress == NULL)
+        return;
+    if (t->run_start == 0.0) {
+        fprintf(progress, "%s: nothing to do: the run is at step %ld of %ld already\n", prog, t->step, c->steps);
+        fflush(progress);
+        return;
+    }
+    dtrain_format_duration(now_seconds() - t->run_start, el, sizeof el);
+    if (!isnan(t->last_val))
+        snprintf(val, sizeof val, ", val loss %.6f (best %.6f after step %ld)", t->last_val, t->best_val,
+                 t->best_val_step);
+    if (ckpt_dir != NULL && ckpt_dir[0] != '\0') {
+        int n = snprintf(k, left, "; checkpoints in %s", ckpt_dir);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (c->save_llmc[0] != '\0') {
+        int n = snprintf(k, left, "; model %s", c->save_llmc);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (c->metrics[0] != '\0')
+        snprintf(k, left, "; metrics %s", c->metrics);
+    fprintf(progress, "%s: done: steps %ld..%ld of %ld in %s, final loss %.6f (smoothed %.4f)%s%s\n", prog,
+            t->first_step, t->step - 1, c->steps, el, (double)t->last_loss, t->smooth_loss, val, kept);
+    fflush(progress);
 }
 
 int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)

@@ -50,8 +50,11 @@ JSON
 "$train" "$work/tiny.json" --steps 4 --threads 2 --metrics "$work/m.jsonl" \
     --save-llmc "$work/model.bin" --checkpoint "$work/run.ckpt" >"$work/out" 2>"$work/err"
 check "a tiny run from a config file and flags exits 0" test $? -eq 0
-check "one progress line per step with loss, lr, ms, tok/s and GFLOP/s" \
-    test "$(grep -cE '^step +[0-9]+/4 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| +[0-9.]+ ms \| +[0-9]+ tok/s \| +[0-9.]+ GFLOP/s$' "$work/out")" -eq 4
+check "one progress line per step with loss, smoothed loss, lr, ms, tok/s, GFLOP/s, MFU, elapsed and ETA" \
+    test "$(grep -cE '^step +[0-9]+/4 \| loss [0-9.]+ \(smoothed [0-9.]+\) \| lr [0-9.e+-]+ \| norm [0-9.]+ \| +[0-9.]+ ms \| +[0-9]+ tok/s \| +[0-9.]+ GFLOP/s \| MFU [0-9.]+% \| elapsed [0-9hms]+ \| ETA [0-9hms]+$' "$work/out")" -eq 4
+check "a summary line at the end: steps, final loss, where the checkpoints, model and metrics are" \
+    grep -qE "^dtrain-train: done: steps 0\.\.3 of 4 in [0-9hms]+, final loss [0-9.]+ \(smoothed [0-9.]+\); checkpoints in $work/run.ckpt; model $work/model.bin; metrics $work/m.jsonl$" "$work/out"
+check "the start says against which peak MFU is counted" grep -qE "^dtrain-train: MFU against .*measured at start" "$work/out"
 check "the metrics file has one JSON line per step, from step 0" \
     test "$(grep -c '^{"step": [0-3], "loss": [0-9.]*, ' "$work/m.jsonl")" -eq 4
 check "the run wrote an llm.c model file and a checkpoint" test -s "$work/model.bin" -a -d "$work/run.ckpt"
@@ -71,6 +74,20 @@ check "--resume continues at step 4 and appends to the metrics file" \
 
 check "the checkpoint is a folder of sharded checkpoints (one shard)" \
     test -f "$work/run.ckpt/step-00000004/manifest.json" -a -f "$work/run.ckpt/step-00000004/shard-00000.bin"
+"$train" "$work/tiny.json" --steps 4 --threads 2 --checkpoint "$work/run.ckpt" >"$work/out" 2>"$work/err"
+rc=$?
+check "resumed at its last step: exit 0 and \"nothing to do\"" \
+    eval 'test $rc -eq 0 && grep -q "^dtrain-train: nothing to do: the run is at step 4 of 4 already$" "$work/out"'
+# Ctrl-C: a checkpoint of the step after the one in flight, exit 75, resumable
+"$train" "$work/tiny.json" --steps 100000 --threads 1 --checkpoint "$work/int.ckpt" >"$work/int.out" 2>"$work/int.err" &
+pid=$!
+for i in $(seq 600); do grep -qE "^step +2/" "$work/int.out" 2>/dev/null && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+check "SIGINT: exit 75 after writing a checkpoint, saying so" \
+    eval 'test $rc -eq 75 && grep -q "stopping on SIGINT (received by 1 rank): checkpoint of step [0-9]* written" "$work/int.err" &&
+          ls "$work/int.ckpt" | grep -q "^step-"'
 expect_fail 2 "dtrain-train: " "is a file, not a folder" "--resume of a single file (the format of old)" \
     "$train" "$work/tiny.json" --resume "$work/model.bin" --steps 6
 expect_fail 2 "dtrain-train: " "holds no complete checkpoint" "--resume of a folder without checkpoints" \

@@ -420,6 +420,32 @@ out:
     dtrain_trainer_destroy(t);
 }
 
+/* MFU against a declared peak, checked with the FLOPs of tiny_config's
+ * shape counted by hand: L=2, C=32, Vp=256, B=4, T=16, N = B*T = 64.
+ *   matmuls per token, forward: 2 x (12 L C^2 + C Vp) = 2 x (24576 + 8192) = 65536
+ *   attention, forward: 4 L B T^2 C = 4 x 2 x 4 x 256 x 32 = 262144
+ *   a step (forward + backward = 3 x forward): 3 x (64 x 65536 + 262144) = 13369344 */
+static void test_mfu(void)
+{
+    struct dtrain_train_config c;
+    struct dtrain_trainer *t = NULL;
+    struct dtrain_step_result r;
+    char err[256] = "";
+    tiny_config(&c);
+    c.peak_flops = 1e9;
+    if (create(&c, &t) != DTRAIN_OK || dtrain_trainer_step(t, &r, err, sizeof err) != DTRAIN_OK) {
+        ok(0, "a trainer with --peak-flops 1e9 steps (%s)", err);
+        dtrain_trainer_destroy(t);
+        return;
+    }
+    double hand = 13369344.0, want = hand / (r.ms * 1e-3) / 1e9;
+    ok(fabs(r.gflops - hand / (r.ms * 1e-3) * 1e-9) <= 1e-9 * r.gflops,
+       "GFLOP/s is the hand-counted 13369344 FLOPs per step over the step's time (%.4f)", r.gflops);
+    ok(r.mfu > 0.0 && fabs(r.mfu - want) <= 1e-9 * want,
+       "MFU = 13369344 FLOPs / %.3f ms / 1e9 FLOP/s declared = %.6f (trainer: %.6f)", r.ms, want, r.mfu);
+    dtrain_trainer_destroy(t);
+}
+
 static void test_schedule_and_clip(void)
 {
     struct dtrain_optim_config c = {.lr = 1.0, .schedule = DTRAIN_LR_CONSTANT};
@@ -450,6 +476,7 @@ int main(void)
     test_llmc_roundtrip();
     test_run_metrics();
     test_run_validation();
+    test_mfu();
     test_schedule_and_clip();
     char path[DTRAIN_PATH_MAX];
     path_in(path, sizeof path, "data.bin");
