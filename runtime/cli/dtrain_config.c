@@ -476,21 +476,52 @@ int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char
     return DTRAIN_OK;
 }
 
+/* A setting's default value in words, for --help. */
+static void default_text(const struct setting *s, char *out, size_t outlen)
+{
+    struct dtrain_train_config d;
+    dtrain_train_config_defaults(&d);
+    void *f = field(&d, s);
+    switch (s->kind) {
+    case K_INT: snprintf(out, outlen, "%d", *(int *)f); break;
+    case K_LONG: snprintf(out, outlen, "%ld", *(long *)f); break;
+    case K_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(uint64_t *)f); break;
+    case K_REAL: snprintf(out, outlen, "%g", *(double *)f); break;
+    case K_PATH: case K_BACKEND: snprintf(out, outlen, "%s", *(char *)f ? (char *)f : "-"); break;
+    case K_ORDER:
+        snprintf(out, outlen, "%s", *(enum dtrain_data_order *)f == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential");
+        break;
+    case K_SCHEDULE:
+        snprintf(out, outlen, "%s", *(enum dtrain_lr_schedule *)f == DTRAIN_LR_COSINE ? "cosine" : "constant");
+        break;
+    case K_BOOL: snprintf(out, outlen, "%s", *(int *)f ? "on" : "off"); break;
+    case K_PRECISION: snprintf(out, outlen, "backend's"); break;
+    }
+    /* 0 meaning "from somewhere else" */
+    if (strcmp(s->section, "model") == 0 && strcmp(out, "0") == 0)
+        snprintf(out, outlen, "see below");
+}
+
 void dtrain_train_usage(FILE *out)
 {
     fprintf(out,
-            "usage: dtrain-train [CONFIG.json] [--flag VALUE | --flag=VALUE]...\n"
+            "usage: dtrain-train [CONFIG.json] [--flag VALUE | --flag=VALUE]...   (or --help, --version)\n"
             "Train a GPT-2 model on a token file, on the CPU, in one process.\n"
             "CONFIG.json has the sections model, data, optimizer, run, parallel; flags override it.\n\n"
-            "%-20s %-28s %s\n", "flag", "config key", "meaning");
+            "%-20s %-28s %-10s %s\n", "flag", "config key", "default", "meaning");
     for (size_t i = 0; i < NSETTINGS; i++) {
-        char flag[64], key[64];
+        char flag[64], key[64], def[64];
         const struct setting *s = &settings[i];
         snprintf(flag, sizeof flag, "--%s", s->flag ? s->flag : "");
         snprintf(key, sizeof key, "%s.%s", s->section, s->key);
-        fprintf(out, "%-20s %-28s %s\n", s->flag ? flag : "", key, s->help);
+        default_text(s, def, sizeof def);
+        fprintf(out, "%-20s %-28s %-10s %s\n", s->flag ? flag : "", key, def, s->help);
     }
-    fprintf(out, "\nExit codes: 0 done, 1 internal error, 2 bad input.\n");
+    fprintf(out, "\nThe model's shape, when not imported: L=4 C=256 NH=4 V=256 (Vp: V rounded up to 128) maxT=256.\n"
+            "nanoGPT's choices are not the defaults (the defaults keep runs comparable with llm.c's CPU trainer):\n"
+            "give --schedule cosine --warmup N --min-lr LR/10 --grad-clip 1.0 --weight-decay 0.1 for them.\n");
+    fprintf(out, "\nExit codes: 0 done, 1 internal error, 2 bad input, 75 stopped by a signal or a fault after a\n"
+            "checkpoint (requeue).\n");
 }
 
 /* ------------------------------------------------------------------ finishing */

@@ -89,6 +89,13 @@ static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap 
     else
         snprintf(who, sizeof who, "%s", prog);
 
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+            if (bs->rank == 0)
+                printf("%s %s\n", prog, PACKAGE_VERSION);
+            return DTRAIN_EXIT_OK;
+        }
+    }
     dtrain_train_config_defaults(&cfg);
     rc = dtrain_train_config_parse_args(&cfg, argc, argv, &help, err, sizeof err);
     if (rc == DTRAIN_OK && help) {

@@ -28,6 +28,11 @@ expect_fail() {
 
 for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; done >"$work/text.txt"
 check "dtrain-tokenize --help" "$tokenize" --help
+check "--version on dtrain-train, dtrain-tokenize, dtrain-launch, dtrain-topo, dtrain-health" \
+    eval '"$train" --version | grep -qx "dtrain-train [0-9.]*" && "$tokenize" --version | grep -qx "dtrain-tokenize [0-9.]*" &&
+          "$top_builddir/launcher/dtrain-launch" --version | grep -qx "dtrain-launch [0-9.]*" &&
+          "$top_builddir/topo/dtrain-topo" --version | grep -qx "dtrain-topo [0-9.]*" &&
+          "$top_builddir/health/dtrain-health" --version | grep -qx "dtrain-health [0-9.]*"' 
 check "dtrain-tokenize turns a text file into a token file" "$tokenize" "$work/text.txt" "$work/data.bin"
 bytes=$(stat -c %s "$work/text.txt")
 check "the token file has a 1024-byte header and 2 bytes per input byte" \
