@@ -73,7 +73,8 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t);
 struct dtrain_pstep_result {
     struct dtrain_step_result base; /* loss and norm of the whole job, every rank */
     double pipe_wait_ms;  /* this rank's time blocked in pipeline sends and receives */
-    double compute_ms;    /* its time in forward and backward */
+    double compute_ms;    /* its time in forward and backward (TP communication included) */
+    double tp_comm_ms;    /* of which in tensor-parallel communication */
     double dp_exposed_ms; /* its wait for gradient buckets after backward */
 };
 

@@ -38,6 +38,13 @@ struct dtrain_ptrainer {
     float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient (kernels' memory) */
     struct dtrain_pcomm prev, next, pp; /* the pipeline's communicators on the kernels' memory */
     FILE *metrics;               /* rank 0, with --metrics */
+    FILE *rank_file;             /* every rank, with --rank-metrics: DIR/rank-N.jsonl */
+    char rank_path[DTRAIN_PATH_MAX + 32];
+    struct dtrain_pcomm world;   /* with --rank-metrics: the gather of every rank's times */
+    float *times;                /* kernels' memory, RANK_FIELDS x world */
+    float *host_times;           /* host copy */
+    double *compute_sum;         /* rank 0: each rank's compute ms summed over the logged steps */
+    long logged;
     struct dtrain_prom prom;     /* rank 0, with --prom-textfile (prom_on) */
     int prom_on;
     long step;
@@ -56,7 +63,8 @@ struct dtrain_ptrainer {
 
 #define GEMM_N 512       /* the start-up GEMM that measures a peak: N x N x N */
 #define GEMM_MIN_S 0.2   /* timed for at least this long */
-#define SMOOTH_ALPHA 0.1 /* weight of the newest step in the smoothed loss */
+#define SMOOTH_ALPHA 0.1
+#define RANK_FIELDS 4    /* gathered per rank and step: ms, compute, TP, pipeline wait */ /* weight of the newest step in the smoothed loss */
 
 static double now_seconds(void)
 {
@@ -182,6 +190,29 @@ double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured
     return t->peak_flops;
 }
 
+/* --rank-metrics DIR: this rank's file, and what gathers every rank's times. */
+static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *bs = &t->layout;
+    int rc;
+    snprintf(t->rank_path, sizeof t->rank_path, "%s/rank-%05d.jsonl", t->cfg.rank_metrics, bs->rank);
+    if ((t->rank_file = fopen(t->rank_path, "a+")) == NULL) {
+        snprintf(err, errlen, "cannot create per-rank metrics file %s: %s", t->rank_path, strerror(errno));
+        return DTRAIN_ERR_INPUT;
+    }
+    if ((rc = dtrain_pcomm_init(&t->world, t->k, t->comms->group[DTRAIN_GROUP_WORLD], err, errlen)) != DTRAIN_OK)
+        return rc;
+    size_t n = (size_t)RANK_FIELDS * bs->world_size;
+    t->times = dtrain_k_alloc(t->k, n * sizeof(float));
+    t->host_times = malloc(n * sizeof(float));
+    t->compute_sum = calloc((size_t)bs->world_size, sizeof(double));
+    if (t->times == NULL || t->host_times == NULL || t->compute_sum == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
+}
+
 int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtrain_bootstrap *bs,
                            const struct dtrain_comms *comms, struct dtrain_ptrainer **out,
                            char *err, size_t errlen)
@@ -267,6 +298,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         rc = DTRAIN_ERR_INPUT;
         goto fail;
     }
+    if (c->rank_metrics[0] != '\0' && (rc = open_rank_metrics(t, err, errlen)) != DTRAIN_OK)
+        goto fail;
     if (bs->rank == 0 && c->prom_textfile[0] != '\0') {
         if ((rc = dtrain_prom_init(&t->prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
             goto fail;
@@ -303,6 +336,13 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
     dtrain_pcomm_release(&t->pp);
     if (t->metrics != NULL)
         fclose(t->metrics);
+    if (t->rank_file != NULL)
+        fclose(t->rank_file);
+    if (t->k != NULL)
+        dtrain_k_free(t->k, t->times);
+    free(t->host_times);
+    free(t->compute_sum);
+    dtrain_pcomm_release(&t->world);
     dtrain_tokens_close(t->val); /* before data: it may be a view of it */
     dtrain_tokens_close(t->data);
     dtrain_kernels_destroy(t->k);
@@ -443,7 +483,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     const struct dtrain_train_config *c = &t->cfg;
     const struct dtrain_shard *s = &t->shard;
     int rc;
-    double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0;
+    double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0, tp0 = dtrain_tp_comm_seconds(t->tp);
     if (t->run_start == 0.0) {
         t->run_start = t0;
         t->first_step = t->step;
@@ -507,6 +547,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     r->base.mfu = t->peak_flops > 0.0 ? t->flops_per_step / seconds / (t->peak_flops * t->layout.world_size) : 0.0;
     r->pipe_wait_ms = 1e3 * wait;
     r->compute_ms = 1e3 * compute;
+    r->tp_comm_ms = 1e3 * (dtrain_tp_comm_seconds(t->tp) - tp0);
     r->dp_exposed_ms = 1e3 * dtrain_dp_exposed_seconds(t->dp);
     t->step++;
     t->data_batches++;
@@ -625,35 +666,86 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
     return rc;
 }
 
-static void write_metrics(FILE *f, const struct dtrain_pstep_result *r)
+static void write_metrics(FILE *f, const struct dtrain_pstep_result *r, const char *ranks)
 {
     char val[64] = "";
     if (r->base.has_val_loss)
         snprintf(val, sizeof val, "\"val_loss\": %.9g, ", r->base.val_loss);
     fprintf(f, "{\"step\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
             "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"mfu\": %.6f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, "
-            "\"time\": %.3f}\n",
+            "%s\"time\": %.3f}\n",
             r->base.step, (double)r->base.loss, val, r->base.lr, r->base.grad_norm, r->base.ms,
-            r->base.tokens_per_s, r->base.gflops, r->base.mfu, r->pipe_wait_ms, r->dp_exposed_ms, dtrain_metrics_wall_clock());
+            r->base.tokens_per_s, r->base.gflops, r->base.mfu, r->pipe_wait_ms, r->dp_exposed_ms, ranks, dtrain_metrics_wall_clock());
     fflush(f);
+}
+
+/* Keep the lines of steps before `step` (they start with {"step": N). */
+static int cut_lines(FILE *f, long step, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (f == NULL || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        return DTRAIN_OK; /* a pipe or terminal: nothing to cut */
+    char line[1024];
+    long keep = 0, n;
+    rewind(f);
+    while (fgets(line, sizeof line, f) != NULL && strchr(line, '\n') != NULL &&
+           sscanf(line, "{\"step\": %ld,", &n) == 1 && n < step)
+        keep = ftell(f);
+    if (fflush(f) != 0 || ftruncate(fileno(f), keep) != 0 || fseek(f, 0, SEEK_END) != 0) {
+        snprintf(err, errlen, "cannot rewrite metrics file %s: %s", path, strerror(errno));
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
 }
 
 int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err, size_t errlen)
 {
-    struct stat st;
-    if (t->metrics == NULL || fstat(fileno(t->metrics), &st) != 0 || !S_ISREG(st.st_mode))
-        return DTRAIN_OK; /* a pipe or terminal: nothing to cut */
-    /* keep the lines of steps before `step`: they start with {"step": N */
-    char line[1024];
-    long keep = 0, n;
-    rewind(t->metrics);
-    while (fgets(line, sizeof line, t->metrics) != NULL && strchr(line, '\n') != NULL &&
-           sscanf(line, "{\"step\": %ld,", &n) == 1 && n < step)
-        keep = ftell(t->metrics);
-    if (fflush(t->metrics) != 0 || ftruncate(fileno(t->metrics), keep) != 0 || fseek(t->metrics, 0, SEEK_END) != 0) {
-        snprintf(err, errlen, "cannot rewrite metrics file %s: %s", t->cfg.metrics, strerror(errno));
+    int rc = cut_lines(t->metrics, step, t->cfg.metrics, err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = cut_lines(t->rank_file, step, t->rank_path, err, errlen);
+    return rc;
+}
+
+/* --rank-metrics: this rank's line, then every rank's times gathered;
+ * rank 0 finds the slowest (most compute) rank and the spread (a
+ * collective: every rank calls it for the same steps). */
+static int log_ranks(struct dtrain_ptrainer *t, const struct dtrain_pstep_result *r, char *summary, size_t slen,
+                     char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *L = &t->layout;
+    summary[0] = '\0';
+    if (t->rank_file == NULL)
+        return DTRAIN_OK;
+    fprintf(t->rank_file, "{\"step\": %ld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+            "\"ms\": %.3f, \"compute_ms\": %.3f, \"tp_comm_ms\": %.3f, \"pipe_wait_ms\": %.3f, "
+            "\"dp_exposed_ms\": %.3f, \"time\": %.3f}\n", r->base.step, L->rank, L->tp_rank, L->pp_rank,
+            L->dp_rank, r->base.ms, r->compute_ms, r->tp_comm_ms, r->pipe_wait_ms, r->dp_exposed_ms,
+            dtrain_metrics_wall_clock());
+    if (fflush(t->rank_file) != 0 || ferror(t->rank_file)) {
+        snprintf(err, errlen, "cannot write per-rank metrics file %s", t->rank_path);
         return DTRAIN_ERR_SYSTEM;
     }
+    float mine[RANK_FIELDS] = {(float)r->base.ms, (float)r->compute_ms, (float)r->tp_comm_ms, (float)r->pipe_wait_ms};
+    float *slot = t->times + (size_t)RANK_FIELDS * L->rank;
+    dtrain_k_upload(t->k, slot, mine, sizeof mine);
+    int rc = dtrain_pcomm_all_gather(&t->world, slot, t->times, RANK_FIELDS, "per-rank metrics", err, errlen);
+    if (rc != DTRAIN_OK || L->rank != 0)
+        return rc;
+    dtrain_k_download(t->k, t->host_times, t->times, (size_t)RANK_FIELDS * L->world_size * sizeof(float));
+    int slow = 0, fast = 0;
+    for (int q = 0; q < L->world_size; q++) {
+        const float *x = t->host_times + (size_t)RANK_FIELDS * q;
+        t->compute_sum[q] += x[1];
+        if (x[1] > t->host_times[(size_t)RANK_FIELDS * slow + 1])
+            slow = q;
+        if (x[1] < t->host_times[(size_t)RANK_FIELDS * fast + 1])
+            fast = q;
+    }
+    t->logged++;
+    const float *s = t->host_times + (size_t)RANK_FIELDS * slow, *f = t->host_times + (size_t)RANK_FIELDS * fast;
+    snprintf(summary, slen, "\"slowest_rank\": %d, \"slowest_compute_ms\": %.3f, \"fastest_rank\": %d, "
+             "\"fastest_compute_ms\": %.3f, \"compute_spread_ms\": %.3f, ", slow, (double)s[1], fast, (double)f[1],
+             (double)(s[1] - f[1]));
     return DTRAIN_OK;
 }
 
@@ -690,8 +782,12 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
                 r->base.tokens_per_s, r->base.gflops, mfu, el, eta);
         fflush(progress);
     }
+    char ranks[256];
+    int rc = log_ranks(t, r, ranks, sizeof ranks, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
     if (t->metrics != NULL) {
-        write_metrics(t->metrics, r);
+        write_metrics(t->metrics, r, ranks);
         if (ferror(t->metrics)) {
             snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
             return DTRAIN_ERR_SYSTEM;
@@ -737,8 +833,20 @@ void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, co
         int n = snprintf(k, left, "; model %s", c->save_llmc);
         k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
     }
-    if (c->metrics[0] != '\0')
-        snprintf(k, left, "; metrics %s", c->metrics);
+    if (c->metrics[0] != '\0') {
+        int n = snprintf(k, left, "; metrics %s", c->metrics);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (t->compute_sum != NULL && t->logged > 0) {
+        int slow = 0, fast = 0;
+        for (int q = 1; q < t->layout.world_size; q++) {
+            slow = t->compute_sum[q] > t->compute_sum[slow] ? q : slow;
+            fast = t->compute_sum[q] < t->compute_sum[fast] ? q : fast;
+        }
+        snprintf(k, left, "; slowest rank %d (compute %.2f ms a step), fastest %d (%.2f ms), per-rank files in %s",
+                 slow, t->compute_sum[slow] / (double)t->logged, fast, t->compute_sum[fast] / (double)t->logged,
+                 c->rank_metrics);
+    }
     fprintf(progress, "%s: done: steps %ld..%ld of %ld in %s, final loss %.6f (smoothed %.4f)%s%s\n", prog,
             t->first_step, t->step - 1, c->steps, el, (double)t->last_loss, t->smooth_loss, val, kept);
     fflush(progress);

@@ -111,6 +111,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
         struct dtrain_pstep_result r;
         rc = dtrain_ptrainer_step(t, &r, a->r.err, sizeof a->r.err);
+        if (rc == DTRAIN_OK && j->cfg.rank_metrics[0] != '\0') /* the metrics lines, as the loop writes them */
+            rc = dtrain_ptrainer_log_step(t, NULL, &r, a->r.err, sizeof a->r.err);
         a->r.loss[s] = r.base.loss;
         a->r.norm[s] = r.base.grad_norm;
     }
@@ -222,6 +224,61 @@ static double max_abs(const float *a, const float *b, size_t n)
             worst = d;
     }
     return worst;
+}
+
+/* --rank-metrics in (T,P,D) = (2,2,2): every rank's file has a line per
+ * step with its time split; rank 0's metrics name the slowest rank. */
+static void test_rank_metrics(const struct job *base, const char *dir)
+{
+    struct job j = *base;
+    char err[512], metrics[300], rdir[300], path[400], line[1024];
+    snprintf(rdir, sizeof rdir, "%s/ranks", dir);
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(j.cfg.rank_metrics, sizeof j.cfg.rank_metrics, "%s", rdir);
+    snprintf(j.cfg.metrics, sizeof j.cfg.metrics, "%s", metrics);
+    j.cfg.micro_batches = 2;
+    if (!ok(dtrain_train_config_check_outputs(&j.cfg, err, sizeof err) == DTRAIN_OK, "the per-rank metrics folder "
+            "is made (%s)", err[0] ? err : "ok"))
+        return;
+    size_t bytes = area_bytes(&j);
+    unsigned char *areas = calloc(8, bytes);
+    int codes[LOCAL_BOOT_MAX_WORLD];
+    int rc = local_boot_run(2, 2, 2, rank_main, &j, bytes, areas, codes, 120, err, sizeof err);
+    ok(rc == 0, "(2,2,2) trains with --rank-metrics (%s)", rc == 0 ? "ok" : err);
+    int files_ok = 1;
+    for (int r = 0; r < 8; r++) {
+        snprintf(path, sizeof path, "%s/rank-%05d.jsonl", rdir, r);
+        FILE *f = fopen(path, "r");
+        int lines = 0, good = 1;
+        while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+            char want[64];
+            snprintf(want, sizeof want, "{\"step\": %d, \"rank\": %d, ", lines, r);
+            good &= strncmp(line, want, strlen(want)) == 0 && strstr(line, "\"compute_ms\": ") &&
+                    strstr(line, "\"tp_comm_ms\": ") && strstr(line, "\"pipe_wait_ms\": ") &&
+                    strstr(line, "\"dp_exposed_ms\": ");
+            lines++;
+        }
+        if (f != NULL)
+            fclose(f);
+        files_ok &= good && lines == STEPS;
+        unlink(path);
+    }
+    ok(files_ok, "each of the 8 ranks wrote rank-N.jsonl: one line per step with ms, compute, TP, pipeline wait, DP");
+    FILE *f = fopen(metrics, "r");
+    int lines = 0, named = 0, slow;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        const char *p = strstr(line, "\"slowest_rank\": ");
+        lines++;
+        named += p != NULL && sscanf(p, "\"slowest_rank\": %d", &slow) == 1 && slow >= 0 && slow < 8 &&
+                 strstr(line, "\"compute_spread_ms\": ") != NULL;
+    }
+    if (f != NULL)
+        fclose(f);
+    ok(lines == STEPS && named == STEPS, "rank 0's metrics name the slowest rank and the spread at every step (%d/%d)",
+       named, lines);
+    unlink(metrics);
+    rmdir(rdir);
+    free(areas);
 }
 
 int main(void)
@@ -369,8 +426,10 @@ int main(void)
     diag("largest relative loss deviation over the layouts: %.3e", worst_loss);
     diag("largest relative validation loss deviation over the layouts: %.3e", worst_val);
 
+    test_rank_metrics(&j, dir);
     free(ref_params);
     unlink(path);
+    unlink(val_path);
     rmdir(dir);
     return tap_done();
 }
