@@ -142,6 +142,23 @@ int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, c
  * read.  For tests and tools. */
 int dtrain_sckpt_list(const char *dir, uint64_t *steps, int max, char *err, size_t errlen);
 
+/* Read the whole model out of dir's newest checkpoint whose manifest and
+ * shards verify (older ones are tried when it does not), written by any
+ * layout, changing nothing in dir (no leftovers removed, nothing renamed):
+ * for tools that do not train (dtrain-generate).  params is malloc'ed
+ * (dtrain_gpt2_param_count(&model) floats, llm.c's order): free() it.
+ * DTRAIN_ERR_INPUT with one line when dir holds no good checkpoint. */
+struct dtrain_sckpt_model {
+    struct dtrain_gpt2_config model;
+    float *params;
+    uint64_t step;
+    struct dtrain_sckpt_layout writer; /* the writing job's layout (its rank fields 0) */
+    uint64_t bytes;                    /* read */
+    int skipped;                       /* newer checkpoints that did not verify */
+    char path[DTRAIN_PATH_MAX];        /* the step folder read */
+};
+int dtrain_sckpt_load_model(const char *dir, struct dtrain_sckpt_model *out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include "dtrain_data.h"
+#include "dtrain_ft.h"
+#include "dtrain_generate.h"
 #include "dtrain_parallel.h"
 #include "dtrain_shard.h"
 #include "local_boot.h"
@@ -61,6 +63,7 @@ struct rank_area {
 struct job {
     struct dtrain_train_config cfg;
     size_t nparams;
+    const char *save_dir; /* a sharded checkpoint of the last step goes here, or NULL */
 };
 
 static size_t area_bytes(const struct job *j)
@@ -120,6 +123,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         rc = dtrain_ptrainer_validate(t, &a->r.val_loss, a->r.err, sizeof a->r.err);
     if (rc == DTRAIN_OK)
         rc = dtrain_ptrainer_gather_params(t, a->params, a->r.err, sizeof a->r.err);
+    if (rc == DTRAIN_OK && j->save_dir != NULL)
+        rc = dtrain_ft_save(t, &j->cfg, bs, comms.group[DTRAIN_GROUP_WORLD], j->save_dir, a->r.err, sizeof a->r.err);
     if (rc == DTRAIN_OK)
         checksums(t, bs, j, &a->r);
     a->r.ok = rc == DTRAIN_OK;
@@ -224,6 +229,53 @@ static double max_abs(const float *a, const float *b, size_t n)
             worst = d;
     }
     return worst;
+}
+
+/* A checkpoint written by (2,2,2), read into one process (the sharded
+ * format put together), holds the (2,2,2) job's parameters bit for bit, and
+ * generates the same text as those parameters gathered by the job, run
+ * after run. */
+static void test_generate_from_222(const struct job *base, const char *dir)
+{
+    struct job j = *base;
+    char err[512], ck[300];
+    snprintf(ck, sizeof ck, "%s/ck222", dir);
+    j.save_dir = ck;
+    j.cfg.micro_batches = 2;
+    size_t bytes = area_bytes(&j);
+    unsigned char *areas = calloc(8, bytes);
+    int codes[LOCAL_BOOT_MAX_WORLD];
+    int rc = local_boot_run(2, 2, 2, rank_main, &j, bytes, areas, codes, 120, err, sizeof err);
+    ok(rc == 0, "(2,2,2) trains %d steps and writes a sharded checkpoint (%s)", STEPS, rc == 0 ? "ok" : err);
+    struct dtrain_sckpt_model m = {0};
+    const float *gathered = ((const struct rank_area *)areas)->params;
+    int loaded = rc == 0 && dtrain_sckpt_load_model(ck, &m, err, sizeof err) == DTRAIN_OK;
+    ok(loaded && m.step == STEPS && m.writer.tp == 2 && m.writer.pp == 2 && m.writer.dp == 2 &&
+       memcmp(m.params, gathered, j.nparams * sizeof(float)) == 0,
+       "read into one process: step %d, written by (2,2,2), the job's parameters bit for bit (%s)", STEPS,
+       loaded ? "ok" : err);
+    if (loaded) {
+        int32_t prompt[3] = {'t', 'h', 'e'}, a[40], b[40], c[40];
+        int na = 0, nb = 0, nc = 0;
+        struct dtrain_gen *g1 = NULL, *g2 = NULL;
+        int okg = dtrain_gen_create(&m.model, m.params, &g1, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_gen_create(&m.model, gathered, &g2, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_generate(g1, prompt, 3, 40, 0.8, 20, 11, a, &na, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_generate(g1, prompt, 3, 40, 0.8, 20, 11, b, &nb, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_generate(g2, prompt, 3, 40, 0.8, 20, 11, c, &nc, err, sizeof err) == DTRAIN_OK;
+        ok(okg && na == 32 - 3 + 1 && nb == na && nc == na && memcmp(a, b, sizeof a[0] * (size_t)na) == 0 &&
+           memcmp(a, c, sizeof a[0] * (size_t)na) == 0,
+           "generation (temperature 0.8, top-k 20, seed 11) from the checkpoint: %d tokens up to max_seq_len, the "
+           "same twice and the same as from the job's gathered parameters (%s)", na, okg ? "ok" : err);
+        dtrain_gen_destroy(g1);
+        dtrain_gen_destroy(g2);
+    }
+    free(m.params);
+    free(areas);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ck);
+    if (system(cmd) != 0)
+        diag("could not remove %s", ck);
 }
 
 /* --rank-metrics in (T,P,D) = (2,2,2): every rank's file has a line per
@@ -427,6 +479,7 @@ int main(void)
     diag("largest relative validation loss deviation over the layouts: %.3e", worst_val);
 
     test_rank_metrics(&j, dir);
+    test_generate_from_222(&j, dir);
     free(ref_params);
     unlink(path);
     unlink(val_path);

@@ -32,7 +32,8 @@ check "--version on dtrain-train, dtrain-tokenize, dtrain-launch, dtrain-topo, d
     eval '"$train" --version | grep -qx "dtrain-train [0-9.]*" && "$tokenize" --version | grep -qx "dtrain-tokenize [0-9.]*" &&
           "$top_builddir/launcher/dtrain-launch" --version | grep -qx "dtrain-launch [0-9.]*" &&
           "$top_builddir/topo/dtrain-topo" --version | grep -qx "dtrain-topo [0-9.]*" &&
-          "$top_builddir/health/dtrain-health" --version | grep -qx "dtrain-health [0-9.]*"' 
+          "$top_builddir/health/dtrain-health" --version | grep -qx "dtrain-health [0-9.]*" &&
+          "$top_builddir/runtime/dtrain-generate" --version | grep -qx "dtrain-generate [0-9.]*"' 
 check "dtrain-tokenize turns a text file into a token file" "$tokenize" "$work/text.txt" "$work/data.bin"
 bytes=$(stat -c %s "$work/text.txt")
 check "the token file has a 1024-byte header and 2 bytes per input byte" \
@@ -117,6 +118,22 @@ expect_fail 2 "dtrain-train: " "is not a token file" "a text file given as token
     "$train" --data "$work/text.txt" --steps 1
 expect_fail 2 "dtrain-train: " "outside the model's vocabulary" "tokens beyond the vocabulary" \
     "$train" --data "$work/data.bin" --vocab-size 64 --steps 1
+generate="$top_builddir/runtime/dtrain-generate"
+"$generate" --checkpoint "$work/run.ckpt" --prompt "the " --max-tokens 20 --seed 4 >"$work/g1" 2>"$work/gerr"
+rc=$?
+"$generate" --checkpoint "$work/run.ckpt" --prompt "the " --max-tokens 20 --seed 4 >"$work/g2" 2>/dev/null
+"$generate" --model "$work/model.bin" --prompt "the " --max-tokens 20 --seed 4 >"$work/g3" 2>/dev/null
+check "dtrain-generate continues a prompt from the checkpoint folder, the same for a seed and from the llm.c export" \
+    eval 'test $rc -eq 0 && test "$(head -c 4 "$work/g1")" = "the " && test "$(wc -c <"$work/g1")" -eq 25 &&
+          cmp -s "$work/g1" "$work/g2" && cmp -s "$work/g1" "$work/g3" && grep -q "written by T=1 P=1 D=1" "$work/gerr"'
+check "dtrain-generate --tokens prints the 20 ids" \
+    eval 'test "$("$generate" --model "$work/model.bin" --prompt-tokens 116,104,101 --max-tokens 20 --tokens | wc -w)" -eq 20'
+expect_fail 2 "dtrain-generate: " "give either --checkpoint DIR or --model FILE" "dtrain-generate without a model" \
+    "$generate" --prompt x
+expect_fail 2 "dtrain-generate: " "holds no complete checkpoint" "dtrain-generate from a folder without checkpoints" \
+    eval 'mkdir -p "$work/empty.ckpt" && "$generate" --checkpoint "$work/empty.ckpt"' 
+expect_fail 2 "dtrain-generate: " "outside the model's vocabulary" "a prompt token beyond the vocabulary" \
+    "$generate" --model "$work/model.bin" --prompt-tokens 1,999
 mkdir "$work/shards"
 cp "$work/data.bin" "$work/shards/t_train_000000.bin"
 cp "$work/data.bin" "$work/shards/t_train_000001.bin"
