@@ -65,7 +65,61 @@ static int read_run(const char *step_dir, struct dtrain_train_config *c, char *w
     return rc;
 }
 
-int dtrain_sckpt_load_model(const char *dir, struct dtrain_sckpt_model *out, char *err, size_t errlen)
+int dtrain_sckpt_inspect(const char *dir, uint64_t step, int verify, struct dtrain_sckpt_info *out, char *err,
+                         size_t errlen)
+{
+    char path[DTRAIN_PATH_MAX];
+    struct manifest m;
+    memset(out, 0, sizeof *out);
+    if (sckpt_step_path(path, sizeof path, dir, step, "") != 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder path too long: %.80s...", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    snprintf(out->path, sizeof out->path, "%s", path);
+    out->step = step;
+    if (read_run(path, &out->run, out->why, sizeof out->why) != 0 ||
+        sckpt_read_manifest(path, step, &out->run, &m, out->why, sizeof out->why) != GOOD) {
+        out->state = DTRAIN_SCKPT_BAD_MANIFEST;
+        return DTRAIN_OK;
+    }
+    out->data_batches = m.data_batches;
+    out->nparams = m.nparams;
+    out->writer = m.layout;
+    int n = m.layout.world_size;
+    out->shards = calloc((size_t)n, sizeof *out->shards);
+    if (out->shards == NULL) {
+        free(m.shards);
+        dtrain_snprintf(err, errlen, "out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    out->nshards = n;
+    out->state = verify ? DTRAIN_SCKPT_VERIFIED : DTRAIN_SCKPT_UNCHECKED;
+    for (int r = 0; r < n; r++) {
+        struct dtrain_sckpt_shard_info *sh = &out->shards[r];
+        sh->bytes = m.shards[r].bytes;
+        sh->floats = m.shards[r].floats;
+        sh->checksum = m.shards[r].checksum;
+        out->bytes += sh->bytes;
+        if (verify) {
+            uint64_t read = 0;
+            sh->verified = sckpt_shard_verify(path, r, &m, &read, sh->why, sizeof sh->why) == GOOD ? 1 : -1;
+            if (sh->verified < 0)
+                out->state = DTRAIN_SCKPT_DAMAGED;
+        }
+    }
+    free(m.shards);
+    return DTRAIN_OK;
+}
+
+void dtrain_sckpt_info_free(struct dtrain_sckpt_info *info)
+{
+    free(info->shards);
+    info->shards = NULL;
+    info->nshards = 0;
+}
+
+int dtrain_sckpt_load_model(const char *dir, uint64_t step, struct dtrain_sckpt_model *out, char *err,
+                            size_t errlen)
 {
     uint64_t steps[MAX_STEPS];
     struct stat st;
@@ -74,18 +128,23 @@ int dtrain_sckpt_load_model(const char *dir, struct dtrain_sckpt_model *out, cha
         dtrain_snprintf(err, errlen, "checkpoint %s is a file, not a folder of step-N checkpoints", dir);
         return DTRAIN_ERR_INPUT;
     }
-    long n = sckpt_list_steps(dir, "", steps, MAX_STEPS);
-    if (n < 0) {
-        dtrain_snprintf(err, errlen, "cannot read checkpoint folder %s", dir);
-        return DTRAIN_ERR_INPUT;
+    long n = 1;
+    if (step == DTRAIN_SCKPT_NEWEST) {
+        n = sckpt_list_steps(dir, "", steps, MAX_STEPS);
+        if (n < 0) {
+            dtrain_snprintf(err, errlen, "cannot read checkpoint folder %s", dir);
+            return DTRAIN_ERR_INPUT;
+        }
+        if (n == 0) {
+            dtrain_snprintf(err, errlen, "checkpoint folder %s holds no complete checkpoint (step-N with a %s)", dir,
+                            DTRAIN_SCKPT_MANIFEST);
+            return DTRAIN_ERR_INPUT;
+        }
+        if (n > MAX_STEPS)
+            n = MAX_STEPS;
+    } else {
+        steps[0] = step;
     }
-    if (n == 0) {
-        dtrain_snprintf(err, errlen, "checkpoint folder %s holds no complete checkpoint (step-N with a %s)", dir,
-                        DTRAIN_SCKPT_MANIFEST);
-        return DTRAIN_ERR_INPUT;
-    }
-    if (n > MAX_STEPS)
-        n = MAX_STEPS;
     char why[768] = "";
     for (long i = 0; i < n; i++) {
         char path[DTRAIN_PATH_MAX];
@@ -126,6 +185,9 @@ int dtrain_sckpt_load_model(const char *dir, struct dtrain_sckpt_model *out, cha
         free(params);
         free(m.shards);
     }
-    dtrain_snprintf(err, errlen, "no good checkpoint in %s (the newest that failed: %s)", dir, why);
+    if (step == DTRAIN_SCKPT_NEWEST)
+        dtrain_snprintf(err, errlen, "no good checkpoint in %s (the newest that failed: %s)", dir, why);
+    else
+        dtrain_snprintf(err, errlen, "checkpoint step %" PRIu64 " of %s is not usable: %s", step, dir, why);
     return DTRAIN_ERR_INPUT;
 }

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
     float *params = NULL;
     if (ckpt != NULL) {
         struct dtrain_sckpt_model m;
-        if ((rc = dtrain_sckpt_load_model(ckpt, &m, err, sizeof err)) != DTRAIN_OK) {
+        if ((rc = dtrain_sckpt_load_model(ckpt, DTRAIN_SCKPT_NEWEST, &m, err, sizeof err)) != DTRAIN_OK) {
             rc = rc == DTRAIN_ERR_INPUT ? 2 : 1;
             goto bad;
         }

@@ -249,7 +249,7 @@ static void test_generate_from_222(const struct job *base, const char *dir)
     ok(rc == 0, "(2,2,2) trains %d steps and writes a sharded checkpoint (%s)", STEPS, rc == 0 ? "ok" : err);
     struct dtrain_sckpt_model m = {0};
     const float *gathered = ((const struct rank_area *)areas)->params;
-    int loaded = rc == 0 && dtrain_sckpt_load_model(ck, &m, err, sizeof err) == DTRAIN_OK;
+    int loaded = rc == 0 && dtrain_sckpt_load_model(ck, DTRAIN_SCKPT_NEWEST, &m, err, sizeof err) == DTRAIN_OK;
     ok(loaded && m.step == STEPS && m.writer.tp == 2 && m.writer.pp == 2 && m.writer.dp == 2 &&
        memcmp(m.params, gathered, j.nparams * sizeof(float)) == 0,
        "read into one process: step %d, written by (2,2,2), the job's parameters bit for bit (%s)", STEPS,

@@ -33,7 +33,8 @@ check "--version on dtrain-train, dtrain-tokenize, dtrain-launch, dtrain-topo, d
           "$top_builddir/launcher/dtrain-launch" --version | grep -qx "dtrain-launch [0-9.]*" &&
           "$top_builddir/topo/dtrain-topo" --version | grep -qx "dtrain-topo [0-9.]*" &&
           "$top_builddir/health/dtrain-health" --version | grep -qx "dtrain-health [0-9.]*" &&
-          "$top_builddir/runtime/dtrain-generate" --version | grep -qx "dtrain-generate [0-9.]*"' 
+          "$top_builddir/runtime/dtrain-generate" --version | grep -qx "dtrain-generate [0-9.]*" &&
+          "$top_builddir/runtime/dtrain-ckpt" --version | grep -qx "dtrain-ckpt [0-9.]*"' 
 check "dtrain-tokenize turns a text file into a token file" "$tokenize" "$work/text.txt" "$work/data.bin"
 bytes=$(stat -c %s "$work/text.txt")
 check "the token file has a 1024-byte header and 2 bytes per input byte" \
@@ -134,6 +135,26 @@ expect_fail 2 "dtrain-generate: " "holds no complete checkpoint" "dtrain-generat
     eval 'mkdir -p "$work/empty.ckpt" && "$generate" --checkpoint "$work/empty.ckpt"' 
 expect_fail 2 "dtrain-generate: " "outside the model's vocabulary" "a prompt token beyond the vocabulary" \
     "$generate" --model "$work/model.bin" --prompt-tokens 1,999
+ckpt="$top_builddir/runtime/dtrain-ckpt"
+check "dtrain-ckpt list: the step, layout, size and state of each checkpoint" \
+    eval '"$ckpt" list "$work/run.ckpt" | grep -qE "^4 +T=1 P=1 D=1 +off +[0-9]+  complete \(not verified\)$"'
+check "dtrain-ckpt show: the manifest in words" \
+    eval '"$ckpt" show "$work/run.ckpt" | grep -q "model L=2 C=32 NH=4 V=256 (padded 256) maxT=32" &&
+          "$ckpt" show "$work/run.ckpt" 4 | grep -q "shard-00000.bin .* checksum [0-9a-f]\{16\}$"'
+check "dtrain-ckpt verify: every shard good, exit 0" \
+    eval '"$ckpt" verify "$work/run.ckpt" | grep -q "step-00000004: good (verified)$"'
+"$ckpt" export "$work/run.ckpt" "$work/export.bin" >/dev/null
+check "dtrain-ckpt export: the llm.c model file --save-llmc wrote at the same step, byte for byte" \
+    cmp -s "$work/export.bin" "$work/model.bin"
+cp -r "$work/run.ckpt" "$work/bad.ckpt"
+printf 'x' | dd of="$work/bad.ckpt/step-00000004/shard-00000.bin" bs=1 seek=2000 conv=notrunc 2>/dev/null
+"$ckpt" verify "$work/bad.ckpt" >"$work/vout" 2>&1
+rc=$?
+check "dtrain-ckpt verify of a damaged shard: exit 1, names the shard, changes nothing" \
+    eval 'test $rc -eq 1 && grep -q "DAMAGED; shard-00000.bin: .*checksum" "$work/vout" && test -d "$work/bad.ckpt/step-00000004"'
+expect_fail 2 "dtrain-ckpt: " "holds no complete checkpoint" "dtrain-ckpt list of a folder without checkpoints" \
+    "$ckpt" list "$work/empty.ckpt"
+expect_fail 2 "dtrain-ckpt: " "give list, show, verify or export" "dtrain-ckpt with an unknown verb" "$ckpt" frob x
 mkdir "$work/shards"
 cp "$work/data.bin" "$work/shards/t_train_000000.bin"
 cp "$work/data.bin" "$work/shards/t_train_000001.bin"
