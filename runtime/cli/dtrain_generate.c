@@ -202,6 +202,8 @@ int32_t dtrain_gen_sample(const float *logits, int V, double temperature, int to
             for (int v = 0; v < V; v++)
                 if (!keep[v] && (pick < 0 || logits[v] > logits[pick]))
                     pick = v;
+            if (pick < 0)
+                break; /* cannot happen: k < V leaves one */
             keep[pick] = 1;
         }
     }
