@@ -155,6 +155,20 @@ check "dtrain-ckpt verify of a damaged shard: exit 1, names the shard, changes n
 expect_fail 2 "dtrain-ckpt: " "holds no complete checkpoint" "dtrain-ckpt list of a folder without checkpoints" \
     "$ckpt" list "$work/empty.ckpt"
 expect_fail 2 "dtrain-ckpt: " "give list, show, verify or export" "dtrain-ckpt with an unknown verb" "$ckpt" frob x
+# a metrics plot for any metrics file (the demo's report generalised)
+"$train" "$work/tiny.json" --steps 4 --threads 1 --val-fraction 0.2 --val-every 2 --val-batches 2 \
+    --metrics "$work/val.jsonl" >/dev/null 2>&1
+report="$top_srcdir/scripts/demo.d/report.py"
+python3 "$report" --metrics "$work/val.jsonl" --png "$work/val.png" >"$work/rout" 2>"$work/rerr"
+rc=$?
+if python3 -c 'import matplotlib' 2>/dev/null; then
+    check "report.py --metrics plots training and validation loss of any metrics file" \
+        eval 'test $rc -eq 0 && test -s "$work/val.png" && grep -q "validation loss final [0-9.]* after step 3, best" "$work/rout"'
+else
+    check "report.py --metrics without matplotlib: the summary, then one line saying so, exit 2" \
+        eval 'test $rc -eq 2 && grep -q "validation loss final [0-9.]* after step 3, best" "$work/rout" &&
+              test "$(wc -l <"$work/rerr")" -eq 1 && grep -q "matplotlib is not installed" "$work/rerr"'
+fi
 mkdir "$work/shards"
 cp "$work/data.bin" "$work/shards/t_train_000000.bin"
 cp "$work/data.bin" "$work/shards/t_train_000001.bin"
