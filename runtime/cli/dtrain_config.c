@@ -84,6 +84,7 @@ static const struct setting settings[] = {
     {"run", "save_llmc", "save-llmc", K_PATH, OFF(save_llmc), 0, 0, "export an llm.c model file at the end"},
     {"run", "metrics", "metrics", K_PATH, OFF(metrics), 0, 0, "JSON-lines metrics file, one object per step"},
     {"run", "prom_textfile", "prom-textfile", K_PATH, OFF(prom_textfile), 0, 0, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"},
+    {"run", "sample_every", "sample-every", K_LONG, OFF(sample_every), 0, BIG, "print 64 tokens the model writes (after a newline, seed 1337, temperature 0.8, top-k 40) every N steps; 0 = never"},
     {"run", "rank_metrics", "rank-metrics", K_PATH, OFF(rank_metrics), 0, 0, "folder: every rank writes its step time split (compute, TP, pipeline wait, DP) to rank-N.jsonl there; rank 0's metrics name the slowest"},
     {"run", "peak_flops", "peak-flops", K_REAL, OFF(peak_flops), 0, 1e18, "peak FLOP/s of one device for MFU (e.g. 989e12: an H100's dense bf16); 0 = measured at start (the backend's GEMM rate)"},
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},

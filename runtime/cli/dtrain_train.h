@@ -84,6 +84,7 @@ struct dtrain_train_config {
     char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
     char prom_textfile[DTRAIN_PATH_MAX]; /* node_exporter textfile (.prom) kept up to date, or "" */
     long log_every;                   /* print every this many steps; 0: never */
+    long sample_every;                /* rank 0 prints a generated sample every this many steps; 0: never */
     char rank_metrics[DTRAIN_PATH_MAX]; /* folder of per-rank metrics files rank-N.jsonl, or "" */
     double peak_flops;                /* MFU's peak FLOP/s per device; 0: rank 0 measures its GEMM rate */
     long val_every;                   /* validation loss every this many steps and after the last; 0: the last */

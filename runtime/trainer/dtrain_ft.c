@@ -518,6 +518,10 @@ static int train(struct ft *f, char *err, size_t errlen)
                 return rc;
             if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK)
                 return rc;
+            long after = dtrain_ptrainer_steps_done(f->t);
+            if (c->sample_every > 0 && after % c->sample_every == 0 &&
+                (rc = dtrain_ptrainer_sample(f->t, is_root(f) ? f->progress : NULL, err, errlen)) != DTRAIN_OK)
+                return rc;
             if (first_after_resume) {
                 dtrain_fault_event(f->fault, "first_step", r.base.step, NULL);
                 first_after_resume = 0;

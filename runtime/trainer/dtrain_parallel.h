@@ -109,6 +109,15 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
 int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *err, size_t errlen);
 int dtrain_ptrainer_val_batches(const struct dtrain_ptrainer *t); /* K; 0: no validation data */
 
+/* --sample-every: the model gathered on rank 0 (a collective over the
+ * world) and 64 tokens it writes after a newline (fewer when max_seq_len
+ * is reached; dtrain_generate.h:
+ * temperature 0.8, top-k 40, seed 1337) printed to progress as one line
+ * "sample after step N: ..." (bytes as ASCII text, control bytes as spaces,
+ * bytes above 126 as '?';
+ * token ids for a vocabulary above 256). */
+int dtrain_ptrainer_sample(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen);
+
 /* Rank 0: the progress line (every log_every steps, and every step with
  * a validation loss) and the metrics line of a step. */
 int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,

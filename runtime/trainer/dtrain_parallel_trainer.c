@@ -3,6 +3,7 @@
  * embedding, data parallelism, the step and the loop; see dtrain_parallel.h. */
 #include "dtrain_parallel.h"
 #include "dtrain_dp.h"
+#include "dtrain_generate.h"
 #include "dtrain_llmc.h"
 #include "dtrain_metrics.h"
 #include "dtrain_pcomm.h"
@@ -601,6 +602,45 @@ int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *
         return rc;
     *val_loss = all / ((double)t->val_batches * c->batch * T);
     return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ samples during training */
+
+#define SAMPLE_TOKENS 64
+
+int dtrain_ptrainer_sample(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen)
+{
+    const struct dtrain_gpt2_config *m = &t->cfg.model;
+    size_t n = dtrain_gpt2_param_count(m);
+    int root = t->layout.rank == 0;
+    float *whole = root ? malloc(n * sizeof(float)) : NULL;
+    if (root && whole == NULL) {
+        snprintf(err, errlen, "out of memory for a host copy of the %zu parameters", n);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int rc = dtrain_ptrainer_gather_params(t, whole, err, errlen); /* a collective */
+    if (rc == DTRAIN_OK && root && progress != NULL) {
+        struct dtrain_gen *g = NULL;
+        int32_t prompt[1] = {m->vocab_size > 10 ? 10 : 0}, out[SAMPLE_TOKENS];
+        int got = 0;
+        rc = dtrain_gen_create(m, whole, &g, err, errlen);
+        if (rc == DTRAIN_OK)
+            rc = dtrain_generate(g, prompt, 1, SAMPLE_TOKENS, 0.8, 40, 1337, out, &got, err, errlen);
+        dtrain_gen_destroy(g);
+        if (rc == DTRAIN_OK) {
+            fprintf(progress, "sample after step %ld: ", t->step);
+            for (int i = 0; i < got; i++) {
+                if (m->vocab_size > 256)
+                    fprintf(progress, "%s%d", i ? " " : "", (int)out[i]);
+                else /* bytes: ASCII as is, control bytes as a space, the rest '?' (one line of text) */
+                    fputc(out[i] < 32 ? ' ' : out[i] < 127 ? (int)out[i] : '?', progress);
+            }
+            fputc('\n', progress);
+            fflush(progress);
+        }
+    }
+    free(whole);
+    return rc;
 }
 
 /* ------------------------------------------------------------ gathering, the loop */

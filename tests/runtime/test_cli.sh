@@ -155,6 +155,9 @@ check "dtrain-ckpt verify of a damaged shard: exit 1, names the shard, changes n
 expect_fail 2 "dtrain-ckpt: " "holds no complete checkpoint" "dtrain-ckpt list of a folder without checkpoints" \
     "$ckpt" list "$work/empty.ckpt"
 expect_fail 2 "dtrain-ckpt: " "give list, show, verify or export" "dtrain-ckpt with an unknown verb" "$ckpt" frob x
+"$train" "$work/tiny.json" --steps 4 --threads 1 --sample-every 2 >"$work/sout" 2>&1
+check "--sample-every 2: a line of what the model writes after steps 2 and 4 (32 tokens: max_seq_len)" \
+    eval 'test "$(grep -cE "^sample after step [24]: .{32}$" "$work/sout")" -eq 2'
 # a metrics plot for any metrics file (the demo's report generalised)
 "$train" "$work/tiny.json" --steps 4 --threads 1 --val-fraction 0.2 --val-every 2 --val-batches 2 \
     --metrics "$work/val.jsonl" >/dev/null 2>&1
