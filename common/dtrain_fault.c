@@ -138,12 +138,17 @@ int dtrain_fault_report(struct dtrain_fault *f, long step, const char *reason)
 
 /* Process-wide by nature: a signal handler has no context. */
 static volatile sig_atomic_t signals_seen;
-static struct sigaction old_term, old_usr1;
+static struct sigaction old_term, old_usr1, old_int;
 static int installed;
 
 static void on_signal(int sig)
 {
-    signals_seen |= sig == SIGTERM ? DTRAIN_SIGNAL_TERM : DTRAIN_SIGNAL_USR1;
+    if (sig == SIGINT && (signals_seen & DTRAIN_SIGNAL_INT)) {
+        signal(SIGINT, SIG_DFL); /* the second Ctrl-C: now */
+        raise(SIGINT);
+    }
+    signals_seen |= sig == SIGTERM ? DTRAIN_SIGNAL_TERM
+                    : sig == SIGINT ? DTRAIN_SIGNAL_TERM | DTRAIN_SIGNAL_INT : DTRAIN_SIGNAL_USR1;
 }
 
 int dtrain_signals_install(char *err, size_t errlen)
@@ -154,8 +159,9 @@ int dtrain_signals_install(char *err, size_t errlen)
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     signals_seen = 0;
-    if (sigaction(SIGTERM, &sa, &old_term) != 0 || sigaction(SIGUSR1, &sa, &old_usr1) != 0) {
-        snprintf(err, errlen, "cannot install the SIGTERM/SIGUSR1 handlers: %s", strerror(errno));
+    if (sigaction(SIGTERM, &sa, &old_term) != 0 || sigaction(SIGUSR1, &sa, &old_usr1) != 0 ||
+        sigaction(SIGINT, &sa, &old_int) != 0) {
+        snprintf(err, errlen, "cannot install the SIGTERM/SIGUSR1/SIGINT handlers: %s", strerror(errno));
         return -1;
     }
     installed = 1;
@@ -173,13 +179,14 @@ void dtrain_signals_restore(void)
         return;
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
+    sigaction(SIGINT, &old_int, NULL);
     installed = 0;
 }
 
 const char *dtrain_signals_name(int bits)
 {
     switch (bits & (DTRAIN_SIGNAL_TERM | DTRAIN_SIGNAL_USR1)) {
-    case DTRAIN_SIGNAL_TERM: return "SIGTERM";
+    case DTRAIN_SIGNAL_TERM: return bits & DTRAIN_SIGNAL_INT ? "SIGINT" : "SIGTERM";
     case DTRAIN_SIGNAL_USR1: return "SIGUSR1";
     case DTRAIN_SIGNAL_TERM | DTRAIN_SIGNAL_USR1: return "SIGTERM and SIGUSR1";
     default: return "no signal";

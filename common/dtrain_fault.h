@@ -79,14 +79,17 @@ void dtrain_fault_event(const struct dtrain_fault *f, const char *event, long st
 /* The wall clock in seconds (the timeline's "t"). */
 double dtrain_wall_seconds(void);
 
-/* Signals: SIGTERM and SIGUSR1 set flags (SA_RESTART); previous handlers
- * are kept for dtrain_signals_restore. */
-enum { DTRAIN_SIGNAL_TERM = 1, DTRAIN_SIGNAL_USR1 = 2 };
+/* Signals: SIGTERM and SIGUSR1 set flags (SA_RESTART); SIGINT (Ctrl-C)
+ * sets TERM and INT, so that an interactive run stops as a preempted one
+ * does, with a checkpoint; a second SIGINT ends the process at once.
+ * Previous handlers are kept for dtrain_signals_restore. */
+enum { DTRAIN_SIGNAL_TERM = 1, DTRAIN_SIGNAL_USR1 = 2, DTRAIN_SIGNAL_INT = 4 };
 int dtrain_signals_install(char *err, size_t errlen);
 /* The DTRAIN_SIGNAL_* bits received since install. */
 int dtrain_signals_pending(void);
 void dtrain_signals_restore(void);
-/* "SIGTERM", "SIGUSR1", "SIGTERM and SIGUSR1" for a set of bits. */
+/* "SIGTERM", "SIGUSR1", "SIGTERM and SIGUSR1" for a set of bits
+ * ("SIGINT" for TERM with INT). */
 const char *dtrain_signals_name(int bits);
 
 #ifdef __cplusplus

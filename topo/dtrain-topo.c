@@ -71,6 +71,7 @@ static void usage(FILE *out)
             "  --net-gbps N --pcie-gbps N  network and PCIe bandwidth per GPU in GB/s (default 25, 25)\n"
             "  --json                print JSON (doc/topo-json.md) instead of tables\n"
             "  --picture             also draw the islands and the TP groups of node 0\n"
+            "  --help, --version     this text; the version\n"
             "Exit: 0 ok, 2 bad usage or topology, 3 shape refused, 1 internal error.\n");
 }
 
@@ -84,10 +85,11 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
     return 0;
 }
 
-/* Returns -1 on bad usage (message printed), 1 when --help was asked. */
+/* Returns -1 on bad usage (message printed), 1 when --help was asked, 2
+ * --version. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_JSON, O_PICTURE, O_HELP };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_JSON, O_PICTURE, O_HELP, O_VERSION };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -114,6 +116,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"json", no_argument, NULL, O_JSON},
         {"picture", no_argument, NULL, O_PICTURE},
         {"help", no_argument, NULL, O_HELP},
+        {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -161,6 +164,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_JSON: o->json = 1; break;
         case O_PICTURE: o->picture = 1; break;
         case O_HELP: return 1;
+        case O_VERSION: return 2;
         default:
             if (optopt)
                 fprintf(stderr, PROG ": option %s needs a value or is unknown: see " PROG " --help\n",
@@ -299,6 +303,10 @@ int main(int argc, char **argv)
     int status = DTRAIN_EXIT_FAILURE, rc;
 
     rc = parse_options(argc, argv, &o);
+    if (rc == 2) {
+        printf(PROG " " PACKAGE_VERSION "\n");
+        return DTRAIN_EXIT_OK;
+    }
     if (rc != 0) {
         if (rc > 0)
             usage(stdout);

@@ -154,6 +154,59 @@ int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, c
  * read.  For tests and tools. */
 int dtrain_sckpt_list(const char *dir, uint64_t *steps, int max, char *err, size_t errlen);
 
+/* ------------------------------------------------------------ reading without training
+ * (dtrain-generate, dtrain-ckpt): nothing in dir is changed (no leftovers
+ * removed, nothing renamed). */
+
+#define DTRAIN_SCKPT_NEWEST UINT64_MAX
+
+/* Read the whole model out of checkpoint `step` of dir, or with
+ * DTRAIN_SCKPT_NEWEST out of the newest whose manifest and shards verify
+ * (older ones are tried when it does not), written by any layout.
+ * params is malloc'ed (dtrain_gpt2_param_count(&model) floats, llm.c's
+ * order): free() it.  DTRAIN_ERR_INPUT with one line when there is no good
+ * checkpoint. */
+struct dtrain_sckpt_model {
+    struct dtrain_gpt2_config model;
+    float *params;
+    uint64_t step;
+    struct dtrain_sckpt_layout writer; /* the writing job's layout (its rank fields 0) */
+    uint64_t bytes;                    /* read */
+    int skipped;                       /* newer checkpoints that did not verify */
+    char path[DTRAIN_PATH_MAX];        /* the step folder read */
+};
+int dtrain_sckpt_load_model(const char *dir, uint64_t step, struct dtrain_sckpt_model *out, char *err,
+                            size_t errlen);
+
+/* What checkpoint `step` of dir holds, from its manifest, and with verify
+ * every shard's size and checksum checked.  DTRAIN_OK with state saying
+ * what was found (why: the reason of a bad manifest); another status only
+ * for a path too long or no memory.  Free with dtrain_sckpt_info_free. */
+enum dtrain_sckpt_state {
+    DTRAIN_SCKPT_UNCHECKED = 0, /* the manifest reads; shards not checked */
+    DTRAIN_SCKPT_VERIFIED,      /* every shard matches the manifest */
+    DTRAIN_SCKPT_DAMAGED,       /* a shard does not (its why says how) */
+    DTRAIN_SCKPT_BAD_MANIFEST,  /* the manifest is missing or unreadable */
+};
+struct dtrain_sckpt_shard_info {
+    uint64_t bytes, floats, checksum; /* as the manifest says */
+    int verified;                     /* 1 good, -1 damaged, 0 not checked */
+    char why[256];
+};
+struct dtrain_sckpt_info {
+    char path[DTRAIN_PATH_MAX];
+    enum dtrain_sckpt_state state;
+    char why[512];
+    uint64_t step, data_batches, nparams, bytes; /* bytes: the shards' */
+    struct dtrain_train_config run;   /* model, batch, seq, data order and seed, seed */
+    struct dtrain_sckpt_layout writer;
+    struct dtrain_sckpt_shard_info *shards;
+    int nshards;
+};
+int dtrain_sckpt_inspect(const char *dir, uint64_t step, int verify, struct dtrain_sckpt_info *out, char *err,
+                         size_t errlen);
+void dtrain_sckpt_info_free(struct dtrain_sckpt_info *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@
 #include "dtrain_llmc.h"
 #include "dtrain_metrics.h"
 #include "dtrain_parse.h"
+#include "dtrain_stage.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,9 +56,13 @@ static const struct setting settings[] = {
     {"model", "vocab_size", "vocab-size", K_INT, OFF(model.vocab_size), 1, DTRAIN_GPT2_MAX_VOCAB, "V, token ids 0..V-1"},
     {"model", "padded_vocab_size", "padded-vocab-size", K_INT, OFF(model.padded_vocab_size), 1, DTRAIN_GPT2_MAX_VOCAB, "Vp >= V, rows of wte (default V rounded up to 128)"},
     {"model", "max_seq_len", "max-seq-len", K_INT, OFF(model.max_seq_len), 1, DTRAIN_GPT2_MAX_SEQ, "maxT, positions the model knows"},
-    {"data", "train", "data", K_PATH, OFF(data), 0, 0, "token file (llm.c layout; see dtrain-tokenize)"},
+    {"data", "train", "data", K_PATH, OFF(data), 0, 0, "token file (llm.c layout; see dtrain-tokenize), or a quoted glob of llm.c shards"},
     {"data", "order", "order", K_ORDER, OFF(data_order), 0, 0, "sequential | shuffled"},
     {"data", "seed", "data-seed", K_U64, OFF(data_seed), 0, BIG, "seed of the shuffled order"},
+    {"data", "val", "val-data", K_PATH, OFF(val_data), 0, 0, "validation token file or glob (default: none, or --val-fraction)"},
+    {"data", "val_fraction", "val-fraction", K_REAL, OFF(val_fraction), 0, 0.5, "hold out this last fraction of the training tokens for validation; 0 = none"},
+    {"run", "val_every", "val-every", K_LONG, OFF(val_every), 0, BIG, "validation loss every this many steps (and after the last); 0 = after the last only"},
+    {"run", "val_batches", "val-batches", K_INT, OFF(val_batches), 1, 1 << 20, "batches of B x T in each validation (the first ones of the validation data)"},
     {"optimizer", "lr", "lr", K_REAL, OFF(optim.lr), 0, 1e3, "learning rate (peak rate with cosine)"},
     {"optimizer", "beta1", "beta1", K_REAL, OFF(optim.beta1), 0, 0.999999, "AdamW beta1"},
     {"optimizer", "beta2", "beta2", K_REAL, OFF(optim.beta2), 0, 0.999999999, "AdamW beta2"},
@@ -81,6 +86,9 @@ static const struct setting settings[] = {
     {"run", "save_llmc", "save-llmc", K_PATH, OFF(save_llmc), 0, 0, "export an llm.c model file at the end"},
     {"run", "metrics", "metrics", K_PATH, OFF(metrics), 0, 0, "JSON-lines metrics file, one object per step"},
     {"run", "prom_textfile", "prom-textfile", K_PATH, OFF(prom_textfile), 0, 0, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"},
+    {"run", "sample_every", "sample-every", K_LONG, OFF(sample_every), 0, BIG, "print 64 tokens the model writes (after a newline, seed 1337, temperature 0.8, top-k 40) every N steps; 0 = never"},
+    {"run", "rank_metrics", "rank-metrics", K_PATH, OFF(rank_metrics), 0, 0, "folder: every rank writes its step time split (compute, TP, pipeline wait, DP) to rank-N.jsonl there; rank 0's metrics name the slowest"},
+    {"run", "peak_flops", "peak-flops", K_REAL, OFF(peak_flops), 0, 1e18, "peak FLOP/s of one device for MFU (e.g. 989e12: an H100's dense bf16); 0 = measured at start (the backend's GEMM rate)"},
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
     {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
     {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients (3 is refused)"},
@@ -136,6 +144,7 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->comm_timeout = 300;
     c->ckpt_keep = 2;
     c->nonfinite_skips = 3;
+    c->val_batches = 8;
 }
 
 /* ------------------------------------------------------------------ setting values */
@@ -220,9 +229,8 @@ static int set_text(struct dtrain_train_config *c, const struct setting *s, cons
         return DTRAIN_ERR_INPUT;
     }
     case K_RECOMPUTE: {
-        static const char *const modes[] = {"none", "selective", "full"};
-        for (int i = 0; i < 3; i++)
-            if (strcmp(text, modes[i]) == 0) {
+        for (int i = 0; i < DTRAIN_RECOMPUTE_MODES; i++)
+            if (strcmp(text, dtrain_recompute_name(i)) == 0) {
                 *(int *)field(c, s) = i;
                 return DTRAIN_OK;
             }
@@ -489,21 +497,53 @@ int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char
     return DTRAIN_OK;
 }
 
+/* A setting's default value in words, for --help. */
+static void default_text(const struct setting *s, char *out, size_t outlen)
+{
+    struct dtrain_train_config d;
+    dtrain_train_config_defaults(&d);
+    void *f = field(&d, s);
+    switch (s->kind) {
+    case K_INT: snprintf(out, outlen, "%d", *(int *)f); break;
+    case K_LONG: snprintf(out, outlen, "%ld", *(long *)f); break;
+    case K_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(uint64_t *)f); break;
+    case K_REAL: snprintf(out, outlen, "%g", *(double *)f); break;
+    case K_PATH: case K_BACKEND: snprintf(out, outlen, "%s", *(char *)f ? (char *)f : "-"); break;
+    case K_ORDER:
+        snprintf(out, outlen, "%s", *(enum dtrain_data_order *)f == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential");
+        break;
+    case K_SCHEDULE:
+        snprintf(out, outlen, "%s", *(enum dtrain_lr_schedule *)f == DTRAIN_LR_COSINE ? "cosine" : "constant");
+        break;
+    case K_BOOL: snprintf(out, outlen, "%s", *(int *)f ? "on" : "off"); break;
+    case K_PRECISION: snprintf(out, outlen, "backend's"); break;
+    case K_RECOMPUTE: snprintf(out, outlen, "%s", dtrain_recompute_name(*(int *)f)); break;
+    }
+    /* 0 meaning "from somewhere else" */
+    if (strcmp(s->section, "model") == 0 && strcmp(out, "0") == 0)
+        snprintf(out, outlen, "see below");
+}
+
 void dtrain_train_usage(FILE *out)
 {
     fprintf(out,
-            "usage: dtrain-train [CONFIG.json] [--flag VALUE | --flag=VALUE]...\n"
+            "usage: dtrain-train [CONFIG.json] [--flag VALUE | --flag=VALUE]...   (or --help, --version)\n"
             "Train a GPT-2 model on a token file, on the CPU, in one process.\n"
             "CONFIG.json has the sections model, data, optimizer, run, parallel; flags override it.\n\n"
-            "%-20s %-28s %s\n", "flag", "config key", "meaning");
+            "%-20s %-28s %-10s %s\n", "flag", "config key", "default", "meaning");
     for (size_t i = 0; i < NSETTINGS; i++) {
-        char flag[64], key[64];
+        char flag[64], key[64], def[64];
         const struct setting *s = &settings[i];
         snprintf(flag, sizeof flag, "--%s", s->flag ? s->flag : "");
         snprintf(key, sizeof key, "%s.%s", s->section, s->key);
-        fprintf(out, "%-20s %-28s %s\n", s->flag ? flag : "", key, s->help);
+        default_text(s, def, sizeof def);
+        fprintf(out, "%-20s %-28s %-10s %s\n", s->flag ? flag : "", key, def, s->help);
     }
-    fprintf(out, "\nExit codes: 0 done, 1 internal error, 2 bad input.\n");
+    fprintf(out, "\nThe model's shape, when not imported: L=4 C=256 NH=4 V=256 (Vp: V rounded up to 128) maxT=256.\n"
+            "nanoGPT's choices are not the defaults (the defaults keep runs comparable with llm.c's CPU trainer):\n"
+            "give --schedule cosine --warmup N --min-lr LR/10 --grad-clip 1.0 --weight-decay 0.1 for them.\n");
+    fprintf(out, "\nExit codes: 0 done, 1 internal error, 2 bad input, 75 stopped by a signal or a fault after a\n"
+            "checkpoint (requeue).\n");
 }
 
 /* ------------------------------------------------------------------ finishing */
@@ -572,6 +612,8 @@ int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char 
         rc = dtrain_out_check(c->prom_textfile, "prom_textfile", err, errlen);
     if (rc == DTRAIN_OK)
         rc = dtrain_out_check_dir(c->ckpt_dir, "checkpoint folder (--ckpt-dir)", err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = dtrain_out_check_dir(c->rank_metrics, "per-rank metrics folder (--rank-metrics)", err, errlen);
     return rc;
 }
 
@@ -582,6 +624,10 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     if (c->data[0] == '\0') {
         snprintf(err, errlen, "no token file: give --data FILE or data.train in the config "
                  "(dtrain-tokenize makes one from any text file)");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->val_data[0] != '\0' && c->val_fraction > 0.0) {
+        snprintf(err, errlen, "give either --val-data or --val-fraction, not both");
         return DTRAIN_ERR_INPUT;
     }
     if (c->init_llmc[0] != '\0' && c->resume[0] != '\0') {

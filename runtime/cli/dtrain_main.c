@@ -43,7 +43,7 @@ static int agree(dtrain_comm *world, int mine, int *worst, char *err, size_t err
 }
 
 static void print_header(const char *prog, const struct dtrain_train_config *c,
-                         const struct dtrain_bootstrap *bs, int launched)
+                         const struct dtrain_bootstrap *bs, int launched, const struct dtrain_ptrainer *t)
 {
     const struct dtrain_gpt2_config *m = &c->model;
     printf("%s: model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters%s%s\n", prog,
@@ -63,6 +63,20 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
         dtrain_blas_describe(blas, sizeof blas);
         printf("%s: kernels cpu: %s\n", prog, blas);
     }
+    int measured;
+    double peak = dtrain_ptrainer_peak_flops(t, &measured);
+    if (peak > 0.0)
+        printf("%s: MFU against %.4g GFLOP/s per device x %d device%s (%s)\n", prog, peak * 1e-9, bs->world_size,
+               bs->world_size == 1 ? "" : "s", measured ? "measured at start: this backend's 512^3 GEMM rate on rank 0; "
+               "give --peak-flops for the hardware's peak" : "declared by --peak-flops");
+    int k = dtrain_ptrainer_val_batches(t);
+    if (k > 0) {
+        char every[64] = "";
+        if (c->val_every > 0)
+            snprintf(every, sizeof every, "every %ld steps and ", c->val_every);
+        printf("%s: validation loss over %d batch%s of %s, %safter the last step\n", prog, k, k == 1 ? "" : "es",
+               c->val_fraction > 0.0 ? "the held-out tail of the training data" : c->val_data, every);
+    }
     fflush(stdout);
 }
 
@@ -81,6 +95,13 @@ static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap 
     else
         snprintf(who, sizeof who, "%s", prog);
 
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+            if (bs->rank == 0)
+                printf("%s %s\n", prog, PACKAGE_VERSION);
+            return DTRAIN_EXIT_OK;
+        }
+    }
     dtrain_train_config_defaults(&cfg);
     rc = dtrain_train_config_parse_args(&cfg, argc, argv, &help, err, sizeof err);
     if (rc == DTRAIN_OK && help) {
@@ -153,7 +174,7 @@ static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap 
         goto out;
     }
     if (bs->rank == 0)
-        print_header(prog, &cfg, bs, launched);
+        print_header(prog, &cfg, bs, launched, t);
     struct dtrain_ft_summary sum;
     rc = dtrain_ft_run(t, &cfg, bs, &comms, &abort_flag, &fault, stdout, &sum, err, sizeof err);
     if (rc == DTRAIN_ERR_FAULT) {

@@ -16,7 +16,7 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: " PROG " INPUT OUTPUT\n"
+    fprintf(out, "usage: " PROG " INPUT OUTPUT   (or --help, --version)\n"
             "Write OUTPUT as a token file (llm.c layout, uint16 tokens) holding one token per\n"
             "byte of INPUT (vocabulary 256).  INPUT '-' is standard input.\n"
             "A good demo corpus on Debian: cat /usr/share/common-licenses/* > corpus.txt\n");
@@ -30,6 +30,10 @@ int main(int argc, char **argv)
     int rc = DTRAIN_EXIT_USAGE;
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         usage(stdout);
+        return DTRAIN_EXIT_OK;
+    }
+    if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+        printf(PROG " " PACKAGE_VERSION "\n");
         return DTRAIN_EXIT_OK;
     }
     if (argc != 3) {

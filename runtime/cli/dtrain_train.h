@@ -33,7 +33,10 @@
  *   {"step": 0, "loss": 5.54, "lr": 0.0003, "grad_norm": 1.2, "ms": 210.5,
  *    "tokens_per_s": 4866, "gflops": 123.4, "time": 1795941614.325}
  * step counts from 0; loss is the mean loss of that step's batch, computed
- * before the update; time is the Unix time the line was written.  With
+ * before the update; time is the Unix time the line was written.  A step
+ * after which the validation loss was computed (val_every, and the last
+ * step) also has "val_loss": the mean loss over the val_batches first
+ * batches of the validation data, after that step's update.  With
  * prom_textfile, the same figures also go to a Prometheus textfile
  * (node_exporter), rewritten at most once a second. */
 #ifndef DTRAIN_TRAIN_H
@@ -61,6 +64,8 @@ struct dtrain_train_config {
     char data[DTRAIN_PATH_MAX];       /* token file (required) */
     enum dtrain_data_order data_order;
     uint64_t data_seed;               /* shuffled order's seed */
+    char val_data[DTRAIN_PATH_MAX];   /* validation token file, or "" */
+    double val_fraction;              /* or: the last this fraction of `data` held out (0: none) */
     /* optimizer (optim.total_steps follows `steps`) */
     struct dtrain_optim_config optim;
     /* run */
@@ -79,6 +84,11 @@ struct dtrain_train_config {
     char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
     char prom_textfile[DTRAIN_PATH_MAX]; /* node_exporter textfile (.prom) kept up to date, or "" */
     long log_every;                   /* print every this many steps; 0: never */
+    long sample_every;                /* rank 0 prints a generated sample every this many steps; 0: never */
+    char rank_metrics[DTRAIN_PATH_MAX]; /* folder of per-rank metrics files rank-N.jsonl, or "" */
+    double peak_flops;                /* MFU's peak FLOP/s per device; 0: rank 0 measures its GEMM rate */
+    long val_every;                   /* validation loss every this many steps and after the last; 0: the last */
+    int val_batches;                  /* K: validation batches (the first K of the validation data) */
     /* parallel (dtrain_parallel.h); one process may run several micro-batches
      * (gradient accumulation); ZeRO shards nothing there */
     int micro_batches;                /* m: each data-parallel rank's rows run as m micro-batches */
@@ -104,7 +114,8 @@ struct dtrain_train_config {
  * clipping; B=4, T=64, 100 steps, seed 1337, sequential data, threads = CPUs
  * this process may run on; model (when not imported) L=4, C=256, NH=4,
  * V=256 (bytes), maxT=256; one micro-batch, no ZeRO-1, 4 MB buckets, overlap on,
- * communicator timeout 300 s; 2 checkpoints kept, 3 non-finite steps skipped. */
+ * communicator timeout 300 s; 2 checkpoints kept, 3 non-finite steps skipped;
+ * no validation data, 8 validation batches after the last step. */
 void dtrain_train_config_defaults(struct dtrain_train_config *c);
 
 /* Apply a JSON config file on top of c. */
@@ -150,6 +161,9 @@ struct dtrain_step_result {
     double ms;          /* wall time of the whole step */
     double tokens_per_s;
     double gflops;      /* achieved model GFLOP/s (dtrain_gpt2_flops_per_step) */
+    double mfu;         /* model FLOP/s over (peak per device x devices), 0..1; 0: no peak known */
+    int has_val_loss;   /* the validation loss was computed after this step's update: */
+    double val_loss;    /* that loss */
 };
 
 /* Build the kernels, the model (initialised, imported, or resumed from the

@@ -126,6 +126,12 @@ static size_t layout_shared(struct dtrain_stage *st, float *base)
     return used;
 }
 
+const char *dtrain_recompute_name(int mode)
+{
+    static const char *const names[DTRAIN_RECOMPUTE_MODES] = {"none", "selective", "full"};
+    return mode >= 0 && mode < DTRAIN_RECOMPUTE_MODES ? names[mode] : NULL;
+}
+
 int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *shard,
                         struct dtrain_tp *tp, int B, int T, int slots, enum dtrain_recompute recompute,
                         struct dtrain_stage **out, char *err, size_t errlen)

@@ -48,6 +48,9 @@ enum dtrain_recompute {
     DTRAIN_RECOMPUTE_SELECTIVE = 1, /* attention probabilities */
     DTRAIN_RECOMPUTE_FULL = 2,      /* every layer from its input */
 };
+#define DTRAIN_RECOMPUTE_MODES 3
+/* "none", "selective", "full" (the config's words); NULL out of range. */
+const char *dtrain_recompute_name(int mode);
 
 /* A stage for micro-batches of B x T tokens with `slots` of them in flight.
  * k, shard and tp must outlive it.  Parameters and gradients start at 0. */

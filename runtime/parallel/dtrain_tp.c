@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct dtrain_tp {
     struct dtrain_kernels *k;
@@ -21,7 +22,17 @@ struct dtrain_tp {
     float *all_max;       /* (T * max_rows) */
     float *sums;          /* (2 * max_rows): denominators, target logits */
     struct dtrain_tp_hook hook;
+    double comm_s;        /* time in its communication calls (dtrain_tp_comm_seconds) */
 };
+
+static double tp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double dtrain_tp_comm_seconds(const struct dtrain_tp *tp) { return tp->comm_s; }
 
 static int hook_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
 {
@@ -88,7 +99,10 @@ const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp)
 
 int dtrain_tp_allreduce(struct dtrain_tp *tp, float *buf, size_t n, char *err, size_t errlen)
 {
-    return dtrain_pcomm_allreduce(&tp->pc, buf, n, "tensor-parallel all-reduce", err, errlen);
+    double t0 = tp_now();
+    int rc = dtrain_pcomm_allreduce(&tp->pc, buf, n, "tensor-parallel all-reduce", err, errlen);
+    tp->comm_s += tp_now() - t0;
+    return rc;
 }
 
 /* ------------------------------------------------------------ embedding */
@@ -141,15 +155,19 @@ int dtrain_tp_xent_forward(struct dtrain_tp *tp, float *logits_probs, float *los
     int Vl = tp->Vl, nv = tp->valid;
     /* 1. the row maxima over all columns: gather the local ones */
     dtrain_k_xent_vp_rowmax(tp->k, tp->row_max, logits_probs, N, Vl, nv);
+    double t0 = tp_now();
     rc = dtrain_pcomm_all_gather(&tp->pc, tp->row_max, tp->all_max, (size_t)N,
                                  "vocabulary-parallel cross-entropy (row maxima)", err, errlen);
+    tp->comm_s += tp_now() - t0;
     if (rc != DTRAIN_OK)
         return rc;
     /* 2. exponentials, local denominators and the target's shifted logit */
     dtrain_k_xent_vp_exp(tp->k, logits_probs, tp->sums, tp->all_max, tp->size, targets, tp->v0, N, Vl, nv);
     /* 3. the global denominators and target logits in one all-reduce */
+    t0 = tp_now();
     rc = dtrain_pcomm_allreduce(&tp->pc, tp->sums, 2 * (size_t)N, "vocabulary-parallel cross-entropy (denominators)",
                                 err, errlen);
+    tp->comm_s += tp_now() - t0;
     if (rc != DTRAIN_OK)
         return rc;
     dtrain_k_xent_vp_finish(tp->k, logits_probs, losses, tp->sums, N, Vl, nv);

@@ -54,6 +54,11 @@ void dtrain_tp_destroy(struct dtrain_tp *tp);
 int dtrain_tp_size(const struct dtrain_tp *tp);
 int dtrain_tp_rank(const struct dtrain_tp *tp);
 
+/* Seconds spent so far in this rank's TP communication calls (the
+ * per-rank metrics; with NCCL the calls are queued on the stream and this
+ * is their launch time, not the transfer). */
+double dtrain_tp_comm_seconds(const struct dtrain_tp *tp);
+
 /* The hook for dtrain_block_forward/backward; NULL when T = 1. */
 const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp);
 

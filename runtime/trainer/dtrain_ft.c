@@ -413,7 +413,9 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
     if (term == 0 && usr1 == 0)
         return DTRAIN_OK;
     long step = dtrain_ptrainer_steps_done(f->t);
-    int bits = (term ? DTRAIN_SIGNAL_TERM : 0) | (usr1 ? DTRAIN_SIGNAL_USR1 : 0), rc;
+    /* a Ctrl-C here counts as a SIGTERM in the sum; the rank that got it says SIGINT */
+    int bits = (term ? DTRAIN_SIGNAL_TERM : 0) | (usr1 ? DTRAIN_SIGNAL_USR1 : 0) |
+               (dtrain_signals_pending() & DTRAIN_SIGNAL_INT), rc;
     char saved[DTRAIN_PATH_MAX + 64] = "no checkpoint folder: nothing saved";
     dtrain_fault_event(f->fault, "signal", step, dtrain_signals_name(bits));
     /* the ranks leave together: nobody's links close while another is still
@@ -467,6 +469,21 @@ static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in
     return load_checkpoint(f, f->last_dir, 1, 0, err, errlen);
 }
 
+/* After a step: the validation loss every val_every steps and after the
+ * last, into the step's result (its progress and metrics lines). */
+static int validate_if_due(struct ft *f, struct dtrain_pstep_result *r, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = f->cfg;
+    long done = dtrain_ptrainer_steps_done(f->t);
+    if (dtrain_ptrainer_val_batches(f->t) == 0 || !((c->val_every > 0 && done % c->val_every == 0) || done == c->steps))
+        return DTRAIN_OK;
+    dtrain_watchdog_beat(f->wd, "validating", done);
+    int rc = dtrain_ptrainer_validate(f->t, &r->base.val_loss, err, errlen);
+    r->base.has_val_loss = rc == DTRAIN_OK;
+    dtrain_watchdog_beat(f->wd, "training", done);
+    return rc;
+}
+
 static int train(struct ft *f, char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = f->cfg;
@@ -505,7 +522,13 @@ static int train(struct ft *f, char *err, size_t errlen)
                         "batch consumed, scale now %g\n", f->prog, r.base.step, r.loss_scale, r.loss_scale / 2);
         } else {
             in_a_row = 0;
+            if ((rc = validate_if_due(f, &r, err, errlen)) != DTRAIN_OK)
+                return rc;
             if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK)
+                return rc;
+            long after = dtrain_ptrainer_steps_done(f->t);
+            if (c->sample_every > 0 && after % c->sample_every == 0 &&
+                (rc = dtrain_ptrainer_sample(f->t, is_root(f) ? f->progress : NULL, err, errlen)) != DTRAIN_OK)
                 return rc;
             if (first_after_resume) {
                 dtrain_fault_event(f->fault, "first_step", r.base.step, NULL);
@@ -576,6 +599,8 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     f.wd = NULL;
     if ((rc = barrier(&f, "at the end of the run", err, errlen)) == DTRAIN_OK)
         rc = dtrain_ptrainer_finish(t, err, errlen);
+    if (rc == DTRAIN_OK)
+        dtrain_ptrainer_summary(t, f.progress, f.prog, f.dir);
 out:
     if (rc == DTRAIN_ERR_FAULT && abort_flag != NULL)
         atomic_store(abort_flag, 1); /* stop every communicator of the process now */

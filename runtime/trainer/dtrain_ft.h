@@ -19,7 +19,8 @@
  *   random draw in dtrain is a pure function of the seeds.
  *
  *   Checkpoints every --checkpoint-every steps, at the end, and when any
- *   rank got SIGTERM (preemption, scancel) or SIGUSR1 (sbatch --signal):
+ *   rank got SIGTERM (preemption, scancel), SIGINT (Ctrl-C, counted as a
+ *   SIGTERM) or SIGUSR1 (sbatch --signal):
  *   the ranks agree on the signal through the loss sum of the step in
  *   flight, write a checkpoint of the step after it, and stop with the
  *   requeue code.  A checkpoint that fails to write (a full disk) is

@@ -29,6 +29,7 @@ double dtrain_metrics_wall_clock(void)
 int dtrain_prom_init(struct dtrain_prom *p, const char *path, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
+    p->val_loss = NAN;
     size_t len = strlen(path), slen = sizeof PROM_SUFFIX - 1;
     if (len <= slen || strcmp(path + len - slen, PROM_SUFFIX) != 0) {
         snprintf(err, errlen, "prom_textfile '%.200s': the name must end in " PROM_SUFFIX
@@ -102,7 +103,12 @@ int dtrain_prom_write(struct dtrain_prom *p, const struct dtrain_step_result *r,
     put_metric(&o, p, "dtrain_step", "Index of the last finished training step, from 0.", (double)r->step);
     put_metric(&o, p, "dtrain_steps_target", "Steps the run trains until.", (double)steps);
     put_metric(&o, p, "dtrain_loss", "Mean loss of the last step's batch, before the update.", (double)r->loss);
+    if (r->has_val_loss)
+        p->val_loss = r->val_loss;
+    if (!isnan(p->val_loss))
+        put_metric(&o, p, "dtrain_val_loss", "Validation loss, the newest computed (run.val_every).", p->val_loss);
     put_metric(&o, p, "dtrain_tokens_per_second", "Tokens per second of the last step.", r->tokens_per_s);
+    put_metric(&o, p, "dtrain_mfu", "Model FLOPs utilisation of the last step, 0..1 (0: no peak known).", r->mfu);
     put_metric(&o, p, "dtrain_step_seconds", "Wall time of the last step in seconds.", r->ms / 1000.0);
     put_metric(&o, p, "dtrain_learning_rate", "Learning rate of the last step.", r->lr);
     put_metric(&o, p, "dtrain_grad_norm", "Global gradient norm of the last step, before clipping.", r->grad_norm);

@@ -12,8 +12,9 @@
  *   # HELP dtrain_step Index of the last finished training step, from 0.
  *   # TYPE dtrain_step gauge
  *   dtrain_step{job="1234"} 41
- *   ... the same for dtrain_steps_target, dtrain_loss,
- *   dtrain_tokens_per_second, dtrain_step_seconds, dtrain_learning_rate,
+ *   ... the same for dtrain_steps_target, dtrain_loss, dtrain_val_loss
+ *   (the newest validation loss, once there is one),
+ *   dtrain_tokens_per_second, dtrain_mfu, dtrain_step_seconds, dtrain_learning_rate,
  *   dtrain_grad_norm, dtrain_restarts, dtrain_last_step_timestamp_seconds
  *
  * job is SLURM_JOB_ID (no label outside Slurm); dtrain_restarts is
@@ -38,6 +39,7 @@ struct dtrain_prom {
     char job[64];       /* SLURM_JOB_ID, "" outside Slurm */
     long restarts;      /* SLURM_RESTART_COUNT, 0 when unset */
     double last_write;  /* wall clock of the last write, 0: never */
+    double val_loss;    /* the newest validation loss, NaN: none yet */
 };
 
 /* Set p up for path, reading SLURM_JOB_ID and SLURM_RESTART_COUNT.

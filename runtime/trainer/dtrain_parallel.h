@@ -75,7 +75,8 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t);
 struct dtrain_pstep_result {
     struct dtrain_step_result base; /* loss and norm of the whole job, every rank */
     double pipe_wait_ms;  /* this rank's time blocked in pipeline sends and receives */
-    double compute_ms;    /* its time in forward and backward */
+    double compute_ms;    /* its time in forward and backward (TP communication included) */
+    double tp_comm_ms;    /* of which in tensor-parallel communication */
     double loss_scale;    /* fp16: the loss scale of this step (1 otherwise) */
     long overflow_steps;  /* fp16: steps skipped for a gradient overflow so far */
     int overflow;         /* fp16: this step's scaled gradients overflowed: no update, the scale was
@@ -130,13 +131,48 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
 /* The memory as one JSON line {"memory": {...}} (--memory-report). */
 void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out);
 
-/* Rank 0: the progress line (every log_every steps) and the metrics line
- * of a step. */
+/* Validation (a collective over every rank): the mean loss over the first
+ * K = dtrain_ptrainer_val_batches() B x T batches of the validation data
+ * (--val-data, or the --val-fraction held out of the training data), with
+ * the present parameters, forward only: each DP rank its rows, each stage
+ * its layers, the last stage's TP ranks the vocabulary-parallel loss, the
+ * sum over the world in rank order.  The same in every layout up to fp32
+ * rounding (tests/parallel/test_train.c).  NaN and DTRAIN_OK without
+ * validation data. */
+int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *err, size_t errlen);
+int dtrain_ptrainer_val_batches(const struct dtrain_ptrainer *t); /* K; 0: no validation data */
+
+/* --sample-every: the model gathered on rank 0 (a collective over the
+ * world) and 64 tokens it writes after a newline (fewer when max_seq_len
+ * is reached; dtrain_generate.h:
+ * temperature 0.8, top-k 40, seed 1337) printed to progress as one line
+ * "sample after step N: ..." (bytes as ASCII text, control bytes as spaces,
+ * bytes above 126 as '?';
+ * token ids for a vocabulary above 256). */
+int dtrain_ptrainer_sample(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen);
+
+/* Rank 0: the progress line (every log_every steps, and every step with
+ * a validation loss) and the metrics line of a step. */
 int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,
                              char *err, size_t errlen);
 /* Rank 0: cut the metrics file back to the lines of the steps before
  * `step` (0: empty it), so that a resumed run's file reads as one run. */
 int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err, size_t errlen);
+/* Rank 0, after the run: one line, "PROG: done: steps A..B of N in 3m12s,
+ * final loss L (smoothed S), val loss V (best W after step K);
+ * checkpoints in DIR; model FILE; metrics FILE" (the parts that apply), or
+ * "PROG: nothing to do: the run is at step N of N already" when this
+ * process ran no step. */
+void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, const char *prog, const char *ckpt_dir);
+/* MFU's peak FLOP/s per device: --peak-flops (*measured 0), or rank 0's
+ * GEMM rate measured at creation (*measured 1: the backend's matmul of
+ * 512^3 in the run's precision, timed for 0.2 s; only where progress lines
+ * or metrics show it); 0: none.  MFU = model FLOPs per step
+ * (dtrain_gpt2_flops_per_step) / step seconds / (peak x world size). */
+double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured);
+/* "42s", "3m07s", "2h05m" */
+void dtrain_format_duration(double seconds, char *out, size_t outlen);
+
 /* After the last step: the llm.c export (a collective) and the metrics file closed. */
 int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen);
 

@@ -3,6 +3,7 @@
  * embedding, data parallelism, the step and the loop; see dtrain_parallel.h. */
 #include "dtrain_parallel.h"
 #include "dtrain_dp.h"
+#include "dtrain_generate.h"
 #include "dtrain_llmc.h"
 #include "dtrain_metrics.h"
 #include "dtrain_file.h"
@@ -28,6 +29,8 @@ struct dtrain_ptrainer {
     const struct dtrain_comms *comms;
     struct dtrain_kernels *k;
     struct dtrain_tokens *data;
+    struct dtrain_tokens *val;   /* validation data, NULL: none */
+    int val_batches;             /* K: min(val_batches, batches the validation data holds) */
     struct dtrain_shard shard;
     struct dtrain_tp *tp;
     struct dtrain_stage *stage;
@@ -39,13 +42,34 @@ struct dtrain_ptrainer {
     float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient (kernels' memory) */
     struct dtrain_pcomm prev, next, pp; /* the pipeline's communicators on the kernels' memory */
     FILE *metrics;               /* rank 0, with --metrics */
+    FILE *rank_file;             /* every rank, with --rank-metrics: DIR/rank-N.jsonl */
+    char rank_path[DTRAIN_PATH_MAX + 32];
+    struct dtrain_pcomm world;   /* with --rank-metrics: the gather of every rank's times */
+    float *times;                /* kernels' memory, RANK_FIELDS x world */
+    float *host_times;           /* host copy */
+    double *compute_sum;         /* rank 0: each rank's compute ms summed over the logged steps */
+    long logged;
     struct dtrain_prom prom;     /* rank 0, with --prom-textfile (prom_on) */
     int prom_on;
     long step;
     uint64_t data_batches;
     double flops_per_step;       /* of the whole job */
     struct dtrain_sckpt_scaler scaler; /* fp16: dynamic loss scaling (on 0 otherwise) */
+    double peak_flops;           /* per device; 0: unknown (no progress or metrics to show MFU in) */
+    int peak_measured;           /* 1: measured at start, 0: declared (--peak-flops) */
+    /* rank 0's story of the run: since its first step */
+    double run_start;            /* wall clock at the start of the first step of this process, 0: none yet */
+    long first_step;             /* that step */
+    double smooth_loss;          /* exponential moving average of the loss (SMOOTH_ALPHA) */
+    float last_loss;
+    double last_val, best_val;   /* NaN: none */
+    long best_val_step;
 };
+
+#define GEMM_N 512       /* the start-up GEMM that measures a peak: N x N x N */
+#define GEMM_MIN_S 0.2   /* timed for at least this long */
+#define SMOOTH_ALPHA 0.1
+#define RANK_FIELDS 4    /* gathered per rank and step: ms, compute, TP, pipeline wait */ /* weight of the newest step in the smoothed loss */
 
 static double now_seconds(void)
 {
@@ -110,6 +134,100 @@ out:
     return rc;
 }
 
+/* The validation data: --val-data, or the tail of the training data
+ * (--val-fraction, which the training batches then leave alone). */
+static int open_val(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    uint64_t nb, tb;
+    int rc;
+    const char *what = c->val_data;
+    if (c->val_fraction > 0.0) {
+        what = "the held-out part of the training data";
+        if ((rc = dtrain_tokens_split(t->data, c->val_fraction, &t->val, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (dtrain_tokens_batches(t->data, c->batch, c->seq, &tb, err, errlen) != DTRAIN_OK) {
+            snprintf(err, errlen, "--val-fraction %g leaves %zu training tokens, fewer than one batch of %d x %d "
+                     "needs: lower it", c->val_fraction, dtrain_tokens_count(t->data), c->batch, c->seq);
+            return DTRAIN_ERR_INPUT;
+        }
+    } else if (c->val_data[0] != '\0') {
+        if ((rc = dtrain_tokens_open(c->val_data, &t->val, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (dtrain_tokens_max_id(t->val) >= c->model.vocab_size) {
+            snprintf(err, errlen, "validation token file %s holds token id %d, outside the model's vocabulary "
+                     "0..%d", dtrain_tokens_max_id_file(t->val), dtrain_tokens_max_id(t->val), c->model.vocab_size - 1);
+            return DTRAIN_ERR_INPUT;
+        }
+    } else {
+        return DTRAIN_OK;
+    }
+    char why[256];
+    if (dtrain_tokens_batches(t->val, c->batch, c->seq, &nb, why, sizeof why) != DTRAIN_OK) {
+        snprintf(err, errlen, "validation data (%s): %s", what, why);
+        return DTRAIN_ERR_INPUT;
+    }
+    t->val_batches = (uint64_t)c->val_batches < nb ? c->val_batches : (int)nb;
+    return DTRAIN_OK;
+}
+
+/* The backend's GEMM rate (dtrain_k_matmul_forward of GEMM_N^3 in the
+ * run's precision), FLOP/s, or 0 when the buffers cannot be had. */
+static double measure_gemm(struct dtrain_kernels *k)
+{
+    size_t bytes = (size_t)GEMM_N * GEMM_N * sizeof(float);
+    float *a = dtrain_k_alloc(k, bytes), *w = dtrain_k_alloc(k, bytes), *out = dtrain_k_alloc(k, bytes);
+    double rate = 0.0;
+    if (a != NULL && w != NULL && out != NULL) {
+        dtrain_k_zero(k, a, bytes);
+        dtrain_k_zero(k, w, bytes);
+        dtrain_k_matmul_forward(k, out, a, w, NULL, GEMM_N, GEMM_N, GEMM_N); /* warm-up */
+        dtrain_k_sync(k);
+        double t0 = now_seconds(), dt = 0.0;
+        long reps = 0;
+        while (dt < GEMM_MIN_S && reps < 1000) {
+            dtrain_k_matmul_forward(k, out, a, w, NULL, GEMM_N, GEMM_N, GEMM_N);
+            dtrain_k_sync(k);
+            reps++;
+            dt = now_seconds() - t0;
+        }
+        rate = 2.0 * GEMM_N * GEMM_N * (double)GEMM_N * (double)reps / dt;
+    }
+    dtrain_k_free(k, a);
+    dtrain_k_free(k, w);
+    dtrain_k_free(k, out);
+    return rate;
+}
+
+double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured)
+{
+    *measured = t->peak_measured;
+    return t->peak_flops;
+}
+
+/* --rank-metrics DIR: this rank's file, and what gathers every rank's times. */
+static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *bs = &t->layout;
+    int rc;
+    snprintf(t->rank_path, sizeof t->rank_path, "%s/rank-%05d.jsonl", t->cfg.rank_metrics, bs->rank);
+    if ((t->rank_file = fopen(t->rank_path, "a+")) == NULL) {
+        snprintf(err, errlen, "cannot create per-rank metrics file %s: %s", t->rank_path, strerror(errno));
+        return DTRAIN_ERR_INPUT;
+    }
+    if ((rc = dtrain_pcomm_init(&t->world, t->k, t->comms->group[DTRAIN_GROUP_WORLD], err, errlen)) != DTRAIN_OK)
+        return rc;
+    size_t n = (size_t)RANK_FIELDS * bs->world_size;
+    t->times = dtrain_k_alloc(t->k, n * sizeof(float));
+    t->host_times = malloc(n * sizeof(float));
+    t->compute_sum = calloc((size_t)bs->world_size, sizeof(double));
+    if (t->times == NULL || t->host_times == NULL || t->compute_sum == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
+}
+
 int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtrain_bootstrap *bs,
                            const struct dtrain_comms *comms, struct dtrain_ptrainer **out,
                            char *err, size_t errlen)
@@ -146,10 +264,13 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         goto fail;
     if (dtrain_tokens_max_id(t->data) >= c->model.vocab_size) {
         snprintf(err, errlen, "token file %s holds token id %d, outside the model's vocabulary 0..%d: use a "
-                 "larger model.vocab_size", c->data, dtrain_tokens_max_id(t->data), c->model.vocab_size - 1);
+                 "larger model.vocab_size", dtrain_tokens_max_id_file(t->data), dtrain_tokens_max_id(t->data),
+                 c->model.vocab_size - 1);
         rc = DTRAIN_ERR_INPUT;
         goto fail;
     }
+    if ((rc = open_val(t, err, errlen)) != DTRAIN_OK)
+        goto fail;
     int slots;
     t->actions = malloc(DTRAIN_PIPE_MAX_ACTIONS(m) * sizeof *t->actions);
     if (t->actions == NULL ||
@@ -200,6 +321,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
             goto fail;
         }
     }
+    if (c->rank_metrics[0] != '\0' && (rc = open_rank_metrics(t, err, errlen)) != DTRAIN_OK)
+        goto fail;
     if (bs->rank == 0 && c->prom_textfile[0] != '\0') {
         if ((rc = dtrain_prom_init(&t->prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
             goto fail;
@@ -210,6 +333,12 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         t->scaler = (struct dtrain_sckpt_scaler){1, c->loss_scale, 0, 0};
     if (c->memory_report)
         dtrain_ptrainer_memory_line(t, stdout);
+    t->last_val = t->best_val = NAN;
+    t->peak_flops = c->peak_flops;
+    if (t->peak_flops == 0.0 && bs->rank == 0 && (c->log_every > 0 || t->metrics != NULL || t->prom_on)) {
+        t->peak_flops = measure_gemm(t->k);
+        t->peak_measured = 1;
+    }
     *out = t;
     return DTRAIN_OK;
 fail:
@@ -234,6 +363,14 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
     dtrain_pcomm_release(&t->pp);
     if (t->metrics != NULL)
         fclose(t->metrics);
+    if (t->rank_file != NULL)
+        fclose(t->rank_file);
+    if (t->k != NULL)
+        dtrain_k_free(t->k, t->times);
+    free(t->host_times);
+    free(t->compute_sum);
+    dtrain_pcomm_release(&t->world);
+    dtrain_tokens_close(t->val); /* before data: it may be a view of it */
     dtrain_tokens_close(t->data);
     dtrain_kernels_destroy(t->k);
     free(t);
@@ -285,7 +422,6 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
 
 void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
 {
-    static const char *const modes[] = {"none", "selective", "full"};
     struct dtrain_ptrainer_memory m;
     dtrain_ptrainer_memory(t, &m);
     const struct dtrain_bootstrap *L = &t->layout;
@@ -294,7 +430,7 @@ void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
             "\"grads_bytes\": %zu, \"reduced_grads_bytes\": %zu, \"optimizer_bytes\": %zu, "
             "\"activations_bytes\": %zu, \"comm_bytes\": %zu, \"model_state_bytes\": %zu, "
             "\"model_state_formula_bytes\": %zu}}\n", L->rank, L->tp_rank, L->pp_rank, L->dp_rank,
-            t->cfg.zero_stage, modes[t->cfg.recompute], t->shard.count, m.params, m.grads, m.reduced_grads,
+            t->cfg.zero_stage, dtrain_recompute_name(t->cfg.recompute), t->shard.count, m.params, m.grads, m.reduced_grads,
             m.optimizer, m.activations, m.comm, m.model_state, m.model_state_formula);
     fflush(out);
 }
@@ -322,6 +458,17 @@ static int p2p(struct dtrain_pcomm *c, int send, float *buf, size_t floats, cons
     int peer = 1 - dtrain_comm_rank(c->c);
     return send ? dtrain_pcomm_send(c, buf, floats, peer, what, err, errlen)
                 : dtrain_pcomm_recv(c, buf, floats, peer, what, err, errlen);
+}
+
+/* This DP rank's rows of batch k (m micro-batches of b rows from row
+ * dp_rank*m*b), in their places of the global batch's buffers; the other
+ * rows are never read. */
+static void read_my_rows(struct dtrain_ptrainer *t, const struct dtrain_tokens *data, enum dtrain_data_order order,
+                         uint64_t seed, uint64_t k)
+{
+    int rows = t->cfg.micro_batches * t->micro_rows, row0 = t->layout.dp_rank * rows;
+    size_t at = (size_t)row0 * t->cfg.seq;
+    dtrain_tokens_rows(data, t->cfg.batch, t->cfg.seq, order, seed, k, row0, rows, t->inputs + at, t->targets + at);
 }
 
 /* Run this stage's 1F1B list for the step's micro-batches. */
@@ -407,10 +554,13 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     const struct dtrain_train_config *c = &t->cfg;
     const struct dtrain_shard *s = &t->shard;
     int rc;
-    double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0;
+    double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0, tp0 = dtrain_tp_comm_seconds(t->tp);
+    if (t->run_start == 0.0) {
+        t->run_start = t0;
+        t->first_step = t->step;
+    }
 
-    dtrain_tokens_batch(t->data, c->batch, c->seq, c->data_order, c->data_seed, t->data_batches,
-                        t->inputs, t->targets);
+    read_my_rows(t, t->data, c->data_order, c->data_seed, t->data_batches);
     dtrain_stage_zero_grad(t->stage);
     dtrain_dp_begin_step(t->dp);
     if ((rc = run_schedule(t, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
@@ -460,7 +610,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
         r->base.step = t->step;
         r->base.loss = loss;
         r->base.grad_norm = norm;
-        t->data_batches++;
+            t->data_batches++;
         return DTRAIN_OK;
     }
     if (!isfinite(loss) || !isfinite(norm)) {
@@ -488,12 +638,103 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     r->base.ms = 1e3 * seconds;
     r->base.tokens_per_s = (double)c->batch * c->seq / seconds;
     r->base.gflops = t->flops_per_step / seconds * 1e-9;
+    r->base.has_val_loss = 0; /* the loop validates after the step, when due */
+    r->base.mfu = t->peak_flops > 0.0 ? t->flops_per_step / seconds / (t->peak_flops * t->layout.world_size) : 0.0;
     r->pipe_wait_ms = 1e3 * wait;
     r->compute_ms = 1e3 * compute;
+    r->tp_comm_ms = 1e3 * (dtrain_tp_comm_seconds(t->tp) - tp0);
     r->dp_exposed_ms = 1e3 * dtrain_dp_exposed_seconds(t->dp);
     t->step++;
     t->data_batches++;
     return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ validation */
+
+int dtrain_ptrainer_val_batches(const struct dtrain_ptrainer *t) { return t->val != NULL ? t->val_batches : 0; }
+
+/* Forward only, micro-batch after micro-batch through the stages (each
+ * receives from the one before and sends on: no cycle, so blocking sends
+ * cannot deadlock), in slot 0, which no training micro-batch holds
+ * between steps.  The rows of each batch are split over DP as in training;
+ * the last stage's TP ranks compute the vocabulary-parallel loss. */
+int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    const struct dtrain_bootstrap *L = &t->layout;
+    const struct dtrain_shard *s = &t->shard;
+    size_t act = dtrain_stage_act_floats(t->stage);
+    int T = c->seq, m = c->micro_batches, rc = DTRAIN_OK;
+    double loss_sum = 0.0;
+    *val_loss = NAN;
+    if (t->val == NULL)
+        return DTRAIN_OK;
+    for (int j = 0; j < t->val_batches && rc == DTRAIN_OK; j++) {
+        read_my_rows(t, t->val, DTRAIN_ORDER_SEQUENTIAL, 0, (uint64_t)j);
+        for (int micro = 0; micro < m && rc == DTRAIN_OK; micro++) {
+            size_t row = ((size_t)L->dp_rank * m + (size_t)micro) * t->micro_rows * T;
+            double part = 0.0;
+            if (L->pp_rank > 0)
+                rc = p2p(&t->prev, 0, dtrain_stage_input(t->stage, 0), act, "validation: receive activation",
+                         err, errlen);
+            if (rc == DTRAIN_OK)
+                rc = dtrain_stage_set_tokens(t->stage, 0, t->inputs + row, t->targets + row, err, errlen);
+            if (rc == DTRAIN_OK)
+                rc = dtrain_stage_forward(t->stage, 0, &part, err, errlen);
+            if (rc == DTRAIN_OK && L->pp_rank < L->pp - 1)
+                rc = p2p(&t->next, 1, dtrain_stage_output(t->stage, 0), act, "validation: send activation",
+                         err, errlen);
+            loss_sum += part;
+        }
+    }
+    if (rc != DTRAIN_OK)
+        return rc;
+    /* summed over the world in rank order, as the training loss */
+    double mine = s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, all;
+    if ((rc = dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], &mine, &all, 1, "validation loss",
+                                       err, errlen)) != DTRAIN_OK)
+        return rc;
+    *val_loss = all / ((double)t->val_batches * c->batch * T);
+    return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ samples during training */
+
+#define SAMPLE_TOKENS 64
+
+int dtrain_ptrainer_sample(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen)
+{
+    const struct dtrain_gpt2_config *m = &t->cfg.model;
+    size_t n = dtrain_gpt2_param_count(m);
+    int root = t->layout.rank == 0;
+    float *whole = root ? malloc(n * sizeof(float)) : NULL;
+    if (root && whole == NULL) {
+        snprintf(err, errlen, "out of memory for a host copy of the %zu parameters", n);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int rc = dtrain_ptrainer_gather_params(t, whole, err, errlen); /* a collective */
+    if (rc == DTRAIN_OK && root && progress != NULL) {
+        struct dtrain_gen *g = NULL;
+        int32_t prompt[1] = {m->vocab_size > 10 ? 10 : 0}, out[SAMPLE_TOKENS];
+        int got = 0;
+        rc = dtrain_gen_create(m, whole, &g, err, errlen);
+        if (rc == DTRAIN_OK)
+            rc = dtrain_generate(g, prompt, 1, SAMPLE_TOKENS, 0.8, 40, 1337, out, &got, err, errlen);
+        dtrain_gen_destroy(g);
+        if (rc == DTRAIN_OK) {
+            fprintf(progress, "sample after step %ld: ", t->step);
+            for (int i = 0; i < got; i++) {
+                if (m->vocab_size > 256)
+                    fprintf(progress, "%s%d", i ? " " : "", (int)out[i]);
+                else /* bytes: ASCII as is, control bytes as a space, the rest '?' (one line of text) */
+                    fputc(out[i] < 32 ? ' ' : out[i] < 127 ? (int)out[i] : '?', progress);
+            }
+            fputc('\n', progress);
+            fflush(progress);
+        }
+    }
+    free(whole);
+    return rc;
 }
 
 /* ------------------------------------------------------------ gathering, the loop */
@@ -559,12 +800,16 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
     return rc;
 }
 
-static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct dtrain_pstep_result *r)
+static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct dtrain_pstep_result *r,
+                          const char *ranks)
 {
-    fprintf(f, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
-            r->base.step, (double)r->base.loss, r->base.lr, r->base.grad_norm, r->base.ms,
-            r->base.tokens_per_s, r->base.gflops, r->pipe_wait_ms, r->dp_exposed_ms);
+    char val[64] = "";
+    if (r->base.has_val_loss)
+        snprintf(val, sizeof val, "\"val_loss\": %.9g, ", r->base.val_loss);
+    fprintf(f, "{\"step\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
+            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"mfu\": %.6f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
+            r->base.step, (double)r->base.loss, val, r->base.lr, r->base.grad_norm, r->base.ms,
+            r->base.tokens_per_s, r->base.gflops, r->base.mfu, r->pipe_wait_ms, r->dp_exposed_ms);
     if (t->scaler.on)
         fprintf(f, "\"loss_scale\": %.9g, \"overflow_steps\": %ld, ", r->loss_scale, r->overflow_steps);
     if (t->cfg.memory_report) { /* rank 0's memory (--memory-report) */
@@ -573,26 +818,77 @@ static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct
         fprintf(f, "\"model_state_bytes\": %zu, \"activations_bytes\": %zu, \"comm_bytes\": %zu, ",
                 m.model_state, m.activations, m.comm);
     }
-    fprintf(f, "\"time\": %.3f}\n", dtrain_metrics_wall_clock());
+    fprintf(f, "%s\"time\": %.3f}\n", ranks, dtrain_metrics_wall_clock());
     fflush(f);
+}
+
+/* Keep the lines of steps before `step` (they start with {"step": N). */
+static int cut_lines(FILE *f, long step, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (f == NULL || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        return DTRAIN_OK; /* a pipe or terminal: nothing to cut */
+    char line[1024];
+    long keep = 0, n;
+    rewind(f);
+    while (fgets(line, sizeof line, f) != NULL && strchr(line, '\n') != NULL &&
+           sscanf(line, "{\"step\": %ld,", &n) == 1 && n < step)
+        keep = ftell(f);
+    if (fflush(f) != 0 || ftruncate(fileno(f), keep) != 0 || fseek(f, 0, SEEK_END) != 0) {
+        snprintf(err, errlen, "cannot rewrite metrics file %s: %s", path, strerror(errno));
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
 }
 
 int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err, size_t errlen)
 {
-    struct stat st;
-    if (t->metrics == NULL || fstat(fileno(t->metrics), &st) != 0 || !S_ISREG(st.st_mode))
-        return DTRAIN_OK; /* a pipe or terminal: nothing to cut */
-    /* keep the lines of steps before `step`: they start with {"step": N */
-    char line[1024];
-    long keep = 0, n;
-    rewind(t->metrics);
-    while (fgets(line, sizeof line, t->metrics) != NULL && strchr(line, '\n') != NULL &&
-           sscanf(line, "{\"step\": %ld,", &n) == 1 && n < step)
-        keep = ftell(t->metrics);
-    if (fflush(t->metrics) != 0 || ftruncate(fileno(t->metrics), keep) != 0 || fseek(t->metrics, 0, SEEK_END) != 0) {
-        snprintf(err, errlen, "cannot rewrite metrics file %s: %s", t->cfg.metrics, strerror(errno));
+    int rc = cut_lines(t->metrics, step, t->cfg.metrics, err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = cut_lines(t->rank_file, step, t->rank_path, err, errlen);
+    return rc;
+}
+
+/* --rank-metrics: this rank's line, then every rank's times gathered;
+ * rank 0 finds the slowest (most compute) rank and the spread (a
+ * collective: every rank calls it for the same steps). */
+static int log_ranks(struct dtrain_ptrainer *t, const struct dtrain_pstep_result *r, char *summary, size_t slen,
+                     char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *L = &t->layout;
+    summary[0] = '\0';
+    if (t->rank_file == NULL)
+        return DTRAIN_OK;
+    fprintf(t->rank_file, "{\"step\": %ld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+            "\"ms\": %.3f, \"compute_ms\": %.3f, \"tp_comm_ms\": %.3f, \"pipe_wait_ms\": %.3f, "
+            "\"dp_exposed_ms\": %.3f, \"time\": %.3f}\n", r->base.step, L->rank, L->tp_rank, L->pp_rank,
+            L->dp_rank, r->base.ms, r->compute_ms, r->tp_comm_ms, r->pipe_wait_ms, r->dp_exposed_ms,
+            dtrain_metrics_wall_clock());
+    if (fflush(t->rank_file) != 0 || ferror(t->rank_file)) {
+        snprintf(err, errlen, "cannot write per-rank metrics file %s", t->rank_path);
         return DTRAIN_ERR_SYSTEM;
     }
+    float mine[RANK_FIELDS] = {(float)r->base.ms, (float)r->compute_ms, (float)r->tp_comm_ms, (float)r->pipe_wait_ms};
+    float *slot = t->times + (size_t)RANK_FIELDS * L->rank;
+    dtrain_k_upload(t->k, slot, mine, sizeof mine);
+    int rc = dtrain_pcomm_all_gather(&t->world, slot, t->times, RANK_FIELDS, "per-rank metrics", err, errlen);
+    if (rc != DTRAIN_OK || L->rank != 0)
+        return rc;
+    dtrain_k_download(t->k, t->host_times, t->times, (size_t)RANK_FIELDS * L->world_size * sizeof(float));
+    int slow = 0, fast = 0;
+    for (int q = 0; q < L->world_size; q++) {
+        const float *x = t->host_times + (size_t)RANK_FIELDS * q;
+        t->compute_sum[q] += x[1];
+        if (x[1] > t->host_times[(size_t)RANK_FIELDS * slow + 1])
+            slow = q;
+        if (x[1] < t->host_times[(size_t)RANK_FIELDS * fast + 1])
+            fast = q;
+    }
+    t->logged++;
+    const float *s = t->host_times + (size_t)RANK_FIELDS * slow, *f = t->host_times + (size_t)RANK_FIELDS * fast;
+    snprintf(summary, slen, "\"slowest_rank\": %d, \"slowest_compute_ms\": %.3f, \"fastest_rank\": %d, "
+             "\"fastest_compute_ms\": %.3f, \"compute_spread_ms\": %.3f, ", slow, (double)s[1], fast, (double)f[1],
+             (double)(s[1] - f[1]));
     return DTRAIN_OK;
 }
 
@@ -600,23 +896,103 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
                              char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = &t->cfg;
+    int val = r->base.has_val_loss;
+    long done = r->base.step + 1 - t->first_step; /* steps this process ran */
+    t->smooth_loss = done <= 1 ? r->base.loss : SMOOTH_ALPHA * r->base.loss + (1.0 - SMOOTH_ALPHA) * t->smooth_loss;
+    t->last_loss = r->base.loss;
+    if (val) {
+        t->last_val = r->base.val_loss;
+        if (!(r->base.val_loss >= t->best_val)) {
+            t->best_val = r->base.val_loss;
+            t->best_val_step = r->base.step;
+        }
+    }
     if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
-        (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps)) {
-        fprintf(progress, "step %5ld/%ld | loss %.6f | lr %.3e | norm %.4f | %8.2f ms | %8.0f tok/s | "
-                "%7.2f GFLOP/s\n", r->base.step, c->steps, (double)r->base.loss, r->base.lr, r->base.grad_norm,
-                r->base.ms, r->base.tokens_per_s, r->base.gflops);
+        (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps || val)) {
+        char vl[64] = "", el[32], eta[32];
+        double elapsed = now_seconds() - t->run_start;
+        if (val)
+            snprintf(vl, sizeof vl, " | val loss %.6f", r->base.val_loss);
+        dtrain_format_duration(elapsed, el, sizeof el);
+        dtrain_format_duration(done > 0 ? elapsed / (double)done * (double)(c->steps - r->base.step - 1) : 0.0, eta,
+                               sizeof eta);
+        char mfu[32] = "";
+        if (t->peak_flops > 0.0)
+            snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * r->base.mfu);
+        fprintf(progress, "step %5ld/%ld | loss %.6f (smoothed %.4f)%s | lr %.3e | norm %.4f | %8.2f ms | "
+                "%8.0f tok/s | %7.2f GFLOP/s%s | elapsed %s | ETA %s\n", r->base.step, c->steps,
+                (double)r->base.loss, t->smooth_loss, vl, r->base.lr, r->base.grad_norm, r->base.ms,
+                r->base.tokens_per_s, r->base.gflops, mfu, el, eta);
         fflush(progress);
     }
+    char ranks[256];
+    int rc = log_ranks(t, r, ranks, sizeof ranks, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
     if (t->metrics != NULL) {
-        write_metrics(t, t->metrics, r);
+        write_metrics(t, t->metrics, r, ranks);
         if (ferror(t->metrics)) {
             snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
             return DTRAIN_ERR_SYSTEM;
         }
     }
     if (t->prom_on)
-        return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps, err, errlen);
+        return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps || val, err, errlen);
     return DTRAIN_OK;
+}
+
+void dtrain_format_duration(double s, char *out, size_t outlen)
+{
+    long n = s > 0.0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (n < 60)
+        snprintf(out, outlen, "%lds", n);
+    else if (n < 3600)
+        snprintf(out, outlen, "%ldm%02lds", n / 60, n % 60);
+    else
+        snprintf(out, outlen, "%ldh%02ldm", n / 3600, n % 3600 / 60);
+}
+
+void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, const char *prog, const char *ckpt_dir)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    char el[32], val[160] = "", kept[DTRAIN_PATH_MAX * 2 + 64] = "", *k = kept;
+    size_t left = sizeof kept;
+    if (t->layout.rank != 0 || progress == NULL)
+        return;
+    if (t->run_start == 0.0) {
+        fprintf(progress, "%s: nothing to do: the run is at step %ld of %ld already\n", prog, t->step, c->steps);
+        fflush(progress);
+        return;
+    }
+    dtrain_format_duration(now_seconds() - t->run_start, el, sizeof el);
+    if (!isnan(t->last_val))
+        snprintf(val, sizeof val, ", val loss %.6f (best %.6f after step %ld)", t->last_val, t->best_val,
+                 t->best_val_step);
+    if (ckpt_dir != NULL && ckpt_dir[0] != '\0') {
+        int n = snprintf(k, left, "; checkpoints in %s", ckpt_dir);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (c->save_llmc[0] != '\0') {
+        int n = snprintf(k, left, "; model %s", c->save_llmc);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (c->metrics[0] != '\0') {
+        int n = snprintf(k, left, "; metrics %s", c->metrics);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (t->compute_sum != NULL && t->logged > 0) {
+        int slow = 0, fast = 0;
+        for (int q = 1; q < t->layout.world_size; q++) {
+            slow = t->compute_sum[q] > t->compute_sum[slow] ? q : slow;
+            fast = t->compute_sum[q] < t->compute_sum[fast] ? q : fast;
+        }
+        snprintf(k, left, "; slowest rank %d (compute %.2f ms a step), fastest %d (%.2f ms), per-rank files in %s",
+                 slow, t->compute_sum[slow] / (double)t->logged, fast, t->compute_sum[fast] / (double)t->logged,
+                 c->rank_metrics);
+    }
+    fprintf(progress, "%s: done: steps %ld..%ld of %ld in %s, final loss %.6f (smoothed %.4f)%s%s\n", prog,
+            t->first_step, t->step - 1, c->steps, el, (double)t->last_loss, t->smooth_loss, val, kept);
+    fflush(progress);
 }
 
 int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)

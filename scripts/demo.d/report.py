@@ -3,6 +3,13 @@
 """The demo's summary and loss curve, from what the job actually wrote.
 
     report.py --dir DIR --png FILE [--title TEXT]
+    report.py --metrics FILE [FILE...] --png FILE [--title TEXT]
+
+The second form plots any metrics files (dtrain-train/dtrain-launch
+--metrics): the training loss and, where the lines have one, the
+validation loss (--val-data/--val-fraction) of each, and prints their
+summary.  Without matplotlib (python3-matplotlib) it says so on one line:
+--dir still prints the summary (exit 0), --metrics exits 2.
 
 Reads DIR/metrics.RUN.jsonl (one file per run of the job: RUN is the
 SLURM_RESTART_COUNT the run had; one JSON object per step with "step",
@@ -44,6 +51,26 @@ def load_runs(d):
     return runs
 
 
+def load_files(paths):
+    """--metrics: each file one run, numbered in the order given."""
+    runs = {}
+    for i, path in enumerate(paths):
+        rows = []
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    pass
+        if rows:
+            runs[i] = rows
+    return runs
+
+
+def val_points(rows):
+    return [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+
+
 def clock(seconds):
     seconds = max(0, int(round(seconds)))
     return "%d:%02d" % (seconds // 60, seconds % 60)
@@ -82,18 +109,31 @@ def restarts_of(runs, timeline):
     return out
 
 
-def plot(runs, restarts, png, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(runs, restarts, png, title, names=None):
+    """The curves into png; False (said on stderr) without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report: matplotlib is not installed (apt-get install python3-matplotlib, or pip install "
+              "matplotlib): no plot written", file=sys.stderr)
+        return False
 
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     colours = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
     for i, run in enumerate(sorted(runs)):
         rows = runs[run]
         label = "run %d (SLURM_RESTART_COUNT=%d): steps %d-%d" % (run, run, rows[0]["step"], rows[-1]["step"])
+        if names is not None:
+            label = "%s: steps %d-%d" % (names[run], rows[0]["step"], rows[-1]["step"])
         ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], lw=1.0,
                 color=colours[i % len(colours)], label=label)
+        val = val_points(rows)
+        if val:
+            ax.plot([v[0] for v in val], [v[1] for v in val], lw=1.6, ls="--", marker="o", ms=3,
+                    color=colours[i % len(colours)], label="validation loss" + (
+                        " (%s)" % names[run] if names is not None else " (run %d)" % run))
     for k, r in enumerate(restarts):
         first = k == 0  # one legend entry for each kind of mark
         ax.axvline(r["stopped"] + 1, color="tab:red", ls="--", lw=1.2,
@@ -109,20 +149,49 @@ def plot(runs, restarts, png, title):
         ax.annotate(text, xy=(r["stopped"] + 1, 0.62 - 0.2 * k), xycoords=("data", "axes fraction"),
                     xytext=(6, 0), textcoords="offset points", fontsize=8, color="tab:red", va="top")
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss (mean over the step's batch)")
+    ax.set_ylabel("loss (training: the step's batch; validation: held-out batches)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(png)
+    return True
+
+
+def report_files(a):
+    runs = load_files(a.metrics)
+    if not runs:
+        print("report: no metrics lines in %s" % " ".join(a.metrics), file=sys.stderr)
+        return 2
+    names = {i: os.path.basename(p) for i, p in enumerate(a.metrics)}
+    for run in sorted(runs):
+        rows = runs[run]
+        tail = rows[-20:]
+        line = "%s: steps %d-%d, loss %.4f at the first step, final %.4f (mean of the last %d: %.4f)" % (
+            a.metrics[run], rows[0]["step"], rows[-1]["step"], rows[0]["loss"], rows[-1]["loss"], len(tail),
+            sum(r["loss"] for r in tail) / len(tail))
+        val = val_points(rows)
+        if val:
+            best = min(val, key=lambda v: v[1])
+            line += "; validation loss final %.4f after step %d, best %.4f after step %d" % (
+                val[-1][1], val[-1][0], best[1], best[0])
+        print(line)
+    if not plot(runs, [], a.png, a.title, names):
+        return 2
+    print("plot: %s" % os.path.abspath(a.png))
+    return 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dir")
+    src.add_argument("--metrics", nargs="+")
     ap.add_argument("--png", required=True)
     ap.add_argument("--title", default="dtrain: training loss")
     a = ap.parse_args()
+    if a.metrics:
+        return report_files(a)
 
     runs = load_runs(a.dir)
     if not runs:
@@ -177,8 +246,13 @@ def main():
     busy = sum(r["ms"] for r in kept.values()) / 1000.0
     print("time: %s from the first step to the last (%s of it lost to faults); %.1fk tokens/s while training" % (
         clock(wall), clock(total_lost), tokens / busy / 1000.0 if busy else 0.0))
-    plot(runs, restarts, a.png, a.title)
-    print("loss curve: %s" % os.path.abspath(a.png))
+    val = val_points(last)
+    if val:
+        best = min((v for rows in runs.values() for v in val_points(rows)), key=lambda v: v[1])
+        print("validation loss: final %.4f after step %d, best %.4f after step %d (training loss then %.4f)" % (
+            val[-1][1], val[-1][0], best[1], best[0], last[-1]["loss"]))
+    if plot(runs, restarts, a.png, a.title):
+        print("loss curve: %s" % os.path.abspath(a.png))
     return 0
 
 

@@ -8,6 +8,9 @@
  *  - every other layout, micro-batch count, ZeRO stage 0, 1 or 2 and bucket
  *    overlap on or off gives every step's loss within the tolerance of
  *    doc/parallel.md and final parameters within a small bound;
+ *  - the validation loss after the last step (forward only over VAL_BATCHES
+ *    batches of another token file) is within the same tolerance of the
+ *    reference's in every layout;
  *  - DP replicas, the tied embedding's two copies (P > 1) and the
  *    TP-replicated tensors stay equal bit for bit (each rank reports
  *    checksums of its final parameters);
@@ -28,6 +31,8 @@
 #include <unistd.h>
 
 #include "dtrain_data.h"
+#include "dtrain_ft.h"
+#include "dtrain_generate.h"
 #include "dtrain_parallel.h"
 #include "dtrain_shard.h"
 #include "dtrain_stage.h"
@@ -35,6 +40,7 @@
 #include "tap.h"
 
 #define STEPS 8
+#define VAL_BATCHES 3
 /* Relative loss tolerance of doc/parallel.md. */
 #define LOSS_RTOL 1e-5
 /* Parameters after STEPS AdamW steps of lr: an update moves an element by
@@ -49,6 +55,7 @@ struct run_result {
     char err[512];
     float loss[STEPS];
     double norm[STEPS];
+    double val_loss; /* after the last step */
     /* checksums of this rank's final parameters: all of them, its wte
      * slice, its TP-replicated tensors */
     uint64_t all, wte, replicated;
@@ -67,6 +74,7 @@ struct rank_area {
 struct job {
     struct dtrain_train_config cfg;
     size_t nparams;
+    const char *save_dir; /* a sharded checkpoint of the last step goes here, or NULL */
 };
 
 static size_t area_bytes(const struct job *j)
@@ -125,6 +133,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             a->r.overflows++;
             continue;
         }
+        if (rc == DTRAIN_OK && j->cfg.rank_metrics[0] != '\0') /* the metrics lines, as the loop writes them */
+            rc = dtrain_ptrainer_log_step(t, NULL, &r, a->r.err, sizeof a->r.err);
         a->r.loss[s] = r.base.loss;
         a->r.norm[s] = r.base.grad_norm;
         a->r.last_scale = r.loss_scale;
@@ -134,7 +144,11 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         rc = DTRAIN_ERR_SYSTEM;
     }
     if (rc == DTRAIN_OK)
+        rc = dtrain_ptrainer_validate(t, &a->r.val_loss, a->r.err, sizeof a->r.err);
+    if (rc == DTRAIN_OK)
         rc = dtrain_ptrainer_gather_params(t, a->params, a->r.err, sizeof a->r.err);
+    if (rc == DTRAIN_OK && j->save_dir != NULL)
+        rc = dtrain_ft_save(t, &j->cfg, bs, comms.group[DTRAIN_GROUP_WORLD], j->save_dir, a->r.err, sizeof a->r.err);
     if (rc == DTRAIN_OK)
         checksums(t, bs, j, &a->r);
     a->r.ok = rc == DTRAIN_OK;
@@ -153,13 +167,14 @@ static int reference(const struct job *j, struct run_result *r, float *params)
     struct dtrain_kernels *k = NULL;
     struct dtrain_gpt2 *m = NULL;
     struct dtrain_adamw *opt = NULL;
-    struct dtrain_tokens *data = NULL;
+    struct dtrain_tokens *data = NULL, *val = NULL;
     struct dtrain_kernels_options kopt = {.threads = c->threads};
     int B = c->batch, T = c->seq, rc = -1;
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     size_t n = dtrain_gpt2_param_count(&c->model);
     if (in == NULL || tg == NULL || dtrain_kernels_create("cpu", &kopt, &k, r->err, sizeof r->err) != 0 ||
         dtrain_tokens_open(c->data, &data, r->err, sizeof r->err) != DTRAIN_OK ||
+        dtrain_tokens_open(c->val_data, &val, r->err, sizeof r->err) != DTRAIN_OK ||
         dtrain_gpt2_create(k, &c->model, B, T, &m, r->err, sizeof r->err) != DTRAIN_OK ||
         dtrain_adamw_create(k, n, &opt, r->err, sizeof r->err) != DTRAIN_OK)
         goto out;
@@ -179,6 +194,16 @@ static int reference(const struct job *j, struct run_result *r, float *params)
         r->loss[s] = loss;
         r->norm[s] = norm;
     }
+    /* the validation loss: the mean of the first VAL_BATCHES batches' mean losses */
+    double vsum = 0.0;
+    for (int v = 0; v < VAL_BATCHES; v++) {
+        float loss = 0.0f;
+        dtrain_tokens_batch(val, B, T, DTRAIN_ORDER_SEQUENTIAL, 0, (uint64_t)v, in, tg);
+        if (dtrain_gpt2_forward(m, in, tg, B, T, &loss, r->err, sizeof r->err) != DTRAIN_OK)
+            goto out;
+        vsum += loss;
+    }
+    r->val_loss = vsum / VAL_BATCHES;
     dtrain_gpt2_get_params(m, params);
     r->ok = 1;
     rc = 0;
@@ -186,6 +211,7 @@ out:
     dtrain_adamw_destroy(opt);
     dtrain_gpt2_destroy(m);
     dtrain_tokens_close(data);
+    dtrain_tokens_close(val);
     dtrain_kernels_destroy(k);
     free(in);
     free(tg);
@@ -231,6 +257,108 @@ static double max_abs(const float *a, const float *b, size_t n)
     return worst;
 }
 
+/* A checkpoint written by (2,2,2), read into one process (the sharded
+ * format put together), holds the (2,2,2) job's parameters bit for bit, and
+ * generates the same text as those parameters gathered by the job, run
+ * after run. */
+static void test_generate_from_222(const struct job *base, const char *dir)
+{
+    struct job j = *base;
+    char err[512], ck[300];
+    snprintf(ck, sizeof ck, "%s/ck222", dir);
+    j.save_dir = ck;
+    j.cfg.micro_batches = 2;
+    size_t bytes = area_bytes(&j);
+    unsigned char *areas = calloc(8, bytes);
+    int codes[LOCAL_BOOT_MAX_WORLD];
+    int rc = local_boot_run(2, 2, 2, rank_main, &j, bytes, areas, codes, 120, err, sizeof err);
+    ok(rc == 0, "(2,2,2) trains %d steps and writes a sharded checkpoint (%s)", STEPS, rc == 0 ? "ok" : err);
+    struct dtrain_sckpt_model m = {0};
+    const float *gathered = ((const struct rank_area *)areas)->params;
+    int loaded = rc == 0 && dtrain_sckpt_load_model(ck, DTRAIN_SCKPT_NEWEST, &m, err, sizeof err) == DTRAIN_OK;
+    ok(loaded && m.step == STEPS && m.writer.tp == 2 && m.writer.pp == 2 && m.writer.dp == 2 &&
+       memcmp(m.params, gathered, j.nparams * sizeof(float)) == 0,
+       "read into one process: step %d, written by (2,2,2), the job's parameters bit for bit (%s)", STEPS,
+       loaded ? "ok" : err);
+    if (loaded) {
+        int32_t prompt[3] = {'t', 'h', 'e'}, a[40], b[40], c[40];
+        int na = 0, nb = 0, nc = 0;
+        struct dtrain_gen *g1 = NULL, *g2 = NULL;
+        int okg = dtrain_gen_create(&m.model, m.params, &g1, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_gen_create(&m.model, gathered, &g2, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_generate(g1, prompt, 3, 40, 0.8, 20, 11, a, &na, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_generate(g1, prompt, 3, 40, 0.8, 20, 11, b, &nb, err, sizeof err) == DTRAIN_OK &&
+                  dtrain_generate(g2, prompt, 3, 40, 0.8, 20, 11, c, &nc, err, sizeof err) == DTRAIN_OK;
+        ok(okg && na == 32 - 3 + 1 && nb == na && nc == na && memcmp(a, b, sizeof a[0] * (size_t)na) == 0 &&
+           memcmp(a, c, sizeof a[0] * (size_t)na) == 0,
+           "generation (temperature 0.8, top-k 20, seed 11) from the checkpoint: %d tokens up to max_seq_len, the "
+           "same twice and the same as from the job's gathered parameters (%s)", na, okg ? "ok" : err);
+        dtrain_gen_destroy(g1);
+        dtrain_gen_destroy(g2);
+    }
+    free(m.params);
+    free(areas);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ck);
+    if (system(cmd) != 0)
+        diag("could not remove %s", ck);
+}
+
+/* --rank-metrics in (T,P,D) = (2,2,2): every rank's file has a line per
+ * step with its time split; rank 0's metrics name the slowest rank. */
+static void test_rank_metrics(const struct job *base, const char *dir)
+{
+    struct job j = *base;
+    char err[512], metrics[300], rdir[300], path[400], line[1024];
+    snprintf(rdir, sizeof rdir, "%s/ranks", dir);
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(j.cfg.rank_metrics, sizeof j.cfg.rank_metrics, "%s", rdir);
+    snprintf(j.cfg.metrics, sizeof j.cfg.metrics, "%s", metrics);
+    j.cfg.micro_batches = 2;
+    if (!ok(dtrain_train_config_check_outputs(&j.cfg, err, sizeof err) == DTRAIN_OK, "the per-rank metrics folder "
+            "is made (%s)", err[0] ? err : "ok"))
+        return;
+    size_t bytes = area_bytes(&j);
+    unsigned char *areas = calloc(8, bytes);
+    int codes[LOCAL_BOOT_MAX_WORLD];
+    int rc = local_boot_run(2, 2, 2, rank_main, &j, bytes, areas, codes, 120, err, sizeof err);
+    ok(rc == 0, "(2,2,2) trains with --rank-metrics (%s)", rc == 0 ? "ok" : err);
+    int files_ok = 1;
+    for (int r = 0; r < 8; r++) {
+        snprintf(path, sizeof path, "%s/rank-%05d.jsonl", rdir, r);
+        FILE *f = fopen(path, "r");
+        int lines = 0, good = 1;
+        while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+            char want[64];
+            snprintf(want, sizeof want, "{\"step\": %d, \"rank\": %d, ", lines, r);
+            good &= strncmp(line, want, strlen(want)) == 0 && strstr(line, "\"compute_ms\": ") &&
+                    strstr(line, "\"tp_comm_ms\": ") && strstr(line, "\"pipe_wait_ms\": ") &&
+                    strstr(line, "\"dp_exposed_ms\": ");
+            lines++;
+        }
+        if (f != NULL)
+            fclose(f);
+        files_ok &= good && lines == STEPS;
+        unlink(path);
+    }
+    ok(files_ok, "each of the 8 ranks wrote rank-N.jsonl: one line per step with ms, compute, TP, pipeline wait, DP");
+    FILE *f = fopen(metrics, "r");
+    int lines = 0, named = 0, slow;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        const char *p = strstr(line, "\"slowest_rank\": ");
+        lines++;
+        named += p != NULL && sscanf(p, "\"slowest_rank\": %d", &slow) == 1 && slow >= 0 && slow < 8 &&
+                 strstr(line, "\"compute_spread_ms\": ") != NULL;
+    }
+    if (f != NULL)
+        fclose(f);
+    ok(lines == STEPS && named == STEPS, "rank 0's metrics name the slowest rank and the spread at every step (%d/%d)",
+       named, lines);
+    unlink(metrics);
+    rmdir(rdir);
+    free(areas);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/dtrain-test-parallel-XXXXXX";
@@ -248,11 +376,22 @@ int main(void)
         for (const char *c = words[(w * 7 + w / 9) % 9]; *c && i < ntok; c++)
             tok[i++] = (uint16_t)(unsigned char)*c;
     int wrote = dtrain_tokens_write(path, tok, ntok, err, sizeof err);
+    /* validation text: the same words in another order */
+    char val_path[256];
+    snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
+    size_t nval = 2000;
+    for (size_t i = 0, w = 0; i < nval; w++)
+        for (const char *c = words[(w * 5 + w / 7) % 9]; *c && i < nval; c++)
+            tok[i++] = (uint16_t)(unsigned char)*c;
+    if (wrote == DTRAIN_OK)
+        wrote = dtrain_tokens_write(val_path, tok, nval, err, sizeof err);
     free(tok);
 
     struct job j;
     dtrain_train_config_defaults(&j.cfg);
     snprintf(j.cfg.data, sizeof j.cfg.data, "%s", path);
+    snprintf(j.cfg.val_data, sizeof j.cfg.val_data, "%s", val_path);
+    j.cfg.val_batches = VAL_BATCHES;
     j.cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 32, .vocab_size = 256, .padded_vocab_size = 256,
                                               .num_layers = 4, .num_heads = 4, .channels = 32};
     j.cfg.batch = 8;
@@ -293,12 +432,11 @@ int main(void)
         {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15},
     };
     enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
-    static const char *const modes[] = {"none", "selective", "full"};
     struct run_result kept[NLAYOUTS];
     float *kept_params[NLAYOUTS] = {NULL};
     double worst_state = 0.0, lowest_state = 0.0;
     memset(kept, 0, sizeof kept);
-    double worst_loss = 0.0;
+    double worst_loss = 0.0, worst_val = 0.0;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         const struct layout *L = &layouts[i];
         int world = L->tp * L->pp * L->dp;
@@ -315,7 +453,7 @@ int main(void)
         char name[96];
         snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s", L->tp, L->pp, L->dp, L->micro,
                  L->zero, L->overlap ? "" : " no overlap", L->recompute ? " recompute " : "",
-                 L->recompute ? modes[L->recompute] : "");
+                 L->recompute ? dtrain_recompute_name(L->recompute) : "");
         if (rc != 0) {
             for (int r = 0; r < world; r++) {
                 const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
@@ -372,6 +510,15 @@ int main(void)
                b->mem.activations, 100.0 * (double)r0->r.mem.activations / (double)b->mem.activations);
         }
         double dl = max_rel_loss(&r0->r, &ref), dn = max_rel_norm(&r0->r, &ref);
+        double dv = fabs(r0->r.val_loss - ref.val_loss) / ref.val_loss;
+        int same_val = 1;
+        for (int r = 1; r < world; r++)
+            same_val = same_val && ((const struct rank_area *)(areas + (size_t)r * bytes))->r.val_loss == r0->r.val_loss;
+        if (dv > worst_val)
+            worst_val = dv;
+        ok(same_val && dv <= LOSS_RTOL, "%s: every rank has the validation loss %.6f over %d batches, relative "
+           "deviation from the reference's %.6f: %.1e (<= %.0e)", name, r0->r.val_loss, VAL_BATCHES, ref.val_loss, dv,
+           LOSS_RTOL);
         double dp = max_abs(r0->params, ref_params, j.nparams);
         if (i == 0) {
             ok(same && dl == 0.0 && dp == 0.0 && memcmp(r0->r.norm, ref.norm, sizeof ref.norm) == 0,
@@ -460,9 +607,13 @@ int main(void)
         }
         free(areas);
     }
+    diag("largest relative validation loss deviation over the layouts: %.3e", worst_val);
 
+    test_rank_metrics(&j, dir);
+    test_generate_from_222(&j, dir);
     free(ref_params);
     unlink(path);
+    unlink(val_path);
     rmdir(dir);
     return tap_done();
 }

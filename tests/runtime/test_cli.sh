@@ -28,6 +28,13 @@ expect_fail() {
 
 for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; done >"$work/text.txt"
 check "dtrain-tokenize --help" "$tokenize" --help
+check "--version on dtrain-train, dtrain-tokenize, dtrain-launch, dtrain-topo, dtrain-health" \
+    eval '"$train" --version | grep -qx "dtrain-train [0-9.]*" && "$tokenize" --version | grep -qx "dtrain-tokenize [0-9.]*" &&
+          "$top_builddir/launcher/dtrain-launch" --version | grep -qx "dtrain-launch [0-9.]*" &&
+          "$top_builddir/topo/dtrain-topo" --version | grep -qx "dtrain-topo [0-9.]*" &&
+          "$top_builddir/health/dtrain-health" --version | grep -qx "dtrain-health [0-9.]*" &&
+          "$top_builddir/runtime/dtrain-generate" --version | grep -qx "dtrain-generate [0-9.]*" &&
+          "$top_builddir/runtime/dtrain-ckpt" --version | grep -qx "dtrain-ckpt [0-9.]*"' 
 check "dtrain-tokenize turns a text file into a token file" "$tokenize" "$work/text.txt" "$work/data.bin"
 bytes=$(stat -c %s "$work/text.txt")
 check "the token file has a 1024-byte header and 2 bytes per input byte" \
@@ -50,8 +57,11 @@ JSON
 "$train" "$work/tiny.json" --steps 4 --threads 2 --metrics "$work/m.jsonl" \
     --save-llmc "$work/model.bin" --checkpoint "$work/run.ckpt" >"$work/out" 2>"$work/err"
 check "a tiny run from a config file and flags exits 0" test $? -eq 0
-check "one progress line per step with loss, lr, ms, tok/s and GFLOP/s" \
-    test "$(grep -cE '^step +[0-9]+/4 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| +[0-9.]+ ms \| +[0-9]+ tok/s \| +[0-9.]+ GFLOP/s$' "$work/out")" -eq 4
+check "one progress line per step with loss, smoothed loss, lr, ms, tok/s, GFLOP/s, MFU, elapsed and ETA" \
+    test "$(grep -cE '^step +[0-9]+/4 \| loss [0-9.]+ \(smoothed [0-9.]+\) \| lr [0-9.e+-]+ \| norm [0-9.]+ \| +[0-9.]+ ms \| +[0-9]+ tok/s \| +[0-9.]+ GFLOP/s \| MFU [0-9.]+% \| elapsed [0-9hms]+ \| ETA [0-9hms]+$' "$work/out")" -eq 4
+check "a summary line at the end: steps, final loss, where the checkpoints, model and metrics are" \
+    grep -qE "^dtrain-train: done: steps 0\.\.3 of 4 in [0-9hms]+, final loss [0-9.]+ \(smoothed [0-9.]+\); checkpoints in $work/run.ckpt; model $work/model.bin; metrics $work/m.jsonl$" "$work/out"
+check "the start says against which peak MFU is counted" grep -qE "^dtrain-train: MFU against .*measured at start" "$work/out"
 check "the metrics file has one JSON line per step, from step 0" \
     test "$(grep -c '^{"step": [0-3], "loss": [0-9.]*, ' "$work/m.jsonl")" -eq 4
 check "the run wrote an llm.c model file and a checkpoint" test -s "$work/model.bin" -a -d "$work/run.ckpt"
@@ -71,6 +81,20 @@ check "--resume continues at step 4 and appends to the metrics file" \
 
 check "the checkpoint is a folder of sharded checkpoints (one shard)" \
     test -f "$work/run.ckpt/step-00000004/manifest.json" -a -f "$work/run.ckpt/step-00000004/shard-00000.bin"
+"$train" "$work/tiny.json" --steps 4 --threads 2 --checkpoint "$work/run.ckpt" >"$work/out" 2>"$work/err"
+rc=$?
+check "resumed at its last step: exit 0 and \"nothing to do\"" \
+    eval 'test $rc -eq 0 && grep -q "^dtrain-train: nothing to do: the run is at step 4 of 4 already$" "$work/out"'
+# Ctrl-C: a checkpoint of the step after the one in flight, exit 75, resumable
+"$train" "$work/tiny.json" --steps 100000 --threads 1 --checkpoint "$work/int.ckpt" >"$work/int.out" 2>"$work/int.err" &
+pid=$!
+for i in $(seq 600); do grep -qE "^step +2/" "$work/int.out" 2>/dev/null && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+check "SIGINT: exit 75 after writing a checkpoint, saying so" \
+    eval 'test $rc -eq 75 && grep -q "stopping on SIGINT (received by 1 rank): checkpoint of step [0-9]* written" "$work/int.err" &&
+          ls "$work/int.ckpt" | grep -q "^step-"'
 expect_fail 2 "dtrain-train: " "is a file, not a folder" "--resume of a single file (the format of old)" \
     "$train" "$work/tiny.json" --resume "$work/model.bin" --steps 6
 
@@ -128,6 +152,71 @@ expect_fail 2 "dtrain-train: " "is not a token file" "a text file given as token
     "$train" --data "$work/text.txt" --steps 1
 expect_fail 2 "dtrain-train: " "outside the model's vocabulary" "tokens beyond the vocabulary" \
     "$train" --data "$work/data.bin" --vocab-size 64 --steps 1
+generate="$top_builddir/runtime/dtrain-generate"
+"$generate" --checkpoint "$work/run.ckpt" --prompt "the " --max-tokens 20 --seed 4 >"$work/g1" 2>"$work/gerr"
+rc=$?
+"$generate" --checkpoint "$work/run.ckpt" --prompt "the " --max-tokens 20 --seed 4 >"$work/g2" 2>/dev/null
+"$generate" --model "$work/model.bin" --prompt "the " --max-tokens 20 --seed 4 >"$work/g3" 2>/dev/null
+check "dtrain-generate continues a prompt from the checkpoint folder, the same for a seed and from the llm.c export" \
+    eval 'test $rc -eq 0 && test "$(head -c 4 "$work/g1")" = "the " && test "$(wc -c <"$work/g1")" -eq 25 &&
+          cmp -s "$work/g1" "$work/g2" && cmp -s "$work/g1" "$work/g3" && grep -q "written by T=1 P=1 D=1" "$work/gerr"'
+check "dtrain-generate --tokens prints the 20 ids" \
+    eval 'test "$("$generate" --model "$work/model.bin" --prompt-tokens 116,104,101 --max-tokens 20 --tokens | wc -w)" -eq 20'
+expect_fail 2 "dtrain-generate: " "give either --checkpoint DIR or --model FILE" "dtrain-generate without a model" \
+    "$generate" --prompt x
+expect_fail 2 "dtrain-generate: " "holds no complete checkpoint" "dtrain-generate from a folder without checkpoints" \
+    eval 'mkdir -p "$work/empty.ckpt" && "$generate" --checkpoint "$work/empty.ckpt"' 
+expect_fail 2 "dtrain-generate: " "outside the model's vocabulary" "a prompt token beyond the vocabulary" \
+    "$generate" --model "$work/model.bin" --prompt-tokens 1,999
+ckpt="$top_builddir/runtime/dtrain-ckpt"
+check "dtrain-ckpt list: the step, layout, size and state of each checkpoint" \
+    eval '"$ckpt" list "$work/run.ckpt" | grep -qE "^4 +T=1 P=1 D=1 +off +[0-9]+  complete \(not verified\)$"'
+check "dtrain-ckpt show: the manifest in words" \
+    eval '"$ckpt" show "$work/run.ckpt" | grep -q "model L=2 C=32 NH=4 V=256 (padded 256) maxT=32" &&
+          "$ckpt" show "$work/run.ckpt" 4 | grep -q "shard-00000.bin .* checksum [0-9a-f]\{16\}$"'
+check "dtrain-ckpt verify: every shard good, exit 0" \
+    eval '"$ckpt" verify "$work/run.ckpt" | grep -q "step-00000004: good (verified)$"'
+"$ckpt" export "$work/run.ckpt" "$work/export.bin" >/dev/null
+check "dtrain-ckpt export: the llm.c model file --save-llmc wrote at the same step, byte for byte" \
+    cmp -s "$work/export.bin" "$work/model.bin"
+cp -r "$work/run.ckpt" "$work/bad.ckpt"
+printf 'x' | dd of="$work/bad.ckpt/step-00000004/shard-00000.bin" bs=1 seek=2000 conv=notrunc 2>/dev/null
+"$ckpt" verify "$work/bad.ckpt" >"$work/vout" 2>&1
+rc=$?
+check "dtrain-ckpt verify of a damaged shard: exit 1, names the shard, changes nothing" \
+    eval 'test $rc -eq 1 && grep -q "DAMAGED; shard-00000.bin: .*checksum" "$work/vout" && test -d "$work/bad.ckpt/step-00000004"'
+expect_fail 2 "dtrain-ckpt: " "holds no complete checkpoint" "dtrain-ckpt list of a folder without checkpoints" \
+    "$ckpt" list "$work/empty.ckpt"
+expect_fail 2 "dtrain-ckpt: " "give list, show, verify or export" "dtrain-ckpt with an unknown verb" "$ckpt" frob x
+"$train" "$work/tiny.json" --steps 4 --threads 1 --sample-every 2 >"$work/sout" 2>&1
+check "--sample-every 2: a line of what the model writes after steps 2 and 4 (32 tokens: max_seq_len)" \
+    eval 'test "$(grep -cE "^sample after step [24]: .{32}$" "$work/sout")" -eq 2'
+# a metrics plot for any metrics file (the demo's report generalised)
+"$train" "$work/tiny.json" --steps 4 --threads 1 --val-fraction 0.2 --val-every 2 --val-batches 2 \
+    --metrics "$work/val.jsonl" >/dev/null 2>&1
+report="$top_srcdir/scripts/demo.d/report.py"
+python3 "$report" --metrics "$work/val.jsonl" --png "$work/val.png" >"$work/rout" 2>"$work/rerr"
+rc=$?
+if python3 -c 'import matplotlib' 2>/dev/null; then
+    check "report.py --metrics plots training and validation loss of any metrics file" \
+        eval 'test $rc -eq 0 && test -s "$work/val.png" && grep -q "validation loss final [0-9.]* after step 3, best" "$work/rout"'
+else
+    check "report.py --metrics without matplotlib: the summary, then one line saying so, exit 2" \
+        eval 'test $rc -eq 2 && grep -q "validation loss final [0-9.]* after step 3, best" "$work/rout" &&
+              test "$(wc -l <"$work/rerr")" -eq 1 && grep -q "matplotlib is not installed" "$work/rerr"'
+fi
+mkdir "$work/shards"
+cp "$work/data.bin" "$work/shards/t_train_000000.bin"
+cp "$work/data.bin" "$work/shards/t_train_000001.bin"
+check "--data takes a glob of shards" "$train" --data "$work/shards/t_train_*.bin" --steps 1 --layers 1 \
+    --channels 16 --heads 2 --batch 2 --seq 16 --threads 1
+expect_fail 2 "dtrain-train: " "t_train_000000.bin holds token id" "a shard beyond the vocabulary is named" \
+    "$train" --data "$work/shards/t_train_*.bin" --vocab-size 64 --steps 1
+head -c 1500 "$work/data.bin" >"$work/shards/t_train_000002.bin"
+expect_fail 2 "dtrain-train: " "t_train_000002.bin is truncated" "a truncated shard is named" \
+    "$train" --data "$work/shards/t_train_*.bin" --steps 1
+expect_fail 2 "dtrain-train: " "no token file matches" "a glob that matches nothing" \
+    "$train" --data "$work/shards/v_*.bin" --steps 1
 expect_fail 2 "dtrain-train: " "not an llm.c model file" "a token file given as llm.c model" \
     "$train" --data "$work/data.bin" --init-llmc "$work/data.bin"
 expect_fail 2 "dtrain-train: " "unknown option" "an unknown flag" "$train" --data "$work/data.bin" --sped 3

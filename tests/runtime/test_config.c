@@ -129,6 +129,18 @@ static void test_finish(void)
        "--init-llmc and --resume together: %s", err);
     dtrain_train_config_defaults(&c);
     strcpy(c.data, "x.bin");
+    strcpy(c.val_data, "v.bin");
+    c.val_fraction = 0.1;
+    ok(dtrain_train_config_finish(&c, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "--val-fraction, not both"),
+       "--val-data and --val-fraction together: %s", err);
+    char a0[] = "dtrain-train", a1[] = "--val-fraction=0.6";
+    char *av[] = {a0, a1};
+    int help = 0;
+    dtrain_train_config_defaults(&c);
+    ok(dtrain_train_config_parse_args(&c, 2, av, &help, err, sizeof err) == DTRAIN_ERR_INPUT &&
+       strstr(err, "val-fraction") != NULL, "--val-fraction above 0.5 is refused: %s", err);
+    dtrain_train_config_defaults(&c);
+    strcpy(c.data, "x.bin");
     c.optim.schedule = DTRAIN_LR_COSINE;
     c.optim.min_lr = 1.0;
     ok(dtrain_train_config_finish(&c, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "min_lr"),

@@ -117,6 +117,21 @@ static void test_token_files(void)
         perm &= seen[s] == 1;
     ok(perm && differs, "shuffled order: one epoch visits every batch once, not in file order");
     ok(repeat && other_seed, "shuffled order is fixed by its seed and changes with it");
+
+    /* --val-fraction: the tail held out, the head left to training */
+    struct dtrain_tokens *val = NULL;
+    expect_bad(dtrain_tokens_split(t, 0.0001, &val, err, sizeof err), err, "validation part",
+               "a fraction that holds out no token");
+    ok(val == NULL && dtrain_tokens_count(t) == 1000, "a refused split leaves the file whole");
+    ok(dtrain_tokens_split(t, 0.1, &val, err, sizeof err) == DTRAIN_OK && val != NULL &&
+       dtrain_tokens_count(t) == 900 && dtrain_tokens_count(val) == 100, "a split of 0.1: 900 tokens train, 100 validate");
+    if (val != NULL) {
+        dtrain_tokens_batch(val, 3, 33, DTRAIN_ORDER_SEQUENTIAL, 0, 0, in, tg);
+        ok(in[0] == 900 && tg[98] == 999, "validation batch 0 starts at the first held-out token");
+        ok(dtrain_tokens_batches(t, 3, 33, &nb, err, sizeof err) == DTRAIN_OK && nb == 9,
+           "the training part's last batch ends before the held-out tokens: (900-1)/99 = 9 batches");
+    }
+    dtrain_tokens_close(val);
     dtrain_tokens_close(t);
     t = NULL;
 
@@ -214,6 +229,113 @@ static void test_resume_folders(void)
     rmdir(empty);
 }
 
+/* A file of llm.c's uint32 variant (magic 20240801, version 7). */
+static void write_tokens32(const char *p, const uint32_t *tok, size_t n)
+{
+    int32_t h[256] = {DTRAIN_TOKENS32_MAGIC, DTRAIN_TOKENS32_VERSION, (int32_t)n};
+    FILE *f = fopen(p, "wb");
+    if (f == NULL)
+        abort();
+    fwrite(h, sizeof h, 1, f);
+    fwrite(tok, sizeof *tok, n, f);
+    fclose(f);
+}
+
+/* --data GLOB: llm.c's shards read as one stream; every batch, in either
+ * order, and every data-parallel rank's rows equal those of one file. */
+static void test_shards(void)
+{
+    char err[512] = "", sub[1100], pat[1200], name[1200];
+    snprintf(sub, sizeof sub, "%s/shards", dir);
+    if (!ok(mkdir(sub, 0700) == 0, "a folder for shards"))
+        return;
+    uint16_t tok[1000];
+    for (int i = 0; i < 1000; i++)
+        tok[i] = (uint16_t)((i * 37) % 1000);
+    struct dtrain_tokens *one = NULL, *many = NULL;
+    ok(dtrain_tokens_write(in_dir("whole.bin"), tok, 1000, err, sizeof err) == DTRAIN_OK &&
+       dtrain_tokens_open(in_dir("whole.bin"), &one, err, sizeof err) == DTRAIN_OK, "one file of 1000 tokens");
+    /* written last to first: the order is the names', not the files' age */
+    static const size_t cut[4] = {0, 400, 750, 1000};
+    int wrote = 1;
+    for (int i = 2; i >= 0; i--) {
+        snprintf(name, sizeof name, "%s/tiny_train_%06d.bin", sub, i);
+        wrote &= dtrain_tokens_write(name, tok + cut[i], cut[i + 1] - cut[i], err, sizeof err) == DTRAIN_OK;
+    }
+    snprintf(pat, sizeof pat, "%s/tiny_train_*.bin", sub);
+    ok(wrote && dtrain_tokens_open(pat, &many, err, sizeof err) == DTRAIN_OK && dtrain_tokens_files(many) == 3 &&
+       dtrain_tokens_count(many) == 1000, "the same tokens as 3 shards, opened by a glob (%s)", err[0] ? err : "ok");
+    if (one != NULL && many != NULL) {
+        int same = 1, rows_same = 1;
+        int32_t a[99], b[99], at[99], bt[99];
+        for (int order = 0; order < 2; order++)
+            for (uint64_t k = 0; k < 25; k++) {
+                dtrain_tokens_batch(one, 3, 33, (enum dtrain_data_order)order, 9, k, a, at);
+                dtrain_tokens_batch(many, 3, 33, (enum dtrain_data_order)order, 9, k, b, bt);
+                same &= memcmp(a, b, sizeof a) == 0 && memcmp(at, bt, sizeof at) == 0;
+                /* D = 3: each rank its row; D = 1 with the rows read 2 + 1 */
+                for (int r = 0; r < 3; r++)
+                    dtrain_tokens_rows(many, 3, 33, (enum dtrain_data_order)order, 9, k, r, 1, b + 33 * r, bt + 33 * r);
+                rows_same &= memcmp(a, b, sizeof a) == 0 && memcmp(at, bt, sizeof at) == 0;
+                dtrain_tokens_rows(many, 3, 33, (enum dtrain_data_order)order, 9, k, 0, 2, b, bt);
+                dtrain_tokens_rows(many, 3, 33, (enum dtrain_data_order)order, 9, k, 2, 1, b + 66, bt + 66);
+                rows_same &= memcmp(a, b, sizeof a) == 0 && memcmp(at, bt, sizeof at) == 0;
+            }
+        ok(same, "glob order: every batch of 25 steps, sequential and shuffled, equals the one file's "
+           "(batches span the shards' boundaries)");
+        ok(rows_same, "data-parallel slicing: the rows each of D = 3 or D = 1 ranks reads make up the one file's batch");
+        ok(dtrain_tokens_max_id(many) == 999 && strstr(dtrain_tokens_max_id_file(many), "tiny_train_") != NULL,
+           "the largest token id (%d) and the shard that holds it (%s)", dtrain_tokens_max_id(many),
+           dtrain_tokens_max_id_file(many));
+    }
+    dtrain_tokens_close(many);
+    many = NULL;
+    dtrain_tokens_close(one);
+
+    /* the uint32 variant: ids above 65535 */
+    uint32_t big[300];
+    for (int i = 0; i < 300; i++)
+        big[i] = 70000u + (uint32_t)i;
+    snprintf(name, sizeof name, "%s/tiny_train_000003.bin", sub);
+    write_tokens32(name, big, 300);
+    ok(dtrain_tokens_open(pat, &many, err, sizeof err) == DTRAIN_OK && dtrain_tokens_count(many) == 1300 &&
+       dtrain_tokens_max_id(many) == 70299, "a uint32 shard (magic %d version %d) among uint16 ones: %s",
+       DTRAIN_TOKENS32_MAGIC, DTRAIN_TOKENS32_VERSION, err[0] ? err : "ok");
+    if (many != NULL) {
+        int32_t in[10], tg[10];
+        dtrain_tokens_rows(many, 1, 10, DTRAIN_ORDER_SEQUENTIAL, 0, 100, 0, 1, in, tg); /* tokens 1000.. */
+        ok(in[0] == 70000 && tg[9] == 70010, "its tokens read as ids 70000.. (%d %d)", in[0], tg[9]);
+    }
+    dtrain_tokens_close(many);
+    many = NULL;
+
+    /* bad shards: refused with the file's name */
+    snprintf(name, sizeof name, "%s/tiny_train_000004.bin", sub);
+    FILE *f = fopen(name, "wb");
+    int32_t h[256] = {DTRAIN_TOKENS_MAGIC, DTRAIN_TOKENS_VERSION, 500};
+    fwrite(h, sizeof h, 1, f);
+    fwrite(tok, 2, 100, f);
+    fclose(f);
+    expect_bad(dtrain_tokens_open(pat, &many, err, sizeof err), err, "tiny_train_000004.bin is truncated",
+               "a truncated shard among good ones");
+    h[0] = 12345;
+    f = fopen(name, "wb");
+    fwrite(h, sizeof h, 1, f);
+    fclose(f);
+    expect_bad(dtrain_tokens_open(pat, &many, err, sizeof err), err, "tiny_train_000004.bin is not a token file",
+               "a shard with the wrong magic");
+    unlink(name);
+    snprintf(pat, sizeof pat, "%s/nothing_*.bin", sub);
+    expect_bad(dtrain_tokens_open(pat, &many, err, sizeof err), err, "no token file matches", "a glob matching nothing");
+    ok(many == NULL, "no handle for a bad data set");
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s/tiny_train_%06d.bin", sub, i);
+        unlink(name);
+    }
+    unlink(in_dir("whole.bin"));
+    rmdir(sub);
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -221,6 +343,7 @@ int main(void)
     if (!ok(mkdtemp(dir) != NULL, "a temporary folder"))
         return tap_done();
     test_token_files();
+    test_shards();
     test_llmc_files();
     test_resume_folders();
     static const char *const names[] = {"m.bin", "v.bin", "t.bin", "l.bin", "n.bin", "s.bin", "good.bin",

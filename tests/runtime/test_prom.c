@@ -139,12 +139,12 @@ static void test_file(void)
     int rc = dtrain_prom_init(&p, path, err, sizeof err);
     ok(rc == DTRAIN_OK, "init with SLURM_JOB_ID=1234 SLURM_RESTART_COUNT=2 %s", err);
     struct dtrain_step_result r = {.step = 41, .loss = 2.5f, .lr = 3e-4, .grad_norm = 0.75, .ms = 250.0,
-                                   .tokens_per_s = 16384.0, .gflops = 1.0};
+                                   .tokens_per_s = 16384.0, .gflops = 1.0, .mfu = 0.375};
     double before = dtrain_metrics_wall_clock();
     ok(rc == DTRAIN_OK && dtrain_prom_write(&p, &r, 600, err, sizeof err) == DTRAIN_OK, "write %s", err);
     slurp(path, text, sizeof text);
     int formed = well_formed(text, &metrics);
-    ok(formed && metrics == 9,
+    ok(formed && metrics == 10,
        "node_exporter text format: HELP, TYPE gauge and one sample for each of %d metrics", metrics);
     ok(sample(text, "dtrain_step{job=\"1234\"} ") == 41 && sample(text, "dtrain_steps_target{job=\"1234\"} ") == 600,
        "dtrain_step 41 of dtrain_steps_target 600, labelled with the job");
@@ -152,8 +152,8 @@ static void test_file(void)
        sample(text, "dtrain_tokens_per_second{job=\"1234\"} ") == 16384 &&
        sample(text, "dtrain_step_seconds{job=\"1234\"} ") == 0.25 &&
        sample(text, "dtrain_learning_rate{job=\"1234\"} ") == 3e-4 &&
-       sample(text, "dtrain_grad_norm{job=\"1234\"} ") == 0.75,
-       "loss, tokens/s, step seconds (ms / 1000), learning rate, gradient norm as given");
+       sample(text, "dtrain_grad_norm{job=\"1234\"} ") == 0.75 && sample(text, "dtrain_mfu{job=\"1234\"} ") == 0.375,
+       "loss, tokens/s, step seconds (ms / 1000), learning rate, gradient norm, MFU as given");
     double stamp = sample(text, "dtrain_last_step_timestamp_seconds{job=\"1234\"} ");
     ok(sample(text, "dtrain_restarts{job=\"1234\"} ") == 2 && stamp >= before - 1 && stamp <= before + 3600,
        "dtrain_restarts from SLURM_RESTART_COUNT, a Unix timestamp of the write");
@@ -187,6 +187,16 @@ static void test_file(void)
        (slurp(path, text, sizeof text), well_formed(text, &metrics)) && sample(text, "dtrain_step ") == 600 &&
        sample(text, "dtrain_restarts ") == 0,
        "outside Slurm: no label, 0 restarts");
+    ok(strstr(text, "dtrain_val_loss") == NULL, "no dtrain_val_loss before a validation");
+    r.has_val_loss = 1;
+    r.val_loss = 3.25;
+    ok(dtrain_prom_write(&p, &r, 700, err, sizeof err) == 0 &&
+       (slurp(path, text, sizeof text), well_formed(text, &metrics)) && metrics == 11 &&
+       sample(text, "dtrain_val_loss ") == 3.25, "a step with a validation loss adds dtrain_val_loss");
+    r.has_val_loss = 0;
+    ok(dtrain_prom_write(&p, &r, 700, err, sizeof err) == 0 &&
+       (slurp(path, text, sizeof text), sample(text, "dtrain_val_loss ")) == 3.25,
+       "later steps keep the newest validation loss");
     r.loss = 0.0f / 0.0f;
     ok(dtrain_prom_write(&p, &r, 700, err, sizeof err) == 0 &&
        (slurp(path, text, sizeof text), strstr(text, "\ndtrain_loss NaN\n") != NULL),

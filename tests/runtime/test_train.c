@@ -363,6 +363,89 @@ out:
     dtrain_trainer_destroy(ref);
 }
 
+/* --val-fraction, --val-every, --val-batches through the loop: the
+ * validation loss in the metrics lines of the steps it was computed after,
+ * and in their progress lines. */
+static void test_run_validation(void)
+{
+    struct dtrain_train_config c;
+    struct dtrain_trainer *t = NULL;
+    char err[256] = "", path[DTRAIN_PATH_MAX];
+    tiny_config(&c);
+    c.steps = 5;
+    c.optim.total_steps = 5;
+    c.val_fraction = 0.25;
+    c.val_every = 2;
+    c.val_batches = 2;
+    c.log_every = 100; /* only the first, the last and the validated steps print */
+    path_in(path, sizeof path, "val-metrics.jsonl");
+    snprintf(c.metrics, sizeof c.metrics, "%s", path);
+    FILE *progress = tmpfile();
+    if (progress == NULL || create(&c, &t) != DTRAIN_OK) {
+        ok(0, "a trainer with --val-fraction");
+        goto out;
+    }
+    ok(dtrain_trainer_run(t, progress, err, sizeof err) == DTRAIN_OK, "a run with validation every 2 steps (%s)",
+       err[0] ? err : "ok");
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int lines = 0, good = 1;
+    double first = NAN, last = NAN;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je), *v = json_object_get(o, "val_loss");
+        int want = lines == 1 || lines == 3 || lines == 4; /* after steps 2, 4 and the last */
+        good &= o != NULL && (want ? json_is_number(v) && isfinite(json_number_value(v)) : v == NULL);
+        if (want && json_is_number(v)) {
+            if (isnan(first))
+                first = json_number_value(v);
+            last = json_number_value(v);
+        }
+        json_decref(o);
+        lines++;
+    }
+    if (f)
+        fclose(f);
+    ok(lines == 5 && good, "val_loss in the metrics lines of steps 1, 3 and 4 only");
+    ok(last < first, "the validation loss falls on the held-out tail of the same text (%.4f -> %.4f)", first, last);
+    rewind(progress);
+    int printed = 0;
+    while (fgets(line, sizeof line, progress) != NULL)
+        printed += strstr(line, "| val loss ") != NULL;
+    ok(printed == 3, "the progress lines of those 3 steps show the validation loss (%d)", printed);
+out:
+    if (progress != NULL)
+        fclose(progress);
+    unlink(path);
+    dtrain_trainer_destroy(t);
+}
+
+/* MFU against a declared peak, checked with the FLOPs of tiny_config's
+ * shape counted by hand: L=2, C=32, Vp=256, B=4, T=16, N = B*T = 64.
+ *   matmuls per token, forward: 2 x (12 L C^2 + C Vp) = 2 x (24576 + 8192) = 65536
+ *   attention, forward: 4 L B T^2 C = 4 x 2 x 4 x 256 x 32 = 262144
+ *   a step (forward + backward = 3 x forward): 3 x (64 x 65536 + 262144) = 13369344 */
+static void test_mfu(void)
+{
+    struct dtrain_train_config c;
+    struct dtrain_trainer *t = NULL;
+    struct dtrain_step_result r;
+    char err[256] = "";
+    tiny_config(&c);
+    c.peak_flops = 1e9;
+    if (create(&c, &t) != DTRAIN_OK || dtrain_trainer_step(t, &r, err, sizeof err) != DTRAIN_OK) {
+        ok(0, "a trainer with --peak-flops 1e9 steps (%s)", err);
+        dtrain_trainer_destroy(t);
+        return;
+    }
+    double hand = 13369344.0, want = hand / (r.ms * 1e-3) / 1e9;
+    ok(fabs(r.gflops - hand / (r.ms * 1e-3) * 1e-9) <= 1e-9 * r.gflops,
+       "GFLOP/s is the hand-counted 13369344 FLOPs per step over the step's time (%.4f)", r.gflops);
+    ok(r.mfu > 0.0 && fabs(r.mfu - want) <= 1e-9 * want,
+       "MFU = 13369344 FLOPs / %.3f ms / 1e9 FLOP/s declared = %.6f (trainer: %.6f)", r.ms, want, r.mfu);
+    dtrain_trainer_destroy(t);
+}
+
 static void test_schedule_and_clip(void)
 {
     struct dtrain_optim_config c = {.lr = 1.0, .schedule = DTRAIN_LR_CONSTANT};
@@ -392,6 +475,8 @@ int main(void)
     test_checkpoint_resume();
     test_llmc_roundtrip();
     test_run_metrics();
+    test_run_validation();
+    test_mfu();
     test_schedule_and_clip();
     char path[DTRAIN_PATH_MAX];
     path_in(path, sizeof path, "data.bin");
