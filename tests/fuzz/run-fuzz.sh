@@ -42,7 +42,10 @@ fi
 c=$top/common
 common_src="$c/dtrain_parse.c $c/dtrain_file.c"
 pc() { pkg-config "$@" 2>/dev/null; }
-cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$c"
+# No config.h (it would turn on CUDA): its one value the sources need here, from configure.ac.
+version=$(sed -n 's/^AC_INIT(\[dtrain\], \[\([^]]*\)\].*/\1/p' "$top/configure.ac")
+cflags="-g -O1 -std=c11 -D_GNU_SOURCE -DPACKAGE_VERSION=\"${version:-0}\" -fsanitize=fuzzer,address,undefined"
+cflags="$cflags -fno-sanitize-recover=undefined -I$c"
 sources() {
   case $1 in
     topo_xml) echo "$here/fuzz_topo_xml.c $top/topo/topo_model.c $top/topo/topo_hwloc.c $top/topo/topo_xml_check.c" \
