@@ -118,9 +118,11 @@ kill=$(submit kill "kill:rank=1:step=10" -N2 --ntasks-per-node=2 --dtrain-max-re
 hang=$(submit hang "hang:rank=3:step=10" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
 corrupt=$(submit corrupt "kill:rank=0:step=10,corrupt:rank=1:restart=1" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
 budget=$(submit budget "kill:rank=1:step=3:restart=any" -N1 --ntasks-per-node=2 --dtrain-max-restarts=1)
-# the API path: the batch script asks slurmctld to requeue (no training: a step that "lost" a task)
-printf '#!/bin/bash\n[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0\nexec %q --job-exit 137 --slurm-requeue\n' "$launch" \
-  >"$d/api.sbatch"
+# the API path: the batch script asks slurmctld to requeue (no training: a step that "lost" a task), then
+# waits to be ended by that requeue: were it to exit 75 at once, RequeueExit could requeue it a second
+# time, and whether "DUE TO JOB REQUEUE" is printed would be a race (seen on Slurm 24.11)
+printf '#!/bin/bash\n[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0\n%q --job-exit 137 --slurm-requeue\nrc=$?\nsleep 60\nexit $rc\n' \
+  "$launch" >"$d/api.sbatch"
 api=$(in_cluster "$d" sbatch --parsable --open-mode=append -o "$d/api.out" "$d/api.sbatch" 2>"$d/api.err")
 check "six jobs submitted (sbatch --dtrain-tp=2 --dtrain-ckpt-dir=... --dtrain-max-restarts=...)" \
   [ -n "$base" -a -n "$kill" -a -n "$hang" -a -n "$corrupt" -a -n "$budget" -a -n "$api" ]
