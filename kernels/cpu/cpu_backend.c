@@ -33,7 +33,6 @@ static int cpu_create(const struct dtrain_kernels_options *opt, struct dtrain_ke
     }
     ck->base.ops = &dtrain_kernels_cpu_ops;
     ck->base.threads = threads;
-    ck->rounds = opt->precision == DTRAIN_PRECISION_BF16 || opt->precision == DTRAIN_PRECISION_FP16;
     /* The pool splits every matmul itself (cpu_matmul.c), so OpenBLAS runs
      * one thread per call.  This setting is process-wide in OpenBLAS. */
     openblas_set_num_threads(1);

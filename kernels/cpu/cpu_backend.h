@@ -10,8 +10,7 @@
 struct cpu_kernels {
     struct dtrain_kernels base; /* first: the dispatcher casts to it */
     struct cpu_pool *pool;
-    int rounds;           /* bf16 or fp16 precision: matmul operands rounded (cpu_matmul.c) */
-    float *round_scratch; /* the rounded operands; grows, never shrinks */
+    float *round_scratch; /* bf16/fp16: the rounded matmul operands (cpu_matmul.c); grows, never shrinks */
     size_t round_cap;     /* floats in round_scratch */
 };
 

@@ -75,10 +75,14 @@ static void round_items(void *p, long begin, long end, int tid)
             a->dst[i] = bf16_round(a->src[i]);
 }
 
-/* Room for `floats` rounded values in the instance's scratch; NULL when out
- * of memory (the caller then computes in fp32 rather than fail). */
-static float *round_scratch(struct cpu_kernels *ck, size_t floats)
+/* Room for `floats` rounded operands in the instance's scratch; NULL in
+ * fp32 precision (nothing to round), or when out of memory (the caller then
+ * computes in fp32 rather than fail). */
+static float *operand_scratch(struct dtrain_kernels *k, size_t floats)
 {
+    struct cpu_kernels *ck = (struct cpu_kernels *)k;
+    if (dtrain_kernels_precision(k) == DTRAIN_PRECISION_FP32)
+        return NULL;
     if (floats > ck->round_cap) {
         size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
         float *p = aligned_alloc(64, bytes);
@@ -127,9 +131,8 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
 {
     struct matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias,
                             .N = N, .IC = IC, .OC = OC};
-    struct cpu_kernels *ck = (struct cpu_kernels *)k;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
-    float *r = ck->rounds ? round_scratch(ck, ni + nw) : NULL;
+    float *r = operand_scratch(k, ni + nw);
     if (r != NULL) {
         round_operand(k, r, inp, ni);
         round_operand(k, r + ni, weight, nw);
@@ -178,9 +181,8 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
 {
     struct matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
                             .dbias_dout = dout, .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
-    struct cpu_kernels *ck = (struct cpu_kernels *)k;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, nd = (size_t)N * OC;
-    float *r = ck->rounds ? round_scratch(ck, ni + nw + nd) : NULL;
+    float *r = operand_scratch(k, ni + nw + nd);
     if (r != NULL) {
         round_operand(k, r, inp, ni);
         round_operand(k, r + ni, weight, nw);
