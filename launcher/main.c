@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-launch: bootstrap every communicator of a dtrain job in one PMI2
- * round, then run the training in-process or a PROGRAM with the result in
+ * round, then run the trainer (dtrain-rank) or a PROGRAM with the result in
  * its environment.
  *
  *   srun --mpi=pmi2 dtrain-launch [options] [CONFIG.json [TRAINER FLAGS...]]
@@ -8,14 +8,17 @@
  *
  * Order: options -> PMI2_Init -> placement (plugin's, checked; or planned
  * here) -> ids, puts, ONE fence, gets -> PMI2_Finalize -> hand-off: the
- * parallel trainer in this process on the bootstrap (dtrain_parallel.h), or
- * PROGRAM with it in DTRAIN_COMM_* variables (handoff.h).
+ * bootstrap in DTRAIN_COMM_* variables (handoff.h) for dtrain-rank, the
+ * 3D-parallel trainer (rank_main.c, dtrain_parallel.h), or for PROGRAM.
+ * This program links no runtime: --job-exit and --print load neither
+ * OpenBLAS, CUDA nor NCCL (NCCL is loaded only to make an nccl id).
  * doc/dtrain-launch.1 is the manual, doc/bootstrap.md the key scheme. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bootstrap_id.h"
 #include "dtrain_bootstrap.h"
@@ -29,8 +32,6 @@
 #include "placement.h"
 #include "pmi.h"
 #include "rendezvous.h"
-#include "dtrain_parallel.h"
-#include "dtrain_blas.h"
 #include "report.h"
 
 #define PROG "dtrain-launch"
@@ -48,7 +49,7 @@ struct options {
     char **program; /* argv after "--", NULL when none */
     long job_exit;  /* --job-exit STATUS, -1 when not given */
     int slurm_requeue; /* --slurm-requeue */
-    int trainer_argc; /* the in-process trainer's arguments: CONFIG.json and flags */
+    int trainer_argc; /* the trainer's arguments: CONFIG.json and flags */
     char **trainer_argv;
 };
 
@@ -58,15 +59,15 @@ static void usage(FILE *out)
             "usage: srun --mpi=pmi2 " PROG " [options] [CONFIG.json] [TRAINER FLAGS...]\n"
             "       srun --mpi=pmi2 " PROG " [options] -- PROGRAM [ARGS...]\n"
             "Bootstraps every communicator of a dtrain job (world, TP, PP, DP, PP neighbours) in one\n"
-            "PMI2 round, then runs the dtrain 3D-parallel trainer in this process, or PROGRAM with the\n"
-            "ids in DTRAIN_COMM_* variables.  The trainer's arguments (those of dtrain-train, plus\n"
+            "PMI2 round, then runs the dtrain 3D-parallel trainer, or PROGRAM, with the ids in\n"
+            "DTRAIN_COMM_* variables.  The trainer's arguments (those of dtrain-train, plus\n"
             "--micro-batches, --zero-stage, --bucket-mb, --dp-overlap) start at the first argument that is\n"
             "not an option below.\n"
             "  -t, --tp T            tensor-parallel size (default: DTRAIN_TP, else 1)\n"
             "  -p, --pp P            pipeline-parallel size (default: DTRAIN_PP, else 1)\n"
             "  -d, --dp D            data-parallel size (default: DTRAIN_DP, else tasks / (T*P))\n"
-            "      --comm-backend B  communication backend, cpu or nccl (default: cpu for the trainer in\n"
-            "                        this process; nccl for a PROGRAM when built with CUDA and a GPU is visible)\n"
+            "      --comm-backend B  communication backend, cpu or nccl (default: cpu for the trainer;\n"
+            "                        nccl for a PROGRAM when built with CUDA and a GPU is visible)\n"
             "  -i, --comm-iface IF   network interface whose IPv4 address cpu-backend sockets use\n"
             "      --timeout S       give up when a PMI2 call takes more than S seconds (default %d; exit 75)\n"
             "      --print           print this task's placement, groups and ids as key=value\n"
@@ -205,27 +206,50 @@ static long now_us(void)
     return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
 }
 
-/* 1 when the trainer runs in this process (no PROGRAM, not only printing). */
+/* 1 when the trainer runs (no PROGRAM, not only printing). */
 static int runs_trainer(const struct options *o)
 {
     return o->program == NULL && (o->output == OUTPUT_NONE || o->trainer_argc > 0);
 }
 
-/* The trainer in this process (dtrain_parallel.h) on this task's bootstrap,
- * with dtrain-train's arguments; it builds the communicators and takes over
- * the listening sockets.  NCCL's bootstrap roots stay alive while it runs. */
+/* Where dtrain-rank is: beside this executable when it is there (a build
+ * folder), else where `make install` put it. */
+static void rank_program(char *path, size_t len)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            if (dtrain_snprintf(path, len, "%s/dtrain-rank", self) == 0 && access(path, X_OK) == 0)
+                return;
+        }
+    }
+    dtrain_snprintf(path, len, "%s", DTRAIN_RANK_PROGRAM);
+}
+
+/* The trainer (dtrain-rank, dtrain_parallel.h) on this task's bootstrap,
+ * with dtrain-train's arguments, started as a PROGRAM is: this process
+ * becomes it (cpu), or waits for it while NCCL's bootstrap roots live here
+ * (nccl).  Returns its exit code, or -1 with err when it cannot start. */
 static int run_trainer(const struct options *o, struct dtrain_bootstrap *bs, char *err, size_t errlen)
 {
+    char path[4200];
+    rank_program(path, sizeof path);
     char **argv = calloc((size_t)o->trainer_argc + 2, sizeof *argv);
     if (argv == NULL) {
         dtrain_snprintf(err, errlen, "out of memory");
         return -1;
     }
-    argv[0] = PROG;
+    argv[0] = path;
     for (int i = 0; i < o->trainer_argc; i++)
         argv[i + 1] = o->trainer_argv[i];
-    fflush(NULL);
-    int rc = dtrain_parallel_main(o->trainer_argc + 1, argv, bs);
+    int rc = -1;
+    if (dtrain_handoff_export(bs, err, errlen) == 0 &&
+        dtrain_handoff_run(argv, bs->backend == DTRAIN_COMM_NCCL, &rc, err, errlen) != 0)
+        rc = -1;
     free(argv);
     return rc;
 }
@@ -269,18 +293,7 @@ static int job_exit(const struct options *o)
 int main(int argc, char **argv)
 {
     struct options opt;
-    /* getopt reorders argv: the arguments as given, to execute again with */
-    char **given = calloc((size_t)argc + 1, sizeof *given);
-    if (given == NULL) {
-        fprintf(stderr, PROG ": out of memory\n");
-        return DTRAIN_EXIT_FAILURE;
-    }
-    memcpy(given, argv, (size_t)argc * sizeof *given);
     int rc = parse_options(argc, argv, &opt);
-    /* the trainer's GEMM kernels (dtrain_blas.h): before PMI, as it may execute this program again */
-    if (rc < 0 && opt.job_exit < 0 && runs_trainer(&opt) && dtrain_blas_select(PROG, given) != 0)
-        rc = DTRAIN_EXIT_USAGE;
-    free(given);
     if (rc >= 0)
         return rc;
     if (opt.job_exit >= 0)
@@ -322,8 +335,8 @@ int main(int argc, char **argv)
         goto fail_alone;
     }
     fill_from_placement(bs, &place);
-    /* The in-process trainer keeps its tensors in host memory, which only the
-     * cpu backend moves; a PROGRAM gets nccl when it can use a GPU. */
+    /* The trainer's default is the cpu backend (--comm-backend nccl for
+     * GPUs); a PROGRAM gets nccl when it can use a GPU. */
     bs->backend = opt.backend_given ? opt.backend
                 : runs_trainer(&opt) ? DTRAIN_COMM_CPU : dtrain_backend_default();
     if (bs->backend == DTRAIN_COMM_CPU) {

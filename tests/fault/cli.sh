@@ -46,6 +46,19 @@ check "--slurm-requeue outside a job: says it cannot, still exits 75 for Requeue
   job_exit 75 "cannot ask Slurm to requeue: SLURM_JOB_ID is not set" "$launch" --job-exit 75 --slurm-requeue
 check "the step_end event goes to DTRAIN_FAULT_LOG" \
   eval 'DTRAIN_FAULT_LOG="$tmp/events" "$launch" --job-exit 75 2>/dev/null; grep -q "\"event\": \"step_end\", \"rank\": -1.*\"what\": \"exit 75\"" "$tmp/events"'
+# The libraries the dynamic loader initialises in a run (LD_DEBUG=libs).
+loaded() {
+  LD_DEBUG=libs "$@" 2>&1 >/dev/null | sed -n 's/.*calling init: //p'
+}
+# heavy_libs FILE: the runtime's libraries among those loaded, one per line
+heavy_libs() { grep -E '/lib(dtrain|openblas|blas|blis|cblas|cudart|cublas|cublasLt|cuda|nccl)[.-]' "$1"; }
+loaded "$launch" --job-exit 75 >"$tmp/libs"
+check "--job-exit loads no runtime: neither libdtrain, a BLAS, CUDA nor NCCL ($(wc -l <"$tmp/libs") libraries)" \
+  eval '[ -s "$tmp/libs" ] && ! heavy_libs "$tmp/libs"' || diag "loaded: $(tr '\n' ' ' <"$tmp/libs")"
+# The same probe sees the runtime where it is loaded: dtrain-train links it.
+loaded "$abs_top_builddir/runtime/dtrain-train" --version >"$tmp/libs-train"
+check "the probe sees libdtrain and the BLAS loaded by dtrain-train --version" \
+  eval 'heavy_libs "$tmp/libs-train" | grep -q libdtrain && heavy_libs "$tmp/libs-train" | grep -qE "blas"'
 train=$abs_top_builddir/runtime/dtrain-train
 printf 'hello world\n' >"$tmp/t.txt"
 "$abs_top_builddir/runtime/dtrain-tokenize" "$tmp/t.txt" "$tmp/t.bin" >/dev/null 2>&1

@@ -98,7 +98,7 @@ skip_rest() {
   done_testing
 }
 # Points after the builds: keep in step with the checks below.
-chroot_points=17
+chroot_points=18
 
 # ------------------------------------------------------------------ 1. builds
 src=$work/src/dtrain
@@ -289,6 +289,16 @@ placed_job() {
   slurm_answers
 }
 check "a placed job runs (srun -n2 --dtrain-tp=2: DTRAIN_PLACED_BY=spank, two GPUs), the prolog passes" placed_job
+# The installed trainer: dtrain-launch starts /usr/libexec/dtrain/dtrain-rank.
+trained_job() {
+  in_root sh -c 'printf "%s\n" "a few words to train on, again and again" >/tmp/t.txt && dtrain-tokenize /tmp/t.txt /tmp/t.bin' \
+    >"$work/train.out" 2>&1 &&
+    in_root timeout 120 srun -N1 -n2 --mpi=pmi2 --dtrain-tp=2 dtrain-launch --data /tmp/t.bin --layers 1 --channels 16 \
+      --heads 2 --vocab-size 256 --padded-vocab-size 256 --max-seq-len 8 --seq 8 --batch 2 --steps 2 \
+      >>"$work/train.out" 2>&1 || { tail -4 "$work/train.out" | sed 's/^/# /'; return 1; }
+  grep -Eq '^step +1/2 ' "$work/train.out" || { tail -4 "$work/train.out" | sed 's/^/# /'; return 1; }
+}
+check "the installed dtrain-launch trains 2 steps at T=2 (its trainer, dtrain-rank, from /usr/libexec/dtrain)" trained_job
 # The hooks are live: a failing check in the prolog drains the node with
 # dtrain's reason; fixed and resumed, the node serves again.
 prolog_drains() {

@@ -14,7 +14,8 @@
 #include <unistd.h>
 
 #ifdef DTRAIN_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include <cuda.h>
+#include <dlfcn.h>
 #include <nccl.h>
 #endif
 
@@ -51,11 +52,45 @@ int dtrain_backend_built(enum dtrain_comm_backend backend)
 #endif
 }
 
+#ifdef DTRAIN_HAVE_CUDA
+/* The CUDA driver and NCCL are loaded when an id or a GPU count is asked
+ * for, not linked: dtrain-launch links this file, and its other uses
+ * (--job-exit in a batch script, --print, a cpu job) must not load them.
+ * The handles are never closed: ncclGetUniqueId leaves NCCL's bootstrap
+ * root thread running in the library, and the driver stays initialised. */
+static void *cuda_symbol(const char *library, const char *name, char *why, size_t whylen)
+{
+    void *dl = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    if (dl == NULL) {
+        const char *e = dlerror();
+        dtrain_snprintf(why, whylen, "cannot load %s: %s", library, e ? e : "dlopen failed");
+        return NULL;
+    }
+    void *sym = dlsym(dl, name);
+    if (sym == NULL)
+        dtrain_snprintf(why, whylen, "%s has no %s", library, name);
+    return sym;
+}
+
+/* GPUs this process may use (CUDA_VISIBLE_DEVICES counts), 0 without a driver. */
+static int cuda_device_count(void)
+{
+    char why[256];
+    CUresult (*init)(unsigned int) = NULL;
+    CUresult (*count_of)(int *) = NULL;
+    *(void **)&init = cuda_symbol("libcuda.so.1", "cuInit", why, sizeof why);
+    *(void **)&count_of = cuda_symbol("libcuda.so.1", "cuDeviceGetCount", why, sizeof why);
+    int count = 0;
+    if (init == NULL || count_of == NULL || init(0) != CUDA_SUCCESS || count_of(&count) != CUDA_SUCCESS)
+        return 0;
+    return count;
+}
+#endif
+
 enum dtrain_comm_backend dtrain_backend_default(void)
 {
 #ifdef DTRAIN_HAVE_CUDA
-    int count = 0;
-    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0)
+    if (cuda_device_count() > 0)
         return DTRAIN_COMM_NCCL;
 #endif
     return DTRAIN_COMM_CPU;
@@ -165,10 +200,20 @@ fail:
 int dtrain_bootstrap_id_make_nccl(char *id, size_t idlen, char *err, size_t errlen)
 {
 #ifdef DTRAIN_HAVE_CUDA
+    ncclResult_t (*get_id)(ncclUniqueId *) = NULL;
+    const char *(*error_string)(ncclResult_t) = NULL;
+    char why[512];
+    *(void **)&get_id = cuda_symbol("libnccl.so.2", "ncclGetUniqueId", why, sizeof why);
+    if (get_id == NULL) {
+        dtrain_snprintf(err, errlen, "%s (install NCCL, or use --comm-backend cpu)", why);
+        return -1;
+    }
+    *(void **)&error_string = cuda_symbol("libnccl.so.2", "ncclGetErrorString", why, sizeof why);
     ncclUniqueId uid;
-    ncclResult_t nrc = ncclGetUniqueId(&uid);
+    ncclResult_t nrc = get_id(&uid);
     if (nrc != ncclSuccess) {
-        dtrain_snprintf(err, errlen, "ncclGetUniqueId: %s (NCCL_DEBUG=INFO tells more)", ncclGetErrorString(nrc));
+        dtrain_snprintf(err, errlen, "ncclGetUniqueId: %s (NCCL_DEBUG=INFO tells more)",
+                        error_string ? error_string(nrc) : "failed");
         return -1;
     }
     _Static_assert(sizeof uid.internal == DTRAIN_NCCL_ID_LEN, "ncclUniqueId is 128 bytes");
