@@ -69,18 +69,26 @@ show_err "$d/child.err" "$d"/child.[0-9]*
 verified "the child sees DTRAIN_COMM_* and the placement, no PMI_*, leaders' sockets listen, TP groups connect" \
   children "$d"/child.[0-9]* 4 2 2
 
-# ---- the trainer in-process (no PROGRAM): one task; 16 tasks build their
-# communicators and refuse a model that does not split (tests/parallel runs
-# the layouts)
+# ---- the trainer (no PROGRAM: dtrain-rank): one task; 2 tasks at T=2 whose
+# trainer executes itself again to switch GEMM kernels, the bootstrap kept;
+# 16 tasks build their communicators and refuse a model that does not split
+# (tests/parallel runs the layouts)
 printf 'a tiny corpus for a tiny model. %.0s' $(seq 64) >"$d/corpus.txt"
 "$abs_top_builddir/runtime/dtrain-tokenize" "$d/corpus.txt" "$d/tokens.bin" >/dev/null 2>&1
 trainer=(--data "$d/tokens.bin" --layers 1 --channels 32 --heads 2 --batch 2 --seq 16 --steps 2 --log-every 1)
 step "$d" trainer -N1 -n1 --mpi=pmi2 "$launch" "${trainer[@]}"
-check "one task: dtrain-launch runs the trainer in-process with its flags (2 steps)" \
+check "one task: dtrain-launch runs the trainer with its flags (2 steps)" \
   [ "$rc" -eq 0 -a "$(grep -c '^step  *[01]/2 | loss' "$d/trainer.out")" -eq 2 ]
 show_err "$d/trainer.err"
+step "$d" switched -N1 -n2 --mpi=pmi2 --export=ALL,DTRAIN_BLAS_CORE=Prescott "$launch" --tp 2 "${trainer[@]}"
+switched() {
+  [ "$rc" -eq 0 ] && [ "$(grep -c '^step  *[01]/2 | loss' "$d/switched.out")" -eq 2 ] &&
+    grep -q '^dtrain-launch: kernels cpu: .*Prescott kernels (chosen by dtrain' "$d/switched.out"
+}
+check "2 tasks, T=2, DTRAIN_BLAS_CORE=Prescott: the trainer switches kernels by executing again and trains" switched
+show_err "$d/switched.err"
 step "$d" trainer16 "${shape[@]}" "$launch" --tp 4 --pp 2 "${trainer[@]}"
-check "16 tasks in-process, T=4 for a model of 2 heads: exit 2, every task says T must divide the heads" \
+check "16 tasks, T=4 for a model of 2 heads: exit 2, every task says T must divide the heads" \
   [ "$rc" -eq 2 -a "$(grep -c 'T=4 does not divide the 2 attention heads' "$d/trainer16.err")" -eq 16 ]
 
 # ---- failures
