@@ -11,6 +11,7 @@
  *             dQ = dS K, dK = dS^T Q
  * The full T x T products do twice the causal work, at sgemm speed. */
 #include "cpu_backend.h"
+#include "cpu_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -36,14 +37,12 @@ static void attention_forward_items(void *p, long begin, long end, int tid)
                     scale, q, C3, q + C, C3, 0.0f, att, T);
         for (int t = 0; t < T; t++) {
             float *row = att + (size_t)t * T;
-            float maxv = -INFINITY, sum = 0.0f;
+            float maxv = -INFINITY;
             for (int u = 0; u <= t; u++)
                 if (row[u] > maxv)
                     maxv = row[u];
-            for (int u = 0; u <= t; u++) {
-                row[u] = expf(row[u] - maxv);
-                sum += row[u];
-            }
+            cpu_exp_shifted(row, t + 1, maxv);
+            float sum = cpu_sum_in_order(row, t + 1);
             float inv = 1.0f / sum;
             for (int u = 0; u <= t; u++)
                 row[u] *= inv;

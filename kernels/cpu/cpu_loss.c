@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Softmax + cross-entropy on the CPU, in place; see dtrain_kernels.h. */
 #include "cpu_backend.h"
+#include "cpu_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -23,12 +24,8 @@ static void xent_forward_rows(void *p, long begin, long end, int tid)
         for (int i = 0; i < a->V; i++)
             if (row[i] > maxv)
                 maxv = row[i];
-        float sum = 0.0f;
-        for (int i = 0; i < a->V; i++) {
-            float e = expf(row[i] - maxv);
-            row[i] = e;
-            sum += e;
-        }
+        cpu_exp_shifted(row, a->V, maxv);
+        float sum = cpu_sum_in_order(row, a->V);
         /* -log(e^(x_t - max) / sum), without the rounding of log(p). */
         a->losses[n] = logf(sum) - (target_logit - maxv);
         float inv = 1.0f / sum;

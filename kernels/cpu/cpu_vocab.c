@@ -4,6 +4,7 @@
  * dtrain_kernels.h).  One thread, rows in order: the sums are the whole
  * lookup's and the whole softmax's, bit for bit where the doc says so. */
 #include "cpu_backend.h"
+#include "cpu_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -67,12 +68,8 @@ void cpu_xent_vp_exp(struct dtrain_kernels *k, float *logits, float *sums, const
         float *row = logits + (size_t)n * Vl;
         long t = (long)targets[n] - v0;
         target[n] = (t >= 0 && t < nv) ? row[t] - m : 0.0f;
-        float s = 0.0f;
-        for (int i = 0; i < nv; i++) {
-            float e = expf(row[i] - m);
-            row[i] = e;
-            s += e;
-        }
+        cpu_exp_shifted(row, nv, m);
+        float s = cpu_sum_in_order(row, nv);
         if (Vl > nv)
             memset(row + nv, 0, (size_t)(Vl - nv) * sizeof(float));
         sum[n] = s;

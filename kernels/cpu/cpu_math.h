@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* Elementwise math for the CPU kernels' hot loops, written so that the
+ * compiler vectorizes them.
+ *
+ * cpu_expf(x)  e^x within 2 ulp for x in [-87.3, 88] (Cephes' expf: x = n ln2
+ *              + r, a degree-6 polynomial in r, 2^n from the exponent bits),
+ *              without branches or library calls, so a loop of it becomes
+ *              SIMD code; glibc's expf is a call per element.  Inputs below
+ *              -87.3 give about 1e-38 (not 0 or a subnormal), above 88 give
+ *              e^88 (not inf): the kernels take e^x of x <= 0 (softmax) or
+ *              of GELU's tanh argument, where either is the same.  NaN stays
+ *              NaN.  The same bits on every CPU and libm.
+ *
+ * CPU_VECTOR_LOOP  on a function of such loops: built for AVX-512, AVX2
+ *              and plain x86-64, the best one chosen when the library loads
+ *              (GCC's target_clones).  The clones give the same bits: the
+ *              kernels are compiled as ISO C (no FMA contraction) and these
+ *              loops have no reductions, whose order the compiler keeps. */
+#ifndef DTRAIN_CPU_MATH_H
+#define DTRAIN_CPU_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define CPU_VECTOR_LOOP __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_VECTOR_LOOP
+#endif
+
+static inline float cpu_expf(float x)
+{
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
+    x = x > 88.0f ? 88.0f : x;
+    x = x < -87.33654f ? -87.33654f : x;
+    float kf = x * 1.44269504088896341f + magic;
+    uint32_t kbits;
+    memcpy(&kbits, &kf, sizeof kbits);
+    kf -= magic;                    /* n = round(x / ln2), in [-126, 127] */
+    float r = x - kf * 0.693359375f; /* ln2 in two parts: r exact to a few ulp */
+    r = r - kf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t scale_bits = (kbits << 23) + 0x3f800000u; /* 2^n: the low bits of kbits hold n */
+    float scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    return p * scale;
+}
+
+/* row[i] = e^(row[i] - shift) for i < n: softmax's exponentials, apart
+ * from its sum so that the loop vectorizes (the sum keeps its order). */
+CPU_VECTOR_LOOP static inline void cpu_exp_shifted(float *row, int n, float shift)
+{
+    for (int i = 0; i < n; i++)
+        row[i] = cpu_expf(row[i] - shift);
+}
+
+/* The sum of row[0..n), in index order (the same bits as before any SIMD). */
+static inline float cpu_sum_in_order(const float *row, int n)
+{
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++)
+        sum += row[i];
+    return sum;
+}
+
+#endif
