@@ -75,17 +75,8 @@ submit() {
   in_cluster "$d" sbatch --parsable --dtrain-tp=2 --dtrain-ckpt-dir="$d/$name.ckpt" --open-mode=append \
     -o "$d/$name.out" "$@" "$d/$name.sbatch" 2>"$d/$name.err"
 }
-losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
-same_losses() { [ "$(losses "$d/$1.jsonl" | wc -l)" -eq "$steps" ] && [ "$(losses "$d/$1.jsonl")" = "$(losses "$d/base.jsonl")" ]; }
-ended() {
-  local state restarts
-  state=$(job_field "$d" "$2" JobState) restarts=$(job_field "$d" "$2" Restarts)
-  [ "$state" = "$3" ] && [ "$restarts" = "$4" ] && return 0
-  diag "$1: job $2 is $state after $restarts restarts (want $3 after $4); its output:"
-  sed 's/^/#   /' "$d/$1.out" "$d/$1.err" 2>/dev/null | tail -25
-  return 1
-}
-has() { grep -q -e "$2" "$d/$1.out"; }
+# losses, same_losses, ended, has, event_time: tests/fault/lib.sh
+. "$abs_top_srcdir/tests/fault/lib.sh"
 # nodes_of NAME RESTART: the nodes of the ranks' events in run RESTART of NAME's timeline.
 nodes_of() {
   sed -n "s/.*\"rank\": [0-9][0-9]*, \"node\": \"\([^\"]*\)\", \"step\": [-0-9]*, \"restart\": $2,.*/\1/p" \
@@ -113,7 +104,7 @@ check "1 spare: node1 was drained with the reason" \
 check "1 spare: the restarted step resumed from the checkpoint of step 8 (bootstrapped again through PMI2)" \
   has spare "resumed from $d/spare.ckpt/step-00000008 (written by T=2 P=1 D=2, ZeRO-1 on)"
 check "1 spare: every step's loss equals the reference's, bit for bit" same_losses spare
-t0=$(sed -n 's/^{"t": \([0-9.]*\), "event": "inject".*/\1/p' "$d/spare.events" | head -n 1)
+t0=$(event_time spare inject)
 t1=$(sed -n 's/^{"t": \([0-9.]*\), "event": "first_step".*"restart": 1,.*/\1/p' "$d/spare.events" | sort -n | head -n 1)
 diag "1 spare: killed rank -> first resumed step $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s"
 in_cluster "$d" scontrol update nodename=node1 state=resume >/dev/null 2>&1

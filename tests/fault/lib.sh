@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Helpers of the fault tests under a real Slurm (cluster.sh, spares.sh);
+# source after tests/slurm/lib.sh.  They read $d (the cluster folder, where
+# each job NAME has NAME.out, NAME.err, NAME.jsonl, NAME.events) and $steps.
+
+# losses FILE: the "loss" of each metrics line, one a line.
+losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+# same_losses NAME: NAME's every step's loss is the reference's, as printed (%.9g: the float's bits).
+same_losses() { [ "$(losses "$d/$1.jsonl" | wc -l)" -eq "$steps" ] && [ "$(losses "$d/$1.jsonl")" = "$(losses "$d/base.jsonl")" ]; }
+# ended NAME ID STATE RESTARTS: the job ended in STATE after RESTARTS
+# restarts ("1+": one or more).
+ended() {
+  local state restarts
+  state=$(job_field "$d" "$2" JobState) restarts=$(job_field "$d" "$2" Restarts)
+  if [ "$4" = 1+ ]; then
+    [ "$state" = "$3" ] && [ "${restarts:-0}" -ge 1 ] 2>/dev/null && return 0
+  else
+    [ "$state" = "$3" ] && [ "$restarts" = "$4" ] && return 0
+  fi
+  diag "$1: job $2 is $state after $restarts restarts (want $3 after $4); its output:"
+  sed 's/^/#   /' "$d/$1.out" "$d/$1.err" 2>/dev/null | tail -25
+  return 1
+}
+has() { grep -q -e "$2" "$d/$1.out"; }
+# event_time NAME EVENT: the wall clock of NAME's first EVENT in its timeline.
+event_time() { sed -n "s/^{\"t\": \([0-9.]*\), \"event\": \"$2\".*/\1/p" "$d/$1.events" 2>/dev/null | head -n 1; }
