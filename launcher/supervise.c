@@ -101,14 +101,19 @@ static void pass_stderr(int fd, struct dtrain_node_roles *roles, struct step_res
     }
 }
 
-/* Run srun with --nodes/--nodelist/--exclude put in after its name. */
+/* Run srun with --nodes/--nodelist/--exclude put in after its name, and
+ * --overlap once a node failed: the step that ran on a node that died stays
+ * in slurmctld's books, holding its CPUs on the healthy nodes, until the
+ * node answers again (seen on Slurm 22.05 with --no-kill: the next step
+ * waits for "Requested nodes are busy" for ever); its tasks have all ended
+ * when srun returns, so sharing those CPUs is sharing nothing. */
 static int run_step(char **program, struct dtrain_node_roles *roles, struct step_result *res, char *err,
                     size_t errlen)
 {
     size_t argc = 0;
     while (program[argc] != NULL)
         argc++;
-    char nodes[32], *active = NULL, *failed = NULL, **argv = calloc(argc + 4, sizeof *argv);
+    char nodes[32], overlap[] = "--overlap", *active = NULL, *failed = NULL, **argv = calloc(argc + 5, sizeof *argv);
     size_t listlen = (size_t)roles->count * DTRAIN_NODE_NAME_MAX + 32;
     int rc = -1, pipefd[2] = {-1, -1};
     active = malloc(listlen);
@@ -127,8 +132,10 @@ static int run_step(char **program, struct dtrain_node_roles *roles, struct step
     argv[a++] = program[0];
     argv[a++] = nodes;
     argv[a++] = active;
-    if (failed[10] != '\0')
+    if (failed[10] != '\0') {
         argv[a++] = failed;
+        argv[a++] = overlap;
+    }
     for (size_t i = 1; i < argc; i++)
         argv[a++] = program[i];
     if (pipe(pipefd) != 0) {

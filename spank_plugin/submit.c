@@ -170,6 +170,12 @@ int dtrain_client_set_nodes(long nodes, char *err, size_t errlen)
         dtrain_snprintf(err, errlen, "--dtrain-spares: Slurm refused the node count %ld (-N %s)", nodes, text);
         return -1;
     }
+    /* --no-kill: a failed node must not end the job, whose steps go on
+     * without it (dtrain-launch --supervise) */
+    if (set(opt, "no-kill", "set", false) != 0) {
+        dtrain_snprintf(err, errlen, "--dtrain-spares: Slurm refused --no-kill");
+        return -1;
+    }
     return 0;
 }
 

@@ -21,7 +21,10 @@
 #    the job is requeued (the fallback); the requeued run restarts in the
 #    job again on its own spare, COMPLETED after 1 requeue, bit for bit;
 #  - --dtrain-max-restarts=1, 2 spares, a rank killed in every step: one
-#    in-job restart, then the budget is spent: FAILED, exit 1, the reason.
+#    in-job restart, then the budget is spent: FAILED, exit 1, the reason;
+#  - 1 spare, node2's slurmd, slurmstepd and tasks killed (a node failure;
+#    SlurmdTimeout 10 s): srun reports the node failure, the step restarts
+#    in the job on node1 + node3, COMPLETED with Restarts=0, bit for bit.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
 need_plugin
@@ -32,7 +35,7 @@ steps=24 every=4
 new_cluster_dir spares; d=$LC_NEW
 cat "$abs_top_srcdir"/doc/*.md >"$d/corpus.txt"
 "$tokenize" "$d/corpus.txt" "$d/tokens.bin" >/dev/null || { fail "dtrain-tokenize the docs"; done_testing; }
-printf 'SchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=2\n' >"$d/extra.conf"
+printf 'SchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=2\nSlurmdTimeout=10\n' >"$d/extra.conf"
 check_cluster_start "a 3-node cluster with the dtrain plugin and RequeueExit=75 starts" "$d" \
   --nodes 3 --cpus-per-node 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" --plugin "$plugin" --plugin-args "max_tp=8" \
   --requeue-delay 5 --slurm-conf-extra "$d/extra.conf"
@@ -75,7 +78,7 @@ submit() {
   in_cluster "$d" sbatch --parsable --dtrain-tp=2 --dtrain-ckpt-dir="$d/$name.ckpt" --open-mode=append \
     -o "$d/$name.out" "$@" "$d/$name.sbatch" 2>"$d/$name.err"
 }
-# losses, same_losses, ended, has, event_time: tests/fault/lib.sh
+# losses, same_losses, ended, has, event_time, kill_node: tests/fault/lib.sh
 . "$abs_top_srcdir/tests/fault/lib.sh"
 # nodes_of NAME RESTART: the nodes of the ranks' events in run RESTART of NAME's timeline.
 nodes_of() {
@@ -133,4 +136,23 @@ check "budget spent: one in-job restart, then one line says why, and the job's e
   eval '[ "$(grep -c "step restarted in the job on" "$d/budget.out")" -eq 1 ] &&
         has budget "exit 1 (not requeued: the job was already restarted 1 time (--dtrain-max-restarts=1))" &&
         [ "$(job_field "$d" "$budget" ExitCode)" = "1:0" ]'
+
+# ---- a node failure with a spare (node2: not the batch script's node1)
+node=$(submit node "delay:rank=0:step=0:ms=200:count=$steps" "" -N2 --ntasks-per-node=2 --dtrain-spares=1 \
+  --dtrain-max-restarts=3)
+for ((i = 0; i < 600; i++)); do
+  [ -f "$d/node.ckpt/step-00000004/manifest.json" ] && break
+  sleep 0.1
+done
+check "node failure: the job runs on node1 and node2 and has written the checkpoint of step 4" \
+  eval '[ -f "$d/node.ckpt/step-00000004/manifest.json" ] && [ "$(nodes_of node 0)" = "node1 node2 " ]'
+kill_node node2
+wait_job "$d" "$node" 180 || diag "node: job $node did not end within 180 s"
+check "node failure: COMPLETED without a requeue (Restarts=0: the job was not ended, sbatch got --no-kill)" \
+  ended node "$node" COMPLETED 0
+check "node failure: srun reports it, the step restarts in the job on node1 and the spare node3" \
+  eval 'has node "^srun: error: Node failure on node2" &&
+        has node "^dtrain-launch: node2 failed (srun: error: Node failure on node2): step restarted in the job on node1,node3"'
+check "node failure: the restarted step's ranks ran on node1 and node3 only" eval '[ "$(nodes_of node 1)" = "node1 node3 " ]'
+check "node failure: every step's loss equals the reference's, bit for bit" same_losses node
 done_testing
