@@ -22,7 +22,8 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_CKPT_DIR, "dtrain-ckpt-dir", "PATH",
      "[dtrain] checkpoint folder, where a requeued job resumes from"},
     {DTRAIN_OPT_MAX_RESTARTS, "dtrain-max-restarts", "N",
-     "[dtrain] requeue the job at most N times after a fault (0.." STR(DTRAIN_OPT_MAX_RESTARTS_MAX) ")"},
+     "[dtrain] restart the job at most N times after a fault, requeues and in-job restarts (--dtrain-spares) "
+     "together (0.." STR(DTRAIN_OPT_MAX_RESTARTS_MAX) ")"},
     {DTRAIN_OPT_ALLOW_PCIE, "dtrain-allow-pcie", NULL,
      "[dtrain] let a tensor-parallel group span GPUs without NVLink between them (slower; prints a warning)"},
     {DTRAIN_OPT_VERBOSE, "dtrain-verbose", NULL,
