@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # bench/bench_fault.sh: the time from a fault to the first resumed training
-# step, phase by phase, on a real local Slurm (scripts/local-cluster: 2
+# step, phase by phase, on a real local Slurm (scripts/local-cluster: 3
 # slurmd on loopback, the dtrain plugin, RequeueExit=75).  A batch job of
 # 4 ranks (T=2 x D=2 over 2 nodes; L=4 C=256 NH=4, T=64, batch 8, ZeRO-1, a
 # checkpoint every 10 steps, communicator timeout 5 s) gets one fault at
-# step 25, is requeued and resumes from step 20.  Every process appends
-# its events to a timeline (DTRAIN_FAULT_LOG, wall clock); the phases:
+# step 25, is requeued and resumes from step 20; or, for `spare`, the same
+# job with --dtrain-spares=1 under dtrain-launch --supervise restarts its
+# step in the job on the third node.  Every process appends its events to
+# a timeline (DTRAIN_FAULT_LOG, wall clock); the phases:
 #   detection     the fault -> the first rank that reports it
 #   teardown      -> the srun step has ended (dtrain-launch --job-exit runs)
 #   requeue       -> the requeued batch script starts (RequeueExit, the
-#                    requeue delay = cred_expire, the scheduler's next pass)
+#                    requeue delay = cred_expire, the scheduler's next pass);
+#                    for spare: -> the supervisor starts the next srun step
 #   restart       -> the resume begins (srun, PMI2 bootstrap, communicators,
 #                    the trainer built); split as srun + launch and the rest
 #   load          -> the checkpoint is verified and loaded
 #   first step    -> the first resumed step is done
-# Faults: kill (rank 1 SIGKILLs itself) and hang (rank 3 stops: the
-# communicator timeout is the detection).  Medians of --runs runs.
+# Faults: kill (rank 1 SIGKILLs itself), hang (rank 3 stops: the
+# communicator timeout is the detection) and spare (rank 1 SIGKILLs itself,
+# in-job restart on the spare).  Medians of --runs runs, in one run of the
+# script so that the paths are compared on the same machine state.
 #
-#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang]
+#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang,spare]
 #
 # DIR is a configured and built tree (default: $DTRAIN_BUILD, else build/
 # in the source tree).  Needs root, the Slurm daemons and python3.  The
@@ -26,7 +31,7 @@
 set -uo pipefail
 prog=bench_fault.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang
+build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang,spare
 die() { echo "$prog: $1" >&2; exit "${2:-1}"; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -34,7 +39,7 @@ while [ $# -gt 0 ]; do
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]?$ ]] || die "--runs needs a count from 1 to 99" 2; runs=$2; shift 2 ;;
     --requeue-delay) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]{1,4}$ ]] && [ "$2" -ge 5 ] || die "--requeue-delay needs seconds, at least 5" 2
       delay=$2; shift 2 ;;
-    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang)(,(kill|hang))*$ ]] || die "--faults takes kill, hang or kill,hang" 2
+    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang|spare)(,(kill|hang|spare))*$ ]] || die "--faults takes a list of kill, hang, spare" 2
       faults=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;/^# SPDX-License-Identifier:/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see $0 --help)" 2 ;;
@@ -49,7 +54,7 @@ dir=$(mktemp -d "$build/bench-fault.XXXXXX") || die "cannot make a folder in $bu
 stop() { "$top/scripts/local-cluster" stop --dir "$dir" >/dev/null 2>&1; rm -rf -- "$dir"; }
 trap stop EXIT
 printf 'SchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=2\n' >"$dir/extra.conf"
-"$top/scripts/local-cluster" start --dir "$dir" --nodes 2 --cpus-per-node 4 \
+"$top/scripts/local-cluster" start --dir "$dir" --nodes 3 --cpus-per-node 4 \
   --topology-all "$top/tests/fixtures/topology/hgx-a100-4gpu.xml" --plugin "$plugin" --plugin-args "max_tp=8" \
   --requeue-delay "$delay" --slurm-conf-extra "$dir/extra.conf" >"$dir/start.log" 2>&1 ||
   { cat "$dir/start.log" >&2; die "the local cluster did not start"; }
@@ -57,21 +62,24 @@ export SLURM_CONF=$dir/slurm.conf
 cat "$top"/doc/*.md >"$dir/corpus.txt"
 "$build/runtime/dtrain-tokenize" "$dir/corpus.txt" "$dir/tokens.bin" >/dev/null || die "dtrain-tokenize failed"
 
-# run NAME INJECT: one job, waited for; its timeline in NAME.events.
+# run NAME INJECT [SPARES]: one job, waited for; its timeline in NAME.events.
+# With SPARES, sbatch --dtrain-spares=SPARES and dtrain-launch --supervise.
 run() {
-  local name=$1 inject=$2 id state i
+  local name=$1 inject=$2 spares=${3:-} id state i extra=()
+  [ -z "$spares" ] || extra=(--dtrain-spares="$spares")
   {
     echo '#!/bin/bash'
     echo 'export OPENBLAS_NUM_THREADS=1'
     printf 'export DTRAIN_FAULT_LOG=%q\n' "$dir/$name.events"
     # the batch script's own event: when Slurm started it
     echo 'printf "{\"t\": %s, \"event\": \"job_start\", \"rank\": -1, \"node\": \"%s\", \"step\": -1, \"restart\": %s, \"what\": \"\"}\n" "$(date +%s.%N)" "$SLURMD_NODENAME" "${SLURM_RESTART_COUNT:-0}" >>"$DTRAIN_FAULT_LOG"'
+    [ -z "$spares" ] || printf 'exec %q --supervise -- ' "$launch"
     printf 'srun --mpi=pmi2 --ntasks-per-node=2 %q --data %q' "$launch" "$dir/tokens.bin"
     printf ' --layers 4 --channels 256 --heads 4 --vocab-size 256 --max-seq-len 64 --seq 64 --batch 8 --steps 40'
     printf ' --lr 1e-3 --threads 1 --log-every 0 --checkpoint-every 10 --comm-timeout 5 --zero1 1 --inject %q\n' "$inject"
-    printf 'exec %q --job-exit $?\n' "$launch"
+    [ -n "$spares" ] || printf 'exec %q --job-exit $?\n' "$launch"
   } >"$dir/$name.sbatch"
-  id=$(sbatch --parsable -N2 --ntasks-per-node=2 --dtrain-tp=2 --dtrain-ckpt-dir="$dir/$name.ckpt" \
+  id=$(sbatch --parsable -N2 --ntasks-per-node=2 "${extra[@]}" --dtrain-tp=2 --dtrain-ckpt-dir="$dir/$name.ckpt" \
     --open-mode=append -o "$dir/$name.out" "$dir/$name.sbatch") || die "sbatch failed"
   for ((i = 0; i < 300; i++)); do
     state=$(scontrol show job "$id" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
@@ -79,6 +87,7 @@ run() {
     sleep 1
   done
   [ "$state" = COMPLETED ] || { tail -20 "$dir/$name.out" >&2; die "job $name ended $state"; }
+  [ -z "$spares" ] || scontrol show job "$id" | grep -q "Restarts=0" || die "job $name was requeued: the in-job restart did not happen"
 }
 
 IFS=, read -r -a kinds <<<"$faults"
@@ -87,6 +96,7 @@ for ((r = 0; r < runs; r++)); do
     case $k in
       kill) run "kill.$r" "kill:rank=1:step=25" ;;
       hang) run "hang.$r" "hang:rank=3:step=25" ;;
+      spare) run "spare.$r" "kill:rank=1:step=25" 1 ;;
     esac
   done
 done
@@ -99,23 +109,34 @@ PHASES = [("detection", "inject", "detect"), ("teardown", "detect", "step_end"),
           ("restart: bootstrap, comms, build", "launch", "load_begin"), ("checkpoint load", "load_begin", "load_end"),
           ("first step", "load_end", "first_step")]
 
-def times(path):
+INJOB = [("detection", "inject", "detect"), ("teardown", "detect", "step_end"),
+         ("supervisor: next step", "step_end", "job_start"), ("restart: srun + launch", "job_start", "launch"),
+         ("restart: bootstrap, comms, build", "launch", "load_begin"), ("checkpoint load", "load_begin", "load_end"),
+         ("first step", "load_end", "first_step")]
+
+def times(path, injob):
     ev = [json.loads(l) for l in open(path)]
     def first(name, restart, rank=None):
         t = [e["t"] for e in ev if e["event"] == name and e["restart"] == restart and (rank is None or e["rank"] == rank)]
         if not t:
             raise SystemExit(f"{path}: no {name} event in run {restart}")
         return min(t)
+    # in the job: the supervisor's step_start of restart 1 plays the requeued script's job_start
     return {"inject": first("inject", 0), "detect": first("detect", 0), "step_end": first("step_end", 0),
-            "job_start": first("job_start", 1), "launch": first("launch", 1), "load_begin": first("load_begin", 1, 0),
+            "job_start": first("step_start" if injob else "job_start", 1), "launch": first("launch", 1),
+            "load_begin": first("load_begin", 1, 0),
             "load_end": first("load_end", 1, 0), "first_step": first("first_step", 1, 0)}
 
 print(f"fault to the first resumed step: 4 ranks (T=2 x D=2, 2 nodes), L=4 C=256, requeue delay {delay} s; "
       f"median of {runs} runs (min..max), seconds")
+totals = {}
 for f in faults:
-    rows = [times(f"{d}/{f}.{r}.events") for r in range(runs)]
-    print(f"  {f}:")
-    for name, a, b in PHASES + [("total", "inject", "first_step")]:
+    rows = [times(f"{d}/{f}.{r}.events", f == "spare") for r in range(runs)]
+    print(f"  {f}:" + ("  (in-job restart on a spare: --dtrain-spares=1, dtrain-launch --supervise)" if f == "spare" else ""))
+    for name, a, b in (INJOB if f == "spare" else PHASES) + [("total", "inject", "first_step")]:
         v = [t[b] - t[a] for t in rows]
         print(f"    {name:34s} {statistics.median(v):7.2f}   ({min(v):.2f}..{max(v):.2f})")
+    totals[f] = statistics.median([t["first_step"] - t["inject"] for t in rows])
+if "kill" in totals and "spare" in totals:
+    print(f"  ratio spare / kill (in-job restart against requeue, same fault): {totals['spare'] / totals['kill']:.3f}")
 PY

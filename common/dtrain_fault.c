@@ -19,14 +19,24 @@
 int dtrain_restarts_read(struct dtrain_restarts *r, char *err, size_t errlen)
 {
     const char *count = getenv(DTRAIN_ENV_RESTART_COUNT), *max = getenv(DTRAIN_ENV_MAX_RESTARTS);
+    const char *in_job = getenv(DTRAIN_ENV_INJOB_RESTARTS);
     char why[256];
-    r->count = 0;
+    memset(r, 0, sizeof *r);
     r->max = -1;
     if (count != NULL && count[0] != '\0' &&
-        dtrain_parse_int(count, 0, 1000000, DTRAIN_ENV_RESTART_COUNT, &r->count, why, sizeof why) != 0) {
+        dtrain_parse_int(count, 0, 1000000, DTRAIN_ENV_RESTART_COUNT, &r->requeues, why, sizeof why) != 0) {
         snprintf(err, errlen, "%s", why);
         return -1;
     }
+    if (in_job != NULL && in_job[0] != '\0') {
+        if (dtrain_parse_int(in_job, 0, 1000000, DTRAIN_ENV_INJOB_RESTARTS " (set by dtrain-launch --supervise)",
+                             &r->in_job, why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s", why);
+            return -1;
+        }
+        r->supervised = 1;
+    }
+    r->count = r->requeues + r->in_job;
     if (max != NULL && max[0] != '\0' &&
         dtrain_parse_int(max, 0, 10000, DTRAIN_ENV_MAX_RESTARTS " (--dtrain-max-restarts)", &r->max, why,
                          sizeof why) != 0) {
@@ -38,12 +48,13 @@ int dtrain_restarts_read(struct dtrain_restarts *r, char *err, size_t errlen)
 
 int dtrain_restarts_exit(const struct dtrain_restarts *r, char *why, size_t whylen)
 {
+    const char *next = r->supervised ? "" : "requeue, ";
     if (r->max < 0) {
-        snprintf(why, whylen, "requeue, restart %ld", r->count + 1);
+        snprintf(why, whylen, "%srestart %ld", next, r->count + 1);
         return DTRAIN_EXIT_REQUEUE;
     }
     if (r->count < r->max) {
-        snprintf(why, whylen, "requeue, restart %ld of at most %ld", r->count + 1, r->max);
+        snprintf(why, whylen, "%srestart %ld of at most %ld", next, r->count + 1, r->max);
         return DTRAIN_EXIT_REQUEUE;
     }
     snprintf(why, whylen, "not requeued: the job was already restarted %ld time%s (--dtrain-max-restarts=%ld)",

@@ -2,12 +2,15 @@
 /* dtrain common: what every dtrain process does about a fault.
  *
  * The restart budget.  Slurm counts a job's restarts in
- * SLURM_RESTART_COUNT (unset on the first run); --dtrain-max-restarts
- * reaches the tasks and the batch script as DTRAIN_MAX_RESTARTS (unset:
- * no bound).  A fault ends the process with DTRAIN_EXIT_REQUEUE (75) while
- * count < max, so that Slurm requeues the job (RequeueExit=75), and with
- * DTRAIN_EXIT_FAILURE (1) once the budget is spent, so that the job ends
- * FAILED with a line saying why.
+ * SLURM_RESTART_COUNT (unset on the first run); dtrain-launch --supervise
+ * counts the steps it restarted inside this run of the job (on spare
+ * nodes) in DTRAIN_INJOB_RESTARTS, which it sets for its steps and itself;
+ * their sum is the count.  --dtrain-max-restarts reaches the tasks and the
+ * batch script as DTRAIN_MAX_RESTARTS (unset: no bound).  A fault ends the
+ * process with DTRAIN_EXIT_REQUEUE (75) while count < max, so that the
+ * supervisor restarts the step or Slurm requeues the job (RequeueExit=75),
+ * and with DTRAIN_EXIT_FAILURE (1) once the budget is spent, so that the
+ * job ends FAILED with a line saying why.
  *
  * The fault line.  The first fatal fault of a process is reported on ONE
  * line, whichever thread sees it first (the training loop, the watchdog):
@@ -39,17 +42,21 @@ extern "C" {
 #define DTRAIN_ENV_FAULT_LOG "DTRAIN_FAULT_LOG"
 
 struct dtrain_restarts {
-    long count; /* SLURM_RESTART_COUNT, 0 when unset */
-    long max;   /* DTRAIN_MAX_RESTARTS, -1 when unset (no bound) */
+    long count;    /* requeues + in_job: the restarts so far */
+    long requeues; /* SLURM_RESTART_COUNT, 0 when unset */
+    long in_job;   /* DTRAIN_INJOB_RESTARTS, 0 when unset */
+    int supervised; /* DTRAIN_INJOB_RESTARTS is set: dtrain-launch --supervise decides */
+    long max;      /* DTRAIN_MAX_RESTARTS, -1 when unset (no bound) */
 };
 
-/* Read both variables.  Returns 0, or -1 with one line in err for a
+/* Read the variables.  Returns 0, or -1 with one line in err for a
  * malformed value. */
 int dtrain_restarts_read(struct dtrain_restarts *r, char *err, size_t errlen);
 
 /* The exit code of a fault (75 or 1) and, in why, what happens next:
- * "requeue, restart 2 of at most 3" or "not requeued: the job was already
- * restarted 3 times (--dtrain-max-restarts=3)". */
+ * "requeue, restart 2 of at most 3" ("restart 2 of at most 3" under
+ * --supervise, which restarts in the job or requeues) or "not requeued:
+ * the job was already restarted 3 times (--dtrain-max-restarts=3)". */
 int dtrain_restarts_exit(const struct dtrain_restarts *r, char *why, size_t whylen);
 
 /* One process's fault state: shared by its threads. */

@@ -48,6 +48,7 @@ int dtrain_job_exit_code(long status, char *line, size_t linelen)
         snprintf(line, linelen, "%s", err);
         return DTRAIN_EXIT_USAGE;
     }
+    r.supervised = 0; /* the batch script's verdict is a requeue, also after in-job restarts (--supervise) */
     int code = dtrain_restarts_exit(&r, why, sizeof why);
     snprintf(line, linelen, "the job step ended with exit %ld (%s): exit %d (%s)", status, m, code, why);
     return code;

@@ -32,6 +32,7 @@
 #include "placement.h"
 #include "pmi.h"
 #include "rendezvous.h"
+#include "supervise.h"
 #include "report.h"
 
 #define PROG "dtrain-launch"
@@ -49,6 +50,8 @@ struct options {
     char **program; /* argv after "--", NULL when none */
     long job_exit;  /* --job-exit STATUS, -1 when not given */
     int slurm_requeue; /* --slurm-requeue */
+    int supervise;     /* --supervise (supervise.h) */
+    int drain;         /* --drain, with --supervise */
     int trainer_argc; /* the trainer's arguments: CONFIG.json and flags */
     char **trainer_argv;
 };
@@ -76,7 +79,12 @@ static void usage(FILE *out)
             "                        exit 75 for a fault (75, a task killed by a signal) while restarts remain\n"
             "                        (SLURM_RESTART_COUNT < DTRAIN_MAX_RESTARTS), so that RequeueExit=75 requeues\n"
             "                        the job; 1 once they are spent; 0, 1, 2, 3 as they are\n"
-            "      --slurm-requeue   with --job-exit: also ask slurmctld to requeue the job (slurm_requeue)\n"
+            "      --slurm-requeue   with --job-exit or --supervise: also ask slurmctld to requeue the job (slurm_requeue)\n"
+            "      --supervise       in the batch script (exec " PROG " --supervise -- srun ...): run the srun step on\n"
+            "                        the nodes that are not spares (--dtrain-spares), and after a fault that srun\n"
+            "                        blames on a node, start it again at once on the healthy nodes and a spare,\n"
+            "                        within the restart budget; else exit as --job-exit would\n"
+            "      --drain           with --supervise: also drain the failed node, with the reason (needs SlurmUser or root)\n"
             "  -h, --help            this text\n"
             "  -V, --version         the version\n"
             "With --print or --json and neither PROGRAM nor CONFIG, it stops after printing.\n"
@@ -100,7 +108,8 @@ static int parse_dim(const char *opt, const char *text, long max, int *out)
 /* Returns -1 to go on, else the exit code. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON, OPT_COMM_BACKEND, OPT_JOB_EXIT, OPT_SLURM_REQUEUE };
+    enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON, OPT_COMM_BACKEND, OPT_JOB_EXIT, OPT_SLURM_REQUEUE, OPT_SUPERVISE,
+           OPT_DRAIN };
     static const struct option longopts[] = {
         {"tp", required_argument, NULL, 't'},
         {"pp", required_argument, NULL, 'p'},
@@ -112,6 +121,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"json", no_argument, NULL, OPT_JSON},
         {"job-exit", required_argument, NULL, OPT_JOB_EXIT},
         {"slurm-requeue", no_argument, NULL, OPT_SLURM_REQUEUE},
+        {"supervise", no_argument, NULL, OPT_SUPERVISE},
+        {"drain", no_argument, NULL, OPT_DRAIN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -150,6 +161,8 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         }
         case OPT_SLURM_REQUEUE: o->slurm_requeue = 1; break;
+        case OPT_SUPERVISE: o->supervise = 1; break;
+        case OPT_DRAIN: o->drain = 1; break;
         case 'h': usage(stdout); return DTRAIN_EXIT_OK;
         case 'V': printf(PROG " " PACKAGE_VERSION "\n"); return DTRAIN_EXIT_OK;
         case ':':
@@ -183,8 +196,17 @@ parsed:
         o->trainer_argc = argc - trainer_from;
         o->trainer_argv = &argv[trainer_from];
     }
-    if (o->slurm_requeue && o->job_exit < 0) {
-        fprintf(stderr, PROG ": --slurm-requeue goes with --job-exit STATUS (in the batch script, after srun)\n");
+    if (o->slurm_requeue && o->job_exit < 0 && !o->supervise) {
+        fprintf(stderr, PROG ": --slurm-requeue goes with --job-exit STATUS (in the batch script, after srun) or --supervise\n");
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (o->drain && !o->supervise) {
+        fprintf(stderr, PROG ": --drain goes with --supervise (" PROG " --supervise --drain -- srun ...)\n");
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (o->supervise && (o->program == NULL || o->job_exit >= 0 || o->trainer_argc > 0 || o->output != OUTPUT_NONE)) {
+        fprintf(stderr, PROG ": --supervise takes the srun step after \"--\" and nothing else: " PROG
+                " --supervise -- srun --mpi=pmi2 ... " PROG " ...\n");
         return DTRAIN_EXIT_USAGE;
     }
     if (o->job_exit >= 0 && (o->program != NULL || o->trainer_argc > 0 || o->output != OUTPUT_NONE)) {
@@ -296,6 +318,10 @@ int main(int argc, char **argv)
     int rc = parse_options(argc, argv, &opt);
     if (rc >= 0)
         return rc;
+    if (opt.supervise) {
+        rc = dtrain_supervise(opt.program, opt.drain, &opt.job_exit);
+        return rc >= 0 ? rc : job_exit(&opt); /* not restarted in the job: as --job-exit maps it */
+    }
     if (opt.job_exit >= 0)
         return job_exit(&opt);
     const char *procid = getenv("SLURM_PROCID");

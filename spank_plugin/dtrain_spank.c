@@ -79,7 +79,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     switch (spank_context()) {
     case S_CTX_ALLOCATOR:
     case S_CTX_LOCAL: /* srun checks its options as sbatch does */
-        return dtrain_allocator_post_opt(&plugin);
+        return dtrain_allocator_post_opt(&plugin, spank_context() == S_CTX_ALLOCATOR);
     case S_CTX_REMOTE:
         return dtrain_remote_post_opt(&plugin, sp);
     default:

@@ -22,7 +22,8 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_CKPT_DIR, "dtrain-ckpt-dir", "PATH",
      "[dtrain] checkpoint folder, where a requeued job resumes from"},
     {DTRAIN_OPT_MAX_RESTARTS, "dtrain-max-restarts", "N",
-     "[dtrain] requeue the job at most N times after a fault (0.." STR(DTRAIN_OPT_MAX_RESTARTS_MAX) ")"},
+     "[dtrain] restart the job at most N times after a fault, requeues and in-job restarts (--dtrain-spares) "
+     "together (0.." STR(DTRAIN_OPT_MAX_RESTARTS_MAX) ")"},
     {DTRAIN_OPT_ALLOW_PCIE, "dtrain-allow-pcie", NULL,
      "[dtrain] let a tensor-parallel group span GPUs without NVLink between them (slower; prints a warning)"},
     {DTRAIN_OPT_VERBOSE, "dtrain-verbose", NULL,
@@ -30,6 +31,9 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_GPU_VISIBILITY, "dtrain-gpu-visibility", "all|one",
      "[dtrain] GPUs each task sees: all (every GPU of the step on the node, device LOCAL_RANK = the task's "
      "placed GPU) or one (only its own); default: the site's, else all"},
+    {DTRAIN_OPT_SPARES, "dtrain-spares", "N",
+     "[dtrain] N more nodes (0.." STR(DTRAIN_OPT_SPARES_MAX) ") than -N asks for, holding no ranks: after a fault "
+     "dtrain-launch --supervise restarts the step in the job on a spare instead of requeueing"},
 };
 const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
 
@@ -37,6 +41,7 @@ void dtrain_options_init(struct dtrain_options *opts)
 {
     memset(opts, 0, sizeof *opts);
     opts->max_restarts = -1;
+    opts->spares = -1;
 }
 
 /* A parallel size: digits only, 1..DTRAIN_PLAN_MAX_DIM. */
@@ -88,6 +93,11 @@ static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const cha
         if (dtrain_parse_int(arg, 0, DTRAIN_OPT_MAX_RESTARTS_MAX, "--dtrain-max-restarts", &v, err, errlen) != 0)
             return -1;
         opts->max_restarts = (int)v;
+        return 0;
+    case DTRAIN_OPT_SPARES:
+        if (dtrain_parse_int(arg, 0, DTRAIN_OPT_SPARES_MAX, "--dtrain-spares", &v, err, errlen) != 0)
+            return -1;
+        opts->spares = (int)v;
         return 0;
     case DTRAIN_OPT_ALLOW_PCIE:
         opts->allow_pcie = 1;

@@ -13,6 +13,7 @@
 
 #define DTRAIN_OPT_PATH_MAX 1024        /* --dtrain-ckpt-dir is at most 1023 bytes */
 #define DTRAIN_OPT_MAX_RESTARTS_MAX 10000 /* --dtrain-max-restarts at most this */
+#define DTRAIN_OPT_SPARES_MAX 64          /* --dtrain-spares at most this */
 
 /* Option identifiers; also the `val` Slurm hands back to the callback. */
 enum dtrain_opt_id {
@@ -24,6 +25,7 @@ enum dtrain_opt_id {
     DTRAIN_OPT_ALLOW_PCIE,
     DTRAIN_OPT_VERBOSE,
     DTRAIN_OPT_GPU_VISIBILITY,
+    DTRAIN_OPT_SPARES,
 };
 
 struct dtrain_option_info {
@@ -46,6 +48,7 @@ struct dtrain_options {
     int allow_pcie;                     /* 1 with --dtrain-allow-pcie */
     int verbose;                        /* 1 with --dtrain-verbose */
     int gpu_visibility;                 /* 0 not given (the site's default), 1 all, 2 one */
+    int spares;                         /* --dtrain-spares N, -1 = not given */
     unsigned given;                     /* bit (1 << id) for each option given */
 };
 

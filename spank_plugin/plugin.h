@@ -73,8 +73,9 @@ struct dtrain_plugin {
     struct dtrain_step step; /* remote context only */
 };
 
-/* allocator.c: sbatch, salloc, and srun's first check */
-int dtrain_allocator_post_opt(struct dtrain_plugin *plugin);
+/* allocator.c: sbatch, salloc, and srun's first check; allocates: 1 in
+ * sbatch/salloc (the allocator context), where --dtrain-spares adds nodes */
+int dtrain_allocator_post_opt(struct dtrain_plugin *plugin, int allocates);
 
 /* local.c: srun, once the step exists */
 int dtrain_local_user_init(struct dtrain_plugin *plugin, spank_t sp);

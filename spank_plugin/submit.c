@@ -61,6 +61,7 @@ void dtrain_job_size_derive(const char *ntasks, const char *nodes, const char *n
 typedef bool (*option_isset_f)(void *opt, const char *name);
 typedef char *(*option_get_f)(void *opt, const char *name);
 typedef void (*xfree_ptr_f)(void *ptr);
+typedef int (*option_set_f)(void *opt, const char *name, const char *value, bool early);
 
 struct client_opts {
     void *opt;
@@ -135,6 +136,46 @@ int dtrain_submit_check(const struct dtrain_options *opts, const struct dtrain_s
     if (dtrain_plan_check_shape(T, P, opts->dp, size->ntasks, size->tasks_per_node, cfg->nvlink_domain_gpus, err,
                                 errlen) != DTRAIN_TOPO_OK)
         return DTRAIN_EXIT_REFUSED;
+    return 0;
+}
+
+int dtrain_submit_spares(const struct dtrain_options *opts, const struct dtrain_job_size *size, long *nodes,
+                         char *err, size_t errlen)
+{
+    *nodes = 0;
+    if (opts->spares <= 0)
+        return 0;
+    if (size->nnodes <= 0) {
+        dtrain_snprintf(err, errlen, "--dtrain-spares=%d needs a fixed node count for the ranks: give -N K "
+                        "(the job then gets K + %d nodes, the last %d of them spares)", opts->spares, opts->spares,
+                        opts->spares);
+        return DTRAIN_EXIT_USAGE;
+    }
+    *nodes = size->nnodes + opts->spares;
+    return 0;
+}
+
+int dtrain_client_set_nodes(long nodes, char *err, size_t errlen)
+{
+    void *opt = dlsym(RTLD_DEFAULT, "opt");
+    option_set_f set = (option_set_f)dlsym(RTLD_DEFAULT, "slurm_option_set");
+    char text[32];
+    if (opt == NULL || set == NULL) {
+        dtrain_snprintf(err, errlen, "--dtrain-spares: this Slurm client has no option table to add the spare "
+                        "nodes to (libslurm's slurm_option_set): ask for them with -N and leave --dtrain-spares out");
+        return -1;
+    }
+    dtrain_snprintf(text, sizeof text, "%ld", nodes);
+    if (set(opt, "nodes", text, false) != 0) {
+        dtrain_snprintf(err, errlen, "--dtrain-spares: Slurm refused the node count %ld (-N %s)", nodes, text);
+        return -1;
+    }
+    /* --no-kill: a failed node must not end the job, whose steps go on
+     * without it (dtrain-launch --supervise) */
+    if (set(opt, "no-kill", "set", false) != 0) {
+        dtrain_snprintf(err, errlen, "--dtrain-spares: Slurm refused --no-kill");
+        return -1;
+    }
     return 0;
 }
 

@@ -40,6 +40,19 @@ void dtrain_job_size_from_client(struct dtrain_job_size *out);
 int dtrain_submit_check(const struct dtrain_options *opts, const struct dtrain_site_config *cfg,
                         const struct dtrain_job_size *size, char *err, size_t errlen);
 
+/* --dtrain-spares=N at submission (sbatch, salloc): the node count the job
+ * asks Slurm for, the user's fixed -N K plus N, in *nodes.  Returns 0
+ * (nothing to do when N is 0 or not given: *nodes = 0), or
+ * DTRAIN_EXIT_USAGE with one line in err when the node count is not a fixed
+ * -N K (a range or none: which nodes are spares would be Slurm's guess). */
+int dtrain_submit_spares(const struct dtrain_options *opts, const struct dtrain_job_size *size, long *nodes,
+                         char *err, size_t errlen);
+
+/* Set the calling client's node count (-N) to `nodes` through libslurm's
+ * slurm_option_set on its option table (see above), before the job is
+ * built from it.  Returns 0, or -1 with one line in err. */
+int dtrain_client_set_nodes(long nodes, char *err, size_t errlen);
+
 /* Print "dtrain: msg" on stderr and end the client (sbatch, salloc, srun)
  * with `code`.  Returning an error to Slurm instead would add Slurm's own
  * lines ("Invalid --dtrain-tp argument", "Plugin stack post-option

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-launch --job-exit STATUS: the batch script's exit code after its
-# srun step, for every kind of status and restart budget, and its refusals.
+# srun step, for every kind of status and restart budget, and its refusals;
+# the refusals of --supervise (its runs are in spares.sh, under Slurm).
 # No Slurm needed (the restart variables are set by hand).
 . "$abs_top_srcdir/tests/tap.sh"
 launch=$abs_top_builddir/launcher/dtrain-launch
 [ -x "$launch" ] || skip_all "dtrain-launch is not built"
-unset SLURM_RESTART_COUNT DTRAIN_MAX_RESTARTS DTRAIN_FAULT_LOG SLURM_JOB_ID
+unset SLURM_RESTART_COUNT DTRAIN_MAX_RESTARTS DTRAIN_FAULT_LOG SLURM_JOB_ID SLURM_JOB_NODELIST DTRAIN_SPARES DTRAIN_INJOB_RESTARTS
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test-cli.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
@@ -59,6 +60,22 @@ check "--job-exit loads no runtime: neither libdtrain, a BLAS, CUDA nor NCCL ($(
 loaded "$abs_top_builddir/runtime/dtrain-train" --version >"$tmp/libs-train"
 check "the probe sees libdtrain and the BLAS loaded by dtrain-train --version" \
   eval 'heavy_libs "$tmp/libs-train" | grep -q libdtrain && heavy_libs "$tmp/libs-train" | grep -qE "blas"'
+check "after 1 in-job restart (DTRAIN_INJOB_RESTARTS=1) and 1 requeue of at most 3: exit 75 (requeue, restart 3 of at most 3)" \
+  job_exit 75 "exit 75 (requeue, restart 3 of at most 3)" \
+  env SLURM_RESTART_COUNT=1 DTRAIN_INJOB_RESTARTS=1 DTRAIN_MAX_RESTARTS=3 "$launch" --job-exit 137
+check "--supervise without a step: exit 2" job_exit 2 "^dtrain-launch: --supervise takes the srun step after" "$launch" --supervise
+check "--supervise with trainer flags: exit 2" job_exit 2 "--supervise takes the srun step" "$launch" --supervise --steps 3
+check "--supervise of something else than srun: exit 2" \
+  job_exit 2 "^dtrain-launch: --supervise runs an srun step, not 'bash'" "$launch" --supervise -- bash -c true
+check "--drain without --supervise: exit 2" job_exit 2 "^dtrain-launch: --drain goes with --supervise" "$launch" --drain
+check "--supervise outside a batch job: exit 2, one line" \
+  job_exit 2 "^dtrain-launch: --supervise runs in a batch job (SLURM_JOB_NODELIST is not set)" "$launch" --supervise -- srun true
+check "--supervise with as many spares as nodes: exit 2" \
+  job_exit 2 "the job has 2 nodes and 2 of them are spares (--dtrain-spares): no node is left for the ranks" \
+  env SLURM_JOB_NODELIST='node[1-2]' DTRAIN_SPARES=2 "$launch" --supervise -- srun true
+check "--supervise with a malformed DTRAIN_SPARES: exit 2" \
+  job_exit 2 "DTRAIN_SPARES (--dtrain-spares): 'x' is not a whole number" \
+  env SLURM_JOB_NODELIST='node[1-2]' DTRAIN_SPARES=x "$launch" --supervise -- srun true
 train=$abs_top_builddir/runtime/dtrain-train
 printf 'hello world\n' >"$tmp/t.txt"
 "$abs_top_builddir/runtime/dtrain-tokenize" "$tmp/t.txt" "$tmp/t.bin" >/dev/null 2>&1

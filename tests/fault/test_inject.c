@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_fault.h"
 #include "dtrain_inject.h"
@@ -92,6 +93,29 @@ int main(void)
            "restarts %s, at most %s: exit %d (%s)", budget[k].count ? budget[k].count : "unset",
            budget[k].max ? budget[k].max : "unset", code, why);
     }
+    /* in-job restarts (dtrain-launch --supervise) count with Slurm's requeues, in one budget */
+    static const struct { const char *count, *in_job, *max; int code; const char *says; } injob[] = {
+        {NULL, "0", "3", DTRAIN_EXIT_REQUEUE, "restart 1 of at most 3"},
+        {"1", "1", "3", DTRAIN_EXIT_REQUEUE, "restart 3 of at most 3"},
+        {NULL, "3", "3", DTRAIN_EXIT_FAILURE, "not requeued: the job was already restarted 3 times"},
+        {"2", "1", "3", DTRAIN_EXIT_FAILURE, "already restarted 3 times"},
+        {"4", "2", NULL, DTRAIN_EXIT_REQUEUE, "restart 7"},
+    };
+    for (size_t k = 0; k < sizeof injob / sizeof injob[0]; k++) {
+        env(DTRAIN_ENV_RESTART_COUNT, injob[k].count);
+        env(DTRAIN_ENV_INJOB_RESTARTS, injob[k].in_job);
+        env("DTRAIN_MAX_RESTARTS", injob[k].max);
+        rc = dtrain_restarts_read(&r, err, sizeof err);
+        int code = rc == 0 ? dtrain_restarts_exit(&r, why, sizeof why) : -1;
+        ok(code == injob[k].code && strstr(why, injob[k].says) != NULL && strstr(why, "requeue, ") == NULL &&
+           r.supervised == 1, "requeues %s + in-job %s, at most %s: exit %d (%s)",
+           injob[k].count ? injob[k].count : "unset", injob[k].in_job, injob[k].max ? injob[k].max : "unset", code,
+           why);
+    }
+    env(DTRAIN_ENV_INJOB_RESTARTS, "-2");
+    ok(dtrain_restarts_read(&r, err, sizeof err) == -1 && strstr(err, "DTRAIN_INJOB_RESTARTS") != NULL,
+       "a malformed DTRAIN_INJOB_RESTARTS is refused: %s", err);
+    env(DTRAIN_ENV_INJOB_RESTARTS, NULL);
     env(DTRAIN_ENV_RESTART_COUNT, "x1");
     ok(dtrain_restarts_read(&r, err, sizeof err) == -1 && strstr(err, "SLURM_RESTART_COUNT") != NULL,
        "a malformed SLURM_RESTART_COUNT is refused: %s", err);

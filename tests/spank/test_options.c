@@ -34,6 +34,11 @@ static void test_option_values(void)
     expect_refused(DTRAIN_OPT_MAX_RESTARTS, "--dtrain-max-restarts", "-1");
     expect_refused(DTRAIN_OPT_MAX_RESTARTS, "--dtrain-max-restarts", "10001");
     expect_refused(DTRAIN_OPT_MAX_RESTARTS, "--dtrain-max-restarts", "two");
+    expect_refused(DTRAIN_OPT_SPARES, "--dtrain-spares", "-1");
+    expect_refused(DTRAIN_OPT_SPARES, "--dtrain-spares", "65");
+    expect_refused(DTRAIN_OPT_SPARES, "--dtrain-spares", "99999999999999999999");
+    expect_refused(DTRAIN_OPT_SPARES, "--dtrain-spares", "one");
+    expect_refused(DTRAIN_OPT_SPARES, "--dtrain-spares", "");
     expect_refused(DTRAIN_OPT_CKPT_DIR, "--dtrain-ckpt-dir", "");
     expect_refused(DTRAIN_OPT_CKPT_DIR, "--dtrain-ckpt-dir", "/ckpt\nsecond line");
 
@@ -56,6 +61,9 @@ static void test_option_values(void)
        "the documented maximum 65536 is accepted");
     ok(dtrain_options_set(&o, DTRAIN_OPT_MAX_RESTARTS, "0", err, sizeof err) == 0 && o.max_restarts == 0,
        "--dtrain-max-restarts=0 is accepted");
+    ok(o.spares == -1 && dtrain_options_set(&o, DTRAIN_OPT_SPARES, "0", err, sizeof err) == 0 && o.spares == 0 &&
+       dtrain_options_set(&o, DTRAIN_OPT_SPARES, "64", err, sizeof err) == 0 && o.spares == 64,
+       "--dtrain-spares takes 0 to 64");
     ok(dtrain_options_set(&o, DTRAIN_OPT_CKPT_DIR, "/scratch/run 1", err, sizeof err) == 0 &&
        strcmp(o.ckpt_dir, "/scratch/run 1") == 0, "a checkpoint folder with a space is kept as given");
     ok(dtrain_options_set(&o, DTRAIN_OPT_ALLOW_PCIE, NULL, err, sizeof err) == 0 && o.allow_pcie == 1 &&
@@ -75,7 +83,7 @@ static void test_option_values(void)
     for (size_t i = 0; i < dtrain_option_count; i++)
         usage_ok &= strncmp(dtrain_option_table[i].usage, "[dtrain] ", 9) == 0 &&
                     strncmp(dtrain_option_table[i].name, "dtrain-", 7) == 0;
-    ok(dtrain_option_count == 8 && usage_ok, "8 options, each named dtrain-* with usage starting [dtrain]");
+    ok(dtrain_option_count == 9 && usage_ok, "9 options, each named dtrain-* with usage starting [dtrain]");
 }
 
 static void test_job_size(void)
@@ -95,6 +103,32 @@ static void test_job_size(void)
     ok(s.ntasks == 0 && s.nnodes == 0 && s.tasks_per_node == 0 && !s.uneven, "nothing set: all unknown");
     dtrain_job_size_derive("x", "-", "0", &s);
     ok(s.ntasks == 0 && s.nnodes == 0 && s.tasks_per_node == 0, "unparsable texts count as unknown");
+}
+
+static void test_spares(void)
+{
+    struct dtrain_options o;
+    struct dtrain_job_size s;
+    char err[256];
+    long nodes = -1;
+    dtrain_options_init(&o);
+    dtrain_job_size_derive(NULL, "2", "2", &s);
+    ok(dtrain_submit_spares(&o, &s, &nodes, err, sizeof err) == 0 && nodes == 0,
+       "no --dtrain-spares: the node count is left alone");
+    dtrain_options_set(&o, DTRAIN_OPT_SPARES, "0", err, sizeof err);
+    ok(dtrain_submit_spares(&o, &s, &nodes, err, sizeof err) == 0 && nodes == 0, "--dtrain-spares=0: left alone");
+    dtrain_options_set(&o, DTRAIN_OPT_SPARES, "1", err, sizeof err);
+    ok(dtrain_submit_spares(&o, &s, &nodes, err, sizeof err) == 0 && nodes == 3, "-N2 --dtrain-spares=1: 3 nodes");
+    dtrain_job_size_derive("4", "2-2", NULL, &s);
+    ok(dtrain_submit_spares(&o, &s, &nodes, err, sizeof err) == 0 && nodes == 3, "-N2-2 --dtrain-spares=1: 3 nodes");
+    static const char *const unfixed[][2] = {{"8", "1-4"}, {"8", NULL}};
+    for (size_t k = 0; k < 2; k++) {
+        dtrain_job_size_derive(unfixed[k][0], unfixed[k][1], NULL, &s);
+        err[0] = '\0';
+        ok(dtrain_submit_spares(&o, &s, &nodes, err, sizeof err) == DTRAIN_EXIT_USAGE && nodes == 0 &&
+           strstr(err, "--dtrain-spares=1 needs a fixed node count") != NULL && strchr(err, '\n') == NULL,
+           "-N %s --dtrain-spares=1 is refused on one line (%s)", unfixed[k][1] ? unfixed[k][1] : "unset", err);
+    }
 }
 
 /* Run dtrain_submit_check on T/P/D and a size; returns the code, err filled. */
@@ -181,6 +215,7 @@ int main(void)
 {
     test_option_values();
     test_job_size();
+    test_spares();
     test_submit_check();
     return tap_done();
 }

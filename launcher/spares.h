@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* dtrain-launch --supervise: which nodes of the job hold ranks, which are
+ * spares and which failed, and which node an ended srun step blames.
+ *
+ * Pure code (no Slurm calls, no processes), so tests/launcher links it as
+ * is; supervise.c runs the steps.
+ *
+ * Roles.  The job's nodes in Slurm's order (SLURM_JOB_NODELIST expanded):
+ * the first count - spares run the step, the last `spares` wait
+ * (sbatch --dtrain-spares=N appends N nodes to the -N K the user asked
+ * for).  A node that failed is never used again in this run of the job;
+ * each one is replaced by the first spare left, so the step keeps its node
+ * count and hence its layout (T x P x D), and the checkpoint resumes bit
+ * for bit.
+ *
+ * Blame.  srun reports every task that did not exit 0 on one line
+ * (Slurm 22.05 and 24.11):
+ *   srun: error: node2: task 1: Killed
+ *   srun: error: node1: tasks 0,2: Exited with exit code 75
+ *   srun: error: Node failure on node2
+ *   srun: error: Task launch for StepId=12.0 failed on node node2: ...
+ * A node is to blame when a task of it was ended by a signal (a crash,
+ * SIGKILL, the OOM killer: "Exited with exit code" not said) or exited
+ * with a status above 128 (a shell reporting a signal), when the node
+ * failed, or when the launch on it failed.  Tasks that exited 75 detected
+ * a peer's fault: their node is healthy. */
+#ifndef DTRAIN_LAUNCH_SPARES_H
+#define DTRAIN_LAUNCH_SPARES_H
+
+#include <stddef.h>
+
+#define DTRAIN_NODE_NAME_MAX 64
+
+enum dtrain_node_role { DTRAIN_NODE_ACTIVE, DTRAIN_NODE_SPARE, DTRAIN_NODE_FAILED };
+
+struct dtrain_node_roles {
+    int count;
+    char (*name)[DTRAIN_NODE_NAME_MAX];
+    enum dtrain_node_role *role;
+    int failed_now; /* marked failed since the last dtrain_roles_replace */
+};
+
+/* The roles of `count` nodes named names[0..count-1], the last `spares`
+ * of them spares.  Returns 0, or -1 with one line in err (no node left
+ * for the ranks, a name too long, no memory). */
+int dtrain_roles_init(struct dtrain_node_roles *r, const char *const *names, int count, int spares,
+                      char *err, size_t errlen);
+void dtrain_roles_free(struct dtrain_node_roles *r);
+
+/* Nodes of a role. */
+int dtrain_roles_count(const struct dtrain_node_roles *r, enum dtrain_node_role role);
+
+/* Mark an active node failed.  Returns 1 when it was active (now failed),
+ * 0 when it is not a node of the step (a spare, already failed, unknown). */
+int dtrain_roles_fail(struct dtrain_node_roles *r, const char *node);
+
+/* Replace every node failed since the last call by a spare, in order.
+ * Returns the number replaced, or -1 when fewer spares are left than nodes
+ * failed (nothing changed then). */
+int dtrain_roles_replace(struct dtrain_node_roles *r);
+
+/* The nodes of a role joined with commas ("" when none).  Returns 0, or -1
+ * when out is too small. */
+int dtrain_roles_list(const struct dtrain_node_roles *r, enum dtrain_node_role role, char *out, size_t outlen);
+
+/* The node srun's stderr line blames (see above), in node: returns 1 and
+ * fills node, or 0 for any other line. */
+int dtrain_srun_blames(const char *line, char *node, size_t nodelen);
+
+#endif

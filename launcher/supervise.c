@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* dtrain-launch --supervise: run the srun step, restart it in the job on a
+ * spare after a fault; see supervise.h. */
+#include "supervise.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <slurm/slurm.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "drain.h"
+#include "dtrain_env.h"
+#include "dtrain_exit.h"
+#include "dtrain_fault.h"
+#include "dtrain_parse.h"
+#include "spares.h"
+
+#define PROG "dtrain-launch"
+#define DRAIN_TIMEOUT_MS 10000
+#define REASON_MAX 256
+
+/* What one run of the step left behind. */
+struct step_result {
+    long status;               /* srun's exit status, 128 + n for a signal */
+    char reason[REASON_MAX];   /* the last srun line that blamed a node */
+};
+
+/* The job's nodes, SLURM_JOB_NODELIST expanded in Slurm's order. */
+static int job_nodes(struct dtrain_node_roles *roles, int spares, char *err, size_t errlen)
+{
+    const char *list = getenv("SLURM_JOB_NODELIST");
+    if (list == NULL || list[0] == '\0') {
+        dtrain_snprintf(err, errlen, "--supervise runs in a batch job (SLURM_JOB_NODELIST is not set): put "
+                        "`exec " PROG " --supervise -- srun ...` in the sbatch script");
+        return -1;
+    }
+    hostlist_t hl = slurm_hostlist_create(list);
+    if (hl == NULL) {
+        dtrain_snprintf(err, errlen, "SLURM_JOB_NODELIST '%.128s' is not a node list", list);
+        return -1;
+    }
+    int n = slurm_hostlist_count(hl), rc = -1, got = 0;
+    char **names = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
+    if (names == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    for (char *h; got < n && (h = slurm_hostlist_shift(hl)) != NULL;)
+        names[got++] = h;
+    rc = dtrain_roles_init(roles, (const char *const *)names, got, spares, err, errlen);
+done:
+    for (int i = 0; i < got; i++)
+        free(names[i]);
+    free(names);
+    slurm_hostlist_destroy(hl);
+    return rc;
+}
+
+/* Pass the child's stderr through line by line, noting the nodes srun blames. */
+static void pass_stderr(int fd, struct dtrain_node_roles *roles, struct step_result *res)
+{
+    char buf[4096];
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        buf[have] = '\0';
+        char *start = buf, *nl;
+        while ((nl = strchr(start, '\n')) != NULL) {
+            *nl = '\0';
+            char node[DTRAIN_NODE_NAME_MAX];
+            if (dtrain_srun_blames(start, node, sizeof node)) {
+                dtrain_roles_fail(roles, node);
+                dtrain_snprintf(res->reason, sizeof res->reason, "%s", start);
+            }
+            fprintf(stderr, "%s\n", start);
+            start = nl + 1;
+        }
+        have = strlen(start);
+        if (have == sizeof buf - 1) { /* a line longer than the buffer: let it through unread */
+            fputs(start, stderr);
+            have = 0;
+        } else {
+            memmove(buf, start, have);
+        }
+        fflush(stderr);
+    }
+    if (have > 0) {
+        buf[have] = '\0';
+        fputs(buf, stderr);
+        fflush(stderr);
+    }
+}
+
+/* Run srun with --nodes/--nodelist/--exclude put in after its name, and
+ * --overlap once a node failed: the step that ran on a node that died stays
+ * in slurmctld's books, holding its CPUs on the healthy nodes, until the
+ * node answers again (seen on Slurm 22.05 with --no-kill: the next step
+ * waits for "Requested nodes are busy" for ever); its tasks have all ended
+ * when srun returns, so sharing those CPUs is sharing nothing. */
+static int run_step(char **program, struct dtrain_node_roles *roles, struct step_result *res, char *err,
+                    size_t errlen)
+{
+    size_t argc = 0;
+    while (program[argc] != NULL)
+        argc++;
+    char nodes[32], overlap[] = "--overlap", *active = NULL, *failed = NULL, **argv = calloc(argc + 5, sizeof *argv);
+    size_t listlen = (size_t)roles->count * DTRAIN_NODE_NAME_MAX + 32;
+    int rc = -1, pipefd[2] = {-1, -1};
+    active = malloc(listlen);
+    failed = malloc(listlen);
+    memset(res, 0, sizeof *res);
+    if (argv == NULL || active == NULL || failed == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    memcpy(active, "--nodelist=", 12);
+    memcpy(failed, "--exclude=", 11);
+    dtrain_roles_list(roles, DTRAIN_NODE_ACTIVE, active + 11, listlen - 11);
+    dtrain_roles_list(roles, DTRAIN_NODE_FAILED, failed + 10, listlen - 10);
+    dtrain_snprintf(nodes, sizeof nodes, "--nodes=%d", dtrain_roles_count(roles, DTRAIN_NODE_ACTIVE));
+    size_t a = 0;
+    argv[a++] = program[0];
+    argv[a++] = nodes;
+    argv[a++] = active;
+    if (failed[10] != '\0') {
+        argv[a++] = failed;
+        argv[a++] = overlap;
+    }
+    for (size_t i = 1; i < argc; i++)
+        argv[a++] = program[i];
+    if (pipe(pipefd) != 0) {
+        dtrain_snprintf(err, errlen, "pipe: %s", strerror(errno));
+        goto done;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        dtrain_snprintf(err, errlen, "fork: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        dup2(pipefd[1], STDERR_FILENO);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        execvp(argv[0], argv);
+        fprintf(stderr, PROG ": --supervise: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pipefd[1]);
+    pipefd[1] = -1;
+    pass_stderr(pipefd[0], roles, res);
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            dtrain_snprintf(err, errlen, "waitpid: %s", strerror(errno));
+            goto done;
+        }
+    }
+    res->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    rc = 0;
+done:
+    if (pipefd[0] >= 0)
+        close(pipefd[0]);
+    if (pipefd[1] >= 0)
+        close(pipefd[1]);
+    free(argv);
+    free(active);
+    free(failed);
+    return rc;
+}
+
+/* Drain the nodes that failed in this step (--drain), each with the reason. */
+static void drain_failed(const struct dtrain_node_roles *roles, const int *was_failed, const char *reason)
+{
+    char why[REASON_MAX + 64], err[256];
+    const char *job = getenv("SLURM_JOB_ID");
+    dtrain_snprintf(why, sizeof why, "dtrain: job %s: %s", job ? job : "?", reason);
+    for (int i = 0; i < roles->count; i++) {
+        if (roles->role[i] != DTRAIN_NODE_FAILED || was_failed[i])
+            continue;
+        if (health_drain(roles->name[i], why, DRAIN_TIMEOUT_MS, err, sizeof err) == 0)
+            fprintf(stderr, PROG ": drained %s (%s)\n", roles->name[i], why);
+        else
+            fprintf(stderr, PROG ": warning: could not drain %s: %s\n", roles->name[i], err);
+    }
+}
+
+int dtrain_supervise(char **program, int drain, long *step_status)
+{
+    char err[512], why[256], text[64];
+    struct dtrain_node_roles roles = {0};
+    struct dtrain_restarts budget;
+    struct dtrain_fault f;
+    struct step_result res;
+    long spares = 0;
+    int rc = DTRAIN_EXIT_USAGE, *was_failed = NULL;
+    const char *base = strrchr(program[0], '/'), *sp = getenv(DTRAIN_ENV_SPARES);
+
+    *step_status = 0;
+    if (strcmp(base ? base + 1 : program[0], "srun") != 0) {
+        fprintf(stderr, PROG ": --supervise runs an srun step, not '%.64s': " PROG " --supervise -- srun "
+                "--mpi=pmi2 ... " PROG " ...\n", program[0]);
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (sp != NULL && sp[0] != '\0' &&
+        dtrain_parse_int(sp, 0, 1000000, DTRAIN_ENV_SPARES " (--dtrain-spares)", &spares, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (dtrain_restarts_read(&budget, err, sizeof err) != 0 || job_nodes(&roles, (int)spares, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return DTRAIN_EXIT_USAGE;
+    }
+    was_failed = calloc((size_t)roles.count, sizeof *was_failed);
+    if (was_failed == NULL || dtrain_signals_install(err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", was_failed == NULL ? "out of memory" : err);
+        rc = DTRAIN_EXIT_FAILURE;
+        goto done;
+    }
+    for (long in_job = budget.in_job;; in_job++) {
+        dtrain_snprintf(text, sizeof text, "%ld", in_job);
+        setenv(DTRAIN_ENV_INJOB_RESTARTS, text, 1); /* for the step's tasks and dtrain_restarts_read here */
+        if (dtrain_fault_init(&f, PROG, -1, err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": %s\n", err);
+            goto done;
+        }
+        dtrain_fault_event(&f, "step_start", -1, NULL);
+        for (int i = 0; i < roles.count; i++)
+            was_failed[i] = roles.role[i] == DTRAIN_NODE_FAILED;
+        if (run_step(program, &roles, &res, err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": --supervise: %s\n", err);
+            rc = DTRAIN_EXIT_FAILURE;
+            goto done;
+        }
+        *step_status = res.status;
+        rc = -1;
+        /* the step's own verdict (done, bad input...): --job-exit passes it on */
+        if (res.status == DTRAIN_EXIT_OK || res.status == DTRAIN_EXIT_FAILURE || res.status == DTRAIN_EXIT_USAGE ||
+            res.status == DTRAIN_EXIT_REFUSED)
+            goto done;
+        int sig = dtrain_signals_pending();
+        if (sig != 0) {
+            fprintf(stderr, PROG ": the job got %s: the step is not restarted in the job\n", dtrain_signals_name(sig));
+            goto done;
+        }
+        if (roles.failed_now == 0) {
+            fprintf(stderr, PROG ": the step ended with exit %ld and srun named no failed node (no task was killed): "
+                    "not restarted in the job\n", res.status);
+            goto done;
+        }
+        if (dtrain_restarts_exit(&f.restarts, why, sizeof why) != DTRAIN_EXIT_REQUEUE)
+            goto done; /* --job-exit says "not requeued: ... restarted N times" */
+        char failed[256] = "";
+        for (int i = 0; i < roles.count; i++) {
+            size_t o = strlen(failed);
+            if (roles.role[i] == DTRAIN_NODE_FAILED && !was_failed[i])
+                dtrain_snprintf(failed + o, sizeof failed - o, "%s%s", o ? "," : "", roles.name[i]);
+        }
+        if (drain)
+            drain_failed(&roles, was_failed, res.reason);
+        if (dtrain_roles_replace(&roles) < 0) {
+            fprintf(stderr, PROG ": %s failed (%s) and no spare node is left (--dtrain-spares=%ld): not restarted "
+                    "in the job\n", failed, res.reason, spares);
+            goto done;
+        }
+        char active[1024];
+        if (dtrain_roles_list(&roles, DTRAIN_NODE_ACTIVE, active, sizeof active) != 0)
+            dtrain_snprintf(active, sizeof active, "%d nodes", dtrain_roles_count(&roles, DTRAIN_NODE_ACTIVE));
+        dtrain_fault_event(&f, "step_end", -1, res.reason);
+        fprintf(stderr, PROG ": %s failed (%s): step restarted in the job on %s, %s (%d spare%s left)\n", failed,
+                res.reason, active, why, dtrain_roles_count(&roles, DTRAIN_NODE_SPARE),
+                dtrain_roles_count(&roles, DTRAIN_NODE_SPARE) == 1 ? "" : "s");
+        fflush(stderr);
+    }
+done:
+    dtrain_signals_restore();
+    free(was_failed);
+    dtrain_roles_free(&roles);
+    return rc;
+}
