@@ -37,15 +37,10 @@ static void attention_forward_items(void *p, long begin, long end, int tid)
                     scale, q, C3, q + C, C3, 0.0f, att, T);
         for (int t = 0; t < T; t++) {
             float *row = att + (size_t)t * T;
-            float maxv = -INFINITY;
-            for (int u = 0; u <= t; u++)
-                if (row[u] > maxv)
-                    maxv = row[u];
+            float maxv = cpu_max_of(row, t + 1);
             cpu_exp_shifted(row, t + 1, maxv);
             float sum = cpu_sum_in_order(row, t + 1);
-            float inv = 1.0f / sum;
-            for (int u = 0; u <= t; u++)
-                row[u] *= inv;
+            cpu_scale(row, t + 1, 1.0f / sum);
             memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,

@@ -20,17 +20,12 @@ static void xent_forward_rows(void *p, long begin, long end, int tid)
     for (long n = begin; n < end; n++) {
         float *row = a->rows + (size_t)n * a->Vp;
         float target_logit = row[a->targets[n]];
-        float maxv = -INFINITY;
-        for (int i = 0; i < a->V; i++)
-            if (row[i] > maxv)
-                maxv = row[i];
+        float maxv = cpu_max_of(row, a->V);
         cpu_exp_shifted(row, a->V, maxv);
         float sum = cpu_sum_in_order(row, a->V);
         /* -log(e^(x_t - max) / sum), without the rounding of log(p). */
         a->losses[n] = logf(sum) - (target_logit - maxv);
-        float inv = 1.0f / sum;
-        for (int i = 0; i < a->V; i++)
-            row[i] *= inv;
+        cpu_scale(row, a->V, 1.0f / sum);
         if (a->Vp > a->V)
             memset(row + a->V, 0, (size_t)(a->Vp - a->V) * sizeof(float));
     }

@@ -19,6 +19,7 @@
 #ifndef DTRAIN_CPU_MATH_H
 #define DTRAIN_CPU_MATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -67,6 +68,39 @@ static inline float cpu_sum_in_order(const float *row, int n)
     for (int i = 0; i < n; i++)
         sum += row[i];
     return sum;
+}
+
+/* The largest of row[0..n) (-inf when n is 0; NaNs are passed over, as a
+ * loop of `if (row[i] > m) m = row[i]` does), in 8 lanes so that it
+ * vectorizes: the maximum of a set does not depend on the order it is
+ * taken in (a +0 and a -0 may come out either way; x - 0 is x for both). */
+CPU_VECTOR_LOOP static inline float cpu_max_of(const float *row, int n)
+{
+    float lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            lane[j] = row[i + j] > lane[j] ? row[i + j] : lane[j];
+    for (; i < n; i++)
+        lane[0] = row[i] > lane[0] ? row[i] : lane[0];
+    float m = lane[0];
+    for (int j = 1; j < 8; j++)
+        m = lane[j] > m ? lane[j] : m;
+    return m;
+}
+
+/* row[i] *= scale for i < n */
+CPU_VECTOR_LOOP static inline void cpu_scale(float *row, int n, float scale)
+{
+    for (int i = 0; i < n; i++)
+        row[i] *= scale;
+}
+
+/* acc[i] += src[i] for i < n (distinct arrays) */
+CPU_VECTOR_LOOP static inline void cpu_add_into(float *restrict acc, const float *restrict src, int n)
+{
+    for (int i = 0; i < n; i++)
+        acc[i] += src[i];
 }
 
 #endif

@@ -17,6 +17,7 @@
  * kernels on CPUs without AMX / AVX-512 BF16).  Outputs, biases, dbias and
  * gradients stay fp32. */
 #include "cpu_backend.h"
+#include "cpu_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -166,11 +167,8 @@ static void backward_parts(void *p, long begin, long end, int tid)
                         1.0f, a->dout + o0, a->OC, a->inp, a->IC,
                         1.0f, a->dweight + (size_t)o0 * a->IC, a->IC);
             if (a->dbias != NULL)
-                for (int n = 0; n < a->N; n++) {
-                    const float *d = a->dbias_dout + (size_t)n * a->OC;
-                    for (int o = o0; o < o1; o++)
-                        a->dbias[o] += d[o];
-                }
+                for (int n = 0; n < a->N; n++)
+                    cpu_add_into(a->dbias + o0, a->dbias_dout + (size_t)n * a->OC + o0, o1 - o0);
         }
     }
 }

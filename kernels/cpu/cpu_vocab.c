@@ -47,11 +47,7 @@ void cpu_xent_vp_rowmax(struct dtrain_kernels *k, float *row_max, const float *l
     (void)k;
     for (int n = 0; n < N; n++) {
         const float *row = logits + (size_t)n * Vl;
-        float m = -INFINITY;
-        for (int i = 0; i < nv; i++)
-            if (row[i] > m)
-                m = row[i];
-        row_max[n] = m;
+        row_max[n] = cpu_max_of(row, nv);
     }
 }
 
