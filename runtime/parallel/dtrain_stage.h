@@ -100,6 +100,24 @@ typedef void (*dtrain_stage_unit_done)(void *ctx, int unit);
 int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
                           dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen);
 
+/* Virtual stages (V = shard->virtual_stages > 1, interleaved 1F1B): the
+ * same for one chunk c of the stage's V chunks (dtrain_shard.h).  Chunk 0
+ * of stage 0 starts from the embedding, chunk V-1 of the last stage ends
+ * with the head; every other chunk's input is received into
+ * dtrain_stage_chunk_input and its output sent from dtrain_stage_chunk_output
+ * (right after its forward: the next chunk's input takes its place).  With
+ * V > 1 each slot has its own residual gradient (dtrain_stage_chunk_grad),
+ * since a gradient may arrive while another micro-batch's backward runs;
+ * with V = 1 it is dtrain_stage_grad.  dtrain_stage_forward and _backward
+ * run every chunk in turn (what validation on one rank needs). */
+float *dtrain_stage_chunk_input(struct dtrain_stage *st, int slot, int chunk);
+float *dtrain_stage_chunk_output(struct dtrain_stage *st, int slot, int chunk);
+float *dtrain_stage_chunk_grad(struct dtrain_stage *st, int slot);
+int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,
+                               size_t errlen);
+int dtrain_stage_backward_chunk(struct dtrain_stage *st, int slot, int chunk, float dloss,
+                                dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
