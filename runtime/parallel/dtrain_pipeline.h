@@ -42,10 +42,11 @@
  * V times smaller than 1F1B's (P-1)/m.
  *
  * Where the communication goes: every stage builds the same global
- * sequence of events by simulating all P stages in lock-step (each takes
- * its next compute when what it needs was produced in an earlier round);
- * a send follows its forward or backward at once, and the receiver's
- * RECV_* stands at the same place of the global sequence.  Each stage's
+ * sequence of events by simulating all P stages in time (a forward costs
+ * 1, a backward 2; a stage starts its next compute as soon as it is free
+ * and its input was produced); a send follows its forward or backward at
+ * once, and the receiver's RECV_* stands at the same time of the global
+ * sequence (after the compute it is busy with, before the next).  Each stage's
  * list is its part of that sequence, so with rendezvous semantics the
  * earliest unfinished event always has both of its ranks waiting on it:
  * no deadlock, whatever P, V and m.  Receives are thus eager: an
@@ -103,6 +104,11 @@ double dtrain_pipe_bubble(int P, int m);
 /* With V virtual stages: (P-1)/(V*m+P-1) of the step, (P-1)/(V*m) of the
  * ideal (bubble-free) time. */
 double dtrain_pipe_bubble_v(int P, int V, int m);
+/* The bubble of the interleaved schedule itself, relative to the ideal
+ * time, in the simulation that places its communication (a forward costs
+ * 1, a backward 2, transfers nothing): makespan / (V*m*3) - 1.  -1 for an
+ * argument dtrain_pipe_schedule_v refuses or V = 1. */
+double dtrain_pipe_sim_bubble_v(int P, int V, int m);
 
 #ifdef __cplusplus
 }

@@ -334,6 +334,20 @@ static void test_interleaved(void)
        dtrain_pipe_schedule_v(2, 0, 0, 2, room, 6 * 4 * 2, &slots) < 0 &&
        dtrain_pipe_schedule_v(2, 2, 0, 4, room, 10, &slots) < 0,
        "interleaved: m not a multiple of P, P = 1, V = 0 and too little room are refused");
+    /* the schedule's own bubble, relative to the ideal time, where the
+     * simulation's costs hold: Megatron's (P-1)/(V*m) */
+    double worst = 0.0;
+    for (int P = 2; P <= MAXP; P++)
+        for (int V = 2; V <= MAXV; V++)
+            for (int m = P; m <= MAXM; m += P) {
+                double dv = dtrain_pipe_sim_bubble_v(P, V, m) - (double)(P - 1) / ((double)V * m);
+                if (dv < 0)
+                    dv = -dv;
+                if (dv > worst)
+                    worst = dv;
+            }
+    ok(worst < 1e-9, "interleaved: the lists' simulated bubble is (P-1)/(V*m) of the ideal time for every case "
+       "(largest difference %.2g)", worst);
     /* V = 1 is the plain list */
     struct dtrain_pipe_action plain[6 * 4];
     int s1, s2;
