@@ -108,8 +108,9 @@ int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
  * (right after its forward: the next chunk's input takes its place).  With
  * V > 1 each slot has its own residual gradient (dtrain_stage_chunk_grad),
  * since a gradient may arrive while another micro-batch's backward runs;
- * with V = 1 it is dtrain_stage_grad.  dtrain_stage_forward and _backward
- * run every chunk in turn (what validation on one rank needs). */
+ * with V = 1 it is dtrain_stage_grad.  (dtrain_stage_forward and _backward
+ * run the stage's chunks one after the other: the model's order only with
+ * V = 1.) */
 float *dtrain_stage_chunk_input(struct dtrain_stage *st, int slot, int chunk);
 float *dtrain_stage_chunk_output(struct dtrain_stage *st, int slot, int chunk);
 float *dtrain_stage_chunk_grad(struct dtrain_stage *st, int slot);
