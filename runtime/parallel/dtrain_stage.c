@@ -248,15 +248,6 @@ int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *in
     return DTRAIN_OK;
 }
 
-float *dtrain_stage_input(struct dtrain_stage *st, int slot) { return st->slots[slot].res; }
-
-float *dtrain_stage_output(struct dtrain_stage *st, int slot)
-{
-    return st->slots[slot].res + (size_t)st->nl * st->N * st->sh->model.channels;
-}
-
-float *dtrain_stage_grad(struct dtrain_stage *st) { return st->dres; }
-
 /* Chunk c's input is the residual entering its first layer, its output the
  * one leaving its last: res[c*nlc] and res[(c+1)*nlc].  The output of chunk
  * c and the input of chunk c+1 share res[(c+1)*nlc]: the output is sent on
@@ -315,11 +306,6 @@ static float *residual(const struct dtrain_stage *st, const struct slot *s, int 
     return s->res + (size_t)i * st->N * st->sh->model.channels;
 }
 
-int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, char *err, size_t errlen)
-{
-    return dtrain_stage_forward_layers(st, slot, 0, st->V, loss_sum, err, errlen);
-}
-
 int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,
                                size_t errlen)
 {
@@ -369,12 +355,6 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
         sum += st->host_losses[i];
     *loss_sum = sum;
     return DTRAIN_OK;
-}
-
-int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
-                          dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen)
-{
-    return dtrain_stage_backward_layers(st, slot, 0, st->V, dloss, done, ctx, err, errlen);
 }
 
 int dtrain_stage_backward_chunk(struct dtrain_stage *st, int slot, int chunk, float dloss,

@@ -479,75 +479,31 @@ static void read_my_rows(struct dtrain_ptrainer *t, const struct dtrain_tokens *
     dtrain_tokens_rows(data, t->cfg.batch, t->cfg.seq, order, seed, k, row0, rows, t->inputs + at, t->targets + at);
 }
 
-/* With V > 1 every link is over the PP group (stage s sends to s+1 mod P,
- * receives from s-1 mod P: the wrap from the last stage to stage 0 is a
- * link too), each micro-batch's chunks in their own places of its slot. */
-static int run_interleaved(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
-                           char *err, size_t errlen)
+/* A transfer to the next stage (to_next) or from/to the previous one.  With
+ * V = 1 over the 2-member PP_NEXT / PP_PREV communicators; with V > 1 over
+ * the PP group to stage s+1 or s-1 mod P (the wrap from the last stage to
+ * stage 0 is a link too). */
+static int transfer(struct dtrain_ptrainer *t, int send, int to_next, float *buf, size_t floats, const char *what,
+                    char *err, size_t errlen)
 {
-    double scale = t->scaler.on ? t->scaler.scale : 1.0;
-    const struct dtrain_bootstrap *L = &t->layout;
-    struct dtrain_stage *st = t->stage;
-    size_t act = dtrain_stage_act_floats(st);
-    int T = t->cfg.seq, m = t->cfg.micro_batches, P = L->pp;
-    int to = (L->pp_rank + 1) % P, from = (L->pp_rank + P - 1) % P;
-    float dloss = (float)(scale / (double)((long)t->cfg.batch * T));
-    int rc = DTRAIN_OK;
-    for (long a = 0; a < t->nactions && rc == DTRAIN_OK; a++) {
-        const struct dtrain_pipe_action *x = &t->actions[a];
-        double t0 = now_seconds();
-        size_t row = ((size_t)L->dp_rank * m + (size_t)x->micro) * t->micro_rows * T;
-        double part = 0.0;
-        switch (x->op) {
-        case DTRAIN_PIPE_RECV_ACT:
-            rc = dtrain_pcomm_recv(&t->pp, dtrain_stage_chunk_input(st, x->slot, x->chunk), act, from,
-                                   "pipeline: receive activation", err, errlen);
-            break;
-        case DTRAIN_PIPE_SEND_ACT:
-            rc = dtrain_pcomm_send(&t->pp, dtrain_stage_chunk_output(st, x->slot, x->chunk), act, to,
-                                   "pipeline: send activation", err, errlen);
-            break;
-        case DTRAIN_PIPE_RECV_GRAD:
-            rc = dtrain_pcomm_recv(&t->pp, dtrain_stage_chunk_grad(st, x->slot), act, to,
-                                   "pipeline: receive gradient", err, errlen);
-            break;
-        case DTRAIN_PIPE_SEND_GRAD:
-            rc = dtrain_pcomm_send(&t->pp, dtrain_stage_chunk_grad(st, x->slot), act, from,
-                                   "pipeline: send gradient", err, errlen);
-            break;
-        case DTRAIN_PIPE_FORWARD:
-            if (x->chunk == 0)
-                rc = dtrain_stage_set_tokens(st, x->slot, t->inputs + row, t->targets + row, err, errlen);
-            if (rc == DTRAIN_OK)
-                rc = dtrain_stage_forward_chunk(st, x->slot, x->chunk, &part, err, errlen);
-            *loss_sum += part;
-            break;
-        case DTRAIN_PIPE_BACKWARD:
-            /* the last micro-batch's backward of a chunk finishes its units */
-            rc = dtrain_stage_backward_chunk(st, x->slot, x->chunk, dloss, x->micro == m - 1 ? unit_done : NULL,
-                                             t->dp, err, errlen);
-            break;
-        }
-        double dt = now_seconds() - t0;
-        if (x->op == DTRAIN_PIPE_FORWARD || x->op == DTRAIN_PIPE_BACKWARD)
-            *compute += dt;
-        else
-            *wait += dt;
-    }
-    return rc;
+    int P = t->layout.pp, s = t->layout.pp_rank;
+    if (t->cfg.virtual_stages == 1)
+        return p2p(to_next ? &t->next : &t->prev, send, buf, floats, what, err, errlen);
+    int peer = to_next ? (s + 1) % P : (s + P - 1) % P;
+    return send ? dtrain_pcomm_send(&t->pp, buf, floats, peer, what, err, errlen)
+                : dtrain_pcomm_recv(&t->pp, buf, floats, peer, what, err, errlen);
 }
 
-/* Run this stage's 1F1B list for the step's micro-batches. */
+/* Run this stage's 1F1B list (interleaved with V > 1: each action names its
+ * chunk, 0 with V = 1) for the step's micro-batches. */
 static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
                         char *err, size_t errlen)
 {
     double scale = t->scaler.on ? t->scaler.scale : 1.0;
     const struct dtrain_bootstrap *L = &t->layout;
-    struct dtrain_pcomm *prev = &t->prev, *next = &t->next;
-    size_t act = dtrain_stage_act_floats(t->stage);
-    int T = t->cfg.seq, m = t->cfg.micro_batches, V = t->cfg.virtual_stages;
-    if (V > 1)
-        return run_interleaved(t, loss_sum, wait, compute, err, errlen);
+    struct dtrain_stage *st = t->stage;
+    size_t act = dtrain_stage_act_floats(st);
+    int T = t->cfg.seq, m = t->cfg.micro_batches;
     float dloss = (float)(scale / (double)((long)t->cfg.batch * T)); /* fp16: the scaled loss's */
     int rc = DTRAIN_OK;
     for (long a = 0; a < t->nactions && rc == DTRAIN_OK; a++) {
@@ -557,28 +513,33 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wai
         double part = 0.0;
         switch (x->op) {
         case DTRAIN_PIPE_RECV_ACT:
-            rc = p2p(prev, 0, dtrain_stage_input(t->stage, x->slot), act, "pipeline: receive activation", err, errlen);
+            rc = transfer(t, 0, 0, dtrain_stage_chunk_input(st, x->slot, x->chunk), act,
+                          "pipeline: receive activation", err, errlen);
             break;
         case DTRAIN_PIPE_SEND_ACT:
-            rc = p2p(next, 1, dtrain_stage_output(t->stage, x->slot), act, "pipeline: send activation", err, errlen);
+            rc = transfer(t, 1, 1, dtrain_stage_chunk_output(st, x->slot, x->chunk), act,
+                          "pipeline: send activation", err, errlen);
             break;
         case DTRAIN_PIPE_RECV_GRAD:
-            rc = p2p(next, 0, dtrain_stage_grad(t->stage), act, "pipeline: receive gradient", err, errlen);
+            rc = transfer(t, 0, 1, dtrain_stage_chunk_grad(st, x->slot), act, "pipeline: receive gradient", err,
+                          errlen);
             break;
         case DTRAIN_PIPE_SEND_GRAD:
-            rc = p2p(prev, 1, dtrain_stage_grad(t->stage), act, "pipeline: send gradient", err, errlen);
+            rc = transfer(t, 1, 0, dtrain_stage_chunk_grad(st, x->slot), act, "pipeline: send gradient", err,
+                          errlen);
             break;
         case DTRAIN_PIPE_FORWARD:
-            rc = dtrain_stage_set_tokens(t->stage, x->slot, t->inputs + row, t->targets + row, err, errlen);
+            if (x->chunk == 0) /* where the micro-batch enters the stage */
+                rc = dtrain_stage_set_tokens(st, x->slot, t->inputs + row, t->targets + row, err, errlen);
             if (rc == DTRAIN_OK)
-                rc = dtrain_stage_forward(t->stage, x->slot, &part, err, errlen);
+                rc = dtrain_stage_forward_chunk(st, x->slot, x->chunk, &part, err, errlen);
             *loss_sum += part;
             break;
         case DTRAIN_PIPE_BACKWARD:
-            /* the last micro-batch's backward finishes the gradients: hand
-             * them to data parallelism unit by unit */
-            rc = dtrain_stage_backward(t->stage, x->slot, dloss, x->micro == m - 1 ? unit_done : NULL, t->dp,
-                                       err, errlen);
+            /* the last micro-batch's backward of a chunk finishes its
+             * gradients: hand them to data parallelism unit by unit */
+            rc = dtrain_stage_backward_chunk(st, x->slot, x->chunk, dloss, x->micro == m - 1 ? unit_done : NULL,
+                                             t->dp, err, errlen);
             break;
         }
         double dt = now_seconds() - t0;
@@ -746,21 +707,14 @@ int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *
              * one chain of sends and receives, no cycle */
             for (int c = 0; c < V && rc == DTRAIN_OK; c++) {
                 double part = 0.0;
-                int P = L->pp, from = (L->pp_rank + P - 1) % P, to = (L->pp_rank + 1) % P;
-                if (V == 1 && L->pp_rank > 0)
-                    rc = p2p(&t->prev, 0, dtrain_stage_input(t->stage, 0), act, "validation: receive activation",
-                             err, errlen);
-                else if (V > 1 && (L->pp_rank > 0 || c > 0))
-                    rc = dtrain_pcomm_recv(&t->pp, dtrain_stage_chunk_input(t->stage, 0, c), act, from,
-                                           "validation: receive activation", err, errlen);
+                if (L->pp_rank > 0 || c > 0)
+                    rc = transfer(t, 0, 0, dtrain_stage_chunk_input(t->stage, 0, c), act,
+                                  "validation: receive activation", err, errlen);
                 if (rc == DTRAIN_OK)
                     rc = dtrain_stage_forward_chunk(t->stage, 0, c, &part, err, errlen);
-                if (rc == DTRAIN_OK && V == 1 && L->pp_rank < L->pp - 1)
-                    rc = p2p(&t->next, 1, dtrain_stage_output(t->stage, 0), act, "validation: send activation",
-                             err, errlen);
-                else if (rc == DTRAIN_OK && V > 1 && (L->pp_rank < P - 1 || c < V - 1))
-                    rc = dtrain_pcomm_send(&t->pp, dtrain_stage_chunk_output(t->stage, 0, c), act, to,
-                                           "validation: send activation", err, errlen);
+                if (rc == DTRAIN_OK && (L->pp_rank < L->pp - 1 || c < V - 1))
+                    rc = transfer(t, 1, 1, dtrain_stage_chunk_output(t->stage, 0, c), act,
+                                  "validation: send activation", err, errlen);
                 loss_sum += part;
             }
         }
