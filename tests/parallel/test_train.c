@@ -572,8 +572,9 @@ int main(void)
             int bits = memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0;
             ok(b->ok && b->loss[0] == r0->r.loss[0] && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL,
                "%s: step 0's loss that of layout %d (V = 1) bit for bit; over %d steps the loss within %.1e "
-               "(%s), the norm within %.1e (<= %.0e), the parameters within %.1e (< %.0e)", name, L->bits_of,
-               STEPS, vl, bits ? "every step bit for bit" : "not bit for bit", vn, LOSS_RTOL, vp, PARAM_ATOL);
+               "(%s), the norm within %.1e (<= %.0e), the parameters within %.1e (< %.0e); rank 0's activations "
+               "%zu bytes (V = 1: %zu)", name, L->bits_of, STEPS, vl, bits ? "every step bit for bit" : "not bit for bit",
+               vn, LOSS_RTOL, vp, PARAM_ATOL, r0->r.mem.activations, b->mem.activations);
         } else if (L->bits_of > 0) {
             const struct run_result *b = &kept[L->bits_of - 1];
             const float *bp = kept_params[L->bits_of - 1];
