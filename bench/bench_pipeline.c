@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-pipeline: the measured 1F1B pipeline bubble against the
- * ideal (P-1)/(m+P-1).
+ * ideal (P-1)/(m+P-1), and that of interleaved 1F1B (V virtual stages per
+ * stage, --virtual) next to plain 1F1B at the same P and m.
  *
  * P stages (T = D = 1) run as local processes (bench_parallel.h) on a model
  * whose stages cost about the same (L = 8 blocks of C = 256, a small
@@ -11,7 +12,13 @@
  * 1 - compute / span, the time it had nothing to do.  Medians over the
  * measured steps; the figure is the mean over the stages.
  *
- *   dtrain-bench-pipeline [--stages P] [--micro 1,2,4,8] [--steps N] [--warmup N] [--repeat N]
+ * Two ways to say it: as a fraction of the step (bubble / span; ideal
+ * (P-1)/(V*m+P-1)), and relative to the ideal, bubble-free time (bubble /
+ * compute = span / compute - 1; ideal (P-1)/(V*m), Megatron's figure for
+ * the interleaved schedule, (P-1)/m for plain 1F1B).  V = 1 is plain 1F1B;
+ * V > 1 runs only where m is a multiple of P (Megatron's condition).
+ *
+ *   dtrain-bench-pipeline [--stages P] [--micro 1,2,4,8] [--virtual 1,2] [--steps N] [--warmup N] [--repeat N]
  *
  * Each (P, m) runs --repeat times (default 3) and the least disturbed run
  * (lowest median step time) is shown: the machine may be shared.
@@ -48,6 +55,7 @@ int main(int argc, char **argv)
 {
     int stages[2] = {2, 4}, nstages = bench_cpus() >= 4 ? 2 : 1;
     int micro[MAX_MICRO] = {1, 2, 4, 8}, nmicro = 4, steps = 5, warmup = 2, repeats = 3;
+    int virt[MAX_MICRO] = {1, 2}, nvirt = 2;
     char err[512];
     for (int i = 1; i < argc; i++) {
         long v;
@@ -64,6 +72,8 @@ int main(int argc, char **argv)
             nstages = 1;
         } else if (strcmp(a, "--micro") == 0) {
             good = (nmicro = parse_list(val, micro, MAX_MICRO)) > 0;
+        } else if (strcmp(a, "--virtual") == 0) {
+            good = (nvirt = parse_list(val, virt, MAX_MICRO)) > 0;
         } else if (strcmp(a, "--steps") == 0) {
             good = dtrain_parse_int(val, 1, 64, a, &v, err, sizeof err) == 0;
             steps = (int)v;
@@ -78,7 +88,7 @@ int main(int argc, char **argv)
         }
         if (!good) {
             fprintf(stderr, "dtrain-bench-pipeline: bad option %s %s (usage: [--stages P] [--micro 1,2,4,8] "
-                            "[--steps N] [--warmup N] [--repeat N])\n", a, val);
+                            "[--virtual 1,2] [--steps N] [--warmup N] [--repeat N])\n", a, val);
             return 2;
         }
     }
@@ -106,39 +116,48 @@ int main(int argc, char **argv)
     }
     printf("1F1B bubble: L=8 C=256 NH=4 V=256, micro-batches of 1 x 64 tokens, 1 thread per stage, %d CPUs; "
            "medians of %d steps after %d, best of %d runs\n", bench_cpus(), steps, warmup, repeats);
-    printf("%3s %3s %10s %10s %8s %9s   %s\n", "P", "m", "step ms", "span ms", "ideal", "measured",
-           "per stage: compute ms / bubble");
+    printf("bubble of the step: ideal (P-1)/(V*m+P-1), measured 1 - compute/span; relative to the ideal time: "
+           "ideal (P-1)/(V*m), measured span/compute - 1 (means over the stages)\n");
+    printf("%3s %3s %3s %10s %10s %8s %9s %9s %9s   %s\n", "P", "m", "V", "step ms", "span ms", "ideal", "measured",
+           "ideal/id", "meas/id", "per stage: compute ms / bubble");
     int rc = 0;
     for (int si = 0; si < nstages; si++) {
         int P = stages[si];
         for (int mi = 0; mi < nmicro; mi++) {
             int m = micro[mi];
-            struct bench_rank ranks[8];
-            cfg.batch = m;
-            cfg.micro_batches = m;
-            if (bench_run(&cfg, 1, P, 1, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
-                fprintf(stderr, "dtrain-bench-pipeline: P=%d m=%d: %s\n", P, m, err);
-                rc = 1;
-                continue;
+            for (int vi = 0; vi < nvirt; vi++) {
+                int V = virt[vi];
+                if (V > 1 && (P < 2 || m % P != 0 || cfg.model.num_layers % (P * V) != 0))
+                    continue; /* interleaving needs m a multiple of P, P*V dividing the layers */
+                struct bench_rank ranks[8];
+                cfg.batch = m;
+                cfg.micro_batches = m;
+                cfg.virtual_stages = V;
+                if (bench_run(&cfg, 1, P, 1, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
+                    fprintf(stderr, "dtrain-bench-pipeline: P=%d m=%d V=%d: %s\n", P, m, V, err);
+                    rc = 1;
+                    continue;
+                }
+                double span = 0.0, sum = 0.0, rel = 0.0;
+                for (int s = 0; s < P; s++)
+                    if (ranks[s].compute_ms + ranks[s].wait_ms > span)
+                        span = ranks[s].compute_ms + ranks[s].wait_ms;
+                char detail[256] = "";
+                size_t used = 0;
+                for (int s = 0; s < P; s++) {
+                    double bubble = 1.0 - ranks[s].compute_ms / span;
+                    sum += bubble;
+                    rel += span / ranks[s].compute_ms - 1.0;
+                    int w = snprintf(detail + used, sizeof detail - used, "%s%.1f / %.3f", s ? ", " : "",
+                                     ranks[s].compute_ms, bubble);
+                    if (w > 0 && (size_t)w < sizeof detail - used)
+                        used += (size_t)w;
+                }
+                double measured = sum / P, ideal = dtrain_pipe_bubble_v(P, V, m);
+                printf("%3d %3d %3d %10.1f %10.1f %8.3f %9.3f %9.3f %9.3f   %s\n", P, m, V, ranks[0].step_ms, span,
+                       ideal, measured, (double)(P - 1) / ((double)V * m), rel / P, detail);
+                fflush(stdout);
             }
-            double span = 0.0, sum = 0.0;
-            for (int s = 0; s < P; s++)
-                if (ranks[s].compute_ms + ranks[s].wait_ms > span)
-                    span = ranks[s].compute_ms + ranks[s].wait_ms;
-            char detail[256] = "";
-            size_t used = 0;
-            for (int s = 0; s < P; s++) {
-                double bubble = 1.0 - ranks[s].compute_ms / span;
-                sum += bubble;
-                int w = snprintf(detail + used, sizeof detail - used, "%s%.1f / %.3f", s ? ", " : "",
-                                 ranks[s].compute_ms, bubble);
-                if (w > 0 && (size_t)w < sizeof detail - used)
-                    used += (size_t)w;
-            }
-            double measured = sum / P, ideal = dtrain_pipe_bubble(P, m);
-            printf("%3d %3d %10.1f %10.1f %8.3f %9.3f   %s\n", P, m, ranks[0].step_ms, span, ideal, measured,
-                   detail);
-            fflush(stdout);
         }
     }
     unlink(path);

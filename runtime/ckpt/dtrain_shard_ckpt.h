@@ -47,7 +47,7 @@
  * manifest.json: {"format": "dtrain-sharded-checkpoint", "version": 1,
  *   "step", "data_batches", "nparams", "config": {model, batch, seq, data
  *   order and seed, seed, optimizer}, "layout": {"tp", "pp", "dp",
- *   "world_size", "zero1"}, "shards": [{"rank", "file", "bytes", "floats",
+ *   "world_size", "zero1", and "virtual_stages" when above 1}, "shards": [{"rank", "file", "bytes", "floats",
  *   "checksum" (16 hex digits)}, ...], and for a run with dynamic loss
  *   scaling (fp16) "loss_scale": {"scale", "good_steps", "overflow_steps"}}
  *   (doc/fault-tolerance.md). */
@@ -88,6 +88,8 @@ struct dtrain_sckpt_piece {
 struct dtrain_sckpt_layout {
     int tp, pp, dp, world_size, zero1;
     int rank, tp_rank, pp_rank, dp_rank;
+    int virtual_stages; /* V chunks per stage (interleaved 1F1B); 0 or 1: plain.  Values are placed by
+                         * their whole-model offsets, so any V loads any other V's checkpoint */
 };
 
 /* The dynamic loss scaler's state (fp16): the scale, the steps without an

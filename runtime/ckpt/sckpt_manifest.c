@@ -63,6 +63,10 @@ int sckpt_commit(const char *dir, const char *tmp, const char *final, const stru
                      "config", config_json(cfg), "layout", "tp", L->tp, "pp", L->pp, "dp", L->dp,
                      "world_size", L->world_size, "zero1", L->zero1, "shards", shards);
     shards = NULL; /* stolen by "o", also on failure */
+    /* optional: written by a run with virtual stages (absent: 1) */
+    if (root != NULL && L->virtual_stages > 1 &&
+        json_object_set_new(json_object_get(root, "layout"), "virtual_stages", json_integer(L->virtual_stages)) != 0)
+        goto oom;
     if (root != NULL && scaler != NULL && scaler->on &&
         json_object_set_new(root, "loss_scale", json_pack("{s:f, s:I, s:I}", "scale", scaler->scale, "good_steps",
                                                            (json_int_t)scaler->good_steps, "overflow_steps",
@@ -203,7 +207,15 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
     m->step = (uint64_t)nstep;
     m->data_batches = (uint64_t)ndata;
     m->nparams = (uint64_t)nparams;
-    m->layout = (struct dtrain_sckpt_layout){(int)tp, (int)pp, (int)dp, (int)world, zero1, 0, 0, 0, 0};
+    m->layout = (struct dtrain_sckpt_layout){(int)tp, (int)pp, (int)dp, (int)world, zero1, 0, 0, 0, 0, 1};
+    json_t *vs = json_object_get(json_object_get(root, "layout"), "virtual_stages");
+    if (vs != NULL) { /* optional: absent, the plain pipeline */
+        if (!json_is_integer(vs) || json_integer_value(vs) < 1 || json_integer_value(vs) > 1024) {
+            dtrain_snprintf(why, whylen, "%s: layout.virtual_stages: not a count from 1 to 1024", file);
+            goto out;
+        }
+        m->layout.virtual_stages = (int)json_integer_value(vs);
+    }
     json_t *ls = json_object_get(root, "loss_scale");
     if (ls != NULL) { /* optional: runs with dynamic loss scaling */
         double scale;

@@ -91,6 +91,7 @@ static const struct setting settings[] = {
     {"run", "peak_flops", "peak-flops", K_REAL, OFF(peak_flops), 0, 1e18, "peak FLOP/s of one device for MFU (e.g. 989e12: an H100's dense bf16); 0 = measured at start (the backend's GEMM rate)"},
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
     {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
+    {"parallel", "virtual_stages", "virtual-stages", K_INT, OFF(virtual_stages), 1, 1024, "dtrain-launch: V chunks of layers per pipeline stage (interleaved 1F1B, Megatron's virtual pipeline); V > 1 needs P >= 2, P*V dividing the layers and the micro-batches a multiple of P"},
     {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients (3 is refused)"},
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
     {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
@@ -136,6 +137,7 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->precision = DTRAIN_PRECISION_DEFAULT;
     c->log_every = 1;
     c->micro_batches = 1;
+    c->virtual_stages = 1;
     c->zero_stage = 0;
     c->loss_scale = 65536.0;
     c->loss_scale_window = 2000;

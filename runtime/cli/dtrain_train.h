@@ -92,6 +92,7 @@ struct dtrain_train_config {
     /* parallel (dtrain_parallel.h); one process may run several micro-batches
      * (gradient accumulation); ZeRO shards nothing there */
     int micro_batches;                /* m: each data-parallel rank's rows run as m micro-batches */
+    int virtual_stages;               /* V: chunks of layers per pipeline stage (interleaved 1F1B; 1: plain) */
     int zero_stage;                   /* ZeRO over the data-parallel ranks: 0 none, 1 the AdamW state, 2 also the
                                        * reduced gradients (3 is refused: dtrain_parallel_check) */
     int recompute;                    /* activation recomputation, enum dtrain_recompute (dtrain_stage.h):

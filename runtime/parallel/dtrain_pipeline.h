@@ -26,7 +26,33 @@
  * slot, taken at its RECV_ACT (or FORWARD on stage 0) and given back after
  * its BACKWARD; `slots` of them suffice (min(P-s, m)).  The gradients
  * travel through the stage's one gradient buffer: SEND_GRAD comes after the
- * BACKWARD and names the slot just given back. */
+ * BACKWARD and names the slot just given back.
+ *
+ * Interleaved 1F1B (dtrain_pipe_schedule_v, V > 1 virtual stages, Megatron's
+ * virtual pipeline): stage s holds chunks c = 0..V-1 of the model, chunk c
+ * being virtual stage s + c*P (dtrain_shard.h), so a micro-batch goes round
+ * the pipeline V times: stage P-1's chunk c sends to stage 0's chunk c+1
+ * and gradients go back the same way.  Each stage runs its m*V chunk
+ * forwards and backwards in Megatron's order: virtual forward k (0..mV-1)
+ * is micro-batch (k / (P*V))*P + k % P on chunk (k / P) % V, virtual
+ * backward k the same micro-batch on chunk V-1 - (k / P) % V; warm-up
+ * w = min((P-1-s)*2 + (V-1)*P, mV) forwards, then mV - w times one forward
+ * and one backward, then the w backwards left.  m must be a multiple of P.
+ * The bubble is (P-1)/(V*m) of the ideal time (P-1)/(V*m+P-1) of the step),
+ * V times smaller than 1F1B's (P-1)/m.
+ *
+ * Where the communication goes: every stage builds the same global
+ * sequence of events by simulating all P stages in time (a forward costs
+ * 1, a backward 2; a stage starts its next compute as soon as it is free
+ * and its input was produced); a send follows its forward or backward at
+ * once, and the receiver's RECV_* stands at the same time of the global
+ * sequence (after the compute it is busy with, before the next).  Each stage's
+ * list is its part of that sequence, so with rendezvous semantics the
+ * earliest unfinished event always has both of its ranks waiting on it:
+ * no deadlock, whatever P, V and m.  Receives are thus eager: an
+ * activation goes into its micro-batch's slot (held from its first chunk
+ * to the backward of chunk 0), a gradient into the slot's own residual
+ * gradient (dtrain_stage_chunk_grad), so nothing waits for a buffer. */
 #ifndef DTRAIN_PIPELINE_H
 #define DTRAIN_PIPELINE_H
 
@@ -49,6 +75,7 @@ struct dtrain_pipe_action {
     enum dtrain_pipe_op op;
     int micro; /* 0..m-1 */
     int slot;  /* 0..slots-1 */
+    int chunk; /* 0..V-1: the virtual stage (0 with V = 1) */
 };
 
 /* Most actions a stage's list can hold: 6 per micro-batch. */
@@ -61,11 +88,27 @@ struct dtrain_pipe_action {
 long dtrain_pipe_schedule(int P, int stage, int m, struct dtrain_pipe_action *out, size_t max,
                           int *slots);
 
+/* Most actions of an interleaved list: 6 per micro-batch and chunk. */
+#define DTRAIN_PIPE_MAX_ACTIONS_V(m, V) (6 * (size_t)(m) * (size_t)(V))
+
+/* The list with V virtual stages (V = 1: dtrain_pipe_schedule).  -1 also
+ * when V > 1 and P < 2 or m is not a multiple of P. */
+long dtrain_pipe_schedule_v(int P, int V, int stage, int m, struct dtrain_pipe_action *out, size_t max,
+                            int *slots);
+
 /* "RECV_ACT", "FORWARD", ... */
 const char *dtrain_pipe_op_name(enum dtrain_pipe_op op);
 
 /* The ideal bubble fraction (P-1)/(m+P-1). */
 double dtrain_pipe_bubble(int P, int m);
+/* With V virtual stages: (P-1)/(V*m+P-1) of the step, (P-1)/(V*m) of the
+ * ideal (bubble-free) time. */
+double dtrain_pipe_bubble_v(int P, int V, int m);
+/* The bubble of the interleaved schedule itself, relative to the ideal
+ * time, in the simulation that places its communication (a forward costs
+ * 1, a backward 2, transfers nothing): makespan / (V*m*3) - 1.  -1 for an
+ * argument dtrain_pipe_schedule_v refuses or V = 1. */
+double dtrain_pipe_sim_bubble_v(int P, int V, int m);
 
 #ifdef __cplusplus
 }

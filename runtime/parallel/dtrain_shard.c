@@ -20,11 +20,23 @@ static void local_per_layer(const struct dtrain_shard *s, size_t out[BLOCK_TENSO
 
 static int local_layers(const struct dtrain_shard *s)
 {
-    return s->layer_end - s->layer_begin;
+    return s->layers;
+}
+
+int dtrain_shard_global_layer(const struct dtrain_shard *s, int i)
+{
+    int per = s->layer_end - s->layer_begin; /* layers of a chunk */
+    return s->layer_begin + (i / per) * s->pp * per + i % per;
 }
 
 int dtrain_shard_plan(const struct dtrain_gpt2_config *model, int tp, int pp, int tp_rank,
                       int pp_rank, struct dtrain_shard *out, char *err, size_t errlen)
+{
+    return dtrain_shard_plan_v(model, tp, pp, 1, tp_rank, pp_rank, out, err, errlen);
+}
+
+int dtrain_shard_plan_v(const struct dtrain_gpt2_config *model, int tp, int pp, int vs, int tp_rank,
+                        int pp_rank, struct dtrain_shard *out, char *err, size_t errlen)
 {
     int rc = dtrain_gpt2_config_check(model, err, errlen);
     if (rc != DTRAIN_OK)
@@ -56,6 +68,12 @@ int dtrain_shard_plan(const struct dtrain_gpt2_config *model, int tp, int pp, in
                  "model has %d: use P <= %d", pp, L, L);
         return DTRAIN_ERR_INPUT;
     }
+    if (vs < 1 || (vs > 1 && (pp < 2 || L % (pp * vs) != 0))) {
+        snprintf(err, errlen, "--virtual-stages %d with P=%d and %d layers: V must be at least 1, and V > 1 "
+                 "needs P >= 2 and P*V dividing the layers (each stage's %d layers into V chunks of equal size)",
+                 vs, pp, L, L / pp);
+        return DTRAIN_ERR_INPUT;
+    }
     struct dtrain_shard s;
     memset(&s, 0, sizeof s);
     s.model = *model;
@@ -63,8 +81,10 @@ int dtrain_shard_plan(const struct dtrain_gpt2_config *model, int tp, int pp, in
     s.pp = pp;
     s.tp_rank = tp_rank;
     s.pp_rank = pp_rank;
-    s.layer_begin = (int)((long)L * pp_rank / pp);
-    s.layer_end = (int)((long)L * (pp_rank + 1) / pp);
+    s.virtual_stages = vs;
+    s.layer_begin = (int)((long)L * pp_rank / ((long)pp * vs));
+    s.layer_end = (int)((long)L * (pp_rank + 1) / ((long)pp * vs));
+    s.layers = vs * (s.layer_end - s.layer_begin);
     s.has_embedding = pp_rank == 0;
     s.has_head = pp_rank == pp - 1;
     s.heads = NH / tp;
@@ -181,7 +201,7 @@ static void for_each_block(const struct dtrain_shard *s, block_fn fn, void *ctx)
     for (int j = 0; j < BLOCK_TENSORS; j++) {
         int t = FIRST_BLOCK_TENSOR + j;
         for (int i = 0; i < local_layers(s); i++) {
-            size_t l = (size_t)(s->layer_begin + i);
+            size_t l = (size_t)dtrain_shard_global_layer(s, i);
             size_t lo = s->offset[t] + (size_t)i * per[j];
             switch (t) {
             case DTRAIN_GPT2_QKVW: /* q, k, v rows of the local heads */

@@ -17,6 +17,12 @@
  *  - layer norms, wpe, the projection biases and lnf are replicated over TP.
  * Data-parallel ranks hold the same shard.
  *
+ * Virtual stages (interleaved 1F1B, V > 1): the L layers are cut into P*V
+ * chunks of L/(P*V) layers; chunk c of stage s holds virtual stage s + c*P,
+ * the layers [(s + c*P)*L/(P*V), (s + c*P + 1)*L/(P*V)).  Stage 0 keeps the
+ * embeddings (its chunk 0 reads them), stage P-1 the head (after its chunk
+ * V-1).  Locally the chunks' layers follow one another, chunk 0 first.
+ *
  * Local layout: llm.c's tensor order (enum dtrain_gpt2_tensor), each tensor
  * as this rank's slice, the stage's layers one after the other; tensors the
  * stage does not hold are empty.  On one rank (T = P = 1) it is exactly the
@@ -37,7 +43,9 @@ struct dtrain_shard {
     struct dtrain_gpt2_config model;
     int tp, pp;                  /* T, P */
     int tp_rank, pp_rank;
-    int layer_begin, layer_end;  /* this stage's blocks [l0, l1) */
+    int layer_begin, layer_end;  /* this stage's (V > 1: its chunk 0's) blocks [l0, l1) */
+    int virtual_stages;          /* V: chunks of layers on this stage (1: plain pipeline) */
+    int layers;                  /* local layers: V * (l1 - l0) */
     int has_embedding;           /* stage 0: wte (for the embedding) and wpe */
     int has_head;                /* stage P-1: lnf and wte (for the head) */
     int heads;                   /* NH/T: attention heads held here */
@@ -56,13 +64,19 @@ struct dtrain_shard {
  * split: NH, 4C or Vp not divisible by T, fewer layers than stages. */
 int dtrain_shard_plan(const struct dtrain_gpt2_config *model, int tp, int pp, int tp_rank,
                       int pp_rank, struct dtrain_shard *out, char *err, size_t errlen);
+/* The same with V virtual stages per stage (V = 1: dtrain_shard_plan);
+ * refuses V < 1, and V > 1 unless P >= 2 and P*V divides the layers. */
+int dtrain_shard_plan_v(const struct dtrain_gpt2_config *model, int tp, int pp, int virtual_stages,
+                        int tp_rank, int pp_rank, struct dtrain_shard *out, char *err, size_t errlen);
+/* The model's layer index of local layer i. */
+int dtrain_shard_global_layer(const struct dtrain_shard *s, int i);
 
 /* Local parameters of one block (one layer), and the block's shape for a
  * micro-batch of B x T. */
 size_t dtrain_shard_layer_size(const struct dtrain_shard *s);
 void dtrain_shard_block_shape(const struct dtrain_shard *s, int B, int T,
                               struct dtrain_block_shape *shape);
-/* Views of local layer i (0 <= i < layer_end - layer_begin) inside a local
+/* Views of local layer i (0 <= i < layers) inside a local
  * parameter (or gradient) vector. */
 void dtrain_shard_block_weights(const struct dtrain_shard *s, const float *params, int i,
                                 struct dtrain_block_weights *w);

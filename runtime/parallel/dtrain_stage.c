@@ -20,6 +20,7 @@ struct slot {
     float *logits;                     /* last stage: (N,Vl) logits -> probs -> dlogits */
     float *losses;                     /* last stage: (N) */
     int32_t *inputs, *targets;         /* (N) */
+    float *dres;                       /* V > 1: (N,C) this micro-batch's residual gradient */
 };
 
 struct dtrain_stage {
@@ -27,6 +28,7 @@ struct dtrain_stage {
     const struct dtrain_shard *sh;
     struct dtrain_tp *tp;
     int B, T, N, nl;
+    int V, nlc;                         /* chunks (virtual stages) and layers per chunk */
     enum dtrain_recompute recompute;
     struct slot layer;                  /* selective: att of one layer; full: one layer's activations */
     float *layer_memory;
@@ -79,6 +81,7 @@ static size_t layout_slot(const struct dtrain_stage *st, float *base, struct slo
     s->lnf_rstd = carve(base, &used, head * N);
     s->logits = carve(base, &used, head * N * (size_t)sh->vocab_rows);
     s->losses = carve(base, &used, head * N);
+    s->dres = carve(base, &used, st->V > 1 ? N * C : 0);
     return used;
 }
 
@@ -151,7 +154,9 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->B = B;
     st->T = T;
     st->N = B * T;
-    st->nl = shard->layer_end - shard->layer_begin;
+    st->nl = shard->layers;
+    st->V = shard->virtual_stages;
+    st->nlc = st->nl / st->V;
     st->nslots = slots;
     st->recompute = recompute;
     size_t n = shard->count;
@@ -243,14 +248,25 @@ int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *in
     return DTRAIN_OK;
 }
 
-float *dtrain_stage_input(struct dtrain_stage *st, int slot) { return st->slots[slot].res; }
-
-float *dtrain_stage_output(struct dtrain_stage *st, int slot)
+/* Chunk c's input is the residual entering its first layer, its output the
+ * one leaving its last: res[c*nlc] and res[(c+1)*nlc].  The output of chunk
+ * c and the input of chunk c+1 share res[(c+1)*nlc]: the output is sent on
+ * right after the forward and never read again (backward reads each
+ * layer's input), the input arrives later (it goes round the pipeline). */
+float *dtrain_stage_chunk_input(struct dtrain_stage *st, int slot, int chunk)
 {
-    return st->slots[slot].res + (size_t)st->nl * st->N * st->sh->model.channels;
+    return st->slots[slot].res + (size_t)chunk * st->nlc * st->N * st->sh->model.channels;
 }
 
-float *dtrain_stage_grad(struct dtrain_stage *st) { return st->dres; }
+float *dtrain_stage_chunk_output(struct dtrain_stage *st, int slot, int chunk)
+{
+    return dtrain_stage_chunk_input(st, slot, chunk + 1);
+}
+
+float *dtrain_stage_chunk_grad(struct dtrain_stage *st, int slot)
+{
+    return st->V > 1 ? st->slots[slot].dres : st->dres;
+}
 size_t dtrain_stage_act_floats(const struct dtrain_stage *st) { return (size_t)st->N * st->sh->model.channels; }
 
 /* Local layer i's activations inside slot s (full recomputation: the
@@ -280,19 +296,32 @@ static void layer_acts(const struct dtrain_stage *st, const struct slot *s, int 
         a->att = st->layer.att;
 }
 
+static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0, int c1, double *loss_sum,
+                                       char *err, size_t errlen);
+static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c0, int c1, float dloss,
+                                        dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen);
+
 static float *residual(const struct dtrain_stage *st, const struct slot *s, int i)
 {
     return s->res + (size_t)i * st->N * st->sh->model.channels;
 }
 
-int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, char *err, size_t errlen)
+int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,
+                               size_t errlen)
+{
+    return dtrain_stage_forward_layers(st, slot, chunk, chunk + 1, loss_sum, err, errlen);
+}
+
+/* Chunks [c0, c1): the embedding before chunk 0, the head after chunk V-1. */
+static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0, int c1, double *loss_sum,
+                                       char *err, size_t errlen)
 {
     const struct dtrain_shard *sh = st->sh;
     struct slot *s = &st->slots[slot];
     int C = sh->model.channels, N = st->N, rc;
     float *params = st->params;
     *loss_sum = 0.0;
-    if (sh->has_embedding &&
+    if (sh->has_embedding && c0 == 0 &&
         (rc = dtrain_tp_embedding_forward(st->tp, s->res, s->inputs,
                                           dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
                                           dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WPE),
@@ -300,7 +329,7 @@ int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, ch
         return rc;
     struct dtrain_block_shape shape;
     dtrain_shard_block_shape(sh, st->B, st->T, &shape);
-    for (int i = 0; i < st->nl; i++) {
+    for (int i = c0 * st->nlc; i < c1 * st->nlc; i++) {
         struct dtrain_block_weights w;
         struct dtrain_block_acts a;
         dtrain_shard_block_weights(sh, params, i, &w);
@@ -310,7 +339,7 @@ int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, ch
         if (rc != DTRAIN_OK)
             return rc;
     }
-    if (!sh->has_head)
+    if (!sh->has_head || c1 != st->V)
         return DTRAIN_OK;
     /* final LN (replicated), then f and this rank's vocabulary columns */
     dtrain_k_layernorm_forward(st->k, s->lnf, s->lnf_mean, s->lnf_rstd, residual(st, s, st->nl),
@@ -328,14 +357,22 @@ int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, ch
     return DTRAIN_OK;
 }
 
-int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
-                          dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen)
+int dtrain_stage_backward_chunk(struct dtrain_stage *st, int slot, int chunk, float dloss,
+                                dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen)
+{
+    return dtrain_stage_backward_layers(st, slot, chunk, chunk + 1, dloss, done, ctx, err, errlen);
+}
+
+/* Chunks c1-1 down to c0, on the slot's residual gradient
+ * (dtrain_stage_chunk_grad). */
+static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c0, int c1, float dloss,
+                                        dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen)
 {
     const struct dtrain_shard *sh = st->sh;
     struct slot *s = &st->slots[slot];
     int C = sh->model.channels, N = st->N, rc;
-    float *params = st->params, *grads = st->grads;
-    if (sh->has_head) {
+    float *params = st->params, *grads = st->grads, *dres = dtrain_stage_chunk_grad(st, slot);
+    if (sh->has_head && c1 == st->V) {
         float *wte = dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE);
         dtrain_tp_xent_backward(st->tp, s->logits, s->targets, dloss, N);
         dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
@@ -343,8 +380,8 @@ int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
         /* f's backward: the partial input gradients of the column-parallel logits */
         if ((rc = dtrain_tp_allreduce(st->tp, st->scratch.dln, (size_t)N * C, err, errlen)) != DTRAIN_OK)
             return rc;
-        dtrain_k_zero(st->k, st->dres, (size_t)N * C * sizeof(float));
-        dtrain_k_layernorm_backward(st->k, st->dres, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFW),
+        dtrain_k_zero(st->k, dres, (size_t)N * C * sizeof(float));
+        dtrain_k_layernorm_backward(st->k, dres, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFW),
                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFB), st->scratch.dln,
                                     residual(st, s, st->nl), dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
                                     s->lnf_mean, s->lnf_rstd, N, C);
@@ -353,7 +390,7 @@ int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
     }
     struct dtrain_block_shape shape;
     dtrain_shard_block_shape(sh, st->B, st->T, &shape);
-    for (int i = st->nl - 1; i >= 0; i--) {
+    for (int i = c1 * st->nlc - 1; i >= c0 * st->nlc; i--) {
         struct dtrain_block_weights w;
         struct dtrain_block_grads g;
         struct dtrain_block_acts a;
@@ -367,16 +404,16 @@ int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
             return rc;
         if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE) /* atty again into datty, overwritten below */
             dtrain_k_attention_forward(st->k, st->scratch.datty, a.att, a.qkv, st->B, st->T, shape.NH, shape.HS);
-        rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), st->dres,
+        rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
                                    dtrain_tp_block_hook(st->tp), err, errlen);
         if (rc != DTRAIN_OK)
             return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_LAYER, i));
     }
-    if (sh->has_embedding) {
+    if (sh->has_embedding && c0 == 0) {
         dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
-                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WPE), st->dres, s->inputs,
+                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WPE), dres, s->inputs,
                                      st->B, st->T, C);
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_WPE, 0));

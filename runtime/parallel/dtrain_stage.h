@@ -7,6 +7,7 @@
  * the activations of up to `slots` micro-batches in flight (1F1B keeps
  * several on early stages, dtrain_pipeline.h) and one residual-gradient
  * buffer that backward carries down the stage:
+ * (for one chunk of the stage, below; V = 1: the whole stage)
  *   forward(slot):  [stage 0: embedding -> input(slot)]  blocks l0..l1-1
  *                   -> output(slot)  [last stage: final LN, logits of this
  *                   rank's vocabulary columns, cross-entropy]
@@ -78,27 +79,38 @@ void dtrain_stage_zero_grad(struct dtrain_stage *st);
 int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *inputs,
                             const int32_t *targets, char *err, size_t errlen);
 
-/* The residual stream entering the stage (where the previous stage's
- * activation is received) and leaving it (what is sent on), (B,T,C), and
- * the residual gradient buffer (received from the next stage before a
- * backward; after it, the gradient to send back). */
-float *dtrain_stage_input(struct dtrain_stage *st, int slot);
-float *dtrain_stage_output(struct dtrain_stage *st, int slot);
-float *dtrain_stage_grad(struct dtrain_stage *st);
+/* Chunks (V = shard->virtual_stages; 1 without interleaving, chunk 0 is
+ * then the whole stage).  Chunk c runs the stage's local layers
+ * [c*L/V, (c+1)*L/V) of its L; chunk 0 of stage 0 starts from the
+ * embedding, chunk V-1 of the last stage ends with the head.
+ *
+ * The residual stream entering chunk c (where the previous stage's
+ * activation is received) and leaving it (what is sent on), (B,T,C): the
+ * output of chunk c and the input of chunk c+1 share their place (the
+ * output is sent right after its forward, the input arrives later).  The
+ * residual gradient of slot's micro-batch (received from the next stage
+ * before a backward; after it, the gradient to send back): with V = 1 one
+ * buffer for the stage, with V > 1 one per slot, since a gradient may
+ * arrive while another micro-batch's backward runs. */
+float *dtrain_stage_chunk_input(struct dtrain_stage *st, int slot, int chunk);
+float *dtrain_stage_chunk_output(struct dtrain_stage *st, int slot, int chunk);
+float *dtrain_stage_chunk_grad(struct dtrain_stage *st, int slot);
 size_t dtrain_stage_act_floats(const struct dtrain_stage *st); /* B*T*C */
 
-/* Forward of slot's micro-batch.  On the last stage *loss_sum is the sum of
- * its B*T losses (in double, in order); elsewhere 0. */
-int dtrain_stage_forward(struct dtrain_stage *st, int slot, double *loss_sum, char *err, size_t errlen);
+/* Forward of chunk c of slot's micro-batch.  After the last stage's last
+ * chunk *loss_sum is the sum of its B*T losses (in double, in order);
+ * elsewhere 0. */
+int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,
+                               size_t errlen);
 
 /* Called during backward when a gradient unit (dtrain_shard_unit_*) has
  * received this micro-batch's contribution: the head, each layer, wpe. */
 typedef void (*dtrain_stage_unit_done)(void *ctx, int unit);
 
-/* Backward of slot's micro-batch; dloss = d(step loss)/d(each position's
- * loss), e.g. 1/(global batch tokens).  done may be NULL. */
-int dtrain_stage_backward(struct dtrain_stage *st, int slot, float dloss,
-                          dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen);
+/* Backward of chunk c of slot's micro-batch; dloss = d(step loss)/d(each
+ * position's loss), e.g. 1/(global batch tokens).  done may be NULL. */
+int dtrain_stage_backward_chunk(struct dtrain_stage *st, int slot, int chunk, float dloss,
+                                dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

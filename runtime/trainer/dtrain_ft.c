@@ -67,7 +67,7 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
 static struct dtrain_sckpt_layout layout_of(const struct dtrain_bootstrap *bs, const struct dtrain_train_config *cfg)
 {
     return (struct dtrain_sckpt_layout){bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero_stage >= 1, bs->rank,
-                                        bs->tp_rank, bs->pp_rank, bs->dp_rank};
+                                        bs->tp_rank, bs->pp_rank, bs->dp_rank, cfg->virtual_stages};
 }
 
 struct runs {
@@ -344,9 +344,12 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
         dtrain_fault_event(f->fault, "load_end", (long)res.step, what);
         if (is_root(f)) {
             const struct dtrain_sckpt_layout *w = &res.writer;
-            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO-1 %s): step %" PRIu64 ", data batch %"
+            char vs[48] = "";
+            if (w->virtual_stages > 1)
+                snprintf(vs, sizeof vs, ", %d virtual stages", w->virtual_stages);
+            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO-1 %s%s): step %" PRIu64 ", data batch %"
                     PRIu64 "; rank 0 read %.2f MB in %.3f s\n", f->prog, rollback ? "rolled back to" : "resumed from",
-                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "on" : "off", res.step, res.data_batches,
+                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "on" : "off", vs, res.step, res.data_batches,
                     1e-6 * (double)st.bytes, st.seconds);
             fflush(f->progress);
         }

@@ -5,7 +5,8 @@
  *       The trainer inside `srun --mpi=pmi2 dtrain-launch [CONFIG] [flags]`:
  *       builds every communicator from the launcher's bootstrap, parses
  *       dtrain-train's config and flags (plus the "parallel" section:
- *       --micro-batches, --zero-stage, --bucket-mb, --dp-overlap), trains, and
+ *       --micro-batches, --virtual-stages, --zero-stage, --bucket-mb,
+ *       --dp-overlap), trains, and
  *       returns the process exit code.  Rank 0 prints the progress lines
  *       and writes the metrics file.  dtrain-train (dtrain_train.h) runs
  *       the same program on a 1x1x1 bootstrap of its own.
@@ -18,7 +19,8 @@
  * Semantics: the same as the single-process trainer with the same config.
  * Step k reads global batch k (B x T) on every rank; data-parallel rank d
  * takes rows [d*B/D, (d+1)*B/D) and runs them as m micro-batches of
- * B/(D*m) rows through the 1F1B pipeline (dtrain_pipeline.h); the loss is
+ * B/(D*m) rows through the 1F1B pipeline (dtrain_pipeline.h; interleaved
+ * with --virtual-stages V > 1, each stage holding V chunks); the loss is
  * the mean over the global batch and every gradient that of that mean.  The
  * whole model is initialised from the seed as on one rank and each rank
  * keeps its slice (dtrain_shard.h), so every layout starts from the same
@@ -30,7 +32,8 @@
  * parallel, ZeRO-1, norm and update: dtrain_dp.h.
  *
  * Exit codes: 0 done; 2 bad config, data or shape (NH, 4C or Vp not
- * divisible by T, fewer layers than stages, B not divisible by D*m; on
+ * divisible by T, fewer layers than stages, B not divisible by D*m, V > 1
+ * with P = 1, P*V not dividing the layers or m not a multiple of P; on
  * every rank); 75 a peer failed or timed out (requeue); 1 anything else. */
 #ifndef DTRAIN_PARALLEL_H
 #define DTRAIN_PARALLEL_H

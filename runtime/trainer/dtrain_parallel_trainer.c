@@ -89,6 +89,13 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
     }
     if ((rc = dtrain_shard_plan(&c->model, tp, pp, 0, 0, &s, err, errlen)) != DTRAIN_OK)
         return rc;
+    int V = c->virtual_stages;
+    if (V > 1 && (pp < 2 || c->model.num_layers % (pp * V) != 0 || c->micro_batches % pp != 0)) {
+        snprintf(err, errlen, "--virtual-stages %d needs P >= 2 (here %d), P*V dividing the %d layers and "
+                 "--micro-batches a multiple of P (here %d): change --virtual-stages, --micro-batches or the "
+                 "layout", V, pp, c->model.num_layers, c->micro_batches);
+        return DTRAIN_ERR_INPUT;
+    }
     if (c->precision == DTRAIN_PRECISION_FP16 && strcmp(c->backend, "cpu") != 0) {
         snprintf(err, errlen, "--precision fp16 is emulated on the cpu kernels only (the %s kernels have no fp16 "
                  "GEMMs here): use --backend cpu, or --precision bf16 on %s", c->backend, c->backend);
@@ -247,8 +254,8 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     t->comms = comms;
     int B = c->batch, T = c->seq, m = c->micro_batches;
     t->micro_rows = B / (bs->dp * m);
-    if ((rc = dtrain_shard_plan(&c->model, bs->tp, bs->pp, bs->tp_rank, bs->pp_rank, &t->shard,
-                                err, errlen)) != DTRAIN_OK)
+    if ((rc = dtrain_shard_plan_v(&c->model, bs->tp, bs->pp, c->virtual_stages, bs->tp_rank, bs->pp_rank,
+                                  &t->shard, err, errlen)) != DTRAIN_OK)
         goto fail;
     struct dtrain_kernels_options kopt = {.threads = c->threads, .precision = c->precision};
     if (dtrain_kernels_create(c->backend, &kopt, &t->k, err, errlen) != 0) {
@@ -272,10 +279,11 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     if ((rc = open_val(t, err, errlen)) != DTRAIN_OK)
         goto fail;
     int slots;
-    t->actions = malloc(DTRAIN_PIPE_MAX_ACTIONS(m) * sizeof *t->actions);
+    size_t maxa = DTRAIN_PIPE_MAX_ACTIONS_V(m, c->virtual_stages);
+    t->actions = malloc(maxa * sizeof *t->actions);
     if (t->actions == NULL ||
-        (t->nactions = dtrain_pipe_schedule(bs->pp, bs->pp_rank, m, t->actions, DTRAIN_PIPE_MAX_ACTIONS(m),
-                                            &slots)) < 0) {
+        (t->nactions = dtrain_pipe_schedule_v(bs->pp, c->virtual_stages, bs->pp_rank, m, t->actions, maxa,
+                                              &slots)) < 0) {
         snprintf(err, errlen, "out of memory for the pipeline schedule of %d micro-batches", m);
         rc = DTRAIN_ERR_SYSTEM;
         goto fail;
@@ -426,11 +434,11 @@ void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
     dtrain_ptrainer_memory(t, &m);
     const struct dtrain_bootstrap *L = &t->layout;
     fprintf(out, "{\"memory\": {\"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
-            "\"zero_stage\": %d, \"recompute\": \"%s\", \"local_params\": %zu, \"params_bytes\": %zu, "
+            "\"zero_stage\": %d, \"recompute\": \"%s\", \"virtual_stages\": %d, \"local_params\": %zu, \"params_bytes\": %zu, "
             "\"grads_bytes\": %zu, \"reduced_grads_bytes\": %zu, \"optimizer_bytes\": %zu, "
             "\"activations_bytes\": %zu, \"comm_bytes\": %zu, \"model_state_bytes\": %zu, "
             "\"model_state_formula_bytes\": %zu}}\n", L->rank, L->tp_rank, L->pp_rank, L->dp_rank,
-            t->cfg.zero_stage, dtrain_recompute_name(t->cfg.recompute), t->shard.count, m.params, m.grads, m.reduced_grads,
+            t->cfg.zero_stage, dtrain_recompute_name(t->cfg.recompute), t->cfg.virtual_stages, t->shard.count, m.params, m.grads, m.reduced_grads,
             m.optimizer, m.activations, m.comm, m.model_state, m.model_state_formula);
     fflush(out);
 }
@@ -471,14 +479,30 @@ static void read_my_rows(struct dtrain_ptrainer *t, const struct dtrain_tokens *
     dtrain_tokens_rows(data, t->cfg.batch, t->cfg.seq, order, seed, k, row0, rows, t->inputs + at, t->targets + at);
 }
 
-/* Run this stage's 1F1B list for the step's micro-batches. */
+/* A transfer to the next stage (to_next) or from/to the previous one.  With
+ * V = 1 over the 2-member PP_NEXT / PP_PREV communicators; with V > 1 over
+ * the PP group to stage s+1 or s-1 mod P (the wrap from the last stage to
+ * stage 0 is a link too). */
+static int transfer(struct dtrain_ptrainer *t, int send, int to_next, float *buf, size_t floats, const char *what,
+                    char *err, size_t errlen)
+{
+    int P = t->layout.pp, s = t->layout.pp_rank;
+    if (t->cfg.virtual_stages == 1)
+        return p2p(to_next ? &t->next : &t->prev, send, buf, floats, what, err, errlen);
+    int peer = to_next ? (s + 1) % P : (s + P - 1) % P;
+    return send ? dtrain_pcomm_send(&t->pp, buf, floats, peer, what, err, errlen)
+                : dtrain_pcomm_recv(&t->pp, buf, floats, peer, what, err, errlen);
+}
+
+/* Run this stage's 1F1B list (interleaved with V > 1: each action names its
+ * chunk, 0 with V = 1) for the step's micro-batches. */
 static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
                         char *err, size_t errlen)
 {
     double scale = t->scaler.on ? t->scaler.scale : 1.0;
     const struct dtrain_bootstrap *L = &t->layout;
-    struct dtrain_pcomm *prev = &t->prev, *next = &t->next;
-    size_t act = dtrain_stage_act_floats(t->stage);
+    struct dtrain_stage *st = t->stage;
+    size_t act = dtrain_stage_act_floats(st);
     int T = t->cfg.seq, m = t->cfg.micro_batches;
     float dloss = (float)(scale / (double)((long)t->cfg.batch * T)); /* fp16: the scaled loss's */
     int rc = DTRAIN_OK;
@@ -489,28 +513,33 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wai
         double part = 0.0;
         switch (x->op) {
         case DTRAIN_PIPE_RECV_ACT:
-            rc = p2p(prev, 0, dtrain_stage_input(t->stage, x->slot), act, "pipeline: receive activation", err, errlen);
+            rc = transfer(t, 0, 0, dtrain_stage_chunk_input(st, x->slot, x->chunk), act,
+                          "pipeline: receive activation", err, errlen);
             break;
         case DTRAIN_PIPE_SEND_ACT:
-            rc = p2p(next, 1, dtrain_stage_output(t->stage, x->slot), act, "pipeline: send activation", err, errlen);
+            rc = transfer(t, 1, 1, dtrain_stage_chunk_output(st, x->slot, x->chunk), act,
+                          "pipeline: send activation", err, errlen);
             break;
         case DTRAIN_PIPE_RECV_GRAD:
-            rc = p2p(next, 0, dtrain_stage_grad(t->stage), act, "pipeline: receive gradient", err, errlen);
+            rc = transfer(t, 0, 1, dtrain_stage_chunk_grad(st, x->slot), act, "pipeline: receive gradient", err,
+                          errlen);
             break;
         case DTRAIN_PIPE_SEND_GRAD:
-            rc = p2p(prev, 1, dtrain_stage_grad(t->stage), act, "pipeline: send gradient", err, errlen);
+            rc = transfer(t, 1, 0, dtrain_stage_chunk_grad(st, x->slot), act, "pipeline: send gradient", err,
+                          errlen);
             break;
         case DTRAIN_PIPE_FORWARD:
-            rc = dtrain_stage_set_tokens(t->stage, x->slot, t->inputs + row, t->targets + row, err, errlen);
+            if (x->chunk == 0) /* where the micro-batch enters the stage */
+                rc = dtrain_stage_set_tokens(st, x->slot, t->inputs + row, t->targets + row, err, errlen);
             if (rc == DTRAIN_OK)
-                rc = dtrain_stage_forward(t->stage, x->slot, &part, err, errlen);
+                rc = dtrain_stage_forward_chunk(st, x->slot, x->chunk, &part, err, errlen);
             *loss_sum += part;
             break;
         case DTRAIN_PIPE_BACKWARD:
-            /* the last micro-batch's backward finishes the gradients: hand
-             * them to data parallelism unit by unit */
-            rc = dtrain_stage_backward(t->stage, x->slot, dloss, x->micro == m - 1 ? unit_done : NULL, t->dp,
-                                       err, errlen);
+            /* the last micro-batch's backward of a chunk finishes its
+             * gradients: hand them to data parallelism unit by unit */
+            rc = dtrain_stage_backward_chunk(st, x->slot, x->chunk, dloss, x->micro == m - 1 ? unit_done : NULL,
+                                             t->dp, err, errlen);
             break;
         }
         double dt = now_seconds() - t0;
@@ -664,7 +693,7 @@ int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *
     const struct dtrain_bootstrap *L = &t->layout;
     const struct dtrain_shard *s = &t->shard;
     size_t act = dtrain_stage_act_floats(t->stage);
-    int T = c->seq, m = c->micro_batches, rc = DTRAIN_OK;
+    int T = c->seq, m = c->micro_batches, V = c->virtual_stages, rc = DTRAIN_OK;
     double loss_sum = 0.0;
     *val_loss = NAN;
     if (t->val == NULL)
@@ -673,18 +702,21 @@ int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *
         read_my_rows(t, t->val, DTRAIN_ORDER_SEQUENTIAL, 0, (uint64_t)j);
         for (int micro = 0; micro < m && rc == DTRAIN_OK; micro++) {
             size_t row = ((size_t)L->dp_rank * m + (size_t)micro) * t->micro_rows * T;
-            double part = 0.0;
-            if (L->pp_rank > 0)
-                rc = p2p(&t->prev, 0, dtrain_stage_input(t->stage, 0), act, "validation: receive activation",
-                         err, errlen);
-            if (rc == DTRAIN_OK)
-                rc = dtrain_stage_set_tokens(t->stage, 0, t->inputs + row, t->targets + row, err, errlen);
-            if (rc == DTRAIN_OK)
-                rc = dtrain_stage_forward(t->stage, 0, &part, err, errlen);
-            if (rc == DTRAIN_OK && L->pp_rank < L->pp - 1)
-                rc = p2p(&t->next, 1, dtrain_stage_output(t->stage, 0), act, "validation: send activation",
-                         err, errlen);
-            loss_sum += part;
+            rc = dtrain_stage_set_tokens(t->stage, 0, t->inputs + row, t->targets + row, err, errlen);
+            /* chunk after chunk round the pipeline (V = 1: once through):
+             * one chain of sends and receives, no cycle */
+            for (int c = 0; c < V && rc == DTRAIN_OK; c++) {
+                double part = 0.0;
+                if (L->pp_rank > 0 || c > 0)
+                    rc = transfer(t, 0, 0, dtrain_stage_chunk_input(t->stage, 0, c), act,
+                                  "validation: receive activation", err, errlen);
+                if (rc == DTRAIN_OK)
+                    rc = dtrain_stage_forward_chunk(t->stage, 0, c, &part, err, errlen);
+                if (rc == DTRAIN_OK && (L->pp_rank < L->pp - 1 || c < V - 1))
+                    rc = transfer(t, 1, 1, dtrain_stage_chunk_output(t->stage, 0, c), act,
+                                  "validation: send activation", err, errlen);
+                loss_sum += part;
+            }
         }
     }
     if (rc != DTRAIN_OK)
@@ -768,7 +800,8 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
             if (from == 0)
                 continue;
             struct dtrain_shard s;
-            if ((rc = dtrain_shard_plan(&t->cfg.model, L->tp, L->pp, tp, pp, &s, err, errlen)) != DTRAIN_OK)
+            if ((rc = dtrain_shard_plan_v(&t->cfg.model, L->tp, L->pp, t->cfg.virtual_stages, tp, pp, &s, err,
+                                          errlen)) != DTRAIN_OK)
                 break;
             float *buf = malloc((s.count + 1) * sizeof(float));
             if (buf == NULL) {

@@ -70,7 +70,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         return 3;
     dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
     struct dtrain_sckpt_layout L = {bs->tp, bs->pp, bs->dp, bs->world_size, j->cfg.zero_stage >= 1, bs->rank, bs->tp_rank,
-                                    bs->pp_rank, bs->dp_rank};
+                                    bs->pp_rank, bs->dp_rank, j->cfg.virtual_stages};
     struct dtrain_sckpt_stats st;
     int rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
     if (rc == DTRAIN_OK)
@@ -148,6 +148,65 @@ static int exists(const char *path)
 static double rel(float a, float b)
 {
     return fabs((double)a - b) / fabs((double)b);
+}
+
+/* ---- virtual stages (interleaved 1F1B) change across a resume: a 4-layer
+ * model, (1,2,1) m = 2 with V = 2 writes step 3; the manifest records V;
+ * V = 1, one process and V = 2 again load it, save the same bits and train
+ * step 3 to the original's loss; V = 2 loads V = 1's checkpoint too. */
+static void test_virtual_stages(const struct job *base, const char *top)
+{
+    struct job j = *base;
+    struct area a0, all[LOCAL_BOOT_MAX_WORLD];
+    char err[512], d3[300];
+    j.cfg.model.num_layers = 4;
+    j.cfg.micro_batches = 2;
+    j.cfg.virtual_stages = 2;
+    j.cfg.zero_stage = 0;
+    j.cfg.ckpt_keep = 10;
+    j.steps = 4;
+    j.save_every = 1;
+    snprintf(j.save_dir, sizeof j.save_dir, "%s/v", top);
+    const size_t n = dtrain_gpt2_param_count(&j.cfg.model);
+    int rc = run(&j, 1, 2, 1, &a0, all);
+    ok(rc == 0 && a0.nsaves == 4, "(1,2,1) V=2: trains 4 steps and writes a checkpoint after each");
+    float loss_v[MAX_STEPS];
+    memcpy(loss_v, a0.loss, sizeof loss_v);
+    snprintf(d3, sizeof d3, "%s/v3", top);
+    harness_sh("mkdir -p '%s' && cp -r '%s/v/step-00000003' '%s/'", d3, top, d3);
+    float *p_v = NULL, *m_v = NULL, *v_v = NULL;
+    struct dtrain_sckpt_resumed res;
+    rc = harness_read_whole(d3, &j.cfg, &p_v, &m_v, &v_v, &res, err, sizeof err);
+    ok(rc == DTRAIN_OK && res.found && res.step == 3 && res.writer.pp == 2 && res.writer.virtual_stages == 2,
+       "one process reads the V=2 checkpoint back; the manifest says 2 virtual stages (%d)", res.writer.virtual_stages);
+    static const struct { int pp, vs; const char *from; } loads[] = {
+        {2, 1, "v3"}, {1, 1, "v3"}, {2, 2, "v3"}, {2, 2, "vl0"},
+    };
+    for (size_t k = 0; rc == DTRAIN_OK && k < sizeof loads / sizeof loads[0]; k++) {
+        struct job b = j;
+        b.cfg.virtual_stages = loads[k].vs;
+        snprintf(b.load_dir, sizeof b.load_dir, "%s/%s", top, loads[k].from);
+        snprintf(b.save_dir, sizeof b.save_dir, "%s/vl%zu", top, k);
+        b.save_after_load = 1;
+        b.save_every = 0;
+        b.steps = 1;
+        int r = run(&b, 1, loads[k].pp, 1, &a0, all);
+        float *p_b = NULL, *m_b = NULL, *v_b = NULL;
+        struct dtrain_sckpt_resumed rb;
+        int rr = r == 0 ? harness_read_whole(b.save_dir, &j.cfg, &p_b, &m_b, &v_b, &rb, err, sizeof err) : -1;
+        ok(r == 0 && a0.found && a0.resumed == 3 && rr == DTRAIN_OK && rb.found &&
+           rb.writer.virtual_stages == (loads[k].vs > 1 ? loads[k].vs : 1) && harness_same_bits(p_v, p_b, n) &&
+           harness_same_bits(m_v, m_b, n) && harness_same_bits(v_v, v_b, n) && rel(a0.loss[0], loss_v[3]) <= LOSS_RTOL,
+           "(1,%d,1) V=%d loads the checkpoint of step 3 written with V=%d, saves the same bits (parameters, m, v) "
+           "and trains step 3 to loss %.9g (the original %.9g, relative %.1e <= %g)", loads[k].pp, loads[k].vs,
+           k == 3 ? 1 : 2, (double)a0.loss[0], (double)loss_v[3], rel(a0.loss[0], loss_v[3]), LOSS_RTOL);
+        free(p_b);
+        free(m_b);
+        free(v_b);
+    }
+    free(p_v);
+    free(m_v);
+    free(v_v);
 }
 
 int main(void)
@@ -400,6 +459,7 @@ int main(void)
     free(p_a);
     free(m_a);
     free(v_a);
+    test_virtual_stages(&j, top);
     if (tap_state_.failed == 0)
         harness_cleanup(top);
     else

@@ -12,8 +12,12 @@
 # largest job is 8 ranks over 2 nodes.  Every run's per-step loss must match
 # the (1,1,1) run's within the relative tolerance of doc/parallel.md.  Then
 # (2,2,2) ZeRO-2 with --recompute selective and full gives the losses of the
-# run without recomputation bit for bit.  Two shapes that do not split and
-# --zero-stage 3 are refused by every rank with exit 2.
+# run without recomputation bit for bit.  Interleaved 1F1B (--virtual-stages
+# 2): (2,2,2) ZeRO-1 m=2 gives the V=1 run's losses bit for bit, and on an
+# 8-layer model (1,4,1) m=4 with V=2 and V=1 the same losses, within the
+# tolerance of one process (dtrain-train).  Two shapes that do not split,
+# --zero-stage 3 and two virtual-stage shapes (P*V not dividing the
+# layers, m not a multiple of P) are refused by every rank with exit 2.
 # dtrain-train (one process) must give the (1,1,1) run's losses bit for bit.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
@@ -134,6 +138,58 @@ done
 act() { sed -n 's/^{"memory": {"rank": 0,.*"recompute": "'"$1"'".*"activations_bytes": \([0-9]*\),.*/\1/p' "$d/recompute.out"; }
 check "rank 0 reports fewer activation bytes with full recomputation ($(act full)) than selective ($(act selective))" \
   awk -v a="$(act full)" -v b="$(act selective)" 'BEGIN { exit !(a != "" && b != "" && a + 0 < b + 0) }'
+
+# ---- interleaved 1F1B (--virtual-stages 2)
+printf '#!/bin/bash\nexport OPENBLAS_NUM_THREADS=1\nsrun --mpi=pmi2 %q' "$launch" >"$d/vs222.sbatch"
+printf ' %q' "${trainer[@]}" --backend cpu --micro-batches 2 --zero1 1 --virtual-stages 2 --memory-report 1 \
+  --metrics "$d/vs222.jsonl" >>"$d/vs222.sbatch"
+echo >>"$d/vs222.sbatch"
+in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-tp=2 --dtrain-pp=2 -N 2 --ntasks-per-node=4 \
+  -o "$d/vs222.out" "$d/vs222.sbatch" >/dev/null 2>"$d/vs222.err"
+rc=$?
+check "(2,2,2) ZeRO-1 m=2 --virtual-stages 2: srun exits 0, every rank's memory line says 2 virtual stages (exit $rc)" \
+  [ "$rc" -eq 0 -a "$(grep -c '^{"memory": {"rank": .*"virtual_stages": 2,' "$d/vs222.out")" -eq 8 ]
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$d/vs222.out" "$d/vs222.err" | head -20
+check "(2,2,2) ZeRO-1 V=2: every step's loss is V=1's, bit for bit" \
+  [ "$(losses "$d/vs222.jsonl" | wc -l)" -eq "$steps" -a "$(losses "$d/vs222.jsonl")" = "$(losses "$d/tp2pp2dp2.zero1.jsonl")" ]
+dev=$(deviation "$d/base.zero0.jsonl" "$d/vs222.jsonl")
+check "(2,2,2) ZeRO-1 V=2: max relative loss deviation from (1,1,1) $dev <= $rtol" \
+  awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+# P=4 with V=2 needs 8 layers (one a chunk): one process as the base
+trainer8=("${trainer[@]}" --layers 8)
+OPENBLAS_NUM_THREADS=1 "$train" "${trainer8[@]}" --backend cpu --metrics "$d/train8.jsonl" >"$d/train8.out" 2>&1
+check "8 layers: dtrain-train runs $steps steps (exit $?)" [ "$(losses "$d/train8.jsonl" | wc -l)" -eq "$steps" ]
+{
+  echo '#!/bin/bash'
+  echo 'export OPENBLAS_NUM_THREADS=1'
+  for v in 1 2; do
+    printf 'srun --mpi=pmi2 %q' "$launch"
+    printf ' %q' "${trainer8[@]}" --backend cpu --micro-batches 4 --virtual-stages "$v" --metrics "$d/vs141.v$v.jsonl"
+    printf ' || exit $?\n'
+  done
+} >"$d/vs141.sbatch"
+in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-pp=4 -N 2 --ntasks-per-node=2 \
+  -o "$d/vs141.out" "$d/vs141.sbatch" >/dev/null 2>"$d/vs141.err"
+rc=$?
+check "(1,4,1) m=4, 8 layers, --virtual-stages 1 and 2 over 2 nodes: both sruns exit 0 (exit $rc)" [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$d/vs141.out" "$d/vs141.err" | head -20
+for v in 1 2; do
+  dev=$(deviation "$d/train8.jsonl" "$d/vs141.v$v.jsonl")
+  check "(1,4,1) V=$v, 8 layers: max relative loss deviation from one process $dev <= $rtol" \
+    awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+done
+check "(1,4,1) 8 layers: V=2's losses are V=1's, bit for bit" \
+  [ "$(losses "$d/vs141.v2.jsonl" | wc -l)" -eq "$steps" -a "$(losses "$d/vs141.v2.jsonl")" = "$(losses "$d/vs141.v1.jsonl")" ]
+in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --dtrain-pp=2 --mpi=pmi2 "$launch" --comm-backend cpu \
+  "${trainer[@]}" --micro-batches 2 --virtual-stages 3 >"$d/vs3.out" 2>"$d/vs3.err"
+rc=$?
+check "P=2 --virtual-stages 3 on 4 layers: exit 2, both ranks name the options (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'virtual-stages 3 needs P >= 2 (here 2), P\*V dividing the 4 layers and --micro-batches a multiple of P' "$d/vs3.err")" -eq 2 ]
+in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --dtrain-pp=2 --mpi=pmi2 "$launch" --comm-backend cpu \
+  "${trainer[@]}" --micro-batches 1 --virtual-stages 2 >"$d/vsm.out" 2>"$d/vsm.err"
+rc=$?
+check "P=2 --virtual-stages 2 --micro-batches 1: exit 2, both ranks refuse (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'virtual-stages 2 needs .* --micro-batches a multiple of P (here 1)' "$d/vsm.err")" -eq 2 ]
 
 # ---- shapes that do not split: one line from every rank, exit 2, no training
 in_cluster "$d" timeout 60 srun -N1 -n2 --dtrain-tp=2 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \

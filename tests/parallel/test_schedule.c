@@ -6,7 +6,10 @@
  * micro-batches are in flight on stage s (exactly P on stage 0 when
  * m >= P); slots are never shared by two micro-batches in flight; and all P
  * lists together run to the end when every send waits for its matching
- * receive (rendezvous), so blocking point-to-point calls cannot deadlock. */
+ * receive (rendezvous), so blocking point-to-point calls cannot deadlock.
+ * The same for interleaved lists (V virtual stages, dtrain_pipe_schedule_v)
+ * round the wrapped pipeline, with Megatron's order checked. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,6 +159,206 @@ static int runs_to_end(const struct lists *L)
     }
 }
 
+/* ------------------------------------------------------------ interleaved (V > 1) */
+
+#define MAXV 4
+#define MAXMV (MAXM * MAXV)
+
+struct vlists {
+    int P, V, m;
+    struct dtrain_pipe_action a[MAXP][6 * MAXMV];
+    long n[MAXP];
+    int slots[MAXP];
+};
+
+static int vbuild(struct vlists *L, int P, int V, int m)
+{
+    L->P = P, L->V = V, L->m = m;
+    for (int s = 0; s < P; s++)
+        if ((L->n[s] = dtrain_pipe_schedule_v(P, V, s, m, L->a[s], 6 * MAXMV, &L->slots[s])) < 0)
+            return -1;
+    return 0;
+}
+
+/* Each (micro-batch, chunk) of stage s: its ops once each, in order; a
+ * micro-batch's slot held from its first action to its backward of chunk
+ * 0 and never shared; chunk forwards in Megatron's order (virtual forward k
+ * is micro-batch (k/(P*V))*P + k%P of chunk (k/P)%V), backwards in its
+ * reverse-chunk order; the warm-up of (P-1-s)*2 + (V-1)*P forwards. */
+static const char *vcheck_stage(const struct vlists *L, int s)
+{
+    static char why[200];
+    int P = L->P, V = L->V, m = L->m;
+    int step[MAXM][MAXV] = {{0}}, owner[MAXM], holds[MAXM], nf = 0, nb = 0, warm = -1;
+    for (int i = 0; i < MAXM; i++)
+        owner[i] = -1, holds[i] = -1;
+    for (long k = 0; k < L->n[s]; k++) {
+        const struct dtrain_pipe_action *x = &L->a[s][k];
+        int i = x->micro, c = x->chunk;
+        if (i < 0 || i >= m || c < 0 || c >= V || x->slot < 0 || x->slot >= L->slots[s]) {
+            snprintf(why, sizeof why, "stage %d action %ld out of range", s, k);
+            return why;
+        }
+        enum dtrain_pipe_op seq[6];
+        int nseq = 0, first = s == 0 && c == 0, last = s == P - 1 && c == V - 1;
+        if (!first) seq[nseq++] = DTRAIN_PIPE_RECV_ACT;
+        seq[nseq++] = DTRAIN_PIPE_FORWARD;
+        if (!last) seq[nseq++] = DTRAIN_PIPE_SEND_ACT;
+        if (!last) seq[nseq++] = DTRAIN_PIPE_RECV_GRAD;
+        seq[nseq++] = DTRAIN_PIPE_BACKWARD;
+        if (!first) seq[nseq++] = DTRAIN_PIPE_SEND_GRAD;
+        if (step[i][c] >= nseq || seq[step[i][c]] != x->op) {
+            snprintf(why, sizeof why, "stage %d: %s of micro-batch %d chunk %d out of order", s,
+                     dtrain_pipe_op_name(x->op), i, c);
+            return why;
+        }
+        step[i][c]++;
+        if (holds[i] == -1) { /* first action: takes the slot */
+            if (owner[x->slot] != -1) {
+                snprintf(why, sizeof why, "stage %d: micro-batch %d takes slot %d of %d", s, i, x->slot, owner[x->slot]);
+                return why;
+            }
+            owner[x->slot] = i, holds[i] = x->slot;
+        } else if (holds[i] != x->slot || (owner[x->slot] != i && !(x->op == DTRAIN_PIPE_SEND_GRAD && c == 0))) {
+            snprintf(why, sizeof why, "stage %d: micro-batch %d uses slot %d it does not hold", s, i, x->slot);
+            return why;
+        }
+        if (x->op == DTRAIN_PIPE_FORWARD) {
+            int kk = nf++, ci = (kk / P) % V, mi = (kk / (P * V)) * P + kk % P;
+            if (c != ci || i != mi) {
+                snprintf(why, sizeof why, "stage %d: forward %d is (%d, chunk %d), not (%d, chunk %d)", s, kk, i, c, mi, ci);
+                return why;
+            }
+        }
+        if (x->op == DTRAIN_PIPE_BACKWARD) {
+            int kk = nb++, ci = V - 1 - (kk / P) % V, mi = (kk / (P * V)) * P + kk % P;
+            if (warm < 0)
+                warm = nf;
+            if (c != ci || i != mi) {
+                snprintf(why, sizeof why, "stage %d: backward %d is (%d, chunk %d), not (%d, chunk %d)", s, kk, i, c, mi, ci);
+                return why;
+            }
+            if (c == 0)
+                owner[x->slot] = -1;
+        }
+    }
+    int want = (P - 1 - s) * 2 + (V - 1) * P + 1; /* the warm-up, and the first steady forward */
+    if (want > m * V)
+        want = m * V;
+    if (nf != m * V || nb != m * V || warm != want) {
+        snprintf(why, sizeof why, "stage %d: %d forwards, %d backwards, %d forwards before the first backward (want %d)",
+                 s, nf, nb, warm, want);
+        return why;
+    }
+    return NULL;
+}
+
+/* Rendezvous run of all P lists; links wrap (P-1 -> 0 for activations,
+ * 0 -> P-1 for gradients); a send matches the receive of the same
+ * micro-batch into the receiving chunk (c, or c+1 / c-1 across the wrap). */
+static int vruns_to_end(const struct vlists *L)
+{
+    long pc[MAXP] = {0};
+    int P = L->P;
+    for (;;) {
+        int moved = 0, done = 1;
+        for (int s = 0; s < P; s++) {
+            if (pc[s] >= L->n[s])
+                continue;
+            done = 0;
+            const struct dtrain_pipe_action *x = &L->a[s][pc[s]];
+            int peer, pchunk;
+            enum dtrain_pipe_op want;
+            switch (x->op) {
+            case DTRAIN_PIPE_SEND_ACT:
+                peer = (s + 1) % P, pchunk = s == P - 1 ? x->chunk + 1 : x->chunk, want = DTRAIN_PIPE_RECV_ACT;
+                break;
+            case DTRAIN_PIPE_SEND_GRAD:
+                peer = (s + P - 1) % P, pchunk = s == 0 ? x->chunk - 1 : x->chunk, want = DTRAIN_PIPE_RECV_GRAD;
+                break;
+            case DTRAIN_PIPE_FORWARD:
+            case DTRAIN_PIPE_BACKWARD:
+                pc[s]++;
+                moved = 1;
+                continue;
+            default: /* receives complete with the peer's send */
+                continue;
+            }
+            if (pc[peer] >= L->n[peer])
+                return 0;
+            const struct dtrain_pipe_action *y = &L->a[peer][pc[peer]];
+            if (y->op == want && y->micro == x->micro && y->chunk == pchunk) {
+                pc[s]++;
+                pc[peer]++;
+                moved = 1;
+            }
+        }
+        if (done)
+            return 1;
+        if (!moved)
+            return 0;
+    }
+}
+
+static void test_interleaved(void)
+{
+    static struct vlists L;
+    int bad_build = 0, bad_stage = 0, deadlocks = 0, cases = 0;
+    for (int P = 2; P <= MAXP; P++) {
+        for (int V = 2; V <= MAXV; V++) {
+            for (int m = P; m <= MAXM; m += P) {
+                cases++;
+                if (vbuild(&L, P, V, m) != 0) {
+                    bad_build++;
+                    continue;
+                }
+                for (int s = 0; s < P; s++) {
+                    const char *why = vcheck_stage(&L, s);
+                    if (why != NULL && bad_stage++ == 0)
+                        diag("P=%d V=%d m=%d: %s", P, V, m, why);
+                }
+                if (!vruns_to_end(&L) && deadlocks++ == 0)
+                    diag("P=%d V=%d m=%d: the lists deadlock under rendezvous sends", P, V, m);
+            }
+        }
+    }
+    ok(bad_build == 0, "interleaved: every stage's list builds for P = 2..%d, V = 2..%d, m = P, 2P, ... <= %d "
+                       "(%d cases)", MAXP, MAXV, MAXM, cases);
+    ok(bad_stage == 0, "interleaved: each (micro-batch, chunk) once through recv, forward, send, recv grad, backward, "
+                       "send grad; Megatron's chunk order and warm-up; a slot per micro-batch, never shared");
+    ok(deadlocks == 0, "interleaved: all P lists run to the end with rendezvous sends round the wrapped pipeline");
+    int slots;
+    struct dtrain_pipe_action room[6 * 4 * 2];
+    ok(dtrain_pipe_schedule_v(2, 2, 0, 3, room, 6 * 3 * 2, &slots) < 0 &&
+       dtrain_pipe_schedule_v(1, 2, 0, 2, room, 6 * 4 * 2, &slots) < 0 &&
+       dtrain_pipe_schedule_v(2, 0, 0, 2, room, 6 * 4 * 2, &slots) < 0 &&
+       dtrain_pipe_schedule_v(2, 2, 0, 4, room, 10, &slots) < 0,
+       "interleaved: m not a multiple of P, P = 1, V = 0 and too little room are refused");
+    /* the schedule's own bubble, relative to the ideal time, where the
+     * simulation's costs hold: Megatron's (P-1)/(V*m) */
+    double worst = 0.0;
+    for (int P = 2; P <= MAXP; P++)
+        for (int V = 2; V <= MAXV; V++)
+            for (int m = P; m <= MAXM; m += P) {
+                double dv = dtrain_pipe_sim_bubble_v(P, V, m) - (double)(P - 1) / ((double)V * m);
+                if (dv < 0)
+                    dv = -dv;
+                if (dv > worst)
+                    worst = dv;
+            }
+    ok(worst < 1e-9, "interleaved: the lists' simulated bubble is (P-1)/(V*m) of the ideal time for every case "
+       "(largest difference %.2g)", worst);
+    /* V = 1 is the plain list */
+    struct dtrain_pipe_action plain[6 * 4];
+    int s1, s2;
+    long n1 = dtrain_pipe_schedule(3, 1, 4, plain, 24, &s1), n2 = dtrain_pipe_schedule_v(3, 1, 1, 4, room, 48, &s2);
+    ok(n1 == n2 && s1 == s2 && memcmp(plain, room, (size_t)n1 * sizeof *plain) == 0,
+       "dtrain_pipe_schedule_v with V = 1 is dtrain_pipe_schedule");
+    double d = dtrain_pipe_bubble_v(4, 2, 8) - 3.0 / 19.0;
+    ok(d < 1e-12 && d > -1e-12 && dtrain_pipe_bubble_v(4, 1, 8) == dtrain_pipe_bubble(4, 8),
+       "the interleaved bubble (P-1)/(V*m+P-1): 3/19 for P=4 V=2 m=8, 1F1B's for V = 1");
+}
+
 int main(void)
 {
     static struct lists L;
@@ -212,5 +415,6 @@ int main(void)
        "P < 1, stage >= P, m < 1 and too little room are refused");
     ok(dtrain_pipe_bubble(4, 8) > 0.2727 && dtrain_pipe_bubble(4, 8) < 0.2728 && dtrain_pipe_bubble(1, 3) == 0.0,
        "the ideal bubble (P-1)/(m+P-1): 3/11 for P=4 m=8, 0 without a pipeline");
+    test_interleaved();
     return tap_done();
 }

@@ -5,7 +5,9 @@
  * held by exactly the ranks Megatron's split says and counted exactly once
  * in the gradient norm; the gradient units tile each local vector; block
  * views point at the right slices; on one rank the layout is the whole
- * model's flat vector; shapes that do not split are refused with one line. */
+ * model's flat vector; shapes that do not split are refused with one line;
+ * with virtual stages (V = 2) the chunks hold Megatron's layers and the same
+ * checks hold. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,9 +36,9 @@ struct layout_check {
     size_t local_total;
 };
 
-static void check_layout(int T, int P, struct layout_check *out)
+static void check_layout_v(const struct dtrain_gpt2_config *mp, int T, int P, int V, struct layout_check *out)
 {
-    size_t n = dtrain_gpt2_param_count(&model);
+    size_t n = dtrain_gpt2_param_count(mp);
     float *whole = iota(n), *back = calloc(n, sizeof(float));
     int *holders = calloc(n, sizeof(int)), *norm = calloc(n, sizeof(int));
     memset(out, 0, sizeof *out);
@@ -45,7 +47,7 @@ static void check_layout(int T, int P, struct layout_check *out)
         for (int tp = 0; tp < T; tp++) {
             struct dtrain_shard s;
             char err[256];
-            if (dtrain_shard_plan(&model, T, P, tp, pp, &s, err, sizeof err) != DTRAIN_OK) {
+            if (dtrain_shard_plan_v(mp, T, P, V, tp, pp, &s, err, sizeof err) != DTRAIN_OK) {
                 out->gathered_whole = 0;
                 diag("plan T=%d P=%d (%d,%d): %s", T, P, tp, pp, err);
                 continue;
@@ -84,8 +86,8 @@ static void check_layout(int T, int P, struct layout_check *out)
     out->holders_ok = out->norm_once = 1;
     for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
         size_t sizes[DTRAIN_GPT2_NUM_TENSORS];
-        dtrain_gpt2_tensor_sizes(&model, sizes);
-        size_t off = dtrain_gpt2_tensor_offset(&model, (enum dtrain_gpt2_tensor)t);
+        dtrain_gpt2_tensor_sizes(mp, sizes);
+        size_t off = dtrain_gpt2_tensor_offset(mp, (enum dtrain_gpt2_tensor)t);
         int split = t == DTRAIN_GPT2_WTE || t == DTRAIN_GPT2_QKVW || t == DTRAIN_GPT2_QKVB ||
                     t == DTRAIN_GPT2_ATTPROJW || t == DTRAIN_GPT2_FCW || t == DTRAIN_GPT2_FCB ||
                     t == DTRAIN_GPT2_FCPROJW;
@@ -107,6 +109,8 @@ static void check_layout(int T, int P, struct layout_check *out)
     free(holders);
     free(norm);
 }
+
+static void check_layout(int T, int P, struct layout_check *out) { check_layout_v(&model, T, P, 1, out); }
 
 int main(void)
 {
@@ -189,5 +193,34 @@ int main(void)
        "P=6 with 5 layers: refused (%s)", err);
     ok(dtrain_shard_plan(&model, 2, 1, 2, 0, &s, err, sizeof err) == DTRAIN_ERR_INPUT,
        "a TP rank outside the layout: refused (%s)", err);
+    /* virtual stages: 8 layers, P = 2, V = 2: chunk c of stage s holds
+     * virtual stage s + 2c, layers {0,1,4,5} on stage 0 and {2,3,6,7} on 1 */
+    struct dtrain_gpt2_config m8 = model;
+    m8.num_layers = 8;
+    for (int T = 1; T <= 2; T++) {
+        for (int P = 2; P <= 4; P *= 2) {
+            struct layout_check c;
+            check_layout_v(&m8, T, P, 2, &c);
+            ok(c.gathered_whole && c.holders_ok && c.norm_once && c.units_tile,
+               "T=%d P=%d V=2 (8 layers): every rank's slices rebuild the whole model, held and in the norm as "
+               "without virtual stages, units tile each local vector", T, P);
+        }
+    }
+    struct dtrain_shard v0, v1, plain;
+    int good = dtrain_shard_plan_v(&m8, 1, 2, 2, 0, 0, &v0, err, sizeof err) == DTRAIN_OK &&
+               dtrain_shard_plan_v(&m8, 1, 2, 2, 0, 1, &v1, err, sizeof err) == DTRAIN_OK &&
+               dtrain_shard_plan(&m8, 1, 2, 0, 0, &plain, err, sizeof err) == DTRAIN_OK;
+    ok(good && v0.layers == 4 && dtrain_shard_global_layer(&v0, 0) == 0 && dtrain_shard_global_layer(&v0, 1) == 1 &&
+       dtrain_shard_global_layer(&v0, 2) == 4 && dtrain_shard_global_layer(&v0, 3) == 5 &&
+       dtrain_shard_global_layer(&v1, 0) == 2 && dtrain_shard_global_layer(&v1, 3) == 7 && v0.count == plain.count &&
+       v0.has_embedding && !v0.has_head && v1.has_head,
+       "P=2 V=2, 8 layers: stage 0 holds layers 0,1,4,5 and the embeddings, stage 1 layers 2,3,6,7 and the head; "
+       "as many parameters as with V=1");
+    int r1 = dtrain_shard_plan_v(&model, 1, 2, 2, 0, 0, &v0, err, sizeof err);
+    ok(r1 == DTRAIN_ERR_INPUT && strstr(err, "P*V dividing the layers") != NULL,
+       "5 layers at P=2 V=2 refused: %s", err);
+    r1 = dtrain_shard_plan_v(&m8, 1, 1, 2, 0, 0, &v0, err, sizeof err);
+    int r2 = dtrain_shard_plan_v(&m8, 1, 2, 0, 0, 0, &v1, err, sizeof err);
+    ok(r1 == DTRAIN_ERR_INPUT && r2 == DTRAIN_ERR_INPUT, "V=2 without a pipeline (P=1) and V=0 refused");
     return tap_done();
 }

@@ -222,6 +222,7 @@ struct layout {
     int tp, pp, dp, micro, zero, overlap; /* zero: the ZeRO stage */
     int recompute;                        /* enum dtrain_recompute */
     int bits_of;                          /* 1 + the layout whose bits this one gives; 0: none */
+    int vs;                               /* virtual stages (interleaved 1F1B); 0: 1 */
 };
 
 static double max_rel_loss(const struct run_result *a, const struct run_result *b)
@@ -359,6 +360,60 @@ static void test_rank_metrics(const struct job *base, const char *dir)
     free(areas);
 }
 
+/* Interleaved 1F1B at P = 4 with V = 2 needs 8 layers (one per chunk): a
+ * reference of its own, then (1,4,1) m = 4 with V = 1 and V = 2. */
+static void test_interleaved_p4(const struct job *base)
+{
+    struct job j = *base;
+    char err[512] = "";
+    j.cfg.model.num_layers = 8;
+    j.nparams = dtrain_gpt2_param_count(&j.cfg.model);
+    struct run_result ref = {0}, got[2];
+    float *ref_params = malloc(j.nparams * sizeof(float)), *params[2] = {NULL, NULL};
+    memset(got, 0, sizeof got);
+    int have = ref_params != NULL && reference(&j, &ref, ref_params) == 0;
+    ok(have, "8 layers: the single-process reference trains (%s)", have ? "ok" : ref.err);
+    for (int v = 0; have && v < 2; v++) {
+        struct job lj = j;
+        lj.cfg.micro_batches = 4;
+        lj.cfg.virtual_stages = v + 1;
+        size_t bytes = area_bytes(&lj);
+        unsigned char *areas = calloc(4, bytes);
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        int rc = areas != NULL ? local_boot_run(1, 4, 1, rank_main, &lj, bytes, areas, codes, 120, err, sizeof err) : -1;
+        const struct rank_area *r0 = (const struct rank_area *)areas;
+        if (rc != 0) {
+            for (int r = 0; areas != NULL && r < 4; r++)
+                if (((const struct rank_area *)(areas + (size_t)r * bytes))->r.err[0])
+                    diag("rank %d: %s", r, ((const struct rank_area *)(areas + (size_t)r * bytes))->r.err);
+            ok(0, "(T,P,D)=(1,4,1) m=4 V=%d, 8 layers: runs (%s)", v + 1, err);
+            free(areas);
+            continue;
+        }
+        got[v] = r0->r;
+        if ((params[v] = malloc(j.nparams * sizeof(float))) != NULL)
+            memcpy(params[v], r0->params, j.nparams * sizeof(float));
+        double dl = max_rel_loss(&r0->r, &ref), dn = max_rel_norm(&r0->r, &ref);
+        double dv = fabs(r0->r.val_loss - ref.val_loss) / ref.val_loss;
+        double dp = params[v] != NULL ? max_abs(params[v], ref_params, j.nparams) : 1.0;
+        ok(dl <= LOSS_RTOL && dn <= LOSS_RTOL && dv <= LOSS_RTOL && dp < PARAM_ATOL,
+           "(T,P,D)=(1,4,1) m=4 V=%d, 8 layers: relative deviation from one process of the loss %.1e, the norm "
+           "%.1e, the validation loss %.1e (<= %.0e); parameters %.1e (< %.0e)", v + 1, dl, dn, dv, LOSS_RTOL, dp,
+           PARAM_ATOL);
+        free(areas);
+    }
+    if (params[0] != NULL && params[1] != NULL) {
+        double vl = max_rel_loss(&got[1], &got[0]), vn = max_rel_norm(&got[1], &got[0]);
+        double vp = max_abs(params[0], params[1], j.nparams);
+        ok(got[0].loss[0] == got[1].loss[0] && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL,
+           "(1,4,1) m=4, 8 layers: V=2 against V=1: step 0's loss bit for bit, the losses within %.1e, the norms "
+           "within %.1e (<= %.0e), the parameters within %.1e (< %.0e)", vl, vn, LOSS_RTOL, vp, PARAM_ATOL);
+    }
+    free(params[0]);
+    free(params[1]);
+    free(ref_params);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/dtrain-test-parallel-XXXXXX";
@@ -421,15 +476,19 @@ int main(void)
        ref.loss[STEPS - 1], ref.norm[0]);
 
     const struct layout layouts[] = {
-        {1, 1, 1, 1, 0, 1, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0},
-        {1, 1, 2, 1, 0, 1, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0},
-        {2, 2, 2, 2, 1, 1, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0},
+        {1, 1, 1, 1, 0, 1, 0, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0, 0},
+        {1, 1, 2, 1, 0, 1, 0, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, 0, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0, 0},
         /* ZeRO-2 at D = 2 and 4, with T = 2 and with P = 2 */
-        {1, 1, 2, 2, 2, 1, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0},
+        {1, 1, 2, 2, 2, 1, 0, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0, 0},
         /* recomputation: the bits of layouts 1, 4, 8 and 15 (1-based) */
-        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1},
-        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8},
-        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15},
+        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1, 0}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1, 0},
+        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8, 0},
+        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8, 0}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15, 0},
+        /* interleaved 1F1B, V = 2 (2 chunks of 1 layer per stage): against the
+         * same layout with V = 1 (layouts 4, 8, 9, 14 and 20) */
+        {1, 2, 1, 2, 0, 1, 0, 4, 2}, {2, 2, 2, 2, 0, 1, 0, 8, 2}, {2, 2, 2, 2, 1, 1, 0, 9, 2},
+        {1, 2, 2, 2, 2, 0, 0, 14, 2}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 20, 2},
     };
     enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
     struct run_result kept[NLAYOUTS];
@@ -445,15 +504,16 @@ int main(void)
         lj.cfg.zero_stage = L->zero;
         lj.cfg.recompute = L->recompute;
         lj.cfg.dp_overlap = L->overlap;
+        lj.cfg.virtual_stages = L->vs > 1 ? L->vs : 1;
         size_t bytes = area_bytes(&lj);
         unsigned char *areas = calloc((size_t)world, bytes);
         int codes[LOCAL_BOOT_MAX_WORLD];
         int rc = local_boot_run(L->tp, L->pp, L->dp, rank_main, &lj, bytes, areas, codes, 120, err, sizeof err);
         const struct rank_area *r0 = (const struct rank_area *)areas;
         char name[96];
-        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s", L->tp, L->pp, L->dp, L->micro,
+        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s%s", L->tp, L->pp, L->dp, L->micro,
                  L->zero, L->overlap ? "" : " no overlap", L->recompute ? " recompute " : "",
-                 L->recompute ? dtrain_recompute_name(L->recompute) : "");
+                 L->recompute ? dtrain_recompute_name(L->recompute) : "", L->vs > 1 ? " V=2" : "");
         if (rc != 0) {
             for (int r = 0; r < world; r++) {
                 const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
@@ -498,7 +558,24 @@ int main(void)
             worst_state = state;
         if (!(state >= lowest_state))
             lowest_state = state;
-        if (L->bits_of > 0) {
+        if (L->bits_of > 0 && L->vs > 1) {
+            /* Each layer's forward and backward, the loss sum and each
+             * gradient's accumulation over micro-batches go in the same
+             * order as with V = 1, so step 0's loss is the same bits; the
+             * norm's sum of squares is not (each stage sums its own layers,
+             * other ones with V = 2), so the clip factor and what follows
+             * may differ in the last bits */
+            const struct run_result *b = &kept[L->bits_of - 1];
+            const float *bp = kept_params[L->bits_of - 1];
+            double vl = max_rel_loss(&r0->r, b), vn = max_rel_norm(&r0->r, b);
+            double vp = bp != NULL && kept_params[i] != NULL ? max_abs(bp, kept_params[i], j.nparams) : 1.0;
+            int bits = memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0;
+            ok(b->ok && b->loss[0] == r0->r.loss[0] && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL,
+               "%s: step 0's loss that of layout %d (V = 1) bit for bit; over %d steps the loss within %.1e "
+               "(%s), the norm within %.1e (<= %.0e), the parameters within %.1e (< %.0e); rank 0's activations "
+               "%zu bytes (V = 1: %zu)", name, L->bits_of, STEPS, vl, bits ? "every step bit for bit" : "not bit for bit",
+               vn, LOSS_RTOL, vp, PARAM_ATOL, r0->r.mem.activations, b->mem.activations);
+        } else if (L->bits_of > 0) {
             const struct run_result *b = &kept[L->bits_of - 1];
             const float *bp = kept_params[L->bits_of - 1];
             ok(bp != NULL && kept_params[i] != NULL && b->ok && memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0 &&
@@ -549,8 +626,8 @@ int main(void)
      * to fp16 (unit roundoff 2^-11 = 4.9e-4) turns the layouts' different
      * fp32 sums into differences of up to one fp16 ulp of an operand. */
     static const struct layout half[] = {
-        {1, 1, 1, 1, 0, 1, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0},
-        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0},
+        {1, 1, 1, 1, 0, 1, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0},
     };
     struct run_result half0 = {0};
     for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
@@ -611,6 +688,7 @@ int main(void)
 
     test_rank_metrics(&j, dir);
     test_generate_from_222(&j, dir);
+    test_interleaved_p4(&j);
     free(ref_params);
     unlink(path);
     unlink(val_path);

@@ -210,6 +210,15 @@ static void test_flags(void)
     ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--zero-stage") && strstr(err, "0 to 3"), "--zero-stage 4: %s", err);
     rc = parse(&c, &help, err, sizeof err, "--recompute", "some", NULL);
     ok(rc == DTRAIN_ERR_INPUT && strstr(err, "none, selective, full"), "--recompute some: %s", err);
+    rc = parse(&c, &help, err, sizeof err, NULL);
+    ok(rc == DTRAIN_OK && c.virtual_stages == 1, "--virtual-stages defaults to 1 (plain 1F1B)");
+    rc = parse(&c, &help, err, sizeof err, "--virtual-stages", "2", NULL);
+    ok(rc == DTRAIN_OK && c.virtual_stages == 2, "--virtual-stages 2");
+    rc = parse(&c, &help, err, sizeof err, "--virtual-stages", "0", NULL);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--virtual-stages"), "--virtual-stages 0: %s", err);
+    rc = load("{\"parallel\": {\"virtual_stages\": 4}}", &c, err, sizeof err);
+    ok(rc == DTRAIN_OK && c.virtual_stages == 4, "parallel.virtual_stages in the config file%s%s", rc ? ": " : "",
+       rc ? err : "");
     rc = load("{\"parallel\": {\"zero_stage\": 2, \"recompute\": \"full\"}}", &c, err, sizeof err);
     ok(rc == DTRAIN_OK && c.zero_stage == 2 && c.recompute == 2, "parallel.zero_stage and parallel.recompute in "
        "the config file%s%s", rc ? ": " : "", rc ? err : "");
