@@ -13,6 +13,7 @@
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_stage.h"
 #include "dtrain_tp.h"
+#include "dtrain_watchdog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +38,7 @@ struct dtrain_ptrainer {
     struct dtrain_dp *dp;
     struct dtrain_pipe_action *actions;
     long nactions;
+    struct dtrain_watchdog *wd;  /* told each action (NULL: none) */
     int micro_rows;              /* b = B / (D*m) */
     int32_t *inputs, *targets;   /* host: the global batch, B*T each */
     float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient (kernels' memory) */
@@ -471,10 +473,33 @@ static void read_my_rows(struct dtrain_ptrainer *t, const struct dtrain_tokens *
     dtrain_tokens_rows(data, t->cfg.batch, t->cfg.seq, order, seed, k, row0, rows, t->inputs + at, t->targets + at);
 }
 
-/* Run this stage's 1F1B list for the step's micro-batches. */
-static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
-                        char *err, size_t errlen)
+void dtrain_ptrainer_set_watchdog(struct dtrain_ptrainer *t, struct dtrain_watchdog *w)
 {
+    t->wd = w;
+}
+
+static const char *const action_names[] = {
+    [DTRAIN_PIPE_RECV_ACT] = "pipeline receive of the activation", [DTRAIN_PIPE_SEND_ACT] = "pipeline send of the activation",
+    [DTRAIN_PIPE_RECV_GRAD] = "pipeline receive of the gradient", [DTRAIN_PIPE_SEND_GRAD] = "pipeline send of the gradient",
+    [DTRAIN_PIPE_FORWARD] = "forward", [DTRAIN_PIPE_BACKWARD] = "backward",
+};
+
+/* Fault injection in the step's first forward (dtrain_pstep_control). */
+static void injected_slowness(const struct dtrain_pstep_control *ctl)
+{
+    if (ctl == NULL)
+        return;
+    if (ctl->delay_ms > 0)
+        usleep((useconds_t)(ctl->delay_ms * 1000));
+    while (ctl->hang)
+        sleep(3600); /* deaf to signals but SIGKILL: the watchdog or Slurm must end it */
+}
+
+/* Run this stage's 1F1B list for the step's micro-batches. */
+static int run_schedule(struct dtrain_ptrainer *t, const struct dtrain_pstep_control *ctl, double *loss_sum,
+                        double *wait, double *compute, char *err, size_t errlen)
+{
+    int injected = 0;
     double scale = t->scaler.on ? t->scaler.scale : 1.0;
     const struct dtrain_bootstrap *L = &t->layout;
     struct dtrain_pcomm *prev = &t->prev, *next = &t->next;
@@ -487,6 +512,9 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wai
         double t0 = now_seconds();
         size_t row = ((size_t)L->dp_rank * m + (size_t)x->micro) * t->micro_rows * T;
         double part = 0.0;
+        dtrain_watchdog_action(t->wd, action_names[x->op], x->micro);
+        if (x->op == DTRAIN_PIPE_FORWARD && !injected++)
+            injected_slowness(ctl);
         switch (x->op) {
         case DTRAIN_PIPE_RECV_ACT:
             rc = p2p(prev, 0, dtrain_stage_input(t->stage, x->slot), act, "pipeline: receive activation", err, errlen);
@@ -563,13 +591,16 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     read_my_rows(t, t->data, c->data_order, c->data_seed, t->data_batches);
     dtrain_stage_zero_grad(t->stage);
     dtrain_dp_begin_step(t->dp);
-    if ((rc = run_schedule(t, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
+    if ((rc = run_schedule(t, ctl, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
         return rc;
+    dtrain_watchdog_action(t->wd, "tied-embedding gradient exchange", -1);
     if ((rc = tie_embedding(t, err, errlen)) != DTRAIN_OK)
         return rc;
+    dtrain_watchdog_action(t->wd, "data-parallel gradient reduction", -1);
     dtrain_dp_unit_ready(t->dp, dtrain_shard_unit_of(s, DTRAIN_UNIT_WTE, 0));
     if ((rc = dtrain_dp_finish(t->dp, err, errlen)) != DTRAIN_OK)
         return rc;
+    dtrain_watchdog_action(t->wd, "sum of the loss and gradient norm", -1);
 
     /* The loss (TP rank 0 of the last stage of each pipeline) and the norm
      * shares, added over the world in rank order: every rank gets the same. */
@@ -619,6 +650,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
         return DTRAIN_ERR_SYSTEM;
     }
     double lr = dtrain_lr_at(&c->optim, t->step);
+    dtrain_watchdog_action(t->wd, "optimizer update", -1);
     /* the clip factor and, with fp16, the unscaling in one factor */
     if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, (float)(dtrain_clip_scale(&c->optim, norm) / scale),
                                err, errlen)) != DTRAIN_OK)
