@@ -15,10 +15,13 @@
 #                    the trainer built); split as srun + launch and the rest
 #   load          -> the checkpoint is verified and loaded
 #   first step    -> the first resumed step is done
-# Faults: kill (rank 1 SIGKILLs itself) and hang (rank 3 stops: the
-# communicator timeout is the detection).  Medians of --runs runs.
+# Faults: kill (rank 1 SIGKILLs itself), hang (rank 3 stops in its first
+# forward: a neighbour's heartbeat sees it, --hang-detect 1 s) and
+# hang-timeout (the same hang with heartbeats off, --hang-detect 0: the
+# communicator timeout is the detection, the path before heartbeats).
+# Medians of --runs runs.
 #
-#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang]
+#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang,hang-timeout]
 #
 # DIR is a configured and built tree (default: $DTRAIN_BUILD, else build/
 # in the source tree).  Needs root, the Slurm daemons and python3.  The
@@ -26,7 +29,7 @@
 set -uo pipefail
 prog=bench_fault.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang
+build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang,hang-timeout
 die() { echo "$prog: $1" >&2; exit "${2:-1}"; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -34,7 +37,8 @@ while [ $# -gt 0 ]; do
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]?$ ]] || die "--runs needs a count from 1 to 99" 2; runs=$2; shift 2 ;;
     --requeue-delay) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]{1,4}$ ]] && [ "$2" -ge 5 ] || die "--requeue-delay needs seconds, at least 5" 2
       delay=$2; shift 2 ;;
-    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang)(,(kill|hang))*$ ]] || die "--faults takes kill, hang or kill,hang" 2
+    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang|hang-timeout)(,(kill|hang|hang-timeout))*$ ]] ||
+      die "--faults takes a comma-separated list of kill, hang, hang-timeout" 2
       faults=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;/^# SPDX-License-Identifier:/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see $0 --help)" 2 ;;
@@ -57,9 +61,9 @@ export SLURM_CONF=$dir/slurm.conf
 cat "$top"/doc/*.md >"$dir/corpus.txt"
 "$build/runtime/dtrain-tokenize" "$dir/corpus.txt" "$dir/tokens.bin" >/dev/null || die "dtrain-tokenize failed"
 
-# run NAME INJECT: one job, waited for; its timeline in NAME.events.
+# run NAME INJECT [TRAINER-FLAGS]: one job, waited for; its timeline in NAME.events.
 run() {
-  local name=$1 inject=$2 id state i
+  local name=$1 inject=$2 more=${3:-} id state i
   {
     echo '#!/bin/bash'
     echo 'export OPENBLAS_NUM_THREADS=1'
@@ -68,7 +72,7 @@ run() {
     echo 'printf "{\"t\": %s, \"event\": \"job_start\", \"rank\": -1, \"node\": \"%s\", \"step\": -1, \"restart\": %s, \"what\": \"\"}\n" "$(date +%s.%N)" "$SLURMD_NODENAME" "${SLURM_RESTART_COUNT:-0}" >>"$DTRAIN_FAULT_LOG"'
     printf 'srun --mpi=pmi2 --ntasks-per-node=2 %q --data %q' "$launch" "$dir/tokens.bin"
     printf ' --layers 4 --channels 256 --heads 4 --vocab-size 256 --max-seq-len 64 --seq 64 --batch 8 --steps 40'
-    printf ' --lr 1e-3 --threads 1 --log-every 0 --checkpoint-every 10 --comm-timeout 5 --zero1 1 --inject %q\n' "$inject"
+    printf ' --lr 1e-3 --threads 1 --log-every 0 --checkpoint-every 10 --comm-timeout 5 --zero1 1 --inject %q %s\n' "$inject" "$more"
     printf 'exec %q --job-exit $?\n' "$launch"
   } >"$dir/$name.sbatch"
   id=$(sbatch --parsable -N2 --ntasks-per-node=2 --dtrain-tp=2 --dtrain-ckpt-dir="$dir/$name.ckpt" \
@@ -86,7 +90,8 @@ for ((r = 0; r < runs; r++)); do
   for k in "${kinds[@]}"; do
     case $k in
       kill) run "kill.$r" "kill:rank=1:step=25" ;;
-      hang) run "hang.$r" "hang:rank=3:step=25" ;;
+      hang) run "hang.$r" "hang:rank=3:step=25" "--hang-detect 1" ;;
+      hang-timeout) run "hang-timeout.$r" "hang:rank=3:step=25" "--hang-detect 0" ;;
     esac
   done
 done
