@@ -20,6 +20,7 @@
 #define DTRAIN_ENV_CPUS          "DTRAIN_CPUS"        /* CPU list the task is bound to (cpulist) */
 #define DTRAIN_ENV_CKPT_DIR      "DTRAIN_CKPT_DIR"    /* --dtrain-ckpt-dir */
 #define DTRAIN_ENV_MAX_RESTARTS  "DTRAIN_MAX_RESTARTS"/* --dtrain-max-restarts */
+#define DTRAIN_ENV_STRAGGLER     "DTRAIN_STRAGGLER"   /* "report" or "drain" (--dtrain-straggler) */
 #define DTRAIN_ENV_VERBOSE       "DTRAIN_VERBOSE"     /* 1 with --dtrain-verbose */
 #define DTRAIN_ENV_ALLOW_PCIE    "DTRAIN_ALLOW_PCIE"  /* 1 with --dtrain-allow-pcie */
 #define DTRAIN_ENV_PLACED_BY     "DTRAIN_PLACED_BY"   /* "spank" or "launcher": who computed the placement */

@@ -30,6 +30,9 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_GPU_VISIBILITY, "dtrain-gpu-visibility", "all|one",
      "[dtrain] GPUs each task sees: all (every GPU of the step on the node, device LOCAL_RANK = the task's "
      "placed GPU) or one (only its own); default: the site's, else all"},
+    {DTRAIN_OPT_STRAGGLER, "dtrain-straggler", "report|drain",
+     "[dtrain] find a rank whose compute time stays above the others' and report it (report) or also drain "
+     "its node and requeue the job without it (drain; needs --dtrain-ckpt-dir)"},
 };
 const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
 
@@ -102,6 +105,16 @@ static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const cha
             opts->gpu_visibility = 2;
         else {
             dtrain_snprintf(err, errlen, "--dtrain-gpu-visibility '%.32s': use all or one", arg ? arg : "");
+            return -1;
+        }
+        return 0;
+    case DTRAIN_OPT_STRAGGLER:
+        if (arg != NULL && strcmp(arg, "report") == 0)
+            opts->straggler = 1;
+        else if (arg != NULL && strcmp(arg, "drain") == 0)
+            opts->straggler = 2;
+        else {
+            dtrain_snprintf(err, errlen, "--dtrain-straggler '%.32s': use report or drain", arg ? arg : "");
             return -1;
         }
         return 0;

@@ -24,6 +24,7 @@ enum dtrain_opt_id {
     DTRAIN_OPT_ALLOW_PCIE,
     DTRAIN_OPT_VERBOSE,
     DTRAIN_OPT_GPU_VISIBILITY,
+    DTRAIN_OPT_STRAGGLER,
 };
 
 struct dtrain_option_info {
@@ -46,6 +47,7 @@ struct dtrain_options {
     int allow_pcie;                     /* 1 with --dtrain-allow-pcie */
     int verbose;                        /* 1 with --dtrain-verbose */
     int gpu_visibility;                 /* 0 not given (the site's default), 1 all, 2 one */
+    int straggler;                      /* 0 not given (no detection), 1 report, 2 drain */
     unsigned given;                     /* bit (1 << id) for each option given */
 };
 

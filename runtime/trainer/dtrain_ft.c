@@ -4,6 +4,7 @@
 #include "dtrain_dp.h"
 #include "dtrain_env.h"
 #include "dtrain_inject.h"
+#include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "dtrain_pcomm.h"
 #include "dtrain_shard.h"
@@ -57,6 +58,24 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
     const char *dir = getenv(DTRAIN_ENV_CKPT_DIR), *inject = getenv(DTRAIN_INJECT_ENV);
     if (c->ckpt_dir[0] == '\0' && dir != NULL && dtrain_snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", dir) != 0) {
         snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_ENV_CKPT_DIR, sizeof c->ckpt_dir - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    const char *strag = getenv(DTRAIN_ENV_STRAGGLER);
+    if (strag != NULL && strag[0] != '\0') {
+        if (strcmp(strag, "report") != 0 && strcmp(strag, "drain") != 0) {
+            snprintf(err, errlen, "%s='%.32s': use report or drain (sbatch --dtrain-straggler=report|drain)",
+                     DTRAIN_ENV_STRAGGLER, strag);
+            return DTRAIN_ERR_INPUT;
+        }
+        if (c->straggler_steps == 0)
+            c->straggler_steps = DTRAIN_FT_STRAGGLER_STEPS;
+        c->straggler_drain = c->straggler_drain || strcmp(strag, "drain") == 0;
+    }
+    if (c->straggler_drain && c->straggler_steps == 0)
+        c->straggler_steps = DTRAIN_FT_STRAGGLER_STEPS;
+    if (c->straggler_drain && c->ckpt_dir[0] == '\0' && getenv(DTRAIN_ENV_CKPT_DIR) == NULL) {
+        snprintf(err, errlen, "straggler drain needs a checkpoint folder to restart from and to hand the drain request "
+                 "to dtrain-launch --job-exit (--ckpt-dir or sbatch --dtrain-ckpt-dir)");
         return DTRAIN_ERR_INPUT;
     }
     if (c->inject[0] == '\0' && inject != NULL && dtrain_snprintf(c->inject, sizeof c->inject, "%s", inject) != 0) {
@@ -518,6 +537,59 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
     return DTRAIN_ERR_FAULT;
 }
 
+/* After a logged step: the straggler verdict (the same on every rank,
+ * dtrain_ptrainer_straggler).  The straggler itself says so on one line
+ * (it knows its node and GPU) and records a "straggler" event.  With
+ * drain every rank checkpoints this step, the straggler leaves the drain
+ * request in the checkpoint folder (DTRAIN_DRAIN_REQUEST: its node and the
+ * reason, for dtrain-launch --job-exit) and the run stops as on a fault
+ * (DTRAIN_ERR_FAULT: exit 75, requeue). */
+static int straggler(struct ft *f, char *err, size_t errlen)
+{
+    struct dtrain_straggler g;
+    dtrain_ptrainer_straggler(f->t, &g);
+    if (!g.is_new)
+        return DTRAIN_OK;
+    long step = dtrain_ptrainer_steps_done(f->t) - 1;
+    const char *gpu = getenv(DTRAIN_ENV_GPU);
+    char line[600];
+    snprintf(line, sizeof line, "straggler: rank %d (node %s, GPU %s): compute %.1f ms a step, %.0f%% above the "
+             "median %.1f ms of the %d ranks for %ld steps in a row (margin %.0f%%)", g.rank, f->fault->node,
+             gpu != NULL && gpu[0] != '\0' ? gpu : "none", g.compute_ms, 100.0 * g.excess, g.median_ms,
+             f->bs->world_size, g.steps, 100.0 * f->cfg->straggler_margin);
+    if (f->bs->rank == g.rank) {
+        fprintf(stderr, "%s: %s: %s\n", f->prog, line, f->cfg->straggler_drain ? "draining its node and restarting "
+                "without it" : "reported");
+        fflush(stderr);
+        dtrain_fault_event(f->fault, "straggler", step, line);
+    }
+    if (!f->cfg->straggler_drain)
+        return DTRAIN_OK;
+    int rc;
+    dtrain_watchdog_pause(f->wd); /* as for a stop signal: the ranks leave together */
+    long done = step + 1;
+    if (f->dir != NULL && !saved_in_dir(f, done) && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
+    if (f->bs->rank == g.rank && f->dir != NULL) {
+        struct dtrain_out_file o;
+        char path[DTRAIN_PATH_MAX + 32], text[700], why[512];
+        int n = snprintf(text, sizeof text, "%s\t%s\n", f->fault->node, line);
+        if (dtrain_snprintf(path, sizeof path, "%s/" DTRAIN_DRAIN_REQUEST, f->dir) != 0 ||
+            dtrain_out_open(&o, path, why, sizeof why) != DTRAIN_OK) {
+            fprintf(stderr, "%s: rank %d: cannot leave the drain request: %s\n", f->prog, f->bs->rank, why);
+        } else {
+            dtrain_out_write(&o, text, n > 0 && (size_t)n < sizeof text ? (size_t)n : strlen(text));
+            if (dtrain_out_commit(&o, why, sizeof why) != DTRAIN_OK)
+                fprintf(stderr, "%s: rank %d: cannot leave the drain request: %s\n", f->prog, f->bs->rank, why);
+        }
+    }
+    if ((rc = barrier(f, "stopping for a straggler", err, errlen)) != DTRAIN_OK)
+        return rc;
+    snprintf(err, errlen, "%s: its node is to be drained (dtrain-launch --job-exit) and the job restarted without it",
+             line);
+    return DTRAIN_ERR_FAULT;
+}
+
 /* A step whose loss or norm was not finite (every rank skipped it). */
 static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in_a_row, char *err, size_t errlen)
 {
@@ -607,7 +679,8 @@ static int train(struct ft *f, char *err, size_t errlen)
             in_a_row = 0;
             if ((rc = validate_if_due(f, &r, err, errlen)) != DTRAIN_OK)
                 return rc;
-            if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK)
+            if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK ||
+                (rc = straggler(f, err, errlen)) != DTRAIN_OK)
                 return rc;
             long after = dtrain_ptrainer_steps_done(f->t);
             if (c->sample_every > 0 && after % c->sample_every == 0 &&

@@ -72,6 +72,23 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
                            char *err, size_t errlen);
 void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t);
 
+/* Straggler detection (--straggler-steps N > 0, --straggler-margin M):
+ * after each logged step every rank gathers every rank's times (as
+ * --rank-metrics does) and computes the same verdict: a rank whose own
+ * compute time (forward and backward, its tensor-parallel communication
+ * not counted: that is waiting on its partners) exceeds the median over
+ * the world by more than M (a fraction) N steps in a row is a straggler.
+ * The newest verdict, the same on every rank: */
+struct dtrain_straggler {
+    int rank;           /* the straggler (the largest excess among those N steps in a row), -1: none */
+    int is_new;         /* this step made it one (its N-th step in a row) */
+    long steps;         /* steps in a row above the margin */
+    double compute_ms;  /* its own compute time this step */
+    double median_ms;   /* the median over the world */
+    double excess;      /* compute / median - 1 */
+};
+void dtrain_ptrainer_straggler(const struct dtrain_ptrainer *t, struct dtrain_straggler *s);
+
 /* Tell w (dtrain_watchdog.h, NULL: none) each 1F1B action and collective
  * of a step as it begins, for the heartbeat and the fault line. */
 struct dtrain_watchdog;
