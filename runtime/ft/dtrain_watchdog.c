@@ -30,7 +30,9 @@ struct dtrain_watchdog {
     _Atomic(struct dtrain_hb *) hb;
     /* the heartbeat thread's own view of this rank */
     uint64_t my_progress;
-    double quiet_since;
+    double quiet_since;         /* waiting in a call without progress since then */
+    double still_since;         /* no progress at all since then */
+    int was_waiting, was_armed; /* at the last look */
 };
 
 static long long mono_ns(void)
@@ -115,7 +117,11 @@ static int heartbeat(struct dtrain_watchdog *w, int leaving, char *reason, size_
     double now = 1e-9 * (double)mono_ns();
     if (!s.waiting || s.progress != w->my_progress || w->quiet_since == 0.0)
         w->quiet_since = now; /* not waiting, or moving: not waiting on anyone */
+    if (s.progress != w->my_progress || w->still_since == 0.0)
+        w->still_since = now;
     w->my_progress = s.progress;
+    w->was_waiting = s.waiting;
+    w->was_armed = s.armed;
     return !atomic_load(&w->paused) && dtrain_hb_check(hb, now - w->quiet_since, in, w->o.hang_s, reason, len);
 }
 
@@ -131,6 +137,16 @@ static void *watchdog_main(void *arg)
         int code = dtrain_fault_report(w->o.fault, atomic_load(&w->step), reason);
         if (w->o.abort_flag != NULL)
             atomic_store(w->o.abort_flag, 1);
+        /* This rank itself stuck in a step outside communication (what its
+         * neighbours call hung): the abort flag cannot reach the loop, so
+         * waiting out the grace would only hold up the restart. */
+        double still = 1e-9 * (double)mono_ns() - w->still_since;
+        if (atomic_load(&w->hb) != NULL && w->was_armed && !w->was_waiting && still > w->o.hang_s) {
+            fprintf(stderr, "%s: rank %d: the training loop has made no progress for %.1f s outside communication: "
+                    "exiting %d now\n", w->o.fault->prog, w->o.fault->rank, still, code);
+            fflush(NULL);
+            _exit(code);
+        }
         if (nap(w, w->o.grace_s))
             break; /* the loop unwound and stopped us */
         fprintf(stderr, "%s: rank %d: the training loop did not stop within %.0f s of the abort: exiting %d\n",
