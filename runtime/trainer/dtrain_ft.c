@@ -679,10 +679,13 @@ static int train(struct ft *f, char *err, size_t errlen)
             in_a_row = 0;
             if ((rc = validate_if_due(f, &r, err, errlen)) != DTRAIN_OK)
                 return rc;
+            long after = dtrain_ptrainer_steps_done(f->t);
+            /* metrics files (fsync) and sampling are not the step's work: outside it for the heartbeat */
+            dtrain_watchdog_beat(f->wd, "writing the metrics", after);
             if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK ||
                 (rc = straggler(f, err, errlen)) != DTRAIN_OK)
                 return rc;
-            long after = dtrain_ptrainer_steps_done(f->t);
+            dtrain_watchdog_beat(f->wd, "sampling", after);
             if (c->sample_every > 0 && after % c->sample_every == 0 &&
                 (rc = dtrain_ptrainer_sample(f->t, is_root(f) ? f->progress : NULL, err, errlen)) != DTRAIN_OK)
                 return rc;
