@@ -449,7 +449,10 @@ static int heartbeat_addr(const struct dtrain_bootstrap *bs, char *addr, size_t 
 
 /* Open this rank's heartbeat and learn its ring neighbours' addresses
  * (a collective over the world: two exchanges with rank - 1 and rank + 1),
- * then hand it to the watchdog.  Ranks alone, or --hang-detect 0: none. */
+ * then hand it to the watchdog.  Ranks alone, or --hang-detect 0: none.
+ * A rank that cannot open its socket says so and sends port 0 (its
+ * neighbours then neither send to it nor judge it): the exchange stays
+ * matched and the run goes on with the communicator timeout for it. */
 static int start_heartbeat(struct ft *f, char *err, size_t errlen)
 {
     const struct dtrain_bootstrap *bs = f->bs;
@@ -458,15 +461,15 @@ static int start_heartbeat(struct ft *f, char *err, size_t errlen)
         return DTRAIN_OK;
     char addr[INET_ADDRSTRLEN], why[256];
     struct dtrain_hb *hb = NULL;
+    uint32_t ip = 0;
+    uint16_t port = 0;
     if (heartbeat_addr(bs, addr, sizeof addr, why, sizeof why) != 0 ||
-        dtrain_hb_open(addr, me, f->fault->node, getenv(DTRAIN_ENV_GPU), dtrain_hb_token(bs->groups[DTRAIN_GROUP_WORLD].id),
-                       &hb, why, sizeof why) != 0) {
-        snprintf(err, errlen, "--hang-detect: %s (or switch heartbeats off with --hang-detect 0)", why);
-        return DTRAIN_ERR_SYSTEM;
-    }
-    uint32_t ip;
-    uint16_t port;
-    dtrain_hb_address(hb, &ip, &port);
+        dtrain_hb_open(addr, me, f->fault->node, getenv(DTRAIN_ENV_GPU),
+                       dtrain_hb_token(bs->groups[DTRAIN_GROUP_WORLD].id), &hb, why, sizeof why) != 0)
+        fprintf(stderr, "%s: rank %d: no heartbeats (--hang-detect): %s; its hangs are found by the communicator "
+                "timeout\n", f->prog, me, why);
+    else
+        dtrain_hb_address(hb, &ip, &port);
     /* floats hold integers below 2^24 exactly: the address in 16-bit halves */
     float mine[3] = {(float)(ip >> 16), (float)(ip & 0xffffu), (float)port}, got[2][3];
     struct dtrain_pcomm pc;
@@ -488,11 +491,14 @@ static int start_heartbeat(struct ft *f, char *err, size_t errlen)
         (rc = dtrain_pcomm_sendrecv(&pc, dev, 3, prev, dev + 6, 3, next, "heartbeat addresses", err, errlen)) != DTRAIN_OK)
         goto out;
     dtrain_k_download(k, got, dev + 3, sizeof got);
-    dtrain_hb_set_peer(hb, 0, prev, (uint32_t)got[0][0] << 16 | (uint32_t)got[0][1], (uint16_t)got[0][2]);
-    if (next != prev)
-        dtrain_hb_set_peer(hb, 1, next, (uint32_t)got[1][0] << 16 | (uint32_t)got[1][1], (uint16_t)got[1][2]);
-    dtrain_watchdog_set_heartbeat(f->wd, hb);
-    hb = NULL;
+    if (hb != NULL) {
+        if (got[0][2] > 0)
+            dtrain_hb_set_peer(hb, 0, prev, (uint32_t)got[0][0] << 16 | (uint32_t)got[0][1], (uint16_t)got[0][2]);
+        if (next != prev && got[1][2] > 0)
+            dtrain_hb_set_peer(hb, 1, next, (uint32_t)got[1][0] << 16 | (uint32_t)got[1][1], (uint16_t)got[1][2]);
+        dtrain_watchdog_set_heartbeat(f->wd, hb);
+        hb = NULL;
+    }
 out:
     dtrain_hb_close(hb);
     dtrain_k_free(k, dev);
