@@ -18,12 +18,15 @@
 #                    the trainer built); split as srun + launch and the rest
 #   load          -> the checkpoint is verified and loaded
 #   first step    -> the first resumed step is done
-# Faults: kill (rank 1 SIGKILLs itself), hang (rank 3 stops: the
-# communicator timeout is the detection) and spare (rank 1 SIGKILLs itself,
-# in-job restart on the spare).  Medians of --runs runs, in one run of the
-# script so that the paths are compared on the same machine state.
+# Faults: kill (rank 1 SIGKILLs itself), hang (rank 3 stops in its first
+# forward: a neighbour's heartbeat sees it, --hang-detect 1 s),
+# hang-timeout (the same hang with heartbeats off, --hang-detect 0: the
+# communicator timeout is the detection, the path before heartbeats) and
+# spare (rank 1 SIGKILLs itself, in-job restart on the spare).  Medians of
+# --runs runs, in one run of the script so that the paths are compared on
+# the same machine state.
 #
-#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang,spare]
+#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang,hang-timeout,spare]
 #
 # DIR is a configured and built tree (default: $DTRAIN_BUILD, else build/
 # in the source tree).  Needs root, the Slurm daemons and python3.  The
@@ -31,7 +34,7 @@
 set -uo pipefail
 prog=bench_fault.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang,spare
+build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang,hang-timeout,spare
 die() { echo "$prog: $1" >&2; exit "${2:-1}"; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -39,7 +42,8 @@ while [ $# -gt 0 ]; do
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]?$ ]] || die "--runs needs a count from 1 to 99" 2; runs=$2; shift 2 ;;
     --requeue-delay) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]{1,4}$ ]] && [ "$2" -ge 5 ] || die "--requeue-delay needs seconds, at least 5" 2
       delay=$2; shift 2 ;;
-    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang|spare)(,(kill|hang|spare))*$ ]] || die "--faults takes a list of kill, hang, spare" 2
+    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang|hang-timeout|spare)(,(kill|hang|hang-timeout|spare))*$ ]] ||
+      die "--faults takes a comma-separated list of kill, hang, hang-timeout, spare" 2
       faults=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;/^# SPDX-License-Identifier:/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see $0 --help)" 2 ;;
@@ -62,22 +66,23 @@ export SLURM_CONF=$dir/slurm.conf
 cat "$top"/doc/*.md >"$dir/corpus.txt"
 "$build/runtime/dtrain-tokenize" "$dir/corpus.txt" "$dir/tokens.bin" >/dev/null || die "dtrain-tokenize failed"
 
-# run NAME INJECT [SPARES]: one job, waited for; its timeline in NAME.events.
-# With SPARES, sbatch --dtrain-spares=SPARES and dtrain-launch --supervise.
+# run NAME INJECT SPARES [TRAINER-FLAGS]: one job, waited for; its timeline
+# in NAME.events.  With SPARES > 0, sbatch --dtrain-spares=SPARES and
+# dtrain-launch --supervise.
 run() {
-  local name=$1 inject=$2 spares=${3:-} id state i extra=()
-  [ -z "$spares" ] || extra=(--dtrain-spares="$spares")
+  local name=$1 inject=$2 spares=${3:-0} more=${4:-} id state i extra=()
+  [ "$spares" = 0 ] || extra=(--dtrain-spares="$spares")
   {
     echo '#!/bin/bash'
     echo 'export OPENBLAS_NUM_THREADS=1'
     printf 'export DTRAIN_FAULT_LOG=%q\n' "$dir/$name.events"
     # the batch script's own event: when Slurm started it
     echo 'printf "{\"t\": %s, \"event\": \"job_start\", \"rank\": -1, \"node\": \"%s\", \"step\": -1, \"restart\": %s, \"what\": \"\"}\n" "$(date +%s.%N)" "$SLURMD_NODENAME" "${SLURM_RESTART_COUNT:-0}" >>"$DTRAIN_FAULT_LOG"'
-    [ -z "$spares" ] || printf 'exec %q --supervise -- ' "$launch"
+    [ "$spares" = 0 ] || printf 'exec %q --supervise -- ' "$launch"
     printf 'srun --mpi=pmi2 --ntasks-per-node=2 %q --data %q' "$launch" "$dir/tokens.bin"
     printf ' --layers 4 --channels 256 --heads 4 --vocab-size 256 --max-seq-len 64 --seq 64 --batch 8 --steps 40'
-    printf ' --lr 1e-3 --threads 1 --log-every 0 --checkpoint-every 10 --comm-timeout 5 --zero1 1 --inject %q\n' "$inject"
-    [ -n "$spares" ] || printf 'exec %q --job-exit $?\n' "$launch"
+    printf ' --lr 1e-3 --threads 1 --log-every 0 --checkpoint-every 10 --comm-timeout 5 --zero1 1 --inject %q %s\n' "$inject" "$more"
+    [ "$spares" != 0 ] || printf 'exec %q --job-exit $?\n' "$launch"
   } >"$dir/$name.sbatch"
   id=$(sbatch --parsable -N2 --ntasks-per-node=2 "${extra[@]}" --dtrain-tp=2 --dtrain-ckpt-dir="$dir/$name.ckpt" \
     --open-mode=append -o "$dir/$name.out" "$dir/$name.sbatch") || die "sbatch failed"
@@ -87,7 +92,7 @@ run() {
     sleep 1
   done
   [ "$state" = COMPLETED ] || { tail -20 "$dir/$name.out" >&2; die "job $name ended $state"; }
-  [ -z "$spares" ] || scontrol show job "$id" | grep -q "Restarts=0" || die "job $name was requeued: the in-job restart did not happen"
+  [ "$spares" = 0 ] || scontrol show job "$id" | grep -q "Restarts=0" || die "job $name was requeued: the in-job restart did not happen"
 }
 
 IFS=, read -r -a kinds <<<"$faults"
@@ -95,7 +100,8 @@ for ((r = 0; r < runs; r++)); do
   for k in "${kinds[@]}"; do
     case $k in
       kill) run "kill.$r" "kill:rank=1:step=25" ;;
-      hang) run "hang.$r" "hang:rank=3:step=25" ;;
+      hang) run "hang.$r" "hang:rank=3:step=25" 0 "--hang-detect 1" ;;
+      hang-timeout) run "hang-timeout.$r" "hang:rank=3:step=25" 0 "--hang-detect 0" ;;
       spare) run "spare.$r" "kill:rank=1:step=25" 1 ;;
     esac
   done

@@ -22,6 +22,7 @@
 #define DTRAIN_ENV_MAX_RESTARTS  "DTRAIN_MAX_RESTARTS"/* --dtrain-max-restarts */
 #define DTRAIN_ENV_SPARES        "DTRAIN_SPARES"      /* --dtrain-spares: the job's last N nodes hold no ranks */
 #define DTRAIN_ENV_INJOB_RESTARTS "DTRAIN_INJOB_RESTARTS" /* steps restarted in this run of the job (dtrain-launch --supervise) */
+#define DTRAIN_ENV_STRAGGLER     "DTRAIN_STRAGGLER"   /* "report" or "drain" (--dtrain-straggler) */
 #define DTRAIN_ENV_VERBOSE       "DTRAIN_VERBOSE"     /* 1 with --dtrain-verbose */
 #define DTRAIN_ENV_ALLOW_PCIE    "DTRAIN_ALLOW_PCIE"  /* 1 with --dtrain-allow-pcie */
 #define DTRAIN_ENV_PLACED_BY     "DTRAIN_PLACED_BY"   /* "spank" or "launcher": who computed the placement */

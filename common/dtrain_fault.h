@@ -40,6 +40,10 @@ extern "C" {
 
 #define DTRAIN_ENV_RESTART_COUNT "SLURM_RESTART_COUNT"
 #define DTRAIN_ENV_FAULT_LOG "DTRAIN_FAULT_LOG"
+/* In the checkpoint folder after a straggler drain: "NODE<TAB>REASON\n",
+ * written by the trainer (dtrain_ft.h) for dtrain-launch --job-exit, which
+ * drains NODE and removes the file. */
+#define DTRAIN_DRAIN_REQUEST "drain-request"
 
 struct dtrain_restarts {
     long count;    /* requeues + in_job: the restarts so far */

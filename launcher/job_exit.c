@@ -3,7 +3,10 @@
 #include "job_exit.h"
 #include "dtrain_exit.h"
 #include "dtrain_fault.h"
+#include "dtrain_file.h"
 #include "dtrain_parse.h"
+#include "dtrain_env.h"
+#include "drain.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *status_meaning(long status, char *buf, size_t len)
 {
@@ -52,6 +56,46 @@ int dtrain_job_exit_code(long status, char *line, size_t linelen)
     int code = dtrain_restarts_exit(&r, why, sizeof why);
     snprintf(line, linelen, "the job step ended with exit %ld (%s): exit %d (%s)", status, m, code, why);
     return code;
+}
+
+#define DRAIN_TIMEOUT_MS 10000
+
+int dtrain_job_drain_request(char *line, size_t linelen)
+{
+    const char *dir = getenv(DTRAIN_ENV_CKPT_DIR);
+    char path[4096 + 32], text[1024], reason[1100], err[600];
+    if (dir == NULL || dir[0] == '\0' || dtrain_snprintf(path, sizeof path, "%s/" DTRAIN_DRAIN_REQUEST, dir) != 0)
+        return 0;
+    if (access(path, F_OK) != 0)
+        return 0; /* no request: the usual case */
+    /* never a blocking open (a FIFO put there) */
+    FILE *f = dtrain_fopen_regular(path, 0, "the drain request", NULL, err, sizeof err);
+    if (f == NULL) {
+        snprintf(line, linelen, "%s: no node drained", err);
+        return 1;
+    }
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    text[strcspn(text, "\n")] = '\0';
+    char *tab = strchr(text, '\t');
+    if (unlink(path) != 0 && errno != ENOENT) {
+        snprintf(line, linelen, "cannot remove the drain request %s: %s (remove it by hand)", path, strerror(errno));
+        return 1;
+    }
+    if (tab == NULL || tab == text) {
+        snprintf(line, linelen, "the drain request %s is malformed (not NODE<TAB>REASON): removed, no node drained",
+                 path);
+        return 1;
+    }
+    *tab = '\0';
+    snprintf(reason, sizeof reason, "dtrain: %.200s", tab + 1);
+    if (health_drain(text, reason, DRAIN_TIMEOUT_MS, err, sizeof err) != 0)
+        snprintf(line, linelen, "straggler drain: %s (draining needs root, SlurmUser or a Slurm operator; the "
+                 "requeued job may land on %.64s again)", err, text);
+    else
+        snprintf(line, linelen, "straggler drain: node %.64s drained (%.300s)", text, reason);
+    return 1;
 }
 
 int dtrain_job_requeue(char *err, size_t errlen)

@@ -28,6 +28,15 @@
  * bad input: 2).  Does not call Slurm. */
 int dtrain_job_exit_code(long status, char *line, size_t linelen);
 
+/* A straggler drain (dtrain_ft.h): when the checkpoint folder
+ * (DTRAIN_CKPT_DIR) holds a drain request "NODE<TAB>REASON", drain NODE
+ * with the reason "dtrain: REASON" (health_drain: libslurm, bounded; needs
+ * root, SlurmUser or a Slurm operator) and remove the request, so that
+ * the requeued job is not placed there again.  Returns 0 when there was
+ * none, 1 when it was handled, with one line in line saying what
+ * happened (the drain, or why it failed). */
+int dtrain_job_drain_request(char *line, size_t linelen);
+
 /* Ask slurmctld to requeue SLURM_JOB_ID.  Returns 0, or -1 with one line
  * in err. */
 int dtrain_job_requeue(char *err, size_t errlen);

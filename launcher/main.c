@@ -303,6 +303,8 @@ static int job_exit(const struct options *o)
         snprintf(err, sizeof err, "exit %ld", o->job_exit);
         dtrain_fault_event(&f, "step_end", -1, err);
     }
+    if (dtrain_job_drain_request(line, sizeof line))
+        fprintf(stderr, PROG ": %s\n", line); /* before the requeue, so that it avoids the node */
     if (code == DTRAIN_EXIT_REQUEUE && o->slurm_requeue) {
         if (dtrain_job_requeue(err, sizeof err) != 0)
             fprintf(stderr, PROG ": %s (RequeueExit=75 in slurm.conf still requeues the job)\n", err);

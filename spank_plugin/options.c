@@ -34,6 +34,9 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_SPARES, "dtrain-spares", "N",
      "[dtrain] N more nodes (0.." STR(DTRAIN_OPT_SPARES_MAX) ") than -N asks for, holding no ranks: after a fault "
      "dtrain-launch --supervise restarts the step in the job on a spare instead of requeueing"},
+    {DTRAIN_OPT_STRAGGLER, "dtrain-straggler", "report|drain",
+     "[dtrain] find a rank whose compute time stays above the others' and report it (report) or also drain "
+     "its node and requeue the job without it (drain; needs --dtrain-ckpt-dir)"},
 };
 const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
 
@@ -112,6 +115,16 @@ static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const cha
             opts->gpu_visibility = 2;
         else {
             dtrain_snprintf(err, errlen, "--dtrain-gpu-visibility '%.32s': use all or one", arg ? arg : "");
+            return -1;
+        }
+        return 0;
+    case DTRAIN_OPT_STRAGGLER:
+        if (arg != NULL && strcmp(arg, "report") == 0)
+            opts->straggler = 1;
+        else if (arg != NULL && strcmp(arg, "drain") == 0)
+            opts->straggler = 2;
+        else {
+            dtrain_snprintf(err, errlen, "--dtrain-straggler '%.32s': use report or drain", arg ? arg : "");
             return -1;
         }
         return 0;

@@ -26,6 +26,7 @@ enum dtrain_opt_id {
     DTRAIN_OPT_VERBOSE,
     DTRAIN_OPT_GPU_VISIBILITY,
     DTRAIN_OPT_SPARES,
+    DTRAIN_OPT_STRAGGLER,
 };
 
 struct dtrain_option_info {
@@ -49,6 +50,7 @@ struct dtrain_options {
     int verbose;                        /* 1 with --dtrain-verbose */
     int gpu_visibility;                 /* 0 not given (the site's default), 1 all, 2 one */
     int spares;                         /* --dtrain-spares N, -1 = not given */
+    int straggler;                      /* 0 not given (no detection), 1 report, 2 drain */
     unsigned given;                     /* bit (1 << id) for each option given */
 };
 

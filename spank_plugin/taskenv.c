@@ -22,6 +22,8 @@ int dtrain_task_env_options(struct dtrain_env_list *env, const struct dtrain_opt
         rc |= dtrain_env_list_set(env, DTRAIN_ENV_MAX_RESTARTS, "%d", opts->max_restarts);
     if (opts->spares >= 0)
         rc |= dtrain_env_list_set(env, DTRAIN_ENV_SPARES, "%d", opts->spares);
+    if (opts->straggler > 0)
+        rc |= dtrain_env_list_set(env, DTRAIN_ENV_STRAGGLER, "%s", opts->straggler == 2 ? "drain" : "report");
     rc |= dtrain_env_list_set(env, DTRAIN_ENV_VERBOSE, "%d", opts->verbose ? 1 : 0);
     rc |= dtrain_env_list_set(env, DTRAIN_ENV_ALLOW_PCIE, "%d", allow_pcie ? 1 : 0);
     return rc ? -1 : 0;

@@ -105,6 +105,10 @@ static const struct setting settings[] = {
     {"fault", "ckpt_keep", "ckpt-keep", K_INT, OFF(ckpt_keep), 1, 1000000, "dtrain-launch: complete checkpoints kept"},
     {"fault", "nonfinite_skips", "nonfinite-skips", K_INT, OFF(nonfinite_skips), 0, 1000000, "dtrain-launch: steps in a row with a non-finite loss or gradient skipped before rolling back to the last checkpoint"},
     {"fault", "watchdog", "watchdog", K_INT, OFF(watchdog), 0, 604800, "dtrain-launch: seconds without progress after which a rank counts as hung; 0 = twice comm_timeout"},
+    {"fault", "hang_detect", "hang-detect", K_REAL, OFF(hang_detect), 0, 86400, "dtrain-launch: heartbeats between ranks: a neighbour silent, or stuck outside communication, for this many seconds while a rank waits on it is hung; 0 = off"},
+    {"fault", "straggler_steps", "straggler-steps", K_INT, OFF(straggler_steps), 0, 1000000, "dtrain-launch: a rank whose compute time exceeds the median by straggler_margin this many steps in a row is a straggler; 0 = off (default $DTRAIN_STRAGGLER: 5)"},
+    {"fault", "straggler_margin", "straggler-margin", K_REAL, OFF(straggler_margin), 0.01, 1000, "dtrain-launch: how far above the median compute time a straggler is, as a fraction (0.5 = 50%)"},
+    {"fault", "straggler_drain", "straggler-drain", K_BOOL, OFF(straggler_drain), 0, 1, "dtrain-launch: a straggler ends the run with the requeue code and a drain request for its node (default: $DTRAIN_STRAGGLER=drain)"},
     {"fault", "inject", "inject", K_PATH, OFF(inject), 0, 0, "dtrain-launch: fault injection for tests, e.g. kill:rank=1:step=5 (default: $DTRAIN_INJECT)"},
 };
 
@@ -144,6 +148,8 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->bucket_mb = 4.0;
     c->dp_overlap = 1;
     c->comm_timeout = 300;
+    c->hang_detect = 1.0;
+    c->straggler_margin = 0.5;
     c->ckpt_keep = 2;
     c->nonfinite_skips = 3;
     c->val_batches = 8;

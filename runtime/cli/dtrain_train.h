@@ -108,6 +108,11 @@ struct dtrain_train_config {
     int ckpt_keep;                    /* complete checkpoints kept */
     int nonfinite_skips;              /* steps in a row with a non-finite loss skipped before a rollback */
     int watchdog;                     /* seconds without progress that make a rank hung; 0: 2 x comm_timeout */
+    double hang_detect;               /* heartbeats: seconds after which a silent or stuck neighbour that a
+                                       * waiting rank depends on is hung (dtrain_heartbeat.h); 0: off */
+    int straggler_steps;              /* steps in a row a rank's compute must exceed the median's; 0: off */
+    double straggler_margin;          /* by this fraction (0.5: 50% above the median) */
+    int straggler_drain;              /* 1: a straggler ends the run (drain its node, restart without it) */
     char inject[DTRAIN_PATH_MAX];     /* fault injection spec (dtrain_inject.h); "": $DTRAIN_INJECT */
 };
 

@@ -216,6 +216,15 @@ static int usable(dtrain_comm *c)
     return DTRAIN_COMM_OK;
 }
 
+/* A call handed to the backend: counted as started, so that another
+ * thread (the watchdog's heartbeat) can tell a rank waiting in a call from
+ * one computing (started > calls while a call is in flight). */
+static dtrain_comm *begin(dtrain_comm *c)
+{
+    atomic_fetch_add_explicit(&c->started, 1, memory_order_relaxed);
+    return c;
+}
+
 static int done(dtrain_comm *c, int rc)
 {
     if (rc == DTRAIN_COMM_OK)
@@ -246,7 +255,7 @@ int dtrain_comm_allreduce(dtrain_comm *c, float *buf, size_t count, enum dtrain_
         return DTRAIN_COMM_EINVAL;
     if (count == 0 || c->size == 1)
         return done(c, DTRAIN_COMM_OK);
-    return done(c, c->backend->allreduce(c, buf, count, op));
+    return done(c, begin(c)->backend->allreduce(c, buf, count, op));
 }
 
 int dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t count, enum dtrain_reduce_op op)
@@ -259,7 +268,7 @@ int dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size
         return DTRAIN_COMM_EINVAL;
     if (count == 0 || c->size == 1)
         return alone(c, in, out, count);
-    return done(c, c->backend->reduce_scatter(c, in, out, count, op));
+    return done(c, begin(c)->backend->reduce_scatter(c, in, out, count, op));
 }
 
 int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t count)
@@ -271,7 +280,7 @@ int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t c
         return DTRAIN_COMM_EINVAL;
     if (count == 0 || c->size == 1)
         return alone(c, in, out, count);
-    return done(c, c->backend->all_gather(c, in, out, count));
+    return done(c, begin(c)->backend->all_gather(c, in, out, count));
 }
 
 int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
@@ -283,7 +292,7 @@ int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
         return DTRAIN_COMM_EINVAL;
     if (bytes == 0 || c->size == 1)
         return done(c, DTRAIN_COMM_OK);
-    return done(c, c->backend->broadcast(c, buf, bytes, root));
+    return done(c, begin(c)->backend->broadcast(c, buf, bytes, root));
 }
 
 static int peer_ok(const dtrain_comm *c, int peer)
@@ -302,7 +311,7 @@ int dtrain_comm_sendrecv(dtrain_comm *c, const void *sendbuf, size_t send_bytes,
         return DTRAIN_COMM_EINVAL;
     if (send_bytes == 0 && recv_bytes == 0)
         return done(c, DTRAIN_COMM_OK);
-    return done(c, c->backend->sendrecv(c, sendbuf, send_bytes, send_bytes > 0 ? to : -1, recvbuf, recv_bytes,
+    return done(c, begin(c)->backend->sendrecv(c, sendbuf, send_bytes, send_bytes > 0 ? to : -1, recvbuf, recv_bytes,
                                         recv_bytes > 0 ? from : -1));
 }
 
@@ -321,7 +330,7 @@ int dtrain_comm_barrier(dtrain_comm *c)
     int rc = usable(c);
     if (rc != 0 || c->size == 1)
         return rc == 0 ? done(c, rc) : rc;
-    return done(c, c->backend->barrier(c));
+    return done(c, begin(c)->backend->barrier(c));
 }
 
 int dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g, const struct dtrain_comm_options *opts,
@@ -415,6 +424,7 @@ void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s)
     s->bytes_sent = atomic_load(&c->bytes_sent);
     s->bytes_received = atomic_load(&c->bytes_received);
     s->calls = atomic_load(&c->calls);
+    s->started = atomic_load(&c->started);
     s->refused = atomic_load(&c->refused);
     s->shm_links = atomic_load(&c->shm_links);
     s->tcp_links = atomic_load(&c->tcp_links);

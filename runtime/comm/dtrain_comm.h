@@ -218,6 +218,8 @@ struct dtrain_comm_stats {
     uint64_t bytes_sent;     /* payload bytes this member has sent (headers not counted) */
     uint64_t bytes_received; /* payload bytes received */
     uint64_t calls;          /* collective and point-to-point calls that completed */
+    uint64_t started;        /* calls that began moving data: above calls + failed ones while one is in
+                              * flight (another thread sees a rank waiting in a call; dtrain_watchdog.h) */
     uint64_t refused;        /* connections dropped at bootstrap or accept: wrong secret or hello */
     int shm_links;           /* links over shared memory */
     int tcp_links;           /* links over TCP */

@@ -6,8 +6,9 @@
  * KIND:key=value:key=value...
  *
  *   kill:rank=R:step=S       rank R sends itself SIGKILL as step S starts (a crash)
- *   hang:rank=R:step=S       rank R stops as step S starts and never goes on (a hang:
- *                            it sleeps, deaf to everything but SIGKILL)
+ *   hang:rank=R:step=S       rank R stops in the first forward of step S and never goes on
+ *                            (a hung device: the main thread sleeps, deaf to everything but
+ *                            SIGKILL; the watchdog thread and its heartbeat live on)
  *   nan:rank=R:step=S[:count=N]  rank R's share of the loss is NaN in the first N attempts
  *                            from step S on (a skipped step is tried again with the next
  *                            batch; after a rollback to before S it is not injected again)
@@ -15,8 +16,9 @@
  *                            complete checkpoint (one byte of the payload flipped)
  *   nospace:rank=R:step=S    rank R's shard of the checkpoint at step S fails to
  *                            write as on a full disk (ENOSPC)
- *   delay:rank=R:step=S:ms=M[:count=N]  rank R sleeps M ms before each of the steps
- *                            S..S+N-1 (a slow rank; tests use it to leave time for an
+ *   delay:rank=R:step=S:ms=M[:count=N]  rank R's first forward of each of the steps
+ *                            S..S+N-1 takes M ms longer (a slow device: its compute time,
+ *                            so it is a straggler; tests also use it to leave time for an
  *                            outside fault: keep M below the communicator timeout)
  *
  * Every fault also takes restart=N (default 0) or restart=any: it fires
@@ -73,7 +75,7 @@ int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind ki
 const struct dtrain_inject_fault *dtrain_inject_find(const struct dtrain_inject *in, enum dtrain_inject_kind kind,
                                                      int rank, long step, long restart);
 
-/* delay: the milliseconds rank sleeps before step, 0 when none. */
+/* delay: the milliseconds rank's step is slowed by, 0 when none. */
 long dtrain_inject_delay_ms(const struct dtrain_inject *in, int rank, long step, long restart);
 
 /* "kill", "hang", ... */

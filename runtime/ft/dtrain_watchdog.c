@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The watchdog thread; see dtrain_watchdog.h. */
 #include "dtrain_watchdog.h"
+#include "dtrain_heartbeat.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +22,17 @@ struct dtrain_watchdog {
     atomic_llong beat_ns;       /* CLOCK_MONOTONIC of the last beat */
     _Atomic(const char *) phase;
     atomic_long step;
+    _Atomic(const char *) action; /* the trainer's, NULL: none since the beat */
+    atomic_int micro;
+    atomic_int armed;           /* in a training step after the process's first */
+    atomic_long beats;
+    long first_step;            /* of the first "training" beat, -1 none */
+    _Atomic(struct dtrain_hb *) hb;
+    /* the heartbeat thread's own view of this rank */
+    uint64_t my_progress;
+    double quiet_since;         /* waiting in a call without progress since then */
+    double still_since;         /* no progress at all since then */
+    int was_waiting, was_armed; /* at the last look */
 };
 
 static long long mono_ns(void)
@@ -71,17 +83,70 @@ static int look(struct dtrain_watchdog *w, char *reason, size_t len)
     return 0;
 }
 
+/* The heartbeat's turn: this rank's state out, the neighbours' in, and
+ * the verdict on them (1 with the reason). */
+static int heartbeat(struct dtrain_watchdog *w, int leaving, char *reason, size_t len)
+{
+    struct dtrain_hb *hb = atomic_load(&w->hb);
+    if (hb == NULL)
+        return 0;
+    struct dtrain_hb_state s = {.step = atomic_load(&w->step), .armed = atomic_load(&w->armed)};
+    const char *in = "";
+    s.progress = (uint64_t)atomic_load(&w->beats);
+    for (int k = 0; w->o.comms != NULL && k < DTRAIN_GROUP_KINDS; k++) {
+        struct dtrain_comm_stats st;
+        if (w->o.comms->group[k] == NULL)
+            continue;
+        dtrain_comm_get_stats(w->o.comms->group[k], &st);
+        s.progress += st.started + st.calls + st.bytes_sent + st.bytes_received;
+        if (st.started > st.calls && !s.waiting) {
+            s.waiting = 1;
+            in = group_names[k];
+        }
+    }
+    const char *action = atomic_load(&w->action), *phase = atomic_load(&w->phase);
+    int micro = atomic_load(&w->micro);
+    if (action != NULL && micro >= 0)
+        snprintf(s.what, sizeof s.what, "%s of micro-batch %d", action, micro);
+    else
+        snprintf(s.what, sizeof s.what, "%s", action != NULL ? action : phase);
+    dtrain_hb_send(hb, &s, leaving);
+    if (leaving)
+        return 0;
+    dtrain_hb_receive(hb);
+    double now = 1e-9 * (double)mono_ns();
+    if (!s.waiting || s.progress != w->my_progress || w->quiet_since == 0.0)
+        w->quiet_since = now; /* not waiting, or moving: not waiting on anyone */
+    if (s.progress != w->my_progress || w->still_since == 0.0)
+        w->still_since = now;
+    w->my_progress = s.progress;
+    w->was_waiting = s.waiting;
+    w->was_armed = s.armed;
+    return !atomic_load(&w->paused) && dtrain_hb_check(hb, now - w->quiet_since, in, w->o.hang_s, reason, len);
+}
+
 static void *watchdog_main(void *arg)
 {
     struct dtrain_watchdog *w = arg;
     char reason[600];
     while (!nap(w, w->o.poll_s)) {
-        if (atomic_load(&w->paused) || !look(w, reason, sizeof reason))
+        int hung = heartbeat(w, 0, reason, sizeof reason);
+        if (atomic_load(&w->paused) || (!hung && !look(w, reason, sizeof reason)))
             continue;
         atomic_store(&w->fired, 1);
         int code = dtrain_fault_report(w->o.fault, atomic_load(&w->step), reason);
         if (w->o.abort_flag != NULL)
             atomic_store(w->o.abort_flag, 1);
+        /* This rank itself stuck in a step outside communication (what its
+         * neighbours call hung): the abort flag cannot reach the loop, so
+         * waiting out the grace would only hold up the restart. */
+        double still = 1e-9 * (double)mono_ns() - w->still_since;
+        if (atomic_load(&w->hb) != NULL && w->was_armed && !w->was_waiting && still > w->o.hang_s) {
+            fprintf(stderr, "%s: rank %d: the training loop has made no progress for %.1f s outside communication: "
+                    "exiting %d now\n", w->o.fault->prog, w->o.fault->rank, still, code);
+            fflush(NULL);
+            _exit(code);
+        }
         if (nap(w, w->o.grace_s))
             break; /* the loop unwound and stopped us */
         fprintf(stderr, "%s: rank %d: the training loop did not stop within %.0f s of the abort: exiting %d\n",
@@ -89,6 +154,7 @@ static void *watchdog_main(void *arg)
         fflush(NULL);
         _exit(code);
     }
+    heartbeat(w, 1, reason, sizeof reason); /* leaving: the neighbours stop watching */
     return NULL;
 }
 
@@ -104,11 +170,19 @@ int dtrain_watchdog_start(const struct dtrain_watchdog_options *o, struct dtrain
     w->o = *o;
     if (w->o.poll_s <= 0)
         w->o.poll_s = 0.2;
+    if (w->o.hang_s > 0 && w->o.poll_s > w->o.hang_s / 5)
+        w->o.poll_s = w->o.hang_s / 5;
     atomic_init(&w->paused, 0);
     atomic_init(&w->fired, 0);
     atomic_init(&w->beat_ns, mono_ns());
     atomic_init(&w->phase, "start-up");
     atomic_init(&w->step, 0);
+    atomic_init(&w->action, NULL);
+    atomic_init(&w->micro, -1);
+    atomic_init(&w->armed, 0);
+    atomic_init(&w->beats, 0);
+    atomic_init(&w->hb, NULL);
+    w->first_step = -1;
     pthread_condattr_t ca;
     int e = pthread_condattr_init(&ca);
     if (e == 0 && (e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) == 0 &&
@@ -134,9 +208,33 @@ void dtrain_watchdog_beat(struct dtrain_watchdog *w, const char *phase, long ste
 {
     if (w == NULL)
         return;
+    int training = strcmp(phase, "training") == 0;
+    if (training && w->first_step < 0)
+        w->first_step = step;
+    atomic_store(&w->action, NULL);
     atomic_store(&w->phase, phase);
     atomic_store(&w->step, step);
+    /* the process's first step (warm-up, first touches) is not judged */
+    atomic_store(&w->armed, training && step > w->first_step);
+    atomic_fetch_add(&w->beats, 1);
     atomic_store(&w->beat_ns, mono_ns());
+}
+
+void dtrain_watchdog_action(struct dtrain_watchdog *w, const char *action, int micro)
+{
+    if (w == NULL)
+        return;
+    atomic_store(&w->micro, micro);
+    atomic_store(&w->action, action);
+    atomic_fetch_add(&w->beats, 1);
+}
+
+void dtrain_watchdog_set_heartbeat(struct dtrain_watchdog *w, struct dtrain_hb *hb)
+{
+    if (w == NULL)
+        dtrain_hb_close(hb);
+    else
+        atomic_store(&w->hb, hb);
 }
 
 void dtrain_watchdog_pause(struct dtrain_watchdog *w)
@@ -167,6 +265,7 @@ void dtrain_watchdog_stop(struct dtrain_watchdog *w)
     pthread_cond_broadcast(&w->wake);
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
+    dtrain_hb_close(atomic_load(&w->hb));
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
     free(w);

@@ -21,7 +21,15 @@
  * enters a last barrier; nobody leaves the barrier before every rank has
  * entered it, so every watchdog is off before any link closes.
  * dtrain_watchdog_pause() / _resume() switch the polling off and on (the
- * heartbeat check too). */
+ * heartbeat check too).
+ *
+ * Fast hang detection (dtrain_heartbeat.h): with hang_s > 0 and a
+ * heartbeat handed over (dtrain_watchdog_set_heartbeat), every poll also
+ * sends this rank's state to its ring neighbours and judges theirs; the
+ * poll interval is then at most hang_s / 5.  The state is the loop's beat
+ * (phase, step), the trainer's action (dtrain_watchdog_action), whether a
+ * call of one of `comms` is in flight and their progress
+ * (dtrain_comm_get_stats: started, calls, bytes). */
 #ifndef DTRAIN_WATCHDOG_H
 #define DTRAIN_WATCHDOG_H
 
@@ -42,7 +50,10 @@ struct dtrain_watchdog_options {
     double stall_s;                   /* no heartbeat for this long is a hang; 0: not checked */
     double grace_s;                   /* after the abort, how long the main thread may take to stop us */
     double poll_s;                    /* between looks; 0: 0.2 s */
+    double hang_s;                    /* heartbeat verdicts after this long (dtrain_heartbeat.h); 0: none */
 };
+
+struct dtrain_hb;
 
 struct dtrain_watchdog; /* opaque */
 
@@ -52,6 +63,13 @@ int dtrain_watchdog_start(const struct dtrain_watchdog_options *o, struct dtrain
  * watchdog, e.g. a literal) names what it does next, for the fault line;
  * step is the step it works on. */
 void dtrain_watchdog_beat(struct dtrain_watchdog *w, const char *phase, long step);
+/* The trainer's present action inside a step (a literal, e.g. "forward";
+ * micro: its micro-batch, -1 none), for the heartbeat and the fault line;
+ * cleared by the next beat. */
+void dtrain_watchdog_action(struct dtrain_watchdog *w, const char *action, int micro);
+/* Hand over the heartbeat (its peers set); the watchdog owns it from
+ * now on and closes it when stopped (after a last "leaving" datagram). */
+void dtrain_watchdog_set_heartbeat(struct dtrain_watchdog *w, struct dtrain_hb *hb);
 void dtrain_watchdog_pause(struct dtrain_watchdog *w);
 void dtrain_watchdog_resume(struct dtrain_watchdog *w);
 /* 1 once the watchdog has reported a fault. */

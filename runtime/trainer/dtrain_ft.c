@@ -4,11 +4,18 @@
 #include "dtrain_dp.h"
 #include "dtrain_env.h"
 #include "dtrain_inject.h"
+#include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "dtrain_pcomm.h"
 #include "dtrain_shard.h"
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_watchdog.h"
+#include "dtrain_heartbeat.h"
+#include "bootstrap_id.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <inttypes.h>
 #include <math.h>
@@ -51,6 +58,24 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
     const char *dir = getenv(DTRAIN_ENV_CKPT_DIR), *inject = getenv(DTRAIN_INJECT_ENV);
     if (c->ckpt_dir[0] == '\0' && dir != NULL && dtrain_snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", dir) != 0) {
         snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_ENV_CKPT_DIR, sizeof c->ckpt_dir - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    const char *strag = getenv(DTRAIN_ENV_STRAGGLER);
+    if (strag != NULL && strag[0] != '\0') {
+        if (strcmp(strag, "report") != 0 && strcmp(strag, "drain") != 0) {
+            snprintf(err, errlen, "%s='%.32s': use report or drain (sbatch --dtrain-straggler=report|drain)",
+                     DTRAIN_ENV_STRAGGLER, strag);
+            return DTRAIN_ERR_INPUT;
+        }
+        if (c->straggler_steps == 0)
+            c->straggler_steps = DTRAIN_FT_STRAGGLER_STEPS;
+        c->straggler_drain = c->straggler_drain || strcmp(strag, "drain") == 0;
+    }
+    if (c->straggler_drain && c->straggler_steps == 0)
+        c->straggler_steps = DTRAIN_FT_STRAGGLER_STEPS;
+    if (c->straggler_drain && c->ckpt_dir[0] == '\0' && getenv(DTRAIN_ENV_CKPT_DIR) == NULL) {
+        snprintf(err, errlen, "straggler drain needs a checkpoint folder to restart from and to hand the drain request "
+                 "to dtrain-launch --job-exit (--ckpt-dir or sbatch --dtrain-ckpt-dir)");
         return DTRAIN_ERR_INPUT;
     }
     if (c->inject[0] == '\0' && inject != NULL && dtrain_snprintf(c->inject, sizeof c->inject, "%s", inject) != 0) {
@@ -362,12 +387,12 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
 
 /* ------------------------------------------------------------ injected faults */
 
-static void inject_step_faults(struct ft *f, long step)
+/* Kill now; delay and hang are the step's (its first forward: a slow or
+ * hung device, dtrain_pstep_control). */
+static void inject_step_faults(struct ft *f, long step, struct dtrain_pstep_control *ctl)
 {
     int rank = f->bs->rank;
-    long ms = dtrain_inject_delay_ms(&f->inject, rank, step, f->restart);
-    if (ms > 0)
-        usleep((useconds_t)(ms * 1000));
+    ctl->delay_ms = dtrain_inject_delay_ms(&f->inject, rank, step, f->restart);
     if (dtrain_inject_due(&f->inject, DTRAIN_INJECT_KILL, rank, step, f->restart)) {
         fprintf(stderr, "%s: inject: rank %d kills itself (SIGKILL) at step %ld\n", f->prog, rank, step);
         fflush(NULL);
@@ -375,11 +400,10 @@ static void inject_step_faults(struct ft *f, long step)
         raise(SIGKILL);
     }
     if (dtrain_inject_due(&f->inject, DTRAIN_INJECT_HANG, rank, step, f->restart)) {
-        fprintf(stderr, "%s: inject: rank %d hangs at step %ld\n", f->prog, rank, step);
+        fprintf(stderr, "%s: inject: rank %d hangs in the first forward of step %ld\n", f->prog, rank, step);
         fflush(NULL);
         dtrain_fault_event(f->fault, "inject", step, "hang");
-        for (;;)
-            sleep(3600); /* deaf to signals but SIGKILL: the watchdog or Slurm must end it */
+        ctl->hang = 1;
     }
 }
 
@@ -399,6 +423,90 @@ static void inject_corruption(struct ft *f)
     }
     fprintf(stderr, "%s: inject: rank %d corrupted %s\n", f->prog, rank, path);
     dtrain_fault_event(f->fault, "inject", (long)newest, "corrupt");
+}
+
+/* ------------------------------------------------------------ heartbeats */
+
+/* The address this rank's neighbours reach it on: with the cpu backend,
+ * the one its kernel routes to the world leader from (the interface the
+ * job's sockets use); else (nccl) that of NCCL_SOCKET_IFNAME, else the
+ * first up non-loopback interface (dtrain_comm_addr_pick). */
+static int heartbeat_addr(const struct dtrain_bootstrap *bs, char *addr, size_t len, char *err, size_t errlen)
+{
+    struct dtrain_cpu_id id;
+    if (dtrain_cpu_id_parse(bs->groups[DTRAIN_GROUP_WORLD].id, &id) == 0) {
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)}, me;
+        socklen_t mlen = sizeof me;
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), ok = 0;
+        if (fd >= 0 && inet_pton(AF_INET, id.addr, &to.sin_addr) == 1 &&
+            connect(fd, (struct sockaddr *)&to, sizeof to) == 0 && /* a UDP connect sends nothing */
+            getsockname(fd, (struct sockaddr *)&me, &mlen) == 0 && inet_ntop(AF_INET, &me.sin_addr, addr, (socklen_t)len))
+            ok = 1;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return 0;
+    }
+    return dtrain_comm_addr_pick(getenv("NCCL_SOCKET_IFNAME"), addr, len, err, errlen);
+}
+
+/* Open this rank's heartbeat and learn its ring neighbours' addresses
+ * (a collective over the world: two exchanges with rank - 1 and rank + 1),
+ * then hand it to the watchdog.  Ranks alone, or --hang-detect 0: none.
+ * A rank that cannot open its socket says so and sends port 0 (its
+ * neighbours then neither send to it nor judge it): the exchange stays
+ * matched and the run goes on with the communicator timeout for it. */
+static int start_heartbeat(struct ft *f, char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *bs = f->bs;
+    int n = bs->world_size, me = bs->rank, rc;
+    if (f->cfg->hang_detect <= 0 || n < 2)
+        return DTRAIN_OK;
+    char addr[INET_ADDRSTRLEN], why[256];
+    struct dtrain_hb *hb = NULL;
+    uint32_t ip = 0;
+    uint16_t port = 0;
+    if (heartbeat_addr(bs, addr, sizeof addr, why, sizeof why) != 0 ||
+        dtrain_hb_open(addr, me, f->fault->node, getenv(DTRAIN_ENV_GPU),
+                       dtrain_hb_token(bs->groups[DTRAIN_GROUP_WORLD].id), &hb, why, sizeof why) != 0)
+        fprintf(stderr, "%s: rank %d: no heartbeats (--hang-detect): %s; its hangs are found by the communicator "
+                "timeout\n", f->prog, me, why);
+    else
+        dtrain_hb_address(hb, &ip, &port);
+    /* floats hold integers below 2^24 exactly: the address in 16-bit halves */
+    float mine[3] = {(float)(ip >> 16), (float)(ip & 0xffffu), (float)port}, got[2][3];
+    struct dtrain_pcomm pc;
+    struct dtrain_kernels *k = f->pieces.k;
+    float *dev = NULL;
+    if ((rc = dtrain_pcomm_init(&pc, k, f->world, err, errlen)) != DTRAIN_OK) {
+        dtrain_hb_close(hb);
+        return rc;
+    }
+    rc = DTRAIN_ERR_SYSTEM;
+    if ((dev = dtrain_k_alloc(k, 9 * sizeof(float))) == NULL) {
+        snprintf(err, errlen, "out of memory for the heartbeat addresses");
+        goto out;
+    }
+    dtrain_k_upload(k, dev, mine, sizeof mine);
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    /* to the next, from the previous; then to the previous, from the next */
+    if ((rc = dtrain_pcomm_sendrecv(&pc, dev, 3, next, dev + 3, 3, prev, "heartbeat addresses", err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_pcomm_sendrecv(&pc, dev, 3, prev, dev + 6, 3, next, "heartbeat addresses", err, errlen)) != DTRAIN_OK)
+        goto out;
+    dtrain_k_download(k, got, dev + 3, sizeof got);
+    if (hb != NULL) {
+        if (got[0][2] > 0)
+            dtrain_hb_set_peer(hb, 0, prev, (uint32_t)got[0][0] << 16 | (uint32_t)got[0][1], (uint16_t)got[0][2]);
+        if (next != prev && got[1][2] > 0)
+            dtrain_hb_set_peer(hb, 1, next, (uint32_t)got[1][0] << 16 | (uint32_t)got[1][1], (uint16_t)got[1][2]);
+        dtrain_watchdog_set_heartbeat(f->wd, hb);
+        hb = NULL;
+    }
+out:
+    dtrain_hb_close(hb);
+    dtrain_k_free(k, dev);
+    dtrain_pcomm_release(&pc);
+    return rc;
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -435,6 +543,59 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
         return rc;
     snprintf(err, errlen, "stopping on %s (received by %ld rank%s): %s", dtrain_signals_name(bits),
              term + usr1, term + usr1 == 1 ? "" : "s", saved);
+    return DTRAIN_ERR_FAULT;
+}
+
+/* After a logged step: the straggler verdict (the same on every rank,
+ * dtrain_ptrainer_straggler).  The straggler itself says so on one line
+ * (it knows its node and GPU) and records a "straggler" event.  With
+ * drain every rank checkpoints this step, the straggler leaves the drain
+ * request in the checkpoint folder (DTRAIN_DRAIN_REQUEST: its node and the
+ * reason, for dtrain-launch --job-exit) and the run stops as on a fault
+ * (DTRAIN_ERR_FAULT: exit 75, requeue). */
+static int straggler(struct ft *f, char *err, size_t errlen)
+{
+    struct dtrain_straggler g;
+    dtrain_ptrainer_straggler(f->t, &g);
+    if (!g.is_new)
+        return DTRAIN_OK;
+    long step = dtrain_ptrainer_steps_done(f->t) - 1;
+    const char *gpu = getenv(DTRAIN_ENV_GPU);
+    char line[600];
+    snprintf(line, sizeof line, "straggler: rank %d (node %s, GPU %s): compute %.1f ms a step, %.0f%% above the "
+             "median %.1f ms of the %d ranks for %ld steps in a row (margin %.0f%%)", g.rank, f->fault->node,
+             gpu != NULL && gpu[0] != '\0' ? gpu : "none", g.compute_ms, 100.0 * g.excess, g.median_ms,
+             f->bs->world_size, g.steps, 100.0 * f->cfg->straggler_margin);
+    if (f->bs->rank == g.rank) {
+        fprintf(stderr, "%s: %s: %s\n", f->prog, line, f->cfg->straggler_drain ? "draining its node and restarting "
+                "without it" : "reported");
+        fflush(stderr);
+        dtrain_fault_event(f->fault, "straggler", step, line);
+    }
+    if (!f->cfg->straggler_drain)
+        return DTRAIN_OK;
+    int rc;
+    dtrain_watchdog_pause(f->wd); /* as for a stop signal: the ranks leave together */
+    long done = step + 1;
+    if (f->dir != NULL && !saved_in_dir(f, done) && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
+    if (f->bs->rank == g.rank && f->dir != NULL) {
+        struct dtrain_out_file o;
+        char path[DTRAIN_PATH_MAX + 32], text[700], why[512];
+        int n = snprintf(text, sizeof text, "%s\t%s\n", f->fault->node, line);
+        if (dtrain_snprintf(path, sizeof path, "%s/" DTRAIN_DRAIN_REQUEST, f->dir) != 0 ||
+            dtrain_out_open(&o, path, why, sizeof why) != DTRAIN_OK) {
+            fprintf(stderr, "%s: rank %d: cannot leave the drain request: %s\n", f->prog, f->bs->rank, why);
+        } else {
+            dtrain_out_write(&o, text, n > 0 && (size_t)n < sizeof text ? (size_t)n : strlen(text));
+            if (dtrain_out_commit(&o, why, sizeof why) != DTRAIN_OK)
+                fprintf(stderr, "%s: rank %d: cannot leave the drain request: %s\n", f->prog, f->bs->rank, why);
+        }
+    }
+    if ((rc = barrier(f, "stopping for a straggler", err, errlen)) != DTRAIN_OK)
+        return rc;
+    snprintf(err, errlen, "%s: its node is to be drained (dtrain-launch --job-exit) and the job restarted without it",
+             line);
     return DTRAIN_ERR_FAULT;
 }
 
@@ -495,7 +656,6 @@ static int train(struct ft *f, char *err, size_t errlen)
     while (dtrain_ptrainer_steps_done(f->t) < c->steps) {
         long step = dtrain_ptrainer_steps_done(f->t);
         dtrain_watchdog_beat(f->wd, "training", step);
-        inject_step_faults(f, step);
         int sig = dtrain_signals_pending();
         const struct dtrain_inject_fault *nan = dtrain_inject_find(&f->inject, DTRAIN_INJECT_NAN, f->bs->rank, step,
                                                                    f->restart);
@@ -507,6 +667,7 @@ static int train(struct ft *f, char *err, size_t errlen)
             .flags = (sig & DTRAIN_SIGNAL_TERM ? 1.0 : 0.0) + (sig & DTRAIN_SIGNAL_USR1 ? USR1_WEIGHT : 0.0),
             .poison_loss = f->nan_left > 0,
         };
+        inject_step_faults(f, step, &ctl);
         if (ctl.poison_loss) {
             f->nan_left--;
             fprintf(stderr, "%s: inject: rank %d's loss is NaN at step %ld\n", f->prog, f->bs->rank, step);
@@ -527,9 +688,13 @@ static int train(struct ft *f, char *err, size_t errlen)
             in_a_row = 0;
             if ((rc = validate_if_due(f, &r, err, errlen)) != DTRAIN_OK)
                 return rc;
-            if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK)
-                return rc;
             long after = dtrain_ptrainer_steps_done(f->t);
+            /* metrics files (fsync) and sampling are not the step's work: outside it for the heartbeat */
+            dtrain_watchdog_beat(f->wd, "writing the metrics", after);
+            if ((rc = dtrain_ptrainer_log_step(f->t, f->progress, &r, err, errlen)) != DTRAIN_OK ||
+                (rc = straggler(f, err, errlen)) != DTRAIN_OK)
+                return rc;
+            dtrain_watchdog_beat(f->wd, "sampling", after);
             if (c->sample_every > 0 && after % c->sample_every == 0 &&
                 (rc = dtrain_ptrainer_sample(f->t, is_root(f) ? f->progress : NULL, err, errlen)) != DTRAIN_OK)
                 return rc;
@@ -577,9 +742,13 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     struct dtrain_watchdog_options wo = {
         .abort_flag = abort_flag, .comms = comms, .fault = fault,
         .stall_s = cfg->watchdog > 0 ? cfg->watchdog : 2.0 * cfg->comm_timeout, .grace_s = GRACE_S,
+        .hang_s = cfg->hang_detect,
     };
     if (dtrain_watchdog_start(&wo, &f.wd, err, errlen) != 0)
         goto out;
+    if ((rc = start_heartbeat(&f, err, errlen)) != DTRAIN_OK)
+        goto out;
+    dtrain_ptrainer_set_watchdog(t, f.wd);
     /* a trainer that has trained already (dtrain_trainer.h's) goes on from where it is */
     if ((f.dir != NULL || f.resume != NULL) && dtrain_ptrainer_steps_done(t) == 0) {
         if (f.dir != NULL)
@@ -598,6 +767,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
      * would take for a fault.  Each rank stops its watchdog before a last
      * barrier: no rank leaves the barrier before every rank has entered it,
      * so every watchdog is off before any link closes. */
+    dtrain_ptrainer_set_watchdog(t, NULL);
     dtrain_watchdog_stop(f.wd);
     f.wd = NULL;
     if ((rc = barrier(&f, "at the end of the run", err, errlen)) == DTRAIN_OK)
@@ -607,6 +777,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
 out:
     if (rc == DTRAIN_ERR_FAULT && abort_flag != NULL)
         atomic_store(abort_flag, 1); /* stop every communicator of the process now */
+    dtrain_ptrainer_set_watchdog(t, NULL);
     dtrain_watchdog_stop(f.wd);
     if (signals)
         dtrain_signals_restore();

@@ -35,6 +35,12 @@
  *   one more rolls the run back to the last checkpoint (at most 3
  *   rollbacks; without a checkpoint it is an error: training diverged).
  *
+ *   Stragglers (--straggler-steps, --straggler-margin, DTRAIN_STRAGGLER;
+ *   dtrain_parallel.h finds them): the straggler reports itself on one
+ *   line; with --straggler-drain (DTRAIN_STRAGGLER=drain) the ranks
+ *   checkpoint, the straggler leaves DTRAIN_DRAIN_REQUEST in the
+ *   checkpoint folder and the run stops with DTRAIN_ERR_FAULT (requeue).
+ *
  *   Fault injection (dtrain_inject.h, --inject or DTRAIN_INJECT).
  *
  * Every rank calls it; rank 0 prints the progress and checkpoint lines to
@@ -57,6 +63,7 @@ extern "C" {
 #endif
 
 #define DTRAIN_FT_MAX_ROLLBACKS 3
+#define DTRAIN_FT_STRAGGLER_STEPS 5 /* straggler_steps when DTRAIN_STRAGGLER asks for detection */
 
 /* Complete c from the environment before the trainer is built: an empty
  * ckpt_dir takes DTRAIN_CKPT_DIR, an empty inject DTRAIN_INJECT; the

@@ -113,11 +113,24 @@ int dtrain_prom_write(struct dtrain_prom *p, const struct dtrain_step_result *r,
     put_metric(&o, p, "dtrain_learning_rate", "Learning rate of the last step.", r->lr);
     put_metric(&o, p, "dtrain_grad_norm", "Global gradient norm of the last step, before clipping.", r->grad_norm);
     put_metric(&o, p, "dtrain_restarts", "Times Slurm restarted the job (SLURM_RESTART_COUNT).", (double)p->restarts);
+    if (p->straggler_on) {
+        put_metric(&o, p, "dtrain_straggler_rank", "Rank whose compute time stays above the median by the margin "
+                   "(--straggler-steps in a row), -1: none.", (double)p->straggler_rank);
+        put_metric(&o, p, "dtrain_straggler_excess_ratio", "The straggler's compute time over the median, minus 1 "
+                   "(0: none).", p->straggler_rank >= 0 ? p->straggler_excess : 0.0);
+    }
     put_metric(&o, p, "dtrain_last_step_timestamp_seconds", "Unix time when the last step finished.", now);
     if ((rc = dtrain_out_commit(&o, err, errlen)) != DTRAIN_OK)
         return rc;
     p->last_write = now;
     return DTRAIN_OK;
+}
+
+void dtrain_prom_set_straggler(struct dtrain_prom *p, int on, int rank, double excess)
+{
+    p->straggler_on = on;
+    p->straggler_rank = rank;
+    p->straggler_excess = excess;
 }
 
 int dtrain_prom_update(struct dtrain_prom *p, const struct dtrain_step_result *r, long steps, int last,

@@ -15,7 +15,9 @@
  *   ... the same for dtrain_steps_target, dtrain_loss, dtrain_val_loss
  *   (the newest validation loss, once there is one),
  *   dtrain_tokens_per_second, dtrain_mfu, dtrain_step_seconds, dtrain_learning_rate,
- *   dtrain_grad_norm, dtrain_restarts, dtrain_last_step_timestamp_seconds
+ *   dtrain_grad_norm, dtrain_restarts, dtrain_last_step_timestamp_seconds,
+ *   and with straggler detection dtrain_straggler_rank (-1: none) and
+ *   dtrain_straggler_excess_ratio (its compute time over the median, - 1)
  *
  * job is SLURM_JOB_ID (no label outside Slurm); dtrain_restarts is
  * SLURM_RESTART_COUNT (0 when unset).  The file is written whole under a
@@ -40,7 +42,13 @@ struct dtrain_prom {
     long restarts;      /* SLURM_RESTART_COUNT, 0 when unset */
     double last_write;  /* wall clock of the last write, 0: never */
     double val_loss;    /* the newest validation loss, NaN: none yet */
+    int straggler_on;   /* straggler detection: dtrain_straggler_rank, dtrain_straggler_excess_ratio */
+    int straggler_rank; /* -1: none */
+    double straggler_excess;
 };
+
+/* The newest straggler verdict (dtrain_parallel.h), for the next write. */
+void dtrain_prom_set_straggler(struct dtrain_prom *p, int on, int rank, double excess);
 
 /* Set p up for path, reading SLURM_JOB_ID and SLURM_RESTART_COUNT.
  * DTRAIN_ERR_INPUT with one line in err for a path that does not end in

@@ -75,6 +75,28 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
                            char *err, size_t errlen);
 void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t);
 
+/* Straggler detection (--straggler-steps N > 0, --straggler-margin M):
+ * after each logged step every rank gathers every rank's times (as
+ * --rank-metrics does) and computes the same verdict: a rank whose own
+ * compute time (forward and backward, its tensor-parallel communication
+ * not counted: that is waiting on its partners) exceeds the median over
+ * the world by more than M (a fraction) N steps in a row is a straggler.
+ * The newest verdict, the same on every rank: */
+struct dtrain_straggler {
+    int rank;           /* the straggler (the largest excess among those N steps in a row), -1: none */
+    int is_new;         /* this step made it one (its N-th step in a row) */
+    long steps;         /* steps in a row above the margin */
+    double compute_ms;  /* its own compute time this step */
+    double median_ms;   /* the median over the world */
+    double excess;      /* compute / median - 1 */
+};
+void dtrain_ptrainer_straggler(const struct dtrain_ptrainer *t, struct dtrain_straggler *s);
+
+/* Tell w (dtrain_watchdog.h, NULL: none) each 1F1B action and collective
+ * of a step as it begins, for the heartbeat and the fault line. */
+struct dtrain_watchdog;
+void dtrain_ptrainer_set_watchdog(struct dtrain_ptrainer *t, struct dtrain_watchdog *w);
+
 struct dtrain_pstep_result {
     struct dtrain_step_result base; /* loss and norm of the whole job, every rank */
     double pipe_wait_ms;  /* this rank's time blocked in pipeline sends and receives */
@@ -98,6 +120,9 @@ long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t);
 struct dtrain_pstep_control {
     double flags;     /* in: this rank's value, summed over the world with the loss; out: the sum */
     int poison_loss;  /* in: fault injection: this rank's share of the loss is NaN */
+    long delay_ms;    /* in: fault injection: the step's first forward takes this much longer (a slow
+                       * device: counted as compute time) */
+    int hang;         /* in: fault injection: the step's first forward never ends (a hung device) */
     int skipped;      /* out: the loss or the gradient norm was not finite on the whole job: no update
                        * was made (every rank skips alike), the batch is consumed, the step is not */
 };

@@ -13,6 +13,7 @@
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_stage.h"
 #include "dtrain_tp.h"
+#include "dtrain_watchdog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +38,7 @@ struct dtrain_ptrainer {
     struct dtrain_dp *dp;
     struct dtrain_pipe_action *actions;
     long nactions;
+    struct dtrain_watchdog *wd;  /* told each action (NULL: none) */
     int micro_rows;              /* b = B / (D*m) */
     int32_t *inputs, *targets;   /* host: the global batch, B*T each */
     float *tie;                  /* P > 1, stages holding wte: the other end's wte gradient (kernels' memory) */
@@ -48,6 +50,10 @@ struct dtrain_ptrainer {
     float *times;                /* kernels' memory, RANK_FIELDS x world */
     float *host_times;           /* host copy */
     double *compute_sum;         /* rank 0: each rank's compute ms summed over the logged steps */
+    int gather;                  /* every logged step gathers every rank's times (rank metrics, stragglers) */
+    long *slow_run;              /* with straggler_steps: each rank's steps in a row above the margin */
+    double *sorted;              /* scratch: the own compute times, sorted for the median */
+    struct dtrain_straggler strag;
     long logged;
     struct dtrain_prom prom;     /* rank 0, with --prom-textfile (prom_on) */
     int prom_on;
@@ -212,23 +218,33 @@ double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured
     return t->peak_flops;
 }
 
-/* --rank-metrics DIR: this rank's file, and what gathers every rank's times. */
+/* --rank-metrics DIR: this rank's file; with it or straggler detection,
+ * what gathers every rank's times. */
 static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
     const struct dtrain_bootstrap *bs = &t->layout;
     int rc;
-    snprintf(t->rank_path, sizeof t->rank_path, "%s/rank-%05d.jsonl", t->cfg.rank_metrics, bs->rank);
-    if ((t->rank_file = fopen(t->rank_path, "a+")) == NULL) {
-        snprintf(err, errlen, "cannot create per-rank metrics file %s: %s", t->rank_path, strerror(errno));
-        return DTRAIN_ERR_INPUT;
+    t->strag.rank = -1;
+    if (t->cfg.rank_metrics[0] != '\0') {
+        snprintf(t->rank_path, sizeof t->rank_path, "%s/rank-%05d.jsonl", t->cfg.rank_metrics, bs->rank);
+        if ((t->rank_file = fopen(t->rank_path, "a+")) == NULL) {
+            snprintf(err, errlen, "cannot create per-rank metrics file %s: %s", t->rank_path, strerror(errno));
+            return DTRAIN_ERR_INPUT;
+        }
     }
+    if (t->rank_file == NULL && t->cfg.straggler_steps <= 0)
+        return DTRAIN_OK;
+    t->gather = 1;
     if ((rc = dtrain_pcomm_init(&t->world, t->k, t->comms->group[DTRAIN_GROUP_WORLD], err, errlen)) != DTRAIN_OK)
         return rc;
     size_t n = (size_t)RANK_FIELDS * bs->world_size;
     t->times = dtrain_k_alloc(t->k, n * sizeof(float));
     t->host_times = malloc(n * sizeof(float));
     t->compute_sum = calloc((size_t)bs->world_size, sizeof(double));
-    if (t->times == NULL || t->host_times == NULL || t->compute_sum == NULL) {
+    t->slow_run = calloc((size_t)bs->world_size, sizeof(long));
+    t->sorted = calloc((size_t)bs->world_size, sizeof(double));
+    if (t->times == NULL || t->host_times == NULL || t->compute_sum == NULL || t->slow_run == NULL ||
+        t->sorted == NULL) {
         snprintf(err, errlen, "out of memory");
         return DTRAIN_ERR_SYSTEM;
     }
@@ -329,7 +345,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
             goto fail;
         }
     }
-    if (c->rank_metrics[0] != '\0' && (rc = open_rank_metrics(t, err, errlen)) != DTRAIN_OK)
+    if ((rc = open_rank_metrics(t, err, errlen)) != DTRAIN_OK)
         goto fail;
     if (bs->rank == 0 && c->prom_textfile[0] != '\0') {
         if ((rc = dtrain_prom_init(&t->prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
@@ -377,6 +393,8 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
         dtrain_k_free(t->k, t->times);
     free(t->host_times);
     free(t->compute_sum);
+    free(t->slow_run);
+    free(t->sorted);
     dtrain_pcomm_release(&t->world);
     dtrain_tokens_close(t->val); /* before data: it may be a view of it */
     dtrain_tokens_close(t->data);
@@ -494,11 +512,34 @@ static int transfer(struct dtrain_ptrainer *t, int send, int to_next, float *buf
                 : dtrain_pcomm_recv(&t->pp, buf, floats, peer, what, err, errlen);
 }
 
+void dtrain_ptrainer_set_watchdog(struct dtrain_ptrainer *t, struct dtrain_watchdog *w)
+{
+    t->wd = w;
+}
+
+static const char *const action_names[] = {
+    [DTRAIN_PIPE_RECV_ACT] = "pipeline receive of the activation", [DTRAIN_PIPE_SEND_ACT] = "pipeline send of the activation",
+    [DTRAIN_PIPE_RECV_GRAD] = "pipeline receive of the gradient", [DTRAIN_PIPE_SEND_GRAD] = "pipeline send of the gradient",
+    [DTRAIN_PIPE_FORWARD] = "forward", [DTRAIN_PIPE_BACKWARD] = "backward",
+};
+
+/* Fault injection in the step's first forward (dtrain_pstep_control). */
+static void injected_slowness(const struct dtrain_pstep_control *ctl)
+{
+    if (ctl == NULL)
+        return;
+    if (ctl->delay_ms > 0)
+        usleep((useconds_t)(ctl->delay_ms * 1000));
+    while (ctl->hang)
+        sleep(3600); /* deaf to signals but SIGKILL: the watchdog or Slurm must end it */
+}
+
 /* Run this stage's 1F1B list (interleaved with V > 1: each action names its
  * chunk, 0 with V = 1) for the step's micro-batches. */
-static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute,
-                        char *err, size_t errlen)
+static int run_schedule(struct dtrain_ptrainer *t, const struct dtrain_pstep_control *ctl, double *loss_sum,
+                        double *wait, double *compute, char *err, size_t errlen)
 {
+    int injected = 0;
     double scale = t->scaler.on ? t->scaler.scale : 1.0;
     const struct dtrain_bootstrap *L = &t->layout;
     struct dtrain_stage *st = t->stage;
@@ -511,6 +552,9 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum, double *wai
         double t0 = now_seconds();
         size_t row = ((size_t)L->dp_rank * m + (size_t)x->micro) * t->micro_rows * T;
         double part = 0.0;
+        dtrain_watchdog_action(t->wd, action_names[x->op], x->micro);
+        if (x->op == DTRAIN_PIPE_FORWARD && !injected++)
+            injected_slowness(ctl);
         switch (x->op) {
         case DTRAIN_PIPE_RECV_ACT:
             rc = transfer(t, 0, 0, dtrain_stage_chunk_input(st, x->slot, x->chunk), act,
@@ -592,13 +636,16 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     read_my_rows(t, t->data, c->data_order, c->data_seed, t->data_batches);
     dtrain_stage_zero_grad(t->stage);
     dtrain_dp_begin_step(t->dp);
-    if ((rc = run_schedule(t, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
+    if ((rc = run_schedule(t, ctl, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
         return rc;
+    dtrain_watchdog_action(t->wd, "tied-embedding gradient exchange", -1);
     if ((rc = tie_embedding(t, err, errlen)) != DTRAIN_OK)
         return rc;
+    dtrain_watchdog_action(t->wd, "data-parallel gradient reduction", -1);
     dtrain_dp_unit_ready(t->dp, dtrain_shard_unit_of(s, DTRAIN_UNIT_WTE, 0));
     if ((rc = dtrain_dp_finish(t->dp, err, errlen)) != DTRAIN_OK)
         return rc;
+    dtrain_watchdog_action(t->wd, "sum of the loss and gradient norm", -1);
 
     /* The loss (TP rank 0 of the last stage of each pipeline) and the norm
      * shares, added over the world in rank order: every rank gets the same. */
@@ -648,6 +695,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
         return DTRAIN_ERR_SYSTEM;
     }
     double lr = dtrain_lr_at(&c->optim, t->step);
+    dtrain_watchdog_action(t->wd, "optimizer update", -1);
     /* the clip factor and, with fp16, the unscaling in one factor */
     if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, (float)(dtrain_clip_scale(&c->optim, norm) / scale),
                                err, errlen)) != DTRAIN_OK)
@@ -882,32 +930,85 @@ int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err
     return rc;
 }
 
-/* --rank-metrics: this rank's line, then every rank's times gathered;
- * rank 0 finds the slowest (most compute) rank and the spread (a
- * collective: every rank calls it for the same steps). */
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Stragglers from every rank's times of this step (the same on every
+ * rank: they all hold the same gathered floats). */
+static void find_straggler(struct dtrain_ptrainer *t)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    int n = t->layout.world_size;
+    struct dtrain_straggler *g = &t->strag;
+    int was = g->rank;
+    for (int q = 0; q < n; q++) {
+        const float *x = t->host_times + (size_t)RANK_FIELDS * q;
+        t->sorted[q] = (double)x[1] - (double)x[2]; /* own compute: TP communication is waiting */
+    }
+    qsort(t->sorted, (size_t)n, sizeof *t->sorted, by_value);
+    double median = n % 2 ? t->sorted[n / 2] : 0.5 * (t->sorted[n / 2 - 1] + t->sorted[n / 2]);
+    memset(g, 0, sizeof *g);
+    g->rank = -1;
+    for (int q = 0; q < n; q++) {
+        const float *x = t->host_times + (size_t)RANK_FIELDS * q;
+        double own = (double)x[1] - (double)x[2], excess = median > 0.0 ? own / median - 1.0 : 0.0;
+        t->slow_run[q] = excess > c->straggler_margin ? t->slow_run[q] + 1 : 0;
+        if (t->slow_run[q] >= c->straggler_steps && (g->rank < 0 || excess > g->excess))
+            *g = (struct dtrain_straggler){q, 0, t->slow_run[q], own, median, excess};
+    }
+    g->is_new = g->rank >= 0 && g->rank != was;
+}
+
+/* --rank-metrics and straggler detection: every rank's times gathered,
+ * the straggler verdict, this rank's line; rank 0 finds the slowest (most
+ * compute) rank and the spread (a collective: every rank calls it for the
+ * same steps). */
 static int log_ranks(struct dtrain_ptrainer *t, const struct dtrain_pstep_result *r, char *summary, size_t slen,
                      char *err, size_t errlen)
 {
     const struct dtrain_bootstrap *L = &t->layout;
     summary[0] = '\0';
-    if (t->rank_file == NULL)
+    if (!t->gather)
         return DTRAIN_OK;
-    fprintf(t->rank_file, "{\"step\": %ld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
-            "\"ms\": %.3f, \"compute_ms\": %.3f, \"tp_comm_ms\": %.3f, \"pipe_wait_ms\": %.3f, "
-            "\"dp_exposed_ms\": %.3f, \"time\": %.3f}\n", r->base.step, L->rank, L->tp_rank, L->pp_rank,
-            L->dp_rank, r->base.ms, r->compute_ms, r->tp_comm_ms, r->pipe_wait_ms, r->dp_exposed_ms,
-            dtrain_metrics_wall_clock());
-    if (fflush(t->rank_file) != 0 || ferror(t->rank_file)) {
-        snprintf(err, errlen, "cannot write per-rank metrics file %s", t->rank_path);
-        return DTRAIN_ERR_SYSTEM;
-    }
     float mine[RANK_FIELDS] = {(float)r->base.ms, (float)r->compute_ms, (float)r->tp_comm_ms, (float)r->pipe_wait_ms};
     float *slot = t->times + (size_t)RANK_FIELDS * L->rank;
     dtrain_k_upload(t->k, slot, mine, sizeof mine);
     int rc = dtrain_pcomm_all_gather(&t->world, slot, t->times, RANK_FIELDS, "per-rank metrics", err, errlen);
-    if (rc != DTRAIN_OK || L->rank != 0)
+    if (rc != DTRAIN_OK)
         return rc;
     dtrain_k_download(t->k, t->host_times, t->times, (size_t)RANK_FIELDS * L->world_size * sizeof(float));
+    char strag[160] = "";
+    if (t->cfg.straggler_steps > 0) {
+        find_straggler(t);
+        snprintf(strag, sizeof strag, "\"straggler_rank\": %d, ", t->strag.rank);
+    }
+    if (t->rank_file != NULL) {
+        char slow[96] = "";
+        if (t->cfg.straggler_steps > 0)
+            snprintf(slow, sizeof slow, "\"slow_steps\": %ld, \"straggler\": %s, ", t->slow_run[L->rank],
+                     t->strag.rank == L->rank ? "true" : "false");
+        fprintf(t->rank_file, "{\"step\": %ld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+                "\"ms\": %.3f, \"compute_ms\": %.3f, \"tp_comm_ms\": %.3f, \"own_compute_ms\": %.3f, "
+                "\"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, %s\"time\": %.3f}\n", r->base.step, L->rank,
+                L->tp_rank, L->pp_rank, L->dp_rank, r->base.ms, r->compute_ms, r->tp_comm_ms,
+                (double)mine[1] - (double)mine[2], r->pipe_wait_ms, r->dp_exposed_ms, slow,
+                dtrain_metrics_wall_clock());
+        if (fflush(t->rank_file) != 0 || ferror(t->rank_file)) {
+            snprintf(err, errlen, "cannot write per-rank metrics file %s", t->rank_path);
+            return DTRAIN_ERR_SYSTEM;
+        }
+    }
+    if (t->prom_on)
+        dtrain_prom_set_straggler(&t->prom, t->cfg.straggler_steps > 0, t->strag.rank, t->strag.excess);
+    if (L->rank != 0)
+        return DTRAIN_OK;
+    if (t->rank_file == NULL) {
+        snprintf(summary, slen, "%s", strag);
+        return DTRAIN_OK;
+    }
     int slow = 0, fast = 0;
     for (int q = 0; q < L->world_size; q++) {
         const float *x = t->host_times + (size_t)RANK_FIELDS * q;
@@ -920,9 +1021,14 @@ static int log_ranks(struct dtrain_ptrainer *t, const struct dtrain_pstep_result
     t->logged++;
     const float *s = t->host_times + (size_t)RANK_FIELDS * slow, *f = t->host_times + (size_t)RANK_FIELDS * fast;
     snprintf(summary, slen, "\"slowest_rank\": %d, \"slowest_compute_ms\": %.3f, \"fastest_rank\": %d, "
-             "\"fastest_compute_ms\": %.3f, \"compute_spread_ms\": %.3f, ", slow, (double)s[1], fast, (double)f[1],
-             (double)(s[1] - f[1]));
+             "\"fastest_compute_ms\": %.3f, \"compute_spread_ms\": %.3f, %s", slow, (double)s[1], fast, (double)f[1],
+             (double)(s[1] - f[1]), strag);
     return DTRAIN_OK;
+}
+
+void dtrain_ptrainer_straggler(const struct dtrain_ptrainer *t, struct dtrain_straggler *s)
+{
+    *s = t->strag;
 }
 
 int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,
@@ -958,7 +1064,7 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
                 r->base.tokens_per_s, r->base.gflops, mfu, el, eta);
         fflush(progress);
     }
-    char ranks[256];
+    char ranks[320];
     int rc = log_ranks(t, r, ranks, sizeof ranks, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;

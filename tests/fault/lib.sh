@@ -1,8 +1,32 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Helpers of the fault tests under a real Slurm (cluster.sh, spares.sh);
-# source after tests/slurm/lib.sh.  They read $d (the cluster folder, where
-# each job NAME has NAME.out, NAME.err, NAME.jsonl, NAME.events) and
-# $steps; kill_node fails a node of $d's cluster.
+# The fault tests' jobs on a local cluster (cluster.sh, spares.sh,
+# straggler.sh), sourced after tests/slurm/lib.sh.  The caller sets d (the
+# cluster folder, where each job NAME has NAME.out, NAME.err, NAME.jsonl,
+# NAME.events), launch (dtrain-launch), steps (of the reference run), the
+# array trainer (the trainer's flags) and optionally the array trainer_more
+# (flags of the next submit only); kill_node fails a node of $d's cluster.
+trainer_more=()
+
+# submit NAME INJECT SBATCH-ARGS...: write NAME.sbatch (the documented
+# pattern) and submit it; prints the job id.  Output in NAME.out (appended
+# over the restarts), metrics NAME.jsonl, checkpoints NAME.ckpt, fault
+# timeline NAME.events.
+submit() {
+  local name=$1 inject=$2
+  shift 2
+  {
+    echo '#!/bin/bash'
+    echo 'export OPENBLAS_NUM_THREADS=1'
+    printf 'export DTRAIN_FAULT_LOG=%q\n' "$d/$name.events"
+    echo 'echo "job: start, restart ${SLURM_RESTART_COUNT:-0}, on $SLURM_JOB_NODELIST"'
+    printf 'srun --mpi=pmi2 --ntasks-per-node=2 %q' "$launch"
+    printf ' %q' "${trainer[@]}" "${trainer_more[@]}" --metrics "$d/$name.jsonl"
+    [ -z "$inject" ] || printf ' --inject %q' "$inject"
+    printf '\nexec %q --job-exit $?\n' "$launch"
+  } >"$d/$name.sbatch"
+  in_cluster "$d" sbatch --parsable --dtrain-tp=2 --dtrain-ckpt-dir="$d/$name.ckpt" --open-mode=append \
+    -o "$d/$name.out" "$@" "$d/$name.sbatch" 2>"$d/$name.err"
+}
 
 # losses FILE: the "loss" of each metrics line, one a line.
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
@@ -43,3 +67,4 @@ kill_node() {
   [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
   diag "killed node $node: processes $(echo $pids)"
 }
+

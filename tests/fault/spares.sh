@@ -59,8 +59,11 @@ trainer=(--data "$d/tokens.bin" --layers 2 --channels 32 --heads 4 --vocab-size 
   --max-seq-len 16 --seq 16 --batch 8 --steps "$steps" --lr 3e-3 --grad-clip 1 --seed 7 --threads 1
   --log-every 0 --checkpoint-every "$every" --comm-timeout 5 --zero1 1)
 
-# submit NAME INJECT SUPERVISE-ARGS SBATCH-ARGS...: write NAME.sbatch and
-# submit it; prints the job id.  Output NAME.out, metrics NAME.jsonl,
+# losses, same_losses, ended, has, event_time, kill_node: tests/fault/lib.sh
+. "$abs_top_srcdir/tests/fault/lib.sh"
+# submit NAME INJECT SUPERVISE-ARGS SBATCH-ARGS...: lib.sh's submit for a
+# job under dtrain-launch --supervise: write NAME.sbatch and submit it;
+# prints the job id.  Output NAME.out, metrics NAME.jsonl,
 # checkpoints NAME.ckpt, timeline NAME.events.
 submit() {
   local name=$1 inject=$2 sup=$3
@@ -78,8 +81,6 @@ submit() {
   in_cluster "$d" sbatch --parsable --dtrain-tp=2 --dtrain-ckpt-dir="$d/$name.ckpt" --open-mode=append \
     -o "$d/$name.out" "$@" "$d/$name.sbatch" 2>"$d/$name.err"
 }
-# losses, same_losses, ended, has, event_time, kill_node: tests/fault/lib.sh
-. "$abs_top_srcdir/tests/fault/lib.sh"
 # nodes_of NAME RESTART: the nodes of the ranks' events in run RESTART of NAME's timeline.
 nodes_of() {
   sed -n "s/.*\"rank\": [0-9][0-9]*, \"node\": \"\([^\"]*\)\", \"step\": [-0-9]*, \"restart\": $2,.*/\1/p" \

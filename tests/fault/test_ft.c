@@ -204,7 +204,7 @@ int main(void)
     /* ---- a hung rank */
     j = scenario(&cfg, top, "hang", "hang:rank=1:step=3");
     run(&j, 1, 2, 2, areas, codes);
-    ok(all_codes(codes, 4, 75, -1, 0), "rank 1 hangs at step 3: the others time out, its watchdog ends it: "
+    ok(all_codes(codes, 4, 75, -1, 0), "rank 1 hangs at step 3: a neighbour's heartbeat finds it, its watchdog ends it: "
        "every rank exits 75 (%d %d %d %d)", codes[0], codes[1], codes[2], codes[3]);
     setenv("SLURM_RESTART_COUNT", "1", 1);
     run(&j, 1, 2, 2, areas, codes);

@@ -75,6 +75,13 @@ static void test_option_values(void)
     ok(dtrain_options_set(&o, DTRAIN_OPT_GPU_VISIBILITY, "some", err, sizeof err) != 0 && o.gpu_visibility == 1 &&
        strstr(err, "use all or one") != NULL, "--dtrain-gpu-visibility=some is refused (%s)", err);
 
+    ok(dtrain_options_set(&o, DTRAIN_OPT_STRAGGLER, "report", err, sizeof err) == 0 && o.straggler == 1 &&
+       dtrain_options_set(&o, DTRAIN_OPT_STRAGGLER, "drain", err, sizeof err) == 0 && o.straggler == 2,
+       "--dtrain-straggler takes report or drain");
+    ok(dtrain_options_set(&o, DTRAIN_OPT_STRAGGLER, "kill", err, sizeof err) != 0 && o.straggler == 2 &&
+       strstr(err, "--dtrain-straggler 'kill': use report or drain") != NULL, "--dtrain-straggler=kill is refused (%s)",
+       err);
+
     dtrain_options_init(&o);
     ok(dtrain_options_set(&o, DTRAIN_OPT_VERBOSE, NULL, err, sizeof err) == 0 && dtrain_options_used(&o),
        "any option alone makes it a dtrain job");
@@ -83,7 +90,7 @@ static void test_option_values(void)
     for (size_t i = 0; i < dtrain_option_count; i++)
         usage_ok &= strncmp(dtrain_option_table[i].usage, "[dtrain] ", 9) == 0 &&
                     strncmp(dtrain_option_table[i].name, "dtrain-", 7) == 0;
-    ok(dtrain_option_count == 9 && usage_ok, "9 options, each named dtrain-* with usage starting [dtrain]");
+    ok(dtrain_option_count == 10 && usage_ok, "10 options, each named dtrain-* with usage starting [dtrain]");
 }
 
 static void test_job_size(void)

@@ -36,6 +36,7 @@ static void test_options_env(void)
        strcmp(get(&env, DTRAIN_ENV_PP), "1") == 0 && dtrain_task_env_get(&env, DTRAIN_ENV_DP) == NULL &&
        dtrain_task_env_get(&env, DTRAIN_ENV_CKPT_DIR) == NULL &&
        dtrain_task_env_get(&env, DTRAIN_ENV_MAX_RESTARTS) == NULL && dtrain_task_env_get(&env, DTRAIN_ENV_SPARES) == NULL &&
+       dtrain_task_env_get(&env, DTRAIN_ENV_STRAGGLER) == NULL &&
        strcmp(get(&env, DTRAIN_ENV_VERBOSE), "0") == 0 && strcmp(get(&env, DTRAIN_ENV_ALLOW_PCIE), "0") == 0 &&
        dtrain_task_env_get(&env, DTRAIN_ENV_RANK) == NULL,
        "batch step: T, P (default 1), flags as 0/1, no D, no ranks");
@@ -44,8 +45,9 @@ static void test_options_env(void)
     dtrain_options_set(&o, DTRAIN_OPT_MAX_RESTARTS, "5", err, sizeof err);
     dtrain_options_set(&o, DTRAIN_OPT_VERBOSE, NULL, err, sizeof err);
     dtrain_options_set(&o, DTRAIN_OPT_SPARES, "2", err, sizeof err);
+    dtrain_options_set(&o, DTRAIN_OPT_STRAGGLER, "drain", err, sizeof err);
     ok(dtrain_task_env_options(&env, &o, 1) == 0 && strcmp(get(&env, DTRAIN_ENV_DP), "3") == 0 &&
-       strcmp(get(&env, DTRAIN_ENV_SPARES), "2") == 0 &&
+       strcmp(get(&env, DTRAIN_ENV_SPARES), "2") == 0 && strcmp(get(&env, DTRAIN_ENV_STRAGGLER), "drain") == 0 &&
        strcmp(get(&env, DTRAIN_ENV_CKPT_DIR), "/ck") == 0 && strcmp(get(&env, DTRAIN_ENV_MAX_RESTARTS), "5") == 0 &&
        strcmp(get(&env, DTRAIN_ENV_VERBOSE), "1") == 0 && strcmp(get(&env, DTRAIN_ENV_ALLOW_PCIE), "1") == 0,
        "given options are exported");

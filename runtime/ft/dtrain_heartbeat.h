@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* libdtrain: heartbeats between ranks, for fast hang detection.
+ *
+ * The communicator timeout (--comm-timeout) has to cover the longest call
+ * a run legitimately makes, so it is a slow way to find a hung rank.  A
+ * heartbeat is a side channel: every rank's watchdog thread
+ * (dtrain_watchdog.h) sends a small UDP datagram every poll interval to
+ * its two neighbours in the world ring (rank - 1 and rank + 1) and reads
+ * theirs.  It never touches the communicators (NCCL ranks use it alike);
+ * each rank sends 2 and receives 2 datagrams per interval whatever the
+ * world size, and keeps the state of 2 peers: bounded.
+ *
+ * A datagram says what the rank does: its rank, node and GPU, the step
+ * and action it is in (the trainer publishes its 1F1B action or
+ * collective), whether a communicator call is in flight (waiting), and a
+ * progress counter (calls and bytes moved by its communicators, plus the
+ * loop's beats).  A rank in a long collective moves bytes or waits:
+ * neither is a hang.  A watcher that has itself waited in a call without
+ * progress for the limit declares its neighbour hung when
+ *   - no datagram came from it for the limit (the process is stopped or
+ *     its node unreachable), or
+ *   - it is in a training step, outside any communicator call, and its
+ *     progress counter has not moved for the limit (stuck in computation
+ *     while its peers wait on it).
+ * The limit is --hang-detect seconds, raised to 4 x the longest quiet
+ * spell (or heartbeat gap) the watcher has already seen from that peer,
+ * so a slow machine does not make slow work look hung.  A rank that
+ * stops its watchdog (the end of the run) says so ("leaving") and is not
+ * watched any more.
+ *
+ * Datagrams carry a token derived from the world group's bootstrap id and
+ * the sender's rank: strays from another job or a port reused are
+ * dropped.  No global state: one struct per watchdog. */
+#ifndef DTRAIN_HEARTBEAT_H
+#define DTRAIN_HEARTBEAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DTRAIN_HB_WHAT_MAX 48
+#define DTRAIN_HB_NAME_MAX 32
+#define DTRAIN_HB_PEERS 2
+
+/* What a rank says about itself in each datagram. */
+struct dtrain_hb_state {
+    int waiting;                      /* a communicator call is in flight */
+    int armed;                        /* in a training step: stuck computation counts */
+    uint64_t progress;
+    long step;
+    char what[DTRAIN_HB_WHAT_MAX];    /* action or collective, e.g. "forward of micro-batch 1" */
+};
+
+struct dtrain_hb; /* opaque */
+
+/* A socket bound to an IPv4 address of this host (port from the kernel).
+ * addr: the address peers reach this rank on.  0, or -1 with one line. */
+int dtrain_hb_open(const char *addr, int rank, const char *node, const char *gpu, uint64_t token,
+                   struct dtrain_hb **out, char *err, size_t errlen);
+/* The address and port to give the neighbours, as two numbers (host
+ * order) that survive a trip through floats (dtrain_ft.c exchanges them
+ * over the world communicator). */
+void dtrain_hb_address(const struct dtrain_hb *h, uint32_t *ipv4, uint16_t *port);
+/* Watch and feed these peers (at most DTRAIN_HB_PEERS, distinct, not
+ * this rank). */
+int dtrain_hb_set_peer(struct dtrain_hb *h, int slot, int rank, uint32_t ipv4, uint16_t port);
+/* Send our state to the peers; read what came (non-blocking). */
+void dtrain_hb_send(struct dtrain_hb *h, const struct dtrain_hb_state *s, int leaving);
+void dtrain_hb_receive(struct dtrain_hb *h);
+/* The verdict: 1 and one line in reason when a peer is hung, given that
+ * this rank has waited without progress for waited_s seconds in a call on
+ * the group named `in` ("TP", "world"...).  limit_s: --hang-detect. */
+int dtrain_hb_check(struct dtrain_hb *h, double waited_s, const char *in, double limit_s, char *reason,
+                    size_t len);
+void dtrain_hb_close(struct dtrain_hb *h);
+
+/* The token of a job: FNV-1a of the world group's id text. */
+uint64_t dtrain_hb_token(const char *world_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
