@@ -41,47 +41,67 @@ static int bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, 
     return dtrain_pcomm_status(world, dtrain_comm_broadcast(world, buf, bytes, 0), what, err, errlen);
 }
 
-int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
-                      const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
-                      const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world,
-                      const struct dtrain_sckpt_piece *pieces, size_t npieces,
-                      int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
+int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *cfg,
+                             const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                             const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
+                             struct dtrain_sckpt_written *w)
 {
     double t0 = now_seconds();
     const struct dtrain_sckpt_layout *L = layout;
     const uint64_t nparams = dtrain_gpt2_param_count(&cfg->model);
-    char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32], why[512] = "";
-    struct record mine = {0};
-    struct record *all = NULL;
-    int rc;
-    memset(st, 0, sizeof *st);
+    char tmp[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32];
+    struct record rec = {0};
+    memset(w, 0, sizeof *w);
     for (size_t i = 0; i < npieces; i++) {
         const struct dtrain_sckpt_piece *p = &pieces[i];
         if (p->params == NULL || p->m == NULL || p->v == NULL || p->count == 0 || p->whole > nparams ||
             p->count > nparams - p->whole || (i > 0 && p->whole < pieces[i - 1].whole + pieces[i - 1].count)) {
-            dtrain_snprintf(err, errlen, "checkpoint: run %zu of rank %d is empty, out of order or outside the model",
-                     i, L->rank);
+            dtrain_snprintf(w->why, sizeof w->why, "run %zu of rank %d is empty, out of order or outside the model",
+                            i, L->rank);
+            w->invalid = 1;
+            w->error = EINVAL;
             return DTRAIN_ERR_SYSTEM;
         }
     }
     sckpt_shard_name(name, sizeof name, L->rank);
-    if (sckpt_step_path(tmp, sizeof tmp, dir, step, ".tmp") != 0 || sckpt_step_path(final, sizeof final, dir, step, "") != 0 ||
+    if (sckpt_step_path(tmp, sizeof tmp, dir, step, ".tmp") != 0 ||
         dtrain_snprintf(path, sizeof path, "%s/%s", tmp, name) != 0) {
-        mine.error = ENAMETOOLONG;
-        dtrain_snprintf(why, sizeof why, "checkpoint folder path too long: %.80s...", dir);
+        rec.error = ENAMETOOLONG;
+        dtrain_snprintf(w->why, sizeof w->why, "checkpoint folder path too long: %.80s...", dir);
     } else if (sckpt_make_dirs(tmp) != 0) {
-        mine.error = errno;
-        dtrain_snprintf(why, sizeof why, "cannot create %s: %s", tmp, strerror(errno));
-    } else if (sckpt_write_shard(path, L, step, data_batches, nparams, pieces, npieces, fail_write, &mine, why,
-                           sizeof why) == DTRAIN_OK) {
+        rec.error = errno;
+        dtrain_snprintf(w->why, sizeof w->why, "cannot create %s: %s", tmp, strerror(errno));
+    } else if (sckpt_write_shard(path, L, step, data_batches, nparams, pieces, npieces, fail_write, &rec, w->why,
+                                 sizeof w->why) == DTRAIN_OK) {
         if (sckpt_fsync_dir(tmp) != 0) {
-            mine.error = errno;
-            dtrain_snprintf(why, sizeof why, "cannot sync %s: %s", tmp, strerror(errno));
+            rec.error = errno;
+            dtrain_snprintf(w->why, sizeof w->why, "cannot sync %s: %s", tmp, strerror(errno));
         }
     }
-    if (mine.error == 0)
-        st->bytes = mine.bytes;
+    w->error = rec.error;
+    w->bytes = rec.bytes;
+    w->floats = rec.floats;
+    w->checksum = rec.checksum;
+    w->seconds = now_seconds() - t0;
+    return rec.error == 0 ? DTRAIN_OK : DTRAIN_ERR_SYSTEM;
+}
+
+int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
+                        const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                        const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,
+                        const struct dtrain_sckpt_written *w, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
+{
+    double t0 = now_seconds();
+    const struct dtrain_sckpt_layout *L = layout;
+    char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX];
+    struct record mine = {w->error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum};
+    struct record *all = NULL;
+    int rc;
+    memset(st, 0, sizeof *st);
+    st->bytes = mine.bytes;
     st->failed_here = mine.error != 0;
+    if (sckpt_step_path(tmp, sizeof tmp, dir, step, ".tmp") != 0 || sckpt_step_path(final, sizeof final, dir, step, "") != 0)
+        mine.error = mine.error ? mine.error : ENAMETOOLONG;
 
     /* The barrier: every rank's outcome on every rank. */
     all = malloc((size_t)L->world_size * sizeof *all);
@@ -120,12 +140,30 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
         goto out;
     rc = outcome.rc;
     if (rc != DTRAIN_OK && mine.error != 0) /* the failing rank says what failed here */
-        dtrain_snprintf(err, errlen, "checkpoint of step %" PRIu64 " not written: rank %d: %s", step, L->rank, why);
+        dtrain_snprintf(err, errlen, "checkpoint of step %" PRIu64 " not written: rank %d: %s", step, L->rank, w->why);
     else if (rc != DTRAIN_OK)
         dtrain_snprintf(err, errlen, "%s", outcome.msg);
 out:
     free(all);
     st->seconds = now_seconds() - t0;
+    return rc;
+}
+
+int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
+                      const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                      const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world,
+                      const struct dtrain_sckpt_piece *pieces, size_t npieces,
+                      int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
+{
+    struct dtrain_sckpt_written w;
+    dtrain_sckpt_write_shard(dir, cfg, layout, step, data_batches, pieces, npieces, fail_write, &w);
+    if (w.invalid) { /* a caller's bug, said before any collective as before */
+        memset(st, 0, sizeof *st);
+        dtrain_snprintf(err, errlen, "checkpoint: %s", w.why);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int rc = dtrain_sckpt_commit(dir, cfg, layout, step, data_batches, scaler, world, keep, &w, st, err, errlen);
+    st->seconds += w.seconds;
     return rc;
 }
 

@@ -119,6 +119,29 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
                       const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces,
                       int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen);
 
+/* The two halves of dtrain_sckpt_save, for a save in the background
+ * (dtrain_ckpt_async.h): dtrain_sckpt_write_shard is step 1 of the commit
+ * protocol for this rank only (files, no communication: any thread may
+ * run it while another uses the communicators), its outcome in *w;
+ * dtrain_sckpt_commit is steps 2-4 (the collective: every rank passes its
+ * own outcome, the same step and keep), returning as dtrain_sckpt_save.
+ * Between the two a crash leaves only step-N.tmp, which resume removes. */
+struct dtrain_sckpt_written {
+    int error;                 /* 0, or the errno of the failed write */
+    int invalid;               /* the pieces were unusable (a caller's bug; error is EINVAL) */
+    uint64_t bytes, floats, checksum;
+    double seconds;            /* wall time of the write */
+    char why[512];             /* what failed, when error is not 0 */
+};
+int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *cfg,
+                             const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                             const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
+                             struct dtrain_sckpt_written *w);
+int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
+                        const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                        const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,
+                        const struct dtrain_sckpt_written *w, struct dtrain_sckpt_stats *st, char *err, size_t errlen);
+
 struct dtrain_sckpt_resumed {
     int found;                         /* 0: dir holds no usable checkpoint (start afresh) */
     uint64_t step, data_batches;

@@ -105,6 +105,7 @@ struct dtrain_train_config {
     /* fault tolerance (dtrain_ft.h, doc/fault-tolerance.md); dtrain-launch's options */
     char ckpt_dir[DTRAIN_PATH_MAX];   /* sharded checkpoints and resume; "": $DTRAIN_CKPT_DIR, else none */
     int ckpt_keep;                    /* complete checkpoints kept */
+    int ckpt_async;                   /* write checkpoints in the background (dtrain_ckpt_async.h) */
     int nonfinite_skips;              /* steps in a row with a non-finite loss skipped before a rollback */
     int watchdog;                     /* seconds without progress that make a rank hung; 0: 2 x comm_timeout */
     char inject[DTRAIN_PATH_MAX];     /* fault injection spec (dtrain_inject.h); "": $DTRAIN_INJECT */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The fault-tolerant training loop; see dtrain_ft.h. */
 #include "dtrain_ft.h"
+#include "dtrain_ckpt_async.h"
 #include "dtrain_dp.h"
 #include "dtrain_env.h"
 #include "dtrain_inject.h"
@@ -43,6 +44,7 @@ struct ft {
     long nan_left;                   /* injected NaN attempts still to come */
     long nan_armed;                  /* the last step a nan fault was armed at */
     long last_ckpt;                  /* step of the newest checkpoint written or loaded, -1 */
+    struct dtrain_ckpt_async async;  /* the checkpoint being written in the background (--ckpt-async) */
     struct dtrain_ft_summary *sum;
 };
 
@@ -257,11 +259,65 @@ static int saved_in_dir(const struct ft *f, long step)
     return f->last_ckpt == step && f->last_dir == f->dir;
 }
 
-static int save_checkpoint(struct ft *f, char *err, size_t errlen)
+/* A checkpoint's outcome, committed (rc) after write_s seconds of writing
+ * (in the background: async) and st's of the commit: counted and said. */
+static void checkpoint_done(struct ft *f, long step, int rc, int async, double write_s,
+                            const struct dtrain_sckpt_stats *st, const char *err)
+{
+    if (rc == DTRAIN_OK) {
+        f->last_ckpt = step;
+        f->last_dir = f->dir;
+        f->sum->checkpoints++;
+        f->sum->ckpt_write_s = write_s + st->seconds;
+        f->sum->ckpt_bytes = st->total_bytes;
+        if (is_root(f)) {
+            char when[96] = "";
+            if (async)
+                snprintf(when, sizeof when, ", written in the background, committed after step %ld",
+                         dtrain_ptrainer_steps_done(f->t));
+            fprintf(f->progress, "%s: checkpoint of step %ld written to %s/step-%08ld (%.2f MB, %.3f s%s)\n", f->prog,
+                    step, f->dir, step, 1e-6 * (double)st->total_bytes, write_s + st->seconds, when);
+            fflush(f->progress);
+            char what[64];
+            snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st->total_bytes,
+                     write_s + st->seconds);
+            dtrain_fault_event(f->fault, "ckpt_write", step, what);
+        }
+    } else if (rc == DTRAIN_ERR_SYSTEM) {
+        f->sum->checkpoint_failures++;
+        char kept[64] = "there is no checkpoint yet";
+        if (f->last_ckpt >= 0)
+            snprintf(kept, sizeof kept, "the newest checkpoint stays step %ld", f->last_ckpt);
+        if (is_root(f) || st->failed_here) /* the summary, or what failed here */
+            fprintf(stderr, "%s: warning: %s%s; %s\n", f->prog, err, async ? " (background write)" : "", kept);
+    }
+}
+
+/* The background write in flight, if any: waited for and committed (a
+ * collective: every rank calls it at the same step boundary). */
+static int finish_async(struct ft *f, char *err, size_t errlen)
+{
+    if (!f->async.pending)
+        return DTRAIN_OK;
+    long step = (long)f->async.step, at = dtrain_ptrainer_steps_done(f->t);
+    struct dtrain_sckpt_stats st;
+    double write_s;
+    dtrain_watchdog_beat(f->wd, "finishing a checkpoint", at);
+    int rc = dtrain_ckpt_async_finish(&f->async, f->world, f->cfg->ckpt_keep, &st, &write_s, err, errlen);
+    dtrain_watchdog_beat(f->wd, "training", at);
+    checkpoint_done(f, step, rc, 1, write_s, &st, err);
+    return rc;
+}
+
+/* async: start the write in the background (after finishing the one in
+ * flight), else write and commit it now. */
+static int save_checkpoint(struct ft *f, int async, char *err, size_t errlen)
 {
     long step = dtrain_ptrainer_steps_done(f->t);
     struct dtrain_sckpt_stats st;
-    int nospace = dtrain_inject_due(&f->inject, DTRAIN_INJECT_NOSPACE, f->bs->rank, step, f->restart);
+    int rc, nospace = dtrain_inject_due(&f->inject, DTRAIN_INJECT_NOSPACE, f->bs->rank, step, f->restart);
+    if ((rc = finish_async(f, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
     if (nospace) {
         fprintf(stderr, "%s: inject: rank %d fails its checkpoint write of step %ld (no space)\n", f->prog,
                 f->bs->rank, step);
@@ -271,32 +327,25 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
     dtrain_ft_pieces_download(&f->pieces);
     struct dtrain_sckpt_scaler scaler;
     dtrain_ptrainer_scaler(f->t, &scaler);
-    int rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
-                               &scaler, f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
-                               errlen);
-    dtrain_watchdog_beat(f->wd, "training", step);
-    if (rc == DTRAIN_OK) {
-        f->last_ckpt = step;
-        f->last_dir = f->dir;
-        f->sum->checkpoints++;
-        f->sum->ckpt_write_s = st.seconds;
-        f->sum->ckpt_bytes = st.total_bytes;
-        if (is_root(f)) {
-            fprintf(f->progress, "%s: checkpoint of step %ld written to %s/step-%08ld (%.2f MB, %.3f s)\n", f->prog,
-                    step, f->dir, step, 1e-6 * (double)st.total_bytes, st.seconds);
-            fflush(f->progress);
-            char what[64];
-            snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st.total_bytes, st.seconds);
-            dtrain_fault_event(f->fault, "ckpt_write", step, what);
+    if (async) {
+        long slow = dtrain_inject_ms(&f->inject, DTRAIN_INJECT_SLOWCKPT, f->bs->rank, step, f->restart);
+        if (slow > 0) {
+            fprintf(stderr, "%s: inject: rank %d's background write of the checkpoint of step %ld waits %ld ms\n",
+                    f->prog, f->bs->rank, step, slow);
+            dtrain_fault_event(f->fault, "inject", step, "slowckpt");
         }
-    } else if (rc == DTRAIN_ERR_SYSTEM) {
-        f->sum->checkpoint_failures++;
-        char kept[64] = "there is no checkpoint yet";
-        if (f->last_ckpt >= 0)
-            snprintf(kept, sizeof kept, "the newest checkpoint stays step %ld", f->last_ckpt);
-        if (is_root(f) || st.failed_here) /* the summary, or what failed here */
-            fprintf(stderr, "%s: warning: %s; %s\n", f->prog, err, kept);
+        if (dtrain_ckpt_async_start(&f->async, f->dir, f->cfg, &f->layout, (uint64_t)step,
+                                    dtrain_ptrainer_data_batches(f->t), &scaler, f->pieces.save, f->pieces.nsave,
+                                    nospace, slow, err, errlen) != 0)
+            fprintf(stderr, "%s: warning: rank %d: %s\n", f->prog, f->bs->rank, err);
+        dtrain_watchdog_beat(f->wd, "training", step);
+        return DTRAIN_OK;
     }
+    rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
+                           &scaler, f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
+                           errlen);
+    dtrain_watchdog_beat(f->wd, "training", step);
+    checkpoint_done(f, step, rc, 0, 0.0, &st, err);
     return rc;
 }
 
@@ -422,7 +471,10 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
      * in the checkpoint's collectives (as at the end of dtrain_ft_run) */
     dtrain_watchdog_pause(f->wd);
     if (f->dir != NULL) {
-        rc = saved_in_dir(f, step) ? DTRAIN_OK : save_checkpoint(f, err, errlen);
+        /* the write in flight is finished first (its commit is this boundary's) */
+        if ((rc = finish_async(f, err, errlen)) == DTRAIN_ERR_FAULT)
+            return rc;
+        rc = saved_in_dir(f, step) ? DTRAIN_OK : save_checkpoint(f, 0, err, errlen);
         if (rc == DTRAIN_ERR_FAULT)
             return rc;
         snprintf(saved, sizeof saved, rc == DTRAIN_OK ? "checkpoint of step %ld written" :
@@ -450,6 +502,9 @@ static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in
         }
         return DTRAIN_OK;
     }
+    int rc = finish_async(f, err, errlen); /* the rollback reads the host copy the writer reads */
+    if (rc == DTRAIN_ERR_FAULT)
+        return rc;
     if (f->last_dir == NULL || f->last_ckpt < 0) {
         snprintf(err, errlen, "step %ld: training diverged: %ld steps in a row had a non-finite loss or gradient "
                  "and there is no checkpoint to roll back to (lower the learning rate, set grad_clip, or give "
@@ -502,6 +557,7 @@ static int train(struct ft *f, char *err, size_t errlen)
         }
         struct dtrain_pstep_control ctl = {
             .flags = (sig & DTRAIN_SIGNAL_TERM ? 1.0 : 0.0) + (sig & DTRAIN_SIGNAL_USR1 ? USR1_WEIGHT : 0.0),
+            .writing = dtrain_ckpt_async_writing(&f->async),
             .poison_loss = f->nan_left > 0,
         };
         if (ctl.poison_loss) {
@@ -511,6 +567,10 @@ static int train(struct ft *f, char *err, size_t errlen)
         }
         struct dtrain_pstep_result r;
         if ((rc = dtrain_ptrainer_step_ctl(f->t, &ctl, &r, err, errlen)) != DTRAIN_OK)
+            return rc;
+        /* every rank's background write was done before this step: every
+         * rank commits it here, between two steps' collectives */
+        if (f->async.pending && ctl.writing == 0.0 && (rc = finish_async(f, err, errlen)) == DTRAIN_ERR_FAULT)
             return rc;
         if (ctl.skipped) {
             if ((rc = nonfinite(f, &r, &in_a_row, err, errlen)) != DTRAIN_OK)
@@ -539,10 +599,12 @@ static int train(struct ft *f, char *err, size_t errlen)
             return rc;
         long done = dtrain_ptrainer_steps_done(f->t);
         if (f->dir != NULL && c->checkpoint_every > 0 && done % c->checkpoint_every == 0 && !saved_in_dir(f, done) &&
-            done < c->steps && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+            done < c->steps && (rc = save_checkpoint(f, c->ckpt_async, err, errlen)) == DTRAIN_ERR_FAULT)
             return rc;
     }
-    if (f->dir != NULL && !saved_in_dir(f, c->steps) && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+    if (f->dir != NULL && (rc = finish_async(f, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
+    if (f->dir != NULL && !saved_in_dir(f, c->steps) && (rc = save_checkpoint(f, 0, err, errlen)) == DTRAIN_ERR_FAULT)
         return rc;
     return DTRAIN_OK;
 }
@@ -604,6 +666,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
 out:
     if (rc == DTRAIN_ERR_FAULT && abort_flag != NULL)
         atomic_store(abort_flag, 1); /* stop every communicator of the process now */
+    dtrain_ckpt_async_abandon(&f.async); /* a fault: its step-N.tmp stays for resume to remove */
     dtrain_watchdog_stop(f.wd);
     if (signals)
         dtrain_signals_restore();

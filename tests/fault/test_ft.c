@@ -20,7 +20,16 @@
  *  - the only checkpoint damaged: the resume stops with exit 2, it does not
  *    start over from step 0;
  *  - the restart budget spent (SLURM_RESTART_COUNT=1, DTRAIN_MAX_RESTARTS
- *    =1): the killed rank's peers exit 1, not 75. */
+ *    =1): the killed rank's peers exit 1, not 75;
+ *  - background checkpoints (--ckpt-async, dtrain_ckpt_async.h): every
+ *    loss and the checkpoint of step 6 equal the synchronous run's bit for
+ *    bit, nothing left half written; rank 2 killed at step 5 while its
+ *    write of step 4 is still in flight (slowckpt): the resumed run takes
+ *    step 2 (step-4.tmp removed) and is exact; killed at step 6: it takes
+ *    step 4 or 2 (whichever was committed) and is exact; a failed
+ *    background write (nospace) is reported, the run completes; SIGTERM
+ *    while writing: the write finished, the stop's checkpoint written, the
+ *    resumed run exact. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -264,6 +273,82 @@ int main(void)
     ok(all_codes(codes, 2, 0, -1, 0) && areas[0].sum.resumed_step == 4 && nl == STEPS && worst <= LOSS_RTOL,
        "(1,2,2)'s checkpoint of step 4 resumed by (1,2,1): steps 4..7 within %g of the unbroken run (%.2e)",
        LOSS_RTOL, worst);
+
+    /* ---- background checkpoints */
+    j = scenario(&cfg, top, "async", "");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    char leftover[1024];
+    snprintf(leftover, sizeof leftover, "ls -d '%s'/*.tmp >/dev/null 2>&1", j.cfg.ckpt_dir);
+    uint64_t have[4] = {0};
+    int complete = dtrain_sckpt_list(j.cfg.ckpt_dir, have, 4, err, sizeof err);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && areas[0].sum.checkpoint_failures == 0 &&
+       same_losses(j.cfg.metrics, ref) && complete == 2 && have[0] == 8 && have[1] == 6 && harness_sh("%s", leftover) != 0,
+       "--ckpt-async: 4 checkpoints committed (steps 6 and 8 kept, no step-N.tmp left), every loss equals the "
+       "synchronous run's (%d complete, newest %llu)", complete, (unsigned long long)have[0]);
+    struct dtrain_sckpt_model sync6, async6;
+    char ref_dir[600];
+    snprintf(ref_dir, sizeof ref_dir, "%s/ref.ckpt", top);
+    int l1 = dtrain_sckpt_load_model(ref_dir, 6, &sync6, err, sizeof err);
+    int l2 = dtrain_sckpt_load_model(j.cfg.ckpt_dir, 6, &async6, err, sizeof err);
+    ok(l1 == DTRAIN_OK && l2 == DTRAIN_OK &&
+       harness_same_bits(sync6.params, async6.params, dtrain_gpt2_param_count(&cfg.model)),
+       "the background checkpoint of step 6 holds the synchronous one's parameters bit for bit");
+    if (l1 == DTRAIN_OK)
+        free(sync6.params);
+    if (l2 == DTRAIN_OK)
+        free(async6.params);
+
+    j = scenario(&cfg, top, "asynckill", "slowckpt:rank=2:step=4:ms=2000,kill:rank=2:step=5");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    complete = dtrain_sckpt_list(j.cfg.ckpt_dir, have, 4, err, sizeof err);
+    snprintf(leftover, sizeof leftover, "test -d '%s/step-00000004.tmp'", j.cfg.ckpt_dir);
+    ok(all_codes(codes, 4, 75, 2, 128 + SIGKILL) && complete >= 1 && have[0] == 2 && harness_sh("%s", leftover) == 0,
+       "rank 2 killed at step 5 while writing step 4 in the background: the others exit 75, step 4 is not "
+       "committed (step-00000004.tmp, newest complete %llu)", (unsigned long long)have[0]);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 2 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("%s", leftover) != 0, "the requeued run removes step-00000004.tmp, resumes from step 2 (%ld) and "
+       "every loss equals the unbroken run's", areas[0].sum.resumed_step);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    j = scenario(&cfg, top, "asynckill6", "kill:rank=2:step=6");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 75, 2, 128 + SIGKILL), "--ckpt-async, rank 2 killed at step 6: the others exit 75");
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && (areas[0].sum.resumed_step == 4 || areas[0].sum.resumed_step == 2) &&
+       same_losses(j.cfg.metrics, ref), "the requeued run resumes from the newest committed checkpoint (step %ld) "
+       "and every loss equals the unbroken run's", areas[0].sum.resumed_step);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    j = scenario(&cfg, top, "asyncnospace", "nospace:rank=1:step=4");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    snprintf(leftover, sizeof leftover, "ls -d '%s'/*.tmp >/dev/null 2>&1", j.cfg.ckpt_dir);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 3 && areas[0].sum.checkpoint_failures == 1 &&
+       areas[1].sum.checkpoint_failures == 1 && same_losses(j.cfg.metrics, ref) && harness_sh("%s", leftover) != 0,
+       "rank 1's background write of step 4 fails (no space): every rank counts the failure, nothing half "
+       "written stays, the run completes with every loss exact");
+
+    j = scenario(&cfg, top, "asyncterm", "delay:rank=0:step=0:ms=150:count=8,slowckpt:rank=1:step=2:ms=300");
+    j.cfg.ckpt_async = 1;
+    j.sigterm_rank = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    newest = 0;
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &newest, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 75, -1, 0) && strstr(areas[0].err, "stopping on SIGTERM") && newest > 0 && newest < STEPS,
+       "--ckpt-async, SIGTERM to rank 1: every rank stops with the checkpoint of step %llu and exits 75: %s",
+       (unsigned long long)newest, areas[0].err);
+    j.sigterm_rank = -1;
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == (long)newest && same_losses(j.cfg.metrics, ref),
+       "the requeued run resumes from step %llu; every loss equals the unbroken run's", (unsigned long long)newest);
+    unsetenv("SLURM_RESTART_COUNT");
 
     /* ---- the restart budget spent */
     j = scenario(&cfg, top, "budget", "kill:rank=0:step=1:restart=any");
