@@ -19,6 +19,7 @@
 #define DTRAIN_ENV_GPU           "DTRAIN_GPU"         /* PCI bus id of this task's GPU, or empty */
 #define DTRAIN_ENV_CPUS          "DTRAIN_CPUS"        /* CPU list the task is bound to (cpulist) */
 #define DTRAIN_ENV_CKPT_DIR      "DTRAIN_CKPT_DIR"    /* --dtrain-ckpt-dir */
+#define DTRAIN_ENV_CKPT_LOCAL_DIR "DTRAIN_CKPT_LOCAL_DIR" /* node-local checkpoint tier (site: e.g. a TaskProlog) */
 #define DTRAIN_ENV_MAX_RESTARTS  "DTRAIN_MAX_RESTARTS"/* --dtrain-max-restarts */
 #define DTRAIN_ENV_VERBOSE       "DTRAIN_VERBOSE"     /* 1 with --dtrain-verbose */
 #define DTRAIN_ENV_ALLOW_PCIE    "DTRAIN_ALLOW_PCIE"  /* 1 with --dtrain-allow-pcie */

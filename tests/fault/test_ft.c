@@ -29,7 +29,15 @@
  *    step 4 or 2 (whichever was committed) and is exact; a failed
  *    background write (nospace) is reported, the run completes; SIGTERM
  *    while writing: the write finished, the stop's checkpoint written, the
- *    resumed run exact. */
+ *    resumed run exact;
+ *  - the node-local tier (--ckpt-local-dir DIR/%h, ranks 0-1 on node0 and
+ *    2-3 on node1, the shared folder every 4 steps): rank 2 killed at
+ *    step 7, node1's local folder wiped: the resumed run takes step 6 from
+ *    node0 (its shards and node1's copies), puts node1's folder back and is
+ *    exact; rank 0's local shard damaged: its copy on node1 serves, the
+ *    damaged folder is kept as step-N.damaged; the shard and its copy both
+ *    damaged: the shared step 4 is taken, exact; in the background: every
+ *    loss exact, both nodes' folders hold every shard of step 6. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -42,6 +50,7 @@
 
 #include "dtrain_fault.h"
 #include "dtrain_ft.h"
+#include "dtrain_inject.h"
 #include "dtrain_parallel.h"
 #include "harness.h"
 #include "local_boot.h"
@@ -54,6 +63,8 @@ struct job {
     struct dtrain_train_config cfg;
     int sigterm_rank; /* this rank raises `signal` once rank 0 has logged a step; -1: none */
     int signal;
+    int nodes;        /* > 0: the ranks are spread over this many nodes (bs->node and SLURMD_NODENAME
+                       * "nodeN" set as Slurm would: the stand-in for a multi-node step) */
 };
 
 struct area {
@@ -84,6 +95,12 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct dtrain_comm_options o;
     atomic_int abort_flag;
     atomic_init(&abort_flag, 0);
+    if (j->nodes > 0) { /* each rank is a process of its own: its environment is its node's */
+        char name[32];
+        bs->node = bs->rank * j->nodes / bs->world_size;
+        snprintf(name, sizeof name, "node%d", bs->node);
+        setenv("SLURMD_NODENAME", name, 1);
+    }
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = j->cfg.comm_timeout * 1000;
     o.abort_flag = &abort_flag;
@@ -154,7 +171,7 @@ static int same_losses(const char *path, const float *ref)
 static struct job scenario(const struct dtrain_train_config *base, const char *top, const char *name,
                            const char *inject)
 {
-    struct job j = {*base, -1, SIGTERM};
+    struct job j = {*base, -1, SIGTERM, 0};
     snprintf(j.cfg.ckpt_dir, sizeof j.cfg.ckpt_dir, "%s/%s.ckpt", top, name);
     snprintf(j.cfg.metrics, sizeof j.cfg.metrics, "%s/%s.jsonl", top, name);
     snprintf(j.cfg.inject, sizeof j.cfg.inject, "%s", inject);
@@ -349,6 +366,68 @@ int main(void)
     ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == (long)newest && same_losses(j.cfg.metrics, ref),
        "the requeued run resumes from step %llu; every loss equals the unbroken run's", (unsigned long long)newest);
     unsetenv("SLURM_RESTART_COUNT");
+
+    /* ---- the node-local tier with peer copies */
+    j = scenario(&cfg, top, "tier", "kill:rank=2:step=7");
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tier.local/%%h", top);
+    j.cfg.ckpt_shared_every = 4;
+    run(&j, 1, 2, 2, areas, codes);
+    char node0[600], node1[600];
+    snprintf(node0, sizeof node0, "%s/tier.local/node0", top);
+    snprintf(node1, sizeof node1, "%s/tier.local/node1", top);
+    uint64_t on0 = 0, on1 = 0, shared = 0;
+    dtrain_sckpt_list(node0, &on0, 1, err, sizeof err);
+    dtrain_sckpt_list(node1, &on1, 1, err, sizeof err);
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &shared, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 75, 2, 128 + SIGKILL) && on0 == 6 && on1 == 6 && shared == 4 &&
+       harness_sh("test -f '%s/step-00000006/shard-00002.bin' && test -f '%s/step-00000006/shard-00000.bin'", node0,
+                  node1) == 0,
+       "--ckpt-local-dir: step 6 on both nodes' folders (each with the other node's shards), step 4 in the shared "
+       "folder (%llu %llu %llu)", (unsigned long long)on0, (unsigned long long)on1, (unsigned long long)shared);
+    harness_sh("cp -r '%s/tier.local' '%s/tier.local.saved' && cp -r '%s' '%s/tier.ckpt.saved' && cp '%s' '%s/tier.saved.jsonl'",
+               top, top, j.cfg.ckpt_dir, top, j.cfg.metrics, top);
+    harness_sh("rm -rf '%s'", node1); /* node1's disk is lost */
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("test -f '%s/step-00000006/shard-00003.bin'", node1) == 0,
+       "node1's local folder wiped: the resumed run takes step 6 from node0's shards and copies (%ld), puts node1's "
+       "back, and every loss equals the unbroken run's", areas[0].sum.resumed_step);
+    /* the saved state again, rank 0's own shard on node0 damaged */
+    const char *restore = "rm -rf '%s/tier.local' '%s' && cp -r '%s/tier.local.saved' '%s/tier.local' && "
+                          "cp -r '%s/tier.ckpt.saved' '%s' && cp '%s/tier.saved.jsonl' '%s'";
+    harness_sh(restore, top, j.cfg.ckpt_dir, top, top, top, j.cfg.ckpt_dir, top, j.cfg.metrics);
+    char shard0[700];
+    snprintf(shard0, sizeof shard0, "%s/step-00000006/shard-00000.bin", node0);
+    ok(dtrain_inject_corrupt_file(shard0, err, sizeof err) == 0, "rank 0's shard of step 6 on node0 damaged");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("test -d '%s/step-00000006.damaged' && test -f '%s'", node0, shard0) == 0,
+       "its copy on node1 serves: resumed from step 6 (%ld), exact; node0's folder kept as step-00000006.damaged "
+       "and put back", areas[0].sum.resumed_step);
+    harness_sh(restore, top, j.cfg.ckpt_dir, top, top, top, j.cfg.ckpt_dir, top, j.cfg.metrics);
+    char copy0[700];
+    snprintf(copy0, sizeof copy0, "%s/step-00000006/shard-00000.bin", node1);
+    ok(dtrain_inject_corrupt_file(shard0, err, sizeof err) == 0 && dtrain_inject_corrupt_file(copy0, err, sizeof err) == 0,
+       "rank 0's shard of step 6 and its copy on node1 both damaged");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 4 && same_losses(j.cfg.metrics, ref),
+       "no good copy of shard 0 at step 6: the shared tier's step 4 is taken (%ld), every loss exact",
+       areas[0].sum.resumed_step);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    j = scenario(&cfg, top, "tierasync", "");
+    j.nodes = 2;
+    j.cfg.ckpt_async = 1;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierasync.local/%%h", top);
+    j.cfg.ckpt_shared_every = 4;
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("for n in 0 1; do for r in 0 1 2 3; do test -f '%s/tierasync.local/node'$n/step-00000006/shard-0000$r.bin "
+                  "|| exit 1; done; done; ! ls -d '%s/tierasync.local'/node*/*.tmp >/dev/null 2>&1", top, top) == 0,
+       "--ckpt-async with --ckpt-local-dir: 4 checkpoints (2 node-local), every loss exact, both nodes hold every "
+       "shard of step 6, nothing half written");
 
     /* ---- the restart budget spent */
     j = scenario(&cfg, top, "budget", "kill:rank=0:step=1:restart=any");
