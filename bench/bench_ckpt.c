@@ -194,7 +194,7 @@ int main(int argc, char **argv)
             if (m != NONE)
                 snprintf(run.cfg.ckpt_dir, sizeof run.cfg.ckpt_dir, "%s/shared", top);
             if (m >= LOCAL_SYNC)
-                snprintf(run.cfg.ckpt_local_dir, sizeof run.cfg.ckpt_local_dir, "%s/local/%%h", top);
+                snprintf(run.cfg.ckpt_local_dir, sizeof run.cfg.ckpt_local_dir, "%s/local/%%n", top);
             snprintf(run.cfg.metrics, sizeof run.cfg.metrics, "%s/metrics.jsonl", top);
             memset(res, 0, sizeof res);
             if (local_boot_run(1, 1, (int)ranks, rank_main, &run, sizeof res[0], res, codes, 3600, err, sizeof err) != 0 ||

@@ -9,11 +9,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static void *writer_main(void *arg)
 {
     struct dtrain_ckpt_async *a = arg;
+    /* The write yields the CPU to training (Linux: nice is per thread):
+     * on a machine whose cores all train, a writer at equal priority
+     * preempts a rank, and its peers wait in the step's collectives. */
+    if (a->threaded)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     if (a->pending == 2) { /* the peer's copy */
         if (a->theirs_len > 0 && a->copy_error == 0)
             a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
@@ -46,10 +54,11 @@ static int run_stage(struct dtrain_ckpt_async *a, char *err, size_t errlen)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
+    a->threaded = 1; /* before the thread reads it */
     int e = pthread_create(&a->thread, NULL, writer_main, a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    a->threaded = e == 0;
     if (e != 0) {
+        a->threaded = 0;
         snprintf(err, errlen, "cannot start the checkpoint writer thread (%s): written in the foreground",
                  strerror(e));
         writer_main(a);

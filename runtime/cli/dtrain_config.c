@@ -103,7 +103,7 @@ static const struct setting settings[] = {
     {"fault", "ckpt_dir", "ckpt-dir", K_PATH, OFF(ckpt_dir), 0, 0, "dtrain-launch: sharded checkpoints go here (default: $DTRAIN_CKPT_DIR, --dtrain-ckpt-dir); the run resumes from the newest good one"},
     {"fault", "ckpt_keep", "ckpt-keep", K_INT, OFF(ckpt_keep), 1, 1000000, "dtrain-launch: complete checkpoints kept"},
     {"fault", "ckpt_async", "ckpt-async", K_BOOL, OFF(ckpt_async), 0, 1, "dtrain-launch: 1 = write the periodic checkpoints in the background while training goes on (committed at a later step)"},
-    {"fault", "ckpt_local_dir", "ckpt-local-dir", K_PATH, OFF(ckpt_local_dir), 0, 0, "dtrain-launch: node-local checkpoint folder (%h: the node's name; default: $DTRAIN_CKPT_LOCAL_DIR): checkpoints go there, each shard copied to a rank on another node; needs --ckpt-dir"},
+    {"fault", "ckpt_local_dir", "ckpt-local-dir", K_PATH, OFF(ckpt_local_dir), 0, 0, "dtrain-launch: node-local checkpoint folder (%n: the node's name; default: $DTRAIN_CKPT_LOCAL_DIR): checkpoints go there, each shard copied to a rank on another node; needs --ckpt-dir"},
     {"fault", "ckpt_shared_every", "ckpt-shared-every", K_LONG, OFF(ckpt_shared_every), 0, BIG, "dtrain-launch: with --ckpt-local-dir, the checkpoint of every this many steps goes to --ckpt-dir instead (0: only at the end and when stopping)"},
     {"fault", "nonfinite_skips", "nonfinite-skips", K_INT, OFF(nonfinite_skips), 0, 1000000, "dtrain-launch: steps in a row with a non-finite loss or gradient skipped before rolling back to the last checkpoint"},
     {"fault", "watchdog", "watchdog", K_INT, OFF(watchdog), 0, 604800, "dtrain-launch: seconds without progress after which a rank counts as hung; 0 = twice comm_timeout"},

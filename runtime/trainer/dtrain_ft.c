@@ -77,7 +77,7 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
     return dtrain_inject_parse(c->inject, &in, err, errlen) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
 }
 
-/* The node-local folder with "%h" replaced by this node's name
+/* The node-local folder with "%n" replaced by this node's name
  * (SLURMD_NODENAME, else the host name) and "%%" by "%". */
 static int local_dir_of(const char *spec, char *out, size_t len, char *err, size_t errlen)
 {
@@ -91,7 +91,7 @@ static int local_dir_of(const char *spec, char *out, size_t len, char *err, size
     for (const char *p = spec; *p != '\0'; p++) {
         const char *add = NULL;
         char one[2] = {*p, '\0'};
-        if (p[0] == '%' && p[1] == 'h') {
+        if (p[0] == '%' && p[1] == 'n') { /* as dtrain-health's site config paths */
             add = host;
             p++;
         } else if (p[0] == '%' && p[1] == '%') {
@@ -102,7 +102,7 @@ static int local_dir_of(const char *spec, char *out, size_t len, char *err, size
         }
         size_t l = strlen(add);
         if (o + l >= len) {
-            snprintf(err, errlen, "--ckpt-local-dir %.80s: longer than %zu bytes once %%h is replaced", spec, len - 1);
+            snprintf(err, errlen, "--ckpt-local-dir %.80s: longer than %zu bytes once %%n is replaced", spec, len - 1);
             return DTRAIN_ERR_INPUT;
         }
         memcpy(out + o, add, l);

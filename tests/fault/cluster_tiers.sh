@@ -3,8 +3,8 @@
 # The two checkpoint tiers under a real local Slurm (scripts/local-cluster:
 # 2 slurmd on loopback, the dtrain plugin, RequeueExit=75, requeue delay
 # 5 s).  Every job is the documented batch script with a node-local folder
-#     srun --mpi=pmi2 --ntasks-per-node=2 dtrain-launch ... --ckpt-local-dir DIR/local/%h --ckpt-shared-every 8
-# (%h: the node's name, so node1's and node2's "local disks" are two
+#     srun --mpi=pmi2 --ntasks-per-node=2 dtrain-launch ... --ckpt-local-dir DIR/local/%n --ckpt-shared-every 8
+# (%n: the node's name, so node1's and node2's "local disks" are two
 # folders of this machine, the stand-in for two disks), sbatch
 # --dtrain-tp=2 --dtrain-ckpt-dir (the shared tier): T=2 x D=2 over 2
 # nodes (ranks 0-1 on node1, 2-3 on node2), the tiny model of cluster.sh,
@@ -74,7 +74,7 @@ ended() {
 }
 has() { grep -q -e "$2" "$d/$1.out"; }
 
-tiers=(--ckpt-local-dir "$d/NAME.local/%h" --ckpt-shared-every 8)
+tiers=(--ckpt-local-dir "$d/NAME.local/%n" --ckpt-shared-every 8)
 args() { local a=("${tiers[@]}"); a[1]=${a[1]/NAME/$1}; shift; printf '%s\n' "${a[@]}" "$@"; }
 mapfile -t a_lost < <(args lost)
 mapfile -t a_damaged < <(args damaged)
@@ -86,7 +86,7 @@ lost=$(submit lost "$kill15" 'rm -rf "$local/node2"' "${a_lost[@]}")
 damaged=$(submit damaged "$kill15" 'flip "$local/node1/step-00000012/shard-00000.bin"' "${a_damaged[@]}")
 both=$(submit both "$kill15" 'flip "$local/node1/step-00000012/shard-00000.bin"; flip "$local/node2/step-00000012/shard-00000.bin"' "${a_both[@]}")
 async=$(submit async "$kill15" "" "${a_async[@]}")
-check "five jobs submitted (sbatch --dtrain-tp=2 --dtrain-ckpt-dir=..., --ckpt-local-dir DIR/%h)" \
+check "five jobs submitted (sbatch --dtrain-tp=2 --dtrain-ckpt-dir=..., --ckpt-local-dir DIR/%n)" \
   [ -n "$base" -a -n "$lost" -a -n "$damaged" -a -n "$both" -a -n "$async" ]
 for j in base:$base lost:$lost damaged:$damaged both:$both async:$async; do
   wait_job "$d" "${j#*:}" 300 || diag "${j%%:*}: job ${j#*:} did not end within 300 s"

@@ -30,7 +30,7 @@
  *    background write (nospace) is reported, the run completes; SIGTERM
  *    while writing: the write finished, the stop's checkpoint written, the
  *    resumed run exact;
- *  - the node-local tier (--ckpt-local-dir DIR/%h, ranks 0-1 on node0 and
+ *  - the node-local tier (--ckpt-local-dir DIR/%n, ranks 0-1 on node0 and
  *    2-3 on node1, the shared folder every 4 steps): rank 2 killed at
  *    step 7, node1's local folder wiped: the resumed run takes step 6 from
  *    node0 (its shards and node1's copies), puts node1's folder back and is
@@ -370,7 +370,7 @@ int main(void)
     /* ---- the node-local tier with peer copies */
     j = scenario(&cfg, top, "tier", "kill:rank=2:step=7");
     j.nodes = 2;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tier.local/%%h", top);
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tier.local/%%n", top);
     j.cfg.ckpt_shared_every = 4;
     run(&j, 1, 2, 2, areas, codes);
     char node0[600], node1[600];
@@ -420,7 +420,7 @@ int main(void)
     j = scenario(&cfg, top, "tierasync", "");
     j.nodes = 2;
     j.cfg.ckpt_async = 1;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierasync.local/%%h", top);
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierasync.local/%%n", top);
     j.cfg.ckpt_shared_every = 4;
     run(&j, 1, 2, 2, areas, codes);
     ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && same_losses(j.cfg.metrics, ref) &&
