@@ -584,10 +584,10 @@ static int merge_shape(struct dtrain_gpt2_config *cfg, const struct dtrain_gpt2_
 
 int dtrain_train_config_single_process(struct dtrain_train_config *c, char *err, size_t errlen)
 {
-    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0') {
+    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0' || c->ckpt_local_dir[0] != '\0') {
         snprintf(err, errlen, "%s is for the parallel trainer under srun: run `srun --mpi=pmi2 dtrain-launch ...` "
                  "(dtrain-train writes its checkpoints with --checkpoint DIR)",
-                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : "fault.inject");
+                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : c->inject[0] != '\0' ? "fault.inject" : "fault.ckpt_local_dir");
         return DTRAIN_ERR_INPUT;
     }
     memcpy(c->ckpt_dir, c->checkpoint, sizeof c->ckpt_dir);

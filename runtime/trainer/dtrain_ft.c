@@ -5,6 +5,7 @@
 #include "dtrain_dp.h"
 #include "dtrain_env.h"
 #include "dtrain_inject.h"
+#include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "dtrain_pcomm.h"
 #include "dtrain_shard.h"
@@ -718,6 +719,19 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
         if ((rc = local_dir_of(cfg->ckpt_local_dir, f.local_buf, sizeof f.local_buf, err, errlen)) != DTRAIN_OK)
             return rc;
         f.local = f.local_buf;
+        /* every rank's node folder writable, or every rank stops now (exit 2), not at the first checkpoint */
+        int bad = dtrain_out_check_dir(f.local, "node-local checkpoint folder (--ckpt-local-dir)", err, errlen) !=
+                  DTRAIN_OK;
+        double mine = bad, any = 0.0;
+        if ((rc = dtrain_pcomm_sum_doubles(f.world, &mine, &any, 1, "checking the node-local folders", err,
+                                           errlen)) != DTRAIN_OK)
+            return rc;
+        if (any > 0.0) {
+            if (!bad)
+                snprintf(err, errlen, "%.0f rank%s cannot write its node-local checkpoint folder (--ckpt-local-dir "
+                         "%s): see their lines", any, any > 1 ? "s" : "", cfg->ckpt_local_dir);
+            return DTRAIN_ERR_INPUT;
+        }
         /* collective: every rank has the same config */
         if ((rc = dtrain_sckpt_peers(f.world, bs->node, &f.peers, err, errlen)) != DTRAIN_OK)
             return rc;

@@ -37,7 +37,8 @@
  *    exact; rank 0's local shard damaged: its copy on node1 serves, the
  *    damaged folder is kept as step-N.damaged; the shard and its copy both
  *    damaged: the shared step 4 is taken, exact; in the background: every
- *    loss exact, both nodes' folders hold every shard of step 6. */
+ *    loss exact, both nodes' folders hold every shard of step 6; an
+ *    unwritable node-local folder: exit 2 on every rank before step 0. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -416,6 +417,13 @@ int main(void)
        "no good copy of shard 0 at step 6: the shared tier's step 4 is taken (%ld), every loss exact",
        areas[0].sum.resumed_step);
     unsetenv("SLURM_RESTART_COUNT");
+
+    j = scenario(&cfg, top, "tierro", "");
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "/proc/1");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 2, -1, 0) && strstr(areas[0].err, "node-local checkpoint folder (--ckpt-local-dir) /proc/1") != NULL,
+       "an unwritable --ckpt-local-dir: every rank exits 2 before step 0: %s", areas[0].err);
 
     j = scenario(&cfg, top, "tierasync", "");
     j.nodes = 2;
