@@ -19,6 +19,7 @@
 #define DTRAIN_ENV_GPU           "DTRAIN_GPU"         /* PCI bus id of this task's GPU, or empty */
 #define DTRAIN_ENV_CPUS          "DTRAIN_CPUS"        /* CPU list the task is bound to (cpulist) */
 #define DTRAIN_ENV_CKPT_DIR      "DTRAIN_CKPT_DIR"    /* --dtrain-ckpt-dir */
+#define DTRAIN_ENV_CKPT_LOCAL_DIR "DTRAIN_CKPT_LOCAL_DIR" /* node-local checkpoint tier (site: e.g. a TaskProlog) */
 #define DTRAIN_ENV_MAX_RESTARTS  "DTRAIN_MAX_RESTARTS"/* --dtrain-max-restarts */
 #define DTRAIN_ENV_SPARES        "DTRAIN_SPARES"      /* --dtrain-spares: the job's last N nodes hold no ranks */
 #define DTRAIN_ENV_INJOB_RESTARTS "DTRAIN_INJOB_RESTARTS" /* steps restarted in this run of the job (dtrain-launch --supervise) */

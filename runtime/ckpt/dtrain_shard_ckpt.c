@@ -23,8 +23,8 @@
 
 /* Every rank's n int32 values (bits carried as floats, which all_gather
  * only copies) into all[size * n].  world NULL: one rank. */
-static int gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *all, const char *what,
-                       char *err, size_t errlen)
+int sckpt_gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *all, const char *what,
+                      char *err, size_t errlen)
 {
     if (world == NULL) {
         memcpy(all, mine, (size_t)n * sizeof *mine);
@@ -34,54 +34,74 @@ static int gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *
     return dtrain_pcomm_status(world, rc, what, err, errlen);
 }
 
-static int bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, char *err, size_t errlen)
+int sckpt_bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, char *err, size_t errlen)
 {
     if (world == NULL)
         return DTRAIN_OK;
     return dtrain_pcomm_status(world, dtrain_comm_broadcast(world, buf, bytes, 0), what, err, errlen);
 }
 
-int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
-                      const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
-                      const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world,
-                      const struct dtrain_sckpt_piece *pieces, size_t npieces,
-                      int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
+int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *cfg,
+                             const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                             const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
+                             struct dtrain_sckpt_written *w)
 {
     double t0 = now_seconds();
     const struct dtrain_sckpt_layout *L = layout;
     const uint64_t nparams = dtrain_gpt2_param_count(&cfg->model);
-    char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32], why[512] = "";
-    struct record mine = {0};
-    struct record *all = NULL;
-    int rc;
-    memset(st, 0, sizeof *st);
+    char tmp[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32];
+    struct record rec = {0};
+    memset(w, 0, sizeof *w);
     for (size_t i = 0; i < npieces; i++) {
         const struct dtrain_sckpt_piece *p = &pieces[i];
         if (p->params == NULL || p->m == NULL || p->v == NULL || p->count == 0 || p->whole > nparams ||
             p->count > nparams - p->whole || (i > 0 && p->whole < pieces[i - 1].whole + pieces[i - 1].count)) {
-            dtrain_snprintf(err, errlen, "checkpoint: run %zu of rank %d is empty, out of order or outside the model",
-                     i, L->rank);
+            dtrain_snprintf(w->why, sizeof w->why, "run %zu of rank %d is empty, out of order or outside the model",
+                            i, L->rank);
+            w->invalid = 1;
+            w->error = EINVAL;
             return DTRAIN_ERR_SYSTEM;
         }
     }
     sckpt_shard_name(name, sizeof name, L->rank);
-    if (sckpt_step_path(tmp, sizeof tmp, dir, step, ".tmp") != 0 || sckpt_step_path(final, sizeof final, dir, step, "") != 0 ||
+    if (sckpt_step_path(tmp, sizeof tmp, dir, step, ".tmp") != 0 ||
         dtrain_snprintf(path, sizeof path, "%s/%s", tmp, name) != 0) {
-        mine.error = ENAMETOOLONG;
-        dtrain_snprintf(why, sizeof why, "checkpoint folder path too long: %.80s...", dir);
+        rec.error = ENAMETOOLONG;
+        dtrain_snprintf(w->why, sizeof w->why, "checkpoint folder path too long: %.80s...", dir);
     } else if (sckpt_make_dirs(tmp) != 0) {
-        mine.error = errno;
-        dtrain_snprintf(why, sizeof why, "cannot create %s: %s", tmp, strerror(errno));
-    } else if (sckpt_write_shard(path, L, step, data_batches, nparams, pieces, npieces, fail_write, &mine, why,
-                           sizeof why) == DTRAIN_OK) {
+        rec.error = errno;
+        dtrain_snprintf(w->why, sizeof w->why, "cannot create %s: %s", tmp, strerror(errno));
+    } else if (sckpt_write_shard(path, L, step, data_batches, nparams, pieces, npieces, fail_write, &rec, w->why,
+                                 sizeof w->why) == DTRAIN_OK) {
         if (sckpt_fsync_dir(tmp) != 0) {
-            mine.error = errno;
-            dtrain_snprintf(why, sizeof why, "cannot sync %s: %s", tmp, strerror(errno));
+            rec.error = errno;
+            dtrain_snprintf(w->why, sizeof w->why, "cannot sync %s: %s", tmp, strerror(errno));
         }
     }
-    if (mine.error == 0)
-        st->bytes = mine.bytes;
+    w->error = rec.error;
+    w->bytes = rec.bytes;
+    w->floats = rec.floats;
+    w->checksum = rec.checksum;
+    w->seconds = now_seconds() - t0;
+    return rec.error == 0 ? DTRAIN_OK : DTRAIN_ERR_SYSTEM;
+}
+
+int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
+                        const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                        const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,
+                        const struct dtrain_sckpt_written *w, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
+{
+    double t0 = now_seconds();
+    const struct dtrain_sckpt_layout *L = layout;
+    char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX];
+    struct record mine = {w->error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum};
+    struct record *all = NULL;
+    int rc;
+    memset(st, 0, sizeof *st);
+    st->bytes = mine.bytes;
     st->failed_here = mine.error != 0;
+    if (sckpt_step_path(tmp, sizeof tmp, dir, step, ".tmp") != 0 || sckpt_step_path(final, sizeof final, dir, step, "") != 0)
+        mine.error = mine.error ? mine.error : ENAMETOOLONG;
 
     /* The barrier: every rank's outcome on every rank. */
     all = malloc((size_t)L->world_size * sizeof *all);
@@ -89,7 +109,7 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
         dtrain_snprintf(err, errlen, "out of memory for %d checkpoint records", L->world_size);
         return DTRAIN_ERR_SYSTEM;
     }
-    rc = gather_ints(world, (const int32_t *)(const void *)&mine, RECORD_INTS, (int32_t *)(void *)all,
+    rc = sckpt_gather_ints(world, (const int32_t *)(const void *)&mine, RECORD_INTS, (int32_t *)(void *)all,
                      "checkpoint: gathering the shards' outcomes", err, errlen);
     if (rc != DTRAIN_OK)
         goto out;
@@ -116,11 +136,11 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
         for (int r = 0; r < L->world_size; r++)
             st->total_bytes += all[r].bytes;
     }
-    if ((rc = bcast(world, &outcome, sizeof outcome, "checkpoint: the outcome", err, errlen)) != DTRAIN_OK)
+    if ((rc = sckpt_bcast(world, &outcome, sizeof outcome, "checkpoint: the outcome", err, errlen)) != DTRAIN_OK)
         goto out;
     rc = outcome.rc;
     if (rc != DTRAIN_OK && mine.error != 0) /* the failing rank says what failed here */
-        dtrain_snprintf(err, errlen, "checkpoint of step %" PRIu64 " not written: rank %d: %s", step, L->rank, why);
+        dtrain_snprintf(err, errlen, "checkpoint of step %" PRIu64 " not written: rank %d: %s", step, L->rank, w->why);
     else if (rc != DTRAIN_OK)
         dtrain_snprintf(err, errlen, "%s", outcome.msg);
 out:
@@ -129,7 +149,25 @@ out:
     return rc;
 }
 
-static const char *verdict_text(int v)
+int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
+                      const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                      const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world,
+                      const struct dtrain_sckpt_piece *pieces, size_t npieces,
+                      int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
+{
+    struct dtrain_sckpt_written w;
+    dtrain_sckpt_write_shard(dir, cfg, layout, step, data_batches, pieces, npieces, fail_write, &w);
+    if (w.invalid) { /* a caller's bug, said before any collective as before */
+        memset(st, 0, sizeof *st);
+        dtrain_snprintf(err, errlen, "checkpoint: %s", w.why);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int rc = dtrain_sckpt_commit(dir, cfg, layout, step, data_batches, scaler, world, keep, &w, st, err, errlen);
+    st->seconds += w.seconds;
+    return rc;
+}
+
+const char *sckpt_verdict_text(int v)
 {
     switch (v) {
     case DAMAGED_MANIFEST: return "its manifest is unreadable or malformed";
@@ -176,7 +214,7 @@ static int try_candidate(const char *path, uint64_t step, const struct dtrain_tr
         }
     }
     for (int phase = 0; phase < 2; phase++) {
-        if ((*comm_rc = gather_ints(world, mine, 2, all, "resume: agreeing on the checkpoint", err, errlen)) !=
+        if ((*comm_rc = sckpt_gather_ints(world, mine, 2, all, "resume: agreeing on the checkpoint", err, errlen)) !=
             DTRAIN_OK)
             goto out;
         agreed = GOOD;
@@ -202,18 +240,65 @@ out:
     return agreed;
 }
 
-int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, dtrain_comm *world,
-                        const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
-                        const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st,
-                        char *err, size_t errlen)
+int sckpt_resume_one(const char *dir, uint64_t step, const char *next, const struct dtrain_train_config *cfg,
+                     dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
+                     const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
+                     size_t errlen)
 {
-    double t0 = now_seconds();
     int rank = world != NULL ? dtrain_comm_rank(world) : 0, size = world != NULL ? dtrain_comm_size(world) : 1;
-    int rc;
-    memset(out, 0, sizeof *out);
-    memset(st, 0, sizeof *st);
+    char path[DTRAIN_PATH_MAX], why[768] = "";
+    struct manifest m;
+    int bad_shard, comm_rc;
+    if (sckpt_step_path(path, sizeof path, dir, step, "") != 0) {
+        dtrain_snprintf(err, errlen, "checkpoint folder path too long: %.80s...", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    int v = try_candidate(path, step, cfg, world, rank, size, pieces, npieces, msgs, prog, &m, &bad_shard, st,
+                          &out->loaded_partly, why, sizeof why, &comm_rc, err, errlen);
+    if (comm_rc != DTRAIN_OK) {
+        free(m.shards);
+        return comm_rc;
+    }
+    if (v == GOOD) {
+        out->found = 1;
+        out->loaded_partly = 0;
+        out->step = m.step;
+        out->data_batches = m.data_batches;
+        out->writer = m.layout;
+        out->scaler = m.scaler;
+        out->tier = "shared";
+        snprintf(out->path, sizeof out->path, "%s", path);
+        free(m.shards);
+        return DTRAIN_OK;
+    }
+    free(m.shards);
+    if (v == INCOMPATIBLE) {
+        dtrain_snprintf(err, errlen, "%s", why);
+        return DTRAIN_ERR_INPUT;
+    }
+    out->damaged++;
+    if (rank == 0) {
+        char damaged[DTRAIN_PATH_MAX], shard[48] = "";
+        if (bad_shard >= 0)
+            snprintf(shard, sizeof shard, " (shard-%05d.bin)", bad_shard);
+        if (msgs != NULL) {
+            fprintf(msgs, "%s: checkpoint %s is damaged: %s%s; %s\n", prog, path, sckpt_verdict_text(v), shard, next);
+            if (v == DAMAGED_MANIFEST)
+                fprintf(msgs, "%s: %s\n", prog, why);
+            fflush(msgs);
+        }
+        /* kept for a look, out of the way of later saves and resumes */
+        if (sckpt_step_path(damaged, sizeof damaged, dir, step, ".damaged") == 0) {
+            sckpt_remove_step_dir(damaged);
+            rename(path, damaged);
+        }
+    }
+    return DTRAIN_OK;
+}
 
-    /* Rank 0 tidies up and says which checkpoints there are. */
+int sckpt_shared_list(const char *dir, dtrain_comm *world, uint64_t *steps, int *count, char *err, size_t errlen)
+{
+    int rank = world != NULL ? dtrain_comm_rank(world) : 0, rc;
     struct { int32_t count, pad; uint64_t steps[MAX_CANDIDATES]; char msg[256]; } list;
     memset(&list, 0, sizeof list);
     if (rank == 0) {
@@ -223,69 +308,37 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
             snprintf(list.msg, sizeof list.msg, "cannot read checkpoint folder %.200s: %s", dir, strerror(errno));
         list.count = (int32_t)(n < 0 ? -1 : n < MAX_CANDIDATES ? n : MAX_CANDIDATES);
     }
-    if ((rc = bcast(world, &list, sizeof list, "resume: the list of checkpoints", err, errlen)) != DTRAIN_OK)
-        goto out;
+    if ((rc = sckpt_bcast(world, &list, sizeof list, "resume: the list of checkpoints", err, errlen)) != DTRAIN_OK)
+        return rc;
     if (list.count < 0) {
         dtrain_snprintf(err, errlen, "%s", list.msg);
-        rc = DTRAIN_ERR_INPUT;
-        goto out;
+        return DTRAIN_ERR_INPUT;
     }
-    for (int i = 0; i < list.count; i++) {
-        char path[DTRAIN_PATH_MAX], why[768] = "";
-        struct manifest m;
-        int bad_shard, comm_rc;
-        if (sckpt_step_path(path, sizeof path, dir, list.steps[i], "") != 0) {
-            dtrain_snprintf(err, errlen, "checkpoint folder path too long: %.80s...", dir);
-            rc = DTRAIN_ERR_INPUT;
+    memcpy(steps, list.steps, sizeof list.steps);
+    *count = list.count;
+    return DTRAIN_OK;
+}
+
+int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, dtrain_comm *world,
+                        const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
+                        const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st,
+                        char *err, size_t errlen)
+{
+    double t0 = now_seconds();
+    uint64_t steps[MAX_CANDIDATES];
+    int count = 0, rc;
+    memset(out, 0, sizeof *out);
+    memset(st, 0, sizeof *st);
+    /* Rank 0 tidies up and says which checkpoints there are. */
+    if ((rc = sckpt_shared_list(dir, world, steps, &count, err, errlen)) != DTRAIN_OK)
+        goto out;
+    for (int i = 0; i < count; i++) {
+        char next[96] = "there is no older one";
+        if (i + 1 < count)
+            snprintf(next, sizeof next, "falling back to step %" PRIu64, steps[i + 1]);
+        if ((rc = sckpt_resume_one(dir, steps[i], next, cfg, world, pieces, npieces, msgs, prog, out, st, err,
+                                   errlen)) != DTRAIN_OK || out->found)
             goto out;
-        }
-        int v = try_candidate(path, list.steps[i], cfg, world, rank, size, pieces, npieces, msgs, prog, &m,
-                              &bad_shard, st, &out->loaded_partly, why, sizeof why, &comm_rc, err, errlen);
-        if (comm_rc != DTRAIN_OK) {
-            free(m.shards);
-            rc = comm_rc;
-            goto out;
-        }
-        if (v == GOOD) {
-            out->found = 1;
-            out->loaded_partly = 0;
-            out->step = m.step;
-            out->data_batches = m.data_batches;
-            out->writer = m.layout;
-            out->scaler = m.scaler;
-            snprintf(out->path, sizeof out->path, "%s", path);
-            free(m.shards);
-            rc = DTRAIN_OK;
-            goto out;
-        }
-        free(m.shards);
-        if (v == INCOMPATIBLE) {
-            dtrain_snprintf(err, errlen, "%s", why);
-            rc = DTRAIN_ERR_INPUT;
-            goto out;
-        }
-        out->damaged++;
-        if (rank == 0) {
-            char damaged[DTRAIN_PATH_MAX], shard[48] = "";
-            if (bad_shard >= 0)
-                snprintf(shard, sizeof shard, " (shard-%05d.bin)", bad_shard);
-            if (msgs != NULL) {
-                if (i + 1 < list.count)
-                    fprintf(msgs, "%s: checkpoint %s is damaged: %s%s; falling back to step %" PRIu64 "\n", prog,
-                            path, verdict_text(v), shard, list.steps[i + 1]);
-                else
-                    fprintf(msgs, "%s: checkpoint %s is damaged: %s%s; there is no older one\n", prog, path,
-                            verdict_text(v), shard);
-                if (v == DAMAGED_MANIFEST)
-                    fprintf(msgs, "%s: %s\n", prog, why);
-                fflush(msgs);
-            }
-            /* kept for a look, out of the way of later saves and resumes */
-            if (sckpt_step_path(damaged, sizeof damaged, dir, list.steps[i], ".damaged") == 0) {
-                sckpt_remove_step_dir(damaged);
-                rename(path, damaged);
-            }
-        }
     }
     rc = DTRAIN_OK;
 out:

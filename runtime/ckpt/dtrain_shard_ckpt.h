@@ -121,6 +121,29 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
                       const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces,
                       int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen);
 
+/* The two halves of dtrain_sckpt_save, for a save in the background
+ * (dtrain_ckpt_async.h): dtrain_sckpt_write_shard is step 1 of the commit
+ * protocol for this rank only (files, no communication: any thread may
+ * run it while another uses the communicators), its outcome in *w;
+ * dtrain_sckpt_commit is steps 2-4 (the collective: every rank passes its
+ * own outcome, the same step and keep), returning as dtrain_sckpt_save.
+ * Between the two a crash leaves only step-N.tmp, which resume removes. */
+struct dtrain_sckpt_written {
+    int error;                 /* 0, or the errno of the failed write */
+    int invalid;               /* the pieces were unusable (a caller's bug; error is EINVAL) */
+    uint64_t bytes, floats, checksum;
+    double seconds;            /* wall time of the write */
+    char why[512];             /* what failed, when error is not 0 */
+};
+int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *cfg,
+                             const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                             const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
+                             struct dtrain_sckpt_written *w);
+int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
+                        const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                        const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,
+                        const struct dtrain_sckpt_written *w, struct dtrain_sckpt_stats *st, char *err, size_t errlen);
+
 struct dtrain_sckpt_resumed {
     int found;                         /* 0: dir holds no usable checkpoint (start afresh) */
     uint64_t step, data_batches;
@@ -129,6 +152,7 @@ struct dtrain_sckpt_resumed {
     int damaged;                       /* newer checkpoints found damaged and skipped */
     int loaded_partly;                 /* found 0, but a damaged one was read into the pieces in part */
     char path[DTRAIN_PATH_MAX];        /* the step folder loaded */
+    const char *tier;                  /* "shared" or "node-local" (dtrain_sckpt_resume_tiers) */
 };
 
 /* Load the newest good checkpoint of dir into pieces (any runs of the whole
@@ -143,6 +167,59 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
                         const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
                         const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st,
                         char *err, size_t errlen);
+
+/* ------------------------------------------------------------ the node-local tier
+ * (doc/fault-tolerance.md).  With a node-local folder LOCAL on every node
+ * (--ckpt-local-dir), a checkpoint may go there instead of the shared
+ * folder: each rank writes its shard into its node's LOCAL/step-N.tmp
+ * (dtrain_sckpt_write_shard with LOCAL), then sends the file's bytes to its
+ * peer, a rank on another node, which keeps them in its own node's
+ * LOCAL/step-N.tmp under the same name (dtrain_sckpt_write_copy); then
+ * dtrain_sckpt_commit_local: the gather of every rank's outcome (its shard
+ * and the copy it keeps), and the lowest rank of each node writes the
+ * manifest into its node's folder and renames it step-N.  So a node's
+ * folder holds its ranks' shards and copies of another node's, and losing
+ * one node's disk leaves every shard somewhere. */
+struct dtrain_sckpt_peers {
+    int peer;        /* the rank that keeps a copy of this rank's shard; -1: none (one node) */
+    int src;         /* the rank whose shard this rank keeps a copy of; -1: none */
+    int leader;      /* the lowest rank of this rank's node (it commits and tidies the node's folder) */
+    int nodes;       /* nodes of the job */
+    int same_node;   /* 1: some rank's peer is on its own node (uneven ranks per node) */
+};
+/* Collective over world: the peers of the ranks from their node indices
+ * (bs->node): ranks ordered by (node, rank), each one's peer m places on
+ * (m: the most ranks of a node), so with even nodes the copy of every
+ * shard is on the next node. */
+int dtrain_sckpt_peers(dtrain_comm *world, long node, struct dtrain_sckpt_peers *out, char *err, size_t errlen);
+/* This rank's shard of dir/step-N.tmp read back whole (malloc'ed). */
+int dtrain_sckpt_read_back(const char *dir, uint64_t step, int rank, void **bytes, size_t *len, char *why,
+                           size_t whylen);
+/* A copy of rank's shard (its file's bytes) into dir/step-N.tmp, fsynced.
+ * 0, or an errno with one line in why. */
+int dtrain_sckpt_write_copy(const char *dir, uint64_t step, int rank, const void *bytes, size_t len, char *why,
+                            size_t whylen);
+/* As dtrain_sckpt_commit for the node-local tier: copy_error is the errno
+ * of writing the peer's copy (0: fine).  Returns on every rank alike. */
+int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config *cfg,
+                              const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                              const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,
+                              const struct dtrain_sckpt_peers *peers, const struct dtrain_sckpt_written *w,
+                              int copy_error, const char *copy_why, struct dtrain_sckpt_stats *st, char *err,
+                              size_t errlen);
+/* Resume from the newest complete checkpoint of either tier: the shared
+ * folder (as dtrain_sckpt_resume) and the node-local folders (a step is
+ * complete there when every shard has a good copy on some node: each rank
+ * checks its own shard and the copy it keeps against its node's manifest;
+ * the good copies are then sent to every node, which keeps the whole
+ * checkpoint again, and read as from the shared folder).  Newest step
+ * first; at one step the node-local tier before the shared one; a damaged
+ * node folder is renamed step-N.damaged there.  out->tier says which. */
+int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struct dtrain_sckpt_peers *peers,
+                              const struct dtrain_train_config *cfg, dtrain_comm *world,
+                              const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs, const char *prog,
+                              struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
+                              size_t errlen);
 
 /* The model shape of dir's newest complete checkpoint, from its manifest
  * (not collective, nothing verified: the run's resume does that), so that

@@ -92,6 +92,25 @@ struct shard_file {
     uint64_t *pos;   /* runs: each run's first float in the payload */
 };
 
+/* dtrain_shard_ckpt.c: agreement, and one candidate of a folder tried */
+/* Every rank's n int32 values into all[size * n] (world NULL: one rank). */
+int sckpt_gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *all, const char *what,
+                      char *err, size_t errlen);
+int sckpt_bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, char *err, size_t errlen);
+/* Collective: load checkpoint `step` of dir (the shared protocol: every
+ * shard verified, then read); a damaged one is renamed step-N.damaged and
+ * said with `next` (what comes instead).  DTRAIN_OK with out->found 0 or
+ * 1; DTRAIN_ERR_INPUT (another model), DTRAIN_ERR_FAULT (the comm). */
+int sckpt_resume_one(const char *dir, uint64_t step, const char *next, const struct dtrain_train_config *cfg,
+                     dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
+                     const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
+                     size_t errlen);
+const char *sckpt_verdict_text(int verdict);
+/* Collective: rank 0 removes dir's leftovers (*.tmp) and lists its
+ * complete checkpoints, newest first (at most MAX_CANDIDATES), for every
+ * rank.  DTRAIN_ERR_INPUT when dir cannot be read. */
+int sckpt_shared_list(const char *dir, dtrain_comm *world, uint64_t *steps, int *count, char *err, size_t errlen);
+
 /* sckpt_folder.c: step-N names, the folder (created, fsynced, listed), removal */
 int sckpt_step_path(char *out, size_t len, const char *dir, uint64_t step, const char *suffix);
 int sckpt_shard_name(char *out, size_t len, long rank);

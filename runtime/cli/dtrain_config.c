@@ -103,6 +103,9 @@ static const struct setting settings[] = {
     {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
     {"fault", "ckpt_dir", "ckpt-dir", K_PATH, OFF(ckpt_dir), 0, 0, "dtrain-launch: sharded checkpoints go here (default: $DTRAIN_CKPT_DIR, --dtrain-ckpt-dir); the run resumes from the newest good one"},
     {"fault", "ckpt_keep", "ckpt-keep", K_INT, OFF(ckpt_keep), 1, 1000000, "dtrain-launch: complete checkpoints kept"},
+    {"fault", "ckpt_async", "ckpt-async", K_BOOL, OFF(ckpt_async), 0, 1, "dtrain-launch: 1 = write the periodic checkpoints in the background while training goes on (committed at a later step)"},
+    {"fault", "ckpt_local_dir", "ckpt-local-dir", K_PATH, OFF(ckpt_local_dir), 0, 0, "dtrain-launch: node-local checkpoint folder (%n: the node's name; default: $DTRAIN_CKPT_LOCAL_DIR): checkpoints go there, each shard copied to a rank on another node; needs --ckpt-dir"},
+    {"fault", "ckpt_shared_every", "ckpt-shared-every", K_LONG, OFF(ckpt_shared_every), 0, BIG, "dtrain-launch: with --ckpt-local-dir, the checkpoint of every this many steps goes to --ckpt-dir instead (0: only at the end and when stopping)"},
     {"fault", "nonfinite_skips", "nonfinite-skips", K_INT, OFF(nonfinite_skips), 0, 1000000, "dtrain-launch: steps in a row with a non-finite loss or gradient skipped before rolling back to the last checkpoint"},
     {"fault", "watchdog", "watchdog", K_INT, OFF(watchdog), 0, 604800, "dtrain-launch: seconds without progress after which a rank counts as hung; 0 = twice comm_timeout"},
     {"fault", "hang_detect", "hang-detect", K_REAL, OFF(hang_detect), 0, 86400, "dtrain-launch: heartbeats between ranks: a neighbour silent, or stuck outside communication, for this many seconds while a rank waits on it is hung; 0 = off"},
@@ -589,10 +592,10 @@ static int merge_shape(struct dtrain_gpt2_config *cfg, const struct dtrain_gpt2_
 
 int dtrain_train_config_single_process(struct dtrain_train_config *c, char *err, size_t errlen)
 {
-    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0') {
+    if (c->ckpt_dir[0] != '\0' || c->inject[0] != '\0' || c->ckpt_local_dir[0] != '\0') {
         snprintf(err, errlen, "%s is for the parallel trainer under srun: run `srun --mpi=pmi2 dtrain-launch ...` "
                  "(dtrain-train writes its checkpoints with --checkpoint DIR)",
-                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : "fault.inject");
+                 c->ckpt_dir[0] != '\0' ? "fault.ckpt_dir" : c->inject[0] != '\0' ? "fault.inject" : "fault.ckpt_local_dir");
         return DTRAIN_ERR_INPUT;
     }
     memcpy(c->ckpt_dir, c->checkpoint, sizeof c->ckpt_dir);

@@ -106,6 +106,10 @@ struct dtrain_train_config {
     /* fault tolerance (dtrain_ft.h, doc/fault-tolerance.md); dtrain-launch's options */
     char ckpt_dir[DTRAIN_PATH_MAX];   /* sharded checkpoints and resume; "": $DTRAIN_CKPT_DIR, else none */
     int ckpt_keep;                    /* complete checkpoints kept */
+    int ckpt_async;                   /* write checkpoints in the background (dtrain_ckpt_async.h) */
+    char ckpt_local_dir[DTRAIN_PATH_MAX]; /* node-local tier ("%n": the node's name); "": $DTRAIN_CKPT_LOCAL_DIR */
+    long ckpt_shared_every;           /* with a node-local tier: the shared folder every this many steps (0: at
+                                       * the end and when stopping only) */
     int nonfinite_skips;              /* steps in a row with a non-finite loss skipped before a rollback */
     int watchdog;                     /* seconds without progress that make a rank hung; 0: 2 x comm_timeout */
     double hang_detect;               /* heartbeats: seconds after which a silent or stuck neighbour that a

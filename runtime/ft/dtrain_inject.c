@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #define SYNTAX "KIND:rank=R[:step=S][:count=N][:ms=M][:restart=N|any], KIND one of kill, hang, nan, corrupt, " \
-    "nospace, delay"
+    "nospace, delay, slowckpt"
 #define MAX_STEP 1000000000L
 
-static const char *const kind_names[] = {"kill", "hang", "nan", "corrupt", "nospace", "delay"};
+static const char *const kind_names[] = {"kill", "hang", "nan", "corrupt", "nospace", "delay", "slowckpt"};
 
 const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind)
 {
@@ -92,8 +92,10 @@ static int parse_one(char *text, struct dtrain_inject_fault *f, char *err, size_
         snprintf(err, errlen, "count= is for nan and delay only");
         return -1;
     }
-    if (!!(seen & 16u) != (kind == DTRAIN_INJECT_DELAY)) {
-        snprintf(err, errlen, "%s", kind == DTRAIN_INJECT_DELAY ? "delay needs ms=M" : "ms= is for delay only");
+    int wants_ms = kind == DTRAIN_INJECT_DELAY || kind == DTRAIN_INJECT_SLOWCKPT;
+    if (!!(seen & 16u) != wants_ms) {
+        snprintf(err, errlen, "%s", wants_ms ? (kind == DTRAIN_INJECT_DELAY ? "delay needs ms=M" : "slowckpt needs ms=M")
+                                             : "ms= is for delay and slowckpt only");
         return -1;
     }
     return 0;
@@ -141,9 +143,15 @@ int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind ki
 
 long dtrain_inject_delay_ms(const struct dtrain_inject *in, int rank, long step, long restart)
 {
+    return dtrain_inject_ms(in, DTRAIN_INJECT_DELAY, rank, step, restart);
+}
+
+long dtrain_inject_ms(const struct dtrain_inject *in, enum dtrain_inject_kind kind, int rank, long step,
+                      long restart)
+{
     for (int i = 0; in != NULL && i < in->n; i++) {
         const struct dtrain_inject_fault *f = &in->faults[i];
-        if (f->kind == DTRAIN_INJECT_DELAY && f->rank == rank && (f->restart < 0 || f->restart == restart) &&
+        if (f->kind == kind && f->rank == rank && (f->restart < 0 || f->restart == restart) &&
             step >= f->step && step < f->step + f->count)
             return f->ms;
     }

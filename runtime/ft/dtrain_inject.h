@@ -16,6 +16,9 @@
  *                            complete checkpoint (one byte of the payload flipped)
  *   nospace:rank=R:step=S    rank R's shard of the checkpoint at step S fails to
  *                            write as on a full disk (ENOSPC)
+ *   slowckpt:rank=R:step=S:ms=M  with --ckpt-async, rank R's background write of the
+ *                            checkpoint at step S waits M ms before it starts (a slow
+ *                            disk: a fault while a write is in flight)
  *   delay:rank=R:step=S:ms=M[:count=N]  rank R's first forward of each of the steps
  *                            S..S+N-1 takes M ms longer (a slow device: its compute time,
  *                            so it is a straggler; tests also use it to leave time for an
@@ -45,6 +48,7 @@ enum dtrain_inject_kind {
     DTRAIN_INJECT_CORRUPT,
     DTRAIN_INJECT_NOSPACE,
     DTRAIN_INJECT_DELAY,
+    DTRAIN_INJECT_SLOWCKPT,
 };
 
 struct dtrain_inject_fault {
@@ -52,7 +56,7 @@ struct dtrain_inject_fault {
     int rank;
     long step;    /* -1 for corrupt */
     long count;   /* nan: attempts, delay: steps; else 1 */
-    long ms;      /* delay: milliseconds */
+    long ms;      /* delay, slowckpt: milliseconds */
     long restart; /* -1: any run */
 };
 
@@ -75,8 +79,11 @@ int dtrain_inject_due(const struct dtrain_inject *in, enum dtrain_inject_kind ki
 const struct dtrain_inject_fault *dtrain_inject_find(const struct dtrain_inject *in, enum dtrain_inject_kind kind,
                                                      int rank, long step, long restart);
 
-/* delay: the milliseconds rank's step is slowed by, 0 when none. */
+/* delay: the milliseconds rank's step is slowed by, 0 when none (kind
+ * DTRAIN_INJECT_DELAY; dtrain_inject_ms: of any kind with ms=). */
 long dtrain_inject_delay_ms(const struct dtrain_inject *in, int rank, long step, long restart);
+long dtrain_inject_ms(const struct dtrain_inject *in, enum dtrain_inject_kind kind, int rank, long step,
+                      long restart);
 
 /* "kill", "hang", ... */
 const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind);

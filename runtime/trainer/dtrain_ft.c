@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The fault-tolerant training loop; see dtrain_ft.h. */
 #include "dtrain_ft.h"
+#include "dtrain_ckpt_async.h"
 #include "dtrain_dp.h"
 #include "dtrain_env.h"
 #include "dtrain_inject.h"
@@ -42,6 +43,9 @@ struct ft {
     const char *prog;
     FILE *progress;
     const char *dir;                 /* checkpoint folder, NULL: none */
+    const char *local;               /* the node-local tier's folder (--ckpt-local-dir), NULL: none */
+    char local_buf[DTRAIN_PATH_MAX];
+    struct dtrain_sckpt_peers peers; /* who keeps a copy of whose node-local shard */
     const char *resume;              /* resume from here (--resume), NULL: from dir */
     const char *last_dir;            /* the folder of last_ckpt */
     struct dtrain_sckpt_layout layout;
@@ -50,6 +54,7 @@ struct ft {
     long nan_left;                   /* injected NaN attempts still to come */
     long nan_armed;                  /* the last step a nan fault was armed at */
     long last_ckpt;                  /* step of the newest checkpoint written or loaded, -1 */
+    struct dtrain_ckpt_async async;  /* the checkpoint being written in the background (--ckpt-async) */
     struct dtrain_ft_summary *sum;
 };
 
@@ -82,8 +87,54 @@ int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t e
         snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_INJECT_ENV, sizeof c->inject - 1);
         return DTRAIN_ERR_INPUT;
     }
+    const char *local = getenv(DTRAIN_ENV_CKPT_LOCAL_DIR);
+    if (c->ckpt_local_dir[0] == '\0' && local != NULL &&
+        dtrain_snprintf(c->ckpt_local_dir, sizeof c->ckpt_local_dir, "%s", local) != 0) {
+        snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_ENV_CKPT_LOCAL_DIR, sizeof c->ckpt_local_dir - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->ckpt_local_dir[0] != '\0' && c->ckpt_dir[0] == '\0') {
+        snprintf(err, errlen, "--ckpt-local-dir (or %s) needs --ckpt-dir (or %s): the shared tier, written at the end "
+                 "and when stopping", DTRAIN_ENV_CKPT_LOCAL_DIR, DTRAIN_ENV_CKPT_DIR);
+        return DTRAIN_ERR_INPUT;
+    }
     struct dtrain_inject in;
     return dtrain_inject_parse(c->inject, &in, err, errlen) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+}
+
+/* The node-local folder with "%n" replaced by this node's name
+ * (SLURMD_NODENAME, else the host name) and "%%" by "%". */
+static int local_dir_of(const char *spec, char *out, size_t len, char *err, size_t errlen)
+{
+    char host[256] = "";
+    const char *n = getenv("SLURMD_NODENAME");
+    if (n != NULL && n[0] != '\0')
+        snprintf(host, sizeof host, "%s", n);
+    else if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "localhost");
+    size_t o = 0;
+    for (const char *p = spec; *p != '\0'; p++) {
+        const char *add = NULL;
+        char one[2] = {*p, '\0'};
+        if (p[0] == '%' && p[1] == 'n') { /* as dtrain-health's site config paths */
+            add = host;
+            p++;
+        } else if (p[0] == '%' && p[1] == '%') {
+            add = "%";
+            p++;
+        } else {
+            add = one;
+        }
+        size_t l = strlen(add);
+        if (o + l >= len) {
+            snprintf(err, errlen, "--ckpt-local-dir %.80s: longer than %zu bytes once %%n is replaced", spec, len - 1);
+            return DTRAIN_ERR_INPUT;
+        }
+        memcpy(out + o, add, l);
+        o += l;
+    }
+    out[o] = '\0';
+    return DTRAIN_OK;
 }
 
 /* ------------------------------------------------------------ what a checkpoint holds of this rank */
@@ -282,11 +333,87 @@ static int saved_in_dir(const struct ft *f, long step)
     return f->last_ckpt == step && f->last_dir == f->dir;
 }
 
-static int save_checkpoint(struct ft *f, char *err, size_t errlen)
+/* ... or in the node-local tier. */
+static int saved_in_tiers(const struct ft *f, long step)
+{
+    return saved_in_dir(f, step) || (f->last_ckpt == step && f->local != NULL && f->last_dir == f->local);
+}
+
+/* A checkpoint of dir's outcome, committed (rc) after write_s seconds of
+ * writing (in the background: async) and st's of the commit: counted and
+ * said. */
+static void checkpoint_done(struct ft *f, const char *dir, long step, int rc, int async, double write_s,
+                            const struct dtrain_sckpt_stats *st, const char *err)
+{
+    const char *tier = dir == f->local ? "node-local" : "";
+    if (rc == DTRAIN_OK) {
+        f->last_ckpt = step;
+        f->last_dir = dir;
+        f->sum->checkpoints++;
+        f->sum->ckpt_write_s = write_s + st->seconds;
+        f->sum->ckpt_bytes = st->total_bytes;
+        if (is_root(f)) {
+            char when[160] = "";
+            snprintf(when, sizeof when, "%s%s", dir == f->local ? (f->peers.peer >= 0 ? ", node-local, each shard "
+                     "also on a peer's node" : ", node-local, no copy on another node") : "",
+                     async ? ", written in the background" : "");
+            if (async)
+                snprintf(when + strlen(when), sizeof when - strlen(when), ", committed after step %ld",
+                         dtrain_ptrainer_steps_done(f->t));
+            fprintf(f->progress, "%s: checkpoint of step %ld written to %s/step-%08ld (%.2f MB, %.3f s%s)\n", f->prog,
+                    step, dir, step, 1e-6 * (double)st->total_bytes, write_s + st->seconds, when);
+            fflush(f->progress);
+            char what[64];
+            snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st->total_bytes,
+                     write_s + st->seconds);
+            dtrain_fault_event(f->fault, "ckpt_write", step, what);
+        }
+    } else if (rc == DTRAIN_ERR_SYSTEM) {
+        f->sum->checkpoint_failures++;
+        char kept[64] = "there is no checkpoint yet";
+        if (f->last_ckpt >= 0)
+            snprintf(kept, sizeof kept, "the newest checkpoint stays step %ld", f->last_ckpt);
+        if (is_root(f) || st->failed_here) /* the summary, or what failed here */
+            fprintf(stderr, "%s: warning: %s%s%s; %s\n", f->prog, err, async ? " (background write)" : "",
+                    tier[0] ? " (node-local tier)" : "", kept);
+    }
+}
+
+/* The write in flight, if any, one stage on: waited for, then its copy
+ * sent to the peer (node-local) or committed.  A collective: every rank
+ * calls it at the same step boundary.  drain: every stage, to the commit. */
+static int finish_async(struct ft *f, int drain, char *err, size_t errlen)
+{
+    int rc = DTRAIN_OK, committed = 0;
+    while (f->async.pending && !committed) {
+        long step = (long)f->async.step, at = dtrain_ptrainer_steps_done(f->t);
+        const char *dir = f->async.dir;
+        struct dtrain_sckpt_stats st;
+        double write_s;
+        dtrain_watchdog_beat(f->wd, "finishing a checkpoint", at);
+        rc = dtrain_ckpt_async_finish(&f->async, f->world, f->cfg->ckpt_keep, &committed, &st, &write_s, err,
+                                      errlen);
+        dtrain_watchdog_beat(f->wd, "training", at);
+        if (committed || rc != DTRAIN_OK) {
+            checkpoint_done(f, dir, step, rc, f->cfg->ckpt_async, write_s, &st, err);
+            break;
+        }
+        if (!drain)
+            break;
+    }
+    return rc;
+}
+
+/* Write the checkpoint of the present step into the node-local tier
+ * (local) or the shared folder.  async: start it in the background (after
+ * finishing the one in flight), else write and commit it now. */
+static int save_checkpoint(struct ft *f, int async, int local, char *err, size_t errlen)
 {
     long step = dtrain_ptrainer_steps_done(f->t);
     struct dtrain_sckpt_stats st;
-    int nospace = dtrain_inject_due(&f->inject, DTRAIN_INJECT_NOSPACE, f->bs->rank, step, f->restart);
+    int rc, nospace = dtrain_inject_due(&f->inject, DTRAIN_INJECT_NOSPACE, f->bs->rank, step, f->restart);
+    if ((rc = finish_async(f, 1, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
     if (nospace) {
         fprintf(stderr, "%s: inject: rank %d fails its checkpoint write of step %ld (no space)\n", f->prog,
                 f->bs->rank, step);
@@ -296,32 +423,27 @@ static int save_checkpoint(struct ft *f, char *err, size_t errlen)
     dtrain_ft_pieces_download(&f->pieces);
     struct dtrain_sckpt_scaler scaler;
     dtrain_ptrainer_scaler(f->t, &scaler);
-    int rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
-                               &scaler, f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
-                               errlen);
-    dtrain_watchdog_beat(f->wd, "training", step);
-    if (rc == DTRAIN_OK) {
-        f->last_ckpt = step;
-        f->last_dir = f->dir;
-        f->sum->checkpoints++;
-        f->sum->ckpt_write_s = st.seconds;
-        f->sum->ckpt_bytes = st.total_bytes;
-        if (is_root(f)) {
-            fprintf(f->progress, "%s: checkpoint of step %ld written to %s/step-%08ld (%.2f MB, %.3f s)\n", f->prog,
-                    step, f->dir, step, 1e-6 * (double)st.total_bytes, st.seconds);
-            fflush(f->progress);
-            char what[64];
-            snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st.total_bytes, st.seconds);
-            dtrain_fault_event(f->fault, "ckpt_write", step, what);
+    local = local && f->local != NULL;
+    if (async || local) {
+        long slow = async ? dtrain_inject_ms(&f->inject, DTRAIN_INJECT_SLOWCKPT, f->bs->rank, step, f->restart) : 0;
+        if (slow > 0) {
+            fprintf(stderr, "%s: inject: rank %d's background write of the checkpoint of step %ld waits %ld ms\n",
+                    f->prog, f->bs->rank, step, slow);
+            dtrain_fault_event(f->fault, "inject", step, "slowckpt");
         }
-    } else if (rc == DTRAIN_ERR_SYSTEM) {
-        f->sum->checkpoint_failures++;
-        char kept[64] = "there is no checkpoint yet";
-        if (f->last_ckpt >= 0)
-            snprintf(kept, sizeof kept, "the newest checkpoint stays step %ld", f->last_ckpt);
-        if (is_root(f) || st.failed_here) /* the summary, or what failed here */
-            fprintf(stderr, "%s: warning: %s; %s\n", f->prog, err, kept);
+        if (dtrain_ckpt_async_start(&f->async, local ? f->local : f->dir, local, &f->peers, f->cfg, &f->layout,
+                                    (uint64_t)step, dtrain_ptrainer_data_batches(f->t), &scaler, f->pieces.save,
+                                    f->pieces.nsave, nospace, slow, err, errlen) != 0)
+            fprintf(stderr, "%s: warning: rank %d: %s\n", f->prog, f->bs->rank, err);
+        dtrain_watchdog_beat(f->wd, "training", step);
+        /* synchronous on the node-local tier: the same stages, waited for now */
+        return async ? DTRAIN_OK : finish_async(f, 1, err, errlen);
     }
+    rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
+                           &scaler, f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
+                           errlen);
+    dtrain_watchdog_beat(f->wd, "training", step);
+    checkpoint_done(f, f->dir, step, rc, 0, 0.0, &st, err);
     return rc;
 }
 
@@ -334,8 +456,14 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
     long at = dtrain_ptrainer_steps_done(f->t);
     dtrain_watchdog_beat(f->wd, "loading a checkpoint", at);
     dtrain_fault_event(f->fault, "load_begin", at, rollback ? "rollback" : "resume");
-    int rc = dtrain_sckpt_resume(dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res,
-                                 &st, err, errlen);
+    /* the run's own folders: either tier, the newest complete checkpoint */
+    int tiers = f->local != NULL && (dir == f->dir || dir == f->local);
+    if (tiers)
+        dir = f->dir;
+    int rc = tiers ? dtrain_sckpt_resume_tiers(f->dir, f->local, &f->peers, f->cfg, f->world, f->pieces.load,
+                                               f->pieces.nload, stderr, f->prog, &res, &st, err, errlen)
+                   : dtrain_sckpt_resume(dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res,
+                                         &st, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
     if (!res.found && (rollback || res.loaded_partly)) {
@@ -356,7 +484,7 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
     }
     if (res.found) {
         dtrain_ft_pieces_upload(&f->pieces);
-        f->last_dir = dir;
+        f->last_dir = tiers && strcmp(res.tier, "node-local") == 0 ? f->local : dir;
         dtrain_ptrainer_set_position(f->t, (long)res.step, res.data_batches);
         dtrain_ptrainer_set_scaler(f->t, &res.scaler);
         f->last_ckpt = (long)res.step;
@@ -373,13 +501,14 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
             if (w->virtual_stages > 1)
                 snprintf(vs, sizeof vs, ", %d virtual stages", w->virtual_stages);
             fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO-1 %s%s): step %" PRIu64 ", data batch %"
-                    PRIu64 "; rank 0 read %.2f MB in %.3f s\n", f->prog, rollback ? "rolled back to" : "resumed from",
+                    PRIu64 "; rank 0 read %.2f MB in %.3f s%s%s%s\n", f->prog, rollback ? "rolled back to" : "resumed from",
                     res.path, w->tp, w->pp, w->dp, w->zero1 ? "on" : "off", vs, res.step, res.data_batches,
-                    1e-6 * (double)st.bytes, st.seconds);
+                    1e-6 * (double)st.bytes, st.seconds, tiers ? " (" : "", tiers ? res.tier : "", tiers ? " tier)" : "");
             fflush(f->progress);
         }
     } else if (is_root(f)) {
-        fprintf(f->progress, "%s: no checkpoint in %s yet: starting from step 0\n", f->prog, dir);
+        fprintf(f->progress, "%s: no checkpoint in %s%s%s yet: starting from step 0\n", f->prog, dir,
+                tiers ? " or " : "", tiers ? f->local : "");
         fflush(f->progress);
     }
     return dtrain_ptrainer_metrics_from(f->t, dtrain_ptrainer_steps_done(f->t), err, errlen);
@@ -533,7 +662,10 @@ static int stop_requested(struct ft *f, double flags, char *err, size_t errlen)
      * in the checkpoint's collectives (as at the end of dtrain_ft_run) */
     dtrain_watchdog_pause(f->wd);
     if (f->dir != NULL) {
-        rc = saved_in_dir(f, step) ? DTRAIN_OK : save_checkpoint(f, err, errlen);
+        /* the write in flight is finished first (its commit is this boundary's) */
+        if ((rc = finish_async(f, 1, err, errlen)) == DTRAIN_ERR_FAULT)
+            return rc;
+        rc = saved_in_dir(f, step) ? DTRAIN_OK : save_checkpoint(f, 0, 0, err, errlen);
         if (rc == DTRAIN_ERR_FAULT)
             return rc;
         snprintf(saved, sizeof saved, rc == DTRAIN_OK ? "checkpoint of step %ld written" :
@@ -577,7 +709,10 @@ static int straggler(struct ft *f, char *err, size_t errlen)
     int rc;
     dtrain_watchdog_pause(f->wd); /* as for a stop signal: the ranks leave together */
     long done = step + 1;
-    if (f->dir != NULL && !saved_in_dir(f, done) && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+    /* the write in flight is finished first (its commit is this boundary's) */
+    if (f->dir != NULL && (rc = finish_async(f, 1, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
+    if (f->dir != NULL && !saved_in_dir(f, done) && (rc = save_checkpoint(f, 0, 0, err, errlen)) == DTRAIN_ERR_FAULT)
         return rc;
     if (f->bs->rank == g.rank && f->dir != NULL) {
         struct dtrain_out_file o;
@@ -614,6 +749,9 @@ static int nonfinite(struct ft *f, const struct dtrain_pstep_result *r, long *in
         }
         return DTRAIN_OK;
     }
+    int rc = finish_async(f, 1, err, errlen); /* the rollback reads the host copy the writer reads */
+    if (rc == DTRAIN_ERR_FAULT)
+        return rc;
     if (f->last_dir == NULL || f->last_ckpt < 0) {
         snprintf(err, errlen, "step %ld: training diverged: %ld steps in a row had a non-finite loss or gradient "
                  "and there is no checkpoint to roll back to (lower the learning rate, set grad_clip, or give "
@@ -665,6 +803,7 @@ static int train(struct ft *f, char *err, size_t errlen)
         }
         struct dtrain_pstep_control ctl = {
             .flags = (sig & DTRAIN_SIGNAL_TERM ? 1.0 : 0.0) + (sig & DTRAIN_SIGNAL_USR1 ? USR1_WEIGHT : 0.0),
+            .writing = dtrain_ckpt_async_writing(&f->async),
             .poison_loss = f->nan_left > 0,
         };
         inject_step_faults(f, step, &ctl);
@@ -675,6 +814,10 @@ static int train(struct ft *f, char *err, size_t errlen)
         }
         struct dtrain_pstep_result r;
         if ((rc = dtrain_ptrainer_step_ctl(f->t, &ctl, &r, err, errlen)) != DTRAIN_OK)
+            return rc;
+        /* every rank's background write was done before this step: every
+         * rank commits it here, between two steps' collectives */
+        if (f->async.pending && ctl.writing == 0.0 && (rc = finish_async(f, 0, err, errlen)) == DTRAIN_ERR_FAULT)
             return rc;
         if (ctl.skipped) {
             if ((rc = nonfinite(f, &r, &in_a_row, err, errlen)) != DTRAIN_OK)
@@ -706,11 +849,15 @@ static int train(struct ft *f, char *err, size_t errlen)
         if ((rc = stop_requested(f, ctl.flags, err, errlen)) != DTRAIN_OK)
             return rc;
         long done = dtrain_ptrainer_steps_done(f->t);
-        if (f->dir != NULL && c->checkpoint_every > 0 && done % c->checkpoint_every == 0 && !saved_in_dir(f, done) &&
-            done < c->steps && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+        /* with a node-local tier, the shared folder every ckpt_shared_every steps */
+        int local = f->local != NULL && !(c->ckpt_shared_every > 0 && done % c->ckpt_shared_every == 0);
+        if (f->dir != NULL && c->checkpoint_every > 0 && done % c->checkpoint_every == 0 && !saved_in_tiers(f, done) &&
+            done < c->steps && (rc = save_checkpoint(f, c->ckpt_async, local, err, errlen)) == DTRAIN_ERR_FAULT)
             return rc;
     }
-    if (f->dir != NULL && !saved_in_dir(f, c->steps) && (rc = save_checkpoint(f, err, errlen)) == DTRAIN_ERR_FAULT)
+    if (f->dir != NULL && (rc = finish_async(f, 1, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
+    if (f->dir != NULL && !saved_in_dir(f, c->steps) && (rc = save_checkpoint(f, 0, 0, err, errlen)) == DTRAIN_ERR_FAULT)
         return rc;
     return DTRAIN_OK;
 }
@@ -733,6 +880,37 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     sum->resumed_step = -1;
     if (dtrain_inject_parse(cfg->inject, &f.inject, err, errlen) != 0)
         return DTRAIN_ERR_INPUT;
+    if (cfg->ckpt_local_dir[0] != '\0') {
+        if (f.dir == NULL) {
+            snprintf(err, errlen, "--ckpt-local-dir needs --ckpt-dir (the shared tier, written at the end and when "
+                     "stopping)");
+            return DTRAIN_ERR_INPUT;
+        }
+        if ((rc = local_dir_of(cfg->ckpt_local_dir, f.local_buf, sizeof f.local_buf, err, errlen)) != DTRAIN_OK)
+            return rc;
+        f.local = f.local_buf;
+        /* every rank's node folder writable, or every rank stops now (exit 2), not at the first checkpoint */
+        int bad = dtrain_out_check_dir(f.local, "node-local checkpoint folder (--ckpt-local-dir)", err, errlen) !=
+                  DTRAIN_OK;
+        double mine = bad, any = 0.0;
+        if ((rc = dtrain_pcomm_sum_doubles(f.world, &mine, &any, 1, "checking the node-local folders", err,
+                                           errlen)) != DTRAIN_OK)
+            return rc;
+        if (any > 0.0) {
+            if (!bad)
+                snprintf(err, errlen, "%.0f rank%s cannot write its node-local checkpoint folder (--ckpt-local-dir "
+                         "%s): see their lines", any, any > 1 ? "s" : "", cfg->ckpt_local_dir);
+            return DTRAIN_ERR_INPUT;
+        }
+        /* collective: every rank has the same config */
+        if ((rc = dtrain_sckpt_peers(f.world, bs->node, &f.peers, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (is_root(&f) && (f.peers.nodes < 2 || f.peers.same_node))
+            fprintf(stderr, "%s: warning: --ckpt-local-dir: %s: a node's lost disk can lose a node-local checkpoint "
+                    "(the shared tier, --ckpt-dir, is the fallback)\n", f.prog, f.peers.nodes < 2 ?
+                    "every rank is on one node, so no shard has a copy on another node" :
+                    "the nodes hold uneven numbers of ranks, so some shards' copies are on their own node");
+    }
     if ((rc = dtrain_ft_pieces(t, cfg, bs, &f.pieces, err, errlen)) != DTRAIN_OK)
         return rc;
     rc = DTRAIN_ERR_SYSTEM;
@@ -778,6 +956,7 @@ out:
     if (rc == DTRAIN_ERR_FAULT && abort_flag != NULL)
         atomic_store(abort_flag, 1); /* stop every communicator of the process now */
     dtrain_ptrainer_set_watchdog(t, NULL);
+    dtrain_ckpt_async_abandon(&f.async); /* a fault: its step-N.tmp stays for resume to remove */
     dtrain_watchdog_stop(f.wd);
     if (signals)
         dtrain_signals_restore();

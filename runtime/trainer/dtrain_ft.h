@@ -25,6 +25,13 @@
  *   flight, write a checkpoint of the step after it, and stop with the
  *   requeue code.  A checkpoint that fails to write (a full disk) is
  *   reported and training goes on; the older checkpoints stay.
+ *   --ckpt-async: the periodic ones are written in the background
+ *   (dtrain_ckpt_async.h) and committed at the first step boundary where
+ *   every rank's write is done.  --ckpt-local-dir: they go to the
+ *   node-local tier with each shard copied to a rank on another node, and
+ *   every --ckpt-shared-every steps, at the end and when stopping to the
+ *   shared folder; the resume takes the newest complete checkpoint of
+ *   either tier (dtrain_sckpt_resume_tiers) and says which.
  *
  *   Faults.  A communicator error (a dead peer, a timeout, an abort), a
  *   hang seen by the watchdog (dtrain_watchdog.h), or a stop signal ends

@@ -649,11 +649,11 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
 
     /* The loss (TP rank 0 of the last stage of each pipeline) and the norm
      * shares, added over the world in rank order: every rank gets the same. */
-    double mine[3] = {s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, dtrain_dp_norm_sumsq(t->dp),
-                      ctl != NULL ? ctl->flags : 0.0}, all[3];
+    double mine[4] = {s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, dtrain_dp_norm_sumsq(t->dp),
+                      ctl != NULL ? ctl->flags : 0.0, ctl != NULL ? ctl->writing : 0.0}, all[4];
     if (ctl != NULL && ctl->poison_loss)
         mine[0] = NAN; /* fault injection */
-    if ((rc = dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], mine, all, ctl != NULL ? 3 : 2,
+    if ((rc = dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], mine, all, ctl != NULL ? 4 : 2,
                                        "loss and gradient norm", err, errlen)) != DTRAIN_OK)
         return rc;
     float loss = (float)(all[0] / ((double)c->batch * c->seq));
@@ -666,8 +666,10 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
         t->scaler.scale = scale / 2;
         t->scaler.good_steps = 0;
         t->scaler.overflow_steps++;
-        if (ctl != NULL)
+        if (ctl != NULL) {
             ctl->flags = all[2];
+            ctl->writing = all[3];
+        }
         r->base.step = t->step;
         r->base.loss = loss;
         r->base.grad_norm = norm;
@@ -678,6 +680,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     }
     if (ctl != NULL) {
         ctl->flags = all[2];
+        ctl->writing = all[3];
         ctl->skipped = !isfinite(loss) || !isfinite(norm);
     }
     if (ctl != NULL && ctl->skipped) {

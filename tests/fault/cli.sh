@@ -83,4 +83,6 @@ check "dtrain-train refuses --ckpt-dir (sharded checkpoints are dtrain-launch's)
   job_exit 2 "fault.ckpt_dir is for the parallel trainer" "$train" --data "$tmp/t.bin" --ckpt-dir "$tmp/ck"
 check "dtrain-train refuses --inject: exit 2" \
   job_exit 2 "fault.inject is for the parallel trainer" "$train" --data "$tmp/t.bin" --inject kill:rank=0:step=1
+check "dtrain-train refuses --ckpt-local-dir: exit 2" \
+  job_exit 2 "fault.ckpt_local_dir is for the parallel trainer" "$train" --data "$tmp/t.bin" --ckpt-local-dir "$tmp/local"
 done_testing

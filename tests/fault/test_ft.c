@@ -20,7 +20,25 @@
  *  - the only checkpoint damaged: the resume stops with exit 2, it does not
  *    start over from step 0;
  *  - the restart budget spent (SLURM_RESTART_COUNT=1, DTRAIN_MAX_RESTARTS
- *    =1): the killed rank's peers exit 1, not 75. */
+ *    =1): the killed rank's peers exit 1, not 75;
+ *  - background checkpoints (--ckpt-async, dtrain_ckpt_async.h): every
+ *    loss and the checkpoint of step 6 equal the synchronous run's bit for
+ *    bit, nothing left half written; rank 2 killed at step 5 while its
+ *    write of step 4 is still in flight (slowckpt): the resumed run takes
+ *    step 2 (step-4.tmp removed) and is exact; killed at step 6: it takes
+ *    step 4 or 2 (whichever was committed) and is exact; a failed
+ *    background write (nospace) is reported, the run completes; SIGTERM
+ *    while writing: the write finished, the stop's checkpoint written, the
+ *    resumed run exact;
+ *  - the node-local tier (--ckpt-local-dir DIR/%n, ranks 0-1 on node0 and
+ *    2-3 on node1, the shared folder every 4 steps): rank 2 killed at
+ *    step 7, node1's local folder wiped: the resumed run takes step 6 from
+ *    node0 (its shards and node1's copies), puts node1's folder back and is
+ *    exact; rank 0's local shard damaged: its copy on node1 serves, the
+ *    damaged folder is kept as step-N.damaged; the shard and its copy both
+ *    damaged: the shared step 4 is taken, exact; in the background: every
+ *    loss exact, both nodes' folders hold every shard of step 6; an
+ *    unwritable node-local folder: exit 2 on every rank before step 0. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,6 +51,7 @@
 
 #include "dtrain_fault.h"
 #include "dtrain_ft.h"
+#include "dtrain_inject.h"
 #include "dtrain_parallel.h"
 #include "harness.h"
 #include "local_boot.h"
@@ -45,6 +64,8 @@ struct job {
     struct dtrain_train_config cfg;
     int sigterm_rank; /* this rank raises `signal` once rank 0 has logged a step; -1: none */
     int signal;
+    int nodes;        /* > 0: the ranks are spread over this many nodes (bs->node and SLURMD_NODENAME
+                       * "nodeN" set as Slurm would: the stand-in for a multi-node step) */
 };
 
 struct area {
@@ -75,6 +96,12 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct dtrain_comm_options o;
     atomic_int abort_flag;
     atomic_init(&abort_flag, 0);
+    if (j->nodes > 0) { /* each rank is a process of its own: its environment is its node's */
+        char name[32];
+        bs->node = bs->rank * j->nodes / bs->world_size;
+        snprintf(name, sizeof name, "node%d", bs->node);
+        setenv("SLURMD_NODENAME", name, 1);
+    }
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = j->cfg.comm_timeout * 1000;
     o.abort_flag = &abort_flag;
@@ -145,7 +172,7 @@ static int same_losses(const char *path, const float *ref)
 static struct job scenario(const struct dtrain_train_config *base, const char *top, const char *name,
                            const char *inject)
 {
-    struct job j = {*base, -1, SIGTERM};
+    struct job j = {*base, -1, SIGTERM, 0};
     snprintf(j.cfg.ckpt_dir, sizeof j.cfg.ckpt_dir, "%s/%s.ckpt", top, name);
     snprintf(j.cfg.metrics, sizeof j.cfg.metrics, "%s/%s.jsonl", top, name);
     snprintf(j.cfg.inject, sizeof j.cfg.inject, "%s", inject);
@@ -264,6 +291,151 @@ int main(void)
     ok(all_codes(codes, 2, 0, -1, 0) && areas[0].sum.resumed_step == 4 && nl == STEPS && worst <= LOSS_RTOL,
        "(1,2,2)'s checkpoint of step 4 resumed by (1,2,1): steps 4..7 within %g of the unbroken run (%.2e)",
        LOSS_RTOL, worst);
+
+    /* ---- background checkpoints */
+    j = scenario(&cfg, top, "async", "");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    char leftover[1024];
+    snprintf(leftover, sizeof leftover, "ls -d '%s'/*.tmp >/dev/null 2>&1", j.cfg.ckpt_dir);
+    uint64_t have[4] = {0};
+    int complete = dtrain_sckpt_list(j.cfg.ckpt_dir, have, 4, err, sizeof err);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && areas[0].sum.checkpoint_failures == 0 &&
+       same_losses(j.cfg.metrics, ref) && complete == 2 && have[0] == 8 && have[1] == 6 && harness_sh("%s", leftover) != 0,
+       "--ckpt-async: 4 checkpoints committed (steps 6 and 8 kept, no step-N.tmp left), every loss equals the "
+       "synchronous run's (%d complete, newest %llu)", complete, (unsigned long long)have[0]);
+    struct dtrain_sckpt_model sync6, async6;
+    char ref_dir[600];
+    snprintf(ref_dir, sizeof ref_dir, "%s/ref.ckpt", top);
+    int l1 = dtrain_sckpt_load_model(ref_dir, 6, &sync6, err, sizeof err);
+    int l2 = dtrain_sckpt_load_model(j.cfg.ckpt_dir, 6, &async6, err, sizeof err);
+    ok(l1 == DTRAIN_OK && l2 == DTRAIN_OK &&
+       harness_same_bits(sync6.params, async6.params, dtrain_gpt2_param_count(&cfg.model)),
+       "the background checkpoint of step 6 holds the synchronous one's parameters bit for bit");
+    if (l1 == DTRAIN_OK)
+        free(sync6.params);
+    if (l2 == DTRAIN_OK)
+        free(async6.params);
+
+    j = scenario(&cfg, top, "asynckill", "slowckpt:rank=2:step=4:ms=2000,kill:rank=2:step=5");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    complete = dtrain_sckpt_list(j.cfg.ckpt_dir, have, 4, err, sizeof err);
+    snprintf(leftover, sizeof leftover, "test -d '%s/step-00000004.tmp'", j.cfg.ckpt_dir);
+    ok(all_codes(codes, 4, 75, 2, 128 + SIGKILL) && complete >= 1 && have[0] == 2 && harness_sh("%s", leftover) == 0,
+       "rank 2 killed at step 5 while writing step 4 in the background: the others exit 75, step 4 is not "
+       "committed (step-00000004.tmp, newest complete %llu)", (unsigned long long)have[0]);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 2 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("%s", leftover) != 0, "the requeued run removes step-00000004.tmp, resumes from step 2 (%ld) and "
+       "every loss equals the unbroken run's", areas[0].sum.resumed_step);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    j = scenario(&cfg, top, "asynckill6", "kill:rank=2:step=6");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 75, 2, 128 + SIGKILL), "--ckpt-async, rank 2 killed at step 6: the others exit 75");
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && (areas[0].sum.resumed_step == 4 || areas[0].sum.resumed_step == 2) &&
+       same_losses(j.cfg.metrics, ref), "the requeued run resumes from the newest committed checkpoint (step %ld) "
+       "and every loss equals the unbroken run's", areas[0].sum.resumed_step);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    j = scenario(&cfg, top, "asyncnospace", "nospace:rank=1:step=4");
+    j.cfg.ckpt_async = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    snprintf(leftover, sizeof leftover, "ls -d '%s'/*.tmp >/dev/null 2>&1", j.cfg.ckpt_dir);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 3 && areas[0].sum.checkpoint_failures == 1 &&
+       areas[1].sum.checkpoint_failures == 1 && same_losses(j.cfg.metrics, ref) && harness_sh("%s", leftover) != 0,
+       "rank 1's background write of step 4 fails (no space): every rank counts the failure, nothing half "
+       "written stays, the run completes with every loss exact");
+
+    j = scenario(&cfg, top, "asyncterm", "delay:rank=0:step=0:ms=150:count=8,slowckpt:rank=1:step=2:ms=300");
+    j.cfg.ckpt_async = 1;
+    j.sigterm_rank = 1;
+    run(&j, 1, 2, 2, areas, codes);
+    newest = 0;
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &newest, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 75, -1, 0) && strstr(areas[0].err, "stopping on SIGTERM") && newest > 0 && newest < STEPS,
+       "--ckpt-async, SIGTERM to rank 1: every rank stops with the checkpoint of step %llu and exits 75: %s",
+       (unsigned long long)newest, areas[0].err);
+    j.sigterm_rank = -1;
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == (long)newest && same_losses(j.cfg.metrics, ref),
+       "the requeued run resumes from step %llu; every loss equals the unbroken run's", (unsigned long long)newest);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    /* ---- the node-local tier with peer copies */
+    j = scenario(&cfg, top, "tier", "kill:rank=2:step=7");
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tier.local/%%n", top);
+    j.cfg.ckpt_shared_every = 4;
+    run(&j, 1, 2, 2, areas, codes);
+    char node0[600], node1[600];
+    snprintf(node0, sizeof node0, "%s/tier.local/node0", top);
+    snprintf(node1, sizeof node1, "%s/tier.local/node1", top);
+    uint64_t on0 = 0, on1 = 0, shared = 0;
+    dtrain_sckpt_list(node0, &on0, 1, err, sizeof err);
+    dtrain_sckpt_list(node1, &on1, 1, err, sizeof err);
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &shared, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 75, 2, 128 + SIGKILL) && on0 == 6 && on1 == 6 && shared == 4 &&
+       harness_sh("test -f '%s/step-00000006/shard-00002.bin' && test -f '%s/step-00000006/shard-00000.bin'", node0,
+                  node1) == 0,
+       "--ckpt-local-dir: step 6 on both nodes' folders (each with the other node's shards), step 4 in the shared "
+       "folder (%llu %llu %llu)", (unsigned long long)on0, (unsigned long long)on1, (unsigned long long)shared);
+    harness_sh("cp -r '%s/tier.local' '%s/tier.local.saved' && cp -r '%s' '%s/tier.ckpt.saved' && cp '%s' '%s/tier.saved.jsonl'",
+               top, top, j.cfg.ckpt_dir, top, j.cfg.metrics, top);
+    harness_sh("rm -rf '%s'", node1); /* node1's disk is lost */
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("test -f '%s/step-00000006/shard-00003.bin'", node1) == 0,
+       "node1's local folder wiped: the resumed run takes step 6 from node0's shards and copies (%ld), puts node1's "
+       "back, and every loss equals the unbroken run's", areas[0].sum.resumed_step);
+    /* the saved state again, rank 0's own shard on node0 damaged */
+    const char *restore = "rm -rf '%s/tier.local' '%s' && cp -r '%s/tier.local.saved' '%s/tier.local' && "
+                          "cp -r '%s/tier.ckpt.saved' '%s' && cp '%s/tier.saved.jsonl' '%s'";
+    harness_sh(restore, top, j.cfg.ckpt_dir, top, top, top, j.cfg.ckpt_dir, top, j.cfg.metrics);
+    char shard0[700];
+    snprintf(shard0, sizeof shard0, "%s/step-00000006/shard-00000.bin", node0);
+    ok(dtrain_inject_corrupt_file(shard0, err, sizeof err) == 0, "rank 0's shard of step 6 on node0 damaged");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("test -d '%s/step-00000006.damaged' && test -f '%s'", node0, shard0) == 0,
+       "its copy on node1 serves: resumed from step 6 (%ld), exact; node0's folder kept as step-00000006.damaged "
+       "and put back", areas[0].sum.resumed_step);
+    harness_sh(restore, top, j.cfg.ckpt_dir, top, top, top, j.cfg.ckpt_dir, top, j.cfg.metrics);
+    char copy0[700];
+    snprintf(copy0, sizeof copy0, "%s/step-00000006/shard-00000.bin", node1);
+    ok(dtrain_inject_corrupt_file(shard0, err, sizeof err) == 0 && dtrain_inject_corrupt_file(copy0, err, sizeof err) == 0,
+       "rank 0's shard of step 6 and its copy on node1 both damaged");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 4 && same_losses(j.cfg.metrics, ref),
+       "no good copy of shard 0 at step 6: the shared tier's step 4 is taken (%ld), every loss exact",
+       areas[0].sum.resumed_step);
+    unsetenv("SLURM_RESTART_COUNT");
+
+    j = scenario(&cfg, top, "tierro", "");
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "/proc/1");
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 2, -1, 0) && strstr(areas[0].err, "node-local checkpoint folder (--ckpt-local-dir) /proc/1") != NULL,
+       "an unwritable --ckpt-local-dir: every rank exits 2 before step 0: %s", areas[0].err);
+
+    j = scenario(&cfg, top, "tierasync", "");
+    j.nodes = 2;
+    j.cfg.ckpt_async = 1;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierasync.local/%%n", top);
+    j.cfg.ckpt_shared_every = 4;
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && same_losses(j.cfg.metrics, ref) &&
+       harness_sh("for n in 0 1; do for r in 0 1 2 3; do test -f '%s/tierasync.local/node'$n/step-00000006/shard-0000$r.bin "
+                  "|| exit 1; done; done; ! ls -d '%s/tierasync.local'/node*/*.tmp >/dev/null 2>&1", top, top) == 0,
+       "--ckpt-async with --ckpt-local-dir: 4 checkpoints (2 node-local), every loss exact, both nodes hold every "
+       "shard of step 6, nothing half written");
 
     /* ---- the restart budget spent */
     j = scenario(&cfg, top, "budget", "kill:rank=0:step=1:restart=any");

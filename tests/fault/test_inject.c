@@ -47,6 +47,10 @@ int main(void)
     ok(dtrain_inject_delay_ms(&in, 1, 0, 0) == 50 && dtrain_inject_delay_ms(&in, 1, 9, 0) == 50 &&
        dtrain_inject_delay_ms(&in, 1, 10, 0) == 0 && dtrain_inject_delay_ms(&in, 0, 5, 0) == 0,
        "delay: 50 ms before steps 0..9 on rank 1, nothing else");
+    ok(dtrain_inject_parse("slowckpt:rank=2:step=4:ms=300", &in, err, sizeof err) == 0 &&
+       dtrain_inject_ms(&in, DTRAIN_INJECT_SLOWCKPT, 2, 4, 0) == 300 &&
+       dtrain_inject_ms(&in, DTRAIN_INJECT_SLOWCKPT, 2, 5, 0) == 0 && dtrain_inject_delay_ms(&in, 2, 4, 0) == 0,
+       "slowckpt: rank 2's background write of step 4 waits 300 ms, and it is not a step delay");
 
     static const struct { const char *spec, *says; } bad[] = {
         {"explode:rank=1", "unknown fault 'explode'"},
@@ -55,6 +59,8 @@ int main(void)
         {"corrupt:rank=1:step=2", "corrupt takes no step=S"},
         {"kill:rank=1:step=2:count=3", "count= is for nan and delay only"},
         {"delay:rank=1:step=2", "delay needs ms=M"},
+        {"slowckpt:rank=1:step=2", "slowckpt needs ms=M"},
+        {"kill:rank=1:step=2:ms=5", "ms= is for delay and slowckpt only"},
         {"kill:rank=-1:step=2", "rank"},
         {"kill:rank=1:step=x", "step"},
         {"kill:rank=1:rank=2:step=1", "'rank' is given twice"},

@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* A sharded checkpoint written in the background; see dtrain_ckpt_async.h. */
+#include "dtrain_ckpt_async.h"
+#include "dtrain_io.h"
+#include "dtrain_pcomm.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static void *writer_main(void *arg)
+{
+    struct dtrain_ckpt_async *a = arg;
+    /* The write yields the CPU to training (Linux: nice is per thread):
+     * on a machine whose cores all train, a writer at equal priority
+     * preempts a rank, and its peers wait in the step's collectives. */
+    if (a->threaded)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    if (a->pending == 2) { /* the peer's copy */
+        if (a->theirs_len > 0 && a->copy_error == 0)
+            a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
+                                                    a->copy_why, sizeof a->copy_why);
+        free(a->theirs);
+        a->theirs = NULL;
+        atomic_store(&a->done, 1);
+        return NULL;
+    }
+    if (a->delay_ms > 0) {
+        struct timespec ts = {a->delay_ms / 1000, (a->delay_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    dtrain_sckpt_write_shard(a->dir, a->cfg, &a->layout, a->step, a->data_batches, a->pieces, a->npieces,
+                             a->fail_write, &a->written);
+    if (a->local && a->peers->peer >= 0 && a->written.error == 0)
+        a->copy_error = dtrain_sckpt_read_back(a->dir, a->step, a->layout.rank, &a->mine, &a->mine_len, a->copy_why,
+                                               sizeof a->copy_why);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* Run stage a->pending in a thread that takes no signals (SIGTERM and
+ * friends stay the main thread's: the loop's stop flags; no write is cut
+ * short by EINTR); without a thread, here.  0, or 1 with err set. */
+static int run_stage(struct dtrain_ckpt_async *a, char *err, size_t errlen)
+{
+    atomic_store(&a->done, 0);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    a->threaded = 1; /* before the thread reads it */
+    int e = pthread_create(&a->thread, NULL, writer_main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0) {
+        a->threaded = 0;
+        snprintf(err, errlen, "cannot start the checkpoint writer thread (%s): written in the foreground",
+                 strerror(e));
+        writer_main(a);
+        return 1;
+    }
+    return 0;
+}
+
+int dtrain_ckpt_async_start(struct dtrain_ckpt_async *a, const char *dir, int local,
+                            const struct dtrain_sckpt_peers *peers, const struct dtrain_train_config *cfg,
+                            const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                            const struct dtrain_sckpt_scaler *scaler, const struct dtrain_sckpt_piece *pieces,
+                            size_t npieces, int fail_write, long delay_ms, char *err, size_t errlen)
+{
+    dtrain_ckpt_async_abandon(a);
+    a->dir = dir;
+    a->local = local && peers != NULL;
+    a->peers = peers;
+    a->cfg = cfg;
+    a->layout = *layout;
+    a->step = step;
+    a->data_batches = data_batches;
+    if (scaler != NULL)
+        a->scaler = *scaler;
+    else
+        memset(&a->scaler, 0, sizeof a->scaler);
+    a->pieces = pieces;
+    a->npieces = npieces;
+    a->fail_write = fail_write;
+    a->delay_ms = delay_ms;
+    memset(&a->written, 0, sizeof a->written);
+    a->copy_error = 0;
+    a->copy_why[0] = '\0';
+    a->pending = 1;
+    return run_stage(a, err, errlen);
+}
+
+int dtrain_ckpt_async_writing(struct dtrain_ckpt_async *a)
+{
+    return a->pending && !atomic_load(&a->done);
+}
+
+static void join(struct dtrain_ckpt_async *a)
+{
+    if (a->threaded)
+        pthread_join(a->thread, NULL);
+    a->threaded = 0;
+}
+
+/* Stage 1 -> 2 of the node-local tier: this rank's file to its peer, the
+ * copy it keeps from its src (sizes first; 0: none comes). */
+static int exchange(struct dtrain_ckpt_async *a, dtrain_comm *world, char *err, size_t errlen)
+{
+    uint64_t mine = a->copy_error == 0 ? a->mine_len : 0, theirs = 0;
+    int rc = dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, &mine, sizeof mine, a->peers->peer, &theirs,
+                                                             sizeof theirs, a->peers->src),
+                                 "checkpoint: the peer copy's size", err, errlen);
+    if (rc == DTRAIN_OK && theirs > 0 && (a->theirs = malloc((size_t)theirs)) == NULL) {
+        /* the peer's send cannot be taken off the link: the run stops here
+         * (the peer's sendrecv fails too, within its timeout) */
+        snprintf(err, errlen, "out of memory for the peer's checkpoint copy (%llu bytes)", (unsigned long long)theirs);
+        return DTRAIN_ERR_FAULT;
+    }
+    if (rc == DTRAIN_OK)
+        rc = dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, a->mine, (size_t)mine, a->peers->peer, a->theirs,
+                                                             (size_t)theirs, a->peers->src),
+                                 "checkpoint: the peer copy", err, errlen);
+    free(a->mine);
+    a->mine = NULL;
+    a->mine_len = 0;
+    a->theirs_len = (size_t)theirs;
+    return rc;
+}
+
+int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, int keep, int *committed,
+                             struct dtrain_sckpt_stats *st, double *write_s, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    *committed = 0;
+    *write_s = 0.0;
+    if (!a->pending)
+        return DTRAIN_OK;
+    join(a);
+    *write_s = a->written.seconds;
+    if (a->pending == 1 && a->local && a->peers->peer >= 0) {
+        int rc = exchange(a, world, err, errlen);
+        if (rc != DTRAIN_OK) {
+            free(a->theirs);
+            a->theirs = NULL;
+            a->pending = 0;
+            return rc;
+        }
+        a->pending = 2;
+        char why[256];
+        if (run_stage(a, why, sizeof why) != 0)
+            fprintf(stderr, "dtrain: rank %d: %s\n", a->layout.rank, why);
+        return DTRAIN_OK;
+    }
+    a->pending = 0;
+    *committed = 1;
+    if (a->local)
+        return dtrain_sckpt_commit_local(a->dir, a->cfg, &a->layout, a->step, a->data_batches, &a->scaler, world,
+                                         keep, a->peers, &a->written, a->copy_error, a->copy_why, st, err, errlen);
+    return dtrain_sckpt_commit(a->dir, a->cfg, &a->layout, a->step, a->data_batches, &a->scaler, world, keep,
+                               &a->written, st, err, errlen);
+}
+
+void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a)
+{
+    if (a->pending)
+        join(a);
+    free(a->mine);
+    free(a->theirs);
+    a->mine = a->theirs = NULL;
+    a->pending = 0;
+}

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* libdtrain: a sharded checkpoint written in the background.
+ *
+ * The fault-tolerant loop (dtrain_ft.c, --ckpt-async) copies the rank's
+ * state into host memory at a step boundary (the pieces, dtrain_ft.h) and
+ * hands it to dtrain_ckpt_async_start: a thread of its own writes this
+ * rank's shard into DIR/step-N.tmp (dtrain_sckpt_write_shard: files only,
+ * never a communicator, which is not thread-safe) while the main thread
+ * trains on.  The collective half of the commit protocol
+ * (dtrain_sckpt_commit: the gather of outcomes, rank 0's manifest and
+ * rename) runs on the main thread, in dtrain_ckpt_async_finish, at a step
+ * boundary where every rank calls it: the loop sums "my write is still
+ * running" with the step's loss (dtrain_pstep_control.writing), so every
+ * rank sees at the same step that every write is done, and the training
+ * collectives and the commit's never run at once or out of order.
+ * A crash between the two leaves step-N.tmp, which resume removes: the
+ * checkpoint before is taken.
+ *
+ * The pieces' host memory must stay untouched until finish (or abandon)
+ * returns: the loop downloads into it only for the next checkpoint, which
+ * finishes the one in flight first.  One write in flight at a time.
+ * No global state. */
+#ifndef DTRAIN_CKPT_ASYNC_H
+#define DTRAIN_CKPT_ASYNC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain_shard_ckpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dtrain_ckpt_async {
+    int pending;                 /* 0: nothing; 1: this rank's shard being written; 2: the peer's copy */
+    int threaded;                /* the stage runs in thread (else it was written in the foreground) */
+    atomic_int done;             /* the thread has written (or failed) */
+    pthread_t thread;
+    /* the job, copied at start (the pieces are the caller's) */
+    const char *dir;             /* the tier's folder */
+    int local;                   /* the node-local tier: a copy to the peer, each node commits its folder */
+    const struct dtrain_sckpt_peers *peers;
+    const struct dtrain_train_config *cfg;
+    struct dtrain_sckpt_layout layout;
+    uint64_t step, data_batches;
+    struct dtrain_sckpt_scaler scaler;
+    const struct dtrain_sckpt_piece *pieces;
+    size_t npieces;
+    int fail_write;              /* fault injection: the write fails as on a full disk */
+    long delay_ms;               /* fault injection: the thread sleeps this long before writing */
+    struct dtrain_sckpt_written written; /* stage 1's outcome, valid once done */
+    void *mine, *theirs;         /* local: this rank's file read back for the peer; the peer's file kept */
+    size_t mine_len, theirs_len;
+    int copy_error;              /* local: the errno of sending or keeping a copy */
+    char copy_why[512];
+};
+
+/* Start writing this rank's shard of checkpoint `step` into dir in the
+ * background (a's earlier write is first waited for without a commit:
+ * the caller finishes it before).  local: dir is the node-local tier
+ * (peers from dtrain_sckpt_peers; the shard is kept in memory for the
+ * peer).  Returns 0; or 1 with one line in err when no thread could be
+ * made: the shard was then written in the foreground.  Either way the
+ * write is pending until finished, as on every other rank. */
+int dtrain_ckpt_async_start(struct dtrain_ckpt_async *a, const char *dir, int local,
+                            const struct dtrain_sckpt_peers *peers, const struct dtrain_train_config *cfg,
+                            const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                            const struct dtrain_sckpt_scaler *scaler, const struct dtrain_sckpt_piece *pieces,
+                            size_t npieces, int fail_write, long delay_ms, char *err, size_t errlen);
+
+/* 1 while a write is pending and its thread still writing (this rank's
+ * share of the loop's "writing" sum). */
+int dtrain_ckpt_async_writing(struct dtrain_ckpt_async *a);
+
+/* The collective of the next stage (every rank calls it at the same step
+ * boundary): wait for this rank's write; on the node-local tier after
+ * stage 1, send the shard to the peer and receive the copy this rank
+ * keeps (over world, on this thread) and start writing it in the
+ * background (*committed 0: pending still); else commit
+ * (dtrain_sckpt_commit or _commit_local; *committed 1).  Returns as
+ * dtrain_sckpt_save; *write_s: the background writes' wall time, st: the
+ * commit's.  Nothing pending: DTRAIN_OK, *committed 0. */
+int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, int keep, int *committed,
+                             struct dtrain_sckpt_stats *st, double *write_s, char *err, size_t errlen);
+
+/* Wait for the write without committing (the run is ending on a fault):
+ * its step-N.tmp stays for resume to remove.  Not collective. */
+void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

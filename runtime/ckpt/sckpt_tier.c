@@ -1,0 +1,598 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The node-local checkpoint tier: the peers that keep each other's
+ * shards, the copies, the commit by each node's lowest rank, and the
+ * resume from either tier; see dtrain_shard_ckpt.h. */
+#include "sckpt_internal.h"
+#include "dtrain_file.h"
+#include "dtrain_io.h"
+#include "dtrain_parse.h"
+#include "dtrain_pcomm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LOCAL_CANDIDATES 16 /* complete steps each rank reports from its node's folder */
+
+/* ------------------------------------------------------------ peers */
+
+struct by_node { int32_t node, rank; };
+
+static int cmp_node(const void *a, const void *b)
+{
+    const struct by_node *x = a, *y = b;
+    return x->node != y->node ? (x->node < y->node ? -1 : 1) : (x->rank < y->rank ? -1 : x->rank > y->rank);
+}
+
+int dtrain_sckpt_peers(dtrain_comm *world, long node, struct dtrain_sckpt_peers *out, char *err, size_t errlen)
+{
+    int rank = world != NULL ? dtrain_comm_rank(world) : 0, size = world != NULL ? dtrain_comm_size(world) : 1;
+    int32_t mine = (int32_t)node;
+    int32_t *nodes = malloc((size_t)size * sizeof *nodes);
+    struct by_node *order = malloc((size_t)size * sizeof *order);
+    int rc = DTRAIN_ERR_SYSTEM;
+    *out = (struct dtrain_sckpt_peers){-1, -1, rank, 1, 0};
+    if (nodes == NULL || order == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory for %d ranks' nodes", size);
+        goto out;
+    }
+    if ((rc = sckpt_gather_ints(world, &mine, 1, nodes, "checkpoint: the ranks' nodes", err, errlen)) != DTRAIN_OK)
+        goto out;
+    for (int r = 0; r < size; r++)
+        order[r] = (struct by_node){nodes[r], r};
+    qsort(order, (size_t)size, sizeof *order, cmp_node);
+    int most = 0, pos = 0;
+    out->nodes = 0;
+    for (int i = 0, run = 0; i < size; i++) {
+        if (i == 0 || order[i].node != order[i - 1].node) {
+            out->nodes++;
+            run = 0;
+        }
+        if (++run > most)
+            most = run;
+        if (order[i].rank == rank)
+            pos = i;
+    }
+    for (int i = 0; i < size; i++)
+        if (order[i].node == mine) {
+            out->leader = order[i].rank; /* the first of its node in (node, rank) order */
+            break;
+        }
+    if (out->nodes > 1) {
+        out->peer = order[(pos + most) % size].rank;
+        out->src = order[(pos - most % size + size) % size].rank;
+        for (int i = 0; i < size; i++)
+            if (order[(i + most) % size].node == order[i].node)
+                out->same_node = 1;
+    }
+    rc = DTRAIN_OK;
+out:
+    free(nodes);
+    free(order);
+    return rc;
+}
+
+/* ------------------------------------------------------------ copies */
+
+static int shard_path(char *out, size_t len, const char *dir, uint64_t step, const char *suffix, long rank)
+{
+    char folder[DTRAIN_PATH_MAX], name[32];
+    sckpt_shard_name(name, sizeof name, rank);
+    if (sckpt_step_path(folder, sizeof folder, dir, step, suffix) != 0)
+        return -1;
+    return dtrain_snprintf(out, len, "%s/%s", folder, name);
+}
+
+/* A whole file into memory (never a blocking open). */
+static int read_whole(const char *path, void **bytes, size_t *len, char *why, size_t whylen)
+{
+    off_t size = 0;
+    int fd = dtrain_open_regular(path, O_RDONLY, "checkpoint file", &size, why, whylen);
+    *bytes = NULL;
+    *len = 0;
+    if (fd < 0)
+        return ENOENT;
+    unsigned char *buf = malloc((size_t)size + 1);
+    if (buf == NULL) {
+        close(fd);
+        dtrain_snprintf(why, whylen, "out of memory for %s (%lld bytes)", path, (long long)size);
+        return ENOMEM;
+    }
+    size_t got = 0;
+    while (got < (size_t)size) {
+        ssize_t n = read(fd, buf + got, (size_t)size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO;
+            dtrain_snprintf(why, whylen, "cannot read %s: %s", path, strerror(e));
+            free(buf);
+            close(fd);
+            return e;
+        }
+        got += (size_t)n;
+    }
+    close(fd);
+    *bytes = buf;
+    *len = got;
+    return 0;
+}
+
+int dtrain_sckpt_read_back(const char *dir, uint64_t step, int rank, void **bytes, size_t *len, char *why,
+                           size_t whylen)
+{
+    char path[DTRAIN_PATH_MAX];
+    if (shard_path(path, sizeof path, dir, step, ".tmp", rank) != 0) {
+        dtrain_snprintf(why, whylen, "checkpoint folder path too long: %.80s...", dir);
+        return ENAMETOOLONG;
+    }
+    return read_whole(path, bytes, len, why, whylen);
+}
+
+/* bytes as folder/name (temporary name, fsync, rename), folder created. */
+static int write_file(const char *folder, const char *name, const void *bytes, size_t len, char *why, size_t whylen)
+{
+    char path[DTRAIN_PATH_MAX];
+    if (dtrain_snprintf(path, sizeof path, "%s/%s", folder, name) != 0) {
+        dtrain_snprintf(why, whylen, "checkpoint folder path too long: %.80s...", folder);
+        return ENAMETOOLONG;
+    }
+    if (sckpt_make_dirs(folder) != 0) {
+        int e = errno;
+        dtrain_snprintf(why, whylen, "cannot create %s: %s", folder, strerror(e));
+        return e;
+    }
+    struct dtrain_out_file o;
+    errno = 0;
+    if (dtrain_out_open(&o, path, why, whylen) != DTRAIN_OK)
+        return errno ? errno : EIO;
+    dtrain_out_write(&o, bytes, len);
+    int e = o.write_errno;
+    if (dtrain_out_commit(&o, why, whylen) != DTRAIN_OK)
+        return e ? e : (o.write_errno ? o.write_errno : EIO);
+    return 0;
+}
+
+int dtrain_sckpt_write_copy(const char *dir, uint64_t step, int rank, const void *bytes, size_t len, char *why,
+                            size_t whylen)
+{
+    char folder[DTRAIN_PATH_MAX], name[32];
+    if (sckpt_step_path(folder, sizeof folder, dir, step, ".tmp") != 0) {
+        dtrain_snprintf(why, whylen, "checkpoint folder path too long: %.80s...", dir);
+        return ENAMETOOLONG;
+    }
+    sckpt_shard_name(name, sizeof name, rank);
+    int e = write_file(folder, name, bytes, len, why, whylen);
+    if (e == 0 && sckpt_fsync_dir(folder) != 0) {
+        e = errno;
+        dtrain_snprintf(why, whylen, "cannot sync %s: %s", folder, strerror(e));
+    }
+    return e;
+}
+
+/* ------------------------------------------------------------ commit */
+
+int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config *cfg,
+                              const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                              const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,
+                              const struct dtrain_sckpt_peers *peers, const struct dtrain_sckpt_written *w,
+                              int copy_error, const char *copy_why, struct dtrain_sckpt_stats *st, char *err,
+                              size_t errlen)
+{
+    double t0 = now_seconds();
+    const struct dtrain_sckpt_layout *L = layout;
+    const int leader = peers->leader == L->rank;
+    char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX], msg[512] = "";
+    struct record mine = {w->error ? w->error : copy_error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum};
+    struct record *all = malloc((size_t)L->world_size * sizeof *all);
+    int32_t *outcomes = malloc((size_t)L->world_size * sizeof *outcomes);
+    int rc;
+    memset(st, 0, sizeof *st);
+    st->bytes = mine.bytes;
+    st->failed_here = mine.error != 0;
+    if (all == NULL || outcomes == NULL) {
+        free(all);
+        free(outcomes);
+        dtrain_snprintf(err, errlen, "out of memory for %d checkpoint records", L->world_size);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    if (sckpt_step_path(tmp, sizeof tmp, dir, step, ".tmp") != 0 || sckpt_step_path(final, sizeof final, dir, step, "") != 0)
+        mine.error = mine.error ? mine.error : ENAMETOOLONG;
+    /* The barrier: every shard and every copy on disk, on every rank's word. */
+    if ((rc = sckpt_gather_ints(world, (const int32_t *)(const void *)&mine, RECORD_INTS, (int32_t *)(void *)all,
+                                "checkpoint: gathering the shards' outcomes", err, errlen)) != DTRAIN_OK)
+        goto out;
+    int failed = 0, first = -1;
+    for (int r = 0; r < L->world_size; r++) {
+        st->total_bytes += all[r].bytes;
+        if (all[r].error != 0 && failed++ == 0)
+            first = r;
+    }
+    int32_t committed = DTRAIN_OK;
+    if (failed == 0 && leader) {
+        committed = sckpt_commit(dir, tmp, final, cfg, L, step, data_batches, scaler, all, msg, sizeof msg);
+        if (committed == DTRAIN_OK)
+            sckpt_prune(dir, keep > 0 ? keep : 1);
+    }
+    if (failed > 0 && leader)
+        sckpt_remove_step_dir(tmp);
+    /* every node's folder committed, or the run goes on from the one before */
+    if ((rc = sckpt_gather_ints(world, &committed, 1, outcomes, "checkpoint: the nodes' commits", err, errlen)) !=
+        DTRAIN_OK)
+        goto out;
+    int node_failed = -1;
+    for (int r = 0; r < L->world_size && node_failed < 0; r++)
+        if (outcomes[r] != DTRAIN_OK)
+            node_failed = r;
+    rc = DTRAIN_OK;
+    if (failed > 0) {
+        rc = DTRAIN_ERR_SYSTEM;
+        if (mine.error != 0)
+            dtrain_snprintf(err, errlen, "node-local checkpoint of step %" PRIu64 " not written: rank %d: %s", step,
+                            L->rank, w->error ? w->why : copy_why);
+        else
+            dtrain_snprintf(err, errlen, "node-local checkpoint of step %" PRIu64 " not written: rank %d could not "
+                            "write its shard or its peer's copy (%s)%s", step, first, strerror(all[first].error),
+                            failed > 1 ? ", and other ranks too" : "");
+    } else if (node_failed >= 0) {
+        rc = DTRAIN_ERR_SYSTEM; /* the other nodes' folders stay: resume checks what each holds */
+        if (committed != DTRAIN_OK)
+            dtrain_snprintf(err, errlen, "node-local checkpoint of step %" PRIu64 " not committed on rank %d's node: "
+                            "%s", step, L->rank, msg);
+        else
+            dtrain_snprintf(err, errlen, "node-local checkpoint of step %" PRIu64 " not committed on rank %d's node",
+                            step, node_failed);
+    }
+out:
+    free(all);
+    free(outcomes);
+    st->seconds = now_seconds() - t0;
+    return rc;
+}
+
+/* ------------------------------------------------------------ resume */
+
+enum copy_state { ABSENT = 0, HELD = 1, BAD = 2, OTHER_RUN = 3 };
+
+/* Per rank, gathered: its own shard's state, its peer copy's, whose copy
+ * it keeps, its node's manifest's, its node's leader. */
+struct local_view {
+    int32_t own, copy, src, manifest, leader, pad;
+};
+#define VIEW_INTS ((int)(sizeof(struct local_view) / sizeof(int32_t)))
+
+static int copy_state(const char *path, long r, const struct manifest *m, uint64_t *bytes, char *why, size_t whylen)
+{
+    if (r < 0 || r >= m->layout.world_size)
+        return ABSENT;
+    int v = sckpt_shard_verify(path, r, m, bytes, why, whylen);
+    return v == GOOD ? HELD : v == DAMAGED_MISSING ? ABSENT : BAD;
+}
+
+static int bcast_from(dtrain_comm *world, void *buf, size_t bytes, int root, const char *what, char *err,
+                      size_t errlen)
+{
+    if (world == NULL)
+        return DTRAIN_OK;
+    return dtrain_pcomm_status(world, dtrain_comm_broadcast(world, buf, bytes, root), what, err, errlen);
+}
+
+/* Send the file `name` of step folder `path` from rank `holder` to every
+ * rank; the leaders write it into their node's `into` folder.  Returns the
+ * comm status; *werr the write's errno here (leaders). */
+static int spread_file(dtrain_comm *world, int rank, int holder, int leader, const char *path, const char *name,
+                       const char *into, int *werr, char *why, size_t whylen, char *err, size_t errlen)
+{
+    char file[DTRAIN_PATH_MAX];
+    void *buf = NULL;
+    size_t len = 0;
+    uint64_t size = 0;
+    int rc;
+    if (rank == holder) {
+        if (dtrain_snprintf(file, sizeof file, "%s/%s", path, name) != 0 || read_whole(file, &buf, &len, why, whylen) != 0)
+            size = UINT64_MAX; /* said to every rank: this copy went away */
+        else
+            size = len;
+    }
+    if ((rc = bcast_from(world, &size, sizeof size, holder, "resume: a node-local file's size", err, errlen)) !=
+        DTRAIN_OK)
+        goto out;
+    if (size == UINT64_MAX) {
+        *werr = EIO;
+        dtrain_snprintf(why, whylen, "%s/%s could not be read again on rank %d", path, name, holder);
+        goto out;
+    }
+    if (rank != holder && (buf = malloc((size_t)size + 1)) == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory for %s (%" PRIu64 " bytes)", name, size);
+        rc = DTRAIN_ERR_SYSTEM; /* every rank must take part in the broadcast: this one cannot */
+        goto out;
+    }
+    if ((rc = bcast_from(world, buf, (size_t)size, holder, "resume: a node-local file", err, errlen)) != DTRAIN_OK)
+        goto out;
+    if (leader && *werr == 0)
+        *werr = write_file(into, name, buf, (size_t)size, why, whylen);
+out:
+    free(buf);
+    return rc;
+}
+
+/* Try the node-local tier at `step`: GOOD (loaded), or another verdict
+ * (skipped, said on rank 0 with next); *rc the comm or input status. */
+static int try_local(const char *local, uint64_t step, const char *next, const struct dtrain_sckpt_peers *peers,
+                     const struct dtrain_train_config *cfg, dtrain_comm *world,
+                     const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs, const char *prog,
+                     struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, int *rc, char *err,
+                     size_t errlen)
+{
+    int rank = world != NULL ? dtrain_comm_rank(world) : 0, size = world != NULL ? dtrain_comm_size(world) : 1;
+    const int leader = peers->leader == rank;
+    char path[DTRAIN_PATH_MAX], tmp[DTRAIN_PATH_MAX], damaged[DTRAIN_PATH_MAX], why[768] = "";
+    struct manifest m;
+    struct stat sb;
+    struct local_view me = {ABSENT, ABSENT, peers->src, ABSENT, peers->leader, 0};
+    struct local_view *all = malloc((size_t)size * sizeof *all);
+    int verdict = DAMAGED_MISSING, lacking = -1;
+    memset(&m, 0, sizeof m);
+    *rc = DTRAIN_OK;
+    if (all == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        *rc = DTRAIN_ERR_SYSTEM;
+        return NO_MEMORY;
+    }
+    if (sckpt_step_path(path, sizeof path, local, step, "") != 0 || sckpt_step_path(tmp, sizeof tmp, local, step, ".tmp") != 0 ||
+        sckpt_step_path(damaged, sizeof damaged, local, step, ".damaged") != 0) {
+        dtrain_snprintf(err, errlen, "node-local checkpoint folder path too long: %.80s...", local);
+        *rc = DTRAIN_ERR_INPUT;
+        free(all);
+        return DAMAGED_MISSING;
+    }
+    if (lstat(path, &sb) == 0) {
+        int v = sckpt_read_manifest(path, step, cfg, &m, why, sizeof why);
+        me.manifest = v == GOOD ? HELD : v == INCOMPATIBLE ? OTHER_RUN : BAD;
+        if (v == GOOD && m.layout.world_size != size)
+            me.manifest = ABSENT; /* another world: only the shared tier serves a new layout */
+        if (me.manifest == HELD) {
+            me.own = copy_state(path, rank, &m, &st->bytes, why, sizeof why);
+            me.copy = copy_state(path, peers->src, &m, &st->bytes, why, sizeof why);
+            if ((me.own == BAD || me.copy == BAD) && msgs != NULL)
+                fprintf(msgs, "%s: rank %d: node-local checkpoint %s is damaged: %s\n", prog, rank, path, why);
+        }
+    }
+    if ((*rc = sckpt_gather_ints(world, (const int32_t *)(const void *)&me, VIEW_INTS, (int32_t *)(void *)all,
+                                 "resume: the node-local copies", err, errlen)) != DTRAIN_OK)
+        goto out;
+    for (int r = 0; r < size; r++)
+        if (all[r].manifest == OTHER_RUN) {
+            dtrain_snprintf(err, errlen, "node-local checkpoint %s (on rank %d's node) belongs to another model, batch "
+                            "shape, data order or seed: give another --ckpt-local-dir", path, r);
+            *rc = DTRAIN_ERR_INPUT;
+            verdict = INCOMPATIBLE;
+            goto out;
+        }
+    /* who holds a good copy of each shard: itself, else the rank that keeps its copy */
+    int *holder = malloc((size_t)size * sizeof *holder);
+    if (holder == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        *rc = DTRAIN_ERR_SYSTEM;
+        goto out;
+    }
+    for (int r = 0; r < size; r++)
+        holder[r] = all[r].own == HELD ? r : -1;
+    for (int q = 0; q < size; q++)
+        if (all[q].copy == HELD && all[q].src >= 0 && all[q].src < size && holder[all[q].src] < 0)
+            holder[all[q].src] = q;
+    int manifest_holder = -1;
+    for (int r = 0; r < size && lacking < 0; r++)
+        if (holder[r] < 0)
+            lacking = r;
+    for (int r = 0; r < size && manifest_holder < 0; r++)
+        if (all[r].manifest == HELD)
+            manifest_holder = r;
+    int node_damaged = 0, any_bad = 0; /* a file of this node's (any node's) folder did not verify */
+    for (int r = 0; r < size; r++) {
+        int bad = all[r].own == BAD || all[r].copy == BAD || all[r].manifest == BAD;
+        any_bad |= bad;
+        if (all[r].leader == rank && bad)
+            node_damaged = 1;
+    }
+    if (lacking >= 0 || manifest_holder < 0) {
+        if (rank == 0 && msgs != NULL) {
+            fprintf(msgs, "%s: node-local checkpoint of step %" PRIu64 " is incomplete: shard-%05d.bin has no good "
+                    "copy on any node; %s\n", prog, step, lacking >= 0 ? lacking : 0, next);
+            fflush(msgs);
+        }
+        if (leader && node_damaged) {
+            sckpt_remove_step_dir(damaged);
+            rename(path, damaged);
+        }
+        free(holder);
+        verdict = any_bad ? DAMAGED_CHECKSUM : DAMAGED_MISSING;
+        goto out;
+    }
+    /* Every node gets the whole checkpoint again (its lost or damaged
+     * files back), built in step-N.tmp and renamed over its folder. */
+    int werr = 0;
+    char name[32];
+    if (leader)
+        sckpt_remove_step_dir(tmp);
+    for (int r = 0; r < size && *rc == DTRAIN_OK; r++) {
+        sckpt_shard_name(name, sizeof name, r);
+        *rc = spread_file(world, rank, holder[r], leader, path, name, tmp, &werr, why,
+                          sizeof why, err, errlen);
+    }
+    if (*rc == DTRAIN_OK)
+        *rc = spread_file(world, rank, manifest_holder, leader, path, DTRAIN_SCKPT_MANIFEST, tmp, &werr, why,
+                          sizeof why, err, errlen);
+    free(holder);
+    if (*rc != DTRAIN_OK)
+        goto out;
+    if (leader && werr == 0 && sckpt_fsync_dir(tmp) != 0)
+        werr = errno;
+    if (leader && werr == 0) {
+        if (node_damaged) {
+            sckpt_remove_step_dir(damaged);
+            if (rename(path, damaged) != 0 && errno != ENOENT)
+                werr = errno;
+        } else if (sckpt_remove_step_dir(path) != 0) {
+            werr = errno;
+        }
+        if (werr == 0 && rename(tmp, path) != 0)
+            werr = errno;
+        if (werr == 0)
+            sckpt_fsync_dir(local);
+        if (werr != 0)
+            dtrain_snprintf(why, sizeof why, "cannot put %s back together: %s", path, strerror(werr));
+    }
+    if (leader && werr != 0)
+        sckpt_remove_step_dir(tmp);
+    /* every node restored (or the shared tier is next), then every rank reads */
+    int32_t mine[2] = {werr != 0 ? DAMAGED_READ : GOOD, 0}, *got = (int32_t *)(void *)all;
+    /* the leaders have put their folders back before anyone reads */
+    if ((*rc = sckpt_gather_ints(world, mine, 2, got, "resume: the node-local folders put back", err, errlen)) !=
+        DTRAIN_OK)
+        goto out;
+    for (int r = 0; r < size; r++)
+        if (got[2 * r] != GOOD)
+            mine[0] = DAMAGED_READ;
+    if (mine[0] == GOOD) {
+        free(m.shards);
+        mine[0] = sckpt_read_manifest(path, step, cfg, &m, why, sizeof why);
+    }
+    for (int phase = 0; phase < 2; phase++) {
+        if ((*rc = sckpt_gather_ints(world, mine, 2, got, "resume: the node-local checkpoint", err, errlen)) !=
+            DTRAIN_OK)
+            goto out;
+        verdict = GOOD;
+        for (int r = 0; r < size && verdict == GOOD; r++)
+            if (got[2 * r] != GOOD)
+                verdict = got[2 * r];
+        if (verdict != GOOD || phase == 1)
+            break;
+        out->loaded_partly = 1;
+        mine[0] = sckpt_load_pieces(path, &m, pieces, npieces, &st->bytes, why, sizeof why);
+    }
+    if (verdict != GOOD) {
+        if (mine[0] != GOOD && msgs != NULL)
+            fprintf(msgs, "%s: rank %d: node-local checkpoint %s: %s\n", prog, rank, path, why);
+        if (rank == 0 && msgs != NULL)
+            fprintf(msgs, "%s: node-local checkpoint of step %" PRIu64 " could not be put back together: %s; %s\n", prog,
+                    step, sckpt_verdict_text(verdict), next);
+        goto out;
+    }
+    out->found = 1;
+    out->loaded_partly = 0;
+    out->step = m.step;
+    out->data_batches = m.data_batches;
+    out->writer = m.layout;
+    out->scaler = m.scaler;
+    out->tier = "node-local";
+    snprintf(out->path, sizeof out->path, "%s", path);
+out:
+    free(m.shards);
+    free(all);
+    return verdict;
+}
+
+struct candidate { uint64_t step; int local, shared; };
+
+static int cmp_candidate(const void *a, const void *b)
+{
+    uint64_t x = ((const struct candidate *)a)->step, y = ((const struct candidate *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void next_text(char *out, size_t len, const struct candidate *c, int n, int i, int local_done)
+{
+    if (!local_done && c[i].shared)
+        snprintf(out, len, "falling back to the shared copy of step %" PRIu64, c[i].step);
+    else if (i + 1 < n)
+        snprintf(out, len, "falling back to step %" PRIu64 " (%s)", c[i + 1].step,
+                 c[i + 1].local ? "node-local" : "shared");
+    else
+        snprintf(out, len, "there is no older one");
+}
+
+int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struct dtrain_sckpt_peers *peers,
+                              const struct dtrain_train_config *cfg, dtrain_comm *world,
+                              const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs, const char *prog,
+                              struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
+                              size_t errlen)
+{
+    double t0 = now_seconds();
+    int rank = world != NULL ? dtrain_comm_rank(world) : 0, size = world != NULL ? dtrain_comm_size(world) : 1;
+    uint64_t shared_steps[MAX_CANDIDATES];
+    int nshared = 0, rc;
+    struct { int32_t count, pad; uint64_t steps[LOCAL_CANDIDATES]; } mine, *lists = NULL;
+    struct candidate *c = NULL;
+    memset(out, 0, sizeof *out);
+    memset(st, 0, sizeof *st);
+    memset(&mine, 0, sizeof mine);
+    /* each node's lowest rank tidies its folder; every rank lists it */
+    if (peers->leader == rank)
+        sckpt_remove_partial(local);
+    long n = sckpt_list_steps(local, "", mine.steps, LOCAL_CANDIDATES);
+    if (n < 0 && msgs != NULL)
+        fprintf(msgs, "%s: rank %d: cannot read node-local checkpoint folder %s: %s (its tier counts as empty)\n", prog,
+                rank, local, strerror(errno));
+    mine.count = (int32_t)(n < 0 ? 0 : n < LOCAL_CANDIDATES ? n : LOCAL_CANDIDATES);
+    if ((rc = sckpt_shared_list(shared, world, shared_steps, &nshared, err, errlen)) != DTRAIN_OK)
+        goto out;
+    lists = malloc((size_t)size * sizeof *lists);
+    c = malloc(((size_t)size * LOCAL_CANDIDATES + MAX_CANDIDATES) * sizeof *c);
+    if (lists == NULL || c == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory for the checkpoints of %d ranks", size);
+        rc = DTRAIN_ERR_SYSTEM;
+        goto out;
+    }
+    if ((rc = sckpt_gather_ints(world, (const int32_t *)(const void *)&mine, (int)(sizeof mine / 4),
+                                (int32_t *)(void *)lists, "resume: the node-local checkpoints", err, errlen)) !=
+        DTRAIN_OK)
+        goto out;
+    /* one candidate per step, newest first, with the tiers that have it */
+    int nc = 0;
+    for (int i = 0; i < nshared; i++)
+        c[nc++] = (struct candidate){shared_steps[i], 0, 1};
+    for (int r = 0; r < size; r++)
+        for (int i = 0; i < lists[r].count && i < LOCAL_CANDIDATES; i++)
+            c[nc++] = (struct candidate){lists[r].steps[i], 1, 0};
+    qsort(c, (size_t)nc, sizeof *c, cmp_candidate);
+    int k = 0;
+    for (int i = 0; i < nc; i++) {
+        if (k > 0 && c[k - 1].step == c[i].step) {
+            c[k - 1].local |= c[i].local;
+            c[k - 1].shared |= c[i].shared;
+        } else {
+            c[k++] = c[i];
+        }
+    }
+    nc = k < MAX_CANDIDATES ? k : MAX_CANDIDATES;
+    for (int i = 0; i < nc; i++) {
+        char next[128];
+        if (c[i].local) {
+            next_text(next, sizeof next, c, nc, i, 0);
+            int v = try_local(local, c[i].step, next, peers, cfg, world, pieces, npieces, msgs, prog, out, st, &rc,
+                              err, errlen);
+            if (rc != DTRAIN_OK || out->found)
+                goto out;
+            if (v != DAMAGED_MISSING)
+                out->damaged++;
+        }
+        if (c[i].shared) {
+            next_text(next, sizeof next, c, nc, i, 1);
+            if ((rc = sckpt_resume_one(shared, c[i].step, next, cfg, world, pieces, npieces, msgs, prog, out, st, err,
+                                       errlen)) != DTRAIN_OK || out->found)
+                goto out;
+        }
+    }
+    rc = DTRAIN_OK;
+out:
+    free(lists);
+    free(c);
+    st->seconds = now_seconds() - t0;
+    return rc;
+}
