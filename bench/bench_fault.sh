@@ -21,12 +21,13 @@
 # Faults: kill (rank 1 SIGKILLs itself), hang (rank 3 stops in its first
 # forward: a neighbour's heartbeat sees it, --hang-detect 1 s),
 # hang-timeout (the same hang with heartbeats off, --hang-detect 0: the
-# communicator timeout is the detection, the path before heartbeats) and
-# spare (rank 1 SIGKILLs itself, in-job restart on the spare).  Medians of
+# communicator timeout is the detection, the path before heartbeats),
+# spare (rank 1 SIGKILLs itself, in-job restart on the spare) and
+# hang-spare (the hang, the heartbeat naming the node, in-job restart).  Medians of
 # --runs runs, in one run of the script so that the paths are compared on
 # the same machine state.
 #
-#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang,hang-timeout,spare]
+#   bench/bench_fault.sh [--build DIR] [--runs N] [--requeue-delay S] [--faults kill,hang,hang-timeout,spare,hang-spare]
 #
 # DIR is a configured and built tree (default: $DTRAIN_BUILD, else build/
 # in the source tree).  Needs root, the Slurm daemons and python3.  The
@@ -34,7 +35,7 @@
 set -uo pipefail
 prog=bench_fault.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang,hang-timeout,spare
+build=${DTRAIN_BUILD:-$top/build} runs=3 delay=5 faults=kill,hang,hang-timeout,spare,hang-spare
 die() { echo "$prog: $1" >&2; exit "${2:-1}"; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -42,8 +43,8 @@ while [ $# -gt 0 ]; do
     --runs) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]?$ ]] || die "--runs needs a count from 1 to 99" 2; runs=$2; shift 2 ;;
     --requeue-delay) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]{1,4}$ ]] && [ "$2" -ge 5 ] || die "--requeue-delay needs seconds, at least 5" 2
       delay=$2; shift 2 ;;
-    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang|hang-timeout|spare)(,(kill|hang|hang-timeout|spare))*$ ]] ||
-      die "--faults takes a comma-separated list of kill, hang, hang-timeout, spare" 2
+    --faults) [ $# -ge 2 ] && [[ $2 =~ ^(kill|hang|hang-timeout|spare|hang-spare)(,(kill|hang|hang-timeout|spare|hang-spare))*$ ]] ||
+      die "--faults takes a comma-separated list of kill, hang, hang-timeout, spare, hang-spare" 2
       faults=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;/^# SPDX-License-Identifier:/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see $0 --help)" 2 ;;
@@ -103,6 +104,7 @@ for ((r = 0; r < runs; r++)); do
       hang) run "hang.$r" "hang:rank=3:step=25" 0 "--hang-detect 1" ;;
       hang-timeout) run "hang-timeout.$r" "hang:rank=3:step=25" 0 "--hang-detect 0" ;;
       spare) run "spare.$r" "kill:rank=1:step=25" 1 ;;
+      hang-spare) run "hang-spare.$r" "hang:rank=3:step=25" 1 "--hang-detect 1" ;;
     esac
   done
 done
@@ -137,12 +139,15 @@ print(f"fault to the first resumed step: 4 ranks (T=2 x D=2, 2 nodes), L=4 C=256
       f"median of {runs} runs (min..max), seconds")
 totals = {}
 for f in faults:
-    rows = [times(f"{d}/{f}.{r}.events", f == "spare") for r in range(runs)]
-    print(f"  {f}:" + ("  (in-job restart on a spare: --dtrain-spares=1, dtrain-launch --supervise)" if f == "spare" else ""))
-    for name, a, b in (INJOB if f == "spare" else PHASES) + [("total", "inject", "first_step")]:
+    injob = f in ("spare", "hang-spare")
+    rows = [times(f"{d}/{f}.{r}.events", injob) for r in range(runs)]
+    print(f"  {f}:" + ("  (in-job restart on a spare: --dtrain-spares=1, dtrain-launch --supervise)" if injob else ""))
+    for name, a, b in (INJOB if injob else PHASES) + [("total", "inject", "first_step")]:
         v = [t[b] - t[a] for t in rows]
         print(f"    {name:34s} {statistics.median(v):7.2f}   ({min(v):.2f}..{max(v):.2f})")
     totals[f] = statistics.median([t["first_step"] - t["inject"] for t in rows])
+if "hang" in totals and "hang-spare" in totals:
+    print(f"  ratio hang-spare / hang (in-job restart against requeue, same hang): {totals['hang-spare'] / totals['hang']:.3f}")
 if "kill" in totals and "spare" in totals:
     print(f"  ratio spare / kill (in-job restart against requeue, same fault): {totals['spare'] / totals['kill']:.3f}")
 PY

@@ -109,10 +109,34 @@ static int take_node(const char *start, const char *end, char *node, size_t node
     return 1;
 }
 
+/* A neighbour's heartbeat verdict: "heartbeat: rank N (node NODE, GPU ..." */
+static int heartbeat_blames(const char *line, char *node, size_t nodelen)
+{
+    static const char prefix[] = "heartbeat: rank ";
+    const char *p = strstr(line, prefix);
+    if (p == NULL || strncmp(line, "dtrain-launch: ", 15) != 0)
+        return 0;
+    p += sizeof prefix - 1;
+    if (*p < '0' || *p > '9')
+        return 0;
+    p += strspn(p, "0123456789");
+    if (strncmp(p, " (node ", 7) != 0)
+        return 0;
+    p += 7;
+    const char *end = p + strcspn(p, ",) \n\r");
+    if (*end != ',' || (strstr(end, " hangs in ") == NULL && strstr(end, " sent no heartbeat ") == NULL))
+        return 0;
+    if (end - p == 1 && *p == '-')
+        return 0; /* the rank did not know its node (no SLURMD_NODENAME) */
+    return take_node(p, end, node, nodelen);
+}
+
 int dtrain_srun_blames(const char *line, char *node, size_t nodelen)
 {
     static const char prefix[] = "srun: error: ";
     const char *p = strstr(line, prefix), *end;
+    if (heartbeat_blames(line, node, nodelen))
+        return 1;
     if (p == NULL)
         return 0;
     p += sizeof prefix - 1;

@@ -23,7 +23,12 @@
  * SIGKILL, the OOM killer: "Exited with exit code" not said) or exited
  * with a status above 128 (a shell reporting a signal), when the node
  * failed, or when the launch on it failed.  Tasks that exited 75 detected
- * a peer's fault: their node is healthy. */
+ * a peer's fault: their node is healthy.  A hang ends every task with 75,
+ * so srun blames nobody; the ranks' heartbeat (dtrain_heartbeat.h) names
+ * the hung or silent rank's node in the fault line its neighbours print,
+ * which srun passes through:
+ *   dtrain-launch: ... heartbeat: rank 3 (node node2, GPU ...) hangs in ...
+ *   dtrain-launch: ... heartbeat: rank 3 (node node2, GPU ...) sent no heartbeat ... */
 #ifndef DTRAIN_LAUNCH_SPARES_H
 #define DTRAIN_LAUNCH_SPARES_H
 

@@ -138,6 +138,19 @@ check "budget spent: one in-job restart, then one line says why, and the job's e
         has budget "exit 1 (not requeued: the job was already restarted 1 time (--dtrain-max-restarts=1))" &&
         [ "$(job_field "$d" "$budget" ExitCode)" = "1:0" ]'
 
+# ---- a hung rank: every task exits 75, srun blames nobody; the neighbours'
+# heartbeat names the hung rank's node, and the step restarts in the job
+hang=$(submit hang "hang:rank=1:step=10" "" -N2 --ntasks-per-node=2 --dtrain-spares=1 --dtrain-max-restarts=3)
+check "hung rank: a job submitted" [ -n "$hang" ]
+wait_job "$d" "$hang" 240 || diag "hang: job $hang did not end within 240 s"
+check "hung rank: COMPLETED without a requeue (Restarts=0)" ended hang "$hang" COMPLETED 0
+check "hung rank: the heartbeat names rank 1's node1; the step restarts in the job on node2 and the spare node3" \
+  has hang "^dtrain-launch: node1 failed (dtrain-launch: .*heartbeat: rank 1 (node node1, .*): step restarted in the job on node2,node3"
+check "hung rank: every step's loss equals the reference's, bit for bit" same_losses hang
+t0=$(event_time hang inject)
+t1=$(sed -n 's/^{"t": \([0-9.]*\), "event": "first_step".*"restart": 1,.*/\1/p' "$d/hang.events" | sort -n | head -n 1)
+diag "hung rank: hang -> first resumed step $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s"
+
 # ---- a node failure with a spare (node2: not the batch script's node1)
 node=$(submit node "delay:rank=0:step=0:ms=200:count=$steps" "" -N2 --ntasks-per-node=2 --dtrain-spares=1 \
   --dtrain-max-restarts=3)

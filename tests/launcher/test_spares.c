@@ -61,6 +61,16 @@ static void test_blame(void)
         {"srun: Force Terminated StepId=3.0", NULL},
         {"dtrain-launch: fault: rank 0 on node1 (vm): tensor-parallel all-reduce: EPEER: ...", NULL},
         {"srun: error: Unable to create step for job 2: More processors requested than permitted", NULL},
+        /* a neighbour's heartbeat verdict names the hung or silent rank's node */
+        {"dtrain-launch: fault: rank 2 on node2 (vm): heartbeat: rank 3 (node node2, GPU 0000:41:00.0) hangs in "
+         "forward of micro-batch 0 at step 10: alive but no progress for 1.0 s outside any communicator call, "
+         "while rank 2 waits on it in a TP call: exit 75", "node2"},
+        {"dtrain-launch: fault: rank 0 on node1 (vm): heartbeat: rank 1 (node gpu-b3, GPU -) sent no heartbeat for "
+         "2.1 s (last seen in backward at step 4): it is stopped or its node unreachable; rank 0 waits in a DP call",
+         "gpu-b3"},
+        {"dtrain-launch: fault: rank 0 on n1 (vm): heartbeat: rank 1 (node -, GPU -) hangs in forward", NULL},
+        {"echo heartbeat: rank 1 (node node9, GPU -) hangs in forward", NULL},
+        {"dtrain-launch: heartbeat: rank 1 (node node9, GPU -) is fine", NULL},
         {"", NULL},
     };
     for (size_t k = 0; k < sizeof lines / sizeof lines[0]; k++) {
