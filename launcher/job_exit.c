@@ -60,10 +60,11 @@ int dtrain_job_exit_code(long status, char *line, size_t linelen)
 
 #define DRAIN_TIMEOUT_MS 10000
 
-int dtrain_job_drain_request(char *line, size_t linelen)
+int dtrain_job_take_drain_request(char *node, size_t nodelen, char *reason, size_t reasonlen, char *line,
+                                  size_t linelen)
 {
     const char *dir = getenv(DTRAIN_ENV_CKPT_DIR);
-    char path[4096 + 32], text[1024], reason[1100], err[600];
+    char path[4096 + 32], text[1024], err[600];
     if (dir == NULL || dir[0] == '\0' || dtrain_snprintf(path, sizeof path, "%s/" DTRAIN_DRAIN_REQUEST, dir) != 0)
         return 0;
     if (access(path, F_OK) != 0)
@@ -72,7 +73,7 @@ int dtrain_job_drain_request(char *line, size_t linelen)
     FILE *f = dtrain_fopen_regular(path, 0, "the drain request", NULL, err, sizeof err);
     if (f == NULL) {
         snprintf(line, linelen, "%s: no node drained", err);
-        return 1;
+        return -1;
     }
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
@@ -81,20 +82,31 @@ int dtrain_job_drain_request(char *line, size_t linelen)
     char *tab = strchr(text, '\t');
     if (unlink(path) != 0 && errno != ENOENT) {
         snprintf(line, linelen, "cannot remove the drain request %s: %s (remove it by hand)", path, strerror(errno));
-        return 1;
+        return -1;
     }
-    if (tab == NULL || tab == text) {
+    if (tab == NULL || tab == text || (size_t)(tab - text) >= nodelen) {
         snprintf(line, linelen, "the drain request %s is malformed (not NODE<TAB>REASON): removed, no node drained",
                  path);
-        return 1;
+        return -1;
     }
     *tab = '\0';
-    snprintf(reason, sizeof reason, "dtrain: %.200s", tab + 1);
-    if (health_drain(text, reason, DRAIN_TIMEOUT_MS, err, sizeof err) != 0)
+    snprintf(node, nodelen, "%s", text);
+    snprintf(reason, reasonlen, "%.400s", tab + 1);
+    return 1;
+}
+
+int dtrain_job_drain_request(char *line, size_t linelen)
+{
+    char node[256], why[512], reason[600], err[600];
+    int got = dtrain_job_take_drain_request(node, sizeof node, why, sizeof why, line, linelen);
+    if (got <= 0)
+        return got < 0;
+    snprintf(reason, sizeof reason, "dtrain: %.200s", why);
+    if (health_drain(node, reason, DRAIN_TIMEOUT_MS, err, sizeof err) != 0)
         snprintf(line, linelen, "straggler drain: %s (draining needs root, SlurmUser or a Slurm operator; the "
-                 "requeued job may land on %.64s again)", err, text);
+                 "requeued job may land on %.64s again)", err, node);
     else
-        snprintf(line, linelen, "straggler drain: node %.64s drained (%.300s)", text, reason);
+        snprintf(line, linelen, "straggler drain: node %.64s drained (%.300s)", node, reason);
     return 1;
 }
 

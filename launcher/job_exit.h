@@ -37,6 +37,14 @@ int dtrain_job_exit_code(long status, char *line, size_t linelen);
  * happened (the drain, or why it failed). */
 int dtrain_job_drain_request(char *line, size_t linelen);
 
+/* Take the drain request (read it and remove it) without draining: 1 with
+ * the node and the reason ("straggler: ...") filled, 0 when there is none;
+ * -1 when it is unreadable or malformed, with one line in line (it is
+ * removed when it can be).  dtrain-launch --supervise restarts the step
+ * in the job without that node. */
+int dtrain_job_take_drain_request(char *node, size_t nodelen, char *reason, size_t reasonlen, char *line,
+                                  size_t linelen);
+
 /* Ask slurmctld to requeue SLURM_JOB_ID.  Returns 0, or -1 with one line
  * in err. */
 int dtrain_job_requeue(char *err, size_t errlen);

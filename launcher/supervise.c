@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "drain.h"
+#include "job_exit.h"
 #include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_fault.h"
@@ -252,6 +253,15 @@ int dtrain_supervise(char **program, int drain, long *step_status)
         if (sig != 0) {
             fprintf(stderr, PROG ": the job got %s: the step is not restarted in the job\n", dtrain_signals_name(sig));
             goto done;
+        }
+        if (roles.failed_now == 0) {
+            /* a straggler's drain (--dtrain-straggler=drain): its node is the failed one */
+            char node[DTRAIN_NODE_NAME_MAX], reason[512], line[768];
+            int got = dtrain_job_take_drain_request(node, sizeof node, reason, sizeof reason, line, sizeof line);
+            if (got < 0)
+                fprintf(stderr, PROG ": %s\n", line);
+            if (got > 0 && dtrain_roles_fail(&roles, node))
+                dtrain_snprintf(res.reason, sizeof res.reason, "%s", reason);
         }
         if (roles.failed_now == 0) {
             fprintf(stderr, PROG ": the step ended with exit %ld and srun named no failed node (no task was killed): "

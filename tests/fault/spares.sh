@@ -74,7 +74,7 @@ submit() {
     printf 'export DTRAIN_FAULT_LOG=%q\n' "$d/$name.events"
     echo 'echo "job: start, restart ${SLURM_RESTART_COUNT:-0}, on $SLURM_JOB_NODELIST, spares ${DTRAIN_SPARES:-none}"'
     printf 'exec %q --supervise %s -- srun --mpi=pmi2 --ntasks-per-node=2 %q' "$launch" "$sup" "$launch"
-    printf ' %q' "${trainer[@]}" --metrics "$d/$name.jsonl"
+    printf ' %q' "${trainer[@]}" "${trainer_more[@]}" --metrics "$d/$name.jsonl"
     [ -z "$inject" ] || printf ' --inject %q' "$inject"
     echo
   } >"$d/$name.sbatch"
@@ -150,6 +150,20 @@ check "hung rank: every step's loss equals the reference's, bit for bit" same_lo
 t0=$(event_time hang inject)
 t1=$(sed -n 's/^{"t": \([0-9.]*\), "event": "first_step".*"restart": 1,.*/\1/p' "$d/hang.events" | sort -n | head -n 1)
 diag "hung rank: hang -> first resumed step $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s"
+
+# ---- a straggler with --dtrain-straggler=drain: its drain request names
+# its node, which --supervise replaces by the spare (no requeue)
+trainer_more=(--straggler-steps 3 --straggler-margin 20)
+strag=$(submit strag "delay:rank=3:step=2:ms=1000:count=$steps" "" -N2 --ntasks-per-node=2 --dtrain-spares=1 \
+  --dtrain-straggler=drain --dtrain-max-restarts=3)
+trainer_more=()
+check "straggler: a job submitted" [ -n "$strag" ]
+wait_job "$d" "$strag" 240 || diag "strag: job $strag did not end within 240 s"
+check "straggler: COMPLETED without a requeue (Restarts=0)" ended strag "$strag" COMPLETED 0
+check "straggler: its drain request names node2; the step restarts in the job on node1 and the spare node3" \
+  has strag "^dtrain-launch: node2 failed (straggler: rank 3 (node node2, .*): step restarted in the job on node1,node3"
+check "straggler: the request is gone once handled" [ ! -e "$d/strag.ckpt/drain-request" ]
+check "straggler: every step's loss equals the reference's, bit for bit" same_losses strag
 
 # ---- a node failure with a spare (node2: not the batch script's node1)
 node=$(submit node "delay:rank=0:step=0:ms=200:count=$steps" "" -N2 --ntasks-per-node=2 --dtrain-spares=1 \
