@@ -40,7 +40,7 @@ static int job_nodes(struct dtrain_node_roles *roles, int spares, char *err, siz
                         "`exec " PROG " --supervise -- srun ...` in the sbatch script");
         return -1;
     }
-    hostlist_t hl = slurm_hostlist_create(list);
+    DTRAIN_SLURM_HOSTLIST hl = slurm_hostlist_create(list); /* hostlist_t, or its struct on Slurm >= 23.02 (configure) */
     if (hl == NULL) {
         dtrain_snprintf(err, errlen, "SLURM_JOB_NODELIST '%.128s' is not a node list", list);
         return -1;
