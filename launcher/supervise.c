@@ -245,10 +245,15 @@ int dtrain_supervise(char **program, int drain, long *step_status)
         }
         *step_status = res.status;
         rc = -1;
-        /* the step's own verdict (done, bad input...): --job-exit passes it on */
-        if (res.status == DTRAIN_EXIT_OK || res.status == DTRAIN_EXIT_FAILURE || res.status == DTRAIN_EXIT_USAGE ||
-            res.status == DTRAIN_EXIT_REFUSED)
+        /* the step's own verdict (done, bad input...): --job-exit passes it on; but a step srun
+         * blames a node for is a fault whatever its status (Slurm 24.11's srun exits 1 after
+         * "Node failure on NODE", 22.05's with the tasks' 75) */
+        if (res.status == DTRAIN_EXIT_OK ||
+            (roles.failed_now == 0 && (res.status == DTRAIN_EXIT_FAILURE || res.status == DTRAIN_EXIT_USAGE ||
+                                       res.status == DTRAIN_EXIT_REFUSED)))
             goto done;
+        if (roles.failed_now > 0 && res.status < 128 && res.status != DTRAIN_EXIT_REQUEUE)
+            *step_status = DTRAIN_EXIT_REQUEUE; /* a node failed: if not restarted here, a fault to requeue */
         int sig = dtrain_signals_pending();
         if (sig != 0) {
             fprintf(stderr, PROG ": the job got %s: the step is not restarted in the job\n", dtrain_signals_name(sig));

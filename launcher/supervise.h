@@ -10,7 +10,9 @@
  * --nodes=K --nodelist=ACTIVE [--exclude=FAILED] right after `srun`, and
  * passes srun's stderr through, reading which node it blames.  When the
  * step ends:
- *   0, 1, 2, 3   the step's verdict: the script exits with it (job_exit.h);
+ *   0, 1, 2, 3   the step's verdict: the script exits with it (job_exit.h),
+ *                unless srun blamed a node (Slurm 24.11's srun exits 1 after
+ *                "Node failure on NODE"): that is a fault;
  *   a fault      (75, 128 + n, other) with a node to blame, a spare for
  *                each such node and the restart budget not spent
  *                (dtrain_fault.h, in-job restarts counted in
