@@ -110,15 +110,6 @@ static double step_ms(const char *path, long steps)
     return n == steps && n > 1 ? 1e3 * (last - first) / (double)(n - 1) : -1.0;
 }
 
-static int parse_opt(const char *name, const char *text, long min, long max, long *out)
-{
-    char err[256];
-    if (dtrain_parse_int(text, min, max, name, out, err, sizeof err) != 0) {
-        fprintf(stderr, PROG ": %s\n", err);
-        return -1;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -133,12 +124,12 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "r:l:c:s:e:n:d:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'r': if (parse_opt("--ranks", optarg, 2, LOCAL_BOOT_MAX_WORLD, &ranks) != 0) return 2; break;
-        case 'l': if (parse_opt("--layers", optarg, 1, 96, &layers) != 0) return 2; break;
-        case 'c': if (parse_opt("--channels", optarg, 64, 4096, &channels) != 0) return 2; break;
-        case 's': if (parse_opt("--steps", optarg, 3, 100000, &steps) != 0) return 2; break;
-        case 'e': if (parse_opt("--every", optarg, 1, 100000, &every) != 0) return 2; break;
-        case 'n': if (parse_opt("--repeat", optarg, 1, 99, &repeat) != 0) return 2; break;
+        case 'r': if (bench_parse_opt(PROG, "--ranks", optarg, 2, LOCAL_BOOT_MAX_WORLD, &ranks) != 0) return 2; break;
+        case 'l': if (bench_parse_opt(PROG, "--layers", optarg, 1, 96, &layers) != 0) return 2; break;
+        case 'c': if (bench_parse_opt(PROG, "--channels", optarg, 64, 4096, &channels) != 0) return 2; break;
+        case 's': if (bench_parse_opt(PROG, "--steps", optarg, 3, 100000, &steps) != 0) return 2; break;
+        case 'e': if (bench_parse_opt(PROG, "--every", optarg, 1, 100000, &every) != 0) return 2; break;
+        case 'n': if (bench_parse_opt(PROG, "--repeat", optarg, 1, 99, &repeat) != 0) return 2; break;
         case 'd': base = optarg; break;
         case 'h':
             printf("usage: " PROG " [--ranks W] [--layers L] [--channels C] [--steps S] [--every N] [--repeat R] "

@@ -178,15 +178,6 @@ out:
     return rc;
 }
 
-static int parse_opt(const char *name, const char *text, long min, long max, long *out)
-{
-    char err[256];
-    if (dtrain_parse_int(text, min, max, name, out, err, sizeof err) != 0) {
-        fprintf(stderr, PROG ": %s\n", err);
-        return -1;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -200,10 +191,10 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "r:l:c:n:d:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'r': if (parse_opt("--ranks", optarg, 1, LOCAL_BOOT_MAX_WORLD, &ranks) != 0) return 2; break;
-        case 'l': if (parse_opt("--layers", optarg, 1, 96, &layers) != 0) return 2; break;
-        case 'c': if (parse_opt("--channels", optarg, 64, 4096, &channels) != 0) return 2; break;
-        case 'n': if (parse_opt("--repeat", optarg, 1, 99, &repeat) != 0) return 2; break;
+        case 'r': if (bench_parse_opt(PROG, "--ranks", optarg, 1, LOCAL_BOOT_MAX_WORLD, &ranks) != 0) return 2; break;
+        case 'l': if (bench_parse_opt(PROG, "--layers", optarg, 1, 96, &layers) != 0) return 2; break;
+        case 'c': if (bench_parse_opt(PROG, "--channels", optarg, 64, 4096, &channels) != 0) return 2; break;
+        case 'n': if (bench_parse_opt(PROG, "--repeat", optarg, 1, 99, &repeat) != 0) return 2; break;
         case 'd': base = optarg; break;
         case 'h':
             printf("usage: " PROG " [--ranks W] [--layers L] [--channels C] [--repeat N] [--dir DIR]\n"

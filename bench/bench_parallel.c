@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dtrain_data.h"
+#include "dtrain_parse.h"
 #include "dtrain_rng.h"
 #include "local_boot.h"
 
@@ -101,4 +102,14 @@ int bench_cpus(void)
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
         return CPU_COUNT(&set);
     return 1;
+}
+
+int bench_parse_opt(const char *prog, const char *name, const char *text, long min, long max, long *out)
+{
+    char err[256];
+    if (dtrain_parse_int(text, min, max, name, out, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return -1;
+    }
+    return 0;
 }

@@ -38,4 +38,8 @@ int bench_tokens(const char *path, size_t n, unsigned seed, char *err, size_t er
 /* CPUs this process may run on. */
 int bench_cpus(void);
 
+/* An option's whole number in [min, max] into *out: 0, or -1 after one
+ * line "prog: what is wrong" on stderr. */
+int bench_parse_opt(const char *prog, const char *name, const char *text, long min, long max, long *out);
+
 #endif

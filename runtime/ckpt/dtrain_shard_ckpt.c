@@ -187,6 +187,19 @@ const char *sckpt_verdict_text(int v)
 /* One candidate: manifest, verification of this rank's files, agreement,
  * loading, agreement.  Returns the agreed verdict; *bad_shard is the
  * first shard found damaged (-1 when none). */
+void sckpt_resume_found(struct dtrain_sckpt_resumed *out, const struct manifest *m, const char *path,
+                        const char *tier)
+{
+    out->found = 1;
+    out->loaded_partly = 0;
+    out->step = m->step;
+    out->data_batches = m->data_batches;
+    out->writer = m->layout;
+    out->scaler = m->scaler;
+    out->tier = tier;
+    snprintf(out->path, sizeof out->path, "%s", path);
+}
+
 static int try_candidate(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
                          dtrain_comm *world, int rank, int size, const struct dtrain_sckpt_piece *pieces, size_t n,
                          FILE *msgs, const char *prog, struct manifest *m, int *bad_shard,
@@ -260,14 +273,7 @@ int sckpt_resume_one(const char *dir, uint64_t step, const char *next, const str
         return comm_rc;
     }
     if (v == GOOD) {
-        out->found = 1;
-        out->loaded_partly = 0;
-        out->step = m.step;
-        out->data_batches = m.data_batches;
-        out->writer = m.layout;
-        out->scaler = m.scaler;
-        out->tier = "shared";
-        snprintf(out->path, sizeof out->path, "%s", path);
+        sckpt_resume_found(out, &m, path, "shared");
         free(m.shards);
         return DTRAIN_OK;
     }

@@ -143,6 +143,11 @@ int sckpt_commit(const char *dir, const char *tmp, const char *final, const stru
  * DAMAGED_MANIFEST or INCOMPATIBLE (both with one line in why). */
 int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
                         struct manifest *m, char *why, size_t whylen);
+/* A resume's outcome once the checkpoint at path (manifest m, from tier
+ * "shared" or "node-local") is loaded: found, its step, data cursor,
+ * writer's layout and scaler (dtrain_shard_ckpt.c). */
+void sckpt_resume_found(struct dtrain_sckpt_resumed *out, const struct manifest *m, const char *path,
+                        const char *tier);
 
 /* sckpt_shard.c: shard files, written, verified, read */
 int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,

@@ -484,14 +484,7 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
                     step, sckpt_verdict_text(verdict), next);
         goto out;
     }
-    out->found = 1;
-    out->loaded_partly = 0;
-    out->step = m.step;
-    out->data_batches = m.data_batches;
-    out->writer = m.layout;
-    out->scaler = m.scaler;
-    out->tier = "node-local";
-    snprintf(out->path, sizeof out->path, "%s", path);
+    sckpt_resume_found(out, &m, path, "node-local");
 out:
     free(m.shards);
     free(all);
