@@ -13,8 +13,7 @@ run() { # run ARGS...: stdout in $tmp/out, stderr in $tmp/err, status in $rc
     "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
 }
 if ! command -v python3 >/dev/null 2>&1; then
-    skip_test "python3 not installed: dtrain-topo --json not parsed"
-    exit 0
+    skip_all "python3 not installed: dtrain-topo --json not parsed"
 fi
 # py 'EXPR over d (the JSON), g (its GPUs), t (its plan's tasks)': true/false
 py() {
@@ -75,3 +74,4 @@ run --xml "$fx/nvidia-dgx2.xml" --tp 16 --json
 check "DGX-2: 16 V100 in one NVLink island, every pair 150 GB/s" \
   py 'len(g) == 16 and d["largest_island"] == 16 and all(bw[a][b] == 150 for a in range(16) for b in range(16) if a != b)'
 check "DGX-2: T=16 placed on the node, no warning" py 'd["plan"]["warning"] is None and len(t) == 16'
+done_testing
