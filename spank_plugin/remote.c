@@ -202,6 +202,8 @@ static int select_gpus(struct dtrain_plugin *plugin)
             continue;
         if (s->gres.count > 0)
             memcpy(s->gpu_token[k], s->gres.visible[g], sizeof s->gpu_token[k]);
+        else if (strncmp(gpu->uuid, "MIG-", 4) == 0) /* CUDA takes MIG instances by UUID only */
+            snprintf(s->gpu_token[k], sizeof s->gpu_token[k], "%s", gpu->uuid);
         else
             snprintf(s->gpu_token[k], sizeof s->gpu_token[k], "%d", gpu->vendor_index);
         keep[k++] = g;

@@ -197,11 +197,13 @@ static int check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t
     int nvidia = 0, amd = 0;
     for (int i = 0; i < topo->ngpus; i++) {
         const struct dtrain_gpu_info *g = &topo->gpus[i];
-        /* AMD partitions (TPX/CPX) are GPUs of their own in the model. */
-        if (g->mig)
+        /* AMD partitions (TPX/CPX) and NVML's MIG instances are GPUs of
+         * their own in the model; a GPU in MIG mode that NVML lists no
+         * instance of has nothing to run on. */
+        if (g->mig && strncmp(g->uuid, "MIG-", 4) != 0)
             return refuse(err, errlen,
-                          "node %d: GPU %s has MIG mode on: dtrain places one rank per whole GPU; turn MIG off "
-                          "(nvidia-smi -mig 0) or leave out the --dtrain-* placement options",
+                          "node %d: GPU %s has MIG mode on but NVML lists no MIG instance of it: create them "
+                          "(nvidia-smi mig -cgi PROFILES -C) or turn MIG off (nvidia-smi -mig 0)",
                           node, g->busid);
         nvidia += g->vendor_id == DTRAIN_VENDOR_NVIDIA;
         amd += g->vendor_id == DTRAIN_VENDOR_AMD;
