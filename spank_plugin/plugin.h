@@ -59,6 +59,7 @@ struct dtrain_step {
      * (Slurm's GRES value, else its vendor_index): CUDA_VISIBLE_DEVICES for
      * NVIDIA, ROCR_VISIBLE_DEVICES for AMD. */
     char gpu_token[DTRAIN_TOPO_MAX_GPUS][DTRAIN_GRES_TOKEN_MAX];
+    int has_mig;                           /* some GPU is a MIG instance: tokens are UUIDs, visibility one */
     dtrain_plan *plan;
     char failure[DTRAIN_MSG_MAX];          /* one line, shown to the user by each node's first task */
     int failure_exit;                      /* DTRAIN_EXIT_* the tasks end with */

@@ -196,13 +196,17 @@ static int select_gpus(struct dtrain_plugin *plugin)
     int n = dtrain_topo_gpu_count(base), keep[DTRAIN_TOPO_MAX_GPUS], k = 0;
     char err[DTRAIN_MSG_MAX];
 
+    s->has_mig = 0;
+    for (int g = 0; g < n; g++)
+        s->has_mig |= strncmp(dtrain_topo_gpu(base, g)->uuid, "MIG-", 4) == 0;
+
     for (int g = 0; g < n; g++) {
         const struct dtrain_gpu_info *gpu = dtrain_topo_gpu(base, g);
         if (vendor && gpu->vendor_id != vendor)
             continue;
         if (s->gres.count > 0)
             memcpy(s->gpu_token[k], s->gres.visible[g], sizeof s->gpu_token[k]);
-        else if (strncmp(gpu->uuid, "MIG-", 4) == 0) /* CUDA takes MIG instances by UUID only */
+        else if (s->has_mig && gpu->uuid[0]) /* MIG instances by UUID only; then whole GPUs too */
             snprintf(s->gpu_token[k], sizeof s->gpu_token[k], "%s", gpu->uuid);
         else
             snprintf(s->gpu_token[k], sizeof s->gpu_token[k], "%d", gpu->vendor_index);
@@ -294,6 +298,10 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
     long n;
 
     s->gpu_all = plugin->opts.gpu_visibility ? plugin->opts.gpu_visibility == 1 : !plugin->config.gpu_visibility_one;
+    /* CUDA runs on one MIG instance per process: with MIG instances among
+     * the GPUs, every task sees only its own. */
+    if (s->has_mig)
+        s->gpu_all = 0;
     s->restart_count = 0;
     if (job_getenv(sp, "SLURM_RESTART_COUNT", buf, sizeof buf, &v) == 0 && v != NULL &&
         dtrain_parse_int(v, 0, 1000000, "SLURM_RESTART_COUNT", &n, err, sizeof err) == 0)

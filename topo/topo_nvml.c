@@ -152,8 +152,7 @@ static int expand_migs(struct dtrain_topo *topo, const struct topo_migs *m, char
             topo->pcie[i][j] = from[i] == from[j] ? TOPO_PCIE_SAME_SWITCH : old->pcie[from[i]][from[j]];
         }
     }
-    topo->ngpus = total;
-    topo_model_vendor_index(topo);
+    topo->ngpus = total; /* vendor_index stays the physical GPU's */
     free(old);
     return 0;
 }

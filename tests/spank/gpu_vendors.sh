@@ -6,17 +6,33 @@
 #   node1  4x MI300A in TPX mode: 12 GPUs, 3 per APU (amd-mi300a-tpx.xml)
 #   node2  amd-mi250x.xml with its first GCD made an NVIDIA A100: 1 NVIDIA
 #          and 7 AMD GPUs
+#   node3  HGX A100 4-GPU (hgx-a100-4gpu.xml) whose NVML (the fake one,
+#          tests/health/fake_nvml.c) has GPU 1 in MIG mode with 2 instances
 # AMD tasks get ROCR_VISIBLE_DEVICES (ROCr agent indices) and HIP's indices
 # after that filter in HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_srcdir/lib.sh"
 need_plugin
+fake=${DTRAIN_FAKE_NVML:?}
+[ -f "$fake" ] || skip_all "fake NVML not built ($fake)"
 
 new_cluster_dir gpu_vendors
 sed 's/pci_busid="0000:c1:00.0" pci_type="0380 \[1002:740c\]/pci_busid="0000:c1:00.0" pci_type="0302 [10de:20b0]/' \
   "$fixtures/amd-mi250x.xml" >"$LC_NEW/mixed.xml"
-start_plugin_cluster "$LC_NEW" --nodes 2 --plugin-args "bind=no" \
-  --topology "node1=$fixtures/amd-mi300a-tpx.xml,node2=$LC_NEW/mixed.xml"
+cat >"$LC_NEW/nvml-node3.conf" <<CONF
+count = 4
+all.name = NVIDIA A100-SXM4-40GB
+all.mig = 0
+gpu0.busid = 0000:01:00.0
+gpu1.busid = 0000:41:00.0
+gpu1.mig = 1
+gpu1.mig_devices = 2
+gpu2.busid = 0000:81:00.0
+gpu3.busid = 0000:c1:00.0
+CONF
+start_plugin_cluster "$LC_NEW" --nodes 3 --plugin-args "bind=no" \
+  --topology "node1=$fixtures/amd-mi300a-tpx.xml,node2=$LC_NEW/mixed.xml,node3=$fixtures/hgx-a100-4gpu.xml" \
+  --slurmd-env "DTRAIN_NVML_LIBRARY=$fake" --slurmd-env "node3:FAKE_NVML_CONFIG=$LC_NEW/nvml-node3.conf"
 out=$D/client.out err=$D/client.err
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" "$1"; }
 
@@ -61,4 +77,16 @@ check "--dtrain-gpu-vendor=nvidia on the all-AMD node: refused with one line (rc
 run_client "$out" "$err" srun -w node1 -N1 -n1 --dtrain-gpu-vendor=intel sh "$show_task"
 check "--dtrain-gpu-vendor=intel: refused by srun with one line (rc $RC)" \
   sh -c "[ $RC -ne 0 ] && grep -q 'use nvidia or amd' '$err'"
+
+# ---- MIG: GPU 1's 2 instances are 2 GPUs, each task on one, by UUID
+run_client "$out" "$err" srun -w node3 -N1 -n5 --dtrain-tp=1 sh "$show_task"
+check "MIG: 5 tasks on 3 whole A100s and 2 MIG instances (rc $RC)" test "$RC" -eq 0
+check "MIG: the instances' tasks get CUDA_VISIBLE_DEVICES=MIG-<uuid>, the whole GPUs GPU-<uuid> (the saved topology's), one GPU each" \
+  sh -c "[ \"\$(sed -n 's/.* visible=\([^ ]*\).*/\1/p' '$out' | sort | tr '\n' ' ')\" = 'GPU-a100-0000-4000-8000-0000dead0000 GPU-a102-0000-4000-8000-0000dead0002 GPU-a103-0000-4000-8000-0000dead0003 MIG-00000001-0000-5000-8000-000000000000 MIG-00000001-0000-5000-8000-000000000001 ' ] &&
+         [ \$(grep -c ' vis=one ' '$out') -eq 5 ] && [ \$(grep -c ' gpu=0000:41:00.0 ' '$out') -eq 2 ]"
+diag_file "$out"
+run_client "$out" "$err" srun -w node3 -N1 -n4 --dtrain-tp=2 sh "$show_task"
+check "MIG: T=2 with a MIG instance in a TP group (no NVLink) refused without --dtrain-allow-pcie (rc $RC)" \
+  sh -c "[ $RC -ne 0 ] && grep -q 'dtrain-allow-pcie' '$err' && [ ! -s '$out' ]"
+diag_file "$err"
 done_testing
