@@ -48,5 +48,10 @@
 #define DTRAIN_ENV_FW_MASTER_PORT      "MASTER_PORT"       /* env:// rendezvous: rank 0's store port */
 #define DTRAIN_ENV_CUDA_VISIBLE        "CUDA_VISIBLE_DEVICES"
 #define DTRAIN_ENV_CUDA_ORDER          "CUDA_DEVICE_ORDER"  /* set to PCI_BUS_ID */
+/* AMD GPUs: ROCr filters agents first (its agent indices), then HIP
+ * numbers what is left from 0 (HIP_VISIBLE_DEVICES, and CUDA_VISIBLE_DEVICES,
+ * which HIP reads as the same). */
+#define DTRAIN_ENV_ROCR_VISIBLE        "ROCR_VISIBLE_DEVICES"
+#define DTRAIN_ENV_HIP_VISIBLE         "HIP_VISIBLE_DEVICES"
 
 #endif

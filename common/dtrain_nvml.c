@@ -49,6 +49,8 @@ int dtrain_nvml_open(struct dtrain_nvml *nvml, const char *library, char *err, s
     SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2);
     SYM(nvmlDeviceGetGpuFabricInfoV);
     SYM(nvmlDeviceGetMigMode);
+    SYM(nvmlDeviceGetMaxMigDeviceCount);
+    SYM(nvmlDeviceGetMigDeviceHandleByIndex);
     SYM(nvmlDeviceGetNvLinkErrorCounter);
     SYM(nvmlEventSetCreate);
     SYM(nvmlDeviceRegisterEvents);

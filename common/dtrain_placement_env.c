@@ -74,6 +74,8 @@ int dtrain_placement_env_encode(const struct dtrain_coords *c, struct dtrain_env
         {DTRAIN_ENV_FW_MASTER_ADDR, c->master_addr, c->master_addr[0] != '\0'},
         {DTRAIN_ENV_CUDA_VISIBLE, c->cuda_visible, c->cuda_visible[0] != '\0'},
         {DTRAIN_ENV_CUDA_ORDER, "PCI_BUS_ID", c->cuda_visible[0] != '\0'},
+        {DTRAIN_ENV_ROCR_VISIBLE, c->rocr_visible, c->rocr_visible[0] != '\0'},
+        {DTRAIN_ENV_HIP_VISIBLE, c->cuda_visible, c->rocr_visible[0] != '\0'},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
@@ -143,6 +145,7 @@ int dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_
         {DTRAIN_ENV_GPU_VISIBILITY, c->gpu_visibility, sizeof c->gpu_visibility},
         {DTRAIN_ENV_CPUS, c->cpus, sizeof c->cpus},
         {DTRAIN_ENV_CUDA_VISIBLE, c->cuda_visible, sizeof c->cuda_visible},
+        {DTRAIN_ENV_ROCR_VISIBLE, c->rocr_visible, sizeof c->rocr_visible},
         {DTRAIN_ENV_FW_MASTER_ADDR, c->master_addr, sizeof c->master_addr},
     };
     memset(c, 0, sizeof *c);

@@ -13,7 +13,8 @@
  *   Megatron-LM and DeepSpeed (RANK, LOCAL_RANK, WORLD_SIZE,
  *   LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
  *   ROLE_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT, MASTER_ADDR, MASTER_PORT)
- *   and the GPU variables.  Empty strings and port 0 mean "not known": the
+ *   and the GPU variables (CUDA_VISIBLE_DEVICES; for AMD GPUs also
+ *   ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES).  Empty strings and port 0 mean "not known": the
  *   variable is then left out.
  * decode(getter) -> coords reads back what encode wrote (the getter is
  *   getenv, or a lookup in a list); the required names must be there. */
@@ -60,6 +61,11 @@ struct dtrain_coords {
     char gpu_visibility[8];          /* "all" or "one"; "" when GPUs are not placed */
     char cpus[DTRAIN_COORDS_CPUS_MAX];            /* "" not bound */
     char cuda_visible[DTRAIN_COORDS_VISIBLE_MAX]; /* CUDA_VISIBLE_DEVICES; "" left as it is */
+    /* AMD GPUs: ROCR_VISIBLE_DEVICES (ROCr agent indices, or Slurm's GRES
+     * values); "" for NVIDIA or no GPU.  When set, cuda_visible holds HIP's
+     * indices after ROCr's filter (0..n-1), written to HIP_VISIBLE_DEVICES
+     * and CUDA_VISIBLE_DEVICES alike. */
+    char rocr_visible[DTRAIN_COORDS_VISIBLE_MAX];
     char master_addr[DTRAIN_COORDS_ADDR_MAX];     /* "" unknown */
     int master_port;                 /* 0 unknown */
 };

@@ -37,6 +37,9 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_STRAGGLER, "dtrain-straggler", "report|drain",
      "[dtrain] find a rank whose compute time stays above the others' and report it (report) or also drain "
      "its node and requeue the job without it (drain; needs --dtrain-ckpt-dir)"},
+    {DTRAIN_OPT_GPU_VENDOR, "dtrain-gpu-vendor", "nvidia|amd",
+     "[dtrain] the GPUs the program drives (CUDA: nvidia, HIP/ROCm: amd) on nodes with GPUs of both vendors; "
+     "only those are placed"},
 };
 const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
 
@@ -115,6 +118,16 @@ static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const cha
             opts->gpu_visibility = 2;
         else {
             dtrain_snprintf(err, errlen, "--dtrain-gpu-visibility '%.32s': use all or one", arg ? arg : "");
+            return -1;
+        }
+        return 0;
+    case DTRAIN_OPT_GPU_VENDOR:
+        if (arg != NULL && strcmp(arg, "nvidia") == 0)
+            opts->gpu_vendor = DTRAIN_VENDOR_NVIDIA;
+        else if (arg != NULL && strcmp(arg, "amd") == 0)
+            opts->gpu_vendor = DTRAIN_VENDOR_AMD;
+        else {
+            dtrain_snprintf(err, errlen, "--dtrain-gpu-vendor '%.32s': use nvidia or amd", arg ? arg : "");
             return -1;
         }
         return 0;

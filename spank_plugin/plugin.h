@@ -53,8 +53,13 @@ struct dtrain_step {
     char node[DTRAIN_CONFIG_NODE_MAX];     /* Slurm's name of this node */
     int allow_pcie;                        /* effective: option and site policy */
     dtrain_topo *topo;                     /* this node */
-    dtrain_topo *gres_topo;                /* topo restricted to the GRES GPUs, or NULL */
+    dtrain_topo *gres_topo;                /* topo restricted to the GRES GPUs and --dtrain-gpu-vendor, or NULL */
     struct dtrain_gres_gpus gres;
+    /* What the GPU's vendor runtime knows each GPU of the placed model by
+     * (Slurm's GRES value, else its vendor_index): CUDA_VISIBLE_DEVICES for
+     * NVIDIA, ROCR_VISIBLE_DEVICES for AMD. */
+    char gpu_token[DTRAIN_TOPO_MAX_GPUS][DTRAIN_GRES_TOKEN_MAX];
+    int has_mig;                           /* some GPU is a MIG instance: tokens are UUIDs, visibility one */
     dtrain_plan *plan;
     char failure[DTRAIN_MSG_MAX];          /* one line, shown to the user by each node's first task */
     int failure_exit;                      /* DTRAIN_EXIT_* the tasks end with */

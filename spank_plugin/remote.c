@@ -184,6 +184,53 @@ static int apply_gres(struct dtrain_step *s, spank_t sp)
     return 0;
 }
 
+/* The GPUs to place: the GRES GPUs (or the node's), only those of
+ * --dtrain-gpu-vendor when given, each with the value its vendor's runtime
+ * knows it by.  A node with GPUs of both vendors and no --dtrain-gpu-vendor
+ * is refused by the planner. */
+static int select_gpus(struct dtrain_plugin *plugin)
+{
+    struct dtrain_step *s = &plugin->step;
+    const dtrain_topo *base = s->gres_topo ? s->gres_topo : s->topo;
+    unsigned vendor = plugin->opts.gpu_vendor;
+    int n = dtrain_topo_gpu_count(base), keep[DTRAIN_TOPO_MAX_GPUS], k = 0;
+    char err[DTRAIN_MSG_MAX];
+
+    s->has_mig = 0;
+    for (int g = 0; g < n; g++)
+        s->has_mig |= strncmp(dtrain_topo_gpu(base, g)->uuid, "MIG-", 4) == 0;
+
+    for (int g = 0; g < n; g++) {
+        const struct dtrain_gpu_info *gpu = dtrain_topo_gpu(base, g);
+        if (vendor && gpu->vendor_id != vendor)
+            continue;
+        if (s->gres.count > 0)
+            memcpy(s->gpu_token[k], s->gres.visible[g], sizeof s->gpu_token[k]);
+        else if (s->has_mig && gpu->uuid[0]) /* MIG instances by UUID only; then whole GPUs too */
+            snprintf(s->gpu_token[k], sizeof s->gpu_token[k], "%s", gpu->uuid);
+        else
+            snprintf(s->gpu_token[k], sizeof s->gpu_token[k], "%d", gpu->vendor_index);
+        keep[k++] = g;
+    }
+    if (k == n)
+        return 0;
+    if (k == 0) {
+        step_fail(s, DTRAIN_EXIT_REFUSED, "%s: --dtrain-gpu-vendor=%s, but none of the step's %d GPUs here is one: "
+                  "ask for that vendor's nodes or GPUs (--gres=gpu:TYPE:N)", s->node,
+                  vendor == DTRAIN_VENDOR_AMD ? "amd" : "nvidia", n);
+        return -1;
+    }
+    dtrain_topo *sub = NULL;
+    if (dtrain_topo_subset(base, keep, k, &sub, err, sizeof err) != DTRAIN_TOPO_OK) {
+        step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot restrict the node to the %s GPUs: %s", s->node,
+                  vendor == DTRAIN_VENDOR_AMD ? "AMD" : "NVIDIA", err);
+        return -1;
+    }
+    dtrain_topo_free(s->gres_topo);
+    s->gres_topo = sub;
+    return 0;
+}
+
 static int plan_step(struct dtrain_plugin *plugin)
 {
     struct dtrain_step *s = &plugin->step;
@@ -251,6 +298,10 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
     long n;
 
     s->gpu_all = plugin->opts.gpu_visibility ? plugin->opts.gpu_visibility == 1 : !plugin->config.gpu_visibility_one;
+    /* CUDA runs on one MIG instance per process: with MIG instances among
+     * the GPUs, every task sees only its own. */
+    if (s->has_mig)
+        s->gpu_all = 0;
     s->restart_count = 0;
     if (job_getenv(sp, "SLURM_RESTART_COUNT", buf, sizeof buf, &v) == 0 && v != NULL &&
         dtrain_parse_int(v, 0, 1000000, "SLURM_RESTART_COUNT", &n, err, sizeof err) == 0)
@@ -308,7 +359,8 @@ int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
     }
     if (stepid == SLURM_EXTERN_CONT || stepid == SLURM_PENDING_STEP)
         return 0;
-    if (read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0)
+    if (read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0 ||
+        select_gpus(plugin) != 0)
         return 0;
     if (plan_step(plugin) == 0)
         prepare_tasks(plugin, sp, stepid);
@@ -424,7 +476,8 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         task_fail(DTRAIN_EXIT_USAGE, local == 0, DTRAIN_SPAWN_REFUSAL, argv[0]);
 
     const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)global);
-    const char *cuda = NULL;
+    const char *cuda = NULL, *rocr = NULL;
+    static char hip[DTRAIN_COORDS_VISIBLE_MAX];
     int device = -1;
     if (t->gpu >= 0) {
         /* The values CUDA knows the GPUs by: Slurm's for GRES GPUs, else
@@ -434,18 +487,27 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         for (uint32_t i = 0; i < s->local_tasks && i < DTRAIN_PLAN_MAX_WORLD; i++)
             task_gpu[i] = dtrain_plan_task(s->plan, (int)(s->node_pos * s->local_tasks + i))->gpu;
         int vrc = dtrain_visible_devices(task_gpu, (int)s->local_tasks, dtrain_topo_gpu_count(model),
-                                         s->gres.count > 0 ? (const char (*)[DTRAIN_GPU_TOKEN_MAX])s->gres.visible
-                                                           : NULL,
-                                         s->gpu_all, local, visible, sizeof visible, &device);
+                                         (const char (*)[DTRAIN_GPU_TOKEN_MAX])s->gpu_token, s->gpu_all, local,
+                                         visible, sizeof visible, &device);
         if (vrc != 0)
             task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: cannot write CUDA_VISIBLE_DEVICES for rank %u", s->node, global);
         cuda = visible;
+        /* AMD: ROCr takes the agent indices, HIP (and CUDA_VISIBLE_DEVICES,
+         * which HIP reads too) then numbers those from 0. */
+        if (dtrain_topo_vendor(model) == DTRAIN_VENDOR_AMD) {
+            rocr = visible;
+            if (dtrain_hip_indices(visible, hip, sizeof hip) != 0)
+                task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: cannot write HIP_VISIBLE_DEVICES for rank %u", s->node,
+                          global);
+            cuda = hip;
+        }
     }
     struct dtrain_task_where where = {
         .shape = dtrain_plan_shape(s->plan),
         .task = t,
         .local_world_size = (int)s->local_tasks,
         .cuda_visible = cuda,
+        .rocr_visible = rocr,
         .cuda_device = device,
         .gpu_visibility = s->gpu_all ? "all" : "one",
         .cpus = NULL,

@@ -58,6 +58,7 @@ int dtrain_task_env_placement(struct dtrain_env_list *env, const struct dtrain_t
     if (put(c.placed_by, sizeof c.placed_by, "spank") != 0 || put(c.gpu_busid, sizeof c.gpu_busid, t->gpu_busid) != 0 ||
         put(c.gpu_visibility, sizeof c.gpu_visibility, w->cuda_visible ? w->gpu_visibility : NULL) != 0 ||
         put(c.cpus, sizeof c.cpus, w->cpus) != 0 || put(c.cuda_visible, sizeof c.cuda_visible, w->cuda_visible) != 0 ||
+        put(c.rocr_visible, sizeof c.rocr_visible, w->cuda_visible ? w->rocr_visible : NULL) != 0 ||
         put(c.master_addr, sizeof c.master_addr, w->master_addr) != 0)
         return -1;
     return dtrain_placement_env_encode(&c, env);
@@ -110,6 +111,24 @@ int dtrain_visible_devices(const int *task_gpu, int ntasks, int ngpus, const cha
             if (append(out, outlen, &len, tokens, g) != 0)
                 return -2;
         }
+    }
+    return 0;
+}
+
+int dtrain_hip_indices(const char *visible, char *out, size_t outlen)
+{
+    size_t len = 0;
+    int n = 1;
+    for (const char *p = visible; *p; p++)
+        n += *p == ',';
+    if (outlen == 0)
+        return -2;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int w = snprintf(out + len, outlen - len, "%s%d", i ? "," : "", i);
+        if (w < 0 || (size_t)w >= outlen - len)
+            return -2;
+        len += (size_t)w;
     }
     return 0;
 }

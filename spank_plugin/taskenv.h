@@ -24,6 +24,7 @@ struct dtrain_task_where {
     const struct dtrain_task_placement *task;   /* this task's entry in the plan */
     int local_world_size;                       /* tasks of this step on this node */
     const char *cuda_visible; /* CUDA_VISIBLE_DEVICES (dtrain_visible_devices); NULL: no GPU */
+    const char *rocr_visible; /* AMD GPUs: ROCR_VISIBLE_DEVICES (cuda_visible then HIP's 0..n-1); NULL else */
     int cuda_device;          /* the task's GPU's index in cuda_visible */
     const char *gpu_visibility; /* "all" or "one"; NULL: no GPU */
     const char *cpus;         /* the CPUs the task was bound to; NULL: not bound */
@@ -55,14 +56,20 @@ int dtrain_argv_spawns_workers(int argc, char *const argv[]);
 
 #define DTRAIN_GPU_TOKEN_MAX 64
 
-/* CUDA_VISIBLE_DEVICES of local task `local` of a node whose K tasks have
- * the GPUs task_gpu[0..K-1] (indices in the node's ngpus GPUs, -1 none).
- * tokens[g]: the value CUDA knows GPU g by (Slurm's GRES), NULL for "g".
+/* CUDA_VISIBLE_DEVICES (or, for AMD GPUs, ROCR_VISIBLE_DEVICES) of local
+ * task `local` of a node whose K tasks have the GPUs task_gpu[0..K-1]
+ * (indices in the node's ngpus GPUs, -1 none).  tokens[g]: the value the
+ * vendor's runtime knows GPU g by (Slurm's GRES value, else the GPU's
+ * vendor_index), NULL for "g".
  * all = 0: only the task's GPU, *device = 0.  all = 1: every GPU, the
  * tasks' GPUs first in local-rank order, then the rest in index order, so
  * that device LOCAL_RANK is the task's planned GPU; *device = its position.
  * Returns 0, -1 when the task has no GPU, -2 when out is too small. */
 int dtrain_visible_devices(const int *task_gpu, int ntasks, int ngpus, const char (*tokens)[DTRAIN_GPU_TOKEN_MAX],
                            int all, int local, char *out, size_t outlen, int *device);
+
+/* "0,1,...,n-1" for the n entries of the list `visible`: HIP's indices once
+ * ROCr has filtered to `visible`.  Returns 0, -2 when out is too small. */
+int dtrain_hip_indices(const char *visible, char *out, size_t outlen);
 
 #endif

@@ -36,6 +36,7 @@ struct options {
     struct dtrain_model_size model;
     int want_plan;
     int allow_pcie, cpu_only, json, picture;
+    const char *gpu_vendor; /* --gpu-vendor: place only that vendor's GPUs */
 };
 
 static void usage(FILE *out)
@@ -43,7 +44,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: " PROG " [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]\n"
             "                   [--tasks-per-node K] [--allow-pcie] [--cpu-only] [--nvlink-domain-gpus G]\n"
-            "                   [--json | --picture]\n"
+            "                   [--gpu-vendor nvidia|amd] [--json | --picture]\n"
             "       " PROG " --switch-addrs FILE --tp T [--pp P] --tasks-per-node K [--grad-bytes B]\n"
             "                   [--hostfile OUT]\n"
             "Shows this node's GPUs, NVLink/XGMI links and islands (or those of a saved hwloc\n"
@@ -54,6 +55,7 @@ static void usage(FILE *out)
             "  --tasks-per-node K    tasks per node (default: the node's GPU count)\n"
             "  --allow-pcie          let TP groups span NVLink islands (with a warning)\n"
             "  --cpu-only            place ranks without GPUs, CPUs split evenly\n"
+            "  --gpu-vendor nvidia|amd  only that vendor's GPUs (a node with both; plugin: --dtrain-gpu-vendor)\n"
             "  --nvlink-domain-gpus G  GPUs per multi-node NVLink domain (site key nvlink_domain_gpus):\n"
             "                        TP groups may then hold whole nodes of the node's NVML fabric clique\n"
             "  --switch-addrs FILE   lines 'NODE SLURM_TOPOLOGY_ADDR' in Slurm's node order (one task per\n"
@@ -89,7 +91,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
  * --version. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_JSON, O_PICTURE, O_HELP, O_VERSION };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_VENDOR, O_JSON, O_PICTURE, O_HELP, O_VERSION };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -113,6 +115,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"act-bytes", required_argument, NULL, O_ACT},
         {"net-gbps", required_argument, NULL, O_NET},
         {"pcie-gbps", required_argument, NULL, O_PCIEBW},
+        {"gpu-vendor", required_argument, NULL, O_VENDOR},
         {"json", no_argument, NULL, O_JSON},
         {"picture", no_argument, NULL, O_PICTURE},
         {"help", no_argument, NULL, O_HELP},
@@ -139,6 +142,13 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_TPN: if (parse_number("--tasks-per-node", optarg, 1, DTRAIN_PLAN_MAX_WORLD, &o->tasks_per_node) < 0) return -1; o->want_plan = 1; break;
         case O_PCIE: o->allow_pcie = 1; o->want_plan = 1; break;
         case O_CPU: o->cpu_only = 1; o->want_plan = 1; break;
+        case O_VENDOR:
+            if (!dtrain_vendor_from_name(optarg)) {
+                fprintf(stderr, PROG ": --gpu-vendor '%.32s': use nvidia or amd\n", optarg);
+                return -1;
+            }
+            o->gpu_vendor = optarg;
+            break;
         case O_DOMAIN: if (parse_number("--nvlink-domain-gpus", optarg, 0, DTRAIN_PLAN_MAX_DIM, &o->domain_gpus) < 0) return -1; o->want_plan = 1; break;
         case O_ADDRS: o->switch_addrs = optarg; break;
         case O_HOSTFILE: o->hostfile = optarg; break;
@@ -319,6 +329,16 @@ int main(int argc, char **argv)
     if (rc != DTRAIN_TOPO_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         return dtrain_topo_status_exit(rc);
+    }
+    if (o.gpu_vendor) {
+        dtrain_topo *sub = NULL;
+        rc = dtrain_topo_vendor_subset(topo, dtrain_vendor_from_name(o.gpu_vendor), &sub, err, sizeof(err));
+        dtrain_topo_free(topo);
+        topo = sub;
+        if (rc != DTRAIN_TOPO_OK) {
+            fprintf(stderr, PROG ": --gpu-vendor %s: %s\n", o.gpu_vendor, err);
+            return dtrain_topo_status_exit(rc);
+        }
     }
     if (o.want_plan) {
         struct dtrain_shape shape = {(int)o.tp, (int)o.pp, (int)o.dp, (int)o.nodes, (int)o.tasks_per_node};

@@ -9,8 +9,10 @@
  * NUMA and CPU locality, a GPU-to-GPU bandwidth matrix and the islands of
  * GPUs that reach each other over NVLink/XGMI.
  *
- * GPUs are numbered 0..n-1 in PCI bus id order, which is the order
- * CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA_VISIBLE_DEVICES.
+ * GPUs are numbered 0..n-1 in PCI bus id order (the partitions of one
+ * AMD device in TPX/CPX mode in rsmiN order under it); each GPU's
+ * vendor_index is what its vendor's visibility variable takes (for NVIDIA
+ * the order CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA_VISIBLE_DEVICES).
  *
  * No global state: models are independent and may be used from several
  * threads once loaded.  Errors are returned as codes with one line of text
@@ -69,7 +71,7 @@ enum dtrain_link_source {
 };
 
 struct dtrain_gpu_info {
-    int index;                             /* 0..n-1, PCI bus id order */
+    int index;                             /* 0..n-1, PCI bus id order, then partition */
     char busid[DTRAIN_TOPO_BUSID_LEN];     /* "0000:07:00.0", lower case */
     unsigned vendor_id;                    /* 0x10de NVIDIA, 0x1002 AMD */
     unsigned device_id;
@@ -86,12 +88,24 @@ struct dtrain_gpu_info {
      * domain across nodes (GB200 NVL72: 72 GPUs in 18 nodes). */
     int fabric_state;
     unsigned fabric_clique;
-    /* Partitions: management OS devices (rsmiN, nvmlN) under this one PCI
-     * device; > 1 on AMD MI300 in TPX/CPX mode.  mig: 1 when NVML reports
-     * MIG mode on (live nodes).  The planner refuses both: it places whole
-     * GPUs only. */
+    /* Partitions: management OS devices (rsmiN) under this one PCI device;
+     * > 1 on AMD MI300 in TPX/CPX mode (3 or 6 per MI300X/MI300A device;
+     * hwloc files them all under the device's function 0).  Each partition
+     * is its own entry of the model, a GPU to place: entries of one device
+     * share busid and differ in partition (0..partitions-1, the rsmiN
+     * order), and links between them count as the fastest of the node.
+     * mig: 1 when NVML reports MIG mode on (live nodes): refused by the
+     * planner (see doc/topology.md). */
     int partitions;
+    int partition;
     int mig;
+    /* The GPU's index among the node's GPUs of its vendor, in the order the
+     * vendor's runtime numbers them: for NVIDIA the CUDA index with
+     * CUDA_DEVICE_ORDER=PCI_BUS_ID; for AMD the ROCr agent index that
+     * ROCR_VISIBLE_DEVICES takes (PCI bus id order, then partition: the
+     * order amdgpu probes devices and KFD lists their partitions).  Set
+     * once at load; a subset keeps the values of the whole node. */
+    int vendor_index;
     char fabric_cluster[40];               /* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", or "" */
 };
 
@@ -139,7 +153,20 @@ int dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, int ngpus,
 
 int dtrain_topo_gpu_count(const dtrain_topo *topo);
 const struct dtrain_gpu_info *dtrain_topo_gpu(const dtrain_topo *topo, int gpu);
-int dtrain_topo_find_busid(const dtrain_topo *topo, const char *busid); /* index or -1 */
+int dtrain_topo_find_busid(const dtrain_topo *topo, const char *busid); /* index or -1 (first partition) */
+
+#define DTRAIN_VENDOR_NVIDIA 0x10de
+#define DTRAIN_VENDOR_AMD 0x1002
+/* The vendor of every GPU of the model (DTRAIN_VENDOR_*), 0 when it has no
+ * GPU, -1 when GPUs of two vendors are there. */
+int dtrain_topo_vendor(const dtrain_topo *topo);
+/* A new model holding only the GPUs of `vendor` (DTRAIN_VENDOR_*), as
+ * dtrain_topo_subset does; a model without such a GPU is refused
+ * (DTRAIN_TOPO_ERR_REFUSED) with one line. */
+int dtrain_topo_vendor_subset(const dtrain_topo *topo, unsigned vendor, dtrain_topo **out, char *err,
+                              size_t errlen);
+/* "nvidia" / "amd" -> DTRAIN_VENDOR_*; 0 for anything else. */
+unsigned dtrain_vendor_from_name(const char *name);
 
 /* Bandwidth in GB/s between two GPUs over NVLink/XGMI (direct, or through
  * NVSwitch ports at the switch bandwidth); 0 when only PCIe joins them. */

@@ -197,25 +197,22 @@ static int check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t
     int nvidia = 0, amd = 0;
     for (int i = 0; i < topo->ngpus; i++) {
         const struct dtrain_gpu_info *g = &topo->gpus[i];
-        if (g->partitions > 1)
+        /* AMD partitions (TPX/CPX) and NVML's MIG instances are GPUs of
+         * their own in the model; a GPU in MIG mode that NVML lists no
+         * instance of has nothing to run on. */
+        if (g->mig && strncmp(g->uuid, "MIG-", 4) != 0)
             return refuse(err, errlen,
-                          "node %d: GPU %s shows as %d partitions (%s...: AMD TPX/CPX compute partitioning): dtrain "
-                          "places one rank per whole GPU; set the GPUs to SPX mode (amd-smi set "
-                          "--compute-partition SPX) or leave out the --dtrain-* placement options",
-                          node, g->busid, g->partitions, g->osdev);
-        if (g->mig)
-            return refuse(err, errlen,
-                          "node %d: GPU %s has MIG mode on: dtrain places one rank per whole GPU; turn MIG off "
-                          "(nvidia-smi -mig 0) or leave out the --dtrain-* placement options",
+                          "node %d: GPU %s has MIG mode on but NVML lists no MIG instance of it: create them "
+                          "(nvidia-smi mig -cgi PROFILES -C) or turn MIG off (nvidia-smi -mig 0)",
                           node, g->busid);
-        nvidia += g->vendor_id == 0x10de;
-        amd += g->vendor_id == 0x1002;
+        nvidia += g->vendor_id == DTRAIN_VENDOR_NVIDIA;
+        amd += g->vendor_id == DTRAIN_VENDOR_AMD;
     }
     if (nvidia && amd)
         return refuse(err, errlen,
                       "node %d has GPUs of two vendors (%d NVIDIA, %d AMD): dtrain never hands a CUDA task an AMD GPU "
-                      "or the reverse; ask Slurm for one vendor's GPUs (--gres=gpu:TYPE:N, the step then sees only "
-                      "those)",
+                      "or the reverse; say which the program uses (--dtrain-gpu-vendor=nvidia|amd) or ask Slurm for "
+                      "one vendor's GPUs (--gres=gpu:TYPE:N)",
                       node, nvidia, amd);
     return DTRAIN_TOPO_OK;
 }

@@ -33,7 +33,16 @@
 struct gpu_obj {
     struct dtrain_gpu_info info;
     hwloc_obj_t pci;
+    hwloc_obj_t part; /* a partition's own rsmiN OS device; NULL for a whole GPU */
 };
+
+/* Links between partitions of one device (MI300 TPX/CPX: XCDs of one
+ * package over its Infinity Fabric, far faster than any XGMI link between
+ * packages, 64 GB/s per link and direction on MI300X): hwloc's own figure
+ * for a GPU's local bandwidth (the diagonal its RSMI backend writes into
+ * XGMIBandwidth, "somehow matches the HBM"), or more when some link read
+ * is faster, so that they are always the node's fastest. */
+#define TOPO_SAME_DEVICE_MBPS 1000000LL
 
 static int is_gpu_pcidev(hwloc_obj_t obj)
 {
@@ -60,16 +69,37 @@ static void copy_str(char *dst, size_t len, const char *src)
     snprintf(dst, len, "%s", src ? src : "");
 }
 
+/* The device's partitions: its rsmiN OS devices when there are several
+ * (hwloc >= 2.11 files every partition of an MI300 in TPX/CPX mode under
+ * the device's function 0), in rsmiN order.  Returns their count (0 or 1:
+ * a whole GPU). */
+static int find_partitions(hwloc_obj_t pci, hwloc_obj_t *parts, int max)
+{
+    int n = 0;
+    for (hwloc_obj_t os = pci->io_first_child; os; os = os->next_sibling) {
+        unsigned num;
+        char tail;
+        if (os->type != HWLOC_OBJ_OS_DEVICE || !os->name || sscanf(os->name, "rsmi%u%c", &num, &tail) != 1)
+            continue;
+        if (n == max)
+            return max + 1;
+        int at = n++;
+        while (at > 0 && strtoul(parts[at - 1]->name + 4, NULL, 10) > num) {
+            parts[at] = parts[at - 1];
+            at--;
+        }
+        parts[at] = os;
+    }
+    return n;
+}
+
 static void fill_from_osdevs(hwloc_obj_t pci, struct dtrain_gpu_info *info)
 {
-    int best = 100, nvml = 0, rsmi = 0;
+    int best = 100;
     for (hwloc_obj_t os = pci->io_first_child; os; os = os->next_sibling) {
         if (os->type != HWLOC_OBJ_OS_DEVICE || !os->name)
             continue;
         int rank = osdev_rank(os->name);
-        nvml += rank == 0;
-        rsmi += rank == 1;
-        info->partitions = nvml > rsmi ? nvml : rsmi;
         if (rank < best) {
             best = rank;
             copy_str(info->osdev, sizeof(info->osdev), os->name);
@@ -114,7 +144,22 @@ static int fill_locality(hwloc_topology_t topo, hwloc_obj_t pci, struct dtrain_g
 static int cmp_gpu_obj(const void *pa, const void *pb)
 {
     const struct gpu_obj *a = pa, *b = pb;
-    return strcmp(a->info.busid, b->info.busid);
+    int c = strcmp(a->info.busid, b->info.busid);
+    return c ? c : a->info.partition - b->info.partition;
+}
+
+/* A partition's own names: its rsmiN, model and UUID over the device's. */
+static void fill_partition(hwloc_obj_t os, int partition, int partitions, struct dtrain_gpu_info *info)
+{
+    info->partition = partition;
+    info->partitions = partitions;
+    copy_str(info->osdev, sizeof(info->osdev), os->name);
+    const char *model = hwloc_obj_get_info_by_name(os, "GPUModel");
+    if (model)
+        copy_str(info->model, sizeof(info->model), model);
+    const char *uuid = hwloc_obj_get_info_by_name(os, "AMDUUID");
+    if (uuid)
+        copy_str(info->uuid, sizeof(info->uuid), uuid);
 }
 
 static int collect_gpus(hwloc_topology_t topo, struct gpu_obj *gpus, int *ngpus, char *err, size_t errlen)
@@ -123,26 +168,36 @@ static int collect_gpus(hwloc_topology_t topo, struct gpu_obj *gpus, int *ngpus,
     for (hwloc_obj_t pci = hwloc_get_next_pcidev(topo, NULL); pci; pci = hwloc_get_next_pcidev(topo, pci)) {
         if (!is_gpu_pcidev(pci))
             continue;
-        if (n == DTRAIN_TOPO_MAX_GPUS) {
-            dtrain_snprintf(err, errlen, "more than %d GPUs in one node", DTRAIN_TOPO_MAX_GPUS);
+        hwloc_obj_t parts[DTRAIN_TOPO_MAX_GPUS];
+        int nparts = find_partitions(pci, parts, DTRAIN_TOPO_MAX_GPUS);
+        int entries = nparts > 1 ? nparts : 1;
+        if (n + entries > DTRAIN_TOPO_MAX_GPUS) {
+            dtrain_snprintf(err, errlen, "more than %d GPUs (or GPU partitions) in one node", DTRAIN_TOPO_MAX_GPUS);
             return -1;
         }
-        struct gpu_obj *g = &gpus[n];
-        memset(g, 0, sizeof(*g));
-        g->pci = pci;
-        topo_format_busid(g->info.busid, sizeof(g->info.busid), pci->attr->pcidev.domain,
-                          pci->attr->pcidev.bus, pci->attr->pcidev.dev, pci->attr->pcidev.func);
-        g->info.vendor_id = pci->attr->pcidev.vendor_id;
-        g->info.device_id = pci->attr->pcidev.device_id;
-        fill_from_osdevs(pci, &g->info);
-        if (fill_locality(topo, pci, &g->info, err, errlen) < 0)
-            return -1;
-        n++;
+        for (int p = 0; p < entries; p++) {
+            struct gpu_obj *g = &gpus[n];
+            memset(g, 0, sizeof(*g));
+            g->pci = pci;
+            topo_format_busid(g->info.busid, sizeof(g->info.busid), pci->attr->pcidev.domain,
+                              pci->attr->pcidev.bus, pci->attr->pcidev.dev, pci->attr->pcidev.func);
+            g->info.vendor_id = pci->attr->pcidev.vendor_id;
+            g->info.device_id = pci->attr->pcidev.device_id;
+            g->info.partitions = 1;
+            fill_from_osdevs(pci, &g->info);
+            if (nparts > 1) {
+                g->part = parts[p];
+                fill_partition(parts[p], p, nparts, &g->info);
+            }
+            if (fill_locality(topo, pci, &g->info, err, errlen) < 0)
+                return -1;
+            n++;
+        }
     }
     qsort(gpus, (size_t)n, sizeof(gpus[0]), cmp_gpu_obj);
     for (int i = 0; i < n; i++) {
         gpus[i].info.index = i;
-        if (i > 0 && strcmp(gpus[i].info.busid, gpus[i - 1].info.busid) == 0) {
+        if (i > 0 && cmp_gpu_obj(&gpus[i], &gpus[i - 1]) == 0) {
             dtrain_snprintf(err, errlen, "two GPUs share the PCI bus id %s", gpus[i].info.busid);
             return -1;
         }
@@ -187,6 +242,11 @@ enum endpoint_kind { EP_OTHER, EP_GPU, EP_SWITCH, EP_CPU };
 static enum endpoint_kind classify(hwloc_obj_t obj, const struct gpu_obj *gpus, int ngpus, int *gpu)
 {
     hwloc_obj_t pci = obj;
+    for (int i = 0; i < ngpus; i++)
+        if (gpus[i].part && gpus[i].part == obj) {
+            *gpu = i;
+            return EP_GPU;
+        }
     if (obj->type == HWLOC_OBJ_OS_DEVICE) {
         pci = obj->parent;
         while (pci && pci->type == HWLOC_OBJ_OS_DEVICE)
@@ -197,6 +257,8 @@ static enum endpoint_kind classify(hwloc_obj_t obj, const struct gpu_obj *gpus, 
     if (pci->type == HWLOC_OBJ_PCI_DEVICE) {
         for (int i = 0; i < ngpus; i++)
             if (gpus[i].pci == pci) {
+                if (gpus[i].part)
+                    return EP_OTHER; /* the device, not one of its partitions: no one GPU of ours */
                 *gpu = i;
                 return EP_GPU;
             }
@@ -352,6 +414,18 @@ static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **o
         if (found)
             model->source = DTRAIN_LINKS_HWLOC_XGMI;
     }
+
+    /* Partitions of one device: the fastest link of the node. */
+    long long fastest = TOPO_SAME_DEVICE_MBPS;
+    for (int i = 0; i < model->ngpus; i++)
+        for (int j = 0; j < model->ngpus; j++)
+            if (model->bw_mbps[i][j] > fastest)
+                fastest = model->bw_mbps[i][j];
+    for (int i = 0; i < model->ngpus; i++)
+        for (int j = i + 1; j < model->ngpus; j++)
+            if (gpus[i].part && gpus[j].pci == gpus[i].pci)
+                topo_model_set_link(model, i, j, fastest);
+    topo_model_vendor_index(model);
 
     if (use_nvml && model->ngpus > 0) {
         /* hwloc 2.9 misreads NVLink on A100/H100 and Debian's hwloc has no

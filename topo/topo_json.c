@@ -39,6 +39,8 @@ static json_t *gpu_json(const dtrain_topo *topo, int i)
            set(o, "cpulist", json_string(g->cpulist)) |
            set(o, "island", json_integer(dtrain_topo_island_of(topo, i))) |
            set(o, "partitions", json_integer(g->partitions > 1 ? g->partitions : 1)) |
+           set(o, "partition", json_integer(g->partition)) |
+           set(o, "vendor_index", json_integer(g->vendor_index)) |
            set(o, "mig", json_boolean(g->mig != 0)) |
            set(o, "fabric_state", json_integer(g->fabric_state)) |
            set(o, "fabric_cluster", json_string(g->fabric_state > 0 ? g->fabric_cluster : "")) |

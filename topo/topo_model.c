@@ -37,7 +37,8 @@ void topo_model_set_link(struct dtrain_topo *topo, int a, int b, long long mbps)
 static int cmp_gpu_busid(const void *pa, const void *pb)
 {
     const struct dtrain_gpu_info *a = pa, *b = pb;
-    return strcmp(a->busid, b->busid);
+    int c = strcmp(a->busid, b->busid);
+    return c ? c : a->partition - b->partition;
 }
 
 void topo_model_sort_gpus(struct dtrain_topo *topo)
@@ -45,6 +46,51 @@ void topo_model_sort_gpus(struct dtrain_topo *topo)
     qsort(topo->gpus, (size_t)topo->ngpus, sizeof(topo->gpus[0]), cmp_gpu_busid);
     for (int i = 0; i < topo->ngpus; i++)
         topo->gpus[i].index = i;
+    topo_model_vendor_index(topo);
+}
+
+void topo_model_vendor_index(struct dtrain_topo *topo)
+{
+    for (int i = 0; i < topo->ngpus; i++) {
+        topo->gpus[i].vendor_index = 0;
+        for (int j = 0; j < i; j++)
+            topo->gpus[i].vendor_index += topo->gpus[j].vendor_id == topo->gpus[i].vendor_id;
+    }
+}
+
+int dtrain_topo_vendor(const dtrain_topo *topo)
+{
+    int vendor = 0;
+    for (int i = 0; topo && i < topo->ngpus; i++) {
+        if (vendor && (unsigned)vendor != topo->gpus[i].vendor_id)
+            return -1;
+        vendor = (int)topo->gpus[i].vendor_id;
+    }
+    return vendor;
+}
+
+unsigned dtrain_vendor_from_name(const char *name)
+{
+    if (name && strcmp(name, "nvidia") == 0)
+        return DTRAIN_VENDOR_NVIDIA;
+    if (name && strcmp(name, "amd") == 0)
+        return DTRAIN_VENDOR_AMD;
+    return 0;
+}
+
+int dtrain_topo_vendor_subset(const dtrain_topo *topo, unsigned vendor, dtrain_topo **out, char *err,
+                              size_t errlen)
+{
+    int keep[DTRAIN_TOPO_MAX_GPUS], n = 0;
+    for (int i = 0; topo && i < topo->ngpus; i++)
+        if (topo->gpus[i].vendor_id == vendor)
+            keep[n++] = i;
+    if (n == 0) {
+        dtrain_snprintf(err, errlen, "this node has no %s GPU (%d GPUs of another vendor)",
+                        vendor == DTRAIN_VENDOR_AMD ? "AMD" : "NVIDIA", topo ? topo->ngpus : 0);
+        return DTRAIN_TOPO_ERR_REFUSED;
+    }
+    return dtrain_topo_subset(topo, keep, n, out, err, errlen);
 }
 
 /* Union-find root with path halving; the arrays are tiny. */
@@ -168,7 +214,6 @@ int dtrain_topo_nvlink_domain(const dtrain_topo *topo, char *buf, size_t len, ch
 void topo_model_finish(struct dtrain_topo *topo)
 {
     int n = topo->ngpus;
-    enum dtrain_link_kind fast = topo->source == DTRAIN_LINKS_HWLOC_XGMI ? DTRAIN_LINK_XGMI : DTRAIN_LINK_NVLINK;
 
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
@@ -179,6 +224,10 @@ void topo_model_finish(struct dtrain_topo *topo)
                 continue;
             }
             topo->bw[i][j] = (double)topo->bw_mbps[i][j] / 1000.0;
+            /* AMD's fast links are Infinity Fabric (XGMI, or within one
+             * partitioned device), NVIDIA's NVLink. */
+            enum dtrain_link_kind fast = topo->gpus[i].vendor_id == DTRAIN_VENDOR_AMD ? DTRAIN_LINK_XGMI
+                                                                                    : DTRAIN_LINK_NVLINK;
             topo->kind[i][j] = topo->bw_mbps[i][j] > 0 ? fast : DTRAIN_LINK_PCIE;
         }
     compute_islands(topo);

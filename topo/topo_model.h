@@ -57,6 +57,10 @@ void topo_model_finish(struct dtrain_topo *topo);
 /* Sort gpus[] by bus id and renumber; must run before any link is set. */
 void topo_model_sort_gpus(struct dtrain_topo *topo);
 
+/* Number each GPU among the GPUs of its vendor (vendor_index), in model
+ * order; once per loaded node, never on a subset. */
+void topo_model_vendor_index(struct dtrain_topo *topo);
+
 /* Canonical PCI bus id "dddd:bb:dd.f", lower case. */
 void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
                        unsigned dev, unsigned func);

@@ -19,6 +19,7 @@
  * outside the node; the model only records the membership, and the planner
  * and the launcher keep TP groups that leave a node inside one domain. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain_nvml.h"
@@ -80,6 +81,82 @@ static int read_mig(const struct dtrain_nvml *api, nvmlDevice_t dev)
            mig == NVML_FEATURE_ENABLED;
 }
 
+/* MIG instances per GPU of the model, as NVML lists them. */
+#define TOPO_MIG_MAX 8 /* A100/H100/B200: at most 7 GPU instances */
+struct topo_migs {
+    int count[DTRAIN_TOPO_MAX_GPUS];
+    char uuid[DTRAIN_TOPO_MAX_GPUS][TOPO_MIG_MAX][64];
+};
+
+/* The MIG instances of a GPU in MIG mode: their "MIG-<uuid>" names. */
+static void read_migs(const struct dtrain_nvml *api, nvmlDevice_t dev, int g, struct topo_migs *m)
+{
+    unsigned int max = 0;
+    m->count[g] = 0;
+    if (!api->nvmlDeviceGetMaxMigDeviceCount || !api->nvmlDeviceGetMigDeviceHandleByIndex || !api->nvmlDeviceGetUUID ||
+        api->nvmlDeviceGetMaxMigDeviceCount(dev, &max) != NVML_SUCCESS)
+        return;
+    for (unsigned int i = 0; i < max && m->count[g] < TOPO_MIG_MAX; i++) {
+        nvmlDevice_t mig;
+        char text[96];
+        if (api->nvmlDeviceGetMigDeviceHandleByIndex(dev, i, &mig) != NVML_SUCCESS ||
+            api->nvmlDeviceGetUUID(mig, text, sizeof text) != NVML_SUCCESS)
+            continue; /* an empty slot (NOT_FOUND) */
+        text[sizeof text - 1] = '\0';
+        if (strncmp(text, "MIG-", 4) != 0 || strlen(text) >= sizeof m->uuid[g][0])
+            continue;
+        snprintf(m->uuid[g][m->count[g]++], sizeof m->uuid[g][0], "%s", text);
+    }
+}
+
+/* Each GPU in MIG mode with instances becomes one model entry per
+ * instance (uuid "MIG-...", partition = its place, partitions = their
+ * count).  MIG instances have no NVLink (no peer access between them,
+ * even on one GPU): their links are 0, so TP groups over them need
+ * --dtrain-allow-pcie like any PCIe pair. */
+static int expand_migs(struct dtrain_topo *topo, const struct topo_migs *m, char *err, size_t errlen)
+{
+    int n = topo->ngpus, total = 0, expand = 0;
+    int from[DTRAIN_TOPO_MAX_GPUS], slot[DTRAIN_TOPO_MAX_GPUS];
+    for (int g = 0; g < n; g++) {
+        int k = topo->gpus[g].mig && m->count[g] > 0 ? m->count[g] : 1;
+        expand |= k > 1 || (topo->gpus[g].mig && m->count[g] > 0);
+        for (int i = 0; i < k; i++) {
+            if (total == DTRAIN_TOPO_MAX_GPUS) {
+                dtrain_snprintf(err, errlen, "more than %d GPUs and MIG instances in one node", DTRAIN_TOPO_MAX_GPUS);
+                return -1;
+            }
+            from[total] = g;
+            slot[total++] = topo->gpus[g].mig && m->count[g] > 0 ? i : -1;
+        }
+    }
+    if (!expand)
+        return 0;
+    struct dtrain_topo *old = malloc(sizeof *old);
+    if (!old) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(old, topo, sizeof *old);
+    for (int i = 0; i < total; i++) {
+        struct dtrain_gpu_info *info = &topo->gpus[i];
+        *info = old->gpus[from[i]];
+        info->index = i;
+        if (slot[i] >= 0) {
+            snprintf(info->uuid, sizeof info->uuid, "%s", m->uuid[from[i]][slot[i]]);
+            info->partition = slot[i];
+            info->partitions = m->count[from[i]];
+        }
+        for (int j = 0; j < total; j++) {
+            topo->bw_mbps[i][j] = slot[i] >= 0 || slot[j] >= 0 ? 0 : old->bw_mbps[from[i]][from[j]];
+            topo->pcie[i][j] = from[i] == from[j] ? TOPO_PCIE_SAME_SWITCH : old->pcie[from[i]][from[j]];
+        }
+    }
+    topo->ngpus = total; /* vendor_index stays the physical GPU's */
+    free(old);
+    return 0;
+}
+
 /* Open and initialise NVML: 1 ready, 0 absent (not an error), -1 with err. */
 static int nvml_start(struct dtrain_nvml *api, const char *libpath, int need_links, char *err, size_t errlen)
 {
@@ -108,9 +185,16 @@ int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *
     struct dtrain_nvml api;
     unsigned int count = 0;
     int found = 0;
+    struct topo_migs *migs = calloc(1, sizeof *migs);
+    if (!migs) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     int started = nvml_start(&api, libpath, 0, err, errlen);
-    if (started <= 0)
+    if (started <= 0) {
+        free(migs);
         return started;
+    }
     if (api.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
         count = 0;
     for (unsigned int i = 0; i < count; i++) {
@@ -124,10 +208,14 @@ int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *
             continue;
         found |= read_fabric(&api, dev, &topo->gpus[g]);
         topo->gpus[g].mig = read_mig(&api, dev);
+        if (topo->gpus[g].mig)
+            read_migs(&api, dev, g, migs);
     }
     api.nvmlShutdown();
     dtrain_nvml_close(&api);
-    return found;
+    int rc = expand_migs(topo, migs, err, errlen);
+    free(migs);
+    return rc < 0 ? -1 : found;
 }
 
 int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, size_t errlen)
@@ -138,10 +226,17 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
     long long direct[DTRAIN_TOPO_MAX_GPUS][DTRAIN_TOPO_MAX_GPUS];
     long long to_switch[DTRAIN_TOPO_MAX_GPUS] = {0};
     int to_cpu = 0;
+    struct topo_migs *migs = calloc(1, sizeof *migs);
+    if (!migs) {
+        dtrain_snprintf(err, errlen, "out of memory");
+        return -1;
+    }
 
     int started = nvml_start(&api, libpath, 1, err, errlen);
-    if (started <= 0)
+    if (started <= 0) {
+        free(migs);
         return started;
+    }
     memset(direct, 0, sizeof(direct));
     if (api.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
         count = 0;
@@ -168,6 +263,8 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
         }
         read_fabric(&api, dev, info);
         info->mig = read_mig(&api, dev);
+        if (info->mig)
+            read_migs(&api, dev, g, migs);
         for (unsigned int link = 0; link < NVML_NVLINK_MAX_LINKS; link++) {
             int active = 0;
             nvmlPciInfo_t remote;
@@ -196,24 +293,27 @@ int topo_nvml_apply(struct dtrain_topo *topo, const char *libpath, char *err, si
         for (int b = 0; b < n; b++)
             if (a != b && (direct[a][b] || (to_switch[a] && to_switch[b])))
                 found = 1;
-    if (!found)
-        return 0;
-    memset(topo->bw_mbps, 0, sizeof(topo->bw_mbps));
-    topo->via_switch = 0;
-    for (int a = 0; a < n; a++)
-        for (int b = a + 1; b < n; b++) {
-            /* Each end counted its own links; they agree on healthy links. */
-            long long d = direct[a][b] < direct[b][a] ? direct[a][b] : direct[b][a];
-            if (!d)
-                d = direct[a][b] ? direct[a][b] : direct[b][a];
-            long long sw = 0;
-            if (to_switch[a] && to_switch[b]) {
-                sw = to_switch[a] < to_switch[b] ? to_switch[a] : to_switch[b];
-                topo->via_switch = 1;
+    if (found) {
+        memset(topo->bw_mbps, 0, sizeof(topo->bw_mbps));
+        topo->via_switch = 0;
+        for (int a = 0; a < n; a++)
+            for (int b = a + 1; b < n; b++) {
+                /* Each end counted its own links; they agree on healthy links. */
+                long long d = direct[a][b] < direct[b][a] ? direct[a][b] : direct[b][a];
+                if (!d)
+                    d = direct[a][b] ? direct[a][b] : direct[b][a];
+                long long sw = 0;
+                if (to_switch[a] && to_switch[b]) {
+                    sw = to_switch[a] < to_switch[b] ? to_switch[a] : to_switch[b];
+                    topo->via_switch = 1;
+                }
+                topo_model_set_link(topo, a, b, d + sw);
             }
-            topo_model_set_link(topo, a, b, d + sw);
-        }
-    topo->nvlink_to_cpu = to_cpu;
-    topo->source = DTRAIN_LINKS_NVML;
-    return 1;
+        topo->nvlink_to_cpu = to_cpu;
+        topo->source = DTRAIN_LINKS_NVML;
+    }
+    /* After the links: MIG instances get none. */
+    int rc = expand_migs(topo, migs, err, errlen);
+    free(migs);
+    return rc < 0 ? -1 : found;
 }

@@ -35,7 +35,9 @@
  * answers NOT_SUPPORTED, as before Hopper), fabric_cluster (the cluster
  * UUID, 32 hex digits, dashes allowed), fabric_clique (clique id),
  * fabric_status (NVML return code reported in the info), mig (MIG mode,
- * current = pending; unset: NOT_SUPPORTED, as before Ampere).
+ * current = pending; unset: NOT_SUPPORTED, as before Ampere), mig_devices
+ * (MIG instances in slots 0..K-1 of 7, UUID "MIG-0000000N-0000-5000-8000-
+ * 00000000000K"; their handles answer nvmlDeviceGetUUID).
  *
  * Defaults: no GPU; each GPU "NVIDIA H100 80GB HBM3" at 0000:(0x10+N):00.0,
  * ECC and row remapping supported with zero counts, 80 GiB with 512 MiB
@@ -56,6 +58,7 @@
 #define FAKE_MAX_LINKS 36
 #define FAKE_MAX_PROCS 64
 #define FAKE_MAX_XIDS 16
+#define FAKE_MIG_SLOTS 7 /* A100/H100: at most 7 GPU instances */
 
 #include "dtrain_nvml.h"
 
@@ -87,6 +90,7 @@ struct nvmlDevice_st {
     unsigned fabric_clique;
     int fabric_status;
     int mig; /* -1: nvmlDeviceGetMigMode answers NOT_SUPPORTED */
+    int mig_devices;
 };
 
 struct nvmlEventSet_st {
@@ -100,6 +104,8 @@ static struct {
     nvmlReturn_t fail_rc;
     int count;
     struct nvmlDevice_st gpus[FAKE_MAX_GPUS];
+    int nmigs;
+    struct nvmlDevice_st migs[FAKE_MAX_GPUS]; /* MIG instance handles */
 } fake;
 
 /* ------------------------------------------------------------ the file */
@@ -228,6 +234,8 @@ static int set_gpu_key(struct nvmlDevice_st *g, const char *key, const char *val
     if (!strcmp(key, "fabric_clique")) return parse_uint(value, &g->fabric_clique);
     if (!strcmp(key, "fabric_status")) return parse_int(value, &g->fabric_status);
     if (!strcmp(key, "mig")) return parse_int(value, &g->mig);
+    if (!strcmp(key, "mig_devices"))
+        return parse_int(value, &g->mig_devices) || g->mig_devices < 0 || g->mig_devices > FAKE_MIG_SLOTS ? -1 : 0;
     if (!strcmp(key, "xid")) {
         if (parse_list(value, g->xids, FAKE_MAX_XIDS, &g->nxids) != 0)
             return -1;
@@ -355,7 +363,7 @@ static nvmlReturn_t device_call(const char *fn, nvmlDevice_t dev)
     maybe_hang(fn);
     if (!fake.initialised)
         return NVML_ERROR_UNINITIALIZED;
-    if (!dev || dev < fake.gpus || dev >= fake.gpus + fake.count)
+    if (!dev || ((dev < fake.gpus || dev >= fake.gpus + fake.count) && (dev < fake.migs || dev >= fake.migs + fake.nmigs)))
         return NVML_ERROR_INVALID_ARGUMENT;
     if (dev->lost)
         return NVML_ERROR_GPU_IS_LOST;
@@ -635,6 +643,49 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current, unsig
     if (dev->mig < 0)
         return NVML_ERROR_NOT_SUPPORTED;
     *current = *pending = (unsigned int)dev->mig;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned int *count)
+{
+    nvmlReturn_t rc = device_call("nvmlDeviceGetMaxMigDeviceCount", dev);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->mig < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *count = FAKE_MIG_SLOTS;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned int index, nvmlDevice_t *mig)
+{
+    nvmlReturn_t rc = device_call("nvmlDeviceGetMigDeviceHandleByIndex", dev);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!mig || index >= FAKE_MIG_SLOTS || dev < fake.gpus || dev >= fake.gpus + fake.count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->mig != 1 || (int)index >= dev->mig_devices)
+        return NVML_ERROR_NOT_FOUND;
+    /* One handle per instance, made on first use, kept for the process. */
+    int gpu = (int)(dev - fake.gpus);
+    for (int i = 0; i < fake.nmigs; i++)
+        if (fake.migs[i].device == (unsigned)gpu && fake.migs[i].bus == index) {
+            *mig = &fake.migs[i];
+            return NVML_SUCCESS;
+        }
+    if (fake.nmigs == FAKE_MAX_GPUS)
+        return NVML_ERROR_UNKNOWN;
+    struct nvmlDevice_st *m = &fake.migs[fake.nmigs++];
+    memset(m, 0, sizeof(*m));
+    m->device = (unsigned)gpu; /* the parent and slot, for the lookup above */
+    m->bus = index;
+    m->mig = -1;
+    m->fabric_state = -1;
+    snprintf(m->name, sizeof(m->name), "%.80s MIG", dev->name);
+    snprintf(m->uuid, sizeof(m->uuid), "MIG-%08d-0000-5000-8000-%012u", gpu, index);
+    *mig = m;
     return NVML_SUCCESS;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dtrain_exit.h"
+#include "dtrain_topo.h"
 #include "options.h"
 #include "submit.h"
 #include "tap.h"
@@ -74,6 +75,12 @@ static void test_option_values(void)
        "--dtrain-gpu-visibility takes all or one");
     ok(dtrain_options_set(&o, DTRAIN_OPT_GPU_VISIBILITY, "some", err, sizeof err) != 0 && o.gpu_visibility == 1 &&
        strstr(err, "use all or one") != NULL, "--dtrain-gpu-visibility=some is refused (%s)", err);
+    ok(dtrain_options_set(&o, DTRAIN_OPT_GPU_VENDOR, "amd", err, sizeof err) == 0 && o.gpu_vendor == DTRAIN_VENDOR_AMD &&
+       dtrain_options_set(&o, DTRAIN_OPT_GPU_VENDOR, "nvidia", err, sizeof err) == 0 &&
+       o.gpu_vendor == DTRAIN_VENDOR_NVIDIA, "--dtrain-gpu-vendor takes nvidia or amd");
+    ok(dtrain_options_set(&o, DTRAIN_OPT_GPU_VENDOR, "intel", err, sizeof err) != 0 &&
+       o.gpu_vendor == DTRAIN_VENDOR_NVIDIA && strstr(err, "use nvidia or amd") != NULL,
+       "--dtrain-gpu-vendor=intel is refused, the value kept (%s)", err);
 
     ok(dtrain_options_set(&o, DTRAIN_OPT_STRAGGLER, "report", err, sizeof err) == 0 && o.straggler == 1 &&
        dtrain_options_set(&o, DTRAIN_OPT_STRAGGLER, "drain", err, sizeof err) == 0 && o.straggler == 2,
@@ -90,7 +97,7 @@ static void test_option_values(void)
     for (size_t i = 0; i < dtrain_option_count; i++)
         usage_ok &= strncmp(dtrain_option_table[i].usage, "[dtrain] ", 9) == 0 &&
                     strncmp(dtrain_option_table[i].name, "dtrain-", 7) == 0;
-    ok(dtrain_option_count == 10 && usage_ok, "10 options, each named dtrain-* with usage starting [dtrain]");
+    ok(dtrain_option_count == 11 && usage_ok, "11 options, each named dtrain-* with usage starting [dtrain]");
 }
 
 static void test_job_size(void)

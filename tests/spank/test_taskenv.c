@@ -191,6 +191,37 @@ static void test_cpus_and_no_gpu(void)
     ok(unique, "each variable appears once after the placement replaced the option values");
 }
 
+/* An AMD task: ROCR_VISIBLE_DEVICES the agent indices, HIP's 0..n-1 in
+ * HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES alike. */
+static void test_amd(void)
+{
+    struct dtrain_options o;
+    struct dtrain_env_list env;
+    char hip[64];
+    struct dtrain_shape shape = {.tp = 3, .pp = 1, .dp = 1, .nnodes = 1, .tasks_per_node = 3};
+    struct dtrain_task_placement t = {.rank = 1, .node = 0, .local_rank = 1, .tp_rank = 1, .gpu = 4};
+    ok(dtrain_hip_indices("4,3,5", hip, sizeof hip) == 0 && strcmp(hip, "0,1,2") == 0 &&
+           dtrain_hip_indices("7", hip, sizeof hip) == 0 && strcmp(hip, "0") == 0 &&
+           dtrain_hip_indices("0,1,2,3", hip, 4) == -2,
+       "HIP's indices after ROCr's filter: 0..n-1 for n entries, -2 when they do not fit");
+    dtrain_hip_indices("4,3,5", hip, sizeof hip);
+    struct dtrain_task_where w = {.shape = &shape, .task = &t, .local_world_size = 3, .cuda_visible = hip,
+                                  .rocr_visible = "4,3,5", .cuda_device = 0, .gpu_visibility = "all"};
+    dtrain_options_init(&o);
+    dtrain_task_env_options(&env, &o, 0);
+    ok(dtrain_task_env_placement(&env, &w) == 0 && strcmp(get(&env, DTRAIN_ENV_ROCR_VISIBLE), "4,3,5") == 0 &&
+           strcmp(get(&env, DTRAIN_ENV_HIP_VISIBLE), "0,1,2") == 0 &&
+           strcmp(get(&env, DTRAIN_ENV_CUDA_VISIBLE), "0,1,2") == 0,
+       "an AMD task: ROCR_VISIBLE_DEVICES=4,3,5, HIP_VISIBLE_DEVICES=CUDA_VISIBLE_DEVICES=0,1,2");
+    w.rocr_visible = NULL;
+    w.cuda_visible = "4";
+    dtrain_task_env_options(&env, &o, 0);
+    ok(dtrain_task_env_placement(&env, &w) == 0 && strcmp(get(&env, DTRAIN_ENV_CUDA_VISIBLE), "4") == 0 &&
+           dtrain_task_env_get(&env, DTRAIN_ENV_ROCR_VISIBLE) == NULL &&
+           dtrain_task_env_get(&env, DTRAIN_ENV_HIP_VISIBLE) == NULL,
+       "an NVIDIA task: CUDA_VISIBLE_DEVICES only, no ROCR/HIP variables");
+}
+
 static void test_gres(void)
 {
     struct dtrain_gres_gpus g;
@@ -249,6 +280,7 @@ int main(void)
             skip("DTRAIN_FIXTURES not set (run through make check)");
     }
     test_cpus_and_no_gpu();
+    test_amd();
     test_gres();
     return tap_done();
 }

@@ -11,19 +11,13 @@ run() { # run ARGS...: stdout in $tmp/out, stderr in $tmp/err, status in $rc
     "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
 }
 
-# GPU partitions (AMD TPX/CPX: several rsmiN OS devices under one PCI
-# device) and two vendors in one node: derived from amd-mi250x.xml.
+# GPU partitions and two vendors in one node: test_gpus.sh.
 sed '51i\            <object type="OSDev" gp_index="9001" name="rsmi8" subtype="RSMI" osdev_type="1"/>\
             <object type="OSDev" gp_index="9002" name="rsmi9" subtype="RSMI" osdev_type="1"/>' \
   "$fx/amd-mi250x.xml" >"$tmp/partitions.xml"
 run --xml "$tmp/partitions.xml" --tp 2
-check "GPU partitions: refused with exit 3 naming the GPU and the partition count" \
-  sh -c "[ $rc -eq 3 ] && grep -q 'GPU 0000:c1:00.0 shows as 3 partitions' '$tmp/err'"
-sed 's/pci_busid="0000:c1:00.0" pci_type="0380 \[1002:740c\]/pci_busid="0000:c1:00.0" pci_type="0302 [10de:20b0]/' \
-  "$fx/amd-mi250x.xml" >"$tmp/mixed.xml"
-run --xml "$tmp/mixed.xml" --tp 1
-check "two vendors in one node: refused with exit 3, never a CUDA task on an AMD GPU" \
-  sh -c "[ $rc -eq 3 ] && grep -q 'two vendors (1 NVIDIA, 7 AMD)' '$tmp/err'"
+check "a GCD showing 3 partitions: each placed as a GPU (10 in all, exit $rc)" \
+  sh -c "[ $rc -eq 0 ] && [ \$(grep -c '0000:c1:00.0' '$tmp/out') -ge 3 ]"
 run --xml "$fx/amd-mi250x.xml" --tp 2
 check "the unchanged MI250X still places (exit $rc)" test "$rc" -eq 0
 

@@ -453,9 +453,55 @@ static void check_fabric(void)
         struct dtrain_policy policy = {0, 0, 0};
         dtrain_plan *p = NULL;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on"),
-           "a GPU in MIG mode is refused with one line: %s", err);
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on but NVML lists no MIG instance"),
+           "a GPU in MIG mode without instances is refused with one line: %s", err);
         dtrain_plan_free(p);
+    }
+    dtrain_topo_free(t);
+
+    /* MIG instances: GPU 2 (NVLinked to GPU 3) in MIG mode with 3 of them. */
+    fake_start(&m, 8, 4);
+    fake_pair(&m, 0, 1, 2);
+    fake_pair(&m, 2, 3, 2);
+    fprintf(m.f, "gpu2.mig = 1\ngpu2.mig_devices = 3\n");
+    fake_finish(&m, NULL);
+    rc = apply_fake(fake, &t, err, sizeof(err));
+    ok(rc == 1 && dtrain_topo_gpu_count(t) == 10, "NVML MIG: 3 instances of GPU 2 are 3 GPUs (10 in all): %d",
+       dtrain_topo_gpu_count(t));
+    if (dtrain_topo_gpu_count(t) == 10) {
+        int mig_ok = 1;
+        for (int i = 2; i < 5; i++) {
+            const struct dtrain_gpu_info *g = dtrain_topo_gpu(t, i);
+            char want[64];
+            snprintf(want, sizeof want, "MIG-00000002-0000-5000-8000-%012d", i - 2);
+            mig_ok &= strcmp(g->busid, "0000:35:00.0") == 0 && strcmp(g->uuid, want) == 0 && g->partition == i - 2 &&
+                      g->partitions == 3 && g->mig == 1;
+        }
+        ok(mig_ok, "NVML MIG: each instance keeps its GPU's bus id and gets its MIG-<uuid>, in slot order");
+        ok(dtrain_topo_bandwidth(t, 0, 1) > 0 && dtrain_topo_bandwidth(t, 2, 5) == 0 && dtrain_topo_bandwidth(t, 2, 3) == 0 &&
+               dtrain_topo_link_kind(t, 3, 4) == DTRAIN_LINK_PCIE && strcmp(dtrain_topo_gpu(t, 5)->busid, "0000:36:00.0") == 0,
+           "NVML MIG: instances have no NVLink (not to each other, not to GPU 3); GPUs 0-1 keep theirs");
+        const dtrain_topo *nodes[1] = {t};
+        struct dtrain_shape shape = {1, 1, 0, 1, 10};
+        struct dtrain_policy policy = {0, 0, 0};
+        dtrain_plan *p = NULL;
+        rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_OK, "NVML MIG: T=1 places one rank on each GPU and instance: %s", rc ? err : "ok");
+        dtrain_plan_free(p);
+        p = NULL;
+        shape.tp = 2;
+        rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_ERR_REFUSED, "NVML MIG: T=2 over MIG instances (no NVLink) refused without allow_pcie: %s",
+           err);
+        dtrain_plan_free(p);
+        p = NULL;
+        policy.allow_pcie = 1;
+        rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
+        ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) != NULL, "NVML MIG: T=2 with allow_pcie placed, with a warning");
+        dtrain_plan_free(p);
+    } else {
+        for (int i = 0; i < 5; i++)
+            ok(0, "NVML MIG: no expansion, nothing to check");
     }
     dtrain_topo_free(t);
 
