@@ -27,6 +27,7 @@ enum dtrain_opt_id {
     DTRAIN_OPT_GPU_VISIBILITY,
     DTRAIN_OPT_SPARES,
     DTRAIN_OPT_STRAGGLER,
+    DTRAIN_OPT_PP_IN_DOMAIN,
 };
 
 struct dtrain_option_info {
@@ -51,6 +52,7 @@ struct dtrain_options {
     int gpu_visibility;                 /* 0 not given (the site's default), 1 all, 2 one */
     int spares;                         /* --dtrain-spares N, -1 = not given */
     int straggler;                      /* 0 not given (no detection), 1 report, 2 drain */
+    int pp_in_domain;                   /* 1 with --dtrain-pp-in-domain */
     unsigned given;                     /* bit (1 << id) for each option given */
 };
 

@@ -322,7 +322,7 @@ int main(int argc, char **argv)
     }
     if (o.want_plan) {
         struct dtrain_shape shape = {(int)o.tp, (int)o.pp, (int)o.dp, (int)o.nodes, (int)o.tasks_per_node};
-        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus};
+        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus, 0, NULL};
         if (shape.tasks_per_node == 0) {
             /* One task per GPU; a CPU-only job needs at least a TP group. */
             shape.tasks_per_node = dtrain_topo_gpu_count(topo);
