@@ -277,9 +277,11 @@ static int check_pp_domain(const dtrain_topo *const *nodes, const struct dtrain_
                           "PP group", hint, err, errlen);
     for (int i = 0; i < K && rc == DTRAIN_TOPO_OK; i++) {
         long rank = (long)node * K + i, stage0 = rank % ((long)T * D);
-        for (int q = 0; q < P && rc == DTRAIN_TOPO_OK; q++)
-            rc = check_domain(nodes, policy, node, (int)((stage0 + (long)T * D * q) / K), "", "PP group", hint, err,
-                              errlen);
+        for (int q = 0; q < P && rc == DTRAIN_TOPO_OK; q++) {
+            int other = (int)((stage0 + (long)T * D * q) / K);
+            if (nodes[other] != nodes[node]) /* the same model: the same domain */
+                rc = check_domain(nodes, policy, node, other, "", "PP group", hint, err, errlen);
+        }
     }
     return rc;
 }
@@ -342,9 +344,11 @@ int dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node
         return refuse(err, errlen, "out of memory");
     if (joined <= fit)
         return DTRAIN_TOPO_OK;
-    int best = 0;
-    for (int q = pp - 1; q >= 2 && !best; q--)
+    int best = 0, tries = 0;
+    /* at most 64 candidates: each costs O(ntasks) */
+    for (int q = pp - 1; q >= 2 && !best && tries < 64; q--)
         if (ntasks % ((long)tp * q) == 0) {
+            tries++;
             long j = pp_domain_nodes(tp, q, ntasks, tasks_per_node);
             if (j >= 0 && j <= fit)
                 best = q;
@@ -459,6 +463,9 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
     if (rc == DTRAIN_TOPO_OK && policy->pp_in_domain)
         rc = dtrain_plan_check_pp_domain(shape->tp, shape->pp, world, shape->tasks_per_node,
                                          policy->nvlink_domain_gpus, err, errlen);
+    if (rc == DTRAIN_TOPO_OK && policy->pp_in_domain && policy->cpu_only && !policy->node_domain)
+        rc = refuse(err, errlen, "--dtrain-pp-in-domain: these nodes have no GPUs, so no NVLink domain to keep the "
+                                 "pipeline groups in: leave the option out");
     if (rc != DTRAIN_TOPO_OK)
         return rc;
     if (!policy->cpu_only && !nodes) {

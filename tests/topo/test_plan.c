@@ -426,6 +426,10 @@ static void multinode_domains(void)
        err);
     dtrain_plan_free(p);
     policy.node_domain = NULL;
+    policy.cpu_only = 1;
+    rc = dtrain_plan_place_tasks(&pp2, NULL, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no GPUs"), "pp-in-domain on CPU-only nodes is refused: %s", err);
+    policy.cpu_only = 0;
     policy.pp_in_domain = 0;
     rc = dtrain_plan_place_tasks(&pp2, two, &policy, &p, err, sizeof(err));
     ok(rc == DTRAIN_TOPO_OK, "without pp-in-domain the PP group may cross cliques (%s)", err);
