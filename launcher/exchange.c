@@ -41,24 +41,40 @@ static int make_id(struct dtrain_comm_group *g, enum dtrain_comm_backend backend
 
 #define NVD_VALUE_MAX 128 /* "<cluster uuid>/<clique id>" is 48 bytes at most */
 
-/* The PMI2 key of the NVLink domain of TP group g, put by its leader
+/* The PMI2 key of the NVLink domain of group g, put by its leader
  * ("dt.tp.3" -> "dt.tp.3.nvd"). */
 static int domain_key(const struct dtrain_comm_group *g, char *key, size_t len)
 {
     return dtrain_snprintf(key, len, "%s.nvd", g->key);
 }
 
-/* A TP group that holds several nodes must hold them inside one NVLink
- * domain: the plugin saw only its own node, so every member compares the
- * leader's domain (DTRAIN_NVLINK_DOMAIN, put in the same round) with its
- * own.  `domain` is this task's, "" when the plugin set none (TP inside a
- * node, or no plugin): nothing to check then. */
-static int check_tp_domain(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, const char *domain, char *err,
-                           size_t errlen)
+/* Whether this task's group of kind k must stay inside one NVLink domain:
+ * a TP group holding several nodes (T > tasks per node: the plugin set
+ * DTRAIN_NVLINK_DOMAIN for it), a PP group with --dtrain-pp-in-domain
+ * (DTRAIN_PP_IN_DOMAIN=1).  Never without a domain (no plugin). */
+static int domain_checked(const struct dtrain_bootstrap *bs, enum dtrain_group_kind k, const char *domain)
 {
-    const struct dtrain_comm_group *g = &bs->groups[DTRAIN_GROUP_TP];
+    const struct dtrain_comm_group *g = &bs->groups[k];
+    if (!domain[0] || !g->present || g->size < 2)
+        return 0;
+    if (k == DTRAIN_GROUP_TP)
+        return bs->tp > bs->local_size;
+    if (k == DTRAIN_GROUP_PP) {
+        const char *pp = getenv(DTRAIN_ENV_PP_IN_DOMAIN);
+        return pp && strcmp(pp, "1") == 0;
+    }
+    return 0;
+}
+
+/* A group that must stay inside one NVLink domain (domain_checked): the
+ * plugin saw only its own node, so every member compares the leader's
+ * domain (DTRAIN_NVLINK_DOMAIN, put in the same round) with its own. */
+static int check_domain(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, enum dtrain_group_kind k,
+                        const char *domain, char *err, size_t errlen)
+{
+    const struct dtrain_comm_group *g = &bs->groups[k];
     char key[DTRAIN_BOOTSTRAP_KEY_MAX + 8], leader[NVD_VALUE_MAX];
-    if (!domain[0] || !g->present || g->size < 2 || g->my_rank == 0)
+    if (!domain_checked(bs, k, domain) || g->my_rank == 0)
         return DTRAIN_EXIT_OK;
     if (domain_key(g, key, sizeof key) != 0) {
         dtrain_snprintf(err, errlen, "group %s: its key is too long", g->key);
@@ -69,10 +85,12 @@ static int check_tp_domain(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, c
         return exit_code_of(rc);
     if (strcmp(leader, domain) != 0) {
         dtrain_snprintf(err, errlen,
-                        "TP group %s (ranks %d-%d) spans NVLink domains: rank %d is in %s, its leader rank %d in "
-                        "%s; run on nodes of one domain (Slurm topology/block, --segment) or use a TP size of "
-                        "at most the tasks per node",
-                        g->key, g->first, g->first + (g->size - 1) * g->stride, bs->rank, domain, g->first, leader);
+                        "%s group %s (ranks %d-%d) spans NVLink domains: rank %d is in %s, its leader rank %d in "
+                        "%s; run on nodes of one domain (Slurm topology/block, --segment) or %s",
+                        k == DTRAIN_GROUP_TP ? "TP" : "PP", g->key, g->first, g->first + (g->size - 1) * g->stride,
+                        bs->rank, domain, g->first, leader,
+                        k == DTRAIN_GROUP_TP ? "use a TP size of at most the tasks per node"
+                                             : "leave --dtrain-pp-in-domain out");
         return DTRAIN_EXIT_REFUSED;
     }
     return DTRAIN_EXIT_OK;
@@ -105,11 +123,13 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
     const char *domain = getenv(DTRAIN_ENV_NVLINK_DOMAIN);
     if (!domain)
         domain = "";
-    const struct dtrain_comm_group *tpg = &bs->groups[DTRAIN_GROUP_TP];
-    if (domain[0] && tpg->present && tpg->size > 1 && tpg->my_rank == 0) {
+    for (int k = DTRAIN_GROUP_TP; k <= DTRAIN_GROUP_PP; k++) {
+        const struct dtrain_comm_group *g = &bs->groups[k];
         char key[DTRAIN_BOOTSTRAP_KEY_MAX + 8];
-        if (domain_key(tpg, key, sizeof key) != 0 || strlen(domain) >= NVD_VALUE_MAX) {
-            dtrain_snprintf(err, errlen, "group %s: its key or %s='%.64s' is too long", tpg->key,
+        if (!domain_checked(bs, (enum dtrain_group_kind)k, domain) || g->my_rank != 0)
+            continue;
+        if (domain_key(g, key, sizeof key) != 0 || strlen(domain) >= NVD_VALUE_MAX) {
+            dtrain_snprintf(err, errlen, "group %s: its key or %s='%.64s' is too long", g->key,
                             DTRAIN_ENV_NVLINK_DOMAIN, domain);
             rc = DTRAIN_EXIT_USAGE;
             goto fail;
@@ -155,9 +175,11 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
             goto fail;
         }
     }
-    rc = check_tp_domain(pmi, bs, domain, err, errlen);
-    if (rc != DTRAIN_EXIT_OK)
-        goto fail;
+    for (int k = DTRAIN_GROUP_TP; k <= DTRAIN_GROUP_PP; k++) {
+        rc = check_domain(pmi, bs, (enum dtrain_group_kind)k, domain, err, errlen);
+        if (rc != DTRAIN_EXIT_OK)
+            goto fail;
+    }
     long t4 = now_us();
     times->ids_us = t1 - t0;
     times->put_us = t2 - t1;

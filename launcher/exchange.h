@@ -8,10 +8,11 @@
  * and gets at most 5; each key is put once, by its leader.
  *
  * When the plugin set DTRAIN_NVLINK_DOMAIN (a TP group of several nodes in
- * a multi-node NVLink domain), the TP leader also puts its domain under
- * "<tp key>.nvd" in the same round and every member compares it with its
+ * a multi-node NVLink domain, or --dtrain-pp-in-domain: DTRAIN_PP_IN_DOMAIN),
+ * the leader of each such TP (PP) group also puts its domain under
+ * "<group key>.nvd" in the same round and every member compares it with its
  * own: a group across two domains ends with 3 (refused) and one line naming
- * both.  One more key and get per TP group; still one fence. */
+ * both.  One more key and get per such group; still one fence. */
 #ifndef DTRAIN_LAUNCH_EXCHANGE_H
 #define DTRAIN_LAUNCH_EXCHANGE_H
 

@@ -40,6 +40,9 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_GPU_VENDOR, "dtrain-gpu-vendor", "nvidia|amd",
      "[dtrain] the GPUs the program drives (CUDA: nvidia, HIP/ROCm: amd) on nodes with GPUs of both vendors; "
      "only those are placed"},
+    {DTRAIN_OPT_PP_IN_DOMAIN, "dtrain-pp-in-domain", NULL,
+     "[dtrain] keep each pipeline group inside one multi-node NVLink domain (site setting nvlink_domain_gpus), "
+     "so that PP sends never leave NVLink; refused when the groups cannot fit a domain"},
 };
 const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
 
@@ -110,6 +113,9 @@ static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const cha
         return 0;
     case DTRAIN_OPT_VERBOSE:
         opts->verbose = 1;
+        return 0;
+    case DTRAIN_OPT_PP_IN_DOMAIN:
+        opts->pp_in_domain = 1;
         return 0;
     case DTRAIN_OPT_GPU_VISIBILITY:
         if (arg != NULL && strcmp(arg, "all") == 0)

@@ -28,6 +28,7 @@ enum dtrain_opt_id {
     DTRAIN_OPT_SPARES,
     DTRAIN_OPT_STRAGGLER,
     DTRAIN_OPT_GPU_VENDOR,
+    DTRAIN_OPT_PP_IN_DOMAIN,
 };
 
 struct dtrain_option_info {
@@ -53,6 +54,7 @@ struct dtrain_options {
     int spares;                         /* --dtrain-spares N, -1 = not given */
     int straggler;                      /* 0 not given (no detection), 1 report, 2 drain */
     unsigned gpu_vendor;                /* 0 not given, DTRAIN_VENDOR_NVIDIA or DTRAIN_VENDOR_AMD */
+    int pp_in_domain;                   /* 1 with --dtrain-pp-in-domain */
     unsigned given;                     /* bit (1 << id) for each option given */
 };
 

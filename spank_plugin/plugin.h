@@ -66,7 +66,9 @@ struct dtrain_step {
     int gpu_all;                           /* --dtrain-gpu-visibility (or the site's): 1 all, 0 one */
     int restart_count;                     /* the job's SLURM_RESTART_COUNT */
     char master_addr[DTRAIN_COORDS_ADDR_MAX]; /* the rendezvous; "" when unknown */
-    char nvlink_domain[DTRAIN_TOPO_DOMAIN_LEN]; /* set when TP groups hold several nodes of one domain */
+    char nvlink_domain[DTRAIN_TOPO_DOMAIN_LEN]; /* set when TP groups hold several nodes of one domain,
+                                                  * or with --dtrain-pp-in-domain */
+    int domain_from_block;                 /* nvlink_domain comes from Slurm's block, read in task_init */
     int master_port;
     int port_lock_fd;                      /* the first node's claim on master_port, -1 none */
     struct dtrain_env_list env;            /* scratch for task_init */

@@ -25,6 +25,7 @@
 #include "dtrain_master_port.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
+#include "dtrain_tree.h"
 #include "plugin.h"
 #include "rendezvous.h"
 
@@ -249,6 +250,11 @@ static int plan_step(struct dtrain_plugin *plugin)
         /* A node without GPUs runs CPU ranks (the CPU backend). */
         .cpu_only = dtrain_topo_gpu_count(node) == 0,
         .nvlink_domain_gpus = plugin->config.nvlink_domain_gpus,
+        .pp_in_domain = plugin->opts.pp_in_domain,
+        /* Slurm's block stands for NVML's clique: the task's
+         * SLURM_TOPOLOGY_ADDR names it (read in task_init, where Slurm has
+         * set it); the launcher compares the nodes'. */
+        .node_domain = plugin->config.nvlink_domain_block ? DTRAIN_TREE_BLOCK_PREFIX : NULL,
     };
     int rc = -1;
 
@@ -272,12 +278,17 @@ static int plan_step(struct dtrain_plugin *plugin)
         step_fail(s, dtrain_topo_status_exit(prc), "%s: %s", s->node, err);
         goto cleanup;
     }
-    /* A TP group of several nodes: the launcher checks with the other
-     * nodes that they report this same domain (launcher/exchange.c). */
+    /* A TP group of several nodes, or PP groups kept in a domain: the
+     * launcher checks with the other nodes that they report this same
+     * domain (launcher/exchange.c). */
     s->nvlink_domain[0] = '\0';
-    if (shape.tp > shape.tasks_per_node &&
-        dtrain_topo_nvlink_domain(node, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err) != 1)
-        s->nvlink_domain[0] = '\0'; /* the planner refused such a node already */
+    s->domain_from_block = 0;
+    if (shape.tp > shape.tasks_per_node || policy.pp_in_domain) {
+        if (policy.node_domain)
+            s->domain_from_block = 1;
+        else if (dtrain_topo_nvlink_domain(node, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err) != 1)
+            s->nvlink_domain[0] = '\0'; /* the planner refused such a node already */
+    }
     s->mode = DTRAIN_STEP_PLACED;
     rc = 0;
 cleanup:
@@ -521,7 +532,19 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     if (dtrain_task_env_placement(&s->env, &where) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
+    if (s->domain_from_block) {
+        char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
+        const char *a = NULL, *p = NULL;
+        /* unset or too long: a and p stay NULL, said as no address */
+        job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
+        job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
+        if (dtrain_tree_block_domain(a, p, s->nvlink_domain, sizeof s->nvlink_domain, why, sizeof why) != 0)
+            task_fail(DTRAIN_EXIT_REFUSED, local == 0, "%s: %s", s->node, why);
+    }
     if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
+                  global);
+    if (plugin->opts.pp_in_domain && dtrain_env_list_set(&s->env, DTRAIN_ENV_PP_IN_DOMAIN, "1") != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
     export_env(sp, &s->env);

@@ -78,6 +78,14 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         cfg->nvlink_domain_gpus = (int)v;
         return 0;
     }
+    if (strcmp(key, "nvlink_domain_source") == 0) {
+        if (strcmp(value, "nvml") != 0 && strcmp(value, "block") != 0) {
+            dtrain_snprintf(err, errlen, "nvlink_domain_source=%.64s: use nvml or block", value);
+            return -1;
+        }
+        cfg->nvlink_domain_block = strcmp(value, "block") == 0;
+        return 0;
+    }
     if (strcmp(key, "gpu_visibility") == 0) {
         if (strcmp(value, "all") != 0 && strcmp(value, "one") != 0) {
             dtrain_snprintf(err, errlen, "gpu_visibility=%.64s: use all or one", value);
@@ -90,7 +98,7 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         return dtrain_master_ports_parse(value, "master_ports", &cfg->master_port_lo, &cfg->master_port_hi, err,
                                          errlen);
     dtrain_snprintf(err, errlen, "unknown key '%.64s' (known: config, topology_xml, bind, allow_pcie, max_tp, "
-                    "nvlink_domain_gpus, gpu_visibility, master_ports)", key);
+                    "nvlink_domain_gpus, nvlink_domain_source, gpu_visibility, master_ports)", key);
     return -1;
 }
 

@@ -21,6 +21,11 @@
  *                      TP groups may then hold several whole nodes of one
  *                      domain (NVML's GPU fabric clique); sbatch/srun refuse
  *                      --dtrain-tp above N or not dividing it.
+ *   nvlink_domain_source=nvml|block  where a node's domain comes from:
+ *                      nvml (default), NVML's GPU fabric clique; block, the
+ *                      Slurm topology/block block the node is in (Slurm
+ *                      23.11+: SLURM_TOPOLOGY_ADDR "BLOCK.NODE", pattern
+ *                      "block.node"), for sites whose blocks are the domains.
  *   gpu_visibility=all|one  the default of --dtrain-gpu-visibility (all).
  *   master_ports=LO-HI the ports MASTER_PORT is taken from (default
  *                      29500-29999; keep them out of the kernel's ephemeral
@@ -50,6 +55,7 @@ struct dtrain_site_config {
     enum dtrain_pcie_policy allow_pcie;
     int max_tp; /* 0 = unknown */
     int nvlink_domain_gpus; /* GPUs in one multi-node NVLink domain, 0 = none */
+    int nvlink_domain_block; /* 1: nvlink_domain_source=block (Slurm's block is the domain) */
     int gpu_visibility_one;         /* 1: gpu_visibility=one */
     int master_port_lo, master_port_hi; /* master_ports= */
 };

@@ -30,12 +30,12 @@
 struct options {
     const char *xml;
     long tp, pp, dp, nodes, tasks_per_node, domain_gpus;
-    const char *switch_addrs, *hostfile;
+    const char *switch_addrs, *hostfile, *node_domain;
     double grad_bytes, net_gbps, pcie_gbps;
     int explain;
     struct dtrain_model_size model;
     int want_plan;
-    int allow_pcie, cpu_only, json, picture;
+    int allow_pcie, cpu_only, json, picture, pp_in_domain;
     const char *gpu_vendor; /* --gpu-vendor: place only that vendor's GPUs */
 };
 
@@ -58,6 +58,9 @@ static void usage(FILE *out)
             "  --gpu-vendor nvidia|amd  only that vendor's GPUs (a node with both; plugin: --dtrain-gpu-vendor)\n"
             "  --nvlink-domain-gpus G  GPUs per multi-node NVLink domain (site key nvlink_domain_gpus):\n"
             "                        TP groups may then hold whole nodes of the node's NVML fabric clique\n"
+            "  --pp-in-domain        keep each pipeline group inside one such domain (--dtrain-pp-in-domain)\n"
+            "  --node-domain NAME    every node is in NVLink domain NAME (e.g. slurm-block/b1, as the plugin's\n"
+            "                        nvlink_domain_source=block), instead of NVML's fabric clique\n"
             "  --switch-addrs FILE   lines 'NODE SLURM_TOPOLOGY_ADDR' in Slurm's node order (one task per\n"
             "                        node: srun --ntasks-per-node=1 sh -c 'echo $SLURMD_NODENAME\n"
             "                        $SLURM_TOPOLOGY_ADDR'): print the node order that keeps DP rings under\n"
@@ -91,7 +94,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
  * --version. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_VENDOR, O_JSON, O_PICTURE, O_HELP, O_VERSION };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_VENDOR, O_JSON, O_PICTURE, O_PPDOM, O_NODEDOM, O_HELP, O_VERSION };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -102,6 +105,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"allow-pcie", no_argument, NULL, O_PCIE},
         {"cpu-only", no_argument, NULL, O_CPU},
         {"nvlink-domain-gpus", required_argument, NULL, O_DOMAIN},
+        {"pp-in-domain", no_argument, NULL, O_PPDOM},
+        {"node-domain", required_argument, NULL, O_NODEDOM},
         {"switch-addrs", required_argument, NULL, O_ADDRS},
         {"grad-bytes", required_argument, NULL, O_GRAD},
         {"hostfile", required_argument, NULL, O_HOSTFILE},
@@ -153,6 +158,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_ADDRS: o->switch_addrs = optarg; break;
         case O_HOSTFILE: o->hostfile = optarg; break;
         case O_EXPLAIN: o->explain = 1; o->want_plan = 1; break;
+        case O_PPDOM: o->pp_in_domain = 1; o->want_plan = 1; break;
+        case O_NODEDOM: o->node_domain = optarg; o->want_plan = 1; break;
         case O_LAYERS: if (parse_number("--layers", optarg, 1, 100000, &o->model.layers) < 0) return -1; break;
         case O_HIDDEN: if (parse_number("--hidden", optarg, 1, 1L << 20, &o->model.hidden) < 0) return -1; break;
         case O_SEQ: if (parse_number("--seq", optarg, 1, 1L << 24, &o->model.seq) < 0) return -1; break;
@@ -219,7 +226,8 @@ static int explain(const struct options *o, const dtrain_topo *topo, const dtrai
     static const char *const name[DTRAIN_EXPLAIN_GROUPS] = {"TP", "PP", "DP"};
     struct dtrain_explain e;
     char err[256];
-    if (dtrain_explain_plan(plan, topo, &o->model, o->net_gbps, o->pcie_gbps, &e, err, sizeof err) != 0) {
+    if (dtrain_explain_plan(plan, topo, &o->model, o->net_gbps, o->pcie_gbps, o->pp_in_domain, &e, err, sizeof err) !=
+        0) {
         fprintf(stderr, PROG ": --explain: %s\n", err);
         return -1;
     }
@@ -342,7 +350,7 @@ int main(int argc, char **argv)
     }
     if (o.want_plan) {
         struct dtrain_shape shape = {(int)o.tp, (int)o.pp, (int)o.dp, (int)o.nodes, (int)o.tasks_per_node};
-        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus};
+        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus, o.pp_in_domain, o.node_domain};
         if (shape.tasks_per_node == 0) {
             /* One task per GPU; a CPU-only job needs at least a TP group. */
             shape.tasks_per_node = dtrain_topo_gpu_count(topo);

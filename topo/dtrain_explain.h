@@ -13,7 +13,8 @@
  * A ring all-reduce of n bytes over G ranks sends 2(G-1)/G * n per rank.
  * Each group's slowest link comes from node 0's model (NVLink/XGMI GB/s,
  * else PCIe at pcie_gbps) or, when the group leaves a node, the network at
- * net_gbps (a multi-node NVLink domain counts as NVLink).  Time = bytes /
+ * net_gbps (a multi-node NVLink domain counts as NVLink: a TP group larger
+ * than a node, a PP group kept in a domain).  Time = bytes /
  * bandwidth, with no overlap with compute: an upper bound of what the step
  * waits for.  Pure function, no global state. */
 #ifndef DTRAIN_EXPLAIN_H
@@ -43,10 +44,13 @@ struct dtrain_explain {
     double total_seconds;
 };
 
-/* Fill `out` for `plan` (its shape) on nodes like `node0`.  Returns 0, or -1
+/* Fill `out` for `plan` (its shape) on nodes like `node0`; pp_in_domain:
+ * the plan keeps PP groups inside a multi-node NVLink domain
+ * (policy.pp_in_domain), so PP sends between nodes run at NVLink rate.  Returns 0, or -1
  * with one line in err (a size out of range, layers not divisible by P). */
 int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const struct dtrain_model_size *m,
-                        double net_gbps, double pcie_gbps, struct dtrain_explain *out, char *err, size_t errlen);
+                        double net_gbps, double pcie_gbps, int pp_in_domain, struct dtrain_explain *out, char *err,
+                        size_t errlen);
 
 #ifdef __cplusplus
 }

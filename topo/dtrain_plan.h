@@ -44,6 +44,14 @@ struct dtrain_policy {
      * this and dividing it): it then holds T/K whole consecutive nodes, which
      * must report one NVLink domain (dtrain_topo_nvlink_domain). */
     int nvlink_domain_gpus;
+    /* Keep each pipeline group inside one NVLink domain (--dtrain-pp-in-domain):
+     * every node needs a domain, and the nodes of a PP group the same one
+     * (dtrain_plan_check_pp_domain is the check without node models). */
+    int pp_in_domain;
+    /* The domain of every node given, instead of NVML's fabric membership
+     * (a Slurm topology/block block the site declares an NVLink domain:
+     * the plugin, which knows its own node only); NULL: NVML's. */
+    const char *node_domain;
 };
 
 struct dtrain_task_placement {
@@ -72,7 +80,8 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
  * dtrain_plan_task() gives NULL for others): what a node needs, in memory
  * and time independent of the number of nodes.  nodes[] must still hold
  * every node (entries other than `node` and, for node-spanning TP groups,
- * its group's first node, are not read). */
+ * its group's first node, or with pp_in_domain its PP groups' nodes, are
+ * not read). */
 int dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
                            const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err,
                            size_t errlen);
@@ -93,6 +102,14 @@ const char *dtrain_plan_warning(const dtrain_plan *plan);
  * or tasks_per_node may be 0 when unknown; those checks are then skipped. */
 int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
                             char *err, size_t errlen);
+
+/* With --dtrain-pp-in-domain, what sbatch can know: the nodes that pipeline
+ * groups join (rank r with r + T*D, r + 2*T*D, ... of the rank order, K per
+ * node) must fit a domain of domain_gpus GPUs.  Refuses (one line, the
+ * largest P that fits) when they cannot, or when the site declares no
+ * domain (domain_gpus 0); ntasks or tasks_per_node 0: only the latter. */
+int dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus, char *err,
+                                size_t errlen);
 
 /* Coordinates <-> rank, the one definition of the rank order. */
 static inline int dtrain_rank_of(int tp_rank, int dp_rank, int pp_rank, int T, int D)

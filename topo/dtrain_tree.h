@@ -63,6 +63,17 @@ struct dtrain_tree_cost {
 int dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
                      double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen);
 
+/* Slurm's topology/block (23.11+; checked on 24.11.5) gives every task
+ * SLURM_TOPOLOGY_ADDR "BLOCK.NODE" with SLURM_TOPOLOGY_ADDR_PATTERN
+ * "block.node".  The domain of a node whose site declares its blocks NVLink
+ * domains (nvlink_domain_source=block) is "slurm-block/BLOCK", into out.
+ * Returns 0, or -1 with one line in err: no address (no topology/block),
+ * a pattern without "block" (topology/tree), an address that does not
+ * match its pattern, or one too long. */
+#define DTRAIN_TREE_BLOCK_PREFIX "slurm-block/"
+int dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
+                             size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

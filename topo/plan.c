@@ -217,32 +217,149 @@ static int check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t
     return DTRAIN_TOPO_OK;
 }
 
-/* Node `node` of a TP group of `span` whole nodes: its GPUs in one NVLink
- * domain, the same as the group's first node's.  Only the models given
- * are compared: the plugin knows its own node only (and passes it for
- * every node), so the launcher compares the nodes' domains again across
- * the step (DTRAIN_NVLINK_DOMAIN, launcher/exchange.c). */
-static int check_domain(const dtrain_topo *const *nodes, int node, int span, int T, int K, char *err,
-                        size_t errlen)
+/* Node `node`'s NVLink domain into key: the policy's (Slurm's block) or
+ * NVML's.  1: has one, 0: none, -1: unreadable (why in why). */
+static int node_domain(const struct dtrain_policy *policy, const dtrain_topo *topo, char *key, size_t len,
+                       char *why, size_t whylen)
 {
-    char key[DTRAIN_TOPO_DOMAIN_LEN], first_key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
-    int first = node - node % span;
-    int rc = dtrain_topo_nvlink_domain(nodes[node], key, sizeof key, why, sizeof why);
+    if (policy->node_domain)
+        return dtrain_snprintf(key, len, "%s", policy->node_domain) == 0 ? 1 : -1;
+    return dtrain_topo_nvlink_domain(topo, key, len, why, whylen);
+}
+
+/* Node `node` must be in an NVLink domain (`what` says why it needs one),
+ * the same as node `other`'s (`group` names their group).  Only the models
+ * given are compared: the plugin knows its own node only (and passes it
+ * for every node), so the launcher compares the nodes' domains again
+ * across the step (DTRAIN_NVLINK_DOMAIN, launcher/exchange.c). */
+static int check_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node, int other,
+                        const char *what, const char *group, const char *hint, char *err, size_t errlen)
+{
+    char key[DTRAIN_TOPO_DOMAIN_LEN], other_key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
+    int rc = node_domain(policy, nodes[node], key, sizeof key, why, sizeof why);
     if (rc < 0)
         return refuse(err, errlen, "node %d: %s", node, why);
     if (rc == 0)
+        return refuse(err, errlen, "%s, and node %d's GPUs report no multi-node NVLink domain (NVML GPU fabric): %s",
+                      what, node, hint);
+    if (other != node && nodes[other] != nodes[node] &&
+        node_domain(policy, nodes[other], other_key, sizeof other_key, why, sizeof why) == 1 &&
+        strcmp(other_key, key) != 0)
         return refuse(err, errlen,
-                      "T=%d is larger than the %d tasks per node, and node %d's GPUs report no multi-node NVLink "
-                      "domain (NVML GPU fabric): use --dtrain-tp=%d or less",
-                      T, K, node, K);
-    if (first != node && nodes[first] != nodes[node] &&
-        dtrain_topo_nvlink_domain(nodes[first], first_key, sizeof first_key, why, sizeof why) == 1 &&
-        strcmp(first_key, key) != 0)
-        return refuse(err, errlen,
-                      "the TP group of nodes %d-%d would span NVLink domains %s (node %d) and %s (node %d): "
-                      "run on nodes of one domain (Slurm topology/block, --segment) or use --dtrain-tp=%d or less",
-                      first, first + span - 1, first_key, first, key, node, K);
+                      "the %s of nodes %d and %d would span NVLink domains %s (node %d) and %s (node %d): run on "
+                      "nodes of one domain (Slurm topology/block, --segment) or %s",
+                      group, other < node ? other : node, other < node ? node : other, other_key, other, key, node,
+                      hint);
     return DTRAIN_TOPO_OK;
+}
+
+/* Node `node` of a TP group of `span` whole nodes: its GPUs in one NVLink
+ * domain, the same as the group's first node's. */
+static int check_tp_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node, int span,
+                           int T, int K, char *err, size_t errlen)
+{
+    char what[128], hint[64];
+    dtrain_snprintf(what, sizeof what, "T=%d is larger than the %d tasks per node", T, K);
+    dtrain_snprintf(hint, sizeof hint, "use --dtrain-tp=%d or less", K);
+    return check_domain(nodes, policy, node, node - node % span, what, "TP group", hint, err, errlen);
+}
+
+/* --dtrain-pp-in-domain: the nodes of the PP groups of node `node`'s ranks
+ * in node `node`'s domain. */
+static int check_pp_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node, int T,
+                           int D, int P, int K, char *err, size_t errlen)
+{
+    static const char hint[] = "leave --dtrain-pp-in-domain out";
+    int rc = check_domain(nodes, policy, node, node, "--dtrain-pp-in-domain keeps each pipeline group in one domain",
+                          "PP group", hint, err, errlen);
+    for (int i = 0; i < K && rc == DTRAIN_TOPO_OK; i++) {
+        long rank = (long)node * K + i, stage0 = rank % ((long)T * D);
+        for (int q = 0; q < P && rc == DTRAIN_TOPO_OK; q++) {
+            int other = (int)((stage0 + (long)T * D * q) / K);
+            if (nodes[other] != nodes[node]) /* the same model: the same domain */
+                rc = check_domain(nodes, policy, node, other, "", "PP group", hint, err, errlen);
+        }
+    }
+    return rc;
+}
+
+/* Union-find root of node n (path halving). */
+static int uf_root(int *parent, int n)
+{
+    while (parent[n] != n)
+        n = parent[n] = parent[parent[n]];
+    return n;
+}
+
+/* The most nodes that the PP and TP groups of the T x P x (ntasks/(T*P))
+ * grid join into one set (groups sharing a node join), K tasks per node;
+ * -1: no memory. */
+static long pp_domain_nodes(int T, int P, long ntasks, long K)
+{
+    long nnodes = ntasks / K, D = ntasks / ((long)T * P), most = 0;
+    int *parent = malloc(sizeof(int) * (size_t)nnodes), *count = calloc((size_t)nnodes, sizeof(int));
+    if (!parent || !count) {
+        free(parent);
+        free(count);
+        return -1;
+    }
+    for (long n = 0; n < nnodes; n++)
+        parent[n] = (int)n;
+    for (long r = 0; r < ntasks; r++) { /* a TP group of several nodes joins them too */
+        int a = uf_root(parent, (int)(r / K)), b = uf_root(parent, (int)((r - r % T) / K));
+        if (a != b)
+            parent[a] = b;
+    }
+    for (long r = 0; r < (long)T * D; r++)
+        for (int q = 1; q < P; q++) {
+            int a = uf_root(parent, (int)(r / K)), b = uf_root(parent, (int)((r + (long)T * D * q) / K));
+            if (a != b)
+                parent[a] = b;
+        }
+    for (long n = 0; n < nnodes; n++) {
+        int c = ++count[uf_root(parent, (int)n)];
+        if (c > most)
+            most = c;
+    }
+    free(parent);
+    free(count);
+    return most;
+}
+
+int dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus, char *err,
+                                size_t errlen)
+{
+    if (domain_gpus <= 0)
+        return refuse(err, errlen,
+                      "--dtrain-pp-in-domain: this cluster declares no multi-node NVLink domain (site setting "
+                      "nvlink_domain_gpus): leave the option out");
+    if (ntasks <= 0 || tasks_per_node <= 0 || tp < 1 || pp < 1 || ntasks % tasks_per_node != 0 ||
+        ntasks % ((long)tp * pp) != 0)
+        return DTRAIN_TOPO_OK; /* unknown, or refused by dtrain_plan_check_shape */
+    long fit = domain_gpus / tasks_per_node, joined = pp_domain_nodes(tp, pp, ntasks, tasks_per_node);
+    if (joined < 0)
+        return refuse(err, errlen, "out of memory");
+    if (joined <= fit)
+        return DTRAIN_TOPO_OK;
+    int best = 0, tries = 0;
+    /* at most 64 candidates: each costs O(ntasks) */
+    for (int q = pp - 1; q >= 2 && !best && tries < 64; q--)
+        if (ntasks % ((long)tp * q) == 0) {
+            tries++;
+            long j = pp_domain_nodes(tp, q, ntasks, tasks_per_node);
+            if (j >= 0 && j <= fit)
+                best = q;
+        }
+    char hint[96];
+    if (best)
+        dtrain_snprintf(hint, sizeof hint, "use --dtrain-pp=%d or less, ", best);
+    else
+        hint[0] = '\0';
+    return refuse(err, errlen,
+                  "--dtrain-pp-in-domain: the pipeline groups of T=%d P=%d on %ld tasks (%ld per node) join %ld "
+                  "nodes (%ld GPUs), more than this cluster's NVLink domain of %d GPUs (site setting "
+                  "nvlink_domain_gpus): %sfewer tasks, or leave --dtrain-pp-in-domain out",
+                  tp, pp, ntasks, tasks_per_node, joined, joined * tasks_per_node, domain_gpus, hint);
 }
 
 static void cache_free(struct plan_cache *cache)
@@ -315,7 +432,7 @@ static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int no
 static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nodes, const struct dtrain_policy *policy,
                  int first_node, int last_node, dtrain_plan **out, char *err, size_t errlen)
 {
-    static const struct dtrain_policy no_policy = {0, 0, 0};
+    static const struct dtrain_policy no_policy = {0, 0, 0, 0, NULL};
     struct plan_cache *cache = NULL;
     unsigned char *rel = NULL;
     int *gpus = NULL;
@@ -340,6 +457,12 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
                       shape->tasks_per_node, world, DTRAIN_PLAN_MAX_WORLD);
     rc = dtrain_plan_check_shape(shape->tp, shape->pp, shape->dp, world, shape->tasks_per_node,
                                  policy->nvlink_domain_gpus, err, errlen);
+    if (rc == DTRAIN_TOPO_OK && policy->pp_in_domain)
+        rc = dtrain_plan_check_pp_domain(shape->tp, shape->pp, world, shape->tasks_per_node,
+                                         policy->nvlink_domain_gpus, err, errlen);
+    if (rc == DTRAIN_TOPO_OK && policy->pp_in_domain && policy->cpu_only && !policy->node_domain)
+        rc = refuse(err, errlen, "--dtrain-pp-in-domain: these nodes have no GPUs, so no NVLink domain to keep the "
+                                 "pipeline groups in: leave the option out");
     if (rc != DTRAIN_TOPO_OK)
         return rc;
     if (!policy->cpu_only && !nodes) {
@@ -398,7 +521,10 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
             }
             if ((rc = check_whole_gpus(topo, node, err, errlen)) != DTRAIN_TOPO_OK)
                 goto fail;
-            if (span > 1 && (rc = check_domain(nodes, node, span, T, K, err, errlen)) != DTRAIN_TOPO_OK)
+            if (span > 1 && (rc = check_tp_domain(nodes, policy, node, span, T, K, err, errlen)) != DTRAIN_TOPO_OK)
+                goto fail;
+            if (policy->pp_in_domain &&
+                (rc = check_pp_domain(nodes, policy, node, T, D, shape->pp, K, err, errlen)) != DTRAIN_TOPO_OK)
                 goto fail;
             if (span > 1)
                 memset(rel, PLAN_REL_NONE, (size_t)ngroups * (size_t)ngroups);

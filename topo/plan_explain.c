@@ -38,7 +38,8 @@ static double link_gbps(const dtrain_plan *plan, const dtrain_topo *node0, int a
 }
 
 int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const struct dtrain_model_size *m,
-                        double net_gbps, double pcie_gbps, struct dtrain_explain *out, char *err, size_t errlen)
+                        double net_gbps, double pcie_gbps, int pp_in_domain, struct dtrain_explain *out, char *err,
+                        size_t errlen)
 {
     const struct dtrain_shape *s = dtrain_plan_shape(plan);
     memset(out, 0, sizeof *out);
@@ -72,7 +73,8 @@ int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const
         for (int i = 0; i < size; i++) {
             int a = i * stride, b = ((i + 1) % size) * stride;
             const char *w;
-            double bw = link_gbps(plan, node0, a, b, net_gbps, pcie_gbps, g == DTRAIN_EXPLAIN_TP && domain, &w);
+            double bw = link_gbps(plan, node0, a, b, net_gbps, pcie_gbps,
+                                  (g == DTRAIN_EXPLAIN_TP && domain) || (g == DTRAIN_EXPLAIN_PP && pp_in_domain), &w);
             if (worst == 0 || bw < worst) {
                 worst = bw;
                 what = w;

@@ -210,3 +210,56 @@ int dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int
             }
     return 0;
 }
+
+/* Component i of a dot-separated list: its start in *start (NULL past the end) and length. */
+static size_t dot_field(const char *s, int i, const char **start)
+{
+    for (; i > 0 && s; i--) {
+        s = strchr(s, '.');
+        if (s)
+            s++;
+    }
+    *start = s;
+    return s ? strcspn(s, ".") : 0;
+}
+
+int dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
+                             size_t errlen)
+{
+    if (!addr || !*addr || !pattern || !*pattern) {
+        dtrain_snprintf(err, errlen, "Slurm gave this task no SLURM_TOPOLOGY_ADDR/_PATTERN: the site declares "
+                        "Slurm's blocks NVLink domains (nvlink_domain_source=block), which needs "
+                        "TopologyPlugin=topology/block (Slurm 23.11+)");
+        return -1;
+    }
+    int fields = 1, block = -1, addr_fields = 1;
+    for (const char *p = pattern; *p; p++)
+        fields += *p == '.';
+    for (const char *p = addr; *p; p++)
+        addr_fields += *p == '.';
+    for (int i = 0; i < fields && block < 0; i++) {
+        const char *f;
+        size_t n = dot_field(pattern, i, &f);
+        if (n == 5 && strncmp(f, "block", 5) == 0)
+            block = i;
+    }
+    if (block < 0) {
+        dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR_PATTERN is '%.64s', not Slurm's topology/block "
+                        "('block.node'): the site declares blocks NVLink domains (nvlink_domain_source=block) "
+                        "but this cluster runs another TopologyPlugin", pattern);
+        return -1;
+    }
+    const char *f;
+    size_t n = dot_field(addr, block, &f);
+    if (addr_fields != fields || n == 0) {
+        dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR '%.64s' does not match its pattern '%.64s'", addr,
+                        pattern);
+        return -1;
+    }
+    if (dtrain_snprintf(out, len, "%s%.*s", DTRAIN_TREE_BLOCK_PREFIX, (int)n, f) != 0) {
+        dtrain_snprintf(err, errlen, "Slurm's block name in '%.64s' is longer than %zu bytes", addr,
+                        len - sizeof DTRAIN_TREE_BLOCK_PREFIX);
+        return -1;
+    }
+    return 0;
+}

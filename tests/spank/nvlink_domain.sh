@@ -13,7 +13,16 @@
 #  - node2 moved to clique 2: the plugin (which sees only its own node)
 #    places the step, and the launcher's PMI2 round refuses the TP group that
 #    spans cliques 1 and 2, naming both, and ends the step (PMI2 abort:
-#    the other members would wait for it in communicator set-up).
+#    the other members would wait for it in communicator set-up);
+#  - --dtrain-pp-in-domain (node2 back in clique 1): T=4 P=2 on node1+node2
+#    (one clique) is placed and bootstrapped, every task told the domain and
+#    DTRAIN_PP_IN_DOMAIN=1; on node2+node3 the launcher refuses the PP group
+#    naming both cliques; T=4 P=4 on 4 nodes is refused by sbatch (the PP
+#    groups join 16 GPUs, a domain has 8); T=4 P=2 D=2 on 4 nodes passes
+#    sbatch (PP groups join nodes 1+3 and 2+4 of Slurm's order) but
+#    crosses cliques in Slurm's order (refused by the launcher), and runs
+#    with a SLURM_HOSTFILE in the order node1 node3 node2 node4, which puts
+#    each PP group on the 2 nodes of one clique.
 # Slurm's topology/block (23.11+) is not testable here: Debian 12 has 22.05.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_srcdir/lib.sh"
@@ -89,4 +98,53 @@ cat "$err" "$D"/cross.[0-9]* >"$D/cross.out" 2>/dev/null
 check "node2 in clique 2: the step fails, a member of TP group dt.tp.0 says it spans NVLink domains $cluster/2 and $cluster/1 (exit $RC)" \
   eval '[ "$RC" -ne 0 ] && grep -q "TP group dt.tp.0 (ranks 0-7) spans NVLink domains: rank [4-7] is in $cluster/2, its leader rank 0 in $cluster/1" "$D/cross.out"'
 grep -m1 'spans NVLink' "$D/cross.out" | sed 's/^/#   /'
+
+# ---- --dtrain-pp-in-domain: pipeline groups inside one clique
+nvml_conf node2 1
+run_client "$out" "$err" srun -w node1,node2 -N2 --ntasks-per-node=4 --dtrain-tp=4 --dtrain-pp=2 --dtrain-pp-in-domain sh "$show_task"
+problems=$(awk -v c="$cluster" '
+    { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      n++; r = v["rank"]
+      if (v["P"] != 2 || v["pp"] != int(r / 4) || v["node"] != "node" (int(r / 4) + 1)) { print "rank " r " on " v["node"]; bad = 1 }
+      if (v["nvd"] != c "/1" || v["ppd"] != 1) { print "rank " r ": nvd=" v["nvd"] " ppd=" v["ppd"]; bad = 1 } }
+    END { if (n != 8) { print n " lines"; bad = 1 } exit bad }' "$out")
+check "pp-in-domain, T=4 P=2 on node1+node2 (clique 1): placed, stage 1 on node2, every task has DTRAIN_NVLINK_DOMAIN=.../1 and DTRAIN_PP_IN_DOMAIN=1 (exit $RC)${problems:+: $problems}" \
+  [ "$RC" -eq 0 -a -z "$problems" ]
+diag_file "$err"
+run_client "$out" "$err" srun -w node1,node2 -N2 --ntasks-per-node=4 --mpi=pmi2 --dtrain-tp=4 --dtrain-pp=2 --dtrain-pp-in-domain \
+  -o "$D/pp.%t" "$launch" --print
+cat "$D"/pp.[0-9]* >"$D/pp.out" 2>/dev/null
+check "... and its PMI2 bootstrap with the PP domain check succeeds (exit $RC, $(grep -c '^rank=.* placed_by=spank ' "$D/pp.out") of 8 lines)" \
+  [ "$RC" -eq 0 -a "$(grep -c '^rank=.* placed_by=spank ' "$D/pp.out")" -eq 8 ]
+[ "$RC" -eq 0 ] || diag_file "$err"
+
+run_client "$out" "$err" srun -w node2,node3 -N2 --ntasks-per-node=4 --mpi=pmi2 --dtrain-tp=4 --dtrain-pp=2 --dtrain-pp-in-domain \
+  -o "$D/ppx.%t" "$launch" --print
+cat "$err" "$D"/ppx.[0-9]* >"$D/ppx.out" 2>/dev/null
+check "pp-in-domain on node2+node3 (cliques 1 and 2): the launcher refuses a PP group naming both domains (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "PP group dt.pp.[0-3] (ranks [0-3]-[4-7]) spans NVLink domains: rank [4-7] is in $cluster/2, its leader rank [0-3] in $cluster/1" "$D/ppx.out"'
+grep -m1 'spans NVLink' "$D/ppx.out" | sed 's/^/#   /'
+
+run_client "$out" "$err" sbatch -o /dev/null -N4 --ntasks-per-node=4 --dtrain-tp=4 --dtrain-pp=4 --dtrain-pp-in-domain --wrap true
+check "sbatch -N4 --ntasks-per-node=4 T=4 P=4 --dtrain-pp-in-domain: exit 3, one line: the PP groups join 16 GPUs, a domain has 8, P=2 fits (exit $RC)" \
+  eval '[ "$RC" -eq 3 ] && one_dtrain_line "$err" && grep -q "join 4 nodes (16 GPUs), more than .*NVLink domain of 8 GPUs.*--dtrain-pp=2 or less" "$err"'
+diag_file "$err"
+
+# T=4 P=2 D=2: PP groups are ranks r and r+8, i.e. node positions 0+2 and 1+3
+run_client "$out" "$err" srun -N4 --ntasks-per-node=4 --mpi=pmi2 --dtrain-tp=4 --dtrain-pp=2 --dtrain-pp-in-domain \
+  -o "$D/ppo.%t" "$launch" --print
+cat "$err" "$D"/ppo.[0-9]* >"$D/ppo.out" 2>/dev/null
+check "pp-in-domain T=4 P=2 D=2 in Slurm's order (PP groups on node1+node3, node2+node4): refused by the launcher (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "PP group dt.pp.* spans NVLink domains" "$D/ppo.out"'
+printf 'node1\nnode1\nnode1\nnode1\nnode3\nnode3\nnode3\nnode3\nnode2\nnode2\nnode2\nnode2\nnode4\nnode4\nnode4\nnode4\n' >"$D/pp-hosts"
+SLURM_HOSTFILE=$D/pp-hosts run_client "$out" "$err" srun -n16 --distribution=arbitrary --mpi=pmi2 --dtrain-tp=4 --dtrain-pp=2 \
+  --dtrain-pp-in-domain -o "$D/pph.%t" "$launch" --print
+cat "$D"/pph.[0-9]* >"$D/pph.out" 2>/dev/null
+if [ "$RC" -ne 0 ] && grep -q "Requested node configuration is not available\|queued and waiting" "$err"; then
+  skip_test "this Slurm does not run srun --distribution=arbitrary here: $(head -n 1 "$err")"
+else
+  check "... with SLURM_HOSTFILE node1 node3 node2 node4 each PP group sits on the 2 nodes of one clique: bootstrapped (exit $RC, $(grep -c '^rank=.* placed_by=spank ' "$D/pph.out") of 16 lines)" \
+    [ "$RC" -eq 0 -a "$(grep -c '^rank=.* placed_by=spank ' "$D/pph.out")" -eq 16 ]
+  [ "$RC" -eq 0 ] || diag_file "$err"
+fi
 done_testing

@@ -216,7 +216,24 @@ static void test_submit_check(void)
        "nvlink_domain_gpus=8: T=16 is refused with the task counts unknown (%s)", err);
     ok(check(6, 1, 0, 0, &cfg, NULL, "4", "4", err, sizeof err) == DTRAIN_EXIT_REFUSED && strstr(err, "part of a node"),
        "nvlink_domain_gpus=8: T=6 over nodes of 4 is refused (%s)", err);
+    /* --dtrain-pp-in-domain: the PP groups must fit the domain of 8 */
+    struct dtrain_options po;
+    struct dtrain_job_size ps;
+    dtrain_options_init(&po);
+    ok(dtrain_options_set(&po, DTRAIN_OPT_PP_IN_DOMAIN, NULL, err, sizeof err) == 0 && po.pp_in_domain == 1,
+       "--dtrain-pp-in-domain is a flag");
+    dtrain_options_set(&po, DTRAIN_OPT_TP, "4", err, sizeof err);
+    dtrain_options_set(&po, DTRAIN_OPT_PP, "4", err, sizeof err);
+    dtrain_job_size_derive(NULL, "4", "4", &ps);
+    ok(dtrain_submit_check(&po, &cfg, &ps, err, sizeof err) == DTRAIN_EXIT_REFUSED && strstr(err, "join 4 nodes") &&
+           strstr(err, "--dtrain-pp=2 or less"),
+       "pp-in-domain T=4 P=4 on 4x4 tasks is refused, P=2 named (%s)", err);
+    dtrain_options_set(&po, DTRAIN_OPT_PP, "2", err, sizeof err);
+    ok(dtrain_submit_check(&po, &cfg, &ps, err, sizeof err) == 0, "pp-in-domain T=4 P=2 on 4x4 tasks is accepted");
     cfg.nvlink_domain_gpus = 0;
+    ok(dtrain_submit_check(&po, &cfg, &ps, err, sizeof err) == DTRAIN_EXIT_REFUSED &&
+           strstr(err, "declares no multi-node NVLink domain"),
+       "pp-in-domain without the site's domain is refused (%s)", err);
 
     struct dtrain_options none;
     struct dtrain_job_size s;

@@ -43,6 +43,21 @@ else
     skip_test "python3 not installed: JSON not parsed"
 fi
 
+# --pp-in-domain: the same job, its two nodes in one domain of 16 GPUs (a
+# Slurm block, --node-domain): PP sends run at the NVLink rate, 0.201 GB at
+# 450 GB/s = 0.447 ms instead of 8.053 ms over the network.
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --nvlink-domain-gpus 16 --pp-in-domain \
+  --node-domain slurm-block/b1 --explain
+check "explain --pp-in-domain: PP 0.201 GB over the NVLink domain at 450 GB/s, 0.447 ms (exit $rc)" \
+  grep -Eq '^PP +0\.201 GB +NVLink domain 450 GB/s +0\.447 ms' "$tmp/out"
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --nvlink-domain-gpus 16 --pp-in-domain
+check "--pp-in-domain on nodes without a domain (a saved file has no NVML fabric): exit 3, one line" \
+  sh -c "[ $rc -eq 3 ] && grep -q 'report no multi-node NVLink domain' '$tmp/err' && [ \$(wc -l <'$tmp/err') -eq 1 ]"
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 4 --nodes 4 --tasks-per-node 8 --nvlink-domain-gpus 16 --pp-in-domain \
+  --node-domain slurm-block/b1
+check "--pp-in-domain T=4 P=4 on 4 nodes of 8: the PP groups join 32 GPUs, a domain has 16: exit 3, P=2 named" \
+  sh -c "[ $rc -eq 3 ] && grep -q 'join 4 nodes (32 GPUs).*--dtrain-pp=2 or less' '$tmp/err'"
+
 run --xml "$fx/g4dnmetal.xml" --tp 2 --allow-pcie --explain --pcie-gbps 12
 check "explain on PCIe-only T4s: TP's slowest link is PCIe at the given 12 GB/s" grep -Eq '^TP .* PCIe 12 GB/s' "$tmp/out"
 run --xml "$fx/dgx-h100.xml" --tp 8 --pp 3 --nodes 3 --explain

@@ -450,7 +450,7 @@ static void check_fabric(void)
     {
         const dtrain_topo *nodes[1] = {t};
         struct dtrain_shape shape = {1, 1, 0, 1, 8};
-        struct dtrain_policy policy = {0, 0, 0};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         dtrain_plan *p = NULL;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on but NVML lists no MIG instance"),

@@ -18,7 +18,7 @@ static int plan_on(const dtrain_topo *topo, int T, int P, int D, int N, int K, i
     for (int i = 0; i < N && i < 64; i++)
         nodes[i] = topo;
     struct dtrain_shape shape = {T, P, D, N, K};
-    struct dtrain_policy policy = {allow_pcie, cpu_only, 0};
+    struct dtrain_policy policy = {allow_pcie, cpu_only, 0, 0, NULL};
     err[0] = '\0';
     *out = NULL;
     return dtrain_plan_place_tasks(&shape, N <= 64 ? nodes : NULL, &policy, out, err, sizeof(err));
@@ -280,7 +280,7 @@ static void heterogeneous_nodes(void)
     if (full && miss) {
         const dtrain_topo *nodes[2] = {full, miss};
         struct dtrain_shape shape = {4, 1, 0, 2, 4};
-        struct dtrain_policy policy = {0, 0, 0};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_OK && plan_consistent(p, nodes) && group_mask(p, 1, 0) == 0x0f,
@@ -335,7 +335,7 @@ static void multinode_domains(void)
 
     const dtrain_topo *nodes[4] = {a, a, b, b};
     struct dtrain_shape shape = {8, 1, 0, 4, 4};
-    struct dtrain_policy policy = {0, 0, 8};
+    struct dtrain_policy policy = {0, 0, 8, 0, NULL};
     dtrain_plan *p = NULL;
     err[0] = '\0';
     int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
@@ -361,7 +361,7 @@ static void multinode_domains(void)
     const dtrain_topo *mixed[4] = {a, b, a, b};
     shape.tp = 8;
     rc = dtrain_plan_place_tasks(&shape, mixed, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "nodes 0-1") && strstr(err, "/1 (node 0)") &&
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "TP group of nodes 0 and 1") && strstr(err, "/1 (node 0)") &&
            strstr(err, "/2 (node 1)"),
        "a TP group over nodes of two cliques is refused, naming both: %s", err);
 
@@ -396,6 +396,61 @@ static void multinode_domains(void)
        "check_shape: T=16 does not tile a domain of 72: %s", err);
     ok(dtrain_plan_check_shape(8, 1, 0, 0, 8, 72, err, sizeof(err)) == DTRAIN_TOPO_OK,
        "check_shape: T=8 inside a node of 8 needs nothing of the domain");
+
+    /* --dtrain-pp-in-domain (policy.pp_in_domain) */
+    set_fabric(b, 3, cluster, 2); /* all of b in clique 2 again */
+    err[0] = '\0';
+    policy.nvlink_domain_gpus = 8;
+    policy.pp_in_domain = 1;
+    struct dtrain_shape pp2 = {4, 2, 0, 2, 4}; /* T=4 P=2 D=1 on 2 nodes: the PP groups join nodes 0 and 1 */
+    const dtrain_topo *same[2] = {a, a}, *two[2] = {a, b}, *nofab[2] = {plain, plain};
+    rc = dtrain_plan_place_tasks(&pp2, same, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_task(p, 4)->pp_rank == 1 && dtrain_plan_task(p, 4)->node == 1,
+       "pp-in-domain: T=4 P=2 over 2 nodes of one clique is placed (%s)", err);
+    dtrain_plan_free(p);
+    rc = dtrain_plan_place_tasks(&pp2, two, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "PP group of nodes 0 and 1") && strstr(err, "/1 (node 0)") &&
+           strstr(err, "/2 (node 1)") && strstr(err, "--dtrain-pp-in-domain out"),
+       "pp-in-domain: a PP group over two cliques is refused, naming both: %s", err);
+    rc = dtrain_plan_place_node(&pp2, two, &policy, 1, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "PP group of nodes 0 and 1"),
+       "pp-in-domain: node 1's share alone finds it too: %s", err);
+    rc = dtrain_plan_place_tasks(&pp2, nofab, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no multi-node NVLink domain") &&
+           strstr(err, "keeps each pipeline group"),
+       "pp-in-domain: nodes without fabric are refused: %s", err);
+    policy.node_domain = "slurm-block/b1"; /* Slurm's block stands for NVML's clique */
+    err[0] = '\0';
+    rc = dtrain_plan_place_tasks(&pp2, nofab, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK, "pp-in-domain: the same nodes in one Slurm block (policy.node_domain) are placed (%s)",
+       err);
+    dtrain_plan_free(p);
+    policy.node_domain = NULL;
+    policy.cpu_only = 1;
+    rc = dtrain_plan_place_tasks(&pp2, NULL, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no GPUs"), "pp-in-domain on CPU-only nodes is refused: %s", err);
+    policy.cpu_only = 0;
+    policy.pp_in_domain = 0;
+    rc = dtrain_plan_place_tasks(&pp2, two, &policy, &p, err, sizeof(err));
+    ok(rc == DTRAIN_TOPO_OK, "without pp-in-domain the PP group may cross cliques (%s)", err);
+    dtrain_plan_free(p);
+
+    ok(dtrain_plan_check_pp_domain(4, 2, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_OK,
+       "check_pp_domain: T=4 P=2 D=2 on 4 nodes: PP groups join nodes {0,2} and {1,3}, 2 nodes fit 8 GPUs");
+    ok(dtrain_plan_check_pp_domain(4, 4, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "join 4 nodes (16 GPUs)") && strstr(err, "domain of 8 GPUs") && strstr(err, "--dtrain-pp=2 or less"),
+       "check_pp_domain: T=4 P=4 on 4 nodes joins all 4: refused, P=2 suggested: %s", err);
+    ok(dtrain_plan_check_pp_domain(2, 4, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "join 4 nodes") && strstr(err, "--dtrain-pp=2 or less"),
+       "check_pp_domain: T=2 P=4 D=2 (2 DP members per node) joins all 4 nodes: %s", err);
+    ok(dtrain_plan_check_pp_domain(8, 2, 32, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "join 4 nodes") && !strstr(err, "--dtrain-pp="),
+       "check_pp_domain: T=8 P=2 (TP groups of 2 nodes) cannot fit, no smaller P helps: %s", err);
+    ok(dtrain_plan_check_pp_domain(4, 2, 0, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_OK,
+       "check_pp_domain: task count unknown, nothing to judge yet");
+    ok(dtrain_plan_check_pp_domain(4, 2, 16, 4, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+           strstr(err, "declares no multi-node NVLink domain"),
+       "check_pp_domain: a cluster without domains refuses the option: %s", err);
     dtrain_topo_free(a);
     dtrain_topo_free(b);
     dtrain_topo_free(plain);
@@ -435,7 +490,7 @@ static void node_share(void)
     for (int i = 0; i < 16; i++)
         nodes[i] = t;
     struct dtrain_shape shape = {4, 4, 0, 16, 8};
-    struct dtrain_policy policy = {0, 0, 0};
+    struct dtrain_policy policy = {0, 0, 0, 0, NULL};
     int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &full, err, sizeof(err));
     int same = rc == DTRAIN_TOPO_OK;
     for (int node = 0; same && node < 16; node += 5) {
@@ -481,7 +536,7 @@ static void cpu_only(void)
         dtrain_plan_free(p);
     }
     struct dtrain_shape shape = {2, 1, 0, 3, 2};
-    struct dtrain_policy policy = {0, 1, 0};
+    struct dtrain_policy policy = {0, 1, 0, 0, NULL};
     int rc = dtrain_plan_place_tasks(&shape, NULL, &policy, &p, err, sizeof(err));
     ok(rc == DTRAIN_TOPO_OK && dtrain_plan_task(p, 5)->cpulist[0] == '\0' && dtrain_plan_task(p, 5)->gpu == -1,
        "cpu_only without node models: ranks only, CPUs left unset");
@@ -518,7 +573,7 @@ static void refusals(void)
         dtrain_plan *p = NULL;
         const dtrain_topo *nodes[1] = {t};
         struct dtrain_shape shape = {c->T, c->P, c->D, c->N, c->K};
-        struct dtrain_policy policy = {0, 0, 0};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         err[0] = '\0';
         int rc = dtrain_plan_place_tasks(&shape, c->N == 1 ? nodes : NULL, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_ERR_REFUSED && p == NULL && strstr(err, c->needle) && !strchr(err, '\n') &&
@@ -585,7 +640,7 @@ static void large_shape(void)
         for (int i = 0; i < NODES; i++)
             nodes[i] = t;
         struct dtrain_shape shape = {8, 16, 0, NODES, 8};
-        struct dtrain_policy policy = {0, 0, 0};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_TOPO_OK && dtrain_plan_world_size(p) == 8192 && dtrain_plan_shape(p)->dp == 64 &&

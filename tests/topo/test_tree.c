@@ -85,5 +85,22 @@ int main(void)
     ok(load("a x.a\nb x.b extra\n", &nodes, &n) == -1 && strstr(err, "line 2"), "a line with three fields: %s", err);
     ok(load("a x.a\na x.b\n", &nodes, &n) == -1 && strstr(err, "twice"), "a node twice: %s", err);
     ok(load("# nothing\n", &nodes, &n) == -1 && strstr(err, "no nodes"), "no nodes: %s", err);
+    /* Slurm's topology/block address (Slurm 24.11.5: "b1.node1", pattern "block.node") */
+    char dom[64];
+    ok(dtrain_tree_block_domain("b1.node1", "block.node", dom, sizeof dom, err, sizeof err) == 0 &&
+           strcmp(dom, "slurm-block/b1") == 0,
+       "block: b1.node1 with pattern block.node is in slurm-block/b1 (%s)", dom);
+    ok(dtrain_tree_block_domain(NULL, NULL, dom, sizeof dom, err, sizeof err) == -1 &&
+           strstr(err, "no SLURM_TOPOLOGY_ADDR") && strstr(err, "topology/block"),
+       "block: no address (no topology plugin) says what to set: %s", err);
+    ok(dtrain_tree_block_domain("spine.leaf1.node1", "switch.switch.node", dom, sizeof dom, err, sizeof err) == -1 &&
+           strstr(err, "not Slurm's topology/block"),
+       "block: a topology/tree address is not a block: %s", err);
+    ok(dtrain_tree_block_domain("b1", "block.node", dom, sizeof dom, err, sizeof err) == -1 &&
+           strstr(err, "does not match its pattern"),
+       "block: an address with fewer parts than its pattern: %s", err);
+    ok(dtrain_tree_block_domain("averyveryverylongblockname.node1", "block.node", dom, 20, err, sizeof err) == -1 &&
+           strstr(err, "longer than"),
+       "block: a block name longer than the buffer: %s", err);
     return tap_done();
 }
