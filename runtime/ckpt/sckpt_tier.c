@@ -188,7 +188,8 @@ int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config 
     const struct dtrain_sckpt_layout *L = layout;
     const int leader = peers->leader == L->rank;
     char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX], msg[512] = "";
-    struct record mine = {w->error ? w->error : copy_error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum};
+    struct record mine = {w->error ? w->error : copy_error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum,
+                          w->lo, w->hi};
     struct record *all = malloc((size_t)L->world_size * sizeof *all);
     int32_t *outcomes = malloc((size_t)L->world_size * sizeof *outcomes);
     int rc;
@@ -474,7 +475,7 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
         if (verdict != GOOD || phase == 1)
             break;
         out->loaded_partly = 1;
-        mine[0] = sckpt_load_pieces(path, &m, pieces, npieces, &st->bytes, why, sizeof why);
+        mine[0] = sckpt_load_pieces(path, &m, pieces, npieces, &st->bytes, &st->shards_opened, why, sizeof why);
     }
     if (verdict != GOOD) {
         if (mine[0] != GOOD && msgs != NULL)
