@@ -82,8 +82,6 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
     w->bytes = rec.bytes;
     w->floats = rec.floats;
     w->checksum = rec.checksum;
-    w->lo = rec.lo;
-    w->hi = rec.hi;
     w->seconds = now_seconds() - t0;
     return rec.error == 0 ? DTRAIN_OK : DTRAIN_ERR_SYSTEM;
 }
@@ -96,7 +94,7 @@ int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
     double t0 = now_seconds();
     const struct dtrain_sckpt_layout *L = layout;
     char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX];
-    struct record mine = {w->error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum, w->lo, w->hi};
+    struct record mine = {w->error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum};
     struct record *all = NULL;
     int rc;
     memset(st, 0, sizeof *st);

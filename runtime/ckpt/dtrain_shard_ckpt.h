@@ -105,8 +105,8 @@ struct dtrain_sckpt_stats {
     uint64_t total_bytes; /* every shard of the checkpoint (save: known on rank 0 only) */
     double seconds;       /* wall time of the call on this rank */
     int failed_here;      /* save: this rank's write failed (err then says why, here) */
-    uint64_t shards_opened; /* resume: shard files this rank opened to load its pieces (only those whose
-                             * span meets them; verification is split across the ranks apart) */
+    uint64_t shards_opened; /* resume: shard files this rank opened to load its pieces (those holding runs;
+                             * the verification, split across the ranks, not counted) */
 };
 
 /* Write checkpoint `step` (data_batches: the next batch index) into dir,
@@ -134,7 +134,6 @@ struct dtrain_sckpt_written {
     int error;                 /* 0, or the errno of the failed write */
     int invalid;               /* the pieces were unusable (a caller's bug; error is EINVAL) */
     uint64_t bytes, floats, checksum;
-    uint64_t lo, hi;           /* the whole-vector span of its runs (0, 0: none) */
     double seconds;            /* wall time of the write */
     char why[512];             /* what failed, when error is not 0 */
 };

@@ -52,19 +52,17 @@ static inline double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One rank's outcome, gathered on every rank: 12 int32 (an errno, the
- * file's size, floats, checksum and span as halves). */
+/* One rank's outcome, gathered on every rank: 8 int32 (an errno, the
+ * file's size, floats and checksum as halves). */
 struct record {
     int32_t error;   /* 0, or the errno of the failed write */
     int32_t pad;
     uint64_t bytes, floats, checksum;
-    uint64_t lo, hi; /* the whole-vector offsets its runs lie in: [first run, end of the last); 0, 0 when none */
 };
 #define RECORD_INTS ((int)(sizeof(struct record) / sizeof(int32_t)))
 
 struct shard_entry {
     uint64_t bytes, floats, checksum;
-    uint64_t lo, hi; /* its runs lie in [lo, hi) (the manifest's "span"; 0, nparams when it has none) */
 };
 
 struct manifest {
@@ -158,10 +156,10 @@ int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uin
 /* Read shard r whole and compare its checksum with the manifest's. */
 int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint64_t *bytes_read, char *why,
                        size_t whylen);
-/* Read the pieces from the shards of the checkpoint at path: only the
- * shards whose span (the manifest's lo, hi) meets a piece are opened, so a
- * rank opens the few that hold its part, not every shard of the world.
- * *opened (may be NULL) counts the shards opened. */
+/* Read the pieces from the shards of the checkpoint at path that hold
+ * runs (an empty shard, e.g. a DP rank's > 0 without ZeRO, is not opened:
+ * its entry says 0 floats).  *opened (may be NULL) counts the shards
+ * opened. */
 int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
                       size_t n, uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen);
 

@@ -52,11 +52,9 @@ int sckpt_commit(const char *dir, const char *tmp, const char *final, const stru
         char name[32], sum[17];
         sckpt_shard_name(name, sizeof name, r);
         snprintf(sum, sizeof sum, "%016" PRIx64, all[r].checksum);
-        /* span: where its runs lie, so that a resume opens only the shards it needs */
-        if (json_array_append_new(shards, json_pack("{s:i, s:s, s:I, s:I, s:s, s:[I, I]}", "rank", r, "file", name,
+        if (json_array_append_new(shards, json_pack("{s:i, s:s, s:I, s:I, s:s}", "rank", r, "file", name,
                                                     "bytes", (json_int_t)all[r].bytes,
-                                                    "floats", (json_int_t)all[r].floats, "checksum", sum, "span",
-                                                    (json_int_t)all[r].lo, (json_int_t)all[r].hi)) != 0)
+                                                    "floats", (json_int_t)all[r].floats, "checksum", sum)) != 0)
             goto oom;
     }
     root = json_pack("{s:s, s:i, s:I, s:I, s:I, s:o, s:{s:i, s:i, s:i, s:i, s:b}, s:o}", "format", FORMAT_NAME,
@@ -234,15 +232,12 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
         goto out;
     }
     for (json_int_t r = 0; r < world; r++) {
-        json_int_t rank, bytes, floats, lo = 0, hi = (json_int_t)m->nparams;
+        json_int_t rank, bytes, floats;
         const char *name, *sum;
         char expect[32];
         sckpt_shard_name(expect, sizeof expect, (long)r);
-        /* "span" is optional: checkpoints written before it are read whole */
-        if (json_unpack_ex(json_array_get(shards, (size_t)r), &je, 0, "{s:I, s:s, s:I, s:I, s:s, s?[I, I]}", "rank",
-                           &rank, "file", &name, "bytes", &bytes, "floats", &floats, "checksum", &sum, "span", &lo,
-                           &hi) != 0 ||
-            lo < 0 || hi < lo || (uint64_t)hi > m->nparams ||
+        if (json_unpack_ex(json_array_get(shards, (size_t)r), &je, 0, "{s:I, s:s, s:I, s:I, s:s}", "rank", &rank,
+                           "file", &name, "bytes", &bytes, "floats", &floats, "checksum", &sum) != 0 ||
             rank != r || strcmp(name, expect) != 0 || floats < 0 || bytes < DTRAIN_SCKPT_HEADER_BYTES ||
             bytes > MAX_SHARD_BYTES ||
             (uint64_t)floats > m->nparams || parse_checksum(sum, &m->shards[r].checksum) != 0) {
@@ -251,8 +246,6 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
         }
         m->shards[r].bytes = (uint64_t)bytes;
         m->shards[r].floats = (uint64_t)floats;
-        m->shards[r].lo = (uint64_t)lo;
-        m->shards[r].hi = (uint64_t)hi;
     }
     verdict = GOOD;
 out:

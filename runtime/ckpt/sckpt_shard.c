@@ -82,8 +82,6 @@ int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uin
         return rc;
     }
     rec->bytes = DTRAIN_SCKPT_HEADER_BYTES + 16 * (uint64_t)n + 12 * floats;
-    rec->lo = n > 0 ? p[0].whole : 0; /* the runs are increasing (checked by the caller) */
-    rec->hi = n > 0 ? p[n - 1].whole + p[n - 1].count : 0;
     rec->floats = floats;
     rec->checksum = sum;
     return DTRAIN_OK;
@@ -176,11 +174,6 @@ static int shard_open(const char *path, long r, const struct manifest *m, int wa
             dtrain_snprintf(why, whylen, "%s: run %" PRIu64 " is empty, out of order or outside the model", file, i);
             return DAMAGED_HEADER;
         }
-        if (whole < e->lo || whole + count > e->hi) {
-            dtrain_snprintf(why, whylen, "%s: run %" PRIu64 " lies outside the span its manifest entry records",
-                            file, i);
-            return DAMAGED_HEADER;
-        }
         f->pos[i] = at;
         at += count;
         end = whole + count;
@@ -267,68 +260,19 @@ static int shard_read_pieces(struct shard_file *f, const struct dtrain_sckpt_pie
     return GOOD;
 }
 
-struct span {
-    uint64_t lo, hi;
-};
-
-static int by_lo(const void *a, const void *b)
-{
-    const struct span *x = a, *y = b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
-/* The pieces' offsets as disjoint increasing spans; returns how many. */
-static size_t piece_spans(const struct dtrain_sckpt_piece *pieces, size_t n, struct span *out)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (pieces[i].count > 0)
-            out[k++] = (struct span){pieces[i].whole, pieces[i].whole + pieces[i].count};
-    qsort(out, k, sizeof *out, by_lo);
-    size_t merged = 0;
-    for (size_t i = 0; i < k; i++) {
-        if (merged > 0 && out[i].lo <= out[merged - 1].hi) {
-            if (out[i].hi > out[merged - 1].hi)
-                out[merged - 1].hi = out[i].hi;
-        } else {
-            out[merged++] = out[i];
-        }
-    }
-    return merged;
-}
-
-/* Does [lo, hi) meet one of the spans? */
-static int meets(const struct span *s, size_t n, uint64_t lo, uint64_t hi)
-{
-    size_t a = 0, b = n;
-    while (a < b) { /* the first span ending after lo */
-        size_t mid = a + (b - a) / 2;
-        if (s[mid].hi <= lo)
-            a = mid + 1;
-        else
-            b = mid;
-    }
-    return a < n && s[a].lo < hi;
-}
-
 int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
-                      size_t n, uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen)
+                       size_t n, uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen)
 {
     uint64_t *covered = calloc(n + 1, sizeof *covered);
-    struct span *spans = malloc((n + 1) * sizeof *spans);
-    if (covered == NULL || spans == NULL) {
-        free(covered);
-        free(spans);
+    if (covered == NULL) {
         dtrain_snprintf(why, whylen, "out of memory");
         return NO_MEMORY;
     }
-    size_t nspans = piece_spans(pieces, n, spans);
     int v = GOOD;
     for (long r = 0; r < m->layout.world_size && v == GOOD; r++) {
         struct shard_file f;
-        const struct shard_entry *e = &m->shards[r];
-        if (e->floats == 0 || !meets(spans, nspans, e->lo, e->hi))
-            continue; /* holds nothing of ours: not opened (the coverage check below still counts) */
+        if (m->shards[r].floats == 0)
+            continue; /* holds nothing (verified apart, split across the ranks) */
         if (opened != NULL)
             (*opened)++;
         v = shard_open(path, r, m, 1, &f, why, whylen);
@@ -344,6 +288,5 @@ int sckpt_load_pieces(const char *path, const struct manifest *m, const struct d
         }
     }
     free(covered);
-    free(spans);
     return v;
 }

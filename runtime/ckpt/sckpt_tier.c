@@ -188,8 +188,7 @@ int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config 
     const struct dtrain_sckpt_layout *L = layout;
     const int leader = peers->leader == L->rank;
     char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX], msg[512] = "";
-    struct record mine = {w->error ? w->error : copy_error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum,
-                          w->lo, w->hi};
+    struct record mine = {w->error ? w->error : copy_error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum};
     struct record *all = malloc((size_t)L->world_size * sizeof *all);
     int32_t *outcomes = malloc((size_t)L->world_size * sizeof *outcomes);
     int rc;
