@@ -7,10 +7,11 @@
  *   planner, whole world (what every task built before: baseline) vs. one
  *     node's share (dtrain_plan_place_node, what the plugin and dtrain-launch
  *     build now): heap bytes held by the plan (mallinfo2) and time;
- *   PMI2 KVS volume: the keys the launcher's one exchange round puts (one per
- *     group leader, dt.*), and the bytes every node receives from Slurm's
- *     PMI2 fence, which hands each node the whole KVS (NCCL ids: "nccl:" +
- *     256 hex digits).
+ *   PMI2 KVS volume: the keys the launcher's one exchange round puts, before
+ *     (one per group leader, dt.*: baseline) and now (WORLD's only), and the
+ *     bytes every node receives from Slurm's PMI2 fence, which hands each
+ *     node the whole KVS (NCCL ids: "nccl:" + 256 hex digits); and the ids a
+ *     task receives over WORLD instead.
  * Usage: dtrain-bench-scale [FIXTURE.xml]  (default: the source tree's
  * dgx-h100.xml).  Times are one run each on a shared machine: read the
  * ratio, not the absolute figure. */
@@ -60,22 +61,49 @@ static int measure(const struct dtrain_shape *shape, const dtrain_topo *const *n
     return rc;
 }
 
-/* Keys of the one exchange round and their bytes (key + value + 2). */
-static void kvs_volume(int T, int P, int D, long *keys, double *bytes)
+/* The keys of the one exchange round and their bytes (key + value + 2),
+ * before (every group leader put its id: the baseline) and now (the
+ * launcher's rule, dtrain_group_in_kvs: WORLD's id only); and now, the
+ * most id bytes one task receives over WORLD instead (dtrain_comm_init_all:
+ * one id per group it joins but does not lead; cpu: every kind, nccl: the
+ * pipeline pairs, TP/PP/DP being split off WORLD). */
+struct kvs_volume {
+    long keys_before, keys_now;
+    double bytes_before, bytes_now;
+    int world_ids_cpu, world_ids_nccl; /* most ids one task receives over WORLD */
+};
+
+static void kvs_volume(int T, int P, int D, struct kvs_volume *v)
 {
     const struct dtrain_grid grid = {.tp = T, .pp = P, .dp = D};
     const size_t value = 5 + 256; /* "nccl:" + 128 bytes in hex */
-    *keys = 0;
-    *bytes = 0;
-    for (int rank = 0; rank < T * P * D; rank++)
+    memset(v, 0, sizeof *v);
+    for (int rank = 0; rank < T * P * D; rank++) {
+        int cpu = 0, nccl = 0;
         for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
             struct dtrain_comm_group g;
-            if (dtrain_group_of(&grid, rank, (enum dtrain_group_kind)k, &g) != 0 || !g.present || g.my_rank != 0 ||
-                g.size < 2)
+            if (dtrain_group_of(&grid, rank, (enum dtrain_group_kind)k, &g) != 0 || !g.present || g.size < 2)
                 continue;
-            (*keys)++;
-            *bytes += (double)(strlen(g.key) + value + 2);
+            double pair = (double)(strlen(g.key) + value + 2);
+            if (g.my_rank == 0) {
+                v->keys_before++;
+                v->bytes_before += pair;
+            }
+            if (dtrain_group_in_kvs((enum dtrain_group_kind)k, &g)) {
+                if (g.my_rank == 0) {
+                    v->keys_now++;
+                    v->bytes_now += pair;
+                }
+            } else if (g.my_rank != 0) {
+                cpu++;
+                nccl += !dtrain_group_split_off_world(DTRAIN_COMM_NCCL, (enum dtrain_group_kind)k);
+            }
         }
+        if (cpu > v->world_ids_cpu)
+            v->world_ids_cpu = cpu;
+        if (nccl > v->world_ids_nccl)
+            v->world_ids_nccl = nccl;
+    }
 }
 
 int main(int argc, char **argv)
@@ -90,8 +118,9 @@ int main(int argc, char **argv)
     /* T=8 P=16 on 8-GPU nodes, D from the world. */
     static const int worlds[] = {1024, 16384, 102400};
     printf("dtrain-bench-scale: %s, T=8 P=16, 8 tasks per node\n", dtrain_topo_summary(topo));
-    printf("%8s %6s | %12s %9s | %12s %9s | %7s %7s | %8s %12s\n", "ranks", "nodes", "world plan", "time",
-           "node share", "time", "bytes x", "time x", "KVS keys", "KVS/node");
+    printf("%8s %6s | %12s %9s | %12s %9s | %7s %7s | %8s %12s | %8s %12s | %9s\n", "ranks", "nodes",
+           "world plan", "time", "node share", "time", "bytes x", "time x", "keys was", "KVS/node was", "keys now",
+           "KVS/node now", "ids/task");
     for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
         int K = 8, N = worlds[w] / K, T = 8, P = 16, D = worlds[w] / (T * P);
         const dtrain_topo **nodes = malloc(sizeof *nodes * (size_t)N);
@@ -104,17 +133,19 @@ int main(int argc, char **argv)
         double wt, nt;
         if (measure(&shape, nodes, -1, &wb, &wt) != 0 || measure(&shape, nodes, N - 1, &nb, &nt) != 0)
             return 1;
-        long keys;
-        double kvs;
-        kvs_volume(T, P, D, &keys, &kvs);
-        printf("%8d %6d | %10.2f MB %7.2f ms | %10.1f KB %7.3f ms | %7.0f %7.0f | %8ld %9.2f MiB\n", worlds[w], N,
-               (double)wb / 1e6, wt * 1e3, (double)nb / 1e3, nt * 1e3, (double)wb / (double)(nb ? nb : 1),
-               wt / (nt > 0 ? nt : 1e-9), keys, kvs / (1024.0 * 1024.0));
+        struct kvs_volume v;
+        kvs_volume(T, P, D, &v);
+        printf("%8d %6d | %10.2f MB %7.2f ms | %10.1f KB %7.3f ms | %7.0f %7.0f | %8ld %8.2f MiB | %8ld %10.0f B | "
+               "%4d / %d\n",
+               worlds[w], N, (double)wb / 1e6, wt * 1e3, (double)nb / 1e3, nt * 1e3,
+               (double)wb / (double)(nb ? nb : 1), wt / (nt > 0 ? nt : 1e-9), v.keys_before,
+               v.bytes_before / (1024.0 * 1024.0), v.keys_now, v.bytes_now, v.world_ids_cpu, v.world_ids_nccl);
         free(nodes);
     }
     printf("world plan = what every task built before (baseline); node share = what the plugin and\n"
            "dtrain-launch build now; KVS/node = bytes each node receives from the PMI2 fence (Slurm hands\n"
-           "every node the whole KVS): it still grows with the world (one key per group leader).\n");
+           "every node the whole KVS, nccl ids): 'was' one key per group leader (baseline), 'now' WORLD's\n"
+           "id only; ids/task = the most ids one task then receives over WORLD (cpu / nccl), 272 bytes each.\n");
     dtrain_topo_free(topo);
     return 0;
 }

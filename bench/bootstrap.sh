@@ -3,8 +3,8 @@
 # bench/bootstrap.sh: what dtrain-launch's PMI2 bootstrap costs, on a real
 # local Slurm (scripts/local-cluster: 2 slurmd on loopback), 16 tasks on
 # 2 nodes.  Prints, for the 3D shape T=4 P=2 D=2 and for the baseline
-# T=1 P=1 D=16 (world and one DP group: 2 keys, the least a job needs)
-# measured in the same run: keys put, fences, and the bootstrap time
+# T=1 P=1 D=16 measured in the same run: keys put through the KVS (1 for
+# both now: only WORLD's id goes through PMI2), fences, and the bootstrap time
 # (PMI2_Init until every id is in hand) of the slowest task, median of the
 # runs, with its breakdown; then the ratio 3D / baseline.
 #
@@ -63,7 +63,9 @@ def step(path):
     if len(tasks) != 16:
         sys.exit("bootstrap.sh: %s: %d task reports, expected 16" % (path, len(tasks)))
     slowest = max(tasks, key=lambda t: t["timing_us"]["bootstrap"])
-    keys = {g["key"] for t in tasks for g in t["groups"].values() if g["size"] > 1}
+    # the keys that went through the KVS: those whose id a member (not the
+    # leader) holds after the fence (the other ids come over WORLD later)
+    keys = {g["key"] for t in tasks for g in t["groups"].values() if g["rank"] > 0 and g["id"]}
     return slowest, len(keys), max(t["fences"] for t in tasks)
 
 def shape(prefix):

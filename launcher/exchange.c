@@ -114,7 +114,8 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
             rc = DTRAIN_EXIT_FAILURE;
             goto fail;
         }
-        if (g->present && g->my_rank == 0 && make_id(g, bs->backend, addr, err, errlen) != 0) {
+        if (g->present && g->my_rank == 0 && !dtrain_group_split_off_world(bs->backend, (enum dtrain_group_kind)k) &&
+            make_id(g, bs->backend, addr, err, errlen) != 0) {
             rc = DTRAIN_EXIT_FAILURE;
             goto fail;
         }
@@ -142,8 +143,7 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
     }
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         const struct dtrain_comm_group *g = &bs->groups[k];
-        /* PP_PREV's leader is the previous stage, which puts it as its PP_NEXT. */
-        if (!g->present || g->my_rank != 0 || g->size < 2)
+        if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank != 0)
             continue;
         rc = dtrain_pmi_put(pmi, g->key, g->id, err, errlen);
         if (rc != DTRAIN_PMI_OK) {
@@ -160,7 +160,7 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
     long t3 = now_us();
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         struct dtrain_comm_group *g = &bs->groups[k];
-        if (!g->present || g->my_rank == 0)
+        if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank == 0)
             continue;
         rc = dtrain_pmi_get(pmi, g->first, g->key, g->id, sizeof g->id, err, errlen);
         if (rc != DTRAIN_PMI_OK) {

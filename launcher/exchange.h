@@ -1,18 +1,22 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The bootstrap exchange: every communicator's id in ONE PMI2 round.
+/* The bootstrap exchange: WORLD's id in ONE PMI2 round.
  *
- * For each group kind (dtrain_bootstrap.h) the task computes its group; the
- * group's leader makes the id and, when the group has other members, puts it
- * under the group's key; then one fence for the whole step; then every
- * non-leader member gets the ids of its groups.  A task puts at most 5 keys
- * and gets at most 5; each key is put once, by its leader.
+ * For each group kind (dtrain_bootstrap.h) the task computes its group and
+ * the group's leader makes the id (none for the groups nccl splits off
+ * WORLD).  Only WORLD's id goes into the KVS (dtrain_group_in_kvs): rank 0
+ * puts it under "dt.w", one fence for the whole step, every other task
+ * gets it.  The other groups' members receive their ids later, over the
+ * WORLD communicator (dtrain_comm_init_all); until then their ids here are
+ * empty.  So the KVS, which Slurm's PMI2 hands whole to every node, holds
+ * one id whatever the size of the job.
  *
  * When the plugin set DTRAIN_NVLINK_DOMAIN (a TP group of several nodes in
  * a multi-node NVLink domain, or --dtrain-pp-in-domain: DTRAIN_PP_IN_DOMAIN),
  * the leader of each such TP (PP) group also puts its domain under
  * "<group key>.nvd" in the same round and every member compares it with its
  * own: a group across two domains ends with 3 (refused) and one line naming
- * both.  One more key and get per such group; still one fence. */
+ * both.  One more key and get per such group (only in that case); still
+ * one fence. */
 #ifndef DTRAIN_LAUNCH_EXCHANGE_H
 #define DTRAIN_LAUNCH_EXCHANGE_H
 

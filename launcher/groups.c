@@ -55,6 +55,11 @@ int dtrain_group_key(enum dtrain_group_kind kind, long index, char *key, size_t 
     return dtrain_snprintf(key, keylen, "%s%ld", prefix, index);
 }
 
+int dtrain_group_in_kvs(enum dtrain_group_kind kind, const struct dtrain_comm_group *g)
+{
+    return kind == DTRAIN_GROUP_WORLD && g->present && g->size > 1;
+}
+
 /* One group as (first, stride, size) and this rank's place in it. */
 static void set_members(struct dtrain_comm_group *out, long index, int first, int stride, int size, int rank)
 {

@@ -29,6 +29,13 @@ long dtrain_group_count(const struct dtrain_grid *grid, enum dtrain_group_kind k
 int dtrain_group_of(const struct dtrain_grid *grid, int rank, enum dtrain_group_kind kind,
                     struct dtrain_comm_group *out);
 
+/* 1 when group g (of this kind, as dtrain_group_of filled it) has its id
+ * in the PMI2 KVS: only WORLD's, when it has other members.  The other
+ * groups' ids reach their members over WORLD (dtrain_bootstrap.h), so the
+ * KVS holds one id whatever the size of the job.  The leader (my_rank 0)
+ * puts it, the others get it. */
+int dtrain_group_in_kvs(enum dtrain_group_kind kind, const struct dtrain_comm_group *g);
+
 /* The PMI2 key of group `index` of a kind (PP_NEXT/PP_PREV: "dt.pn.<i>").
  * Returns 0, or -1 when it does not fit in keylen. */
 int dtrain_group_key(enum dtrain_group_kind kind, long index, char *key, size_t keylen);

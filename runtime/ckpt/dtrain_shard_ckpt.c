@@ -244,7 +244,7 @@ static int try_candidate(const char *path, uint64_t step, const struct dtrain_tr
         if (agreed != GOOD || phase == 1)
             break;
         *loaded = 1;
-        mine[0] = sckpt_load_pieces(path, m, pieces, n, &st->bytes, why, whylen);
+        mine[0] = sckpt_load_pieces(path, m, pieces, n, &st->bytes, &st->shards_opened, why, whylen);
         if (mine[0] != GOOD && msgs != NULL)
             fprintf(msgs, "%s: rank %d: checkpoint %s: %s\n", prog, rank, path, why);
     }

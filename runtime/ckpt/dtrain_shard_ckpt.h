@@ -105,6 +105,8 @@ struct dtrain_sckpt_stats {
     uint64_t total_bytes; /* every shard of the checkpoint (save: known on rank 0 only) */
     double seconds;       /* wall time of the call on this rank */
     int failed_here;      /* save: this rank's write failed (err then says why, here) */
+    uint64_t shards_opened; /* resume: shard files this rank opened to load its pieces (those holding runs;
+                             * the verification, split across the ranks, not counted) */
 };
 
 /* Write checkpoint `step` (data_batches: the next batch index) into dir,

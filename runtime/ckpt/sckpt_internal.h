@@ -156,8 +156,11 @@ int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uin
 /* Read shard r whole and compare its checksum with the manifest's. */
 int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint64_t *bytes_read, char *why,
                        size_t whylen);
-/* Every rank: read the pieces from every shard of the checkpoint at path. */
+/* Read the pieces from the shards of the checkpoint at path that hold
+ * runs (an empty shard, e.g. a DP rank's > 0 without ZeRO, is not opened:
+ * its entry says 0 floats).  *opened (may be NULL) counts the shards
+ * opened. */
 int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
-                      size_t n, uint64_t *bytes_read, char *why, size_t whylen);
+                      size_t n, uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen);
 
 #endif

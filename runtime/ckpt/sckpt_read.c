@@ -169,7 +169,7 @@ int dtrain_sckpt_load_model(const char *dir, uint64_t step, struct dtrain_sckpt_
         }
         if (v == GOOD) {
             struct dtrain_sckpt_piece all = {0, count, params, NULL, NULL};
-            v = sckpt_load_pieces(path, &m, &all, 1, &bytes, why, sizeof why);
+            v = sckpt_load_pieces(path, &m, &all, 1, &bytes, NULL, why, sizeof why);
         }
         if (v == GOOD) {
             out->model = c.model;

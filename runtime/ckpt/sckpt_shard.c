@@ -261,7 +261,7 @@ static int shard_read_pieces(struct shard_file *f, const struct dtrain_sckpt_pie
 }
 
 int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
-                       size_t n, uint64_t *bytes_read, char *why, size_t whylen)
+                       size_t n, uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen)
 {
     uint64_t *covered = calloc(n + 1, sizeof *covered);
     if (covered == NULL) {
@@ -271,6 +271,10 @@ int sckpt_load_pieces(const char *path, const struct manifest *m, const struct d
     int v = GOOD;
     for (long r = 0; r < m->layout.world_size && v == GOOD; r++) {
         struct shard_file f;
+        if (m->shards[r].floats == 0)
+            continue; /* holds nothing (verified apart, split across the ranks) */
+        if (opened != NULL)
+            (*opened)++;
         v = shard_open(path, r, m, 1, &f, why, whylen);
         if (v == GOOD && (v = shard_read_pieces(&f, pieces, n, covered, bytes_read)) != GOOD)
             dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: read error", path, r);

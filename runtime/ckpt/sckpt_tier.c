@@ -474,7 +474,7 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
         if (verdict != GOOD || phase == 1)
             break;
         out->loaded_partly = 1;
-        mine[0] = sckpt_load_pieces(path, &m, pieces, npieces, &st->bytes, why, sizeof why);
+        mine[0] = sckpt_load_pieces(path, &m, pieces, npieces, &st->bytes, &st->shards_opened, why, sizeof why);
     }
     if (verdict != GOOD) {
         if (mine[0] != GOOD && msgs != NULL)

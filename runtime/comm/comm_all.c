@@ -4,8 +4,119 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap_id.h"
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
+
+/* Bytes of an id sent over WORLD: the longest id (nccl, 261 bytes) and its
+ * NUL, padded; every member sends and expects exactly this many. */
+#define ID_WIRE_LEN 272
+_Static_assert(ID_WIRE_LEN <= DTRAIN_BOOTSTRAP_ID_MAX, "an id sent over WORLD fits a group's id");
+
+/* The id a member received over WORLD: a terminated id of the backend. */
+static int received_id_ok(const char *buf, enum dtrain_comm_backend backend)
+{
+    return memchr(buf, '\0', ID_WIRE_LEN) != NULL && dtrain_bootstrap_id_backend(buf) == (int)backend;
+}
+
+/* Group g's id, from its leader to every member over WORLD along a binary
+ * tree of the group's ranks: member i receives it from member (i-1)/2 and
+ * passes it on to members 2i+1 and 2i+2.  One message per member (O(n)
+ * bytes over the job, nothing through PMI2), log2(size) hops.  Every
+ * member of WORLD calls this for its group of the same kind, in the same
+ * order of kinds: a member waits only for members of its own group closer
+ * to the leader, which never wait for it. */
+static int share_id(dtrain_comm *world, struct dtrain_comm_group *g, enum dtrain_comm_backend backend, char *err,
+                    size_t errlen)
+{
+    char buf[ID_WIRE_LEN];
+    int rc;
+    if (!g->present || g->size < 2)
+        return DTRAIN_COMM_OK;
+    memset(buf, 0, sizeof buf);
+    if (g->my_rank == 0) {
+        if (dtrain_snprintf(buf, sizeof buf, "%s", g->id) != 0 || dtrain_bootstrap_id_backend(buf) != (int)backend) {
+            dtrain_snprintf(err, errlen, "the leader's id '%.16s...' is not a %s id of at most %d bytes", g->id,
+                            dtrain_backend_name(backend), ID_WIRE_LEN - 1);
+            return DTRAIN_COMM_EINVAL;
+        }
+    } else {
+        int from = dtrain_group_member(g, (g->my_rank - 1) / 2);
+        if ((rc = dtrain_comm_recv(world, buf, sizeof buf, from)) != DTRAIN_COMM_OK) {
+            dtrain_snprintf(err, errlen, "receiving the group's id from rank %d over WORLD: %s", from,
+                            dtrain_comm_error_message(world));
+            return rc;
+        }
+        if (!received_id_ok(buf, backend)) {
+            dtrain_snprintf(err, errlen, "rank %d sent '%.16s...' over WORLD, not a %s id", from, buf,
+                            dtrain_backend_name(backend));
+            return DTRAIN_COMM_EINVAL;
+        }
+        memcpy(g->id, buf, sizeof buf);
+    }
+    for (int child = 2 * g->my_rank + 1; child <= 2 * g->my_rank + 2 && child < g->size; child++) {
+        int to = dtrain_group_member(g, child);
+        if ((rc = dtrain_comm_send(world, buf, sizeof buf, to)) != DTRAIN_COMM_OK) {
+            dtrain_snprintf(err, errlen, "passing the group's id to rank %d over WORLD: %s", to,
+                            dtrain_comm_error_message(world));
+            return rc;
+        }
+    }
+    return DTRAIN_COMM_OK;
+}
+
+/* The pipeline pairs' ids: this task's PP_NEXT id (it leads that pair) to
+ * the next stage while the PP_PREV id comes from the previous stage, in one
+ * exchange (no stage waits for a stage that waits too). */
+static int share_pair_ids(dtrain_comm *world, struct dtrain_bootstrap *bs, char *err, size_t errlen)
+{
+    const struct dtrain_comm_group *next = &bs->groups[DTRAIN_GROUP_PP_NEXT];
+    struct dtrain_comm_group *prev = &bs->groups[DTRAIN_GROUP_PP_PREV];
+    char out[ID_WIRE_LEN], in[ID_WIRE_LEN];
+    int to = next->present ? dtrain_group_member(next, 1) : -1;
+    int from = prev->present ? dtrain_group_member(prev, 0) : -1;
+    memset(out, 0, sizeof out);
+    memset(in, 0, sizeof in);
+    if (to >= 0 && (dtrain_snprintf(out, sizeof out, "%s", next->id) != 0 ||
+                    dtrain_bootstrap_id_backend(out) != (int)bs->backend)) {
+        dtrain_snprintf(err, errlen, "pp_next: the leader's id '%.16s...' is not a %s id", next->id,
+                        dtrain_backend_name(bs->backend));
+        return DTRAIN_COMM_EINVAL;
+    }
+    int rc = dtrain_comm_sendrecv(world, out, to >= 0 ? sizeof out : 0, to, in, from >= 0 ? sizeof in : 0, from);
+    if (rc != DTRAIN_COMM_OK) {
+        dtrain_snprintf(err, errlen, "exchanging the pipeline pairs' ids over WORLD (to rank %d, from rank %d): %s",
+                        to, from, dtrain_comm_error_message(world));
+        return rc;
+    }
+    if (from >= 0) {
+        if (!received_id_ok(in, bs->backend)) {
+            dtrain_snprintf(err, errlen, "pp_prev: rank %d sent '%.16s...' over WORLD, not a %s id", from, in,
+                            dtrain_backend_name(bs->backend));
+            return DTRAIN_COMM_EINVAL;
+        }
+        memcpy(prev->id, in, sizeof in);
+    }
+    return DTRAIN_COMM_OK;
+}
+
+/* Every id of bs that is not WORLD's, from its leader over `world`. */
+static int share_ids(dtrain_comm *world, struct dtrain_bootstrap *bs, char *err, size_t errlen)
+{
+    static const enum dtrain_group_kind kinds[] = {DTRAIN_GROUP_TP, DTRAIN_GROUP_PP, DTRAIN_GROUP_DP};
+    char why[256];
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (dtrain_group_split_off_world(bs->backend, kinds[i]))
+            continue;
+        int rc = share_id(world, &bs->groups[kinds[i]], bs->backend, why, sizeof why);
+        if (rc != DTRAIN_COMM_OK) {
+            dtrain_snprintf(err, errlen, "%s communicator (rank %d of %d): %s", dtrain_group_kind_name(kinds[i]),
+                            bs->groups[kinds[i]].my_rank, bs->groups[kinds[i]].size, why);
+            return rc;
+        }
+    }
+    return share_pair_ids(world, bs, err, errlen);
+}
 
 void dtrain_comm_destroy_all(struct dtrain_comms *comms)
 {
@@ -49,8 +160,7 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
             continue;
         /* nccl: the groups that cover WORLD split off it (one bootstrap
          * instead of one per group); the pipeline pairs use their ids */
-        int split = bs->backend == DTRAIN_COMM_NCCL && out->group[DTRAIN_GROUP_WORLD] != NULL &&
-                    (order[i] == DTRAIN_GROUP_TP || order[i] == DTRAIN_GROUP_PP || order[i] == DTRAIN_GROUP_DP);
+        int split = out->group[DTRAIN_GROUP_WORLD] != NULL && dtrain_group_split_off_world(bs->backend, order[i]);
         if (split)
             rc = dtrain_comm_split(out->group[DTRAIN_GROUP_WORLD], g, &o, &out->group[order[i]], why, sizeof why);
         else
@@ -61,6 +171,9 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
                             g->size, why);
             break;
         }
+        /* WORLD is up: the other groups' ids come over it, not through PMI2 */
+        if (order[i] == DTRAIN_GROUP_WORLD && (rc = share_ids(out->group[DTRAIN_GROUP_WORLD], bs, err, errlen)) != 0)
+            break;
     }
     if (rc == DTRAIN_COMM_OK)
         return rc;

@@ -124,7 +124,12 @@ struct dtrain_comms {
 };
 
 /* Build every present group of bs with bs->backend, in an order that
- * cannot deadlock when every task of the job calls it.  The host id is
+ * cannot deadlock when every task of the job calls it.  WORLD first, from
+ * its id; then the ids of the other groups go from their leaders to their
+ * members over WORLD (point-to-point, a binary tree per group: one message
+ * per member, nothing through PMI2), so a member's id of a group other
+ * than WORLD may be empty on entry (dtrain_bootstrap.h); nccl's TP, PP
+ * and DP groups are split off WORLD instead.  The host id is
  * "node<bs->node>" (Slurm node index: tasks of one node share memory, tasks
  * of different nodes use TCP) unless opts->host_id is set, or this
  * machine's when bs->node < 0.  Takes over every listen_fd (set to -1 in

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # The comm layer under a real local Slurm (scripts/local-cluster: 2 slurmd
 # on loopback): srun -N2 -n8 --mpi=pmi2 dtrain-launch --tp 2 --pp 2 --
-# comm_probe.  dtrain-launch bootstraps the ids in one PMI2 round and hands
-# them to comm_probe, which builds every communicator (dtrain_comm_init_all)
+# comm_probe.  dtrain-launch bootstraps WORLD's id in one PMI2 round and hands
+# the groups to comm_probe, which builds every communicator
+# (dtrain_comm_init_all: WORLD, then the other ids come over it)
 # and all-reduces on WORLD, TP, PP and DP, broadcasts on WORLD and exchanges
 # on the pipeline pairs.  Both "nodes" are this machine, but the host id is
 # the Slurm node index, so the WORLD ring crosses between them over TCP
@@ -41,13 +42,16 @@ check "all 8 tasks: all-reduce right on WORLD, TP, PP, DP; broadcast on WORLD; s
 check "tasks 0-3 report node 0 and tasks 4-7 node 1" \
   [ "$(grep -cE 'rank=[0-3] node=0 |rank=[4-7] node=1 ' "$d/auto.out")" -eq 8 ]
 shm=$(sum world_shm "$d/auto.out"); tcp=$(sum world_tcp "$d/auto.out")
-check "the WORLD ring: TCP between the nodes (4 link ends), shared memory inside them (12): got $tcp and $shm" \
-  [ "$tcp" -eq 4 -a "$shm" -eq 12 ]
+# the PP and DP groups' ids came over WORLD from their leaders (0->4 1->5
+# 2->6 3->7, 0->2 1->3 4->6 5->7; the TP ones and the pipeline pairs' went
+# over the ring or the same links): 8 point-to-point links, 16 TCP ends
+check "the WORLD ring: TCP between the nodes (4 link ends), shared memory inside them (12), plus the 16 TCP ends of the 8 links the PP and DP ids came over: got $tcp and $shm" \
+  [ "$tcp" -eq 20 -a "$shm" -eq 12 ]
 
 run tcp DTRAIN_COMM_TRANSPORT=tcp
 check "with DTRAIN_COMM_TRANSPORT=tcp: exits 0, all 8 tasks right" [ "$rc" -eq 0 -a "$(lines "$d/tcp.out")" -eq 8 ]
-check "with DTRAIN_COMM_TRANSPORT=tcp: the WORLD ring is all TCP (16 link ends)" \
-  [ "$(sum world_tcp "$d/tcp.out")" -eq 16 -a "$(sum world_shm "$d/tcp.out")" -eq 0 ]
+check "with DTRAIN_COMM_TRANSPORT=tcp: the WORLD ring is all TCP (16 link ends, plus the ids' 16)" \
+  [ "$(sum world_tcp "$d/tcp.out")" -eq 32 -a "$(sum world_shm "$d/tcp.out")" -eq 0 ]
 
 in_cluster "$d" timeout 60 srun -N1 -n1 "$probe" >"$d/bare.out" 2>"$d/bare.err"
 rc=$?

@@ -54,6 +54,7 @@ struct area {
     int nsaves;
     int save_rc[MAX_STEPS + 1];
     float loss[MAX_STEPS];
+    uint64_t opened; /* shard files the resume opened */
 };
 
 static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
@@ -84,6 +85,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             fclose(quiet);
         a->found = res.found;
         a->resumed = (long)res.step;
+        a->opened = st.shards_opened;
         if (rc == DTRAIN_OK && res.found) {
             dtrain_ft_pieces_upload(&pieces); /* the pieces are a host copy of the trainer's memory */
             dtrain_ptrainer_set_position(t, (long)res.step, res.data_batches);
@@ -455,6 +457,24 @@ int main(void)
     free(p_k);
     free(m_k);
     free(v_k);
+
+    /* ---- E: a resume opens only the shards that hold runs: b3, written at
+     * (2,2,2) ZeRO off, has 4 empty shards (DP rank 1), never opened */
+    {
+        struct job e = j;
+        e.cfg.zero_stage = 0;
+        snprintf(e.load_dir, sizeof e.load_dir, "%s/b3", top);
+        snprintf(e.save_dir, sizeof e.save_dir, "%s/e", top);
+        e.save_after_load = 0;
+        e.save_every = 0;
+        e.steps = 1;
+        rc = run(&e, 2, 2, 2, &a0, all);
+        int four = rc == 0;
+        for (int r = 0; r < 8; r++)
+            four &= all[r].found && all[r].opened == 4;
+        ok(four, "(2,2,2) resumes its ZeRO-off checkpoint opening 4 of the 8 shards on every rank (the 4 of DP rank 0; "
+           "rank 0 opened %llu)", (unsigned long long)all[0].opened);
+    }
 
     free(p_a);
     free(m_a);

@@ -87,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (m.layout.world_size <= MAX_SHARDS && params != NULL && mo != NULL && v != NULL) {
         struct dtrain_sckpt_piece pieces[2] = {{0, n / 2, params, mo, v},
                                                {n / 2, n - n / 2, params + n / 2, NULL, v + n / 2}};
-        (void)sckpt_load_pieces(step, &m, pieces, 2, &bytes, why, sizeof why);
+        (void)sckpt_load_pieces(step, &m, pieces, 2, &bytes, NULL, why, sizeof why);
     }
     free(params);
     free(mo);

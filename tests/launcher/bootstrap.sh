@@ -43,22 +43,24 @@ check_cluster_start "a 2-node cluster without the dtrain plugin starts" "$d"
 step "$d" json "${shape[@]}" -o "$d/json.%t" "$launch" --json --tp 4 --pp 2
 check "srun -N2 -n16 --mpi=pmi2 dtrain-launch --json --tp 4 --pp 2 exits 0" [ "$rc" -eq 0 ]
 show_err "$d/json.err" "$d"/json.[0-9]*
-verified "launcher's plan: ranks and coordinates right, one fence, each group's members hold the same id, groups differ" \
+verified "launcher's plan: ranks and coordinates right, one fence, every task holds WORLD's one id, each other group's leader its own" \
   report 4 2 2 8 launcher cpu "$d"/json.[0-9]*
 
 step "$d" print "${shape[@]}" -o "$d/print.%t" "$launch" --print --tp 4 --pp 2
 cat "$d"/print.[0-9]* >"$d/print.out"
 lines=$(grep -c '^rank=.* placed_by=launcher backend=cpu fences=1 bootstrap_us=[0-9]* ' "$d/print.out")
 check "--print: 16 key=value lines, one fence each" [ "$rc" -eq 0 -a "$lines" -eq 16 ]
-tp0=$(grep -o ' tp.key=dt.tp.0 .* tp.id=[^ ]*' "$d/print.out" | sed 's/.* tp.id=//' | sort -u | wc -l)
-check "--print: the 4 members of dt.tp.0 print one id" [ "$(grep -c ' tp.key=dt.tp.0 ' "$d/print.out")" -eq 4 -a "$tp0" -eq 1 ]
+w=$(grep -o ' world.key=dt.w .* world.id=[^ ]*' "$d/print.out" | sed 's/.* world.id=//' | sort -u)
+tp0=$(grep ' tp.key=dt.tp.0 ' "$d/print.out" | grep -c ' tp.rank=[1-3] tp.id= ')
+check "--print: the 16 tasks print one WORLD id (the only one through PMI2), the 3 members of dt.tp.0 none yet" \
+  [ "$(printf '%s\n' "$w" | grep -c '^cpu:')" -eq 1 -a "$(printf '%s\n' "$w" | wc -l)" -eq 1 -a "$tp0" -eq 3 ]
 
 step "$d" nccl "${shape[@]}" -o "$d/nccl.%t" "$launch" --json --tp 4 --pp 2 --comm-backend nccl
 if cat "$d/nccl.err" "$d"/nccl.[0-9]* | grep -q "built without CUDA/NCCL"; then
   skip_test "built without CUDA/NCCL: the nccl backend's ids are not exchanged"
 else
   show_err "$d/nccl.err" "$d"/nccl.[0-9]*
-  verified "--comm-backend nccl: ncclGetUniqueId ids, each group's members hold the same id" \
+  verified "--comm-backend nccl: ncclGetUniqueId ids, WORLD's in every task, the pairs' in their leaders, none for TP/PP/DP (split)" \
     report 4 2 2 8 launcher nccl "$d"/nccl.[0-9]*
 fi
 
@@ -66,7 +68,7 @@ fi
 step "$d" child "${shape[@]}" -o "$d/child.%t" "$launch" --tp 4 --pp 2 -- python3 "$checker" child
 check "dtrain-launch -- PROGRAM exits 0" [ "$rc" -eq 0 ]
 show_err "$d/child.err" "$d"/child.[0-9]*
-verified "the child sees DTRAIN_COMM_* and the placement, no PMI_*, leaders' sockets listen, TP groups connect" \
+verified "the child sees DTRAIN_COMM_* and the placement, no PMI_*, leaders' sockets listen, WORLD connects" \
   children "$d"/child.[0-9]* 4 2 2
 
 # ---- the trainer (no PROGRAM: dtrain-rank): one task; 2 tasks at T=2 whose

@@ -10,10 +10,12 @@
   check_bootstrap.py child
       Run as dtrain-launch's PROGRAM: prints this task's DTRAIN_* / RANK /
       PMI_* variables and, for each DTRAIN_COMM_*_FD, whether it is a
-      listening socket on the id's port, as one JSON line.  Then the TP
-      group proves its id works across tasks: the leader accepts size-1
+      listening socket on the id's port, as one JSON line.  Then WORLD
+      proves its id works across tasks: the leader accepts size-1
       connections on the inherited socket and reads the secret each member
-      sends; members connect to the address in the id.
+      sends; members connect to the address in the id.  (Only WORLD's id
+      travels through PMI2: a member's id of another group is empty, its
+      leader sends it over WORLD when the communicators are built.)
   check_bootstrap.py children FILE... T P D
       Checks the `child` lines (one file per task, srun -o FILE.%t).
 """
@@ -70,6 +72,7 @@ def check_report(paths, T, P, D, K, placed_by, backend):
         errors.append("ranks %s, expected 0..%d" % (sorted(tasks), world - 1))
         return errors
     ids_by_key = {}
+    leaders_by_key = {}
     for rank, r in sorted(tasks.items()):
         tp, dp, pp = coords(rank, T, D)
         want = {"size": world, "T": T, "P": P, "D": D, "tp_rank": tp, "dp_rank": dp, "pp_rank": pp,
@@ -93,18 +96,32 @@ def check_report(paths, T, P, D, K, placed_by, backend):
                 errors.append("rank %d %s: %s, expected %s" % (rank, kind, got, exp))
             if first + got["rank"] * stride != rank:
                 errors.append("rank %d %s: group rank %d is not this task" % (rank, kind, got["rank"]))
-            if not got["id"].startswith(backend + ":") or len(got["id"]) >= 1024:
-                errors.append("rank %d %s: id %r is not a %s id under 1024 bytes" % (rank, kind, got["id"], backend))
-            ids_by_key.setdefault(key, set()).add(got["id"])
+            # WORLD's id reaches every task through PMI2; another group's id
+            # only its leader holds (none for the groups nccl splits off WORLD)
+            split = backend == "nccl" and kind in ("tp", "pp", "dp")
+            if kind == "world" or (got["rank"] == 0 and not split):
+                if not got["id"].startswith(backend + ":") or len(got["id"]) >= 1024:
+                    errors.append("rank %d %s: id %r is not a %s id under 1024 bytes" % (rank, kind, got["id"], backend))
+                ids_by_key.setdefault(key, set()).add(got["id"])
+            elif got["id"] != "":
+                errors.append("rank %d %s: id %r, expected none (%s)" % (rank, kind, got["id"],
+                              "split off WORLD" if split else "it comes over WORLD"))
+            if kind == "world" or got["rank"] == 0:
+                leaders_by_key.setdefault(key, set()).add(rank)
     for key, ids in ids_by_key.items():
         if len(ids) != 1:
             errors.append("group %s: its members hold %d different ids" % (key, len(ids)))
     all_ids = [next(iter(ids)) for ids in ids_by_key.values()]
     if len(set(all_ids)) != len(all_ids):
         errors.append("two groups share an id")
+    if len(ids_by_key.get("dt.w", ())) != 1 or len(leaders_by_key.get("dt.w", ())) != world:
+        errors.append("dt.w: %d tasks hold %d ids" % (len(leaders_by_key.get("dt.w", ())), len(ids_by_key.get("dt.w", ()))))
     expected_groups = 1 + P * D + T * D + T * P + T * D * (P - 1)
-    if len(ids_by_key) != expected_groups:
-        errors.append("%d groups seen, expected %d" % (len(ids_by_key), expected_groups))
+    if len(leaders_by_key) != expected_groups:
+        errors.append("%d groups seen, expected %d" % (len(leaders_by_key), expected_groups))
+    expected_ids = 1 + (T * D * (P - 1) if backend == "nccl" else expected_groups - 1)
+    if len(ids_by_key) != expected_ids:
+        errors.append("%d groups with an id, expected %d" % (len(ids_by_key), expected_ids))
     return errors
 
 
@@ -126,20 +143,20 @@ def fd_listens_on(fd, port):
 def child():
     env = {k: v for k, v in os.environ.items()
            if k.startswith(("DTRAIN_", "PMI_")) or k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
-    out = {"procid": int(os.environ.get("SLURM_PROCID", "-1")), "env": env, "fds": {}, "tp_connect": "not tried"}
+    out = {"procid": int(os.environ.get("SLURM_PROCID", "-1")), "env": env, "fds": {}, "world_connect": "not tried"}
     for kind in ["WORLD", "TP", "PP", "DP", "PP_NEXT", "PP_PREV"]:
         fd = env.get("DTRAIN_COMM_%s_FD" % kind)
         if fd is not None:
             port = int(env["DTRAIN_COMM_%s_ID" % kind].split(":")[2])
             out["fds"][kind] = fd_listens_on(int(fd), port)
-    # The TP group uses its id for real: members connect and send the secret.
-    tp_id = env.get("DTRAIN_COMM_TP_ID", "")
-    if tp_id.startswith("cpu:"):
-        _, addr, port, secret = tp_id.split(":")
-        size, my_rank = int(env["DTRAIN_COMM_TP_SIZE"]), int(env["DTRAIN_COMM_TP_RANK"])
+    # WORLD uses its id for real: members connect and send the secret.
+    world_id = env.get("DTRAIN_COMM_WORLD_ID", "")
+    if world_id.startswith("cpu:"):
+        _, addr, port, secret = world_id.split(":")
+        size, my_rank = int(env["DTRAIN_COMM_WORLD_SIZE"]), int(env["DTRAIN_COMM_WORLD_RANK"])
         try:
             if my_rank == 0:
-                listener = socket.socket(fileno=int(env["DTRAIN_COMM_TP_FD"]))
+                listener = socket.socket(fileno=int(env["DTRAIN_COMM_WORLD_FD"]))
                 listener.settimeout(30)
                 got = []
                 for _ in range(size - 1):
@@ -147,13 +164,13 @@ def child():
                     with conn:
                         conn.settimeout(30)
                         got.append(conn.recv(64).decode())
-                out["tp_connect"] = "ok" if got == [secret] * (size - 1) else "wrong secrets %r" % got
+                out["world_connect"] = "ok" if got == [secret] * (size - 1) else "wrong secrets %r" % got
             else:
                 with socket.create_connection((addr, int(port)), timeout=30) as c:
                     c.sendall(secret.encode())
-                out["tp_connect"] = "ok"
+                out["world_connect"] = "ok"
         except OSError as e:
-            out["tp_connect"] = "error: %s" % e
+            out["world_connect"] = "error: %s" % e
     print(json.dumps(out, sort_keys=True))
 
 
@@ -163,7 +180,7 @@ def check_children(paths, T, P, D):
     by_rank = read_lines(paths, "procid", errors)
     if sorted(by_rank) != list(range(world)):
         return ["children of ranks %s, expected 0..%d" % (sorted(by_rank), world - 1)]
-    tp_ids = {}
+    world_ids = set()
     for rank, c in sorted(by_rank.items()):
         env = c["env"]
         tp, dp, pp = coords(rank, T, D)
@@ -187,17 +204,19 @@ def check_children(paths, T, P, D):
             leader = rank == first
             if leader != (var + "FD" in env):
                 errors.append("rank %d: %sFD %s" % (rank, var, "missing" if leader else "set on a member"))
-        tp_ids.setdefault(rank // T, set()).add(env.get("DTRAIN_COMM_TP_ID"))
+            if kind != "world" and (env.get(var + "ID") != "") == (not leader):
+                errors.append("rank %d: %sID=%r (a leader's id, a member's empty: it comes over WORLD)"
+                              % (rank, var, env.get(var + "ID")))
+        world_ids.add(env.get("DTRAIN_COMM_WORLD_ID"))
         if [k for k in env if k.startswith("PMI_")]:
             errors.append("rank %d: PMI_* variables reached the child" % rank)
         for kind, state in c["fds"].items():
             if state != "ok":
                 errors.append("rank %d: DTRAIN_COMM_%s_FD: %s" % (rank, kind, state))
-        if c["tp_connect"] != "ok":
-            errors.append("rank %d: TP group connection: %s" % (rank, c["tp_connect"]))
-    for group, ids in tp_ids.items():
-        if len(ids) != 1:
-            errors.append("TP group %d: children see %d ids" % (group, len(ids)))
+        if c["world_connect"] != "ok":
+            errors.append("rank %d: WORLD connection: %s" % (rank, c["world_connect"]))
+    if len(world_ids) != 1:
+        errors.append("children see %d WORLD ids" % len(world_ids))
     return errors
 
 

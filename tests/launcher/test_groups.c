@@ -108,7 +108,11 @@ static int pairs_agree(const struct dtrain_grid *g)
 
 /* Key and value bytes one fence carries for a shape, as Slurm packs them
  * (packstr: 4-byte length + text + NUL, for key and value). */
-static void volume(const struct dtrain_grid *g, int id_len, long *keys, long long *bytes, int *longest_key)
+/* The keys one exchange round puts and their bytes: with every_group, one
+ * per group of two or more (the design before WORLD's id alone went through
+ * PMI2, for comparison); else the launcher's rule, dtrain_group_in_kvs. */
+static void volume(const struct dtrain_grid *g, int id_len, int every_group, long *keys, long long *bytes,
+                   int *longest_key)
 {
     *keys = 0;
     *bytes = 0;
@@ -126,7 +130,8 @@ static void volume(const struct dtrain_grid *g, int id_len, long *keys, long lon
             int size = k == DTRAIN_GROUP_WORLD ? g->tp * g->pp * g->dp
                      : k == DTRAIN_GROUP_TP ? g->tp : k == DTRAIN_GROUP_PP ? g->pp
                      : k == DTRAIN_GROUP_DP ? g->dp : 2;
-            if (size < 2)
+            struct dtrain_comm_group grp = {.present = 1, .size = size};
+            if (size < 2 || (!every_group && !dtrain_group_in_kvs((enum dtrain_group_kind)k, &grp)))
                 continue;
             (*keys)++;
             *bytes += 4 + klen + 1 + 4 + id_len + 1;
@@ -191,15 +196,34 @@ int main(void)
     long keys;
     long long bytes;
     int klen;
-    volume(&big, NCCL_ID_TEXT, &keys, &bytes, &klen);
-    diag("10^5 ranks (T=8 P=10 D=1250), nccl ids: %ld keys put, longest key %d bytes, %lld bytes per fence "
-         "(%.1f MiB) delivered to every node", keys, klen, bytes, bytes / 1048576.0);
+    /* Only WORLD's id goes into the KVS; the others come over WORLD. */
+    int only_world = 1;
+    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
+        struct dtrain_comm_group grp = {.present = 1, .size = 2};
+        only_world &= dtrain_group_in_kvs((enum dtrain_group_kind)k, &grp) == (k == DTRAIN_GROUP_WORLD);
+    }
+    struct dtrain_comm_group alone = {.present = 1, .size = 1};
+    ok(only_world && !dtrain_group_in_kvs(DTRAIN_GROUP_WORLD, &alone),
+       "the KVS carries WORLD's id only, and not for a world of one task");
+    volume(&big, NCCL_ID_TEXT, 1, &keys, &bytes, &klen);
+    diag("10^5 ranks (T=8 P=10 D=1250), one nccl id per group (before): %ld keys, longest key %d bytes, %lld bytes "
+         "per fence (%.1f MiB) delivered to every node", keys, klen, bytes, bytes / 1048576.0);
     for (int k = 0; k <= DTRAIN_GROUP_PP_NEXT; k++)
         diag("  %-7s groups: %ld", dtrain_group_kind_name((enum dtrain_group_kind)k),
              dtrain_group_count(&big, (enum dtrain_group_kind)k));
-    ok(keys == 1 + 12500 + 10000 + 80 + 90000, "10^5 ranks: 112581 keys (1 world + 12500 TP + 10000 PP + 80 DP + "
-                                              "90000 PP pairs)");
-    volume(&big, 58, &keys, &bytes, &klen);
-    diag("10^5 ranks, cpu ids (<= 58 bytes): %lld bytes per fence (%.1f MiB)", bytes, bytes / 1048576.0);
+    ok(keys == 1 + 12500 + 10000 + 80 + 90000, "10^5 ranks, one id per group: 112581 keys (1 world + 12500 TP + "
+                                              "10000 PP + 80 DP + 90000 PP pairs)");
+    long long before = bytes;
+    volume(&big, NCCL_ID_TEXT, 0, &keys, &bytes, &klen);
+    diag("10^5 ranks, WORLD's id only (now): %ld key, %lld bytes per fence (%.0fx less)", keys, bytes,
+         (double)before / (double)bytes);
+    ok(keys == 1 && bytes == 4 + 4 + 1 + 4 + NCCL_ID_TEXT + 1, "10^5 ranks: 1 key in the KVS (dt.w), %lld bytes",
+       bytes);
+    long long small_bytes;
+    struct dtrain_grid k1 = {.tp = 8, .pp = 16, .dp = 8};
+    volume(&k1, NCCL_ID_TEXT, 0, &keys, &small_bytes, &klen);
+    volume(&max, NCCL_ID_TEXT, 0, &keys, &bytes, &klen);
+    ok(bytes == small_bytes, "the KVS volume does not grow with the world: %lld bytes at 1024 ranks and at 2^20",
+       bytes);
     return tap_done();
 }

@@ -52,11 +52,13 @@ static int make_all(int tp, int pp, int dp, struct dtrain_bootstrap *bs, char *e
             }
         }
     }
-    /* members take the id their leader made (found by the group's key) */
+    /* members take the id their leader made (found by the group's key) where
+     * dtrain-launch carries it through PMI2: WORLD's; the others come over
+     * WORLD in dtrain_comm_init_all */
     for (int r = 0; r < world; r++) {
         for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
             struct dtrain_comm_group *g = &bs[r].groups[k];
-            if (!g->present || g->my_rank == 0)
+            if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank == 0)
                 continue;
             const struct dtrain_bootstrap *lead = &bs[g->first];
             for (int j = 0; j < DTRAIN_GROUP_KINDS; j++)

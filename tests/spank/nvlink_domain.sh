@@ -76,8 +76,8 @@ grep -m2 'rank=[07] ' "$out" | sed 's/^/#   /'
 run_client "$out" "$err" srun -N4 --ntasks-per-node=4 --mpi=pmi2 --dtrain-tp=8 -o "$D/launch.%t" "$launch" --print
 cat "$D"/launch.[0-9]* >"$D/launch.out" 2>/dev/null
 ok_lines=$(grep -c '^rank=.* placed_by=spank ' "$D/launch.out")
-tp0=$(grep -o ' tp.key=dt.tp.0 .* tp.id=[^ ]*' "$D/launch.out" | sed 's/.* tp.id=//' | sort -u | wc -l)
-check "T=8 across nodes: the PMI2 bootstrap of 16 tasks succeeds, the 8 members of dt.tp.0 share one id (exit $RC, $ok_lines lines)" \
+tp0=$(grep -o ' world.key=dt.w .* world.id=[^ ]*' "$D/launch.out" | sed 's/.* world.id=//' | sort -u | wc -l)
+check "T=8 across nodes: the PMI2 bootstrap of 16 tasks succeeds, dt.tp.0 has 8 members, all 16 share WORLD's one id (exit $RC, $ok_lines lines)" \
   [ "$RC" -eq 0 -a "$ok_lines" -eq 16 -a "$(grep -c ' tp.key=dt.tp.0 ' "$D/launch.out")" -eq 8 -a "$tp0" -eq 1 ]
 [ "$RC" -eq 0 ] || diag_file "$err"
 

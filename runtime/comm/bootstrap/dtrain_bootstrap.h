@@ -31,7 +31,14 @@
  * a member connecting must present the secret, and the leader must refuse
  * a peer that does not (the secret travels only through Slurm's PMI2).
  * Groups of one task are made locally and carry an id too, so that every
- * group can be turned into a communicator the same way. */
+ * group can be turned into a communicator the same way.
+ *
+ * Only WORLD's id travels through PMI2 (one key for the whole job, whatever
+ * its size).  The other groups' leaders make their ids too (cpu: every
+ * group; nccl: the pipeline pairs, TP/PP/DP being split off WORLD with
+ * ncclCommSplit), and their members receive them over the WORLD
+ * communicator in dtrain_comm_init_all (dtrain_comm.h): until then a
+ * member's id of a group other than WORLD is empty. */
 #ifndef DTRAIN_BOOTSTRAP_H
 #define DTRAIN_BOOTSTRAP_H
 
@@ -90,6 +97,15 @@ const char *dtrain_group_kind_name(enum dtrain_group_kind kind);
  * member, nothing to connect, the cpu backend.  dtrain-train trains on it
  * the trainer dtrain-launch runs on its PMI2 bootstrap. */
 void dtrain_bootstrap_local(struct dtrain_bootstrap *bs);
+
+/* 1 when groups of this kind are split off WORLD (nccl's TP, PP and DP
+ * groups, ncclCommSplit) and so have no id at all; 0 when their leader
+ * makes an id (every other kind, and every kind with cpu). */
+static inline int dtrain_group_split_off_world(enum dtrain_comm_backend backend, enum dtrain_group_kind kind)
+{
+    return backend == DTRAIN_COMM_NCCL &&
+           (kind == DTRAIN_GROUP_TP || kind == DTRAIN_GROUP_PP || kind == DTRAIN_GROUP_DP);
+}
 
 /* Global rank of member i (0 <= i < g->size) of a group. */
 static inline int dtrain_group_member(const struct dtrain_comm_group *g, int i)

@@ -288,6 +288,19 @@ static int member_gone(const int *fds, int n)
     return -1;
 }
 
+/* A member's host id and rank, sorted by host id, then rank. */
+struct host_ref {
+    const char *host;
+    int rank;
+};
+
+static int by_host(const void *a, const void *b)
+{
+    const struct host_ref *x = a, *y = b;
+    int d = strcmp(x->host, y->host);
+    return d != 0 ? d : (x->rank > y->rank) - (x->rank < y->rank);
+}
+
 static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen)
 {
     const int n = c->size;
@@ -343,13 +356,23 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
         memcpy(hosts[h.from], h.host_id, sizeof hosts[h.from]);
         joined++;
     }
-    /* Host numbers: the first member with the same host id. */
-    for (int i = 0; i < n; i++) {
-        int j = 0;
-        while (strcmp(hosts[j], hosts[i]) != 0)
-            j++;
-        cc->table[i].host = (uint32_t)j;
+    /* Host numbers: the first member with the same host id (sorted, not
+     * compared pairwise: n log n string compares at 10^5 members, not n^2). */
+    struct host_ref *refs = malloc((size_t)n * sizeof *refs);
+    if (refs == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory for the host numbers of %d members", n);
+        rc = -DTRAIN_COMM_ESYS;
+        goto out;
     }
+    for (int i = 0; i < n; i++)
+        refs[i] = (struct host_ref){hosts[i], i};
+    qsort(refs, (size_t)n, sizeof *refs, by_host);
+    for (int i = 0, first = 0; i < n; i++) {
+        if (i > 0 && strcmp(refs[i].host, refs[i - 1].host) != 0)
+            first = i;
+        cc->table[refs[i].rank].host = (uint32_t)refs[first].rank;
+    }
+    free(refs);
     for (int i = 0; i < n; i++)
         wire_peer_encode(&cc->table[i], msg + WIRE_TABLE_HEAD_LEN + (size_t)i * WIRE_TABLE_ENTRY_LEN);
     for (int i = 1; i < n; i++) {

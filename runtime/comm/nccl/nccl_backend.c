@@ -8,7 +8,8 @@
  * timeout, the abort flag and dtrain_comm_abort()).  Groups that every
  * member of WORLD joins (TP, PP, DP) can instead be split off WORLD with
  * ncclCommSplit (dtrain_comm_split(): one bootstrap instead of one per
- * group); the pipeline's neighbour pairs always use their own ids.
+ * group); the pipeline's neighbour pairs use their own ids, which reach
+ * their members over WORLD (dtrain_comm_init_all), not through PMI2.
  *
  * Streams: each communicator has its own communication stream.  A call
  * records an event on the compute stream (dtrain_comm_set_stream(); the
