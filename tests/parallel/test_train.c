@@ -480,6 +480,22 @@ int main(void)
        "the reference's loss falls (%.4f -> %.4f) and its first norm %.3f is clipped", ref.loss[0],
        ref.loss[STEPS - 1], ref.norm[0]);
 
+    /* sequence parallelism needs T > 1 dividing the sequence: refused up
+     * front with the options named */
+    struct dtrain_train_config bad = j.cfg;
+    bad.sequence_parallel = 1;
+    int brc = dtrain_parallel_check(&bad, 1, 1, 2, err, sizeof err);
+    ok(brc == DTRAIN_ERR_INPUT && strstr(err, "--sequence-parallel needs a tensor-parallel size T > 1") &&
+       strstr(err, "T=1") && strstr(err, "--dtrain-tp"), "--sequence-parallel with T=1 is refused: %s", err);
+    bad.seq = 10;
+    brc = dtrain_parallel_check(&bad, 4, 1, 1, err, sizeof err);
+    ok(brc == DTRAIN_ERR_INPUT && strstr(err, "(here T=4, --seq 10)"), "--sequence-parallel with T=4 not dividing "
+       "--seq 10 is refused: %s", err);
+    bad.seq = 12;
+    brc = dtrain_parallel_check(&bad, 4, 1, 1, err, sizeof err);
+    ok(brc == DTRAIN_OK, "--sequence-parallel with T=4 and --seq 12 passes the check%s%s", brc ? ": " : "",
+       brc ? err : "");
+
     const struct layout layouts[] = {
         {1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0, 0, 0},
         {1, 1, 2, 1, 0, 1, 0, 0, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0, 0, 0},
