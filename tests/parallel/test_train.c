@@ -620,9 +620,10 @@ int main(void)
             int bits = memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0;
             ok(b->ok && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL &&
                r0->r.mem.activations < b->mem.activations,
-               "%s: against layout %d without it the loss within %.1e (%s; layout %d's own from the reference "
-               "%.1e), the norm within %.1e (<= %.0e), the parameters within %.1e (< %.0e); rank 0's activations "
-               "%zu bytes instead of %zu (%.0f%%)", name, L->bits_of, vl, bits ? "bit for bit" : "not bit for bit",
+               "%s: against layout %d without it the loss within %.1e (%s, step 0's %s; layout %d's own from the "
+               "reference %.1e), the norm within %.1e (<= %.0e), the parameters within %.1e (< %.0e); rank 0's "
+               "activations %zu bytes instead of %zu (%.0f%%)", name, L->bits_of, vl,
+               bits ? "bit for bit" : "not bit for bit", b->loss[0] == r0->r.loss[0] ? "bit for bit" : "not",
                L->bits_of, bl, vn, LOSS_RTOL, vp, PARAM_ATOL, r0->r.mem.activations, b->mem.activations,
                100.0 * (double)r0->r.mem.activations / (double)b->mem.activations);
         } else if (L->bits_of > 0) {
