@@ -600,25 +600,29 @@ int main(void)
             double vl = max_rel_loss(&r0->r, b), vn = max_rel_norm(&r0->r, b);
             double vp = bp != NULL && kept_params[i] != NULL ? max_abs(bp, kept_params[i], j.nparams) : 1.0;
             int bits = memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0;
-            ok(b->ok && b->loss[0] == r0->r.loss[0] && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL,
+            ok(b->ok && (L->tp != 2 || b->loss[0] == r0->r.loss[0]) && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL,
                "%s: step 0's loss that of layout %d (V = 1) bit for bit; over %d steps the loss within %.1e "
                "(%s), the norm within %.1e (<= %.0e), the parameters within %.1e (< %.0e); rank 0's activations "
                "%zu bytes (V = 1: %zu)", name, L->bits_of, STEPS, vl, bits ? "every step bit for bit" : "not bit for bit",
                vn, LOSS_RTOL, vp, PARAM_ATOL, r0->r.mem.activations, b->mem.activations);
         } else if (L->bits_of > 0 && L->sp && !layouts[L->bits_of - 1].sp) {
             /* Sequence parallelism against the same layout without it: the
-             * reduce-scatter and all-gather add the TP partial sums in
-             * another order than the all-reduce (and the LN weight
-             * gradients are summed over row shares), so the bits differ;
-             * the deviation is reported next to the non-SP layout's own
-             * from the reference (checked against the tolerance below) */
+             * forward does the same row-wise operations, and at T = 2 its
+             * reduce-scatters give the all-reduce's sums (a + b = b + a),
+             * so step 0's loss is the same bits (checked; at T = 4 the ring
+             * orders of the two collectives give it too here, reported);
+             * the LN weight gradients are summed
+             * per rank's rows, then over TP, instead of over all rows at
+             * once, so the updates and later steps differ in the last bits.
+             * The deviation is reported next to the non-SP layout's own
+             * from the reference (checked against the tolerance below). */
             const struct run_result *b = &kept[L->bits_of - 1];
             const float *bp = kept_params[L->bits_of - 1];
             double vl = max_rel_loss(&r0->r, b), vn = max_rel_norm(&r0->r, b);
             double vp = bp != NULL && kept_params[i] != NULL ? max_abs(bp, kept_params[i], j.nparams) : 1.0;
             double bl = max_rel_loss(b, &ref);
             int bits = memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0;
-            ok(b->ok && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL &&
+            ok(b->ok && b->loss[0] == r0->r.loss[0] && vl <= LOSS_RTOL && vn <= LOSS_RTOL && vp < PARAM_ATOL &&
                r0->r.mem.activations < b->mem.activations,
                "%s: against layout %d without it the loss within %.1e (%s, step 0's %s; layout %d's own from the "
                "reference %.1e), the norm within %.1e (<= %.0e), the parameters within %.1e (< %.0e); rank 0's "
