@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* dtrain-bench-memory: what ZeRO and activation recomputation save, and
- * what they cost, each against its baseline measured in the same run.
+/* dtrain-bench-memory: what ZeRO, activation recomputation and sequence
+ * parallelism save, and what they cost, each against its baseline measured
+ * in the same run.
  *
  * Part 1, ZeRO stages 0, 1, 2 at (T,P,D) = (1,1,4): each rank's model-state
  * bytes (parameters, accumulated gradients, reduced gradients kept, AdamW
@@ -14,6 +15,10 @@
  * pipeline keeps up to P micro-batches in flight on stage 0): rank 0's
  * activation bytes (all allocated up front: the peak) and its median step
  * time, each against none's.
+ *
+ * Part 3, sequence parallelism off and on at (T,P,D) = (2,1,1) and
+ * (4,1,1): rank 0's activation bytes and median step time, each against
+ * the same layout without it.
  *
  *   dtrain-bench-memory [--steps N] [--warmup N] [--repeat N]
  *
@@ -121,6 +126,27 @@ int main(int argc, char **argv)
                 base_ms = ms;
             }
             printf("%-10s %14.0f %8.3f %10.1f %7.2fx\n", modes[mode], act, act / base_act, ms, ms / base_ms);
+            fflush(stdout);
+        }
+    }
+    for (int tp = 2; tp <= 4; tp *= 2) {
+        printf("\nsequence parallelism at (T,P,D)=(%d,1,1) (rank 0)\n%-10s %14s %8s %10s %8s\n", tp, "SP",
+               "activations B", "vs off", "step ms", "vs off");
+        double base_act = 0.0, base_ms = 0.0;
+        for (int sp = 0; sp <= 1; sp++) {
+            struct dtrain_train_config c = cfg;
+            c.sequence_parallel = sp;
+            if (bench_run(&c, tp, 1, 1, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
+                fprintf(stderr, "dtrain-bench-memory: T=%d sequence parallel %d: %s\n", tp, sp, err);
+                rc = 1;
+                continue;
+            }
+            double act = (double)ranks[0].mem.activations, ms = ranks[0].step_ms;
+            if (sp == 0) {
+                base_act = act;
+                base_ms = ms;
+            }
+            printf("%-10s %14.0f %8.3f %10.1f %7.2fx\n", sp ? "on" : "off", act, act / base_act, ms, ms / base_ms);
             fflush(stdout);
         }
     }

@@ -95,6 +95,7 @@ static const struct setting settings[] = {
     {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients (3 is refused)"},
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
     {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
+    {"parallel", "sequence_parallel", "sequence-parallel", K_BOOL, OFF(sequence_parallel), 0, 1, "dtrain-launch: Megatron sequence parallelism: LayerNorm and residual regions split by rows over the T tensor-parallel ranks (all-gather / reduce-scatter instead of all-reduce); needs T > 1 dividing seq"},
     {"parallel", "memory_report", "memory-report", K_BOOL, OFF(memory_report), 0, 1, "each rank prints one JSON line of its memory (parameters, gradients, optimizer, activations, buffers) at the start"},
     {"parallel", "loss_scale", "loss-scale", K_REAL, OFF(loss_scale), 1, 1e30, "fp16: initial loss scale; halved on a gradient overflow (the step is skipped)"},
     {"parallel", "loss_scale_window", "loss-scale-window", K_LONG, OFF(loss_scale_window), 1, BIG, "fp16: steps without an overflow after which the loss scale doubles"},

@@ -97,6 +97,7 @@ struct dtrain_train_config {
                                        * reduced gradients (3 is refused: dtrain_parallel_check) */
     int recompute;                    /* activation recomputation, enum dtrain_recompute (dtrain_stage.h):
                                        * 0 none, 1 selective (attention probabilities), 2 full */
+    int sequence_parallel;            /* Megatron sequence parallelism over the TP group (needs T > 1 dividing seq) */
     int memory_report;                /* each rank prints its memory as one JSON line at the start */
     double loss_scale;                /* fp16: the initial loss scale (dynamic loss scaling) */
     long loss_scale_window;           /* fp16: steps without an overflow before the scale doubles */

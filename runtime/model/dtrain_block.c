@@ -12,17 +12,54 @@
  * On tensor-parallel ranks the two projections give partial sums, summed by
  * the hook before the residual add (forward), and the two column-parallel
  * matmuls give partial input gradients, summed before the layer norms'
- * backward.  On one rank the hook is absent and the code is the plain block. */
+ * backward.  On one rank the hook is absent and the code is the plain block.
+ *
+ * Sequence parallel (dtrain_tp_hook): x, y, res2, ln1, ln2 and the norm
+ * statistics are the rank's Nl = N/T rows; the LN output is all-gathered
+ * into seq_in (N,C) before each column-parallel matmul, the row-parallel
+ * partial sums (N,C in seq_out) reduce-scattered into the rank's rows
+ * before the residual add; backward gathers the LN outputs again (only the
+ * local rows are kept, as in Megatron-LM) and gathers the residual gradient
+ * before each row-parallel matmul's backward, reduce-scatters the input
+ * gradient of each column-parallel one. */
 #include "dtrain_gpt2.h"
 
-
-static int tp_allreduce(const struct dtrain_tp_hook *tp, float *buf, size_t n,
-                        char *err, size_t errlen)
+/* A hook's status as the block's. */
+static int hook_rc(int rc)
 {
+    return rc == 0 ? DTRAIN_OK : rc < 0 ? rc : DTRAIN_ERR_SYSTEM; /* the hook's status passes through */
+}
+
+static int sequence_parallel(const struct dtrain_tp_hook *tp)
+{
+    return tp != NULL && tp->reduce_scatter != NULL && tp->all_gather != NULL;
+}
+
+/* The input of a column-parallel matmul (f forward) or the output gradient
+ * of a row-parallel one (g backward): rows (n floats) as they are, or,
+ * sequence parallel, every rank's rows gathered into full. */
+static int gather_rows(const struct dtrain_tp_hook *tp, const float *rows, float *full, size_t n,
+                       const float **out, char *err, size_t errlen)
+{
+    *out = rows;
+    if (!sequence_parallel(tp))
+        return DTRAIN_OK;
+    *out = full;
+    return hook_rc(tp->all_gather(tp->ctx, rows, full, n, err, errlen));
+}
+
+/* The TP ranks' partial sums (N,C) of part summed (g forward, f
+ * backward): in place with the all-reduce (out is part, n = N*C), or,
+ * sequence parallel, this rank's n floats of rows into out
+ * (reduce-scatter).  No-op on one rank. */
+static int sum_partials(const struct dtrain_tp_hook *tp, const float *part, float *out, size_t n, char *err,
+                        size_t errlen)
+{
+    if (sequence_parallel(tp))
+        return hook_rc(tp->reduce_scatter(tp->ctx, part, out, n, err, errlen));
     if (tp == NULL || tp->allreduce_sum == NULL)
         return DTRAIN_OK;
-    int rc = tp->allreduce_sum(tp->ctx, buf, n, err, errlen);
-    return rc == 0 ? DTRAIN_OK : rc < 0 ? rc : DTRAIN_ERR_SYSTEM; /* the hook's status passes through */
+    return hook_rc(tp->allreduce_sum(tp->ctx, out, n, err, errlen));
 }
 
 int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s,
@@ -30,29 +67,36 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
                          const float *x, float *y, const struct dtrain_tp_hook *tp,
                          char *err, size_t errlen)
 {
-    int N = s->B * s->T, C = s->C, CL = s->NH * s->HS, F = s->F;
-    size_t NC = (size_t)N * C;
+    int sp = sequence_parallel(tp), N = s->B * s->T, C = s->C, CL = s->NH * s->HS, F = s->F;
+    int rows = sp ? N / tp->size : N; /* of the residual stream held here */
+    size_t RC = (size_t)rows * C;
+    const float *in;
+    float *part;
     int rc;
 
     /* attention branch */
-    dtrain_k_layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N, C);
-    dtrain_k_matmul_forward(k, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, 3 * CL);
-    dtrain_k_attention_forward(k, a->atty, a->att, a->qkv, s->B, s->T, s->NH, s->HS);
-    dtrain_k_matmul_forward(k, a->res2, a->atty, w->attprojw,
-                            s->add_row_bias ? w->attprojb : NULL, N, CL, C);
-    if ((rc = tp_allreduce(tp, a->res2, NC, err, errlen)) != DTRAIN_OK)
+    dtrain_k_layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, rows, C);
+    if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_residual_forward(k, a->res2, a->res2, x, NC);
+    dtrain_k_matmul_forward(k, a->qkv, in, w->qkvw, w->qkvb, N, C, 3 * CL);
+    dtrain_k_attention_forward(k, a->atty, a->att, a->qkv, s->B, s->T, s->NH, s->HS);
+    part = sp ? a->seq_out : a->res2;
+    dtrain_k_matmul_forward(k, part, a->atty, w->attprojw, s->add_row_bias ? w->attprojb : NULL, N, CL, C);
+    if ((rc = sum_partials(tp, part, a->res2, RC, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_residual_forward(k, a->res2, a->res2, x, RC);
 
     /* MLP branch */
-    dtrain_k_layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, N, C);
-    dtrain_k_matmul_forward(k, a->fch, a->ln2, w->fcw, w->fcb, N, C, F);
-    dtrain_k_gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * F);
-    dtrain_k_matmul_forward(k, y, a->fch_gelu, w->fcprojw,
-                            s->add_row_bias ? w->fcprojb : NULL, N, F, C);
-    if ((rc = tp_allreduce(tp, y, NC, err, errlen)) != DTRAIN_OK)
+    dtrain_k_layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, rows, C);
+    if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_residual_forward(k, y, y, a->res2, NC);
+    dtrain_k_matmul_forward(k, a->fch, in, w->fcw, w->fcb, N, C, F);
+    dtrain_k_gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * F);
+    part = sp ? a->seq_out : y;
+    dtrain_k_matmul_forward(k, part, a->fch_gelu, w->fcprojw, s->add_row_bias ? w->fcprojb : NULL, N, F, C);
+    if ((rc = sum_partials(tp, part, y, RC, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_residual_forward(k, y, y, a->res2, RC);
     return DTRAIN_OK;
 }
 
@@ -62,31 +106,37 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
                           const float *x, float *dres, const struct dtrain_tp_hook *tp,
                           char *err, size_t errlen)
 {
-    int N = s->B * s->T, C = s->C, CL = s->NH * s->HS, F = s->F;
-    size_t NC = (size_t)N * C;
+    int sp = sequence_parallel(tp), N = s->B * s->T, C = s->C, CL = s->NH * s->HS, F = s->F;
+    int rows = sp ? N / tp->size : N;
+    size_t RC = (size_t)rows * C;
+    float *dln = sp ? a->seq_out : sc->dln; /* the summed input gradient of the LN output, rows held here */
+    const float *dy, *in;
     int rc;
 
     /* MLP branch: dres holds dy = d(res2) through the residual = d(fcproj). */
-    dtrain_k_matmul_backward(k, sc->dfc, g->fcprojw, g->fcprojb, dres, a->fch_gelu, w->fcprojw,
-                             N, F, C);
+    if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_matmul_backward(k, sc->dfc, g->fcprojw, g->fcprojb, dy, a->fch_gelu, w->fcprojw, N, F, C);
     dtrain_k_gelu_backward(k, sc->dfc, a->fch, sc->dfc, (size_t)N * F);
-    dtrain_k_matmul_backward(k, sc->dln, g->fcw, g->fcb, sc->dfc, a->ln2, w->fcw, N, C, F);
-    if ((rc = tp_allreduce(tp, sc->dln, NC, err, errlen)) != DTRAIN_OK)
+    if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_matmul_backward(k, sc->dln, g->fcw, g->fcb, sc->dfc, in, w->fcw, N, C, F);
+    if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN2 backward: now d(res2) */
-    dtrain_k_layernorm_backward(k, dres, g->ln2w, g->ln2b, sc->dln, a->res2, w->ln2w,
-                                a->ln2_mean, a->ln2_rstd, N, C);
+    dtrain_k_layernorm_backward(k, dres, g->ln2w, g->ln2b, dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, rows, C);
 
     /* attention branch: d(attproj) = d(res2) */
-    dtrain_k_matmul_backward(k, sc->datty, g->attprojw, g->attprojb, dres, a->atty, w->attprojw,
-                             N, CL, C);
-    dtrain_k_attention_backward(k, sc->dqkv, sc->att, sc->datty, a->qkv, a->att, s->B, s->T,
-                                s->NH, s->HS);
-    dtrain_k_matmul_backward(k, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, w->qkvw, N, C, 3 * CL);
-    if ((rc = tp_allreduce(tp, sc->dln, NC, err, errlen)) != DTRAIN_OK)
+    if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_matmul_backward(k, sc->datty, g->attprojw, g->attprojb, dy, a->atty, w->attprojw, N, CL, C);
+    dtrain_k_attention_backward(k, sc->dqkv, sc->att, sc->datty, a->qkv, a->att, s->B, s->T, s->NH, s->HS);
+    if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_matmul_backward(k, sc->dln, g->qkvw, g->qkvb, sc->dqkv, in, w->qkvw, N, C, 3 * CL);
+    if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN1 backward: now dx */
-    dtrain_k_layernorm_backward(k, dres, g->ln1w, g->ln1b, sc->dln, x, w->ln1w,
-                                a->ln1_mean, a->ln1_rstd, N, C);
+    dtrain_k_layernorm_backward(k, dres, g->ln1w, g->ln1b, dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, rows, C);
     return DTRAIN_OK;
 }

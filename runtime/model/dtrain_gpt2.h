@@ -129,6 +129,12 @@ struct dtrain_block_acts {
     float *res2;                      /* (N,C) x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
     float *fch, *fch_gelu;            /* (N,F) */
+    /* Sequence parallelism (the hook's reduce_scatter set): ln1, ln2, res2
+     * and the four statistics hold this rank's Nl = N/size rows only; two
+     * (N,C) buffers shared by every layer (and backward) take the gathered
+     * LayerNorm output (the column-parallel matmul's input) and the
+     * row-parallel matmul's partial sums / the gathered residual gradient. */
+    float *seq_in, *seq_out;          /* (N,C), (N,C) */
 };
 
 /* Backward's temporaries; one set serves every block in turn. */
@@ -143,14 +149,29 @@ struct dtrain_block_scratch {
 /* Tensor-parallel hook: sum buf (n floats, backend memory) over the ranks of
  * the TP group, in place.  NULL (or a NULL function) on one rank.  Returns 0,
  * or a negative dtrain_status (returned by the block as is; any other
- * non-zero value becomes DTRAIN_ERR_SYSTEM) with one line in err. */
+ * non-zero value becomes DTRAIN_ERR_SYSTEM) with one line in err.
+ *
+ * Sequence parallelism (Megatron-LM's, reduce_scatter and all_gather set):
+ * the residual stream x, y and everything row-wise (the layer norms, the
+ * residual adds) hold this rank's share of the N rows, rows
+ * [rank*N/size, (rank+1)*N/size); all_gather (in: n floats of each rank ->
+ * out: size*n, rank-major) runs before each column-parallel matmul instead
+ * of f's identity, reduce_scatter (in: size*n partial sums -> out: the
+ * rank's n summed) after each row-parallel one instead of g's all-reduce;
+ * backward the converse (all-gather of the output gradient of the
+ * row-parallel matmul, reduce-scatter of the input gradient of the
+ * column-parallel one).  The LayerNorm weight gradients are then the rank's
+ * rows' share: the caller sums them over the group. */
 struct dtrain_tp_hook {
     int (*allreduce_sum)(void *ctx, float *buf, size_t n, char *err, size_t errlen);
+    int (*all_gather)(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen);
+    int (*reduce_scatter)(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen);
+    int size;          /* ranks of the group */
     void *ctx;
 };
 
-/* y (N,C) = block(x (N,C)).  Keeps what backward needs in acts.  y must not
- * alias x. */
+/* y (N,C) = block(x (N,C)) (sequence parallel: (Nl,C) each, above).  Keeps
+ * what backward needs in acts.  y must not alias x. */
 int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s,
                          const struct dtrain_block_weights *w, const struct dtrain_block_acts *a,
                          const float *x, float *y, const struct dtrain_tp_hook *tp,

@@ -8,19 +8,22 @@
 #include <string.h>
 
 /* One micro-batch's activations; per-layer arrays hold the stage's layers
- * one after the other (as dtrain_gpt2 lays out the whole model's). */
+ * one after the other (as dtrain_gpt2 lays out the whole model's).  With
+ * sequence parallelism the row-wise arrays (res, ln1, ln2, res2, lnf and
+ * their statistics, dres) hold the rank's Nl = N/T rows: the "(Nl..." below
+ * (Nl = N without). */
 struct slot {
     float *memory;
-    float *res;                        /* (nl+1, N, C): res[0] input, res[nl] output */
-    float *ln1, *ln1_mean, *ln1_rstd;  /* (nl,N,C), (nl,N), (nl,N) */
-    float *qkv, *atty, *att, *res2;    /* (nl,N,3CL), (nl,N,CL), (nl,B,NHL,T,T), (nl,N,C) */
+    float *res;                        /* (nl+1, Nl, C): res[0] input, res[nl] output */
+    float *ln1, *ln1_mean, *ln1_rstd;  /* (nl,Nl,C), (nl,Nl), (nl,Nl) */
+    float *qkv, *atty, *att, *res2;    /* (nl,N,3CL), (nl,N,CL), (nl,B,NHL,T,T), (nl,Nl,C) */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu;             /* (nl,N,FL) */
-    float *lnf, *lnf_mean, *lnf_rstd;  /* last stage: (N,C), (N), (N) */
+    float *lnf, *lnf_mean, *lnf_rstd;  /* last stage: (Nl,C), (Nl), (Nl) */
     float *logits;                     /* last stage: (N,Vl) logits -> probs -> dlogits */
     float *losses;                     /* last stage: (N) */
     int32_t *inputs, *targets;         /* (N) */
-    float *dres;                       /* V > 1: (N,C) this micro-batch's residual gradient */
+    float *dres;                       /* V > 1: (Nl,C) this micro-batch's residual gradient */
 };
 
 struct dtrain_stage {
@@ -28,6 +31,7 @@ struct dtrain_stage {
     const struct dtrain_shard *sh;
     struct dtrain_tp *tp;
     int B, T, N, nl;
+    int sp, Nl;                         /* sequence parallel; rows of the residual stream held here */
     int V, nlc;                         /* chunks (virtual stages) and layers per chunk */
     enum dtrain_recompute recompute;
     struct slot layer;                  /* selective: att of one layer; full: one layer's activations */
@@ -38,7 +42,8 @@ struct dtrain_stage {
     int nslots;
     struct slot *slots;
     float *shared;                      /* dres and the backward scratch */
-    float *dres;                        /* (N,C) */
+    float *dres;                        /* (Nl,C) */
+    float *seq_in, *seq_out;            /* sequence parallel: (N,C) each, dtrain_block_acts */
     struct dtrain_block_scratch scratch;
     float *host_losses;                 /* (N) */
 };
@@ -57,31 +62,31 @@ static float *carve(float *base, size_t *used, size_t count)
 static size_t layout_slot(const struct dtrain_stage *st, float *base, struct slot *s)
 {
     const struct dtrain_shard *sh = st->sh;
-    size_t nl = (size_t)st->nl, N = (size_t)st->N, C = (size_t)sh->model.channels;
+    size_t nl = (size_t)st->nl, N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels;
     size_t nl_acts = st->recompute == DTRAIN_RECOMPUTE_FULL ? 0 : nl;
     size_t nl_att = st->recompute == DTRAIN_RECOMPUTE_NONE ? nl : 0;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, NHL = (size_t)sh->heads;
     size_t T = (size_t)st->T, used = 0;
     size_t head = sh->has_head ? 1 : 0;
-    s->res = carve(base, &used, (nl + 1) * N * C);
-    s->ln1 = carve(base, &used, nl_acts * N * C);
-    s->ln1_mean = carve(base, &used, nl_acts * N);
-    s->ln1_rstd = carve(base, &used, nl_acts * N);
+    s->res = carve(base, &used, (nl + 1) * Nl * C);
+    s->ln1 = carve(base, &used, nl_acts * Nl * C);
+    s->ln1_mean = carve(base, &used, nl_acts * Nl);
+    s->ln1_rstd = carve(base, &used, nl_acts * Nl);
     s->qkv = carve(base, &used, nl_acts * N * 3 * CL);
     s->atty = carve(base, &used, nl_acts * N * CL);
     s->att = carve(base, &used, nl_att * (size_t)st->B * NHL * T * T);
-    s->res2 = carve(base, &used, nl_acts * N * C);
-    s->ln2 = carve(base, &used, nl_acts * N * C);
-    s->ln2_mean = carve(base, &used, nl_acts * N);
-    s->ln2_rstd = carve(base, &used, nl_acts * N);
+    s->res2 = carve(base, &used, nl_acts * Nl * C);
+    s->ln2 = carve(base, &used, nl_acts * Nl * C);
+    s->ln2_mean = carve(base, &used, nl_acts * Nl);
+    s->ln2_rstd = carve(base, &used, nl_acts * Nl);
     s->fch = carve(base, &used, nl_acts * N * FL);
     s->fch_gelu = carve(base, &used, nl_acts * N * FL);
-    s->lnf = carve(base, &used, head * N * C);
-    s->lnf_mean = carve(base, &used, head * N);
-    s->lnf_rstd = carve(base, &used, head * N);
+    s->lnf = carve(base, &used, head * Nl * C);
+    s->lnf_mean = carve(base, &used, head * Nl);
+    s->lnf_rstd = carve(base, &used, head * Nl);
     s->logits = carve(base, &used, head * N * (size_t)sh->vocab_rows);
     s->losses = carve(base, &used, head * N);
-    s->dres = carve(base, &used, st->V > 1 ? N * C : 0);
+    s->dres = carve(base, &used, st->V > 1 ? Nl * C : 0);
     return used;
 }
 
@@ -91,7 +96,7 @@ static size_t layout_slot(const struct dtrain_stage *st, float *base, struct slo
 static size_t layout_layer(struct dtrain_stage *st, float *base)
 {
     const struct dtrain_shard *sh = st->sh;
-    size_t N = (size_t)st->N, C = (size_t)sh->model.channels, T = (size_t)st->T;
+    size_t N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels, T = (size_t)st->T;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, NHL = (size_t)sh->heads, used = 0;
     struct slot *s = &st->layer;
     if (st->recompute == DTRAIN_RECOMPUTE_NONE)
@@ -99,18 +104,18 @@ static size_t layout_layer(struct dtrain_stage *st, float *base)
     s->att = carve(base, &used, (size_t)st->B * NHL * T * T);
     if (st->recompute != DTRAIN_RECOMPUTE_FULL)
         return used;
-    s->ln1 = carve(base, &used, N * C);
-    s->ln1_mean = carve(base, &used, N);
-    s->ln1_rstd = carve(base, &used, N);
+    s->ln1 = carve(base, &used, Nl * C);
+    s->ln1_mean = carve(base, &used, Nl);
+    s->ln1_rstd = carve(base, &used, Nl);
     s->qkv = carve(base, &used, N * 3 * CL);
     s->atty = carve(base, &used, N * CL);
-    s->res2 = carve(base, &used, N * C);
-    s->ln2 = carve(base, &used, N * C);
-    s->ln2_mean = carve(base, &used, N);
-    s->ln2_rstd = carve(base, &used, N);
+    s->res2 = carve(base, &used, Nl * C);
+    s->ln2 = carve(base, &used, Nl * C);
+    s->ln2_mean = carve(base, &used, Nl);
+    s->ln2_rstd = carve(base, &used, Nl);
     s->fch = carve(base, &used, N * FL);
     s->fch_gelu = carve(base, &used, N * FL);
-    st->recompute_out = carve(base, &used, N * C);
+    st->recompute_out = carve(base, &used, Nl * C);
     return used;
 }
 
@@ -119,7 +124,9 @@ static size_t layout_shared(struct dtrain_stage *st, float *base)
     const struct dtrain_shard *sh = st->sh;
     size_t N = (size_t)st->N, C = (size_t)sh->model.channels;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, used = 0;
-    st->dres = carve(base, &used, N * C);
+    st->dres = carve(base, &used, (size_t)st->Nl * C);
+    st->seq_in = carve(base, &used, st->sp ? N * C : 0);
+    st->seq_out = carve(base, &used, st->sp ? N * C : 0);
     st->scratch.dln = carve(base, &used, N * C);
     st->scratch.dqkv = carve(base, &used, N * 3 * CL);
     st->scratch.datty = carve(base, &used, N * CL);
@@ -154,6 +161,14 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->B = B;
     st->T = T;
     st->N = B * T;
+    st->sp = dtrain_tp_sequence_parallel(tp);
+    if (st->sp && T % dtrain_tp_size(tp) != 0) {
+        snprintf(err, errlen, "sequence parallelism: the %d positions do not split over the %d tensor-parallel "
+                 "ranks", T, dtrain_tp_size(tp));
+        free(st);
+        return DTRAIN_ERR_INPUT;
+    }
+    st->Nl = st->sp ? st->N / dtrain_tp_size(tp) : st->N;
     st->nl = shard->layers;
     st->V = shard->virtual_stages;
     st->nlc = st->nl / st->V;
@@ -255,7 +270,7 @@ int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *in
  * layer's input), the input arrives later (it goes round the pipeline). */
 float *dtrain_stage_chunk_input(struct dtrain_stage *st, int slot, int chunk)
 {
-    return st->slots[slot].res + (size_t)chunk * st->nlc * st->N * st->sh->model.channels;
+    return st->slots[slot].res + (size_t)chunk * st->nlc * st->Nl * st->sh->model.channels;
 }
 
 float *dtrain_stage_chunk_output(struct dtrain_stage *st, int slot, int chunk)
@@ -267,7 +282,7 @@ float *dtrain_stage_chunk_grad(struct dtrain_stage *st, int slot)
 {
     return st->V > 1 ? st->slots[slot].dres : st->dres;
 }
-size_t dtrain_stage_act_floats(const struct dtrain_stage *st) { return (size_t)st->N * st->sh->model.channels; }
+size_t dtrain_stage_act_floats(const struct dtrain_stage *st) { return (size_t)st->Nl * st->sh->model.channels; }
 
 /* Local layer i's activations inside slot s (full recomputation: the
  * stage's one set; selective: att is the stage's). */
@@ -278,20 +293,22 @@ static void layer_acts(const struct dtrain_stage *st, const struct slot *s, int 
         s = &st->layer;
         i = 0;
     }
-    size_t l = (size_t)i, N = (size_t)st->N, C = (size_t)sh->model.channels;
+    size_t l = (size_t)i, N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width;
-    a->ln1 = s->ln1 + l * N * C;
-    a->ln1_mean = s->ln1_mean + l * N;
-    a->ln1_rstd = s->ln1_rstd + l * N;
+    a->ln1 = s->ln1 + l * Nl * C;
+    a->ln1_mean = s->ln1_mean + l * Nl;
+    a->ln1_rstd = s->ln1_rstd + l * Nl;
     a->qkv = s->qkv + l * N * 3 * CL;
     a->atty = s->atty + l * N * CL;
     a->att = s->att + l * (size_t)st->B * sh->heads * st->T * st->T;
-    a->res2 = s->res2 + l * N * C;
-    a->ln2 = s->ln2 + l * N * C;
-    a->ln2_mean = s->ln2_mean + l * N;
-    a->ln2_rstd = s->ln2_rstd + l * N;
+    a->res2 = s->res2 + l * Nl * C;
+    a->ln2 = s->ln2 + l * Nl * C;
+    a->ln2_mean = s->ln2_mean + l * Nl;
+    a->ln2_rstd = s->ln2_rstd + l * Nl;
     a->fch = s->fch + l * N * FL;
     a->fch_gelu = s->fch_gelu + l * N * FL;
+    a->seq_in = st->seq_in;
+    a->seq_out = st->seq_out;
     if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE)
         a->att = st->layer.att;
 }
@@ -303,7 +320,30 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
 
 static float *residual(const struct dtrain_stage *st, const struct slot *s, int i)
 {
-    return s->res + (size_t)i * st->N * st->sh->model.channels;
+    return s->res + (size_t)i * st->Nl * st->sh->model.channels;
+}
+
+/* Sequence parallel: the LM head's input, the final LN's rows of every
+ * rank, into seq_in (forward, and again before the head's backward: only
+ * the rank's rows are kept). */
+static int head_input(struct dtrain_stage *st, const struct slot *s, char *err, size_t errlen)
+{
+    if (!st->sp)
+        return DTRAIN_OK;
+    return dtrain_tp_all_gather(st->tp, s->lnf, st->seq_in, (size_t)st->Nl * st->sh->model.channels, err, errlen);
+}
+
+/* Sequence parallel, after the step's last micro-batch's backward of a
+ * unit: the LayerNorm weight gradients hold this rank's rows' share; their
+ * sum over the TP group (every rank the same bits, as the replicated
+ * weights need) before data parallelism takes the unit.  n tensors of C. */
+static int sum_norm_grads(struct dtrain_stage *st, float *const *g, int n, char *err, size_t errlen)
+{
+    int rc;
+    for (int i = 0; i < n; i++)
+        if ((rc = dtrain_tp_allreduce(st->tp, g[i], (size_t)st->sh->model.channels, err, errlen)) != DTRAIN_OK)
+            return rc;
+    return DTRAIN_OK;
 }
 
 int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,
@@ -322,7 +362,7 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
     float *params = st->params;
     *loss_sum = 0.0;
     if (sh->has_embedding && c0 == 0 &&
-        (rc = dtrain_tp_embedding_forward(st->tp, s->res, s->inputs,
+        (rc = dtrain_tp_embedding_forward(st->tp, s->res, st->seq_out, s->inputs,
                                           dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
                                           dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WPE),
                                           st->B, st->T, C, err, errlen)) != DTRAIN_OK)
@@ -341,12 +381,16 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
     }
     if (!sh->has_head || c1 != st->V)
         return DTRAIN_OK;
-    /* final LN (replicated), then f and this rank's vocabulary columns */
+    /* final LN (replicated; sequence parallel: the rank's rows), then f
+     * (sequence parallel: the all-gather of the rows, the gather point) and
+     * this rank's vocabulary columns */
     dtrain_k_layernorm_forward(st->k, s->lnf, s->lnf_mean, s->lnf_rstd, residual(st, s, st->nl),
                                dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
-                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFB), N, C);
-    dtrain_k_matmul_forward(st->k, s->logits, s->lnf, dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
-                            NULL, N, C, sh->vocab_rows);
+                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFB), st->Nl, C);
+    if ((rc = head_input(st, s, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_matmul_forward(st->k, s->logits, st->sp ? st->seq_in : s->lnf,
+                            dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE), NULL, N, C, sh->vocab_rows);
     if ((rc = dtrain_tp_xent_forward(st->tp, s->logits, s->losses, s->targets, N, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_download(st->k, st->host_losses, s->losses, (size_t)N * sizeof(float));
@@ -374,17 +418,27 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
     float *params = st->params, *grads = st->grads, *dres = dtrain_stage_chunk_grad(st, slot);
     if (sh->has_head && c1 == st->V) {
         float *wte = dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE);
+        size_t NlC = (size_t)st->Nl * C;
+        float *dln = st->sp ? st->seq_out : st->scratch.dln; /* the rank's rows of d(lnf) */
         dtrain_tp_xent_backward(st->tp, s->logits, s->targets, dloss, N);
-        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
-                                 NULL, s->logits, s->lnf, wte, N, C, sh->vocab_rows);
-        /* f's backward: the partial input gradients of the column-parallel logits */
-        if ((rc = dtrain_tp_allreduce(st->tp, st->scratch.dln, (size_t)N * C, err, errlen)) != DTRAIN_OK)
+        if ((rc = head_input(st, s, err, errlen)) != DTRAIN_OK)
             return rc;
-        dtrain_k_zero(st->k, dres, (size_t)N * C * sizeof(float));
-        dtrain_k_layernorm_backward(st->k, dres, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFW),
-                                    dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFB), st->scratch.dln,
-                                    residual(st, s, st->nl), dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
-                                    s->lnf_mean, s->lnf_rstd, N, C);
+        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
+                                 NULL, s->logits, st->sp ? st->seq_in : s->lnf, wte, N, C, sh->vocab_rows);
+        /* f's backward: the partial input gradients of the column-parallel
+         * logits summed (sequence parallel: each rank's rows of the sum) */
+        rc = st->sp ? dtrain_tp_reduce_scatter(st->tp, st->scratch.dln, dln, NlC, err, errlen)
+                    : dtrain_tp_allreduce(st->tp, st->scratch.dln, (size_t)N * C, err, errlen);
+        if (rc != DTRAIN_OK)
+            return rc;
+        dtrain_k_zero(st->k, dres, NlC * sizeof(float));
+        float *lnfw = dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFW), *lnfb = dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFB);
+        dtrain_k_layernorm_backward(st->k, dres, lnfw, lnfb, dln, residual(st, s, st->nl),
+                                    dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW), s->lnf_mean, s->lnf_rstd,
+                                    st->Nl, C);
+        float *norms[2] = {lnfw, lnfb};
+        if (st->sp && done != NULL && (rc = sum_norm_grads(st, norms, 2, err, errlen)) != DTRAIN_OK)
+            return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_HEAD, 0));
     }
@@ -408,12 +462,23 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
                                    dtrain_tp_block_hook(st->tp), err, errlen);
         if (rc != DTRAIN_OK)
             return rc;
+        float *norms[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
+        if (st->sp && done != NULL && (rc = sum_norm_grads(st, norms, 4, err, errlen)) != DTRAIN_OK)
+            return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_LAYER, i));
     }
     if (sh->has_embedding && c0 == 0) {
+        /* sequence parallel: the converse of the embedding's reduce-scatter,
+         * every rank's rows of the gradient */
+        const float *dout = dres;
+        if (st->sp) {
+            if ((rc = dtrain_tp_all_gather(st->tp, dres, st->seq_out, (size_t)st->Nl * C, err, errlen)) != DTRAIN_OK)
+                return rc;
+            dout = st->seq_out;
+        }
         dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
-                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WPE), dres, s->inputs,
+                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WPE), dout, s->inputs,
                                      st->B, st->T, C);
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_WPE, 0));

@@ -28,7 +28,16 @@
  * being deterministic, the recomputed values are the forward's bits, so
  * every mode gives the same results bit for bit (tests/parallel/test_train).
  * With T = P = 1 and one micro-batch this is exactly dtrain_gpt2's forward
- * and backward, operation for operation. */
+ * and backward, operation for operation.
+ *
+ * Sequence parallelism (dtrain_tp_set_sequence_parallel before
+ * dtrain_stage_create; T must divide the positions): the residual stream
+ * and the row-wise activations hold this rank's N/T rows (dtrain_tp.h);
+ * chunk inputs, outputs and gradients are those rows (act_floats below),
+ * so pipeline neighbours exchange N/T rows between equal TP ranks; the
+ * embedding reduce-scatters, the head all-gathers the final LN's rows.
+ * The LayerNorm weight gradients are summed over the TP group when the
+ * unit is handed on (a non-NULL done, below). */
 #ifndef DTRAIN_STAGE_H
 #define DTRAIN_STAGE_H
 
@@ -95,7 +104,7 @@ int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *in
 float *dtrain_stage_chunk_input(struct dtrain_stage *st, int slot, int chunk);
 float *dtrain_stage_chunk_output(struct dtrain_stage *st, int slot, int chunk);
 float *dtrain_stage_chunk_grad(struct dtrain_stage *st, int slot);
-size_t dtrain_stage_act_floats(const struct dtrain_stage *st); /* B*T*C */
+size_t dtrain_stage_act_floats(const struct dtrain_stage *st); /* B*T*C (sequence parallel: B*T*C / TP size) */
 
 /* Forward of chunk c of slot's micro-batch.  After the last stage's last
  * chunk *loss_sum is the sum of its B*T losses (in double, in order);
@@ -108,7 +117,10 @@ int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, dou
 typedef void (*dtrain_stage_unit_done)(void *ctx, int unit);
 
 /* Backward of chunk c of slot's micro-batch; dloss = d(step loss)/d(each
- * position's loss), e.g. 1/(global batch tokens).  done may be NULL. */
+ * position's loss), e.g. 1/(global batch tokens).  done may be NULL; it is
+ * given for the step's last micro-batch only (its units are then final):
+ * with sequence parallelism the stage then first sums each unit's
+ * LayerNorm weight gradients over the TP group. */
 int dtrain_stage_backward_chunk(struct dtrain_stage *st, int slot, int chunk, float dloss,
                                 dtrain_stage_unit_done done, void *ctx, char *err, size_t errlen);
 

@@ -22,6 +22,7 @@ struct dtrain_tp {
     float *all_max;       /* (T * max_rows) */
     float *sums;          /* (2 * max_rows): denominators, target logits */
     struct dtrain_tp_hook hook;
+    int seq_parallel;     /* dtrain_tp_set_sequence_parallel */
     double comm_s;        /* time in its communication calls (dtrain_tp_comm_seconds) */
 };
 
@@ -37,6 +38,16 @@ double dtrain_tp_comm_seconds(const struct dtrain_tp *tp) { return tp->comm_s; }
 static int hook_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
 {
     return dtrain_tp_allreduce(ctx, buf, n, err, errlen);
+}
+
+static int hook_all_gather(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen)
+{
+    return dtrain_tp_all_gather(ctx, in, out, n, err, errlen);
+}
+
+static int hook_reduce_scatter(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen)
+{
+    return dtrain_tp_reduce_scatter(ctx, in, out, n, err, errlen);
 }
 
 int dtrain_tp_create(struct dtrain_kernels *k, dtrain_comm *comm, int V, int Vl, int v0,
@@ -67,7 +78,7 @@ int dtrain_tp_create(struct dtrain_kernels *k, dtrain_comm *comm, int V, int Vl,
         if (tp->row_max == NULL || tp->all_max == NULL || tp->sums == NULL)
             goto oom;
     }
-    tp->hook = (struct dtrain_tp_hook){hook_allreduce, tp};
+    tp->hook = (struct dtrain_tp_hook){.allreduce_sum = hook_allreduce, .size = tp->size, .ctx = tp};
     *out = tp;
     return DTRAIN_OK;
 oom:
@@ -92,6 +103,37 @@ void dtrain_tp_destroy(struct dtrain_tp *tp)
 int dtrain_tp_size(const struct dtrain_tp *tp) { return tp->size; }
 int dtrain_tp_rank(const struct dtrain_tp *tp) { return tp->rank; }
 
+int dtrain_tp_set_sequence_parallel(struct dtrain_tp *tp, int on, char *err, size_t errlen)
+{
+    if (on && tp->comm == NULL) {
+        snprintf(err, errlen, "sequence parallelism needs a tensor-parallel group of 2 or more ranks");
+        return DTRAIN_ERR_INPUT;
+    }
+    tp->seq_parallel = on != 0;
+    tp->hook.all_gather = on ? hook_all_gather : NULL;
+    tp->hook.reduce_scatter = on ? hook_reduce_scatter : NULL;
+    return DTRAIN_OK;
+}
+
+int dtrain_tp_sequence_parallel(const struct dtrain_tp *tp) { return tp->seq_parallel; }
+
+int dtrain_tp_all_gather(struct dtrain_tp *tp, const float *in, float *out, size_t n, char *err, size_t errlen)
+{
+    double t0 = tp_now();
+    int rc = dtrain_pcomm_all_gather(&tp->pc, in, out, n, "sequence-parallel all-gather", err, errlen);
+    tp->comm_s += tp_now() - t0;
+    return rc;
+}
+
+int dtrain_tp_reduce_scatter(struct dtrain_tp *tp, const float *in, float *out, size_t n, char *err,
+                             size_t errlen)
+{
+    double t0 = tp_now();
+    int rc = dtrain_pcomm_reduce_scatter(&tp->pc, in, out, n, "sequence-parallel reduce-scatter", err, errlen);
+    tp->comm_s += tp_now() - t0;
+    return rc;
+}
+
 const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp)
 {
     return tp->comm != NULL ? &tp->hook : NULL;
@@ -107,7 +149,7 @@ int dtrain_tp_allreduce(struct dtrain_tp *tp, float *buf, size_t n, char *err, s
 
 /* ------------------------------------------------------------ embedding */
 
-int dtrain_tp_embedding_forward(struct dtrain_tp *tp, float *out, const int32_t *tokens,
+int dtrain_tp_embedding_forward(struct dtrain_tp *tp, float *out, float *full, const int32_t *tokens,
                                 const float *wte_local, const float *wpe, int B, int T, int C,
                                 char *err, size_t errlen)
 {
@@ -116,9 +158,15 @@ int dtrain_tp_embedding_forward(struct dtrain_tp *tp, float *out, const int32_t 
         return DTRAIN_OK;
     }
     /* g after a vocabulary-parallel lookup: rank 0 adds wpe, the owner of
-     * the token its wte row; everything else is an exact zero. */
+     * the token its wte row; everything else is an exact zero.  Sequence
+     * parallel: g is a reduce-scatter, each rank keeping its rows. */
+    size_t NC = (size_t)B * T * C;
+    if (tp->seq_parallel) {
+        dtrain_k_embedding_vp_forward(tp->k, full, tokens, wte_local, wpe, B, T, C, tp->v0, tp->Vl, tp->rank == 0);
+        return dtrain_tp_reduce_scatter(tp, full, out, NC / (size_t)tp->size, err, errlen);
+    }
     dtrain_k_embedding_vp_forward(tp->k, out, tokens, wte_local, wpe, B, T, C, tp->v0, tp->Vl, tp->rank == 0);
-    return dtrain_tp_allreduce(tp, out, (size_t)B * T * C, err, errlen);
+    return dtrain_tp_allreduce(tp, out, NC, err, errlen);
 }
 
 void dtrain_tp_embedding_backward(struct dtrain_tp *tp, float *dwte_local, float *dwpe,

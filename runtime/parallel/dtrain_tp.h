@@ -24,6 +24,18 @@
  * floats.  Padding columns (global index >= V) are never a target and get
  * probability and gradient 0, as in dtrain_k_softmax_xent_*.
  *
+ * Sequence parallelism (dtrain_tp_set_sequence_parallel, Megatron-LM's):
+ * the residual stream between the column- and row-parallel regions is
+ * split over the TP ranks by rows, rank r holding rows [r*N/T, (r+1)*N/T)
+ * of the (B,T,C) stream (with B = 1 exactly the sequence's positions; the
+ * regions are row-wise, so which rows is immaterial to the result).  f
+ * becomes an all-gather forward / reduce-scatter backward, g a
+ * reduce-scatter forward / all-gather backward (the block hook's
+ * all_gather and reduce_scatter, dtrain_gpt2.h); the embedding's g is a
+ * reduce-scatter (the stage's scatter point), the LM head's f an
+ * all-gather of the final LN's rows (its gather point); the loss is then
+ * computed on all N rows by every rank, as without.
+ *
  * With T = 1 every function is the plain kernel (dtrain_kernels.h) and no
  * communication happens.  With T > 1 the vocabulary-parallel pieces are
  * kernels too (dtrain_k_embedding_vp_*, dtrain_k_xent_vp_*) and the
@@ -59,6 +71,19 @@ int dtrain_tp_rank(const struct dtrain_tp *tp);
  * is their launch time, not the transfer). */
 double dtrain_tp_comm_seconds(const struct dtrain_tp *tp);
 
+/* Sequence parallelism on (1) or off (0, the default); on needs T > 1
+ * (DTRAIN_ERR_INPUT otherwise).  The hook then carries the all-gather and
+ * the reduce-scatter. */
+int dtrain_tp_set_sequence_parallel(struct dtrain_tp *tp, int on, char *err, size_t errlen);
+int dtrain_tp_sequence_parallel(const struct dtrain_tp *tp);
+
+/* Sequence parallel: in (n) of every rank -> out (T*n), rank-major; and
+ * in (T*n) partial sums -> out (n), the rank's share summed (out must not
+ * overlap in, except as in + rank*n).  Counted in the TP comm time. */
+int dtrain_tp_all_gather(struct dtrain_tp *tp, const float *in, float *out, size_t n, char *err, size_t errlen);
+int dtrain_tp_reduce_scatter(struct dtrain_tp *tp, const float *in, float *out, size_t n, char *err,
+                             size_t errlen);
+
 /* The hook for dtrain_block_forward/backward; NULL when T = 1. */
 const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp);
 
@@ -66,12 +91,16 @@ const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp);
  * bits).  No-op when T = 1. */
 int dtrain_tp_allreduce(struct dtrain_tp *tp, float *buf, size_t n, char *err, size_t errlen);
 
-/* out (B,T,C) = wte[tokens] + wpe[t] with this rank's wte rows (Vl, C). */
-int dtrain_tp_embedding_forward(struct dtrain_tp *tp, float *out, const int32_t *tokens,
+/* out (B,T,C) = wte[tokens] + wpe[t] with this rank's wte rows (Vl, C).
+ * Sequence parallel: the lookup goes to full (B,T,C), out gets this rank's
+ * N/T rows (reduce-scatter); full is otherwise unused (may be NULL). */
+int dtrain_tp_embedding_forward(struct dtrain_tp *tp, float *out, float *full, const int32_t *tokens,
                                 const float *wte_local, const float *wpe, int B, int T, int C,
                                 char *err, size_t errlen);
 /* dwte_local (Vl,C) += dout rows of the tokens held here; dwpe (maxT,C) +=
- * sum over b (every rank: dout is the same on all, so is dwpe). */
+ * sum over b (every rank: dout is the same on all, so is dwpe).  Sequence
+ * parallel: dout is the whole (B,T,C) gradient (all-gathered by the
+ * caller). */
 void dtrain_tp_embedding_backward(struct dtrain_tp *tp, float *dwte_local, float *dwpe,
                                   const float *dout, const int32_t *tokens, int B, int T, int C);
 

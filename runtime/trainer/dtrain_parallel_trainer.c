@@ -112,6 +112,13 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
                  "--zero-stage 2 (gradients and AdamW state sharded over the D ranks)");
         return DTRAIN_ERR_INPUT;
     }
+    if (c->sequence_parallel && (tp < 2 || c->seq % tp != 0)) {
+        snprintf(err, errlen, "--sequence-parallel needs a tensor-parallel size T > 1 dividing --seq (here T=%d, "
+                 "--seq %d): set T with dtrain-launch --tp or sbatch --dtrain-tp, make --seq a multiple of it, "
+                 "or --sequence-parallel 0",
+                 tp, c->seq);
+        return DTRAIN_ERR_INPUT;
+    }
     long split = (long)dp * c->micro_batches;
     if (c->batch % split != 0) {
         snprintf(err, errlen, "batch %d does not split into D=%d data-parallel ranks x %d micro-batches: "
@@ -307,6 +314,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
     int N = t->micro_rows * T;
     if ((rc = dtrain_tp_create(t->k, comms->group[DTRAIN_GROUP_TP], c->model.vocab_size, t->shard.vocab_rows,
                                t->shard.vocab_begin, N, &t->tp, err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_tp_set_sequence_parallel(t->tp, c->sequence_parallel, err, errlen)) != DTRAIN_OK ||
         (rc = dtrain_stage_create(t->k, &t->shard, t->tp, t->micro_rows, T, slots,
                                   (enum dtrain_recompute)c->recompute, &t->stage, err, errlen)) != DTRAIN_OK)
         goto fail;
@@ -452,11 +460,11 @@ void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
     dtrain_ptrainer_memory(t, &m);
     const struct dtrain_bootstrap *L = &t->layout;
     fprintf(out, "{\"memory\": {\"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
-            "\"zero_stage\": %d, \"recompute\": \"%s\", \"virtual_stages\": %d, \"local_params\": %zu, \"params_bytes\": %zu, "
+            "\"zero_stage\": %d, \"recompute\": \"%s\", \"sequence_parallel\": %d, \"virtual_stages\": %d, \"local_params\": %zu, \"params_bytes\": %zu, "
             "\"grads_bytes\": %zu, \"reduced_grads_bytes\": %zu, \"optimizer_bytes\": %zu, "
             "\"activations_bytes\": %zu, \"comm_bytes\": %zu, \"model_state_bytes\": %zu, "
             "\"model_state_formula_bytes\": %zu}}\n", L->rank, L->tp_rank, L->pp_rank, L->dp_rank,
-            t->cfg.zero_stage, dtrain_recompute_name(t->cfg.recompute), t->cfg.virtual_stages, t->shard.count, m.params, m.grads, m.reduced_grads,
+            t->cfg.zero_stage, dtrain_recompute_name(t->cfg.recompute), t->cfg.sequence_parallel, t->cfg.virtual_stages, t->shard.count, m.params, m.grads, m.reduced_grads,
             m.optimizer, m.activations, m.comm, m.model_state, m.model_state_formula);
     fflush(out);
 }

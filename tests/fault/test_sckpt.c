@@ -17,7 +17,8 @@
  *  - a checkpoint of another model or seed is refused, not skipped;
  *  - a shard write that fails (injected ENOSPC) fails the save on every
  *    rank and commits nothing; the older checkpoints stay;
- *  - only the newest --ckpt-keep checkpoints are kept. */
+ *  - only the newest --ckpt-keep checkpoints are kept;
+ *  - virtual stages and sequence parallelism change across a resume. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +210,68 @@ static void test_virtual_stages(const struct job *base, const char *top)
     free(p_v);
     free(m_v);
     free(v_v);
+}
+
+/* ---- sequence parallelism changes across a resume (it changes no
+ * parameter's place): (2,1,2) ZeRO-1 with it writes step 3; without it,
+ * one process and with it again load that checkpoint, save the same bits
+ * and train step 3 to the original's loss within the tolerance (the same
+ * bits with it again: the same layout and operations); with it loads the
+ * checkpoint written without it too. */
+static void test_sequence_parallel(const struct job *base, const char *top)
+{
+    struct job j = *base;
+    struct area a0, all[LOCAL_BOOT_MAX_WORLD];
+    char err[512], d3[300];
+    j.cfg.zero_stage = 1;
+    j.cfg.sequence_parallel = 1;
+    j.cfg.ckpt_keep = 10;
+    j.steps = 4;
+    j.save_every = 1;
+    snprintf(j.save_dir, sizeof j.save_dir, "%s/sp", top);
+    const size_t n = dtrain_gpt2_param_count(&j.cfg.model);
+    int rc = run(&j, 2, 1, 2, &a0, all);
+    ok(rc == 0 && a0.nsaves == 4, "(2,1,2) ZeRO-1 --sequence-parallel 1: trains 4 steps and writes a checkpoint "
+       "after each");
+    float loss_s[MAX_STEPS];
+    memcpy(loss_s, a0.loss, sizeof loss_s);
+    snprintf(d3, sizeof d3, "%s/sp3", top);
+    harness_sh("mkdir -p '%s' && cp -r '%s/sp/step-00000003' '%s/'", d3, top, d3);
+    float *p_s = NULL, *m_s = NULL, *v_s = NULL;
+    struct dtrain_sckpt_resumed res;
+    rc = harness_read_whole(d3, &j.cfg, &p_s, &m_s, &v_s, &res, err, sizeof err);
+    ok(rc == DTRAIN_OK && res.found && res.step == 3, "one process reads the sequence-parallel checkpoint back%s%s",
+       rc ? ": " : "", rc ? err : "");
+    static const struct { int tp, dp, sp; const char *from; } loads[] = {
+        {2, 2, 0, "sp3"}, {1, 1, 0, "sp3"}, {2, 2, 1, "sp3"}, {2, 2, 1, "spl0"},
+    };
+    for (size_t k = 0; rc == DTRAIN_OK && k < sizeof loads / sizeof loads[0]; k++) {
+        struct job b = j;
+        b.cfg.sequence_parallel = loads[k].sp;
+        snprintf(b.load_dir, sizeof b.load_dir, "%s/%s", top, loads[k].from);
+        snprintf(b.save_dir, sizeof b.save_dir, "%s/spl%zu", top, k);
+        b.save_after_load = 1;
+        b.save_every = 0;
+        b.steps = 1;
+        int r = run(&b, loads[k].tp, 1, loads[k].dp, &a0, all);
+        float *p_b = NULL, *m_b = NULL, *v_b = NULL;
+        struct dtrain_sckpt_resumed rb;
+        int rr = r == 0 ? harness_read_whole(b.save_dir, &j.cfg, &p_b, &m_b, &v_b, &rb, err, sizeof err) : -1;
+        int bits = k == 2 ? a0.loss[0] == loss_s[3] : 1;
+        ok(r == 0 && a0.found && a0.resumed == 3 && rr == DTRAIN_OK && rb.found && harness_same_bits(p_s, p_b, n) &&
+           harness_same_bits(m_s, m_b, n) && harness_same_bits(v_s, v_b, n) && rel(a0.loss[0], loss_s[3]) <= LOSS_RTOL &&
+           bits,
+           "(%d,1,%d) --sequence-parallel %d loads the checkpoint of step 3 written with %d, saves the same bits "
+           "(parameters, m, v) and trains step 3 to loss %.9g (the original %.9g, relative %.1e <= %g%s)",
+           loads[k].tp, loads[k].dp, loads[k].sp, k == 3 ? 0 : 1, (double)a0.loss[0], (double)loss_s[3],
+           rel(a0.loss[0], loss_s[3]), LOSS_RTOL, k == 2 ? "; bit for bit" : "");
+        free(p_b);
+        free(m_b);
+        free(v_b);
+    }
+    free(p_s);
+    free(m_s);
+    free(v_s);
 }
 
 int main(void)
@@ -480,6 +543,7 @@ int main(void)
     free(m_a);
     free(v_a);
     test_virtual_stages(&j, top);
+    test_sequence_parallel(&j, top);
     if (tap_state_.failed == 0)
         harness_cleanup(top);
     else

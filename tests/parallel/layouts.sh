@@ -18,6 +18,10 @@
 # tolerance of one process (dtrain-train).  Two shapes that do not split,
 # --zero-stage 3 and two virtual-stage shapes (P*V not dividing the
 # layers, m not a multiple of P) are refused by every rank with exit 2.
+# Sequence parallelism at (2,1,1) (--sequence-parallel 1 and 0 in one job)
+# matches (1,1,1) within the tolerance with fewer activation bytes in rank
+# 0's --memory-report line; with T=1, or T=2 not dividing --seq, refused
+# with exit 2.
 # dtrain-train (one process) must give the (1,1,1) run's losses bit for bit.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
@@ -138,6 +142,43 @@ done
 act() { sed -n 's/^{"memory": {"rank": 0,.*"recompute": "'"$1"'".*"activations_bytes": \([0-9]*\),.*/\1/p' "$d/recompute.out"; }
 check "rank 0 reports fewer activation bytes with full recomputation ($(act full)) than selective ($(act selective))" \
   awk -v a="$(act full)" -v b="$(act selective)" 'BEGIN { exit !(a != "" && b != "" && a + 0 < b + 0) }'
+
+# ---- sequence parallelism at (2,1,1): --sequence-parallel 0 and 1 in one job
+{
+  echo '#!/bin/bash'
+  echo 'export OPENBLAS_NUM_THREADS=1'
+  for s in 0 1; do
+    printf 'srun --mpi=pmi2 %q' "$launch"
+    printf ' %q' "${trainer[@]}" --backend cpu --sequence-parallel "$s" --memory-report 1 --metrics "$d/sp.$s.jsonl"
+    printf ' || exit $?\n'
+  done
+} >"$d/sp.sbatch"
+in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-tp=2 -N 1 --ntasks-per-node=2 \
+  -o "$d/sp.out" "$d/sp.sbatch" >/dev/null 2>"$d/sp.err"
+rc=$?
+check "(2,1,1) --sequence-parallel 0 and 1: two sruns exit 0, each rank prints its memory line (exit $rc)" \
+  [ "$rc" -eq 0 -a "$(grep -c '^{"memory": {"rank": .*"sequence_parallel": 1,' "$d/sp.out")" -eq 2 -a \
+    "$(grep -c '^{"memory": {"rank": .*"sequence_parallel": 0,' "$d/sp.out")" -eq 2 ]
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$d/sp.out" "$d/sp.err" | head -20
+dev=$(deviation "$d/base.zero0.jsonl" "$d/sp.1.jsonl")
+check "(2,1,1) sequence-parallel: every step's loss matches (1,1,1): max relative deviation $dev <= $rtol" \
+  awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+dev0=$(deviation "$d/sp.0.jsonl" "$d/sp.1.jsonl")
+check "(2,1,1) sequence-parallel against the same layout without it: max relative deviation $dev0 <= $rtol" \
+  awk -v x="$dev0" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+spact() { sed -n 's/^{"memory": {"rank": 0,.*"sequence_parallel": '"$1"',.*"activations_bytes": \([0-9]*\),.*/\1/p' "$d/sp.out"; }
+check "rank 0 reports fewer activation bytes with sequence parallelism ($(spact 1)) than without ($(spact 0))" \
+  awk -v a="$(spact 1)" -v b="$(spact 0)" 'BEGIN { exit !(a != "" && b != "" && a + 0 < b + 0) }'
+in_cluster "$d" timeout 60 srun -N1 -n1 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
+  --sequence-parallel 1 >"$d/sp1.out" 2>"$d/sp1.err"
+rc=$?
+check "--sequence-parallel 1 with T=1: exit 2, the rank names the options (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'sequence-parallel needs a tensor-parallel size T > 1 dividing --seq (here T=1, --seq 32)' "$d/sp1.err")" -eq 1 ]
+in_cluster "$d" timeout 60 srun -N1 -n2 --dtrain-tp=2 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
+  --seq 31 --sequence-parallel 1 >"$d/sp31.out" 2>"$d/sp31.err"
+rc=$?
+check "--sequence-parallel 1 with T=2 and --seq 31: exit 2, both ranks refuse (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'sequence-parallel needs .* (here T=2, --seq 31)' "$d/sp31.err")" -eq 2 ]
 
 # ---- interleaved 1F1B (--virtual-stages 2)
 printf '#!/bin/bash\nexport OPENBLAS_NUM_THREADS=1\nsrun --mpi=pmi2 %q' "$launch" >"$d/vs222.sbatch"

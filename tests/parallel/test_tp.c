@@ -80,7 +80,7 @@ static void test_embedding(struct dtrain_kernels *k, struct dtrain_tp *tp, int r
         tokens[i] = (int32_t)(dtrain_rng_bits(99, 4, (uint64_t)i) % V);
     tokens[1] = tokens[5]; /* a repeated token: its rows add up in order */
     dtrain_k_encoder_forward(k, whole, tokens, wte, wpe, B, T, C);
-    int rc = dtrain_tp_embedding_forward(tp, out, tokens, wte + (size_t)v0 * C, wpe, B, T, C, r->err, sizeof r->err);
+    int rc = dtrain_tp_embedding_forward(tp, out, NULL, tokens, wte + (size_t)v0 * C, wpe, B, T, C, r->err, sizeof r->err);
     r->emb_out_same = rc == DTRAIN_OK && memcmp(out, whole, sizeof(float) * N * C) == 0;
     dtrain_k_encoder_backward(k, dwte, dwpe, dout, tokens, B, T, C);
     dtrain_tp_embedding_backward(tp, dwte_l, dwpe_l, dout, tokens, B, T, C);

@@ -219,6 +219,16 @@ static void test_flags(void)
     rc = load("{\"parallel\": {\"virtual_stages\": 4}}", &c, err, sizeof err);
     ok(rc == DTRAIN_OK && c.virtual_stages == 4, "parallel.virtual_stages in the config file%s%s", rc ? ": " : "",
        rc ? err : "");
+    rc = parse(&c, &help, err, sizeof err, NULL);
+    ok(rc == DTRAIN_OK && c.sequence_parallel == 0, "--sequence-parallel defaults to off");
+    rc = parse(&c, &help, err, sizeof err, "--sequence-parallel", "1", NULL);
+    ok(rc == DTRAIN_OK && c.sequence_parallel == 1, "--sequence-parallel 1");
+    rc = parse(&c, &help, err, sizeof err, "--sequence-parallel", "maybe", NULL);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--sequence-parallel") && strstr(err, "not a boolean"),
+       "--sequence-parallel maybe: %s", err);
+    rc = load("{\"parallel\": {\"sequence_parallel\": true}}", &c, err, sizeof err);
+    ok(rc == DTRAIN_OK && c.sequence_parallel == 1, "parallel.sequence_parallel in the config file%s%s",
+       rc ? ": " : "", rc ? err : "");
     rc = load("{\"parallel\": {\"zero_stage\": 2, \"recompute\": \"full\"}}", &c, err, sizeof err);
     ok(rc == DTRAIN_OK && c.zero_stage == 2 && c.recompute == 2, "parallel.zero_stage and parallel.recompute in "
        "the config file%s%s", rc ? ": " : "", rc ? err : "");

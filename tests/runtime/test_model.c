@@ -279,7 +279,7 @@ static void block_run_setup(struct block_run *r, struct host_block *h, const flo
                                       dzeros(r->k, N * 3 * CL), dzeros(r->k, N * CL),
                                       dzeros(r->k, (size_t)s->B * s->NH * s->T * s->T),
                                       dzeros(r->k, N * C), dzeros(r->k, N * C), dzeros(r->k, N),
-                                      dzeros(r->k, N), dzeros(r->k, N * F), dzeros(r->k, N * F)};
+                                      dzeros(r->k, N), dzeros(r->k, N * F), dzeros(r->k, N * F), NULL, NULL};
     r->sc = (struct dtrain_block_scratch){dzeros(r->k, N * C), dzeros(r->k, N * 3 * CL),
                                           dzeros(r->k, N * CL), dzeros(r->k, N * F),
                                           dzeros(r->k, dtrain_k_attention_scratch(r->k, s->B, s->T,
@@ -412,7 +412,7 @@ static void test_tensor_parallel(void)
         slice_block(&part[r], &full, r, C, C / 2, F / 2);
         block_run_setup(&ranks[r], &part[r], x, dy);
         ranks[r].rank = (struct tp_rank_ctx){&group, r};
-        ranks[r].hook = (struct dtrain_tp_hook){tp_allreduce, &ranks[r].rank};
+        ranks[r].hook = (struct dtrain_tp_hook){.allreduce_sum = tp_allreduce, .ctx = &ranks[r].rank};
         pthread_create(&th[r], NULL, block_run_main, &ranks[r]);
     }
     for (int r = 0; r < 2; r++)
