@@ -35,6 +35,7 @@ struct dtrain_stage {
     float *recompute_out;               /* full: (N,C), the recomputed layer's output (discarded) */
     size_t activation_floats;
     float *params, *grads;
+    struct dtrain_stage_source src;     /* ZeRO-3: where the weights are (acquire NULL: params, grads) */
     int nslots;
     struct slot *slots;
     float *shared;                      /* dres and the backward scratch */
@@ -215,9 +216,35 @@ void dtrain_stage_destroy(struct dtrain_stage *st)
 
 size_t dtrain_stage_num_params(const struct dtrain_stage *st) { return st->sh->count; }
 
+void dtrain_stage_set_source(struct dtrain_stage *st, const struct dtrain_stage_source *src)
+{
+    st->src = *src;
+    dtrain_k_free(st->k, st->params);
+    dtrain_k_free(st->k, st->grads);
+    st->params = st->grads = NULL;
+}
+
+/* Unit (kind, i)'s tensors: the stage's own vectors, or its source's. */
+static int unit_get(struct dtrain_stage *st, enum dtrain_shard_unit_kind kind, int i, int grads,
+                    struct dtrain_stage_unit *u, char *err, size_t errlen)
+{
+    if (st->src.acquire == NULL) {
+        *u = (struct dtrain_stage_unit){st->sh, st->params, st->grads, i};
+        return DTRAIN_OK;
+    }
+    return st->src.acquire(st->src.ctx, dtrain_shard_unit_of(st->sh, kind, i), grads, u, err, errlen);
+}
+
+static int unit_put(struct dtrain_stage *st, enum dtrain_shard_unit_kind kind, int i, char *err, size_t errlen)
+{
+    if (st->src.release == NULL)
+        return DTRAIN_OK;
+    return st->src.release(st->src.ctx, dtrain_shard_unit_of(st->sh, kind, i), err, errlen);
+}
+
 void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memory *m)
 {
-    m->param_bytes = m->grad_bytes = st->sh->count * sizeof(float);
+    m->param_bytes = m->grad_bytes = st->params != NULL ? st->sh->count * sizeof(float) : 0;
     /* tokens of each slot count with the activations */
     m->activation_bytes = st->activation_floats * sizeof(float) + (size_t)st->nslots * 2 * st->N * sizeof(int32_t);
 }
@@ -226,7 +253,8 @@ float *dtrain_stage_grads(struct dtrain_stage *st) { return st->grads; }
 
 void dtrain_stage_zero_grad(struct dtrain_stage *st)
 {
-    dtrain_k_zero(st->k, st->grads, st->sh->count * sizeof(float));
+    if (st->grads != NULL) /* with a source, its gradient buffers are its own */
+        dtrain_k_zero(st->k, st->grads, st->sh->count * sizeof(float));
 }
 
 int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *inputs,
@@ -319,34 +347,53 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
     const struct dtrain_shard *sh = st->sh;
     struct slot *s = &st->slots[slot];
     int C = sh->model.channels, N = st->N, rc;
-    float *params = st->params;
+    struct dtrain_stage_unit e, p;
     *loss_sum = 0.0;
-    if (sh->has_embedding && c0 == 0 &&
-        (rc = dtrain_tp_embedding_forward(st->tp, s->res, s->inputs,
-                                          dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
-                                          dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WPE),
-                                          st->B, st->T, C, err, errlen)) != DTRAIN_OK)
-        return rc;
+    if (sh->has_embedding && c0 == 0) {
+        if ((rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &e, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if ((rc = unit_get(st, DTRAIN_UNIT_WPE, 0, 0, &p, err, errlen)) == DTRAIN_OK) {
+            rc = dtrain_tp_embedding_forward(st->tp, s->res, s->inputs, dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE),
+                                             dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_WPE),
+                                             st->B, st->T, C, err, errlen);
+            int put = unit_put(st, DTRAIN_UNIT_WPE, 0, err, errlen);
+            rc = rc != DTRAIN_OK ? rc : put;
+        }
+        int put = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
+            return rc;
+    }
     struct dtrain_block_shape shape;
     dtrain_shard_block_shape(sh, st->B, st->T, &shape);
     for (int i = c0 * st->nlc; i < c1 * st->nlc; i++) {
         struct dtrain_block_weights w;
         struct dtrain_block_acts a;
-        dtrain_shard_block_weights(sh, params, i, &w);
+        struct dtrain_stage_unit u;
+        if ((rc = unit_get(st, DTRAIN_UNIT_LAYER, i, 0, &u, err, errlen)) != DTRAIN_OK)
+            return rc;
+        dtrain_shard_block_weights(u.layout, u.params, u.layer, &w);
         layer_acts(st, s, i, &a);
         rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), residual(st, s, i + 1),
                                   dtrain_tp_block_hook(st->tp), err, errlen);
-        if (rc != DTRAIN_OK)
+        int put = unit_put(st, DTRAIN_UNIT_LAYER, i, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
     }
     if (!sh->has_head || c1 != st->V)
         return DTRAIN_OK;
     /* final LN (replicated), then f and this rank's vocabulary columns */
+    if ((rc = unit_get(st, DTRAIN_UNIT_HEAD, 0, 0, &p, err, errlen)) != DTRAIN_OK)
+        return rc;
     dtrain_k_layernorm_forward(st->k, s->lnf, s->lnf_mean, s->lnf_rstd, residual(st, s, st->nl),
-                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
-                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFB), N, C);
-    dtrain_k_matmul_forward(st->k, s->logits, s->lnf, dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
+                               dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFW),
+                               dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFB), N, C);
+    if ((rc = unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen)) != DTRAIN_OK ||
+        (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &e, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dtrain_k_matmul_forward(st->k, s->logits, s->lnf, dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE),
                             NULL, N, C, sh->vocab_rows);
+    if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
+        return rc;
     if ((rc = dtrain_tp_xent_forward(st->tp, s->logits, s->losses, s->targets, N, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_download(st->k, st->host_losses, s->losses, (size_t)N * sizeof(float));
@@ -370,21 +417,30 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
 {
     const struct dtrain_shard *sh = st->sh;
     struct slot *s = &st->slots[slot];
-    int C = sh->model.channels, N = st->N, rc;
-    float *params = st->params, *grads = st->grads, *dres = dtrain_stage_chunk_grad(st, slot);
+    int C = sh->model.channels, N = st->N, rc, put;
+    float *dres = dtrain_stage_chunk_grad(st, slot);
+    struct dtrain_stage_unit e, p;
     if (sh->has_head && c1 == st->V) {
-        float *wte = dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE);
+        if ((rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 1, &e, err, errlen)) != DTRAIN_OK)
+            return rc;
         dtrain_tp_xent_backward(st->tp, s->logits, s->targets, dloss, N);
-        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
-                                 NULL, s->logits, s->lnf, wte, N, C, sh->vocab_rows);
+        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE),
+                                 NULL, s->logits, s->lnf, dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE),
+                                 N, C, sh->vocab_rows);
+        if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
+            return rc;
         /* f's backward: the partial input gradients of the column-parallel logits */
         if ((rc = dtrain_tp_allreduce(st->tp, st->scratch.dln, (size_t)N * C, err, errlen)) != DTRAIN_OK)
             return rc;
+        if ((rc = unit_get(st, DTRAIN_UNIT_HEAD, 0, 1, &p, err, errlen)) != DTRAIN_OK)
+            return rc;
         dtrain_k_zero(st->k, dres, (size_t)N * C * sizeof(float));
-        dtrain_k_layernorm_backward(st->k, dres, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFW),
-                                    dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFB), st->scratch.dln,
-                                    residual(st, s, st->nl), dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
+        dtrain_k_layernorm_backward(st->k, dres, dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_LNFW),
+                                    dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_LNFB), st->scratch.dln,
+                                    residual(st, s, st->nl), dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFW),
                                     s->lnf_mean, s->lnf_rstd, N, C);
+        if ((rc = unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen)) != DTRAIN_OK)
+            return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_HEAD, 0));
     }
@@ -394,27 +450,40 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
         struct dtrain_block_weights w;
         struct dtrain_block_grads g;
         struct dtrain_block_acts a;
-        dtrain_shard_block_weights(sh, params, i, &w);
-        dtrain_shard_block_grads(sh, grads, i, &g);
-        layer_acts(st, s, i, &a);
-        /* recomputation: what forward did not keep, from what it kept */
-        if (st->recompute == DTRAIN_RECOMPUTE_FULL &&
-            (rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), st->recompute_out,
-                                       dtrain_tp_block_hook(st->tp), err, errlen)) != DTRAIN_OK)
+        struct dtrain_stage_unit u;
+        if ((rc = unit_get(st, DTRAIN_UNIT_LAYER, i, 1, &u, err, errlen)) != DTRAIN_OK)
             return rc;
+        dtrain_shard_block_weights(u.layout, u.params, u.layer, &w);
+        dtrain_shard_block_grads(u.layout, u.grads, u.layer, &g);
+        layer_acts(st, s, i, &a);
+        rc = DTRAIN_OK;
+        /* recomputation: what forward did not keep, from what it kept */
+        if (st->recompute == DTRAIN_RECOMPUTE_FULL)
+            rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), st->recompute_out,
+                                      dtrain_tp_block_hook(st->tp), err, errlen);
         if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE) /* atty again into datty, overwritten below */
             dtrain_k_attention_forward(st->k, st->scratch.datty, a.att, a.qkv, st->B, st->T, shape.NH, shape.HS);
-        rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
-                                   dtrain_tp_block_hook(st->tp), err, errlen);
-        if (rc != DTRAIN_OK)
+        if (rc == DTRAIN_OK)
+            rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
+                                       dtrain_tp_block_hook(st->tp), err, errlen);
+        put = unit_put(st, DTRAIN_UNIT_LAYER, i, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_LAYER, i));
     }
     if (sh->has_embedding && c0 == 0) {
-        dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
-                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WPE), dres, s->inputs,
-                                     st->B, st->T, C);
+        if ((rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 1, &e, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if ((rc = unit_get(st, DTRAIN_UNIT_WPE, 0, 1, &p, err, errlen)) == DTRAIN_OK) {
+            dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE),
+                                         dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_WPE), dres, s->inputs,
+                                         st->B, st->T, C);
+            rc = unit_put(st, DTRAIN_UNIT_WPE, 0, err, errlen);
+        }
+        put = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
+            return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_WPE, 0));
     }
