@@ -2,13 +2,15 @@
 /* dtrain-bench-memory: what ZeRO and activation recomputation save, and
  * what they cost, each against its baseline measured in the same run.
  *
- * Part 1, ZeRO stages 0, 1, 2 at (T,P,D) = (1,1,4): each rank's model-state
+ * Part 1, ZeRO stages 0, 1, 2, 3 at (T,P,D) = (1,1,4): each rank's model-state
  * bytes (parameters, accumulated gradients, reduced gradients kept, AdamW
  * moments: dtrain_ptrainer_memory, the bytes the trainer allocated on the
  * kernel backend) against the formula of dtrain_parallel.h (fp32, n local
  * parameters: 4n + 4n + 4n + 8n at stage 0, 4n + 4n + 4n + 8n/D at stage 1,
- * 4n + 4n + 4n/D + 8n/D at stage 2), the largest rank's ratio, and rank
- * 0's median step time against stage 0's.
+ * 4n + 4n + 4n/D + 8n/D at stage 2, 16n/D + 8 bytes a parameter of wte
+ * and of the largest other unit (their gathered weights and gradients) at
+ * stage 3), the largest rank's ratio, and rank 0's median step time against
+ * stage 0's.
  *
  * Part 2, recompute none, selective, full at (1,1,1) and (1,2,1) m=4 (the
  * pipeline keeps up to P micro-batches in flight on stage 0): rank 0's
@@ -79,7 +81,7 @@ int main(int argc, char **argv)
     printf("%-6s %14s %14s %14s %14s %14s %8s %10s %8s\n", "stage", "params B", "grads B", "reduced B", "AdamW B",
            "state B", "formula", "step ms", "vs 0");
     double base = 0.0;
-    for (int z = 0; z <= 2; z++) {
+    for (int z = 0; z <= 3; z++) {
         struct dtrain_train_config c = cfg;
         c.zero_stage = z;
         if (bench_run(&c, 1, 1, 4, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
