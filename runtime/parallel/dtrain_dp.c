@@ -48,6 +48,7 @@ struct dtrain_dp {
     float *master;      /* stage 3: the parameter shares, laid out as the moments (state_offset) */
     struct z3_slot z3[2]; /* stage 3: the gathered units, wte's (0) and one other (1) */
     struct dtrain_shard views[4]; /* stage 3: a unit's tensors in a gathered buffer, by unit kind */
+    double z3_seconds;  /* stage 3: this step's time in the gathers and reduce-scatters (all exposed) */
     int overlap, local; /* local: D = 1 without ZeRO, nothing to reduce */
     float *scratch;     /* stage 2: the largest bucket, padded (packing, reduce-scatter, all-gather) */
     size_t scratch_floats;
@@ -605,7 +606,9 @@ int dtrain_dp_acquire(struct dtrain_dp *dp, int unit, int grads, struct dtrain_s
         snprintf(err, errlen, "ZeRO-3: unit %d asked for while unit %d holds its buffer", unit, z->unit);
         return DTRAIN_ERR_SYSTEM;
     }
+    double t0 = now_seconds();
     int rc = z3_gather(dp, b, z, err, errlen);
+    dp->z3_seconds += now_seconds() - t0;
     if (rc != DTRAIN_OK)
         return rc;
     /* wte's gradient accumulates over the step (zeroed in begin_step) */
@@ -634,8 +637,10 @@ int dtrain_dp_release(struct dtrain_dp *dp, int unit, char *err, size_t errlen)
      * this rank's share (in place), added to the share's sum so far */
     struct bucket *b = &dp->buckets[dp->unit_bucket[unit]];
     float *mine = z->grad + (size_t)dp->rank * b->share;
+    double t0 = now_seconds();
     int rc = dtrain_pcomm_reduce_scatter(&dp->pc, z->grad, mine, b->share, "ZeRO-3 reduce-scatter of a unit's "
                                          "gradient", err, errlen);
+    dp->z3_seconds += now_seconds() - t0;
     if (rc == DTRAIN_OK)
         dtrain_k_residual_forward(dp->k, b->grad, b->grad, mine, b->share);
     return rc;
@@ -658,6 +663,7 @@ void dtrain_dp_begin_step(struct dtrain_dp *dp)
     dp->next_bucket = 0;
     if (dp->stage3) { /* the shares sum the micro-batches' reduce-scatters */
         dp->z3[0].unit = dp->z3[1].unit = -1; /* none held (a failed step may have left one) */
+        dp->z3_seconds = 0.0;
         for (int i = 0; i < dp->nbuckets; i++)
             dtrain_k_zero(dp->k, dp->buckets[i].grad, dp->buckets[i].share * sizeof(float));
         if (dp->z3[0].grad != NULL)
@@ -694,13 +700,14 @@ int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen)
         return DTRAIN_OK;
     if (dp->stage3) { /* what is left: wte, summed over the step's micro-batches (and the tie) */
         int u = dtrain_shard_unit_of(dp->shard, DTRAIN_UNIT_WTE, 0);
+        dp->exposed = dp->z3_seconds;
         if (u < 0)
             return DTRAIN_OK;
         double t0 = now_seconds();
         const struct bucket *b = &dp->buckets[dp->unit_bucket[u]];
         int rc = dtrain_pcomm_reduce_scatter(&dp->pc, dp->z3[0].grad, b->grad, b->share,
                                              "ZeRO-3 reduce-scatter of the wte gradient", err, errlen);
-        dp->exposed = now_seconds() - t0;
+        dp->exposed = dp->z3_seconds + (now_seconds() - t0);
         return rc;
     }
     if (dp->next_bucket < dp->nbuckets) {

@@ -153,7 +153,9 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
                      double lr, float grad_scale, char *err, size_t errlen);
 
 /* Time (seconds) the main thread spent in dtrain_dp_finish waiting for the
- * reducer during the last step: reduction not hidden behind backward. */
+ * reducer during the last step: reduction not hidden behind backward.
+ * Stage 3: the step's time in all its gathers and reduce-scatters (none
+ * is hidden). */
 double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp);
 
 #ifdef __cplusplus
