@@ -641,7 +641,7 @@ int main(void)
      * fp32 sums into differences of up to one fp16 ulp of an operand. */
     static const struct layout half[] = {
         {1, 1, 1, 1, 0, 1, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0},
-        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0},
+        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0}, {1, 2, 2, 2, 3, 1, 0, 0, 0},
     };
     struct run_result half0 = {0};
     for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
