@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: data parallelism for one rank's shard: the gradient
  * all-reduce in buckets, overlapped with the backward pass, optionally
- * ZeRO stages 1 and 2, the rank's share of the global gradient norm, and the update.
+ * ZeRO stages 1, 2 and 3, the rank's share of the global gradient norm, and the update.
  *
  * Buckets.  The shard's gradient units (dtrain_shard.h: head, layers top
  * down, wpe; wte alone) are grouped, in the order backward finishes them,
@@ -108,7 +108,7 @@ void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m);
 
 /* The AdamW moments this rank keeps, as runs of the local parameter vector
  * (checkpoints save and load them): without ZeRO one run, the whole
- * vector; with ZeRO (stage 1 or 2), bucket by bucket, the parts of the local vector that
+ * vector; with ZeRO (stage 1, 2 or 3), bucket by bucket, the parts of the local vector that
  * this rank's share [d*share, (d+1)*share) of the bucket covers (padding
  * left out).  fn gets each run's local offset and length and its m and v
  * (backend memory, writable); a non-zero return stops the walk and is
