@@ -3,13 +3,17 @@
  * parallelism save, and what they cost, each against its baseline measured
  * in the same run.
  *
- * Part 1, ZeRO stages 0, 1, 2 at (T,P,D) = (1,1,4): each rank's model-state
+ * Part 1, ZeRO stages 0, 1, 2, 3 at (T,P,D) = (1,1,4): each rank's model-state
  * bytes (parameters, accumulated gradients, reduced gradients kept, AdamW
  * moments: dtrain_ptrainer_memory, the bytes the trainer allocated on the
  * kernel backend) against the formula of dtrain_parallel.h (fp32, n local
  * parameters: 4n + 4n + 4n + 8n at stage 0, 4n + 4n + 4n + 8n/D at stage 1,
- * 4n + 4n + 4n/D + 8n/D at stage 2), the largest rank's ratio, and rank
- * 0's median step time against stage 0's.
+ * 4n + 4n + 4n/D + 8n/D at stage 2, 16n/D + 8 bytes a parameter of wte
+ * and of the largest other unit (their gathered weights and gradients) at
+ * stage 3), the largest rank's ratio, rank 0's median step time against
+ * stage 0's, and its median data-parallel communication not hidden behind
+ * backward (DP ms; stage 3: all its gathers and reduce-scatters, which are
+ * synchronous).
  *
  * Part 2, recompute none, selective, full at (1,1,1) and (1,2,1) m=4 (the
  * pipeline keeps up to P micro-batches in flight on stage 0): rank 0's
@@ -81,10 +85,10 @@ int main(int argc, char **argv)
     struct bench_rank ranks[4];
     printf("ZeRO at (T,P,D)=(1,1,4): L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, %d CPUs; "
            "medians of %d steps after %d, best of %d runs\n", bench_cpus(), steps, warmup, repeats);
-    printf("%-6s %14s %14s %14s %14s %14s %8s %10s %8s\n", "stage", "params B", "grads B", "reduced B", "AdamW B",
-           "state B", "formula", "step ms", "vs 0");
+    printf("%-6s %14s %14s %14s %14s %14s %8s %10s %8s %8s\n", "stage", "params B", "grads B", "reduced B", "AdamW B",
+           "state B", "formula", "step ms", "vs 0", "DP ms");
     double base = 0.0;
-    for (int z = 0; z <= 2; z++) {
+    for (int z = 0; z <= 3; z++) {
         struct dtrain_train_config c = cfg;
         c.zero_stage = z;
         if (bench_run(&c, 1, 1, 4, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
@@ -101,8 +105,9 @@ int main(int argc, char **argv)
         const struct dtrain_ptrainer_memory *m = &ranks[0].mem;
         if (z == 0)
             base = ranks[0].step_ms;
-        printf("%-6d %14zu %14zu %14zu %14zu %14zu %8.4f %10.1f %7.2fx\n", z, m->params, m->grads, m->reduced_grads,
-               m->optimizer, m->model_state, worst, ranks[0].step_ms, ranks[0].step_ms / base);
+        printf("%-6d %14zu %14zu %14zu %14zu %14zu %8.4f %10.1f %7.2fx %8.1f\n", z, m->params, m->grads,
+               m->reduced_grads, m->optimizer, m->model_state, worst, ranks[0].step_ms, ranks[0].step_ms / base,
+               ranks[0].exposed_ms);
         fflush(stdout);
     }
     static const char *const modes[] = {"none", "selective", "full"};

@@ -92,7 +92,7 @@ static const struct setting settings[] = {
     {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
     {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
     {"parallel", "virtual_stages", "virtual-stages", K_INT, OFF(virtual_stages), 1, 1024, "dtrain-launch: V chunks of layers per pipeline stage (interleaved 1F1B, Megatron's virtual pipeline); V > 1 needs P >= 2, P*V dividing the layers and the micro-batches a multiple of P"},
-    {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients (3 is refused)"},
+    {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients, 3 also the parameters (FSDP: each layer gathered on use)"},
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
     {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
     {"parallel", "sequence_parallel", "sequence-parallel", K_BOOL, OFF(sequence_parallel), 0, 1, "dtrain-launch: Megatron sequence parallelism: LayerNorm and residual regions split by rows over the T tensor-parallel ranks (all-gather / reduce-scatter instead of all-reduce); needs T > 1 dividing seq"},

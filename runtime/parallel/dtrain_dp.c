@@ -3,6 +3,7 @@
  * norm share and the update; see dtrain_dp.h. */
 #include "dtrain_dp.h"
 #include "dtrain_pcomm.h"
+#include "dtrain_stage.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -28,6 +29,14 @@ struct bucket {
     int pending;          /* units of this step not ready yet */
 };
 
+/* ZeRO-3: a buffer for one unit's full weights and gradient at a time. */
+struct z3_slot {
+    float *param, *grad; /* padded unit floats each (kernels' memory) */
+    size_t floats;
+    int unit;            /* held now, -1: none */
+    int grads;           /* the holder writes gradients */
+};
+
 struct dtrain_dp {
     struct dtrain_kernels *k;
     dtrain_comm *comm;  /* NULL when D = 1 */
@@ -35,6 +44,11 @@ struct dtrain_dp {
     int size, rank;     /* D, this rank */
     int zero1;          /* ZeRO stage 1 or 2: the optimizer state is sharded */
     int stage2;         /* and a bucket keeps only its share of the gradient */
+    int stage3;         /* and of the parameters: one unit per bucket, gathered on use (see z3_*) */
+    float *master;      /* stage 3: the parameter shares, laid out as the moments (state_offset) */
+    struct z3_slot z3[2]; /* stage 3: the gathered units, wte's (0) and one other (1) */
+    struct dtrain_shard views[4]; /* stage 3: a unit's tensors in a gathered buffer, by unit kind */
+    double z3_seconds;  /* stage 3: this step's time in the gathers and reduce-scatters (all exposed) */
     int overlap, local; /* local: D = 1 without ZeRO, nothing to reduce */
     float *scratch;     /* stage 2: the largest bucket, padded (packing, reduce-scatter, all-gather) */
     size_t scratch_floats;
@@ -276,8 +290,68 @@ static int build_buckets(struct dtrain_dp *dp, size_t bucket_floats)
             spans += (size_t)b->nnorm;
         }
     }
-    if (dp->stage2 && (dp->scratch = dtrain_k_alloc(dp->k, dp->scratch_floats * sizeof(float))) == NULL)
+    if (dp->stage2 && !dp->stage3 && (dp->scratch = dtrain_k_alloc(dp->k, dp->scratch_floats * sizeof(float))) == NULL)
         return -1;
+    return 0;
+}
+
+/* Stage 3: the slot of a unit (wte alone in slot 0: the embedding and the
+ * head each use it together with another unit). */
+static int z3_slot_of(const struct dtrain_dp *dp, int u)
+{
+    int layer;
+    return dtrain_shard_unit_kind(dp->shard, u, &layer) == DTRAIN_UNIT_WTE ? 0 : 1;
+}
+
+/* Stage 3: where a unit's tensors lie once gathered (packed in the order
+ * of its ranges: dtrain_shard_unit_ranges), as a shard layout with one
+ * layer whose other tensors are empty. */
+static void z3_view(const struct dtrain_dp *dp, int u, struct dtrain_shard *v)
+{
+    struct dtrain_shard_range r[DTRAIN_SHARD_UNIT_RANGES];
+    int layer, n = dtrain_shard_unit_ranges(dp->shard, u, r);
+    enum dtrain_shard_unit_kind kind = dtrain_shard_unit_kind(dp->shard, u, &layer);
+    static const int first[] = {[DTRAIN_UNIT_HEAD] = DTRAIN_GPT2_LNFW, [DTRAIN_UNIT_LAYER] = DTRAIN_GPT2_LN1W,
+                                [DTRAIN_UNIT_WPE] = DTRAIN_GPT2_WPE, [DTRAIN_UNIT_WTE] = DTRAIN_GPT2_WTE};
+    *v = *dp->shard;
+    memset(v->size, 0, sizeof v->size);
+    memset(v->offset, 0, sizeof v->offset);
+    v->layers = v->virtual_stages = 1;
+    v->layer_end = v->layer_begin + 1;
+    v->count = 0;
+    for (int i = 0; i < n; i++) { /* the unit's ranges are its tensors, in tensor order */
+        v->offset[first[kind] + i] = v->count;
+        v->size[first[kind] + i] = r[i].count;
+        v->count += r[i].count;
+    }
+}
+
+/* Stage 3: the parameter shares and the two slots' buffers. */
+static int z3_build(struct dtrain_dp *dp)
+{
+    size_t state = 0;
+    for (int i = 0; i < dp->nbuckets; i++) {
+        struct bucket *b = &dp->buckets[i];
+        struct z3_slot *z = &dp->z3[z3_slot_of(dp, b->first_unit)];
+        size_t padded = b->share * (size_t)dp->size;
+        if (padded > z->floats)
+            z->floats = padded;
+        int layer;
+        z3_view(dp, b->first_unit, &dp->views[dtrain_shard_unit_kind(dp->shard, b->first_unit, &layer)]);
+        state += b->share;
+    }
+    if ((dp->master = dtrain_k_alloc(dp->k, (state + 1) * sizeof(float))) == NULL)
+        return -1;
+    dtrain_k_zero(dp->k, dp->master, (state + 1) * sizeof(float)); /* the padding stays 0 */
+    for (int i = 0; i < 2; i++) {
+        struct z3_slot *z = &dp->z3[i];
+        if (z->floats == 0)
+            continue;
+        z->param = dtrain_k_alloc(dp->k, z->floats * sizeof(float));
+        z->grad = dtrain_k_alloc(dp->k, z->floats * sizeof(float));
+        if (z->param == NULL || z->grad == NULL)
+            return -1;
+    }
     return 0;
 }
 
@@ -296,12 +370,14 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
     dp->rank = dp->comm != NULL ? dtrain_comm_rank(comm) : 0;
     dp->zero1 = opt->zero_stage >= 1;
     dp->stage2 = opt->zero_stage >= 2;
+    dp->stage3 = opt->zero_stage >= 3;
     dp->local = dp->comm == NULL && !dp->zero1;
+    dp->z3[0].unit = dp->z3[1].unit = -1;
     /* The reducer thread packs and reduces while the main thread runs the
      * backward: only on host memory, where the copies are plain memcpy.  A
      * GPU's kernels take calls from one thread; there the buckets are
      * reduced after the backward, in the main thread. */
-    dp->overlap = opt->overlap && !dp->local && dp->comm != NULL && dtrain_kernels_host_memory(k);
+    dp->overlap = opt->overlap && !dp->local && dp->comm != NULL && dtrain_kernels_host_memory(k) && !dp->stage3;
     dp->shard = shard;
     dp->params = params;
     dp->grads = grads;
@@ -321,7 +397,9 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
     dp->sync_ready = 1;
     if ((rc = dtrain_pcomm_init(&dp->pc, k, dp->comm, err, errlen)) != DTRAIN_OK)
         goto fail;
-    if (build_buckets(dp, opt->bucket_floats > 0 ? opt->bucket_floats : 1) != 0 || build_norm_spans(dp) != 0)
+    /* stage 3: one unit per bucket, the unit a layer's weights are gathered by */
+    if (build_buckets(dp, dp->stage3 ? 1 : opt->bucket_floats > 0 ? opt->bucket_floats : 1) != 0 ||
+        build_norm_spans(dp) != 0 || (dp->stage3 && z3_build(dp) != 0))
         goto oom;
     size_t state = shard->count;
     if (dp->zero1) {
@@ -373,8 +451,14 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
         dtrain_k_free(dp->k, dp->buckets[i].grad);
         dtrain_k_free(dp->k, dp->buckets[i].param);
     }
-    if (dp->k != NULL)
+    if (dp->k != NULL) {
         dtrain_k_free(dp->k, dp->scratch);
+        dtrain_k_free(dp->k, dp->master);
+        for (int i = 0; i < 2; i++) {
+            dtrain_k_free(dp->k, dp->z3[i].param);
+            dtrain_k_free(dp->k, dp->z3[i].grad);
+        }
+    }
     dtrain_adamw_destroy(dp->adamw);
     dtrain_pcomm_release(&dp->pc);
     free(dp->buckets);
@@ -407,13 +491,20 @@ void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m)
     m->grad_bytes = grad * sizeof(float);
     m->optimizer_bytes = dtrain_dp_optimizer_floats(dp) * sizeof(float);
     m->comm_bytes = comm * sizeof(float);
+    m->param_bytes = m->unit_grad_bytes = 0;
+    if (dp->stage3) {
+        m->param_bytes = (dtrain_adamw_size(dp->adamw) + dp->z3[0].floats + dp->z3[1].floats) * sizeof(float);
+        m->unit_grad_bytes = (dp->z3[0].floats + dp->z3[1].floats) * sizeof(float);
+        m->comm_bytes = 0; /* the gathers go into the slots, counted with the parameters */
+    }
 }
 
-int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx)
+/* ZeRO: every run of the local vector inside this rank's shares, with its
+ * place in the moments (and, stage 3, in the parameter shares). */
+typedef int (*share_fn)(struct dtrain_dp *dp, void *ctx, size_t offset, size_t count, size_t state);
+
+static int for_each_share(struct dtrain_dp *dp, share_fn fn, void *ctx)
 {
-    float *m = dtrain_adamw_m(dp->adamw), *v = dtrain_adamw_v(dp->adamw);
-    if (!dp->zero1)
-        return fn(ctx, 0, dp->shard->count, m, v);
     for (int i = 0; i < dp->nbuckets; i++) {
         const struct bucket *b = &dp->buckets[i];
         size_t lo = (size_t)dp->rank * b->share, hi = lo + b->share, at = 0;
@@ -423,13 +514,143 @@ int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *
             if (e <= lo || s >= hi)
                 continue;
             size_t from = s > lo ? s : lo, to = e < hi ? e : hi;
-            size_t state = b->state_offset + (from - lo);
-            int rc = fn(ctx, b->ranges[j].offset + (from - s), to - from, m + state, v + state);
+            int rc = fn(dp, ctx, b->ranges[j].offset + (from - s), to - from, b->state_offset + (from - lo));
             if (rc != 0)
                 return rc;
         }
     }
     return 0;
+}
+
+struct state_walk {
+    dtrain_dp_state_fn fn;
+    void *ctx;
+};
+
+static int state_run(struct dtrain_dp *dp, void *ctx, size_t offset, size_t count, size_t state)
+{
+    struct state_walk *w = ctx;
+    return w->fn(w->ctx, offset, count, dtrain_adamw_m(dp->adamw) + state, dtrain_adamw_v(dp->adamw) + state);
+}
+
+int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx)
+{
+    if (!dp->zero1)
+        return fn(ctx, 0, dp->shard->count, dtrain_adamw_m(dp->adamw), dtrain_adamw_v(dp->adamw));
+    struct state_walk w = {fn, ctx};
+    return for_each_share(dp, state_run, &w);
+}
+
+/* ------------------------------------------------------------ ZeRO-3: sharded parameters */
+
+int dtrain_dp_sharded_params(const struct dtrain_dp *dp) { return dp->stage3; }
+
+static int share_upload(struct dtrain_dp *dp, void *ctx, size_t offset, size_t count, size_t state)
+{
+    dtrain_k_upload(dp->k, dp->master + state, (const float *)ctx + offset, count * sizeof(float));
+    return 0;
+}
+
+static int share_download(struct dtrain_dp *dp, void *ctx, size_t offset, size_t count, size_t state)
+{
+    dtrain_k_download(dp->k, (float *)ctx + offset, dp->master + state, count * sizeof(float));
+    return 0;
+}
+
+void dtrain_dp_params_upload(struct dtrain_dp *dp, const float *local)
+{
+    for_each_share(dp, share_upload, (void *)local);
+    dtrain_k_sync(dp->k);
+}
+
+void dtrain_dp_params_download(struct dtrain_dp *dp, float *local)
+{
+    for_each_share(dp, share_download, local);
+}
+
+/* Unit b's full weights into slot z (an all-gather of the shares). */
+static int z3_gather(struct dtrain_dp *dp, const struct bucket *b, struct z3_slot *z, char *err, size_t errlen)
+{
+    return dtrain_pcomm_all_gather(&dp->pc, dp->master + b->state_offset, z->param, b->share,
+                                   "ZeRO-3 all-gather of a unit's parameters", err, errlen);
+}
+
+int dtrain_dp_params_gather(struct dtrain_dp *dp, float *local, char *err, size_t errlen)
+{
+    for (int i = 0; i < dp->nbuckets; i++) {
+        const struct bucket *b = &dp->buckets[i];
+        struct z3_slot *z = &dp->z3[z3_slot_of(dp, b->first_unit)];
+        int rc = z3_gather(dp, b, z, err, errlen);
+        if (rc != DTRAIN_OK)
+            return rc;
+        size_t at = 0;
+        for (int j = 0; j < b->nranges; j++) {
+            dtrain_k_download(dp->k, local + b->ranges[j].offset, z->param + at, b->ranges[j].count * sizeof(float));
+            at += b->ranges[j].count;
+        }
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_dp_acquire(struct dtrain_dp *dp, int unit, int grads, struct dtrain_stage_unit *out, char *err,
+                      size_t errlen)
+{
+    if (!dp->stage3 || unit < 0 || unit >= dp->nunits) {
+        snprintf(err, errlen, "ZeRO-3: unit %d asked for outside stage 3's %d units", unit, dp->nunits);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int layer, wte = z3_slot_of(dp, unit) == 0;
+    struct z3_slot *z = &dp->z3[wte ? 0 : 1];
+    const struct bucket *b = &dp->buckets[dp->unit_bucket[unit]];
+    if (z->unit >= 0) {
+        snprintf(err, errlen, "ZeRO-3: unit %d asked for while unit %d holds its buffer", unit, z->unit);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    double t0 = now_seconds();
+    int rc = z3_gather(dp, b, z, err, errlen);
+    dp->z3_seconds += now_seconds() - t0;
+    if (rc != DTRAIN_OK)
+        return rc;
+    /* wte's gradient accumulates over the step (zeroed in begin_step) */
+    if (grads && !wte)
+        dtrain_k_zero(dp->k, z->grad, z->floats * sizeof(float));
+    z->unit = unit;
+    z->grads = grads;
+    out->layout = &dp->views[dtrain_shard_unit_kind(dp->shard, unit, &layer)];
+    out->params = z->param;
+    out->grads = grads ? z->grad : NULL;
+    out->layer = 0;
+    return DTRAIN_OK;
+}
+
+int dtrain_dp_release(struct dtrain_dp *dp, int unit, char *err, size_t errlen)
+{
+    struct z3_slot *z = &dp->z3[z3_slot_of(dp, unit)];
+    if (z->unit != unit) {
+        snprintf(err, errlen, "ZeRO-3: unit %d given back but not held", unit);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    z->unit = -1;
+    if (!z->grads || z == &dp->z3[0])
+        return DTRAIN_OK; /* wte: reduced once, in dtrain_dp_finish */
+    /* this micro-batch's gradient of the unit: summed over the DP group into
+     * this rank's share (in place), added to the share's sum so far */
+    struct bucket *b = &dp->buckets[dp->unit_bucket[unit]];
+    float *mine = z->grad + (size_t)dp->rank * b->share;
+    double t0 = now_seconds();
+    int rc = dtrain_pcomm_reduce_scatter(&dp->pc, z->grad, mine, b->share, "ZeRO-3 reduce-scatter of a unit's "
+                                         "gradient", err, errlen);
+    dp->z3_seconds += now_seconds() - t0;
+    if (rc == DTRAIN_OK)
+        dtrain_k_residual_forward(dp->k, b->grad, b->grad, mine, b->share);
+    return rc;
+}
+
+float *dtrain_dp_wte_grads(struct dtrain_dp *dp, float *grads)
+{
+    if (!dp->stage3)
+        return dtrain_shard_tensor(dp->shard, grads, DTRAIN_GPT2_WTE);
+    return dtrain_shard_unit_of(dp->shard, DTRAIN_UNIT_WTE, 0) >= 0 ? dp->z3[0].grad : NULL;
 }
 
 /* ------------------------------------------------------------ a step */
@@ -440,6 +661,14 @@ void dtrain_dp_begin_step(struct dtrain_dp *dp)
         dp->buckets[i].pending = dp->buckets[i].units;
     memset(dp->unit_ready, 0, (size_t)dp->nunits);
     dp->next_bucket = 0;
+    if (dp->stage3) { /* the shares sum the micro-batches' reduce-scatters */
+        dp->z3[0].unit = dp->z3[1].unit = -1; /* none held (a failed step may have left one) */
+        dp->z3_seconds = 0.0;
+        for (int i = 0; i < dp->nbuckets; i++)
+            dtrain_k_zero(dp->k, dp->buckets[i].grad, dp->buckets[i].share * sizeof(float));
+        if (dp->z3[0].grad != NULL)
+            dtrain_k_zero(dp->k, dp->z3[0].grad, dp->z3[0].floats * sizeof(float));
+    }
     pthread_mutex_lock(&dp->lock);
     dp->queued = dp->reduced = 0;
     dp->status = DTRAIN_OK;
@@ -449,8 +678,8 @@ void dtrain_dp_begin_step(struct dtrain_dp *dp)
 
 void dtrain_dp_unit_ready(struct dtrain_dp *dp, int u)
 {
-    if (dp->local || u < 0 || u >= dp->nunits || dp->unit_ready[u])
-        return;
+    if (dp->local || dp->stage3 || u < 0 || u >= dp->nunits || dp->unit_ready[u])
+        return; /* stage 3 reduces each unit when the stage gives it back */
     dp->unit_ready[u] = 1;
     dp->buckets[dp->unit_bucket[u]].pending--;
     int first = dp->next_bucket;
@@ -469,6 +698,18 @@ int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen)
     dp->exposed = 0.0;
     if (dp->local)
         return DTRAIN_OK;
+    if (dp->stage3) { /* what is left: wte, summed over the step's micro-batches (and the tie) */
+        int u = dtrain_shard_unit_of(dp->shard, DTRAIN_UNIT_WTE, 0);
+        dp->exposed = dp->z3_seconds;
+        if (u < 0)
+            return DTRAIN_OK;
+        double t0 = now_seconds();
+        const struct bucket *b = &dp->buckets[dp->unit_bucket[u]];
+        int rc = dtrain_pcomm_reduce_scatter(&dp->pc, dp->z3[0].grad, b->grad, b->share,
+                                             "ZeRO-3 reduce-scatter of the wte gradient", err, errlen);
+        dp->exposed = dp->z3_seconds + (now_seconds() - t0);
+        return rc;
+    }
     if (dp->next_bucket < dp->nbuckets) {
         snprintf(err, errlen, "data-parallel bucket %d of %d was never complete: a gradient unit was "
                  "not reported ready", dp->next_bucket, dp->nbuckets);
@@ -516,6 +757,14 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
 {
     if (!dp->zero1) {
         dtrain_adamw_update(dp->adamw, dp->params, dp->grads, c, step, lr, grad_scale);
+        return DTRAIN_OK;
+    }
+    if (dp->stage3) { /* AdamW on the shares, which are the parameters: nothing to gather */
+        for (int i = 0; i < dp->nbuckets; i++) {
+            struct bucket *b = &dp->buckets[i];
+            dtrain_adamw_update_range(dp->adamw, b->state_offset, b->share, dp->master + b->state_offset, b->grad,
+                                      c, step, lr, grad_scale);
+        }
         return DTRAIN_OK;
     }
     for (int i = 0; i < dp->nbuckets; i++) {

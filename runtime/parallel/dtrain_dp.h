@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: data parallelism for one rank's shard: the gradient
  * all-reduce in buckets, overlapped with the backward pass, optionally
- * ZeRO stages 1 and 2, the rank's share of the global gradient norm, and the update.
+ * ZeRO stages 1, 2 and 3, the rank's share of the global gradient norm, and the update.
  *
  * Buckets.  The shard's gradient units (dtrain_shard.h: head, layers top
  * down, wpe; wte alone) are grouped, in the order backward finishes them,
@@ -32,6 +32,24 @@
  * gradients in the stage's one local gradient vector: that vector is not
  * sharded (see doc/parallel.md).
  *
+ * ZeRO stage 3 (FSDP).  The parameters are sharded too: one unit per
+ * bucket (the head's LayerNorm, each layer, wpe, wte), padded to a multiple
+ * of D; DP rank d keeps the d-th share of every unit's parameters (the fp32
+ * master copy, dtrain_dp_params_upload/download), of its summed gradient
+ * and of its AdamW moments, and no full local vector.  The stage asks for a
+ * unit's weights just before it uses them (dtrain_dp_acquire: an
+ * all-gather of the shares into one of two buffers, wte's and one for any
+ * other unit, which is all the full weights a rank holds at a time) and
+ * gives them back right after (dtrain_dp_release): forward, then again in
+ * backward.  A backward's release reduce-scatters the unit's gradient of
+ * that micro-batch and adds this rank's part to its share; wte's gradient
+ * alone stays whole over the step (its buffer, where the embedding and
+ * the head add to it and the tied copies are swapped) and is
+ * reduce-scattered in dtrain_dp_finish.  The gathers are synchronous: the
+ * comm layer has no non-blocking collective, and a prefetching thread
+ * could not share the DP communicator with the main thread's reductions.
+ * The update is AdamW on the shares, with nothing to gather after it.
+ *
  * Norm.  dtrain_dp_norm_sumsq is this rank's share of the sum of squares
  * of the reduced gradient: each parameter of the whole model counted once
  * over the job (TP-replicated tensors on TP rank 0, the tied wte on stage
@@ -49,6 +67,8 @@
 #include "dtrain_optim.h"
 #include "dtrain_shard.h"
 
+struct dtrain_stage_unit; /* dtrain_stage.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -56,13 +76,14 @@ extern "C" {
 struct dtrain_dp; /* opaque */
 
 struct dtrain_dp_options {
-    int zero_stage;       /* 0: none, 1: shard the optimizer state, 2: and the reduced gradients */
+    int zero_stage;       /* 0: none, 1: shard the optimizer state, 2: and the reduced gradients, 3: and the parameters */
     int overlap;          /* reduce buckets in a thread during backward */
     size_t bucket_floats; /* aim for buckets of about this many floats (>= 1) */
 };
 
 /* comm: the DP group (size D; NULL means D = 1).  params, grads: the
- * stage's local vectors (shard->count floats), which must outlive dp. */
+ * stage's local vectors (shard->count floats), which must outlive dp
+ * (stage 3: NULL, dp holds the shares). */
 int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct dtrain_shard *shard,
                      float *params, float *grads, const struct dtrain_dp_options *opt,
                      struct dtrain_dp **out, char *err, size_t errlen);
@@ -80,18 +101,39 @@ size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp);
  * stage 2's scratch). */
 struct dtrain_dp_memory {
     size_t grad_bytes, optimizer_bytes, comm_bytes;
+    size_t param_bytes;     /* stage 3: the parameter shares and the two gathered units' weights; else 0 */
+    size_t unit_grad_bytes; /* stage 3: the two units' gradient buffers; else 0 */
 };
 void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m);
 
 /* The AdamW moments this rank keeps, as runs of the local parameter vector
  * (checkpoints save and load them): without ZeRO one run, the whole
- * vector; with ZeRO (stage 1 or 2), bucket by bucket, the parts of the local vector that
+ * vector; with ZeRO (stage 1, 2 or 3), bucket by bucket, the parts of the local vector that
  * this rank's share [d*share, (d+1)*share) of the bucket covers (padding
  * left out).  fn gets each run's local offset and length and its m and v
  * (backend memory, writable); a non-zero return stops the walk and is
  * returned, else 0. */
 typedef int (*dtrain_dp_state_fn)(void *ctx, size_t offset, size_t count, float *m, float *v);
 int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx);
+
+/* ZeRO-3.  1 when dp holds the parameters (stage 3).  Upload: this rank's
+ * shares from a host copy of the local vector (the shard's layout);
+ * download: the shares into their places of one (the rest untouched);
+ * gather: the whole local vector (a collective over the DP group). */
+int dtrain_dp_sharded_params(const struct dtrain_dp *dp);
+void dtrain_dp_params_upload(struct dtrain_dp *dp, const float *local);
+void dtrain_dp_params_download(struct dtrain_dp *dp, float *local);
+int dtrain_dp_params_gather(struct dtrain_dp *dp, float *local, char *err, size_t errlen);
+/* The stage's source of weights (dtrain_stage_source): unit's full weights
+ * (a collective over the DP group) and, with grads, its gradient buffer
+ * (zeroed; wte's keeps the step's sum); then, given back, its gradient
+ * reduce-scattered into this rank's share (a collective, but for wte). */
+int dtrain_dp_acquire(struct dtrain_dp *dp, int unit, int grads, struct dtrain_stage_unit *out, char *err,
+                      size_t errlen);
+int dtrain_dp_release(struct dtrain_dp *dp, int unit, char *err, size_t errlen);
+/* The local wte gradient the tied copies swap (P > 1): in grads, or with
+ * stage 3 dp's wte buffer; NULL when the stage holds no wte. */
+float *dtrain_dp_wte_grads(struct dtrain_dp *dp, float *grads);
 
 /* A new step: no unit is ready. */
 void dtrain_dp_begin_step(struct dtrain_dp *dp);
@@ -111,7 +153,9 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
                      double lr, float grad_scale, char *err, size_t errlen);
 
 /* Time (seconds) the main thread spent in dtrain_dp_finish waiting for the
- * reducer during the last step: reduction not hidden behind backward. */
+ * reducer during the last step: reduction not hidden behind backward.
+ * Stage 3: the step's time in all its gathers and reduce-scatters (none
+ * is hidden). */
 double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp);
 
 #ifdef __cplusplus

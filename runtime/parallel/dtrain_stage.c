@@ -39,6 +39,7 @@ struct dtrain_stage {
     float *recompute_out;               /* full: (N,C), the recomputed layer's output (discarded) */
     size_t activation_floats;
     float *params, *grads;
+    struct dtrain_stage_source src;     /* ZeRO-3: where the weights are (acquire NULL: params, grads) */
     int nslots;
     struct slot *slots;
     float *shared;                      /* dres and the backward scratch */
@@ -230,9 +231,35 @@ void dtrain_stage_destroy(struct dtrain_stage *st)
 
 size_t dtrain_stage_num_params(const struct dtrain_stage *st) { return st->sh->count; }
 
+void dtrain_stage_set_source(struct dtrain_stage *st, const struct dtrain_stage_source *src)
+{
+    st->src = *src;
+    dtrain_k_free(st->k, st->params);
+    dtrain_k_free(st->k, st->grads);
+    st->params = st->grads = NULL;
+}
+
+/* Unit (kind, i)'s tensors: the stage's own vectors, or its source's. */
+static int unit_get(struct dtrain_stage *st, enum dtrain_shard_unit_kind kind, int i, int grads,
+                    struct dtrain_stage_unit *u, char *err, size_t errlen)
+{
+    if (st->src.acquire == NULL) {
+        *u = (struct dtrain_stage_unit){st->sh, st->params, st->grads, i};
+        return DTRAIN_OK;
+    }
+    return st->src.acquire(st->src.ctx, dtrain_shard_unit_of(st->sh, kind, i), grads, u, err, errlen);
+}
+
+static int unit_put(struct dtrain_stage *st, enum dtrain_shard_unit_kind kind, int i, char *err, size_t errlen)
+{
+    if (st->src.release == NULL)
+        return DTRAIN_OK;
+    return st->src.release(st->src.ctx, dtrain_shard_unit_of(st->sh, kind, i), err, errlen);
+}
+
 void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memory *m)
 {
-    m->param_bytes = m->grad_bytes = st->sh->count * sizeof(float);
+    m->param_bytes = m->grad_bytes = st->params != NULL ? st->sh->count * sizeof(float) : 0;
     /* tokens of each slot count with the activations */
     m->activation_bytes = st->activation_floats * sizeof(float) + (size_t)st->nslots * 2 * st->N * sizeof(int32_t);
 }
@@ -241,7 +268,8 @@ float *dtrain_stage_grads(struct dtrain_stage *st) { return st->grads; }
 
 void dtrain_stage_zero_grad(struct dtrain_stage *st)
 {
-    dtrain_k_zero(st->k, st->grads, st->sh->count * sizeof(float));
+    if (st->grads != NULL) /* with a source, its gradient buffers are its own */
+        dtrain_k_zero(st->k, st->grads, st->sh->count * sizeof(float));
 }
 
 int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *inputs,
@@ -346,6 +374,15 @@ static int sum_norm_grads(struct dtrain_stage *st, float *const *g, int n, char 
     return DTRAIN_OK;
 }
 
+/* Sequence parallel: sum the LayerNorm weight gradients over TP now?  At
+ * the step's last micro-batch (done given), when DP takes the units; with
+ * ZeRO-3 at every micro-batch, before unit_put reduce-scatters that
+ * micro-batch's gradient over DP (the sums commute: same result). */
+static int sp_sum_due(const struct dtrain_stage *st, dtrain_stage_unit_done done)
+{
+    return st->sp && (done != NULL || st->src.acquire != NULL);
+}
+
 int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,
                                size_t errlen)
 {
@@ -359,24 +396,37 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
     const struct dtrain_shard *sh = st->sh;
     struct slot *s = &st->slots[slot];
     int C = sh->model.channels, N = st->N, rc;
-    float *params = st->params;
+    struct dtrain_stage_unit e, p;
     *loss_sum = 0.0;
-    if (sh->has_embedding && c0 == 0 &&
-        (rc = dtrain_tp_embedding_forward(st->tp, s->res, st->seq_out, s->inputs,
-                                          dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE),
-                                          dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WPE),
-                                          st->B, st->T, C, err, errlen)) != DTRAIN_OK)
-        return rc;
+    if (sh->has_embedding && c0 == 0) {
+        if ((rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &e, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if ((rc = unit_get(st, DTRAIN_UNIT_WPE, 0, 0, &p, err, errlen)) == DTRAIN_OK) {
+            rc = dtrain_tp_embedding_forward(st->tp, s->res, st->seq_out, s->inputs,
+                                             dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE),
+                                             dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_WPE),
+                                             st->B, st->T, C, err, errlen);
+            int put = unit_put(st, DTRAIN_UNIT_WPE, 0, err, errlen);
+            rc = rc != DTRAIN_OK ? rc : put;
+        }
+        int put = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
+            return rc;
+    }
     struct dtrain_block_shape shape;
     dtrain_shard_block_shape(sh, st->B, st->T, &shape);
     for (int i = c0 * st->nlc; i < c1 * st->nlc; i++) {
         struct dtrain_block_weights w;
         struct dtrain_block_acts a;
-        dtrain_shard_block_weights(sh, params, i, &w);
+        struct dtrain_stage_unit u;
+        if ((rc = unit_get(st, DTRAIN_UNIT_LAYER, i, 0, &u, err, errlen)) != DTRAIN_OK)
+            return rc;
+        dtrain_shard_block_weights(u.layout, u.params, u.layer, &w);
         layer_acts(st, s, i, &a);
         rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), residual(st, s, i + 1),
                                   dtrain_tp_block_hook(st->tp), err, errlen);
-        if (rc != DTRAIN_OK)
+        int put = unit_put(st, DTRAIN_UNIT_LAYER, i, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
     }
     if (!sh->has_head || c1 != st->V)
@@ -384,13 +434,19 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
     /* final LN (replicated; sequence parallel: the rank's rows), then f
      * (sequence parallel: the all-gather of the rows, the gather point) and
      * this rank's vocabulary columns */
+    if ((rc = unit_get(st, DTRAIN_UNIT_HEAD, 0, 0, &p, err, errlen)) != DTRAIN_OK)
+        return rc;
     dtrain_k_layernorm_forward(st->k, s->lnf, s->lnf_mean, s->lnf_rstd, residual(st, s, st->nl),
-                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW),
-                               dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFB), st->Nl, C);
-    if ((rc = head_input(st, s, err, errlen)) != DTRAIN_OK)
+                               dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFW),
+                               dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFB), st->Nl, C);
+    if ((rc = unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen)) != DTRAIN_OK ||
+        (rc = head_input(st, s, err, errlen)) != DTRAIN_OK ||
+        (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &e, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_matmul_forward(st->k, s->logits, st->sp ? st->seq_in : s->lnf,
-                            dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE), NULL, N, C, sh->vocab_rows);
+                            dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE), NULL, N, C, sh->vocab_rows);
+    if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
+        return rc;
     if ((rc = dtrain_tp_xent_forward(st->tp, s->logits, s->losses, s->targets, N, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_download(st->k, st->host_losses, s->losses, (size_t)N * sizeof(float));
@@ -414,30 +470,37 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
 {
     const struct dtrain_shard *sh = st->sh;
     struct slot *s = &st->slots[slot];
-    int C = sh->model.channels, N = st->N, rc;
-    float *params = st->params, *grads = st->grads, *dres = dtrain_stage_chunk_grad(st, slot);
+    int C = sh->model.channels, N = st->N, rc, put;
+    float *dres = dtrain_stage_chunk_grad(st, slot);
+    struct dtrain_stage_unit e, p;
     if (sh->has_head && c1 == st->V) {
-        float *wte = dtrain_shard_tensor(sh, params, DTRAIN_GPT2_WTE);
         size_t NlC = (size_t)st->Nl * C;
         float *dln = st->sp ? st->seq_out : st->scratch.dln; /* the rank's rows of d(lnf) */
         dtrain_tp_xent_backward(st->tp, s->logits, s->targets, dloss, N);
-        if ((rc = head_input(st, s, err, errlen)) != DTRAIN_OK)
+        if ((rc = head_input(st, s, err, errlen)) != DTRAIN_OK ||
+            (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 1, &e, err, errlen)) != DTRAIN_OK)
             return rc;
-        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
-                                 NULL, s->logits, st->sp ? st->seq_in : s->lnf, wte, N, C, sh->vocab_rows);
+        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE),
+                                 NULL, s->logits, st->sp ? st->seq_in : s->lnf,
+                                 dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE), N, C, sh->vocab_rows);
+        if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
+            return rc;
         /* f's backward: the partial input gradients of the column-parallel
          * logits summed (sequence parallel: each rank's rows of the sum) */
         rc = st->sp ? dtrain_tp_reduce_scatter(st->tp, st->scratch.dln, dln, NlC, err, errlen)
                     : dtrain_tp_allreduce(st->tp, st->scratch.dln, (size_t)N * C, err, errlen);
-        if (rc != DTRAIN_OK)
+        if (rc != DTRAIN_OK || (rc = unit_get(st, DTRAIN_UNIT_HEAD, 0, 1, &p, err, errlen)) != DTRAIN_OK)
             return rc;
         dtrain_k_zero(st->k, dres, NlC * sizeof(float));
-        float *lnfw = dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFW), *lnfb = dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_LNFB);
+        float *lnfw = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_LNFW);
+        float *lnfb = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_LNFB);
         dtrain_k_layernorm_backward(st->k, dres, lnfw, lnfb, dln, residual(st, s, st->nl),
-                                    dtrain_shard_tensor(sh, params, DTRAIN_GPT2_LNFW), s->lnf_mean, s->lnf_rstd,
+                                    dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFW), s->lnf_mean, s->lnf_rstd,
                                     st->Nl, C);
         float *norms[2] = {lnfw, lnfb};
-        if (st->sp && done != NULL && (rc = sum_norm_grads(st, norms, 2, err, errlen)) != DTRAIN_OK)
+        rc = sp_sum_due(st, done) ? sum_norm_grads(st, norms, 2, err, errlen) : DTRAIN_OK;
+        put = unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_HEAD, 0));
@@ -448,22 +511,27 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
         struct dtrain_block_weights w;
         struct dtrain_block_grads g;
         struct dtrain_block_acts a;
-        dtrain_shard_block_weights(sh, params, i, &w);
-        dtrain_shard_block_grads(sh, grads, i, &g);
-        layer_acts(st, s, i, &a);
-        /* recomputation: what forward did not keep, from what it kept */
-        if (st->recompute == DTRAIN_RECOMPUTE_FULL &&
-            (rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), st->recompute_out,
-                                       dtrain_tp_block_hook(st->tp), err, errlen)) != DTRAIN_OK)
+        struct dtrain_stage_unit u;
+        if ((rc = unit_get(st, DTRAIN_UNIT_LAYER, i, 1, &u, err, errlen)) != DTRAIN_OK)
             return rc;
+        dtrain_shard_block_weights(u.layout, u.params, u.layer, &w);
+        dtrain_shard_block_grads(u.layout, u.grads, u.layer, &g);
+        layer_acts(st, s, i, &a);
+        rc = DTRAIN_OK;
+        /* recomputation: what forward did not keep, from what it kept */
+        if (st->recompute == DTRAIN_RECOMPUTE_FULL)
+            rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), st->recompute_out,
+                                      dtrain_tp_block_hook(st->tp), err, errlen);
         if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE) /* atty again into datty, overwritten below */
             dtrain_k_attention_forward(st->k, st->scratch.datty, a.att, a.qkv, st->B, st->T, shape.NH, shape.HS);
-        rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
-                                   dtrain_tp_block_hook(st->tp), err, errlen);
-        if (rc != DTRAIN_OK)
-            return rc;
+        if (rc == DTRAIN_OK)
+            rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
+                                       dtrain_tp_block_hook(st->tp), err, errlen);
         float *norms[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
-        if (st->sp && done != NULL && (rc = sum_norm_grads(st, norms, 4, err, errlen)) != DTRAIN_OK)
+        if (rc == DTRAIN_OK && sp_sum_due(st, done))
+            rc = sum_norm_grads(st, norms, 4, err, errlen);
+        put = unit_put(st, DTRAIN_UNIT_LAYER, i, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_LAYER, i));
@@ -477,9 +545,17 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
                 return rc;
             dout = st->seq_out;
         }
-        dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WTE),
-                                     dtrain_shard_tensor(sh, grads, DTRAIN_GPT2_WPE), dout, s->inputs,
-                                     st->B, st->T, C);
+        if ((rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 1, &e, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if ((rc = unit_get(st, DTRAIN_UNIT_WPE, 0, 1, &p, err, errlen)) == DTRAIN_OK) {
+            dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE),
+                                         dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_WPE), dout, s->inputs,
+                                         st->B, st->T, C);
+            rc = unit_put(st, DTRAIN_UNIT_WPE, 0, err, errlen);
+        }
+        put = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen);
+        if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
+            return rc;
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_WPE, 0));
     }

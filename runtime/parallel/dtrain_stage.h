@@ -77,6 +77,24 @@ struct dtrain_stage_memory {
 void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memory *m);
 void dtrain_stage_destroy(struct dtrain_stage *st);
 
+/* ZeRO-3 (dtrain_dp.h): the stage's weights come from a source, unit by
+ * unit (dtrain_shard_unit_*), asked for just before each use and given back
+ * right after.  A unit's tensors are found with dtrain_shard_tensor /
+ * dtrain_shard_block_weights(layout, params, layer) and _grads on grads. */
+struct dtrain_stage_unit {
+    const struct dtrain_shard *layout;
+    float *params, *grads; /* grads: NULL unless asked for */
+    int layer;
+};
+struct dtrain_stage_source {
+    int (*acquire)(void *ctx, int unit, int grads, struct dtrain_stage_unit *out, char *err, size_t errlen);
+    int (*release)(void *ctx, int unit, char *err, size_t errlen);
+    void *ctx;
+};
+/* Use src from now on: the stage's own parameter and gradient vectors are
+ * freed (dtrain_stage_params and _grads are then NULL, their bytes 0). */
+void dtrain_stage_set_source(struct dtrain_stage *st, const struct dtrain_stage_source *src);
+
 size_t dtrain_stage_num_params(const struct dtrain_stage *st);
 float *dtrain_stage_params(struct dtrain_stage *st); /* backend memory, the shard's layout */
 float *dtrain_stage_grads(struct dtrain_stage *st);

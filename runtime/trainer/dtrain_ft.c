@@ -242,6 +242,7 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     memset(out, 0, sizeof *out);
     out->k = dtrain_ptrainer_kernels(t);
     out->dev_params = dtrain_ptrainer_params(t);
+    out->dp = dtrain_ptrainer_dp(t);
     out->nparams = s->count;
     float *params = out->host_params = malloc((s->count + 1) * sizeof(float));
     if (params == NULL)
@@ -275,7 +276,10 @@ oom:
 
 void dtrain_ft_pieces_download(struct dtrain_ft_pieces *p)
 {
-    dtrain_k_download(p->k, p->host_params, p->dev_params, p->nparams * sizeof(float));
+    if (p->dev_params == NULL) /* ZeRO-3: the shares this rank writes */
+        dtrain_dp_params_download(p->dp, p->host_params);
+    else
+        dtrain_k_download(p->k, p->host_params, p->dev_params, p->nparams * sizeof(float));
     for (size_t i = 0; i < p->nstate; i++) {
         dtrain_k_download(p->k, p->state[i].host_m, p->state[i].dev_m, p->state[i].count * sizeof(float));
         dtrain_k_download(p->k, p->state[i].host_v, p->state[i].dev_v, p->state[i].count * sizeof(float));
@@ -284,7 +288,10 @@ void dtrain_ft_pieces_download(struct dtrain_ft_pieces *p)
 
 void dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p)
 {
-    dtrain_k_upload(p->k, p->dev_params, p->host_params, p->nparams * sizeof(float));
+    if (p->dev_params == NULL) /* ZeRO-3: the shares of the whole local vector read */
+        dtrain_dp_params_upload(p->dp, p->host_params);
+    else
+        dtrain_k_upload(p->k, p->dev_params, p->host_params, p->nparams * sizeof(float));
     for (size_t i = 0; i < p->nstate; i++) {
         dtrain_k_upload(p->k, p->state[i].dev_m, p->state[i].host_m, p->state[i].count * sizeof(float));
         dtrain_k_upload(p->k, p->state[i].dev_v, p->state[i].host_v, p->state[i].count * sizeof(float));

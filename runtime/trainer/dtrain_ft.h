@@ -92,7 +92,8 @@ struct dtrain_ft_pieces {
     struct dtrain_sckpt_piece *save, *load;
     size_t nsave, nload;
     struct dtrain_kernels *k;   /* the trainer's */
-    float *dev_params, *host_params;
+    float *dev_params, *host_params; /* dev_params NULL: ZeRO-3, dp's shares */
+    struct dtrain_dp *dp;
     size_t nparams;
     struct state_copy *state;   /* the moments' runs and their host copies */
     size_t nstate;

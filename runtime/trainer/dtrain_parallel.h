@@ -150,8 +150,10 @@ void dtrain_ptrainer_set_scaler(struct dtrain_ptrainer *t, const struct dtrain_s
  * parameters, D data-parallel ranks): parameters 4n, the accumulated
  * gradients 4n, the reduced gradients kept 4n (stage 0 and 1; none on
  * D = 1 without ZeRO) or 4n/D (stage 2), AdamW moments 8n (stage 0) or
- * 8n/D (stage 1, 2).  The measured figure is above the formula by the
- * buckets' padding to a multiple of D. */
+ * 8n/D (stage 1, 2).  Stage 3: shares of all four, 16n/D, and the full
+ * weights and gradient buffers of the units held at once (wte and the
+ * largest other unit: 8 bytes a parameter of each).  The measured figure is
+ * above the formula by the buckets' padding to a multiple of D. */
 struct dtrain_ptrainer_memory {
     size_t params, grads, reduced_grads, optimizer, activations, comm;
     size_t model_state, model_state_formula; /* params + grads + reduced_grads + optimizer */
@@ -211,7 +213,8 @@ uint64_t dtrain_ptrainer_data_batches(const struct dtrain_ptrainer *t);
 void dtrain_ptrainer_set_position(struct dtrain_ptrainer *t, long step, uint64_t data_batches);
 
 /* What a checkpoint holds of this rank: its shard (the layout of its
- * parameters), its parameters (backend memory, writable) and its data-
+ * parameters), its parameters (backend memory, writable; NULL with ZeRO-3,
+ * whose shares dtrain_dp_params_download/upload move) and its data-
  * parallel state (the AdamW moments it keeps: dtrain_dp_for_each_state). */
 const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t);
 float *dtrain_ptrainer_params(struct dtrain_ptrainer *t);
@@ -219,9 +222,10 @@ struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t);
 struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t); /* its kernel backend */
 
 /* This rank's parameters (its slice of the model in the layout of
- * dtrain_shard_plan(model, T, P, tp_rank, pp_rank); backend memory);
- * returns how many. */
-size_t dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, const float **params);
+ * dtrain_shard_plan(model, T, P, tp_rank, pp_rank)) copied into local
+ * (host, dtrain_ptrainer_shard()->count floats).  With ZeRO-3 they are
+ * gathered from the DP ranks' shares: every DP rank must call it. */
+int dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, float *local, char *err, size_t errlen);
 
 /* The whole model's parameters (host, dtrain_gpt2_param_count floats), put
  * together on WORLD rank 0 from the TP and PP shards of DP rank 0

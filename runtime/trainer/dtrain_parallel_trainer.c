@@ -84,6 +84,32 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ZeRO-3 shards each gradient unit (a layer, wpe, wte, the final
+ * LayerNorm) over the D ranks: each must hold at least D parameters on
+ * every stage (TP rank 0's shard has the sizes of every TP rank's). */
+static int zero3_check(const struct dtrain_train_config *c, int tp, int pp, int dp, char *err, size_t errlen)
+{
+    for (int s = 0; s < pp; s++) {
+        struct dtrain_shard sh;
+        struct dtrain_shard_range r[DTRAIN_SHARD_UNIT_RANGES];
+        int rc = dtrain_shard_plan_v(&c->model, tp, pp, c->virtual_stages, 0, s, &sh, err, errlen);
+        if (rc != DTRAIN_OK)
+            return rc;
+        for (int u = 0; u < dtrain_shard_units(&sh); u++) {
+            size_t n = 0;
+            for (int i = dtrain_shard_unit_ranges(&sh, u, r) - 1; i >= 0; i--)
+                n += r[i].count;
+            if (n < (size_t)dp) {
+                snprintf(err, errlen, "--zero-stage 3 shards each layer (and wte, wpe, the final LayerNorm) over "
+                         "the D=%d data-parallel ranks, but stage %d has one of %zu parameters per tensor-parallel "
+                         "rank: use fewer data-parallel ranks or --zero-stage 2", dp, s, n);
+                return DTRAIN_ERR_INPUT;
+            }
+        }
+    }
+    return DTRAIN_OK;
+}
+
 int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, int dp,
                           char *err, size_t errlen)
 {
@@ -107,11 +133,8 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
                  "GEMMs here): use --backend cpu, or --precision bf16 on %s", c->backend, c->backend);
         return DTRAIN_ERR_INPUT;
     }
-    if (c->zero_stage == 3) {
-        snprintf(err, errlen, "--zero-stage 3 (sharded parameters, FSDP) is not built in this version: use "
-                 "--zero-stage 2 (gradients and AdamW state sharded over the D ranks)");
-        return DTRAIN_ERR_INPUT;
-    }
+    if (c->zero_stage == 3 && (rc = zero3_check(c, tp, pp, dp, err, errlen)) != DTRAIN_OK)
+        return rc;
     if (c->sequence_parallel && (tp < 2 || c->seq % tp != 0)) {
         snprintf(err, errlen, "--sequence-parallel needs a tensor-parallel size T > 1 dividing --seq (here T=%d, "
                  "--seq %d): set T with dtrain-launch --tp or sbatch --dtrain-tp, make --seq a multiple of it, "
@@ -146,7 +169,10 @@ static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
         dtrain_gpt2_init_params(&t->cfg.model, t->cfg.seed, whole);
     if (rc == DTRAIN_OK) {
         dtrain_shard_scatter(&t->shard, whole, local);
-        dtrain_k_upload(t->k, dtrain_stage_params(t->stage), local, t->shard.count * sizeof(float));
+        if (dtrain_dp_sharded_params(t->dp)) /* ZeRO-3: this rank's shares */
+            dtrain_dp_params_upload(t->dp, local);
+        else
+            dtrain_k_upload(t->k, dtrain_stage_params(t->stage), local, t->shard.count * sizeof(float));
     }
 out:
     free(whole);
@@ -258,6 +284,16 @@ static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen
     return DTRAIN_OK;
 }
 
+static int z3_acquire(void *ctx, int unit, int grads, struct dtrain_stage_unit *out, char *err, size_t errlen)
+{
+    return dtrain_dp_acquire(ctx, unit, grads, out, err, errlen);
+}
+
+static int z3_release(void *ctx, int unit, char *err, size_t errlen)
+{
+    return dtrain_dp_release(ctx, unit, err, errlen);
+}
+
 int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtrain_bootstrap *bs,
                            const struct dtrain_comms *comms, struct dtrain_ptrainer **out,
                            char *err, size_t errlen)
@@ -322,9 +358,14 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         .zero_stage = c->zero_stage, .overlap = c->dp_overlap,
         .bucket_floats = (size_t)(c->bucket_mb * 1e6 / sizeof(float)) + 1,
     };
-    if ((rc = dtrain_dp_create(t->k, comms->group[DTRAIN_GROUP_DP], &t->shard, dtrain_stage_params(t->stage),
-                               dtrain_stage_grads(t->stage), &dopt, &t->dp, err, errlen)) != DTRAIN_OK)
+    int z3 = c->zero_stage >= 3; /* the stage's weights are dp's shares, gathered on use */
+    if ((rc = dtrain_dp_create(t->k, comms->group[DTRAIN_GROUP_DP], &t->shard, z3 ? NULL : dtrain_stage_params(t->stage),
+                               z3 ? NULL : dtrain_stage_grads(t->stage), &dopt, &t->dp, err, errlen)) != DTRAIN_OK)
         goto fail;
+    if (z3) {
+        struct dtrain_stage_source src = {z3_acquire, z3_release, t->dp};
+        dtrain_stage_set_source(t->stage, &src);
+    }
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     size_t wte = t->shard.size[DTRAIN_GPT2_WTE];
@@ -428,10 +469,28 @@ struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t) { retu
 
 float *dtrain_ptrainer_params(struct dtrain_ptrainer *t) { return dtrain_stage_params(t->stage); }
 
-size_t dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, const float **params)
+int dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, float *local, char *err, size_t errlen)
 {
-    *params = dtrain_stage_params(t->stage);
-    return t->shard.count;
+    if (dtrain_dp_sharded_params(t->dp))
+        return dtrain_dp_params_gather(t->dp, local, err, errlen);
+    dtrain_k_download(t->k, local, dtrain_stage_params(t->stage), t->shard.count * sizeof(float));
+    return DTRAIN_OK;
+}
+
+/* The most parameters of one gradient unit but wte. */
+static size_t largest_unit(const struct dtrain_shard *s)
+{
+    struct dtrain_shard_range r[DTRAIN_SHARD_UNIT_RANGES];
+    size_t most = 0;
+    for (int u = 0; u < dtrain_shard_units(s); u++) {
+        int layer, n = dtrain_shard_unit_ranges(s, u, r);
+        size_t sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += r[i].count;
+        if (dtrain_shard_unit_kind(s, u, &layer) != DTRAIN_UNIT_WTE && sum > most)
+            most = sum;
+    }
+    return most;
 }
 
 void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m)
@@ -442,8 +501,8 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
     dtrain_dp_memory(t->dp, &dm);
     size_t n = t->shard.count, D = (size_t)t->layout.dp, f = sizeof(float);
     int stage = t->cfg.zero_stage, local = D == 1 && stage == 0;
-    m->params = sm.param_bytes;
-    m->grads = sm.grad_bytes;
+    m->params = sm.param_bytes + dm.param_bytes; /* ZeRO-3: the stage holds none, dp the shares */
+    m->grads = sm.grad_bytes + dm.unit_grad_bytes;
     m->reduced_grads = dm.grad_bytes;
     m->optimizer = dm.optimizer_bytes;
     m->activations = sm.activation_bytes;
@@ -451,7 +510,8 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
     m->model_state = m->params + m->grads + m->reduced_grads + m->optimizer;
     m->model_state_formula = 4 * n + 4 * n + (local ? 0 : stage >= 2 ? 4 * n / D : 4 * n) +
                              (stage >= 1 ? 8 * n / D : 8 * n);
-    (void)f;
+    if (stage >= 3) /* shares of everything, and the weights and gradient of wte and of the largest other unit */
+        m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_GPT2_WTE] + largest_unit(&t->shard));
 }
 
 void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
@@ -613,7 +673,7 @@ static int tie_embedding(struct dtrain_ptrainer *t, char *err, size_t errlen)
     size_t n = s->size[DTRAIN_GPT2_WTE];
     if (s->pp == 1 || n == 0)
         return DTRAIN_OK;
-    float *g = dtrain_shard_tensor(s, dtrain_stage_grads(t->stage), DTRAIN_GPT2_WTE);
+    float *g = dtrain_dp_wte_grads(t->dp, dtrain_stage_grads(t->stage));
     int other = s->has_embedding ? s->pp - 1 : 0;
     int rc = dtrain_pcomm_sendrecv(&t->pp, g, n, other, t->tie, n, other, "tied embedding: gradient exchange", err,
                                    errlen);
@@ -834,16 +894,19 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
 {
     const struct dtrain_bootstrap *L = &t->layout;
     dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
-    int rc = DTRAIN_OK;
-    if (L->rank != 0 && L->dp_rank != 0)
+    int rc = DTRAIN_OK, z3 = dtrain_dp_sharded_params(t->dp);
+    if (L->rank != 0 && L->dp_rank != 0 && !z3)
         return DTRAIN_OK;
-    /* this rank's shard, from backend memory */
+    /* this rank's shard, from backend memory (ZeRO-3: gathered over DP, every DP rank takes part) */
     float *local = malloc((t->shard.count + 1) * sizeof(float));
     if (local == NULL) {
         snprintf(err, errlen, "gathering the model: out of memory");
-        return DTRAIN_ERR_SYSTEM;
+        return DTRAIN_ERR_SYSTEM; /* ZeRO-3: the DP peers then see a broken gather and fail too */
     }
-    dtrain_k_download(t->k, local, dtrain_stage_params(t->stage), t->shard.count * sizeof(float));
+    if ((rc = dtrain_ptrainer_local_params(t, local, err, errlen)) != DTRAIN_OK || (L->rank != 0 && L->dp_rank != 0)) {
+        free(local);
+        return rc;
+    }
     if (L->rank != 0) {
         rc = dtrain_pcomm_status(world, dtrain_comm_send(world, local, t->shard.count * sizeof(float), 0),
                                  "gathering the model: send", err, errlen);

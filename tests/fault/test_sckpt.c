@@ -321,6 +321,7 @@ int main(void)
     static const struct { int tp, pp, dp, zero; } layouts[] = { /* zero: the ZeRO stage */
         {2, 1, 2, 1}, {1, 1, 1, 0}, {1, 2, 1, 1}, {2, 2, 2, 0}, {1, 1, 4, 1},
         {2, 1, 2, 2}, {1, 2, 2, 2}, {1, 1, 4, 2},
+        {2, 1, 2, 3}, {1, 2, 2, 3}, {1, 1, 4, 3}, /* ZeRO-3: b8..b10, read back in D below */
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         struct job b = j;
@@ -350,6 +351,41 @@ int main(void)
         free(p_b);
         free(m_b);
         free(v_b);
+    }
+
+    /* ---- D: a checkpoint ZeRO-3 wrote (b9: (1,2,2) stage 3, each DP rank
+     * its shares) resumes in ZeRO-1 at (2,1,2) (the original layout: the
+     * same bits, so the original step 3 bit for bit), ZeRO-2 at (1,1,4) and
+     * in one process */
+    {
+        char b9[300];
+        snprintf(b9, sizeof b9, "%s/b9", top);
+        static const struct { int tp, pp, dp, zero; } back[] = {{2, 1, 2, 1}, {1, 1, 4, 2}};
+        for (size_t k = 0; k < sizeof back / sizeof back[0]; k++) {
+            struct job d = j;
+            d.cfg.zero_stage = back[k].zero;
+            snprintf(d.load_dir, sizeof d.load_dir, "%s", b9);
+            snprintf(d.save_dir, sizeof d.save_dir, "%s/d%zu", top, k);
+            d.save_after_load = 0;
+            d.save_every = 0;
+            d.steps = 1;
+            rc = run(&d, back[k].tp, back[k].pp, back[k].dp, &a0, all);
+            ok(rc == 0 && a0.found && a0.resumed == 3 &&
+               (k == 0 ? a0.loss[0] == loss_a[3] : rel(a0.loss[0], loss_a[3]) <= LOSS_RTOL),
+               "(%d,%d,%d) ZeRO stage %d resumes the (1,2,2) ZeRO-3 checkpoint of step 3: step 3's loss %.9g, the "
+               "original's %.9g (%s)", back[k].tp, back[k].pp, back[k].dp, back[k].zero, (double)a0.loss[0],
+               (double)loss_a[3], k == 0 ? "bit for bit" : "within the tolerance");
+        }
+        struct dtrain_train_config r3 = cfg;
+        struct dtrain_trainer *one = NULL;
+        struct dtrain_step_result sr;
+        snprintf(r3.resume, sizeof r3.resume, "%s", b9);
+        int good = dtrain_trainer_create(&r3, &one, err, sizeof err) == DTRAIN_OK &&
+                   dtrain_trainer_steps_done(one) == 3 && dtrain_trainer_step(one, &sr, err, sizeof err) == DTRAIN_OK;
+        ok(good && rel(sr.loss, loss_a[3]) <= LOSS_RTOL, "one process resumes the (1,2,2) ZeRO-3 checkpoint of step 3: "
+           "step 3's loss %.9g within %g of the original %.9g%s%s", good ? (double)sr.loss : 0.0, LOSS_RTOL,
+           (double)loss_a[3], good ? "" : ": ", good ? "" : err);
+        dtrain_trainer_destroy(one);
     }
 
     /* ---- C: dtrain-train's checkpoints (dtrain_train.h: the same trainer on

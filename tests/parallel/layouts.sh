@@ -16,7 +16,9 @@
 # 2): (2,2,2) ZeRO-1 m=2 gives the V=1 run's losses bit for bit, and on an
 # 8-layer model (1,4,1) m=4 with V=2 and V=1 the same losses, within the
 # tolerance of one process (dtrain-train).  Two shapes that do not split,
-# --zero-stage 3 and two virtual-stage shapes (P*V not dividing the
+# ZeRO-3 (--zero-stage 3) at (2,1,4) and (1,2,4) matches (1,1,1) within the
+# tolerance.  Two shapes that do not split, ZeRO-3 over more DP ranks than
+# a unit's parameters and two virtual-stage shapes (P*V not dividing the
 # layers, m not a multiple of P) are refused by every rank with exit 2.
 # Sequence parallelism at (2,1,1) (--sequence-parallel 1 and 0 in one job)
 # matches (1,1,1) within the tolerance with fewer activation bytes in rank
@@ -116,6 +118,26 @@ for spec in "tp2 2 1 1 2 1" "pp2 1 2 2 1 2" "dp2 1 1 2 1 1" "tp2pp2 2 2 1 4 2" "
   done
 done
 diag "largest relative loss deviation from (1,1,1) over all layouts: $worst; all jobs took $(($(date +%s) - start)) s"
+
+# ---- ZeRO-3 (sharded parameters) at (2,1,4) and (1,2,4): the losses of
+# (1,1,1) within the tolerance, every rank's memory line says stage 3
+for spec in "tp2dp4 2 1 1" "pp2dp4 1 2 2"; do
+  set -- $spec
+  name=z3$1 t=$2 p=$3 micro=$4
+  printf '#!/bin/bash\nexport OPENBLAS_NUM_THREADS=1\nsrun --mpi=pmi2 %q' "$launch" >"$d/$name.sbatch"
+  printf ' %q' "${trainer[@]}" --backend cpu --micro-batches "$micro" --zero-stage 3 --memory-report 1 \
+    --metrics "$d/$name.jsonl" >>"$d/$name.sbatch"
+  echo >>"$d/$name.sbatch"
+  in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-tp="$t" --dtrain-pp="$p" -N 2 --ntasks-per-node=4 \
+    -o "$d/$name.out" "$d/$name.sbatch" >/dev/null 2>"$d/$name.err"
+  rc=$?
+  check "($t,$p,4) --zero-stage 3 m=$micro: sbatch --dtrain-tp=$t --dtrain-pp=$p, srun --mpi=pmi2 exits 0, each of the 8 ranks prints a memory line of stage 3 (exit $rc)" \
+    [ "$rc" -eq 0 -a "$(grep -c '"zero_stage": 3' "$d/$name.out")" -eq 8 ]
+  [ "$rc" -eq 0 ] || sed 's/^/# /' "$d/$name.out" "$d/$name.err" | head -20
+  dev=$(deviation "$d/base.zero0.jsonl" "$d/$name.jsonl")
+  check "($t,$p,4) ZeRO stage 3: every step's loss matches (1,1,1): max relative deviation $dev <= $rtol" \
+    awk -v x="$dev" -v t="$rtol" 'BEGIN { exit !(x != "missing" && x + 0 <= t + 0) }'
+done
 
 # ---- activation recomputation at (2,2,2) ZeRO-2: the same losses bit for bit
 {
@@ -243,9 +265,11 @@ in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --mpi=pmi2 "$launch" --c
 rc=$?
 check "D=2 with --batch 6 --micro-batches 2: exit 2, both ranks ask for a batch that is a multiple of 4 (exit $rc)" \
   [ "$rc" -eq 2 -a "$(grep -c 'batch 6 does not split into D=2 .* multiple of 4' "$d/batch.err")" -eq 2 ]
-in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=1 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
-  --zero-stage 3 >"$d/zero3.out" 2>"$d/zero3.err"
+# ZeRO-3 shards each layer, wte, wpe and the final LayerNorm (2C = 4
+# parameters at C = 2) over D: D=8 is more ranks than that unit holds
+in_cluster "$d" timeout 60 srun -N2 --ntasks-per-node=4 --mpi=pmi2 "$launch" --comm-backend cpu "${trainer[@]}" \
+  --channels 2 --heads 1 --zero-stage 3 >"$d/zero3.out" 2>"$d/zero3.err"
 rc=$?
-check "--zero-stage 3: exit 2, both ranks say it is not built and name --zero-stage 2 (exit $rc)" \
-  [ "$rc" -eq 2 -a "$(grep -c 'zero-stage 3 (sharded parameters, FSDP) is not built .* use --zero-stage 2' "$d/zero3.err")" -eq 2 ]
+check "--zero-stage 3 at D=8 with C=2: exit 2, every rank says the final LayerNorm's 4 parameters do not split over 8 and names --zero-stage 2 (exit $rc)" \
+  [ "$rc" -eq 2 -a "$(grep -c 'zero-stage 3 shards each layer .* over the D=8 data-parallel ranks, but stage 0 has one of 4 parameters .* --zero-stage 2' "$d/zero3.err")" -eq 8 ]
 done_testing

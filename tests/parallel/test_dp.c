@@ -8,7 +8,10 @@
  * gradient's norm.  ZeRO-1 keeps about 1/D of the optimizer state (D = 3
  * pads every bucket to a multiple of 3).  ZeRO-2 (the reduce-scatter into
  * a scratch, only the share kept) gives ZeRO-1's bits and keeps about 1/D
- * of the reduced gradients. */
+ * of the reduced gradients.  ZeRO-3 (the parameters sharded too: each unit
+ * gathered when asked for, its gradient reduce-scattered when given back)
+ * gives the same parameters and norms within the same bound, every
+ * gathered unit holding the local vector's slices. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include "dtrain_dp.h"
 #include "dtrain_pcomm.h"
 #include "dtrain_rng.h"
+#include "dtrain_stage.h"
 #include "local_boot.h"
 #include "tap.h"
 
@@ -26,7 +30,7 @@ static const struct dtrain_gpt2_config model = {
     .max_seq_len = 8, .vocab_size = 60, .padded_vocab_size = 64, .num_layers = 3, .num_heads = 2, .channels = 8,
 };
 
-enum mode { PLAIN_OVERLAP, PLAIN_REVERSED, ZERO1, ZERO2, MODES };
+enum mode { PLAIN_OVERLAP, PLAIN_REVERSED, ZERO1, ZERO2, ZERO3, MODES };
 
 struct result {
     int ran;
@@ -37,9 +41,37 @@ struct result {
     size_t state[MODES];      /* optimizer floats */
     struct dtrain_dp_memory mem[MODES];
     int zero2_same;           /* ZeRO-2 gives ZeRO-1's bits */
+    int gathered_same;        /* ZeRO-3: every unit gathered equals the local vector's slices */
     int buckets;
     size_t n;
 };
+
+/* ZeRO-3's step: each unit asked for, checked against the gathered local
+ * vector (forward), asked for again with its gradient buffer, which gets
+ * this rank's gradients of the unit, and given back (backward). */
+static int zero3_units(struct dtrain_dp *dp, const struct dtrain_shard *sh, const float *grads, float *cur,
+                       int *same, char *err, size_t errlen)
+{
+    int rc = dtrain_dp_params_gather(dp, cur, err, errlen);
+    for (int u = 0; rc == DTRAIN_OK && u < dtrain_shard_units(sh); u++) {
+        struct dtrain_shard_range r[DTRAIN_SHARD_UNIT_RANGES];
+        struct dtrain_stage_unit v;
+        int nr = dtrain_shard_unit_ranges(sh, u, r);
+        for (int pass = 0; rc == DTRAIN_OK && pass < 2; pass++) {
+            if ((rc = dtrain_dp_acquire(dp, u, pass, &v, err, errlen)) != DTRAIN_OK)
+                break;
+            size_t at = 0;
+            for (int i = 0; i < nr; i++) {
+                *same = *same && memcmp(v.params + at, cur + r[i].offset, r[i].count * sizeof(float)) == 0;
+                if (pass == 1)
+                    memcpy(v.grads + at, grads + r[i].offset, r[i].count * sizeof(float));
+                at += r[i].count;
+            }
+            rc = dtrain_dp_release(dp, u, err, errlen);
+        }
+    }
+    return rc;
+}
 
 /* Rank r's gradient of step s. */
 static void grads_of(float *g, size_t n, int r, int s)
@@ -50,19 +82,26 @@ static void grads_of(float *g, size_t n, int r, int s)
 
 static int run_mode(struct dtrain_kernels *k, dtrain_comm *dp_comm, const struct dtrain_shard *sh, enum mode m,
                     const struct dtrain_optim_config *oc, float *params, double *norms, size_t *state,
-                    struct dtrain_dp_memory *mem, int *buckets, char *err, size_t errlen)
+                    struct dtrain_dp_memory *mem, int *buckets, int *same, char *err, size_t errlen)
 {
     size_t n = sh->count;
     float *grads = malloc(n * sizeof(float));
     struct dtrain_dp *dp = NULL;
-    struct dtrain_dp_options o = {.zero_stage = m == ZERO1 ? 1 : m == ZERO2 ? 2 : 0, .overlap = m != PLAIN_REVERSED, .bucket_floats = 300};
-    int rc = grads == NULL ? DTRAIN_ERR_SYSTEM : dtrain_dp_create(k, dp_comm, sh, params, grads, &o, &dp, err, errlen);
+    struct dtrain_dp_options o = {.zero_stage = m == ZERO1 ? 1 : m == ZERO2 ? 2 : m == ZERO3 ? 3 : 0,
+                                  .overlap = m != PLAIN_REVERSED, .bucket_floats = 300};
+    int z3 = m == ZERO3;
+    int rc = grads == NULL ? DTRAIN_ERR_SYSTEM : dtrain_dp_create(k, dp_comm, sh, z3 ? NULL : params,
+                                                                  z3 ? NULL : grads, &o, &dp, err, errlen);
+    if (rc == DTRAIN_OK && z3)
+        dtrain_dp_params_upload(dp, params);
     for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {
         grads_of(grads, n, dtrain_comm_rank(dp_comm), s);
         dtrain_dp_begin_step(dp);
         int units = dtrain_shard_units(sh);
         for (int u = 0; u < units; u++)
             dtrain_dp_unit_ready(dp, m == PLAIN_REVERSED ? units - 1 - u : u);
+        if (z3 && (rc = zero3_units(dp, sh, grads, params, same, err, errlen)) != DTRAIN_OK)
+            break;
         if ((rc = dtrain_dp_finish(dp, err, errlen)) != DTRAIN_OK)
             break;
         double share = dtrain_dp_norm_sumsq(dp), total;
@@ -71,6 +110,8 @@ static int run_mode(struct dtrain_kernels *k, dtrain_comm *dp_comm, const struct
         norms[s] = sqrt(total);
         rc = dtrain_dp_update(dp, oc, s, oc->lr, dtrain_clip_scale(oc, norms[s]), err, errlen);
     }
+    if (rc == DTRAIN_OK && z3) /* the parameters after the last update */
+        rc = dtrain_dp_params_gather(dp, params, err, errlen);
     if (dp != NULL) {
         *state = dtrain_dp_optimizer_floats(dp);
         dtrain_dp_memory(dp, mem);
@@ -127,8 +168,12 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         if (out[m] == NULL)
             goto out;
         memcpy(out[m], init, n * sizeof(float));
+        int buckets = 0;
+        if (m == ZERO3)
+            r->gathered_same = 1;
         if (run_mode(k, comms.group[DTRAIN_GROUP_DP], &sh, (enum mode)m, &oc, out[m], norms, &r->state[m],
-                     &r->mem[m], &r->buckets, r->err, sizeof r->err) != DTRAIN_OK)
+                     &r->mem[m], m == ZERO3 ? &buckets : &r->buckets, &r->gathered_same, r->err,
+                     sizeof r->err) != DTRAIN_OK)
             goto out;
         r->vs_ref[m] = 0.0;
         for (size_t i = 0; i < n; i++)
@@ -161,7 +206,8 @@ int main(void)
         char err[256];
         memset(res, 0, sizeof res);
         int rc = local_boot_run(1, 1, D, rank_main, NULL, sizeof res[0], res, codes, 60, err, sizeof err);
-        int ran = rc == 0, same = 1, same2 = 1;
+        int ran = rc == 0, same = 1, same2 = 1, gathered = 1;
+        double z3 = 0;
         double plain = 0, zero = 0, norm = 0;
         for (int r = 0; r < D; r++) {
             if (res[r].err[0])
@@ -169,6 +215,8 @@ int main(void)
             ran = ran && res[r].ran;
             same = same && res[r].plain_same;
             same2 = same2 && res[r].zero2_same;
+            gathered = gathered && res[r].gathered_same;
+            z3 = fmax(z3, res[r].vs_ref[ZERO3]);
             plain = fmax(plain, fmax(res[r].vs_ref[PLAIN_OVERLAP], res[r].vs_ref[PLAIN_REVERSED]));
             zero = fmax(zero, fmax(res[r].vs_ref[ZERO1], res[r].vs_ref[ZERO2]));
             for (int m = 0; m < MODES; m++)
@@ -184,7 +232,16 @@ int main(void)
         ok(ran && same2, "D=%d: ZeRO-2 (only the share of each bucket kept) gives ZeRO-1's parameters bit for bit", D);
         ok(ran && norm < 1e-6, "D=%d: the ranks' norm shares add up to the summed gradient's norm (%.1e), with and "
            "without ZeRO-1, so clipping acts alike", D, norm);
+        ok(ran && gathered && z3 < 1e-6 && norm < 1e-6, "D=%d: ZeRO-3 (parameters sharded, each unit gathered when "
+           "asked for, its gradient reduce-scattered when given back): every gathered unit holds the local vector's "
+           "slices; parameters within %.1e of AdamW on the summed gradients", D, z3);
         size_t n = res[0].n, zs = res[0].state[ZERO1];
+        size_t p3 = res[0].mem[ZERO3].param_bytes, a3 = res[0].state[ZERO3], g3 = res[0].mem[ZERO3].grad_bytes;
+        size_t units = (size_t)model.num_layers + 3, f = sizeof(float); /* a unit's padding: < D floats */
+        ok(ran && a3 >= 2 * n / D && a3 <= 2 * (n / D + units) && g3 >= n * f / D && g3 <= (n / D + units) * f &&
+           p3 >= (a3 / 2) * f && p3 < n * f,
+           "D=%d: ZeRO-3 per rank: AdamW state %zu floats (2n/D = %zu), gradient shares %zu bytes, parameters %zu "
+           "bytes (shares and two units' buffers; unsharded %zu)", D, a3, 2 * n / D, g3, p3, n * f);
         ok(ran && res[0].state[PLAIN_OVERLAP] == 2 * n && zs >= 2 * n / (size_t)D &&
            zs <= 2 * (n / (size_t)D + (size_t)res[0].buckets),
            "D=%d: AdamW state per rank: %zu floats without ZeRO-1, %zu with it (2n/D = %zu)", D,

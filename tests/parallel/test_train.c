@@ -94,19 +94,25 @@ static uint64_t fnv(uint64_t h, const float *x, size_t n)
     return h;
 }
 
-static void checksums(struct dtrain_ptrainer *t, const struct dtrain_bootstrap *bs, const struct job *j,
-                      struct run_result *r)
+static int checksums(struct dtrain_ptrainer *t, const struct dtrain_bootstrap *bs, const struct job *j,
+                     struct run_result *r)
 {
-    const float *p;
-    size_t n = dtrain_ptrainer_local_params(t, &p);
+    size_t n = dtrain_ptrainer_shard(t)->count;
+    float *p = malloc((n + 1) * sizeof(float));
     struct dtrain_shard s;
     char err[256];
+    if (p == NULL || dtrain_ptrainer_local_params(t, p, r->err, sizeof r->err) != DTRAIN_OK) {
+        free(p);
+        return DTRAIN_ERR_SYSTEM;
+    }
     r->tp_rank = bs->tp_rank;
     r->pp_rank = bs->pp_rank;
     r->dp_rank = bs->dp_rank;
     r->all = fnv(14695981039346656037ULL, p, n);
-    if (dtrain_shard_plan(&j->cfg.model, bs->tp, bs->pp, bs->tp_rank, bs->pp_rank, &s, err, sizeof err) != 0)
-        return;
+    if (dtrain_shard_plan(&j->cfg.model, bs->tp, bs->pp, bs->tp_rank, bs->pp_rank, &s, err, sizeof err) != 0) {
+        free(p);
+        return DTRAIN_OK;
+    }
     r->wte = fnv(14695981039346656037ULL, p + s.offset[DTRAIN_GPT2_WTE], s.size[DTRAIN_GPT2_WTE]);
     r->replicated = 14695981039346656037ULL;
     static const enum dtrain_gpt2_tensor replicated[] = {
@@ -114,6 +120,8 @@ static void checksums(struct dtrain_ptrainer *t, const struct dtrain_bootstrap *
         DTRAIN_GPT2_LN2B, DTRAIN_GPT2_FCPROJB, DTRAIN_GPT2_LNFW, DTRAIN_GPT2_LNFB};
     for (size_t k = 0; k < sizeof replicated / sizeof replicated[0]; k++)
         r->replicated = fnv(r->replicated, p + s.offset[replicated[k]], s.size[replicated[k]]);
+    free(p);
+    return DTRAIN_OK;
 }
 
 static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
@@ -154,7 +162,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (rc == DTRAIN_OK && j->save_dir != NULL)
         rc = dtrain_ft_save(t, &j->cfg, bs, comms.group[DTRAIN_GROUP_WORLD], j->save_dir, a->r.err, sizeof a->r.err);
     if (rc == DTRAIN_OK)
-        checksums(t, bs, j, &a->r);
+        rc = checksums(t, bs, j, &a->r); /* a collective with ZeRO-3 */
     a->r.ok = rc == DTRAIN_OK;
     dtrain_ptrainer_destroy(t);
     dtrain_comm_destroy_all(&comms);
@@ -517,6 +525,13 @@ int main(void)
         {2, 1, 2, 1, 2, 1, 0, 13, 0, 1}, {2, 1, 4, 1, 2, 1, 0, 15, 0, 1},
         {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 30, 0, 1}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 30, 0, 1},
         {2, 2, 2, 2, 0, 1, 0, 30, 2, 1},
+        /* ZeRO-3 (sharded parameters) at D = 2 and 4, with T = 2 and with P = 2
+         * (36-40), with (T,P,D) = (2,2,2); full recomputation against 39 bit
+         * for bit, V = 2 against 38; sequence parallelism on ZeRO-3 against
+         * layout 37 without it */
+        {1, 1, 2, 2, 3, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 3, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, 0, 0, 0, 0},
+        {1, 2, 4, 2, 3, 1, 0, 0, 0, 0}, {2, 2, 2, 2, 3, 1, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, DTRAIN_RECOMPUTE_FULL, 39, 0, 0},
+        {1, 2, 2, 2, 3, 0, 0, 38, 2, 0}, {2, 1, 2, 1, 3, 1, 0, 37, 0, 1},
     };
     enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
     struct run_result kept[NLAYOUTS];
@@ -683,6 +698,7 @@ int main(void)
     static const struct layout half[] = {
         {1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0, 0},
         {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 0}, {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 1},
+        {1, 2, 2, 2, 3, 1, 0, 0, 0, 0},
     };
     struct run_result half0 = {0};
     for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
