@@ -19,6 +19,9 @@
  * is measured before and after the steps with OpenBLAS's own threads; the
  * ratio uses medians, so one noisy neighbour on a shared machine does not
  * decide the figure.  Target: the step at >= 60% of the sgemm rate.
+ * "CPU busy" is the process's CPU time over threads x wall time per step:
+ * on a quiet machine what is missing from 100% is the threads waiting
+ * (fork-join, imbalance); on a loaded one also time not scheduled.
  *
  * Then the same steps in bf16, on what dtrain_cpu_bf16_describe() prints:
  * oneDNN's bf16 matmuls where the CPU has AMX-BF16 / AVX512-BF16 (target
@@ -255,7 +258,16 @@ static int parse_options(int argc, char **argv, struct options *o)
 /* Median times of the training steps in one precision. */
 struct step_times {
     double step_ms, best_ms, fwd_ms, bwd_ms, upd_ms;
+    double busy; /* the process's CPU time over threads x wall time of a step (median) */
 };
+
+/* CPU time of the whole process (every thread), seconds */
+static double process_cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 static int run_steps(const struct options *o, const struct dtrain_gpt2_config *cfg, int B, int T,
                      enum dtrain_kernels_precision precision, struct step_times *st, size_t *nparams,
@@ -266,7 +278,7 @@ static int run_steps(const struct options *o, const struct dtrain_gpt2_config *c
     struct dtrain_adamw *opt = NULL;
     float *host = NULL;
     int32_t *inputs = NULL, *targets = NULL;
-    double *step_ms = NULL, *fwd_ms = NULL, *bwd_ms = NULL, *upd_ms = NULL;
+    double *step_ms = NULL, *fwd_ms = NULL, *bwd_ms = NULL, *upd_ms = NULL, *busy = NULL;
     char err[512];
     int rc = 1;
     struct dtrain_kernels_options kopt = {.threads = o->threads, .precision = precision};
@@ -286,7 +298,8 @@ static int run_steps(const struct options *o, const struct dtrain_gpt2_config *c
     fwd_ms = calloc((size_t)o->steps, sizeof(double));
     bwd_ms = calloc((size_t)o->steps, sizeof(double));
     upd_ms = calloc((size_t)o->steps, sizeof(double));
-    if (!host || !inputs || !targets || !step_ms || !fwd_ms || !bwd_ms || !upd_ms) {
+    busy = calloc((size_t)o->steps, sizeof(double));
+    if (!host || !inputs || !targets || !step_ms || !fwd_ms || !bwd_ms || !upd_ms || !busy) {
         fprintf(stderr, PROG ": out of memory\n");
         goto out;
     }
@@ -302,6 +315,7 @@ static int run_steps(const struct options *o, const struct dtrain_gpt2_config *c
             targets[i] = (int32_t)(dtrain_rng_bits(8, step, (uint64_t)i) % (uint64_t)cfg->vocab_size);
         }
         float loss;
+        double c0 = process_cpu_seconds();
         double t0 = bench_now_seconds();
         if (dtrain_gpt2_forward(model, inputs, targets, B, T, &loss, err, sizeof err) != DTRAIN_OK)
             goto fail;
@@ -320,6 +334,7 @@ static int run_steps(const struct options *o, const struct dtrain_gpt2_config *c
             bwd_ms[s] = 1e3 * (t2 - t1);
             upd_ms[s] = 1e3 * (t3 - t2);
             step_ms[s] = 1e3 * (t3 - t0);
+            busy[s] = (process_cpu_seconds() - c0) / ((t3 - t0) * o->threads);
         }
     }
     st->best_ms = step_ms[0];
@@ -330,13 +345,14 @@ static int run_steps(const struct options *o, const struct dtrain_gpt2_config *c
     st->fwd_ms = bench_median(fwd_ms, o->steps);
     st->bwd_ms = bench_median(bwd_ms, o->steps);
     st->upd_ms = bench_median(upd_ms, o->steps);
+    st->busy = bench_median(busy, o->steps);
     rc = 0;
     goto out;
 fail:
     fprintf(stderr, PROG ": %s\n", err);
 out:
     free(host); free(inputs); free(targets);
-    free(step_ms); free(fwd_ms); free(bwd_ms); free(upd_ms);
+    free(step_ms); free(fwd_ms); free(bwd_ms); free(upd_ms); free(busy);
     dtrain_adamw_destroy(opt);
     dtrain_gpt2_destroy(model);
     dtrain_kernels_destroy(k);
@@ -390,6 +406,9 @@ int main(int argc, char **argv)
     printf("step fp32 (median)   %9.2f ms  (best %.2f ms; forward %.2f, backward %.2f, "
            "update %.2f)\n", ms, fp32.best_ms, fp32.fwd_ms, fp32.bwd_ms, fp32.upd_ms);
     printf("tokens/s fp32        %9.0f\n", B * T / (ms * 1e-3));
+    /* below 100%: threads waiting (fork-join, imbalance) or, on a loaded machine, not scheduled */
+    printf("CPU busy fp32        %9.1f %%  (the process's CPU time over %d threads x the step's wall time, "
+           "median)\n", 100.0 * fp32.busy, o.threads);
     printf("model FLOP per step  %9.3f GFLOP\n", flops * 1e-9);
     printf("achieved fp32        %9.2f GFLOP/s\n", gflops);
     printf("GEMM kernels         %s\n", blas);
