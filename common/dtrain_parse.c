@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 int dtrain_parse_int(const char *text, long min, long max, const char *what,
@@ -93,4 +94,33 @@ int dtrain_snprintf(char *buf, size_t len, const char *fmt, ...)
     int n = vsnprintf(buf, len, fmt, ap);
     va_end(ap);
     return (n < 0 || (size_t)n >= len) ? -1 : 0;
+}
+
+int dtrain_expand_node(const char *text, const char *node, char *out, size_t outlen)
+{
+    size_t o = 0;
+    if (outlen == 0)
+        return -1;
+    for (const char *p = text; *p != '\0'; p++) {
+        const char *piece;
+        char one[2] = {*p, '\0'};
+        if (p[0] == '%' && p[1] == 'n') {
+            if (node == NULL || node[0] == '\0')
+                return -2;
+            piece = node;
+            p++;
+        } else if (p[0] == '%' && p[1] == '%') {
+            piece = "%";
+            p++;
+        } else {
+            piece = one;
+        }
+        size_t len = strlen(piece);
+        if (o + len >= outlen)
+            return -1;
+        memcpy(out + o, piece, len);
+        o += len;
+    }
+    out[o] = '\0';
+    return 0;
 }

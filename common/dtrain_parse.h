@@ -34,4 +34,10 @@ int dtrain_hex_decode(const char *hex, void *data, size_t len);
 int dtrain_snprintf(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Copy text into out with "%n" replaced by node and "%%" by "%" (the
+ * placeholders of site-config paths and --ckpt-local-dir).  Returns 0, -1
+ * when the result does not fit in outlen bytes, or -2 when text uses %n and
+ * node is NULL or empty. */
+int dtrain_expand_node(const char *text, const char *node, char *out, size_t outlen);
+
 #endif

@@ -261,29 +261,14 @@ static const char *json_kind(const json_t *v)
 /* Copy text with "%n" replaced by the node name and "%%" by "%". */
 static int expand_path(struct parse_ctx *ctx, const char *where, const char *text, char *out, size_t outlen)
 {
-    size_t o = 0;
-    for (const char *p = text; *p; p++) {
-        const char *piece = NULL;
-        char one[2] = {*p, '\0'};
-        if (p[0] == '%' && p[1] == 'n') {
-            if (!ctx->node || !ctx->node[0])
-                return fail(ctx, where, "'%.200s' uses %%n but the node name is unknown (give --node)", text);
-            piece = ctx->node;
-            p++;
-        } else if (p[0] == '%' && p[1] == '%') {
-            piece = "%";
-            p++;
-        } else {
-            piece = one;
-        }
-        size_t len = strlen(piece);
-        if (o + len >= outlen)
-            return fail(ctx, where, "'%.200s' is too long once expanded", text);
-        memcpy(out + o, piece, len);
-        o += len;
+    switch (dtrain_expand_node(text, ctx->node, out, outlen)) {
+    case 0:
+        return 0;
+    case -2:
+        return fail(ctx, where, "'%.200s' uses %%n but the node name is unknown (give --node)", text);
+    default:
+        return fail(ctx, where, "'%.200s' is too long once expanded", text);
     }
-    out[o] = '\0';
-    return 0;
 }
 
 static int parse_value(struct parse_ctx *ctx, const struct key_spec *spec, const char *where, json_t *v)

@@ -110,30 +110,12 @@ static int local_dir_of(const char *spec, char *out, size_t len, char *err, size
     const char *n = getenv("SLURMD_NODENAME");
     if (n != NULL && n[0] != '\0')
         snprintf(host, sizeof host, "%s", n);
-    else if (gethostname(host, sizeof host - 1) != 0)
+    else if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
         snprintf(host, sizeof host, "localhost");
-    size_t o = 0;
-    for (const char *p = spec; *p != '\0'; p++) {
-        const char *add = NULL;
-        char one[2] = {*p, '\0'};
-        if (p[0] == '%' && p[1] == 'n') { /* as dtrain-health's site config paths */
-            add = host;
-            p++;
-        } else if (p[0] == '%' && p[1] == '%') {
-            add = "%";
-            p++;
-        } else {
-            add = one;
-        }
-        size_t l = strlen(add);
-        if (o + l >= len) {
-            snprintf(err, errlen, "--ckpt-local-dir %.80s: longer than %zu bytes once %%n is replaced", spec, len - 1);
-            return DTRAIN_ERR_INPUT;
-        }
-        memcpy(out + o, add, l);
-        o += l;
+    if (dtrain_expand_node(spec, host, out, len) != 0) {
+        snprintf(err, errlen, "--ckpt-local-dir %.80s: longer than %zu bytes once %%n is replaced", spec, len - 1);
+        return DTRAIN_ERR_INPUT;
     }
-    out[o] = '\0';
     return DTRAIN_OK;
 }
 

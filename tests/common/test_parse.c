@@ -47,5 +47,15 @@ int main(void)
 
     char small[8];
     ok(dtrain_snprintf(small, sizeof small, "%s", "truncated!") == -1 && strlen(small) == 7, "truncation is reported");
+
+    char path[16];
+    ok(dtrain_expand_node("/l/%n/x", "node7", path, sizeof path) == 0 && strcmp(path, "/l/node7/x") == 0, "%%n is the node name");
+    ok(dtrain_expand_node("a%%n%", "node7", path, sizeof path) == 0 && strcmp(path, "a%n%") == 0, "%%%% is one %%, a lone %% stays");
+    ok(dtrain_expand_node("/l/%n", NULL, path, sizeof path) == -2, "%%n without a node name is refused");
+    ok(dtrain_expand_node("/l/%n", "", path, sizeof path) == -2, "%%n with an empty node name is refused");
+    ok(dtrain_expand_node("/plain", NULL, path, sizeof path) == 0 && strcmp(path, "/plain") == 0, "no %%n needs no node name");
+    ok(dtrain_expand_node("/l/%n", "a-very-long-node", path, sizeof path) == -1, "too long once expanded is refused");
+    ok(dtrain_expand_node("0123456789abcde", NULL, path, sizeof path) == 0, "15 bytes fit 16");
+    ok(dtrain_expand_node("0123456789abcdef", NULL, path, sizeof path) == -1, "16 bytes do not fit 16");
     return tap_done();
 }

@@ -8,7 +8,8 @@
 #     the packages with dpkg-buildpackage -b (DEB_BUILD_OPTIONS=nocheck: the
 #     suite runs the tests itself); `debian/rules clean` must leave every
 #     source file in place; then a second version is built in the same tree
-#     (a changelog entry and a changed conffile, /etc/dtrain/dtrain.json).
+#     (a changelog entry and a changed conffile, /etc/dtrain/dtrain.json);
+#     the first build's packages go through Debian 12's lintian.
 #  2. a Debian 12 chroot (debootstrap, minbase, plus Debian's slurmctld,
 #     slurmd, slurm-client, munge and the packages' dependencies) is made in
 #     CACHE/bookworm once and reused (made anew when absent or older than
@@ -123,6 +124,20 @@ build() {
 v1=$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)
 v2=$v1+rebuild1
 check "first package build ($v1) in a copy of the tree" build "$work/v1" "$work/build1.log"
+
+# lintian (Debian 12's) on the first build's packages: no error, no warning
+# (Debian 13's lintian runs in tests/compat/run-trixie).
+if command -v lintian >/dev/null; then
+  if lintian --fail-on error,warning --suppress-tags initial-upload-closes-no-bugs "$work/v1"/*.deb \
+      >"$work/lintian.log" 2>&1; then
+    pass "lintian (Debian 12) on the packages: no error, no warning"
+  else
+    grep -E '^[EW]: ' "$work/lintian.log" | head -10 | sed 's/^/#   /'
+    fail "lintian (Debian 12) on the packages: $(grep -cE '^[EW]: ' "$work/lintian.log") errors or warnings"
+  fi
+else
+  skip_test "lintian is not installed (scripts/install-deps installs it)"
+fi
 
 # debian/rules clean (make distclean in the tree) leaves every source file.
 (cd "$src" && debian/rules clean) >"$work/clean.log" 2>&1
