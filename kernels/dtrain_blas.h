@@ -88,6 +88,13 @@ enum dtrain_blas_action dtrain_blas_decide(const struct dtrain_cpu_features *f, 
  * (chosen by OpenBLAS; CPU: AuthenticAMD AVX2)". */
 void dtrain_blas_describe(char *buf, size_t len);
 
+struct dtrain_kernels;
+/* What runs a cpu instance's bf16 matmuls, in words: oneDNN (its version,
+ * implementation and ISA) or the fp32 GEMMs on rounded operands and why;
+ * "" for other precisions and backends.  DTRAIN_CPU_ONEDNN (auto, off,
+ * force) chooses; see kernels/cpu/cpu_onednn.c. */
+void dtrain_cpu_bf16_describe(const struct dtrain_kernels *k, char *buf, size_t len);
+
 /* Largest |c - reference| / scale over GEMMs in the three forms the CPU
  * kernels call (NN, NT, TN) at odd sizes, against a double-precision
  * reference; < 1e-5 for correct fp32 kernels.  -1 when out of memory. */

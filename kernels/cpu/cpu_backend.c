@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The CPU backend: host memory, a thread pool, OpenBLAS. */
 #include "cpu_backend.h"
+#include "dtrain_blas.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -33,6 +34,29 @@ static int cpu_create(const struct dtrain_kernels_options *opt, struct dtrain_ke
     }
     ck->base.ops = &dtrain_kernels_cpu_ops;
     ck->base.threads = threads;
+    if (opt->precision == DTRAIN_PRECISION_BF16) {
+        const char *mode = getenv("DTRAIN_CPU_ONEDNN");
+        if (mode != NULL && (mode[0] == '\0' || strcmp(mode, "auto") == 0))
+            mode = NULL;
+        if (mode != NULL && strcmp(mode, "off") != 0 && strcmp(mode, "force") != 0) {
+            snprintf(err, errlen, "DTRAIN_CPU_ONEDNN=%.40s: give auto (oneDNN's bf16 matmuls on CPUs with "
+                     "AMX-BF16 or AVX512-BF16), off or force", mode);
+            cpu_pool_destroy(ck->pool);
+            free(ck);
+            return -1;
+        }
+        if (cpu_onednn_create(threads, mode, &ck->onednn, ck->bf16_line, sizeof ck->bf16_line) != 0) {
+            snprintf(err, errlen, "out of memory creating oneDNN's matmuls");
+            cpu_pool_destroy(ck->pool);
+            free(ck);
+            return -1;
+        }
+        /* one line per process, from one process per node, as the BLAS check */
+        static int said;
+        const char *local = getenv("SLURM_LOCALID");
+        if ((local == NULL || strcmp(local, "0") == 0) && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "dtrain: cpu bf16 matmuls: %s\n", ck->bf16_line);
+    }
     /* The pool splits every matmul itself (cpu_matmul.c), so OpenBLAS runs
      * one thread per call.  This setting is process-wide in OpenBLAS. */
     openblas_set_num_threads(1);
@@ -44,8 +68,15 @@ static void cpu_destroy(struct dtrain_kernels *k)
 {
     struct cpu_kernels *ck = (struct cpu_kernels *)k;
     cpu_pool_destroy(ck->pool);
+    cpu_onednn_destroy(ck->onednn);
     free(ck->round_scratch);
     free(ck);
+}
+
+void dtrain_cpu_bf16_describe(const struct dtrain_kernels *k, char *buf, size_t len)
+{
+    const struct cpu_kernels *ck = (const struct cpu_kernels *)k;
+    snprintf(buf, len, "%s", k != NULL && k->ops == &dtrain_kernels_cpu_ops ? ck->bf16_line : "");
 }
 
 static void *cpu_alloc(struct dtrain_kernels *k, size_t bytes)

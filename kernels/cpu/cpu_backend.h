@@ -12,6 +12,8 @@ struct cpu_kernels {
     struct cpu_pool *pool;
     float *round_scratch; /* bf16/fp16: the rounded matmul operands (cpu_matmul.c); grows, never shrinks */
     size_t round_cap;     /* floats in round_scratch */
+    struct cpu_onednn *onednn; /* bf16 matmuls through oneDNN (cpu_onednn.c); NULL: on fp32 GEMMs */
+    char bf16_line[320];  /* what runs the bf16 matmuls, in words ("" in fp32 and fp16) */
 };
 
 static inline struct cpu_pool *cpu_pool_of(struct dtrain_kernels *k)
@@ -63,6 +65,21 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
 void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight,
                          int N, int IC, int OC);
+
+/* cpu_onednn.c: bf16 matmuls through oneDNN.  mode: DTRAIN_CPU_ONEDNN
+ * (NULL or "auto": when the CPU has bf16 instructions, "off", "force").
+ * *out stays NULL when oneDNN is not used; line says what runs either way.
+ * Returns -1 only when out of memory. */
+struct cpu_onednn;
+int cpu_onednn_create(int threads, const char *mode, struct cpu_onednn **out, char *line, size_t len);
+void cpu_onednn_destroy(struct cpu_onednn *d);
+/* 1: operands in bf16 (uint16_t); 0: f32 holding bf16-rounded values (forced) */
+int cpu_onednn_bf16(const struct cpu_onednn *d);
+/* On pool thread tid: C[M x N] (+ accumulate ? C : 0) = A[M x K] @ B, with B
+ * stored K x N (btrans 0) or N x K (btrans 1); dense row-major, A and B in
+ * the type cpu_onednn_bf16 says, C in f32. */
+void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
+                     int btrans, int accumulate, float *C);
 
 /* cpu_attention.c */
 void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,

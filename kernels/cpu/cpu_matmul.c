@@ -13,9 +13,13 @@
  * The product of two such values is exact in fp32, so an fp32 GEMM on the
  * rounded operands computes what a bf16/fp16 GEMM with fp32 accumulation
  * (AMX, the GPU's tensor cores) does, up to the order of the sums: the
- * numbers of the CUDA backend's bf16 matmuls, at fp32 speed (no bf16/fp16
- * kernels on CPUs without AMX / AVX-512 BF16).  Outputs, biases, dbias and
- * gradients stay fp32. */
+ * numbers of the CUDA backend's bf16 matmuls, at fp32 speed.  Outputs,
+ * biases, dbias and gradients stay fp32.
+ *
+ * bf16 on CPUs with AMX-BF16 / AVX512-BF16 (cpu_onednn.c): the operands are
+ * converted to bf16 (the same rounding) and each thread's slice runs as one
+ * oneDNN matmul with fp32 accumulation; the weight gradient's dout is
+ * converted transposed (OC x N), so every slice is a dense matrix. */
 #include "cpu_backend.h"
 #include "cpu_math.h"
 
@@ -76,6 +80,77 @@ static void round_items(void *p, long begin, long end, int tid)
             a->dst[i] = bf16_round(a->src[i]);
 }
 
+/* x's bf16 bits (bf16_round's upper half) */
+static inline uint16_t bf16_bits(float x)
+{
+    float r = bf16_round(x);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* oneDNN's operands: bf16 bits, or f32 bf16-rounded values when forced on a
+ * CPU where oneDNN has no bf16 matmul (cpu_onednn.c) */
+struct convert_args {
+    void *dst;
+    const float *src;
+    size_t n;
+    int bf16;
+    int rows, cols; /* transposed: src is rows x cols, dst cols x rows, one item per src column */
+};
+
+static void convert_items(void *p, long begin, long end, int tid)
+{
+    const struct convert_args *a = p;
+    (void)tid;
+    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
+    if (i1 > a->n)
+        i1 = a->n;
+    if (a->bf16)
+        for (size_t i = i0; i < i1; i++)
+            ((uint16_t *)a->dst)[i] = bf16_bits(a->src[i]);
+    else
+        for (size_t i = i0; i < i1; i++)
+            ((float *)a->dst)[i] = bf16_round(a->src[i]);
+}
+
+static void convert_columns(void *p, long begin, long end, int tid)
+{
+    const struct convert_args *a = p;
+    (void)tid;
+    for (long c = begin; c < end; c++)
+        for (int r = 0; r < a->rows; r++) {
+            float x = a->src[(size_t)r * a->cols + c];
+            size_t o = (size_t)c * a->rows + r;
+            if (a->bf16)
+                ((uint16_t *)a->dst)[o] = bf16_bits(x);
+            else
+                ((float *)a->dst)[o] = bf16_round(x);
+        }
+}
+
+static void onednn_convert(struct dtrain_kernels *k, void *dst, const float *src, size_t n)
+{
+    struct convert_args a = {.dst = dst, .src = src, .n = n,
+                             .bf16 = cpu_onednn_bf16(((struct cpu_kernels *)k)->onednn)};
+    cpu_parallel(k, (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM, convert_items, &a);
+}
+
+/* dst (cols x rows) = src (rows x cols) transposed, converted */
+static void onednn_convert_t(struct dtrain_kernels *k, void *dst, const float *src, int rows, int cols)
+{
+    struct convert_args a = {.dst = dst, .src = src, .rows = rows, .cols = cols,
+                             .bf16 = cpu_onednn_bf16(((struct cpu_kernels *)k)->onednn)};
+    cpu_parallel(k, cols, (size_t)rows, convert_columns, &a);
+}
+
+/* bytes of n oneDNN operand elements, rounded up to a cache line */
+static size_t onednn_bytes(struct dtrain_kernels *k, size_t n)
+{
+    size_t e = cpu_onednn_bf16(((struct cpu_kernels *)k)->onednn) ? 2 : 4;
+    return (n * e + 63) & ~(size_t)63;
+}
+
 /* Room for `floats` rounded operands in the instance's scratch; NULL in
  * fp32 precision (nothing to round), or when out of memory (the caller then
  * computes in fp32 rather than fail). */
@@ -109,6 +184,10 @@ struct matmul_args {
     const float *inp, *weight, *bias, *dout;
     const float *dbias_dout; /* dout as given: dbias sums it in fp32 (the rounding is for GEMM operands only) */
     int N, IC, OC;
+    /* oneDNN (NULL: CBLAS): its operands, esize bytes each; dout_t is dout transposed (OC x N) */
+    struct cpu_onednn *dnn;
+    const char *dnn_inp, *dnn_weight, *dnn_dout, *dnn_dout_t;
+    size_t esize;
 };
 
 /* out rows [begin, end) = inp rows @ weight^T (+ bias) */
@@ -116,12 +195,16 @@ static void forward_rows(void *p, long begin, long end, int tid)
 {
     const struct matmul_args *a = p;
     float beta = 0.0f;
-    (void)tid;
     float *out = a->out + (size_t)begin * a->OC;
     if (a->bias != NULL) {
         for (long n = begin; n < end; n++)
             memcpy(a->out + (size_t)n * a->OC, a->bias, (size_t)a->OC * sizeof(float));
         beta = 1.0f;
+    }
+    if (a->dnn != NULL) {
+        cpu_onednn_gemm(a->dnn, tid, (int)(end - begin), a->OC, a->IC, a->dnn_inp + (size_t)begin * a->IC * a->esize,
+                        a->dnn_weight, 1, a->bias != NULL, out);
+        return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(end - begin), a->OC, a->IC,
                 1.0f, a->inp + (size_t)begin * a->IC, a->IC, a->weight, a->IC, beta, out, a->OC);
@@ -133,8 +216,18 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
     struct matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias,
                             .N = N, .IC = IC, .OC = OC};
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
-    float *r = operand_scratch(k, ni + nw);
-    if (r != NULL) {
+    struct cpu_onednn *dnn = ((struct cpu_kernels *)k)->onednn;
+    size_t bi = dnn != NULL ? onednn_bytes(k, ni) : 0, bw = dnn != NULL ? onednn_bytes(k, nw) : 0;
+    float *r = operand_scratch(k, dnn != NULL ? (bi + bw) / sizeof(float) : ni + nw);
+    if (r != NULL && dnn != NULL) {
+        char *c = (char *)r;
+        onednn_convert(k, c, inp, ni);
+        onednn_convert(k, c + bi, weight, nw);
+        a.dnn = dnn;
+        a.dnn_inp = c;
+        a.dnn_weight = c + bi;
+        a.esize = cpu_onednn_bf16(dnn) ? 2 : 4;
+    } else if (r != NULL) {
         round_operand(k, r, inp, ni);
         round_operand(k, r + ni, weight, nw);
         a.inp = r;
@@ -152,8 +245,21 @@ static void backward_parts(void *p, long begin, long end, int tid)
 {
     const struct backward_split *s = p;
     const struct matmul_args *a = s->a;
-    (void)tid;
     for (long part = begin; part < end; part++) {
+        if (a->dnn != NULL) {
+            /* dinp rows [n0, n1) = dout rows @ weight; dweight rows [o0, o1) += dout_t rows @ inp */
+            int n0 = (int)((long)a->N * part / s->parts), n1 = (int)((long)a->N * (part + 1) / s->parts);
+            int o0 = (int)((long)a->OC * part / s->parts), o1 = (int)((long)a->OC * (part + 1) / s->parts);
+            if (a->dinp != NULL)
+                cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize,
+                                a->dnn_weight, 0, 0, a->dinp + (size_t)n0 * a->IC);
+            cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout_t + (size_t)o0 * a->N * a->esize,
+                            a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
+            if (a->dbias != NULL && o1 > o0)
+                for (int n = 0; n < a->N; n++)
+                    cpu_add_into(a->dbias + o0, a->dbias_dout + (size_t)n * a->OC + o0, o1 - o0);
+            continue;
+        }
         /* dinp rows [n0, n1) (=) dout rows @ weight */
         int n0 = (int)((long)a->N * part / s->parts), n1 = (int)((long)a->N * (part + 1) / s->parts);
         if (a->dinp != NULL && n1 > n0)
@@ -180,8 +286,23 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
     struct matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
                             .dbias_dout = dout, .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, nd = (size_t)N * OC;
-    float *r = operand_scratch(k, ni + nw + nd);
-    if (r != NULL) {
+    struct cpu_onednn *dnn = ((struct cpu_kernels *)k)->onednn;
+    size_t bi = dnn != NULL ? onednn_bytes(k, ni) : 0, bw = dnn != NULL ? onednn_bytes(k, nw) : 0;
+    size_t bd = dnn != NULL ? onednn_bytes(k, nd) : 0;
+    float *r = operand_scratch(k, dnn != NULL ? (bi + bw + 2 * bd) / sizeof(float) : ni + nw + nd);
+    if (r != NULL && dnn != NULL) {
+        char *c = (char *)r;
+        onednn_convert(k, c, inp, ni);
+        onednn_convert(k, c + bi, weight, nw);
+        onednn_convert(k, c + bi + bw, dout, nd);
+        onednn_convert_t(k, c + bi + bw + bd, dout, N, OC);
+        a.dnn = dnn;
+        a.dnn_inp = c;
+        a.dnn_weight = c + bi;
+        a.dnn_dout = c + bi + bw;
+        a.dnn_dout_t = c + bi + bw + bd;
+        a.esize = cpu_onednn_bf16(dnn) ? 2 : 4;
+    } else if (r != NULL) {
         round_operand(k, r, inp, ni);
         round_operand(k, r + ni, weight, nw);
         round_operand(k, r + ni + nw, dout, nd);

@@ -97,6 +97,9 @@ check "bf16's loss within 1% of fp32's at every step (worst $worst)" \
 check "and not equal to it: the operands are rounded" awk -v w="$worst" 'BEGIN {exit !(w > 0)}'
 check "bf16 is deterministic: the second run's losses are the same bits" \
     cmp -s <(losses "$work/bf16a") <(losses "$work/bf16b")
+check "the trainer says in one line what runs its bf16 matmuls" \
+    test "$(grep -Ec '^dtrain: cpu bf16 matmuls: (oneDNN|fp32 GEMMs on operands rounded to bf16)' "$work/bf16a")" -eq 1
+check "  and nothing of it in fp32" bash -c "! grep -q 'cpu bf16 matmuls' '$work/fp32'"
 # The benchmark's candidates and both precisions (speed is not checked: benchmarks say it)
 bench="$top_builddir/bench/dtrain-bench-train"
 "$bench" --steps 1 --warmup 0 --sgemm-n 128 >"$work/bench" 2>&1
@@ -106,4 +109,6 @@ check "  and measures OpenBLAS's $best kernels as a candidate in a child" \
     grep -Eq "^  candidate OpenBLAS $best +[0-9.]+ GFLOP/s" "$work/bench"
 check "  never a core this CPU cannot run" bash -c "! grep -q 'candidate OpenBLAS ${above:-none} ' '$work/bench'"
 check "  and bf16 next to fp32" grep -q "^tokens/s bf16 .*x fp32" "$work/bench"
+check "  and what runs the bf16 matmuls" grep -Eq "^bf16 matmuls  *(oneDNN|fp32 GEMMs)" "$work/bench"
+check "  and how busy the threads were" grep -Eq "^CPU busy fp32  *[0-9.]+ %" "$work/bench"
 done_testing

@@ -3,8 +3,16 @@
  * bf16 with ties to even, then fp32 GEMMs, which is exact emulation of a
  * bf16 GEMM with fp32 accumulation: checked on values whose rounding is
  * known by hand and against a double-precision GEMM of the rounded
- * operands; dbias stays the fp32 sum of dout; same inputs, same bits. */
+ * operands; dbias stays the fp32 sum of dout; same inputs, same bits.
+ * The same checks on the oneDNN path (kernels/cpu/cpu_onednn.c), forced
+ * with DTRAIN_CPU_ONEDNN=force where the CPU has no bf16 instructions (then
+ * oneDNN multiplies f32 operands holding the bf16 values), and training:
+ * the losses of 12 steps in bf16 (both paths) within 2% of fp32's, the two
+ * bf16 paths within 0.1% of each other, and the same bits twice. */
+#include "dtrain_blas.h"
+#include "dtrain_gpt2.h"
 #include "dtrain_kernels.h"
+#include "dtrain_optim.h"
 #include "tap.h"
 
 #include <math.h>
@@ -33,31 +41,10 @@ static float uniform(unsigned *s)
     return (float)(*s >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
 }
 
-int main(void)
+/* A layer of the trainer's shapes, forward and backward, on k16 (bf16);
+ * `path` names it in the test points. */
+static void layer_checks(struct dtrain_kernels *k16, struct dtrain_kernels *k32, const char *path)
 {
-    char err[256] = "";
-    struct dtrain_kernels *k16 = NULL, *k32 = NULL;
-    struct dtrain_kernels_options o16 = {.threads = 2, .precision = DTRAIN_PRECISION_BF16};
-    struct dtrain_kernels_options o32 = {.threads = 2, .precision = DTRAIN_PRECISION_FP32};
-    if (!ok(dtrain_kernels_create("cpu", &o16, &k16, err, sizeof err) == 0 &&
-            dtrain_kernels_precision(k16) == DTRAIN_PRECISION_BF16, "cpu kernels in bf16: %s", err) ||
-        !ok(dtrain_kernels_create("cpu", &o32, &k32, err, sizeof err) == 0, "cpu kernels in fp32"))
-        return tap_done();
-    struct dtrain_kernels_options od = {.threads = 1};
-    struct dtrain_kernels *kd = NULL;
-    ok(dtrain_kernels_create("cpu", &od, &kd, err, sizeof err) == 0 &&
-       dtrain_kernels_precision(kd) == DTRAIN_PRECISION_FP32, "the cpu default stays fp32");
-    dtrain_kernels_destroy(kd);
-
-    /* by hand: 1 + 2^-9 -> 1 (below half an ulp), 1 + 2^-8 -> 1 (a tie, to even),
-     * 1 + 3 * 2^-8 -> 1 + 2^-6 (a tie, to even upwards) */
-    float x[3] = {1.0f + 0x1p-9f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f}, w = 1.0f, out[3];
-    dtrain_k_matmul_forward(k16, out, x, &w, NULL, 3, 1, 1);
-    ok(out[0] == 1.0f && out[1] == 1.0f && out[2] == 1.0f + 0x1p-6f,
-       "rounding to nearest, ties to even: %a %a %a", out[0], out[1], out[2]);
-    dtrain_k_matmul_forward(k32, out, x, &w, NULL, 3, 1, 1);
-    ok(out[0] == x[0] && out[2] == x[2], "fp32 keeps the same values unrounded");
-
     /* a layer of the trainer's shapes, forward and backward */
     enum { N = 96, IC = 80, OC = 72 };
     float *inp = malloc(sizeof(float) * N * IC), *wt = malloc(sizeof(float) * OC * IC), *bias = malloc(sizeof(float) * OC);
@@ -81,13 +68,13 @@ int main(void)
             double e = fabs(o1[n * OC + oc] - ref) / scale;
             if (e > worst) worst = e;
         }
-    ok(worst < 1e-6, "forward = a GEMM of the bf16-rounded operands with fp32 accumulation (relative %.2g)", worst);
+    ok(worst < 1e-6, "%s: forward = a GEMM of the bf16-rounded operands with fp32 accumulation (relative %.2g)", path, worst);
     dtrain_k_matmul_forward(k32, o2, inp, wt, bias, N, IC, OC);
     for (int i = 0; i < N * OC; i++)
         diff32 = fmax(diff32, fabs(o1[i] - o2[i]));
-    ok(diff32 > 1e-4 && diff32 < 5e-2, "and differs from fp32 by what bf16 rounding gives (max %.3g)", diff32);
+    ok(diff32 > 1e-4 && diff32 < 5e-2, "%s: and differs from fp32 by what bf16 rounding gives (max %.3g)", path, diff32);
     dtrain_k_matmul_forward(k16, o2, inp, wt, bias, N, IC, OC);
-    ok(memcmp(o1, o2, sizeof(float) * N * OC) == 0, "same inputs, same bits");
+    ok(memcmp(o1, o2, sizeof(float) * N * OC) == 0, "%s: same inputs, same bits", path);
 
     dtrain_k_matmul_backward(k16, dinp, dw, db, dout, inp, wt, N, IC, OC);
     double wi = 0.0, ww = 0.0, wb = 0.0;
@@ -116,10 +103,172 @@ int main(void)
         }
         wb = fmax(wb, fabs(db[oc] - ref) / scale);
     }
-    ok(wi < 1e-6 && ww < 1e-6, "backward: dinp and dweight from the rounded operands (relative %.2g, %.2g)", wi, ww);
-    ok(wb < 1e-6, "dbias: the fp32 sum of dout, unrounded (relative %.2g)", wb);
+    ok(wi < 1e-6 && ww < 1e-6, "%s: backward: dinp and dweight from the rounded operands (relative %.2g, %.2g)", path, wi, ww);
+    ok(wb < 1e-6, "%s: dbias: the fp32 sum of dout, unrounded (relative %.2g)", path, wb);
+    float *dinp2 = calloc(N * IC, sizeof(float)), *dw2 = calloc(OC * IC, sizeof(float)), *db2 = calloc(OC, sizeof(float));
+    dtrain_k_matmul_backward(k16, dinp2, dw2, db2, dout, inp, wt, N, IC, OC);
+    ok(memcmp(dinp, dinp2, sizeof(float) * N * IC) == 0 && memcmp(dw, dw2, sizeof(float) * OC * IC) == 0 &&
+       memcmp(db, db2, sizeof(float) * OC) == 0, "%s: backward: same inputs, same bits", path);
+    free(dinp2); free(dw2); free(db2);
 
     free(inp); free(wt); free(bias); free(dout); free(o1); free(o2); free(dinp); free(dw); free(db);
+}
+
+/* 12 training steps of a small GPT-2 on 2 threads; losses[12] and the
+ * final parameters (malloc'd, *np floats).  onednn: DTRAIN_CPU_ONEDNN. */
+static int train(enum dtrain_kernels_precision p, const char *onednn, float *losses, float **params, size_t *np,
+                 char *line, size_t linelen)
+{
+    struct dtrain_gpt2_config cfg = {.max_seq_len = 32, .vocab_size = 96, .padded_vocab_size = 128,
+                                     .num_layers = 2, .num_heads = 2, .channels = 64};
+    enum { B = 4, T = 32, STEPS = 12 };
+    struct dtrain_kernels *k = NULL;
+    struct dtrain_gpt2 *m = NULL;
+    struct dtrain_adamw *opt = NULL;
+    char err[256];
+    int rc = -1;
+    int32_t in[B * T], tg[B * T];
+    *params = NULL;
+    if (onednn != NULL)
+        setenv("DTRAIN_CPU_ONEDNN", onednn, 1);
+    else
+        unsetenv("DTRAIN_CPU_ONEDNN");
+    struct dtrain_kernels_options o = {.threads = 2, .precision = p};
+    if (dtrain_kernels_create("cpu", &o, &k, err, sizeof err) != 0 ||
+        dtrain_gpt2_create(k, &cfg, B, T, &m, err, sizeof err) != 0 ||
+        dtrain_adamw_create(k, dtrain_gpt2_num_params(m), &opt, err, sizeof err) != 0)
+        goto out;
+    dtrain_cpu_bf16_describe(k, line, linelen);
+    *np = dtrain_gpt2_num_params(m);
+    if ((*params = malloc(*np * sizeof(float))) == NULL)
+        goto out;
+    dtrain_gpt2_init_params(&cfg, 42, *params);
+    dtrain_gpt2_set_params(m, *params);
+    struct dtrain_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                     .schedule = DTRAIN_LR_CONSTANT, .total_steps = STEPS};
+    for (int s = 0; s < STEPS; s++) {
+        for (int i = 0; i < B * T; i++) { /* a learnable pattern: the next token is (3 t + 1) mod V */
+            in[i] = (int32_t)((i * 7 + s * 13) % cfg.vocab_size);
+            tg[i] = (int32_t)((3 * in[i] + 1) % cfg.vocab_size);
+        }
+        if (dtrain_gpt2_forward(m, in, tg, B, T, &losses[s], err, sizeof err) != 0)
+            goto out;
+        dtrain_gpt2_zero_grad(m);
+        if (dtrain_gpt2_backward(m, err, sizeof err) != 0)
+            goto out;
+        double norm2 = dtrain_k_sumsq(k, dtrain_gpt2_grads(m), *np);
+        dtrain_adamw_update(opt, dtrain_gpt2_params(m), dtrain_gpt2_grads(m), &oc, s, oc.lr,
+                            dtrain_clip_scale(&oc, norm2));
+    }
+    dtrain_gpt2_get_params(m, *params);
+    rc = 0;
+out:
+    if (rc != 0)
+        diag("training in %s (DTRAIN_CPU_ONEDNN=%s): %s", dtrain_kernels_precision_name(p), onednn ? onednn : "",
+             err);
+    dtrain_adamw_destroy(opt);
+    dtrain_gpt2_destroy(m);
+    dtrain_kernels_destroy(k);
+    unsetenv("DTRAIN_CPU_ONEDNN");
+    return rc;
+}
+
+static void training_checks(void)
+{
+    enum { STEPS = 12 };
+    float l32[STEPS], lfb[STEPS], ldn[STEPS], ldn2[STEPS];
+    float *p32 = NULL, *pfb = NULL, *pdn = NULL, *pdn2 = NULL;
+    size_t n = 0;
+    char line[320] = "", fbline[320] = "";
+    if (!ok(train(DTRAIN_PRECISION_FP32, NULL, l32, &p32, &n, line, sizeof line) == 0 &&
+            train(DTRAIN_PRECISION_BF16, "off", lfb, &pfb, &n, fbline, sizeof fbline) == 0,
+            "training 12 steps in fp32 and in bf16 on fp32 GEMMs (%s)", fbline))
+        goto out;
+    double worst = 0.0;
+    for (int s = 0; s < STEPS; s++)
+        worst = fmax(worst, fabs(lfb[s] - l32[s]) / l32[s]);
+    ok(worst < 0.02 && l32[STEPS - 1] < l32[0] - 0.1f,
+       "bf16 on fp32 GEMMs: every step's loss within 2%% of fp32's (worst %.2g%%; fp32 %.4f -> %.4f)",
+       100 * worst, l32[0], l32[STEPS - 1]);
+    if (train(DTRAIN_PRECISION_BF16, "force", ldn, &pdn, &n, line, sizeof line) != 0) {
+        ok(0, "training in bf16 on the oneDNN path");
+        goto out;
+    }
+    if (strncmp(line, "oneDNN", 6) != 0) {
+        skip("no oneDNN path: built without oneDNN");
+        skip("no oneDNN path: built without oneDNN");
+        skip("no oneDNN path: built without oneDNN");
+        goto out;
+    }
+    diag("oneDNN path: %s", line);
+    double wdn = 0.0, wfb = 0.0;
+    for (int s = 0; s < STEPS; s++) {
+        wdn = fmax(wdn, fabs(ldn[s] - l32[s]) / l32[s]);
+        wfb = fmax(wfb, fabs(ldn[s] - lfb[s]) / lfb[s]);
+    }
+    ok(wdn < 0.02, "bf16 through oneDNN: every step's loss within 2%% of fp32's (worst %.2g%%)", 100 * wdn);
+    ok(wfb < 1e-3, "and within 0.1%% of bf16 on fp32 GEMMs (the same rounded operands; worst %.2g%%)", 100 * wfb);
+    ok(train(DTRAIN_PRECISION_BF16, "force", ldn2, &pdn2, &n, line, sizeof line) == 0 &&
+       memcmp(ldn, ldn2, sizeof ldn) == 0 && memcmp(pdn, pdn2, n * sizeof(float)) == 0,
+       "bf16 through oneDNN: the same run twice gives the same losses and parameters, bit for bit");
+out:
+    free(p32); free(pfb); free(pdn); free(pdn2);
+}
+
+int main(void)
+{
+    char err[256] = "", line[320] = "";
+    unsetenv("DTRAIN_CPU_ONEDNN");
+    struct dtrain_kernels *k16 = NULL, *k32 = NULL;
+    struct dtrain_kernels_options o16 = {.threads = 2, .precision = DTRAIN_PRECISION_BF16};
+    struct dtrain_kernels_options o32 = {.threads = 2, .precision = DTRAIN_PRECISION_FP32};
+    if (!ok(dtrain_kernels_create("cpu", &o16, &k16, err, sizeof err) == 0 &&
+            dtrain_kernels_precision(k16) == DTRAIN_PRECISION_BF16, "cpu kernels in bf16: %s", err) ||
+        !ok(dtrain_kernels_create("cpu", &o32, &k32, err, sizeof err) == 0, "cpu kernels in fp32"))
+        return tap_done();
+    struct dtrain_kernels_options od = {.threads = 1};
+    struct dtrain_kernels *kd = NULL;
+    ok(dtrain_kernels_create("cpu", &od, &kd, err, sizeof err) == 0 &&
+       dtrain_kernels_precision(kd) == DTRAIN_PRECISION_FP32, "the cpu default stays fp32");
+    dtrain_kernels_destroy(kd);
+
+    /* by hand: 1 + 2^-9 -> 1 (below half an ulp), 1 + 2^-8 -> 1 (a tie, to even),
+     * 1 + 3 * 2^-8 -> 1 + 2^-6 (a tie, to even upwards) */
+    float x[3] = {1.0f + 0x1p-9f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f}, w = 1.0f, out[3];
+    dtrain_k_matmul_forward(k16, out, x, &w, NULL, 3, 1, 1);
+    ok(out[0] == 1.0f && out[1] == 1.0f && out[2] == 1.0f + 0x1p-6f,
+       "rounding to nearest, ties to even: %a %a %a", out[0], out[1], out[2]);
+    dtrain_k_matmul_forward(k32, out, x, &w, NULL, 3, 1, 1);
+    ok(out[0] == x[0] && out[2] == x[2], "fp32 keeps the same values unrounded");
+    dtrain_cpu_bf16_describe(k16, line, sizeof line);
+    diag("bf16 matmuls by default here: %s", line);
+    layer_checks(k16, k32, "default");
+
+    /* the oneDNN path, forced where the CPU has no bf16 instructions */
+    struct dtrain_kernels *kf = NULL;
+    setenv("DTRAIN_CPU_ONEDNN", "force", 1);
+    if (ok(dtrain_kernels_create("cpu", &o16, &kf, err, sizeof err) == 0, "DTRAIN_CPU_ONEDNN=force: %s", err)) {
+        dtrain_cpu_bf16_describe(kf, line, sizeof line);
+        diag("forced: %s", line);
+        if (strncmp(line, "oneDNN", 6) == 0) {
+            dtrain_k_matmul_forward(kf, out, x, &w, NULL, 3, 1, 1);
+            ok(out[0] == 1.0f && out[1] == 1.0f && out[2] == 1.0f + 0x1p-6f,
+               "oneDNN: rounding to nearest, ties to even: %a %a %a", out[0], out[1], out[2]);
+            layer_checks(kf, k32, "oneDNN");
+        } else {
+            for (int i = 0; i < 7; i++)
+                skip("no oneDNN path: built without oneDNN");
+        }
+        dtrain_kernels_destroy(kf);
+        kf = NULL;
+    }
+    setenv("DTRAIN_CPU_ONEDNN", "sometimes", 1);
+    ok(dtrain_kernels_create("cpu", &o16, &kf, err, sizeof err) != 0 && strstr(err, "DTRAIN_CPU_ONEDNN=sometimes") &&
+       strstr(err, "auto") && strstr(err, "force"), "DTRAIN_CPU_ONEDNN=sometimes is refused in one line: %s", err);
+    dtrain_kernels_destroy(kf);
+    unsetenv("DTRAIN_CPU_ONEDNN");
+
+    training_checks();
     dtrain_kernels_destroy(k16);
     dtrain_kernels_destroy(k32);
     return tap_done();
