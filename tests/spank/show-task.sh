@@ -19,5 +19,5 @@ echo "node=${SLURMD_NODENAME:--} procid=${SLURM_PROCID:--} rank=${RANK:--} local
   "master=${MASTER_ADDR:--}:${MASTER_PORT:--} restart_count=${TORCHELASTIC_RESTART_COUNT:--} vis=${DTRAIN_GPU_VISIBILITY:--}" \
   "cpus=${DTRAIN_CPUS:--} allowed=$cpus by=${DTRAIN_PLACED_BY:--} ckpt=${DTRAIN_CKPT_DIR:--}" \
   "restarts=${DTRAIN_MAX_RESTARTS:--} verbose=${DTRAIN_VERBOSE:--} pcie=${DTRAIN_ALLOW_PCIE:--}" \
-  "nvd=${DTRAIN_NVLINK_DOMAIN:--} rocr=${ROCR_VISIBLE_DEVICES:--} hip=${HIP_VISIBLE_DEVICES:--}" \
-  "ppd=${DTRAIN_PP_IN_DOMAIN:--}"
+  "nvd=${DTRAIN_NVLINK_DOMAIN:--} ppd=${DTRAIN_PP_IN_DOMAIN:--}" \
+  "rocr=${ROCR_VISIBLE_DEVICES:--} hip=${HIP_VISIBLE_DEVICES:--}"

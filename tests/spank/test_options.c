@@ -97,7 +97,7 @@ static void test_option_values(void)
     for (size_t i = 0; i < dtrain_option_count; i++)
         usage_ok &= strncmp(dtrain_option_table[i].usage, "[dtrain] ", 9) == 0 &&
                     strncmp(dtrain_option_table[i].name, "dtrain-", 7) == 0;
-    ok(dtrain_option_count == 11 && usage_ok, "11 options, each named dtrain-* with usage starting [dtrain]");
+    ok(dtrain_option_count == 12 && usage_ok, "12 options, each named dtrain-* with usage starting [dtrain]");
 }
 
 static void test_job_size(void)
