@@ -17,7 +17,8 @@
  *    beat the best minimum or fill the remaining groups inside islands.
  *    Because feasibility is checked at every step, the first complete
  *    partition is valid and is found without backtracking; the budget
- *    (PLAN_SEARCH_BUDGET steps) then only bounds the improvement.  Up to
+ *    (PLAN_SEARCH_BUDGET steps: partitions and partners tried) then only
+ *    bounds the improvement.  Up to
  *    PLAN_MAX_CANDIDATES partitions with the best score are kept.
  *
  * 2. Slots (plan_node_assign).  For each kept partition, greedily: slot 0 gets the group with
@@ -146,6 +147,11 @@ static void choose_partners(struct plan_groups *s, const int *cand, int ncand, i
         return;
     }
     for (int k = from; k <= ncand - (s->T - fill); k++) {
+        /* each partner tried counts: a branch whose groups fail the
+         * capacity check reaches no search_from, and on a node of many
+         * equally close GPUs (64 MI300X CPX partitions) those branches
+         * alone took minutes */
+        s->steps++;
         if (s->steps >= PLAN_SEARCH_BUDGET && s->nbest)
             return;
         int x = cand[k];

@@ -48,6 +48,13 @@ check "MI300X CPX: 64 GPUs placed (exit $rc)" sh -c "[ $rc -eq 0 ]"
 check "MI300X CPX: T=8, every TP group on the 8 partitions of one OAM" \
   py 'len(g) == 64 and all(len({x["gpu_busid"] for x in t if x["rank"] // 8 == k}) == 1 for k in range(8))'
 
+# 8 tasks on the 64 partitions (T=8, one group; as the fuzz harness plans
+# it): the group on one OAM.  Before the planner counted the partners it
+# tried against its budget this search ran for minutes (a fuzz timeout).
+run --xml "$fx/amd-mi300x-cpx.xml" --tp 8 --tasks-per-node 8 --allow-pcie --json
+check "MI300X CPX: 8 tasks at T=8 placed on the 8 partitions of one OAM (exit $rc)" \
+  py 'len(t) == 8 and len({x["gpu_busid"] for x in t}) == 1 and len({x["gpu"] for x in t}) == 8'
+
 # Two vendors in one node (amd-mi250x.xml with its first GCD made an A100):
 # refused without a vendor; with one, only its GPUs, numbered in its space.
 sed 's/pci_busid="0000:c1:00.0" pci_type="0380 \[1002:740c\]/pci_busid="0000:c1:00.0" pci_type="0302 [10de:20b0]/' \
