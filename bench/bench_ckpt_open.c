@@ -102,10 +102,10 @@ static int one_world(const char *base, const struct dtrain_train_config *cfg, in
     struct record *all = calloc((size_t)W, sizeof *all);
     if (all == NULL)
         return -1;
-    struct dtrain_sckpt_layout L = {T, P, D, W, 0, 0, 0, 0, 0, 1};
+    struct dtrain_sckpt_layout L = {.pos = dtrain_grid_pos_of(T, P, D, 0), .virtual_stages = 1};
     for (int r = 0; r < W; r++) {
-        int tp = r % T, dp = r / T % D, pp = r / (T * D);
-        struct dtrain_sckpt_layout me = {T, P, D, W, 0, r, tp, pp, dp, 1};
+        struct dtrain_sckpt_layout me = {.pos = dtrain_grid_pos_of(T, P, D, r), .virtual_stages = 1};
+        int tp = me.tp_rank, dp = me.dp_rank, pp = me.pp_rank;
         struct runs save = {0};
         if (dp == 0 && slice_runs(&cfg->model, T, P, tp, pp, 1, &save) != 0)
             return -1;
@@ -133,7 +133,8 @@ static int one_world(const char *base, const struct dtrain_train_config *cfg, in
     uint64_t most = 0, total = 0, bytes = 0;
     double t0 = now_s();
     for (int r = 0; r < W; r++) {
-        int tp = r % T, pp = r / (T * D);
+        const struct dtrain_grid_pos at = dtrain_grid_pos_of(T, P, D, r);
+        int tp = at.tp_rank, pp = at.pp_rank;
         struct runs load;
         uint64_t opened = 0;
         if (slice_runs(&cfg->model, T, P, tp, pp, 0, &load) != 0)

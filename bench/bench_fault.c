@@ -100,7 +100,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *area, void *ctx)
     for (uint64_t i = 0; i < 3 * count; i++)
         buf[i] = (float)((lo * 3 + i) % 1000003) * 1e-6f; /* not compressible by a filesystem */
     struct dtrain_sckpt_piece piece = {lo, count, buf, buf + count, buf + 2 * count};
-    struct dtrain_sckpt_layout L = {1, 1, bs->world_size, bs->world_size, 1, bs->rank, 0, 0, bs->rank, 1};
+    struct dtrain_sckpt_layout L = {.pos = dtrain_grid_pos_of(1, 1, bs->world_size, bs->rank), .zero1 = 1, .virtual_stages = 1};
     struct dtrain_sckpt_stats st;
     dtrain_comm_barrier(world);
     double t0 = bench_now_seconds();

@@ -23,6 +23,8 @@
 
 #include <stddef.h>
 
+#include "dtrain_grid_pos.h"
+
 #define DTRAIN_ENV_LIST_MAX 48
 #define DTRAIN_ENV_VALUE_MAX 4112   /* a 1023-byte folder, 64 GPU tokens of 64 bytes */
 #define DTRAIN_COORDS_BUSID_MAX 32
@@ -49,9 +51,7 @@ int dtrain_env_list_set(struct dtrain_env_list *env, const char *name, const cha
 const char *dtrain_env_list_get(const struct dtrain_env_list *env, const char *name);
 
 struct dtrain_coords {
-    int tp, pp, dp;                  /* T, P, D */
-    int rank, world_size;            /* rank = tp_rank + T*(dp_rank + D*pp_rank) */
-    int tp_rank, pp_rank, dp_rank;
+    DTRAIN_GRID_POS_MEMBERS;         /* T, P, D, world size, rank, coordinates */
     int local_rank, local_size;      /* index on the node, tasks on the node (0: unknown) */
     int node, nnodes;                /* NODE_RANK/GROUP_RANK, nodes of the step (0: unknown) */
     int restart_count;               /* SLURM_RESTART_COUNT of the job, 0 when never requeued */

@@ -278,14 +278,7 @@ static int run_trainer(const struct options *o, struct dtrain_bootstrap *bs, cha
 
 static void fill_from_placement(struct dtrain_bootstrap *bs, const struct dtrain_placement *p)
 {
-    bs->rank = p->rank;
-    bs->world_size = p->world_size;
-    bs->tp = p->tp;
-    bs->pp = p->pp;
-    bs->dp = p->dp;
-    bs->tp_rank = p->tp_rank;
-    bs->pp_rank = p->pp_rank;
-    bs->dp_rank = p->dp_rank;
+    bs->pos = p->pos;
     bs->node = p->node;
     bs->local_rank = p->local_rank;
     bs->local_size = p->local_size;

@@ -85,14 +85,7 @@ static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_pla
         dtrain_snprintf(err, errlen, "the dtrain plugin's environment: %s", why);
         return DTRAIN_EXIT_USAGE;
     }
-    p->tp = c->tp;
-    p->pp = c->pp;
-    p->dp = c->dp;
-    p->rank = c->rank;
-    p->world_size = c->world_size;
-    p->tp_rank = c->tp_rank;
-    p->pp_rank = c->pp_rank;
-    p->dp_rank = c->dp_rank;
+    p->pos = c->pos;
     p->local_rank = c->local_rank;
     p->local_size = c->local_size;
     const struct { const char *opt; int asked; int got; const char *var; } dims[] = {
@@ -206,12 +199,8 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
         goto out;
     }
     const struct dtrain_shape *planned = dtrain_plan_shape(plan);
-    p->tp = planned->tp;
-    p->pp = planned->pp;
-    p->dp = planned->dp;
-    p->tp_rank = t->tp_rank;
-    p->pp_rank = t->pp_rank;
-    p->dp_rank = t->dp_rank;
+    /* The planner's coordinates of this rank; world_size (PMI2's) was checked against T*P*D above. */
+    p->pos = dtrain_grid_pos_at(planned->tp, planned->pp, planned->dp, t->tp_rank, t->pp_rank, t->dp_rank);
     p->node = t->node;
     p->nnodes = nnodes;
     p->local_rank = t->local_rank;
@@ -320,14 +309,7 @@ int dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen)
     /* The one encoder (dtrain_placement_env.h) writes the variables. */
     static struct dtrain_env_list env;
     struct dtrain_coords *c = &p->coords;
-    c->tp = p->tp;
-    c->pp = p->pp;
-    c->dp = p->dp;
-    c->rank = p->rank;
-    c->world_size = p->world_size;
-    c->tp_rank = p->tp_rank;
-    c->pp_rank = p->pp_rank;
-    c->dp_rank = p->dp_rank;
+    c->pos = p->pos;
     c->local_rank = p->local_rank;
     c->local_size = p->local_size;
     c->node = p->node;

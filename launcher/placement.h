@@ -25,9 +25,7 @@ struct dtrain_shape_request {
 };
 
 struct dtrain_placement {
-    int rank, world_size;
-    int tp, pp, dp;                 /* T, P, D */
-    int tp_rank, pp_rank, dp_rank;
+    DTRAIN_GRID_POS_MEMBERS;        /* T, P, D, world size, rank, coordinates */
     int node, nnodes;
     int local_rank, local_size;
     int placed_by_plugin;           /* 1: DTRAIN_PLACED_BY=spank; 0: planned here */

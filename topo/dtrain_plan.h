@@ -18,6 +18,7 @@
 #ifndef DTRAIN_PLAN_H
 #define DTRAIN_PLAN_H
 
+#include "dtrain_grid_pos.h"
 #include "dtrain_topo.h"
 
 #ifdef __cplusplus
@@ -111,17 +112,7 @@ int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_
 int dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus, char *err,
                                 size_t errlen);
 
-/* Coordinates <-> rank, the one definition of the rank order. */
-static inline int dtrain_rank_of(int tp_rank, int dp_rank, int pp_rank, int T, int D)
-{
-    return tp_rank + T * (dp_rank + D * pp_rank);
-}
-static inline void dtrain_coords_of(int rank, int T, int D, int *tp_rank, int *dp_rank, int *pp_rank)
-{
-    *tp_rank = rank % T;
-    *dp_rank = (rank / T) % D;
-    *pp_rank = rank / (T * D);
-}
+/* Coordinates <-> rank: dtrain_rank_of / dtrain_coords_of of dtrain_grid_pos.h. */
 
 #ifdef __cplusplus
 }

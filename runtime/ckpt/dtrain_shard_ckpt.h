@@ -59,6 +59,7 @@
 #include <stdio.h>
 
 #include "dtrain_comm.h"
+#include "dtrain_grid_pos.h"
 #include "dtrain_train.h"
 
 #ifdef __cplusplus
@@ -86,8 +87,8 @@ struct dtrain_sckpt_piece {
 
 /* The layout of the writing job, and this rank's place in it. */
 struct dtrain_sckpt_layout {
-    int tp, pp, dp, world_size, zero1;
-    int rank, tp_rank, pp_rank, dp_rank;
+    DTRAIN_GRID_POS_MEMBERS; /* the writing job's T, P, D, world size; this rank and its coordinates */
+    int zero1;
     int virtual_stages; /* V chunks per stage (interleaved 1F1B); 0 or 1: plain.  Values are placed by
                          * their whole-model offsets, so any V loads any other V's checkpoint */
 };

@@ -207,7 +207,8 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
     m->step = (uint64_t)nstep;
     m->data_batches = (uint64_t)ndata;
     m->nparams = (uint64_t)nparams;
-    m->layout = (struct dtrain_sckpt_layout){(int)tp, (int)pp, (int)dp, (int)world, zero1, 0, 0, 0, 0, 1};
+    m->layout = (struct dtrain_sckpt_layout){
+        .tp = (int)tp, .pp = (int)pp, .dp = (int)dp, .world_size = (int)world, .zero1 = zero1, .virtual_stages = 1};
     json_t *vs = json_object_get(json_object_get(root, "layout"), "virtual_stages");
     if (vs != NULL) { /* optional: absent, the plain pipeline */
         if (!json_is_integer(vs) || json_integer_value(vs) < 1 || json_integer_value(vs) > 1024) {

@@ -124,8 +124,8 @@ static int local_dir_of(const char *spec, char *out, size_t len, char *err, size
 /* The writing job's layout and this rank's place in it, as checkpoints record it. */
 static struct dtrain_sckpt_layout layout_of(const struct dtrain_bootstrap *bs, const struct dtrain_train_config *cfg)
 {
-    return (struct dtrain_sckpt_layout){bs->tp, bs->pp, bs->dp, bs->world_size, cfg->zero_stage >= 1, bs->rank,
-                                        bs->tp_rank, bs->pp_rank, bs->dp_rank, cfg->virtual_stages};
+    return (struct dtrain_sckpt_layout){
+        .pos = bs->pos, .zero1 = cfg->zero_stage >= 1, .virtual_stages = cfg->virtual_stages};
 }
 
 struct runs {

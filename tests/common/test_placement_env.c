@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of the one placement encoder/decoder (dtrain_placement_env.h)
- * and of the rendezvous port (dtrain_master_port.h). */
+ * and of the rendezvous port (dtrain_master_port.h), and of the one grid
+ * position (dtrain_grid_pos.h) the placement structs embed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain_env.h"
+#include "dtrain_grid_pos.h"
 #include "dtrain_master_port.h"
 #include "dtrain_placement_env.h"
 #include "tap.h"
@@ -119,8 +121,45 @@ static void test_master_port(void)
        "a pure function of (job, step), in range for the largest ids and a one-port range");
 }
 
+/* Every rank of a 4 x 3 x 2 grid: rank -> position -> rank is the rank, the
+ * coordinates are in range and follow doc/design.md's order (TP fastest,
+ * then DP, then PP); an embedded position is the struct's own fields. */
+static void test_grid_pos(void)
+{
+    const int T = 4, P = 3, D = 2;
+    int bad = 0, seen[24] = {0};
+    for (int r = 0; r < T * P * D; r++) {
+        struct dtrain_grid_pos g = dtrain_grid_pos_of(T, P, D, r);
+        struct dtrain_grid_pos h = dtrain_grid_pos_at(T, P, D, g.tp_rank, g.pp_rank, g.dp_rank);
+        if (g.rank != r || g.world_size != 24 || g.tp != T || g.pp != P || g.dp != D || g.tp_rank != r % T ||
+            g.dp_rank != (r / T) % D || g.pp_rank != r / (T * D) || memcmp(&g, &h, sizeof g) != 0)
+            bad++;
+        else
+            seen[h.rank]++;
+    }
+    int once = 1;
+    for (int r = 0; r < 24; r++)
+        once &= seen[r] == 1;
+    ok(bad == 0 && once, "grid position: rank <-> coordinates round trip over 4 x 3 x 2 (%d wrong)", bad);
+    ok(dtrain_grid_pos_at(2, 2, 2, 1, 1, 0).rank == 5 && dtrain_grid_pos_at(2, 2, 2, 0, 0, 1).rank == 2,
+       "grid position: TP fastest, then DP, then PP");
+
+    struct dtrain_coords *c = &a, *d = &b;
+    memset(c, 0, sizeof *c);
+    memset(d, 0xff, sizeof *d);
+    c->pos = dtrain_grid_pos_of(T, P, D, 17);
+    ok(c->tp == 4 && c->pp == 3 && c->dp == 2 && c->world_size == 24 && c->rank == 17 && c->tp_rank == 1 &&
+           c->dp_rank == 0 && c->pp_rank == 2,
+       "grid position: an embedded position's fields are the struct's own");
+    d->pos = c->pos;
+    ok(d->rank == 17 && d->tp_rank == 1 && d->pp_rank == 2 && d->dp_rank == 0 && d->world_size == 24 &&
+           d->local_rank == -1,
+       "grid position: one assignment copies the position and nothing else");
+}
+
 int main(void)
 {
+    test_grid_pos();
     test_round_trip();
     test_decode_errors();
     test_master_port();

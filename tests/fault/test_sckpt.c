@@ -71,8 +71,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
         return 3;
     dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
-    struct dtrain_sckpt_layout L = {bs->tp, bs->pp, bs->dp, bs->world_size, j->cfg.zero_stage >= 1, bs->rank, bs->tp_rank,
-                                    bs->pp_rank, bs->dp_rank, j->cfg.virtual_stages};
+    struct dtrain_sckpt_layout L = {
+        .pos = bs->pos, .zero1 = j->cfg.zero_stage >= 1, .virtual_stages = j->cfg.virtual_stages};
     struct dtrain_sckpt_stats st;
     int rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
     if (rc == DTRAIN_OK)

@@ -24,14 +24,7 @@ static int make_all(int tp, int pp, int dp, struct dtrain_bootstrap *bs, char *e
     for (int r = 0; r < world; r++) {
         struct dtrain_bootstrap *b = &bs[r];
         memset(b, 0, sizeof *b);
-        b->rank = r;
-        b->world_size = world;
-        b->tp = tp;
-        b->pp = pp;
-        b->dp = dp;
-        b->tp_rank = r % tp;
-        b->dp_rank = r / tp % dp;
-        b->pp_rank = r / (tp * dp);
+        b->pos = dtrain_grid_pos_of(tp, pp, dp, r);
         b->node = -1; /* this machine's host id: shared memory between the ranks */
         b->local_rank = r;
         b->local_size = world;

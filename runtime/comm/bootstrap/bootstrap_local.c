@@ -8,7 +8,7 @@
 void dtrain_bootstrap_local(struct dtrain_bootstrap *bs)
 {
     memset(bs, 0, sizeof *bs);
-    bs->world_size = bs->tp = bs->pp = bs->dp = 1;
+    bs->pos = dtrain_grid_pos_of(1, 1, 1, 0);
     bs->local_size = 1;
     bs->backend = DTRAIN_COMM_CPU;
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {

@@ -42,6 +42,8 @@
 #ifndef DTRAIN_BOOTSTRAP_H
 #define DTRAIN_BOOTSTRAP_H
 
+#include "dtrain_grid_pos.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -78,10 +80,7 @@ struct dtrain_comm_group {
 };
 
 struct dtrain_bootstrap {
-    int rank;        /* global rank = SLURM_PROCID = PMI2 rank */
-    int world_size;  /* T*P*D */
-    int tp, pp, dp;  /* T, P, D */
-    int tp_rank, pp_rank, dp_rank;
+    DTRAIN_GRID_POS_MEMBERS; /* T, P, D, world_size = T*P*D, rank = SLURM_PROCID = PMI2 rank, coordinates */
     int node;        /* 0..nodes-1, the task's node in the step */
     int local_rank;  /* task index on its node */
     int local_size;  /* tasks on its node */
