@@ -45,6 +45,13 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
     size_t len = 0;
 
     if (arg->xml == NULL) {
+        /* hwloc opens every plugin it has at its first topology (OpenCL,
+         * GL with X11, PCI: a few ms a process, 16 tasks on a node); a
+         * CPU-only load needs none, and this child's environment is its
+         * own. */
+        if (arg->load_flags & DTRAIN_TOPO_LOAD_CPUS_ONLY)
+            setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_gl,hwloc_opencl,hwloc_pci,hwloc_cuda,hwloc_nvml,hwloc_rsmi,"
+                                              "hwloc_levelzero", 0);
         dtrain_stage_set(stage, arg->load_flags ? "discovering this machine's CPUs (hwloc)"
                                                 : "discovering this machine (hwloc, NVML)");
         a->rc = topo_hwloc_load(NULL, 0, NULL, arg->load_flags, &t, a->err, sizeof a->err);
