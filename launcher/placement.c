@@ -121,6 +121,9 @@ static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_pla
     return DTRAIN_EXIT_OK;
 }
 
+/* A live topology load that takes longer has hung (sysfs on a sick node). */
+#define PLACEMENT_TOPO_TIMEOUT_MS 30000
+
 /* Plan the job here, with the planner, for CPUs only. */
 static int plan_here(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
 {
@@ -174,7 +177,10 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     struct dtrain_shape shape = {.tp = T, .pp = P, .dp = D, .nnodes = nnodes, .tasks_per_node = K};
     struct dtrain_policy policy = {.allow_pcie = 0, .cpu_only = 1};
     rc = DTRAIN_EXIT_FAILURE;
-    if (dtrain_topo_load_live(&topo, why, sizeof why) != DTRAIN_TOPO_OK) {
+    /* A CPU-only plan needs the CPUs only: no PCI walk, no NVML (most of
+     * a live load), bounded as the plugin's load is. */
+    if (dtrain_topo_load_bounded(NULL, DTRAIN_TOPO_LOAD_CPUS_ONLY, PLACEMENT_TOPO_TIMEOUT_MS, &topo, why,
+                                 sizeof why) != DTRAIN_TOPO_OK) {
         dtrain_snprintf(err, errlen, "reading this node's topology: %s", why);
         goto out;
     }

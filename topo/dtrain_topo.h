@@ -140,6 +140,10 @@ int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, d
  * a child process (fork). */
 #define DTRAIN_TOPO_LOAD_TRUSTED 1
 #define DTRAIN_TOPO_LOAD_THIS_NODE 2
+/* Only the CPUs: hwloc keeps no PCI device, bridge or OS device and NVML is
+ * never opened, so the model has no GPU but the same CPUs (the PCI walk and
+ * NVML are most of a live load: dtrain-launch's CPU-only plan uses it). */
+#define DTRAIN_TOPO_LOAD_CPUS_ONLY 4
 int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_topo **out, char *err,
                              size_t errlen);
 

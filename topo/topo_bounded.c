@@ -25,6 +25,7 @@ struct bounded_arg {
     const char *xml; /* NULL: live */
     int trusted;
     int this_node;
+    int load_flags; /* DTRAIN_TOPO_LOAD_CPUS_ONLY or 0, for topo_hwloc_load */
 };
 
 struct bounded_answer {
@@ -44,8 +45,16 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
     size_t len = 0;
 
     if (arg->xml == NULL) {
-        dtrain_stage_set(stage, "discovering this machine (hwloc, NVML)");
-        a->rc = dtrain_topo_load_live(&t, a->err, sizeof a->err);
+        /* hwloc opens every plugin it has at its first topology (OpenCL,
+         * GL with X11, PCI: a few ms a process, 16 tasks on a node); a
+         * CPU-only load needs none, and this child's environment is its
+         * own. */
+        if (arg->load_flags & DTRAIN_TOPO_LOAD_CPUS_ONLY)
+            setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_gl,hwloc_opencl,hwloc_pci,hwloc_cuda,hwloc_nvml,hwloc_rsmi,"
+                                              "hwloc_levelzero", 0);
+        dtrain_stage_set(stage, arg->load_flags ? "discovering this machine's CPUs (hwloc)"
+                                                : "discovering this machine (hwloc, NVML)");
+        a->rc = topo_hwloc_load(NULL, 0, NULL, arg->load_flags, &t, a->err, sizeof a->err);
     } else {
         dtrain_stage_set(stage, "reading %.120s", arg->xml);
         int fd = arg->trusted ? dtrain_open_trusted(arg->xml, "topology file", TOPO_XML_MAX_BYTES, a->err,
@@ -61,7 +70,7 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
         if (r != 0)
             return;
         dtrain_stage_set(stage, "loading %.120s with hwloc", arg->xml);
-        a->rc = dtrain_topo_load_xml_buffer(buf, len, arg->xml, &t, a->err, sizeof a->err);
+        a->rc = topo_hwloc_load(buf, len, arg->xml, arg->load_flags, &t, a->err, sizeof a->err);
         free(buf);
     }
     if (a->rc != DTRAIN_TOPO_OK)
@@ -95,7 +104,8 @@ int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_
                              size_t errlen)
 {
     struct bounded_arg arg = {.xml = xml, .trusted = (flags & DTRAIN_TOPO_LOAD_TRUSTED) != 0,
-                              .this_node = (flags & DTRAIN_TOPO_LOAD_THIS_NODE) != 0};
+                              .this_node = (flags & DTRAIN_TOPO_LOAD_THIS_NODE) != 0,
+                              .load_flags = flags & DTRAIN_TOPO_LOAD_CPUS_ONLY};
     char why[DTRAIN_WHY_LEN];
     *out = NULL;
     struct bounded_answer *a = malloc(sizeof *a);

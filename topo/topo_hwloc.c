@@ -460,8 +460,11 @@ fail:
 /* Load a topology: from the XML text buf[0..len) when given (named `name`
  * in messages), else live.  hwloc is never left to open a file itself: a
  * live load with HWLOC_XMLFILE set reads that file here (non-blocking
- * open, regular file, size bound, pre-check) and hands hwloc the bytes. */
-static int load(const char *buf, size_t len, const char *name, dtrain_topo **out, char *err, size_t errlen)
+ * open, regular file, size bound, pre-check) and hands hwloc the bytes.
+ * With DTRAIN_TOPO_LOAD_CPUS_ONLY in flags hwloc keeps no I/O object and
+ * NVML is never opened (the PCI walk and NVML are most of a live load). */
+int topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dtrain_topo **out, char *err,
+                    size_t errlen)
 {
     hwloc_topology_t topo = NULL;
     char *envbuf = NULL;
@@ -490,8 +493,11 @@ static int load(const char *buf, size_t len, const char *name, dtrain_topo **out
         topo = NULL;
         goto out;
     }
-    /* Without this, hwloc drops every PCI and OS device, GPUs included. */
-    if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL) < 0) {
+    /* Without KEEP_ALL, hwloc drops every PCI and OS device, GPUs included;
+     * a CPU-only load wants exactly that (bridges, PCI and OS devices). */
+    const int cpus_only = (flags & DTRAIN_TOPO_LOAD_CPUS_ONLY) != 0;
+    if (hwloc_topology_set_io_types_filter(topo, cpus_only ? HWLOC_TYPE_FILTER_KEEP_NONE : HWLOC_TYPE_FILTER_KEEP_ALL) <
+        0) {
         dtrain_snprintf(err, errlen, "hwloc could not keep I/O devices: %s", strerror(errno));
         goto out;
     }
@@ -510,7 +516,7 @@ static int load(const char *buf, size_t len, const char *name, dtrain_topo **out
     }
     /* NVML describes this machine only: never mix it into a saved topology,
      * whether given explicitly or through HWLOC_XMLFILE. */
-    int use_nvml = buf == NULL && hwloc_topology_is_thissystem(topo);
+    int use_nvml = !cpus_only && buf == NULL && hwloc_topology_is_thissystem(topo);
     rc = model_from_hwloc(topo, use_nvml, out, err, errlen);
 out:
     if (topo) {
@@ -528,7 +534,7 @@ int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, d
         dtrain_snprintf(err, errlen, "no topology given");
         return DTRAIN_TOPO_ERR_INPUT;
     }
-    return load(buf, len, name ? name : "topology", out, err, errlen);
+    return topo_hwloc_load(buf, len, name ? name : "topology", 0, out, err, errlen);
 }
 
 int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen)
@@ -543,12 +549,12 @@ int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t 
     }
     if (dtrain_read_regular(path, "topology file", TOPO_XML_MAX_BYTES, &buf, &len, err, errlen) != 0)
         return DTRAIN_TOPO_ERR_INPUT;
-    int rc = load(buf, len, path, out, err, errlen);
+    int rc = topo_hwloc_load(buf, len, path, 0, out, err, errlen);
     free(buf);
     return rc;
 }
 
 int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen)
 {
-    return load(NULL, 0, NULL, out, err, errlen);
+    return topo_hwloc_load(NULL, 0, NULL, 0, out, err, errlen);
 }

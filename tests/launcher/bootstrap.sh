@@ -116,11 +116,19 @@ check "a task failing alone (no interface) says why and ends the step, not a fen
   [ "$rc" -ne 0 -a "$rc" -ne 75 -a "$(grep -c "rank 1: --comm-iface: interface 'no-such-if0'" "$d/alone.err")" -ge 1 \
     -a "$(grep -c 'did not return within' "$d/alone.err")" -eq 0 ]
 
+# The launcher's CPU-only plan reads this node's CPUs (without I/O devices
+# or NVML), honouring HWLOC_XMLFILE as hwloc does: a file that is not there
+# fails every task saying so (tests/topo checks the CPUs such a load gives).
+step "$d" badxml "${shape[@]}" --export=ALL,HWLOC_XMLFILE="$d/no-such-topology.xml" "$launch" --print --tp 4 --pp 2
+check "the launcher's plan reads this node's topology: HWLOC_XMLFILE naming no file is exit 1 from every task, saying so" \
+  [ "$rc" -eq 1 -a "$(grep -c "reading this node's topology: .*no-such-topology.xml" "$d/badxml.err")" -eq 16 ]
+show_err "$d/badxml.err"
+
 lc stop --dir "$d" >/dev/null 2>&1
 
 # ---- with the dtrain SPANK plugin: its placement, checked by the launcher
 if why=$(plugin_unusable); then
-  for i in 1 2 3; do skip_test "$why"; done
+  for i in 1 2 3 4 5; do skip_test "$why"; done
 else
   new_cluster_dir plugin; dp=$LC_NEW
   out=$(lc start --dir "$dp" --plugin "$plugin" 2>&1)
@@ -137,6 +145,14 @@ else
     step "$dp" mismatch "${shape[@]}" --dtrain-tp=4 --dtrain-pp=2 "$launch" --print --tp 2
     check "with the plugin: --tp 2 against --dtrain-tp=4 is exit 2 saying so" \
       [ "$rc" -eq 2 -a "$(grep -c -- '--tp 2 disagrees with DTRAIN_TP=4' "$dp/mismatch.err")" -eq 16 ]
+    # The plugin placed: the launcher loads no topology at all (the same
+    # missing HWLOC_XMLFILE that fails the launcher's own plan above).
+    step "$dp" noload "${shape[@]}" --dtrain-tp=4 --dtrain-pp=2 --export=ALL,HWLOC_XMLFILE="$dp/no-such-topology.xml" \
+      -o "$dp/noload.%t" "$launch" --json
+    check "with the plugin: the launcher loads no topology (HWLOC_XMLFILE naming no file in the task: exit 0)" [ "$rc" -eq 0 ]
+    show_err "$dp/noload.err" "$dp"/noload.[0-9]*
+    verified "with the plugin and no topology for the launcher: the plugin's placement (placed_by=spank)" \
+      report 4 2 2 8 spank cpu "$dp"/noload.[0-9]*
   fi
 fi
 done_testing

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Discovery: every fixture loads into the expected node model (GPUs, bus
  * ids, locality, links, islands); subsets; live loading through
- * HWLOC_XMLFILE; the NVML path against the fake NVML library. */
+ * HWLOC_XMLFILE; CPU-only loads; the NVML path against the fake NVML
+ * library. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -537,6 +538,74 @@ static void check_nvlink_table(void)
        "NVLink per-link bandwidth table: v1 20, v2-v6 25, v7 (5.0) 50 GB/s");
 }
 
+/* DTRAIN_TOPO_LOAD_CPUS_ONLY (dtrain-launch's CPU-only plan): a saved
+ * machine with GPUs loads with the same CPUs and no GPU, and a CPU-only plan
+ * on it gives every task the same CPUs as on the full load; live, through
+ * HWLOC_XMLFILE and on this machine alike. */
+static int same_cpus(const dtrain_topo *a, const dtrain_topo *b)
+{
+    return a->npus > 0 && a->npus == b->npus && memcmp(a->pus, b->pus, sizeof(int) * (size_t)a->npus) == 0;
+}
+
+static int same_cpu_plan(const dtrain_topo *a, const dtrain_topo *b, int K)
+{
+    struct dtrain_shape shape = {.tp = 1, .pp = 1, .dp = K, .nnodes = 1, .tasks_per_node = K};
+    struct dtrain_policy policy = {.cpu_only = 1};
+    dtrain_plan *pa = NULL, *pb = NULL;
+    char err[256];
+    const dtrain_topo *na[1] = {a}, *nb[1] = {b};
+    int same = dtrain_plan_place_node(&shape, na, &policy, 0, &pa, err, sizeof err) == DTRAIN_TOPO_OK &&
+               dtrain_plan_place_node(&shape, nb, &policy, 0, &pb, err, sizeof err) == DTRAIN_TOPO_OK;
+    for (int r = 0; same && r < K; r++) {
+        const struct dtrain_task_placement *x = dtrain_plan_task(pa, r), *y = dtrain_plan_task(pb, r);
+        same = x && y && x->cpulist[0] != '\0' && strcmp(x->cpulist, y->cpulist) == 0;
+    }
+    dtrain_plan_free(pa);
+    dtrain_plan_free(pb);
+    return same;
+}
+
+static void check_cpus_only(void)
+{
+    static const char *const files[] = {"dgx-h100.xml", "amd-mi300x-cpx.xml", "g4dnmetal.xml"};
+    char err[512];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        dtrain_topo *full = NULL, *cpus = NULL;
+        int rf = dtrain_topo_load_bounded(fixture_path(files[i]), 0, 20000, &full, err, sizeof err);
+        int rc = dtrain_topo_load_bounded(fixture_path(files[i]), DTRAIN_TOPO_LOAD_CPUS_ONLY, 20000, &cpus, err,
+                                          sizeof err);
+        ok(rf == DTRAIN_TOPO_OK && rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(full) > 0 &&
+               dtrain_topo_gpu_count(cpus) == 0 && same_cpus(full, cpus) && same_cpu_plan(full, cpus, 8),
+           "%s with CPUS_ONLY: no GPU (full load %d), the same %d CPUs, the same CPU-only plan for 8 tasks%s%s",
+           files[i], full ? dtrain_topo_gpu_count(full) : -1, cpus ? cpus->npus : -1, rf || rc ? ": " : "",
+           rf || rc ? err : "");
+        dtrain_topo_free(full);
+        dtrain_topo_free(cpus);
+    }
+
+    /* Live: through HWLOC_XMLFILE (the slurmd of a local cluster)... */
+    dtrain_topo *full = NULL, *cpus = NULL;
+    setenv("HWLOC_XMLFILE", fixture_path("dgx1-v100.xml"), 1);
+    int rf = dtrain_topo_load_live(&full, err, sizeof err);
+    int rc = dtrain_topo_load_bounded(NULL, DTRAIN_TOPO_LOAD_CPUS_ONLY, 20000, &cpus, err, sizeof err);
+    unsetenv("HWLOC_XMLFILE");
+    ok(rf == DTRAIN_TOPO_OK && rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(full) == 8 &&
+           dtrain_topo_gpu_count(cpus) == 0 && same_cpus(full, cpus),
+       "live CPUS_ONLY load through HWLOC_XMLFILE (DGX-1): no GPU, the same CPUs%s%s", rf || rc ? ": " : "",
+       rf || rc ? err : "");
+    dtrain_topo_free(full);
+    dtrain_topo_free(cpus);
+    full = cpus = NULL;
+    /* ...and this machine itself. */
+    rf = dtrain_topo_load_live(&full, err, sizeof err);
+    rc = dtrain_topo_load_bounded(NULL, DTRAIN_TOPO_LOAD_CPUS_ONLY, 20000, &cpus, err, sizeof err);
+    ok(rf == DTRAIN_TOPO_OK && rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(cpus) == 0 && same_cpus(full, cpus),
+       "live CPUS_ONLY load of this machine: no GPU, the same %d CPUs as the full load%s%s", cpus ? cpus->npus : -1,
+       rf || rc ? ": " : "", rf || rc ? err : "");
+    dtrain_topo_free(full);
+    dtrain_topo_free(cpus);
+}
+
 int main(void)
 {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -544,6 +613,7 @@ int main(void)
     check_specifics();
     check_subset_and_lookup();
     check_live();
+    check_cpus_only();
     check_nvml();
     check_fabric();
     check_nvlink_table();
