@@ -36,6 +36,20 @@
 #include "bench_parallel.h"
 #include "dtrain_parse.h"
 
+/* One row of an activations table: rank 0's peak activation bytes and step
+ * time, and both against the table's first row (is_base: this is it). */
+static void print_activations_row(const char *label, const struct bench_rank *r0, int is_base, double *base_act,
+                                  double *base_ms)
+{
+    double act = (double)r0->mem.activations, ms = r0->step_ms;
+    if (is_base) {
+        *base_act = act;
+        *base_ms = ms;
+    }
+    printf("%-10s %14.0f %8.3f %10.1f %7.2fx\n", label, act, act / *base_act, ms, ms / *base_ms);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     int steps = 5, warmup = 2, repeats = 2;
@@ -125,13 +139,7 @@ int main(int argc, char **argv)
                 rc = 1;
                 continue;
             }
-            double act = (double)ranks[0].mem.activations, ms = ranks[0].step_ms;
-            if (mode == 0) {
-                base_act = act;
-                base_ms = ms;
-            }
-            printf("%-10s %14.0f %8.3f %10.1f %7.2fx\n", modes[mode], act, act / base_act, ms, ms / base_ms);
-            fflush(stdout);
+            print_activations_row(modes[mode], &ranks[0], mode == 0, &base_act, &base_ms);
         }
     }
     for (int tp = 2; tp <= 4; tp *= 2) {
@@ -146,13 +154,7 @@ int main(int argc, char **argv)
                 rc = 1;
                 continue;
             }
-            double act = (double)ranks[0].mem.activations, ms = ranks[0].step_ms;
-            if (sp == 0) {
-                base_act = act;
-                base_ms = ms;
-            }
-            printf("%-10s %14.0f %8.3f %10.1f %7.2fx\n", sp ? "on" : "off", act, act / base_act, ms, ms / base_ms);
-            fflush(stdout);
+            print_activations_row(sp ? "on" : "off", &ranks[0], sp == 0, &base_act, &base_ms);
         }
     }
     unlink(path);

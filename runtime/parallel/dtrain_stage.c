@@ -361,8 +361,9 @@ static int head_input(struct dtrain_stage *st, const struct slot *s, char *err, 
     return dtrain_tp_all_gather(st->tp, s->lnf, st->seq_in, (size_t)st->Nl * st->sh->model.channels, err, errlen);
 }
 
-/* Sequence parallel, after the step's last micro-batch's backward of a
- * unit: the LayerNorm weight gradients hold this rank's rows' share; their
+/* Sequence parallel, after a unit's backward when sp_sum_due says so (the
+ * step's last micro-batch; ZeRO-3: every one): the LayerNorm weight
+ * gradients hold this rank's rows' share; their
  * sum over the TP group (every rank the same bits, as the replicated
  * weights need) before data parallelism takes the unit.  n tensors of C. */
 static int sum_norm_grads(struct dtrain_stage *st, float *const *g, int n, char *err, size_t errlen)
