@@ -426,6 +426,7 @@ void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s)
     s->calls = atomic_load(&c->calls);
     s->started = atomic_load(&c->started);
     s->refused = atomic_load(&c->refused);
+    s->rejoined = atomic_load(&c->rejoined);
     s->shm_links = atomic_load(&c->shm_links);
     s->tcp_links = atomic_load(&c->tcp_links);
 }

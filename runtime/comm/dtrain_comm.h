@@ -226,6 +226,8 @@ struct dtrain_comm_stats {
     uint64_t started;        /* calls that began moving data: above calls + failed ones while one is in
                               * flight (another thread sees a rank waiting in a call; dtrain_watchdog.h) */
     uint64_t refused;        /* connections dropped at bootstrap or accept: wrong secret or hello */
+    uint64_t rejoined;       /* cpu bootstrap: times this member's hello was dropped unread by the leader
+                              * (its pending list full of strangers' connections) and sent again */
     int shm_links;           /* links over shared memory */
     int tcp_links;           /* links over TCP */
 };

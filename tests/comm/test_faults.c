@@ -62,20 +62,29 @@ static dtrain_comm *child_comm(struct dtrain_comm_group *g, int rank, int n, enu
 /* ------------------------------------------------------------------ strangers */
 
 struct strangers {
-    int min_refused;  /* the leader must have refused at least this many (0: only say how many) */
-    int refused_seen; /* filled in the parent */
-    int closed_by_leader;
+    int min_refused;      /* the leader must have refused at least this many (0: only say how many) */
+    int go[2];            /* strangers test: members start when the parent closes go[1] */
+    int closed_by_leader; /* filled in the parent */
 };
 
-/* Members other than the leader come late, so that the strangers knock
- * while the leader waits; the leader reports how many it refused (arg: a
- * struct strangers). */
+/* Members other than the leader come once the strangers were dealt with
+ * (the parent closes the pipe), or 700 ms late in the storm, which lasts
+ * 1.5 s: either way the strangers knock while the leader waits.  The
+ * leader reports how many it refused, members how often they joined again
+ * (arg: a struct strangers). */
 static int strangers_child(int rank, int n, struct dtrain_comm_group *groups, int ngroups, void *arg)
 {
     (void)ngroups;
     const struct strangers *want = arg;
-    if (rank != 0)
+    if (want->go[1] >= 0)
+        close(want->go[1]);
+    if (rank != 0 && want->go[0] >= 0) {
+        struct pollfd p = {.fd = want->go[0], .events = POLLIN};
+        if (poll(&p, 1, 20000) != 1)
+            return 8;
+    } else if (rank != 0) {
         sleep_ms(700);
+    }
     dtrain_comm *c = child_comm(&groups[0], rank, n, DTRAIN_COMM_TRANSPORT_DEFAULT, 10000, NULL);
     if (c == NULL)
         return 1;
@@ -94,6 +103,9 @@ static int strangers_child(int rank, int n, struct dtrain_comm_group *groups, in
     }
     if (rank == 0 && want->min_refused == 0)
         harness_diag(rank, "the leader refused %llu connections", (unsigned long long)st.refused);
+    if (st.rejoined > 0)
+        harness_diag(rank, "the leader dropped this member's hello %llu times before taking it",
+                     (unsigned long long)st.rejoined);
     dtrain_comm_destroy(c);
     return failed;
 }
@@ -141,19 +153,29 @@ static void strangers_knock(const struct harness_started *s, void *arg)
     int junk = knock(s->ids[0], garbage, sizeof garbage);
     int silent = knock(s->ids[0], NULL, 0);
     st->closed_by_leader = closed_within(wrong, 5000) + closed_within(junk, 5000);
+    /* The silent one: dropped when it has not shown the secret within
+     * CPU_PROVE_TIMEOUT_MS (3 s); waited for, so that all three were
+     * refused before the members come. */
+    closed_within(silent, 15000);
+    close(st->go[1]); /* the members start */
+    st->go[1] = -1;
     if (wrong >= 0)
         close(wrong);
     if (junk >= 0)
         close(junk);
     if (silent >= 0)
-        close(silent); /* the leader drops it on its hello deadline, or here */
+        close(silent);
 }
 
 static void test_strangers(void)
 {
-    struct strangers st = {.min_refused = 3};
+    struct strangers st = {.min_refused = 3, .go = {-1, -1}};
     struct harness_result res;
-    int rc = harness_run(3, 1, strangers_child, &st, BOUND_S, strangers_knock, &res);
+    int rc = pipe(st.go) == 0 ? harness_run(3, 1, strangers_child, &st, BOUND_S, strangers_knock, &res) : -1;
+    if (st.go[0] >= 0)
+        close(st.go[0]);
+    if (st.go[1] >= 0)
+        close(st.go[1]);
     ok(rc == 0 && st.closed_by_leader == 2, "the leader closes a connection whose hello has a wrong secret, and one "
        "that sends garbage");
     ok(rc == 0 && res.exit_code[0] == 0, "the leader counts the strangers (and a silent one) as refused");
@@ -206,7 +228,7 @@ static void storm(const struct harness_started *s, void *arg)
 static void test_storm(void)
 {
     struct harness_result res;
-    struct strangers quiet = {.min_refused = 0};
+    struct strangers quiet = {.min_refused = 0, .go = {-1, -1}};
     int rc = harness_run(4, 1, strangers_child, &quiet, BOUND_S, storm, &res);
     ok(rc == 0 && res.failed == 0 && res.exit_code[0] == 0,
        "a storm of strangers (silent, slow, garbage; 300 open at once) while 4 members join: every member gets in "
@@ -278,7 +300,7 @@ static int gone_after_table_child(int rank, int n, struct dtrain_comm_group *gro
         struct sockaddr_in leader, me;
         socklen_t len = sizeof me;
         struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)n, .from = 2, .to = 0};
-        unsigned char hello[WIRE_HELLO_LEN], table[WIRE_TABLE_HEAD_LEN + 4 * WIRE_TABLE_ENTRY_LEN];
+        unsigned char hello[WIRE_HELLO_LEN], table[1 + WIRE_TABLE_HEAD_LEN + 4 * WIRE_TABLE_ENTRY_LEN]; /* 'J', table */
         char why[200];
         int lfd = -1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         cpu_id_parse(groups[0].id, &leader, h.secret);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap_id.h"
@@ -351,6 +352,15 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
             refuse(c, fd);
             continue;
         }
+        /* Taken: say so, so that the member tells this apart from being
+         * dropped with the strangers (then it joins again).  One byte on a
+         * new connection does not block; a member gone already may come
+         * back. */
+        unsigned char joined_byte = WIRE_BOOT_JOINED;
+        if (send(fd, &joined_byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+            close(fd);
+            continue;
+        }
         fds[h.from] = fd;
         cc->table[h.from] = (struct wire_peer){.addr = h.addr, .port = h.port};
         memcpy(hosts[h.from], h.host_id, sizeof hosts[h.from]);
@@ -395,37 +405,92 @@ out:
     return rc;
 }
 
+/* Connect to the leader and send the BOOT hello until the leader takes it
+ * (WIRE_BOOT_JOINED).  A connection that closes before that byte was
+ * dropped unread, as a stranger's would be, while a flood of connections
+ * filled the leader's pending list: join again until the deadline.  The
+ * listening socket is made on the first connection's local address. */
+static int member_hello(struct dtrain_comm *c, struct cpu_comm *cc, const struct sockaddr_in *leader,
+                        int64_t deadline_ms, int *fd_out, char *why, size_t whylen)
+{
+    unsigned char hello[WIRE_HELLO_LEN];
+    struct sockaddr_in me;
+    char text[32];
+    int rc = 0;
+    for (int dropped = 0;; dropped++) {
+        int fd = -1;
+        unsigned char byte = 0;
+        rc = net_connect(c, leader, deadline_ms, &fd, why, whylen);
+        if (rc != 0)
+            break;
+        if (cc->listen_fd < 0) { /* listen where the route to the leader leaves this host */
+            if ((rc = local_address(fd, &me, why, whylen)) != 0 ||
+                (rc = net_listen(&me.sin_addr, &cc->listen_fd, why, whylen)) != 0 ||
+                (rc = local_address(cc->listen_fd, &me, why, whylen)) != 0) {
+                close(fd);
+                return rc;
+            }
+            struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)c->size,
+                                   .from = (uint32_t)c->rank, .to = 0, .addr = me.sin_addr,
+                                   .port = ntohs(me.sin_port), .pid = (uint32_t)getpid()};
+            memcpy(h.secret, cc->secret, sizeof h.secret);
+            dtrain_snprintf(h.host_id, sizeof h.host_id, "%s", c->host_id);
+            wire_hello_encode(&h, hello);
+        }
+        rc = net_write_all(c, fd, hello, sizeof hello, deadline_ms, why, whylen);
+        if (rc == 0)
+            rc = net_read_all(c, fd, &byte, 1, deadline_ms, why, whylen);
+        if (rc == 0 && byte == WIRE_BOOT_JOINED) {
+            *fd_out = fd;
+            return 0;
+        }
+        close(fd);
+        if (rc == 0) {
+            dtrain_snprintf(why, whylen, "the leader at %s answered the hello with byte 0x%02x, not 0x%02x (another "
+                            "dtrain version?)", net_addr_text(leader, text, sizeof text), byte, WIRE_BOOT_JOINED);
+            return -DTRAIN_COMM_EPEER;
+        }
+        if (rc != -DTRAIN_COMM_EPEER || (rc = net_check(c, deadline_ms, why, whylen)) != 0)
+            break;
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = NET_RETRY_MS * 1000000L};
+        nanosleep(&pause, NULL);
+        atomic_fetch_add(&c->rejoined, 1);
+    }
+    if (rc == -DTRAIN_COMM_ETIMEDOUT && atomic_load(&c->rejoined) > 0) {
+        char step[200];
+        dtrain_snprintf(step, sizeof step, "%s", why);
+        dtrain_snprintf(why, whylen, "%s (the leader dropped this member's hello %llu times: a flood of "
+                        "connections at its port?)", step, (unsigned long long)atomic_load(&c->rejoined));
+    }
+    return rc;
+}
+
 static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct sockaddr_in *leader,
                        int64_t deadline_ms, char *why, size_t whylen)
 {
     const int n = c->size;
     char text[32];
     int fd = -1;
-    unsigned char hello[WIRE_HELLO_LEN], head[WIRE_TABLE_HEAD_LEN];
+    unsigned char head[WIRE_TABLE_HEAD_LEN];
     unsigned char *entries = malloc((size_t)n * WIRE_TABLE_ENTRY_LEN);
     struct sockaddr_in me;
+    socklen_t len = sizeof me;
     int rc;
 
     if (entries == NULL) {
         dtrain_snprintf(why, whylen, "out of memory for the table of %d members", n);
         return -DTRAIN_COMM_ESYS;
     }
-    rc = net_connect(c, leader, deadline_ms, &fd, why, whylen);
+    rc = member_hello(c, cc, leader, deadline_ms, &fd, why, whylen);
     if (rc != 0)
         goto out;
-    /* Listen where the route to the leader leaves this host. */
-    if ((rc = local_address(fd, &me, why, whylen)) != 0 ||
-        (rc = net_listen(&me.sin_addr, &cc->listen_fd, why, whylen)) != 0 ||
-        (rc = local_address(cc->listen_fd, &me, why, whylen)) != 0)
+    if (getsockname(cc->listen_fd, (struct sockaddr *)&me, &len) != 0) {
+        dtrain_snprintf(why, whylen, "getsockname: %s", strerror(errno));
+        rc = -DTRAIN_COMM_ESYS;
         goto out;
-    struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)n, .from = (uint32_t)c->rank, .to = 0,
-                           .addr = me.sin_addr, .port = ntohs(me.sin_port), .pid = (uint32_t)getpid()};
-    memcpy(h.secret, cc->secret, sizeof h.secret);
-    dtrain_snprintf(h.host_id, sizeof h.host_id, "%s", c->host_id);
-    wire_hello_encode(&h, hello);
+    }
     uint32_t size, to;
-    if ((rc = net_write_all(c, fd, hello, sizeof hello, deadline_ms, why, whylen)) != 0 ||
-        (rc = net_read_all(c, fd, head, sizeof head, deadline_ms, why, whylen)) != 0)
+    if ((rc = net_read_all(c, fd, head, sizeof head, deadline_ms, why, whylen)) != 0)
         goto failed;
     if (wire_table_head_decode(head, &size, &to) != 0 || size != (uint32_t)n || to != (uint32_t)c->rank) {
         dtrain_snprintf(why, whylen, "the leader at %s sent a table that is not for rank %d of %d",

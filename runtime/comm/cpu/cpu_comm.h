@@ -8,7 +8,10 @@
  *     interface is used) and its host id;
  *  2. the leader drops every connection whose hello is malformed, whose
  *     secret differs (compared in constant time) or whose rank is taken,
- *     and keeps waiting, until all n-1 members have come or the timeout;
+ *     answers a taken hello with WIRE_BOOT_JOINED, and keeps waiting,
+ *     until all n-1 members have come or the timeout; a member whose
+ *     connection closes before that byte was dropped unread with the
+ *     strangers (a full pending list) and joins again;
  *  3. the leader sends every member the table: address and host number of
  *     each member;
  *  4. ring links: each member connects to rank+1 (RING hello, again with

@@ -19,8 +19,6 @@
 
 /* How long one poll may sleep before the abort flag is looked at again. */
 #define NET_POLL_SLICE_MS 20
-/* Pause between attempts to reach a peer that refuses connections. */
-#define NET_RETRY_MS 20
 
 int64_t comm_now_ms(void)
 {

@@ -24,6 +24,9 @@ int net_check(struct dtrain_comm *c, int64_t deadline_ms, char *why, size_t whyl
 
 int net_set_nonblocking(int fd);
 
+/* Pause between attempts to reach a peer that refuses (or drops) connections. */
+#define NET_RETRY_MS 20
+
 /* Connect a non-blocking TCP socket to addr:port, retrying a refused or
  * unreachable peer (it may not listen yet, or is restarting) until the
  * deadline.  *fd_out is non-blocking, close-on-exec, TCP_NODELAY. */

@@ -8,6 +8,9 @@
  *           address and host id; RING (member -> next member) asks for
  *           shared memory with WIRE_FLAG_SHM; P2P opens a point-to-point
  *           link to a member that is not the next one.
+ *   joined  leader -> member, one byte as soon as its BOOT hello is taken:
+ *           a member whose connection closes before it was dropped with
+ *           the strangers (a flood at the leader's port) and joins again.
  *   table   leader -> member after every BOOT hello arrived: a 16-byte head
  *           and 12 bytes per member (address, port, host number).
  *   reply   64 bytes, ring-link receiver -> sender: TCP, or the name of a
@@ -27,7 +30,7 @@
 #include "dtrain_bootstrap.h"
 #include "dtrain_comm.h"
 
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2 /* 2: the leader acknowledges a BOOT hello (WIRE_BOOT_JOINED) */
 
 /* ------------------------------------------------------------------ hello */
 #define WIRE_HELLO_LEN 128
@@ -73,7 +76,8 @@ void wire_peer_encode(const struct wire_peer *p, unsigned char out[WIRE_TABLE_EN
 void wire_peer_decode(const unsigned char in[WIRE_TABLE_ENTRY_LEN], struct wire_peer *p);
 
 /* ------------------------------------------------------------------ bootstrap done */
-/* One byte each on the BOOT connection (cpu_comm.h, step 5). */
+/* One byte each on the BOOT connection (cpu_comm.h, steps 2 and 5). */
+#define WIRE_BOOT_JOINED 0x4a /* 'J': leader -> member, its hello was taken */
 #define WIRE_BOOT_READY 0x52 /* 'R': member -> leader, its ring links are up */
 #define WIRE_BOOT_DONE 0x44  /* 'D': leader -> member, everyone's are */
 
