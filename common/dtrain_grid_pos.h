@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Where one rank sits in the T x P x D grid: the one record of a task's
  * grid sizes, its global rank and its coordinates, and the one rank order.
- * The structs that carry a placement (dtrain_coords of the environment,
- * dtrain-launch's dtrain_placement, the runtime's dtrain_bootstrap, the
- * checkpoint's dtrain_sckpt_layout) hold it with DTRAIN_GRID_POS_MEMBERS,
+ * The structs that carry a placement (the planner's dtrain_task_placement,
+ * dtrain_coords of the environment, dtrain-launch's dtrain_placement, the
+ * runtime's dtrain_bootstrap, the checkpoint's dtrain_sckpt_layout) hold it
+ * with DTRAIN_GRID_POS_MEMBERS,
  * so one is handed to the next by one struct assignment (a.pos = b.pos)
  * instead of eight field copies, while a.tp_rank etc. still name the
  * fields.  Pure code: no I/O, no state.

@@ -204,9 +204,8 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
         dtrain_snprintf(err, errlen, "the planner has no task %d", p->rank);
         goto out;
     }
-    const struct dtrain_shape *planned = dtrain_plan_shape(plan);
-    /* The planner's coordinates of this rank; world_size (PMI2's) was checked against T*P*D above. */
-    p->pos = dtrain_grid_pos_at(planned->tp, planned->pp, planned->dp, t->tp_rank, t->pp_rank, t->dp_rank);
+    /* The planner's position of this rank; world_size (PMI2's) was checked against T*P*D above. */
+    p->pos = t->pos;
     p->node = t->node;
     p->nnodes = nnodes;
     p->local_rank = t->local_rank;

@@ -40,7 +40,7 @@ int dtrain_task_env_placement(struct dtrain_env_list *env, const struct dtrain_t
     static struct dtrain_coords c; /* large (the GPU list); one task at a time per process */
     const struct dtrain_task_placement *t = w->task;
     memset(&c, 0, sizeof c);
-    c.pos = dtrain_grid_pos_at(w->shape->tp, w->shape->pp, w->shape->dp, t->tp_rank, t->pp_rank, t->dp_rank);
+    c.pos = t->pos;
     c.local_rank = t->local_rank;
     c.local_size = w->local_world_size;
     c.node = t->node;

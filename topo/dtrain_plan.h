@@ -56,10 +56,9 @@ struct dtrain_policy {
 };
 
 struct dtrain_task_placement {
-    int rank;        /* global rank = Slurm task id = PMI2 rank */
+    DTRAIN_GRID_POS_MEMBERS; /* its position (pos): rank = Slurm task id = PMI2 rank, coordinates */
     int node;        /* 0..nnodes-1 */
     int local_rank;  /* 0..K-1 */
-    int tp_rank, pp_rank, dp_rank;
     int gpu;         /* index in the node's model, -1 with cpu_only */
     char gpu_busid[DTRAIN_TOPO_BUSID_LEN]; /* "" with cpu_only */
     char cpulist[DTRAIN_TOPO_CPULIST_LEN]; /* CPUs near the GPU (its NUMA node), or this task's share */

@@ -553,10 +553,9 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
         for (int i = 0; i < K; i++) {
             int rank = node * K + i;
             struct dtrain_task_placement *t = &plan->tasks[rank - plan->first_rank];
-            t->rank = rank;
+            t->pos = dtrain_grid_pos_of(T, shape->pp, D, rank);
             t->node = node;
             t->local_rank = i;
-            dtrain_coords_of(rank, T, D, &t->tp_rank, &t->dp_rank, &t->pp_rank);
             if (layout) {
                 const struct dtrain_gpu_info *g = &topo->gpus[layout[i]];
                 t->gpu = layout[i];
