@@ -5,7 +5,7 @@
  *
  * P stages (T = D = 1) run as local processes (bench_parallel.h) on a model
  * whose stages cost about the same (L = 8 blocks of C = 256, a small
- * vocabulary); each micro-batch is one sequence of 64 tokens, so a step of
+ * vocabulary); each micro-batch is one sequence of 64 tokens (--seq), so a step of
  * m micro-batches does m times the work of one.  Per step, each stage
  * times its forwards and backwards (compute) and the pipeline's span (the
  * longest stage's schedule from first action to last); a stage's bubble is
@@ -18,7 +18,13 @@
  * the interleaved schedule, (P-1)/m for plain 1F1B).  V = 1 is plain 1F1B;
  * V > 1 runs only where m is a multiple of P (Megatron's condition).
  *
- *   dtrain-bench-pipeline [--stages P] [--micro 1,2,4,8] [--virtual 1,2] [--steps N] [--warmup N] [--repeat N]
+ *   dtrain-bench-pipeline [--stages P] [--micro 1,2,4,8] [--virtual 1,2] [--seq T] [--steps N] [--warmup N]
+ *                         [--repeat N]
+ *
+ * --seq sets the tokens of a micro-batch (default 64): the schedule's
+ * point-to-point sends cost about the same whatever the compute, so longer
+ * micro-batches show the schedule's own bubble with less of the transfers
+ * in it (V = 2 makes twice the sends).
  *
  * Each (P, m) runs --repeat times (default 3) and the least disturbed run
  * (lowest median step time) is shown: the machine may be shared.
@@ -55,7 +61,7 @@ int main(int argc, char **argv)
 {
     int stages[2] = {2, 4}, nstages = bench_cpus() >= 4 ? 2 : 1;
     int micro[MAX_MICRO] = {1, 2, 4, 8}, nmicro = 4, steps = 5, warmup = 2, repeats = 3;
-    int virt[MAX_MICRO] = {1, 2}, nvirt = 2;
+    int virt[MAX_MICRO] = {1, 2}, nvirt = 2, seq = 64;
     char err[512];
     for (int i = 1; i < argc; i++) {
         long v;
@@ -74,6 +80,9 @@ int main(int argc, char **argv)
             good = (nmicro = parse_list(val, micro, MAX_MICRO)) > 0;
         } else if (strcmp(a, "--virtual") == 0) {
             good = (nvirt = parse_list(val, virt, MAX_MICRO)) > 0;
+        } else if (strcmp(a, "--seq") == 0) {
+            good = dtrain_parse_int(val, 8, 1024, a, &v, err, sizeof err) == 0;
+            seq = (int)v;
         } else if (strcmp(a, "--steps") == 0) {
             good = dtrain_parse_int(val, 1, 64, a, &v, err, sizeof err) == 0;
             steps = (int)v;
@@ -88,7 +97,7 @@ int main(int argc, char **argv)
         }
         if (!good) {
             fprintf(stderr, "dtrain-bench-pipeline: bad option %s %s (usage: [--stages P] [--micro 1,2,4,8] "
-                            "[--virtual 1,2] [--steps N] [--warmup N] [--repeat N])\n", a, val);
+                            "[--virtual 1,2] [--seq T] [--steps N] [--warmup N] [--repeat N])\n", a, val);
             return 2;
         }
     }
@@ -105,17 +114,17 @@ int main(int argc, char **argv)
     struct dtrain_train_config cfg;
     dtrain_train_config_defaults(&cfg);
     snprintf(cfg.data, sizeof cfg.data, "%s", path);
-    cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
+    cfg.model = (struct dtrain_gpt2_config){.max_seq_len = seq, .vocab_size = 256, .padded_vocab_size = 256,
                                             .num_layers = 8, .num_heads = 4, .channels = 256};
-    cfg.seq = 64;
+    cfg.seq = seq;
     cfg.threads = 1;
     cfg.log_every = 0;
     if (dtrain_train_config_finish(&cfg, err, sizeof err) != DTRAIN_OK) {
         fprintf(stderr, "dtrain-bench-pipeline: %s\n", err);
         return 1;
     }
-    printf("1F1B bubble: L=8 C=256 NH=4 V=256, micro-batches of 1 x 64 tokens, 1 thread per stage, %d CPUs; "
-           "medians of %d steps after %d, best of %d runs\n", bench_cpus(), steps, warmup, repeats);
+    printf("1F1B bubble: L=8 C=256 NH=4 V=256, micro-batches of 1 x %d tokens, 1 thread per stage, %d CPUs; "
+           "medians of %d steps after %d, best of %d runs\n", seq, bench_cpus(), steps, warmup, repeats);
     printf("bubble of the step: ideal (P-1)/(V*m+P-1), measured 1 - compute/span; relative to the ideal time: "
            "ideal (P-1)/(V*m), measured span/compute - 1 (means over the stages)\n");
     printf("%3s %3s %3s %10s %10s %8s %9s %9s %9s   %s\n", "P", "m", "V", "step ms", "span ms", "ideal", "measured",
