@@ -512,33 +512,33 @@ int main(void)
        brc ? err : "");
 
     const struct layout layouts[] = {
-        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0, 0, 0},
-        {1, 1, 2, 1, 0, 1, 0, 0, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0, 0, 0},
-        {2, 2, 2, 2, 1, 1, 0, 0, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0, 0, 0},
+        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0, 0, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0, 0, 0, 0},
+        {1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0, 0, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, 0, 0, 0, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0, 0, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0},
         /* ZeRO-2 at D = 2 and 4, with T = 2 and with P = 2 */
-        {1, 1, 2, 2, 2, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0, 0, 0},
+        {1, 1, 2, 2, 2, 1, 0, 0, 0, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0, 0, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0, 0, 0, 0},
         /* recomputation: the bits of layouts 1, 4, 8 and 15 (1-based) */
-        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1, 0, 0}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1, 0, 0},
-        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4, 0, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8, 0, 0},
-        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8, 0, 0}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15, 0, 0},
+        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1, 0, 0, 0}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1, 0, 0, 0},
+        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4, 0, 0, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8, 0, 0, 0},
+        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8, 0, 0, 0}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15, 0, 0, 0},
         /* interleaved 1F1B, V = 2 (2 chunks of 1 layer per stage): against the
          * same layout with V = 1 (layouts 4, 8, 9, 14 and 20) */
-        {1, 2, 1, 2, 0, 1, 0, 4, 2, 0}, {2, 2, 2, 2, 0, 1, 0, 8, 2, 0}, {2, 2, 2, 2, 1, 1, 0, 9, 2, 0},
-        {1, 2, 2, 2, 2, 0, 0, 14, 2, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 20, 2, 0},
+        {1, 2, 1, 2, 0, 1, 0, 4, 2, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 8, 2, 0, 0}, {2, 2, 2, 2, 1, 1, 0, 9, 2, 0, 0},
+        {1, 2, 2, 2, 2, 0, 0, 14, 2, 0, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 20, 2, 0, 0},
         /* sequence parallelism: against the same layout without it (layouts
          * 3, 11, 8, 13, 15: 28-32), then recomputation and V = 2 against
          * the SP layout 30 (bits for recomputation, step 0's loss for V) */
-        {2, 1, 1, 1, 0, 1, 0, 3, 0, 1}, {4, 1, 2, 1, 1, 1, 0, 11, 0, 1}, {2, 2, 2, 2, 0, 1, 0, 8, 0, 1},
-        {2, 1, 2, 1, 2, 1, 0, 13, 0, 1}, {2, 1, 4, 1, 2, 1, 0, 15, 0, 1},
-        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 30, 0, 1}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 30, 0, 1},
-        {2, 2, 2, 2, 0, 1, 0, 30, 2, 1},
+        {2, 1, 1, 1, 0, 1, 0, 3, 0, 1, 0}, {4, 1, 2, 1, 1, 1, 0, 11, 0, 1, 0}, {2, 2, 2, 2, 0, 1, 0, 8, 0, 1, 0},
+        {2, 1, 2, 1, 2, 1, 0, 13, 0, 1, 0}, {2, 1, 4, 1, 2, 1, 0, 15, 0, 1, 0},
+        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 30, 0, 1, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 30, 0, 1, 0},
+        {2, 2, 2, 2, 0, 1, 0, 30, 2, 1, 0},
         /* ZeRO-3 (sharded parameters) at D = 2 and 4, with T = 2 and with P = 2
          * (36-40), with (T,P,D) = (2,2,2); full recomputation against 39 bit
          * for bit, V = 2 against 38; sequence parallelism on ZeRO-3 against
          * layout 37 without it */
-        {1, 1, 2, 2, 3, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 3, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, 0, 0, 0, 0},
-        {1, 2, 4, 2, 3, 1, 0, 0, 0, 0}, {2, 2, 2, 2, 3, 1, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, DTRAIN_RECOMPUTE_FULL, 39, 0, 0},
-        {1, 2, 2, 2, 3, 0, 0, 38, 2, 0}, {2, 1, 2, 1, 3, 1, 0, 37, 0, 1},
+        {1, 1, 2, 2, 3, 1, 0, 0, 0, 0, 0}, {2, 1, 2, 1, 3, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 0, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, 0, 0, 0, 0, 0},
+        {1, 2, 4, 2, 3, 1, 0, 0, 0, 0, 0}, {2, 2, 2, 2, 3, 1, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, DTRAIN_RECOMPUTE_FULL, 39, 0, 0, 0},
+        {1, 2, 2, 2, 3, 0, 0, 38, 2, 0, 0}, {2, 1, 2, 1, 3, 1, 0, 37, 0, 1, 0},
         /* ZeRO-3 with the prefetch off against the same layouts with it on
          * (38, 41, 42, 43, 44: P = 2; (2,2,2); recompute full, D = 4; V = 2;
          * sequence parallelism) */
@@ -721,9 +721,9 @@ int main(void)
      * to fp16 (unit roundoff 2^-11 = 4.9e-4) turns the layouts' different
      * fp32 sums into differences of up to one fp16 ulp of an operand. */
     static const struct layout half[] = {
-        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0, 0},
-        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 0}, {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 1},
-        {1, 2, 2, 2, 3, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 1, 0, 6, 0, 0, 1},
+        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 0, 0}, {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 1, 0},
+        {1, 2, 2, 2, 3, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 1, 0, 6, 0, 0, 1},
     };
     struct run_result half0 = {0}, half_kept[sizeof half / sizeof half[0]];
     memset(half_kept, 0, sizeof half_kept);
