@@ -10,10 +10,14 @@
  * parameters: 4n + 4n + 4n + 8n at stage 0, 4n + 4n + 4n + 8n/D at stage 1,
  * 4n + 4n + 4n/D + 8n/D at stage 2, 16n/D + 8 bytes a parameter of wte
  * and of the largest other unit (their gathered weights and gradients) at
- * stage 3), the largest rank's ratio, rank 0's median step time against
- * stage 0's, and its median data-parallel communication not hidden behind
- * backward (DP ms; stage 3: all its gathers and reduce-scatters, which are
- * synchronous).
+ * stage 3, and with its prefetch 4 bytes more of the largest other unit),
+ * the largest rank's ratio, rank 0's median step time against stage 0's,
+ * and its median data-parallel communication not hidden behind backward
+ * (DP ms; stage 3: its reduce-scatters and the time it waited for
+ * parameter gathers, "gather ms", with the units gathered ahead in a step).
+ * Stage 3 runs twice: with the prefetch (the default: the next unit's
+ * gather in a thread while the current one computes) and without
+ * ("3 sync", --zero-prefetch 0).
  *
  * Part 2, recompute none, selective, full at (1,1,1) and (1,2,1) m=4 (the
  * pipeline keeps up to P micro-batches in flight on stage 0): rank 0's
@@ -99,12 +103,14 @@ int main(int argc, char **argv)
     struct bench_rank ranks[4];
     printf("ZeRO at (T,P,D)=(1,1,4): L=4 C=256 NH=4 V=256, global batch 8 x 64, 1 thread per rank, %d CPUs; "
            "medians of %d steps after %d, best of %d runs\n", bench_cpus(), steps, warmup, repeats);
-    printf("%-6s %14s %14s %14s %14s %14s %8s %10s %8s %8s\n", "stage", "params B", "grads B", "reduced B", "AdamW B",
-           "state B", "formula", "step ms", "vs 0", "DP ms");
+    printf("%-7s %14s %14s %14s %14s %14s %8s %10s %8s %8s %9s %6s\n", "stage", "params B", "grads B", "reduced B",
+           "AdamW B", "state B", "formula", "step ms", "vs 0", "DP ms", "gather ms", "ahead");
     double base = 0.0;
-    for (int z = 0; z <= 3; z++) {
+    for (int row = 0; row <= 4; row++) {
         struct dtrain_train_config c = cfg;
+        int z = row < 4 ? row : 3; /* row 4: stage 3 without the prefetch */
         c.zero_stage = z;
+        c.zero_prefetch = row < 4;
         if (bench_run(&c, 1, 1, 4, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
             fprintf(stderr, "dtrain-bench-memory: ZeRO stage %d: %s\n", z, err);
             rc = 1;
@@ -119,9 +125,10 @@ int main(int argc, char **argv)
         const struct dtrain_ptrainer_memory *m = &ranks[0].mem;
         if (z == 0)
             base = ranks[0].step_ms;
-        printf("%-6d %14zu %14zu %14zu %14zu %14zu %8.4f %10.1f %7.2fx %8.1f\n", z, m->params, m->grads,
-               m->reduced_grads, m->optimizer, m->model_state, worst, ranks[0].step_ms, ranks[0].step_ms / base,
-               ranks[0].exposed_ms);
+        printf("%-7s %14zu %14zu %14zu %14zu %14zu %8.4f %10.1f %7.2fx %8.1f %9.1f %6d\n",
+               row < 4 ? (const char *[]){"0", "1", "2", "3"}[row] : "3 sync", m->params, m->grads, m->reduced_grads,
+               m->optimizer, m->model_state, worst, ranks[0].step_ms, ranks[0].step_ms / base, ranks[0].exposed_ms,
+               ranks[0].gather_ms, ranks[0].prefetched);
         fflush(stdout);
     }
     static const char *const modes[] = {"none", "selective", "full"};

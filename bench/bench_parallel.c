@@ -25,7 +25,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct bench_rank *r = result;
     struct dtrain_comms comms;
     struct dtrain_ptrainer *t = NULL;
-    double step[MAX_STEPS], compute[MAX_STEPS], wait[MAX_STEPS], exposed[MAX_STEPS];
+    double step[MAX_STEPS], compute[MAX_STEPS], wait[MAX_STEPS], exposed[MAX_STEPS], gather[MAX_STEPS];
     r->pp_rank = bs->pp_rank;
     if (local_boot_comms(bs, 60000, 0, &comms, r->err, sizeof r->err) != DTRAIN_COMM_OK)
         return 3;
@@ -40,6 +40,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             compute[s - j->warmup] = x.compute_ms;
             wait[s - j->warmup] = x.pipe_wait_ms;
             exposed[s - j->warmup] = x.dp_exposed_ms;
+            gather[s - j->warmup] = x.dp_gather_ms;
+            r->prefetched = x.dp_prefetched;
         }
         r->last_loss = x.base.loss;
     }
@@ -48,6 +50,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         r->compute_ms = bench_median(compute, j->steps);
         r->wait_ms = bench_median(wait, j->steps);
         r->exposed_ms = bench_median(exposed, j->steps);
+        r->gather_ms = bench_median(gather, j->steps);
         r->ok = 1;
     }
     dtrain_ptrainer_destroy(t);

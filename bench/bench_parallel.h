@@ -20,6 +20,8 @@ struct bench_rank {
     double compute_ms;  /* median time in forward and backward */
     double wait_ms;     /* median time blocked in pipeline sends and receives */
     double exposed_ms;  /* median wait for gradient buckets after backward */
+    double gather_ms;   /* ZeRO-3: median time of that in parameter gathers */
+    int prefetched;     /* ZeRO-3: gathers that ran ahead in the last step */
     float last_loss;
     struct dtrain_ptrainer_memory mem; /* its memory (dtrain_ptrainer_memory) */
 };

@@ -94,6 +94,7 @@ static const struct setting settings[] = {
     {"parallel", "virtual_stages", "virtual-stages", K_INT, OFF(virtual_stages), 1, 1024, "dtrain-launch: V chunks of layers per pipeline stage (interleaved 1F1B, Megatron's virtual pipeline); V > 1 needs P >= 2, P*V dividing the layers and the micro-batches a multiple of P"},
     {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients, 3 also the parameters (FSDP: each layer gathered on use)"},
     {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
+    {"parallel", "zero_prefetch", "zero-prefetch", K_BOOL, OFF(zero_prefetch), 0, 1, "dtrain-launch: ZeRO-3: all-gather the unit the stage uses next (the previous step's order) in a thread while it computes with the current one (host-memory kernels; results bit for bit the same as 0)"},
     {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
     {"parallel", "sequence_parallel", "sequence-parallel", K_BOOL, OFF(sequence_parallel), 0, 1, "dtrain-launch: Megatron sequence parallelism: LayerNorm and residual regions split by rows over the T tensor-parallel ranks (all-gather / reduce-scatter instead of all-reduce); needs T > 1 dividing seq"},
     {"parallel", "memory_report", "memory-report", K_BOOL, OFF(memory_report), 0, 1, "each rank prints one JSON line of its memory (parameters, gradients, optimizer, activations, buffers) at the start"},
@@ -147,6 +148,7 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
     c->micro_batches = 1;
     c->virtual_stages = 1;
     c->zero_stage = 0;
+    c->zero_prefetch = 1;
     c->loss_scale = 65536.0;
     c->loss_scale_window = 2000;
     c->bucket_mb = 4.0;

@@ -49,6 +49,18 @@ struct dtrain_dp {
     struct z3_slot z3[2]; /* stage 3: the gathered units, wte's (0) and one other (1) */
     struct dtrain_shard views[4]; /* stage 3: a unit's tensors in a gathered buffer, by unit kind */
     double z3_seconds;  /* stage 3: this step's time in the gathers and reduce-scatters (all exposed) */
+    double z3_gather;   /* stage 3: the part of it in gathers and waits for a prefetched one */
+    double z3_gather_step; /* the last finished step's */
+    /* stage 3 prefetch (dtrain_dp.h): the order of acquires of the last
+     * step (seq[0], the prediction) and of this one (seq[1]); the unit
+     * gathered ahead (pf_unit, into pf_dest) and the one predicted next but
+     * not issued yet (pf_next: wte's buffer is still held) */
+    int prefetch, in_step, seq_ok, pos;
+    int *seq[2];
+    int seq_len[2], seq_cap[2];
+    float *spare;       /* the third buffer: z3[1].floats */
+    int pf_unit, pf_next, pf_count, pf_count_step;
+    float *pf_dest;
     int overlap, local; /* local: D = 1 without ZeRO, nothing to reduce */
     float *scratch;     /* stage 2: the largest bucket, padded (packing, reduce-scatter, all-gather) */
     size_t scratch_floats;
@@ -77,6 +89,12 @@ struct dtrain_dp {
     int stop;
     int status;          /* first failure of the step, DTRAIN_OK while none */
     char why[512];
+    /* the prefetcher thread (stage 3; under lock): one gather at a time */
+    int pf_busy;         /* a gather handed over and not finished */
+    const struct bucket *pf_bucket;
+    float *pf_out;
+    int pf_status;
+    char pf_why[512];
 };
 
 static double now_seconds(void)
@@ -146,6 +164,8 @@ static int reduce_bucket(struct dtrain_dp *dp, struct bucket *b, char *err, size
 }
 
 /* ------------------------------------------------------------ the reducer thread */
+
+static void *prefetcher_main(void *arg); /* ZeRO-3 prefetch, below */
 
 static void *reducer_main(void *arg)
 {
@@ -352,6 +372,8 @@ static int z3_build(struct dtrain_dp *dp)
         if (z->param == NULL || z->grad == NULL)
             return -1;
     }
+    if (dp->prefetch && dp->z3[1].floats > 0 && (dp->spare = dtrain_k_alloc(dp->k, dp->z3[1].floats * sizeof(float))) == NULL)
+        return -1;
     return 0;
 }
 
@@ -373,6 +395,9 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
     dp->stage3 = opt->zero_stage >= 3;
     dp->local = dp->comm == NULL && !dp->zero1;
     dp->z3[0].unit = dp->z3[1].unit = -1;
+    dp->pf_unit = dp->pf_next = -1;
+    /* the prefetcher, like the reducer below, on host memory only */
+    dp->prefetch = opt->prefetch && dp->stage3 && dp->comm != NULL && dtrain_kernels_host_memory(k);
     /* The reducer thread packs and reduces while the main thread runs the
      * backward: only on host memory, where the copies are plain memcpy.  A
      * GPU's kernels take calls from one thread; there the buckets are
@@ -409,10 +434,11 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
     }
     if ((rc = dtrain_adamw_create(k, state, &dp->adamw, err, errlen)) != DTRAIN_OK)
         goto fail;
-    if (dp->overlap) {
-        int e = pthread_create(&dp->thread, NULL, reducer_main, dp);
+    if (dp->overlap || dp->prefetch) {
+        int e = pthread_create(&dp->thread, NULL, dp->prefetch ? prefetcher_main : reducer_main, dp);
         if (e != 0) {
-            snprintf(err, errlen, "cannot start the gradient reducer thread: %s", strerror(e));
+            snprintf(err, errlen, "cannot start the %s thread: %s", dp->prefetch ? "ZeRO-3 prefetcher" :
+                     "gradient reducer", strerror(e));
             rc = DTRAIN_ERR_SYSTEM;
             goto fail;
         }
@@ -435,7 +461,7 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
     if (dp->thread_started) {
         pthread_mutex_lock(&dp->lock);
         dp->stop = 1;
-        int busy = dp->reduced < dp->queued;
+        int busy = dp->reduced < dp->queued || dp->pf_busy;
         pthread_cond_broadcast(&dp->work);
         pthread_mutex_unlock(&dp->lock);
         if (busy) /* a reduction may wait on peers that will never come */
@@ -454,6 +480,7 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
     if (dp->k != NULL) {
         dtrain_k_free(dp->k, dp->scratch);
         dtrain_k_free(dp->k, dp->master);
+        dtrain_k_free(dp->k, dp->spare);
         for (int i = 0; i < 2; i++) {
             dtrain_k_free(dp->k, dp->z3[i].param);
             dtrain_k_free(dp->k, dp->z3[i].grad);
@@ -467,6 +494,8 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
     free(dp->unit_bucket);
     free(dp->unit_ready);
     free(dp->norm);
+    free(dp->seq[0]);
+    free(dp->seq[1]);
     free(dp);
 }
 
@@ -478,6 +507,9 @@ size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp)
 }
 
 double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp) { return dp->exposed; }
+double dtrain_dp_gather_seconds(const struct dtrain_dp *dp) { return dp->stage3 ? dp->z3_gather_step : 0.0; }
+int dtrain_dp_prefetching(const struct dtrain_dp *dp) { return dp->prefetch; }
+int dtrain_dp_prefetched(const struct dtrain_dp *dp) { return dp->pf_count_step; }
 
 void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m)
 {
@@ -493,7 +525,8 @@ void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m)
     m->comm_bytes = comm * sizeof(float);
     m->param_bytes = m->unit_grad_bytes = 0;
     if (dp->stage3) {
-        m->param_bytes = (dtrain_adamw_size(dp->adamw) + dp->z3[0].floats + dp->z3[1].floats) * sizeof(float);
+        m->param_bytes = (dtrain_adamw_size(dp->adamw) + dp->z3[0].floats + dp->z3[1].floats +
+                          (dp->spare != NULL ? dp->z3[1].floats : 0)) * sizeof(float);
         m->unit_grad_bytes = (dp->z3[0].floats + dp->z3[1].floats) * sizeof(float);
         m->comm_bytes = 0; /* the gathers go into the slots, counted with the parameters */
     }
@@ -568,19 +601,132 @@ void dtrain_dp_params_download(struct dtrain_dp *dp, float *local)
     for_each_share(dp, share_download, local);
 }
 
-/* Unit b's full weights into slot z (an all-gather of the shares). */
-static int z3_gather(struct dtrain_dp *dp, const struct bucket *b, struct z3_slot *z, char *err, size_t errlen)
+/* Unit b's full weights into out (an all-gather of the shares). */
+static int z3_gather(struct dtrain_dp *dp, const struct bucket *b, float *out, char *err, size_t errlen)
 {
-    return dtrain_pcomm_all_gather(&dp->pc, dp->master + b->state_offset, z->param, b->share,
+    return dtrain_pcomm_all_gather(&dp->pc, dp->master + b->state_offset, out, b->share,
                                    "ZeRO-3 all-gather of a unit's parameters", err, errlen);
+}
+
+/* ------------------------------------------------------------ ZeRO-3 prefetch */
+
+/* The prefetcher thread: the gather handed over, one at a time. */
+static void *prefetcher_main(void *arg)
+{
+    struct dtrain_dp *dp = arg;
+    pthread_mutex_lock(&dp->lock);
+    for (;;) {
+        while (!dp->stop && !dp->pf_busy)
+            pthread_cond_wait(&dp->work, &dp->lock);
+        if (!dp->pf_busy)
+            break; /* stop, nothing in flight */
+        const struct bucket *b = dp->pf_bucket;
+        float *out = dp->pf_out;
+        pthread_mutex_unlock(&dp->lock);
+        char why[512] = "";
+        int rc = z3_gather(dp, b, out, why, sizeof why);
+        pthread_mutex_lock(&dp->lock);
+        dp->pf_status = rc;
+        snprintf(dp->pf_why, sizeof dp->pf_why, "%s", why);
+        dp->pf_busy = 0;
+        pthread_cond_broadcast(&dp->done);
+    }
+    pthread_mutex_unlock(&dp->lock);
+    return NULL;
+}
+
+/* Wait for the gather ahead (if any) to finish: the DP communicator is
+ * free for the main thread.  Its result (a failure's line in err); the
+ * unit stays in pf_unit for the caller to take or drop. */
+static int pf_wait(struct dtrain_dp *dp, char *err, size_t errlen)
+{
+    if (dp->pf_unit < 0)
+        return DTRAIN_OK;
+    double t0 = now_seconds();
+    pthread_mutex_lock(&dp->lock);
+    while (dp->pf_busy)
+        pthread_cond_wait(&dp->done, &dp->lock);
+    int rc = dp->pf_status;
+    if (rc != DTRAIN_OK)
+        snprintf(err, errlen, "%s", dp->pf_why);
+    pthread_mutex_unlock(&dp->lock);
+    double waited = now_seconds() - t0;
+    dp->z3_seconds += waited;
+    dp->z3_gather += waited;
+    return rc;
+}
+
+/* Wait for the gather ahead and drop it. */
+static int pf_drain(struct dtrain_dp *dp, char *err, size_t errlen)
+{
+    int rc = pf_wait(dp, err, errlen);
+    dp->pf_unit = -1;
+    return rc;
+}
+
+/* Where a gather ahead of unit u goes: a non-wte unit into the third
+ * buffer (the slot's own holds the unit in use, or nothing), wte into its
+ * own buffer once that is free; NULL: not now. */
+static float *pf_buffer(const struct dtrain_dp *dp, int u)
+{
+    if (z3_slot_of(dp, u) == 1)
+        return dp->spare;
+    return dp->z3[0].unit < 0 ? dp->z3[0].param : NULL;
+}
+
+/* Hand the predicted next unit's gather to the thread when its buffer is
+ * free and none is ahead. */
+static void pf_try(struct dtrain_dp *dp)
+{
+    if (!dp->in_step || dp->pf_unit >= 0 || dp->pf_next < 0)
+        return;
+    float *out = pf_buffer(dp, dp->pf_next);
+    if (out == NULL)
+        return;
+    pthread_mutex_lock(&dp->lock);
+    dp->pf_bucket = &dp->buckets[dp->unit_bucket[dp->pf_next]];
+    dp->pf_out = out;
+    dp->pf_busy = 1;
+    dp->pf_status = DTRAIN_OK;
+    pthread_cond_signal(&dp->work);
+    pthread_mutex_unlock(&dp->lock);
+    dp->pf_unit = dp->pf_next;
+    dp->pf_dest = out;
+    dp->pf_next = -1;
+    dp->pf_count++;
+}
+
+/* The acquire of unit u in this step's order: recorded, and checked
+ * against the last step's; then the prediction of the next one. */
+static int pf_record(struct dtrain_dp *dp, int u, char *err, size_t errlen)
+{
+    if (dp->seq_len[1] == dp->seq_cap[1]) {
+        int cap = dp->seq_cap[1] > 0 ? 2 * dp->seq_cap[1] : 4 * dp->nunits + 8;
+        int *grown = realloc(dp->seq[1], (size_t)cap * sizeof *grown);
+        if (grown == NULL) {
+            snprintf(err, errlen, "ZeRO-3 prefetch: out of memory for the order of %d units", cap);
+            return DTRAIN_ERR_SYSTEM;
+        }
+        dp->seq[1] = grown;
+        dp->seq_cap[1] = cap;
+    }
+    dp->seq[1][dp->seq_len[1]++] = u;
+    if (dp->seq_ok && (dp->pos >= dp->seq_len[0] || dp->seq[0][dp->pos] != u))
+        dp->seq_ok = 0; /* not the last step's order: no more prediction this step */
+    dp->pos++;
+    dp->pf_next = dp->seq_ok && dp->pos < dp->seq_len[0] ? dp->seq[0][dp->pos] : -1;
+    return DTRAIN_OK;
 }
 
 int dtrain_dp_params_gather(struct dtrain_dp *dp, float *local, char *err, size_t errlen)
 {
+    int rc = pf_drain(dp, err, errlen); /* a failed step's gather ahead (none after dtrain_dp_finish) */
+    if (rc != DTRAIN_OK)
+        return rc;
     for (int i = 0; i < dp->nbuckets; i++) {
         const struct bucket *b = &dp->buckets[i];
         struct z3_slot *z = &dp->z3[z3_slot_of(dp, b->first_unit)];
-        int rc = z3_gather(dp, b, z, err, errlen);
+        rc = z3_gather(dp, b, z->param, err, errlen);
         if (rc != DTRAIN_OK)
             return rc;
         size_t at = 0;
@@ -606,11 +752,28 @@ int dtrain_dp_acquire(struct dtrain_dp *dp, int unit, int grads, struct dtrain_s
         snprintf(err, errlen, "ZeRO-3: unit %d asked for while unit %d holds its buffer", unit, z->unit);
         return DTRAIN_ERR_SYSTEM;
     }
-    double t0 = now_seconds();
-    int rc = z3_gather(dp, b, z, err, errlen);
-    dp->z3_seconds += now_seconds() - t0;
-    if (rc != DTRAIN_OK)
+    int rc = DTRAIN_OK;
+    if (dp->in_step && dp->prefetch && (rc = pf_record(dp, unit, err, errlen)) != DTRAIN_OK)
         return rc;
+    if (dp->pf_unit == unit) { /* gathered ahead: wait for it if it is still on its way */
+        if ((rc = pf_drain(dp, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if (dp->pf_dest != z->param) { /* the third buffer: it becomes the slot's */
+            dp->spare = z->param;
+            z->param = dp->pf_dest;
+        }
+    } else {
+        /* not predicted (the first step, validation, another order): the
+         * gather ahead, if any, is dropped, then this one, now */
+        if ((rc = pf_drain(dp, err, errlen)) != DTRAIN_OK)
+            return rc;
+        double t0 = now_seconds();
+        rc = z3_gather(dp, b, z->param, err, errlen);
+        dp->z3_seconds += now_seconds() - t0;
+        dp->z3_gather += now_seconds() - t0;
+        if (rc != DTRAIN_OK)
+            return rc;
+    }
     /* wte's gradient accumulates over the step (zeroed in begin_step) */
     if (grads && !wte)
         dtrain_k_zero(dp->k, z->grad, z->floats * sizeof(float));
@@ -620,6 +783,7 @@ int dtrain_dp_acquire(struct dtrain_dp *dp, int unit, int grads, struct dtrain_s
     out->params = z->param;
     out->grads = grads ? z->grad : NULL;
     out->layer = 0;
+    pf_try(dp); /* the next unit's gather while the stage computes with this one */
     return DTRAIN_OK;
 }
 
@@ -631,18 +795,25 @@ int dtrain_dp_release(struct dtrain_dp *dp, int unit, char *err, size_t errlen)
         return DTRAIN_ERR_SYSTEM;
     }
     z->unit = -1;
-    if (!z->grads || z == &dp->z3[0])
+    if (!z->grads || z == &dp->z3[0]) {
+        pf_try(dp); /* wte's buffer may be the one the next gather waited for */
         return DTRAIN_OK; /* wte: reduced once, in dtrain_dp_finish */
+    }
     /* this micro-batch's gradient of the unit: summed over the DP group into
-     * this rank's share (in place), added to the share's sum so far */
+     * this rank's share (in place), added to the share's sum so far; the
+     * gather ahead first (one call at a time on the communicator) */
     struct bucket *b = &dp->buckets[dp->unit_bucket[unit]];
     float *mine = z->grad + (size_t)dp->rank * b->share;
+    int rc = pf_wait(dp, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
     double t0 = now_seconds();
-    int rc = dtrain_pcomm_reduce_scatter(&dp->pc, z->grad, mine, b->share, "ZeRO-3 reduce-scatter of a unit's "
-                                         "gradient", err, errlen);
+    rc = dtrain_pcomm_reduce_scatter(&dp->pc, z->grad, mine, b->share, "ZeRO-3 reduce-scatter of a unit's "
+                                     "gradient", err, errlen);
     dp->z3_seconds += now_seconds() - t0;
     if (rc == DTRAIN_OK)
         dtrain_k_residual_forward(dp->k, b->grad, b->grad, mine, b->share);
+    pf_try(dp);
     return rc;
 }
 
@@ -662,8 +833,25 @@ void dtrain_dp_begin_step(struct dtrain_dp *dp)
     memset(dp->unit_ready, 0, (size_t)dp->nunits);
     dp->next_bucket = 0;
     if (dp->stage3) { /* the shares sum the micro-batches' reduce-scatters */
+        char why[512];
+        (void)pf_drain(dp, why, sizeof why); /* a failed step's gather ahead: its error is the comm's, sticky */
         dp->z3[0].unit = dp->z3[1].unit = -1; /* none held (a failed step may have left one) */
-        dp->z3_seconds = 0.0;
+        dp->z3_seconds = dp->z3_gather = 0.0;
+        dp->pf_count = 0;
+        if (dp->prefetch) { /* the last step's order predicts this one's */
+            int *t = dp->seq[0], cap = dp->seq_cap[0];
+            dp->seq[0] = dp->seq[1];
+            dp->seq_cap[0] = dp->seq_cap[1];
+            dp->seq_len[0] = dp->seq_len[1];
+            dp->seq[1] = t;
+            dp->seq_cap[1] = cap;
+            dp->seq_len[1] = 0;
+            dp->in_step = 1;
+            dp->seq_ok = 1;
+            dp->pos = 0;
+            dp->pf_next = dp->seq_len[0] > 0 ? dp->seq[0][0] : -1;
+            pf_try(dp); /* the step's first unit, while the pipeline waits or the data loads */
+        }
         for (int i = 0; i < dp->nbuckets; i++)
             dtrain_k_zero(dp->k, dp->buckets[i].grad, dp->buckets[i].share * sizeof(float));
         if (dp->z3[0].grad != NULL)
@@ -700,13 +888,18 @@ int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen)
         return DTRAIN_OK;
     if (dp->stage3) { /* what is left: wte, summed over the step's micro-batches (and the tie) */
         int u = dtrain_shard_unit_of(dp->shard, DTRAIN_UNIT_WTE, 0);
+        int rc = pf_drain(dp, err, errlen); /* nothing is ahead at the end of an order the step kept */
+        dp->in_step = 0;
+        dp->pf_next = -1;
+        dp->pf_count_step = dp->pf_count;
+        dp->z3_gather_step = dp->z3_gather;
         dp->exposed = dp->z3_seconds;
-        if (u < 0)
-            return DTRAIN_OK;
+        if (u < 0 || rc != DTRAIN_OK)
+            return rc;
         double t0 = now_seconds();
         const struct bucket *b = &dp->buckets[dp->unit_bucket[u]];
-        int rc = dtrain_pcomm_reduce_scatter(&dp->pc, dp->z3[0].grad, b->grad, b->share,
-                                             "ZeRO-3 reduce-scatter of the wte gradient", err, errlen);
+        rc = dtrain_pcomm_reduce_scatter(&dp->pc, dp->z3[0].grad, b->grad, b->share,
+                                         "ZeRO-3 reduce-scatter of the wte gradient", err, errlen);
         dp->exposed = dp->z3_seconds + (now_seconds() - t0);
         return rc;
     }

@@ -45,10 +45,29 @@
  * that micro-batch and adds this rank's part to its share; wte's gradient
  * alone stays whole over the step (its buffer, where the embedding and
  * the head add to it and the tied copies are swapped) and is
- * reduce-scattered in dtrain_dp_finish.  The gathers are synchronous: the
- * comm layer has no non-blocking collective, and a prefetching thread
- * could not share the DP communicator with the main thread's reductions.
- * The update is AdamW on the shares, with nothing to gather after it.
+ * reduce-scattered in dtrain_dp_finish.  The update is AdamW on the
+ * shares, with nothing to gather after it.
+ *
+ * ZeRO-3 prefetch (opt->prefetch, host-memory kernels, D > 1).  The gather
+ * of the unit the stage will ask for next runs in a prefetcher thread
+ * while the stage computes with the one it holds: into a third buffer of
+ * the largest non-wte unit (a layer while a layer is held), or wte's own
+ * buffer once wte is given back; at most one gather is ahead.  "Next" is
+ * the previous step's order of acquires (every step of a run repeats the
+ * pipeline schedule's order, whatever P, V and m), so the first step
+ * gathers synchronously and records it; a step that departs from it stops
+ * prefetching at the first difference (the gather ahead is waited for and
+ * dropped).  The comm layer has no non-blocking collective and a
+ * communicator takes calls from one thread at a time: the main thread
+ * waits for the gather in flight before each of its own calls on the DP
+ * communicator (a unit's reduce-scatter, the wte one, the checkpoint's
+ * gather), so every rank of the group calls the same collectives in the
+ * same order (the decisions depend only on that order, the same on every
+ * rank).  The gathers are the same, only earlier: the results are the
+ * synchronous ones bit for bit.  Outside dtrain_dp_begin_step ..
+ * dtrain_dp_finish (validation) nothing is prefetched.  GPU kernels take
+ * calls from one thread: there the gathers stay in order on the kernels'
+ * stream (prefetch off).
  *
  * Norm.  dtrain_dp_norm_sumsq is this rank's share of the sum of squares
  * of the reduced gradient: each parameter of the whole model counted once
@@ -79,6 +98,7 @@ struct dtrain_dp_options {
     int zero_stage;       /* 0: none, 1: shard the optimizer state, 2: and the reduced gradients, 3: and the parameters */
     int overlap;          /* reduce buckets in a thread during backward */
     size_t bucket_floats; /* aim for buckets of about this many floats (>= 1) */
+    int prefetch;         /* stage 3: gather the next unit in a thread while the current one computes */
 };
 
 /* comm: the DP group (size D; NULL means D = 1).  params, grads: the
@@ -101,7 +121,8 @@ size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp);
  * stage 2's scratch). */
 struct dtrain_dp_memory {
     size_t grad_bytes, optimizer_bytes, comm_bytes;
-    size_t param_bytes;     /* stage 3: the parameter shares and the two gathered units' weights; else 0 */
+    size_t param_bytes;     /* stage 3: the parameter shares and the two gathered units' weights (prefetch:
+                             * and the third buffer, of the largest unit but wte); else 0 */
     size_t unit_grad_bytes; /* stage 3: the two units' gradient buffers; else 0 */
 };
 void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m);
@@ -154,9 +175,16 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
 
 /* Time (seconds) the main thread spent in dtrain_dp_finish waiting for the
  * reducer during the last step: reduction not hidden behind backward.
- * Stage 3: the step's time in all its gathers and reduce-scatters (none
- * is hidden). */
+ * Stage 3: the step's time in its gathers (synchronous ones, and waits for
+ * a prefetched one) and reduce-scatters. */
 double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp);
+/* Stage 3: the part of that in the parameter gathers (else 0). */
+double dtrain_dp_gather_seconds(const struct dtrain_dp *dp);
+/* 1 when stage 3 prefetches (dtrain_dp_options.prefetch, host-memory
+ * kernels, D > 1); then dtrain_dp_prefetched counts the gathers of the last
+ * step that ran ahead in the thread. */
+int dtrain_dp_prefetching(const struct dtrain_dp *dp);
+int dtrain_dp_prefetched(const struct dtrain_dp *dp);
 
 #ifdef __cplusplus
 }

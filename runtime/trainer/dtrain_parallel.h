@@ -107,6 +107,8 @@ struct dtrain_pstep_result {
     int overflow;         /* fp16: this step's scaled gradients overflowed: no update, the scale was
                            * halved, the batch is consumed, the step is not (as for ctl->skipped) */
     double dp_exposed_ms; /* its wait for gradient buckets after backward */
+    double dp_gather_ms;  /* ZeRO-3: of which in parameter gathers (waits for a prefetched one included) */
+    int dp_prefetched;    /* ZeRO-3: gathers of the step that ran ahead in the prefetcher thread */
 };
 
 /* One step of the whole job (a collective over every rank). */

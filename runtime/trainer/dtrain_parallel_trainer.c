@@ -355,7 +355,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
                                   (enum dtrain_recompute)c->recompute, &t->stage, err, errlen)) != DTRAIN_OK)
         goto fail;
     struct dtrain_dp_options dopt = {
-        .zero_stage = c->zero_stage, .overlap = c->dp_overlap,
+        .zero_stage = c->zero_stage, .overlap = c->dp_overlap, .prefetch = c->zero_prefetch,
         .bucket_floats = (size_t)(c->bucket_mb * 1e6 / sizeof(float)) + 1,
     };
     int z3 = c->zero_stage >= 3; /* the stage's weights are dp's shares, gathered on use */
@@ -510,8 +510,10 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
     m->model_state = m->params + m->grads + m->reduced_grads + m->optimizer;
     m->model_state_formula = 4 * n + 4 * n + (local ? 0 : stage >= 2 ? 4 * n / D : 4 * n) +
                              (stage >= 1 ? 8 * n / D : 8 * n);
-    if (stage >= 3) /* shares of everything, and the weights and gradient of wte and of the largest other unit */
-        m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_GPT2_WTE] + largest_unit(&t->shard));
+    if (stage >= 3) /* shares of everything, and the weights and gradient of wte and of the largest other unit
+                     * (prefetch: and a third buffer of its weights) */
+        m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_GPT2_WTE] + largest_unit(&t->shard)) +
+                                 (dtrain_dp_prefetching(t->dp) ? f * largest_unit(&t->shard) : 0);
 }
 
 void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
@@ -792,6 +794,8 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     r->compute_ms = 1e3 * compute;
     r->tp_comm_ms = 1e3 * (dtrain_tp_comm_seconds(t->tp) - tp0);
     r->dp_exposed_ms = 1e3 * dtrain_dp_exposed_seconds(t->dp);
+    r->dp_gather_ms = 1e3 * dtrain_dp_gather_seconds(t->dp);
+    r->dp_prefetched = dtrain_dp_prefetched(t->dp);
     t->step++;
     t->data_batches++;
     return DTRAIN_OK;

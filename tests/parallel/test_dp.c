@@ -30,7 +30,7 @@ static const struct dtrain_gpt2_config model = {
     .max_seq_len = 8, .vocab_size = 60, .padded_vocab_size = 64, .num_layers = 3, .num_heads = 2, .channels = 8,
 };
 
-enum mode { PLAIN_OVERLAP, PLAIN_REVERSED, ZERO1, ZERO2, ZERO3, MODES };
+enum mode { PLAIN_OVERLAP, PLAIN_REVERSED, ZERO1, ZERO2, ZERO3, ZERO3_PF, MODES }; /* ZERO3_PF: with the prefetch */
 
 struct result {
     int ran;
@@ -42,6 +42,8 @@ struct result {
     struct dtrain_dp_memory mem[MODES];
     int zero2_same;           /* ZeRO-2 gives ZeRO-1's bits */
     int gathered_same;        /* ZeRO-3: every unit gathered equals the local vector's slices */
+    int prefetch_same;        /* ZeRO-3 with the prefetch gives the same bits as without */
+    int prefetched[MODES];    /* ZeRO-3: units gathered ahead over the steps */
     int buckets;
     size_t n;
 };
@@ -82,14 +84,15 @@ static void grads_of(float *g, size_t n, int r, int s)
 
 static int run_mode(struct dtrain_kernels *k, dtrain_comm *dp_comm, const struct dtrain_shard *sh, enum mode m,
                     const struct dtrain_optim_config *oc, float *params, double *norms, size_t *state,
-                    struct dtrain_dp_memory *mem, int *buckets, int *same, char *err, size_t errlen)
+                    struct dtrain_dp_memory *mem, int *buckets, int *same, int *prefetched, char *err,
+                    size_t errlen)
 {
     size_t n = sh->count;
     float *grads = malloc(n * sizeof(float));
     struct dtrain_dp *dp = NULL;
-    struct dtrain_dp_options o = {.zero_stage = m == ZERO1 ? 1 : m == ZERO2 ? 2 : m == ZERO3 ? 3 : 0,
-                                  .overlap = m != PLAIN_REVERSED, .bucket_floats = 300};
-    int z3 = m == ZERO3;
+    int z3 = m == ZERO3 || m == ZERO3_PF;
+    struct dtrain_dp_options o = {.zero_stage = m == ZERO1 ? 1 : m == ZERO2 ? 2 : z3 ? 3 : 0,
+                                  .overlap = m != PLAIN_REVERSED, .bucket_floats = 300, .prefetch = m == ZERO3_PF};
     int rc = grads == NULL ? DTRAIN_ERR_SYSTEM : dtrain_dp_create(k, dp_comm, sh, z3 ? NULL : params,
                                                                   z3 ? NULL : grads, &o, &dp, err, errlen);
     if (rc == DTRAIN_OK && z3)
@@ -104,6 +107,7 @@ static int run_mode(struct dtrain_kernels *k, dtrain_comm *dp_comm, const struct
             break;
         if ((rc = dtrain_dp_finish(dp, err, errlen)) != DTRAIN_OK)
             break;
+        *prefetched += dtrain_dp_prefetched(dp);
         double share = dtrain_dp_norm_sumsq(dp), total;
         if ((rc = dtrain_pcomm_sum_doubles(dp_comm, &share, &total, 1, "norm", err, errlen)) != DTRAIN_OK)
             break;
@@ -172,7 +176,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         if (m == ZERO3)
             r->gathered_same = 1;
         if (run_mode(k, comms.group[DTRAIN_GROUP_DP], &sh, (enum mode)m, &oc, out[m], norms, &r->state[m],
-                     &r->mem[m], m == ZERO3 ? &buckets : &r->buckets, &r->gathered_same, r->err,
+                     &r->mem[m], m >= ZERO3 ? &buckets : &r->buckets, &r->gathered_same, &r->prefetched[m], r->err,
                      sizeof r->err) != DTRAIN_OK)
             goto out;
         r->vs_ref[m] = 0.0;
@@ -184,6 +188,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     }
     r->plain_same = memcmp(out[PLAIN_OVERLAP], out[PLAIN_REVERSED], n * sizeof(float)) == 0;
     r->zero2_same = memcmp(out[ZERO1], out[ZERO2], n * sizeof(float)) == 0;
+    r->prefetch_same = memcmp(out[ZERO3], out[ZERO3_PF], n * sizeof(float)) == 0;
     r->ran = 1;
 out:
     for (int m = 0; m < MODES; m++)
@@ -206,7 +211,7 @@ int main(void)
         char err[256];
         memset(res, 0, sizeof res);
         int rc = local_boot_run(1, 1, D, rank_main, NULL, sizeof res[0], res, codes, 60, err, sizeof err);
-        int ran = rc == 0, same = 1, same2 = 1, gathered = 1;
+        int ran = rc == 0, same = 1, same2 = 1, gathered = 1, pf_same = 1, ahead = 1;
         double z3 = 0;
         double plain = 0, zero = 0, norm = 0;
         for (int r = 0; r < D; r++) {
@@ -216,6 +221,8 @@ int main(void)
             same = same && res[r].plain_same;
             same2 = same2 && res[r].zero2_same;
             gathered = gathered && res[r].gathered_same;
+            pf_same = pf_same && res[r].prefetch_same;
+            ahead = ahead && res[r].prefetched[ZERO3_PF] > 0 && res[r].prefetched[ZERO3] == 0;
             z3 = fmax(z3, res[r].vs_ref[ZERO3]);
             plain = fmax(plain, fmax(res[r].vs_ref[PLAIN_OVERLAP], res[r].vs_ref[PLAIN_REVERSED]));
             zero = fmax(zero, fmax(res[r].vs_ref[ZERO1], res[r].vs_ref[ZERO2]));
@@ -235,6 +242,13 @@ int main(void)
         ok(ran && gathered && z3 < 1e-6 && norm < 1e-6, "D=%d: ZeRO-3 (parameters sharded, each unit gathered when "
            "asked for, its gradient reduce-scattered when given back): every gathered unit holds the local vector's "
            "slices; parameters within %.1e of AdamW on the summed gradients", D, z3);
+        /* steps 2 and 3 follow step 1's order of units (the first gathered
+         * ahead is dropped: the checkpoint gather of zero3_units comes first) */
+        size_t p3f = res[0].mem[ZERO3_PF].param_bytes, p3s = res[0].mem[ZERO3].param_bytes;
+        ok(ran && pf_same && ahead && gathered && p3f > p3s,
+           "D=%d: ZeRO-3 with the prefetch (the next unit gathered in a thread, %d units ahead on rank 0 over %d "
+           "steps): the same parameters bit for bit as without; parameter bytes %zu instead of %zu (the third "
+           "buffer)", D, res[0].prefetched[ZERO3_PF], STEPS, p3f, p3s);
         size_t n = res[0].n, zs = res[0].state[ZERO1];
         size_t p3 = res[0].mem[ZERO3].param_bytes, a3 = res[0].state[ZERO3], g3 = res[0].mem[ZERO3].grad_bytes;
         size_t units = (size_t)model.num_layers + 3, f = sizeof(float); /* a unit's padding: < D floats */

@@ -22,7 +22,11 @@
  *  - sequence parallelism (T = 2 and 4, with P, D, ZeRO 1-2, recompute,
  *    V = 2, fp16) is within the same tolerances of the reference, its
  *    deviation from the same layout without it is reported, and rank 0's
- *    activations are smaller than without it.
+ *    activations are smaller than without it;
+ *  - ZeRO-3 with its prefetch off (the gathers synchronous) gives the same
+ *    layout's losses, norms, parameters and validation loss with it on bit
+ *    for bit (T, P, V, recomputation, sequence parallelism, fp16), and the
+ *    run with it on did gather ahead.
  * The model is tiny (L=4 C=32 NH=4 V=256 padded to 256), the learning rate
  * high (1e-2, so that 8 steps move the loss from 5.55 to about 4) and
  * gradient clipping on, so that the global norm over all three dimensions
@@ -67,6 +71,7 @@ struct run_result {
     struct dtrain_ptrainer_memory mem;
     long overflows;    /* fp16: steps skipped for a gradient overflow */
     double last_scale; /* fp16: the loss scale of the last step */
+    long prefetched;   /* ZeRO-3: this rank's gathers that ran ahead (dtrain_dp.h), over the steps */
 };
 
 /* What each rank writes; rank 0's area also holds the whole model. */
@@ -149,6 +154,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
             rc = dtrain_ptrainer_log_step(t, NULL, &r, a->r.err, sizeof a->r.err);
         a->r.loss[s] = r.base.loss;
         a->r.norm[s] = r.base.grad_norm;
+        a->r.prefetched += r.dp_prefetched;
         a->r.last_scale = r.loss_scale;
     }
     if (rc == DTRAIN_OK && dtrain_ptrainer_steps_done(t) < STEPS) {
@@ -236,6 +242,7 @@ struct layout {
     int bits_of;                          /* 1 + the layout whose bits this one gives; 0: none */
     int vs;                               /* virtual stages (interleaved 1F1B); 0: 1 */
     int sp;                               /* sequence parallelism */
+    int no_prefetch;                      /* ZeRO-3 with --zero-prefetch 0 (bits_of: the same with it on) */
 };
 
 static double max_rel_loss(const struct run_result *a, const struct run_result *b)
@@ -505,33 +512,39 @@ int main(void)
        brc ? err : "");
 
     const struct layout layouts[] = {
-        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0, 0, 0},
-        {1, 1, 2, 1, 0, 1, 0, 0, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0, 0, 0},
-        {2, 2, 2, 2, 1, 1, 0, 0, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0, 0, 0},
+        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 1, 1, 2, 1, 1, 0, 0, 0, 0, 0}, {2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 2, 1, 2, 0, 1, 0, 0, 0, 0, 0},
+        {1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 1, 2, 2, 1, 0, 0, 0, 0, 0, 0}, {2, 2, 1, 2, 0, 1, 0, 0, 0, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 0, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, 0, 0, 0, 0, 0}, {1, 4, 1, 4, 0, 1, 0, 0, 0, 0, 0}, {4, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0},
         /* ZeRO-2 at D = 2 and 4, with T = 2 and with P = 2 */
-        {1, 1, 2, 2, 2, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0, 0, 0},
+        {1, 1, 2, 2, 2, 1, 0, 0, 0, 0, 0}, {2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 2, 1, 0, 0, 0, 0, 0}, {1, 2, 4, 2, 2, 1, 0, 0, 0, 0, 0},
         /* recomputation: the bits of layouts 1, 4, 8 and 15 (1-based) */
-        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1, 0, 0}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1, 0, 0},
-        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4, 0, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8, 0, 0},
-        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8, 0, 0}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15, 0, 0},
+        {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_FULL, 1, 0, 0, 0}, {1, 1, 1, 1, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 1, 0, 0, 0},
+        {1, 2, 1, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 4, 0, 0, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 8, 0, 0, 0},
+        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 8, 0, 0, 0}, {2, 1, 4, 1, 2, 1, DTRAIN_RECOMPUTE_FULL, 15, 0, 0, 0},
         /* interleaved 1F1B, V = 2 (2 chunks of 1 layer per stage): against the
          * same layout with V = 1 (layouts 4, 8, 9, 14 and 20) */
-        {1, 2, 1, 2, 0, 1, 0, 4, 2, 0}, {2, 2, 2, 2, 0, 1, 0, 8, 2, 0}, {2, 2, 2, 2, 1, 1, 0, 9, 2, 0},
-        {1, 2, 2, 2, 2, 0, 0, 14, 2, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 20, 2, 0},
+        {1, 2, 1, 2, 0, 1, 0, 4, 2, 0, 0}, {2, 2, 2, 2, 0, 1, 0, 8, 2, 0, 0}, {2, 2, 2, 2, 1, 1, 0, 9, 2, 0, 0},
+        {1, 2, 2, 2, 2, 0, 0, 14, 2, 0, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 20, 2, 0, 0},
         /* sequence parallelism: against the same layout without it (layouts
          * 3, 11, 8, 13, 15: 28-32), then recomputation and V = 2 against
          * the SP layout 30 (bits for recomputation, step 0's loss for V) */
-        {2, 1, 1, 1, 0, 1, 0, 3, 0, 1}, {4, 1, 2, 1, 1, 1, 0, 11, 0, 1}, {2, 2, 2, 2, 0, 1, 0, 8, 0, 1},
-        {2, 1, 2, 1, 2, 1, 0, 13, 0, 1}, {2, 1, 4, 1, 2, 1, 0, 15, 0, 1},
-        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 30, 0, 1}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 30, 0, 1},
-        {2, 2, 2, 2, 0, 1, 0, 30, 2, 1},
+        {2, 1, 1, 1, 0, 1, 0, 3, 0, 1, 0}, {4, 1, 2, 1, 1, 1, 0, 11, 0, 1, 0}, {2, 2, 2, 2, 0, 1, 0, 8, 0, 1, 0},
+        {2, 1, 2, 1, 2, 1, 0, 13, 0, 1, 0}, {2, 1, 4, 1, 2, 1, 0, 15, 0, 1, 0},
+        {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_FULL, 30, 0, 1, 0}, {2, 2, 2, 2, 0, 1, DTRAIN_RECOMPUTE_SELECTIVE, 30, 0, 1, 0},
+        {2, 2, 2, 2, 0, 1, 0, 30, 2, 1, 0},
         /* ZeRO-3 (sharded parameters) at D = 2 and 4, with T = 2 and with P = 2
          * (36-40), with (T,P,D) = (2,2,2); full recomputation against 39 bit
          * for bit, V = 2 against 38; sequence parallelism on ZeRO-3 against
          * layout 37 without it */
-        {1, 1, 2, 2, 3, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 3, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, 0, 0, 0, 0},
-        {1, 2, 4, 2, 3, 1, 0, 0, 0, 0}, {2, 2, 2, 2, 3, 1, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, DTRAIN_RECOMPUTE_FULL, 39, 0, 0},
-        {1, 2, 2, 2, 3, 0, 0, 38, 2, 0}, {2, 1, 2, 1, 3, 1, 0, 37, 0, 1},
+        {1, 1, 2, 2, 3, 1, 0, 0, 0, 0, 0}, {2, 1, 2, 1, 3, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 0, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, 0, 0, 0, 0, 0},
+        {1, 2, 4, 2, 3, 1, 0, 0, 0, 0, 0}, {2, 2, 2, 2, 3, 1, 0, 0, 0, 0, 0}, {2, 1, 4, 1, 3, 1, DTRAIN_RECOMPUTE_FULL, 39, 0, 0, 0},
+        {1, 2, 2, 2, 3, 0, 0, 38, 2, 0, 0}, {2, 1, 2, 1, 3, 1, 0, 37, 0, 1, 0},
+        /* ZeRO-3 with the prefetch off against the same layouts with it on
+         * (38, 41, 42, 43, 44: P = 2; (2,2,2); recompute full, D = 4; V = 2;
+         * sequence parallelism) */
+        {1, 2, 2, 2, 3, 0, 0, 38, 0, 0, 1}, {2, 2, 2, 2, 3, 1, 0, 41, 0, 0, 1},
+        {2, 1, 4, 1, 3, 1, DTRAIN_RECOMPUTE_FULL, 42, 0, 0, 1}, {1, 2, 2, 2, 3, 0, 0, 43, 2, 0, 1},
+        {2, 1, 2, 1, 3, 1, 0, 44, 0, 1, 1},
     };
     enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
     struct run_result kept[NLAYOUTS];
@@ -549,16 +562,17 @@ int main(void)
         lj.cfg.dp_overlap = L->overlap;
         lj.cfg.virtual_stages = L->vs > 1 ? L->vs : 1;
         lj.cfg.sequence_parallel = L->sp;
+        lj.cfg.zero_prefetch = !L->no_prefetch;
         size_t bytes = area_bytes(&lj);
         unsigned char *areas = calloc((size_t)world, bytes);
         int codes[LOCAL_BOOT_MAX_WORLD];
         int rc = local_boot_run(L->tp, L->pp, L->dp, rank_main, &lj, bytes, areas, codes, 120, err, sizeof err);
         const struct rank_area *r0 = (const struct rank_area *)areas;
         char name[96];
-        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s%s%s", L->tp, L->pp, L->dp, L->micro,
-                 L->zero, L->overlap ? "" : " no overlap", L->recompute ? " recompute " : "",
+        snprintf(name, sizeof name, "(T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s%s%s%s", L->tp, L->pp, L->dp,
+                 L->micro, L->zero, L->overlap ? "" : " no overlap", L->recompute ? " recompute " : "",
                  L->recompute ? dtrain_recompute_name(L->recompute) : "", L->vs > 1 ? " V=2" : "",
-                 L->sp ? " sequence-parallel" : "");
+                 L->sp ? " sequence-parallel" : "", L->no_prefetch ? " prefetch off" : "");
         if (rc != 0) {
             for (int r = 0; r < world; r++) {
                 const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
@@ -603,7 +617,18 @@ int main(void)
             worst_state = state;
         if (!(state >= lowest_state))
             lowest_state = state;
-        if (L->bits_of > 0 && L->vs > 1) {
+        if (L->bits_of > 0 && L->no_prefetch) {
+            /* the same gathers, only not ahead: the same bits */
+            const struct run_result *b = &kept[L->bits_of - 1];
+            const float *bp = kept_params[L->bits_of - 1];
+            ok(bp != NULL && kept_params[i] != NULL && b->ok && memcmp(b->loss, r0->r.loss, sizeof b->loss) == 0 &&
+               memcmp(b->norm, r0->r.norm, sizeof b->norm) == 0 && b->val_loss == r0->r.val_loss &&
+               memcmp(bp, kept_params[i], j.nparams * sizeof(float)) == 0 && b->prefetched > 0 &&
+               r0->r.prefetched == 0 && r0->r.mem.params < b->mem.params,
+               "%s: the losses, norms, validation loss and parameters of layout %d (prefetch on: rank 0 gathered %ld "
+               "units ahead over %d steps) bit for bit, none ahead here; rank 0's parameter bytes %zu instead of %zu "
+               "(no third buffer)", name, L->bits_of, b->prefetched, STEPS, r0->r.mem.params, b->mem.params);
+        } else if (L->bits_of > 0 && L->vs > 1) {
             /* Each layer's forward and backward, the loss sum and each
              * gradient's accumulation over micro-batches go in the same
              * order as with V = 1, so step 0's loss is the same bits; the
@@ -696,11 +721,12 @@ int main(void)
      * to fp16 (unit roundoff 2^-11 = 4.9e-4) turns the layouts' different
      * fp32 sums into differences of up to one fp16 ulp of an operand. */
     static const struct layout half[] = {
-        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0, 0},
-        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 0}, {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 1},
-        {1, 2, 2, 2, 3, 1, 0, 0, 0, 0},
+        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 0, 0}, {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 0, 0, 1, 0},
+        {1, 2, 2, 2, 3, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 3, 1, 0, 6, 0, 0, 1},
     };
-    struct run_result half0 = {0};
+    struct run_result half0 = {0}, half_kept[sizeof half / sizeof half[0]];
+    memset(half_kept, 0, sizeof half_kept);
     for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
         const struct layout *L = &half[i];
         int world = L->tp * L->pp * L->dp;
@@ -712,14 +738,16 @@ int main(void)
         hj.cfg.zero_stage = L->zero;
         hj.cfg.recompute = L->recompute;
         hj.cfg.sequence_parallel = L->sp;
+        hj.cfg.zero_prefetch = !L->no_prefetch;
         size_t bytes = area_bytes(&hj);
         unsigned char *areas = calloc((size_t)world, bytes);
         int codes[LOCAL_BOOT_MAX_WORLD];
         int rc = areas == NULL ? -1 : local_boot_run(L->tp, L->pp, L->dp, rank_main, &hj, bytes, areas, codes, 120,
                                                      err, sizeof err);
         char name[96];
-        snprintf(name, sizeof name, "fp16 (T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s", L->tp, L->pp, L->dp, L->micro,
-                 L->zero, L->recompute ? " recompute full" : "", L->sp ? " sequence-parallel" : "");
+        snprintf(name, sizeof name, "fp16 (T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero, L->recompute ? " recompute full" : "", L->sp ? " sequence-parallel" : "",
+                 L->no_prefetch ? " prefetch off" : "");
         if (rc != 0) {
             for (int r = 0; areas != NULL && r < world; r++) {
                 const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
@@ -737,7 +765,15 @@ int main(void)
             same = same && x->overflows == r0->overflows && x->last_scale == r0->last_scale &&
                    memcmp(x->loss, r0->loss, sizeof x->loss) == 0;
         }
-        if (i == 0) {
+        half_kept[i] = *r0;
+        if (L->no_prefetch) {
+            const struct run_result *b = &half_kept[L->bits_of - 1];
+            ok(same && b->ok && memcmp(b->loss, r0->loss, sizeof b->loss) == 0 &&
+               memcmp(b->norm, r0->norm, sizeof b->norm) == 0 && b->overflows == r0->overflows &&
+               b->last_scale == r0->last_scale && b->prefetched > 0 && r0->prefetched == 0,
+               "%s: the losses, norms, %ld overflows and last scale %g of layout %d (prefetch on, %ld units gathered "
+               "ahead by rank 0) bit for bit", name, r0->overflows, r0->last_scale, L->bits_of, b->prefetched);
+        } else if (i == 0) {
             half0 = *r0;
             int finite = 1;
             for (int q = 0; q < STEPS; q++)

@@ -206,6 +206,11 @@ static void test_flags(void)
        "last one given wins); --recompute full");
     rc = parse(&c, &help, err, sizeof err, "--zero1", "0", NULL);
     ok(rc == DTRAIN_OK && c.zero_stage == 0 && c.recompute == 0, "--zero1 0 is stage 0; recompute defaults to none");
+    ok(rc == DTRAIN_OK && c.zero_prefetch == 1, "--zero-prefetch defaults to 1 (ZeRO-3 gathers the next unit ahead)");
+    rc = parse(&c, &help, err, sizeof err, "--zero-stage", "3", "--zero-prefetch", "0", NULL);
+    ok(rc == DTRAIN_OK && c.zero_stage == 3 && c.zero_prefetch == 0, "--zero-stage 3 --zero-prefetch 0");
+    rc = parse(&c, &help, err, sizeof err, "--zero-prefetch", "2", NULL);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--zero-prefetch"), "--zero-prefetch 2 is refused: %s", err);
     rc = parse(&c, &help, err, sizeof err, "--zero-stage", "4", NULL);
     ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--zero-stage") && strstr(err, "0 to 3"), "--zero-stage 4: %s", err);
     rc = parse(&c, &help, err, sizeof err, "--recompute", "some", NULL);
