@@ -94,7 +94,7 @@ struct dtrain_train_config {
     int micro_batches;                /* m: each data-parallel rank's rows run as m micro-batches */
     int virtual_stages;               /* V: chunks of layers per pipeline stage (interleaved 1F1B; 1: plain) */
     int zero_stage;                   /* ZeRO over the data-parallel ranks: 0 none, 1 the AdamW state, 2 also the
-                                       * reduced gradients (3 is refused: dtrain_parallel_check) */
+                                       * reduced gradients, 3 also the parameters (FSDP) */
     int zero_prefetch;                /* ZeRO-3: gather the next unit in a thread while the current one computes */
     int recompute;                    /* activation recomputation, enum dtrain_recompute (dtrain_stage.h):
                                        * 0 none, 1 selective (attention probabilities), 2 full */
