@@ -7,6 +7,7 @@
  * dtrain_shard_ckpt.h and sckpt_load_group in sckpt_internal.h. */
 #include "sckpt_internal.h"
 #include "dtrain_io.h"
+#include "dtrain_parse.h"
 #include "dtrain_pcomm.h"
 
 #include <inttypes.h>

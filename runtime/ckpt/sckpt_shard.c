@@ -226,8 +226,9 @@ out:
 
 int sckpt_segs_add(struct sckpt_segs *l, uint64_t whole, uint64_t count)
 {
+    l->floats += count;
     if (l->n > 0 && l->s[l->n - 1].whole + l->s[l->n - 1].count == whole) {
-        l->s[l->n - 1].count += count; /* the next run of the same piece: one segment */
+        l->s[l->n - 1].count += count; /* goes on from the last part: one segment */
         return 0;
     }
     if (l->n == l->cap) {
@@ -239,7 +240,6 @@ int sckpt_segs_add(struct sckpt_segs *l, uint64_t whole, uint64_t count)
         l->cap = cap;
     }
     l->s[l->n++] = (struct sckpt_seg){whole, count};
-    l->floats += count;
     return 0;
 }
 
