@@ -201,7 +201,8 @@ void sckpt_resume_found(struct dtrain_sckpt_resumed *out, const struct manifest 
 }
 
 static int try_candidate(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
-                         dtrain_comm *world, int rank, int size, const struct dtrain_sckpt_piece *pieces, size_t n,
+                         dtrain_comm *world, int rank, int size, const struct dtrain_sckpt_group *group,
+                         const struct dtrain_sckpt_piece *pieces, size_t n,
                          FILE *msgs, const char *prog, struct manifest *m, int *bad_shard,
                          struct dtrain_sckpt_stats *st, int *loaded, char *why, size_t whylen, int *comm_rc,
                          char *err, size_t errlen)
@@ -244,7 +245,9 @@ static int try_candidate(const char *path, uint64_t step, const struct dtrain_tr
         if (agreed != GOOD || phase == 1)
             break;
         *loaded = 1;
-        mine[0] = sckpt_load_pieces(path, m, pieces, n, &st->bytes, &st->shards_opened, why, whylen);
+        mine[0] = sckpt_load_group(path, m, group, pieces, n, st, why, whylen, comm_rc, err, errlen);
+        if (*comm_rc != DTRAIN_OK)
+            goto out;
         if (mine[0] != GOOD && msgs != NULL)
             fprintf(msgs, "%s: rank %d: checkpoint %s: %s\n", prog, rank, path, why);
     }
@@ -254,7 +257,8 @@ out:
 }
 
 int sckpt_resume_one(const char *dir, uint64_t step, const char *next, const struct dtrain_train_config *cfg,
-                     dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
+                     dtrain_comm *world, const struct dtrain_sckpt_group *group,
+                     const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
                      const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
                      size_t errlen)
 {
@@ -266,7 +270,7 @@ int sckpt_resume_one(const char *dir, uint64_t step, const char *next, const str
         dtrain_snprintf(err, errlen, "checkpoint folder path too long: %.80s...", dir);
         return DTRAIN_ERR_INPUT;
     }
-    int v = try_candidate(path, step, cfg, world, rank, size, pieces, npieces, msgs, prog, &m, &bad_shard, st,
+    int v = try_candidate(path, step, cfg, world, rank, size, group, pieces, npieces, msgs, prog, &m, &bad_shard, st,
                           &out->loaded_partly, why, sizeof why, &comm_rc, err, errlen);
     if (comm_rc != DTRAIN_OK) {
         free(m.shards);
@@ -330,6 +334,14 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
                         const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st,
                         char *err, size_t errlen)
 {
+    return dtrain_sckpt_resume_group(dir, cfg, world, NULL, pieces, npieces, msgs, prog, out, st, err, errlen);
+}
+
+int dtrain_sckpt_resume_group(const char *dir, const struct dtrain_train_config *cfg, dtrain_comm *world,
+                              const struct dtrain_sckpt_group *group, const struct dtrain_sckpt_piece *pieces,
+                              size_t npieces, FILE *msgs, const char *prog, struct dtrain_sckpt_resumed *out,
+                              struct dtrain_sckpt_stats *st, char *err, size_t errlen)
+{
     double t0 = now_seconds();
     uint64_t steps[MAX_CANDIDATES];
     int count = 0, rc;
@@ -342,7 +354,7 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
         char next[96] = "there is no older one";
         if (i + 1 < count)
             snprintf(next, sizeof next, "falling back to step %" PRIu64, steps[i + 1]);
-        if ((rc = sckpt_resume_one(dir, steps[i], next, cfg, world, pieces, npieces, msgs, prog, out, st, err,
+        if ((rc = sckpt_resume_one(dir, steps[i], next, cfg, world, group, pieces, npieces, msgs, prog, out, st, err,
                                    errlen)) != DTRAIN_OK || out->found)
             goto out;
     }

@@ -29,7 +29,8 @@
  * first.  For each: every rank reads the manifest and checks it against
  * the run's config; shard file i is read whole and its size and checksum
  * compared with the manifest by rank (i mod world size); if every shard
- * verifies, every rank reads the runs it asked for.  A damaged checkpoint
+ * verifies, every rank reads the runs it asked for (or, with its DP
+ * group, a share of the shards: dtrain_sckpt_resume_group).  A damaged checkpoint
  * (manifest unreadable, a shard missing, short, or with another checksum)
  * is renamed step-N.damaged, reported on one line, and the one before is
  * tried.  A checkpoint of another model, batch shape, data order or seed
@@ -171,6 +172,34 @@ int dtrain_sckpt_resume(const char *dir, const struct dtrain_train_config *cfg, 
                         const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st,
                         char *err, size_t errlen);
 
+/* A rank's DP group for a resume that reads a share of the files
+ * (dtrain_sckpt_resume_group): comm, the DP group (NULL or size 1: no
+ * group, every rank reads all it needs itself); slice, the runs the
+ * members load between them (whole and count; the pointers unused),
+ * increasing and disjoint, the same on every member: the TP/PP slice of
+ * the model they share, whose parameters and moments they hold between
+ * them, which each member's pieces lie in.  The members read the shards
+ * apart (writer DP rank d' by member d' * members / D: a member opens at
+ * most ceil(D / members) shards of each writing (tp, pp) slice, not every
+ * one that holds a part of its pieces), and what each read goes to every
+ * member (one broadcast per member over comm), where the pieces are
+ * copied out of the slice.  The bits are those of a resume without a
+ * group.  Memory: the slice's parameters and both moments on the host
+ * for the time of the load (3 floats per element), and one member's part
+ * to broadcast. */
+struct dtrain_sckpt_group {
+    dtrain_comm *comm;
+    const struct dtrain_sckpt_piece *slice;
+    size_t nslice;
+};
+
+/* dtrain_sckpt_resume with the load done as a group (above; group NULL:
+ * dtrain_sckpt_resume).  Every member of a DP group passes its group. */
+int dtrain_sckpt_resume_group(const char *dir, const struct dtrain_train_config *cfg, dtrain_comm *world,
+                              const struct dtrain_sckpt_group *group, const struct dtrain_sckpt_piece *pieces,
+                              size_t npieces, FILE *msgs, const char *prog, struct dtrain_sckpt_resumed *out,
+                              struct dtrain_sckpt_stats *st, char *err, size_t errlen);
+
 /* ------------------------------------------------------------ the node-local tier
  * (doc/fault-tolerance.md).  With a node-local folder LOCAL on every node
  * (--ckpt-local-dir), a checkpoint may go there instead of the shared
@@ -215,12 +244,14 @@ int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config 
  * complete there when every shard has a good copy on some node: each rank
  * checks its own shard and the copy it keeps against its node's manifest;
  * the good copies are then sent to every node, which keeps the whole
- * checkpoint again, and read as from the shared folder).  Newest step
+ * checkpoint again, and read as from the shared folder, with group as
+ * dtrain_sckpt_resume_group; NULL: none).  Newest step
  * first; at one step the node-local tier before the shared one; a damaged
  * node folder is renamed step-N.damaged there.  out->tier says which. */
 int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struct dtrain_sckpt_peers *peers,
                               const struct dtrain_train_config *cfg, dtrain_comm *world,
-                              const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs, const char *prog,
+                              const struct dtrain_sckpt_group *group, const struct dtrain_sckpt_piece *pieces,
+                              size_t npieces, FILE *msgs, const char *prog,
                               struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
                               size_t errlen);
 

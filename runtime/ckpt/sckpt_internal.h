@@ -102,7 +102,8 @@ int sckpt_bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, c
  * said with `next` (what comes instead).  DTRAIN_OK with out->found 0 or
  * 1; DTRAIN_ERR_INPUT (another model), DTRAIN_ERR_FAULT (the comm). */
 int sckpt_resume_one(const char *dir, uint64_t step, const char *next, const struct dtrain_train_config *cfg,
-                     dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
+                     dtrain_comm *world, const struct dtrain_sckpt_group *group,
+                     const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs,
                      const char *prog, struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
                      size_t errlen);
 const char *sckpt_verdict_text(int verdict);
@@ -162,5 +163,39 @@ int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint6
  * opened. */
 int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
                       size_t n, uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen);
+
+/* Parts of the whole vector (whole offset, count), in the order read. */
+struct sckpt_seg {
+    uint64_t whole, count;
+};
+struct sckpt_segs {
+    struct sckpt_seg *s;
+    size_t n, cap;
+    uint64_t floats; /* the sum of the counts */
+};
+/* Append (merged with the last part when it goes on from it); -1: no memory. */
+int sckpt_segs_add(struct sckpt_segs *l, uint64_t whole, uint64_t count);
+/* The member of a reading DP group of `members` ranks that reads shard r:
+ * the one whose block of the writer's DP ranks holds r's DP rank (writer
+ * DP rank d' goes to member d' * members / D), so every shard has one
+ * reader in the group and a member opens at most ceil(D / members) shards
+ * of each writing (tp, pp) slice. */
+int sckpt_group_member_of(const struct manifest *m, long r, int members);
+/* The read of a group load (dtrain_sckpt_resume_group): from the
+ * non-empty shards that fall to this member, what they hold of slice (the
+ * runs the whole group loads, increasing, disjoint), each part read
+ * listed in filled.  *opened (may be NULL) counts the shards opened. */
+int sckpt_read_group_part(const char *path, const struct manifest *m, int member, int members,
+                          const struct dtrain_sckpt_piece *slice, size_t n, struct sckpt_segs *filled,
+                          uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen);
+/* sckpt_group.c: the group load, collective over group->comm: every
+ * member reads its part of the shards into the slice, the parts go to
+ * every member (one broadcast per member), and each copies its pieces out
+ * of the slice.  Returns the verdict (GOOD, or the first member's damage,
+ * the same on every member); *comm_rc: DTRAIN_OK, or the comm's failure
+ * (err says it; the verdict is then not agreed). */
+int sckpt_load_group(const char *path, const struct manifest *m, const struct dtrain_sckpt_group *group,
+                     const struct dtrain_sckpt_piece *pieces, size_t n, struct dtrain_sckpt_stats *st, char *why,
+                     size_t whylen, int *comm_rc, char *err, size_t errlen);
 
 #endif

@@ -224,9 +224,29 @@ out:
     return v;
 }
 
-/* Copy what shard f holds of each piece into it; covered[i] counts. */
+int sckpt_segs_add(struct sckpt_segs *l, uint64_t whole, uint64_t count)
+{
+    l->floats += count;
+    if (l->n > 0 && l->s[l->n - 1].whole + l->s[l->n - 1].count == whole) {
+        l->s[l->n - 1].count += count; /* goes on from the last part: one segment */
+        return 0;
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct sckpt_seg *more = realloc(l->s, cap * sizeof *more);
+        if (more == NULL)
+            return -1;
+        l->s = more;
+        l->cap = cap;
+    }
+    l->s[l->n++] = (struct sckpt_seg){whole, count};
+    return 0;
+}
+
+/* Copy what shard f holds of each piece into it; covered[i] counts, and
+ * filled (may be NULL) gets each part copied, as whole offset and count. */
 static int shard_read_pieces(struct shard_file *f, const struct dtrain_sckpt_piece *pieces, size_t n,
-                             uint64_t *covered, uint64_t *bytes_read)
+                             uint64_t *covered, struct sckpt_segs *filled, uint64_t *bytes_read)
 {
     const uint64_t payload = DTRAIN_SCKPT_HEADER_BYTES + 16 * f->runs;
     for (size_t i = 0; i < n; i++) {
@@ -255,6 +275,8 @@ static int shard_read_pieces(struct shard_file *f, const struct dtrain_sckpt_pie
                 *bytes_read += (to - from) * sizeof(float);
             }
             covered[i] += to - from;
+            if (filled != NULL && sckpt_segs_add(filled, from, to - from) != 0)
+                return NO_MEMORY;
         }
     }
     return GOOD;
@@ -276,7 +298,7 @@ int sckpt_load_pieces(const char *path, const struct manifest *m, const struct d
         if (opened != NULL)
             (*opened)++;
         v = shard_open(path, r, m, 1, &f, why, whylen);
-        if (v == GOOD && (v = shard_read_pieces(&f, pieces, n, covered, bytes_read)) != GOOD)
+        if (v == GOOD && (v = shard_read_pieces(&f, pieces, n, covered, NULL, bytes_read)) != GOOD)
             dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: read error", path, r);
         shard_close(&f);
     }
@@ -286,6 +308,39 @@ int sckpt_load_pieces(const char *path, const struct manifest *m, const struct d
                      path, covered[i], pieces[i].count, pieces[i].whole);
             v = DAMAGED_COVERAGE;
         }
+    }
+    free(covered);
+    return v;
+}
+
+int sckpt_group_member_of(const struct manifest *m, long r, int members)
+{
+    const struct dtrain_sckpt_layout *L = &m->layout;
+    struct dtrain_grid_pos at = dtrain_grid_pos_of(L->tp, L->pp, L->dp, (int)r);
+    return (int)((int64_t)at.dp_rank * members / L->dp);
+}
+
+int sckpt_read_group_part(const char *path, const struct manifest *m, int member, int members,
+                          const struct dtrain_sckpt_piece *slice, size_t n, struct sckpt_segs *filled,
+                          uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen)
+{
+    uint64_t *covered = calloc(n + 1, sizeof *covered);
+    if (covered == NULL) {
+        dtrain_snprintf(why, whylen, "out of memory");
+        return NO_MEMORY;
+    }
+    int v = GOOD;
+    for (long r = 0; r < m->layout.world_size && v == GOOD; r++) {
+        struct shard_file f;
+        if (m->shards[r].floats == 0 || sckpt_group_member_of(m, r, members) != member)
+            continue; /* empty, or another member's to read */
+        if (opened != NULL)
+            (*opened)++;
+        v = shard_open(path, r, m, 1, &f, why, whylen);
+        if (v == GOOD && (v = shard_read_pieces(&f, slice, n, covered, filled, bytes_read)) != GOOD)
+            dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: %s", path, r,
+                            v == NO_MEMORY ? "out of memory for the list of parts read" : "read error");
+        shard_close(&f);
     }
     free(covered);
     return v;

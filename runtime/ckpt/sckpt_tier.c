@@ -325,7 +325,8 @@ out:
  * (skipped, said on rank 0 with next); *rc the comm or input status. */
 static int try_local(const char *local, uint64_t step, const char *next, const struct dtrain_sckpt_peers *peers,
                      const struct dtrain_train_config *cfg, dtrain_comm *world,
-                     const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs, const char *prog,
+                     const struct dtrain_sckpt_group *group, const struct dtrain_sckpt_piece *pieces,
+                     size_t npieces, FILE *msgs, const char *prog,
                      struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, int *rc, char *err,
                      size_t errlen)
 {
@@ -474,7 +475,9 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
         if (verdict != GOOD || phase == 1)
             break;
         out->loaded_partly = 1;
-        mine[0] = sckpt_load_pieces(path, &m, pieces, npieces, &st->bytes, &st->shards_opened, why, sizeof why);
+        mine[0] = sckpt_load_group(path, &m, group, pieces, npieces, st, why, sizeof why, rc, err, errlen);
+        if (*rc != DTRAIN_OK)
+            goto out;
     }
     if (verdict != GOOD) {
         if (mine[0] != GOOD && msgs != NULL)
@@ -512,7 +515,8 @@ static void next_text(char *out, size_t len, const struct candidate *c, int n, i
 
 int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struct dtrain_sckpt_peers *peers,
                               const struct dtrain_train_config *cfg, dtrain_comm *world,
-                              const struct dtrain_sckpt_piece *pieces, size_t npieces, FILE *msgs, const char *prog,
+                              const struct dtrain_sckpt_group *group, const struct dtrain_sckpt_piece *pieces,
+                              size_t npieces, FILE *msgs, const char *prog,
                               struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
                               size_t errlen)
 {
@@ -568,7 +572,7 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
         char next[128];
         if (c[i].local) {
             next_text(next, sizeof next, c, nc, i, 0);
-            int v = try_local(local, c[i].step, next, peers, cfg, world, pieces, npieces, msgs, prog, out, st, &rc,
+            int v = try_local(local, c[i].step, next, peers, cfg, world, group, pieces, npieces, msgs, prog, out, st, &rc,
                               err, errlen);
             if (rc != DTRAIN_OK || out->found)
                 goto out;
@@ -577,7 +581,7 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
         }
         if (c[i].shared) {
             next_text(next, sizeof next, c, nc, i, 1);
-            if ((rc = sckpt_resume_one(shared, c[i].step, next, cfg, world, pieces, npieces, msgs, prog, out, st, err,
+            if ((rc = sckpt_resume_one(shared, c[i].step, next, cfg, world, group, pieces, npieces, msgs, prog, out, st, err,
                                        errlen)) != DTRAIN_OK || out->found)
                 goto out;
         }

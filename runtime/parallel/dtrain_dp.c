@@ -501,6 +501,8 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
 
 int dtrain_dp_buckets(const struct dtrain_dp *dp) { return dp->nbuckets; }
 
+dtrain_comm *dtrain_dp_comm(const struct dtrain_dp *dp) { return dp->comm; }
+
 size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp)
 {
     return 2 * dtrain_adamw_size(dp->adamw);

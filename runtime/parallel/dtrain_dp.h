@@ -112,6 +112,8 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
 void dtrain_dp_destroy(struct dtrain_dp *dp);
 
 int dtrain_dp_buckets(const struct dtrain_dp *dp);
+/* The DP group dp reduces over (NULL when D = 1). */
+dtrain_comm *dtrain_dp_comm(const struct dtrain_dp *dp);
 /* Floats of AdamW state (m and v) this rank keeps: 2 * its share. */
 size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp);
 

@@ -254,6 +254,12 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
         if (add_piece(&load, (struct dtrain_sckpt_piece){runs.r[i].whole, runs.r[i].count,
                                                         params + runs.r[i].local, NULL, NULL}) != 0)
             goto oom;
+    /* the slice the DP group loads between them: the shard's runs */
+    if ((out->slice = malloc((load.n + 1) * sizeof *out->slice)) == NULL)
+        goto oom;
+    memcpy(out->slice, load.p, load.n * sizeof *out->slice);
+    out->nslice = load.n;
+    out->dp_comm = cfg->zero_stage >= 1 ? dtrain_dp_comm(out->dp) : NULL;
     struct state_ctx ctx = {&runs, params, cfg->zero_stage >= 1 || bs->dp_rank == 0, &save, &load, out};
     if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
         goto oom;
@@ -299,9 +305,15 @@ void dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p)
     dtrain_k_sync(p->k);
 }
 
+struct dtrain_sckpt_group dtrain_ft_pieces_group(const struct dtrain_ft_pieces *p)
+{
+    return (struct dtrain_sckpt_group){p->dp_comm, p->slice, p->nslice};
+}
+
 void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p)
 {
     free(p->save);
+    free(p->slice);
     free(p->load);
     free(p->host_params);
     for (size_t i = 0; i < p->nstate; i++) {
@@ -449,10 +461,11 @@ static int load_checkpoint(struct ft *f, const char *dir, int rollback, int requ
     int tiers = f->local != NULL && (dir == f->dir || dir == f->local);
     if (tiers)
         dir = f->dir;
-    int rc = tiers ? dtrain_sckpt_resume_tiers(f->dir, f->local, &f->peers, f->cfg, f->world, f->pieces.load,
+    const struct dtrain_sckpt_group group = dtrain_ft_pieces_group(&f->pieces);
+    int rc = tiers ? dtrain_sckpt_resume_tiers(f->dir, f->local, &f->peers, f->cfg, f->world, &group, f->pieces.load,
                                                f->pieces.nload, stderr, f->prog, &res, &st, err, errlen)
-                   : dtrain_sckpt_resume(dir, f->cfg, f->world, f->pieces.load, f->pieces.nload, stderr, f->prog, &res,
-                                         &st, err, errlen);
+                   : dtrain_sckpt_resume_group(dir, f->cfg, f->world, &group, f->pieces.load, f->pieces.nload, stderr,
+                                               f->prog, &res, &st, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
     if (!res.found && (rollback || res.loaded_partly)) {
@@ -982,7 +995,8 @@ int dtrain_ft_load(struct dtrain_ptrainer *t, const struct dtrain_train_config *
     int rc = dtrain_ft_pieces(t, cfg, bs, &p, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
-    rc = dtrain_sckpt_resume(dir, cfg, world, p.load, p.nload, stderr, prog, &res, &st, err, errlen);
+    const struct dtrain_sckpt_group group = dtrain_ft_pieces_group(&p);
+    rc = dtrain_sckpt_resume_group(dir, cfg, world, &group, p.load, p.nload, stderr, prog, &res, &st, err, errlen);
     if (rc == DTRAIN_OK && !res.found) {
         snprintf(err, errlen, "--resume %s: no good checkpoint there (a folder of step-N checkpoints, as --checkpoint "
                  "writes)", dir);

@@ -91,6 +91,12 @@ struct state_copy;
 struct dtrain_ft_pieces {
     struct dtrain_sckpt_piece *save, *load;
     size_t nsave, nload;
+    /* The load as a DP group (struct dtrain_sckpt_group: at ZeRO >= 1 each
+     * DP rank reads a share of the shards): the shard's runs, and the DP
+     * group (NULL: ZeRO off or D = 1, every rank reads its pieces itself). */
+    struct dtrain_sckpt_piece *slice;
+    size_t nslice;
+    dtrain_comm *dp_comm;
     struct dtrain_kernels *k;   /* the trainer's */
     float *dev_params, *host_params; /* dev_params NULL: ZeRO-3, dp's shares */
     struct dtrain_dp *dp;
@@ -103,6 +109,8 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
 void dtrain_ft_pieces_download(struct dtrain_ft_pieces *p);
 void dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p);
 void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p);
+/* The group p's load is done as (its slice and DP group). */
+struct dtrain_sckpt_group dtrain_ft_pieces_group(const struct dtrain_ft_pieces *p);
 
 /* One checkpoint of t's present step into dir, or t from dir's newest
  * good checkpoint (none there is DTRAIN_ERR_INPUT), outside the loop (a

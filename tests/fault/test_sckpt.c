@@ -18,6 +18,11 @@
  *  - a shard write that fails (injected ENOSPC) fails the save on every
  *    rank and commits nothing; the older checkpoints stay;
  *  - only the newest --ckpt-keep checkpoints are kept;
+ *  - at ZeRO >= 1 the resume loads as a DP group (dtrain_ft_pieces_group,
+ *    as the trainer does): a rank of (1,1,4) opens 1 of the 4 shards of a
+ *    (1,1,4) ZeRO-1 or ZeRO-3 checkpoint at stages 1, 2 and 3, a rank of
+ *    (1,1,2) 2, counted by the resume (shards_opened), the bits saved
+ *    again the same;
  *  - virtual stages and sequence parallelism change across a resume. */
 #include <math.h>
 #include <stdio.h>
@@ -80,8 +85,10 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (rc == DTRAIN_OK && j->load_dir[0] != '\0') {
         struct dtrain_sckpt_resumed res;
         FILE *quiet = fopen("/dev/null", "w");
-        rc = dtrain_sckpt_resume(j->load_dir, &j->cfg, world, pieces.load, pieces.nload, quiet, "test", &res, &st,
-                                 a->err, sizeof a->err);
+        /* as the trainer loads (dtrain_ft.c): at ZeRO >= 1 as a DP group */
+        const struct dtrain_sckpt_group group = dtrain_ft_pieces_group(&pieces);
+        rc = dtrain_sckpt_resume_group(j->load_dir, &j->cfg, world, &group, pieces.load, pieces.nload, quiet, "test",
+                                       &res, &st, a->err, sizeof a->err);
         if (quiet != NULL)
             fclose(quiet);
         a->found = res.found;
@@ -573,6 +580,41 @@ int main(void)
             four &= all[r].found && all[r].opened == 4;
         ok(four, "(2,2,2) resumes its ZeRO-off checkpoint opening 4 of the 8 shards on every rank (the 4 of DP rank 0; "
            "rank 0 opened %llu)", (unsigned long long)all[0].opened);
+    }
+
+    /* ---- F: at ZeRO >= 1 a rank opens its DP group's share of the shards,
+     * not every one its slice is in: b4, written at (1,1,4) ZeRO-1 (4
+     * shards, each a quarter of every bucket), loads at (1,1,4) with one
+     * shard opened per rank at stages 1, 2 and 3 (each rank's slice is in
+     * all 4), at (1,1,2) ZeRO-1 with 2; b10 (ZeRO-3 at (1,1,4)) with 1 */
+    {
+        static const struct { int dp, zero, from, opened; } opens[] = {
+            {4, 1, 4, 1}, {4, 2, 4, 1}, {4, 3, 4, 1}, {2, 1, 4, 2}, {4, 3, 10, 1}};
+        for (size_t k = 0; k < sizeof opens / sizeof opens[0]; k++) {
+            struct job f = j;
+            f.cfg.zero_stage = opens[k].zero;
+            snprintf(f.load_dir, sizeof f.load_dir, "%s/b%d", top, opens[k].from);
+            snprintf(f.save_dir, sizeof f.save_dir, "%s/f%zu", top, k);
+            f.save_after_load = 1;
+            f.save_every = 0;
+            f.steps = 1;
+            rc = run(&f, 1, 1, opens[k].dp, &a0, all);
+            int each = rc == 0;
+            for (int r = 0; r < opens[k].dp; r++)
+                each &= all[r].found && all[r].resumed == 3 && all[r].opened == (uint64_t)opens[k].opened;
+            float *p_f = NULL, *m_f = NULL, *v_f = NULL;
+            struct dtrain_sckpt_resumed rf;
+            int same = harness_read_whole(f.save_dir, &cfg, &p_f, &m_f, &v_f, &rf, err, sizeof err) == DTRAIN_OK &&
+                       rf.found && harness_same_bits(p_a, p_f, n) && harness_same_bits(m_a, m_f, n) &&
+                       harness_same_bits(v_a, v_f, n);
+            ok(each && same, "(1,1,%d) ZeRO stage %d loads b%d (written at (1,1,4) ZeRO-%d) opening %d of its 4 "
+               "shards on every rank (rank 0 opened %llu), and saves the same bits again", opens[k].dp,
+               opens[k].zero, opens[k].from, opens[k].from == 10 ? 3 : 1, opens[k].opened,
+               (unsigned long long)all[0].opened);
+            free(p_f);
+            free(m_f);
+            free(v_f);
+        }
     }
 
     free(p_a);
