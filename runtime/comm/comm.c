@@ -427,6 +427,7 @@ void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s)
     s->started = atomic_load(&c->started);
     s->refused = atomic_load(&c->refused);
     s->rejoined = atomic_load(&c->rejoined);
+    s->setup_bytes_sent = atomic_load(&c->setup_bytes_sent);
     s->shm_links = atomic_load(&c->shm_links);
     s->tcp_links = atomic_load(&c->tcp_links);
 }

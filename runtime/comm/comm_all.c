@@ -174,6 +174,18 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
         /* WORLD is up: the other groups' ids come over it, not through PMI2 */
         if (order[i] == DTRAIN_GROUP_WORLD && (rc = share_ids(out->group[DTRAIN_GROUP_WORLD], bs, err, errlen)) != 0)
             break;
+        /* ... and nobody leaves WORLD (a failed init destroys it) before
+         * everyone has shared them: the cpu backend's WORLD leader answers
+         * the address lookups of those sends (doc/comm.md).  One float, not
+         * dtrain_comm_barrier's n. */
+        if (order[i] == DTRAIN_GROUP_WORLD && bs->backend == DTRAIN_COMM_CPU) {
+            float token = 0;
+            if ((rc = dtrain_comm_allreduce(out->group[DTRAIN_GROUP_WORLD], &token, 1, DTRAIN_REDUCE_SUM)) != 0) {
+                dtrain_snprintf(err, errlen, "world communicator: waiting until every id is shared: %s",
+                                dtrain_comm_error_message(out->group[DTRAIN_GROUP_WORLD]));
+                break;
+            }
+        }
     }
     if (rc == DTRAIN_COMM_OK)
         return rc;

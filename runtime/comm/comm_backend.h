@@ -65,6 +65,7 @@ struct dtrain_comm {
     pthread_mutex_t lock;                 /* guards error and links changing under break_links */
     struct dtrain_comm_error error;       /* the first error */
     _Atomic uint64_t bytes_sent, bytes_received, calls, refused, rejoined;
+    _Atomic uint64_t setup_bytes_sent;    /* dtrain_comm_stats.setup_bytes_sent */
     _Atomic uint64_t started;             /* calls handed to the backend (in flight while > calls) */
     atomic_int shm_links, tcp_links;
 };

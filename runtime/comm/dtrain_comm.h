@@ -228,6 +228,9 @@ struct dtrain_comm_stats {
     uint64_t refused;        /* connections dropped at bootstrap or accept: wrong secret or hello */
     uint64_t rejoined;       /* cpu bootstrap: times this member's hello was dropped unread by the leader
                               * (its pending list full of strangers' connections) and sent again */
+    uint64_t setup_bytes_sent; /* cpu backend: bytes this member sent to set up the communicator and its
+                                * links (hellos, the bootstrap's address messages and bytes, ring-link
+                                * replies, address lookups), not counted in bytes_sent */
     int shm_links;           /* links over shared memory */
     int tcp_links;           /* links over TCP */
 };

@@ -300,7 +300,7 @@ static int gone_after_table_child(int rank, int n, struct dtrain_comm_group *gro
         struct sockaddr_in leader, me;
         socklen_t len = sizeof me;
         struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)n, .from = 2, .to = 0};
-        unsigned char hello[WIRE_HELLO_LEN], table[1 + WIRE_TABLE_HEAD_LEN + 4 * WIRE_TABLE_ENTRY_LEN]; /* 'J', table */
+        unsigned char hello[WIRE_HELLO_LEN], table[1 + WIRE_TABLE_LEN]; /* 'J', its neighbours */
         char why[200];
         int lfd = -1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         cpu_id_parse(groups[0].id, &leader, h.secret);

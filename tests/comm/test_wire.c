@@ -54,16 +54,27 @@ static void test_messages(void)
 {
     unsigned char head[WIRE_TABLE_HEAD_LEN], entry[WIRE_TABLE_ENTRY_LEN], reply[WIRE_REPLY_LEN], ack[WIRE_ACK_LEN];
     unsigned char hb[WIRE_HEADER_LEN];
-    uint32_t size = 0, to = 0;
-    wire_table_head_encode(5, 3, head);
-    ok(wire_table_head_decode(head, &size, &to) == 0 && size == 5 && to == 3, "a table head round-trips");
+    uint32_t size = 0, to = 0, local = 0;
+    wire_table_head_encode(5, 3, 2, head);
+    ok(wire_table_head_decode(head, &size, &to, &local) == 0 && size == 5 && to == 3 && local == 2,
+       "a table head round-trips");
     head[1] ^= 1;
-    ok(wire_table_head_decode(head, &size, &to) == -1, "a table head with a wrong magic is refused");
+    ok(wire_table_head_decode(head, &size, &to, &local) == -1, "a table head with a wrong magic is refused");
     struct wire_peer p = {.port = 65535, .host = 70000}, q;
     inet_pton(AF_INET, "192.168.0.9", &p.addr);
     wire_peer_encode(&p, entry);
     wire_peer_decode(entry, &q);
     ok(q.addr.s_addr == p.addr.s_addr && q.port == 65535 && q.host == 70000, "a table entry round-trips");
+    unsigned char lookup[WIRE_LOOKUP_LEN], answer[WIRE_ANSWER_LEN];
+    uint32_t rank = 0;
+    wire_lookup_encode(99999, lookup);
+    ok(wire_lookup_decode(lookup, &rank) == 0 && rank == 99999, "a lookup round-trips");
+    lookup[0] ^= 1;
+    ok(wire_lookup_decode(lookup, &rank) == -1, "a lookup with a wrong magic is refused");
+    wire_answer_encode(7, &p, answer);
+    wire_answer_decode(answer, &rank, &q);
+    ok(rank == 7 && q.addr.s_addr == p.addr.s_addr && q.port == 65535 && q.host == 70000,
+       "a lookup's answer round-trips");
 
     int shm = -1;
     char name[WIRE_SHM_NAME_MAX];

@@ -30,6 +30,7 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
     cc->listen_fd = g->listen_fd; /* ours from now on, closed by destroy */
     cc->stash_fd = -1;
     cc->boot_fd = -1;
+    cc->lookup_fd = -1;
     c->impl = cc;
     if (c->size == 1) { /* nobody will connect */
         if (cc->listen_fd >= 0)

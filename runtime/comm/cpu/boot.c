@@ -5,6 +5,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
@@ -311,8 +313,8 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
         return rc;
     int *fds = malloc((size_t)n * sizeof *fds);
     char(*hosts)[DTRAIN_COMM_HOST_ID_MAX] = calloc((size_t)n, sizeof *hosts);
-    unsigned char *msg = malloc(WIRE_TABLE_HEAD_LEN + (size_t)n * WIRE_TABLE_ENTRY_LEN);
-    if (fds == NULL || hosts == NULL || msg == NULL) {
+    uint32_t *local = calloc((size_t)n, sizeof *local); /* by host number: members on that host */
+    if (fds == NULL || hosts == NULL || local == NULL) {
         dtrain_snprintf(why, whylen, "out of memory for the table of %d members", n);
         rc = -DTRAIN_COMM_ESYS;
         goto out;
@@ -361,6 +363,7 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
             close(fd);
             continue;
         }
+        atomic_fetch_add(&c->setup_bytes_sent, 1);
         fds[h.from] = fd;
         cc->table[h.from] = (struct wire_peer){.addr = h.addr, .port = h.port};
         memcpy(hosts[h.from], h.host_id, sizeof hosts[h.from]);
@@ -381,15 +384,19 @@ static int leader_gather(struct dtrain_comm *c, struct cpu_comm *cc, int64_t dea
         if (i > 0 && strcmp(refs[i].host, refs[i - 1].host) != 0)
             first = i;
         cc->table[refs[i].rank].host = (uint32_t)refs[first].rank;
+        local[refs[first].rank]++;
     }
     free(refs);
-    for (int i = 0; i < n; i++)
-        wire_peer_encode(&cc->table[i], msg + WIRE_TABLE_HEAD_LEN + (size_t)i * WIRE_TABLE_ENTRY_LEN);
+    cc->local = local[cc->table[0].host];
+    /* Each member its ring neighbours and itself, the same bytes at any n;
+     * the others' addresses it asks for when it needs them (lookup). */
     for (int i = 1; i < n; i++) {
-        wire_table_head_encode((uint32_t)n, (uint32_t)i, msg);
-        rc = net_write_all(c, fds[i], msg, WIRE_TABLE_HEAD_LEN + (size_t)n * WIRE_TABLE_ENTRY_LEN, deadline_ms,
-                           why, whylen);
-        if (rc != 0)
+        unsigned char msg[WIRE_TABLE_LEN];
+        const int entry[WIRE_TABLE_ENTRIES] = {(i + n - 1) % n, i, (i + 1) % n};
+        wire_table_head_encode((uint32_t)n, (uint32_t)i, local[cc->table[i].host], msg);
+        for (int k = 0; k < WIRE_TABLE_ENTRIES; k++)
+            wire_peer_encode(&cc->table[entry[k]], msg + WIRE_TABLE_HEAD_LEN + (size_t)k * WIRE_TABLE_ENTRY_LEN);
+        if ((rc = net_write_all(c, fds[i], msg, sizeof msg, deadline_ms, why, whylen)) != 0)
             goto out;
     }
     /* The connections stay open until every ring link is up (step 5). */
@@ -401,7 +408,7 @@ out:
             close(fds[i]);
     free(fds);
     free(hosts);
-    free(msg);
+    free(local);
     return rc;
 }
 
@@ -471,16 +478,11 @@ static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct 
     const int n = c->size;
     char text[32];
     int fd = -1;
-    unsigned char head[WIRE_TABLE_HEAD_LEN];
-    unsigned char *entries = malloc((size_t)n * WIRE_TABLE_ENTRY_LEN);
+    unsigned char head[WIRE_TABLE_HEAD_LEN], entries[WIRE_TABLE_ENTRIES * WIRE_TABLE_ENTRY_LEN];
     struct sockaddr_in me;
     socklen_t len = sizeof me;
     int rc;
 
-    if (entries == NULL) {
-        dtrain_snprintf(why, whylen, "out of memory for the table of %d members", n);
-        return -DTRAIN_COMM_ESYS;
-    }
     rc = member_hello(c, cc, leader, deadline_ms, &fd, why, whylen);
     if (rc != 0)
         goto out;
@@ -489,20 +491,24 @@ static int member_join(struct dtrain_comm *c, struct cpu_comm *cc, const struct 
         rc = -DTRAIN_COMM_ESYS;
         goto out;
     }
-    uint32_t size, to;
+    uint32_t size, to, local;
     if ((rc = net_read_all(c, fd, head, sizeof head, deadline_ms, why, whylen)) != 0)
         goto failed;
-    if (wire_table_head_decode(head, &size, &to) != 0 || size != (uint32_t)n || to != (uint32_t)c->rank) {
+    if (wire_table_head_decode(head, &size, &to, &local) != 0 || size != (uint32_t)n || to != (uint32_t)c->rank ||
+        local < 1 || local > size) {
         dtrain_snprintf(why, whylen, "the leader at %s sent a table that is not for rank %d of %d",
                         net_addr_text(leader, text, sizeof text), c->rank, n);
         rc = -DTRAIN_COMM_EPEER;
         goto out;
     }
-    rc = net_read_all(c, fd, entries, (size_t)n * WIRE_TABLE_ENTRY_LEN, deadline_ms, why, whylen);
+    rc = net_read_all(c, fd, entries, sizeof entries, deadline_ms, why, whylen);
     if (rc != 0)
         goto failed;
-    for (int i = 0; i < n; i++)
-        wire_peer_decode(entries + (size_t)i * WIRE_TABLE_ENTRY_LEN, &cc->table[i]);
+    /* rank-1, then itself, then rank+1 (equal at n = 2): read in that order. */
+    const int entry[WIRE_TABLE_ENTRIES] = {(c->rank + n - 1) % n, c->rank, (c->rank + 1) % n};
+    for (int k = 0; k < WIRE_TABLE_ENTRIES; k++)
+        wire_peer_decode(entries + (size_t)k * WIRE_TABLE_ENTRY_LEN, &cc->table[entry[k]]);
+    cc->local = local;
     if (cc->table[c->rank].port != ntohs(me.sin_port) || cc->table[c->rank].addr.s_addr != me.sin_addr.s_addr) {
         dtrain_snprintf(why, whylen, "the leader's table does not list this member's address");
         rc = -DTRAIN_COMM_EPEER;
@@ -521,7 +527,6 @@ failed: { /* say which step: the rest of the group may be what is missing */
 out:
     if (fd >= 0)
         close(fd);
-    free(entries);
     return rc;
 }
 
@@ -610,13 +615,11 @@ static void count_link(struct dtrain_comm *c, const struct cpu_comm *cc, struct 
  * (other communicators and jobs are not counted: a hint, not a census). */
 static int host_oversubscribed(const struct dtrain_comm *c, const struct cpu_comm *cc)
 {
+    (void)c;
     cpu_set_t set;
-    int local = 0;
-    for (int i = 0; i < c->size; i++)
-        local += cc->table[i].host == cc->table[c->rank].host;
     if (sched_getaffinity(0, sizeof set, &set) != 0)
         return 0;
-    return local > CPU_COUNT(&set);
+    return cc->local > (uint32_t)CPU_COUNT(&set);
 }
 
 int cpu_connect_ring(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_ms, char *why, size_t whylen)
@@ -704,6 +707,191 @@ oom:
     return -DTRAIN_COMM_ESYS;
 }
 
+/* ------------------------------------------------------------------ address lookups */
+
+/* The leader's answers to members' lookups, by a thread of its own: the
+ * members ask whenever they open a point-to-point link, which may be while
+ * the leader computes or waits in another communicator, so the answers
+ * cannot wait for the leader's next call.  It reads only the table
+ * (complete, and no longer written, once the bootstrap is done) and owns
+ * the BOOT connections.  Bounded: one request of WIRE_LOOKUP_LEN bytes at a
+ * time per member (a member waits for each answer); a member that sends
+ * anything else, or closes, loses its connection (it then sees it closed). */
+struct cpu_directory {
+    pthread_t thread;
+    int wake[2];                 /* written once to stop the thread */
+    int n;
+    int *fds;                    /* [n]: the BOOT connections, -1 for the leader and closed ones */
+    unsigned char (*req)[WIRE_LOOKUP_LEN]; /* [n]: a request on its way */
+    unsigned char *got;          /* [n]: its bytes so far */
+    const struct wire_peer *table;
+    _Atomic uint64_t *sent;      /* the communicator's setup_bytes_sent */
+    struct pollfd *p;            /* [n] */
+};
+
+static void directory_drop(struct cpu_directory *d, int i)
+{
+    close(d->fds[i]);
+    d->fds[i] = -1;
+}
+
+/* Member i's connection has bytes (or closed): read, answer a whole request. */
+static void directory_serve(struct cpu_directory *d, int i)
+{
+    ssize_t r = recv(d->fds[i], d->req[i] + d->got[i], WIRE_LOOKUP_LEN - d->got[i], MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (r <= 0) { /* the member destroyed its communicator, or died */
+        directory_drop(d, i);
+        return;
+    }
+    d->got[i] = (unsigned char)(d->got[i] + r);
+    if (d->got[i] < WIRE_LOOKUP_LEN)
+        return;
+    d->got[i] = 0;
+    uint32_t rank;
+    unsigned char answer[WIRE_ANSWER_LEN];
+    if (wire_lookup_decode(d->req[i], &rank) != 0 || rank >= (uint32_t)d->n) {
+        directory_drop(d, i);
+        return;
+    }
+    wire_answer_encode(rank, &d->table[rank], answer);
+    /* The member waits for it with nothing else unread: its buffer has room. */
+    if (send(d->fds[i], answer, sizeof answer, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof answer) {
+        directory_drop(d, i);
+        return;
+    }
+    atomic_fetch_add(d->sent, sizeof answer);
+}
+
+static void *directory_main(void *arg)
+{
+    struct cpu_directory *d = arg;
+    for (;;) {
+        nfds_t np = 0;
+        d->p[np++] = (struct pollfd){.fd = d->wake[0], .events = POLLIN};
+        for (int i = 1; i < d->n; i++)
+            d->p[np++] = (struct pollfd){.fd = d->fds[i], .events = POLLIN}; /* -1: ignored */
+        if (poll(d->p, np, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return NULL; /* members then see their lookups time out */
+        }
+        if (d->p[0].revents != 0)
+            return NULL;
+        for (int i = 1; i < d->n; i++)
+            if (d->fds[i] >= 0 && d->p[i].revents != 0)
+                directory_serve(d, i);
+    }
+}
+
+static void directory_free(struct cpu_directory *d)
+{
+    if (d == NULL)
+        return;
+    for (int i = 0; d->fds != NULL && i < d->n; i++)
+        if (d->fds[i] >= 0)
+            close(d->fds[i]);
+    if (d->wake[0] >= 0)
+        close(d->wake[0]);
+    if (d->wake[1] >= 0)
+        close(d->wake[1]);
+    free(d->fds);
+    free(d->req);
+    free(d->got);
+    free(d->p);
+    free(d);
+}
+
+/* The leader, at the end of step 5: a thread takes cc->boot_fds. */
+static int directory_start(struct dtrain_comm *c, struct cpu_comm *cc, char *why, size_t whylen)
+{
+    const int n = c->size;
+    struct cpu_directory *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        goto oom;
+    d->wake[0] = d->wake[1] = -1;
+    d->n = n;
+    d->table = cc->table;
+    d->sent = &c->setup_bytes_sent;
+    d->req = calloc((size_t)n, sizeof *d->req);
+    d->got = calloc((size_t)n, sizeof *d->got);
+    d->p = calloc((size_t)n, sizeof *d->p);
+    if (d->req == NULL || d->got == NULL || d->p == NULL)
+        goto oom;
+    if (pipe2(d->wake, O_CLOEXEC) != 0) {
+        dtrain_snprintf(why, whylen, "pipe for the address lookups: %s", strerror(errno));
+        directory_free(d);
+        return -DTRAIN_COMM_ESYS;
+    }
+    d->fds = cc->boot_fds;
+    int err = pthread_create(&d->thread, NULL, directory_main, d);
+    if (err != 0) {
+        d->fds = NULL; /* still cc->boot_fds: closed by the caller */
+        dtrain_snprintf(why, whylen, "a thread for the address lookups: %s", strerror(err));
+        directory_free(d);
+        return -DTRAIN_COMM_ESYS;
+    }
+    cc->directory = d;
+    return 0;
+oom:
+    directory_free(d);
+    dtrain_snprintf(why, whylen, "out of memory for the address lookups of %d members", n);
+    return -DTRAIN_COMM_ESYS;
+}
+
+static void directory_stop(struct cpu_directory *d)
+{
+    if (d == NULL)
+        return;
+    char byte = 1;
+    while (write(d->wake[1], &byte, 1) < 0 && errno == EINTR)
+        ;
+    pthread_join(d->thread, NULL);
+    directory_free(d);
+}
+
+/* Member `peer`'s address: known (neighbour, asked before, or the leader's
+ * table), else asked of the leader on the BOOT connection. */
+static int lookup(struct dtrain_comm *c, struct cpu_comm *cc, int peer, int64_t deadline_ms, char *why,
+                  size_t whylen)
+{
+    if (cc->table[peer].port != 0)
+        return 0;
+    if (cc->lookup_fd < 0) {
+        dtrain_snprintf(why, whylen, "rank %d's address is not known and there is no connection to the leader to "
+                        "ask for it", peer);
+        return -DTRAIN_COMM_EINVAL;
+    }
+    unsigned char req[WIRE_LOOKUP_LEN], answer[WIRE_ANSWER_LEN];
+    wire_lookup_encode((uint32_t)peer, req);
+    int rc = net_write_all(c, cc->lookup_fd, req, sizeof req, deadline_ms, why, whylen);
+    if (rc == 0)
+        rc = net_read_all(c, cc->lookup_fd, answer, sizeof answer, deadline_ms, why, whylen);
+    if (rc == -DTRAIN_COMM_EPEER) {
+        dtrain_snprintf(why, whylen, "asking the leader (rank 0) for rank %d's address: the leader's "
+                        "communicator is gone (destroyed or died), and it answers the address lookups", peer);
+        return rc;
+    }
+    if (rc == -DTRAIN_COMM_ETIMEDOUT) {
+        dtrain_snprintf(why, whylen, "the leader (rank 0) did not answer the lookup of rank %d's address within "
+                        "%d ms", peer, c->timeout_ms);
+        return rc;
+    }
+    if (rc != 0)
+        return rc;
+    uint32_t rank;
+    struct wire_peer p;
+    wire_answer_decode(answer, &rank, &p);
+    if (rank != (uint32_t)peer || p.port == 0) {
+        dtrain_snprintf(why, whylen, "the leader answered the lookup of rank %d's address with rank %u's, port %u",
+                        peer, rank, p.port);
+        return -DTRAIN_COMM_EPEER;
+    }
+    cc->table[peer] = p;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ step 5: done */
 
 int cpu_boot_watch(struct dtrain_comm *c, char *why, size_t whylen)
@@ -767,6 +955,10 @@ int cpu_boot_done(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_m
                             WIRE_BOOT_DONE);
             rc = -DTRAIN_COMM_EPEER;
         }
+        if (rc == 0) { /* kept: where this member looks addresses up */
+            cc->lookup_fd = cc->boot_fd;
+            cc->boot_fd = -1;
+        }
         close_boot(cc, c->size);
         return rc;
     }
@@ -788,6 +980,8 @@ int cpu_boot_done(struct dtrain_comm *c, struct cpu_comm *cc, int64_t deadline_m
     byte = WIRE_BOOT_DONE;
     for (int i = 1; i < c->size && rc == 0; i++)
         rc = net_write_all(c, cc->boot_fds[i], &byte, 1, deadline_ms, why, whylen);
+    if (rc == 0 && (rc = directory_start(c, cc, why, whylen)) == 0)
+        cc->boot_fds = NULL; /* the lookup thread's now */
     close_boot(cc, c->size);
     return rc;
 }
@@ -798,7 +992,10 @@ int cpu_p2p_out(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct lin
 {
     if (cc->p2p_out[peer] == NULL) {
         int fd;
-        int rc = connect_hello(c, cc, peer, WIRE_P2P, 0, comm_now_ms() + c->timeout_ms, &fd, why, whylen);
+        int64_t deadline_ms = comm_now_ms() + c->timeout_ms;
+        int rc = lookup(c, cc, peer, deadline_ms, why, whylen);
+        if (rc == 0)
+            rc = connect_hello(c, cc, peer, WIRE_P2P, 0, deadline_ms, &fd, why, whylen);
         if (rc != 0)
             return rc;
         struct link *l = link_new(fd, peer, 1);
@@ -844,6 +1041,9 @@ void cpu_comm_close(struct cpu_comm *cc, int size)
     }
     link_free(cc->next);
     link_free(cc->prev);
+    directory_stop(cc->directory);
+    if (cc->lookup_fd >= 0)
+        close(cc->lookup_fd);
     close_boot(cc, size);
     if (cc->listen_fd >= 0)
         close(cc->listen_fd);

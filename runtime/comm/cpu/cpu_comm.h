@@ -12,15 +12,17 @@
  *     until all n-1 members have come or the timeout; a member whose
  *     connection closes before that byte was dropped unread with the
  *     strangers (a full pending list) and joins again;
- *  3. the leader sends every member the table: address and host number of
- *     each member;
+ *  3. the leader sends every member its neighbours: the address and host
+ *     number of rank-1, of itself and of rank+1, and how many members share
+ *     its host (the same 56 bytes at any group size: the bootstrap sends
+ *     O(n) bytes in all, where the whole table to everyone was O(n^2));
  *  4. ring links: each member connects to rank+1 (RING hello, again with
  *     the secret) and accepts rank-1's; same-host neighbours agree on a
  *     shared-memory ring (reply + ack), others keep the TCP connection;
  *  5. done: the connections of step 1 stay open through step 4; a member
  *     whose ring links are up sends the leader WIRE_BOOT_READY, and once
  *     all have (and its own are up) the leader sends each WIRE_BOOT_DONE
- *     and everyone closes them.  Until then each member watches its
+ *     and the bootstrap is done.  Until then each member watches its
  *     connection to the leader, and the leader those to every member
  *     (cpu_boot_watch, from every wait of net.c): a member that dies after
  *     the table, while the ring is built, closes its connection, the
@@ -28,7 +30,11 @@
  *     a watch interval instead of waiting out the timeout for a
  *     neighbour that is gone.
  * Point-to-point links to members other than the ring neighbours are
- * opened on first use (P2P hello), over TCP. */
+ * opened on first use (P2P hello), over TCP, to an address asked of the
+ * leader (lookup, 8 bytes, answered with 16) on the BOOT connection, which
+ * stays open for that: a thread of the leader's communicator answers from
+ * the leader's whole table (cpu_directory) until it is destroyed.  A
+ * member remembers each answer (cc->table). */
 #ifndef DTRAIN_COMM_CPU_COMM_H
 #define DTRAIN_COMM_CPU_COMM_H
 
@@ -61,10 +67,14 @@ struct pending_conn {
     int proven;           /* the secret came: a member */
 };
 
+struct cpu_directory;
+
 struct cpu_comm {
     int listen_fd;           /* where peers connect to this member */
     unsigned char secret[DTRAIN_BOOTSTRAP_SECRET_LEN];
-    struct wire_peer *table; /* every member: address, host number */
+    struct wire_peer *table; /* [size]: the leader every member; a member its neighbours, itself and the
+                              * members it looked up (port 0: not known yet) */
+    uint32_t local;          /* members on this host (itself included) */
     struct link *next;       /* ring: this member -> rank+1 */
     struct link *prev;       /* ring: rank-1 -> this member */
     struct link **p2p_out;   /* [size], opened on first send to a non-neighbour */
@@ -80,6 +90,10 @@ struct cpu_comm {
     int *boot_fds;
     int boot_fd;
     int64_t boot_watch_ms;   /* when the watch looks next */
+    /* After step 5: a member's BOOT connection, for address lookups (-1 at
+     * the leader); the leader's thread answering them on its connections. */
+    int lookup_fd;
+    struct cpu_directory *directory;
 };
 
 /* Parse "cpu:<IPv4>:<port>:<32 hex>".  0, or -1 when malformed. */
@@ -109,7 +123,8 @@ int cpu_boot_watch(struct dtrain_comm *c, char *why, size_t whylen);
 int cpu_p2p_out(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct link **out, char *why, size_t whylen);
 int cpu_p2p_in(struct dtrain_comm *c, struct cpu_comm *cc, int peer, struct link **out, char *why, size_t whylen);
 
-/* Close everything (also half-built state). */
+/* Close everything (also half-built state); the leader's lookup thread
+ * stops first. */
 void cpu_comm_close(struct cpu_comm *cc, int size);
 
 #endif

@@ -163,6 +163,7 @@ int net_write_all(struct dtrain_comm *c, int fd, const void *buf, size_t len, in
         if (n > 0) {
             p += n;
             len -= (size_t)n;
+            atomic_fetch_add(&c->setup_bytes_sent, (uint64_t)n);
             continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {

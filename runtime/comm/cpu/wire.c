@@ -10,6 +10,7 @@
 #define MAGIC_REPLY 0x52435444u  /* "DTCR" */
 #define MAGIC_ACK 0x41435444u    /* "DTCA" */
 #define MAGIC_HEADER 0x48435444u /* "DTCH" */
+#define MAGIC_LOOKUP 0x4c435444u /* "DTCL" */
 
 static void put16(unsigned char *p, uint16_t v)
 {
@@ -106,22 +107,51 @@ int wire_hello_prefix_check(const unsigned char *in, size_t got)
     return 0;
 }
 
-void wire_table_head_encode(uint32_t size, uint32_t to, unsigned char out[WIRE_TABLE_HEAD_LEN])
+void wire_table_head_encode(uint32_t size, uint32_t to, uint32_t local, unsigned char out[WIRE_TABLE_HEAD_LEN])
 {
     memset(out, 0, WIRE_TABLE_HEAD_LEN);
     put32(out, MAGIC_TABLE);
     put16(out + 4, WIRE_VERSION);
     put32(out + 8, size);
     put32(out + 12, to);
+    put32(out + 16, local);
 }
 
-int wire_table_head_decode(const unsigned char in[WIRE_TABLE_HEAD_LEN], uint32_t *size, uint32_t *to)
+int wire_table_head_decode(const unsigned char in[WIRE_TABLE_HEAD_LEN], uint32_t *size, uint32_t *to,
+                           uint32_t *local)
 {
     if (get32(in) != MAGIC_TABLE || get16(in + 4) != WIRE_VERSION)
         return -1;
     *size = get32(in + 8);
     *to = get32(in + 12);
+    *local = get32(in + 16);
     return 0;
+}
+
+void wire_lookup_encode(uint32_t rank, unsigned char out[WIRE_LOOKUP_LEN])
+{
+    put32(out, MAGIC_LOOKUP);
+    put32(out + 4, rank);
+}
+
+int wire_lookup_decode(const unsigned char in[WIRE_LOOKUP_LEN], uint32_t *rank)
+{
+    if (get32(in) != MAGIC_LOOKUP)
+        return -1;
+    *rank = get32(in + 4);
+    return 0;
+}
+
+void wire_answer_encode(uint32_t rank, const struct wire_peer *p, unsigned char out[WIRE_ANSWER_LEN])
+{
+    put32(out, rank);
+    wire_peer_encode(p, out + 4);
+}
+
+void wire_answer_decode(const unsigned char in[WIRE_ANSWER_LEN], uint32_t *rank, struct wire_peer *p)
+{
+    *rank = get32(in);
+    wire_peer_decode(in + 4, p);
 }
 
 void wire_peer_encode(const struct wire_peer *p, unsigned char out[WIRE_TABLE_ENTRY_LEN])

@@ -11,8 +11,14 @@
  *   joined  leader -> member, one byte as soon as its BOOT hello is taken:
  *           a member whose connection closes before it was dropped with
  *           the strangers (a flood at the leader's port) and joins again.
- *   table   leader -> member after every BOOT hello arrived: a 16-byte head
- *           and 12 bytes per member (address, port, host number).
+ *   table   leader -> member after every BOOT hello arrived: a 20-byte head
+ *           (group size, rank, members on its host) and three 12-byte
+ *           entries (address, port, host number): rank-1, the member
+ *           itself, rank+1.  The same bytes whatever the group's size.
+ *   lookup  member -> leader on the BOOT connection, kept open after the
+ *           bootstrap: 8 bytes asking for one member's entry (a
+ *           point-to-point link to a member that is not a neighbour);
+ *           answer 16 bytes back (the rank and its entry).
  *   reply   64 bytes, ring-link receiver -> sender: TCP, or the name of a
  *           shared-memory segment to map; then a 4-byte ack back (1 mapped,
  *           0 could not: both stay on TCP).
@@ -30,7 +36,8 @@
 #include "dtrain_bootstrap.h"
 #include "dtrain_comm.h"
 
-#define WIRE_VERSION 2 /* 2: the leader acknowledges a BOOT hello (WIRE_BOOT_JOINED) */
+#define WIRE_VERSION 3 /* 2: the leader acknowledges a BOOT hello (WIRE_BOOT_JOINED); 3: neighbours
+                        * instead of the whole table, addresses looked up on the BOOT connection */
 
 /* ------------------------------------------------------------------ hello */
 #define WIRE_HELLO_LEN 128
@@ -61,8 +68,10 @@ int wire_hello_decode(const unsigned char in[WIRE_HELLO_LEN], struct wire_hello 
 int wire_hello_prefix_check(const unsigned char *in, size_t got);
 
 /* ------------------------------------------------------------------ table */
-#define WIRE_TABLE_HEAD_LEN 16
+#define WIRE_TABLE_HEAD_LEN 20
 #define WIRE_TABLE_ENTRY_LEN 12
+#define WIRE_TABLE_ENTRIES 3 /* rank-1, rank, rank+1 */
+#define WIRE_TABLE_LEN (WIRE_TABLE_HEAD_LEN + WIRE_TABLE_ENTRIES * WIRE_TABLE_ENTRY_LEN)
 
 struct wire_peer {
     struct in_addr addr; /* listening address of the member */
@@ -70,10 +79,21 @@ struct wire_peer {
     uint32_t host;       /* members with equal numbers share a host */
 };
 
-void wire_table_head_encode(uint32_t size, uint32_t to, unsigned char out[WIRE_TABLE_HEAD_LEN]);
-int wire_table_head_decode(const unsigned char in[WIRE_TABLE_HEAD_LEN], uint32_t *size, uint32_t *to);
+/* local: members on the receiver's host (itself included). */
+void wire_table_head_encode(uint32_t size, uint32_t to, uint32_t local, unsigned char out[WIRE_TABLE_HEAD_LEN]);
+int wire_table_head_decode(const unsigned char in[WIRE_TABLE_HEAD_LEN], uint32_t *size, uint32_t *to,
+                           uint32_t *local);
 void wire_peer_encode(const struct wire_peer *p, unsigned char out[WIRE_TABLE_ENTRY_LEN]);
 void wire_peer_decode(const unsigned char in[WIRE_TABLE_ENTRY_LEN], struct wire_peer *p);
+
+/* ------------------------------------------------------------------ address lookup */
+#define WIRE_LOOKUP_LEN 8
+#define WIRE_ANSWER_LEN (4 + WIRE_TABLE_ENTRY_LEN)
+void wire_lookup_encode(uint32_t rank, unsigned char out[WIRE_LOOKUP_LEN]);
+/* 0 with *rank, or -1 for a wrong magic. */
+int wire_lookup_decode(const unsigned char in[WIRE_LOOKUP_LEN], uint32_t *rank);
+void wire_answer_encode(uint32_t rank, const struct wire_peer *p, unsigned char out[WIRE_ANSWER_LEN]);
+void wire_answer_decode(const unsigned char in[WIRE_ANSWER_LEN], uint32_t *rank, struct wire_peer *p);
 
 /* ------------------------------------------------------------------ bootstrap done */
 /* One byte each on the BOOT connection (cpu_comm.h, steps 2 and 5). */
