@@ -223,7 +223,6 @@ static void print_cost(const char *what, const struct dtrain_tree_node *nodes, c
 /* --explain: what each group moves per step. */
 static int explain(const struct options *o, const dtrain_topo *topo, const dtrain_plan *plan)
 {
-    static const char *const name[DTRAIN_EXPLAIN_GROUPS] = {"TP", "PP", "DP"};
     struct dtrain_explain e;
     char err[256];
     if (dtrain_explain_plan(plan, topo, &o->model, o->net_gbps, o->pcie_gbps, o->pp_in_domain, &e, err, sizeof err) !=
@@ -238,12 +237,14 @@ static int explain(const struct options *o, const dtrain_topo *topo, const dtrai
     printf("GROUP  BYTES/RANK/STEP  SLOWEST LINK            PREDICTED\n");
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
         if (e.gbps[g] <= 0) {
-            printf("%-6s %-16s %-23s %s\n", name[g], "0", "- (one rank)", "-");
+            printf("%-6s %-16s %-23s %s\n", dtrain_explain_group_name((enum dtrain_explain_group)g), "0",
+                   "- (one rank)", "-");
             continue;
         }
         char bw[40];
         snprintf(bw, sizeof bw, "%s %.0f GB/s", e.link[g], e.gbps[g]);
-        printf("%-6s %10.3f GB    %-23s %9.3f ms\n", name[g], e.bytes[g] / 1e9, bw, e.seconds[g] * 1e3);
+        printf("%-6s %10.3f GB    %-23s %9.3f ms\n", dtrain_explain_group_name((enum dtrain_explain_group)g),
+               e.bytes[g] / 1e9, bw, e.seconds[g] * 1e3);
     }
     printf("Predicted communication per step: %.3f ms (no overlap with compute: an upper bound)\n",
            e.total_seconds * 1e3);
