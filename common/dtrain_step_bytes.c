@@ -13,9 +13,21 @@ static double padded_vocab(const struct dtrain_model_size *m, int T)
     return m->padded_vocab > 0 ? (double)m->padded_vocab : (double)((m->vocab + T - 1) / T * T);
 }
 
+static double max_seq(const struct dtrain_model_size *m)
+{
+    return (double)(m->max_seq > 0 ? m->max_seq : m->seq);
+}
+
+/* n floats padded to a multiple of D */
+static double pad(double n, int D)
+{
+    long long f = (long long)n;
+    return (double)((f + D - 1) / D * D);
+}
+
 double dtrain_explain_stage_params(const struct dtrain_model_size *m, int T, int P, int stage)
 {
-    double C = (double)m->hidden, nl = (double)(m->layers / P), maxT = (double)(m->max_seq > 0 ? m->max_seq : m->seq);
+    double C = (double)m->hidden, nl = (double)(m->layers / P), maxT = max_seq(m);
     /* a layer: qkv (3C^2 + 3C), attproj C^2, fc (4C^2 + 4C), fcproj 4C^2 split
      * over T; LayerNorms (4C) and the two row-parallel biases (2C) whole */
     double n = nl * ((12.0 * C * C + 7.0 * C) / T + 6.0 * C);
@@ -62,11 +74,19 @@ double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int 
         }
         break;
     case DTRAIN_EXPLAIN_DP: {
-        double n = dtrain_explain_stage_params(m, T, P, stage);
-        if (m->zero_stage == 3) /* estimate: gathers forward and backward, reduce-scatters, per micro-batch */
-            bytes = 3.0 * (D - 1.0) * mb * n * gb;
-        else
-            bytes = 2.0 * (D - 1.0) * n * gb;
+        if (m->zero_stage != 3) {
+            bytes = 2.0 * (D - 1.0) * dtrain_explain_stage_params(m, T, P, stage) * gb;
+            break;
+        }
+        /* ZeRO-3: each unit (a layer, wpe, wte, the final LayerNorm) padded
+         * to a multiple of D; per micro-batch every unit gathered for the
+         * forward and again for the backward (wte by the embedding and by
+         * the head), the gradients of all but wte reduce-scattered at each
+         * backward, wte's once per step */
+        double layer = pad((12.0 * C * C + 7.0 * C) / T + 6.0 * C, D);
+        double wte = pad(padded_vocab(m, T) / T * C, D), wpe = pad(max_seq(m) * C, D), head = pad(2.0 * C, D);
+        double per = 3.0 * nl * layer + (first ? 2.0 * wte + 3.0 * wpe : 0) + (last ? 3.0 * head + 2.0 * wte : 0);
+        bytes = (D - 1.0) * (mb * per + (first || last ? wte : 0)) * gb;
         break;
     }
     case DTRAIN_EXPLAIN_WORLD: {

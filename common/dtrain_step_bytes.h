@@ -25,13 +25,18 @@
  *   PP: per micro-batch the N/T*C (SP) or N*C activation forward and its
  *       gradient back across each of the P*v - 1 chunk boundaries (v
  *       virtual stages); the tied embedding's gradient swap between stage 0
- *       and the last, Vp/T*C each way.
+ *       and the last, Vp/T*C gradients each way.
  *   DP: one all-reduce of the rank's gradient vector (ZeRO-1/2: a reduce-
  *       scatter + all-gather of each bucket padded to a multiple of D, the
- *       same bytes plus < D floats per bucket, which is not modelled).
- *       ZeRO-3 is an estimate (each unit gathered forward and backward and
- *       reduce-scattered backward per micro-batch).
+ *       same bytes plus < D floats per bucket, which is not modelled: it
+ *       depends on the bucket split).  ZeRO-3: each unit (a layer, wpe, wte,
+ *       the final LayerNorm) padded to a multiple of D, gathered for the
+ *       forward and again for the backward of each micro-batch (wte by the
+ *       embedding and by the head), every unit's gradient but wte's
+ *       reduce-scattered at each backward, wte's once per step.
  *   WORLD: the loss and norm sums, an all-gather of k doubles.
+ * Activations count act_bytes a value, gradients grad_bytes, the loss's
+ * values and the sums 4 and 8.
  * A ring all-reduce of n floats over G members sends 2(G-1)n floats in all,
  * a reduce-scatter or all-gather of n per member (G-1)Gn, whatever the
  * split: dtrain's cpu backend counts exactly these (tests/comm/test_bytes.c,
@@ -68,8 +73,7 @@ enum dtrain_explain_group { DTRAIN_EXPLAIN_TP = 0, DTRAIN_EXPLAIN_PP, DTRAIN_EXP
  * stage 0 has the embedding, the last the head), a pipeline (stage
  * ignored), or WORLD.  Exact for the trainer's collectives on dtrain's
  * comm layer, but ZeRO-1/2's bucket padding (< D floats a bucket, in each
- * of the reduce-scatter and the all-gather) and ZeRO-3 (an estimate).  -1
- * for a size out of range. */
+ * of the reduce-scatter and the all-gather).  -1 for a size out of range. */
 double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int P, int D,
                                   enum dtrain_explain_group g, int stage);
 /* Parameters (floats) of one rank of pipeline stage `stage` (its TP slice). */

@@ -50,8 +50,11 @@ int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const
     }
     int T = s->tp, P = s->pp, D = s->dp, v = m->virtual_stages > 0 ? m->virtual_stages : 1;
     if (m->layers % ((long)P * v) != 0) {
-        dtrain_snprintf(err, errlen, "%ld layers do not split into P=%d pipeline stages%s", m->layers, P,
-                        v > 1 ? " of that many chunks" : "");
+        if (v > 1)
+            dtrain_snprintf(err, errlen, "%ld layers do not split into P=%d pipeline stages of %d chunks "
+                            "(--virtual-stages)", m->layers, P, v);
+        else
+            dtrain_snprintf(err, errlen, "%ld layers do not split into P=%d pipeline stages", m->layers, P);
         return -1;
     }
     double H = (double)m->hidden;

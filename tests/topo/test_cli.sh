@@ -63,6 +63,22 @@ run --xml "$fx/dgx-h100.xml" --tp 4 --pp 4 --nodes 4 --tasks-per-node 8 --nvlink
 check "--pp-in-domain T=4 P=4 on 4 nodes of 8: the PP groups join 32 GPUs, a domain has 16: exit 3, P=2 named" \
   sh -c "[ $rc -eq 3 ] && grep -q 'join 4 nodes (32 GPUs).*--dtrain-pp=2 or less' '$tmp/err'"
 
+# the trainer's options: sequence parallelism (6 collectives of X/T rows a
+# layer backward instead of 2 all-reduces of X: more TP bytes), ZeRO-3 (every
+# unit gathered twice and reduce-scattered per micro-batch: more DP bytes),
+# two chunks a stage (3 chunk boundaries instead of 1, SP's X/T rows: fewer
+# PP bytes); the model is checked to the byte against the trainer's counted
+# bytes in tests/parallel/test_explain.c
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --explain --sequence-parallel --zero-stage 3 \
+  --virtual-stages 2
+check "explain SP, ZeRO-3, V=2: TP 4.759 GB, PP 0.114 GB, DP 0.877 GB (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -Eq '^TP +4\.759 GB' '$tmp/out' && grep -Eq '^PP +0\.114 GB' '$tmp/out' && grep -Eq '^DP +0\.877 GB' '$tmp/out' &&
+  grep -q 'ZeRO-3, sequence parallel, interleaved' '$tmp/out'"
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --explain --zero-stage 4
+check "explain --zero-stage 4: exit 2, one line" sh -c "[ $rc -eq 2 ] && grep -q 'zero-stage: 4 is out of range' '$tmp/err' && [ \$(wc -l <'$tmp/err') -eq 1 ]"
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 4 --nodes 4 --tasks-per-node 8 --explain --virtual-stages 2
+check "explain: 12 layers, P=4 with 2 chunks: exit 2, the chunks named" \
+  sh -c "[ $rc -eq 2 ] && grep -q 'P=4 pipeline stages of 2 chunks (--virtual-stages)' '$tmp/err'"
 run --xml "$fx/g4dnmetal.xml" --tp 2 --allow-pcie --explain --pcie-gbps 12
 check "explain on PCIe-only T4s: TP's slowest link is PCIe at the given 12 GB/s" grep -Eq '^TP .* PCIe 12 GB/s' "$tmp/out"
 run --xml "$fx/dgx-h100.xml" --tp 8 --pp 3 --nodes 3 --explain
