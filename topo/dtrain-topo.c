@@ -68,8 +68,11 @@ static void usage(FILE *out)
             "  --grad-bytes B        gradient bytes each DP member all-reduces per step (default 0: edges only)\n"
             "  --hostfile OUT        write the chosen order as a SLURM_HOSTFILE (each node K times) for\n"
             "                        srun --distribution=arbitrary\n"
-            "  --explain             with a shape: bytes each group (TP, PP, DP) sends per rank and step,\n"
-            "                        its slowest link and the predicted time, for the model below\n"
+            "  --explain             with a shape: bytes each group (TP, PP, DP, WORLD) sends per rank and\n"
+            "                        step in dtrain's trainer, its slowest link and the predicted time, for\n"
+            "                        the model below\n"
+            "  --sequence-parallel --zero-stage Z --virtual-stages V --recompute-full\n"
+            "                        the trainer's options of the same names for --explain (default off, 0, 1)\n"
             "  --layers L --hidden H --seq S --vocab V --micro-batch B --micro-batches M --act-bytes A\n"
             "                        the model and its batch (default GPT-2 small: 12, 768, 1024, 50257,\n"
             "                        8, 8, 2 = bf16); gradients are fp32\n"
@@ -94,7 +97,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
  * --version. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_VENDOR, O_JSON, O_PICTURE, O_PPDOM, O_NODEDOM, O_HELP, O_VERSION };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_VENDOR, O_JSON, O_PICTURE, O_PPDOM, O_NODEDOM, O_SP, O_ZERO, O_VSTAGES, O_RECOMPUTE, O_HELP, O_VERSION };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -111,6 +114,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"grad-bytes", required_argument, NULL, O_GRAD},
         {"hostfile", required_argument, NULL, O_HOSTFILE},
         {"explain", no_argument, NULL, O_EXPLAIN},
+        {"sequence-parallel", no_argument, NULL, O_SP},
+        {"zero-stage", required_argument, NULL, O_ZERO},
+        {"virtual-stages", required_argument, NULL, O_VSTAGES},
+        {"recompute-full", no_argument, NULL, O_RECOMPUTE},
         {"layers", required_argument, NULL, O_LAYERS},
         {"hidden", required_argument, NULL, O_HIDDEN},
         {"seq", required_argument, NULL, O_SEQ},
@@ -158,6 +165,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_ADDRS: o->switch_addrs = optarg; break;
         case O_HOSTFILE: o->hostfile = optarg; break;
         case O_EXPLAIN: o->explain = 1; o->want_plan = 1; break;
+        case O_SP: o->model.sequence_parallel = 1; break;
+        case O_RECOMPUTE: o->model.recompute_full = 1; break;
+        case O_ZERO: { long v; if (parse_number("--zero-stage", optarg, 0, 3, &v) < 0) return -1; o->model.zero_stage = (int)v; break; }
+        case O_VSTAGES: { long v; if (parse_number("--virtual-stages", optarg, 1, 1024, &v) < 0) return -1; o->model.virtual_stages = (int)v; break; }
         case O_PPDOM: o->pp_in_domain = 1; o->want_plan = 1; break;
         case O_NODEDOM: o->node_domain = optarg; o->want_plan = 1; break;
         case O_LAYERS: if (parse_number("--layers", optarg, 1, 100000, &o->model.layers) < 0) return -1; break;
@@ -223,7 +234,6 @@ static void print_cost(const char *what, const struct dtrain_tree_node *nodes, c
 /* --explain: what each group moves per step. */
 static int explain(const struct options *o, const dtrain_topo *topo, const dtrain_plan *plan)
 {
-    static const char *const name[DTRAIN_EXPLAIN_GROUPS] = {"TP", "PP", "DP"};
     struct dtrain_explain e;
     char err[256];
     if (dtrain_explain_plan(plan, topo, &o->model, o->net_gbps, o->pcie_gbps, o->pp_in_domain, &e, err, sizeof err) !=
@@ -232,18 +242,22 @@ static int explain(const struct options *o, const dtrain_topo *topo, const dtrai
         return -1;
     }
     printf("\nExplain: %ld layers, hidden %ld, sequence %ld, vocabulary %ld: %.1f M parameters; %ld micro-batches of "
-           "%ld per step and DP rank, %d-byte activations, fp32 gradients\n",
+           "%ld per step and DP rank, %d-byte activations, fp32 gradients, ZeRO-%d%s%s%s\n",
            o->model.layers, o->model.hidden, o->model.seq, o->model.vocab, e.params / 1e6, o->model.micro_batches,
-           o->model.micro_batch, o->model.act_bytes);
+           o->model.micro_batch, o->model.act_bytes, o->model.zero_stage,
+           o->model.sequence_parallel ? ", sequence parallel" : "", o->model.virtual_stages > 1 ? ", interleaved" : "",
+           o->model.recompute_full ? ", full recompute" : "");
     printf("GROUP  BYTES/RANK/STEP  SLOWEST LINK            PREDICTED\n");
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
         if (e.gbps[g] <= 0) {
-            printf("%-6s %-16s %-23s %s\n", name[g], "0", "- (one rank)", "-");
+            printf("%-6s %-16s %-23s %s\n", dtrain_explain_group_name((enum dtrain_explain_group)g), "0",
+                   "- (one rank)", "-");
             continue;
         }
         char bw[40];
         snprintf(bw, sizeof bw, "%s %.0f GB/s", e.link[g], e.gbps[g]);
-        printf("%-6s %10.3f GB    %-23s %9.3f ms\n", name[g], e.bytes[g] / 1e9, bw, e.seconds[g] * 1e3);
+        printf("%-6s %10.3f GB    %-23s %9.3f ms\n", dtrain_explain_group_name((enum dtrain_explain_group)g),
+               e.bytes[g] / 1e9, bw, e.seconds[g] * 1e3);
     }
     printf("Predicted communication per step: %.3f ms (no overlap with compute: an upper bound)\n",
            e.total_seconds * 1e3);

@@ -1,43 +1,29 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo, part 4: what a plan's groups move per training step
- * (dtrain-topo --explain).
+ * (dtrain-topo --explain): the step's bytes per group, each group's
+ * slowest link and the predicted time.
  *
- * For a GPT-style model (layers, hidden size, sequence, vocabulary) trained
- * with micro-batches of b sequences, m per step and DP rank, and a plan:
- *   TP: per layer and micro-batch, 2 all-reduces of the b*S*H activations
- *       forward and 2 backward (Megatron's column/row-parallel pair);
- *   PP: per micro-batch, the b*S*H activation to the next stage forward and
- *       its gradient back, at every stage boundary;
- *   DP: one all-reduce of the rank's gradient shard, params/(T*P) values
- *       (ZeRO-1's reduce-scatter + all-gather move the same bytes).
- * A ring all-reduce of n bytes over G ranks sends 2(G-1)/G * n per rank.
+ * The bytes: dtrain_step_bytes.h (common/).
  * Each group's slowest link comes from node 0's model (NVLink/XGMI GB/s,
  * else PCIe at pcie_gbps) or, when the group leaves a node, the network at
  * net_gbps (a multi-node NVLink domain counts as NVLink: a TP group larger
- * than a node, a PP group kept in a domain).  Time = bytes /
+ * than a node, a PP group kept in a domain).  Time = bytes per rank /
  * bandwidth, with no overlap with compute: an upper bound of what the step
- * waits for.  Pure function, no global state. */
+ * waits for.  Pure functions, no global state. */
 #ifndef DTRAIN_EXPLAIN_H
 #define DTRAIN_EXPLAIN_H
 
 #include "dtrain_plan.h"
+#include "dtrain_step_bytes.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-struct dtrain_model_size {
-    long layers, hidden, seq, vocab;
-    long micro_batch, micro_batches; /* b sequences per micro-batch, m per step and DP rank */
-    int act_bytes;                   /* 2 (bf16) or 4 (fp32) */
-    int grad_bytes;                  /* 4: fp32 gradients all-reduced */
-};
-
-enum dtrain_explain_group { DTRAIN_EXPLAIN_TP = 0, DTRAIN_EXPLAIN_PP, DTRAIN_EXPLAIN_DP, DTRAIN_EXPLAIN_GROUPS };
-
 struct dtrain_explain {
-    double params;                               /* 12*L*H^2 + V*H (+ S*H positions) */
-    double bytes[DTRAIN_EXPLAIN_GROUPS];         /* sent per rank per step */
+    double params;                               /* 12*L*H^2 + 13*L*H + Vp*H + maxT*H + 2H */
+    double bytes[DTRAIN_EXPLAIN_GROUPS];         /* sent per rank per step, the busiest stage's group */
+    int stage[DTRAIN_EXPLAIN_GROUPS];            /* that stage */
     double gbps[DTRAIN_EXPLAIN_GROUPS];          /* its slowest link, GB/s (0: the group has one rank) */
     char link[DTRAIN_EXPLAIN_GROUPS][64];        /* "NVLink (node)", "network", "PCIe", "-" */
     double seconds[DTRAIN_EXPLAIN_GROUPS];       /* bytes / bandwidth */

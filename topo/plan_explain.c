@@ -48,23 +48,34 @@ int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const
         dtrain_snprintf(err, errlen, "the model size and bandwidths must be positive");
         return -1;
     }
-    int T = s->tp, P = s->pp, D = s->dp;
-    if (m->layers % P != 0) {
-        dtrain_snprintf(err, errlen, "%ld layers do not split into P=%d pipeline stages", m->layers, P);
+    int T = s->tp, P = s->pp, D = s->dp, v = m->virtual_stages > 0 ? m->virtual_stages : 1;
+    if (m->layers % ((long)P * v) != 0) {
+        if (v > 1)
+            dtrain_snprintf(err, errlen, "%ld layers do not split into P=%d pipeline stages of %d chunks "
+                            "(--virtual-stages)", m->layers, P, v);
+        else
+            dtrain_snprintf(err, errlen, "%ld layers do not split into P=%d pipeline stages", m->layers, P);
         return -1;
     }
-    double H = (double)m->hidden, act = (double)m->micro_batch * (double)m->seq * H * m->act_bytes;
-    out->params = 12.0 * (double)m->layers * H * H + (double)m->vocab * H + (double)m->seq * H;
-    double mb = (double)m->micro_batches;
-    out->bytes[DTRAIN_EXPLAIN_TP] = T > 1 ? 4.0 * (double)(m->layers / P) * mb * 2.0 * (T - 1) / T * act : 0;
-    out->bytes[DTRAIN_EXPLAIN_PP] = P > 1 ? 2.0 * mb * act : 0;
-    out->bytes[DTRAIN_EXPLAIN_DP] = D > 1 ? 2.0 * (D - 1) / D * out->params / ((double)T * P) * m->grad_bytes : 0;
+    double H = (double)m->hidden;
+    out->params = 12.0 * (double)m->layers * H * H + 13.0 * (double)m->layers * H + (double)(m->padded_vocab > 0 ? m->padded_vocab : m->vocab) * H +
+                  (double)(m->max_seq > 0 ? m->max_seq : m->seq) * H + 2.0 * H;
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        int size = g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : g == DTRAIN_EXPLAIN_DP ? D : T * P * D;
+        for (int st = 0; st < P; st++) {
+            double b = dtrain_explain_group_bytes(m, T, P, D, (enum dtrain_explain_group)g, st) / size;
+            if (b > out->bytes[g]) {
+                out->bytes[g] = b;
+                out->stage[g] = st;
+            }
+        }
+    }
 
     /* Each group's slowest link: rank 0's groups stand for all (homogeneous nodes). */
     int domain = T > s->tasks_per_node; /* TP crossing nodes only inside an NVLink domain */
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        int size = g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : D;
-        int stride = g == DTRAIN_EXPLAIN_TP ? 1 : g == DTRAIN_EXPLAIN_PP ? T * D : T;
+        int size = g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : g == DTRAIN_EXPLAIN_DP ? D : T * P * D;
+        int stride = g == DTRAIN_EXPLAIN_TP || g == DTRAIN_EXPLAIN_WORLD ? 1 : g == DTRAIN_EXPLAIN_PP ? T * D : T;
         snprintf(out->link[g], sizeof out->link[g], "-");
         if (size < 2)
             continue;

@@ -10,6 +10,7 @@
 #include "dtrain_pcomm.h"
 #include "dtrain_shard.h"
 #include "dtrain_shard_ckpt.h"
+#include "dtrain_traffic.h"
 #include "dtrain_watchdog.h"
 #include "dtrain_heartbeat.h"
 #include "bootstrap_id.h"
@@ -56,6 +57,9 @@ struct ft {
     long last_ckpt;                  /* step of the newest checkpoint written or loaded, -1 */
     struct dtrain_ckpt_async async;  /* the checkpoint being written in the background (--ckpt-async) */
     struct dtrain_ft_summary *sum;
+    const struct dtrain_comms *comms;
+    int traffic;                     /* DTRAIN_VERBOSE=1: the bytes per group and step (dtrain_traffic.h) */
+    long traffic_first;              /* the first step this process runs */
 };
 
 int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen)
@@ -815,8 +819,17 @@ static int train(struct ft *f, char *err, size_t errlen)
             dtrain_fault_event(f->fault, "inject", step, "nan");
         }
         struct dtrain_pstep_result r;
+        uint64_t sent0[DTRAIN_EXPLAIN_GROUPS], sent1[DTRAIN_EXPLAIN_GROUPS];
+        if (f->traffic)
+            dtrain_traffic_sample(f->comms, sent0);
         if ((rc = dtrain_ptrainer_step_ctl(f->t, &ctl, &r, err, errlen)) != DTRAIN_OK)
             return rc;
+        /* every rank: its run's first step and each step that has a progress line */
+        if (f->traffic && (step == f->traffic_first || (c->log_every > 0 && step % c->log_every == 0))) {
+            dtrain_traffic_sample(f->comms, sent1);
+            dtrain_traffic_report(stderr, f->prog, c, f->bs, 4, step, sent0, sent1, r.pipe_wait_ms, r.tp_comm_ms,
+                                  r.dp_exposed_ms);
+        }
         /* every rank's background write was done before this step: every
          * rank commits it here, between two steps' collectives */
         if (f->async.pending && ctl.writing == 0.0 && (rc = finish_async(f, 0, err, errlen)) == DTRAIN_ERR_FAULT)
@@ -875,8 +888,10 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
         .dir = cfg->ckpt_dir[0] != '\0' ? cfg->ckpt_dir : NULL,
         .resume = cfg->resume[0] != '\0' ? cfg->resume : NULL,
         .layout = layout_of(bs, cfg),
-        .restart = fault->restarts.count, .nan_armed = -1, .last_ckpt = -1, .sum = sum,
+        .restart = fault->restarts.count, .nan_armed = -1, .last_ckpt = -1, .sum = sum, .comms = comms,
     };
+    const char *verbose = getenv(DTRAIN_ENV_VERBOSE);
+    f.traffic = verbose != NULL && strcmp(verbose, "1") == 0;
     int rc, signals = 0;
     memset(sum, 0, sizeof *sum);
     sum->resumed_step = -1;
@@ -941,6 +956,9 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     } else if ((rc = dtrain_ptrainer_metrics_from(t, dtrain_ptrainer_steps_done(t), err, errlen)) != DTRAIN_OK) {
         goto out;
     }
+    f.traffic_first = dtrain_ptrainer_steps_done(t);
+    if (f.traffic && is_root(&f))
+        dtrain_traffic_explain(f.progress, f.prog, cfg, bs, comms, 4);
     if ((rc = train(&f, err, errlen)) != DTRAIN_OK)
         goto out;
     /* Ranks that finish first close their links, which a peer's watchdog

@@ -21,17 +21,22 @@ check "a GCD showing 3 partitions: each placed as a GPU (10 in all, exit $rc)" \
 run --xml "$fx/amd-mi250x.xml" --tp 2
 check "the unchanged MI250X still places (exit $rc)" test "$rc" -eq 0
 
-# --explain: GPT-2 small (124.3 M parameters), T=4 P=2 D=2 on 2 DGX H100,
-# 8 micro-batches of 8 x 1024 tokens, bf16 activations (12.58 MB each):
-# TP 4 all-reduces x 6 layers x 8 x 2*3/4 x 12.58 MB = 3.624 GB at 450 GB/s;
-# PP 2 x 8 x 12.58 MB = 0.201 GB over the network (stages on two nodes);
-# DP 2*1/2 x 124.3 M / 8 x 4 B = 0.062 GB between GPUs of one node.
+# --explain: GPT-2 small (124.4 M parameters: 12*12*768^2 + 13*12*768 +
+# 50257*768 + 1024*768 + 2*768), T=4 P=2 D=2 on 2 DGX H100, 8 micro-batches of
+# 8 x 1024 tokens (X = 8192*768 values), bf16 activations; per member of the
+# busiest stage's group (common/dtrain_step_bytes.h):
+# TP, the last stage: 8 x (6 layers x 8*3X + the head's 2*3X) x 2 B + the loss
+#   8 x (3*4*8192 + 2*3*2*8192) x 4 B, over 4 members = 3.776 GB at 450 GB/s = 8.392 ms;
+# PP: 2*1*8 X x 2 B + the tied embedding's swap 2 x 12565*768 x 4 B, over 2
+#   members = 0.139 GB over the network (stages on two nodes) = 5.571 ms;
+# DP, stage 0: 2*1 x 21088896 local parameters x 4 B over 2 = 0.084 GB inside a node.
 run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --explain
-check "explain: exit 0, 124.3 M parameters" sh -c "[ $rc -eq 0 ] && grep -q '124.3 M parameters' '$tmp/out'"
-check "explain: TP 3.624 GB over NVLink 450 GB/s, 8.053 ms" grep -Eq '^TP +3\.624 GB +NVLink 450 GB/s +8\.053 ms' "$tmp/out"
-check "explain: PP 0.201 GB over the network (25 GB/s), 8.053 ms" grep -Eq '^PP +0\.201 GB +network 25 GB/s +8\.053 ms' "$tmp/out"
-check "explain: DP 0.062 GB inside a node, over NVLink" grep -Eq '^DP +0\.062 GB +NVLink 450 GB/s' "$tmp/out"
-check "explain: the total is the sum (16.244 ms)" grep -q 'per step: 16.244 ms' "$tmp/out"
+check "explain: exit 0, 124.4 M parameters" sh -c "[ $rc -eq 0 ] && grep -q '124.4 M parameters' '$tmp/out'"
+check "explain: TP 3.776 GB over NVLink 450 GB/s, 8.392 ms" grep -Eq '^TP +3\.776 GB +NVLink 450 GB/s +8\.392 ms' "$tmp/out"
+check "explain: PP 0.139 GB over the network (25 GB/s), 5.571 ms" grep -Eq '^PP +0\.139 GB +network 25 GB/s +5\.571 ms' "$tmp/out"
+check "explain: DP 0.084 GB inside a node, over NVLink" grep -Eq '^DP +0\.084 GB +NVLink 450 GB/s' "$tmp/out"
+check "explain: WORLD (the loss and norm sums) crosses the network" grep -Eq '^WORLD +0\.000 GB +network 25 GB/s' "$tmp/out"
+check "explain: the total is the sum (14.150 ms)" grep -q 'per step: 14.150 ms' "$tmp/out"
 run --xml "$fx/hwloc1-x9drg-m2075.xml" --json
 if command -v python3 >/dev/null 2>&1; then
     check "json of an hwloc 1.x export: links source is 'no link information'" python3 -c '
@@ -44,12 +49,12 @@ else
 fi
 
 # --pp-in-domain: the same job, its two nodes in one domain of 16 GPUs (a
-# Slurm block, --node-domain): PP sends run at the NVLink rate, 0.201 GB at
-# 450 GB/s = 0.447 ms instead of 8.053 ms over the network.
+# Slurm block, --node-domain): PP sends run at the NVLink rate, 0.139 GB at
+# 450 GB/s = 0.309 ms instead of 5.571 ms over the network.
 run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --nvlink-domain-gpus 16 --pp-in-domain \
   --node-domain slurm-block/b1 --explain
-check "explain --pp-in-domain: PP 0.201 GB over the NVLink domain at 450 GB/s, 0.447 ms (exit $rc)" \
-  grep -Eq '^PP +0\.201 GB +NVLink domain 450 GB/s +0\.447 ms' "$tmp/out"
+check "explain --pp-in-domain: PP 0.139 GB over the NVLink domain at 450 GB/s, 0.309 ms (exit $rc)" \
+  grep -Eq '^PP +0\.139 GB +NVLink domain 450 GB/s +0\.309 ms' "$tmp/out"
 run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --nvlink-domain-gpus 16 --pp-in-domain
 check "--pp-in-domain on nodes without a domain (a saved file has no NVML fabric): exit 3, one line" \
   sh -c "[ $rc -eq 3 ] && grep -q 'report no multi-node NVLink domain' '$tmp/err' && [ \$(wc -l <'$tmp/err') -eq 1 ]"
@@ -58,6 +63,22 @@ run --xml "$fx/dgx-h100.xml" --tp 4 --pp 4 --nodes 4 --tasks-per-node 8 --nvlink
 check "--pp-in-domain T=4 P=4 on 4 nodes of 8: the PP groups join 32 GPUs, a domain has 16: exit 3, P=2 named" \
   sh -c "[ $rc -eq 3 ] && grep -q 'join 4 nodes (32 GPUs).*--dtrain-pp=2 or less' '$tmp/err'"
 
+# the trainer's options: sequence parallelism (6 collectives of X/T rows a
+# layer backward instead of 2 all-reduces of X: more TP bytes), ZeRO-3 (every
+# unit gathered twice and reduce-scattered per micro-batch: more DP bytes),
+# two chunks a stage (3 chunk boundaries instead of 1, SP's X/T rows: fewer
+# PP bytes); the model is checked to the byte against the trainer's counted
+# bytes in tests/parallel/test_explain.c
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --explain --sequence-parallel --zero-stage 3 \
+  --virtual-stages 2
+check "explain SP, ZeRO-3, V=2: TP 4.759 GB, PP 0.114 GB, DP 0.877 GB (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -Eq '^TP +4\.759 GB' '$tmp/out' && grep -Eq '^PP +0\.114 GB' '$tmp/out' && grep -Eq '^DP +0\.877 GB' '$tmp/out' &&
+  grep -q 'ZeRO-3, sequence parallel, interleaved' '$tmp/out'"
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 --explain --zero-stage 4
+check "explain --zero-stage 4: exit 2, one line" sh -c "[ $rc -eq 2 ] && grep -q 'zero-stage: 4 is out of range' '$tmp/err' && [ \$(wc -l <'$tmp/err') -eq 1 ]"
+run --xml "$fx/dgx-h100.xml" --tp 4 --pp 4 --nodes 4 --tasks-per-node 8 --explain --virtual-stages 2
+check "explain: 12 layers, P=4 with 2 chunks: exit 2, the chunks named" \
+  sh -c "[ $rc -eq 2 ] && grep -q 'P=4 pipeline stages of 2 chunks (--virtual-stages)' '$tmp/err'"
 run --xml "$fx/g4dnmetal.xml" --tp 2 --allow-pcie --explain --pcie-gbps 12
 check "explain on PCIe-only T4s: TP's slowest link is PCIe at the given 12 GB/s" grep -Eq '^TP .* PCIe 12 GB/s' "$tmp/out"
 run --xml "$fx/dgx-h100.xml" --tp 8 --pp 3 --nodes 3 --explain

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The bytes of a training step, group by group; see dtrain_step_bytes.h. */
+#include "dtrain_step_bytes.h"
+
+const char *dtrain_explain_group_name(enum dtrain_explain_group g)
+{
+    static const char *const name[DTRAIN_EXPLAIN_GROUPS] = {"TP", "PP", "DP", "WORLD"};
+    return (int)g >= 0 && g < DTRAIN_EXPLAIN_GROUPS ? name[g] : "?";
+}
+
+static double padded_vocab(const struct dtrain_model_size *m, int T)
+{
+    return m->padded_vocab > 0 ? (double)m->padded_vocab : (double)((m->vocab + T - 1) / T * T);
+}
+
+static double max_seq(const struct dtrain_model_size *m)
+{
+    return (double)(m->max_seq > 0 ? m->max_seq : m->seq);
+}
+
+/* n floats padded to a multiple of D */
+static double pad(double n, int D)
+{
+    long long f = (long long)n;
+    return (double)((f + D - 1) / D * D);
+}
+
+double dtrain_explain_stage_params(const struct dtrain_model_size *m, int T, int P, int stage)
+{
+    double C = (double)m->hidden, nl = (double)(m->layers / P), maxT = max_seq(m);
+    /* a layer: qkv (3C^2 + 3C), attproj C^2, fc (4C^2 + 4C), fcproj 4C^2 split
+     * over T; LayerNorms (4C) and the two row-parallel biases (2C) whole */
+    double n = nl * ((12.0 * C * C + 7.0 * C) / T + 6.0 * C);
+    if (stage == 0 || stage == P - 1)
+        n += padded_vocab(m, T) / T * C; /* wte: stage 0 and the last hold twin copies */
+    if (stage == 0)
+        n += maxT * C; /* wpe */
+    if (stage == P - 1)
+        n += 2.0 * C; /* the final LayerNorm */
+    return n;
+}
+
+double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int P, int D,
+                                  enum dtrain_explain_group g, int stage)
+{
+    if (T < 1 || P < 1 || D < 1 || stage < 0 || stage >= P || m->layers % P != 0)
+        return -1;
+    double C = (double)m->hidden, N = (double)m->micro_batch * (double)m->seq, X = N * C;
+    double mb = (double)m->micro_batches, nl = (double)(m->layers / P), t1 = T - 1.0;
+    int sp = m->sequence_parallel && T > 1, v = m->virtual_stages > 0 ? m->virtual_stages : 1;
+    int first = stage == 0, last = stage == P - 1;
+    double ab = m->act_bytes, gb = m->grad_bytes, bytes = 0;
+    switch (g) {
+    case DTRAIN_EXPLAIN_TP: {
+        /* per micro-batch, group totals: all-reduce of n: 2(T-1)n; all-gather
+         * or reduce-scatter of n per member: (T-1)Tn = (T-1)X for X/T rows */
+        double layer = (sp ? 10.0 : 8.0) * t1 * X + (m->recompute_full ? 4.0 * t1 * X : 0.0);
+        double per = nl * layer * ab;
+        if (first)
+            per += 2.0 * t1 * X * ab; /* embedding: all-reduce (SP: reduce-scatter + all-gather) */
+        if (last)
+            per += (sp ? 3.0 : 2.0) * t1 * X * ab            /* LM head input (gradient) */
+                   + (t1 * T * N + 2.0 * t1 * 2.0 * N) * 4.0; /* loss: row maxima, sums (fp32) */
+        bytes = mb * per;
+        if (sp) /* LayerNorm weight gradient sums */
+            bytes += (m->zero_stage == 3 ? mb : 1.0) * (4.0 * nl + (last ? 2.0 : 0.0)) * 2.0 * t1 * C * gb;
+        break;
+    }
+    case DTRAIN_EXPLAIN_PP:
+        if (P > 1) {
+            double act = sp ? X / T : X;
+            bytes = 2.0 * ((double)P * v - 1.0) * mb * act * ab      /* activations forward, gradients back */
+                    + 2.0 * padded_vocab(m, T) / T * C * gb;         /* the tied embedding's gradient swap */
+        }
+        break;
+    case DTRAIN_EXPLAIN_DP: {
+        if (m->zero_stage != 3) {
+            bytes = 2.0 * (D - 1.0) * dtrain_explain_stage_params(m, T, P, stage) * gb;
+            break;
+        }
+        /* ZeRO-3: each unit (a layer, wpe, wte, the final LayerNorm) padded
+         * to a multiple of D; per micro-batch every unit gathered for the
+         * forward and again for the backward (wte by the embedding and by
+         * the head), the gradients of all but wte reduce-scattered at each
+         * backward, wte's once per step */
+        double layer = pad((12.0 * C * C + 7.0 * C) / T + 6.0 * C, D);
+        double wte = pad(padded_vocab(m, T) / T * C, D), wpe = pad(max_seq(m) * C, D), head = pad(2.0 * C, D);
+        double per = 3.0 * nl * layer + (first ? 2.0 * wte + 3.0 * wpe : 0) + (last ? 3.0 * head + 2.0 * wte : 0);
+        bytes = (D - 1.0) * (mb * per + (first || last ? wte : 0)) * gb;
+        break;
+    }
+    case DTRAIN_EXPLAIN_WORLD: {
+        double W = (double)T * P * D, k = m->step_sums > 0 ? m->step_sums : 4;
+        bytes = W * (W - 1.0) * 8.0 * k; /* an all-gather of k doubles */
+        break;
+    }
+    default:
+        return -1;
+    }
+    return bytes;
+}
+

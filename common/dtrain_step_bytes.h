@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* What one training step of dtrain's trainer sends, group by group: the
+ * model of dtrain-topo --explain (topo/dtrain_explain.h) and of the
+ * trainer's own report under DTRAIN_VERBOSE (runtime/trainer/dtrain_traffic.h),
+ * one formula for both.
+ *
+ * For a GPT-style model (L layers, hidden size C, N = b*S rows of a
+ * micro-batch of b sequences of S tokens, m micro-batches per step and DP
+ * rank, vocabulary V padded to Vp rows) on a T x P x D plan, every
+ * collective dtrain's trainer makes in one step (runtime/parallel,
+ * runtime/trainer), counted as the bytes a group's members send in all
+ * (the sum over the members; X = N*C, one stage's nl = L/P layers):
+ *   TP, per micro-batch: each layer forward 2 all-reduces of X (Megatron's
+ *       g), backward 2 (f); sequence parallel instead forward 2 all-gathers
+ *       + 2 reduce-scatters, backward 4 all-gathers (the residual gradient
+ *       and the LayerNorm input again) + 2 reduce-scatters; full
+ *       recomputation runs the forward's again.  Stage 0: the vocabulary-
+ *       parallel embedding's all-reduce (SP: reduce-scatter forward,
+ *       all-gather backward).  Last stage: the LM head's input-gradient
+ *       all-reduce (SP: all-gather of the rows forward and again backward,
+ *       reduce-scatter backward) and the vocabulary-parallel loss (an
+ *       all-gather of the N row maxima, an all-reduce of 2N sums).  SP once
+ *       per step (ZeRO-3: per micro-batch): the LayerNorm weight gradient
+ *       sums, 4 all-reduces of C per layer, 2 on the last stage.
+ *   PP: per micro-batch the N/T*C (SP) or N*C activation forward and its
+ *       gradient back across each of the P*v - 1 chunk boundaries (v
+ *       virtual stages); the tied embedding's gradient swap between stage 0
+ *       and the last, Vp/T*C gradients each way.
+ *   DP: one all-reduce of the rank's gradient vector (ZeRO-1/2: a reduce-
+ *       scatter + all-gather of each bucket padded to a multiple of D, the
+ *       same bytes plus < D floats per bucket, which is not modelled: it
+ *       depends on the bucket split).  ZeRO-3: each unit (a layer, wpe, wte,
+ *       the final LayerNorm) padded to a multiple of D, gathered for the
+ *       forward and again for the backward of each micro-batch (wte by the
+ *       embedding and by the head), every unit's gradient but wte's
+ *       reduce-scattered at each backward, wte's once per step.
+ *   WORLD: the loss and norm sums, an all-gather of k doubles.
+ * Activations count act_bytes a value, gradients grad_bytes, the loss's
+ * values and the sums 4 and 8.
+ * A ring all-reduce of n floats over G members sends 2(G-1)n floats in all,
+ * a reduce-scatter or all-gather of n per member (G-1)Gn, whatever the
+ * split: dtrain's cpu backend counts exactly these (tests/comm/test_bytes.c,
+ * tests/parallel/test_explain.c).  Per rank = group total / G.
+ */
+#ifndef DTRAIN_STEP_BYTES_H
+#define DTRAIN_STEP_BYTES_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dtrain_model_size {
+    long layers, hidden, seq, vocab;
+    long micro_batch, micro_batches; /* b sequences per micro-batch, m per step and DP rank */
+    int act_bytes;                   /* 2 (bf16) or 4 (fp32: dtrain's trainer communicates fp32) */
+    int grad_bytes;                  /* 4: fp32 gradients all-reduced */
+    /* 0 in each: the default named */
+    long padded_vocab;      /* Vp, wte rows (0: V rounded up to a multiple of T) */
+    long max_seq;           /* wpe rows (0: seq) */
+    int virtual_stages;     /* v chunks per pipeline stage (0: 1) */
+    int sequence_parallel;  /* 1: Megatron's sequence parallelism */
+    int zero_stage;         /* 0-3 */
+    int recompute_full;     /* 1: full activation recomputation (its forward collectives again) */
+    int step_sums;          /* doubles the step sums over WORLD (0: 4, the job's loop; 2 without control) */
+};
+
+enum dtrain_explain_group { DTRAIN_EXPLAIN_TP = 0, DTRAIN_EXPLAIN_PP, DTRAIN_EXPLAIN_DP, DTRAIN_EXPLAIN_WORLD,
+                            DTRAIN_EXPLAIN_GROUPS };
+
+/* Bytes the members of one group of kind g send in all in one step (the
+ * sum over the members; per member: divide by the group's size), for T x
+ * P x D: the TP or DP group of pipeline stage `stage` (0..P-1; they differ:
+ * stage 0 has the embedding, the last the head), a pipeline (stage
+ * ignored), or WORLD.  Exact for the trainer's collectives on dtrain's
+ * comm layer, but ZeRO-1/2's bucket padding (< D floats a bucket, in each
+ * of the reduce-scatter and the all-gather).  -1 for a size out of range. */
+double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int P, int D,
+                                  enum dtrain_explain_group g, int stage);
+/* Parameters (floats) of one rank of pipeline stage `stage` (its TP slice). */
+double dtrain_explain_stage_params(const struct dtrain_model_size *m, int T, int P, int stage);
+/* "TP", "PP", "DP", "WORLD". */
+const char *dtrain_explain_group_name(enum dtrain_explain_group g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

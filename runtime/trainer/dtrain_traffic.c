@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* Predicted and measured bytes per group and step; see dtrain_traffic.h. */
+#include "dtrain_traffic.h"
+
+#include "dtrain_stage.h"
+
+void dtrain_traffic_model(const struct dtrain_train_config *c, int T, int D, int step_sums,
+                          struct dtrain_model_size *m)
+{
+    int mb = c->micro_batches > 0 ? c->micro_batches : 1;
+    *m = (struct dtrain_model_size){
+        .layers = c->model.num_layers,
+        .hidden = c->model.channels,
+        .seq = c->seq,
+        .vocab = c->model.vocab_size,
+        .micro_batch = D > 0 ? c->batch / ((long)D * mb) : 0,
+        .micro_batches = mb,
+        .act_bytes = 4, /* the trainer communicates fp32 (dtrain_pcomm.h), whatever the kernels' precision */
+        .grad_bytes = 4,
+        .padded_vocab = c->model.padded_vocab_size,
+        .max_seq = c->model.max_seq_len,
+        .virtual_stages = c->virtual_stages > 0 ? c->virtual_stages : 1,
+        .sequence_parallel = c->sequence_parallel && T > 1,
+        .zero_stage = c->zero_stage,
+        .recompute_full = c->recompute == DTRAIN_RECOMPUTE_FULL,
+        .step_sums = step_sums,
+    };
+}
+
+/* The communicators of each kind (PP: the pipeline group and the neighbour pairs). */
+static int kind_comms(const struct dtrain_comms *comms, enum dtrain_explain_group g, dtrain_comm *out[3])
+{
+    int n = 0;
+    switch (g) {
+    case DTRAIN_EXPLAIN_TP: out[n++] = comms->group[DTRAIN_GROUP_TP]; break;
+    case DTRAIN_EXPLAIN_PP:
+        out[n++] = comms->group[DTRAIN_GROUP_PP];
+        out[n++] = comms->group[DTRAIN_GROUP_PP_NEXT];
+        out[n++] = comms->group[DTRAIN_GROUP_PP_PREV];
+        break;
+    case DTRAIN_EXPLAIN_DP: out[n++] = comms->group[DTRAIN_GROUP_DP]; break;
+    default: out[n++] = comms->group[DTRAIN_GROUP_WORLD]; break;
+    }
+    return n;
+}
+
+void dtrain_traffic_sample(const struct dtrain_comms *comms, uint64_t sent[DTRAIN_EXPLAIN_GROUPS])
+{
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        dtrain_comm *c[3];
+        int n = kind_comms(comms, (enum dtrain_explain_group)g, c);
+        sent[g] = 0;
+        for (int i = 0; i < n; i++) {
+            struct dtrain_comm_stats st;
+            dtrain_comm_get_stats(c[i], &st); /* NULL: zeros */
+            sent[g] += st.bytes_sent;
+        }
+    }
+}
+
+const char *dtrain_traffic_link(const struct dtrain_comms *comms, enum dtrain_explain_group g)
+{
+    dtrain_comm *c[3];
+    int n = kind_comms(comms, g, c), shm = 0, tcp = 0, gpu = 0;
+    for (int i = 0; i < n; i++) {
+        struct dtrain_comm_stats st;
+        if (c[i] == NULL || dtrain_comm_size(c[i]) < 2)
+            continue;
+        dtrain_comm_get_stats(c[i], &st);
+        shm += st.shm_links;
+        tcp += st.tcp_links;
+        gpu += dtrain_comm_device_memory(c[i]);
+    }
+    if (gpu > 0)
+        return "NCCL";
+    return shm && tcp ? "shared memory + TCP" : tcp ? "TCP" : shm ? "shared memory" : "-";
+}
+
+static int group_size(const struct dtrain_bootstrap *bs, enum dtrain_explain_group g)
+{
+    return g == DTRAIN_EXPLAIN_TP ? bs->tp : g == DTRAIN_EXPLAIN_PP ? bs->pp : g == DTRAIN_EXPLAIN_DP ? bs->dp
+                                                                                                    : bs->world_size;
+}
+
+void dtrain_traffic_explain(FILE *out, const char *prog, const struct dtrain_train_config *c,
+                            const struct dtrain_bootstrap *bs, const struct dtrain_comms *comms, int step_sums)
+{
+    struct dtrain_model_size m;
+    dtrain_traffic_model(c, bs->tp, bs->dp, step_sums, &m);
+    fprintf(out, "%s: explain: T=%d P=%d D=%d, %ld layers, C=%ld, %ld micro-batches of %ld x %ld tokens per DP rank%s%s"
+            "%s, ZeRO-%d: bytes sent per step by rank %d's groups (model: doc/topology.md)\n",
+            prog, bs->tp, bs->pp, bs->dp, m.layers, m.hidden, m.micro_batches, m.micro_batch, m.seq,
+            m.virtual_stages > 1 ? ", interleaved" : "", m.sequence_parallel ? ", sequence parallel" : "",
+            m.recompute_full ? ", full recompute" : "", m.zero_stage, bs->rank);
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        int size = group_size(bs, (enum dtrain_explain_group)g);
+        double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
+        fprintf(out, "%s: explain: %-5s group of %d: %.0f bytes in all, %.0f per member, over %s\n", prog,
+                dtrain_explain_group_name((enum dtrain_explain_group)g), size, b, size > 0 ? b / size : 0.0,
+                dtrain_traffic_link(comms, (enum dtrain_explain_group)g));
+    }
+    fflush(out);
+}
+
+void dtrain_traffic_report(FILE *out, const char *prog, const struct dtrain_train_config *c,
+                           const struct dtrain_bootstrap *bs, int step_sums, long step,
+                           const uint64_t before[DTRAIN_EXPLAIN_GROUPS], const uint64_t now[DTRAIN_EXPLAIN_GROUPS],
+                           double pipe_wait_ms, double tp_comm_ms, double dp_exposed_ms)
+{
+    struct dtrain_model_size m;
+    dtrain_traffic_model(c, bs->tp, bs->dp, step_sums, &m);
+    char line[512];
+    int at = snprintf(line, sizeof line, "%s: rank %d step %ld: sent", prog, bs->rank, step);
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS && at > 0 && (size_t)at < sizeof line; g++) {
+        int size = group_size(bs, (enum dtrain_explain_group)g);
+        double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s %s %llu (group average %.0f)", g ? "," : "",
+                       dtrain_explain_group_name((enum dtrain_explain_group)g),
+                       (unsigned long long)(now[g] - before[g]), size > 0 ? b / size : 0.0);
+    }
+    fprintf(out, "%s; waited: pipeline %.3f ms, TP %.3f ms, DP exposed %.3f ms\n", line, pipe_wait_ms, tp_comm_ms,
+            dp_exposed_ms);
+    fflush(out);
+}

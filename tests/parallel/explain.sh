@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# --dtrain-verbose reaches the trainer: under a real local Slurm
+# (scripts/local-cluster: 2 slurmd on loopback, each node a saved 4-GPU HGX
+# A100 topology, a hardware stand-in; the dtrain SPANK plugin), one job
+# `sbatch --dtrain-tp=2 --dtrain-pp=2 --dtrain-verbose -N2 --ntasks-per-node=4`
+# runs `srun --mpi=pmi2 dtrain-launch` (T=2 P=2 D=2, cpu backend) for 2
+# steps.  The plugin exports DTRAIN_VERBOSE=1; rank 0 prints the explain of
+# its groups (the model of common/dtrain_step_bytes.h for the run's real
+# config: bytes per group, in all and per member, and the link each of its
+# groups runs over as its communicators see it: TP and DP inside node 0 over
+# shared memory, the pipeline's two stages on two nodes over TCP), and every
+# rank a line of the bytes it sent per group in each step.  The sum over the
+# 8 ranks of each group kind's measured bytes equals the sum of the model's
+# group averages (each rank's group total / its size; ZeRO off: exact, to the
+# rounding of the printed averages, under a byte a rank).
+. "$abs_top_srcdir/tests/tap.sh"
+. "$abs_top_srcdir/tests/slurm/lib.sh"
+need_plugin
+launch=$abs_top_builddir/launcher/dtrain-launch
+tokenize=$abs_top_builddir/runtime/dtrain-tokenize
+
+new_cluster_dir explain; d=$LC_NEW
+cat "$abs_top_srcdir"/doc/*.md >"$d/corpus.txt"
+check "dtrain-tokenize makes byte-level tokens of the docs" "$tokenize" "$d/corpus.txt" "$d/tokens.bin"
+out=$(lc start --dir "$d" --nodes 2 --cpus-per-node 8 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
+  --plugin "$plugin" --plugin-args "max_tp=8" 2>&1)
+rc=$?
+check "a 2-node cluster of 4-GPU nodes with the dtrain plugin starts" [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+
+{
+  echo '#!/bin/bash'
+  echo 'export OPENBLAS_NUM_THREADS=1'
+  printf 'srun --mpi=pmi2 %q' "$launch"
+  printf ' %q' --data "$d/tokens.bin" --layers 4 --channels 64 --heads 4 --vocab-size 256 --padded-vocab-size 256 \
+    --max-seq-len 32 --seq 32 --batch 8 --steps 2 --lr 3e-3 --seed 11 --threads 1 --log-every 1 --backend cpu \
+    --micro-batches 2
+  echo
+} >"$d/job.sbatch"
+in_cluster "$d" timeout 150 sbatch --parsable --wait --dtrain-tp=2 --dtrain-pp=2 --dtrain-verbose -N 2 \
+  --ntasks-per-node=4 -o "$d/job.out" "$d/job.sbatch" >/dev/null 2>"$d/job.err"
+rc=$?
+check "sbatch --dtrain-tp=2 --dtrain-pp=2 --dtrain-verbose -N2 --ntasks-per-node=4: srun --mpi=pmi2 dtrain-launch exits 0 (exit $rc)" \
+  [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$d/job.out" "$d/job.err" | head -20
+grep 'explain:' "$d/job.out" | sed 's/^/# /'
+check "rank 0 explains its groups: T=2 P=2 D=2, ZeRO-0" grep -q 'explain: T=2 P=2 D=2, 4 layers, C=64.*ZeRO-0' "$d/job.out"
+check "rank 0's TP group of 2 runs over shared memory (both on node 0)" \
+  grep -Eq 'explain: TP +group of 2: [0-9]+ bytes in all, [0-9]+ per member, over shared memory$' "$d/job.out"
+check "rank 0's DP group of 2 runs over shared memory" \
+  grep -Eq 'explain: DP +group of 2: [0-9]+ bytes in all, [0-9]+ per member, over shared memory$' "$d/job.out"
+check "rank 0's pipeline (stage 1 on the other node) runs over TCP" \
+  grep -Eq 'explain: PP +group of 2: [0-9]+ bytes in all, [0-9]+ per member, over TCP$' "$d/job.out"
+check "WORLD (8 ranks on 2 nodes) runs over shared memory + TCP" \
+  grep -Eq 'explain: WORLD group of 8: [0-9]+ bytes in all, [0-9]+ per member, over shared memory \+ TCP$' "$d/job.out"
+grep ': rank [0-9]* step ' "$d/job.out" | sed 's/^/# /'
+for s in 0 1; do
+  check "step $s: each of the 8 ranks reports the bytes it sent per group" \
+    [ "$(grep -Ec ": rank [0-7] step $s: sent TP " "$d/job.out")" -eq 8 ]
+  for g in TP PP DP WORLD; do
+    sums=$(grep -E ": rank [0-7] step $s: sent " "$d/job.out" |
+      sed -n "s/.* $g \([0-9]*\) (group average \([0-9]*\)).*/\1 \2/p" |
+      awk '{ m += $1; p += $2; n++ } END { printf "%d %d %d", n, m, p }')
+    set -- $sums
+    check "step $s, $g: the 8 ranks sent $2 bytes, the model's group averages add up to $3 (within a byte a rank)" \
+      awk -v n="$1" -v m="$2" -v p="$3" 'BEGIN { d = m - p; if (d < 0) d = -d; exit !(n == 8 && m > 0 && d <= n) }'
+  done
+done
+done_testing
