@@ -55,7 +55,7 @@ enum dtrain_kernels_precision {
     DTRAIN_PRECISION_BF16 = 2,    /* mixed: matmul and attention operands rounded to bf16,
                                    * products accumulated in fp32; elementwise work, the
                                    * loss and the optimizer (fp32 master weights) in fp32 */
-    DTRAIN_PRECISION_FP16 = 3,    /* mixed, emulated (cpu kernels): matmul operands (inputs,
+    DTRAIN_PRECISION_FP16 = 3,    /* mixed (emulated on cpu, fp16 GEMMs on cuda): matmul operands (inputs,
                                    * weights, output gradients) rounded to IEEE fp16, round to
                                    * nearest even, above 65504 to inf; products accumulated in
                                    * fp32, everything else fp32.  The trainer scales the loss

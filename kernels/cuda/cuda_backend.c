@@ -109,6 +109,7 @@ static int cuda_create(const struct dtrain_kernels_options *opt, struct dtrain_k
     ck->base.ops = &dtrain_kernels_cuda_ops;
     ck->base.threads = 1;
     ck->bf16 = opt->precision == DTRAIN_PRECISION_BF16;
+    ck->fp16 = opt->precision == DTRAIN_PRECISION_FP16;
     /* The task's GPU: device DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES as
      * the SPANK plugin set them (LOCAL_RANK with --dtrain-gpu-visibility=all,
      * 0 with one), else device 0. */
@@ -301,6 +302,7 @@ const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .name = "cuda",
     .bf16 = 1,
     .default_bf16 = 1,
+    .fp16 = 1,
     .create = cuda_create,
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,

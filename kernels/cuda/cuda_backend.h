@@ -29,6 +29,7 @@ struct cuda_kernels {
     struct dtrain_kernels base; /* first: the dispatcher casts to it */
     int device;
     int bf16;                   /* DTRAIN_PRECISION_BF16 */
+    int fp16;                   /* DTRAIN_PRECISION_FP16: matmul operands in fp16, attention in fp32 */
     int sm_count;
     size_t smem_optin;          /* shared memory a block may opt in to */
     cudaStream_t stream;
@@ -91,6 +92,10 @@ void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
  * order, through `partials` (cuda_bias_backward_partials floats).  The
  * int-returning ones give 0, or -1 after cuda_fail. */
 int cuda_to_bf16(struct cuda_kernels *ck, void *dst, const float *src, size_t n);
+/* fp32 -> fp16 (round to nearest even); cuda_to_half: the matmuls' 16-bit
+ * operand type of the instance (fp16 when ck->fp16, else bf16). */
+int cuda_to_fp16(struct cuda_kernels *ck, void *dst, const float *src, size_t n);
+int cuda_to_half(struct cuda_kernels *ck, void *dst, const float *src, size_t n);
 int cuda_fill_uniform_bf16(struct cuda_kernels *ck, void *dst, size_t n, unsigned long long seed);
 int cuda_fill_bias(struct cuda_kernels *ck, void *c, const float *bias, int m, int n, int ldc);
 void cuda_bias_backward(struct cuda_kernels *ck, float *dbias, const float *dout, int N, int OC,

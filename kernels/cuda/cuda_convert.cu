@@ -4,6 +4,7 @@
 #include "cuda_backend.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace {
 
@@ -34,6 +35,13 @@ __global__ void to_bf16_vec4_kernel(__nv_bfloat162 *dst, const float4 *src, size
         dst[2 * i] = __floats2bfloat162_rn(v.x, v.y);
         dst[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
     }
+}
+
+__global__ void to_fp16_kernel(__half *dst, const float *src, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = __float2half_rn(src[i]); /* round to nearest even, beyond the range to inf */
 }
 
 /* splitmix64 of (seed, i): a counter-based generator, no state */
@@ -102,6 +110,21 @@ extern "C" int cuda_to_bf16(struct cuda_kernels *ck, void *dst, const float *src
     else
         to_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>((__nv_bfloat16 *)dst, src, n);
     return cuda_check_launch(ck, "bf16 conversion");
+}
+
+extern "C" int cuda_to_fp16(struct cuda_kernels *ck, void *dst, const float *src, size_t n)
+{
+    if (ck->failed)
+        return -1;
+    if (n == 0)
+        return 0;
+    to_fp16_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>((__half *)dst, src, n);
+    return cuda_check_launch(ck, "fp16 conversion");
+}
+
+extern "C" int cuda_to_half(struct cuda_kernels *ck, void *dst, const float *src, size_t n)
+{
+    return ck->fp16 ? cuda_to_fp16(ck, dst, src, n) : cuda_to_bf16(ck, dst, src, n);
 }
 
 extern "C" int cuda_fill_uniform_bf16(struct cuda_kernels *ck, void *dst, size_t n, unsigned long long seed)

@@ -12,6 +12,9 @@
  * bf16 precision: the operands are first rounded to bf16 copies in scratch
  * (one pass each), the product runs on the tensor cores with fp32
  * accumulation and writes fp32, the bias added in the epilogue in fp32.
+ * fp16 precision: the same with fp16 copies (round to nearest even, inf
+ * beyond 65504: what the cpu kernels emulate; the trainer's loss scaling
+ * keeps gradients in range).
  *
  * A plan (descriptors, layouts and the heuristic's algorithm) is made once
  * per shape and kept: asking the heuristic costs more than a small GEMM. */
@@ -217,7 +220,7 @@ void cuda_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
     struct cuda_kernels *ck = cuda_of(k);
     if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
         return;
-    if (!ck->bf16) {
+    if (!ck->bf16 && !ck->fp16) {
         (void)gemm(ck, 1, 0, OC, N, IC, weight, IC, inp, IC, out, OC, CUDA_R_32F, CUDA_R_32F, 0, bias,
                    "matmul forward");
         return;
@@ -230,10 +233,10 @@ void cuda_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
         return;
     used = 0;
     void *inp16 = cuda_carve(base, &used, ni * 2), *w16 = cuda_carve(base, &used, nw * 2);
-    if (cuda_to_bf16(ck, inp16, inp, ni) != 0 || cuda_to_bf16(ck, w16, weight, nw) != 0)
+    if (cuda_to_half(ck, inp16, inp, ni) != 0 || cuda_to_half(ck, w16, weight, nw) != 0)
         return;
-    (void)gemm(ck, 1, 0, OC, N, IC, w16, IC, inp16, IC, out, OC, CUDA_R_16BF, CUDA_R_32F, 0, bias,
-               "matmul forward");
+    (void)gemm(ck, 1, 0, OC, N, IC, w16, IC, inp16, IC, out, OC, ck->fp16 ? CUDA_R_16F : CUDA_R_16BF, CUDA_R_32F,
+               0, bias, "matmul forward");
 }
 
 void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
@@ -243,10 +246,10 @@ void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
     if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
         return;
     size_t nd = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC, used = 0;
-    int bf = ck->bf16;
-    cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
+    int bf = ck->bf16 || ck->fp16; /* 16-bit operand copies */
+    cudaDataType_t t = ck->fp16 ? CUDA_R_16F : ck->bf16 ? CUDA_R_16BF : CUDA_R_32F;
     size_t npart = dbias != NULL ? cuda_bias_backward_partials(N, OC) : 0;
-    /* scratch: the bias partial sums, and the bf16 operand copies */
+    /* scratch: the bias partial sums, and the 16-bit operand copies */
     cuda_carve(NULL, &used, npart * sizeof(float));
     if (bf) {
         cuda_carve(NULL, &used, nd * 2);
@@ -262,8 +265,8 @@ void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
     if (bf) {
         void *d16 = cuda_carve(base, &used, nd * 2), *x16 = cuda_carve(base, &used, ni * 2);
         void *w16 = cuda_carve(base, &used, nw * 2);
-        if (cuda_to_bf16(ck, d16, dout, nd) != 0 || cuda_to_bf16(ck, x16, inp, ni) != 0 ||
-            (dinp != NULL && cuda_to_bf16(ck, w16, weight, nw) != 0))
+        if (cuda_to_half(ck, d16, dout, nd) != 0 || cuda_to_half(ck, x16, inp, ni) != 0 ||
+            (dinp != NULL && cuda_to_half(ck, w16, weight, nw) != 0))
             return;
         d = d16;
         x = x16;

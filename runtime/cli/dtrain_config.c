@@ -78,7 +78,7 @@ static const struct setting settings[] = {
     {"run", "seed", "seed", K_U64, OFF(seed), 0, BIG, "seed of the model initialisation"},
     {"run", "threads", "threads", K_INT, OFF(threads), 1, 1024, "CPU threads (own kernels and OpenBLAS)"},
     {"run", "backend", "backend", K_BACKEND, OFF(backend), 0, 0, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"},
-    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 | fp16 (matmul operands rounded, fp32 accumulation and master weights; fp16 with dynamic loss scaling, cpu only); default: cpu fp32, cuda bf16"},
+    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 | fp16 (matmul operands rounded, fp32 accumulation and master weights; fp16 with dynamic loss scaling); default: cpu fp32, cuda bf16"},
     {"run", "init_llmc", "init-llmc", K_PATH, OFF(init_llmc), 0, 0, "start from this llm.c model file"},
     {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from the newest checkpoint in this folder (any layout wrote it)"},
     {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "dtrain-train: write checkpoints into this folder at the end (sharded format, one shard); the run resumes from it"},

@@ -128,11 +128,6 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
                  "layout", V, pp, c->model.num_layers, c->micro_batches);
         return DTRAIN_ERR_INPUT;
     }
-    if (c->precision == DTRAIN_PRECISION_FP16 && strcmp(c->backend, "cpu") != 0) {
-        snprintf(err, errlen, "--precision fp16 is emulated on the cpu kernels only (the %s kernels have no fp16 "
-                 "GEMMs here): use --backend cpu, or --precision bf16 on %s", c->backend, c->backend);
-        return DTRAIN_ERR_INPUT;
-    }
     if (c->zero_stage == 3 && (rc = zero3_check(c, tp, pp, dp, err, errlen)) != DTRAIN_OK)
         return rc;
     if (c->sequence_parallel && (tp < 2 || c->seq % tp != 0)) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-train --backend / --precision as a user meets them: a backend or a
-# precision that does not exist, and fp16 on cuda (emulated on the cpu
-# kernels only), are refused (exit 2, one line); --backend
+# precision that does not exist are refused (exit 2, one line); --backend
 # cuda without a CUDA device fails with one line saying "no CUDA device";
-# with a device, a tiny model trains on the GPU in fp32 and in bf16 and its
-# first loss matches the CPU's (relative 1e-4 in fp32, 2e-2 in bf16).
+# with a device, a tiny model trains on the GPU in fp32, bf16 and fp16 and
+# its first loss matches the CPU's (relative 1e-4 in fp32, 2e-2 in bf16,
+# 2e-3 against the cpu kernels' fp16 emulation).
 set -u
 . "$top_srcdir/tests/tap.sh"
 train="$top_builddir/runtime/dtrain-train"
@@ -36,8 +36,6 @@ model="--layers 2 --channels 128 --heads 2 --max-seq-len 128 --batch 4 --seq 128
 
 expect_fail 2 "is not a kernel backend of this build" "--backend tpu is refused" $train $model --backend tpu
 expect_fail 2 "is not one of fp32, bf16, fp16" "--precision fp8 is refused" $train $model --precision fp8
-expect_fail 2 "fp16 is emulated on the cpu kernels only" "--backend cuda --precision fp16 is refused, device or not" \
-    $train $model --backend cuda --precision fp16
 
 if ! $train --help | grep -q -- '--backend'; then
     fail "dtrain-train --help lists --backend"
@@ -51,6 +49,20 @@ elif $train $model --backend cuda --threads 1 >"$work/gpu.out" 2>"$work/gpu.err"
         awk -v a="$fp32" -v b="$cpu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 1e-4) }'
     check "cuda bf16 first loss $bf16 is the CPU's $cpu within 2e-2" \
         awk -v a="$bf16" -v b="$cpu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 2e-2) }'
+    # fp16: cuBLASLt fp16 GEMMs against the cpu kernels' emulation (the same
+    # operand rounding; only the order of the fp32 sums differs, which can
+    # flip an operand's rounding: 2e-3, four fp16 ulps, on the first loss);
+    # a scale of 1e9 overflows fp16 in the first backwards, so steps are
+    # skipped and the scale halved on the GPU as on the CPU
+    f16="--precision fp16 --loss-scale 1e9 --loss-scale-window 2"
+    $train $model --backend cuda $f16 >"$work/f16g.out" 2>&1 || fail "--precision fp16 on the GPU"
+    $train $model --threads 2 $f16 >"$work/f16c.out" 2>&1 || fail "--precision fp16 on the CPU"
+    fg=$(first_loss "$work/f16g.out") fc=$(first_loss "$work/f16c.out")
+    check "cuda fp16 first loss $fg is the CPU fp16 emulation's $fc within 2e-3" \
+        awk -v a="$fg" -v b="$fc" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 2e-3) }'
+    og=$(grep -c 'gradient overflow at loss scale' "$work/f16g.out") oc=$(grep -c 'gradient overflow at loss scale' "$work/f16c.out")
+    check "cuda fp16 with --loss-scale 1e9 skips overflowing steps as the CPU does ($og and $oc)" \
+        test "$og" -ge 1 -a "$og" = "$oc"
     # the one trainer's checkpoints from GPU memory (host copies, sharded format),
     # resumed on the GPU and on the CPU: the same step 3 within fp32's 1e-4
     step3() { sed -n 's/^step *3\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1" | head -1; }
@@ -70,6 +82,8 @@ else
         pass "--backend cuda without a CUDA device fails clearly (exit $rc): $msg"
         skip_test "no CUDA device: the first losses on the GPU"
         skip_test "no CUDA device: the first losses on the GPU in bf16"
+        skip_test "no CUDA device: fp16 on the GPU against the cpu emulation"
+        skip_test "no CUDA device: fp16 loss scaling on the GPU"
         skip_test "no CUDA device: a checkpoint from GPU memory"
         skip_test "no CUDA device: that checkpoint resumed on the GPU and on the CPU"
     elif grep -q "configure with --with-cuda" "$work/gpu.err"; then

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Every CUDA kernel against the CPU kernel, in fp32 and in bf16 precision.
+/* Every CUDA kernel against the CPU kernel, in fp32, bf16 and fp16 precision.
  *
  * Fresh random inputs each run (the seed is printed), outputs the kernel
  * overwrites poisoned with NaN, outputs it adds into pre-filled with the
@@ -10,6 +10,7 @@
  *   fp32 sums (layer norm, loss, embedding gradient)      2e-5
  *   matmuls and attention in fp32                          5e-5
  *   matmuls in bf16 (operands rounded to 8 bits)           2e-2
+ *   matmuls in fp16 (operands rounded to 11 bits)          3e-3 (attention stays fp32 there)
  *   attention in bf16 (scores, probabilities rounded)      3e-2 forward, 5e-2 backward
  * The kernels that claim bit-identical results run twice and must agree.
  * Without a CUDA device the whole file is skipped. */
@@ -32,6 +33,7 @@ struct tolerances {
 
 static const struct tolerances TOL_FP32 = {"fp32", 1e-6, 2e-5, 5e-5, 5e-5, 5e-5};
 static const struct tolerances TOL_BF16 = {"bf16", 1e-6, 2e-5, 2e-2, 3e-2, 5e-2};
+static const struct tolerances TOL_FP16 = {"fp16", 1e-6, 2e-5, 3e-3, 5e-5, 5e-5};
 
 /* ok() on an error against its threshold, naming both */
 #define CHECK_ERR(err, thr, tol, ...)                                                         \
@@ -373,6 +375,7 @@ int main(void)
     uint64_t seed = gpu_test_seed();
     run_precision(seed, DTRAIN_PRECISION_FP32, &TOL_FP32);
     run_precision(seed, DTRAIN_PRECISION_BF16, &TOL_BF16);
+    run_precision(seed, DTRAIN_PRECISION_FP16, &TOL_FP16);
     return tap_done();
 }
 

@@ -122,14 +122,6 @@ check "the checkpoint records the loss scaler" grep -q '"loss_scale": {' "$work/
 strip() { sed 's/, "ms".*"dp_exposed_ms": [0-9.]*//; s/, "time".*//' "$1"; }
 check "the resumed run's steps 3..5 (loss, norm, scale, overflows) are the uncut run's, bit for bit" \
     test "$(strip "$work/f2.jsonl")" = "$(strip "$work/f.jsonl" | sed -n '4,6p')" -a -n "$(strip "$work/f2.jsonl")"
-"$train" "$work/tiny.json" --steps 1 --backend cuda --precision fp16 >"$work/out" 2>"$work/err"
-rc=$?
-if grep -q "not a kernel backend of this build" "$work/err"; then
-    skip_test "no cuda kernels in this build: --backend cuda --precision fp16 not tried"
-else
-    check "--backend cuda --precision fp16: exit 2, one line naming --backend cpu (exit $rc)" \
-        test "$rc" -eq 2 -a "$(wc -l <"$work/err")" -eq 1 && grep -q "fp16 is emulated on the cpu kernels only" "$work/err"
-fi
 expect_fail 2 "dtrain-train: " "holds no complete checkpoint" "--resume of a folder without checkpoints" \
     "$train" "$work/tiny.json" --resume "$work" --steps 6
 "$train" "$work/tiny.json" --steps 4 --threads 2 --micro-batches 2 --metrics "$work/m3.jsonl" --log-every 0 \
