@@ -282,6 +282,29 @@ static int shard_read_pieces(struct shard_file *f, const struct dtrain_sckpt_pie
     return GOOD;
 }
 
+/* Read pieces[0..n) from the non-empty shards that `member` of `members`
+ * reads (members = 1: every shard), adding what each holds to covered[]
+ * and, when filled is not NULL, listing the parts read. */
+static int read_shards(const char *path, const struct manifest *m, int member, int members,
+                       const struct dtrain_sckpt_piece *pieces, size_t n, uint64_t *covered, struct sckpt_segs *filled,
+                       uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen)
+{
+    int v = GOOD;
+    for (long r = 0; r < m->layout.world_size && v == GOOD; r++) {
+        struct shard_file f;
+        if (m->shards[r].floats == 0 || (members > 1 && sckpt_group_member_of(m, r, members) != member))
+            continue; /* holds nothing (verified apart, split across the ranks), or another member's to read */
+        if (opened != NULL)
+            (*opened)++;
+        v = shard_open(path, r, m, 1, &f, why, whylen);
+        if (v == GOOD && (v = shard_read_pieces(&f, pieces, n, covered, filled, bytes_read)) != GOOD)
+            dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: %s", path, r,
+                            v == NO_MEMORY ? "out of memory for the list of parts read" : "read error");
+        shard_close(&f);
+    }
+    return v;
+}
+
 int sckpt_load_pieces(const char *path, const struct manifest *m, const struct dtrain_sckpt_piece *pieces,
                        size_t n, uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen)
 {
@@ -290,18 +313,7 @@ int sckpt_load_pieces(const char *path, const struct manifest *m, const struct d
         dtrain_snprintf(why, whylen, "out of memory");
         return NO_MEMORY;
     }
-    int v = GOOD;
-    for (long r = 0; r < m->layout.world_size && v == GOOD; r++) {
-        struct shard_file f;
-        if (m->shards[r].floats == 0)
-            continue; /* holds nothing (verified apart, split across the ranks) */
-        if (opened != NULL)
-            (*opened)++;
-        v = shard_open(path, r, m, 1, &f, why, whylen);
-        if (v == GOOD && (v = shard_read_pieces(&f, pieces, n, covered, NULL, bytes_read)) != GOOD)
-            dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: read error", path, r);
-        shard_close(&f);
-    }
+    int v = read_shards(path, m, 0, 1, pieces, n, covered, NULL, bytes_read, opened, why, whylen);
     for (size_t i = 0; i < n && v == GOOD; i++) {
         if (covered[i] != pieces[i].count) {
             dtrain_snprintf(why, whylen, "%s: the shards hold %" PRIu64 " of the %" PRIu64 " values at offset %" PRIu64,
@@ -329,19 +341,7 @@ int sckpt_read_group_part(const char *path, const struct manifest *m, int member
         dtrain_snprintf(why, whylen, "out of memory");
         return NO_MEMORY;
     }
-    int v = GOOD;
-    for (long r = 0; r < m->layout.world_size && v == GOOD; r++) {
-        struct shard_file f;
-        if (m->shards[r].floats == 0 || sckpt_group_member_of(m, r, members) != member)
-            continue; /* empty, or another member's to read */
-        if (opened != NULL)
-            (*opened)++;
-        v = shard_open(path, r, m, 1, &f, why, whylen);
-        if (v == GOOD && (v = shard_read_pieces(&f, slice, n, covered, filled, bytes_read)) != GOOD)
-            dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: %s", path, r,
-                            v == NO_MEMORY ? "out of memory for the list of parts read" : "read error");
-        shard_close(&f);
-    }
+    int v = read_shards(path, m, member, members, slice, n, covered, filled, bytes_read, opened, why, whylen);
     free(covered);
     return v;
 }
