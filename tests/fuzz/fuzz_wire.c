@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libFuzzer: what a stranger may send the CPU backend's listening socket
- * and links: hello (whole and as a prefix), table head, reply, ack and
- * message headers. */
+ * and links: hello (whole and as a prefix), table head and entries, the
+ * address lookups the leader's directory answers (and their answers),
+ * reply, ack and message headers. */
 #include <stdint.h>
 #include <string.h>
 
@@ -17,8 +18,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned char again[WIRE_HELLO_LEN];
         wire_hello_encode(&h, again);
     }
-    uint32_t a, b;
-    (void)wire_table_head_decode(buf, &a, &b);
+    uint32_t a, b, local, rank;
+    (void)wire_table_head_decode(buf, &a, &b, &local);
+    struct wire_peer peer;
+    wire_peer_decode(buf, &peer);
+    (void)wire_lookup_decode(buf, &rank);
+    wire_answer_decode(buf, &rank, &peer);
     int shm, mapped;
     char name[WIRE_SHM_NAME_MAX];
     (void)wire_reply_decode(buf, &shm, name);
