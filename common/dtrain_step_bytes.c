@@ -2,6 +2,15 @@
 /* The bytes of a training step, group by group; see dtrain_step_bytes.h. */
 #include "dtrain_step_bytes.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_parse.h"
+
 const char *dtrain_explain_group_name(enum dtrain_explain_group g)
 {
     static const char *const name[DTRAIN_EXPLAIN_GROUPS] = {"TP", "PP", "DP", "WORLD"};
@@ -100,3 +109,76 @@ double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int 
     return bytes;
 }
 
+
+double dtrain_explain_seconds(double bytes, double gbps)
+{
+    return gbps > 0 ? bytes / (gbps * 1e9) : 0.0;
+}
+
+int dtrain_group_links_format(const struct dtrain_group_links *l, char *buf, size_t len)
+{
+    size_t at = 0;
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        int w = l->gbps[g] > 0 ? snprintf(buf + at, len - at, "%s%s=%.6g:%s", g ? "," : "",
+                                          dtrain_explain_group_name((enum dtrain_explain_group)g), l->gbps[g],
+                                          l->kind[g])
+                               : snprintf(buf + at, len - at, "%s%s=-", g ? "," : "",
+                                          dtrain_explain_group_name((enum dtrain_explain_group)g));
+        if (w < 0 || (size_t)w >= len - at)
+            return -1;
+        at += (size_t)w;
+    }
+    return 0;
+}
+
+static int link_kind_char(char c)
+{
+    return isalnum((unsigned char)c) || c == ' ' || c == '/' || c == '+' || c == '-' || c == '_' || c == '.';
+}
+
+int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, char *err, size_t errlen)
+{
+    const char *p = text;
+    memset(l, 0, sizeof *l);
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        const char *name = dtrain_explain_group_name((enum dtrain_explain_group)g);
+        size_t n = strlen(name);
+        if ((g > 0 && *p++ != ',') || strncmp(p, name, n) != 0 || p[n] != '=') {
+            dtrain_snprintf(err, errlen, "byte %zu does not name %s next (expected TP=GBPS:KIND,PP=...,DP=...,"
+                            "WORLD=..., a group of one '-')", (size_t)(p - text), name);
+            return -1;
+        }
+        p += n + 1;
+        if (*p == '-' && (p[1] == ',' || p[1] == '\0')) {
+            snprintf(l->kind[g], sizeof l->kind[g], "-");
+            p++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        double v = isdigit((unsigned char)*p) ? strtod(p, &end) : -1;
+        if (v <= 0 || errno != 0 || !isfinite(v) || v > 1e6 || *end != ':') {
+            dtrain_snprintf(err, errlen, "byte %zu: %s's bandwidth is not a number of GB/s in (0, 1e6] "
+                            "followed by ':KIND'", (size_t)(p - text), name);
+            return -1;
+        }
+        l->gbps[g] = v;
+        p = end + 1;
+        size_t k = 0;
+        while (p[k] != ',' && p[k] != '\0' && link_kind_char(p[k]) && k < DTRAIN_LINK_KIND_MAX - 1)
+            k++;
+        if (k == 0 || (p[k] != ',' && p[k] != '\0')) {
+            dtrain_snprintf(err, errlen, "byte %zu: %s's link kind must be 1 to %d letters, digits, spaces or "
+                            "/+-_.", (size_t)(p - text), name, DTRAIN_LINK_KIND_MAX - 1);
+            return -1;
+        }
+        memcpy(l->kind[g], p, k);
+        l->kind[g][k] = '\0';
+        p += k;
+    }
+    if (*p != '\0') {
+        dtrain_snprintf(err, errlen, "byte %zu: more after WORLD's link", (size_t)(p - text));
+        return -1;
+    }
+    return 0;
+}

@@ -45,6 +45,8 @@
 #ifndef DTRAIN_STEP_BYTES_H
 #define DTRAIN_STEP_BYTES_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -80,6 +82,30 @@ double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int 
 double dtrain_explain_stage_params(const struct dtrain_model_size *m, int T, int P, int stage);
 /* "TP", "PP", "DP", "WORLD". */
 const char *dtrain_explain_group_name(enum dtrain_explain_group g);
+
+/* The slowest link each of one rank's groups crosses: what dtrain-topo
+ * --explain shows, and what the SPANK plugin, which knows the node's
+ * links, hands the trainer in DTRAIN_GROUP_LINKS (doc/environment.md) so
+ * that --dtrain-verbose can predict each group's time in the job.  A
+ * group of one member has gbps 0 and kind "-". */
+#define DTRAIN_LINK_KIND_MAX 32
+#define DTRAIN_GROUP_LINKS_TEXT_MAX 256
+struct dtrain_group_links {
+    double gbps[DTRAIN_EXPLAIN_GROUPS];                     /* GB/s */
+    char kind[DTRAIN_EXPLAIN_GROUPS][DTRAIN_LINK_KIND_MAX]; /* "NVLink", "XGMI", "NVLink domain", "PCIe", "network", ... */
+};
+
+/* Seconds a member's bytes take over a link of gbps GB/s, with no overlap
+ * with compute (an upper bound of what a step waits for); 0 without a link. */
+double dtrain_explain_seconds(double bytes, double gbps);
+
+/* As text, "TP=450:NVLink,PP=25:network,DP=450:NVLink,WORLD=25:network"
+ * (a group of one: "TP=-").  Returns 0, or -1 when it does not fit in len. */
+int dtrain_group_links_format(const struct dtrain_group_links *l, char *buf, size_t len);
+/* Read what dtrain_group_links_format writes: the four kinds once each, in
+ * that order; GB/s a decimal number in (0, 1e6]; a kind of 1 to 31
+ * letters, digits, spaces and "/+-_.".  Returns 0, or -1 with one line in err. */
+int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,8 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_ALLOW_PCIE, "dtrain-allow-pcie", NULL,
      "[dtrain] let a tensor-parallel group span GPUs without NVLink between them (slower; prints a warning)"},
     {DTRAIN_OPT_VERBOSE, "dtrain-verbose", NULL,
-     "[dtrain] print each task's placement and binding to its stderr"},
+     "[dtrain] print each task's placement, binding and links, each node's islands and TP groups, and (dtrain's "
+     "trainer) each group's bytes and predicted time per step, to stderr"},
     {DTRAIN_OPT_GPU_VISIBILITY, "dtrain-gpu-visibility", "all|one",
      "[dtrain] GPUs each task sees: all (every GPU of the step on the node, device LOCAL_RANK = the task's "
      "placed GPU) or one (only its own); default: the site's, else all"},

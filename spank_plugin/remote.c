@@ -24,6 +24,7 @@
 #include "dtrain_env.h"
 #include "dtrain_master_port.h"
 #include "dtrain_exit.h"
+#include "dtrain_explain.h"
 #include "dtrain_parse.h"
 #include "dtrain_tree.h"
 #include "plugin.h"
@@ -452,6 +453,22 @@ static const char *bind_task(struct dtrain_plugin *plugin, const struct dtrain_t
     return NULL;
 }
 
+/* With --dtrain-verbose, the node's first task draws the node's islands and
+ * TP groups, in one write so that the nodes' pictures do not interleave. */
+static void draw_node(const struct dtrain_step *s, const dtrain_topo *model)
+{
+    char prefix[DTRAIN_CONFIG_NODE_MAX + 16], *text = NULL;
+    size_t len = 0;
+    snprintf(prefix, sizeof prefix, "dtrain: %s: ", s->node);
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL)
+        return;
+    dtrain_plan_picture(mem, prefix, model, s->plan, (int)s->node_pos);
+    if (fclose(mem) == 0 && text != NULL)
+        fwrite(text, 1, len, stderr);
+    free(text);
+}
+
 int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
 {
     struct dtrain_step *s = &plugin->step;
@@ -487,6 +504,7 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         task_fail(DTRAIN_EXIT_USAGE, local == 0, DTRAIN_SPAWN_REFUSAL, argv[0]);
 
     const struct dtrain_task_placement *t = dtrain_plan_task(s->plan, (int)global);
+    const dtrain_topo *model = s->gres_topo ? s->gres_topo : s->topo; /* what the plan placed on */
     const char *cuda = NULL, *rocr = NULL;
     static char hip[DTRAIN_COORDS_VISIBLE_MAX];
     int device = -1;
@@ -494,7 +512,6 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         /* The values CUDA knows the GPUs by: Slurm's for GRES GPUs, else
          * their places in PCI bus id order; this node's tasks' GPUs first
          * with --dtrain-gpu-visibility=all. */
-        const dtrain_topo *model = s->gres_topo ? s->gres_topo : s->topo;
         for (uint32_t i = 0; i < s->local_tasks && i < DTRAIN_PLAN_MAX_WORLD; i++)
             task_gpu[i] = dtrain_plan_task(s->plan, (int)(s->node_pos * s->local_tasks + i))->gpu;
         int vrc = dtrain_visible_devices(task_gpu, (int)s->local_tasks, dtrain_topo_gpu_count(model),
@@ -547,18 +564,28 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     if (plugin->opts.pp_in_domain && dtrain_env_list_set(&s->env, DTRAIN_ENV_PP_IN_DOMAIN, "1") != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
+    /* The links each group crosses, for the trainer's predicted times. */
+    struct dtrain_group_links links;
+    char links_text[DTRAIN_GROUP_LINKS_TEXT_MAX];
+    if (dtrain_explain_rank_links(s->plan, model, t->rank, plugin->config.net_gbps, plugin->config.pcie_gbps,
+                                  plugin->opts.pp_in_domain, &links) != 0 ||
+        dtrain_group_links_format(&links, links_text, sizeof links_text) != 0 ||
+        dtrain_env_list_set(&s->env, DTRAIN_ENV_GROUP_LINKS, "%s", links_text) != 0)
+        task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the links of rank %u do not fit the environment", s->node, global);
     export_env(sp, &s->env);
 
+    if (local == 0 && plugin->opts.verbose)
+        draw_node(s, model);
     const char *warning = dtrain_plan_warning(s->plan);
     if (warning != NULL && local == 0)
         fprintf(stderr, "dtrain: warning: %s: %s\n", s->node, warning);
     if (plugin->opts.verbose)
         fprintf(stderr, "dtrain: rank %d on %s: tp %d pp %d dp %d, local rank %d, GPU %s%s%s (CUDA device %d of "
-                "%.64s), CPUs %s, MASTER_ADDR=%s MASTER_PORT=%d\n", t->rank,
+                "%.64s), CPUs %s, MASTER_ADDR=%s MASTER_PORT=%d, slowest links %s\n", t->rank,
                 s->node, t->tp_rank, t->pp_rank, t->dp_rank, t->local_rank, cuda ? "" : "none",
                 t->gpu_busid[0] ? " " : "", t->gpu_busid, device, cuda ? cuda : "-",
                 where.cpus ? where.cpus : "not bound", s->master_addr[0] ? s->master_addr : "(unset)",
-                s->master_port);
+                s->master_port, links_text);
     fflush(stderr);
     return 0;
 }

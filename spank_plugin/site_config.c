@@ -12,6 +12,7 @@
 #include "dtrain_file.h"
 #include "dtrain_master_port.h"
 #include "dtrain_parse.h"
+#include "dtrain_explain.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
 
@@ -23,6 +24,8 @@ void dtrain_config_init(struct dtrain_site_config *cfg)
     cfg->allow_pcie = DTRAIN_PCIE_USER;
     cfg->master_port_lo = DTRAIN_MASTER_PORTS_DEFAULT_LO;
     cfg->master_port_hi = DTRAIN_MASTER_PORTS_DEFAULT_HI;
+    cfg->net_gbps = DTRAIN_EXPLAIN_NET_GBPS_DEFAULT;
+    cfg->pcie_gbps = DTRAIN_EXPLAIN_PCIE_GBPS_DEFAULT;
 }
 
 /* ---------------------------------------------------------------- one key */
@@ -94,11 +97,17 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         cfg->gpu_visibility_one = strcmp(value, "one") == 0;
         return 0;
     }
+    if (strcmp(key, "net_gbps") == 0 || strcmp(key, "pcie_gbps") == 0) {
+        if (dtrain_parse_int(value, 1, DTRAIN_EXPLAIN_GBPS_MAX, key, &v, err, errlen) != 0)
+            return -1;
+        *(key[0] == 'n' ? &cfg->net_gbps : &cfg->pcie_gbps) = (int)v;
+        return 0;
+    }
     if (strcmp(key, "master_ports") == 0)
         return dtrain_master_ports_parse(value, "master_ports", &cfg->master_port_lo, &cfg->master_port_hi, err,
                                          errlen);
     dtrain_snprintf(err, errlen, "unknown key '%.64s' (known: config, topology_xml, bind, allow_pcie, max_tp, "
-                    "nvlink_domain_gpus, nvlink_domain_source, gpu_visibility, master_ports)", key);
+                    "nvlink_domain_gpus, nvlink_domain_source, gpu_visibility, master_ports, net_gbps, pcie_gbps)", key);
     return -1;
 }
 

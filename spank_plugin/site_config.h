@@ -27,6 +27,10 @@
  *                      23.11+: SLURM_TOPOLOGY_ADDR "BLOCK.NODE", pattern
  *                      "block.node"), for sites whose blocks are the domains.
  *   gpu_visibility=all|one  the default of --dtrain-gpu-visibility (all).
+ *   net_gbps=N pcie_gbps=N  the network's and PCIe's GB/s per GPU (default
+ *                      25 each), for the predicted time of each group's
+ *                      traffic that --dtrain-verbose shows (the node's
+ *                      NVLink/XGMI rates come from its topology).
  *   master_ports=LO-HI the ports MASTER_PORT is taken from (default
  *                      29500-29999; keep them out of the kernel's ephemeral
  *                      ports with net.ipv4.ip_local_reserved_ports).
@@ -58,6 +62,7 @@ struct dtrain_site_config {
     int nvlink_domain_block; /* 1: nvlink_domain_source=block (Slurm's block is the domain) */
     int gpu_visibility_one;         /* 1: gpu_visibility=one */
     int master_port_lo, master_port_hi; /* master_ports= */
+    int net_gbps, pcie_gbps;        /* net_gbps=, pcie_gbps= */
 };
 
 void dtrain_config_init(struct dtrain_site_config *cfg);

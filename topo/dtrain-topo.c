@@ -141,8 +141,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     /* GPT-2 small, bf16 activations, fp32 gradients, 200 Gb/s network, PCIe 4.0 x16. */
     o->model = (struct dtrain_model_size){.layers = 12, .hidden = 768, .seq = 1024, .vocab = 50257,
                                           .micro_batch = 8, .micro_batches = 8, .act_bytes = 2, .grad_bytes = 4};
-    o->net_gbps = 25;
-    o->pcie_gbps = 25;
+    o->net_gbps = DTRAIN_EXPLAIN_NET_GBPS_DEFAULT;
+    o->pcie_gbps = DTRAIN_EXPLAIN_PCIE_GBPS_DEFAULT;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -178,8 +178,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_MB: if (parse_number("--micro-batch", optarg, 1, 1L << 20, &o->model.micro_batch) < 0) return -1; break;
         case O_NMB: if (parse_number("--micro-batches", optarg, 1, 1L << 20, &o->model.micro_batches) < 0) return -1; break;
         case O_ACT: { long v; if (parse_number("--act-bytes", optarg, 1, 8, &v) < 0) return -1; o->model.act_bytes = (int)v; break; }
-        case O_NET: { long v; if (parse_number("--net-gbps", optarg, 1, 100000, &v) < 0) return -1; o->net_gbps = (double)v; break; }
-        case O_PCIEBW: { long v; if (parse_number("--pcie-gbps", optarg, 1, 100000, &v) < 0) return -1; o->pcie_gbps = (double)v; break; }
+        case O_NET: { long v; if (parse_number("--net-gbps", optarg, 1, DTRAIN_EXPLAIN_GBPS_MAX, &v) < 0) return -1; o->net_gbps = (double)v; break; }
+        case O_PCIEBW: { long v; if (parse_number("--pcie-gbps", optarg, 1, DTRAIN_EXPLAIN_GBPS_MAX, &v) < 0) return -1; o->pcie_gbps = (double)v; break; }
         case O_GRAD: {
             char *end = NULL;
             o->grad_bytes = strtod(optarg, &end);
@@ -249,13 +249,13 @@ static int explain(const struct options *o, const dtrain_topo *topo, const dtrai
            o->model.recompute_full ? ", full recompute" : "");
     printf("GROUP  BYTES/RANK/STEP  SLOWEST LINK            PREDICTED\n");
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        if (e.gbps[g] <= 0) {
+        if (e.links.gbps[g] <= 0) {
             printf("%-6s %-16s %-23s %s\n", dtrain_explain_group_name((enum dtrain_explain_group)g), "0",
                    "- (one rank)", "-");
             continue;
         }
         char bw[40];
-        snprintf(bw, sizeof bw, "%s %.0f GB/s", e.link[g], e.gbps[g]);
+        snprintf(bw, sizeof bw, "%s %.0f GB/s", e.links.kind[g], e.links.gbps[g]);
         printf("%-6s %10.3f GB    %-23s %9.3f ms\n", dtrain_explain_group_name((enum dtrain_explain_group)g),
                e.bytes[g] / 1e9, bw, e.seconds[g] * 1e3);
     }
@@ -394,8 +394,10 @@ int main(int argc, char **argv)
         }
     } else {
         topo_report_table(stdout, topo, plan);
-        if (o.picture)
-            topo_report_picture(stdout, topo, plan);
+        if (o.picture) {
+            fputc('\n', stdout);
+            dtrain_plan_picture(stdout, "", topo, plan, 0);
+        }
         if (o.explain && explain(&o, topo, plan) != 0) {
             status = DTRAIN_EXIT_USAGE;
             goto out;

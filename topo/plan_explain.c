@@ -7,17 +7,36 @@
 
 #include "dtrain_parse.h"
 
-/* Slowest link between the tasks of ranks a and b (gpu indices in node0). */
-static double link_gbps(const dtrain_plan *plan, const dtrain_topo *node0, int a, int b, double net, double pcie,
-                        int domain, const char **what)
+/* Where rank runs: its node and its GPU (index in the node's model), from
+ * the plan, or for a rank of a node the plan lacks, from the rank of the
+ * same local index on node `home`, which the plan has (nodes are alike). */
+static int where(const dtrain_plan *plan, int home, int rank, int *node, int *gpu)
 {
-    const struct dtrain_task_placement *ta = dtrain_plan_task(plan, a), *tb = dtrain_plan_task(plan, b);
-    if (ta->node != tb->node && !domain) {
+    int K = dtrain_plan_shape(plan)->tasks_per_node;
+    const struct dtrain_task_placement *t = dtrain_plan_task(plan, rank);
+    *node = rank / K;
+    if (t == NULL)
+        t = dtrain_plan_task(plan, home * K + rank % K);
+    if (t == NULL)
+        return -1;
+    *gpu = t->gpu;
+    return 0;
+}
+
+/* Slowest link between the tasks of ranks a and b. */
+static double link_gbps(const dtrain_plan *plan, const dtrain_topo *node0, int home, int a, int b, double net,
+                        double pcie, int domain, const char **what)
+{
+    int na, ga, nb, gb;
+    if (where(plan, home, a, &na, &ga) != 0 || where(plan, home, b, &nb, &gb) != 0) {
         *what = "network";
         return net;
     }
-    int ga = ta->gpu, gb = tb->gpu;
-    if (ta->node != tb->node) {
+    if (na != nb && !domain) {
+        *what = "network";
+        return net;
+    }
+    if (na != nb) {
         /* One multi-node NVLink domain: the NVSwitch fabric runs at the
          * GPUs' own NVLink rate (GB200: 900 GB/s each way). */
         double bw = node0 && dtrain_topo_gpu_count(node0) > 1 ? dtrain_topo_bandwidth(node0, 0, 1) : 0;
@@ -35,6 +54,49 @@ static double link_gbps(const dtrain_plan *plan, const dtrain_topo *node0, int a
     }
     *what = "PCIe";
     return pcie;
+}
+
+int dtrain_explain_rank_links(const dtrain_plan *plan, const dtrain_topo *node, int rank, double net_gbps,
+                              double pcie_gbps, int pp_in_domain, struct dtrain_group_links *out)
+{
+    const struct dtrain_shape *s = dtrain_plan_shape(plan);
+    memset(out, 0, sizeof *out);
+    if (s == NULL || rank < 0 || rank >= dtrain_plan_world_size(plan) || dtrain_plan_task(plan, rank) == NULL)
+        return -1;
+    int home = rank / s->tasks_per_node;
+    int T = s->tp, P = s->pp, D = s->dp, tp, dp, pp;
+    dtrain_coords_of(rank, T, D, &tp, &dp, &pp);
+    int tp_domain = T > s->tasks_per_node; /* TP crossing nodes only inside an NVLink domain */
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        int size = g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : g == DTRAIN_EXPLAIN_DP ? D : T * P * D;
+        snprintf(out->kind[g], sizeof out->kind[g], "-");
+        if (size < 2)
+            continue;
+        /* the ring of the group's members, member i next to i + 1 */
+        double worst = 0;
+        const char *what = "-";
+        for (int i = 0; i < size; i++) {
+            int r[2];
+            for (int k = 0; k < 2; k++) {
+                int j = (i + k) % size;
+                r[k] = g == DTRAIN_EXPLAIN_TP   ? dtrain_rank_of(j, dp, pp, T, D)
+                       : g == DTRAIN_EXPLAIN_PP ? dtrain_rank_of(tp, dp, j, T, D)
+                       : g == DTRAIN_EXPLAIN_DP ? dtrain_rank_of(tp, j, pp, T, D)
+                                                : j;
+            }
+            const char *w;
+            double bw = link_gbps(plan, node, home, r[0], r[1], net_gbps, pcie_gbps,
+                                  (g == DTRAIN_EXPLAIN_TP && tp_domain) || (g == DTRAIN_EXPLAIN_PP && pp_in_domain),
+                                  &w);
+            if (worst == 0 || bw < worst) {
+                worst = bw;
+                what = w;
+            }
+        }
+        out->gbps[g] = worst;
+        snprintf(out->kind[g], sizeof out->kind[g], "%s", what);
+    }
+    return 0;
 }
 
 int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const struct dtrain_model_size *m,
@@ -72,28 +134,9 @@ int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const
     }
 
     /* Each group's slowest link: rank 0's groups stand for all (homogeneous nodes). */
-    int domain = T > s->tasks_per_node; /* TP crossing nodes only inside an NVLink domain */
+    dtrain_explain_rank_links(plan, node0, 0, net_gbps, pcie_gbps, pp_in_domain, &out->links);
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        int size = g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : g == DTRAIN_EXPLAIN_DP ? D : T * P * D;
-        int stride = g == DTRAIN_EXPLAIN_TP || g == DTRAIN_EXPLAIN_WORLD ? 1 : g == DTRAIN_EXPLAIN_PP ? T * D : T;
-        snprintf(out->link[g], sizeof out->link[g], "-");
-        if (size < 2)
-            continue;
-        double worst = 0;
-        const char *what = "-";
-        for (int i = 0; i < size; i++) {
-            int a = i * stride, b = ((i + 1) % size) * stride;
-            const char *w;
-            double bw = link_gbps(plan, node0, a, b, net_gbps, pcie_gbps,
-                                  (g == DTRAIN_EXPLAIN_TP && domain) || (g == DTRAIN_EXPLAIN_PP && pp_in_domain), &w);
-            if (worst == 0 || bw < worst) {
-                worst = bw;
-                what = w;
-            }
-        }
-        out->gbps[g] = worst;
-        snprintf(out->link[g], sizeof out->link[g], "%s", what);
-        out->seconds[g] = out->bytes[g] / (worst * 1e9);
+        out->seconds[g] = dtrain_explain_seconds(out->bytes[g], out->links.gbps[g]);
         out->total_seconds += out->seconds[g];
     }
     return 0;

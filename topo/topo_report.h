@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-topo output: a node model and (optionally) a plan as readable
- * tables, an ASCII picture of islands and TP groups, or JSON
+ * tables or JSON (the picture: dtrain_plan_picture of dtrain_explain.h)
  * (doc/topo-json.md).  plan may be NULL: then only the node is shown. */
 #ifndef DTRAIN_TOPO_REPORT_H
 #define DTRAIN_TOPO_REPORT_H
@@ -12,9 +12,6 @@
 
 /* GPUs, link matrix, islands, then the plan's tasks. */
 void topo_report_table(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan);
-
-/* Islands as boxes, each listing the TP groups of node 0 placed in it. */
-void topo_report_picture(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan);
 
 /* The JSON document; `source` names where the topology came from (a file
  * path, or "live").  Returns 0, or -1 with one line in err. */

@@ -60,6 +60,8 @@ struct ft {
     const struct dtrain_comms *comms;
     int traffic;                     /* DTRAIN_VERBOSE=1: the bytes per group and step (dtrain_traffic.h) */
     long traffic_first;              /* the first step this process runs */
+    struct dtrain_group_links links; /* the plugin's DTRAIN_GROUP_LINKS, for predicted times */
+    int have_links;
 };
 
 int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen)
@@ -827,8 +829,8 @@ static int train(struct ft *f, char *err, size_t errlen)
         /* every rank: its run's first step and each step that has a progress line */
         if (f->traffic && (step == f->traffic_first || (c->log_every > 0 && step % c->log_every == 0))) {
             dtrain_traffic_sample(f->comms, sent1);
-            dtrain_traffic_report(stderr, f->prog, c, f->bs, 4, step, sent0, sent1, r.pipe_wait_ms, r.tp_comm_ms,
-                                  r.dp_exposed_ms);
+            dtrain_traffic_report(stderr, f->prog, c, f->bs, f->have_links ? &f->links : NULL, 4, step, sent0, sent1,
+                                  r.pipe_wait_ms, r.tp_comm_ms, r.dp_exposed_ms);
         }
         /* every rank's background write was done before this step: every
          * rank commits it here, between two steps' collectives */
@@ -957,8 +959,15 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
         goto out;
     }
     f.traffic_first = dtrain_ptrainer_steps_done(t);
+    if (f.traffic) {
+        char why[256];
+        int lrc = dtrain_traffic_links(&f.links, why, sizeof why);
+        f.have_links = lrc == 1;
+        if (lrc < 0 && is_root(&f))
+            fprintf(stderr, "%s: warning: %s ignored (no predicted times): %s\n", f.prog, DTRAIN_ENV_GROUP_LINKS, why);
+    }
     if (f.traffic && is_root(&f))
-        dtrain_traffic_explain(f.progress, f.prog, cfg, bs, comms, 4);
+        dtrain_traffic_explain(f.progress, f.prog, cfg, bs, comms, 4, f.have_links ? &f.links : NULL);
     if ((rc = train(&f, err, errlen)) != DTRAIN_OK)
         goto out;
     /* Ranks that finish first close their links, which a peer's watchdog

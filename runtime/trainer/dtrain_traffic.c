@@ -2,6 +2,10 @@
 /* Predicted and measured bytes per group and step; see dtrain_traffic.h. */
 #include "dtrain_traffic.h"
 
+#include <stdarg.h>
+#include <stdlib.h>
+
+#include "dtrain_env.h"
 #include "dtrain_stage.h"
 
 void dtrain_traffic_model(const struct dtrain_train_config *c, int T, int D, int step_sums,
@@ -82,10 +86,33 @@ static int group_size(const struct dtrain_bootstrap *bs, enum dtrain_explain_gro
                                                                                                     : bs->world_size;
 }
 
+int dtrain_traffic_links(struct dtrain_group_links *links, char *err, size_t errlen)
+{
+    const char *text = getenv(DTRAIN_ENV_GROUP_LINKS);
+    if (text == NULL)
+        return 0;
+    return dtrain_group_links_parse(text, links, err, errlen) == 0 ? 1 : -1;
+}
+
+/* printf at buf + *at, within len; *at stops at len - 1 (a cut line). */
+static void appendf(char *buf, size_t len, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void appendf(char *buf, size_t len, size_t *at, const char *fmt, ...)
+{
+    va_list ap;
+    if (*at >= len - 1)
+        return;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *at, len - *at, fmt, ap);
+    va_end(ap);
+    *at = w < 0 ? len - 1 : *at + (size_t)w >= len ? len - 1 : *at + (size_t)w;
+}
+
 void dtrain_traffic_explain(FILE *out, const char *prog, const struct dtrain_train_config *c,
-                            const struct dtrain_bootstrap *bs, const struct dtrain_comms *comms, int step_sums)
+                            const struct dtrain_bootstrap *bs, const struct dtrain_comms *comms, int step_sums,
+                            const struct dtrain_group_links *links)
 {
     struct dtrain_model_size m;
+    double total = 0;
     dtrain_traffic_model(c, bs->tp, bs->dp, step_sums, &m);
     fprintf(out, "%s: explain: T=%d P=%d D=%d, %ld layers, C=%ld, %ld micro-batches of %ld x %ld tokens per DP rank%s%s"
             "%s, ZeRO-%d: bytes sent per step by rank %d's groups (model: doc/topology.md)\n",
@@ -95,30 +122,57 @@ void dtrain_traffic_explain(FILE *out, const char *prog, const struct dtrain_tra
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
         int size = group_size(bs, (enum dtrain_explain_group)g);
         double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
-        fprintf(out, "%s: explain: %-5s group of %d: %.0f bytes in all, %.0f per member, over %s\n", prog,
-                dtrain_explain_group_name((enum dtrain_explain_group)g), size, b, size > 0 ? b / size : 0.0,
-                dtrain_traffic_link(comms, (enum dtrain_explain_group)g));
+        double per = size > 0 ? b / size : 0.0;
+        char predicted[160] = "", link[64];
+        size_t at = 0;
+        if (links && links->gbps[g] > 0) {
+            double sec = dtrain_explain_seconds(per, links->gbps[g]);
+            snprintf(link, sizeof link, "%s %.6g GB/s", links->kind[g], links->gbps[g]);
+            appendf(predicted, sizeof predicted, &at, "; slowest link %s: predicted %.3f ms", link, sec * 1e3);
+            total += sec;
+        } else if (links) {
+            appendf(predicted, sizeof predicted, &at, "; no link (one member)");
+        }
+        fprintf(out, "%s: explain: %-5s group of %d: %.0f bytes in all, %.0f per member, over %s%s\n", prog,
+                dtrain_explain_group_name((enum dtrain_explain_group)g), size, b, per,
+                dtrain_traffic_link(comms, (enum dtrain_explain_group)g), predicted);
     }
+    if (links)
+        fprintf(out, "%s: explain: predicted communication per step: %.3f ms (no overlap with compute: an upper "
+                "bound; links from the plugin's topology and the site's net_gbps/pcie_gbps)\n", prog, total * 1e3);
+    else
+        fprintf(out, "%s: explain: no predicted times: no link rates (DTRAIN_GROUP_LINKS, which the SPANK plugin "
+                "sets when it places the step)\n", prog);
     fflush(out);
 }
 
 void dtrain_traffic_report(FILE *out, const char *prog, const struct dtrain_train_config *c,
-                           const struct dtrain_bootstrap *bs, int step_sums, long step,
+                           const struct dtrain_bootstrap *bs, const struct dtrain_group_links *links,
+                           int step_sums, long step,
                            const uint64_t before[DTRAIN_EXPLAIN_GROUPS], const uint64_t now[DTRAIN_EXPLAIN_GROUPS],
                            double pipe_wait_ms, double tp_comm_ms, double dp_exposed_ms)
 {
     struct dtrain_model_size m;
     dtrain_traffic_model(c, bs->tp, bs->dp, step_sums, &m);
-    char line[512];
-    int at = snprintf(line, sizeof line, "%s: rank %d step %ld: sent", prog, bs->rank, step);
-    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS && at > 0 && (size_t)at < sizeof line; g++) {
+    char line[1024];
+    size_t at = 0;
+    appendf(line, sizeof line, &at, "%s: rank %d step %ld: sent", prog, bs->rank, step);
+    for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
         int size = group_size(bs, (enum dtrain_explain_group)g);
         double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
-        at += snprintf(line + at, sizeof line - (size_t)at, "%s %s %llu (group average %.0f)", g ? "," : "",
-                       dtrain_explain_group_name((enum dtrain_explain_group)g),
-                       (unsigned long long)(now[g] - before[g]), size > 0 ? b / size : 0.0);
+        appendf(line, sizeof line, &at, "%s %s %llu (group average %.0f)", g ? "," : "",
+                dtrain_explain_group_name((enum dtrain_explain_group)g), (unsigned long long)(now[g] - before[g]),
+                size > 0 ? b / size : 0.0);
     }
-    fprintf(out, "%s; waited: pipeline %.3f ms, TP %.3f ms, DP exposed %.3f ms\n", line, pipe_wait_ms, tp_comm_ms,
-            dp_exposed_ms);
+    appendf(line, sizeof line, &at, "; waited: pipeline %.3f ms, TP %.3f ms, DP exposed %.3f ms", pipe_wait_ms,
+            tp_comm_ms, dp_exposed_ms);
+    for (int g = 0; links && g < DTRAIN_EXPLAIN_GROUPS; g++) {
+        int size = group_size(bs, (enum dtrain_explain_group)g);
+        double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
+        appendf(line, sizeof line, &at, "%s %s %.3f ms", g ? "," : "; predicted",
+                dtrain_explain_group_name((enum dtrain_explain_group)g),
+                dtrain_explain_seconds(size > 0 ? b / size : 0.0, links->gbps[g]) * 1e3);
+    }
+    fprintf(out, "%s\n", line);
     fflush(out);
 }

@@ -54,6 +54,22 @@ cat >"$work/tiny.json" <<JSON
  "optimizer": {"lr": 0.003, "schedule": "cosine", "warmup_steps": 1},
  "run": {"batch": 4, "seq": 16, "steps": 100, "seed": 3}}
 JSON
+
+# --dtrain-verbose's report (DTRAIN_VERBOSE=1) with the links the plugin
+# passes (DTRAIN_GROUP_LINKS): a malformed value is one warning and the run
+# goes on without predicted times; a group of one has no link.
+DTRAIN_VERBOSE=1 DTRAIN_GROUP_LINKS=$'TP=450:NV\nLink,PP=-,DP=-,WORLD=-' "$train" "$work/tiny.json" --steps 1 --threads 1 \
+    >"$work/vout" 2>"$work/verr"
+vrc=$?
+check "a malformed DTRAIN_GROUP_LINKS: exit 0, one warning line naming it, no predicted times" \
+    sh -c "[ $vrc -eq 0 ] && [ \"\$(grep -c 'warning: DTRAIN_GROUP_LINKS ignored (no predicted times): byte 7: TP.s link kind' '$work/verr')\" -eq 1 ] &&
+           grep -q 'explain: no predicted times' '$work/vout' '$work/verr'"
+DTRAIN_VERBOSE=1 DTRAIN_GROUP_LINKS='TP=-,PP=-,DP=-,WORLD=-' "$train" "$work/tiny.json" --steps 1 --threads 1 \
+    >"$work/vout" 2>"$work/verr"
+vrc=$?
+check "DTRAIN_GROUP_LINKS of groups of one: exit 0, no link for each, 0 ms predicted in all" \
+    sh -c "[ $vrc -eq 0 ] && [ \"\$(cat '$work/vout' '$work/verr' | grep -c 'group of 1: 0 bytes in all, 0 per member, over -; no link (one member)\$')\" -eq 4 ] &&
+           cat '$work/vout' '$work/verr' | grep -q 'explain: predicted communication per step: 0.000 ms'"
 "$train" "$work/tiny.json" --steps 4 --threads 2 --metrics "$work/m.jsonl" \
     --save-llmc "$work/model.bin" --checkpoint "$work/run.ckpt" >"$work/out" 2>"$work/err"
 check "a tiny run from a config file and flags exits 0" test $? -eq 0

@@ -59,6 +59,10 @@ static void test_arguments(void)
        c.master_port_hi == 29999, "defaults: gpu_visibility=all, master_ports=29500-29999");
     ok(parse("gpu_visibility=one master_ports=40000-40099", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 1 &&
        c.master_port_lo == 40000 && c.master_port_hi == 40099, "gpu_visibility=one master_ports=40000-40099");
+    ok(parse("", &c, err, sizeof err) == 0 && c.net_gbps == 25 && c.pcie_gbps == 25,
+       "defaults: net_gbps=25 pcie_gbps=25 (dtrain-topo's --net-gbps --pcie-gbps)");
+    ok(parse("net_gbps=50 pcie_gbps=64", &c, err, sizeof err) == 0 && c.net_gbps == 50 && c.pcie_gbps == 64,
+       "net_gbps=50 pcie_gbps=64");
 
     struct { const char *line, *want; } bad[] = {
         {"colour=blue", "unknown key 'colour'"},
@@ -79,6 +83,10 @@ static void test_arguments(void)
         {"master_ports=80-90", "1024 <= LO <= HI <= 65535"},
         {"master_ports=29500-70000", "1024 <= LO <= HI <= 65535"},
         {"config=/nonexistent/dtrain.json", "/nonexistent/dtrain.json"},
+        {"net_gbps=0", "net_gbps"},
+        {"net_gbps=fast", "net_gbps"},
+        {"pcie_gbps=100001", "pcie_gbps"},
+        {"pcie_gbps=12.5", "pcie_gbps"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ok(parse(bad[i].line, &c, err, sizeof err) == -1 && strstr(err, bad[i].want) &&
