@@ -22,18 +22,11 @@
 # same shape on the same topology (the plugin plans only its node's share).
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
+. "$abs_srcdir/lib.sh"
 need_plugin
 launch=$abs_top_builddir/launcher/dtrain-launch
-tokenize=$abs_top_builddir/runtime/dtrain-tokenize
 
-new_cluster_dir explain; d=$LC_NEW
-cat "$abs_top_srcdir"/doc/*.md >"$d/corpus.txt"
-check "dtrain-tokenize makes byte-level tokens of the docs" "$tokenize" "$d/corpus.txt" "$d/tokens.bin"
-out=$(lc start --dir "$d" --nodes 2 --cpus-per-node 8 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
-  --plugin "$plugin" --plugin-args "max_tp=8 net_gbps=50" 2>&1)
-rc=$?
-check "a 2-node cluster of 4-GPU nodes with the dtrain plugin starts" [ "$rc" -eq 0 ]
-[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+start_gpu_cluster explain "max_tp=8 net_gbps=50"
 
 {
   echo '#!/bin/bash'

@@ -27,21 +27,14 @@
 # dtrain-train (one process) must give the (1,1,1) run's losses bit for bit.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
+. "$abs_srcdir/lib.sh"
 need_plugin
 launch=$abs_top_builddir/launcher/dtrain-launch
-tokenize=$abs_top_builddir/runtime/dtrain-tokenize
 train=$abs_top_builddir/runtime/dtrain-train
 rtol=1e-5 # doc/parallel.md
 steps=10
 
-new_cluster_dir parallel; d=$LC_NEW
-cat "$abs_top_srcdir"/doc/*.md >"$d/corpus.txt"
-check "dtrain-tokenize makes byte-level tokens of the docs" "$tokenize" "$d/corpus.txt" "$d/tokens.bin"
-out=$(lc start --dir "$d" --nodes 2 --cpus-per-node 8 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
-  --plugin "$plugin" --plugin-args "max_tp=8" 2>&1)
-rc=$?
-check "a 2-node cluster of 4-GPU nodes with the dtrain plugin starts" [ "$rc" -eq 0 ]
-[ "$rc" -eq 0 ] || { printf '%s\n' "$out" | sed 's/^/# /'; done_testing; }
+start_gpu_cluster parallel "max_tp=8"
 
 trainer=(--data "$d/tokens.bin" --layers 4 --channels 64 --heads 4 --vocab-size 256 --padded-vocab-size 256
   --max-seq-len 32 --seq 32 --batch 8 --steps "$steps" --lr 3e-3 --weight-decay 0.01 --grad-clip 1
