@@ -2,6 +2,7 @@
 /* Shard files: written, verified, read into pieces; see sckpt_internal.h. */
 #include "sckpt_internal.h"
 #include "dtrain_file.h"
+#include "dtrain_grow.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "dtrain_pcomm.h"
@@ -231,14 +232,8 @@ int sckpt_segs_add(struct sckpt_segs *l, uint64_t whole, uint64_t count)
         l->s[l->n - 1].count += count; /* goes on from the last part: one segment */
         return 0;
     }
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        struct sckpt_seg *more = realloc(l->s, cap * sizeof *more);
-        if (more == NULL)
-            return -1;
-        l->s = more;
-        l->cap = cap;
-    }
+    if (dtrain_grow((void **)&l->s, &l->cap, l->n, sizeof *l->s, 64) != 0)
+        return -1;
     l->s[l->n++] = (struct sckpt_seg){whole, count};
     return 0;
 }

@@ -4,6 +4,7 @@
 #include "dtrain_ckpt_async.h"
 #include "dtrain_dp.h"
 #include "dtrain_env.h"
+#include "dtrain_grow.h"
 #include "dtrain_inject.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
@@ -145,15 +146,9 @@ static void add_run(void *ctx, const struct dtrain_shard_run *run)
     struct runs *l = ctx;
     if (l->oom)
         return;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        struct dtrain_shard_run *more = realloc(l->r, cap * sizeof *more);
-        if (more == NULL) {
-            l->oom = 1;
-            return;
-        }
-        l->r = more;
-        l->cap = cap;
+    if (dtrain_grow((void **)&l->r, &l->cap, l->n, sizeof *l->r, 256) != 0) {
+        l->oom = 1;
+        return;
     }
     l->r[l->n++] = *run;
 }
@@ -165,14 +160,8 @@ struct pieces {
 
 static int add_piece(struct pieces *l, struct dtrain_sckpt_piece piece)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        struct dtrain_sckpt_piece *more = realloc(l->p, cap * sizeof *more);
-        if (more == NULL)
-            return -1;
-        l->p = more;
-        l->cap = cap;
-    }
+    if (dtrain_grow((void **)&l->p, &l->cap, l->n, sizeof *l->p, 256) != 0)
+        return -1;
     l->p[l->n++] = piece;
     return 0;
 }

@@ -6,20 +6,8 @@
 #include <string.h>
 
 #include "comm_backend.h"
+#include "dtrain_grow.h"
 #include "net.h"
-
-static int grow(void **items, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    size_t next = *cap ? *cap * 2 : 64;
-    void *p = realloc(*items, next * size);
-    if (p == NULL)
-        return -1;
-    *items = p;
-    *cap = next;
-    return 0;
-}
 
 void engine_begin(struct engine_plan *p, struct link *s, struct link *r, enum wire_op op, unsigned arg,
                   unsigned root, size_t send_count, size_t recv_count)
@@ -46,7 +34,7 @@ long engine_send(struct engine_plan *p, const void *src, size_t bytes, long dep)
 {
     if (bytes == 0)
         return -1;
-    if (grow((void **)&p->send, &p->send_cap, p->nsend, sizeof *p->send) != 0) {
+    if (dtrain_grow((void **)&p->send, &p->send_cap, p->nsend, sizeof *p->send, 64) != 0) {
         p->out_of_memory = 1;
         return -1;
     }
@@ -59,7 +47,7 @@ long engine_recv(struct engine_plan *p, void *dst, size_t bytes, enum recv_kind 
 {
     if (bytes == 0)
         return -1;
-    if (grow((void **)&p->recv, &p->recv_cap, p->nrecv, sizeof *p->recv) != 0) {
+    if (dtrain_grow((void **)&p->recv, &p->recv_cap, p->nrecv, sizeof *p->recv, 64) != 0) {
         p->out_of_memory = 1;
         return -1;
     }
