@@ -15,7 +15,9 @@
  * how many hellos were sent again (stats.rejoined: a loaded machine),
  * and total / n without those: constant when the bootstrap's bytes are O(n) in total
  * (the baseline is the smallest n of the same run: ratio 1.0 means the
- * same bytes per member). */
+ * same bytes per member), and the wall time from the first member's start
+ * to the last one's init returning (with the members' staggered starts:
+ * n/PROCS * STAGGER_US of it is the stagger), against the first n's. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -124,7 +126,14 @@ static void run_members(int lo, int hi, int n, const char *id, int listen_fd, in
     free(t);
 }
 
-static int measure(int n, struct report *all)
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int measure(int n, struct report *all, int64_t *ms)
 {
     char id[DTRAIN_BOOTSTRAP_ID_MAX], err[256];
     int listen_fd = -1, pipes[PROCS][2], procs = n < PROCS ? n : PROCS, rc = 0;
@@ -135,6 +144,7 @@ static int measure(int n, struct report *all)
         return -1;
     }
     fflush(NULL);
+    int64_t start = now_ms();
     for (int p = 0; p < procs; p++) {
         int lo = (int)((long)n * p / procs), hi = (int)((long)n * (p + 1) / procs);
         if (pipe(pipes[p]) != 0 || (pids[p] = fork()) < 0) {
@@ -167,6 +177,7 @@ static int measure(int n, struct report *all)
             memcpy(all->err, r.err, sizeof all->err);
         all->failed += r.failed;
     }
+    *ms = now_ms() - start;
     if (all->failed > 0) {
         fprintf(stderr, "dtrain-bench-boot: n=%d: %d members failed; first: %s\n", n, all->failed, all->err);
         rc = -1;
@@ -198,22 +209,29 @@ int main(int argc, char **argv)
     }
     printf("cpu bootstrap bytes (real dtrain_comm_init, %d processes x threads, %d members per host id, TCP)\n",
            PROCS, PER_HOST);
-    printf("%8s %14s %12s %9s %14s %10s\n", "n", "total bytes", "leader", "rejoins", "bytes/member", "vs first n");
-    double base = 0;
+    printf("%8s %14s %12s %9s %14s %10s %9s %10s\n", "n", "total bytes", "leader", "rejoins", "bytes/member",
+           "vs first n", "ms", "vs first n");
+    double base = 0, base_ms = 0;
     for (int i = 0; i < nsizes; i++) {
         struct report r;
-        if (measure(sizes[i], &r) != 0)
+        int64_t ms;
+        if (measure(sizes[i], &r, &ms) != 0)
             return 1;
         /* A hello sent again because the machine was too loaded to send
          * it before the leader's pending list filled is not what the
          * protocol costs: bytes/member leaves those out. */
         double per = (double)(r.total - r.rejoined * WIRE_HELLO_LEN) / sizes[i];
-        if (i == 0)
+        if (i == 0) {
             base = per;
-        printf("%8d %14llu %12llu %9llu %14.1f %9.2fx\n", sizes[i], (unsigned long long)r.total,
-               (unsigned long long)r.max, (unsigned long long)r.rejoined, per, per / base);
+            base_ms = ms > 0 ? (double)ms : 1.0;
+        }
+        printf("%8d %14llu %12llu %9llu %14.1f %9.2fx %9lld %9.1fx\n", sizes[i], (unsigned long long)r.total,
+               (unsigned long long)r.max, (unsigned long long)r.rejoined, per, per / base, (long long)ms,
+               (double)ms / base_ms);
         fflush(stdout);
     }
-    printf("bytes/member constant (ratio ~1) = O(n) in total; growing with n = O(n^2)\n");
+    printf("bytes/member constant (ratio ~1) = O(n) in total; growing with n = O(n^2); ms includes the members'\n"
+           "staggered starts (%d us apart in each of %d processes: n/%d x %d us)\n", STAGGER_US, PROCS, PROCS,
+           STAGGER_US);
     return 0;
 }
