@@ -621,11 +621,9 @@ static int leader_fd_budget(struct dtrain_comm *c, const struct cpu_comm *cc, ch
         if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
             return 0;
     }
-    dtrain_snprintf(why, whylen, "the leader of a group of %d members needs about %llu file descriptors (one "
-                    "connection per member), but may open only %llu (hard limit %llu): raise the limit with "
-                    "`ulimit -n %llu` where the job starts (a site's hard limit: limits.conf, or Slurm's "
-                    "PropagateResourceLimits)", c->size, need, (unsigned long long)rl.rlim_cur,
-                    (unsigned long long)rl.rlim_max, need);
+    dtrain_snprintf(why, whylen, "the leader of %d members needs about %llu file descriptors (one per member) "
+                    "but may open %llu (hard limit %llu): run `ulimit -n %llu` where the job starts", c->size, need,
+                    (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, need);
     return -DTRAIN_COMM_ESYS;
 }
 
