@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-boot: the bytes the cpu backend's bootstrap sends, at
- * n = 16, 256 and 4096 members (or the sizes given), against O(n).
+ * n = 16, 256 and 4096 members (or the sizes given), against O(n), and its
+ * wall time.  Usage: dtrain-bench-boot [--stagger-us N] [SIZE...]
  *
  * Runs the real bootstrap (dtrain_comm_init on a group whose id comes from
  * the launcher's own dtrain_bootstrap_id_make_cpu) of n members on this
  * machine: PROCS processes of n/PROCS threads each (threads, so that 4096
  * members fit in memory; processes, so that each one's descriptors fit in
- * its limit), started STAGGER_US apart in each process, 8 members per
+ * its limit), started STAGGER_US apart in each process (--stagger-us N:
+ * N us; 0: all at once, thousands of joiners together), 8 members per
  * fake host id, over TCP (shared memory would
  * send the same bytes plus a segment per link).  Each member reads its
  * stats.setup_bytes_sent once its init returned: every byte the bootstrap
@@ -37,7 +39,7 @@
 #define PROCS 8
 #define PER_HOST 8
 #define TIMEOUT_MS 300000
-#define STAGGER_US 10000 /* between two members' starts in one process */
+#define STAGGER_US 10000 /* default pause between two members' starts in one process */
 
 struct member {
     int rank, n, listen_fd;
@@ -85,7 +87,7 @@ struct report {
 };
 
 /* Members [lo, hi) as threads of this process. */
-static void run_members(int lo, int hi, int n, const char *id, int listen_fd, int out_fd)
+static void run_members(int lo, int hi, int n, const char *id, int listen_fd, long stagger_us, int out_fd)
 {
     struct report r = {0};
     struct member *m = calloc((size_t)(hi - lo), sizeof *m);
@@ -98,12 +100,12 @@ static void run_members(int lo, int hi, int n, const char *id, int listen_fd, in
         m[i] = (struct member){.rank = lo + i, .n = n, .id = id, .listen_fd = lo + i == 0 ? listen_fd : -1};
         if (pthread_create(&t[i], &attr, member_main, &m[i]) != 0)
             break;
-        /* Members join over a few seconds, not all at once: thousands of
-         * hellos in the same millisecond on 2 CPUs fill the leader's pending
-         * list with connections whose hello has not been written yet, which
-         * it drops as strangers (stats.rejoined), over and over. */
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = STAGGER_US * 1000L};
-        nanosleep(&pause, NULL);
+        /* By default members join over a few seconds, as a job's tasks
+         * start; with --stagger-us 0 all at once: their connections wait
+         * in the kernel's queue at the leader (cpu_comm.h, the pending list). */
+        struct timespec pause = {.tv_sec = stagger_us / 1000000, .tv_nsec = (stagger_us % 1000000) * 1000L};
+        if (stagger_us > 0)
+            nanosleep(&pause, NULL);
     }
     if (started < hi - lo) {
         r.failed = hi - lo - started;
@@ -133,7 +135,7 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int measure(int n, struct report *all, int64_t *ms)
+static int measure(int n, long stagger_us, struct report *all, int64_t *ms)
 {
     char id[DTRAIN_BOOTSTRAP_ID_MAX], err[256];
     int listen_fd = -1, pipes[PROCS][2], procs = n < PROCS ? n : PROCS, rc = 0;
@@ -155,7 +157,7 @@ static int measure(int n, struct report *all, int64_t *ms)
             close(pipes[p][0]);
             if (lo != 0)
                 close(listen_fd);
-            run_members(lo, hi, n, id, listen_fd, pipes[p][1]);
+            run_members(lo, hi, n, id, listen_fd, stagger_us, pipes[p][1]);
             _exit(0);
         }
         close(pipes[p][1]);
@@ -187,12 +189,20 @@ static int measure(int n, struct report *all, int64_t *ms)
 
 int main(int argc, char **argv)
 {
-    int sizes[16] = {16, 256, 4096}, nsizes = 3;
-    if (argc > 1) {
+    int sizes[16] = {16, 256, 4096}, nsizes = 3, first = 1;
+    long stagger_us = STAGGER_US;
+    char err[200];
+    if (argc > 2 && strcmp(argv[1], "--stagger-us") == 0) {
+        if (dtrain_parse_int(argv[2], 0, 1000000, "--stagger-us", &stagger_us, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrain-bench-boot: %s\n", err);
+            return 2;
+        }
+        first = 3;
+    }
+    if (argc > first) {
         nsizes = 0;
-        for (int i = 1; i < argc && nsizes < 16; i++) {
+        for (int i = first; i < argc && nsizes < 16; i++) {
             long v;
-            char err[200];
             if (dtrain_parse_int(argv[i], 2, 1 << 16, "group size", &v, err, sizeof err) != 0) {
                 fprintf(stderr, "dtrain-bench-boot: %s\n", err);
                 return 2;
@@ -215,7 +225,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nsizes; i++) {
         struct report r;
         int64_t ms;
-        if (measure(sizes[i], &r, &ms) != 0)
+        if (measure(sizes[i], stagger_us, &r, &ms) != 0)
             return 1;
         /* A hello sent again because the machine was too loaded to send
          * it before the leader's pending list filled is not what the
@@ -231,7 +241,7 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     printf("bytes/member constant (ratio ~1) = O(n) in total; growing with n = O(n^2); ms includes the members'\n"
-           "staggered starts (%d us apart in each of %d processes: n/%d x %d us)\n", STAGGER_US, PROCS, PROCS,
-           STAGGER_US);
+           "staggered starts (%ld us apart in each of %d processes: n/%d x %ld us; --stagger-us 0: all at once)\n",
+           stagger_us, PROCS, PROCS, stagger_us);
     return 0;
 }
