@@ -620,10 +620,14 @@ static int leader_fd_budget(struct dtrain_comm *c, const struct cpu_comm *cc, ch
                                 .rlim_max = rl.rlim_max};
         if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
             return 0;
+        dtrain_snprintf(why, whylen, "the leader of %d members needs %llu file descriptors, and raising its limit "
+                        "from %llu failed (%s): run `ulimit -n %llu` where the job starts", c->size, need,
+                        (unsigned long long)rl.rlim_cur, strerror(errno), need);
+        return -DTRAIN_COMM_ESYS;
     }
-    dtrain_snprintf(why, whylen, "the leader of %d members needs about %llu file descriptors (one per member) "
-                    "but may open %llu (hard limit %llu): run `ulimit -n %llu` where the job starts", c->size, need,
-                    (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, need);
+    dtrain_snprintf(why, whylen, "the leader of %d members needs %llu file descriptors but its hard limit is %llu: "
+                    "run `ulimit -n %llu` where the job starts, after raising the hard limit (limits.conf, "
+                    "slurmd's LimitNOFILE)", c->size, need, (unsigned long long)rl.rlim_max, need);
     return -DTRAIN_COMM_ESYS;
 }
 
