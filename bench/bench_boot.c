@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-bench-boot: the bytes the cpu backend's bootstrap sends, at
- * n = 16, 256 and 4096 members (or the sizes given), against O(n).
+ * n = 16, 256 and 4096 members (or the sizes given), against O(n), and its
+ * wall time.  Usage: dtrain-bench-boot [--stagger-us N] [SIZE...]
  *
  * Runs the real bootstrap (dtrain_comm_init on a group whose id comes from
  * the launcher's own dtrain_bootstrap_id_make_cpu) of n members on this
  * machine: PROCS processes of n/PROCS threads each (threads, so that 4096
  * members fit in memory; processes, so that each one's descriptors fit in
- * its limit), started STAGGER_US apart in each process, 8 members per
+ * its limit), started STAGGER_US apart in each process (--stagger-us N:
+ * N us; 0: all at once, thousands of joiners together), 8 members per
  * fake host id, over TCP (shared memory would
  * send the same bytes plus a segment per link).  Each member reads its
  * stats.setup_bytes_sent once its init returned: every byte the bootstrap
@@ -15,7 +17,9 @@
  * how many hellos were sent again (stats.rejoined: a loaded machine),
  * and total / n without those: constant when the bootstrap's bytes are O(n) in total
  * (the baseline is the smallest n of the same run: ratio 1.0 means the
- * same bytes per member). */
+ * same bytes per member), and the wall time from the first member's start
+ * to the last one's init returning (with the members' staggered starts:
+ * n/PROCS * STAGGER_US of it is the stagger), against the first n's. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -35,7 +39,7 @@
 #define PROCS 8
 #define PER_HOST 8
 #define TIMEOUT_MS 300000
-#define STAGGER_US 10000 /* between two members' starts in one process */
+#define STAGGER_US 10000 /* default pause between two members' starts in one process */
 
 struct member {
     int rank, n, listen_fd;
@@ -83,7 +87,7 @@ struct report {
 };
 
 /* Members [lo, hi) as threads of this process. */
-static void run_members(int lo, int hi, int n, const char *id, int listen_fd, int out_fd)
+static void run_members(int lo, int hi, int n, const char *id, int listen_fd, long stagger_us, int out_fd)
 {
     struct report r = {0};
     struct member *m = calloc((size_t)(hi - lo), sizeof *m);
@@ -96,12 +100,12 @@ static void run_members(int lo, int hi, int n, const char *id, int listen_fd, in
         m[i] = (struct member){.rank = lo + i, .n = n, .id = id, .listen_fd = lo + i == 0 ? listen_fd : -1};
         if (pthread_create(&t[i], &attr, member_main, &m[i]) != 0)
             break;
-        /* Members join over a few seconds, not all at once: thousands of
-         * hellos in the same millisecond on 2 CPUs fill the leader's pending
-         * list with connections whose hello has not been written yet, which
-         * it drops as strangers (stats.rejoined), over and over. */
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = STAGGER_US * 1000L};
-        nanosleep(&pause, NULL);
+        /* By default members join over a few seconds, as a job's tasks
+         * start; with --stagger-us 0 all at once: their connections wait
+         * in the kernel's queue at the leader (cpu_comm.h, the pending list). */
+        struct timespec pause = {.tv_sec = stagger_us / 1000000, .tv_nsec = (stagger_us % 1000000) * 1000L};
+        if (stagger_us > 0)
+            nanosleep(&pause, NULL);
     }
     if (started < hi - lo) {
         r.failed = hi - lo - started;
@@ -124,7 +128,14 @@ static void run_members(int lo, int hi, int n, const char *id, int listen_fd, in
     free(t);
 }
 
-static int measure(int n, struct report *all)
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int measure(int n, long stagger_us, struct report *all, int64_t *ms)
 {
     char id[DTRAIN_BOOTSTRAP_ID_MAX], err[256];
     int listen_fd = -1, pipes[PROCS][2], procs = n < PROCS ? n : PROCS, rc = 0;
@@ -135,6 +146,7 @@ static int measure(int n, struct report *all)
         return -1;
     }
     fflush(NULL);
+    int64_t start = now_ms();
     for (int p = 0; p < procs; p++) {
         int lo = (int)((long)n * p / procs), hi = (int)((long)n * (p + 1) / procs);
         if (pipe(pipes[p]) != 0 || (pids[p] = fork()) < 0) {
@@ -145,7 +157,7 @@ static int measure(int n, struct report *all)
             close(pipes[p][0]);
             if (lo != 0)
                 close(listen_fd);
-            run_members(lo, hi, n, id, listen_fd, pipes[p][1]);
+            run_members(lo, hi, n, id, listen_fd, stagger_us, pipes[p][1]);
             _exit(0);
         }
         close(pipes[p][1]);
@@ -167,6 +179,7 @@ static int measure(int n, struct report *all)
             memcpy(all->err, r.err, sizeof all->err);
         all->failed += r.failed;
     }
+    *ms = now_ms() - start;
     if (all->failed > 0) {
         fprintf(stderr, "dtrain-bench-boot: n=%d: %d members failed; first: %s\n", n, all->failed, all->err);
         rc = -1;
@@ -176,12 +189,20 @@ static int measure(int n, struct report *all)
 
 int main(int argc, char **argv)
 {
-    int sizes[16] = {16, 256, 4096}, nsizes = 3;
-    if (argc > 1) {
+    int sizes[16] = {16, 256, 4096}, nsizes = 3, first = 1;
+    long stagger_us = STAGGER_US;
+    char err[200];
+    if (argc > 2 && strcmp(argv[1], "--stagger-us") == 0) {
+        if (dtrain_parse_int(argv[2], 0, 1000000, "--stagger-us", &stagger_us, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrain-bench-boot: %s\n", err);
+            return 2;
+        }
+        first = 3;
+    }
+    if (argc > first) {
         nsizes = 0;
-        for (int i = 1; i < argc && nsizes < 16; i++) {
+        for (int i = first; i < argc && nsizes < 16; i++) {
             long v;
-            char err[200];
             if (dtrain_parse_int(argv[i], 2, 1 << 16, "group size", &v, err, sizeof err) != 0) {
                 fprintf(stderr, "dtrain-bench-boot: %s\n", err);
                 return 2;
@@ -198,22 +219,29 @@ int main(int argc, char **argv)
     }
     printf("cpu bootstrap bytes (real dtrain_comm_init, %d processes x threads, %d members per host id, TCP)\n",
            PROCS, PER_HOST);
-    printf("%8s %14s %12s %9s %14s %10s\n", "n", "total bytes", "leader", "rejoins", "bytes/member", "vs first n");
-    double base = 0;
+    printf("%8s %14s %12s %9s %14s %10s %9s %10s\n", "n", "total bytes", "leader", "rejoins", "bytes/member",
+           "vs first n", "ms", "vs first n");
+    double base = 0, base_ms = 0;
     for (int i = 0; i < nsizes; i++) {
         struct report r;
-        if (measure(sizes[i], &r) != 0)
+        int64_t ms;
+        if (measure(sizes[i], stagger_us, &r, &ms) != 0)
             return 1;
         /* A hello sent again because the machine was too loaded to send
          * it before the leader's pending list filled is not what the
          * protocol costs: bytes/member leaves those out. */
         double per = (double)(r.total - r.rejoined * WIRE_HELLO_LEN) / sizes[i];
-        if (i == 0)
+        if (i == 0) {
             base = per;
-        printf("%8d %14llu %12llu %9llu %14.1f %9.2fx\n", sizes[i], (unsigned long long)r.total,
-               (unsigned long long)r.max, (unsigned long long)r.rejoined, per, per / base);
+            base_ms = ms > 0 ? (double)ms : 1.0;
+        }
+        printf("%8d %14llu %12llu %9llu %14.1f %9.2fx %9lld %9.1fx\n", sizes[i], (unsigned long long)r.total,
+               (unsigned long long)r.max, (unsigned long long)r.rejoined, per, per / base, (long long)ms,
+               (double)ms / base_ms);
         fflush(stdout);
     }
-    printf("bytes/member constant (ratio ~1) = O(n) in total; growing with n = O(n^2)\n");
+    printf("bytes/member constant (ratio ~1) = O(n) in total; growing with n = O(n^2); ms includes the members'\n"
+           "staggered starts (%ld us apart in each of %d processes: n/%d x %ld us; --stagger-us 0: all at once)\n",
+           stagger_us, PROCS, PROCS, stagger_us);
     return 0;
 }

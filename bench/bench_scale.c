@@ -12,6 +12,20 @@
  *     bytes every node receives from Slurm's PMI2 fence, which hands each
  *     node the whole KVS (NCCL ids: "nccl:" + 256 hex digits); and the ids a
  *     task receives over WORLD instead.
+ *   cpu backend bootstrap of a group of n = 1k, 16k, 100k members
+ *     (computed, not run: the messages are made with the real encoders of
+ *     runtime/comm/cpu/wire.h, one per message the protocol sends, and
+ *     their bytes counted; dtrain-bench-boot runs the real bootstrap up to
+ *     8k members on one machine): what one member sends (BOOT and RING
+ *     hellos, ring-link reply and ack, READY, and its address lookups: over
+ *     WORLD at most 2 peers that are not ring neighbours, the checkpoint's
+ *     copy peer and rank 0; the PP transfers and the tied embedding go to
+ *     ring neighbours of the PP group and ask nothing), what the leader
+ *     sends (per member JOINED, the 56-byte neighbours message, DONE, and
+ *     the answers to its lookups) and the descriptors it holds (one
+ *     connection per member, kept for the lookups, its pending list, the
+ *     listening socket and ring links), against the whole table to every
+ *     member (20 + 12 n bytes each: the baseline).
  * Usage: dtrain-bench-scale [FIXTURE.xml]  (default: the source tree's
  * dgx-h100.xml).  Times are one run each on a shared machine: read the
  * ratio, not the absolute figure. */
@@ -21,9 +35,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu_comm.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
 #include "groups.h"
+#include "wire.h"
 
 #ifndef DTRAIN_FIXTURES_DIR
 #define DTRAIN_FIXTURES_DIR "tests/fixtures/topology"
@@ -106,6 +122,74 @@ static void kvs_volume(int T, int P, int D, struct kvs_volume *v)
     }
 }
 
+/* The cpu bootstrap of a group of n members, message by message with the
+ * real encoders (see the header): bytes one member sends, bytes the
+ * leader sends, the descriptors the leader holds, and the baseline (the
+ * whole table to every member) the leader sent before. */
+struct boot_cost {
+    double member, leader, whole_table;
+    long leader_fds;
+};
+
+static void boot_cost(int n, int lookups, struct boot_cost *b)
+{
+    unsigned char hello[WIRE_HELLO_LEN], table[WIRE_TABLE_LEN], reply[WIRE_REPLY_LEN], ack[WIRE_ACK_LEN],
+        lookup[WIRE_LOOKUP_LEN], answer[WIRE_ANSWER_LEN], byte = WIRE_BOOT_JOINED;
+    struct wire_hello h = {.kind = WIRE_BOOT, .group_size = (uint32_t)n, .from = 1, .port = 1};
+    struct wire_peer peer = {.port = 1};
+    memset(b, 0, sizeof *b);
+    /* A member: BOOT hello, RING hello, the reply and ack of its ring link
+     * (it receives from rank-1), READY, its lookups. */
+    wire_hello_encode(&h, hello);
+    b->member += sizeof hello;
+    h.kind = WIRE_RING;
+    wire_hello_encode(&h, hello);
+    b->member += sizeof hello;
+    wire_reply_encode(0, NULL, reply);
+    wire_ack_encode(1, ack);
+    b->member += sizeof reply + sizeof ack + sizeof byte;
+    for (int k = 0; k < lookups; k++) {
+        wire_lookup_encode((uint32_t)k, lookup);
+        b->member += sizeof lookup;
+    }
+    /* The leader: its own ring link's part, then per member JOINED, the
+     * neighbours message (head + 3 entries), DONE and the lookups' answers. */
+    b->leader = sizeof hello + sizeof reply + sizeof ack;
+    for (int i = 1; i < n; i++) {
+        wire_table_head_encode((uint32_t)n, (uint32_t)i, 8, table);
+        for (int k = 0; k < WIRE_TABLE_ENTRIES; k++)
+            wire_peer_encode(&peer, table + WIRE_TABLE_HEAD_LEN + (size_t)k * WIRE_TABLE_ENTRY_LEN);
+        b->leader += sizeof byte + sizeof table + sizeof byte;
+        for (int k = 0; k < lookups; k++) {
+            wire_answer_encode((uint32_t)k, &peer, answer);
+            b->leader += sizeof answer;
+        }
+        b->whole_table += WIRE_TABLE_HEAD_LEN + (double)n * WIRE_TABLE_ENTRY_LEN;
+    }
+    int pending = n / CPU_PENDING_PER_SLOT < CPU_MAX_PENDING          ? CPU_MAX_PENDING
+                  : n / CPU_PENDING_PER_SLOT > CPU_MAX_PENDING_LEADER ? CPU_MAX_PENDING_LEADER
+                                                                     : n / CPU_PENDING_PER_SLOT;
+    b->leader_fds = (long)(n - 1) + pending + 1 /* listening */ + 2 /* ring */ + 2 /* lookup thread's pipe */;
+}
+
+static void print_boot(const int *worlds, size_t nworlds)
+{
+    printf("\ncpu backend bootstrap of WORLD (n members; computed with the real wire encoders, not run)\n");
+    printf("%8s | %10s | %12s %10s | %12s %8s | %14s %8s\n", "n", "member B", "leader B", "leader B/n", "leader fds",
+           "fds/n", "whole table B", "x now");
+    for (size_t w = 0; w < nworlds; w++) {
+        struct boot_cost b;
+        boot_cost(worlds[w], 2, &b);
+        printf("%8d | %10.0f | %12.0f %10.1f | %12ld %8.3f | %14.3g %7.0fx\n", worlds[w], b.member, b.leader,
+               b.leader / worlds[w], b.leader_fds, (double)b.leader_fds / worlds[w], b.whole_table,
+               b.whole_table / b.leader);
+    }
+    printf("member B = what one member sends, the same at any n (O(1)); leader B/n constant = O(n) in all;\n"
+           "leader fds: one connection per member (kept for the address lookups) + its pending list: raise\n"
+           "`ulimit -n` past that (the leader raises its soft limit to the hard one itself); whole table B =\n"
+           "what the leader sent before (20 + 12 n to every member, O(n^2): baseline), x now = that / leader B.\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *xml = argc > 1 ? argv[1] : DTRAIN_FIXTURES_DIR "/dgx-h100.xml";
@@ -146,6 +230,7 @@ int main(int argc, char **argv)
            "dtrain-launch build now; KVS/node = bytes each node receives from the PMI2 fence (Slurm hands\n"
            "every node the whole KVS, nccl ids): 'was' one key per group leader (baseline), 'now' WORLD's\n"
            "id only; ids/task = the most ids one task then receives over WORLD (cpu / nccl), 272 bytes each.\n");
+    print_boot(worlds, sizeof worlds / sizeof worlds[0]);
     dtrain_topo_free(topo);
     return 0;
 }

@@ -39,11 +39,13 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
         return 0;
     }
     int64_t deadline = comm_now_ms() + c->timeout_ms;
+    cc->booting = 1;
     int rc = cpu_bootstrap(c, cc, g, deadline, why, sizeof why);
     if (rc == 0)
         rc = cpu_connect_ring(c, cc, deadline, why, sizeof why);
     if (rc == 0)
         rc = cpu_boot_done(c, cc, deadline, why, sizeof why);
+    cc->booting = 0;
     if (rc != 0) {
         dtrain_snprintf(err, errlen, "%s", why);
         return -rc;

@@ -4,14 +4,17 @@
 #include "cpu_comm.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,49 +75,87 @@ static int pending_check(const struct cpu_comm *cc, struct pending_conn *pc)
     return 0;
 }
 
-/* A slot for a new connection when the list is full: drop the unproven
- * connection waiting longest.  0 when a slot is free, -1 when every
- * pending connection has shown the secret. */
-static int make_room(struct dtrain_comm *c, struct cpu_comm *cc)
+/* Whether the kernel's queue of connections not yet accepted on fd is half
+ * full or more (Linux reports a listening socket's queue length and bound
+ * in tcp_info: tcpi_unacked, tcpi_sacked); 1 when it cannot tell. */
+static int queue_crowded(int fd)
 {
-    if (cc->npending < CPU_MAX_PENDING)
-        return 0;
-    int victim = -1;
-    for (int i = 0; i < cc->npending; i++)
-        if (!cc->pending[i].proven && (victim < 0 || cc->pending[i].deadline_ms < cc->pending[victim].deadline_ms))
-            victim = i;
-    if (victim < 0)
-        return -1;
-    refuse(c, cc->pending[victim].fd);
-    drop_pending(cc, victim);
-    return 0;
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_sacked == 0)
+        return 1;
+    return 2 * (uint64_t)ti.tcpi_unacked >= ti.tcpi_sacked;
 }
 
-/* Take new connections off the listening socket into the pending list,
- * reading at once what each has already sent (a member's hello is usually
- * there), so that strangers are told apart before they take a slot. */
+/* The pending connection to drop for a new one when the list is full: the
+ * unproven one waiting longest, when it waited CPU_PENDING_MIN_AGE_MS or
+ * the kernel's queue is crowded (cpu_comm.h); -1: none, the new
+ * connections wait in the kernel's queue. */
+static int pending_victim(const struct cpu_comm *cc, int64_t now)
+{
+    int victim = -1;
+    for (int i = 0; i < cc->npending; i++)
+        if (!cc->pending[i].proven && (victim < 0 || cc->pending[i].accepted_ms < cc->pending[victim].accepted_ms))
+            victim = i;
+    if (victim >= 0 && now - cc->pending[victim].accepted_ms < CPU_PENDING_MIN_AGE_MS && !queue_crowded(cc->listen_fd))
+        victim = -1;
+    return victim;
+}
+
+/* Whether a new connection may be taken now (a free slot, or one to drop). */
+static int pending_room(const struct cpu_comm *cc, int64_t now)
+{
+    return cc->npending < cc->max_pending || pending_victim(cc, now) >= 0;
+}
+
+/* Take new connections off the listening socket into the pending list while
+ * there is room, reading at once what each has already sent (a member's
+ * hello is usually there), so that strangers are told apart before they
+ * take a slot.  Stops at a whole hello, for the caller to take first. */
 static int accept_new(struct dtrain_comm *c, struct cpu_comm *cc, char *why, size_t whylen)
 {
     for (;;) {
+        int64_t now = comm_now_ms();
+        if (!pending_room(cc, now))
+            return 0; /* the rest wait in the kernel's queue */
         int fd = accept4(cc->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
                 return 0;
-            dtrain_snprintf(why, whylen, "accept: %s", strerror(errno));
+            if (errno == EMFILE || errno == ENFILE) {
+                struct rlimit rl;
+                unsigned long long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (unsigned long long)rl.rlim_cur : 0;
+                dtrain_snprintf(why, whylen, "accept: %s (this process may open %llu: raise `ulimit -n` for a "
+                                "group of %d members)", strerror(errno), lim, c->size);
+            } else {
+                dtrain_snprintf(why, whylen, "accept: %s", strerror(errno));
+            }
             return -DTRAIN_COMM_ESYS;
         }
-        struct pending_conn pc = {.fd = fd, .deadline_ms = comm_now_ms() + CPU_PROVE_TIMEOUT_MS};
+        struct pending_conn pc = {.fd = fd, .accepted_ms = now, .deadline_ms = now + CPU_PROVE_TIMEOUT_MS};
         ssize_t n = recv(fd, pc.buf, WIRE_HELLO_LEN, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             refuse(c, fd);
             continue;
         }
         pc.got = n > 0 ? (size_t)n : 0;
-        if (pending_check(cc, &pc) != 0 || make_room(c, cc) != 0) {
+        if (pending_check(cc, &pc) != 0) {
             refuse(c, fd);
             continue;
         }
+        if (cc->npending == cc->max_pending) {
+            int victim = pending_victim(cc, now);
+            if (victim < 0) { /* cannot happen: room was there and nothing was added */
+                refuse(c, fd);
+                continue;
+            }
+            refuse(c, cc->pending[victim].fd);
+            drop_pending(cc, victim);
+        }
         cc->pending[cc->npending++] = pc;
+        if (pc.got == WIRE_HELLO_LEN)
+            return 0;
     }
 }
 
@@ -234,13 +275,22 @@ static int accept_hello(struct dtrain_comm *c, struct cpu_comm *cc, enum wire_he
         int rc = net_check(c, deadline_ms, why, whylen);
         if (rc != 0)
             return rc;
-        struct pollfd p[1 + CPU_MAX_PENDING];
-        int np = 0;
-        p[np++] = (struct pollfd){.fd = cc->listen_fd, .events = POLLIN};
+        /* Hellos that came whole (with their connection, or while an
+         * earlier call returned another): no more bytes will wake poll
+         * for them. */
+        for (int i = cc->npending - 1; i >= 0; i--)
+            if (cc->pending[i].got == WIRE_HELLO_LEN && complete_pending(c, cc, i, kind, from, fd_out, h))
+                return 0;
+        /* The listening socket only while a new connection can be taken:
+         * else it stays readable and poll would not sleep. */
+        struct pollfd *p = cc->poll;
+        int np = 0, listening = pending_room(cc, comm_now_ms());
+        p[np++] = (struct pollfd){.fd = listening ? cc->listen_fd : -1, .events = POLLIN};
         for (int i = 0; i < cc->npending; i++)
             p[np++] = (struct pollfd){.fd = cc->pending[i].fd, .events = POLLIN};
         int64_t left = deadline_ms - comm_now_ms();
-        if (poll(p, (nfds_t)np, (int)(left < ACCEPT_SLICE_MS ? (left > 0 ? left : 0) : ACCEPT_SLICE_MS)) < 0 &&
+        int slice = cc->booting ? CPU_BOOT_WATCH_MS : ACCEPT_SLICE_MS;
+        if (poll(p, (nfds_t)np, (int)(left < slice ? (left > 0 ? left : 0) : slice)) < 0 &&
             errno != EINTR) {
             dtrain_snprintf(why, whylen, "poll: %s", strerror(errno));
             return -DTRAIN_COMM_ESYS;
@@ -258,11 +308,6 @@ static int accept_hello(struct dtrain_comm *c, struct cpu_comm *cc, enum wire_he
         }
         if (p[0].revents != 0 && (rc = accept_new(c, cc, why, whylen)) != 0)
             return rc;
-        /* Hellos that came whole with their connection: no more bytes will
-         * wake poll for them. */
-        for (int i = cc->npending - 1; i >= 0; i--)
-            if (cc->pending[i].got == WIRE_HELLO_LEN && complete_pending(c, cc, i, kind, from, fd_out, h))
-                return 0;
     }
 }
 
@@ -424,6 +469,7 @@ static int member_hello(struct dtrain_comm *c, struct cpu_comm *cc, const struct
     struct sockaddr_in me;
     char text[32];
     int rc = 0;
+    uint32_t draw = ((uint32_t)getpid() * 2654435761u ^ (uint32_t)c->rank * 40503u ^ (uint32_t)comm_now_ms()) | 1u;
     for (int dropped = 0;; dropped++) {
         int fd = -1;
         unsigned char byte = 0;
@@ -459,7 +505,17 @@ static int member_hello(struct dtrain_comm *c, struct cpu_comm *cc, const struct
         }
         if (rc != -DTRAIN_COMM_EPEER || (rc = net_check(c, deadline_ms, why, whylen)) != 0)
             break;
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = NET_RETRY_MS * 1000000L};
+        /* Dropped with the strangers: back off (cpu_comm.h, CPU_REJOIN_MAX_MS). */
+        long d = NET_RETRY_MS;
+        for (int k = 0; k < dropped && d < CPU_REJOIN_MAX_MS; k++)
+            d *= 2;
+        if (d > CPU_REJOIN_MAX_MS)
+            d = CPU_REJOIN_MAX_MS;
+        draw ^= draw << 13; /* xorshift32: this member's own sequence, no shared state */
+        draw ^= draw >> 17;
+        draw ^= draw << 5;
+        long ms = d / 2 + (long)(draw % (uint32_t)(d / 2 + 1));
+        struct timespec pause = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
         nanosleep(&pause, NULL);
         atomic_fetch_add(&c->rejoined, 1);
     }
@@ -530,6 +586,51 @@ out:
     return rc;
 }
 
+/* Descriptors this process has open now (/proc/self/fd; 64 when it
+ * cannot tell). */
+static unsigned long long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return 64;
+    unsigned long long n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n > 0 ? n - 1 : 0; /* not the directory's own */
+}
+
+/* The leader keeps one connection per member from the join to its
+ * communicator's end (the address lookups), besides its pending list: at
+ * thousands of members more than a default soft RLIMIT_NOFILE of 1024.
+ * Raise the soft limit to the hard one when that is too few (as servers
+ * do; the limit is the process's), or fail now with what to do, instead
+ * of failing in accept once that many members joined. */
+static int leader_fd_budget(struct dtrain_comm *c, const struct cpu_comm *cc, char *why, size_t whylen)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0; /* cannot tell: accept says so if it comes to that */
+    unsigned long long need = open_fds() + (unsigned long long)(c->size - 1) + (unsigned long long)cc->max_pending +
+                              CPU_FD_SPARE;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+        struct rlimit raised = {.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)need : rl.rlim_max,
+                                .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            return 0;
+        dtrain_snprintf(why, whylen, "the leader of %d members needs %llu file descriptors, and raising its limit "
+                        "from %llu failed (%s): run `ulimit -n %llu` where the job starts", c->size, need,
+                        (unsigned long long)rl.rlim_cur, strerror(errno), need);
+        return -DTRAIN_COMM_ESYS;
+    }
+    dtrain_snprintf(why, whylen, "the leader of %d members needs %llu file descriptors but its hard limit is %llu: "
+                    "run `ulimit -n %llu` where the job starts, after raising the hard limit (limits.conf, "
+                    "slurmd's LimitNOFILE)", c->size, need, (unsigned long long)rl.rlim_max, need);
+    return -DTRAIN_COMM_ESYS;
+}
+
 int cpu_bootstrap(struct dtrain_comm *c, struct cpu_comm *cc, const struct dtrain_comm_group *g,
                   int64_t deadline_ms, char *why, size_t whylen)
 {
@@ -540,10 +641,16 @@ int cpu_bootstrap(struct dtrain_comm *c, struct cpu_comm *cc, const struct dtrai
         dtrain_snprintf(why, whylen, "'%.80s' is not a cpu bootstrap id (cpu:<IPv4>:<port>:<32 hex digits>)", g->id);
         return -DTRAIN_COMM_EINVAL;
     }
+    cc->max_pending = CPU_MAX_PENDING;
+    if (c->rank == 0 && c->size / CPU_PENDING_PER_SLOT > cc->max_pending)
+        cc->max_pending = c->size / CPU_PENDING_PER_SLOT < CPU_MAX_PENDING_LEADER ? c->size / CPU_PENDING_PER_SLOT
+                                                                                  : CPU_MAX_PENDING_LEADER;
     cc->table = calloc((size_t)c->size, sizeof *cc->table);
     cc->p2p_out = calloc((size_t)c->size, sizeof *cc->p2p_out);
     cc->p2p_in = calloc((size_t)c->size, sizeof *cc->p2p_in);
-    if (cc->table == NULL || cc->p2p_out == NULL || cc->p2p_in == NULL) {
+    cc->pending = calloc((size_t)cc->max_pending, sizeof *cc->pending);
+    cc->poll = calloc(1 + (size_t)cc->max_pending, sizeof *cc->poll);
+    if (cc->table == NULL || cc->p2p_out == NULL || cc->p2p_in == NULL || cc->pending == NULL || cc->poll == NULL) {
         dtrain_snprintf(why, whylen, "out of memory for %d members", c->size);
         return -DTRAIN_COMM_ESYS;
     }
@@ -566,7 +673,8 @@ int cpu_bootstrap(struct dtrain_comm *c, struct cpu_comm *cc, const struct dtrai
         dtrain_snprintf(why, whylen, "fcntl(listen_fd): %s", strerror(errno));
         return -DTRAIN_COMM_ESYS;
     }
-    return leader_gather(c, cc, deadline_ms, why, whylen);
+    int rc = leader_fd_budget(c, cc, why, whylen);
+    return rc != 0 ? rc : leader_gather(c, cc, deadline_ms, why, whylen);
 }
 
 /* ------------------------------------------------------------------ step 4: ring links */
@@ -1051,5 +1159,7 @@ void cpu_comm_close(struct cpu_comm *cc, int size)
     free(cc->p2p_in);
     free(cc->table);
     free(cc->scratch);
+    free(cc->pending);
+    free(cc->poll);
     free(cc);
 }

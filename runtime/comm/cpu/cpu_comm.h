@@ -39,6 +39,7 @@
 #define DTRAIN_COMM_CPU_COMM_H
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,17 +53,41 @@ struct dtrain_comm;
  * a connection must show the group's secret (the first 24 bytes of its
  * hello; a member sends all 128 at once right after connecting) within
  * CPU_PROVE_TIMEOUT_MS, and complete its hello within CPU_HELLO_TIMEOUT_MS.
- * When the list is full, a connection that has not shown the secret goes
- * (the one waiting longest), never one that has; with none such, the new
- * connection is refused. */
+ * The list holds CPU_MAX_PENDING connections at a member (ring and
+ * point-to-point links: a few peers), and at the leader one per
+ * CPU_PENDING_PER_SLOT members of the group, between CPU_MAX_PENDING and
+ * CPU_MAX_PENDING_LEADER (n-1 members join at once; on a loaded host a
+ * member's hello may come some time after its connection).  When the list
+ * is full, a connection that has not shown the secret goes (the one waiting
+ * longest), never one that has; and only one that waited
+ * CPU_PENDING_MIN_AGE_MS, unless the kernel's queue of connections not yet
+ * accepted is half full: until then the new connections wait in that
+ * queue, where a member's hello keeps arriving, instead of pushing out a
+ * member whose hello is a few milliseconds late.  A stranger's silent
+ * connection still goes after at most that age (a flood fills the queue:
+ * then at once). */
 #define CPU_MAX_PENDING 32
+#define CPU_MAX_PENDING_LEADER 512
+#define CPU_PENDING_PER_SLOT 8
+#define CPU_PENDING_MIN_AGE_MS 200
 #define CPU_PROVE_TIMEOUT_MS 3000
 #define CPU_HELLO_TIMEOUT_MS 10000
+
+/* A member whose hello the leader dropped unread joins again after a
+ * random pause in [d/2, d], d = NET_RETRY_MS * 2^drops up to
+ * CPU_REJOIN_MAX_MS: members dropped together do not all come back in the
+ * same millisecond. */
+#define CPU_REJOIN_MAX_MS 2000
+
+/* Descriptors the leader keeps besides one per member and its pending list
+ * (listening socket, ring links, the lookup thread's pipe, a margin). */
+#define CPU_FD_SPARE 16
 
 struct pending_conn {
     int fd;
     size_t got;
     unsigned char buf[WIRE_HELLO_LEN];
+    int64_t accepted_ms;  /* when it was taken off the kernel's queue */
     int64_t deadline_ms;  /* prove the secret by then, then complete the hello */
     int proven;           /* the secret came: a member */
 };
@@ -79,8 +104,9 @@ struct cpu_comm {
     struct link *prev;       /* ring: rank-1 -> this member */
     struct link **p2p_out;   /* [size], opened on first send to a non-neighbour */
     struct link **p2p_in;    /* [size], accepted on the way */
-    struct pending_conn pending[CPU_MAX_PENDING];
-    int npending;
+    struct pending_conn *pending; /* [max_pending] */
+    int npending, max_pending;
+    struct pollfd *poll;     /* [1 + max_pending]: accept_hello's */
     int stash_fd;            /* a RING hello that came before it was awaited, or -1 */
     struct wire_hello stash;
     float *scratch;          /* reduce-scatter's partial sums, 3 * RING_CHUNK_FLOATS */
@@ -89,6 +115,7 @@ struct cpu_comm {
      * each member ([size], -1 for itself), a member's to the leader. */
     int *boot_fds;
     int boot_fd;
+    int booting;             /* in cpu_init's bootstrap: waits sleep longer (net.c) */
     int64_t boot_watch_ms;   /* when the watch looks next */
     /* After step 5: a member's BOOT connection, for address lookups (-1 at
      * the leader); the leader's thread answering them on its connections. */

@@ -17,8 +17,18 @@
 #include "cpu_comm.h"
 #include "dtrain_parse.h"
 
-/* How long one poll may sleep before the abort flag is looked at again. */
+/* How long one poll may sleep before the abort flag is looked at again;
+ * during a bootstrap (cpu_comm.h: booting) as long as the watch's interval:
+ * thousands of members waiting for the leader on a few CPUs, each waking
+ * every 20 ms for nothing, would take the CPU the leader needs to let them
+ * in (a wait still ends at once when its socket is ready). */
 #define NET_POLL_SLICE_MS 20
+
+static int slice_ms(const struct dtrain_comm *c)
+{
+    const struct cpu_comm *cc = c->impl;
+    return cc != NULL && cc->booting ? CPU_BOOT_WATCH_MS : NET_POLL_SLICE_MS;
+}
 
 int64_t comm_now_ms(void)
 {
@@ -51,7 +61,8 @@ static int wait_fd(struct dtrain_comm *c, int fd, short events, int64_t deadline
         return rc;
     int64_t left = deadline_ms - comm_now_ms();
     struct pollfd p = {.fd = fd, .events = events};
-    int n = poll(&p, 1, (int)(left < NET_POLL_SLICE_MS ? left : NET_POLL_SLICE_MS));
+    int slice = slice_ms(c);
+    int n = poll(&p, 1, (int)(left < slice ? left : slice));
     if (n < 0 && errno != EINTR) {
         dtrain_snprintf(why, whylen, "poll: %s", strerror(errno));
         return -DTRAIN_COMM_ESYS;
