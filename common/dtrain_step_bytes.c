@@ -17,6 +17,11 @@ const char *dtrain_explain_group_name(enum dtrain_explain_group g)
     return (int)g >= 0 && g < DTRAIN_EXPLAIN_GROUPS ? name[g] : "?";
 }
 
+int dtrain_explain_group_size(enum dtrain_explain_group g, int T, int P, int D)
+{
+    return g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : g == DTRAIN_EXPLAIN_DP ? D : T * P * D;
+}
+
 static double padded_vocab(const struct dtrain_model_size *m, int T)
 {
     return m->padded_vocab > 0 ? (double)m->padded_vocab : (double)((m->vocab + T - 1) / T * T);

@@ -80,6 +80,8 @@ double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int 
                                   enum dtrain_explain_group g, int stage);
 /* Parameters (floats) of one rank of pipeline stage `stage` (its TP slice). */
 double dtrain_explain_stage_params(const struct dtrain_model_size *m, int T, int P, int stage);
+/* Members of a group of kind g in a T x P x D grid: T, P, D or T*P*D. */
+int dtrain_explain_group_size(enum dtrain_explain_group g, int T, int P, int D);
 /* "TP", "PP", "DP", "WORLD". */
 const char *dtrain_explain_group_name(enum dtrain_explain_group g);
 

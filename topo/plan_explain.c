@@ -68,7 +68,7 @@ int dtrain_explain_rank_links(const dtrain_plan *plan, const dtrain_topo *node, 
     dtrain_coords_of(rank, T, D, &tp, &dp, &pp);
     int tp_domain = T > s->tasks_per_node; /* TP crossing nodes only inside an NVLink domain */
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        int size = g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : g == DTRAIN_EXPLAIN_DP ? D : T * P * D;
+        int size = dtrain_explain_group_size((enum dtrain_explain_group)g, T, P, D);
         snprintf(out->kind[g], sizeof out->kind[g], "-");
         if (size < 2)
             continue;
@@ -123,7 +123,7 @@ int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const
     out->params = 12.0 * (double)m->layers * H * H + 13.0 * (double)m->layers * H + (double)(m->padded_vocab > 0 ? m->padded_vocab : m->vocab) * H +
                   (double)(m->max_seq > 0 ? m->max_seq : m->seq) * H + 2.0 * H;
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        int size = g == DTRAIN_EXPLAIN_TP ? T : g == DTRAIN_EXPLAIN_PP ? P : g == DTRAIN_EXPLAIN_DP ? D : T * P * D;
+        int size = dtrain_explain_group_size((enum dtrain_explain_group)g, T, P, D);
         for (int st = 0; st < P; st++) {
             double b = dtrain_explain_group_bytes(m, T, P, D, (enum dtrain_explain_group)g, st) / size;
             if (b > out->bytes[g]) {

@@ -80,10 +80,13 @@ const char *dtrain_traffic_link(const struct dtrain_comms *comms, enum dtrain_ex
     return shm && tcp ? "shared memory + TCP" : tcp ? "TCP" : shm ? "shared memory" : "-";
 }
 
-static int group_size(const struct dtrain_bootstrap *bs, enum dtrain_explain_group g)
+/* What the model says each member of this rank's group of kind g sends in a step. */
+static double member_bytes(const struct dtrain_model_size *m, const struct dtrain_bootstrap *bs,
+                           enum dtrain_explain_group g)
 {
-    return g == DTRAIN_EXPLAIN_TP ? bs->tp : g == DTRAIN_EXPLAIN_PP ? bs->pp : g == DTRAIN_EXPLAIN_DP ? bs->dp
-                                                                                                    : bs->world_size;
+    int size = dtrain_explain_group_size(g, bs->tp, bs->pp, bs->dp);
+    double b = dtrain_explain_group_bytes(m, bs->tp, bs->pp, bs->dp, g, bs->pp_rank);
+    return size > 0 ? b / size : 0.0;
 }
 
 int dtrain_traffic_links(struct dtrain_group_links *links, char *err, size_t errlen)
@@ -120,22 +123,22 @@ void dtrain_traffic_explain(FILE *out, const char *prog, const struct dtrain_tra
             m.virtual_stages > 1 ? ", interleaved" : "", m.sequence_parallel ? ", sequence parallel" : "",
             m.recompute_full ? ", full recompute" : "", m.zero_stage, bs->rank);
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        int size = group_size(bs, (enum dtrain_explain_group)g);
-        double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
+        enum dtrain_explain_group k = (enum dtrain_explain_group)g;
+        int size = dtrain_explain_group_size(k, bs->tp, bs->pp, bs->dp);
+        double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, k, bs->pp_rank);
         double per = size > 0 ? b / size : 0.0;
-        char predicted[160] = "", link[64];
+        char predicted[160] = "";
         size_t at = 0;
         if (links && links->gbps[g] > 0) {
             double sec = dtrain_explain_seconds(per, links->gbps[g]);
-            snprintf(link, sizeof link, "%s %.6g GB/s", links->kind[g], links->gbps[g]);
-            appendf(predicted, sizeof predicted, &at, "; slowest link %s: predicted %.3f ms", link, sec * 1e3);
+            appendf(predicted, sizeof predicted, &at, "; slowest link %s %.6g GB/s: predicted %.3f ms",
+                    links->kind[g], links->gbps[g], sec * 1e3);
             total += sec;
         } else if (links) {
             appendf(predicted, sizeof predicted, &at, "; no link (one member)");
         }
         fprintf(out, "%s: explain: %-5s group of %d: %.0f bytes in all, %.0f per member, over %s%s\n", prog,
-                dtrain_explain_group_name((enum dtrain_explain_group)g), size, b, per,
-                dtrain_traffic_link(comms, (enum dtrain_explain_group)g), predicted);
+                dtrain_explain_group_name(k), size, b, per, dtrain_traffic_link(comms, k), predicted);
     }
     if (links)
         fprintf(out, "%s: explain: predicted communication per step: %.3f ms (no overlap with compute: an upper "
@@ -157,22 +160,19 @@ void dtrain_traffic_report(FILE *out, const char *prog, const struct dtrain_trai
     char line[1024];
     size_t at = 0;
     appendf(line, sizeof line, &at, "%s: rank %d step %ld: sent", prog, bs->rank, step);
+    double per[DTRAIN_EXPLAIN_GROUPS];
     for (int g = 0; g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        int size = group_size(bs, (enum dtrain_explain_group)g);
-        double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
+        per[g] = member_bytes(&m, bs, (enum dtrain_explain_group)g);
         appendf(line, sizeof line, &at, "%s %s %llu (group average %.0f)", g ? "," : "",
                 dtrain_explain_group_name((enum dtrain_explain_group)g), (unsigned long long)(now[g] - before[g]),
-                size > 0 ? b / size : 0.0);
+                per[g]);
     }
     appendf(line, sizeof line, &at, "; waited: pipeline %.3f ms, TP %.3f ms, DP exposed %.3f ms", pipe_wait_ms,
             tp_comm_ms, dp_exposed_ms);
-    for (int g = 0; links && g < DTRAIN_EXPLAIN_GROUPS; g++) {
-        int size = group_size(bs, (enum dtrain_explain_group)g);
-        double b = dtrain_explain_group_bytes(&m, bs->tp, bs->pp, bs->dp, (enum dtrain_explain_group)g, bs->pp_rank);
+    for (int g = 0; links && g < DTRAIN_EXPLAIN_GROUPS; g++)
         appendf(line, sizeof line, &at, "%s %s %.3f ms", g ? "," : "; predicted",
                 dtrain_explain_group_name((enum dtrain_explain_group)g),
-                dtrain_explain_seconds(size > 0 ? b / size : 0.0, links->gbps[g]) * 1e3);
-    }
+                dtrain_explain_seconds(per[g], links->gbps[g]) * 1e3);
     fprintf(out, "%s\n", line);
     fflush(out);
 }
