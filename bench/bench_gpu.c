@@ -221,22 +221,30 @@ static int time_kernels(struct dtrain_kernels *k, const struct dtrain_gpt2_confi
         {"sumsq (grad norm)", 1, 0, 0, 4.0 * (double)P},
     };
     int i = 0;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, y, x, w, bias, (int)N, (int)C, 3 * (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, z, dw, bias, y, x, w, (int)N, (int)C, 3 * (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, y, x, w, bias, (int)N, (int)C, (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, z, dw, bias, y, x, w, (int)N, (int)C, (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, y, x, w, bias, (int)N, (int)C, 4 * (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, z, dw, bias, y, x, w, (int)N, (int)C, 4 * (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, y, x, w, bias, (int)N, 4 * (int)C, (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, z, dw, bias, y, x, w, (int)N, 4 * (int)C, (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, logits, x, wte, NULL, (int)N, (int)C, Vp)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, z, dwte, NULL, logits, x, wte, (int)N, (int)C, Vp)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_forward(k, y, att, x, B, T, NH, HS)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_backward(k, z, scratch, y, x, att, B, T, NH, HS)); i++;
+    /* each operand of the type the block gives it (dtrain_block.c): the
+     * inner activations (qkv, atty, fch, fch_gelu, their gradients) of the
+     * kernels' activation type, the LN outputs and residual-stream sums fp32 */
+    enum dtrain_dtype act = dtrain_kernels_act_dtype(k);
+#define ACT(p) dtrain_tensor_of(act, (p))
+#define F32(p) dtrain_tensor_f32(p)
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, ACT(y), F32(x), w, bias, (int)N, (int)C, 3 * (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, F32(z), dw, bias, ACT(y), F32(x), w, (int)N, (int)C, 3 * (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, F32(y), ACT(x), w, bias, (int)N, (int)C, (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, ACT(z), dw, bias, F32(y), ACT(x), w, (int)N, (int)C, (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, ACT(y), F32(x), w, bias, (int)N, (int)C, 4 * (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, F32(z), dw, bias, ACT(y), F32(x), w, (int)N, (int)C, 4 * (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, F32(y), ACT(x), w, bias, (int)N, 4 * (int)C, (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, ACT(z), dw, bias, F32(y), ACT(x), w, (int)N, 4 * (int)C, (int)C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, F32(logits), F32(x), wte, NULL, (int)N, (int)C, Vp)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, F32(z), dwte, NULL, F32(logits), F32(x), wte, (int)N, (int)C, Vp)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_forward(k, ACT(y), att, ACT(x), B, T, NH, HS)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_backward(k, ACT(z), scratch, ACT(y), ACT(x), ACT(y), att, B, T, NH, HS)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_layernorm_forward(k, y, stats, stats + N, x, w, bias, (int)N, (int)C)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_layernorm_backward(k, z, dw, bias, y, x, w, stats, stats + N, (int)N, (int)C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_gelu_forward(k, y, x, N * 4 * C)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_gelu_backward(k, z, x, y, N * 4 * C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_gelu_forward(k, ACT(y), ACT(x), N * 4 * C)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_gelu_backward(k, ACT(z), ACT(x), ACT(y), N * 4 * C)); i++;
+#undef ACT
+#undef F32
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_residual_forward(k, y, x, z, N * C)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_softmax_xent_forward(k, logits, stats, tokens, (int)N, V, Vp)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_softmax_xent_backward(k, logits, tokens, 1.0f / (float)N, (int)N, V, Vp)); i++;

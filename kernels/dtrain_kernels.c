@@ -100,6 +100,15 @@ const char *dtrain_kernels_precision_name(enum dtrain_kernels_precision p)
     }
 }
 
+enum dtrain_dtype dtrain_kernels_act_dtype(const struct dtrain_kernels *k)
+{
+    return k->precision == DTRAIN_PRECISION_BF16 ? DTRAIN_BF16 : DTRAIN_F32;
+}
+
+size_t dtrain_dtype_size(enum dtrain_dtype t) { return t == DTRAIN_BF16 ? 2 : 4; }
+
+const char *dtrain_dtype_name(enum dtrain_dtype t) { return t == DTRAIN_BF16 ? "bf16" : "f32"; }
+
 int dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen)
 {
     if (k->ops->error == NULL)
@@ -159,23 +168,28 @@ void dtrain_k_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *d
     k->ops->layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
-void dtrain_k_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+void dtrain_k_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
                              const float *weight, const float *bias, int N, int IC, int OC)
 {
     k->ops->matmul_forward(k, out, inp, weight, bias, N, IC, OC);
 }
 
-void dtrain_k_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
-                              float *dbias, const float *dout, const float *inp,
+void dtrain_k_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight,
+                              float *dbias, struct dtrain_tensor dout, struct dtrain_tensor inp,
                               const float *weight, int N, int IC, int OC)
 {
     k->ops->matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
-void dtrain_k_attention_forward(struct dtrain_kernels *k, float *out, float *att,
-                                const float *qkv, int B, int T, int NH, int HS)
+void dtrain_k_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
+                                struct dtrain_tensor qkv, int B, int T, int NH, int HS)
 {
     k->ops->attention_forward(k, out, att, qkv, B, T, NH, HS);
+}
+
+size_t dtrain_k_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+{
+    return k->ops->attention_saved(k, B, T, NH, HS);
 }
 
 size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
@@ -183,20 +197,21 @@ size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH
     return k->ops->attention_scratch(k, B, T, NH, HS);
 }
 
-void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
-                                 const float *dout, const float *qkv, const float *att,
-                                 int B, int T, int NH, int HS)
+void dtrain_k_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
+                                 struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
+                                 const float *att, int B, int T, int NH, int HS)
 {
-    k->ops->attention_backward(k, dqkv, scratch, dout, qkv, att, B, T, NH, HS);
+    k->ops->attention_backward(k, dqkv, scratch, dout, qkv, out, att, B, T, NH, HS);
 }
 
-void dtrain_k_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n)
+void dtrain_k_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                           size_t n)
 {
     k->ops->gelu_forward(k, out, inp, n);
 }
 
-void dtrain_k_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
-                            const float *dout, size_t n)
+void dtrain_k_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                            struct dtrain_tensor dout, size_t n)
 {
     k->ops->gelu_backward(k, dinp, inp, dout, n);
 }

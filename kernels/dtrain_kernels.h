@@ -14,7 +14,17 @@
  *
  * Shapes.  N is a number of rows (B*T token positions), C the model width,
  * OC/IC a matmul's output/input width, NH the number of attention heads
- * held here and HS the head size.  Every tensor is dense, row-major, fp32.
+ * held here and HS the head size.  Every tensor is dense and row-major.
+ *
+ * Types.  Parameters, their gradients, the optimizer state, the residual
+ * stream, the layer norms and the loss are fp32 (float *).  The operands
+ * of the matmuls, attention and GELU are typed (struct dtrain_tensor: fp32
+ * or bf16), so that a model can store the activations inside each block's
+ * two branches (qkv, attention output, fc, GELU output and their
+ * gradients: the bulk of its memory) in the type dtrain_kernels_act_dtype()
+ * names: bf16 in bf16 precision, where they are matmul operands anyway.
+ * A typed operand read in bf16 is widened exactly; a typed result is
+ * computed in fp32 and rounded to its type once (to nearest even).
  * The functions take explicit pointers and sizes and no model structure, so
  * a tensor-parallel rank can run a column slice of a matmul (fewer OC) or a
  * row slice (fewer IC), and a pipeline stage any subset of layers.
@@ -40,6 +50,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,14 +58,64 @@ extern "C" {
 
 struct dtrain_kernels; /* opaque: one backend instance */
 
-/* How a backend computes.  Tensors are fp32 in every case (the interface
- * above); what changes is the arithmetic inside the heavy operations. */
+/* Element types of typed tensors. */
+enum dtrain_dtype {
+    DTRAIN_F32 = 0,  /* IEEE binary32 */
+    DTRAIN_BF16 = 1, /* bfloat16: the upper 16 bits of a binary32 */
+};
+
+/* Bytes of one element (4, 2) and the type's name ("f32", "bf16"). */
+size_t dtrain_dtype_size(enum dtrain_dtype t);
+const char *dtrain_dtype_name(enum dtrain_dtype t);
+
+/* A typed view of backend memory: data holds elements of dtype.  Passed by
+ * value; an input's data is only read (the struct has no const variant). */
+struct dtrain_tensor {
+    void *data;
+    enum dtrain_dtype dtype;
+};
+
+static inline struct dtrain_tensor dtrain_tensor_of(enum dtrain_dtype t, const void *data)
+{
+    struct dtrain_tensor x;
+    x.data = (void *)(uintptr_t)data;
+    x.dtype = t;
+    return x;
+}
+
+static inline struct dtrain_tensor dtrain_tensor_f32(const float *data)
+{
+    return dtrain_tensor_of(DTRAIN_F32, data);
+}
+
+/* bf16 from and to fp32 on the host (the backends' rule): round to nearest
+ * even, a NaN stays a (quiet) NaN; widening is exact. */
+static inline uint16_t dtrain_bf16_from_f32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+        return (uint16_t)((u | 0x00400000u) >> 16);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float dtrain_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* How a backend computes: the arithmetic inside the heavy operations, and
+ * (bf16) the type a model stores its blocks' inner activations in. */
 enum dtrain_kernels_precision {
     DTRAIN_PRECISION_DEFAULT = 0, /* the backend's own: fp32 on cpu, bf16 on cuda */
     DTRAIN_PRECISION_FP32 = 1,    /* fp32 arithmetic everywhere */
     DTRAIN_PRECISION_BF16 = 2,    /* mixed: matmul and attention operands rounded to bf16,
                                    * products accumulated in fp32; elementwise work, the
-                                   * loss and the optimizer (fp32 master weights) in fp32 */
+                                   * loss and the optimizer (fp32 master weights) in fp32;
+                                   * the blocks' inner activations stored in bf16 */
     DTRAIN_PRECISION_FP16 = 3,    /* mixed (emulated on cpu, fp16 GEMMs on cuda): matmul operands (inputs,
                                    * weights, output gradients) rounded to IEEE fp16, round to
                                    * nearest even, above 65504 to inf; products accumulated in
@@ -82,13 +143,17 @@ int dtrain_kernels_threads(const struct dtrain_kernels *k);
  * and its name ("fp32", "bf16"). */
 enum dtrain_kernels_precision dtrain_kernels_precision(const struct dtrain_kernels *k);
 const char *dtrain_kernels_precision_name(enum dtrain_kernels_precision p);
+/* The type a model stores the typed activations in (see Types above):
+ * DTRAIN_BF16 in bf16 precision, else DTRAIN_F32 (fp16 precision keeps
+ * them fp32: its range needs the loss scale, which only gradients get). */
+enum dtrain_dtype dtrain_kernels_act_dtype(const struct dtrain_kernels *k);
 
 /* Errors.  The operations below return nothing: a backend that runs them
  * asynchronously (cuda) records its first failure (a launch that failed, a
  * device fault, out of device memory), skips the work after it and keeps
  * the error.  Returns 0 when none happened, else -1 with one line in err.
  * Calling it after dtrain_k_sync() covers everything queued before.  The
- * CPU backend never fails. */
+ * CPU backend fails only when it cannot grow its scratch for bf16 operands. */
 int dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ memory */
@@ -143,41 +208,46 @@ void dtrain_k_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *d
 
 /* Linear layer: out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC);
  * bias may be NULL (no bias: the LM head, or a row-parallel rank that is not
- * the one adding the bias). */
-void dtrain_k_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+ * the one adding the bias).  out and inp typed, each fp32 or bf16. */
+void dtrain_k_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
                              const float *weight, const float *bias, int N, int IC, int OC);
-/* dinp (N,IC) (=) dout @ weight, skipped when dinp is NULL;
+/* dinp (N,IC) (=) dout @ weight, skipped when dinp.data is NULL;
  * dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout,
- * skipped when dbias is NULL. */
-void dtrain_k_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight,
-                              float *dbias, const float *dout, const float *inp,
+ * skipped when dbias is NULL.  dinp, dout, inp typed, each fp32 or bf16. */
+void dtrain_k_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight,
+                              float *dbias, struct dtrain_tensor dout, struct dtrain_tensor inp,
                               const float *weight, int N, int IC, int OC);
 
 /* Causal multi-head self-attention (no projection).
  * qkv (B,T,3*NH*HS): per position, the queries of heads 0..NH-1, then their
  * keys, then their values (llm.c's and nanoGPT's layout).
- * out (B,T,NH*HS); att (B,NH,T,T): softmax(q.k/sqrt(HS)) over keys <= query,
- * 0 above the diagonal, kept for backward.  Only attention_backward reads
- * att back: a backend may keep something else there that its backward needs
- * (the cuda backend in bf16 keeps each row's log-sum-exp and the output,
- * flash-attention style, and leaves the rest of att untouched). */
-void dtrain_k_attention_forward(struct dtrain_kernels *k, float *out, float *att,
-                                const float *qkv, int B, int T, int NH, int HS);
+ * out (B,T,NH*HS); att: what backward needs besides qkv and out, of
+ * dtrain_k_attention_saved() floats: softmax(q.k/sqrt(HS)) (B,NH,T,T) over
+ * keys <= query, 0 above the diagonal, on the cpu backend and the exact
+ * cuda path; each row's log-sum-exp (B,NH,T) on cuda's flash path, which
+ * never writes the T x T matrix.  Only attention_backward reads att.
+ * qkv, out (and backward's dout, dqkv) share one type, fp32 or bf16. */
+void dtrain_k_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
+                                struct dtrain_tensor qkv, int B, int T, int NH, int HS);
+/* Floats of att the forward keeps for batches up to B x T (the caller
+ * allocates it; a smaller batch fits in it). */
+size_t dtrain_k_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS);
 /* Floats of scratch memory attention_backward needs for this shape (the
  * caller allocates it once, with dtrain_k_alloc, and may reuse it). */
 size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS);
-/* dqkv (B,T,3*NH*HS) (=) from dout (B,T,NH*HS) and the forward's qkv, att;
- * scratch as sized by dtrain_k_attention_scratch. */
-void dtrain_k_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
-                                 const float *dout, const float *qkv, const float *att,
-                                 int B, int T, int NH, int HS);
+/* dqkv (B,T,3*NH*HS) (=) from dout (B,T,NH*HS) and the forward's qkv, out
+ * and att; scratch as sized by dtrain_k_attention_scratch. */
+void dtrain_k_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
+                                 struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
+                                 const float *att, int B, int T, int NH, int HS);
 
 /* GELU, tanh approximation: out (n) = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
- * out may alias inp. */
-void dtrain_k_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
-/* dinp (n) (=) gelu'(inp) * dout; dinp may alias dout. */
-void dtrain_k_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
-                            const float *dout, size_t n);
+ * out may alias inp; out and inp share one type. */
+void dtrain_k_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                           size_t n);
+/* dinp (n) (=) gelu'(inp) * dout; dinp may alias dout; the three share one type. */
+void dtrain_k_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                            struct dtrain_tensor dout, size_t n);
 
 /* Residual connection: out (n) = a + b; out may alias a or b. */
 void dtrain_k_residual_forward(struct dtrain_kernels *k, float *out, const float *a,

@@ -50,20 +50,21 @@ struct dtrain_kernel_ops {
                                float *dbias, const float *dout, const float *inp,
                                const float *weight, const float *mean, const float *rstd,
                                int N, int C);
-    void (*matmul_forward)(struct dtrain_kernels *k, float *out, const float *inp,
+    void (*matmul_forward)(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
                            const float *weight, const float *bias, int N, int IC, int OC);
-    void (*matmul_backward)(struct dtrain_kernels *k, float *dinp, float *dweight,
-                            float *dbias, const float *dout, const float *inp,
+    void (*matmul_backward)(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight,
+                            float *dbias, struct dtrain_tensor dout, struct dtrain_tensor inp,
                             const float *weight, int N, int IC, int OC);
-    void (*attention_forward)(struct dtrain_kernels *k, float *out, float *att,
-                              const float *qkv, int B, int T, int NH, int HS);
+    void (*attention_forward)(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
+                              struct dtrain_tensor qkv, int B, int T, int NH, int HS);
+    size_t (*attention_saved)(struct dtrain_kernels *k, int B, int T, int NH, int HS);
     size_t (*attention_scratch)(struct dtrain_kernels *k, int B, int T, int NH, int HS);
-    void (*attention_backward)(struct dtrain_kernels *k, float *dqkv, float *scratch,
-                               const float *dout, const float *qkv, const float *att,
-                               int B, int T, int NH, int HS);
-    void (*gelu_forward)(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
-    void (*gelu_backward)(struct dtrain_kernels *k, float *dinp, const float *inp,
-                          const float *dout, size_t n);
+    void (*attention_backward)(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
+                               struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
+                               const float *att, int B, int T, int NH, int HS);
+    void (*gelu_forward)(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n);
+    void (*gelu_backward)(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                          struct dtrain_tensor dout, size_t n);
     void (*residual_forward)(struct dtrain_kernels *k, float *out, const float *a,
                              const float *b, size_t n);
     void (*softmax_xent_forward)(struct dtrain_kernels *k, float *logits_probs, float *losses,

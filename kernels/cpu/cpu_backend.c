@@ -70,7 +70,17 @@ static void cpu_destroy(struct dtrain_kernels *k)
     cpu_pool_destroy(ck->pool);
     cpu_onednn_destroy(ck->onednn);
     free(ck->round_scratch);
+    free(ck->typed_scratch);
     free(ck);
+}
+
+static int cpu_error(struct dtrain_kernels *k, char *err, size_t errlen)
+{
+    const struct cpu_kernels *ck = (const struct cpu_kernels *)k;
+    if (!ck->failed)
+        return 0;
+    snprintf(err, errlen, "%s", ck->error);
+    return -1;
 }
 
 void dtrain_cpu_bf16_describe(const struct dtrain_kernels *k, char *buf, size_t len)
@@ -141,13 +151,14 @@ const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_backward = cpu_matmul_backward,
-    .attention_forward = cpu_attention_forward,
+    .matmul_forward = cpu_typed_matmul_forward,
+    .matmul_backward = cpu_typed_matmul_backward,
+    .attention_forward = cpu_typed_attention_forward,
+    .attention_saved = cpu_attention_saved,
     .attention_scratch = cpu_attention_scratch,
-    .attention_backward = cpu_attention_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
+    .attention_backward = cpu_typed_attention_backward,
+    .gelu_forward = cpu_typed_gelu_forward,
+    .gelu_backward = cpu_typed_gelu_backward,
     .residual_forward = cpu_residual_forward,
     .embedding_vp_forward = cpu_embedding_vp_forward,
     .embedding_vp_backward = cpu_embedding_vp_backward,
@@ -159,4 +170,5 @@ const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .adamw_update = cpu_adamw_update,
     .sumsq = cpu_sumsq,
+    .error = cpu_error,
 };

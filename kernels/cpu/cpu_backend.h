@@ -14,6 +14,10 @@ struct cpu_kernels {
     size_t round_cap;     /* floats in round_scratch */
     struct cpu_onednn *onednn; /* bf16 matmuls through oneDNN (cpu_onednn.c); NULL: on fp32 GEMMs */
     char bf16_line[320];  /* what runs the bf16 matmuls, in words ("" in fp32 and fp16) */
+    float *typed_scratch; /* fp32 views of bf16 operands (cpu_typed.c); grows, never shrinks */
+    size_t typed_cap;     /* floats in typed_scratch */
+    int failed;           /* typed_scratch could not grow: every later typed call does nothing */
+    char error[128];
 };
 
 static inline struct cpu_pool *cpu_pool_of(struct dtrain_kernels *k)
@@ -88,6 +92,23 @@ size_t cpu_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int
 void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
                             const float *dout, const float *qkv, const float *att,
                             int B, int T, int NH, int HS);
+
+/* cpu_typed.c: the typed entry points (the ops table's); the fp32
+ * functions above do the arithmetic. */
+void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                              const float *weight, const float *bias, int N, int IC, int OC);
+void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight, float *dbias,
+                               struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
+                               int N, int IC, int OC);
+void cpu_typed_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
+                                 struct dtrain_tensor qkv, int B, int T, int NH, int HS);
+size_t cpu_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+void cpu_typed_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
+                                  struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
+                                  const float *att, int B, int T, int NH, int HS);
+void cpu_typed_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n);
+void cpu_typed_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                             struct dtrain_tensor dout, size_t n);
 
 /* cpu_loss.c */
 /* cpu_vocab.c: the vocabulary-parallel pieces (dtrain_kernels.h) */

@@ -124,7 +124,12 @@ const char *dtrain_blas_best_core(const struct dtrain_cpu_features *f)
 {
     int amd = strcmp(f->vendor, "AuthenticAMD") == 0;
     switch (dtrain_cpu_level(f)) {
-    case LEVEL_AVX512_BF16: return "Cooperlake";
+    /* OpenBLAS's Cooperlake and SapphireRapids cores run the SkylakeX
+     * SGEMM kernels (their KERNEL files include KERNEL.SKYLAKEX and add
+     * only bf16 sbgemm, which dtrain does not call): on an AVX-512 BF16
+     * CPU, SkylakeX is as fast for fp32 (measured alike on a Sapphire
+     * Rapids VM, doc/runtime.md) and needs no second execution. */
+    case LEVEL_AVX512_BF16:
     case LEVEL_AVX512: return "SkylakeX";
     case LEVEL_AVX2: return amd ? "Zen" : "Haswell";
     case LEVEL_AVX: return "Sandybridge";

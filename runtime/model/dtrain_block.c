@@ -24,6 +24,10 @@
  * gradient of each column-parallel one. */
 #include "dtrain_gpt2.h"
 
+/* Typed views: an inner activation (of the acts' type), an fp32 array. */
+#define ACT(a, p) dtrain_tensor_of((a)->act, (p))
+#define F32(p) dtrain_tensor_f32(p)
+
 /* A hook's status as the block's. */
 static int hook_rc(int rc)
 {
@@ -78,10 +82,11 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     dtrain_k_layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, rows, C);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_forward(k, a->qkv, in, w->qkvw, w->qkvb, N, C, 3 * CL);
-    dtrain_k_attention_forward(k, a->atty, a->att, a->qkv, s->B, s->T, s->NH, s->HS);
+    dtrain_k_matmul_forward(k, ACT(a, a->qkv), F32(in), w->qkvw, w->qkvb, N, C, 3 * CL);
+    dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, s->HS);
     part = sp ? a->seq_out : a->res2;
-    dtrain_k_matmul_forward(k, part, a->atty, w->attprojw, s->add_row_bias ? w->attprojb : NULL, N, CL, C);
+    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->atty), w->attprojw, s->add_row_bias ? w->attprojb : NULL, N,
+                            CL, C);
     if ((rc = sum_partials(tp, part, a->res2, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_residual_forward(k, a->res2, a->res2, x, RC);
@@ -90,10 +95,11 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     dtrain_k_layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, rows, C);
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_forward(k, a->fch, in, w->fcw, w->fcb, N, C, F);
-    dtrain_k_gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * F);
+    dtrain_k_matmul_forward(k, ACT(a, a->fch), F32(in), w->fcw, w->fcb, N, C, F);
+    dtrain_k_gelu_forward(k, ACT(a, a->fch_gelu), ACT(a, a->fch), (size_t)N * F);
     part = sp ? a->seq_out : y;
-    dtrain_k_matmul_forward(k, part, a->fch_gelu, w->fcprojw, s->add_row_bias ? w->fcprojb : NULL, N, F, C);
+    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->fch_gelu), w->fcprojw, s->add_row_bias ? w->fcprojb : NULL, N,
+                            F, C);
     if ((rc = sum_partials(tp, part, y, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_residual_forward(k, y, y, a->res2, RC);
@@ -116,11 +122,12 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     /* MLP branch: dres holds dy = d(res2) through the residual = d(fcproj). */
     if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, sc->dfc, g->fcprojw, g->fcprojb, dy, a->fch_gelu, w->fcprojw, N, F, C);
-    dtrain_k_gelu_backward(k, sc->dfc, a->fch, sc->dfc, (size_t)N * F);
+    dtrain_k_matmul_backward(k, ACT(a, sc->dfc), g->fcprojw, g->fcprojb, F32(dy), ACT(a, a->fch_gelu), w->fcprojw,
+                             N, F, C);
+    dtrain_k_gelu_backward(k, ACT(a, sc->dfc), ACT(a, a->fch), ACT(a, sc->dfc), (size_t)N * F);
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, sc->dln, g->fcw, g->fcb, sc->dfc, in, w->fcw, N, C, F);
+    dtrain_k_matmul_backward(k, F32(sc->dln), g->fcw, g->fcb, ACT(a, sc->dfc), F32(in), w->fcw, N, C, F);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN2 backward: now d(res2) */
@@ -129,11 +136,13 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     /* attention branch: d(attproj) = d(res2) */
     if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, sc->datty, g->attprojw, g->attprojb, dy, a->atty, w->attprojw, N, CL, C);
-    dtrain_k_attention_backward(k, sc->dqkv, sc->att, sc->datty, a->qkv, a->att, s->B, s->T, s->NH, s->HS);
+    dtrain_k_matmul_backward(k, ACT(a, sc->datty), g->attprojw, g->attprojb, F32(dy), ACT(a, a->atty),
+                             w->attprojw, N, CL, C);
+    dtrain_k_attention_backward(k, ACT(a, sc->dqkv), sc->att, ACT(a, sc->datty), ACT(a, a->qkv), ACT(a, a->atty),
+                                a->att, s->B, s->T, s->NH, s->HS);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, sc->dln, g->qkvw, g->qkvb, sc->dqkv, in, w->qkvw, N, C, 3 * CL);
+    dtrain_k_matmul_backward(k, F32(sc->dln), g->qkvw, g->qkvb, ACT(a, sc->dqkv), F32(in), w->qkvw, N, C, 3 * CL);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN1 backward: now dx */

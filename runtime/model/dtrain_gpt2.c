@@ -143,11 +143,13 @@ void dtrain_gpt2_init_params(const struct dtrain_gpt2_config *c, uint64_t seed, 
 
 /* Per-layer activations are laid out layer after layer in each array. */
 struct gpt2_acts {
+    enum dtrain_dtype act;             /* of qkv, atty, fch, fch_gelu and the scratch's d* (dtrain_gpt2.h) */
     float *res;                        /* (L+1, N, C): res[0] embedding, res[l+1] block l's output */
     float *ln1, *ln1_mean, *ln1_rstd;  /* (L,N,C), (L,N), (L,N) */
-    float *qkv, *atty, *att, *res2;    /* (L,N,3C), (L,N,C), (L,B,NH,T,T), (L,N,C) */
+    void *qkv, *atty;                  /* (L,N,3C), (L,N,C) */
+    float *att, *res2;                 /* (L, dtrain_k_attention_saved), (L,N,C) */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;             /* (L,N,4C) */
+    void *fch, *fch_gelu;              /* (L,N,4C) */
     float *lnf, *lnf_mean, *lnf_rstd;  /* (N,C), (N), (N) */
     float *logits;                     /* (N,Vp): logits -> probs -> dlogits, in place */
     float *losses;                     /* (N) */
@@ -165,41 +167,45 @@ struct dtrain_gpt2 {
     float *params, *grads;  /* flat, backend memory */
     float *tensor[DTRAIN_GPT2_NUM_TENSORS];
     float *gtensor[DTRAIN_GPT2_NUM_TENSORS];
-    float *act_memory;
+    void *act_memory;
     struct gpt2_acts acts;
     int32_t *inputs, *targets; /* (N), backend memory */
     float *host_losses;        /* (N) host copy of the losses */
 };
 
-/* The next `count` floats after *used floats of base (NULL when only
- * measuring), each tensor kept 64-byte aligned. */
-static float *carve(float *base, size_t *used, size_t count)
+/* The next `count` elements of `size` bytes after *used bytes of base
+ * (NULL when only measuring), each tensor kept 64-byte aligned; carve:
+ * floats. */
+static void *carve_typed(void *base, size_t *used, size_t count, size_t size)
 {
-    float *p = base != NULL ? base + *used : NULL;
-    *used += (count + 15) & ~(size_t)15;
+    void *p = base != NULL ? (char *)base + *used : NULL;
+    *used += (count * size + 63) & ~(size_t)63;
     return p;
 }
 
-/* Lay out (or, with base NULL, measure) the activations; returns floats used. */
+static float *carve(void *base, size_t *used, size_t count) { return carve_typed(base, used, count, sizeof(float)); }
+
+/* Lay out (or, with base NULL, measure) the activations; returns bytes used. */
 static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_gpt2_config *c, int B, int T,
-                          float *base, struct gpt2_acts *a)
+                          void *base, struct gpt2_acts *a)
 {
     size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t N = (size_t)B * T;
-    size_t used = 0;
+    size_t used = 0, es = dtrain_dtype_size(dtrain_kernels_act_dtype(k));
+    a->act = dtrain_kernels_act_dtype(k);
     a->res = carve(base, &used, (L + 1) * N * C);
     a->ln1 = carve(base, &used, L * N * C);
     a->ln1_mean = carve(base, &used, L * N);
     a->ln1_rstd = carve(base, &used, L * N);
-    a->qkv = carve(base, &used, L * N * 3 * C);
-    a->atty = carve(base, &used, L * N * C);
-    a->att = carve(base, &used, L * (size_t)B * NH * T * T);
+    a->qkv = carve_typed(base, &used, L * N * 3 * C, es);
+    a->atty = carve_typed(base, &used, L * N * C, es);
+    a->att = carve(base, &used, L * dtrain_k_attention_saved(k, B, T, (int)NH, (int)(C / NH)));
     a->res2 = carve(base, &used, L * N * C);
     a->ln2 = carve(base, &used, L * N * C);
     a->ln2_mean = carve(base, &used, L * N);
     a->ln2_rstd = carve(base, &used, L * N);
-    a->fch = carve(base, &used, L * N * 4 * C);
-    a->fch_gelu = carve(base, &used, L * N * 4 * C);
+    a->fch = carve_typed(base, &used, L * N * 4 * C, es);
+    a->fch_gelu = carve_typed(base, &used, L * N * 4 * C, es);
     a->lnf = carve(base, &used, N * C);
     a->lnf_mean = carve(base, &used, N);
     a->lnf_rstd = carve(base, &used, N);
@@ -207,9 +213,9 @@ static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_gpt2_con
     a->losses = carve(base, &used, N);
     a->dres = carve(base, &used, N * C);
     a->scratch.dln = carve(base, &used, N * C);
-    a->scratch.dqkv = carve(base, &used, N * 3 * C);
-    a->scratch.datty = carve(base, &used, N * C);
-    a->scratch.dfc = carve(base, &used, N * 4 * C);
+    a->scratch.dqkv = carve_typed(base, &used, N * 3 * C, es);
+    a->scratch.datty = carve_typed(base, &used, N * C, es);
+    a->scratch.dfc = carve_typed(base, &used, N * 4 * C, es);
     a->scratch.att = carve(base, &used, dtrain_k_attention_scratch(k, B, T, (int)NH, (int)(C / NH)));
     return used;
 }
@@ -245,8 +251,7 @@ int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_gpt2_config
         m->gtensor[t] = m->grads + off;
         off += sizes[t];
     }
-    size_t nact = layout_acts(k, c, B, T, NULL, &m->acts);
-    m->act_memory = dtrain_k_alloc(k, nact * sizeof(float));
+    m->act_memory = dtrain_k_alloc(k, layout_acts(k, c, B, T, NULL, &m->acts));
     m->inputs = dtrain_k_alloc(k, (size_t)B * T * sizeof(int32_t));
     m->targets = dtrain_k_alloc(k, (size_t)B * T * sizeof(int32_t));
     m->host_losses = malloc((size_t)B * T * sizeof(float));
@@ -381,18 +386,20 @@ static void block_views(struct dtrain_gpt2 *m, int l, struct dtrain_block_shape 
         *g = (struct dtrain_block_grads){gt[0], gt[1], gt[2], gt[3], gt[4], gt[5],
                                          gt[6], gt[7], gt[8], gt[9], gt[10], gt[11]};
     const struct gpt2_acts *ma = &m->acts;
+    size_t es = dtrain_dtype_size(ma->act);
+    a->act = ma->act;
     a->ln1 = ma->ln1 + L * N * C;
     a->ln1_mean = ma->ln1_mean + L * N;
     a->ln1_rstd = ma->ln1_rstd + L * N;
-    a->qkv = ma->qkv + L * N * 3 * C;
-    a->atty = ma->atty + L * N * C;
-    a->att = ma->att + L * (size_t)m->B * NH * m->T * m->T;
+    a->qkv = (char *)ma->qkv + L * N * 3 * C * es;
+    a->atty = (char *)ma->atty + L * N * C * es;
+    a->att = ma->att + L * dtrain_k_attention_saved(m->k, m->B, m->T, (int)NH, (int)(C / NH));
     a->res2 = ma->res2 + L * N * C;
     a->ln2 = ma->ln2 + L * N * C;
     a->ln2_mean = ma->ln2_mean + L * N;
     a->ln2_rstd = ma->ln2_rstd + L * N;
-    a->fch = ma->fch + L * N * 4 * C;
-    a->fch_gelu = ma->fch_gelu + L * N * 4 * C;
+    a->fch = (char *)ma->fch + L * N * 4 * C * es;
+    a->fch_gelu = (char *)ma->fch_gelu + L * N * 4 * C * es;
 }
 
 static int check_layers(const struct dtrain_gpt2 *m, int l0, int l1, char *err, size_t errlen)
@@ -426,7 +433,8 @@ float dtrain_gpt2_head_forward(struct dtrain_gpt2 *m)
     dtrain_k_layernorm_forward(m->k, a->lnf, a->lnf_mean, a->lnf_rstd,
                                dtrain_gpt2_residual(m, m->cfg.num_layers),
                                m->tensor[DTRAIN_GPT2_LNFW], m->tensor[DTRAIN_GPT2_LNFB], N, C);
-    dtrain_k_matmul_forward(m->k, a->logits, a->lnf, m->tensor[DTRAIN_GPT2_WTE], NULL, N, C, Vp);
+    dtrain_k_matmul_forward(m->k, dtrain_tensor_f32(a->logits), dtrain_tensor_f32(a->lnf),
+                            m->tensor[DTRAIN_GPT2_WTE], NULL, N, C, Vp);
     if (!m->have_targets)
         return NAN;
     dtrain_k_softmax_xent_forward(m->k, a->logits, a->losses, m->targets, N, V, Vp);
@@ -444,8 +452,9 @@ void dtrain_gpt2_head_backward(struct dtrain_gpt2 *m, float dloss)
     int N = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     struct gpt2_acts *a = &m->acts;
     dtrain_k_softmax_xent_backward(m->k, a->logits, m->targets, dloss, N, V, Vp);
-    dtrain_k_matmul_backward(m->k, a->scratch.dln, m->gtensor[DTRAIN_GPT2_WTE], NULL, a->logits,
-                             a->lnf, m->tensor[DTRAIN_GPT2_WTE], N, C, Vp);
+    dtrain_k_matmul_backward(m->k, dtrain_tensor_f32(a->scratch.dln), m->gtensor[DTRAIN_GPT2_WTE], NULL,
+                             dtrain_tensor_f32(a->logits), dtrain_tensor_f32(a->lnf), m->tensor[DTRAIN_GPT2_WTE],
+                             N, C, Vp);
     dtrain_k_zero(m->k, a->dres, (size_t)N * C * sizeof(float));
     dtrain_k_layernorm_backward(m->k, a->dres, m->gtensor[DTRAIN_GPT2_LNFW],
                                 m->gtensor[DTRAIN_GPT2_LNFB], a->scratch.dln,

@@ -120,15 +120,18 @@ struct dtrain_block_grads {
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
 
-/* What forward keeps for backward. */
+/* What forward keeps for backward.  The branches' inner activations (qkv,
+ * atty, fch, fch_gelu, and the scratch's dqkv, datty, dfc) are of type act
+ * (dtrain_kernels_act_dtype: bf16 in bf16 precision); the rest is fp32. */
 struct dtrain_block_acts {
+    enum dtrain_dtype act;
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-    float *qkv;                       /* (N, 3*NH*HS) */
-    float *atty;                      /* (N, NH*HS) attention output */
-    float *att;                       /* (B, NH, T, T) */
+    void *qkv;                        /* (N, 3*NH*HS) */
+    void *atty;                       /* (N, NH*HS) attention output */
+    float *att;                       /* dtrain_k_attention_saved(k, B, T, NH, HS) floats */
     float *res2;                      /* (N,C) x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-    float *fch, *fch_gelu;            /* (N,F) */
+    void *fch, *fch_gelu;             /* (N,F) */
     /* Sequence parallelism (the hook's reduce_scatter set): ln1, ln2, res2
      * and the four statistics hold this rank's Nl = N/size rows only; two
      * (N,C) buffers shared by every layer (and backward) take the gathered
@@ -137,12 +140,13 @@ struct dtrain_block_acts {
     float *seq_in, *seq_out;          /* (N,C), (N,C) */
 };
 
-/* Backward's temporaries; one set serves every block in turn. */
+/* Backward's temporaries; one set serves every block in turn.  dqkv, datty
+ * and dfc are of the acts' type act. */
 struct dtrain_block_scratch {
     float *dln;   /* (N,C) */
-    float *dqkv;  /* (N, 3*NH*HS) */
-    float *datty; /* (N, NH*HS) */
-    float *dfc;   /* (N,F) */
+    void *dqkv;   /* (N, 3*NH*HS) */
+    void *datty;  /* (N, NH*HS) */
+    void *dfc;    /* (N,F) */
     float *att;   /* dtrain_k_attention_scratch(k, B, T, NH, HS) floats */
 };
 

@@ -13,12 +13,13 @@
  * their statistics, dres) hold the rank's Nl = N/T rows: the "(Nl..." below
  * (Nl = N without). */
 struct slot {
-    float *memory;
+    void *memory;
     float *res;                        /* (nl+1, Nl, C): res[0] input, res[nl] output */
     float *ln1, *ln1_mean, *ln1_rstd;  /* (nl,Nl,C), (nl,Nl), (nl,Nl) */
-    float *qkv, *atty, *att, *res2;    /* (nl,N,3CL), (nl,N,CL), (nl,B,NHL,T,T), (nl,Nl,C) */
+    void *qkv, *atty;                  /* act type: (nl,N,3CL), (nl,N,CL) */
+    float *att, *res2;                 /* (nl, att_floats), (nl,Nl,C) */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;             /* (nl,N,FL) */
+    void *fch, *fch_gelu;              /* act type: (nl,N,FL) */
     float *lnf, *lnf_mean, *lnf_rstd;  /* last stage: (Nl,C), (Nl), (Nl) */
     float *logits;                     /* last stage: (N,Vl) logits -> probs -> dlogits */
     float *losses;                     /* last stage: (N) */
@@ -34,54 +35,64 @@ struct dtrain_stage {
     int sp, Nl;                         /* sequence parallel; rows of the residual stream held here */
     int V, nlc;                         /* chunks (virtual stages) and layers per chunk */
     enum dtrain_recompute recompute;
+    enum dtrain_dtype act;              /* the type of the typed activations (dtrain_kernels_act_dtype) */
+    size_t act_size;                    /* its bytes per element */
+    size_t att_floats;                  /* one layer's att (dtrain_k_attention_saved) */
     struct slot layer;                  /* selective: att of one layer; full: one layer's activations */
-    float *layer_memory;
+    void *layer_memory;
     float *recompute_out;               /* full: (N,C), the recomputed layer's output (discarded) */
-    size_t activation_floats;
+    size_t activation_bytes;
     float *params, *grads;
     struct dtrain_stage_source src;     /* ZeRO-3: where the weights are (acquire NULL: params, grads) */
     int nslots;
     struct slot *slots;
-    float *shared;                      /* dres and the backward scratch */
+    void *shared;                       /* dres and the backward scratch */
     float *dres;                        /* (Nl,C) */
     float *seq_in, *seq_out;            /* sequence parallel: (N,C) each, dtrain_block_acts */
     struct dtrain_block_scratch scratch;
     float *host_losses;                 /* (N) */
 };
 
-/* The next `count` floats after *used floats of base (NULL when measuring),
- * each array 64-byte aligned. */
-static float *carve(float *base, size_t *used, size_t count)
+/* The next `count` elements of `size` bytes after *used bytes of base (NULL
+ * when measuring), each array 64-byte aligned; carve: floats. */
+static void *carve_typed(void *base, size_t *used, size_t count, size_t size)
 {
-    float *p = base != NULL ? base + *used : NULL;
-    *used += (count + 15) & ~(size_t)15;
+    void *p = base != NULL ? (char *)base + *used : NULL;
+    *used += (count * size + 63) & ~(size_t)63;
     return p;
+}
+
+static float *carve(void *base, size_t *used, size_t count) { return carve_typed(base, used, count, sizeof(float)); }
+
+/* count elements of the typed activations */
+static void *carve_act(const struct dtrain_stage *st, void *base, size_t *used, size_t count)
+{
+    return carve_typed(base, used, count, st->act_size);
 }
 
 /* A slot's arrays; with recomputation the layers' arrays that are not kept
  * are left out (nl_acts layers of them, nl_att of att). */
-static size_t layout_slot(const struct dtrain_stage *st, float *base, struct slot *s)
+static size_t layout_slot(const struct dtrain_stage *st, void *base, struct slot *s)
 {
     const struct dtrain_shard *sh = st->sh;
     size_t nl = (size_t)st->nl, N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels;
     size_t nl_acts = st->recompute == DTRAIN_RECOMPUTE_FULL ? 0 : nl;
     size_t nl_att = st->recompute == DTRAIN_RECOMPUTE_NONE ? nl : 0;
-    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, NHL = (size_t)sh->heads;
-    size_t T = (size_t)st->T, used = 0;
+    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, used = 0;
     size_t head = sh->has_head ? 1 : 0;
     s->res = carve(base, &used, (nl + 1) * Nl * C);
     s->ln1 = carve(base, &used, nl_acts * Nl * C);
     s->ln1_mean = carve(base, &used, nl_acts * Nl);
     s->ln1_rstd = carve(base, &used, nl_acts * Nl);
-    s->qkv = carve(base, &used, nl_acts * N * 3 * CL);
-    s->atty = carve(base, &used, nl_acts * N * CL);
-    s->att = carve(base, &used, nl_att * (size_t)st->B * NHL * T * T);
+    s->qkv = carve_act(st, base, &used, nl_acts * N * 3 * CL);
+    s->atty = carve_act(st, base, &used, nl_acts * N * CL);
+    s->att = carve(base, &used, nl_att * st->att_floats);
     s->res2 = carve(base, &used, nl_acts * Nl * C);
     s->ln2 = carve(base, &used, nl_acts * Nl * C);
     s->ln2_mean = carve(base, &used, nl_acts * Nl);
     s->ln2_rstd = carve(base, &used, nl_acts * Nl);
-    s->fch = carve(base, &used, nl_acts * N * FL);
-    s->fch_gelu = carve(base, &used, nl_acts * N * FL);
+    s->fch = carve_act(st, base, &used, nl_acts * N * FL);
+    s->fch_gelu = carve_act(st, base, &used, nl_acts * N * FL);
     s->lnf = carve(base, &used, head * Nl * C);
     s->lnf_mean = carve(base, &used, head * Nl);
     s->lnf_rstd = carve(base, &used, head * Nl);
@@ -94,33 +105,33 @@ static size_t layout_slot(const struct dtrain_stage *st, float *base, struct slo
 /* The one layer's arrays that recomputation refills (st->layer): full,
  * every per-layer array of one layer and the discarded output; selective,
  * att of one layer. */
-static size_t layout_layer(struct dtrain_stage *st, float *base)
+static size_t layout_layer(struct dtrain_stage *st, void *base)
 {
     const struct dtrain_shard *sh = st->sh;
-    size_t N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels, T = (size_t)st->T;
-    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, NHL = (size_t)sh->heads, used = 0;
+    size_t N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels;
+    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, used = 0;
     struct slot *s = &st->layer;
     if (st->recompute == DTRAIN_RECOMPUTE_NONE)
         return 0;
-    s->att = carve(base, &used, (size_t)st->B * NHL * T * T);
+    s->att = carve(base, &used, st->att_floats);
     if (st->recompute != DTRAIN_RECOMPUTE_FULL)
         return used;
     s->ln1 = carve(base, &used, Nl * C);
     s->ln1_mean = carve(base, &used, Nl);
     s->ln1_rstd = carve(base, &used, Nl);
-    s->qkv = carve(base, &used, N * 3 * CL);
-    s->atty = carve(base, &used, N * CL);
+    s->qkv = carve_act(st, base, &used, N * 3 * CL);
+    s->atty = carve_act(st, base, &used, N * CL);
     s->res2 = carve(base, &used, Nl * C);
     s->ln2 = carve(base, &used, Nl * C);
     s->ln2_mean = carve(base, &used, Nl);
     s->ln2_rstd = carve(base, &used, Nl);
-    s->fch = carve(base, &used, N * FL);
-    s->fch_gelu = carve(base, &used, N * FL);
+    s->fch = carve_act(st, base, &used, N * FL);
+    s->fch_gelu = carve_act(st, base, &used, N * FL);
     st->recompute_out = carve(base, &used, Nl * C);
     return used;
 }
 
-static size_t layout_shared(struct dtrain_stage *st, float *base)
+static size_t layout_shared(struct dtrain_stage *st, void *base)
 {
     const struct dtrain_shard *sh = st->sh;
     size_t N = (size_t)st->N, C = (size_t)sh->model.channels;
@@ -129,9 +140,9 @@ static size_t layout_shared(struct dtrain_stage *st, float *base)
     st->seq_in = carve(base, &used, st->sp ? N * C : 0);
     st->seq_out = carve(base, &used, st->sp ? N * C : 0);
     st->scratch.dln = carve(base, &used, N * C);
-    st->scratch.dqkv = carve(base, &used, N * 3 * CL);
-    st->scratch.datty = carve(base, &used, N * CL);
-    st->scratch.dfc = carve(base, &used, N * FL);
+    st->scratch.dqkv = carve_act(st, base, &used, N * 3 * CL);
+    st->scratch.datty = carve_act(st, base, &used, N * CL);
+    st->scratch.dfc = carve_act(st, base, &used, N * FL);
     st->scratch.att = carve(base, &used, dtrain_k_attention_scratch(st->k, st->B, st->T, sh->heads,
                                                                     sh->head_size));
     return used;
@@ -175,6 +186,9 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->nlc = st->nl / st->V;
     st->nslots = slots;
     st->recompute = recompute;
+    st->act = dtrain_kernels_act_dtype(k);
+    st->act_size = dtrain_dtype_size(st->act);
+    st->att_floats = dtrain_k_attention_saved(k, B, T, shard->heads, shard->head_size);
     size_t n = shard->count;
     st->params = dtrain_k_alloc(k, n * sizeof(float));
     st->grads = dtrain_k_alloc(k, n * sizeof(float));
@@ -182,20 +196,20 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->host_losses = malloc((size_t)st->N * sizeof(float));
     if (st->params == NULL || st->grads == NULL || st->slots == NULL || st->host_losses == NULL)
         goto oom;
-    st->shared = dtrain_k_alloc(k, layout_shared(st, NULL) * sizeof(float));
+    st->shared = dtrain_k_alloc(k, layout_shared(st, NULL));
     if (st->shared == NULL)
         goto oom;
-    st->activation_floats = layout_shared(st, st->shared);
+    st->activation_bytes = layout_shared(st, st->shared);
     size_t layer = layout_layer(st, NULL);
-    if (layer > 0 && (st->layer_memory = dtrain_k_alloc(k, layer * sizeof(float))) == NULL)
+    if (layer > 0 && (st->layer_memory = dtrain_k_alloc(k, layer)) == NULL)
         goto oom;
     layout_layer(st, st->layer_memory);
-    st->activation_floats += layer;
+    st->activation_bytes += layer;
     for (int i = 0; i < slots; i++) {
         struct slot *s = &st->slots[i];
-        size_t floats = layout_slot(st, NULL, s);
-        st->activation_floats += floats;
-        s->memory = dtrain_k_alloc(k, floats * sizeof(float));
+        size_t bytes = layout_slot(st, NULL, s);
+        st->activation_bytes += bytes;
+        s->memory = dtrain_k_alloc(k, bytes);
         s->inputs = dtrain_k_alloc(k, (size_t)st->N * sizeof(int32_t));
         s->targets = dtrain_k_alloc(k, (size_t)st->N * sizeof(int32_t));
         if (s->memory == NULL || s->inputs == NULL || s->targets == NULL)
@@ -261,7 +275,7 @@ void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memo
 {
     m->param_bytes = m->grad_bytes = st->params != NULL ? st->sh->count * sizeof(float) : 0;
     /* tokens of each slot count with the activations */
-    m->activation_bytes = st->activation_floats * sizeof(float) + (size_t)st->nslots * 2 * st->N * sizeof(int32_t);
+    m->activation_bytes = st->activation_bytes + (size_t)st->nslots * 2 * st->N * sizeof(int32_t);
 }
 float *dtrain_stage_params(struct dtrain_stage *st) { return st->params; }
 float *dtrain_stage_grads(struct dtrain_stage *st) { return st->grads; }
@@ -322,19 +336,20 @@ static void layer_acts(const struct dtrain_stage *st, const struct slot *s, int 
         i = 0;
     }
     size_t l = (size_t)i, N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels;
-    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width;
+    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, es = st->act_size;
+    a->act = st->act;
     a->ln1 = s->ln1 + l * Nl * C;
     a->ln1_mean = s->ln1_mean + l * Nl;
     a->ln1_rstd = s->ln1_rstd + l * Nl;
-    a->qkv = s->qkv + l * N * 3 * CL;
-    a->atty = s->atty + l * N * CL;
-    a->att = s->att + l * (size_t)st->B * sh->heads * st->T * st->T;
+    a->qkv = (char *)s->qkv + l * N * 3 * CL * es;
+    a->atty = (char *)s->atty + l * N * CL * es;
+    a->att = s->att + l * st->att_floats;
     a->res2 = s->res2 + l * Nl * C;
     a->ln2 = s->ln2 + l * Nl * C;
     a->ln2_mean = s->ln2_mean + l * Nl;
     a->ln2_rstd = s->ln2_rstd + l * Nl;
-    a->fch = s->fch + l * N * FL;
-    a->fch_gelu = s->fch_gelu + l * N * FL;
+    a->fch = (char *)s->fch + l * N * FL * es;
+    a->fch_gelu = (char *)s->fch_gelu + l * N * FL * es;
     a->seq_in = st->seq_in;
     a->seq_out = st->seq_out;
     if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE)
@@ -444,7 +459,7 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
         (rc = head_input(st, s, err, errlen)) != DTRAIN_OK ||
         (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &e, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_forward(st->k, s->logits, st->sp ? st->seq_in : s->lnf,
+    dtrain_k_matmul_forward(st->k, dtrain_tensor_f32(s->logits), dtrain_tensor_f32(st->sp ? st->seq_in : s->lnf),
                             dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE), NULL, N, C, sh->vocab_rows);
     if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
         return rc;
@@ -481,8 +496,9 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
         if ((rc = head_input(st, s, err, errlen)) != DTRAIN_OK ||
             (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 1, &e, err, errlen)) != DTRAIN_OK)
             return rc;
-        dtrain_k_matmul_backward(st->k, st->scratch.dln, dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE),
-                                 NULL, s->logits, st->sp ? st->seq_in : s->lnf,
+        dtrain_k_matmul_backward(st->k, dtrain_tensor_f32(st->scratch.dln),
+                                 dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE), NULL,
+                                 dtrain_tensor_f32(s->logits), dtrain_tensor_f32(st->sp ? st->seq_in : s->lnf),
                                  dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE), N, C, sh->vocab_rows);
         if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
             return rc;
@@ -524,7 +540,8 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
             rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), st->recompute_out,
                                       dtrain_tp_block_hook(st->tp), err, errlen);
         if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE) /* atty again into datty, overwritten below */
-            dtrain_k_attention_forward(st->k, st->scratch.datty, a.att, a.qkv, st->B, st->T, shape.NH, shape.HS);
+            dtrain_k_attention_forward(st->k, dtrain_tensor_of(a.act, st->scratch.datty), a.att,
+                                       dtrain_tensor_of(a.act, a.qkv), st->B, st->T, shape.NH, shape.HS);
         if (rc == DTRAIN_OK)
             rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
                                        dtrain_tp_block_hook(st->tp), err, errlen);

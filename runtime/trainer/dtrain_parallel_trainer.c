@@ -213,21 +213,25 @@ static int open_val(struct dtrain_ptrainer *t, char *err, size_t errlen)
 }
 
 /* The backend's GEMM rate (dtrain_k_matmul_forward of GEMM_N^3 in the
- * run's precision), FLOP/s, or 0 when the buffers cannot be had. */
+ * run's precision, input and output of the activations' type, as the
+ * blocks' matmuls), FLOP/s, or 0 when the buffers cannot be had. */
 static double measure_gemm(struct dtrain_kernels *k)
 {
     size_t bytes = (size_t)GEMM_N * GEMM_N * sizeof(float);
     float *a = dtrain_k_alloc(k, bytes), *w = dtrain_k_alloc(k, bytes), *out = dtrain_k_alloc(k, bytes);
+    enum dtrain_dtype act = dtrain_kernels_act_dtype(k);
     double rate = 0.0;
     if (a != NULL && w != NULL && out != NULL) {
         dtrain_k_zero(k, a, bytes);
         dtrain_k_zero(k, w, bytes);
-        dtrain_k_matmul_forward(k, out, a, w, NULL, GEMM_N, GEMM_N, GEMM_N); /* warm-up */
+        dtrain_k_matmul_forward(k, dtrain_tensor_of(act, out), dtrain_tensor_of(act, a), w, NULL, GEMM_N, GEMM_N,
+                                GEMM_N); /* warm-up */
         dtrain_k_sync(k);
         double t0 = now_seconds(), dt = 0.0;
         long reps = 0;
         while (dt < GEMM_MIN_S && reps < 1000) {
-            dtrain_k_matmul_forward(k, out, a, w, NULL, GEMM_N, GEMM_N, GEMM_N);
+            dtrain_k_matmul_forward(k, dtrain_tensor_of(act, out), dtrain_tensor_of(act, a), w, NULL, GEMM_N,
+                                    GEMM_N, GEMM_N);
             dtrain_k_sync(k);
             reps++;
             dt = now_seconds() - t0;

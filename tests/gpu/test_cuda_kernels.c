@@ -110,24 +110,24 @@ static void test_matmul(struct gpu_pair *p, const struct tolerances *tol, int N,
 {
     struct mirror inp = mirror_random(p, (size_t)N * IC, 1.0f), w = mirror_random(p, (size_t)OC * IC, 1.0f);
     struct mirror bias = mirror_random(p, (size_t)OC, 1.0f), out = mirror_poisoned(p, (size_t)N * OC);
-    dtrain_k_matmul_forward(p->cpu, out.cpu, inp.cpu, w.cpu, with_bias ? bias.cpu : NULL, N, IC, OC);
-    dtrain_k_matmul_forward(p->gpu, out.gpu, inp.gpu, w.gpu, with_bias ? bias.gpu : NULL, N, IC, OC);
+    dtrain_k_matmul_forward(p->cpu, dtrain_tensor_f32(out.cpu), dtrain_tensor_f32(inp.cpu), w.cpu, with_bias ? bias.cpu : NULL, N, IC, OC);
+    dtrain_k_matmul_forward(p->gpu, dtrain_tensor_f32(out.gpu), dtrain_tensor_f32(inp.gpu), w.gpu, with_bias ? bias.gpu : NULL, N, IC, OC);
     CHECK_ERR(mirror_error(p, &out), tol->matmul, tol, "matmul forward N=%d IC=%d OC=%d%s", N, IC, OC,
               with_bias ? " + bias" : "");
 
     struct mirror dout = mirror_random(p, (size_t)N * OC, 1.0f), dinp = mirror_poisoned(p, (size_t)N * IC);
     struct mirror dw = mirror_random(p, (size_t)OC * IC, 0.5f), db = mirror_random(p, (size_t)OC, 0.5f);
     float *dw0 = gpu_clone(p, dw.gpu, dw.n), *db0 = gpu_clone(p, db.gpu, db.n);
-    dtrain_k_matmul_backward(p->cpu, with_dinp ? dinp.cpu : NULL, dw.cpu, with_bias ? db.cpu : NULL, dout.cpu,
-                             inp.cpu, w.cpu, N, IC, OC);
-    dtrain_k_matmul_backward(p->gpu, with_dinp ? dinp.gpu : NULL, dw.gpu, with_bias ? db.gpu : NULL, dout.gpu,
-                             inp.gpu, w.gpu, N, IC, OC);
+    dtrain_k_matmul_backward(p->cpu, dtrain_tensor_f32(with_dinp ? dinp.cpu : NULL), dw.cpu, with_bias ? db.cpu : NULL, dtrain_tensor_f32(dout.cpu),
+                             dtrain_tensor_f32(inp.cpu), w.cpu, N, IC, OC);
+    dtrain_k_matmul_backward(p->gpu, dtrain_tensor_f32(with_dinp ? dinp.gpu : NULL), dw.gpu, with_bias ? db.gpu : NULL, dtrain_tensor_f32(dout.gpu),
+                             dtrain_tensor_f32(inp.gpu), w.gpu, N, IC, OC);
     if (with_dinp)
         CHECK_ERR(mirror_error(p, &dinp), tol->matmul, tol, "matmul backward dinp (=) N=%d IC=%d OC=%d", N, IC, OC);
     CHECK_ERR(mirror_error(p, &dw), tol->matmul, tol, "matmul backward dweight (+=) N=%d IC=%d OC=%d", N, IC, OC);
     CHECK_ERR(mirror_error(p, &db), with_bias ? tol->sums : 0.0, tol, "matmul backward dbias %s",
               with_bias ? "(+=)" : "untouched when NULL");
-    dtrain_k_matmul_backward(p->gpu, NULL, dw0, with_bias ? db0 : NULL, dout.gpu, inp.gpu, w.gpu, N, IC, OC);
+    dtrain_k_matmul_backward(p->gpu, dtrain_tensor_f32(NULL), dw0, with_bias ? db0 : NULL, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(inp.gpu), w.gpu, N, IC, OC);
     ok(gpu_same_bits(p, dw0, dw.gpu, dw.n) && gpu_same_bits(p, db0, db.gpu, db.n),
        "[%s] matmul backward gives the same bits twice", tol->name);
     dtrain_k_free(p->gpu, dw0); dtrain_k_free(p->gpu, db0);
@@ -151,8 +151,8 @@ static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int
     int flash = flash_path(dtrain_kernels_precision(p->gpu), T, HS);
     struct mirror qkv = mirror_random(p, N * 3 * C, 2.0f), out = mirror_poisoned(p, N * C);
     struct mirror att = mirror_poisoned(p, NA);
-    dtrain_k_attention_forward(p->cpu, out.cpu, att.cpu, qkv.cpu, B, T, NH, HS);
-    dtrain_k_attention_forward(p->gpu, out.gpu, att.gpu, qkv.gpu, B, T, NH, HS);
+    dtrain_k_attention_forward(p->cpu, dtrain_tensor_f32(out.cpu), att.cpu, dtrain_tensor_f32(qkv.cpu), B, T, NH, HS);
+    dtrain_k_attention_forward(p->gpu, dtrain_tensor_f32(out.gpu), att.gpu, dtrain_tensor_f32(qkv.gpu), B, T, NH, HS);
     CHECK_ERR(mirror_error(p, &out), tol->attn_fwd, tol, "attention forward out (B=%d T=%d NH=%d HS=%d, %s)", B, T,
               NH, HS, flash ? "flash" : "exact");
     if (!flash)
@@ -168,12 +168,12 @@ static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int
         printf("Bail out! out of memory for the attention scratch\n");
         exit(1);
     }
-    dtrain_k_attention_backward(p->cpu, dqkv.cpu, s_cpu, dout.cpu, qkv.cpu, att.cpu, B, T, NH, HS);
-    dtrain_k_attention_backward(p->gpu, dqkv.gpu, s_gpu, dout.gpu, qkv.gpu, att.gpu, B, T, NH, HS);
+    dtrain_k_attention_backward(p->cpu, dtrain_tensor_f32(dqkv.cpu), s_cpu, dtrain_tensor_f32(dout.cpu), dtrain_tensor_f32(qkv.cpu), dtrain_tensor_f32(out.cpu), att.cpu, B, T, NH, HS);
+    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(dqkv.gpu), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, HS);
     CHECK_ERR(mirror_error(p, &dqkv), tol->attn_bwd, tol, "attention backward dqkv (=) (B=%d T=%d NH=%d HS=%d, %s)",
               B, T, NH, HS, flash ? "flash" : "exact");
     float *again = gpu_clone(p, dqkv.gpu, dqkv.n);
-    dtrain_k_attention_backward(p->gpu, again, s_gpu, dout.gpu, qkv.gpu, att.gpu, B, T, NH, HS);
+    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(again), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, HS);
     ok(gpu_same_bits(p, again, dqkv.gpu, dqkv.n), "[%s] attention backward gives the same bits twice", tol->name);
     dtrain_k_free(p->gpu, again);
     dtrain_k_free(p->cpu, s_cpu);
@@ -187,12 +187,12 @@ static void test_elementwise(struct gpu_pair *p, const struct tolerances *tol)
 {
     size_t n = ((size_t)1 << 20) + 3;
     struct mirror x = mirror_random(p, n, 4.0f), y = mirror_random(p, n, 1.0f), out = mirror_poisoned(p, n);
-    dtrain_k_gelu_forward(p->cpu, out.cpu, x.cpu, n);
-    dtrain_k_gelu_forward(p->gpu, out.gpu, x.gpu, n);
+    dtrain_k_gelu_forward(p->cpu, dtrain_tensor_f32(out.cpu), dtrain_tensor_f32(x.cpu), n);
+    dtrain_k_gelu_forward(p->gpu, dtrain_tensor_f32(out.gpu), dtrain_tensor_f32(x.gpu), n);
     CHECK_ERR(mirror_error(p, &out), tol->exact, tol, "gelu forward (n=%zu)", n);
     struct mirror dinp = mirror_poisoned(p, n);
-    dtrain_k_gelu_backward(p->cpu, dinp.cpu, x.cpu, y.cpu, n);
-    dtrain_k_gelu_backward(p->gpu, dinp.gpu, x.gpu, y.gpu, n);
+    dtrain_k_gelu_backward(p->cpu, dtrain_tensor_f32(dinp.cpu), dtrain_tensor_f32(x.cpu), dtrain_tensor_f32(y.cpu), n);
+    dtrain_k_gelu_backward(p->gpu, dtrain_tensor_f32(dinp.gpu), dtrain_tensor_f32(x.gpu), dtrain_tensor_f32(y.gpu), n);
     CHECK_ERR(mirror_error(p, &dinp), tol->exact, tol, "gelu backward (n=%zu)", n);
     struct mirror r = mirror_poisoned(p, n);
     dtrain_k_residual_forward(p->cpu, r.cpu, x.cpu, y.cpu, n);

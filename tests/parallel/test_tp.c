@@ -178,6 +178,7 @@ static void test_block(struct dtrain_kernels *k, struct dtrain_tp *tp, int rank,
     struct dtrain_block_acts a;
     struct dtrain_block_scratch sc;
     float *p = act;
+    a.act = dtrain_kernels_act_dtype(k);
     a.ln1 = take(&p, N * C);
     a.ln1_mean = take(&p, N);
     a.ln1_rstd = take(&p, N);

@@ -23,7 +23,8 @@ flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 has() { [[ "$flags" == *" $1 "* ]]; }
 # the best OpenBLAS core of this CPU and a slower one it can run, as dtrain_blas.c chooses
 if has avx512f && has avx512bw && has avx512vl && has avx512dq && has avx512cd; then
-    if has avx512_bf16; then best=Cooperlake; above=""; else best=SkylakeX; above=Cooperlake; fi
+    # Cooperlake's SGEMM kernels are SkylakeX's: SkylakeX is the best on AVX-512 BF16 too
+    best=SkylakeX; if has avx512_bf16; then above=""; else above=Cooperlake; fi
 elif has avx2 && has fma; then
     if grep -q AuthenticAMD /proc/cpuinfo; then best=Zen; else best=Haswell; fi; above=SkylakeX
 elif has avx; then best=Sandybridge; above=Haswell

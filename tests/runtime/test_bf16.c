@@ -55,7 +55,7 @@ static void layer_checks(struct dtrain_kernels *k16, struct dtrain_kernels *k32,
     for (int i = 0; i < OC * IC; i++) wt[i] = uniform(&s) * 0.1f;
     for (int i = 0; i < OC; i++) bias[i] = uniform(&s);
     for (int i = 0; i < N * OC; i++) dout[i] = uniform(&s);
-    dtrain_k_matmul_forward(k16, o1, inp, wt, bias, N, IC, OC);
+    dtrain_k_matmul_forward(k16, dtrain_tensor_f32(o1), dtrain_tensor_f32(inp), wt, bias, N, IC, OC);
     double worst = 0.0, diff32 = 0.0;
     for (int n = 0; n < N; n++)
         for (int oc = 0; oc < OC; oc++) {
@@ -69,14 +69,14 @@ static void layer_checks(struct dtrain_kernels *k16, struct dtrain_kernels *k32,
             if (e > worst) worst = e;
         }
     ok(worst < 1e-6, "%s: forward = a GEMM of the bf16-rounded operands with fp32 accumulation (relative %.2g)", path, worst);
-    dtrain_k_matmul_forward(k32, o2, inp, wt, bias, N, IC, OC);
+    dtrain_k_matmul_forward(k32, dtrain_tensor_f32(o2), dtrain_tensor_f32(inp), wt, bias, N, IC, OC);
     for (int i = 0; i < N * OC; i++)
         diff32 = fmax(diff32, fabs(o1[i] - o2[i]));
     ok(diff32 > 1e-4 && diff32 < 5e-2, "%s: and differs from fp32 by what bf16 rounding gives (max %.3g)", path, diff32);
-    dtrain_k_matmul_forward(k16, o2, inp, wt, bias, N, IC, OC);
+    dtrain_k_matmul_forward(k16, dtrain_tensor_f32(o2), dtrain_tensor_f32(inp), wt, bias, N, IC, OC);
     ok(memcmp(o1, o2, sizeof(float) * N * OC) == 0, "%s: same inputs, same bits", path);
 
-    dtrain_k_matmul_backward(k16, dinp, dw, db, dout, inp, wt, N, IC, OC);
+    dtrain_k_matmul_backward(k16, dtrain_tensor_f32(dinp), dw, db, dtrain_tensor_f32(dout), dtrain_tensor_f32(inp), wt, N, IC, OC);
     double wi = 0.0, ww = 0.0, wb = 0.0;
     for (int n = 0; n < N; n++)
         for (int ic = 0; ic < IC; ic++) {
@@ -106,7 +106,7 @@ static void layer_checks(struct dtrain_kernels *k16, struct dtrain_kernels *k32,
     ok(wi < 1e-6 && ww < 1e-6, "%s: backward: dinp and dweight from the rounded operands (relative %.2g, %.2g)", path, wi, ww);
     ok(wb < 1e-6, "%s: dbias: the fp32 sum of dout, unrounded (relative %.2g)", path, wb);
     float *dinp2 = calloc(N * IC, sizeof(float)), *dw2 = calloc(OC * IC, sizeof(float)), *db2 = calloc(OC, sizeof(float));
-    dtrain_k_matmul_backward(k16, dinp2, dw2, db2, dout, inp, wt, N, IC, OC);
+    dtrain_k_matmul_backward(k16, dtrain_tensor_f32(dinp2), dw2, db2, dtrain_tensor_f32(dout), dtrain_tensor_f32(inp), wt, N, IC, OC);
     ok(memcmp(dinp, dinp2, sizeof(float) * N * IC) == 0 && memcmp(dw, dw2, sizeof(float) * OC * IC) == 0 &&
        memcmp(db, db2, sizeof(float) * OC) == 0, "%s: backward: same inputs, same bits", path);
     free(dinp2); free(dw2); free(db2);
@@ -235,10 +235,10 @@ int main(void)
     /* by hand: 1 + 2^-9 -> 1 (below half an ulp), 1 + 2^-8 -> 1 (a tie, to even),
      * 1 + 3 * 2^-8 -> 1 + 2^-6 (a tie, to even upwards) */
     float x[3] = {1.0f + 0x1p-9f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f}, w = 1.0f, out[3];
-    dtrain_k_matmul_forward(k16, out, x, &w, NULL, 3, 1, 1);
+    dtrain_k_matmul_forward(k16, dtrain_tensor_f32(out), dtrain_tensor_f32(x), &w, NULL, 3, 1, 1);
     ok(out[0] == 1.0f && out[1] == 1.0f && out[2] == 1.0f + 0x1p-6f,
        "rounding to nearest, ties to even: %a %a %a", out[0], out[1], out[2]);
-    dtrain_k_matmul_forward(k32, out, x, &w, NULL, 3, 1, 1);
+    dtrain_k_matmul_forward(k32, dtrain_tensor_f32(out), dtrain_tensor_f32(x), &w, NULL, 3, 1, 1);
     ok(out[0] == x[0] && out[2] == x[2], "fp32 keeps the same values unrounded");
     dtrain_cpu_bf16_describe(k16, line, sizeof line);
     diag("bf16 matmuls by default here: %s", line);
@@ -251,7 +251,7 @@ int main(void)
         dtrain_cpu_bf16_describe(kf, line, sizeof line);
         diag("forced: %s", line);
         if (strncmp(line, "oneDNN", 6) == 0) {
-            dtrain_k_matmul_forward(kf, out, x, &w, NULL, 3, 1, 1);
+            dtrain_k_matmul_forward(kf, dtrain_tensor_f32(out), dtrain_tensor_f32(x), &w, NULL, 3, 1, 1);
             ok(out[0] == 1.0f && out[1] == 1.0f && out[2] == 1.0f + 0x1p-6f,
                "oneDNN: rounding to nearest, ties to even: %a %a %a", out[0], out[1], out[2]);
             layer_checks(kf, k32, "oneDNN");

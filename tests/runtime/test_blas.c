@@ -51,7 +51,8 @@ int main(void)
     ok(dtrain_blas_core_level("NoSuchCore") == -1 && dtrain_blas_core_level(NULL) == -1, "unknown core: -1");
 
     struct dtrain_cpu_features er = emerald_rapids(), z = zen3(), sx = skylake_x();
-    ok(strcmp(dtrain_blas_best_core(&er), "Cooperlake") == 0, "Emerald Rapids: Cooperlake kernels");
+    ok(strcmp(dtrain_blas_best_core(&er), "SkylakeX") == 0,
+       "Emerald Rapids: SkylakeX kernels (Cooperlake's SGEMM kernels are SkylakeX's)");
     ok(strcmp(dtrain_blas_best_core(&sx), "SkylakeX") == 0, "Skylake-X: SkylakeX kernels");
     ok(strcmp(dtrain_blas_best_core(&z), "Zen") == 0, "Zen 3: Zen kernels");
     ok(strcmp(dtrain_cpu_features_level(&er), "AVX-512 BF16") == 0 && strcmp(dtrain_cpu_features_level(&z), "AVX2") == 0,
@@ -59,19 +60,21 @@ int main(void)
 
     /* the machine: OpenBLAS 0.3.21 falls back to Prescott */
     a = dtrain_blas_decide(&er, "Prescott", NULL, NULL, "prog", &c);
-    ok(a == DTRAIN_BLAS_SWITCH && c.target != NULL && strcmp(c.target, "Cooperlake") == 0,
-       "Prescott on Emerald Rapids, nothing set: switch to Cooperlake");
+    ok(a == DTRAIN_BLAS_SWITCH && c.target != NULL && strcmp(c.target, "SkylakeX") == 0,
+       "Prescott on Emerald Rapids, nothing set: switch to SkylakeX");
     ok(strncmp(c.line, "prog: blas: ", 12) == 0 && strstr(c.line, "Prescott") && strstr(c.line, "model 207") &&
        strstr(c.line, "DTRAIN_BLAS_CORE=keep"), "  and one line saying so: %s", c.line);
     a = dtrain_blas_decide(&er, "Prescott", "auto", NULL, "prog", &c);
-    ok(a == DTRAIN_BLAS_SWITCH && strcmp(c.target, "Cooperlake") == 0, "DTRAIN_BLAS_CORE=auto: the same");
+    ok(a == DTRAIN_BLAS_SWITCH && strcmp(c.target, "SkylakeX") == 0, "DTRAIN_BLAS_CORE=auto: the same");
     a = dtrain_blas_decide(&er, "Prescott", NULL, "Prescott", "prog", &c);
     ok(a == DTRAIN_BLAS_WARN && strstr(c.line, "OPENBLAS_CORETYPE is set") && strstr(c.line, "kept as set"),
        "OPENBLAS_CORETYPE=Prescott set by the site: respected, with a warning: %s", c.line);
     a = dtrain_blas_decide(&er, "Prescott", "keep", NULL, "prog", &c);
     ok(a == DTRAIN_BLAS_WARN && strstr(c.line, "DTRAIN_BLAS_CORE=keep"), "DTRAIN_BLAS_CORE=keep: warning, no switch");
-    a = dtrain_blas_decide(&er, "Cooperlake", NULL, NULL, "prog", &c);
+    a = dtrain_blas_decide(&er, "SkylakeX", NULL, NULL, "prog", &c);
     ok(a == DTRAIN_BLAS_GO_ON && c.line[0] == '\0', "the right kernels: nothing to say");
+    a = dtrain_blas_decide(&er, "Cooperlake", NULL, NULL, "prog", &c);
+    ok(a == DTRAIN_BLAS_GO_ON && c.line[0] == '\0', "OpenBLAS's own Cooperlake choice (the same SGEMM): kept");
     a = dtrain_blas_decide(&er, "SapphireRapids", NULL, NULL, "prog", &c);
     ok(a == DTRAIN_BLAS_GO_ON, "a newer OpenBLAS's own SapphireRapids choice is kept");
     a = dtrain_blas_decide(&er, "FutureCore", NULL, NULL, "prog", &c);

@@ -152,14 +152,14 @@ static void test_matmul(struct dtrain_kernels *k, int with_bias)
     float *x = to_backend(k, c.x, NI), *w = to_backend(k, c.w, WI);
     float *bias = with_bias ? to_backend(k, c.bias, OC) : NULL;
     float *out = backend_filled(k, NO, GARBAGE), *dout = to_backend(k, c.r, NO);
-    dtrain_k_matmul_forward(k, out, x, w, bias, N, IC, OC);
+    dtrain_k_matmul_forward(k, dtrain_tensor_f32(out), dtrain_tensor_f32(x), w, bias, N, IC, OC);
     mm_loss(&c);
     ok(max_abs_diff_f(k, out, c.out, NO) < FWD_TOL, "matmul forward %s bias matches the reference",
        with_bias ? "with" : "without");
 
     float *dx = backend_filled(k, NI, GARBAGE), *dw = backend_filled(k, WI, ACC);
     float *db = with_bias ? backend_filled(k, OC, ACC) : NULL;
-    dtrain_k_matmul_backward(k, dx, dw, db, dout, x, w, N, IC, OC);
+    dtrain_k_matmul_backward(k, dtrain_tensor_f32(dx), dw, db, dtrain_tensor_f32(dout), dtrain_tensor_f32(x), w, N, IC, OC);
     double *ax = dalloc(NI), *aw = dalloc(WI), *ab = dalloc(OC);
     from_backend(k, ax, dx, NI, 0.0);
     from_backend(k, aw, dw, WI, ACC);
@@ -172,7 +172,7 @@ static void test_matmul(struct dtrain_kernels *k, int with_bias)
         double eb = fd_max_rel_error(mm_loss, &c, c.bias, OC, ab);
         ok(eb < TOL, "matmul backward dbias (+=): rel error %.2e", eb);
         /* dinp NULL skips the input gradient and still accumulates dweight */
-        dtrain_k_matmul_backward(k, NULL, dw, NULL, dout, x, w, N, IC, OC);
+        dtrain_k_matmul_backward(k, dtrain_tensor_f32(NULL), dw, NULL, dtrain_tensor_f32(dout), dtrain_tensor_f32(x), w, N, IC, OC);
         double *aw2 = dalloc(WI), worst = 0;
         from_backend(k, aw2, dw, WI, ACC);
         for (size_t i = 0; i < WI; i++)
@@ -204,7 +204,7 @@ static void test_attention(struct dtrain_kernels *k)
     fill_uniform(c.r, NO, 31, 1.0);
     float *qkv = to_backend(k, c.qkv, NQ), *out = backend_filled(k, NO, GARBAGE);
     float *att = dtrain_k_alloc(k, NA * sizeof(float)), *dout = to_backend(k, c.r, NO);
-    dtrain_k_attention_forward(k, out, att, qkv, B, T, NH, HS);
+    dtrain_k_attention_forward(k, dtrain_tensor_f32(out), att, dtrain_tensor_f32(qkv), B, T, NH, HS);
     att_loss(&c);
     ok(max_abs_diff_f(k, out, c.out, NO) < FWD_TOL, "attention forward matches the reference");
     double *ha = dalloc(NA), worst = 0;
@@ -225,7 +225,7 @@ static void test_attention(struct dtrain_kernels *k)
     ok(upper == 0.0, "attention weights above the diagonal are 0");
     float *dq = backend_filled(k, NQ, GARBAGE);
     float *scratch = backend_filled(k, dtrain_k_attention_scratch(k, B, T, NH, HS), GARBAGE);
-    dtrain_k_attention_backward(k, dq, scratch, dout, qkv, att, B, T, NH, HS);
+    dtrain_k_attention_backward(k, dtrain_tensor_f32(dq), scratch, dtrain_tensor_f32(dout), dtrain_tensor_f32(qkv), dtrain_tensor_f32(out), att, B, T, NH, HS);
     dtrain_k_free(k, scratch);
     double *a = dalloc(NQ);
     from_backend(k, a, dq, NQ, 0.0);
@@ -255,11 +255,11 @@ static void test_gelu_residual(struct dtrain_kernels *k)
     c.x[1] = -30.0;
     fill_uniform(c.r, n, 41, 1.0);
     float *x = to_backend(k, c.x, n), *out = backend_filled(k, n, GARBAGE), *dout = to_backend(k, c.r, n);
-    dtrain_k_gelu_forward(k, out, x, n);
+    dtrain_k_gelu_forward(k, dtrain_tensor_f32(out), dtrain_tensor_f32(x), n);
     gelu_loss(&c);
     ok(max_abs_diff_f(k, out, c.out, n) < FWD_TOL * 10, "gelu forward matches the reference");
     /* in place: dinp aliases dout */
-    dtrain_k_gelu_backward(k, dout, x, dout, n);
+    dtrain_k_gelu_backward(k, dtrain_tensor_f32(dout), dtrain_tensor_f32(x), dtrain_tensor_f32(dout), n);
     double *a = dalloc(n);
     from_backend(k, a, dout, n, 0.0);
     double e = fd_max_rel_error(gelu_loss, &c, c.x, n, a);
@@ -385,8 +385,8 @@ static float *run_big(struct dtrain_kernels *k, size_t *count)
     float *qkv = to_backend(k, tmp, NQ), *out = dtrain_k_alloc(k, NC * 4), *att = dtrain_k_alloc(k, NA * 4);
     float *dqkv = dtrain_k_alloc(k, NQ * 4);
     float *scratch = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, HS) * 4);
-    dtrain_k_attention_forward(k, out, att, qkv, B, T, NH, HS);
-    dtrain_k_attention_backward(k, dqkv, scratch, dy, qkv, att, B, T, NH, HS);
+    dtrain_k_attention_forward(k, dtrain_tensor_f32(out), att, dtrain_tensor_f32(qkv), B, T, NH, HS);
+    dtrain_k_attention_backward(k, dtrain_tensor_f32(dqkv), scratch, dtrain_tensor_f32(dy), dtrain_tensor_f32(qkv), dtrain_tensor_f32(out), att, B, T, NH, HS);
     dtrain_k_free(k, scratch);
     GET(out, NC); GET(dqkv, NQ);
     fill_uniform(tmp, NV, 73, 4.0);
@@ -400,8 +400,8 @@ static float *run_big(struct dtrain_kernels *k, size_t *count)
     GET(dwte, (size_t)V * C); GET(dwpe, (size_t)T * C);
     fill_uniform(tmp, 4 * NC, 74, 3.0);
     float *h = to_backend(k, tmp, 4 * NC), *gl = dtrain_k_alloc(k, 4 * NC * 4);
-    dtrain_k_gelu_forward(k, gl, h, 4 * NC);
-    dtrain_k_gelu_backward(k, h, h, gl, 4 * NC);
+    dtrain_k_gelu_forward(k, dtrain_tensor_f32(gl), dtrain_tensor_f32(h), 4 * NC);
+    dtrain_k_gelu_backward(k, dtrain_tensor_f32(h), dtrain_tensor_f32(h), dtrain_tensor_f32(gl), 4 * NC);
     GET(h, 4 * NC);
     *o++ = (float)dtrain_k_sumsq(k, gl, 4 * NC);
     float *mm = backend_filled(k, 3 * NC, 0);

@@ -275,7 +275,8 @@ static void block_run_setup(struct block_run *r, struct host_block *h, const flo
         dtrain_k_upload(r->k, r->dev[i], tensors(h)[i], sizes[i] * sizeof(float));
         r->grad[i] = dzeros(r->k, sizes[i]);
     }
-    r->a = (struct dtrain_block_acts){dzeros(r->k, N * C), dzeros(r->k, N), dzeros(r->k, N),
+    r->a = (struct dtrain_block_acts){dtrain_kernels_act_dtype(r->k), dzeros(r->k, N * C), dzeros(r->k, N),
+                                      dzeros(r->k, N),
                                       dzeros(r->k, N * 3 * CL), dzeros(r->k, N * CL),
                                       dzeros(r->k, (size_t)s->B * s->NH * s->T * s->T),
                                       dzeros(r->k, N * C), dzeros(r->k, N * C), dzeros(r->k, N),
@@ -297,7 +298,8 @@ static void block_run_free(struct block_run *r)
         dtrain_k_free(r->k, r->dev[i]);
         dtrain_k_free(r->k, r->grad[i]);
     }
-    float **acts = &r->a.ln1;
+    void *acts[12] = {r->a.ln1, r->a.ln1_mean, r->a.ln1_rstd, r->a.qkv, r->a.atty, r->a.att,
+                      r->a.res2, r->a.ln2, r->a.ln2_mean, r->a.ln2_rstd, r->a.fch, r->a.fch_gelu};
     for (int i = 0; i < 12; i++)
         dtrain_k_free(r->k, acts[i]);
     dtrain_k_free(r->k, r->sc.dln); dtrain_k_free(r->k, r->sc.dqkv);

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The typed operations of the CPU backend (dtrain_kernels.h, "Types"):
+ * matmul, attention and GELU on fp32 or bf16 operands.
+ *
+ * The arithmetic stays the fp32 kernels' (cpu_matmul.c, cpu_attention.c,
+ * cpu_layers.c): a bf16 operand is widened into the instance's typed
+ * scratch (exact), a bf16 result is computed there in fp32 and rounded
+ * once into its tensor (nearest even, dtrain_bf16_from_f32).  So a bf16
+ * result is bit for bit the fp32 result of the same inputs, rounded: the
+ * reference the cuda backend's bf16 kernels are held to (within the order
+ * of their sums).  All-fp32 calls go straight to the fp32 kernels. */
+#include "cpu_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct convert_args {
+    float *f32;
+    uint16_t *bf16;
+    size_t n;
+};
+
+static void widen_items(void *p, long begin, long end, int tid)
+{
+    const struct convert_args *a = p;
+    (void)tid;
+    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
+    if (i1 > a->n)
+        i1 = a->n;
+    for (size_t i = i0; i < i1; i++)
+        a->f32[i] = dtrain_bf16_to_f32(a->bf16[i]);
+}
+
+static void narrow_items(void *p, long begin, long end, int tid)
+{
+    const struct convert_args *a = p;
+    (void)tid;
+    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
+    if (i1 > a->n)
+        i1 = a->n;
+    for (size_t i = i0; i < i1; i++)
+        a->bf16[i] = dtrain_bf16_from_f32(a->f32[i]);
+}
+
+static void convert(struct dtrain_kernels *k, float *f32, uint16_t *bf16, size_t n, cpu_pool_fn fn)
+{
+    struct convert_args a = {.f32 = f32, .bf16 = bf16, .n = n};
+    cpu_parallel(k, (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM, fn, &a);
+}
+
+/* One call's fp32 views: up to four operands of n[i] elements; a bf16 one
+ * gets a slot of the typed scratch. */
+struct views {
+    float *f32[4];
+};
+
+static size_t slot_floats(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Fill v for the operands t[0..count) (n[i] elements each; a NULL data
+ * stays NULL); widen the inputs (in[i] != 0).  Returns 0, or -1 when the
+ * scratch cannot grow: the error is recorded (dtrain_kernels_error) and
+ * the call does nothing, as on the cuda backend. */
+static int views_of(struct dtrain_kernels *k, struct views *v, const struct dtrain_tensor *t,
+                    const size_t *n, const int *in, int count)
+{
+    struct cpu_kernels *ck = (struct cpu_kernels *)k;
+    size_t need = 0;
+    if (ck->failed)
+        return -1;
+    for (int i = 0; i < count; i++)
+        if (t[i].data != NULL && t[i].dtype == DTRAIN_BF16)
+            need += slot_floats(n[i]);
+    if (need > ck->typed_cap) {
+        float *p = aligned_alloc(64, need * sizeof(float));
+        if (p == NULL) {
+            ck->failed = 1;
+            snprintf(ck->error, sizeof ck->error, "out of memory for %zu bytes of bf16 operand scratch",
+                     need * sizeof(float));
+            return -1;
+        }
+        free(ck->typed_scratch);
+        ck->typed_scratch = p;
+        ck->typed_cap = need;
+    }
+    size_t used = 0;
+    for (int i = 0; i < count; i++) {
+        v->f32[i] = t[i].data;
+        if (t[i].data == NULL || t[i].dtype != DTRAIN_BF16)
+            continue;
+        v->f32[i] = ck->typed_scratch + used;
+        used += slot_floats(n[i]);
+        if (in[i])
+            convert(k, v->f32[i], t[i].data, n[i], widen_items);
+    }
+    return 0;
+}
+
+/* Round the fp32 result of operand i into its bf16 tensor. */
+static void store(struct dtrain_kernels *k, const struct views *v, const struct dtrain_tensor *t,
+                  const size_t *n, int i)
+{
+    if (t[i].data != NULL && t[i].dtype == DTRAIN_BF16)
+        convert(k, v->f32[i], t[i].data, n[i], narrow_items);
+}
+
+void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                              const float *weight, const float *bias, int N, int IC, int OC)
+{
+    const struct dtrain_tensor t[2] = {out, inp};
+    const size_t n[2] = {(size_t)N * OC, (size_t)N * IC};
+    const int in[2] = {0, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 2) != 0)
+        return;
+    cpu_matmul_forward(k, v.f32[0], v.f32[1], weight, bias, N, IC, OC);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight, float *dbias,
+                               struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
+                               int N, int IC, int OC)
+{
+    const struct dtrain_tensor t[3] = {dinp, dout, inp};
+    const size_t n[3] = {(size_t)N * IC, (size_t)N * OC, (size_t)N * IC};
+    const int in[3] = {0, 1, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 3) != 0)
+        return;
+    cpu_matmul_backward(k, v.f32[0], dweight, dbias, v.f32[1], v.f32[2], weight, N, IC, OC);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
+                                 struct dtrain_tensor qkv, int B, int T, int NH, int HS)
+{
+    size_t rows = (size_t)B * T * NH * HS;
+    const struct dtrain_tensor t[2] = {out, qkv};
+    const size_t n[2] = {rows, 3 * rows};
+    const int in[2] = {0, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 2) != 0)
+        return;
+    cpu_attention_forward(k, v.f32[0], att, v.f32[1], B, T, NH, HS);
+    store(k, &v, t, n, 0);
+}
+
+/* The probabilities (B,NH,T,T): backward needs no more (out unused). */
+size_t cpu_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+{
+    (void)k;
+    (void)HS;
+    return (size_t)B * NH * T * T;
+}
+
+void cpu_typed_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
+                                  struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
+                                  const float *att, int B, int T, int NH, int HS)
+{
+    size_t rows = (size_t)B * T * NH * HS;
+    const struct dtrain_tensor t[3] = {dqkv, dout, qkv};
+    const size_t n[3] = {3 * rows, rows, 3 * rows};
+    const int in[3] = {0, 1, 1};
+    struct views v;
+    (void)out;
+    if (views_of(k, &v, t, n, in, 3) != 0)
+        return;
+    cpu_attention_backward(k, v.f32[0], scratch, v.f32[1], v.f32[2], att, B, T, NH, HS);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n1)
+{
+    const struct dtrain_tensor t[2] = {out, inp};
+    const size_t n[2] = {n1, n1};
+    const int in[2] = {0, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 2) != 0)
+        return;
+    cpu_gelu_forward(k, v.f32[0], v.f32[1], n1);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                             struct dtrain_tensor dout, size_t n1)
+{
+    const struct dtrain_tensor t[3] = {dinp, inp, dout};
+    const size_t n[3] = {n1, n1, n1};
+    const int in[3] = {0, 1, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 3) != 0)
+        return;
+    cpu_gelu_backward(k, v.f32[0], v.f32[1], v.f32[2], n1);
+    store(k, &v, t, n, 0);
+}
