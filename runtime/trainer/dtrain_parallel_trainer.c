@@ -714,6 +714,15 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     dtrain_dp_unit_ready(t->dp, dtrain_shard_unit_of(s, DTRAIN_UNIT_WTE, 0));
     if ((rc = dtrain_dp_finish(t->dp, err, errlen)) != DTRAIN_OK)
         return rc;
+    /* the kernels run asynchronously on a GPU: a failed one (a launch, a
+     * device fault, out of memory) is known only now, before its loss and
+     * gradients are trusted */
+    dtrain_k_sync(t->k);
+    char kerr[256];
+    if (dtrain_kernels_error(t->k, kerr, sizeof kerr) != 0) {
+        snprintf(err, errlen, "step %ld: the %s kernels failed: %s", t->step, dtrain_kernels_name(t->k), kerr);
+        return DTRAIN_ERR_SYSTEM;
+    }
     dtrain_watchdog_action(t->wd, "sum of the loss and gradient norm", -1);
 
     /* The loss (TP rank 0 of the last stage of each pipeline) and the norm

@@ -101,6 +101,15 @@ check "bf16 is deterministic: the second run's losses are the same bits" \
 check "the trainer says in one line what runs its bf16 matmuls" \
     test "$(grep -Ec '^dtrain: cpu bf16 matmuls: (oneDNN|fp32 GEMMs on operands rounded to bf16)' "$work/bf16a")" -eq 1
 check "  and nothing of it in fp32" bash -c "! grep -q 'cpu bf16 matmuls' '$work/fp32'"
+# bf16 stores the blocks' inner activations in bf16 (dtrain_kernels_act_dtype): per layer
+# qkv 3C, attention output C, fc 4C, GELU output 4C per position, and once the backward's
+# dqkv 3C, datty C, dfc 4C; 2 bytes fewer each (N*C is a multiple of 32: no padding moves)
+act_bytes() { "$train" "${bargs[@]}" --steps 1 --precision "$1" --memory-report 1 2>&1 |
+              sed -n 's/^{"memory": {"rank": 0,.*"activations_bytes": \([0-9]*\),.*/\1/p'; }
+a32=$(act_bytes fp32) a16=$(act_bytes bf16)
+L=2 C=64 N=$((4 * 32))
+check "bf16 activations: $((a32 - a16)) bytes fewer than fp32's $a32, 2 x (L*N*12C + N*8C) = $((2 * (L * N * 12 * C + N * 8 * C)))" \
+    test -n "$a32" -a -n "$a16" -a "$((a32 - a16))" -eq "$((2 * (L * N * 12 * C + N * 8 * C)))"
 # The benchmark's candidates and both precisions (speed is not checked: benchmarks say it)
 bench="$top_builddir/bench/dtrain-bench-train"
 "$bench" --steps 1 --warmup 0 --sgemm-n 128 >"$work/bench" 2>&1

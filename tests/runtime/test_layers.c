@@ -443,6 +443,135 @@ static void test_threads(void)
     dtrain_kernels_destroy(k3);
 }
 
+/* Typed operands (dtrain_kernels.h "Types"): on the cpu backend a bf16
+ * result is the fp32 result of the widened inputs rounded once, bit for
+ * bit, in either precision; checked for each typed operation. */
+static uint16_t *bf16_copy(const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    if (h == NULL)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        h[i] = dtrain_bf16_from_f32(x[i]);
+    return h;
+}
+
+/* the widened values of a bf16 array */
+static float *widened(const uint16_t *h, size_t n)
+{
+    float *x = malloc(n * sizeof *x);
+    if (x == NULL)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        x[i] = dtrain_bf16_to_f32(h[i]);
+    return x;
+}
+
+/* n bf16 results in the backend at dev are the fp32 results at ref rounded */
+static int same_rounded(struct dtrain_kernels *k, const void *dev, const void *ref32, size_t n)
+{
+    uint16_t *got = malloc(n * sizeof *got);
+    float *want = malloc(n * sizeof *want);
+    int same = got != NULL && want != NULL;
+    if (same) {
+        dtrain_k_download(k, got, dev, n * sizeof *got);
+        dtrain_k_download(k, want, ref32, n * sizeof *want);
+        for (size_t i = 0; i < n && same; i++)
+            same = got[i] == dtrain_bf16_from_f32(want[i]);
+    }
+    free(got);
+    free(want);
+    return same;
+}
+
+static void *upload_new(struct dtrain_kernels *k, const void *host, size_t bytes)
+{
+    void *p = dtrain_k_alloc(k, bytes);
+    if (p == NULL)
+        abort();
+    dtrain_k_upload(k, p, host, bytes);
+    return p;
+}
+
+static void test_typed(struct dtrain_kernels *k)
+{
+    const char *prec = dtrain_kernels_precision_name(dtrain_kernels_precision(k));
+    int B = 2, T = 7, NH = 2, HS = 8, C = NH * HS, N = B * T, OC = 3 * C;
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C, na = dtrain_k_attention_saved(k, B, T, NH, HS);
+    double *tmp = dalloc(no > nw ? no : nw);
+    float *hx = malloc(no * sizeof(float)), *hw = malloc(nw * sizeof(float));
+    if (hx == NULL || hw == NULL)
+        abort();
+    fill_uniform(tmp, no, 90, 2.0);
+    for (size_t i = 0; i < no; i++)
+        hx[i] = (float)tmp[i];
+    fill_uniform(tmp, nw, 91, 0.5);
+    for (size_t i = 0; i < nw; i++)
+        hw[i] = (float)tmp[i];
+    uint16_t *hx16 = bf16_copy(hx, no);
+    float *hx_w = widened(hx16, no); /* what a bf16 input holds */
+    void *x16 = upload_new(k, hx16, no * 2), *xw = upload_new(k, hx_w, no * 4), *w = upload_new(k, hw, nw * 4);
+    void *o16 = dtrain_k_alloc(k, no * 2), *o32 = dtrain_k_alloc(k, no * 4), *d16 = dtrain_k_alloc(k, no * 2);
+    void *d32 = dtrain_k_alloc(k, no * 4), *att16 = dtrain_k_alloc(k, na * 4), *att32 = dtrain_k_alloc(k, na * 4);
+    void *dw = dtrain_k_alloc(k, nw * 4), *scr = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, HS) * 4);
+    struct dtrain_tensor X16 = dtrain_tensor_of(DTRAIN_BF16, x16), XW = dtrain_tensor_f32(xw);
+
+    /* matmul: inp (N,C) bf16 -> out (N,3C) bf16, against fp32 on the widened input */
+    dtrain_k_matmul_forward(k, dtrain_tensor_of(DTRAIN_BF16, o16), X16, w, NULL, N, C, OC);
+    dtrain_k_matmul_forward(k, dtrain_tensor_f32(o32), XW, w, NULL, N, C, OC);
+    ok(same_rounded(k, o16, o32, no), "[%s] matmul forward, bf16 in and out: the fp32 result rounded, bit for bit", prec);
+    /* backward: dout (N,3C) bf16 -> dinp (N,C) bf16 */
+    dtrain_k_matmul_backward(k, dtrain_tensor_of(DTRAIN_BF16, d16), dw, NULL, X16, X16, w, N, C, OC);
+    dtrain_k_matmul_backward(k, dtrain_tensor_f32(d32), dw, NULL, XW, XW, w, N, C, OC);
+    ok(same_rounded(k, d16, d32, ni), "[%s] matmul backward, bf16 dout, inp and dinp: the same rule", prec);
+    /* attention: qkv (N,3C) bf16 -> out (N,C) bf16; backward with a bf16 dout */
+    dtrain_k_attention_forward(k, dtrain_tensor_of(DTRAIN_BF16, o16), att16, X16, B, T, NH, HS);
+    dtrain_k_attention_forward(k, dtrain_tensor_f32(o32), att32, XW, B, T, NH, HS);
+    ok(same_rounded(k, o16, o32, ni), "[%s] attention forward, bf16 qkv and out: the same rule", prec);
+    dtrain_k_attention_backward(k, dtrain_tensor_of(DTRAIN_BF16, d16), scr, X16, X16,
+                                dtrain_tensor_of(DTRAIN_BF16, o16), att16, B, T, NH, HS);
+    dtrain_k_attention_backward(k, dtrain_tensor_f32(d32), scr, XW, XW, dtrain_tensor_f32(o32), att32, B, T, NH, HS);
+    ok(same_rounded(k, d16, d32, no), "[%s] attention backward, bf16 dout, qkv and dqkv: the same rule", prec);
+    /* GELU in place on bf16, and its backward with dinp aliasing dout */
+    dtrain_k_copy(k, o16, x16, no * 2);
+    dtrain_k_gelu_forward(k, dtrain_tensor_of(DTRAIN_BF16, o16), dtrain_tensor_of(DTRAIN_BF16, o16), no);
+    dtrain_k_gelu_forward(k, dtrain_tensor_f32(o32), XW, no);
+    ok(same_rounded(k, o16, o32, no), "[%s] GELU forward in place on bf16: the same rule", prec);
+    dtrain_k_copy(k, d16, x16, no * 2);
+    dtrain_k_gelu_backward(k, dtrain_tensor_of(DTRAIN_BF16, d16), X16, dtrain_tensor_of(DTRAIN_BF16, d16), no);
+    dtrain_k_gelu_backward(k, dtrain_tensor_f32(d32), XW, XW, no);
+    ok(same_rounded(k, d16, d32, no), "[%s] GELU backward, dinp aliasing dout, bf16: the same rule", prec);
+    char err[128];
+    ok(dtrain_kernels_error(k, err, sizeof err) == 0, "[%s] no kernel error after the typed calls", prec);
+    void *bufs[] = {x16, xw, w, o16, o32, d16, d32, att16, att32, dw, scr};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        dtrain_k_free(k, bufs[i]);
+    free(tmp); free(hx); free(hw); free(hx16); free(hx_w);
+}
+
+static void test_act_dtype(void)
+{
+    char err[256] = "";
+    const enum dtrain_kernels_precision p[3] = {DTRAIN_PRECISION_FP32, DTRAIN_PRECISION_BF16, DTRAIN_PRECISION_FP16};
+    const enum dtrain_dtype want[3] = {DTRAIN_F32, DTRAIN_BF16, DTRAIN_F32};
+    for (int i = 0; i < 3; i++) {
+        struct dtrain_kernels *k = NULL;
+        struct dtrain_kernels_options opt = {.threads = 1, .precision = p[i]};
+        if (!ok(dtrain_kernels_create("cpu", &opt, &k, err, sizeof err) == 0, "create cpu kernels in %s",
+                dtrain_kernels_precision_name(p[i])))
+            continue;
+        ok(dtrain_kernels_act_dtype(k) == want[i], "%s precision stores activations in %s",
+           dtrain_kernels_precision_name(p[i]), dtrain_dtype_name(want[i]));
+        if (p[i] == DTRAIN_PRECISION_BF16)
+            test_typed(k);
+        dtrain_kernels_destroy(k);
+    }
+    uint16_t h[5] = {dtrain_bf16_from_f32(1.0f), dtrain_bf16_from_f32(1.00390625f), dtrain_bf16_from_f32(1.01171875f),
+                     dtrain_bf16_from_f32(-0.0f), dtrain_bf16_from_f32(NAN)};
+    ok(h[0] == 0x3f80 && h[1] == 0x3f80 && h[2] == 0x3f82 && h[3] == 0x8000 && (h[4] & 0x7fc0) == 0x7fc0,
+       "bf16 rounding: to nearest, ties to even (1+2^-8 -> 1, 1+3*2^-8 -> 1+2^-6), -0 kept, NaN quiet");
+}
+
 int main(void)
 {
     char err[256] = "";
@@ -460,7 +589,9 @@ int main(void)
     test_gelu_residual(k);
     test_softmax_xent(k);
     test_adamw(k);
+    test_typed(k);
     dtrain_kernels_destroy(k);
+    test_act_dtype();
     test_threads();
     return tap_done();
 }
