@@ -114,19 +114,28 @@ static void convert_items(void *p, long begin, long end, int tid)
             ((float *)a->dst)[i] = bf16_round(a->src[i]);
 }
 
+/* Columns per item of the transposed conversion: a cache line of src per
+ * row read, instead of one float per line (a column at a time re-read
+ * every line 16 times once src outgrew the cache). */
+#define CONVERT_T_COLS 16
+
 static void convert_columns(void *p, long begin, long end, int tid)
 {
     const struct convert_args *a = p;
     (void)tid;
-    for (long c = begin; c < end; c++)
+    for (long blk = begin; blk < end; blk++) {
+        int c0 = (int)blk * CONVERT_T_COLS, c1 = c0 + CONVERT_T_COLS < a->cols ? c0 + CONVERT_T_COLS : a->cols;
         for (int r = 0; r < a->rows; r++) {
-            float x = a->src[(size_t)r * a->cols + c];
-            size_t o = (size_t)c * a->rows + r;
-            if (a->bf16)
-                ((uint16_t *)a->dst)[o] = bf16_bits(x);
-            else
-                ((float *)a->dst)[o] = bf16_round(x);
+            const float *row = a->src + (size_t)r * a->cols;
+            for (int c = c0; c < c1; c++) {
+                size_t o = (size_t)c * a->rows + r;
+                if (a->bf16)
+                    ((uint16_t *)a->dst)[o] = bf16_bits(row[c]);
+                else
+                    ((float *)a->dst)[o] = bf16_round(row[c]);
+            }
         }
+    }
 }
 
 static void onednn_convert(struct dtrain_kernels *k, void *dst, const float *src, size_t n)
@@ -141,7 +150,7 @@ static void onednn_convert_t(struct dtrain_kernels *k, void *dst, const float *s
 {
     struct convert_args a = {.dst = dst, .src = src, .rows = rows, .cols = cols,
                              .bf16 = cpu_onednn_bf16(((struct cpu_kernels *)k)->onednn)};
-    cpu_parallel(k, cols, (size_t)rows, convert_columns, &a);
+    cpu_parallel(k, (cols + CONVERT_T_COLS - 1) / CONVERT_T_COLS, (size_t)rows * CONVERT_T_COLS, convert_columns, &a);
 }
 
 /* bytes of n oneDNN operand elements, rounded up to a cache line */
