@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Embedding, layer norm, GELU and residual on the GPU; see dtrain_kernels.h.
  *
- * fp32 in and out, fp32 arithmetic; GELU's typed operands are fp32 or bf16
- * (templated on the element type, cuda_elem.cuh), its arithmetic fp32.  Reductions
- * have a fixed shape (a warp's butterfly, row chunks summed in order), so
- * the results are the same bits run after run.  The embedding gradient
+ * fp32 in and out, fp32 arithmetic; GELU's typed operands are fp32 or
+ * bf16 (templated on the element type, cuda_elem.cuh), its arithmetic
+ * fp32.  Reductions have a fixed shape (a warp's butterfly, row chunks
+ * summed in order), so the results are the same bits run after run.  The embedding gradient
  * sorts the positions by token (CUB's stable radix sort) so that each wte
  * row is summed by one thread in position order instead of with atomics. */
 #include <climits>

@@ -20,8 +20,9 @@
  * pass each).  The product runs on the tensor cores with fp32
  * accumulation (CUBLAS_COMPUTE_32F) and is written in the result's type,
  * rounded once; the bias is added in the epilogue in fp32.  cuBLASLt
- * documents the bias vector as of D's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
- * fp32 bias with a bf16 D is documented for fp8 kernels only), so a bf16
+ * takes the bias vector in D's type (cublasLt.h,
+ * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: the only exceptions are integer and
+ * fp8 kernels; an fp32 bias with a bf16 D is not documented), so a bf16
  * result takes a bf16 copy of the bias (OC elements, in scratch): that
  * rounds the bias once more than the CPU does, by at most half a bf16 ulp
  * of the bias.  dbias sums a bf16 dout in fp32.
