@@ -12,9 +12,14 @@
  * gradient norm and the AdamW update, as dtrain-train runs it; its FLOPs
  * are dtrain_gpt2_flops_per_step() (matmuls and attention's full T x T,
  * 3x forward).  MFU here = achieved FLOP/s / the median rate of an n x n x n
- * bf16 GEMM (n = 8192), measured before and after the steps.  Target: 45%
- * on an H100/H200-class GPU.  Prints "no CUDA device" and exits 77 (the
- * automake code for "skipped") without a GPU. */
+ * bf16 GEMM (n = 8192), measured before and after the steps.  Target:
+ * TARGET_MFU (50%) on an H100/H200-class GPU.  In bf16 precision the model
+ * stores the blocks' inner activations (qkv, attention output, fc, GELU
+ * output, their gradients) as bf16 typed tensors, which the cuda kernels
+ * read and write as they are (no conversion passes), and att holds only
+ * the flash attention's log-sum-exps (dtrain_k_attention_saved); the
+ * kernel timings below use the same types.  Prints "no CUDA device" and
+ * exits 77 (the automake code for "skipped") without a GPU. */
 #include "bench_util.h"
 #include "dtrain_cuda.h"
 #include "dtrain_gpt2.h"
@@ -31,7 +36,7 @@
 #include <time.h>
 
 #define PROG "dtrain-bench-gpu"
-#define TARGET_MFU 0.45
+#define TARGET_MFU 0.50
 #define EXIT_SKIP 77
 
 struct options {
@@ -169,7 +174,7 @@ static int time_kernels(struct dtrain_kernels *k, const struct dtrain_gpt2_confi
     float *w = random_device(k, 4 * C * C), *dw = random_device(k, 4 * C * C), *bias = random_device(k, 4 * C);
     float *wte = random_device(k, (size_t)Vp * C), *dwte = random_device(k, (size_t)Vp * C);
     float *logits = random_device(k, N * (size_t)Vp), *stats = random_device(k, 2 * N);
-    float *att = dtrain_k_alloc(k, (size_t)B * NH * T * T * sizeof(float));
+    float *att = dtrain_k_alloc(k, dtrain_k_attention_saved(k, B, T, NH, HS) * sizeof(float));
     size_t ns = dtrain_k_attention_scratch(k, B, T, NH, HS);
     float *scratch = dtrain_k_alloc(k, ns * sizeof(float));
     float *params = random_device(k, P), *grads = random_device(k, P);

@@ -4,25 +4,31 @@
  * Two implementations, chosen by (precision, shape) alone, so that forward
  * and backward always agree on which one ran:
  *
- *  flash (bf16 precision, head size 16/32/64/128, T > HS): flash-attention
+ *  flash (bf16 precision, head size 16/32/64/128, any T): flash-attention
  *    style on the tensor cores (WMMA, bf16 operands, fp32 accumulation).
  *    A block of 4 warps takes 64 queries of one (batch row, head) and walks
  *    the key tiles up to the diagonal, keeping the running row maximum and
  *    sum (online softmax), so the T x T matrix never reaches memory.  att
- *    keeps what backward needs: each row's log-sum-exp (B*NH*T floats) and
- *    the output per head (B*NH*T*HS floats), which fits in att when T > HS.
- *    Backward recomputes the probabilities tile by tile, in two kernels so
- *    that no gradient is summed with atomics (deterministic): one per key
- *    tile for dK and dV (walking the query tiles from the diagonal down),
- *    one per query tile for dQ.  D = rowsum(dout * out) comes first.
+ *    keeps only each row's log-sum-exp (B*NH*T floats): backward gets the
+ *    forward's output from the caller.  Backward recomputes the
+ *    probabilities tile by tile, in two kernels so that no gradient is
+ *    summed with atomics (deterministic): one per key tile for dK and dV
+ *    (walking the query tiles from the diagonal down), one per query tile
+ *    for dQ.  D = rowsum(dout * out) comes first.  The typed operands (qkv,
+ *    out, dout, dqkv: one type) are read as they are, fp32 or bf16 (the
+ *    tiles are bf16 in shared memory either way), and written in their
+ *    type from fp32.
  *
- *  exact (fp32 precision, or shapes the flash kernels do not take): the
- *    interface's contract to the letter, fp32 throughout: att holds the
- *    probabilities, backward's scratch holds dS (B*NH*T*T floats).  One
- *    block per row of scores; meant for correctness, not speed.
+ *  exact (fp32 precision, or head sizes the flash kernels do not take):
+ *    the interface's contract to the letter, fp32 throughout: att holds
+ *    the probabilities, backward's scratch holds dS (B*NH*T*T floats).  One
+ *    block per row of scores; meant for correctness, not speed.  bf16
+ *    operands are widened into fp32 scratch first and bf16 results rounded
+ *    from fp32 scratch after (cuda_scratch).
  *
  * Layout (the interface's): qkv (B, T, 3, NH, HS), out (B, T, NH, HS). */
 #include "cuda_backend.h"
+#include "cuda_elem.cuh"
 #include "cuda_reduce.cuh"
 
 #include <cuda_bf16.h>
@@ -170,7 +176,7 @@ template <int HS> struct dims {
 };
 
 /* 64 rows (row0.., masked at T to zeros) of HS floats, row r at
- * base + r * stride, into a bf16 tile. */
+ * base + r * stride, into a bf16 tile (rounded to nearest even). */
 template <int HS>
 __device__ void load_tile(__nv_bfloat16 *dst, const float *base, size_t stride, int row0, int T)
 {
@@ -183,6 +189,21 @@ __device__ void load_tile(__nv_bfloat16 *dst, const float *base, size_t stride, 
         __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(dst + r * LDK + 4 * c4);
         d[0] = __floats2bfloat162_rn(v.x, v.y);
         d[1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
+/* The same from bf16 rows: copied as they are, 16 bytes at a time (a row
+ * of the tile starts 16-byte aligned: LDK is a multiple of 8). */
+template <int HS>
+__device__ void load_tile(__nv_bfloat16 *dst, const __nv_bfloat16 *base, size_t stride, int row0, int T)
+{
+    constexpr int V8 = HS / 8, LDK = dims<HS>::LDK;
+    for (int e = threadIdx.x; e < TILE * V8; e += blockDim.x) {
+        int r = e / V8, c8 = e % V8, t = row0 + r;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u); /* bf16 zeros */
+        if (t < T)
+            v = *reinterpret_cast<const uint4 *>(base + (size_t)t * stride + 8 * c8);
+        *reinterpret_cast<uint4 *>(dst + r * LDK + 8 * c8) = v;
     }
 }
 
@@ -222,17 +243,18 @@ __device__ void mma_pv(frag_acc *acc, const __nv_bfloat16 *p, const __nv_bfloat1
     }
 }
 
-/* Grid (query tiles, B*NH), the last (longest) tiles first. */
-template <int HS>
+/* Grid (query tiles, B*NH), the last (longest) tiles first.  E: the
+ * element type of qkv and out. */
+template <int HS, typename E>
 __global__ void __launch_bounds__(FLASH_THREADS)
-flash_forward_kernel(float *out, float *lse, float *o_saved, const float *qkv, int T, int NH, float scale)
+flash_forward_kernel(E *out, float *lse, const E *qkv, int T, int NH, float scale)
 {
     typedef dims<HS> D;
     extern __shared__ __align__(128) unsigned char smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const E *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
     __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
     __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
     __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
@@ -299,36 +321,34 @@ flash_forward_kernel(float *out, float *lse, float *o_saved, const float *qkv, i
         int t = q0 + warp * 16 + rr;
         if (t >= T)
             break;
-        for (int d = lane; d < HS; d += 32) {
-            float v = o[rr * D::LDO + d];
-            out[((size_t)b * T + t) * C + (size_t)h * HS + d] = v;
-            o_saved[((size_t)bh * T + t) * HS + d] = v;
-        }
+        for (int d = lane; d < HS; d += 32)
+            out[((size_t)b * T + t) * C + (size_t)h * HS + d] = elem_from_f32<E>(o[rr * D::LDO + d]);
     }
 }
 
-/* D[bh][t] = sum over d of dout * out: one warp per (bh, t) */
-__global__ void flash_rowdot_kernel(float *dsum, const float *dout, const float *o_saved, int BH, int T, int NH,
-                                    int HS)
+/* D[bh][t] = sum over d of dout * out (both (B, T, NH, HS)): one warp per
+ * (bh, t) */
+template <typename E>
+__global__ void flash_rowdot_kernel(float *dsum, const E *dout, const E *out, int BH, int T, int NH, int HS)
 {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (size_t)BH * T)
         return;
-    size_t bh = row / T, t = row % T, b = bh / NH, h = bh % NH;
-    const float *dy = dout + (b * T + t) * (size_t)NH * HS + h * HS, *o = o_saved + row * HS;
+    size_t bh = row / T, t = row % T, b = bh / NH, h = bh % NH, at = (b * T + t) * (size_t)NH * HS + h * HS;
+    const E *dy = dout + at, *o = out + at;
     float s = 0.0f;
     for (int d = lane; d < HS; d += 32)
-        s += dy[d] * o[d];
+        s += elem_to_f32(dy[d]) * elem_to_f32(o[d]);
     s = warp_sum(s);
     if (lane == 0)
         dsum[row] = s;
 }
 
 /* Writes a warp's 16 rows (row0.., < T) of a 16 x HS fp32 staging buffer to
- * dst + row * stride. */
-template <int HS>
-__device__ void store_rows(float *dst, size_t stride, const float *stage, int row0, int T)
+ * dst + row * stride, in dst's type. */
+template <int HS, typename E>
+__device__ void store_rows(E *dst, size_t stride, const float *stage, int row0, int T)
 {
     int lane = threadIdx.x % 32;
     for (int rr = 0; rr < 16; rr++) {
@@ -336,16 +356,16 @@ __device__ void store_rows(float *dst, size_t stride, const float *stage, int ro
         if (t >= T)
             break;
         for (int d = lane; d < HS; d += 32)
-            dst[(size_t)t * stride + d] = stage[rr * dims<HS>::LDO + d];
+            dst[(size_t)t * stride + d] = elem_from_f32<E>(stage[rr * dims<HS>::LDO + d]);
     }
 }
 
 /* Grid (key tiles, B*NH): dK and dV of 64 keys, each warp 16 of them,
  * over the query tiles from the diagonal to the end. */
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(FLASH_THREADS)
-flash_backward_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dsum,
-                         int T, int NH, float scale)
+flash_backward_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, int T, int NH,
+                         float scale)
 {
     typedef dims<HS> D;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -353,8 +373,8 @@ flash_backward_kv_kernel(float *dqkv, const float *dout, const float *qkv, const
     int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     int tiles = gridDim.x;
     size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const float *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const E *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const E *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
     __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem);
     __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
     __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
@@ -417,18 +437,18 @@ flash_backward_kv_kernel(float *dqkv, const float *dout, const float *qkv, const
 
 /* Grid (query tiles, B*NH), longest first: dQ of 64 queries over the key
  * tiles up to the diagonal. */
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(FLASH_THREADS)
-flash_backward_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dsum,
-                        int T, int NH, float scale)
+flash_backward_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, int T, int NH,
+                        float scale)
 {
     typedef dims<HS> D;
     extern __shared__ __align__(128) unsigned char smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const float *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const E *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const E *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
     __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
     __nv_bfloat16 *dos = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
     __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
@@ -496,56 +516,82 @@ size_t flash_smem(int HS, bool backward)
 }
 
 /* Whether (precision, shape) takes the flash kernels; a function of the
- * shape and the device, never of the data, so both passes agree. */
-bool use_flash(const struct cuda_kernels *ck, int T, int NH, int HS)
+ * head size and the device, never of the data nor of T, so both passes
+ * agree, and a smaller batch than att was sized for takes the same path
+ * (cuda_attention_saved). */
+bool use_flash(const struct cuda_kernels *ck, int HS)
 {
-    /* att must hold lse (T) and the output (T * HS) per (b, h): T > HS */
-    if (!ck->bf16 || flash_smem(HS, false) == 0 || T <= HS || NH < 1)
+    if (!ck->bf16 || flash_smem(HS, false) == 0)
         return false;
     return flash_smem(HS, true) <= ck->smem_optin && flash_smem(HS, false) <= ck->smem_optin;
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-template <int HS>
-int flash_forward(struct cuda_kernels *ck, float *out, float *att, const float *qkv, int B, int T, int NH)
+template <int HS, typename E>
+int flash_forward(struct cuda_kernels *ck, E *out, float *lse, const E *qkv, int B, int T, int NH)
 {
     size_t smem = dims<HS>::fwd;
-    if (cuda_check(ck, cudaFuncSetAttribute(flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem), "attention forward (shared memory)") != 0)
+    if (cuda_check(ck, cudaFuncSetAttribute(flash_forward_kernel<HS, E>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                   "attention forward (shared memory)") != 0)
         return -1;
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
-    float *lse = att, *o_saved = att + (size_t)B * NH * T;
-    flash_forward_kernel<HS><<<grid, FLASH_THREADS, smem, ck->stream>>>(out, lse, o_saved, qkv, T, NH,
-                                                                         1.0f / sqrtf((float)HS));
+    flash_forward_kernel<HS, E><<<grid, FLASH_THREADS, smem, ck->stream>>>(out, lse, qkv, T, NH,
+                                                                           1.0f / sqrtf((float)HS));
     return cuda_check_launch(ck, "attention forward");
 }
 
-template <int HS>
-int flash_backward(struct cuda_kernels *ck, float *dqkv, float *dsum, const float *dout, const float *qkv,
-                   const float *att, int B, int T, int NH)
+template <int HS, typename E>
+int flash_backward(struct cuda_kernels *ck, E *dqkv, float *dsum, const E *dout, const E *qkv, const E *out,
+                   const float *lse, int B, int T, int NH)
 {
     size_t smem = dims<HS>::bwd;
-    const float *lse = att, *o_saved = att + (size_t)B * NH * T;
     size_t rows = (size_t)B * NH * T;
-    flash_rowdot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, ck->stream>>>(dsum, dout, o_saved, B * NH, T, NH, HS);
+    flash_rowdot_kernel<E><<<(unsigned)((rows + 7) / 8), 256, 0, ck->stream>>>(dsum, dout, out, B * NH, T, NH, HS);
     if (cuda_check_launch(ck, "attention backward (row dots)") != 0 ||
-        cuda_check(ck, cudaFuncSetAttribute(flash_backward_kv_kernel<HS>,
+        cuda_check(ck, cudaFuncSetAttribute(flash_backward_kv_kernel<HS, E>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                    "attention backward (shared memory)") != 0 ||
-        cuda_check(ck, cudaFuncSetAttribute(flash_backward_q_kernel<HS>,
+        cuda_check(ck, cudaFuncSetAttribute(flash_backward_q_kernel<HS, E>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                    "attention backward (shared memory)") != 0)
         return -1;
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)HS);
-    flash_backward_kv_kernel<HS><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
-                                                                             scale);
+    flash_backward_kv_kernel<HS, E><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
+                                                                                scale);
     if (cuda_check_launch(ck, "attention backward (dK, dV)") != 0)
         return -1;
-    flash_backward_q_kernel<HS><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
-                                                                            scale);
+    flash_backward_q_kernel<HS, E><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
+                                                                               scale);
     return cuda_check_launch(ck, "attention backward (dQ)");
+}
+
+/* The flash kernels for the head size (use_flash took it), of element E. */
+template <typename E>
+void flash_forward_hs(struct cuda_kernels *ck, E *out, float *lse, const E *qkv, int B, int T, int NH, int HS)
+{
+    switch (HS) {
+    case 16: (void)flash_forward<16, E>(ck, out, lse, qkv, B, T, NH); break;
+    case 32: (void)flash_forward<32, E>(ck, out, lse, qkv, B, T, NH); break;
+    case 64: (void)flash_forward<64, E>(ck, out, lse, qkv, B, T, NH); break;
+    case 128: (void)flash_forward<128, E>(ck, out, lse, qkv, B, T, NH); break;
+    default: cuda_fail(ck, "attention forward: no flash kernels for head size %d", HS); break;
+    }
+}
+
+template <typename E>
+void flash_backward_hs(struct cuda_kernels *ck, E *dqkv, float *dsum, const E *dout, const E *qkv, const E *out,
+                       const float *lse, int B, int T, int NH, int HS)
+{
+    switch (HS) {
+    case 16: (void)flash_backward<16, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
+    case 32: (void)flash_backward<32, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
+    case 64: (void)flash_backward<64, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
+    case 128: (void)flash_backward<128, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
+    default: cuda_fail(ck, "attention backward: no flash kernels for head size %d", HS); break;
+    }
 }
 
 /* Both paths put (batch row, head) in the grid's y dimension and rows or
@@ -558,69 +604,125 @@ bool grid_fits(struct cuda_kernels *ck, int B, int T, int NH, const char *what)
     return false;
 }
 
+/* The exact path's fp32 views of typed operands: t itself when fp32, else
+ * a piece of scratch (n floats), widened from t when `in`. */
+struct f32_views {
+    float *f[3];
+};
+
+int exact_views(struct cuda_kernels *ck, struct f32_views *v, const struct dtrain_tensor *t, const size_t *n,
+                const int *in, int count)
+{
+    size_t used = 0;
+    for (int i = 0; i < count; i++)
+        if (t[i].dtype != DTRAIN_F32)
+            cuda_carve(NULL, &used, n[i] * sizeof(float));
+    void *base = used > 0 ? cuda_scratch(ck, used) : NULL;
+    if (used > 0 && base == NULL)
+        return -1;
+    used = 0;
+    for (int i = 0; i < count; i++) {
+        v->f[i] = (float *)t[i].data;
+        if (t[i].dtype == DTRAIN_F32)
+            continue;
+        v->f[i] = (float *)cuda_carve(base, &used, n[i] * sizeof(float));
+        if (in[i] && cuda_widen_bf16(ck, v->f[i], t[i].data, n[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Rounds an exact result back into its bf16 tensor. */
+void exact_store(struct cuda_kernels *ck, const struct f32_views *v, struct dtrain_tensor t, int i, size_t n)
+{
+    if (t.dtype != DTRAIN_F32)
+        (void)cuda_to_bf16(ck, t.data, v->f[i], n);
+}
+
 } // namespace
 
-extern "C" void cuda_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv, int B,
-                                       int T, int NH, int HS)
+extern "C" void cuda_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
+                                       struct dtrain_tensor qkv, int B, int T, int NH, int HS)
 {
     struct cuda_kernels *ck = cuda_of(k);
-    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention forward"))
+    const struct dtrain_tensor t[] = {out, qkv};
+    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention forward") ||
+        !cuda_one_dtype(ck, t, 2, "attention forward"))
         return;
-    if (use_flash(ck, T, NH, HS)) {
-        if (!aligned16(qkv)) {
+    if (use_flash(ck, HS)) {
+        if (!aligned16(qkv.data)) {
             cuda_fail(ck, "attention forward: qkv is not 16-byte aligned");
             return;
         }
-        switch (HS) {
-        case 16: (void)flash_forward<16>(ck, out, att, qkv, B, T, NH); return;
-        case 32: (void)flash_forward<32>(ck, out, att, qkv, B, T, NH); return;
-        case 64: (void)flash_forward<64>(ck, out, att, qkv, B, T, NH); return;
-        case 128: (void)flash_forward<128>(ck, out, att, qkv, B, T, NH); return;
-        default: break;
-        }
+        if (qkv.dtype == DTRAIN_BF16)
+            flash_forward_hs(ck, (__nv_bfloat16 *)out.data, att, (const __nv_bfloat16 *)qkv.data, B, T, NH, HS);
+        else
+            flash_forward_hs(ck, (float *)out.data, att, (const float *)qkv.data, B, T, NH, HS);
+        return;
     }
+    size_t rows = (size_t)B * T * NH * HS;
+    const size_t n[] = {rows, 3 * rows};
+    const int in[] = {0, 1};
+    struct f32_views v;
+    if (exact_views(ck, &v, t, n, in, 2) != 0)
+        return;
     dim3 grid((unsigned)T, (unsigned)(B * NH));
     exact_forward_kernel<<<grid, EXACT_THREADS, (size_t)HS * sizeof(float), ck->stream>>>(
-        out, att, qkv, T, NH, HS, 1.0f / sqrtf((float)HS));
-    (void)cuda_check_launch(ck, "attention forward");
+        v.f[0], att, v.f[1], T, NH, HS, 1.0f / sqrtf((float)HS));
+    if (cuda_check_launch(ck, "attention forward") == 0)
+        exact_store(ck, &v, out, 0, rows);
+}
+
+extern "C" size_t cuda_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+{
+    /* flash: the row log-sum-exps; exact: the probabilities */
+    return (size_t)B * NH * T * (use_flash(cuda_of(k), HS) ? 1 : (size_t)T);
 }
 
 extern "C" size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
 {
-    if (use_flash(cuda_of(k), T, NH, HS)) {
-        /* D; and dS of the exact path, which a later batch with T <= HS
-         * (smaller than this capacity) would take */
-        size_t t_exact = (size_t)(T < HS ? T : HS);
-        return (size_t)B * NH * (t_exact * t_exact > (size_t)T ? t_exact * t_exact : (size_t)T);
-    }
-    return (size_t)B * NH * T * T; /* dS */
+    /* flash: D; exact: dS */
+    return (size_t)B * NH * T * (use_flash(cuda_of(k), HS) ? 1 : (size_t)T);
 }
 
-extern "C" void cuda_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch, const float *dout,
-                                        const float *qkv, const float *att, int B, int T, int NH, int HS)
+extern "C" void cuda_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
+                                        struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
+                                        const float *att, int B, int T, int NH, int HS)
 {
     struct cuda_kernels *ck = cuda_of(k);
-    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention backward"))
+    const struct dtrain_tensor t[] = {dqkv, dout, qkv, out};
+    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention backward") ||
+        !cuda_one_dtype(ck, t, 4, "attention backward"))
         return;
-    if (use_flash(ck, T, NH, HS)) {
-        if (!aligned16(qkv) || !aligned16(dout)) {
+    if (use_flash(ck, HS)) {
+        if (!aligned16(qkv.data) || !aligned16(dout.data)) {
             cuda_fail(ck, "attention backward: qkv or dout is not 16-byte aligned");
             return;
         }
-        switch (HS) {
-        case 16: (void)flash_backward<16>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
-        case 32: (void)flash_backward<32>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
-        case 64: (void)flash_backward<64>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
-        case 128: (void)flash_backward<128>(ck, dqkv, scratch, dout, qkv, att, B, T, NH); return;
-        default: break;
-        }
+        if (qkv.dtype == DTRAIN_BF16)
+            flash_backward_hs(ck, (__nv_bfloat16 *)dqkv.data, scratch, (const __nv_bfloat16 *)dout.data,
+                              (const __nv_bfloat16 *)qkv.data, (const __nv_bfloat16 *)out.data, att, B, T, NH, HS);
+        else
+            flash_backward_hs(ck, (float *)dqkv.data, scratch, (const float *)dout.data, (const float *)qkv.data,
+                              (const float *)out.data, att, B, T, NH, HS);
+        return;
     }
+    /* the exact path reads att (the probabilities), not out */
+    size_t rows = (size_t)B * T * NH * HS;
+    const struct dtrain_tensor te[] = {dqkv, dout, qkv};
+    const size_t n[] = {3 * rows, rows, 3 * rows};
+    const int in[] = {0, 1, 1};
+    struct f32_views v;
+    if (exact_views(ck, &v, te, n, in, 3) != 0)
+        return;
     dim3 grid((unsigned)T, (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)HS);
     exact_backward_q_kernel<<<grid, EXACT_THREADS, (size_t)HS * sizeof(float), ck->stream>>>(
-        dqkv, scratch, dout, qkv, att, T, NH, HS, scale);
+        v.f[0], scratch, v.f[1], v.f[2], att, T, NH, HS, scale);
     if (cuda_check_launch(ck, "attention backward") != 0)
         return;
-    exact_backward_kv_kernel<<<grid, EXACT_THREADS, 0, ck->stream>>>(dqkv, scratch, dout, qkv, att, T, NH, HS);
-    (void)cuda_check_launch(ck, "attention backward");
+    exact_backward_kv_kernel<<<grid, EXACT_THREADS, 0, ck->stream>>>(v.f[0], scratch, v.f[1], v.f[2], att, T, NH,
+                                                                      HS);
+    if (cuda_check_launch(ck, "attention backward") == 0)
+        exact_store(ck, &v, dqkv, 0, 3 * rows);
 }

@@ -298,73 +298,6 @@ void *dtrain_cuda_stream(struct dtrain_kernels *k)
     return cuda_of(k)->stream;
 }
 
-/* The typed entry points: fp32 operands only, for now. */
-static int all_f32(struct cuda_kernels *ck, const struct dtrain_tensor *t, int n, const char *what)
-{
-    for (int i = 0; i < n; i++)
-        if (t[i].data != NULL && t[i].dtype != DTRAIN_F32) {
-            cuda_fail(ck, "%s: %s operands are not built into the cuda backend", what, dtrain_dtype_name(t[i].dtype));
-            return 0;
-        }
-    return !ck->failed;
-}
-
-static void typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
-                                 const float *weight, const float *bias, int N, int IC, int OC)
-{
-    const struct dtrain_tensor t[] = {out, inp};
-    if (all_f32(cuda_of(k), t, 2, "matmul forward"))
-        cuda_matmul_forward(k, out.data, inp.data, weight, bias, N, IC, OC);
-}
-
-static void typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight, float *dbias,
-                                  struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
-                                  int N, int IC, int OC)
-{
-    const struct dtrain_tensor t[] = {dinp, dout, inp};
-    if (all_f32(cuda_of(k), t, 3, "matmul backward"))
-        cuda_matmul_backward(k, dinp.data, dweight, dbias, dout.data, inp.data, weight, N, IC, OC);
-}
-
-static void typed_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                                    struct dtrain_tensor qkv, int B, int T, int NH, int HS)
-{
-    const struct dtrain_tensor t[] = {out, qkv};
-    if (all_f32(cuda_of(k), t, 2, "attention forward"))
-        cuda_attention_forward(k, out.data, att, qkv.data, B, T, NH, HS);
-}
-
-static size_t attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS)
-{
-    (void)k;
-    (void)HS;
-    return (size_t)B * NH * T * T;
-}
-
-static void typed_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
-                                     struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                                     const float *att, int B, int T, int NH, int HS)
-{
-    const struct dtrain_tensor t[] = {dqkv, dout, qkv, out};
-    if (all_f32(cuda_of(k), t, 4, "attention backward"))
-        cuda_attention_backward(k, dqkv.data, scratch, dout.data, qkv.data, att, B, T, NH, HS);
-}
-
-static void typed_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n)
-{
-    const struct dtrain_tensor t[] = {out, inp};
-    if (all_f32(cuda_of(k), t, 2, "gelu forward"))
-        cuda_gelu_forward(k, out.data, inp.data, n);
-}
-
-static void typed_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
-                                struct dtrain_tensor dout, size_t n)
-{
-    const struct dtrain_tensor t[] = {dinp, inp, dout};
-    if (all_f32(cuda_of(k), t, 3, "gelu backward"))
-        cuda_gelu_backward(k, dinp.data, inp.data, dout.data, n);
-}
-
 const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .name = "cuda",
     .bf16 = 1,
@@ -386,14 +319,14 @@ const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = cuda_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
-    .matmul_forward = typed_matmul_forward,
-    .matmul_backward = typed_matmul_backward,
-    .attention_forward = typed_attention_forward,
-    .attention_saved = attention_saved,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_saved = cuda_attention_saved,
     .attention_scratch = cuda_attention_scratch,
-    .attention_backward = typed_attention_backward,
-    .gelu_forward = typed_gelu_forward,
-    .gelu_backward = typed_gelu_backward,
+    .attention_backward = cuda_attention_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
     .residual_forward = cuda_residual_forward,
     .softmax_xent_forward = cuda_softmax_xent_forward,
     .softmax_xent_backward = cuda_softmax_xent_backward,

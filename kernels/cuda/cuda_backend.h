@@ -70,6 +70,26 @@ static inline void *cuda_carve(void *base, size_t *used, size_t bytes)
     return p;
 }
 
+/* 1 when the tensors (NULL data ignored) share one element type; else
+ * cuda_fail("WHAT: ...") and 0.  The interface has the operands of
+ * attention and GELU share one type. */
+static inline int cuda_one_dtype(struct cuda_kernels *ck, const struct dtrain_tensor *t, int n, const char *what)
+{
+    int first = -1;
+    for (int i = 0; i < n; i++) {
+        if (t[i].data == NULL)
+            continue;
+        if (first < 0)
+            first = i;
+        else if (t[i].dtype != t[first].dtype) {
+            cuda_fail(ck, "%s: operands of types %s and %s (they must share one)", what,
+                      dtrain_dtype_name(t[first].dtype), dtrain_dtype_name(t[i].dtype));
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Grid size for n items of `per_block`, capped for grid-stride loops. */
 static inline unsigned cuda_blocks(size_t n, unsigned per_block)
 {
@@ -80,25 +100,29 @@ static inline unsigned cuda_blocks(size_t n, unsigned per_block)
 /* cuda_matmul.c */
 int cuda_gemm_cache_create(struct cuda_gemm_cache **out);
 void cuda_gemm_cache_destroy(struct cuda_gemm_cache *c);
-void cuda_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+void cuda_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
                          const float *weight, const float *bias, int N, int IC, int OC);
-void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
-                          const float *dout, const float *inp, const float *weight,
+void cuda_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight, float *dbias,
+                          struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
                           int N, int IC, int OC);
 
-/* cuda_convert.cu: fp32 -> bf16 copies (n elements); uniform [-1, 1)
- * bf16 numbers from a seed; the columns (n, of m rows, ld ldc) of C set to
- * bias; and the column sums of dout (N, OC) added to dbias in a fixed
- * order, through `partials` (cuda_bias_backward_partials floats).  The
- * int-returning ones give 0, or -1 after cuda_fail. */
+/* cuda_convert.cu: fp32 -> bf16 copies (n elements, round to nearest
+ * even); bf16 -> fp32 (exact); uniform [-1, 1) bf16 numbers from a seed;
+ * the columns (n, of m rows, ld ldc) of C set to bias, both of type t; and
+ * the column sums of dout (N, OC, fp32 or bf16) added in fp32 to dbias in
+ * a fixed order, through `partials` (cuda_bias_backward_partials floats).
+ * The int-returning ones give 0, or -1 after cuda_fail. */
 int cuda_to_bf16(struct cuda_kernels *ck, void *dst, const float *src, size_t n);
+int cuda_widen_bf16(struct cuda_kernels *ck, float *dst, const void *src, size_t n);
 /* fp32 -> fp16 (round to nearest even); cuda_to_half: the matmuls' 16-bit
- * operand type of the instance (fp16 when ck->fp16, else bf16). */
+ * operand type of the instance (fp16 when ck->fp16, else bf16);
+ * cuda_to_half_typed: the same from an fp32 or bf16 tensor. */
 int cuda_to_fp16(struct cuda_kernels *ck, void *dst, const float *src, size_t n);
 int cuda_to_half(struct cuda_kernels *ck, void *dst, const float *src, size_t n);
+int cuda_to_half_typed(struct cuda_kernels *ck, void *dst, struct dtrain_tensor src, size_t n);
 int cuda_fill_uniform_bf16(struct cuda_kernels *ck, void *dst, size_t n, unsigned long long seed);
-int cuda_fill_bias(struct cuda_kernels *ck, void *c, const float *bias, int m, int n, int ldc);
-void cuda_bias_backward(struct cuda_kernels *ck, float *dbias, const float *dout, int N, int OC,
+int cuda_fill_bias(struct cuda_kernels *ck, void *c, const void *bias, enum dtrain_dtype t, int m, int n, int ldc);
+void cuda_bias_backward(struct cuda_kernels *ck, float *dbias, struct dtrain_tensor dout, int N, int OC,
                         float *partials);
 size_t cuda_bias_backward_partials(int N, int OC); /* floats of scratch it needs */
 
@@ -117,19 +141,20 @@ void cuda_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, f
 void cuda_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
                              const float *dout, const float *inp, const float *weight,
                              const float *mean, const float *rstd, int N, int C);
-void cuda_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
-void cuda_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
-                        const float *dout, size_t n);
+void cuda_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n);
+void cuda_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                        struct dtrain_tensor dout, size_t n);
 void cuda_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
                            const float *b, size_t n);
 
 /* cuda_attention.cu */
-void cuda_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,
-                            int B, int T, int NH, int HS);
+void cuda_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
+                            struct dtrain_tensor qkv, int B, int T, int NH, int HS);
+size_t cuda_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS);
 size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS);
-void cuda_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
-                             const float *dout, const float *qkv, const float *att,
-                             int B, int T, int NH, int HS);
+void cuda_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
+                             struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
+                             const float *att, int B, int T, int NH, int HS);
 
 /* cuda_loss.cu */
 void cuda_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs, float *losses,

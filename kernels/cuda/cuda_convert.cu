@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Small helpers of the matmuls: bf16 copies, random fill, bias broadcast
- * and the bias gradient; see cuda_backend.h. */
+/* Small helpers of the matmuls and of the typed operands: bf16 and fp16
+ * copies, bf16 widened to fp32, random fill, bias broadcast and the bias
+ * gradient; see cuda_backend.h. */
 #include "cuda_backend.h"
+#include "cuda_elem.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,11 +39,19 @@ __global__ void to_bf16_vec4_kernel(__nv_bfloat162 *dst, const float4 *src, size
     }
 }
 
-__global__ void to_fp16_kernel(__half *dst, const float *src, size_t n)
+/* fp32 or bf16 (widened exactly) to fp16 */
+template <typename T> __global__ void to_fp16_kernel(__half *dst, const T *src, size_t n)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dst[i] = __float2half_rn(src[i]); /* round to nearest even, beyond the range to inf */
+        dst[i] = __float2half_rn(elem_to_f32(src[i])); /* round to nearest even, beyond the range to inf */
+}
+
+__global__ void widen_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = __bfloat162float(src[i]);
 }
 
 /* splitmix64 of (seed, i): a counter-based generator, no state */
@@ -63,7 +73,7 @@ __global__ void fill_uniform_bf16_kernel(__nv_bfloat16 *dst, size_t n, unsigned 
     }
 }
 
-__global__ void fill_bias_kernel(float *c, const float *bias, int m, int n, int ldc)
+template <typename T> __global__ void fill_bias_kernel(T *c, const T *bias, int m, int n, int ldc)
 {
     size_t total = (size_t)m * n, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -72,8 +82,10 @@ __global__ void fill_bias_kernel(float *c, const float *bias, int m, int n, int 
     }
 }
 
-/* partials[chunk][o] = sum of dout[n][o] over the chunk's rows, in order */
-__global__ void bias_partials_kernel(float *partials, const float *dout, int N, int OC, int rows)
+/* partials[chunk][o] = sum of dout[n][o] over the chunk's rows, in order,
+ * in fp32 whatever dout's type */
+template <typename T>
+__global__ void bias_partials_kernel(float *partials, const T *dout, int N, int OC, int rows)
 {
     int o = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (o >= OC)
@@ -81,7 +93,7 @@ __global__ void bias_partials_kernel(float *partials, const float *dout, int N, 
     int n0 = chunk * rows, n1 = min(N, n0 + rows);
     float s = 0.0f;
     for (int n = n0; n < n1; n++)
-        s += dout[(size_t)n * OC + o];
+        s += elem_to_f32(dout[(size_t)n * OC + o]);
     partials[(size_t)chunk * OC + o] = s;
 }
 
@@ -122,6 +134,31 @@ extern "C" int cuda_to_fp16(struct cuda_kernels *ck, void *dst, const float *src
     return cuda_check_launch(ck, "fp16 conversion");
 }
 
+extern "C" int cuda_widen_bf16(struct cuda_kernels *ck, float *dst, const void *src, size_t n)
+{
+    if (ck->failed)
+        return -1;
+    if (n == 0)
+        return 0;
+    widen_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(dst, (const __nv_bfloat16 *)src, n);
+    return cuda_check_launch(ck, "bf16 widening");
+}
+
+extern "C" int cuda_to_half_typed(struct cuda_kernels *ck, void *dst, struct dtrain_tensor src, size_t n)
+{
+    if (ck->failed)
+        return -1;
+    if (src.dtype == DTRAIN_F32)
+        return cuda_to_half(ck, dst, (const float *)src.data, n);
+    if (n == 0)
+        return 0;
+    if (!ck->fp16) /* bf16 already: the callers use it in place; a copy for completeness */
+        return cuda_check(ck, cudaMemcpyAsync(dst, src.data, n * 2, cudaMemcpyDeviceToDevice, ck->stream),
+                          "bf16 copy");
+    to_fp16_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>((__half *)dst, (const __nv_bfloat16 *)src.data, n);
+    return cuda_check_launch(ck, "fp16 conversion");
+}
+
 extern "C" int cuda_to_half(struct cuda_kernels *ck, void *dst, const float *src, size_t n)
 {
     return ck->fp16 ? cuda_to_fp16(ck, dst, src, n) : cuda_to_bf16(ck, dst, src, n);
@@ -135,11 +172,17 @@ extern "C" int cuda_fill_uniform_bf16(struct cuda_kernels *ck, void *dst, size_t
     return cuda_check_launch(ck, "random fill");
 }
 
-extern "C" int cuda_fill_bias(struct cuda_kernels *ck, void *c, const float *bias, int m, int n, int ldc)
+extern "C" int cuda_fill_bias(struct cuda_kernels *ck, void *c, const void *bias, enum dtrain_dtype t, int m, int n,
+                              int ldc)
 {
     if (ck->failed)
         return -1;
-    fill_bias_kernel<<<cuda_blocks((size_t)m * n, 256), 256, 0, ck->stream>>>((float *)c, bias, m, n, ldc);
+    if (t == DTRAIN_BF16)
+        fill_bias_kernel<<<cuda_blocks((size_t)m * n, 256), 256, 0, ck->stream>>>(
+            (__nv_bfloat16 *)c, (const __nv_bfloat16 *)bias, m, n, ldc);
+    else
+        fill_bias_kernel<<<cuda_blocks((size_t)m * n, 256), 256, 0, ck->stream>>>((float *)c, (const float *)bias, m,
+                                                                                   n, ldc);
     return cuda_check_launch(ck, "bias broadcast");
 }
 
@@ -149,14 +192,17 @@ extern "C" size_t cuda_bias_backward_partials(int N, int OC)
     return (size_t)((N + rows - 1) / rows) * (size_t)OC;
 }
 
-extern "C" void cuda_bias_backward(struct cuda_kernels *ck, float *dbias, const float *dout, int N, int OC,
+extern "C" void cuda_bias_backward(struct cuda_kernels *ck, float *dbias, struct dtrain_tensor dout, int N, int OC,
                                    float *partials)
 {
     if (ck->failed || N <= 0 || OC <= 0)
         return;
     int rows = bias_rows(N), chunks = (N + rows - 1) / rows;
     dim3 grid((unsigned)((OC + 255) / 256), (unsigned)chunks);
-    bias_partials_kernel<<<grid, 256, 0, ck->stream>>>(partials, dout, N, OC, rows);
+    if (dout.dtype == DTRAIN_BF16)
+        bias_partials_kernel<<<grid, 256, 0, ck->stream>>>(partials, (const __nv_bfloat16 *)dout.data, N, OC, rows);
+    else
+        bias_partials_kernel<<<grid, 256, 0, ck->stream>>>(partials, (const float *)dout.data, N, OC, rows);
     if (cuda_check_launch(ck, "bias gradient") != 0)
         return;
     bias_sum_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, ck->stream>>>(dbias, partials, chunks, OC);

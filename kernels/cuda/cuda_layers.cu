@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Embedding, layer norm, GELU and residual on the GPU; see dtrain_kernels.h.
  *
- * fp32 in and out (the interface's tensors), fp32 arithmetic.  Reductions
- * have a fixed shape (a warp's butterfly, row chunks summed in order), so
- * the results are the same bits run after run.  The embedding gradient
+ * fp32 in and out, fp32 arithmetic; GELU's typed operands are fp32 or
+ * bf16 (templated on the element type, cuda_elem.cuh), its arithmetic
+ * fp32.  Reductions have a fixed shape (a warp's butterfly, row chunks
+ * summed in order), so the results are the same bits run after run.  The embedding gradient
  * sorts the positions by token (CUB's stable radix sort) so that each wte
  * row is summed by one thread in position order instead of with atomics. */
 #include <climits>
 #include "cuda_backend.h"
+#include "cuda_elem.cuh"
 #include "cuda_reduce.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -191,23 +193,25 @@ __device__ inline float gelu_tanh(float x)
     return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
 }
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+/* out may alias inp (no __restrict__): each element is read, then written */
+template <typename T> __global__ void gelu_forward_kernel(T *out, const T *inp, size_t n)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + gelu_tanh(x));
+        float x = elem_to_f32(inp[i]);
+        out[i] = elem_from_f32<T>(0.5f * x * (1.0f + gelu_tanh(x)));
     }
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+/* dinp may alias dout */
+template <typename T> __global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float x = inp[i], th = gelu_tanh(x);
+        float x = elem_to_f32(inp[i]), th = gelu_tanh(x);
         float local = 0.5f * (1.0f + th) +
                       0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-        dinp[i] = local * dout[i];
+        dinp[i] = elem_from_f32<T>(local * elem_to_f32(dout[i]));
     }
 }
 
@@ -347,22 +351,35 @@ extern "C" void cuda_layernorm_backward(struct dtrain_kernels *k, float *dinp, f
     (void)cuda_check_launch(ck, "layernorm backward");
 }
 
-extern "C" void cuda_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n)
+extern "C" void cuda_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                                  size_t n)
 {
     struct cuda_kernels *ck = cuda_of(k);
-    if (ck->failed || n == 0)
+    const struct dtrain_tensor t[] = {out, inp};
+    if (ck->failed || n == 0 || !cuda_one_dtype(ck, t, 2, "gelu forward"))
         return;
-    gelu_forward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(out, inp, n);
+    if (out.dtype == DTRAIN_BF16)
+        gelu_forward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(
+            (__nv_bfloat16 *)out.data, (const __nv_bfloat16 *)inp.data, n);
+    else
+        gelu_forward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>((float *)out.data,
+                                                                          (const float *)inp.data, n);
     (void)cuda_check_launch(ck, "gelu forward");
 }
 
-extern "C" void cuda_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp, const float *dout,
-                                   size_t n)
+extern "C" void cuda_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                                   struct dtrain_tensor dout, size_t n)
 {
     struct cuda_kernels *ck = cuda_of(k);
-    if (ck->failed || n == 0)
+    const struct dtrain_tensor t[] = {dinp, inp, dout};
+    if (ck->failed || n == 0 || !cuda_one_dtype(ck, t, 3, "gelu backward"))
         return;
-    gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(dinp, inp, dout, n);
+    if (dinp.dtype == DTRAIN_BF16)
+        gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(
+            (__nv_bfloat16 *)dinp.data, (const __nv_bfloat16 *)inp.data, (const __nv_bfloat16 *)dout.data, n);
+    else
+        gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(
+            (float *)dinp.data, (const float *)inp.data, (const float *)dout.data, n);
     (void)cuda_check_launch(ck, "gelu backward");
 }
 

@@ -8,13 +8,28 @@
  *   dW^T   (IC x OC) += inp^T op_T(dout^T)   m=IC n=OC k=N,  beta = 1
  * where each "X^T" is simply X's memory read column-major.
  *
- * fp32 precision: fp32 operands, fp32 compute (no TF32), as the CPU does.
- * bf16 precision: the operands are first rounded to bf16 copies in scratch
- * (one pass each), the product runs on the tensor cores with fp32
- * accumulation and writes fp32, the bias added in the epilogue in fp32.
- * fp16 precision: the same with fp16 copies (round to nearest even, inf
- * beyond 65504: what the cpu kernels emulate; the trainer's loss scaling
- * keeps gradients in range).
+ * Typed operands (inp, dout, out, dinp: fp32 or bf16; the weights, their
+ * gradients and the bias are fp32):
+ *
+ * fp32 precision: fp32 operands, fp32 compute (no TF32), as the CPU does;
+ * a bf16 input is widened into an fp32 copy in scratch, a bf16 result is
+ * computed into fp32 scratch and rounded once into its tensor (simple
+ * rather than fast: bf16 activations come with bf16 precision).
+ * bf16 precision: a bf16 input is the cuBLASLt operand as it is; an fp32
+ * one (and the weights) is first rounded to a bf16 copy in scratch (one
+ * pass each).  The product runs on the tensor cores with fp32
+ * accumulation (CUBLAS_COMPUTE_32F) and is written in the result's type,
+ * rounded once; the bias is added in the epilogue in fp32.  cuBLASLt
+ * takes the bias vector in D's type (cublasLt.h,
+ * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: the only exceptions are integer and
+ * fp8 kernels; an fp32 bias with a bf16 D is not documented), so a bf16
+ * result takes a bf16 copy of the bias (OC elements, in scratch): that
+ * rounds the bias once more than the CPU does, by at most half a bf16 ulp
+ * of the bias.  dbias sums a bf16 dout in fp32.
+ * fp16 precision: as bf16 with fp16 copies of every operand (round to
+ * nearest even, inf beyond 65504: what the cpu kernels emulate; the
+ * trainer's loss scaling keeps gradients in range); a bf16 result is
+ * computed in fp32 scratch and rounded, as in fp32 precision.
  *
  * A plan (descriptors, layouts and the heuristic's algorithm) is made once
  * per shape and kept: asking the heuristic costs more than a small GEMM. */
@@ -101,7 +116,7 @@ static int plan_make(struct cuda_kernels *ck, struct gemm_plan *p, const struct 
     cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    cudaDataType_t bias_type = CUDA_R_32F;
+    cudaDataType_t bias_type = (cudaDataType_t)key->cd_type; /* cuBLASLt's bias type: D's (see above) */
     int rows_a = key->transa ? key->k : key->m, cols_a = key->transa ? key->m : key->k;
     int rows_b = key->transb ? key->n : key->k, cols_b = key->transb ? key->k : key->n;
     uint64_t ws = ck->lt_workspace_bytes;
@@ -179,10 +194,11 @@ static int plan_get(struct cuda_kernels *ck, const struct gemm_key *key, struct 
     return rc;
 }
 
-/* D = C = alpha op(A) op(B) + beta C, with an optional bias epilogue. */
+/* D = C = alpha op(A) op(B) + beta C, with an optional bias epilogue; the
+ * bias is of C's type. */
 static int gemm(struct cuda_kernels *ck, int transa, int transb, int m, int n, int k, const void *A,
                 int lda, const void *B, int ldb, void *C, int ldc, cudaDataType_t ab_type,
-                cudaDataType_t cd_type, int accumulate, const float *bias, const char *what)
+                cudaDataType_t cd_type, int accumulate, const void *bias, const char *what)
 {
     struct gemm_key key;
     struct gemm_plan *plan = NULL;
@@ -195,9 +211,9 @@ static int gemm(struct cuda_kernels *ck, int transa, int transb, int m, int n, i
                                       bias != NULL ? alignment(bias) : 256}};
     int rc = plan_get(ck, &key, &plan);
     if (rc == 1 && bias != NULL) {
-        /* no bias epilogue for this shape (C is fp32 here): C = bias, then
-         * accumulate onto it */
-        if (cuda_fill_bias(ck, C, bias, m, n, ldc) != 0)
+        /* no bias epilogue for this shape: C = bias, then accumulate onto
+         * it (one rounding of a bf16 C either way: beta C is read in fp32) */
+        if (cuda_fill_bias(ck, C, bias, cd_type == CUDA_R_16BF ? DTRAIN_BF16 : DTRAIN_F32, m, n, ldc) != 0)
             return -1;
         return gemm(ck, transa, transb, m, n, k, A, lda, B, ldb, C, ldc, ab_type, cd_type, 1, NULL, what);
     }
@@ -214,72 +230,158 @@ static int gemm(struct cuda_kernels *ck, int transa, int transb, int m, int n, i
                                        ck->stream), what);
 }
 
-void cuda_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, const float *weight,
-                         const float *bias, int N, int IC, int OC)
+/* Operand staging of one matmul call.  Sizes are measured first (base
+ * NULL), then the pieces carved from one scratch block. */
+struct stage {
+    void *base;
+    size_t used;
+};
+
+static void *stage_take(struct stage *st, size_t bytes)
 {
-    struct cuda_kernels *ck = cuda_of(k);
-    if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
-        return;
-    if (!ck->bf16 && !ck->fp16) {
-        (void)gemm(ck, 1, 0, OC, N, IC, weight, IC, inp, IC, out, OC, CUDA_R_32F, CUDA_R_32F, 0, bias,
-                   "matmul forward");
-        return;
-    }
-    size_t used = 0, ni = (size_t)N * IC, nw = (size_t)OC * IC;
-    cuda_carve(NULL, &used, ni * 2);
-    cuda_carve(NULL, &used, nw * 2);
-    void *base = cuda_scratch(ck, used);
-    if (base == NULL)
-        return;
-    used = 0;
-    void *inp16 = cuda_carve(base, &used, ni * 2), *w16 = cuda_carve(base, &used, nw * 2);
-    if (cuda_to_half(ck, inp16, inp, ni) != 0 || cuda_to_half(ck, w16, weight, nw) != 0)
-        return;
-    (void)gemm(ck, 1, 0, OC, N, IC, w16, IC, inp16, IC, out, OC, ck->fp16 ? CUDA_R_16F : CUDA_R_16BF, CUDA_R_32F,
-               0, bias, "matmul forward");
+    return cuda_carve(st->base, &st->used, bytes);
 }
 
-void cuda_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
-                          const float *dout, const float *inp, const float *weight, int N, int IC, int OC)
+/* The instance's 16-bit operand (n elements) for an input: the tensor
+ * itself when it is bf16 on a bf16 instance (no conversion pass), else a
+ * copy in scratch. */
+static const void *half_operand(struct cuda_kernels *ck, struct stage *st, struct dtrain_tensor t, size_t n)
+{
+    if (t.dtype == DTRAIN_BF16 && ck->bf16)
+        return t.data;
+    void *copy = stage_take(st, n * 2);
+    if (st->base == NULL)
+        return NULL;
+    return cuda_to_half_typed(ck, copy, t, n) == 0 ? copy : NULL;
+}
+
+/* An fp32 operand (n elements) for an input: the tensor itself when fp32,
+ * else a widened copy in scratch. */
+static const float *f32_operand(struct cuda_kernels *ck, struct stage *st, struct dtrain_tensor t, size_t n)
+{
+    if (t.dtype == DTRAIN_F32)
+        return t.data;
+    float *copy = stage_take(st, n * sizeof(float));
+    if (st->base == NULL)
+        return NULL;
+    return cuda_widen_bf16(ck, copy, t.data, n) == 0 ? copy : NULL;
+}
+
+/* Where a result goes and in which cuBLASLt type: into the tensor itself
+ * when its type is one the GEMM can write (fp32 always, bf16 on a bf16
+ * instance), else into fp32 scratch for result_store to round. */
+static int result_direct(const struct cuda_kernels *ck, struct dtrain_tensor t)
+{
+    return t.dtype == DTRAIN_F32 || ck->bf16;
+}
+
+static void *result_target(struct cuda_kernels *ck, struct stage *st, struct dtrain_tensor t, size_t n,
+                           cudaDataType_t *type)
+{
+    *type = t.dtype == DTRAIN_BF16 && result_direct(ck, t) ? CUDA_R_16BF : CUDA_R_32F;
+    if (result_direct(ck, t))
+        return t.data;
+    return stage_take(st, n * sizeof(float));
+}
+
+static int result_store(struct cuda_kernels *ck, struct dtrain_tensor t, const void *target, size_t n)
+{
+    if (target == t.data)
+        return 0;
+    return cuda_to_bf16(ck, t.data, target, n);
+}
+
+/* One call's operands: what the GEMMs read and write. */
+struct operands {
+    const void *x, *d, *w, *bias; /* input, output gradient, weights, bias (of the result's type) */
+    void *y;                      /* the result (out or dinp) as the GEMM writes it */
+    cudaDataType_t ab, cd;        /* their cuBLASLt types */
+    float *partials;              /* of the bias gradient */
+};
+
+/* Stages a call's operands: with st->base NULL only measures the scratch
+ * (nothing queued), then, carving from st->base, converts.  A NULL tensor
+ * is skipped. */
+static void stage_operands(struct cuda_kernels *ck, struct stage *st, struct operands *o, struct dtrain_tensor y,
+                           struct dtrain_tensor x, struct dtrain_tensor d, const float *weight, const float *bias,
+                           size_t ny, size_t nx, size_t nd, size_t nw, size_t npart, int OC)
+{
+    int half = ck->bf16 || ck->fp16;
+    memset(o, 0, sizeof *o);
+    o->ab = ck->fp16 ? CUDA_R_16F : ck->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    o->cd = CUDA_R_32F;
+    o->partials = stage_take(st, npart * sizeof(float));
+    if (x.data != NULL)
+        o->x = half ? half_operand(ck, st, x, nx) : (const void *)f32_operand(ck, st, x, nx);
+    if (d.data != NULL)
+        o->d = half ? half_operand(ck, st, d, nd) : (const void *)f32_operand(ck, st, d, nd);
+    if (weight != NULL)
+        o->w = half ? half_operand(ck, st, dtrain_tensor_f32(weight), nw) : (const void *)weight;
+    if (y.data != NULL)
+        o->y = result_target(ck, st, y, ny, &o->cd);
+    o->bias = bias;
+    if (bias != NULL && o->cd == CUDA_R_16BF) {
+        void *b16 = stage_take(st, (size_t)OC * 2);
+        o->bias = b16;
+        if (st->base != NULL)
+            (void)cuda_to_bf16(ck, b16, bias, (size_t)OC);
+    }
+}
+
+/* Both passes of stage_operands; 0, or -1 after cuda_fail. */
+static int operands_of(struct cuda_kernels *ck, struct operands *o, struct dtrain_tensor y, struct dtrain_tensor x,
+                       struct dtrain_tensor d, const float *weight, const float *bias, size_t ny, size_t nx,
+                       size_t nd, size_t nw, size_t npart, int OC)
+{
+    struct stage st = {NULL, 0};
+    stage_operands(ck, &st, o, y, x, d, weight, bias, ny, nx, nd, nw, npart, OC);
+    if (st.used == 0)
+        return ck->failed ? -1 : 0;
+    if ((st.base = cuda_scratch(ck, st.used)) == NULL)
+        return -1;
+    st.used = 0;
+    stage_operands(ck, &st, o, y, x, d, weight, bias, ny, nx, nd, nw, npart, OC);
+    return ck->failed ? -1 : 0;
+}
+
+static const struct dtrain_tensor NO_TENSOR = {NULL, DTRAIN_F32};
+
+void cuda_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                         const float *weight, const float *bias, int N, int IC, int OC)
 {
     struct cuda_kernels *ck = cuda_of(k);
+    struct operands o;
     if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
         return;
-    size_t nd = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC, used = 0;
-    int bf = ck->bf16 || ck->fp16; /* 16-bit operand copies */
-    cudaDataType_t t = ck->fp16 ? CUDA_R_16F : ck->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    if (operands_of(ck, &o, out, inp, NO_TENSOR, weight, bias, no, ni, 0, nw, 0, OC) != 0)
+        return;
+    if (gemm(ck, 1, 0, OC, N, IC, o.w, IC, o.x, IC, o.y, OC, o.ab, o.cd, 0, o.bias, "matmul forward") == 0)
+        (void)result_store(ck, out, o.y, no);
+}
+
+void cuda_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight, float *dbias,
+                          struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight, int N, int IC,
+                          int OC)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    struct operands o;
+    if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
+        return;
+    size_t nd = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
     size_t npart = dbias != NULL ? cuda_bias_backward_partials(N, OC) : 0;
-    /* scratch: the bias partial sums, and the 16-bit operand copies */
-    cuda_carve(NULL, &used, npart * sizeof(float));
-    if (bf) {
-        cuda_carve(NULL, &used, nd * 2);
-        cuda_carve(NULL, &used, ni * 2);
-        cuda_carve(NULL, &used, nw * 2);
-    }
-    void *base = cuda_scratch(ck, used);
-    if (base == NULL)
+    /* the weights only for dinp */
+    if (operands_of(ck, &o, dinp, inp, dout, dinp.data != NULL ? weight : NULL, NULL, ni, ni, nd, nw, npart, OC) != 0)
         return;
-    used = 0;
-    float *partials = cuda_carve(base, &used, npart * sizeof(float));
-    const void *d = dout, *x = inp, *w = weight;
-    if (bf) {
-        void *d16 = cuda_carve(base, &used, nd * 2), *x16 = cuda_carve(base, &used, ni * 2);
-        void *w16 = cuda_carve(base, &used, nw * 2);
-        if (cuda_to_half(ck, d16, dout, nd) != 0 || cuda_to_half(ck, x16, inp, ni) != 0 ||
-            (dinp != NULL && cuda_to_half(ck, w16, weight, nw) != 0))
-            return;
-        d = d16;
-        x = x16;
-        w = w16;
-    }
-    if (dinp != NULL &&
-        gemm(ck, 0, 0, IC, N, OC, w, IC, d, OC, dinp, IC, t, CUDA_R_32F, 0, NULL, "matmul backward (dinp)") != 0)
+    if (dinp.data != NULL &&
+        (gemm(ck, 0, 0, IC, N, OC, o.w, IC, o.d, OC, o.y, IC, o.ab, o.cd, 0, NULL, "matmul backward (dinp)") != 0 ||
+         result_store(ck, dinp, o.y, ni) != 0))
         return;
-    if (gemm(ck, 0, 1, IC, OC, N, x, IC, d, OC, dweight, IC, t, CUDA_R_32F, 1, NULL,
+    if (gemm(ck, 0, 1, IC, OC, N, o.x, IC, o.d, OC, dweight, IC, o.ab, CUDA_R_32F, 1, NULL,
              "matmul backward (dweight)") != 0)
         return;
     if (dbias != NULL)
-        cuda_bias_backward(ck, dbias, dout, N, OC, partials);
+        cuda_bias_backward(ck, dbias, dout, N, OC, o.partials);
 }
 
 /* ------------------------------------------------------------------ GEMM rate */

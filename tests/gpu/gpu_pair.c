@@ -69,10 +69,11 @@ static int cpu_count(void)
     return 1;
 }
 
-void gpu_pair_open(struct gpu_pair *p, enum dtrain_kernels_precision precision)
+static void pair_open(struct gpu_pair *p, enum dtrain_kernels_precision cpu_precision,
+                      enum dtrain_kernels_precision precision)
 {
     char err[256];
-    struct dtrain_kernels_options cpu_opt = {.threads = cpu_count()};
+    struct dtrain_kernels_options cpu_opt = {.threads = cpu_count(), .precision = cpu_precision};
     struct dtrain_kernels_options gpu_opt = {.threads = 1, .precision = precision};
     uint64_t seed = p->seed;
     memset(p, 0, sizeof *p);
@@ -83,6 +84,16 @@ void gpu_pair_open(struct gpu_pair *p, enum dtrain_kernels_precision precision)
         printf("Bail out! %s\n", err);
         exit(1);
     }
+}
+
+void gpu_pair_open(struct gpu_pair *p, enum dtrain_kernels_precision precision)
+{
+    pair_open(p, DTRAIN_PRECISION_DEFAULT, precision);
+}
+
+void gpu_pair_open_matched(struct gpu_pair *p, enum dtrain_kernels_precision precision)
+{
+    pair_open(p, precision, precision);
 }
 
 void gpu_pair_close(struct gpu_pair *p)
@@ -148,26 +159,31 @@ void mirror_i32_free(struct gpu_pair *p, struct mirror_i32 *m)
     m->cpu = m->gpu = NULL;
 }
 
-double mirror_error(struct gpu_pair *p, const struct mirror *m)
+/* Largest |g - c| / largest |c|; infinite at a NaN or infinity. */
+static double rel_error(const float *c, const float *g, size_t n)
 {
-    float *c = xmalloc(m->n * sizeof(float)), *g = xmalloc(m->n * sizeof(float));
-    dtrain_k_download(p->cpu, c, m->cpu, m->n * sizeof(float));
-    dtrain_k_download(p->gpu, g, m->gpu, m->n * sizeof(float));
     double ref = 0.0, diff = 0.0;
-    for (size_t i = 0; i < m->n; i++) {
-        if (!isfinite(g[i]) || !isfinite(c[i])) {
-            diff = INFINITY;
-            break;
-        }
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i]))
+            return INFINITY;
         double d = fabs((double)g[i] - (double)c[i]);
         if (d > diff)
             diff = d;
         if (fabs((double)c[i]) > ref)
             ref = fabs((double)c[i]);
     }
+    return diff / (ref > 1e-30 ? ref : 1e-30);
+}
+
+double mirror_error(struct gpu_pair *p, const struct mirror *m)
+{
+    float *c = xmalloc(m->n * sizeof(float)), *g = xmalloc(m->n * sizeof(float));
+    dtrain_k_download(p->cpu, c, m->cpu, m->n * sizeof(float));
+    dtrain_k_download(p->gpu, g, m->gpu, m->n * sizeof(float));
+    double e = rel_error(c, g, m->n);
     free(c);
     free(g);
-    return diff / (ref > 1e-30 ? ref : 1e-30);
+    return e;
 }
 
 int gpu_same_bits(struct gpu_pair *p, const float *a, const float *b, size_t n)
@@ -199,4 +215,85 @@ int gpu_error(struct gpu_pair *p)
         return 0;
     printf("# cuda error: %s\n", err);
     return -1;
+}
+
+/* fp32 values as n elements of dtype, uploaded to both sides */
+static struct tmirror tmirror_from_host(struct gpu_pair *p, enum dtrain_dtype dtype, const float *host, size_t n)
+{
+    size_t es = dtrain_dtype_size(dtype);
+    struct tmirror m = {xdev(p->cpu, n * es), xdev(p->gpu, n * es), n, dtype};
+    void *h = (void *)host;
+    uint16_t *h16 = NULL;
+    if (dtype == DTRAIN_BF16) {
+        h = h16 = xmalloc(n * sizeof *h16);
+        for (size_t i = 0; i < n; i++)
+            h16[i] = dtrain_bf16_from_f32(host[i]);
+    }
+    dtrain_k_upload(p->cpu, m.cpu, h, n * es);
+    dtrain_k_upload(p->gpu, m.gpu, h, n * es);
+    free(h16);
+    return m;
+}
+
+struct tmirror tmirror_random(struct gpu_pair *p, enum dtrain_dtype dtype, size_t n, float scale)
+{
+    float *h = xmalloc(n * sizeof(float));
+    uint64_t s = p->stream++;
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)((2.0 * dtrain_rng_uniform(p->seed, s, i) - 1.0) * scale);
+    struct tmirror m = tmirror_from_host(p, dtype, h, n);
+    free(h);
+    return m;
+}
+
+struct tmirror tmirror_poisoned(struct gpu_pair *p, enum dtrain_dtype dtype, size_t n)
+{
+    float *h = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    struct tmirror m = tmirror_from_host(p, dtype, h, n);
+    free(h);
+    return m;
+}
+
+/* One side's elements widened to fp32 (a new host array). */
+static float *tmirror_download(struct dtrain_kernels *k, const void *src, enum dtrain_dtype dtype, size_t n)
+{
+    float *f = xmalloc(n * sizeof(float));
+    if (dtype == DTRAIN_F32) {
+        dtrain_k_download(k, f, src, n * sizeof(float));
+        return f;
+    }
+    uint16_t *h = xmalloc(n * sizeof *h);
+    dtrain_k_download(k, h, src, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        f[i] = dtrain_bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+
+double tmirror_error(struct gpu_pair *p, const struct tmirror *m)
+{
+    float *c = tmirror_download(p->cpu, m->cpu, m->dtype, m->n), *g = tmirror_download(p->gpu, m->gpu, m->dtype, m->n);
+    double e = rel_error(c, g, m->n);
+    free(c);
+    free(g);
+    return e;
+}
+
+void tmirror_free(struct gpu_pair *p, struct tmirror *m)
+{
+    dtrain_k_free(p->cpu, m->cpu);
+    dtrain_k_free(p->gpu, m->gpu);
+    m->cpu = m->gpu = NULL;
+}
+
+struct dtrain_tensor tmirror_cpu(const struct tmirror *m)
+{
+    return dtrain_tensor_of(m->dtype, m->cpu);
+}
+
+struct dtrain_tensor tmirror_gpu(const struct tmirror *m)
+{
+    return dtrain_tensor_of(m->dtype, m->gpu);
 }

@@ -41,9 +41,12 @@ uint64_t gpu_test_seed(void);
 /* 1 when a CUDA device is usable; else 0 and the reason in why. */
 int gpu_available(char *why, size_t whylen);
 
-/* Both instances, the cuda one in `precision`; exits the test with a
+/* Both instances, the cuda one in `precision` (the cpu one in fp32, or,
+ * gpu_pair_open_matched, in `precision` too: the reference for typed bf16
+ * results, computed as the cuda backend is held to); exits the test with a
  * failure line when one cannot be made. */
 void gpu_pair_open(struct gpu_pair *p, enum dtrain_kernels_precision precision);
+void gpu_pair_open_matched(struct gpu_pair *p, enum dtrain_kernels_precision precision);
 void gpu_pair_close(struct gpu_pair *p);
 
 struct mirror mirror_random(struct gpu_pair *p, size_t n, float scale); /* uniform in [-scale, scale) */
@@ -58,6 +61,24 @@ double mirror_error(struct gpu_pair *p, const struct mirror *m);
 int gpu_same_bits(struct gpu_pair *p, const float *a, const float *b, size_t n);
 /* A GPU copy of a mirror's GPU side (for repeat runs). */
 float *gpu_clone(struct gpu_pair *p, const float *src, size_t n);
+
+/* A typed mirror: n elements of dtype on both sides.  A bf16 one is filled
+ * with the random (or NaN) fp32 values rounded to bf16, the same bits on
+ * both; tmirror_error widens both sides exactly and measures as
+ * mirror_error does. */
+struct tmirror {
+    void *cpu, *gpu;
+    size_t n;
+    enum dtrain_dtype dtype;
+};
+
+struct tmirror tmirror_random(struct gpu_pair *p, enum dtrain_dtype dtype, size_t n, float scale);
+struct tmirror tmirror_poisoned(struct gpu_pair *p, enum dtrain_dtype dtype, size_t n);
+double tmirror_error(struct gpu_pair *p, const struct tmirror *m);
+void tmirror_free(struct gpu_pair *p, struct tmirror *m);
+/* The typed views of each side. */
+struct dtrain_tensor tmirror_cpu(const struct tmirror *m);
+struct dtrain_tensor tmirror_gpu(const struct tmirror *m);
 
 /* 0 when the cuda instance recorded no error; else prints it and -1. */
 int gpu_error(struct gpu_pair *p);

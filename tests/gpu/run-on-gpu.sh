@@ -4,7 +4,10 @@
 # against the CPU kernel, a one-GPU training step against the CPU, the nccl
 # comm backend, the CLI choice of backend, then GPT-2 124M tokens/s and MFU
 # against the bf16 cuBLASLt GEMM rate measured in the same run.  Under 8
-# minutes on an H100/H200 (about 2 with the bundle already built).
+# minutes on an H100/H200 (about 2 with the bundle already built): every
+# step's time limit is cut to what is left of DTRAIN_GPU_BUDGET (450 s from
+# the first test) less a reserve for the benchmark, so that a slow step
+# fails (timed out) rather than running the whole over.
 #
 #   tests/gpu/run-on-gpu.sh --prepare   on a build machine with the CUDA toolkit
 #                                       (and dtrain's build dependencies): build
@@ -141,13 +144,26 @@ done
 export LD_LIBRARY_PATH="$bundle/lib$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
+# cap_limit WANT RESERVE: WANT seconds, or fewer: what is left of the budget
+# (counted from here: a bundle built above is not in it) less RESERVE, at
+# least 10
+budget=${DTRAIN_GPU_BUDGET:-450}
+budget_start=$(date +%s)
+bench_reserve=120
+cap_limit() {
+    local left=$(( budget_start + budget - $(date +%s) - $2 ))
+    [ "$left" -lt 10 ] && left=10
+    [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
+}
+
 failed=0
 summary=""
 # run_tap NAME LIMIT CMD...: a TAP program; its counts go into the summary
 run_tap() {
     local name=$1 limit=$2; shift 2
     local out="$build/$name.tap" rc
-    say "---- $name"
+    limit=$(cap_limit "$limit" "$bench_reserve")
+    say "---- $name (at most $limit s)"
     timeout "$limit" "$@" >"$out" 2>&1
     rc=$?
     cat "$out"
@@ -177,8 +193,9 @@ run_tap test_cuda_parallel 240 "$bundle/tests/gpu/test_cuda_parallel"
 run_tap test_nccl 120 "$bundle/tests/gpu/test_nccl"
 run_tap test_backend_cli 120 env top_srcdir="$top" top_builddir="$bundle" bash "$top/tests/gpu/test_backend_cli.sh"
 
-say "---- dtrain-bench-gpu (GPT-2 124M)"
-timeout 240 "$bundle/bench/dtrain-bench-gpu" --batch "${DTRAIN_GPU_BATCH:-16}" >"$build/bench.out" 2>&1
+blimit=$(cap_limit 240 0)
+say "---- dtrain-bench-gpu (GPT-2 124M, at most $blimit s)"
+timeout "$blimit" "$bundle/bench/dtrain-bench-gpu" --batch "${DTRAIN_GPU_BATCH:-16}" >"$build/bench.out" 2>&1
 rc=$?
 cat "$build/bench.out"
 if [ "$rc" -eq 0 ]; then

@@ -9,6 +9,10 @@
  *     GEMMs sum in other orders), and the job's checkpoint of the last step
  *     (host copies of GPU memory) resumed by one CPU process gives the CPU
  *     run's next loss within 1e-4;
+ *   - (2,2,1) the same way in bf16 precision, where the blocks' inner
+ *     activations are bf16 tensors through the tensor-parallel and
+ *     pipeline stages: losses within 2e-2 of the (fp32) CPU's, the bound
+ *     of tests/gpu/test_cuda_train's later losses;
  *   - (1,1,1) on the nccl comm backend (ids from ncclGetUniqueId, every
  *     group split off WORLD, calls on the kernels' stream), fp32 and bf16:
  *     losses within 1e-4 (fp32) and 2e-2 (bf16, tests/gpu/test_cuda_train's
@@ -215,6 +219,24 @@ int main(void)
         ok(good && rel(sr.loss, ref[STEPS]) <= 1e-4, "(%d,%d,%d): its checkpoint (GPU memory through host copies) "
            "resumes on the CPU: step %d's loss %.6f, the CPU run's %.6f%s%s", T, P, D, STEPS, (double)sr.loss,
            (double)ref[STEPS], good ? "" : ": ", good ? "" : why);
+    }
+
+    /* ---- (2,2,1) in bf16: typed bf16 activations across the stages */
+    {
+        struct job j = {.cfg = cpu};
+        snprintf(j.cfg.backend, sizeof j.cfg.backend, "cuda");
+        j.cfg.precision = DTRAIN_PRECISION_BF16;
+        j.cfg.micro_batches = 2;
+        struct area all[LOCAL_BOOT_MAX_WORLD];
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        memset(all, 0, sizeof all);
+        rc = local_boot_run(2, 2, 1, rank_main, &j, sizeof all[0], all, codes, 300, why, sizeof why);
+        for (int r = 0; r < 4; r++)
+            if (!all[r].ok)
+                diag("(2,2,1) bf16 rank %d (exit %d): %s", r, codes[r], all[r].err);
+        w = worst(all[0].loss, ref, STEPS);
+        ok(rc == 0 && w <= 2e-2, "(2,2,1) on one GPU, cpu comm backend (staged), bf16: every step's loss within "
+           "2e-2 of the CPU's (worst %.2e)", w);
     }
 
     /* ---- (1,1,1) on nccl, fp32 and bf16 */
