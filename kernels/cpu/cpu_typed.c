@@ -18,34 +18,29 @@ struct convert_args {
     float *f32;
     uint16_t *bf16;
     size_t n;
+    int widen;
 };
 
-static void widen_items(void *p, long begin, long end, int tid)
+/* widen (bf16 -> f32) or narrow (f32 -> bf16, nearest even) items */
+static void convert_items(void *p, long begin, long end, int tid)
 {
     const struct convert_args *a = p;
     (void)tid;
     size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
     if (i1 > a->n)
         i1 = a->n;
-    for (size_t i = i0; i < i1; i++)
-        a->f32[i] = dtrain_bf16_to_f32(a->bf16[i]);
+    if (a->widen)
+        for (size_t i = i0; i < i1; i++)
+            a->f32[i] = dtrain_bf16_to_f32(a->bf16[i]);
+    else
+        for (size_t i = i0; i < i1; i++)
+            a->bf16[i] = dtrain_bf16_from_f32(a->f32[i]);
 }
 
-static void narrow_items(void *p, long begin, long end, int tid)
+static void convert(struct dtrain_kernels *k, float *f32, uint16_t *bf16, size_t n, int widen)
 {
-    const struct convert_args *a = p;
-    (void)tid;
-    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
-    if (i1 > a->n)
-        i1 = a->n;
-    for (size_t i = i0; i < i1; i++)
-        a->bf16[i] = dtrain_bf16_from_f32(a->f32[i]);
-}
-
-static void convert(struct dtrain_kernels *k, float *f32, uint16_t *bf16, size_t n, cpu_pool_fn fn)
-{
-    struct convert_args a = {.f32 = f32, .bf16 = bf16, .n = n};
-    cpu_parallel(k, (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM, fn, &a);
+    struct convert_args a = {.f32 = f32, .bf16 = bf16, .n = n, .widen = widen};
+    cpu_parallel(k, (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM, convert_items, &a);
 }
 
 /* One call's fp32 views: up to four operands of n[i] elements; a bf16 one
@@ -90,7 +85,7 @@ static int views_of(struct dtrain_kernels *k, struct views *v, const struct dtra
         v->f32[i] = ck->typed_scratch + used;
         used += slot_floats(n[i]);
         if (in[i])
-            convert(k, v->f32[i], t[i].data, n[i], widen_items);
+            convert(k, v->f32[i], t[i].data, n[i], 1);
     }
     return 0;
 }
@@ -100,7 +95,7 @@ static void store(struct dtrain_kernels *k, const struct views *v, const struct 
                   const size_t *n, int i)
 {
     if (t[i].data != NULL && t[i].dtype == DTRAIN_BF16)
-        convert(k, v->f32[i], t[i].data, n[i], narrow_items);
+        convert(k, v->f32[i], t[i].data, n[i], 0);
 }
 
 void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,

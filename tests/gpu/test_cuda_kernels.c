@@ -159,6 +159,18 @@ static int flash_path(enum dtrain_kernels_precision prec, int HS)
     return prec == DTRAIN_PRECISION_BF16 && (HS == 16 || HS == 32 || HS == 64 || HS == 128);
 }
 
+
+/* attention backward's scratch on one side; bails out when out of memory */
+static float *attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+{
+    float *s = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, HS) * sizeof(float));
+    if (s == NULL) {
+        printf("Bail out! out of memory for the attention scratch\n");
+        exit(1);
+    }
+    return s;
+}
+
 static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int B, int T, int NH, int HS)
 {
     size_t C = (size_t)NH * HS, N = (size_t)B * T, NA = (size_t)B * NH * T * T;
@@ -174,14 +186,7 @@ static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int
                   NH, HS);
 
     struct mirror dout = mirror_random(p, N * C, 1.0f), dqkv = mirror_poisoned(p, N * 3 * C);
-    size_t ns_cpu = dtrain_k_attention_scratch(p->cpu, B, T, NH, HS);
-    size_t ns_gpu = dtrain_k_attention_scratch(p->gpu, B, T, NH, HS);
-    float *s_cpu = dtrain_k_alloc(p->cpu, ns_cpu * sizeof(float));
-    float *s_gpu = dtrain_k_alloc(p->gpu, ns_gpu * sizeof(float));
-    if (s_cpu == NULL || s_gpu == NULL) {
-        printf("Bail out! out of memory for the attention scratch\n");
-        exit(1);
-    }
+    float *s_cpu = attention_scratch(p->cpu, B, T, NH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, HS);
     dtrain_k_attention_backward(p->cpu, dtrain_tensor_f32(dqkv.cpu), s_cpu, dtrain_tensor_f32(dout.cpu), dtrain_tensor_f32(qkv.cpu), dtrain_tensor_f32(out.cpu), att.cpu, B, T, NH, HS);
     dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(dqkv.gpu), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, HS);
     CHECK_ERR(mirror_error(p, &dqkv), tol->attn_bwd, tol, "attention backward dqkv (=) (B=%d T=%d NH=%d HS=%d, %s)",
@@ -443,14 +448,7 @@ static void test_attention_typed(struct gpu_pair *p, const struct tolerances *to
         CHECK_ERR(mirror_error(p, &att), tol->typed_f32, tol, "typed attention forward att (fp32 probabilities)");
 
     struct tmirror dout = tmirror_random(p, bf, N * C, 1.0f), dqkv = tmirror_poisoned(p, bf, N * 3 * C);
-    size_t ns_cpu = dtrain_k_attention_scratch(p->cpu, B, T, NH, HS);
-    size_t ns_gpu = dtrain_k_attention_scratch(p->gpu, B, T, NH, HS);
-    float *s_cpu = dtrain_k_alloc(p->cpu, ns_cpu * sizeof(float));
-    float *s_gpu = dtrain_k_alloc(p->gpu, ns_gpu * sizeof(float));
-    if (s_cpu == NULL || s_gpu == NULL) {
-        printf("Bail out! out of memory for the attention scratch\n");
-        exit(1);
-    }
+    float *s_cpu = attention_scratch(p->cpu, B, T, NH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, HS);
     dtrain_k_attention_backward(p->cpu, tmirror_cpu(&dqkv), s_cpu, tmirror_cpu(&dout), tmirror_cpu(&qkv),
                                 tmirror_cpu(&out), att.cpu, B, T, NH, HS);
     dtrain_k_attention_backward(p->gpu, tmirror_gpu(&dqkv), s_gpu, tmirror_gpu(&dout), tmirror_gpu(&qkv),
