@@ -57,6 +57,7 @@
 #define PARAM_ATOL (1e-3)
 /* fp16 runs against the (1,1,1) fp16 run (see the fp16 block of main). */
 #define FP16_RTOL 1e-3
+#define BF16_RTOL 1e-3 /* see the bf16 layouts: measured 7.8e-6 over 8 steps */
 
 struct run_result {
     int ok;
@@ -793,6 +794,82 @@ int main(void)
         free(areas);
     }
     diag("largest relative validation loss deviation over the layouts: %.3e", worst_val);
+
+    /* bf16: the blocks' inner activations stored in bf16 (typed tensors)
+     * across TP, PP, DP, ZeRO, sequence parallelism and both recompute
+     * modes.  Every rank agrees; recomputation gives the bits of the same
+     * layout without it (it recomputes the same bf16 values); every layout's
+     * losses match (1,1,1) bf16 within BF16_RTOL: rounding operands and
+     * stored activations to bf16 (unit roundoff 2^-9) turns the layouts'
+     * different fp32 sums into differences of up to one bf16 ulp of an
+     * element, which the loss averages (fp16's bound, 2^-11, is the same
+     * size: the losses move far less than one ulp). */
+    static const struct layout bf[] = {
+        {1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0}, {2, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0}, {1, 2, 2, 2, 2, 1, 0, 0, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, 0, 0, 0, 0, 0}, {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_FULL, 4, 0, 0, 0},
+        {2, 2, 2, 2, 1, 1, DTRAIN_RECOMPUTE_SELECTIVE, 4, 0, 0, 0}, {2, 2, 2, 2, 1, 1, 0, 0, 0, 1, 0},
+    };
+    struct run_result bf_kept[sizeof bf / sizeof bf[0]];
+    memset(bf_kept, 0, sizeof bf_kept);
+    double bf_worst = 0.0;
+    for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++) {
+        const struct layout *L = &bf[i];
+        int world = L->tp * L->pp * L->dp;
+        struct job bj = j;
+        bj.cfg.precision = DTRAIN_PRECISION_BF16;
+        bj.cfg.micro_batches = L->micro;
+        bj.cfg.zero_stage = L->zero;
+        bj.cfg.recompute = L->recompute;
+        bj.cfg.sequence_parallel = L->sp;
+        size_t bytes = area_bytes(&bj);
+        unsigned char *areas = calloc((size_t)world, bytes);
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        int rc = areas == NULL ? -1 : local_boot_run(L->tp, L->pp, L->dp, rank_main, &bj, bytes, areas, codes, 120,
+                                                     err, sizeof err);
+        char name[96];
+        snprintf(name, sizeof name, "bf16 (T,P,D)=(%d,%d,%d) m=%d ZeRO stage %d%s%s", L->tp, L->pp, L->dp, L->micro,
+                 L->zero, L->recompute == DTRAIN_RECOMPUTE_FULL ? " recompute full"
+                          : L->recompute == DTRAIN_RECOMPUTE_SELECTIVE ? " recompute selective" : "",
+                 L->sp ? " sequence-parallel" : "");
+        if (rc != 0) {
+            for (int r = 0; areas != NULL && r < world; r++) {
+                const struct rank_area *a = (const struct rank_area *)(areas + (size_t)r * bytes);
+                if (a->r.err[0])
+                    diag("rank %d: %s", r, a->r.err);
+            }
+            ok(0, "%s: runs (%s)", name, err);
+            free(areas);
+            continue;
+        }
+        const struct run_result *r0 = &((const struct rank_area *)areas)->r;
+        int same = 1;
+        for (int r = 1; r < world; r++) {
+            const struct run_result *x = &((const struct rank_area *)(areas + (size_t)r * bytes))->r;
+            same = same && memcmp(x->loss, r0->loss, sizeof x->loss) == 0;
+        }
+        bf_kept[i] = *r0;
+        if (L->bits_of) {
+            const struct run_result *b = &bf_kept[L->bits_of - 1];
+            ok(same && b->ok && memcmp(b->loss, r0->loss, sizeof b->loss) == 0 &&
+                   memcmp(b->norm, r0->norm, sizeof b->norm) == 0,
+               "%s: every rank agrees; the losses and norms of layout %d (no recomputation) bit for bit", name,
+               L->bits_of);
+        } else if (i == 0) {
+            int finite = 1;
+            for (int q = 0; q < STEPS; q++)
+                finite = finite && isfinite(r0->loss[q]) && isfinite(r0->norm[q]);
+            ok(same && finite && r0->loss[STEPS - 1] < r0->loss[0],
+               "%s: finite losses that fall (%.4f -> %.4f)", name, (double)r0->loss[0], (double)r0->loss[STEPS - 1]);
+        } else {
+            double dl = max_rel_loss(r0, &bf_kept[0]);
+            if (dl > bf_worst)
+                bf_worst = dl;
+            ok(same && dl <= BF16_RTOL, "%s: every rank agrees; max relative loss deviation from (1,1,1) bf16 %.1e "
+               "(<= %.0e)", name, dl, BF16_RTOL);
+        }
+        free(areas);
+    }
+    diag("bf16: largest relative loss deviation over the layouts: %.3e", bf_worst);
 
     test_rank_metrics(&j, dir);
     test_generate_from_222(&j, dir);
