@@ -299,16 +299,56 @@ static int begin(struct dtrain_comm *c, const char *what, const void *a, const v
     return DTRAIN_COMM_OK;
 }
 
-/* After queueing (r: what the NCCL call returned; ni->mu held): wait for
- * completion under the watchdog, then order the compute stream after it. */
+/* After an NCCL call that returned ncclInProgress (ni->mu held, and held
+ * again on return): on a non-blocking communicator the operation is on the
+ * stream only once ncclCommGetAsyncError says ncclSuccess (NCCL may still
+ * be setting up connections), and no other call may use the communicator
+ * before that.  Returns what NCCL finally said, or DTRAIN_COMM_EABORTED /
+ * ETIMEDOUT (as a negative ncclResult_t never used by NCCL) when we stop. */
+#define QUEUE_ABORTED ((ncclResult_t)-1)
+#define QUEUE_TIMEDOUT ((ncclResult_t)-2)
+static ncclResult_t wait_queued(struct dtrain_comm *c, struct nccl_impl *ni, ncclResult_t r)
+{
+    int64_t deadline = now_ms() + c->timeout_ms;
+    int round = 0;
+    while (r == ncclInProgress) {
+        if (ni->comm == NULL)
+            return QUEUE_ABORTED;
+        if (ncclCommGetAsyncError(ni->comm, &r) != ncclSuccess)
+            return ncclInternalError;
+        if (r != ncclInProgress)
+            break;
+        if (atomic_load(&c->failed) != 0 || comm_should_abort(c))
+            return QUEUE_ABORTED;
+        if (now_ms() > deadline)
+            return QUEUE_TIMEDOUT;
+        /* let break_links abort meanwhile */
+        pthread_mutex_unlock(&ni->mu);
+        backoff(&round);
+        pthread_mutex_lock(&ni->mu);
+    }
+    return r;
+}
+
+/* After queueing (r: what the NCCL call returned; ni->mu held): wait until
+ * the operation is on the stream, then for its completion under the
+ * watchdog, then order the compute stream after it. */
 static int finish(struct dtrain_comm *c, ncclResult_t r, const char *what, size_t bytes_sent, size_t bytes_received)
 {
     struct nccl_impl *ni = impl(c);
     cudaError_t e = cudaSuccess;
-    if (r == ncclSuccess || r == ncclInProgress)
+    r = wait_queued(c, ni, r);
+    if (r == ncclSuccess)
         e = cudaEventRecord(ni->done, ni->stream);
     pthread_mutex_unlock(&ni->mu);
-    if (r != ncclSuccess && r != ncclInProgress)
+    if (r == QUEUE_ABORTED) {
+        int failed = atomic_load(&c->failed);
+        return failed != 0 ? failed : comm_fail(c, DTRAIN_COMM_EABORTED, -1, "%s: aborted", what);
+    }
+    if (r == QUEUE_TIMEDOUT)
+        return comm_fail(c, DTRAIN_COMM_ETIMEDOUT, -1, "%s: NCCL had not queued it after %d ms", what,
+                         c->timeout_ms);
+    if (r != ncclSuccess)
         return comm_fail(c, result_of(r), -1, "%s: %s", what, ncclGetErrorString(r));
     if (e != cudaSuccess)
         return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: %s", what, cudaGetErrorString(e));
