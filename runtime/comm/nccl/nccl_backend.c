@@ -373,6 +373,15 @@ static int finish(struct dtrain_comm *c, ncclResult_t r, const char *what, size_
                              "or calling something else)", what, c->timeout_ms);
         backoff(&round);
     }
+    /* An aborted communicator's kernels exit early and complete the event:
+     * completion alone does not mean the data arrived. */
+    int failed = atomic_load(&c->failed);
+    if (failed != 0)
+        return failed;
+    ncclResult_t st = async_state(ni);
+    if (st != ncclSuccess && st != ncclInProgress)
+        return comm_fail(c, st == ncclInvalidUsage ? DTRAIN_COMM_EABORTED : result_of(st), -1, "%s: %s", what,
+                         st == ncclInvalidUsage ? "the communicator was aborted" : ncclGetErrorString(st));
     if (ni->compute != NULL && (e = cudaStreamWaitEvent(ni->compute, ni->done, 0)) != cudaSuccess)
         return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: %s", what, cudaGetErrorString(e));
     atomic_fetch_add_explicit(&c->bytes_sent, bytes_sent, memory_order_relaxed);
