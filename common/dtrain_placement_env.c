@@ -180,7 +180,9 @@ int dtrain_task_cuda_device(int count)
     const char *text = getenv(DTRAIN_ENV_CUDA_DEVICE);
     char err[128];
     long v;
-    if (text == NULL || count < 1 || dtrain_parse_int(text, 0, count - 1, DTRAIN_ENV_CUDA_DEVICE, &v, err, sizeof err) != 0)
+    if (text == NULL)
+        return -1;
+    if (count < 1 || dtrain_parse_int(text, 0, count - 1, DTRAIN_ENV_CUDA_DEVICE, &v, err, sizeof err) != 0)
         return 0;
     return (int)v;
 }

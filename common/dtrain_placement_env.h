@@ -83,7 +83,9 @@ int dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_
 
 /* The CUDA device a task of a placed step uses, among count devices:
  * DTRAIN_CUDA_DEVICE (LOCAL_RANK with --dtrain-gpu-visibility=all, 0 with
- * one), else 0; a value outside 0..count-1 is 0 too. */
+ * one; a value outside 0..count-1 is 0), or -1 when it is unset: the
+ * caller keeps the device the process already chose (cudaSetDevice by a
+ * framework or a test; device 0 when nothing chose). */
 int dtrain_task_cuda_device(int count);
 
 /* Getters for decode: the process environment (ctx unused), a list. */

@@ -112,9 +112,9 @@ static int cuda_create(const struct dtrain_kernels_options *opt, struct dtrain_k
     ck->fp16 = opt->precision == DTRAIN_PRECISION_FP16;
     /* The task's GPU: device DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES as
      * the SPANK plugin set them (LOCAL_RANK with --dtrain-gpu-visibility=all,
-     * 0 with one), else device 0. */
-    int count = dtrain_cuda_device_count(NULL, 0);
-    if ((e = cudaSetDevice(dtrain_task_cuda_device(count))) != cudaSuccess) {
+     * 0 with one), else the device the process already chose. */
+    int device = dtrain_task_cuda_device(dtrain_cuda_device_count(NULL, 0));
+    if (device >= 0 && (e = cudaSetDevice(device)) != cudaSuccess) {
         what = "cudaSetDevice";
         goto fail_cuda;
     }

@@ -141,7 +141,8 @@ static void abort_nccl(struct nccl_impl *ni)
 }
 
 /* Stream, events and the barrier's token, on the task's GPU: device
- * DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES (dtrain_placement_env.h). */
+ * DTRAIN_CUDA_DEVICE of CUDA_VISIBLE_DEVICES (dtrain_placement_env.h), or
+ * the caller's current device when the plugin did not place the task. */
 static int setup(struct dtrain_comm *c, const struct dtrain_comm_group *g, char *err, size_t errlen)
 {
     struct nccl_impl *ni = calloc(1, sizeof *ni);
@@ -164,7 +165,8 @@ static int setup(struct dtrain_comm *c, const struct dtrain_comm_group *g, char 
                         e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees none");
         return DTRAIN_COMM_ESYS;
     }
-    if ((e = cudaSetDevice(dtrain_task_cuda_device(count))) != cudaSuccess ||
+    int device = dtrain_task_cuda_device(count);
+    if ((device >= 0 && (e = cudaSetDevice(device)) != cudaSuccess) ||
         (e = cudaGetDevice(&ni->device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&ni->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&ni->ready, cudaEventDisableTiming)) != cudaSuccess ||
