@@ -235,8 +235,18 @@ static int done(dtrain_comm *c, int rc)
 /* Reduce-scatter and all-gather with nothing to exchange: a copy. */
 static int alone(dtrain_comm *c, const float *in, float *out, size_t count)
 {
-    if (count > 0 && out != in)
-        memmove(out, in, count * sizeof(float));
+    size_t bytes = count * sizeof(float);
+    if (count == 0 || out == in)
+        return done(c, DTRAIN_COMM_OK);
+    /* the buffers may be device memory: the backend copies them */
+    if (c->backend->copy != NULL) {
+        const char *o = (const char *)out, *i = (const char *)in;
+        if (o < i + bytes && i < o + bytes)
+            return comm_fail(c, DTRAIN_COMM_EINVAL, -1, "a group of one: input and output overlap without being "
+                             "the same buffer");
+        return done(c, begin(c)->backend->copy(c, out, in, bytes));
+    }
+    memmove(out, in, bytes);
     return done(c, DTRAIN_COMM_OK);
 }
 

@@ -45,6 +45,10 @@ struct comm_backend {
     int (*split)(struct dtrain_comm *parent, struct dtrain_comm *c, const struct dtrain_comm_group *g, char *err,
                  size_t errlen);
     void (*set_stream)(struct dtrain_comm *c, void *stream);
+    /* Optional (NULL: memmove).  dst <- src (bytes > 0, dst != src, the
+     * regions apart) in the backend's memory, for a group of one member:
+     * device memory on nccl, ordered as the backend's calls are. */
+    int (*copy)(struct dtrain_comm *c, void *dst, const void *src, size_t bytes);
 };
 
 extern const struct comm_backend comm_backend_cpu;

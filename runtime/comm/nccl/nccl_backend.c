@@ -579,6 +579,27 @@ static int nccl_barrier(struct dtrain_comm *c)
     return finish(c, r, "barrier", 0, 0);
 }
 
+/* A group of one: dst <- src on the compute stream (the kernels' work
+ * before and after stays ordered with it), or synchronously without one;
+ * host memory on either side is ready when this returns. */
+static int nccl_copy(struct dtrain_comm *c, void *dst, const void *src, size_t bytes)
+{
+    struct nccl_impl *ni = impl(c);
+    int host = !on_device(dst) || !on_device(src);
+    if (!on_device(dst) && !on_device(src)) {
+        memmove(dst, src, bytes);
+        return DTRAIN_COMM_OK;
+    }
+    cudaStream_t s = ni->compute != NULL ? ni->compute : ni->stream;
+    cudaError_t e = ni->compute != NULL ? cudaSuccess : cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
+    if (e == cudaSuccess && (host || ni->compute == NULL))
+        e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? DTRAIN_COMM_OK
+                            : comm_fail(c, DTRAIN_COMM_ESYS, -1, "copy in a group of one: %s", cudaGetErrorString(e));
+}
+
 /* --------------------------------------------------------------- faults */
 
 static void nccl_break_links(struct dtrain_comm *c)
@@ -648,4 +669,5 @@ const struct comm_backend comm_backend_nccl = {
     .destroy = nccl_destroy,
     .split = nccl_split,
     .set_stream = nccl_set_stream,
+    .copy = nccl_copy,
 };
