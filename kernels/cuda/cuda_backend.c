@@ -230,6 +230,16 @@ static void cuda_copy(struct dtrain_kernels *k, void *dst, const void *src, size
     struct cuda_kernels *ck = cuda_of(k);
     if (ck->failed || bytes == 0)
         return;
+    const char *d = dst, *s = src;
+    if (d < s + bytes && s < d + bytes && d != s) {
+        /* cudaMemcpyAsync leaves overlapping regions undefined: through scratch */
+        void *tmp = cuda_scratch(ck, bytes);
+        if (tmp == NULL)
+            return;
+        if (cuda_check(ck, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, ck->stream), "copy") != 0)
+            return;
+        src = tmp;
+    }
     (void)cuda_check(ck, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ck->stream), "copy");
 }
 
