@@ -481,12 +481,20 @@ static char *bounce(struct dtrain_comm *c, size_t bytes, const char *what)
     return ni->bounce;
 }
 
-/* dst <- src, either side host or device (the call before it completed). */
+/* dst <- src, either side host or device (the call before it completed),
+ * on the communication stream: a host-to-device copy is then ordered
+ * before the NCCL call that reads it (cudaMemcpy runs on the legacy
+ * stream, which the non-blocking communication stream does not wait for,
+ * and may return before a pageable copy lands), and a copy to the host is
+ * waited for. */
 static int move(struct dtrain_comm *c, void *dst, const void *src, size_t bytes, const char *what)
 {
+    struct nccl_impl *ni = impl(c);
     if (bytes == 0)
         return DTRAIN_COMM_OK;
-    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ni->stream);
+    if (e == cudaSuccess && !on_device(dst))
+        e = cudaStreamSynchronize(ni->stream);
     return e == cudaSuccess ? DTRAIN_COMM_OK
                             : comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: copying a host buffer: %s", what,
                                         cudaGetErrorString(e));
