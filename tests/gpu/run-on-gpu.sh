@@ -11,13 +11,19 @@
 #
 #   tests/gpu/run-on-gpu.sh --prepare   on a build machine with the CUDA toolkit
 #                                       (and dtrain's build dependencies): build
-#                                       with --with-cuda into build-gpu/ and make
-#                                       build-gpu/bundle/, the programs and the
-#                                       non-system libraries they need
+#                                       with --with-cuda --without-onednn into
+#                                       build-gpu/ and make build-gpu/bundle/, the
+#                                       programs (stripped) and the non-system
+#                                       libraries they need; fails when the bundle
+#                                       is over 60 MiB (a device run carries 64)
 #   tests/gpu/run-on-gpu.sh             on the GPU machine, from a copy of the
 #                                       tree holding build-gpu/bundle (carried:
 #                                       the device tool's carry ["build-gpu/bundle"]);
 #                                       without a bundle it tries to build there
+#   tests/gpu/run-on-gpu.sh --two-gpus  the same, then, with two or more GPUs,
+#                                       the nccl data paths over two devices (DP,
+#                                       TP, PP: test_nccl and test_cuda_parallel's
+#                                       two-device points) and the 124M benchmark
 #
 # GPU machines lent to a session have the CUDA driver, cudart, cuBLASLt and
 # NCCL (from the toolkit or the Python wheels) but not dtrain's build
@@ -44,7 +50,8 @@ build_tree() {
     fi
     mkdir -p "$build" || die "cannot create $build"
     if [ ! -f "$build/Makefile" ]; then
-        (cd "$build" && "$top/configure" --with-cuda >configure.out 2>&1) ||
+        # without oneDNN: the GPU run does not use it, and it is 40 MB of the bundle
+        (cd "$build" && "$top/configure" --with-cuda --without-onednn >configure.out 2>&1) ||
             { tail -3 "$build/configure.out" >&2; die "configure --with-cuda failed (see $build/configure.out)"; }
     fi
     local jobs
@@ -85,8 +92,14 @@ make_bundle() {
             *) cp -L "$path" "$bundle/lib/$lib" || die "cannot copy $path" ;;
         esac
     done
+    # symbols are most of the programs' size; the run needs none
+    find "$bundle" -type f \( -perm -u+x -o -name '*.so*' \) -exec strip --strip-unneeded {} + 2>/dev/null
     (cd "$top" && git rev-parse HEAD 2>/dev/null) >"$bundle/commit"
-    say "bundle: $(du -sh "$bundle" | cut -f1) in $bundle (libraries: $(ls "$bundle/lib" | tr '\n' ' '))"
+    local kib
+    kib=$(du -sk "$bundle" | cut -f1)
+    say "bundle: $((kib / 1024)) MiB in $bundle (libraries: $(ls "$bundle/lib" | tr '\n' ' '))"
+    [ "$kib" -le $((60 * 1024)) ] ||
+        die "the bundle is $((kib / 1024)) MiB, over the 60 MiB a GPU run can carry (64 MiB with the tree): see which library grew"
 }
 
 if [ "${1:-}" = "--prepare" ]; then
@@ -96,7 +109,12 @@ if [ "${1:-}" = "--prepare" ]; then
     say "now, on the GPU machine: tests/gpu/run-on-gpu.sh (carry build-gpu/bundle, $(du -sh "$bundle" | cut -f1))"
     exit 0
 fi
-[ $# -eq 0 ] || die "usage: $prog [--prepare]"
+two_gpus=0
+case "${1:-}" in
+    "") ;;
+    --two-gpus) two_gpus=1 ;;
+    *) die "usage: $prog [--prepare | --two-gpus]" ;;
+esac
 
 # ------------------------------------------------------------------ run
 
@@ -104,14 +122,30 @@ log=/dev/null
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
     log="$OUT/run-on-gpu.log"
 fi
+# everything to the log as well; the end waits for tee, so that the log
+# has the summary (a process substitution is not waited for by itself)
+exec {saved_out}>&1 {saved_err}>&2
 exec > >(tee "$log") 2>&1
+tee_pid=$!
+finish_log() {
+    exec 1>&"$saved_out" 2>&"$saved_err"
+    wait "$tee_pid" 2>/dev/null
+}
+trap finish_log EXIT
 
 start=$(date +%s)
 say "started $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(uname -n)"
+# A machine that lists a GPU must be able to use it: from here on a test
+# that reports "no CUDA device" is a failure, not a skip.
+gpus=0
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L; then
     say "nvidia-smi finds no GPU: the tests will report SKIP"
 else
+    gpus=$(nvidia-smi -L | grep -c '^GPU ')
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+fi
+if [ "$two_gpus" = 1 ] && [ "$gpus" -lt 2 ]; then
+    die "--two-gpus: nvidia-smi lists $gpus GPU(s)"
 fi
 if [ ! -x "$bundle/tests/gpu/test_cuda_kernels" ]; then
     say "no bundle in $bundle: building here"
@@ -171,7 +205,10 @@ run_tap() {
     pass=$(grep -c '^ok [0-9]* - ' "$out")
     skip=$(grep -c '^ok [0-9]* # SKIP\|^1\.\.0 # SKIP' "$out")
     fail=$(grep -c '^not ok' "$out")
-    if [ "$rc" -ne 0 ] || [ "$fail" -ne 0 ] || ! grep -q '^1\.\.[0-9]' "$out"; then
+    if [ "$gpus" -gt 0 ] && grep -q 'SKIP.*no CUDA device' "$out"; then
+        failed=$((failed + 1))
+        summary="$summary$name: FAILED: nvidia-smi lists $gpus GPU(s) but CUDA could not use one\n"
+    elif [ "$rc" -ne 0 ] || [ "$fail" -ne 0 ] || ! grep -q '^1\.\.[0-9]' "$out"; then
         failed=$((failed + 1))
         summary="$summary$name: FAILED (exit $rc): $pass passed, $fail failed, $skip skipped\n"
     else
@@ -200,7 +237,7 @@ rc=$?
 cat "$build/bench.out"
 if [ "$rc" -eq 0 ]; then
     summary="${summary}dtrain-bench-gpu: $(grep -E '^(tokens/s|MFU)' "$build/bench.out" | tr -s ' ' | tr '\n' ';')\n"
-elif [ "$rc" -eq 77 ]; then
+elif [ "$rc" -eq 77 ] && [ "$gpus" -eq 0 ]; then
     summary="${summary}dtrain-bench-gpu: skipped (no CUDA device)\n"
 else
     failed=$((failed + 1))
