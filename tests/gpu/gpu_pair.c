@@ -61,6 +61,22 @@ int gpu_available(char *why, size_t whylen)
 #endif
 }
 
+int gpu_required(void)
+{
+    const char *r = getenv("DTRAIN_GPU_REQUIRED");
+    return r != NULL && strcmp(r, "1") == 0;
+}
+
+int gpu_skip_all(const char *why)
+{
+    if (gpu_required()) {
+        printf("not ok 1 - a CUDA device (DTRAIN_GPU_REQUIRED=1): %s\n1..1\n", why);
+        return 1;
+    }
+    printf("1..0 # SKIP %s\n", why);
+    return 0;
+}
+
 static int cpu_count(void)
 {
     cpu_set_t set;

@@ -41,6 +41,15 @@ uint64_t gpu_test_seed(void);
 /* 1 when a CUDA device is usable; else 0 and the reason in why. */
 int gpu_available(char *why, size_t whylen);
 
+/* 1 when a device must be there (DTRAIN_GPU_REQUIRED=1: the GPU stand-in's
+ * pass of the suite, run-on-gpu.sh on a machine that lists a GPU): finding
+ * none is then a failure, not a skip. */
+int gpu_required(void);
+
+/* The whole file without a device: prints the TAP plan of a skip, or of a
+ * failure when gpu_required(); returns the exit status for main. */
+int gpu_skip_all(const char *why);
+
 /* Both instances, the cuda one in `precision` (the cpu one in fp32, or,
  * gpu_pair_open_matched, in `precision` too: the reference for typed bf16
  * results, computed as the cuda backend is held to); exits the test with a

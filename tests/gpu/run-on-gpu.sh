@@ -142,6 +142,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L; then
     say "nvidia-smi finds no GPU: the tests will report SKIP"
 else
     gpus=$(nvidia-smi -L | grep -c '^GPU ')
+    export DTRAIN_GPU_REQUIRED=1 # the tests fail, not skip, when CUDA cannot use it
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
 fi
 if [ "$two_gpus" = 1 ] && [ "$gpus" -lt 2 ]; then

@@ -78,7 +78,9 @@ elif $train $model --backend cuda --threads 1 >"$work/gpu.out" 2>"$work/gpu.err"
 else
     rc=$?
     msg=$(cat "$work/gpu.err")
-    if grep -q "no CUDA device" "$work/gpu.err" && [ "$(wc -l <"$work/gpu.err")" -eq 1 ]; then
+    if [ "${DTRAIN_GPU_REQUIRED:-0}" = 1 ]; then
+        fail "--backend cuda (exit $rc) where a device must be (DTRAIN_GPU_REQUIRED=1): $msg"
+    elif grep -q "no CUDA device" "$work/gpu.err" && [ "$(wc -l <"$work/gpu.err")" -eq 1 ]; then
         pass "--backend cuda without a CUDA device fails clearly (exit $rc): $msg"
         skip_test "no CUDA device: the first losses on the GPU"
         skip_test "no CUDA device: the first losses on the GPU in bf16"

@@ -8,6 +8,7 @@
  * an unknown precision is refused, and an unknown backend's message lists
  * the backends this build has. */
 #include "dtrain_kernels.h"
+#include "gpu_pair.h"
 #include "tap.h"
 
 #include <stdio.h>
@@ -68,6 +69,8 @@ static void test_cuda(void)
     int rc = dtrain_kernels_create("cuda", &opt, &k, err, sizeof err);
     if (devices == 0) {
         diag("no device here: %s", why);
+        if (gpu_required())
+            ok(0, "a CUDA device (DTRAIN_GPU_REQUIRED=1): %s", why);
         ok(strncmp(why, "no CUDA device", 14) == 0, "the device check says why: %s", why);
         ok(rc != 0 && k == NULL && strstr(err, "no CUDA device") != NULL,
            "creating cuda kernels without a device fails clearly: %s", err);

@@ -553,8 +553,7 @@ int main(void)
 {
     char why[256];
     if (!gpu_available(why, sizeof why)) {
-        printf("1..0 # SKIP %s\n", why);
-        return 0;
+        return gpu_skip_all(why);
     }
     uint64_t seed = gpu_test_seed();
     run_precision(seed, DTRAIN_PRECISION_FP32, &TOL_FP32);

@@ -199,8 +199,7 @@ int main(void)
 {
     char why[256];
     if (!gpu_available(why, sizeof why)) {
-        printf("1..0 # SKIP %s\n", why);
-        return 0;
+        return gpu_skip_all(why);
     }
     uint64_t seed = gpu_test_seed();
     for (size_t i = 0; i < sizeof THR / sizeof THR[0]; i++)

@@ -15,6 +15,7 @@
  * instead of hanging.
  * CUDA is used only in child processes: a process that touched CUDA
  * cannot fork a child that uses it. */
+#include "gpu_pair.h"
 #include "tap.h"
 
 #include <stdarg.h>
@@ -370,6 +371,8 @@ int main(void)
     test_bad_ids();
     int devices = count_devices();
     if (devices == 0) {
+        if (gpu_required())
+            ok(0, "a CUDA device (DTRAIN_GPU_REQUIRED=1)");
         run_children(1, child_no_device, NULL, 2, "no GPU");
         skip("no CUDA device: one-GPU communicators");
         skip("no CUDA device: collectives between two GPUs");
