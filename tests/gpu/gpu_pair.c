@@ -61,6 +61,15 @@ int gpu_available(char *why, size_t whylen)
 #endif
 }
 
+int gpu_device_count(void)
+{
+#ifdef DTRAIN_HAVE_CUDA
+    return dtrain_cuda_device_count(NULL, 0);
+#else
+    return 0;
+#endif
+}
+
 int gpu_required(void)
 {
     const char *r = getenv("DTRAIN_GPU_REQUIRED");

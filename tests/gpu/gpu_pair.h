@@ -40,6 +40,8 @@ uint64_t gpu_test_seed(void);
 
 /* 1 when a CUDA device is usable; else 0 and the reason in why. */
 int gpu_available(char *why, size_t whylen);
+/* How many (0 without CUDA). */
+int gpu_device_count(void);
 
 /* 1 when a device must be there (DTRAIN_GPU_REQUIRED=1: the GPU stand-in's
  * pass of the suite, run-on-gpu.sh on a machine that lists a GPU): finding

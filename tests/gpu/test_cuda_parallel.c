@@ -16,7 +16,13 @@
  *   - (1,1,1) on the nccl comm backend (ids from ncclGetUniqueId, every
  *     group split off WORLD, calls on the kernels' stream), fp32 and bf16:
  *     losses within 1e-4 (fp32) and 2e-2 (bf16, tests/gpu/test_cuda_train's
- *     bound) of the CPU's.
+ *     bound) of the CPU's;
+ *   - with two devices or more (a two-GPU machine, the GPU stand-in's
+ *     eight): (2,1,1), (1,2,1) and (1,1,2) on the nccl comm backend, one
+ *     device per rank (DTRAIN_CUDA_DEVICE = rank, as the plugin sets it):
+ *     the data paths of TP, PP and DP through NCCL, fp32 losses within 1e-4
+ *     of the CPU's, and bf16 at (2,1,1) within 2e-2; with eight, (2,2,2)
+ *     too.
  * Ranks are local processes (tests/parallel/local_boot.h, the launcher's
  * id code).  Skipped without a CUDA device. */
 #include <math.h>
@@ -74,6 +80,12 @@ static int train_rank(struct dtrain_bootstrap *bs, const struct job *j, struct a
 
 static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
 {
+    const struct job *j = ctx;
+    if (j->nccl) { /* a device per rank, as the plugin places a step's tasks */
+        char dev[16];
+        snprintf(dev, sizeof dev, "%d", bs->local_rank);
+        setenv("DTRAIN_CUDA_DEVICE", dev, 1);
+    }
     return train_rank(bs, ctx, result);
 }
 
@@ -117,9 +129,10 @@ static int cpu_run(const struct dtrain_train_config *c, int n, float *loss, char
     return rc;
 }
 
-/* gpu_available asked in a child process: the ranks are forked from this
- * one, and CUDA does not survive a fork once the parent has initialised it. */
-static int gpu_available_in_child(char *why, size_t whylen)
+/* The CUDA devices, counted in a child process (0 with the reason in why):
+ * the ranks are forked from this one, and CUDA does not survive a fork
+ * once the parent has initialised it. */
+static int devices_in_child(char *why, size_t whylen)
 {
     int fds[2];
     if (pipe(fds) != 0) {
@@ -129,25 +142,26 @@ static int gpu_available_in_child(char *why, size_t whylen)
     pid_t pid = fork();
     if (pid == 0) {
         char w[512] = "";
-        int yes = gpu_available(w, sizeof w);
+        int n = gpu_available(w, sizeof w) ? gpu_device_count() : 0;
         ssize_t k = write(fds[1], w, strlen(w));
         (void)k;
-        _exit(yes ? 0 : 1);
+        _exit(n > 100 ? 100 : n);
     }
     close(fds[1]);
     ssize_t got = pid > 0 ? read(fds[0], why, whylen - 1) : -1;
     why[got > 0 ? got : 0] = '\0';
     close(fds[0]);
-    int status = 1;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
         return 0;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return WEXITSTATUS(status);
 }
 
 int main(void)
 {
     char why[512], top[] = "/tmp/dtrain-test-cuda-parallel-XXXXXX";
-    if (!gpu_available_in_child(why, sizeof why)) {
+    int devices = devices_in_child(why, sizeof why);
+    if (devices == 0) {
         return gpu_skip_all(why);
     }
     if (mkdtemp(top) == NULL) {
@@ -253,6 +267,39 @@ int main(void)
         ok(rc == 0 && w <= prec[i].tol, "(1,1,1) on the nccl comm backend, %s: losses within %g of the CPU's "
            "(worst %.2e)%s%s", prec[i].name, prec[i].tol, w, rc == 0 ? "" : ": ", rc == 0 ? "" : a.err);
     }
+    /* ---- nccl across devices: TP, PP and DP data paths */
+    static const struct { int t, p, d; enum dtrain_kernels_precision prec; const char *name; double tol; } across[] = {
+        {2, 1, 1, DTRAIN_PRECISION_FP32, "fp32", 1e-4}, {1, 2, 1, DTRAIN_PRECISION_FP32, "fp32", 1e-4},
+        {1, 1, 2, DTRAIN_PRECISION_FP32, "fp32", 1e-4}, {2, 1, 1, DTRAIN_PRECISION_BF16, "bf16", 2e-2},
+        {2, 2, 2, DTRAIN_PRECISION_FP32, "fp32", 1e-4},
+    };
+    for (size_t l = 0; l < sizeof across / sizeof across[0]; l++) {
+        int T = across[l].t, P = across[l].p, D = across[l].d, world = T * P * D;
+        if (devices < world) {
+            char what[128];
+            snprintf(what, sizeof what, "(%d,%d,%d) on nccl needs %d devices; this machine has %d", T, P, D, world,
+                     devices);
+            skip(what);
+            continue;
+        }
+        struct job j = {.cfg = cpu, .nccl = 1};
+        snprintf(j.cfg.backend, sizeof j.cfg.backend, "cuda");
+        j.cfg.precision = across[l].prec;
+        j.cfg.micro_batches = 2;
+        struct area all[LOCAL_BOOT_MAX_WORLD];
+        int codes[LOCAL_BOOT_MAX_WORLD];
+        memset(all, 0, sizeof all);
+        rc = local_boot_run_backend(DTRAIN_COMM_NCCL, T, P, D, rank_main, &j, sizeof all[0], all, codes, 600, why,
+                                    sizeof why);
+        for (int r = 0; r < world; r++)
+            if (!all[r].ok)
+                diag("(%d,%d,%d) nccl rank %d (exit %d): %s", T, P, D, r, codes[r], all[r].err);
+        w = worst(all[0].loss, ref, STEPS);
+        ok(rc == 0 && w <= across[l].tol, "(%d,%d,%d) on the nccl comm backend, a device per rank, %s: every step's "
+           "loss within %g of the CPU's (worst %.2e)%s%s", T, P, D, across[l].name, across[l].tol, w,
+           rc == 0 ? "" : ": ", rc == 0 ? "" : why);
+    }
+
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
     if (system(cmd) != 0)

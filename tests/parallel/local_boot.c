@@ -17,7 +17,8 @@
 #include "groups.h"
 
 /* Every rank's bootstrap: the groups, one id per group made by its leader. */
-static int make_all(int tp, int pp, int dp, struct dtrain_bootstrap *bs, char *err, size_t errlen)
+static int make_all(int tp, int pp, int dp, enum dtrain_comm_backend backend, struct dtrain_bootstrap *bs,
+                    char *err, size_t errlen)
 {
     const struct dtrain_grid grid = {.tp = tp, .pp = pp, .dp = dp};
     int world = tp * pp * dp;
@@ -28,7 +29,7 @@ static int make_all(int tp, int pp, int dp, struct dtrain_bootstrap *bs, char *e
         b->node = -1; /* this machine's host id: shared memory between the ranks */
         b->local_rank = r;
         b->local_size = world;
-        b->backend = DTRAIN_COMM_CPU;
+        b->backend = backend;
         for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
             struct dtrain_comm_group *g = &b->groups[k];
             g->listen_fd = -1;
@@ -37,9 +38,12 @@ static int make_all(int tp, int pp, int dp, struct dtrain_bootstrap *bs, char *e
                 return -1;
             }
             char why[256];
-            if (g->present && g->my_rank == 0 &&
-                dtrain_bootstrap_id_make_cpu("127.0.0.1", g->size - 1, g->id, sizeof g->id, &g->listen_fd,
-                                             why, sizeof why) != 0) {
+            if (!g->present || g->my_rank != 0 || dtrain_group_split_off_world(backend, (enum dtrain_group_kind)k))
+                continue;
+            if (backend == DTRAIN_COMM_NCCL ? dtrain_bootstrap_id_make_nccl(g->id, sizeof g->id, why, sizeof why) != 0
+                                            : dtrain_bootstrap_id_make_cpu("127.0.0.1", g->size - 1, g->id,
+                                                                           sizeof g->id, &g->listen_fd, why,
+                                                                           sizeof why) != 0) {
                 snprintf(err, errlen, "group %s: %s", g->key, why);
                 return -1;
             }
@@ -51,7 +55,8 @@ static int make_all(int tp, int pp, int dp, struct dtrain_bootstrap *bs, char *e
     for (int r = 0; r < world; r++) {
         for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
             struct dtrain_comm_group *g = &bs[r].groups[k];
-            if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank == 0)
+            if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank == 0 ||
+                dtrain_group_split_off_world(backend, (enum dtrain_group_kind)k))
                 continue;
             const struct dtrain_bootstrap *lead = &bs[g->first];
             for (int j = 0; j < DTRAIN_GROUP_KINDS; j++)
@@ -77,6 +82,14 @@ static void close_all(struct dtrain_bootstrap *bs, int world, int except)
 int local_boot_run(int tp, int pp, int dp, local_boot_rank_fn fn, void *ctx, size_t result_bytes,
                    void *results, int *codes, int timeout_s, char *err, size_t errlen)
 {
+    return local_boot_run_backend(DTRAIN_COMM_CPU, tp, pp, dp, fn, ctx, result_bytes, results, codes, timeout_s,
+                                  err, errlen);
+}
+
+int local_boot_run_backend(enum dtrain_comm_backend backend, int tp, int pp, int dp, local_boot_rank_fn fn,
+                           void *ctx, size_t result_bytes, void *results, int *codes, int timeout_s, char *err,
+                           size_t errlen)
+{
     int world = tp * pp * dp, rc = -1;
     pid_t pid[LOCAL_BOOT_MAX_WORLD];
     if (world < 1 || world > LOCAL_BOOT_MAX_WORLD) {
@@ -95,7 +108,7 @@ int local_boot_run(int tp, int pp, int dp, local_boot_rank_fn fn, void *ctx, siz
     }
     for (int r = 0; r < world; r++)
         codes[r] = -1;
-    if (make_all(tp, pp, dp, bs, err, errlen) != 0) {
+    if (make_all(tp, pp, dp, backend, bs, err, errlen) != 0) {
         close_all(bs, world, -1);
         goto out;
     }

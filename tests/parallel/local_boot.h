@@ -30,6 +30,13 @@ typedef int (*local_boot_rank_fn)(struct dtrain_bootstrap *bs, void *result, voi
 int local_boot_run(int tp, int pp, int dp, local_boot_rank_fn fn, void *ctx, size_t result_bytes,
                    void *results, int *codes, int timeout_s, char *err, size_t errlen);
 
+/* The same on a comm backend of choice: DTRAIN_COMM_NCCL makes the ids
+ * with ncclGetUniqueId (TP, PP and DP split off WORLD, as dtrain-launch
+ * --comm-backend nccl does); each rank then picks its own GPU. */
+int local_boot_run_backend(enum dtrain_comm_backend backend, int tp, int pp, int dp, local_boot_rank_fn fn,
+                           void *ctx, size_t result_bytes, void *results, int *codes, int timeout_s, char *err,
+                           size_t errlen);
+
 /* Inside a rank: every communicator of bs (dtrain_comm_init_all with a
  * timeout of timeout_ms and TCP between ranks when tcp is set). */
 int local_boot_comms(struct dtrain_bootstrap *bs, int timeout_ms, int tcp, struct dtrain_comms *out,
