@@ -64,6 +64,12 @@ int standin_is_device(const void *p, size_t bytes);
 /* 1 when p lies inside memory from cudaMallocHost/cudaHostAlloc. */
 int standin_is_pinned(const void *p);
 
+/* The dynamic shared memory a launch of func may ask for: 48 KiB, or what
+ * cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize)
+ * set (at most the 227 KiB opt-in limit of an H100, less the static
+ * shared memory, which the stand-in does not know). */
+size_t standin_func_max_dynamic_shared(const void *func);
+
 /* The seed of the random choices (DTRAIN_STANDIN_SEED, default 1). */
 uint64_t standin_seed(void);
 /* The next number of a splitmix64 sequence started at *state. */
