@@ -7,7 +7,7 @@
  *
  * The stand-in is a CPU implementation of the CUDA runtime, cuBLASLt, CUB
  * and NCCL at the hardware boundary (doc/gpu.md, "The GPU stand-in"), so
- * that kernels/cuda/*.cu and runtime/comm/nccl/nccl_backend.c run in CI.
+ * that the kernels/cuda .cu files and runtime/comm/nccl/nccl_backend.c run in CI.
  * It is faithful where defects hide: work on a stream runs on that stream's
  * own thread after the call returns; kernels run their threads as fibers in
  * a seeded random order between barriers; NCCL calls on a non-blocking
