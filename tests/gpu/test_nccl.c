@@ -270,6 +270,10 @@ static void child_collectives(int rank, int n, int fd, int idfd[2], void *arg)
     float sum = (float)n * (n + 1) / 2;
     if (rank == 0)
         report(fd, rc == 0 && close_to(h, sum, count), "all-reduce sum of 1M floats");
+    /* average: rank r holds r+1 again (d holds the sum now) */
+    for (size_t i = 0; i < count; i++)
+        h[i] = (float)(rank + 1);
+    copy(d, h, count * sizeof(float), cudaMemcpyHostToDevice);
     rc = dtrain_comm_allreduce(c, d, count, DTRAIN_REDUCE_AVG);
     copy(h, d, count * sizeof(float), cudaMemcpyDeviceToHost);
     if (rank == 0)
