@@ -19,6 +19,7 @@
 
 #include <cuda.h>
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -119,6 +120,9 @@ struct State {
 };
 
 std::atomic<int> g_sticky{0};
+/* Set in a child forked after the runtime started: CUDA does not survive a
+ * fork, so every call there fails with cudaErrorInitializationError. */
+std::atomic<bool> g_forked{false};
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local int t_device = 0;
 State *g_state;
@@ -186,6 +190,7 @@ State &st()
         }
         g_state = s;
         atexit(shutdown_streams);
+        pthread_atfork(nullptr, nullptr, [] { g_forked = true; });
     });
     return *g_state;
 }
@@ -205,6 +210,8 @@ cudaError_t ret(cudaError_t e)
 cudaError_t enter()
 {
     State &s = st();
+    if (g_forked)
+        return cudaErrorInitializationError;
     if (cudaError_t e = sticky())
         return e;
     if (s.devices.empty())
@@ -361,6 +368,8 @@ cudaError_t enqueue_wait(cudaStream_t h, std::function<void()> work)
  * left behind rather than hang the exit. */
 void shutdown_streams()
 {
+    if (g_forked)
+        return; /* the streams' threads are the parent's */
     State &s = *g_state;
     std::vector<std::shared_ptr<Stream>> all;
     {
@@ -661,6 +670,9 @@ cudaError_t cudaGetDeviceCount(int *count)
 {
     if (count == nullptr)
         return ret(cudaErrorInvalidValue);
+    *count = 0;
+    if (cudaError_t e = enter(); e != cudaSuccess && e != cudaErrorNoDevice)
+        return ret(e);
     *count = (int)st().devices.size();
     return *count == 0 ? ret(cudaErrorNoDevice) : cudaSuccess;
 }
@@ -1271,6 +1283,8 @@ CUresult cuInit(unsigned int flags)
 {
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (st().devices.size() > 0 && g_forked)
+        return CUDA_ERROR_NOT_INITIALIZED;
     return st().devices.empty() ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 }
 
@@ -1278,6 +1292,9 @@ CUresult cuDeviceGetCount(int *count)
 {
     if (count == nullptr)
         return CUDA_ERROR_INVALID_VALUE;
+    *count = 0;
+    if (g_forked && (st(), true))
+        return CUDA_ERROR_NOT_INITIALIZED;
     *count = (int)st().devices.size();
     return CUDA_SUCCESS;
 }

@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define STANDIN_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -63,7 +63,7 @@ template <class F> int in_child(F fn)
     return status;
 }
 
-bool died_of_segv(int status)
+[[maybe_unused]] bool died_of_segv(int status)
 {
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
 }
@@ -112,8 +112,8 @@ std::string devices_under(const char *gpus, const char *cvd)
 void test_fork_first()
 {
 #ifdef STANDIN_ASAN
-    skip("gpu-standin: guard page faults (ASan takes SIGSEGV over)");
-    skip("gpu-standin: use after free faults (ASan takes SIGSEGV over)");
+    skip("gpu-standin: guard page faults (the sanitizer takes SIGSEGV over)");
+    skip("gpu-standin: use after free faults (the sanitizer takes SIGSEGV over)");
 #else
     int st = in_child([] {
         char *p = nullptr;
@@ -235,6 +235,17 @@ void test_devices()
                cudaErrorInvalidValue,
        "gpu-standin: cudaFuncSetAttribute's dynamic shared memory (48 KiB default, 227 KiB limit)");
     (void)cudaGetLastError();
+    /* CUDA does not survive a fork: the child's calls fail, its exit does not hang */
+    int st = in_child([] {
+        void *p = nullptr;
+        int n = -1;
+        bool ok_child = cudaMalloc(&p, 16) == cudaErrorInitializationError &&
+                        cudaGetDeviceCount(&n) == cudaErrorInitializationError && n == 0 &&
+                        cuInit(0) == CUDA_ERROR_NOT_INITIALIZED;
+        exit(ok_child ? 0 : 1);
+    });
+    ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+       "gpu-standin: in a child forked after the runtime started, calls fail with an initialization error");
     ok(strcmp(cudaGetErrorName(cudaErrorIllegalAddress), "cudaErrorIllegalAddress") == 0 &&
            strcmp(cudaGetErrorString(cudaErrorNotReady), "device not ready") == 0,
        "gpu-standin: error names and strings");
