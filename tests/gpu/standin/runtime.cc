@@ -235,7 +235,8 @@ bool marker_done(const Marker &m)
     return m.stream->completed >= m.ticket;
 }
 
-void worker(Stream *s)
+/* The stream's thread; it holds the stream alive while it runs. */
+void worker(std::shared_ptr<Stream> s)
 {
     std::unique_lock<std::mutex> lk(s->mu);
     for (;;) {
@@ -271,7 +272,7 @@ std::shared_ptr<Stream> new_stream(int device, bool legacy, unsigned flags)
     s->flags = flags;
     s->nonblocking = (flags & cudaStreamNonBlocking) != 0;
     s->rng = st().seed ^ (0x5eed0000ull + (uint64_t)device);
-    s->thread = std::thread(worker, s.get());
+    s->thread = std::thread(worker, s);
     return s;
 }
 
@@ -1059,8 +1060,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
         str->stop = true;
         str->cv.notify_all();
     }
-    if (str->thread.joinable() && str->thread.get_id() != std::this_thread::get_id())
-        str->thread.join();
+    if (str->thread.joinable()) {
+        if (str->thread.get_id() != std::this_thread::get_id())
+            str->thread.join();
+        else
+            str->thread.detach(); /* destroyed from its own work: it ends after this item */
+    }
     return cudaSuccess;
 }
 
