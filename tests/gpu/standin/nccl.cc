@@ -242,6 +242,7 @@ struct CommState {
     uint32_t step = 0;            /* collective steps (stream threads, in order) */
     uint32_t split_seq = 0;       /* host side, calls in order */
     std::mutex mu;                /* guards the pending operation and rng */
+    std::mutex run_mu;            /* one item at a time (items on two streams) */
     bool has_pending = false;
     std::function<void()> pending;
     cudaStream_t pending_stream = nullptr;
@@ -769,6 +770,7 @@ bool buffers_on_device(CommState &s, const Op &o)
  * sends and receives together. */
 void run_item(CommState &s, const std::vector<Op> &ops)
 {
+    std::lock_guard<std::mutex> lk(s.run_mu);
     if (s.abort.load() || s.async_err.load() != ncclSuccess)
         return; /* a broken communicator's kernels do nothing */
     for (const Op &o : ops)
