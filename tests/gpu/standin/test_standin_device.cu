@@ -159,10 +159,10 @@ __global__ void capture_kernel(int *out, params p, int v)
  * kernel on the stream runs */
 __global__ void slow_kernel(int *sink)
 {
-    int s = 0;
-    for (int i = 0; i < 200000; i++)
-        s += i ^ (int)threadIdx.x;
-    sink[threadIdx.x] = s;
+    unsigned s = 0;
+    for (unsigned i = 0; i < 200000; i++)
+        s += i ^ threadIdx.x;
+    sink[threadIdx.x] = (int)s;
 }
 
 __global__ void index_kernel(int *out)
