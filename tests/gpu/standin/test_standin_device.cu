@@ -145,6 +145,17 @@ __global__ void deadlock_kernel(int *out)
     out[threadIdx.x] = 1;
 }
 
+/* threads 64.. return before the barrier: they count as arrived (Volta+) */
+__global__ void early_exit_kernel(int *out)
+{
+    __shared__ int s[64];
+    if (threadIdx.x >= 64)
+        return;
+    s[threadIdx.x] = (int)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = s[63 - threadIdx.x];
+}
+
 struct params {
     int a, b;
 };
@@ -497,6 +508,18 @@ int main(int argc, char **argv)
                __half2float(__ushort_as_half(0x7bff)) == 65504.0f && __half2float(__ushort_as_half(0x3555)) ==
                from_bits(0x3eaaa000u),
            "fp16 widening is exact");
+    }
+
+    /* exited threads count as arrived at __syncthreads */
+    {
+        int *out = dev<int>(64), h[64];
+        early_exit_kernel<<<3, 128>>>(out);
+        ok(cudaDeviceSynchronize() == cudaSuccess, "__syncthreads after some threads returned: no deadlock");
+        down(h, out, 64);
+        int right = 1;
+        for (int i = 0; i < 64; i++)
+            right &= h[i] == 63 - i;
+        ok(right, "and the barrier held for the others");
     }
 
     /* a deadlock is an error, not a hang */
