@@ -33,8 +33,19 @@
 #include <memory>
 #include <vector>
 
-#if !defined(__x86_64__)
+/* -DSTANDIN_UCONTEXT tries the portable path on x86-64 */
+#if defined(__x86_64__) && !defined(STANDIN_UCONTEXT)
+#define STANDIN_ASM_SWITCH 1
+#else
 #include <ucontext.h>
+#endif
+
+/* Under AddressSanitizer (--enable-sanitizers) every switch is announced,
+ * so that ASan knows which stack is live. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define STANDIN_ASAN 1
 #endif
 
 __thread standin_thread_ctx *standin_cur;
@@ -50,11 +61,12 @@ enum fiber_state { RUNNABLE, AT_BLOCK, AT_WARP, EXITED };
 
 struct fiber {
     standin_thread_ctx ctx;
-#if defined(__x86_64__)
+#if defined(STANDIN_ASM_SWITCH)
     void *sp;
 #else
     ucontext_t uc;
 #endif
+    char *stack_bottom;
     fiber_state state;
     unsigned mask;             /* at a warp barrier: the lanes it waits for */
     standin_collective_fn fn;  /* and what it does there */
@@ -72,7 +84,9 @@ struct block_state {
     const void *func = nullptr;
     bool aborted = false;
     unsigned char *dyn = nullptr;
-#if defined(__x86_64__)
+    const void *sched_bottom = nullptr; /* the scheduler's stack, for ASan */
+    size_t sched_size = 0;
+#if defined(STANDIN_ASM_SWITCH)
     void *sched_sp = nullptr;
 #else
     ucontext_t sched_uc;
@@ -121,7 +135,7 @@ std::atomic<uint64_t> launch_counter{0};
 
 extern "C" __attribute__((visibility("hidden"))) void standin_fiber_entry(fiber *f);
 
-#if defined(__x86_64__)
+#if defined(STANDIN_ASM_SWITCH)
 extern "C" __attribute__((visibility("hidden"))) void standin_ctx_switch(void **save_sp, void *to_sp);
 extern "C" __attribute__((visibility("hidden"))) void standin_fiber_trampoline(void);
 /* Saves the callee-saved registers, MXCSR and the x87 control word on the
@@ -182,8 +196,8 @@ static void fiber_init(fiber *f, char *top)
     sp[7] = (uint64_t)(uintptr_t)&standin_fiber_trampoline;
     f->sp = sp;
 }
-static inline void switch_to_fiber(block_state *b, fiber *f) { standin_ctx_switch(&b->sched_sp, f->sp); }
-static inline void switch_to_sched(block_state *b, fiber *f) { standin_ctx_switch(&f->sp, b->sched_sp); }
+static inline void raw_to_fiber(block_state *b, fiber *f) { standin_ctx_switch(&b->sched_sp, f->sp); }
+static inline void raw_to_sched(block_state *b, fiber *f) { standin_ctx_switch(&f->sp, b->sched_sp); }
 #else
 static void fiber_start(unsigned hi, unsigned lo)
 {
@@ -198,9 +212,35 @@ static void fiber_init(fiber *f, char *top)
     uintptr_t p = (uintptr_t)f;
     makecontext(&f->uc, (void (*)())fiber_start, 2, (unsigned)(p >> 32), (unsigned)p);
 }
-static inline void switch_to_fiber(block_state *b, fiber *f) { swapcontext(&b->sched_uc, &f->uc); }
-static inline void switch_to_sched(block_state *b, fiber *f) { swapcontext(&f->uc, &b->sched_uc); }
+static inline void raw_to_fiber(block_state *b, fiber *f) { swapcontext(&b->sched_uc, &f->uc); }
+static inline void raw_to_sched(block_state *b, fiber *f) { swapcontext(&f->uc, &b->sched_uc); }
 #endif
+
+static inline void switch_to_fiber(block_state *b, fiber *f)
+{
+#ifdef STANDIN_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f->stack_bottom, STACK_BYTES);
+    raw_to_fiber(b, f);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    raw_to_fiber(b, f);
+#endif
+}
+
+/* exiting: the fiber's frames are not coming back */
+static inline void switch_to_sched(block_state *b, fiber *f, bool exiting = false)
+{
+#ifdef STANDIN_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(exiting ? nullptr : &fake, b->sched_bottom, b->sched_size);
+    raw_to_sched(b, f);
+    __sanitizer_finish_switch_fiber(fake, &b->sched_bottom, &b->sched_size);
+#else
+    (void)exiting;
+    raw_to_sched(b, f);
+#endif
+}
 
 /* ---------------------------------------------------------------- barriers */
 
@@ -323,7 +363,7 @@ void standin_thread_fault(cudaError_t e, const char *fmt, ...)
         standin_device_fault(e, "%s (thread (%u,%u,%u) of block (%u,%u,%u) of kernel %p)", msg, c.thread_idx.x,
                              c.thread_idx.y, c.thread_idx.z, c.block_idx.x, c.block_idx.y, c.block_idx.z, b->func);
     }
-    switch_to_sched(b, b->cur); /* never resumed */
+    switch_to_sched(b, b->cur, true); /* never resumed */
     abort();
 }
 
@@ -371,12 +411,15 @@ const char *nvcuda::wmma::standin::mem_collect(void *const lanes[32])
 extern "C" void standin_fiber_entry(fiber *f)
 {
     block_state *b = tl_block;
+#ifdef STANDIN_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &b->sched_bottom, &b->sched_size);
+#endif
     (*b->body)();
     f->state = EXITED;
     b->live--;
     try_release_warp(b, f->ctx.linear / 32);
     try_release_block(b);
-    switch_to_sched(b, f);
+    switch_to_sched(b, f, true);
     abort(); /* never resumed */
 }
 
@@ -389,6 +432,11 @@ static void run_block(block_state *b)
         f->fn = nullptr;
         f->arg = nullptr;
         f->mask = 0;
+        f->stack_bottom = tl_stacks.top(i) - STACK_BYTES;
+#ifdef STANDIN_ASAN
+        /* frames of a fiber abandoned in an earlier block may still be poisoned */
+        ASAN_UNPOISON_MEMORY_REGION(f->stack_bottom, STACK_BYTES);
+#endif
         fiber_init(f, tl_stacks.top(i));
         b->runq.push_back(i);
     }

@@ -242,6 +242,7 @@ struct CommState {
     uint32_t step = 0;            /* collective steps (stream threads, in order) */
     uint32_t split_seq = 0;       /* host side, calls in order */
     std::mutex mu;                /* guards the pending operation and rng */
+    std::mutex run_mu;            /* one item at a time (items on two streams) */
     bool has_pending = false;
     std::function<void()> pending;
     cudaStream_t pending_stream = nullptr;
@@ -278,6 +279,28 @@ struct ncclComm {
 namespace {
 
 std::atomic<uint64_t> g_comm_index{0};
+
+/* Live communicators, for the exit: a process that leaves without
+ * destroying them aborts them, so that its stream threads (which the
+ * runtime waits for at exit) stop waiting on peers at once. */
+std::mutex g_live_mu;
+std::vector<std::weak_ptr<CommState>> *g_live;
+
+void abort_all_at_exit();
+
+void track(const std::shared_ptr<CommState> &s)
+{
+    std::lock_guard<std::mutex> lk(g_live_mu);
+    if (g_live == nullptr) {
+        g_live = new std::vector<std::weak_ptr<CommState>>; /* never freed: used at exit */
+        /* after the runtime's own handler, so this runs first */
+        atexit(abort_all_at_exit);
+    }
+    g_live->erase(std::remove_if(g_live->begin(), g_live->end(),
+                                 [](const std::weak_ptr<CommState> &w) { return w.expired(); }),
+                  g_live->end());
+    g_live->push_back(s);
+}
 
 /* Leave the communicator: peers waiting for this rank stop waiting. */
 void mark_gone(CommState &s, uint32_t how)
@@ -348,6 +371,16 @@ ncclResult_t wait_until(CommState &s, Pred pred, const std::vector<int> &peers, 
 bool reached(uint32_t value, uint32_t target)
 {
     return int32_t(value - target) >= 0;
+}
+
+void abort_all_at_exit()
+{
+    std::lock_guard<std::mutex> lk(g_live_mu);
+    for (auto &w : *g_live)
+        if (auto s = w.lock()) {
+            s->abort.store(1, std::memory_order_release);
+            mark_gone(*s, kGoneAbort);
+        }
 }
 
 /* ------------------------------------------------------------ data types */
@@ -511,11 +544,17 @@ ncclResult_t coll_step(CommState &s, const char *what, const std::function<void(
     Header *h = s.h;
     uint32_t k = ++s.step;
     static const std::vector<int> all;
+    /* a peer that left after posting but before finishing the step broke
+     * it (as a real ring needs every rank's kernel to the end): wait for
+     * it, and learn it is gone */
     auto all_reached = [&](uint32_t target) {
         return [&s, h, target] {
-            for (int q = 0; q < s.nranks; q++)
-                if (!reached(h->rank[q].phase.load(std::memory_order_acquire), target))
+            for (int q = 0; q < s.nranks; q++) {
+                uint32_t ph = h->rank[q].phase.load(std::memory_order_acquire);
+                if (!reached(ph, target) ||
+                    (!reached(ph, target + 1) && h->rank[q].gone.load(std::memory_order_acquire) != kHere))
                     return false;
+            }
             return true;
         };
     };
@@ -731,6 +770,7 @@ bool buffers_on_device(CommState &s, const Op &o)
  * sends and receives together. */
 void run_item(CommState &s, const std::vector<Op> &ops)
 {
+    std::lock_guard<std::mutex> lk(s.run_mu);
     if (s.abort.load() || s.async_err.load() != ncclSuccess)
         return; /* a broken communicator's kernels do nothing */
     for (const Op &o : ops)
@@ -1023,6 +1063,10 @@ ncclResult_t rendezvous(CommState &s)
 /* The end of init/split (either way). */
 void finish_init(CommState &s, ncclResult_t r)
 {
+    /* a failed rendezvous that not every rank reached: nothing may linger
+     * (a rank still to come makes a fresh segment, and fails alone) */
+    if (r != ncclSuccess && s.registered.load() && s.h->attached.load() < uint32_t(s.nranks))
+        shm_unlink(s.shm_name.c_str());
     if (r == kAborted) {
         mark_gone(s, kGoneAbort);
         r = ncclInvalidUsage;
@@ -1057,6 +1101,7 @@ std::shared_ptr<CommState> new_state(int nranks, int rank, bool blocking)
      * reproducible, different per rank and communicator */
     s->rng = standin_seed() * 0x9e3779b97f4a7c15ull + uint64_t(rank) * 0xd1b54a32d192ed03ull +
              g_comm_index.fetch_add(1) * 0x8cb92ba72f3d8dd7ull;
+    track(s);
     return s;
 }
 

@@ -19,6 +19,7 @@
 
 #include <cuda.h>
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -119,6 +120,9 @@ struct State {
 };
 
 std::atomic<int> g_sticky{0};
+/* Set in a child forked after the runtime started: CUDA does not survive a
+ * fork, so every call there fails with cudaErrorInitializationError. */
+std::atomic<bool> g_forked{false};
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local int t_device = 0;
 State *g_state;
@@ -186,6 +190,7 @@ State &st()
         }
         g_state = s;
         atexit(shutdown_streams);
+        pthread_atfork(nullptr, nullptr, [] { g_forked = true; });
     });
     return *g_state;
 }
@@ -205,6 +210,8 @@ cudaError_t ret(cudaError_t e)
 cudaError_t enter()
 {
     State &s = st();
+    if (g_forked)
+        return cudaErrorInitializationError;
     if (cudaError_t e = sticky())
         return e;
     if (s.devices.empty())
@@ -228,7 +235,8 @@ bool marker_done(const Marker &m)
     return m.stream->completed >= m.ticket;
 }
 
-void worker(Stream *s)
+/* The stream's thread; it holds the stream alive while it runs. */
+void worker(std::shared_ptr<Stream> s)
 {
     std::unique_lock<std::mutex> lk(s->mu);
     for (;;) {
@@ -264,7 +272,7 @@ std::shared_ptr<Stream> new_stream(int device, bool legacy, unsigned flags)
     s->flags = flags;
     s->nonblocking = (flags & cudaStreamNonBlocking) != 0;
     s->rng = st().seed ^ (0x5eed0000ull + (uint64_t)device);
-    s->thread = std::thread(worker, s.get());
+    s->thread = std::thread(worker, s);
     return s;
 }
 
@@ -361,6 +369,8 @@ cudaError_t enqueue_wait(cudaStream_t h, std::function<void()> work)
  * left behind rather than hang the exit. */
 void shutdown_streams()
 {
+    if (g_forked)
+        return; /* the streams' threads are the parent's */
     State &s = *g_state;
     std::vector<std::shared_ptr<Stream>> all;
     {
@@ -514,28 +524,96 @@ const ErrName kErrors[] = {
     E(cudaErrorMemoryAllocation, "out of memory"),
     E(cudaErrorInitializationError, "initialization error"),
     E(cudaErrorCudartUnloading, "driver shutting down"),
+    E(cudaErrorProfilerDisabled, "profiler disabled"),
+    E(cudaErrorProfilerNotInitialized, "profiler not initialized"),
+    E(cudaErrorProfilerAlreadyStarted, "profiler already started"),
+    E(cudaErrorProfilerAlreadyStopped, "profiler already stopped"),
     E(cudaErrorInvalidConfiguration, "invalid configuration argument"),
     E(cudaErrorInvalidPitchValue, "invalid pitch argument"),
     E(cudaErrorInvalidSymbol, "invalid device symbol"),
     E(cudaErrorInvalidHostPointer, "invalid host pointer"),
     E(cudaErrorInvalidDevicePointer, "invalid device pointer"),
+    E(cudaErrorInvalidTexture, "invalid texture"),
+    E(cudaErrorInvalidTextureBinding, "invalid texture binding"),
+    E(cudaErrorInvalidChannelDescriptor, "invalid channel descriptor"),
     E(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy"),
+    E(cudaErrorAddressOfConstant, "address of constant"),
+    E(cudaErrorTextureFetchFailed, "texture fetch failed"),
+    E(cudaErrorTextureNotBound, "texture not bound"),
+    E(cudaErrorSynchronizationError, "synchronization error"),
+    E(cudaErrorInvalidFilterSetting, "invalid filter setting"),
+    E(cudaErrorInvalidNormSetting, "invalid norm setting"),
+    E(cudaErrorMixedDeviceExecution, "mixed device execution"),
+    E(cudaErrorNotYetImplemented, "not yet implemented"),
+    E(cudaErrorMemoryValueTooLarge, "memory value too large"),
+    E(cudaErrorStubLibrary, "stub library"),
     E(cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version"),
+    E(cudaErrorCallRequiresNewerDriver, "call requires newer driver"),
+    E(cudaErrorInvalidSurface, "invalid surface"),
+    E(cudaErrorDuplicateVariableName, "duplicate variable name"),
+    E(cudaErrorDuplicateTextureName, "duplicate texture name"),
+    E(cudaErrorDuplicateSurfaceName, "duplicate surface name"),
+    E(cudaErrorDevicesUnavailable, "devices unavailable"),
+    E(cudaErrorIncompatibleDriverContext, "incompatible driver context"),
     E(cudaErrorMissingConfiguration, "__global__ function call is not configured"),
     E(cudaErrorPriorLaunchFailure, "unspecified launch failure in prior launch"),
+    E(cudaErrorLaunchMaxDepthExceeded, "launch max depth exceeded"),
+    E(cudaErrorLaunchFileScopedTex, "launch file scoped tex"),
+    E(cudaErrorLaunchFileScopedSurf, "launch file scoped surf"),
+    E(cudaErrorSyncDepthExceeded, "sync depth exceeded"),
+    E(cudaErrorLaunchPendingCountExceeded, "launch pending count exceeded"),
     E(cudaErrorInvalidDeviceFunction, "invalid device function"),
     E(cudaErrorNoDevice, "no CUDA-capable device is detected"),
     E(cudaErrorInvalidDevice, "invalid device ordinal"),
+    E(cudaErrorDeviceNotLicensed, "device not licensed"),
+    E(cudaErrorSoftwareValidityNotEstablished, "software validity not established"),
     E(cudaErrorStartupFailure, "system not yet initialized"),
     E(cudaErrorInvalidKernelImage, "device kernel image is invalid"),
+    E(cudaErrorDeviceUninitialized, "device uninitialized"),
+    E(cudaErrorMapBufferObjectFailed, "map buffer object failed"),
+    E(cudaErrorUnmapBufferObjectFailed, "unmap buffer object failed"),
+    E(cudaErrorArrayIsMapped, "array is mapped"),
+    E(cudaErrorAlreadyMapped, "already mapped"),
     E(cudaErrorNoKernelImageForDevice, "no kernel image is available for execution on the device"),
+    E(cudaErrorAlreadyAcquired, "already acquired"),
+    E(cudaErrorNotMapped, "not mapped"),
+    E(cudaErrorNotMappedAsArray, "not mapped as array"),
+    E(cudaErrorNotMappedAsPointer, "not mapped as pointer"),
+    E(cudaErrorECCUncorrectable, "eccuncorrectable"),
+    E(cudaErrorUnsupportedLimit, "unsupported limit"),
+    E(cudaErrorDeviceAlreadyInUse, "device already in use"),
+    E(cudaErrorPeerAccessUnsupported, "peer access unsupported"),
+    E(cudaErrorInvalidPtx, "invalid ptx"),
+    E(cudaErrorInvalidGraphicsContext, "invalid graphics context"),
+    E(cudaErrorNvlinkUncorrectable, "nvlink uncorrectable"),
+    E(cudaErrorJitCompilerNotFound, "jit compiler not found"),
+    E(cudaErrorUnsupportedPtxVersion, "unsupported ptx version"),
+    E(cudaErrorJitCompilationDisabled, "jit compilation disabled"),
+    E(cudaErrorUnsupportedExecAffinity, "unsupported exec affinity"),
+    E(cudaErrorUnsupportedDevSideSync, "unsupported dev side sync"),
+    E(cudaErrorContained, "contained"),
+    E(cudaErrorInvalidSource, "invalid source"),
+    E(cudaErrorFileNotFound, "file not found"),
+    E(cudaErrorSharedObjectSymbolNotFound, "shared object symbol not found"),
+    E(cudaErrorSharedObjectInitFailed, "shared object init failed"),
+    E(cudaErrorOperatingSystem, "operating system"),
     E(cudaErrorInvalidResourceHandle, "invalid resource handle"),
     E(cudaErrorIllegalState, "the operation cannot be performed in the present state"),
+    E(cudaErrorLossyQuery, "lossy query"),
+    E(cudaErrorSymbolNotFound, "symbol not found"),
     E(cudaErrorNotReady, "device not ready"),
     E(cudaErrorIllegalAddress, "an illegal memory access was encountered"),
     E(cudaErrorLaunchOutOfResources, "too many resources requested for launch"),
     E(cudaErrorLaunchTimeout, "the launch timed out and was terminated"),
+    E(cudaErrorLaunchIncompatibleTexturing, "launch incompatible texturing"),
+    E(cudaErrorPeerAccessAlreadyEnabled, "peer access already enabled"),
+    E(cudaErrorPeerAccessNotEnabled, "peer access not enabled"),
+    E(cudaErrorSetOnActiveProcess, "set on active process"),
+    E(cudaErrorContextIsDestroyed, "context is destroyed"),
     E(cudaErrorAssert, "device-side assert triggered"),
+    E(cudaErrorTooManyPeers, "too many peers"),
+    E(cudaErrorHostMemoryAlreadyRegistered, "host memory already registered"),
+    E(cudaErrorHostMemoryNotRegistered, "host memory not registered"),
     E(cudaErrorHardwareStackError, "an illegal memory access was encountered"),
     E(cudaErrorIllegalInstruction, "an illegal instruction was encountered"),
     E(cudaErrorMisalignedAddress, "misaligned address"),
@@ -543,9 +621,36 @@ const ErrName kErrors[] = {
     E(cudaErrorInvalidPc, "invalid program counter"),
     E(cudaErrorLaunchFailure, "unspecified launch failure"),
     E(cudaErrorCooperativeLaunchTooLarge, "too many blocks in cooperative launch"),
+    E(cudaErrorTensorMemoryLeak, "tensor memory leak"),
     E(cudaErrorNotPermitted, "operation not permitted"),
     E(cudaErrorNotSupported, "operation not supported"),
+    E(cudaErrorSystemNotReady, "system not ready"),
+    E(cudaErrorSystemDriverMismatch, "system driver mismatch"),
+    E(cudaErrorCompatNotSupportedOnDevice, "compat not supported on device"),
+    E(cudaErrorMpsConnectionFailed, "mps connection failed"),
+    E(cudaErrorMpsRpcFailure, "mps rpc failure"),
+    E(cudaErrorMpsServerNotReady, "mps server not ready"),
+    E(cudaErrorMpsMaxClientsReached, "mps max clients reached"),
+    E(cudaErrorMpsMaxConnectionsReached, "mps max connections reached"),
+    E(cudaErrorMpsClientTerminated, "mps client terminated"),
+    E(cudaErrorCdpNotSupported, "cdp not supported"),
+    E(cudaErrorCdpVersionMismatch, "cdp version mismatch"),
+    E(cudaErrorStreamCaptureUnsupported, "stream capture unsupported"),
+    E(cudaErrorStreamCaptureInvalidated, "stream capture invalidated"),
+    E(cudaErrorStreamCaptureMerge, "stream capture merge"),
+    E(cudaErrorStreamCaptureUnmatched, "stream capture unmatched"),
+    E(cudaErrorStreamCaptureUnjoined, "stream capture unjoined"),
+    E(cudaErrorStreamCaptureIsolation, "stream capture isolation"),
+    E(cudaErrorStreamCaptureImplicit, "stream capture implicit"),
+    E(cudaErrorCapturedEvent, "captured event"),
+    E(cudaErrorStreamCaptureWrongThread, "stream capture wrong thread"),
     E(cudaErrorTimeout, "timeout reached"),
+    E(cudaErrorGraphExecUpdateFailure, "graph exec update failure"),
+    E(cudaErrorExternalDevice, "external device"),
+    E(cudaErrorInvalidClusterSize, "invalid cluster size"),
+    E(cudaErrorFunctionNotLoaded, "function not loaded"),
+    E(cudaErrorInvalidResourceType, "invalid resource type"),
+    E(cudaErrorInvalidResourceConfiguration, "invalid resource configuration"),
     E(cudaErrorUnknown, "unknown error"),
 };
 #undef E
@@ -652,7 +757,7 @@ const char *cudaGetErrorName(cudaError_t error)
     for (const ErrName &n : kErrors)
         if (n.e == error)
             return n.name;
-    return "cudaErrorUnknown";
+    return "unrecognized error code";
 }
 
 /* ------------------------------------------------------------ devices */
@@ -661,6 +766,9 @@ cudaError_t cudaGetDeviceCount(int *count)
 {
     if (count == nullptr)
         return ret(cudaErrorInvalidValue);
+    *count = 0;
+    if (cudaError_t e = enter(); e != cudaSuccess && e != cudaErrorNoDevice)
+        return ret(e);
     *count = (int)st().devices.size();
     return *count == 0 ? ret(cudaErrorNoDevice) : cudaSuccess;
 }
@@ -1047,8 +1155,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
         str->stop = true;
         str->cv.notify_all();
     }
-    if (str->thread.joinable() && str->thread.get_id() != std::this_thread::get_id())
-        str->thread.join();
+    if (str->thread.joinable()) {
+        if (str->thread.get_id() != std::this_thread::get_id())
+            str->thread.join();
+        else
+            str->thread.detach(); /* destroyed from its own work: it ends after this item */
+    }
     return cudaSuccess;
 }
 
@@ -1271,6 +1383,8 @@ CUresult cuInit(unsigned int flags)
 {
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (st().devices.size() > 0 && g_forked)
+        return CUDA_ERROR_NOT_INITIALIZED;
     return st().devices.empty() ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 }
 
@@ -1278,6 +1392,9 @@ CUresult cuDeviceGetCount(int *count)
 {
     if (count == nullptr)
         return CUDA_ERROR_INVALID_VALUE;
+    *count = 0;
+    if (g_forked && (st(), true))
+        return CUDA_ERROR_NOT_INITIALIZED;
     *count = (int)st().devices.size();
     return CUDA_SUCCESS;
 }

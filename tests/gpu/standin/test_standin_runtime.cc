@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define STANDIN_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -63,7 +63,7 @@ template <class F> int in_child(F fn)
     return status;
 }
 
-bool died_of_segv(int status)
+[[maybe_unused]] bool died_of_segv(int status)
 {
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
 }
@@ -112,8 +112,8 @@ std::string devices_under(const char *gpus, const char *cvd)
 void test_fork_first()
 {
 #ifdef STANDIN_ASAN
-    skip("gpu-standin: guard page faults (ASan takes SIGSEGV over)");
-    skip("gpu-standin: use after free faults (ASan takes SIGSEGV over)");
+    skip("gpu-standin: guard page faults (the sanitizer takes SIGSEGV over)");
+    skip("gpu-standin: use after free faults (the sanitizer takes SIGSEGV over)");
 #else
     int st = in_child([] {
         char *p = nullptr;
@@ -235,6 +235,17 @@ void test_devices()
                cudaErrorInvalidValue,
        "gpu-standin: cudaFuncSetAttribute's dynamic shared memory (48 KiB default, 227 KiB limit)");
     (void)cudaGetLastError();
+    /* CUDA does not survive a fork: the child's calls fail, its exit does not hang */
+    int st = in_child([] {
+        void *p = nullptr;
+        int n = -1;
+        bool ok_child = cudaMalloc(&p, 16) == cudaErrorInitializationError &&
+                        cudaGetDeviceCount(&n) == cudaErrorInitializationError && n == 0 &&
+                        cuInit(0) == CUDA_ERROR_NOT_INITIALIZED;
+        exit(ok_child ? 0 : 1);
+    });
+    ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+       "gpu-standin: in a child forked after the runtime started, calls fail with an initialization error");
     ok(strcmp(cudaGetErrorName(cudaErrorIllegalAddress), "cudaErrorIllegalAddress") == 0 &&
            strcmp(cudaGetErrorString(cudaErrorNotReady), "device not ready") == 0,
        "gpu-standin: error names and strings");
@@ -526,8 +537,65 @@ cublasStatus_t heuristic(cublasLtHandle_t lt, cudaDataType_t ab, cudaDataType_t 
     return s;
 }
 
+/* fp16: D = alpha I B with an 8x8 identity, B's first column chosen to
+ * show the widening (subnormals, 65504) and the rounding (ties to even,
+ * overflow to inf) of the fp16 result. */
+bool fp16_identity(cublasLtHandle_t lt, float alpha, const std::vector<uint16_t> &col, cudaDataType_t cd,
+                   std::vector<uint16_t> *out16, std::vector<float> *out32)
+{
+    const int n = 8;
+    std::vector<uint16_t> I(n * n, 0), B(n * n, 0);
+    for (int i = 0; i < n; i++)
+        I[i * n + i] = 0x3c00; /* 1.0 */
+    for (int i = 0; i < n; i++)
+        B[i] = col[i];
+    void *dI, *dB, *dD;
+    (void)cudaMalloc(&dI, n * n * 2);
+    (void)cudaMalloc(&dB, n * n * 2);
+    (void)cudaMalloc(&dD, n * n * 4);
+    (void)cudaMemcpy(dI, I.data(), n * n * 2, cudaMemcpyHostToDevice);
+    (void)cudaMemcpy(dB, B.data(), n * n * 2, cudaMemcpyHostToDevice);
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t l16, lc;
+    (void)cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    (void)cublasLtMatrixLayoutCreate(&l16, CUDA_R_16F, n, n, n);
+    (void)cublasLtMatrixLayoutCreate(&lc, cd, n, n, n);
+    float beta = 0.0f;
+    bool good = cublasLtMatmul(lt, desc, &alpha, dI, l16, dB, l16, &beta, dD, lc, dD, lc, nullptr, nullptr, 0, 0) ==
+                CUBLAS_STATUS_SUCCESS;
+    if (cd == CUDA_R_16F) {
+        out16->assign(n, 0);
+        (void)cudaMemcpy(out16->data(), dD, n * 2, cudaMemcpyDeviceToHost);
+    } else {
+        out32->assign(n, 0.0f);
+        (void)cudaMemcpy(out32->data(), dD, n * 4, cudaMemcpyDeviceToHost);
+    }
+    cublasLtMatrixLayoutDestroy(l16);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+    (void)cudaFree(dI);
+    (void)cudaFree(dB);
+    (void)cudaFree(dD);
+    return good;
+}
+
 void test_cublaslt(cublasLtHandle_t lt)
 {
+    {
+        std::vector<uint16_t> col = {0x3c00, 0x0001, 0x7bff, 0xc000, 0x03ff, 0x3c01, 0x4248, 0x3555};
+        std::vector<uint16_t> o16;
+        std::vector<float> o32;
+        bool good = fp16_identity(lt, 1.0f, col, CUDA_R_32F, &o16, &o32);
+        ok(good && o32[0] == 1.0f && o32[1] == std::ldexp(1.0f, -24) && o32[2] == 65504.0f && o32[3] == -2.0f &&
+               o32[4] == std::ldexp(1023.0f, -24) && o32[5] == 1.0f + std::ldexp(1.0f, -10) && o32[6] == 3.140625f,
+           "gpu-standin: cuBLASLt fp16 inputs widen exactly (subnormals, 65504)");
+        good = fp16_identity(lt, 1.0f, col, CUDA_R_16F, &o16, &o32);
+        ok(good && o16 == col, "gpu-standin: cuBLASLt fp16 result of an exact product: the same bits");
+        good = fp16_identity(lt, 1.0f + std::ldexp(1.0f, -11), col, CUDA_R_16F, &o16, &o32);
+        ok(good && o16[0] == 0x3c00 && o16[2] == 0x7c00 && o16[5] == 0x3c02 && o16[1] == 0x0001,
+           "gpu-standin: cuBLASLt fp16 rounding: ties to even, inf beyond 65504 (%#x %#x %#x)", o16[0], o16[2],
+           o16[5]);
+    }
     double w = 0.0;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)

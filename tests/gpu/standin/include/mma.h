@@ -137,7 +137,7 @@ template <typename Use, int M, int N, int K, typename T, typename L, typename V>
 static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v)
 {
     for (int i = 0; i < 8; i++)
-        f.x[i] = standin::from_f32<T>(standin::to_f32(T(v)));
+        f.x[i] = standin::from_f32<T>(standin::to_f32(v)); /* int and double convert to float first */
 }
 
 /* A or B, the layout in the fragment's type */
