@@ -93,7 +93,8 @@ struct RankInfo {
     std::atomic<uint32_t> split_seq;  /* the last split whose color/key are published */
     int64_t bus_id;
     int32_t split_color[2], split_key[2]; /* by split_seq parity */
-    char pad[24];
+    uint64_t host_hash;                   /* with bus_id: the GPU's identity */
+    char pad[16];
 };
 
 struct Mailbox {
@@ -225,6 +226,7 @@ struct Op {
 struct CommState {
     int rank = 0, nranks = 0, device = 0, phys = 0;
     int64_t bus_id = 0;
+    uint64_t host_hash = 0;
     bool blocking = true;
     std::string shm_name;
     /* the mapping: set before `registered` (release) */
@@ -1033,6 +1035,7 @@ ncclResult_t rendezvous(CommState &s)
         return ncclInvalidUsage;
     }
     me.bus_id = s.bus_id;
+    me.host_hash = s.host_hash;
     s.registered.store(1, std::memory_order_release);
     if (h->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(s.nranks))
         shm_unlink(name); /* all are here: nothing lingers after a crash */
@@ -1045,14 +1048,14 @@ ncclResult_t rendezvous(CommState &s)
         return r;
     /* as the real library after its first all-gather; every rank refuses */
     for (int i = 0; i < s.nranks; i++)
-        if (i != s.rank && h->rank[i].bus_id == s.bus_id) {
+        if (i != s.rank && h->rank[i].bus_id == s.bus_id && h->rank[i].host_hash == s.host_hash) {
             warn("Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx", s.rank, i,
                  (unsigned long)s.bus_id);
             return ncclInvalidUsage;
         }
     for (int i = 0; i < s.nranks; i++)
         for (int j = i + 1; j < s.nranks; j++)
-            if (h->rank[i].bus_id == h->rank[j].bus_id) {
+            if (h->rank[i].bus_id == h->rank[j].bus_id && h->rank[i].host_hash == h->rank[j].host_hash) {
                 warn("Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx", i, j,
                      (unsigned long)h->rank[i].bus_id);
                 return ncclInvalidUsage;
@@ -1087,6 +1090,24 @@ bool config_ok(const ncclConfig_t *config, const char *what)
     return true;
 }
 
+/* The node, as NCCL's hostHash: the stand-in's devices are per node, and
+ * the nodes of a local Slurm cluster share one machine, so the node name
+ * Slurm gives the task (SLURMD_NODENAME) counts before the host name. */
+uint64_t host_hash()
+{
+    char host[256] = "";
+    const char *name = getenv("SLURMD_NODENAME");
+    if (name == nullptr || *name == '\0') {
+        if (gethostname(host, sizeof host - 1) != 0)
+            host[0] = '\0';
+        name = host;
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c != '\0'; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h;
+}
+
 std::shared_ptr<CommState> new_state(int nranks, int rank, bool blocking)
 {
     auto s = std::make_shared<CommState>();
@@ -1097,6 +1118,7 @@ std::shared_ptr<CommState> new_state(int nranks, int rank, bool blocking)
     s->phys = standin_physical_device(s->device);
     /* a PCI bus id per physical device, as the real busId ("0000:18:00.0") */
     s->bus_id = (int64_t(s->phys + 1) * 0x10 + 0x08) << 12;
+    s->host_hash = host_hash();
     /* the seed mixed with the rank and the process's communicator count:
      * reproducible, different per rank and communicator */
     s->rng = standin_seed() * 0x9e3779b97f4a7c15ull + uint64_t(rank) * 0xd1b54a32d192ed03ull +
