@@ -613,12 +613,40 @@ void test_cublaslt(cublasLtHandle_t lt)
 
     ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 256, -1) == CUBLAS_STATUS_SUCCESS,
        "gpu-standin: bf16 aligned: an algorithm");
-    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 8, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
-       "gpu-standin: bf16 with 8-byte alignment: not supported");
-    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 67, 256, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
-       "gpu-standin: bf16 with an odd leading dimension: not supported");
-    ok(heuristic(lt, CUDA_R_32F, CUDA_R_32F, 67, 4, -1) == CUBLAS_STATUS_SUCCESS,
-       "gpu-standin: fp32 with 4-byte alignment: an algorithm");
+    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 2, -1) == CUBLAS_STATUS_SUCCESS &&
+           heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 67, 256, -1) == CUBLAS_STATUS_SUCCESS,
+       "gpu-standin: bf16 with 2-byte alignment or an odd leading dimension: an (unaligned) algorithm");
+    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 1, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
+       "gpu-standin: bf16 with 1-byte alignment (below the element): not supported");
+    ok(heuristic(lt, CUDA_R_32F, CUDA_R_32F, 67, 4, -1) == CUBLAS_STATUS_SUCCESS &&
+           heuristic(lt, CUDA_R_32F, CUDA_R_32F, 64, 2, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
+       "gpu-standin: fp32 with 4-byte alignment: an algorithm; with 2: not supported");
+    {
+        /* an algorithm chosen for 256-byte aligned pointers, used with a
+         * pointer 4 bytes off */
+        float *dA = dev_floats(64 * 64 + 1), *dC = dev_floats(64 * 64);
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatrixLayout_t l;
+        cublasLtMatmulPreference_t pref;
+        (void)cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        (void)cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 64, 64, 64);
+        (void)cublasLtMatmulPreferenceCreate(&pref);
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        float alpha = 1.0f, beta = 0.0f;
+        bool got = cublasLtMatmulAlgoGetHeuristic(lt, desc, l, l, l, l, pref, 1, &res, &found) == 0 && found == 1;
+        ok(got && cublasLtMatmul(lt, desc, &alpha, dA + 1, l, dA, l, &beta, dC, l, dC, l, &res.algo, nullptr, 0, 0) ==
+                      CUBLAS_STATUS_NOT_SUPPORTED &&
+               cublasLtMatmul(lt, desc, &alpha, dA, l, dA, l, &beta, dC, l, dC, l, &res.algo, nullptr, 0, 0) ==
+                   CUBLAS_STATUS_SUCCESS,
+           "gpu-standin: cublasLtMatmul refuses a pointer less aligned than its algorithm was chosen for");
+        (void)cudaDeviceSynchronize();
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(l);
+        cublasLtMatmulDescDestroy(desc);
+        (void)cudaFree(dA);
+        (void)cudaFree(dC);
+    }
     ok(heuristic(lt, CUDA_R_32F, CUDA_R_16BF, 64, 256, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
        "gpu-standin: fp32 inputs with a bf16 result: not supported");
     ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 256, CUDA_R_32F) == CUBLAS_STATUS_NOT_SUPPORTED &&
