@@ -93,6 +93,8 @@ struct block_state {
     const void *func = nullptr;
     bool aborted = false;
     unsigned char *dyn = nullptr;
+    unsigned char garbage = 0xff;
+    std::vector<void *> shared_fresh; /* static __shared__ filled in this block */
     const void *sched_bottom = nullptr; /* the scheduler's stack, for ASan */
     size_t sched_size = 0;
 #if defined(STANDIN_ASM_SWITCH)
@@ -363,6 +365,18 @@ unsigned standin_active_mask(void)
 
 void *standin_dynamic_shared(void) { return tl_block->dyn; }
 
+void standin_shared_fresh(void *p, size_t bytes)
+{
+    block_state *b = tl_block;
+    if (b == nullptr)
+        return; /* not in a kernel */
+    for (void *q : b->shared_fresh)
+        if (q == p)
+            return;
+    b->shared_fresh.push_back(p);
+    memset(p, b->garbage, bytes);
+}
+
 void standin_thread_fault(cudaError_t e, const char *fmt, ...)
 {
     block_state *b = tl_block;
@@ -457,6 +471,7 @@ static void run_block(block_state *b)
     }
     b->live = b->n;
     b->at_block = 0;
+    b->shared_fresh.clear();
     for (size_t w = 0; w < b->warps.size(); w++) {
         unsigned nl = b->n - (unsigned)w * 32;
         b->warps[w] = warp_state{0u, nl >= 32 ? 0u : ~0u << nl, 0u};
@@ -548,6 +563,7 @@ void run_launch(launch &L)
     b.func = L.func;
     b.n = nthreads;
     b.dyn = dyn.get();
+    b.garbage = garbage;
     b.rng = standin_rand(&rng);
     for (unsigned i = 0; i < nthreads; i++) {
         standin_thread_ctx &c = b.fibers[i].ctx;

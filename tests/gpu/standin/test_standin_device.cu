@@ -156,6 +156,16 @@ __global__ void early_exit_kernel(int *out)
     out[threadIdx.x] = s[63 - threadIdx.x];
 }
 
+/* only block 0 writes s: the others read garbage, not block 0's values */
+__global__ void stale_kernel(int *out)
+{
+    __shared__ int s[32];
+    if (blockIdx.x == 0)
+        s[threadIdx.x] = 7;
+    __syncthreads();
+    out[blockIdx.x * 32 + threadIdx.x] = s[threadIdx.x];
+}
+
 struct params {
     int a, b;
 };
@@ -520,6 +530,21 @@ int main(int argc, char **argv)
         for (int i = 0; i < 64; i++)
             right &= h[i] == 63 - i;
         ok(right, "and the barrier held for the others");
+    }
+
+    /* static shared memory holds garbage in a new block */
+    {
+        int *out = dev<int>(8 * 32), h[8 * 32];
+        stale_kernel<<<8, 32>>>(out);
+        down(h, out, 8 * 32);
+        int b0 = 1, stale = 0;
+        for (int i = 0; i < 8 * 32; i++) {
+            if (i < 32)
+                b0 &= h[i] == 7;
+            else
+                stale += h[i] == 7;
+        }
+        ok(b0 && stale == 0, "static __shared__ is garbage in each new block (%d stale reads)", stale);
     }
 
     /* a deadlock is an error, not a hang */
