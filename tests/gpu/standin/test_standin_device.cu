@@ -78,6 +78,18 @@ __global__ void shfl_variants_kernel(int *out)
     out[4 * threadIdx.x + 3] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
 }
 
+/* the two half-warps reduce separately, each with its own mask */
+__global__ void half_warp_kernel(int *out)
+{
+    int lane = threadIdx.x % 32;
+    unsigned mask = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+    int v = lane;
+    for (int o = 8; o > 0; o >>= 1)
+        v += __shfl_xor_sync(mask, v, o);
+    __syncwarp(mask);
+    out[threadIdx.x] = v;
+}
+
 using namespace nvcuda;
 
 /* D = A B + C, A row-major 16x16, B row- or col-major, C and D in layout lc */
@@ -365,6 +377,12 @@ int main(int argc, char **argv)
             good &= (unsigned)vr[4 * l + 3] == ballot;
         }
         ok(good, "__shfl_sync, __shfl_down_sync, __shfl_up_sync, __ballot_sync");
+        half_warp_kernel<<<1, 32>>>(vo);
+        down(vr, vo, 32);
+        good = 1;
+        for (int l = 0; l < 32; l++)
+            good &= vr[l] == (l < 16 ? 120 : 376);
+        ok(good, "half-warp shuffles and __syncwarp with partial masks");
     }
 
     /* wmma: exact against a naive product (small multiples of 1/4: every
