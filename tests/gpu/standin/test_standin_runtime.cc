@@ -135,6 +135,20 @@ void test_fork_first()
     });
     ok(died_of_segv(st), "gpu-standin: a write after cudaFree faults (status %#x)", st);
 #endif
+    /* exit with work queued: what runs finishes, the rest is dropped, no hang */
+    auto t0 = std::chrono::steady_clock::now();
+    int ex = in_child([] {
+        cudaStream_t s;
+        (void)cudaStreamCreate(&s);
+        stall(s, 200);
+        for (int i = 0; i < 1000; i++)
+            stall(s, 100);
+        stall(0, 200);
+        exit(0);
+    });
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ok(WIFEXITED(ex) && WEXITSTATUS(ex) == 0 && took < 3.0,
+       "gpu-standin: exit with 100 s of work queued takes %.2f s (queued work is dropped, not waited for)", took);
     std::string s;
     s = devices_under(nullptr, nullptr);
     ok(s == "8:0,1,2,3,4,5,6,7", "gpu-standin: 8 devices by default (%s)",
