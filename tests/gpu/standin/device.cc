@@ -73,9 +73,18 @@ struct fiber {
     void *arg;
 };
 
+/* A warp's lanes as bit masks, kept up to date so that an arrival costs
+ * O(1) until the barrier can open. */
+struct warp_state {
+    unsigned waiting; /* at a warp barrier */
+    unsigned gone;    /* exited, or beyond the block's last thread */
+    unsigned partial; /* waiting with a mask other than the full warp */
+};
+
 /* The block running on this OS thread. */
 struct block_state {
     std::vector<fiber> fibers;
+    std::vector<warp_state> warps;
     std::vector<unsigned> runq; /* runnable fibers, drawn at random */
     unsigned n = 0, live = 0, at_block = 0;
     uint64_t rng = 0;
@@ -84,6 +93,8 @@ struct block_state {
     const void *func = nullptr;
     bool aborted = false;
     unsigned char *dyn = nullptr;
+    unsigned char garbage = 0xff;
+    std::vector<void *> shared_fresh; /* static __shared__ filled in this block */
     const void *sched_bottom = nullptr; /* the scheduler's stack, for ASan */
     size_t sched_size = 0;
 #if defined(STANDIN_ASM_SWITCH)
@@ -265,29 +276,30 @@ static void block_fault(block_state *b, cudaError_t e, const char *what)
  * arrived with it. */
 static void try_release_warp(block_state *b, unsigned w)
 {
-    unsigned first = w * 32, nl = b->n - first < 32 ? b->n - first : 32;
-    fiber *lanes = &b->fibers[first];
-    unsigned waiting = 0, gone = nl == 32 ? 0u : ~0u << nl;
-    for (unsigned l = 0; l < nl; l++) {
-        if (lanes[l].state == AT_WARP)
-            waiting |= 1u << l;
-        else if (lanes[l].state == EXITED)
-            gone |= 1u << l;
+    warp_state &ws = b->warps[w];
+    unsigned ok = ws.waiting | ws.gone, rel = 0;
+    if (ws.waiting == 0 || (ws.partial == 0 && ok != ~0u))
+        return; /* the usual case: full masks, not every lane there yet */
+    fiber *lanes = &b->fibers[w * 32];
+    if (ok == ~0u) {
+        rel = ws.waiting;
+    } else {
+        for (unsigned l = 0; l < 32; l++)
+            if ((ws.partial >> l & 1u) && (lanes[l].mask & ~ok) == 0)
+                rel |= 1u << l;
+        if (rel == 0)
+            return;
     }
-    unsigned ok = waiting | gone, rel = 0;
-    for (unsigned l = 0; l < nl; l++)
-        if ((waiting >> l & 1u) && (lanes[l].mask & ~ok) == 0)
-            rel |= 1u << l;
-    if (rel == 0)
-        return;
+    ws.waiting &= ~rel;
+    ws.partial &= ~rel;
     unsigned done = 0;
-    for (unsigned l = 0; l < nl; l++) {
+    for (unsigned l = 0; l < 32; l++) {
         if (!(rel >> l & 1u) || (done >> l & 1u) || lanes[l].fn == nullptr)
             continue;
         standin_collective_fn fn = lanes[l].fn;
         void *args[32];
         for (unsigned m = 0; m < 32; m++) {
-            bool with = m < nl && (rel >> m & 1u) && lanes[m].fn == fn;
+            bool with = (rel >> m & 1u) && lanes[m].fn == fn;
             args[m] = with ? lanes[m].arg : nullptr;
             if (with)
                 done |= 1u << m;
@@ -296,7 +308,7 @@ static void try_release_warp(block_state *b, unsigned w)
         if (err != nullptr)
             block_fault(b, cudaErrorIllegalInstruction, err);
     }
-    for (unsigned l = 0; l < nl; l++)
+    for (unsigned l = 0; l < 32; l++)
         if (rel >> l & 1u)
             make_runnable(b, &lanes[l]);
 }
@@ -332,6 +344,10 @@ void standin_warp_collective(unsigned mask, standin_collective_fn fn, void *arg)
     f->mask = mask;
     f->fn = fn;
     f->arg = arg;
+    warp_state &ws = b->warps[f->ctx.linear / 32];
+    ws.waiting |= 1u << f->ctx.lane;
+    if (mask != 0xffffffffu)
+        ws.partial |= 1u << f->ctx.lane;
     try_release_warp(b, f->ctx.linear / 32);
     switch_to_sched(b, f);
 }
@@ -348,6 +364,18 @@ unsigned standin_active_mask(void)
 }
 
 void *standin_dynamic_shared(void) { return tl_block->dyn; }
+
+void standin_shared_fresh(void *p, size_t bytes)
+{
+    block_state *b = tl_block;
+    if (b == nullptr)
+        return; /* not in a kernel */
+    for (void *q : b->shared_fresh)
+        if (q == p)
+            return;
+    b->shared_fresh.push_back(p);
+    memset(p, b->garbage, bytes);
+}
 
 void standin_thread_fault(cudaError_t e, const char *fmt, ...)
 {
@@ -417,6 +445,7 @@ extern "C" void standin_fiber_entry(fiber *f)
     (*b->body)();
     f->state = EXITED;
     b->live--;
+    b->warps[f->ctx.linear / 32].gone |= 1u << f->ctx.lane;
     try_release_warp(b, f->ctx.linear / 32);
     try_release_block(b);
     switch_to_sched(b, f, true);
@@ -442,6 +471,11 @@ static void run_block(block_state *b)
     }
     b->live = b->n;
     b->at_block = 0;
+    b->shared_fresh.clear();
+    for (size_t w = 0; w < b->warps.size(); w++) {
+        unsigned nl = b->n - (unsigned)w * 32;
+        b->warps[w] = warp_state{0u, nl >= 32 ? 0u : ~0u << nl, 0u};
+    }
     while (b->live > 0 && !b->aborted) {
         if (b->runq.empty()) {
             unsigned at_block = 0, at_warp = 0;
@@ -455,7 +489,8 @@ static void run_block(block_state *b)
             block_fault(b, cudaErrorIllegalInstruction, what);
             break;
         }
-        size_t k = (size_t)(standin_rand(&b->rng) % b->runq.size());
+        /* a uniform index by multiplication: no division per switch */
+        size_t k = (size_t)(((unsigned __int128)standin_rand(&b->rng) * b->runq.size()) >> 64);
         fiber *f = &b->fibers[b->runq[k]];
         b->runq[k] = b->runq.back();
         b->runq.pop_back();
@@ -522,11 +557,13 @@ void run_launch(launch &L)
                                                         free);
     block_state b;
     b.fibers.resize(nthreads);
+    b.warps.resize((nthreads + 31) / 32);
     b.runq.reserve(nthreads);
     b.body = &L.body;
     b.func = L.func;
     b.n = nthreads;
     b.dyn = dyn.get();
+    b.garbage = garbage;
     b.rng = standin_rand(&rng);
     for (unsigned i = 0; i < nthreads; i++) {
         standin_thread_ctx &c = b.fibers[i].ctx;

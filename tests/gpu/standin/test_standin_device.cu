@@ -78,6 +78,18 @@ __global__ void shfl_variants_kernel(int *out)
     out[4 * threadIdx.x + 3] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
 }
 
+/* the two half-warps reduce separately, each with its own mask */
+__global__ void half_warp_kernel(int *out)
+{
+    int lane = threadIdx.x % 32;
+    unsigned mask = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+    int v = lane;
+    for (int o = 8; o > 0; o >>= 1)
+        v += __shfl_xor_sync(mask, v, o);
+    __syncwarp(mask);
+    out[threadIdx.x] = v;
+}
+
 using namespace nvcuda;
 
 /* D = A B + C, A row-major 16x16, B row- or col-major, C and D in layout lc */
@@ -154,6 +166,16 @@ __global__ void early_exit_kernel(int *out)
     s[threadIdx.x] = (int)threadIdx.x;
     __syncthreads();
     out[threadIdx.x] = s[63 - threadIdx.x];
+}
+
+/* only block 0 writes s: the others read garbage, not block 0's values */
+__global__ void stale_kernel(int *out)
+{
+    __shared__ int s[32];
+    if (blockIdx.x == 0)
+        s[threadIdx.x] = 7;
+    __syncthreads();
+    out[blockIdx.x * 32 + threadIdx.x] = s[threadIdx.x];
 }
 
 struct params {
@@ -355,6 +377,12 @@ int main(int argc, char **argv)
             good &= (unsigned)vr[4 * l + 3] == ballot;
         }
         ok(good, "__shfl_sync, __shfl_down_sync, __shfl_up_sync, __ballot_sync");
+        half_warp_kernel<<<1, 32>>>(vo);
+        down(vr, vo, 32);
+        good = 1;
+        for (int l = 0; l < 32; l++)
+            good &= vr[l] == (l < 16 ? 120 : 376);
+        ok(good, "half-warp shuffles and __syncwarp with partial masks");
     }
 
     /* wmma: exact against a naive product (small multiples of 1/4: every
@@ -520,6 +548,21 @@ int main(int argc, char **argv)
         for (int i = 0; i < 64; i++)
             right &= h[i] == 63 - i;
         ok(right, "and the barrier held for the others");
+    }
+
+    /* static shared memory holds garbage in a new block */
+    {
+        int *out = dev<int>(8 * 32), h[8 * 32];
+        stale_kernel<<<8, 32>>>(out);
+        down(h, out, 8 * 32);
+        int b0 = 1, stale = 0;
+        for (int i = 0; i < 8 * 32; i++) {
+            if (i < 32)
+                b0 &= h[i] == 7;
+            else
+                stale += h[i] == 7;
+        }
+        ok(b0 && stale == 0, "static __shared__ is garbage in each new block (%d stale reads)", stale);
     }
 
     /* a deadlock is an error, not a hang */

@@ -135,6 +135,20 @@ void test_fork_first()
     });
     ok(died_of_segv(st), "gpu-standin: a write after cudaFree faults (status %#x)", st);
 #endif
+    /* exit with work queued: what runs finishes, the rest is dropped, no hang */
+    auto t0 = std::chrono::steady_clock::now();
+    int ex = in_child([] {
+        cudaStream_t s;
+        (void)cudaStreamCreate(&s);
+        stall(s, 200);
+        for (int i = 0; i < 1000; i++)
+            stall(s, 100);
+        stall(0, 200);
+        exit(0);
+    });
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ok(WIFEXITED(ex) && WEXITSTATUS(ex) == 0 && took < 3.0,
+       "gpu-standin: exit with 100 s of work queued takes %.2f s (queued work is dropped, not waited for)", took);
     std::string s;
     s = devices_under(nullptr, nullptr);
     ok(s == "8:0,1,2,3,4,5,6,7", "gpu-standin: 8 devices by default (%s)",
@@ -613,12 +627,40 @@ void test_cublaslt(cublasLtHandle_t lt)
 
     ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 256, -1) == CUBLAS_STATUS_SUCCESS,
        "gpu-standin: bf16 aligned: an algorithm");
-    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 8, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
-       "gpu-standin: bf16 with 8-byte alignment: not supported");
-    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 67, 256, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
-       "gpu-standin: bf16 with an odd leading dimension: not supported");
-    ok(heuristic(lt, CUDA_R_32F, CUDA_R_32F, 67, 4, -1) == CUBLAS_STATUS_SUCCESS,
-       "gpu-standin: fp32 with 4-byte alignment: an algorithm");
+    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 2, -1) == CUBLAS_STATUS_SUCCESS &&
+           heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 67, 256, -1) == CUBLAS_STATUS_SUCCESS,
+       "gpu-standin: bf16 with 2-byte alignment or an odd leading dimension: an (unaligned) algorithm");
+    ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 1, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
+       "gpu-standin: bf16 with 1-byte alignment (below the element): not supported");
+    ok(heuristic(lt, CUDA_R_32F, CUDA_R_32F, 67, 4, -1) == CUBLAS_STATUS_SUCCESS &&
+           heuristic(lt, CUDA_R_32F, CUDA_R_32F, 64, 2, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
+       "gpu-standin: fp32 with 4-byte alignment: an algorithm; with 2: not supported");
+    {
+        /* an algorithm chosen for 256-byte aligned pointers, used with a
+         * pointer 4 bytes off */
+        float *dA = dev_floats(64 * 64 + 1), *dC = dev_floats(64 * 64);
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatrixLayout_t l;
+        cublasLtMatmulPreference_t pref;
+        (void)cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        (void)cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 64, 64, 64);
+        (void)cublasLtMatmulPreferenceCreate(&pref);
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        float alpha = 1.0f, beta = 0.0f;
+        bool got = cublasLtMatmulAlgoGetHeuristic(lt, desc, l, l, l, l, pref, 1, &res, &found) == 0 && found == 1;
+        ok(got && cublasLtMatmul(lt, desc, &alpha, dA + 1, l, dA, l, &beta, dC, l, dC, l, &res.algo, nullptr, 0, 0) ==
+                      CUBLAS_STATUS_NOT_SUPPORTED &&
+               cublasLtMatmul(lt, desc, &alpha, dA, l, dA, l, &beta, dC, l, dC, l, &res.algo, nullptr, 0, 0) ==
+                   CUBLAS_STATUS_SUCCESS,
+           "gpu-standin: cublasLtMatmul refuses a pointer less aligned than its algorithm was chosen for");
+        (void)cudaDeviceSynchronize();
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(l);
+        cublasLtMatmulDescDestroy(desc);
+        (void)cudaFree(dA);
+        (void)cudaFree(dC);
+    }
     ok(heuristic(lt, CUDA_R_32F, CUDA_R_16BF, 64, 256, -1) == CUBLAS_STATUS_NOT_SUPPORTED,
        "gpu-standin: fp32 inputs with a bf16 result: not supported");
     ok(heuristic(lt, CUDA_R_16BF, CUDA_R_16BF, 64, 256, CUDA_R_32F) == CUBLAS_STATUS_NOT_SUPPORTED &&

@@ -10,11 +10,13 @@
  *    a seeded random order that changes at every step: a missing barrier
  *    lets a thread read what another has not written yet.
  *  - __shared__ is `static thread_local`: per stream thread, which runs
- *    one block at a time, so per block.  It is NOT re-poisoned between
- *    blocks (the stand-in cannot reach it): a block that reads static
- *    shared memory before writing it sees the previous block's values, not
- *    garbage.  Dynamic shared memory (extern __shared__) is a fresh buffer
- *    per block, filled with a garbage pattern.
+ *    one block at a time, so per block.  The nvcc wrapper follows each such
+ *    declaration inside a function (in the .cu file and in the headers it
+ *    includes from its own directory) with standin_shared_fresh, which
+ *    fills it with garbage once per block; one at namespace scope, or in a
+ *    header from elsewhere, keeps the previous block's values instead.
+ *    Dynamic shared memory (extern __shared__) is a fresh buffer per block,
+ *    filled with the same garbage pattern.
  *  - Warp-level operations are warp barriers over the lanes of their mask
  *    (lanes that exited count as arrived); a shuffle reading a lane that
  *    did not take part returns garbage, as it is undefined in CUDA.
@@ -80,6 +82,11 @@ void standin_syncthreads(void);
 void standin_warp_collective(unsigned mask, standin_collective_fn fn, void *arg);
 unsigned standin_active_mask(void);
 void *standin_dynamic_shared(void);
+/* The nvcc wrapper calls this after each static __shared__ declaration in
+ * a function: the first thread of a block to pass it fills the variable
+ * with the launch's garbage pattern, as a new block's shared memory holds
+ * garbage, not the previous block's values. */
+void standin_shared_fresh(void *p, size_t bytes);
 /* A device fault in the running thread: sticky error, the launch ends. */
 [[noreturn]] void standin_thread_fault(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
