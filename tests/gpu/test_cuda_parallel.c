@@ -89,19 +89,6 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     return train_rank(bs, ctx, result);
 }
 
-/* (1,1,1) on nccl: one process, every group an nccl id of its own. */
-static int nccl_alone(const struct job *j, struct area *a)
-{
-    struct dtrain_bootstrap bs;
-    dtrain_bootstrap_local(&bs);
-    bs.backend = DTRAIN_COMM_NCCL;
-    for (int k = 0; k < DTRAIN_GROUP_KINDS; k++)
-        if (bs.groups[k].present &&
-            dtrain_bootstrap_id_make_nccl(bs.groups[k].id, sizeof bs.groups[k].id, a->err, sizeof a->err) != 0)
-            return -1;
-    return train_rank(&bs, j, a);
-}
-
 static double rel(float a, float b)
 {
     return fabs((double)a - b) / fabs((double)b);
@@ -260,13 +247,17 @@ int main(void)
         struct job jn = {.cfg = cpu, .nccl = 1};
         snprintf(jn.cfg.backend, sizeof jn.cfg.backend, "cuda");
         jn.cfg.precision = prec[i].p;
+        /* in a child: this process must not start CUDA before it forks ranks */
         struct area a;
+        int code = -1;
         memset(&a, 0, sizeof a);
-        rc = nccl_alone(&jn, &a);
+        rc = local_boot_run_backend(DTRAIN_COMM_NCCL, 1, 1, 1, rank_main, &jn, sizeof a, &a, &code, 300, why,
+                                    sizeof why);
         w = worst(a.loss, ref, STEPS);
         ok(rc == 0 && w <= prec[i].tol, "(1,1,1) on the nccl comm backend, %s: losses within %g of the CPU's "
            "(worst %.2e)%s%s", prec[i].name, prec[i].tol, w, rc == 0 ? "" : ": ", rc == 0 ? "" : a.err);
     }
+
     /* ---- nccl across devices: TP, PP and DP data paths */
     static const struct { int t, p, d; enum dtrain_kernels_precision prec; const char *name; double tol; } across[] = {
         {2, 1, 1, DTRAIN_PRECISION_FP32, "fp32", 1e-4}, {1, 2, 1, DTRAIN_PRECISION_FP32, "fp32", 1e-4},

@@ -78,8 +78,8 @@ static int cuda_device_count(void)
     char why[256];
     CUresult (*init)(unsigned int) = NULL;
     CUresult (*count_of)(int *) = NULL;
-    *(void **)&init = cuda_symbol("libcuda.so.1", "cuInit", why, sizeof why);
-    *(void **)&count_of = cuda_symbol("libcuda.so.1", "cuDeviceGetCount", why, sizeof why);
+    *(void **)&init = cuda_symbol(DTRAIN_CUDA_DRIVER_LIBRARY, "cuInit", why, sizeof why);
+    *(void **)&count_of = cuda_symbol(DTRAIN_CUDA_DRIVER_LIBRARY, "cuDeviceGetCount", why, sizeof why);
     int count = 0;
     if (init == NULL || count_of == NULL || init(0) != CUDA_SUCCESS || count_of(&count) != CUDA_SUCCESS)
         return 0;
@@ -203,12 +203,12 @@ int dtrain_bootstrap_id_make_nccl(char *id, size_t idlen, char *err, size_t errl
     ncclResult_t (*get_id)(ncclUniqueId *) = NULL;
     const char *(*error_string)(ncclResult_t) = NULL;
     char why[512];
-    *(void **)&get_id = cuda_symbol("libnccl.so.2", "ncclGetUniqueId", why, sizeof why);
+    *(void **)&get_id = cuda_symbol(DTRAIN_NCCL_LIBRARY, "ncclGetUniqueId", why, sizeof why);
     if (get_id == NULL) {
         dtrain_snprintf(err, errlen, "%s (install NCCL, or use --comm-backend cpu)", why);
         return -1;
     }
-    *(void **)&error_string = cuda_symbol("libnccl.so.2", "ncclGetErrorString", why, sizeof why);
+    *(void **)&error_string = cuda_symbol(DTRAIN_NCCL_LIBRARY, "ncclGetErrorString", why, sizeof why);
     ncclUniqueId uid;
     ncclResult_t nrc = get_id(&uid);
     if (nrc != ncclSuccess) {
