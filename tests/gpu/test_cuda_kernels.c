@@ -212,7 +212,10 @@ static void test_elementwise(struct gpu_pair *p, const struct tolerances *tol)
     struct mirror dinp = mirror_poisoned(p, n);
     dtrain_k_gelu_backward(p->cpu, dtrain_tensor_f32(dinp.cpu), dtrain_tensor_f32(x.cpu), dtrain_tensor_f32(y.cpu), n);
     dtrain_k_gelu_backward(p->gpu, dtrain_tensor_f32(dinp.gpu), dtrain_tensor_f32(x.gpu), dtrain_tensor_f32(y.gpu), n);
-    CHECK_ERR(mirror_error(p, &dinp), tol->exact, tol, "gelu backward (n=%zu)", n);
+    /* the cpu kernels' tanh is good to ~1e-7 absolute (cpu_layers.c), and the
+     * derivative scales its error by up to ~2|x|: measured 1.1e-6 on the GPU
+     * stand-in against tanhf */
+    CHECK_ERR(mirror_error(p, &dinp), fmax(tol->exact, 5e-6), tol, "gelu backward (n=%zu)", n);
     struct mirror r = mirror_poisoned(p, n);
     dtrain_k_residual_forward(p->cpu, r.cpu, x.cpu, y.cpu, n);
     dtrain_k_residual_forward(p->gpu, r.gpu, x.gpu, y.gpu, n);
