@@ -11,8 +11,10 @@
  * reduce-scatter, all-gather, broadcast, a send/recv exchange both ways at
  * once, barrier, against values computed here; host memory (the
  * trainer's control messages) through the device copy: an all-reduce and
- * an all-gather of host buffers give the same values; a member that never calls makes the other time out (ETIMEDOUT)
- * instead of hanging.
+ * an all-gather of host buffers give the same values, also with a
+ * (non-blocking) compute stream named; a member that never calls makes the
+ * other time out (ETIMEDOUT) instead of hanging; an all-reduce aborted from
+ * another thread fails with EABORTED.
  * CUDA is used only in child processes: a process that touched CUDA
  * cannot fork a child that uses it. */
 #include "gpu_pair.h"
@@ -27,6 +29,7 @@
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -332,6 +335,23 @@ static void child_collectives(int rank, int n, int fd, int idfd[2], void *arg)
         gathered = gathered && close_to(h + 4 + (size_t)r * 4, (float)r, 4);
     if (rank == 0)
         report(fd, gathered, "all-gather of host buffers");
+    /* the same with the kernels' stream named (non-blocking, as the cuda
+     * backend's): nothing but the backend's own ordering puts the copy of
+     * the host buffer before the NCCL call that reads it */
+    cudaStream_t compute = NULL;
+    int fresh = cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess;
+    dtrain_comm_set_stream(c, compute);
+    for (int it = 0; fresh && it < 20; it++) {
+        for (size_t i = 0; i < 16; i++)
+            h[i] = (float)((rank + 1) * (it + 1));
+        rc = dtrain_comm_allreduce(c, h, 16, DTRAIN_REDUCE_SUM);
+        fresh = rc == 0 && close_to(h, sum * (float)(it + 1), 16);
+    }
+    if (rank == 0)
+        report(fd, fresh, "20 all-reduces of host buffers after a compute stream was named: each sums this call's values");
+    dtrain_comm_set_stream(c, NULL);
+    if (compute != NULL)
+        cudaStreamDestroy(compute);
     dtrain_comm_destroy(c);
     cudaFree(d);
     free(h);
@@ -370,6 +390,60 @@ static void child_timeout(int rank, int n, int fd, int idfd[2], void *arg)
     cudaFree(d);
 }
 
+struct abort_later {
+    dtrain_comm *c;
+    unsigned delay_ms;
+};
+
+static void *abort_after(void *p)
+{
+    const struct abort_later *a = p;
+    usleep(a->delay_ms * 1000u);
+    dtrain_comm_abort(a->c);
+    return NULL;
+}
+
+/* dtrain_comm_abort from another thread (as the watchdog does) while rank 0
+ * waits in an all-reduce that rank 1 never joins: NCCL's aborted operation
+ * ends early and its completion event fires, and the call must still fail. */
+static void child_abort_midcall(int rank, int n, int fd, int idfd[2], void *arg)
+{
+    char id[DTRAIN_BOOTSTRAP_ID_MAX] = "", err[256] = "";
+    struct dtrain_comm_group g;
+    struct dtrain_comm_options o;
+    dtrain_comm *c = NULL;
+    float *d = NULL;
+    (void)arg;
+    dtrain_comm_options_defaults(&o);
+    o.timeout_ms = 20000;
+    if (cudaSetDevice(rank) != cudaSuccess || shared_id(rank, n, idfd, id, sizeof id) != 0 ||
+        cudaMalloc((void **)&d, 1024 * sizeof(float)) != cudaSuccess) {
+        report(fd, 0, "rank %d: device, id and memory", rank);
+        return;
+    }
+    group_of(&g, "dt.world", 0, n, rank, id);
+    if (dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err) != DTRAIN_COMM_OK) {
+        if (rank == 0)
+            report(fd, 0, "init: %s", err);
+        return;
+    }
+    if (rank == 0) {
+        struct abort_later a = {.c = c, .delay_ms = 1000};
+        pthread_t t;
+        int started = pthread_create(&t, NULL, abort_after, &a) == 0;
+        int rc = dtrain_comm_allreduce(c, d, 1024, DTRAIN_REDUCE_SUM);
+        if (started)
+            pthread_join(t, NULL);
+        report(fd, started && rc == DTRAIN_COMM_EABORTED,
+               "an all-reduce aborted from another thread fails with EABORTED, not OK (rc %d: %s)", rc,
+               dtrain_comm_error_message(c));
+    } else {
+        sleep(3); /* never joins; leaves after rank 0 gave up */
+    }
+    dtrain_comm_destroy(c);
+    cudaFree(d);
+}
+
 int main(void)
 {
     test_bad_ids();
@@ -387,10 +461,12 @@ int main(void)
     if (devices < 2) {
         skip("collectives between two GPUs: this machine has one");
         skip("timeout between two GPUs: this machine has one");
+        skip("abort between two GPUs: this machine has one");
         return tap_done();
     }
-    run_children(2, child_collectives, NULL, 10, "two GPUs");
+    run_children(2, child_collectives, NULL, 11, "two GPUs");
     run_children(2, child_timeout, NULL, 1, "two GPUs");
+    run_children(2, child_abort_midcall, NULL, 1, "two GPUs");
     return tap_done();
 }
 

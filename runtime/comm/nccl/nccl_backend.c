@@ -225,8 +225,15 @@ static int nccl_split(struct dtrain_comm *parent, struct dtrain_comm *c, const s
         return rc;
     struct nccl_impl *ni = impl(c);
     ncclConfig_t cfg = make_config(ni);
-    /* one color per group of this kind; the rank in the group orders it */
-    int color = (int)(g->index % 0x7fffffff);
+    /* one color per group of this kind: its first member's rank (the groups
+     * of a kind partition WORLD); the rank in the group orders it.  Not
+     * g->index: a bootstrap read from the environment (dtrain-launch's
+     * trainer) has none (-1, which is NCCL_SPLIT_NOCOLOR) */
+    if (g->first < 0) {
+        dtrain_snprintf(err, errlen, "group %.64s: first member %d is not a rank", g->key, g->first);
+        return DTRAIN_COMM_EINVAL;
+    }
+    int color = (int)g->first;
     pthread_mutex_lock(&pi->mu);
     ncclResult_t r = pi->comm != NULL ? ncclCommSplit(pi->comm, color, g->my_rank, &ni->comm, &cfg)
                                       : ncclInvalidUsage;
