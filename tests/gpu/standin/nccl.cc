@@ -1362,6 +1362,12 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     }
     /* wakes this rank's stream thread as well as the peers */
     mark_gone(*s, kGoneAbort);
+    /* as the real one, return once this communicator's kernels have exited
+     * (their events complete): a caller polling an event sees it done right
+     * after the abort.  Bounded: an item still queued behind other work
+     * ends as soon as it starts. */
+    for (int64_t deadline = now_ms() + 5000; s->inflight.load() > 0 && now_ms() < deadline;)
+        sleep_ms(1);
     return ncclSuccess;
 }
 
