@@ -358,27 +358,38 @@ static void child_collectives(int rank, int n, int fd, int idfd[2], void *arg)
 }
 
 /* Rank 1 joins, then never calls: rank 0's all-reduce times out. */
-static void child_timeout(int rank, int n, int fd, int idfd[2], void *arg)
+/* A child's WORLD of n ranks on device `rank`, with 1024 device floats in
+ * *d: 0, or -1 after a report (rank 0 reports a failed init). */
+static int child_world(int rank, int n, int fd, int idfd[2], int timeout_ms, dtrain_comm **c, float **d)
 {
     char id[DTRAIN_BOOTSTRAP_ID_MAX] = "", err[256] = "";
     struct dtrain_comm_group g;
     struct dtrain_comm_options o;
+    dtrain_comm_options_defaults(&o);
+    o.timeout_ms = timeout_ms;
+    *c = NULL;
+    *d = NULL;
+    if (cudaSetDevice(rank) != cudaSuccess || shared_id(rank, n, idfd, id, sizeof id) != 0 ||
+        cudaMalloc((void **)d, 1024 * sizeof(float)) != cudaSuccess) {
+        report(fd, 0, "rank %d: device, id and memory", rank);
+        return -1;
+    }
+    group_of(&g, "dt.world", 0, n, rank, id);
+    if (dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, c, err, sizeof err) != DTRAIN_COMM_OK) {
+        if (rank == 0)
+            report(fd, 0, "init: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void child_timeout(int rank, int n, int fd, int idfd[2], void *arg)
+{
     dtrain_comm *c = NULL;
     float *d = NULL;
     (void)arg;
-    dtrain_comm_options_defaults(&o);
-    o.timeout_ms = 3000;
-    if (cudaSetDevice(rank) != cudaSuccess || shared_id(rank, n, idfd, id, sizeof id) != 0 ||
-        cudaMalloc((void **)&d, 1024 * sizeof(float)) != cudaSuccess) {
-        report(fd, 0, "rank %d: device, id and memory", rank);
+    if (child_world(rank, n, fd, idfd, 3000, &c, &d) != 0)
         return;
-    }
-    group_of(&g, "dt.world", 0, n, rank, id);
-    if (dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err) != DTRAIN_COMM_OK) {
-        if (rank == 0)
-            report(fd, 0, "init: %s", err);
-        return;
-    }
     if (rank == 0) {
         int rc = dtrain_comm_allreduce(c, d, 1024, DTRAIN_REDUCE_SUM);
         report(fd, rc == DTRAIN_COMM_ETIMEDOUT, "a member that never calls: ETIMEDOUT after 3 s: %s",
@@ -408,25 +419,11 @@ static void *abort_after(void *p)
  * ends early and its completion event fires, and the call must still fail. */
 static void child_abort_midcall(int rank, int n, int fd, int idfd[2], void *arg)
 {
-    char id[DTRAIN_BOOTSTRAP_ID_MAX] = "", err[256] = "";
-    struct dtrain_comm_group g;
-    struct dtrain_comm_options o;
     dtrain_comm *c = NULL;
     float *d = NULL;
     (void)arg;
-    dtrain_comm_options_defaults(&o);
-    o.timeout_ms = 20000;
-    if (cudaSetDevice(rank) != cudaSuccess || shared_id(rank, n, idfd, id, sizeof id) != 0 ||
-        cudaMalloc((void **)&d, 1024 * sizeof(float)) != cudaSuccess) {
-        report(fd, 0, "rank %d: device, id and memory", rank);
+    if (child_world(rank, n, fd, idfd, 20000, &c, &d) != 0)
         return;
-    }
-    group_of(&g, "dt.world", 0, n, rank, id);
-    if (dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err) != DTRAIN_COMM_OK) {
-        if (rank == 0)
-            report(fd, 0, "init: %s", err);
-        return;
-    }
     if (rank == 0) {
         struct abort_later a = {.c = c, .delay_ms = 1000};
         pthread_t t;
