@@ -53,6 +53,9 @@ uint64_t gpu_test_seed(void)
 
 int gpu_available(char *why, size_t whylen)
 {
+#ifdef DTRAIN_CUDA_STANDIN
+    printf("# on the GPU stand-in (tests/gpu/standin: the CUDA runtime, cuBLASLt and NCCL on the CPU)\n");
+#endif
 #ifdef DTRAIN_HAVE_CUDA
     return dtrain_cuda_device_count(why, whylen) > 0;
 #else

@@ -148,6 +148,13 @@ fi
 if [ "$two_gpus" = 1 ] && [ "$gpus" -lt 2 ]; then
     die "--two-gpus: nvidia-smi lists $gpus GPU(s)"
 fi
+# One GPU by default (the 8-minute run); --two-gpus adds the nccl data
+# paths between two devices (test_nccl's collectives, test_cuda_parallel's
+# (2,1,1), (1,2,1), (1,1,2) on nccl), which run whenever two are visible.
+if [ "$gpus" -gt 0 ]; then
+    if [ "$two_gpus" = 1 ]; then export CUDA_VISIBLE_DEVICES=0,1; else export CUDA_VISIBLE_DEVICES=0; fi
+    say "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+fi
 if [ ! -x "$bundle/tests/gpu/test_cuda_kernels" ]; then
     say "no bundle in $bundle: building here"
     build_tree

@@ -444,6 +444,9 @@ static void child_abort_midcall(int rank, int n, int fd, int idfd[2], void *arg)
 int main(void)
 {
     test_bad_ids();
+#ifdef DTRAIN_CUDA_STANDIN
+    diag("on the GPU stand-in (tests/gpu/standin: the CUDA runtime and NCCL on the CPU)");
+#endif
     int devices = count_devices();
     if (devices == 0) {
         if (gpu_required())
