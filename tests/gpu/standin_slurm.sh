@@ -27,9 +27,12 @@ steps=4
 export DTRAIN_STANDIN_GPUS=4 # the fixture's GPUs on each node
 
 start_gpu_cluster standin "max_tp=8"
+# --hang-detect 120: the stand-in runs kernels as CPU fibers, 8 ranks on
+# 2 cores; a rank busy a few seconds in a step is slow, not hung (the
+# default 1 s made a loaded run requeue itself until its time limit)
 trainer=(--data "$d/tokens.bin" --layers 2 --channels 64 --heads 4 --vocab-size 256 --padded-vocab-size 256
   --max-seq-len 32 --seq 32 --batch 8 --steps "$steps" --lr 3e-3 --weight-decay 0.01 --grad-clip 1
-  --seed 11 --threads 1 --log-every 1 --precision fp32)
+  --seed 11 --threads 1 --log-every 1 --precision fp32 --hang-detect 120)
 
 # losses FILE: the "loss" of each metrics line, one a line.
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
