@@ -223,6 +223,14 @@ static void test_elementwise(struct gpu_pair *p, const struct tolerances *tol)
     dtrain_k_residual_forward(p->cpu, x.cpu, x.cpu, y.cpu, n);
     dtrain_k_residual_forward(p->gpu, x.gpu, x.gpu, y.gpu, n);
     CHECK_ERR(mirror_error(p, &x), tol->exact, tol, "residual forward in place");
+    /* dtrain_k_copy promises overlapping regions (as memmove), forwards and
+     * backwards; cudaMemcpyAsync alone does not */
+    dtrain_k_copy(p->cpu, x.cpu + 1000, x.cpu, (n - 1000) * sizeof(float));
+    dtrain_k_copy(p->gpu, x.gpu + 1000, x.gpu, (n - 1000) * sizeof(float));
+    CHECK_ERR(mirror_error(p, &x), 0.0, tol, "copy onto an overlapping region after it");
+    dtrain_k_copy(p->cpu, x.cpu, x.cpu + 3, (n - 3) * sizeof(float));
+    dtrain_k_copy(p->gpu, x.gpu, x.gpu + 3, (n - 3) * sizeof(float));
+    CHECK_ERR(mirror_error(p, &x), 0.0, tol, "copy onto an overlapping region before it");
     mirror_free(p, &x); mirror_free(p, &y); mirror_free(p, &out); mirror_free(p, &dinp); mirror_free(p, &r);
 }
 
