@@ -1019,8 +1019,12 @@ static cudaError_t memcpy_impl(void *dst, const void *src, size_t count, enum cu
         if (!str)
             return ret(cudaErrorInvalidResourceHandle);
         /* the legacy stream's seeded delay of a pageable cudaMemcpy */
-        if (!async && dd && !sd && sm == Mem::Pageable)
-            delay_us = standin_rand(&str->rng) % 2000;
+        if (!async && dd && !sd && sm == Mem::Pageable) {
+            /* DTRAIN_STANDIN_PAGEABLE_DELAY_US: a fixed delay instead (the
+             * self-test's, so that a loaded machine still shows the race) */
+            const char *fixed = getenv("DTRAIN_STANDIN_PAGEABLE_DELAY_US");
+            delay_us = fixed != nullptr ? strtoull(fixed, nullptr, 10) % 1000000 : standin_rand(&str->rng) % 2000;
+        }
     }
     if (!sd && !dd) {
         /* host to host: done by the host, in stream order */
