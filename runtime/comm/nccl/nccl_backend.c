@@ -312,8 +312,9 @@ static int begin(struct dtrain_comm *c, const char *what, const void *a, const v
  * again on return): on a non-blocking communicator the operation is on the
  * stream only once ncclCommGetAsyncError says ncclSuccess (NCCL may still
  * be setting up connections), and no other call may use the communicator
- * before that.  Returns what NCCL finally said, or DTRAIN_COMM_EABORTED /
- * ETIMEDOUT (as a negative ncclResult_t never used by NCCL) when we stop. */
+ * before that.  Returns what NCCL finally said, or QUEUE_ABORTED /
+ * QUEUE_TIMEDOUT (negative ncclResult_t values NCCL never uses) when we
+ * stop waiting. */
 #define QUEUE_ABORTED ((ncclResult_t)-1)
 #define QUEUE_TIMEDOUT ((ncclResult_t)-2)
 static ncclResult_t wait_queued(struct dtrain_comm *c, struct nccl_impl *ni, ncclResult_t r)
@@ -600,8 +601,8 @@ static int nccl_barrier(struct dtrain_comm *c)
 static int nccl_copy(struct dtrain_comm *c, void *dst, const void *src, size_t bytes)
 {
     struct nccl_impl *ni = impl(c);
-    int host = !on_device(dst) || !on_device(src);
-    if (!on_device(dst) && !on_device(src)) {
+    int dst_dev = on_device(dst), src_dev = on_device(src), host = !dst_dev || !src_dev;
+    if (!dst_dev && !src_dev) {
         memmove(dst, src, bytes);
         return DTRAIN_COMM_OK;
     }
