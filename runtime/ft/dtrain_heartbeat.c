@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Heartbeats between ring neighbours; see dtrain_heartbeat.h. */
 #include "dtrain_heartbeat.h"
+#include "bootstrap_id.h"
+#include "dtrain_env.h"
+#include "dtrain_fault.h"
+#include "dtrain_pcomm.h"
+#include "dtrain_watchdog.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -211,4 +216,95 @@ void dtrain_hb_close(struct dtrain_hb *h)
         return;
     close(h->fd);
     free(h);
+}
+
+/* ------------------------------------------------------------ the set-up in a job */
+
+/* The address this rank's neighbours reach it on: with the cpu backend,
+ * the one its kernel routes to the world leader from (the interface the
+ * job's sockets use); else (nccl) that of NCCL_SOCKET_IFNAME, else the
+ * first up non-loopback interface (dtrain_comm_addr_pick). */
+static int heartbeat_addr(const struct dtrain_bootstrap *bs, char *addr, size_t len, char *err, size_t errlen)
+{
+    struct dtrain_cpu_id id;
+    if (dtrain_cpu_id_parse(bs->groups[DTRAIN_GROUP_WORLD].id, &id) == 0) {
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)}, me;
+        socklen_t mlen = sizeof me;
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), ok = 0;
+        if (fd >= 0 && inet_pton(AF_INET, id.addr, &to.sin_addr) == 1 &&
+            connect(fd, (struct sockaddr *)&to, sizeof to) == 0 && /* a UDP connect sends nothing */
+            getsockname(fd, (struct sockaddr *)&me, &mlen) == 0 && inet_ntop(AF_INET, &me.sin_addr, addr, (socklen_t)len))
+            ok = 1;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return 0;
+    }
+    return dtrain_comm_addr_pick(getenv("NCCL_SOCKET_IFNAME"), addr, len, err, errlen);
+}
+
+/* The neighbours' heartbeat addresses, this rank's (ip, port) sent to both
+ * and theirs received (got[0]: prev's, got[1]: next's), as floats through
+ * kernel memory (floats hold integers below 2^24 exactly: the address in
+ * 16-bit halves). */
+static int exchange_addresses(dtrain_comm *world, struct dtrain_kernels *k, int prev, int next, uint32_t ip,
+                              uint16_t port, uint32_t got_ip[2], uint16_t got_port[2], char *err, size_t errlen)
+{
+    float mine[3] = {(float)(ip >> 16), (float)(ip & 0xffffu), (float)port}, got[2][3];
+    struct dtrain_pcomm pc;
+    float *dev = NULL;
+    int rc;
+    if ((rc = dtrain_pcomm_init(&pc, k, world, err, errlen)) != DTRAIN_OK)
+        return rc;
+    rc = DTRAIN_ERR_SYSTEM;
+    if ((dev = dtrain_k_alloc(k, 9 * sizeof(float))) == NULL) {
+        snprintf(err, errlen, "out of memory for the heartbeat addresses");
+        goto out;
+    }
+    dtrain_k_upload(k, dev, mine, sizeof mine);
+    /* to the next, from the previous; then to the previous, from the next */
+    if ((rc = dtrain_pcomm_sendrecv(&pc, dev, 3, next, dev + 3, 3, prev, "heartbeat addresses", err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_pcomm_sendrecv(&pc, dev, 3, prev, dev + 6, 3, next, "heartbeat addresses", err, errlen)) != DTRAIN_OK)
+        goto out;
+    dtrain_k_download(k, got, dev + 3, sizeof got);
+    for (int j = 0; j < 2; j++) {
+        got_ip[j] = (uint32_t)got[j][0] << 16 | (uint32_t)got[j][1];
+        got_port[j] = got[j][2] > 0 ? (uint16_t)got[j][2] : 0;
+    }
+out:
+    dtrain_k_free(k, dev);
+    dtrain_pcomm_release(&pc);
+    return rc;
+}
+
+int dtrain_hb_start(const struct dtrain_bootstrap *bs, dtrain_comm *world, struct dtrain_kernels *k,
+                    const struct dtrain_fault *fault, double hang_detect, struct dtrain_watchdog *wd, char *err,
+                    size_t errlen)
+{
+    int n = bs->world_size, me = bs->rank, rc;
+    if (hang_detect <= 0 || n < 2)
+        return DTRAIN_OK;
+    char addr[INET_ADDRSTRLEN], why[256];
+    struct dtrain_hb *hb = NULL;
+    uint32_t ip = 0, got_ip[2];
+    uint16_t port = 0, got_port[2];
+    if (heartbeat_addr(bs, addr, sizeof addr, why, sizeof why) != 0 ||
+        dtrain_hb_open(addr, me, fault->node, getenv(DTRAIN_ENV_GPU),
+                       dtrain_hb_token(bs->groups[DTRAIN_GROUP_WORLD].id), &hb, why, sizeof why) != 0)
+        fprintf(stderr, "%s: rank %d: no heartbeats (--hang-detect): %s; its hangs are found by the communicator "
+                "timeout\n", fault->prog, me, why);
+    else
+        dtrain_hb_address(hb, &ip, &port);
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    rc = exchange_addresses(world, k, prev, next, ip, port, got_ip, got_port, err, errlen);
+    if (rc == DTRAIN_OK && hb != NULL) {
+        if (got_port[0] > 0)
+            dtrain_hb_set_peer(hb, 0, prev, got_ip[0], got_port[0]);
+        if (next != prev && got_port[1] > 0)
+            dtrain_hb_set_peer(hb, 1, next, got_ip[1], got_port[1]);
+        dtrain_watchdog_set_heartbeat(wd, hb);
+        hb = NULL;
+    }
+    dtrain_hb_close(hb);
+    return rc;
 }

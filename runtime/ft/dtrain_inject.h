@@ -88,6 +88,46 @@ long dtrain_inject_ms(const struct dtrain_inject *in, enum dtrain_inject_kind ki
 /* "kill", "hang", ... */
 const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind);
 
+/* ------------------------------------------------------------ hooks into a run
+ * (the loop arms them at each step, the trainer's step calls them; the
+ * messages "PROG: inject: ..." to stderr and the fault events are said
+ * here) */
+
+struct dtrain_fault; /* dtrain_fault.h */
+
+/* The step's hooks (dtrain_ptrainer_step_ctl calls them; NULL: none). */
+struct dtrain_inject_hooks {
+    void (*first_forward)(void *ctx); /* as the step's first forward begins: a slow or hung device */
+    int (*poison_loss)(void *ctx);    /* 1: this rank's share of the step's loss is NaN */
+    void *ctx;
+};
+
+/* One rank's injection over a run (caller-owned, no allocation). */
+struct dtrain_inject_run {
+    struct dtrain_inject spec;
+    int rank;
+    long restart;                /* SLURM_RESTART_COUNT of this run */
+    const char *prog;
+    struct dtrain_fault *fault;  /* the events */
+    long nan_left;               /* injected NaN attempts still to come */
+    long nan_armed;              /* the last step a nan fault was armed at, -1 */
+    long delay_ms;               /* this step's: its first forward takes this much longer */
+    int hang;                    /* this step's: its first forward never ends */
+    int poison;                  /* this step's: the rank's share of the loss is NaN */
+};
+void dtrain_inject_run_init(struct dtrain_inject_run *r, const struct dtrain_inject *spec, int rank, long restart,
+                            const char *prog, struct dtrain_fault *fault);
+/* As step begins: kill now (SIGKILL); arm the step's nan, delay and hang. */
+void dtrain_inject_step_begin(struct dtrain_inject_run *r, long step);
+/* The hooks that carry r's step faults into the step (valid while r lives). */
+struct dtrain_inject_hooks dtrain_inject_hooks_of(struct dtrain_inject_run *r);
+/* The checkpoint of step: 1: this rank's shard fails to write (nospace);
+ * the ms its background write waits (slowckpt, async only). */
+int dtrain_inject_ckpt_nospace(const struct dtrain_inject_run *r, long step);
+long dtrain_inject_ckpt_slow_ms(const struct dtrain_inject_run *r, long step, int async);
+/* Before resuming from dir: damage this rank's shard of the newest checkpoint (corrupt). */
+void dtrain_inject_corruption(const struct dtrain_inject_run *r, const char *dir);
+
 /* corrupt: flip one byte in the middle of the file.  0, or -1 with one
  * line in err. */
 int dtrain_inject_corrupt_file(const char *path, char *err, size_t errlen);

@@ -63,14 +63,17 @@
 #include "dtrain_comm.h"
 #include "dtrain_fault.h"
 #include "dtrain_parallel.h"
+#include "dtrain_policy.h"
 #include "dtrain_shard_ckpt.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define DTRAIN_FT_MAX_ROLLBACKS 3
 #define DTRAIN_FT_STRAGGLER_STEPS 5 /* straggler_steps when DTRAIN_STRAGGLER asks for detection */
+
+/* The writing job's layout and this rank's place in it, as checkpoints record it. */
+struct dtrain_sckpt_layout dtrain_ft_layout(const struct dtrain_bootstrap *bs, const struct dtrain_train_config *cfg);
 
 /* Complete c from the environment before the trainer is built: an empty
  * ckpt_dir takes DTRAIN_CKPT_DIR, an empty inject DTRAIN_INJECT; the

@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The wall clock of the metrics lines and the Prometheus textfile; see
- * dtrain_metrics.h. */
+/* Reporting: the wall clock of the metrics lines, the Prometheus textfile
+ * (dtrain_metrics.h), and the parallel trainer's reports: the metrics
+ * JSON lines, the progress lines, the per-rank lines and the straggler
+ * verdict, the summary (dtrain_parallel.h). */
 #include "dtrain_metrics.h"
+#include "dtrain_file.h"
+#include "dtrain_ptrainer.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "dtrain_status.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PROM_SUFFIX ".prom"
 #define PROM_MIN_INTERVAL_S 1.0
@@ -139,4 +145,334 @@ int dtrain_prom_update(struct dtrain_prom *p, const struct dtrain_step_result *r
     if (!last && p->last_write > 0 && dtrain_metrics_wall_clock() - p->last_write < PROM_MIN_INTERVAL_S)
         return DTRAIN_OK;
     return dtrain_prom_write(p, r, steps, err, errlen);
+}
+
+/* ------------------------------------------------------------ the trainer's reports
+ * (the metrics JSON lines, the progress lines, the per-rank lines and
+ * stragglers, the summary; dtrain_parallel.h) */
+
+static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *bs = &t->layout;
+    int rc;
+    t->strag.rank = -1;
+    if (t->cfg.rank_metrics[0] != '\0') {
+        snprintf(t->rank_path, sizeof t->rank_path, "%s/rank-%05d.jsonl", t->cfg.rank_metrics, bs->rank);
+        if ((t->rank_file = fopen(t->rank_path, "a+")) == NULL) {
+            snprintf(err, errlen, "cannot create per-rank metrics file %s: %s", t->rank_path, strerror(errno));
+            return DTRAIN_ERR_INPUT;
+        }
+    }
+    if (t->rank_file == NULL && t->cfg.straggler_steps <= 0)
+        return DTRAIN_OK;
+    t->gather = 1;
+    if ((rc = dtrain_pcomm_init(&t->world, t->k, t->comms->group[DTRAIN_GROUP_WORLD], err, errlen)) != DTRAIN_OK)
+        return rc;
+    size_t n = (size_t)RANK_FIELDS * bs->world_size;
+    t->times = dtrain_k_alloc(t->k, n * sizeof(float));
+    t->host_times = malloc(n * sizeof(float));
+    t->compute_sum = calloc((size_t)bs->world_size, sizeof(double));
+    t->slow_run = calloc((size_t)bs->world_size, sizeof(long));
+    t->sorted = calloc((size_t)bs->world_size, sizeof(double));
+    if (t->times == NULL || t->host_times == NULL || t->compute_sum == NULL || t->slow_run == NULL ||
+        t->sorted == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
+}
+static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct dtrain_pstep_result *r,
+                          const char *ranks)
+{
+    char val[64] = "";
+    if (r->base.has_val_loss)
+        snprintf(val, sizeof val, "\"val_loss\": %.9g, ", r->base.val_loss);
+    fprintf(f, "{\"step\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
+            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"mfu\": %.6f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
+            r->base.step, (double)r->base.loss, val, r->base.lr, r->base.grad_norm, r->base.ms,
+            r->base.tokens_per_s, r->base.gflops, r->base.mfu, r->pipe_wait_ms, r->dp_exposed_ms);
+    if (t->scaler.on)
+        fprintf(f, "\"loss_scale\": %.9g, \"overflow_steps\": %ld, ", r->loss_scale, r->overflow_steps);
+    if (t->cfg.memory_report) { /* rank 0's memory (--memory-report) */
+        struct dtrain_ptrainer_memory m;
+        dtrain_ptrainer_memory(t, &m);
+        fprintf(f, "\"model_state_bytes\": %zu, \"activations_bytes\": %zu, \"comm_bytes\": %zu, ",
+                m.model_state, m.activations, m.comm);
+    }
+    fprintf(f, "%s\"time\": %.3f}\n", ranks, dtrain_metrics_wall_clock());
+    fflush(f);
+}
+
+/* Keep the lines of steps before `step` (they start with {"step": N). */
+static int cut_lines(FILE *f, long step, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (f == NULL || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        return DTRAIN_OK; /* a pipe or terminal: nothing to cut */
+    char line[1024];
+    long keep = 0, n;
+    rewind(f);
+    while (fgets(line, sizeof line, f) != NULL && strchr(line, '\n') != NULL &&
+           sscanf(line, "{\"step\": %ld,", &n) == 1 && n < step)
+        keep = ftell(f);
+    if (fflush(f) != 0 || ftruncate(fileno(f), keep) != 0 || fseek(f, 0, SEEK_END) != 0) {
+        snprintf(err, errlen, "cannot rewrite metrics file %s: %s", path, strerror(errno));
+        return DTRAIN_ERR_SYSTEM;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_ptrainer_metrics_from(struct dtrain_ptrainer *t, long step, char *err, size_t errlen)
+{
+    int rc = cut_lines(t->metrics, step, t->cfg.metrics, err, errlen);
+    if (rc == DTRAIN_OK)
+        rc = cut_lines(t->rank_file, step, t->rank_path, err, errlen);
+    return rc;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Stragglers from every rank's times of this step (the same on every
+ * rank: they all hold the same gathered floats). */
+static void find_straggler(struct dtrain_ptrainer *t)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    int n = t->layout.world_size;
+    struct dtrain_straggler *g = &t->strag;
+    int was = g->rank;
+    for (int q = 0; q < n; q++) {
+        const float *x = t->host_times + (size_t)RANK_FIELDS * q;
+        t->sorted[q] = (double)x[1] - (double)x[2]; /* own compute: TP communication is waiting */
+    }
+    qsort(t->sorted, (size_t)n, sizeof *t->sorted, by_value);
+    double median = n % 2 ? t->sorted[n / 2] : 0.5 * (t->sorted[n / 2 - 1] + t->sorted[n / 2]);
+    memset(g, 0, sizeof *g);
+    g->rank = -1;
+    for (int q = 0; q < n; q++) {
+        const float *x = t->host_times + (size_t)RANK_FIELDS * q;
+        double own = (double)x[1] - (double)x[2], excess = median > 0.0 ? own / median - 1.0 : 0.0;
+        t->slow_run[q] = excess > c->straggler_margin ? t->slow_run[q] + 1 : 0;
+        if (t->slow_run[q] >= c->straggler_steps && (g->rank < 0 || excess > g->excess))
+            *g = (struct dtrain_straggler){q, 0, t->slow_run[q], own, median, excess};
+    }
+    g->is_new = g->rank >= 0 && g->rank != was;
+}
+
+/* --rank-metrics and straggler detection: every rank's times gathered,
+ * the straggler verdict, this rank's line; rank 0 finds the slowest (most
+ * compute) rank and the spread (a collective: every rank calls it for the
+ * same steps). */
+static int log_ranks(struct dtrain_ptrainer *t, const struct dtrain_pstep_result *r, char *summary, size_t slen,
+                     char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *L = &t->layout;
+    summary[0] = '\0';
+    if (!t->gather)
+        return DTRAIN_OK;
+    float mine[RANK_FIELDS] = {(float)r->base.ms, (float)r->compute_ms, (float)r->tp_comm_ms, (float)r->pipe_wait_ms};
+    float *slot = t->times + (size_t)RANK_FIELDS * L->rank;
+    dtrain_k_upload(t->k, slot, mine, sizeof mine);
+    int rc = dtrain_pcomm_all_gather(&t->world, slot, t->times, RANK_FIELDS, "per-rank metrics", err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    dtrain_k_download(t->k, t->host_times, t->times, (size_t)RANK_FIELDS * L->world_size * sizeof(float));
+    char strag[160] = "";
+    if (t->cfg.straggler_steps > 0) {
+        find_straggler(t);
+        snprintf(strag, sizeof strag, "\"straggler_rank\": %d, ", t->strag.rank);
+    }
+    if (t->rank_file != NULL) {
+        char slow[96] = "";
+        if (t->cfg.straggler_steps > 0)
+            snprintf(slow, sizeof slow, "\"slow_steps\": %ld, \"straggler\": %s, ", t->slow_run[L->rank],
+                     t->strag.rank == L->rank ? "true" : "false");
+        fprintf(t->rank_file, "{\"step\": %ld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+                "\"ms\": %.3f, \"compute_ms\": %.3f, \"tp_comm_ms\": %.3f, \"own_compute_ms\": %.3f, "
+                "\"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, %s\"time\": %.3f}\n", r->base.step, L->rank,
+                L->tp_rank, L->pp_rank, L->dp_rank, r->base.ms, r->compute_ms, r->tp_comm_ms,
+                (double)mine[1] - (double)mine[2], r->pipe_wait_ms, r->dp_exposed_ms, slow,
+                dtrain_metrics_wall_clock());
+        if (fflush(t->rank_file) != 0 || ferror(t->rank_file)) {
+            snprintf(err, errlen, "cannot write per-rank metrics file %s", t->rank_path);
+            return DTRAIN_ERR_SYSTEM;
+        }
+    }
+    if (t->prom_on)
+        dtrain_prom_set_straggler(&t->prom, t->cfg.straggler_steps > 0, t->strag.rank, t->strag.excess);
+    if (L->rank != 0)
+        return DTRAIN_OK;
+    if (t->rank_file == NULL) {
+        snprintf(summary, slen, "%s", strag);
+        return DTRAIN_OK;
+    }
+    int slow = 0, fast = 0;
+    for (int q = 0; q < L->world_size; q++) {
+        const float *x = t->host_times + (size_t)RANK_FIELDS * q;
+        t->compute_sum[q] += x[1];
+        if (x[1] > t->host_times[(size_t)RANK_FIELDS * slow + 1])
+            slow = q;
+        if (x[1] < t->host_times[(size_t)RANK_FIELDS * fast + 1])
+            fast = q;
+    }
+    t->logged++;
+    const float *s = t->host_times + (size_t)RANK_FIELDS * slow, *f = t->host_times + (size_t)RANK_FIELDS * fast;
+    snprintf(summary, slen, "\"slowest_rank\": %d, \"slowest_compute_ms\": %.3f, \"fastest_rank\": %d, "
+             "\"fastest_compute_ms\": %.3f, \"compute_spread_ms\": %.3f, %s", slow, (double)s[1], fast, (double)f[1],
+             (double)(s[1] - f[1]), strag);
+    return DTRAIN_OK;
+}
+
+void dtrain_ptrainer_straggler(const struct dtrain_ptrainer *t, struct dtrain_straggler *s)
+{
+    *s = t->strag;
+}
+
+int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,
+                             char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    int val = r->base.has_val_loss;
+    long done = r->base.step + 1 - t->first_step; /* steps this process ran */
+    t->smooth_loss = done <= 1 ? r->base.loss : SMOOTH_ALPHA * r->base.loss + (1.0 - SMOOTH_ALPHA) * t->smooth_loss;
+    t->last_loss = r->base.loss;
+    if (val) {
+        t->last_val = r->base.val_loss;
+        if (!(r->base.val_loss >= t->best_val)) {
+            t->best_val = r->base.val_loss;
+            t->best_val_step = r->base.step;
+        }
+    }
+    if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
+        (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps || val)) {
+        char vl[64] = "", el[32], eta[32];
+        double elapsed = now_seconds() - t->run_start;
+        if (val)
+            snprintf(vl, sizeof vl, " | val loss %.6f", r->base.val_loss);
+        dtrain_format_duration(elapsed, el, sizeof el);
+        dtrain_format_duration(done > 0 ? elapsed / (double)done * (double)(c->steps - r->base.step - 1) : 0.0, eta,
+                               sizeof eta);
+        char mfu[32] = "";
+        if (t->peak_flops > 0.0)
+            snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * r->base.mfu);
+        fprintf(progress, "step %5ld/%ld | loss %.6f (smoothed %.4f)%s | lr %.3e | norm %.4f | %8.2f ms | "
+                "%8.0f tok/s | %7.2f GFLOP/s%s | elapsed %s | ETA %s\n", r->base.step, c->steps,
+                (double)r->base.loss, t->smooth_loss, vl, r->base.lr, r->base.grad_norm, r->base.ms,
+                r->base.tokens_per_s, r->base.gflops, mfu, el, eta);
+        fflush(progress);
+    }
+    char ranks[320];
+    int rc = log_ranks(t, r, ranks, sizeof ranks, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    if (t->metrics != NULL) {
+        write_metrics(t, t->metrics, r, ranks);
+        if (ferror(t->metrics)) {
+            snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
+            return DTRAIN_ERR_SYSTEM;
+        }
+    }
+    if (t->prom_on)
+        return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps || val, err, errlen);
+    return DTRAIN_OK;
+}
+
+void dtrain_format_duration(double s, char *out, size_t outlen)
+{
+    long n = s > 0.0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (n < 60)
+        snprintf(out, outlen, "%lds", n);
+    else if (n < 3600)
+        snprintf(out, outlen, "%ldm%02lds", n / 60, n % 60);
+    else
+        snprintf(out, outlen, "%ldh%02ldm", n / 3600, n % 3600 / 60);
+}
+
+void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, const char *prog, const char *ckpt_dir)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    char el[32], val[160] = "", kept[DTRAIN_PATH_MAX * 2 + 64] = "", *k = kept;
+    size_t left = sizeof kept;
+    if (t->layout.rank != 0 || progress == NULL)
+        return;
+    if (t->run_start == 0.0) {
+        fprintf(progress, "%s: nothing to do: the run is at step %ld of %ld already\n", prog, t->step, c->steps);
+        fflush(progress);
+        return;
+    }
+    dtrain_format_duration(now_seconds() - t->run_start, el, sizeof el);
+    if (!isnan(t->last_val))
+        snprintf(val, sizeof val, ", val loss %.6f (best %.6f after step %ld)", t->last_val, t->best_val,
+                 t->best_val_step);
+    if (ckpt_dir != NULL && ckpt_dir[0] != '\0') {
+        int n = snprintf(k, left, "; checkpoints in %s", ckpt_dir);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (c->save_llmc[0] != '\0') {
+        int n = snprintf(k, left, "; model %s", c->save_llmc);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (c->metrics[0] != '\0') {
+        int n = snprintf(k, left, "; metrics %s", c->metrics);
+        k += n > 0 && (size_t)n < left ? n : 0, left -= n > 0 && (size_t)n < left ? (size_t)n : 0;
+    }
+    if (t->compute_sum != NULL && t->logged > 0) {
+        int slow = 0, fast = 0;
+        for (int q = 1; q < t->layout.world_size; q++) {
+            slow = t->compute_sum[q] > t->compute_sum[slow] ? q : slow;
+            fast = t->compute_sum[q] < t->compute_sum[fast] ? q : fast;
+        }
+        snprintf(k, left, "; slowest rank %d (compute %.2f ms a step), fastest %d (%.2f ms), per-rank files in %s",
+                 slow, t->compute_sum[slow] / (double)t->logged, fast, t->compute_sum[fast] / (double)t->logged,
+                 c->rank_metrics);
+    }
+    fprintf(progress, "%s: done: steps %ld..%ld of %ld in %s, final loss %.6f (smoothed %.4f)%s%s\n", prog,
+            t->first_step, t->step - 1, c->steps, el, (double)t->last_loss, t->smooth_loss, val, kept);
+    fflush(progress);
+}
+
+
+int dtrain_report_open(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    const struct dtrain_bootstrap *bs = &t->layout;
+    int rc;
+    /* here, so that a bad path is refused with every rank's agreement; not
+     * truncated yet: a resumed run keeps the lines of the steps before it
+     * (dtrain_ptrainer_metrics_from) */
+    if (bs->rank == 0 && c->metrics[0] != '\0') {
+        /* Never a blocking open, only a regular file (checked on the fd:
+         * the path may have changed since the config's check). */
+        int fd = dtrain_open_regular(c->metrics, O_RDWR | O_CREAT | O_APPEND, "metrics file", NULL, err, errlen);
+        if (fd >= 0 && (t->metrics = fdopen(fd, "a+")) == NULL) {
+            snprintf(err, errlen, "cannot open metrics file %s: %s", c->metrics, strerror(errno));
+            close(fd);
+        }
+        if (t->metrics == NULL)
+            return DTRAIN_ERR_INPUT;
+    }
+    if ((rc = open_rank_metrics(t, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (bs->rank == 0 && c->prom_textfile[0] != '\0') {
+        if ((rc = dtrain_prom_init(&t->prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
+            return rc;
+        t->prom_on = 1;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_report_close(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    if (t->metrics != NULL) {
+        int bad = fclose(t->metrics) != 0;
+        t->metrics = NULL;
+        if (bad) {
+            snprintf(err, errlen, "cannot write metrics file %s", t->cfg.metrics);
+            return DTRAIN_ERR_SYSTEM;
+        }
+    }
+    return DTRAIN_OK;
 }

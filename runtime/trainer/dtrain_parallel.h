@@ -122,10 +122,6 @@ long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t);
 struct dtrain_pstep_control {
     double flags;     /* in: this rank's value, summed over the world with the loss; out: the sum */
     double writing;   /* the same, a second value (dtrain_ft.c: background checkpoint writes still running) */
-    int poison_loss;  /* in: fault injection: this rank's share of the loss is NaN */
-    long delay_ms;    /* in: fault injection: the step's first forward takes this much longer (a slow
-                       * device: counted as compute time) */
-    int hang;         /* in: fault injection: the step's first forward never ends (a hung device) */
     int skipped;      /* out: the loss or the gradient norm was not finite on the whole job: no update
                        * was made (every rank skips alike), the batch is consumed, the step is not */
 };

@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The fault-tolerant loop's checkpoints: the config from the environment,
+ * the node-local tier, writing (now or in the background), committing and
+ * loading; see dtrain_ft.h. */
+#include "dtrain_ft_internal.h"
+#include "dtrain_env.h"
+#include "dtrain_io.h"
+#include "dtrain_parse.h"
+#include "dtrain_pcomm.h"
+#include "dtrain_watchdog.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen)
+{
+    const char *dir = getenv(DTRAIN_ENV_CKPT_DIR), *inject = getenv(DTRAIN_INJECT_ENV);
+    if (c->ckpt_dir[0] == '\0' && dir != NULL && dtrain_snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", dir) != 0) {
+        snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_ENV_CKPT_DIR, sizeof c->ckpt_dir - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    const char *strag = getenv(DTRAIN_ENV_STRAGGLER);
+    if (strag != NULL && strag[0] != '\0') {
+        if (strcmp(strag, "report") != 0 && strcmp(strag, "drain") != 0) {
+            snprintf(err, errlen, "%s='%.32s': use report or drain (sbatch --dtrain-straggler=report|drain)",
+                     DTRAIN_ENV_STRAGGLER, strag);
+            return DTRAIN_ERR_INPUT;
+        }
+        if (c->straggler_steps == 0)
+            c->straggler_steps = DTRAIN_FT_STRAGGLER_STEPS;
+        c->straggler_drain = c->straggler_drain || strcmp(strag, "drain") == 0;
+    }
+    if (c->straggler_drain && c->straggler_steps == 0)
+        c->straggler_steps = DTRAIN_FT_STRAGGLER_STEPS;
+    if (c->straggler_drain && c->ckpt_dir[0] == '\0' && getenv(DTRAIN_ENV_CKPT_DIR) == NULL) {
+        snprintf(err, errlen, "straggler drain needs a checkpoint folder to restart from and to hand the drain request "
+                 "to dtrain-launch --job-exit (--ckpt-dir or sbatch --dtrain-ckpt-dir)");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->inject[0] == '\0' && inject != NULL && dtrain_snprintf(c->inject, sizeof c->inject, "%s", inject) != 0) {
+        snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_INJECT_ENV, sizeof c->inject - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    const char *local = getenv(DTRAIN_ENV_CKPT_LOCAL_DIR);
+    if (c->ckpt_local_dir[0] == '\0' && local != NULL &&
+        dtrain_snprintf(c->ckpt_local_dir, sizeof c->ckpt_local_dir, "%s", local) != 0) {
+        snprintf(err, errlen, "%s is longer than %zu bytes", DTRAIN_ENV_CKPT_LOCAL_DIR, sizeof c->ckpt_local_dir - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->ckpt_local_dir[0] != '\0' && c->ckpt_dir[0] == '\0') {
+        snprintf(err, errlen, "--ckpt-local-dir (or %s) needs --ckpt-dir (or %s): the shared tier, written at the end "
+                 "and when stopping", DTRAIN_ENV_CKPT_LOCAL_DIR, DTRAIN_ENV_CKPT_DIR);
+        return DTRAIN_ERR_INPUT;
+    }
+    struct dtrain_inject in;
+    return dtrain_inject_parse(c->inject, &in, err, errlen) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+}
+
+/* The node-local folder with "%n" replaced by this node's name
+ * (SLURMD_NODENAME, else the host name) and "%%" by "%". */
+static int local_dir_of(const char *spec, char *out, size_t len, char *err, size_t errlen)
+{
+    char host[256] = "";
+    const char *n = getenv("SLURMD_NODENAME");
+    if (n != NULL && n[0] != '\0')
+        snprintf(host, sizeof host, "%s", n);
+    else if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+        snprintf(host, sizeof host, "localhost");
+    if (dtrain_expand_node(spec, host, out, len) != 0) {
+        snprintf(err, errlen, "--ckpt-local-dir %.80s: longer than %zu bytes once %%n is replaced", spec, len - 1);
+        return DTRAIN_ERR_INPUT;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_ft_local_tier(struct ft *f, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *cfg = f->cfg;
+    const struct dtrain_bootstrap *bs = f->bs;
+    int rc;
+    if (cfg->ckpt_local_dir[0] == '\0')
+        return DTRAIN_OK;
+    if (f->dir == NULL) {
+        snprintf(err, errlen, "--ckpt-local-dir needs --ckpt-dir (the shared tier, written at the end and when "
+                 "stopping)");
+        return DTRAIN_ERR_INPUT;
+    }
+    if ((rc = local_dir_of(cfg->ckpt_local_dir, f->local_buf, sizeof f->local_buf, err, errlen)) != DTRAIN_OK)
+        return rc;
+    f->local = f->local_buf;
+    /* every rank's node folder writable, or every rank stops now (exit 2), not at the first checkpoint */
+    int bad = dtrain_out_check_dir(f->local, "node-local checkpoint folder (--ckpt-local-dir)", err, errlen) !=
+              DTRAIN_OK;
+    double mine = bad, any = 0.0;
+    if ((rc = dtrain_pcomm_sum_doubles(f->world, &mine, &any, 1, "checking the node-local folders", err,
+                                       errlen)) != DTRAIN_OK)
+        return rc;
+    if (any > 0.0) {
+        if (!bad)
+            snprintf(err, errlen, "%.0f rank%s cannot write its node-local checkpoint folder (--ckpt-local-dir "
+                     "%s): see their lines", any, any > 1 ? "s" : "", cfg->ckpt_local_dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    /* collective: every rank has the same config */
+    if ((rc = dtrain_sckpt_peers(f->world, bs->node, &f->peers, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (is_root(f) && (f->peers.nodes < 2 || f->peers.same_node))
+        fprintf(stderr, "%s: warning: --ckpt-local-dir: %s: a node's lost disk can lose a node-local checkpoint "
+                "(the shared tier, --ckpt-dir, is the fallback)\n", f->prog, f->peers.nodes < 2 ?
+                "every rank is on one node, so no shard has a copy on another node" :
+                "the nodes hold uneven numbers of ranks, so some shards' copies are on their own node");
+    return DTRAIN_OK;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* The checkpoint folder holds this step already (written, or resumed from). */
+int dtrain_ft_saved_in_dir(const struct ft *f, long step)
+{
+    return f->last_ckpt == step && f->last_dir == f->dir;
+}
+
+/* ... or in the node-local tier. */
+int dtrain_ft_saved_in_tiers(const struct ft *f, long step)
+{
+    return dtrain_ft_saved_in_dir(f, step) || (f->last_ckpt == step && f->local != NULL && f->last_dir == f->local);
+}
+
+/* A checkpoint of dir's outcome, committed (rc) after write_s seconds of
+ * writing (in the background: async) and st's of the commit: counted and
+ * said. */
+static void checkpoint_done(struct ft *f, const char *dir, long step, int rc, int async, double write_s,
+                            const struct dtrain_sckpt_stats *st, const char *err)
+{
+    const char *tier = dir == f->local ? "node-local" : "";
+    if (rc == DTRAIN_OK) {
+        f->last_ckpt = step;
+        f->last_dir = dir;
+        f->sum->checkpoints++;
+        f->sum->ckpt_write_s = write_s + st->seconds;
+        f->sum->ckpt_bytes = st->total_bytes;
+        if (is_root(f)) {
+            char when[160] = "";
+            snprintf(when, sizeof when, "%s%s", dir == f->local ? (f->peers.peer >= 0 ? ", node-local, each shard "
+                     "also on a peer's node" : ", node-local, no copy on another node") : "",
+                     async ? ", written in the background" : "");
+            if (async)
+                snprintf(when + strlen(when), sizeof when - strlen(when), ", committed after step %ld",
+                         dtrain_ptrainer_steps_done(f->t));
+            fprintf(f->progress, "%s: checkpoint of step %ld written to %s/step-%08ld (%.2f MB, %.3f s%s)\n", f->prog,
+                    step, dir, step, 1e-6 * (double)st->total_bytes, write_s + st->seconds, when);
+            fflush(f->progress);
+            char what[64];
+            snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st->total_bytes,
+                     write_s + st->seconds);
+            dtrain_fault_event(f->fault, "ckpt_write", step, what);
+        }
+    } else if (rc == DTRAIN_ERR_SYSTEM) {
+        f->sum->checkpoint_failures++;
+        char kept[64] = "there is no checkpoint yet";
+        if (f->last_ckpt >= 0)
+            snprintf(kept, sizeof kept, "the newest checkpoint stays step %ld", f->last_ckpt);
+        if (is_root(f) || st->failed_here) /* the summary, or what failed here */
+            fprintf(stderr, "%s: warning: %s%s%s; %s\n", f->prog, err, async ? " (background write)" : "",
+                    tier[0] ? " (node-local tier)" : "", kept);
+    }
+}
+
+/* The write in flight, if any, one stage on: waited for, then its copy
+ * sent to the peer (node-local) or committed.  A collective: every rank
+ * calls it at the same step boundary.  drain: every stage, to the commit. */
+int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
+{
+    int rc = DTRAIN_OK, committed = 0;
+    while (f->async.pending && !committed) {
+        long step = (long)f->async.step, at = dtrain_ptrainer_steps_done(f->t);
+        const char *dir = f->async.dir;
+        struct dtrain_sckpt_stats st;
+        double write_s;
+        dtrain_watchdog_beat(f->wd, "finishing a checkpoint", at);
+        rc = dtrain_ckpt_async_finish(&f->async, f->world, f->cfg->ckpt_keep, &committed, &st, &write_s, err,
+                                      errlen);
+        dtrain_watchdog_beat(f->wd, "training", at);
+        if (committed || rc != DTRAIN_OK) {
+            checkpoint_done(f, dir, step, rc, f->cfg->ckpt_async, write_s, &st, err);
+            break;
+        }
+        if (!drain)
+            break;
+    }
+    return rc;
+}
+
+/* Write the checkpoint of the present step into the node-local tier
+ * (local) or the shared folder.  async: start it in the background (after
+ * finishing the one in flight), else write and commit it now. */
+int dtrain_ft_save_checkpoint(struct ft *f, int async, int local, char *err, size_t errlen)
+{
+    long step = dtrain_ptrainer_steps_done(f->t);
+    struct dtrain_sckpt_stats st;
+    int rc, nospace = dtrain_inject_due(&f->inject.spec, DTRAIN_INJECT_NOSPACE, f->bs->rank, step, f->restart);
+    if ((rc = dtrain_ft_finish_async(f, 1, err, errlen)) == DTRAIN_ERR_FAULT)
+        return rc;
+    nospace = nospace && dtrain_inject_ckpt_nospace(&f->inject, step); /* says so */
+    dtrain_watchdog_beat(f->wd, "writing a checkpoint", step);
+    dtrain_ft_pieces_download(&f->pieces);
+    struct dtrain_sckpt_scaler scaler;
+    dtrain_ptrainer_scaler(f->t, &scaler);
+    local = local && f->local != NULL;
+    if (async || local) {
+        long slow = dtrain_inject_ckpt_slow_ms(&f->inject, step, async);
+        if (dtrain_ckpt_async_start(&f->async, local ? f->local : f->dir, local, &f->peers, f->cfg, &f->layout,
+                                    (uint64_t)step, dtrain_ptrainer_data_batches(f->t), &scaler, f->pieces.save,
+                                    f->pieces.nsave, nospace, slow, err, errlen) != 0)
+            fprintf(stderr, "%s: warning: rank %d: %s\n", f->prog, f->bs->rank, err);
+        dtrain_watchdog_beat(f->wd, "training", step);
+        /* synchronous on the node-local tier: the same stages, waited for now */
+        return async ? DTRAIN_OK : dtrain_ft_finish_async(f, 1, err, errlen);
+    }
+    rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
+                           &scaler, f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
+                           errlen);
+    dtrain_watchdog_beat(f->wd, "training", step);
+    checkpoint_done(f, f->dir, step, rc, 0, 0.0, &st, err);
+    return rc;
+}
+
+/* Load the newest good checkpoint of dir (at start, or to roll back).
+ * required: finding none there is an error (--resume DIR). */
+int dtrain_ft_load_checkpoint(struct ft *f, const char *dir, int rollback, int required, char *err, size_t errlen)
+{
+    struct dtrain_sckpt_resumed res;
+    struct dtrain_sckpt_stats st;
+    long at = dtrain_ptrainer_steps_done(f->t);
+    dtrain_watchdog_beat(f->wd, "loading a checkpoint", at);
+    dtrain_fault_event(f->fault, "load_begin", at, rollback ? "rollback" : "resume");
+    /* the run's own folders: either tier, the newest complete checkpoint */
+    int tiers = f->local != NULL && (dir == f->dir || dir == f->local);
+    if (tiers)
+        dir = f->dir;
+    const struct dtrain_sckpt_group group = dtrain_ft_pieces_group(&f->pieces);
+    int rc = tiers ? dtrain_sckpt_resume_tiers(f->dir, f->local, &f->peers, f->cfg, f->world, &group, f->pieces.load,
+                                               f->pieces.nload, stderr, f->prog, &res, &st, err, errlen)
+                   : dtrain_sckpt_resume_group(dir, f->cfg, f->world, &group, f->pieces.load, f->pieces.nload, stderr,
+                                               f->prog, &res, &st, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    if (!res.found && (rollback || res.loaded_partly)) {
+        snprintf(err, errlen, "%s: no good checkpoint in %s%s", rollback ? "cannot roll back" : "cannot resume",
+                 dir, res.loaded_partly ? " (a damaged one was read in part: the model is not usable)" : "");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    if (!res.found && res.damaged > 0) {
+        /* storage that damages every checkpoint would make every requeue start over */
+        snprintf(err, errlen, "every checkpoint in %s is damaged (kept as step-N.damaged): not starting over from "
+                 "step 0; move the folder away (or give another --ckpt-dir) to train from the beginning", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (!res.found && required) {
+        snprintf(err, errlen, "--resume %s: no checkpoint there (a folder of step-N checkpoints, as --checkpoint "
+                 "writes)", dir);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (res.found) {
+        dtrain_ft_pieces_upload(&f->pieces);
+        f->last_dir = tiers && strcmp(res.tier, "node-local") == 0 ? f->local : dir;
+        dtrain_ptrainer_set_position(f->t, (long)res.step, res.data_batches);
+        dtrain_ptrainer_set_scaler(f->t, &res.scaler);
+        f->last_ckpt = (long)res.step;
+        f->sum->load_s = st.seconds;
+        f->sum->load_bytes = st.bytes;
+        if (!rollback)
+            f->sum->resumed_step = (long)res.step;
+        char what[96];
+        snprintf(what, sizeof what, "%llu bytes in %.6f s", (unsigned long long)st.bytes, st.seconds);
+        dtrain_fault_event(f->fault, "load_end", (long)res.step, what);
+        if (is_root(f)) {
+            const struct dtrain_sckpt_layout *w = &res.writer;
+            char vs[48] = "";
+            if (w->virtual_stages > 1)
+                snprintf(vs, sizeof vs, ", %d virtual stages", w->virtual_stages);
+            fprintf(f->progress, "%s: %s %s (written by T=%d P=%d D=%d, ZeRO-1 %s%s): step %" PRIu64 ", data batch %"
+                    PRIu64 "; rank 0 read %.2f MB in %.3f s%s%s%s\n", f->prog, rollback ? "rolled back to" : "resumed from",
+                    res.path, w->tp, w->pp, w->dp, w->zero1 ? "on" : "off", vs, res.step, res.data_batches,
+                    1e-6 * (double)st.bytes, st.seconds, tiers ? " (" : "", tiers ? res.tier : "", tiers ? " tier)" : "");
+            fflush(f->progress);
+        }
+    } else if (is_root(f)) {
+        fprintf(f->progress, "%s: no checkpoint in %s%s%s yet: starting from step 0\n", f->prog, dir,
+                tiers ? " or " : "", tiers ? f->local : "");
+        fflush(f->progress);
+    }
+    return dtrain_ptrainer_metrics_from(f->t, dtrain_ptrainer_steps_done(f->t), err, errlen);
+}
+
