@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain: a sharded checkpoint written in the background.
  *
- * The fault-tolerant loop (dtrain_ft.c, --ckpt-async) copies the rank's
+ * The fault-tolerant loop (dtrain_loop.c, --ckpt-async) copies the rank's
  * state into host memory at a step boundary (the pieces, dtrain_ft.h) and
  * hands it to dtrain_ckpt_async_start: a thread of its own writes this
  * rank's shard into DIR/step-N.tmp (dtrain_sckpt_write_shard: files only,

@@ -121,7 +121,7 @@ long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t);
 
 struct dtrain_pstep_control {
     double flags;     /* in: this rank's value, summed over the world with the loss; out: the sum */
-    double writing;   /* the same, a second value (dtrain_ft.c: background checkpoint writes still running) */
+    double writing;   /* the same, a second value (dtrain_loop.c: background checkpoint writes still running) */
     int skipped;      /* out: the loss or the gradient norm was not finite on the whole job: no update
                        * was made (every rank skips alike), the batch is consumed, the step is not */
 };
