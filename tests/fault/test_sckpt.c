@@ -85,7 +85,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (rc == DTRAIN_OK && j->load_dir[0] != '\0') {
         struct dtrain_sckpt_resumed res;
         FILE *quiet = fopen("/dev/null", "w");
-        /* as the trainer loads (dtrain_ft.c): at ZeRO >= 1 as a DP group */
+        /* as the trainer loads (dtrain_ft_ckpt.c): at ZeRO >= 1 as a DP group */
         const struct dtrain_sckpt_group group = dtrain_ft_pieces_group(&pieces);
         rc = dtrain_sckpt_resume_group(j->load_dir, &j->cfg, world, &group, pieces.load, pieces.nload, quiet, "test",
                                        &res, &st, a->err, sizeof a->err);
