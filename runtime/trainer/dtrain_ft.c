@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The fault-tolerant training loop; see dtrain_ft.h. */
 #include "dtrain_ft.h"
-#include "dtrain_ckpt_async.h"
-#include "dtrain_dp.h"
+#include "ckpt/dtrain_ckpt_async.h"
+#include "parallel/dtrain_dp.h"
 #include "dtrain_env.h"
 #include "dtrain_grow.h"
-#include "dtrain_inject.h"
+#include "ft/dtrain_inject.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
-#include "dtrain_pcomm.h"
-#include "dtrain_shard.h"
+#include "parallel/dtrain_pcomm.h"
+#include "parallel/dtrain_shard.h"
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_traffic.h"
-#include "dtrain_watchdog.h"
-#include "dtrain_heartbeat.h"
-#include "bootstrap_id.h"
+#include "ft/dtrain_watchdog.h"
+#include "ft/dtrain_heartbeat.h"
+#include "comm/bootstrap/bootstrap_id.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

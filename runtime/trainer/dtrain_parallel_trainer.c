@@ -2,18 +2,18 @@
 /* The 3D-parallel trainer: one rank's stage, its 1F1B schedule, the tied
  * embedding, data parallelism, the step and the loop; see dtrain_parallel.h. */
 #include "dtrain_parallel.h"
-#include "dtrain_dp.h"
+#include "parallel/dtrain_dp.h"
 #include "dtrain_generate.h"
 #include "dtrain_llmc.h"
 #include "dtrain_metrics.h"
 #include "dtrain_file.h"
-#include "dtrain_pcomm.h"
-#include "dtrain_pipeline.h"
-#include "dtrain_shard.h"
+#include "parallel/dtrain_pcomm.h"
+#include "parallel/dtrain_pipeline.h"
+#include "parallel/dtrain_shard.h"
 #include "dtrain_shard_ckpt.h"
-#include "dtrain_stage.h"
-#include "dtrain_tp.h"
-#include "dtrain_watchdog.h"
+#include "parallel/dtrain_stage.h"
+#include "parallel/dtrain_tp.h"
+#include "ft/dtrain_watchdog.h"
 
 #include <errno.h>
 #include <fcntl.h>
