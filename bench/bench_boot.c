@@ -31,10 +31,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
-#include "wire.h"
+#include "comm/cpu/wire.h"
 
 #define PROCS 8
 #define PER_HOST 8

@@ -29,7 +29,7 @@
 #include "bench_parallel.h"
 #include "bench_util.h"
 #include "dtrain_fault.h"
-#include "dtrain_ft.h"
+#include "trainer/dtrain_ft.h"
 #include "dtrain_parse.h"
 #include "local_boot.h"
 

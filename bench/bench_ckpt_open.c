@@ -36,10 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dtrain_shard.h"
+#include "parallel/dtrain_shard.h"
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_train.h"
-#include "sckpt_internal.h"
+#include "ckpt/sckpt_internal.h"
 
 struct runs {
     struct dtrain_sckpt_piece *p;

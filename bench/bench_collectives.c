@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "dtrain_comm.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"

@@ -28,7 +28,7 @@
 
 #include "bench_parallel.h"
 #include "dtrain_parse.h"
-#include "dtrain_pipeline.h"
+#include "parallel/dtrain_pipeline.h"
 
 struct layout {
     int tp, pp, dp, micro;

@@ -39,7 +39,7 @@
 
 #include "bench_parallel.h"
 #include "dtrain_parse.h"
-#include "dtrain_pipeline.h"
+#include "parallel/dtrain_pipeline.h"
 
 #define MAX_MICRO 16
 

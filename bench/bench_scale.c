@@ -35,11 +35,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_comm.h"
+#include "comm/cpu/cpu_comm.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
 #include "groups.h"
-#include "wire.h"
+#include "comm/cpu/wire.h"
 
 #ifndef DTRAIN_FIXTURES_DIR
 #define DTRAIN_FIXTURES_DIR "tests/fixtures/topology"

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "site_config.h"
-#include "drain.h"
+#include "dtrain_drain.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "report.h"
@@ -160,7 +160,7 @@ static int config_failed(const struct options *o, const char *node, int drain, c
         health_print_json_error(health_mode_name((enum health_mode)o->mode), node, err, stdout);
     if (drain && node) {
         dtrain_snprintf(reason, sizeof(reason), "dtrain: health config: %s", err);
-        if (health_drain(node, reason, HEALTH_DRAIN_TIMEOUT_MS, drain_err, sizeof(drain_err)) != 0)
+        if (dtrain_drain_node(node, reason, HEALTH_DRAIN_TIMEOUT_MS, drain_err, sizeof(drain_err)) != 0)
             fprintf(stderr, PROG ": %s\n", drain_err);
     }
     return DTRAIN_EXIT_USAGE;
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
             dtrain_snprintf(drain_err, sizeof(drain_err), "cannot drain: the node name is unknown (give --node)");
             verdict.drain_error = drain_err;
         } else if (drain) {
-            if (health_drain(node, reason, cfg->timeout_ms.drain, drain_err, sizeof(drain_err)) == 0)
+            if (dtrain_drain_node(node, reason, cfg->timeout_ms.drain, drain_err, sizeof(drain_err)) == 0)
                 verdict.drained = 1;
             else
                 verdict.drain_error = drain_err;

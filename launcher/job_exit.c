@@ -6,7 +6,7 @@
 #include "dtrain_file.h"
 #include "dtrain_parse.h"
 #include "dtrain_env.h"
-#include "drain.h"
+#include "dtrain_drain.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -102,7 +102,7 @@ int dtrain_job_drain_request(char *line, size_t linelen)
     if (got <= 0)
         return got < 0;
     snprintf(reason, sizeof reason, "dtrain: %.200s", why);
-    if (health_drain(node, reason, DRAIN_TIMEOUT_MS, err, sizeof err) != 0)
+    if (dtrain_drain_node(node, reason, DRAIN_TIMEOUT_MS, err, sizeof err) != 0)
         snprintf(line, linelen, "straggler drain: %s (draining needs root, SlurmUser or a Slurm operator; the "
                  "requeued job may land on %.64s again)", err, node);
     else

@@ -30,7 +30,7 @@ int dtrain_job_exit_code(long status, char *line, size_t linelen);
 
 /* A straggler drain (dtrain_ft.h): when the checkpoint folder
  * (DTRAIN_CKPT_DIR) holds a drain request "NODE<TAB>REASON", drain NODE
- * with the reason "dtrain: REASON" (health_drain: libslurm, bounded; needs
+ * with the reason "dtrain: REASON" (dtrain_drain_node: libslurm, bounded; needs
  * root, SlurmUser or a Slurm operator) and remove the request, so that
  * the requeued job is not placed there again.  Returns 0 when there was
  * none, 1 when it was handled, with one line in line saying what

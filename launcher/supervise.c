@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "drain.h"
+#include "dtrain_drain.h"
 #include "job_exit.h"
 #include "dtrain_env.h"
 #include "dtrain_exit.h"
@@ -189,7 +189,7 @@ static void drain_failed(const struct dtrain_node_roles *roles, const int *was_f
     for (int i = 0; i < roles->count; i++) {
         if (roles->role[i] != DTRAIN_NODE_FAILED || was_failed[i])
             continue;
-        if (health_drain(roles->name[i], why, DRAIN_TIMEOUT_MS, err, sizeof err) == 0)
+        if (dtrain_drain_node(roles->name[i], why, DRAIN_TIMEOUT_MS, err, sizeof err) == 0)
             fprintf(stderr, PROG ": drained %s (%s)\n", roles->name[i], why);
         else
             fprintf(stderr, PROG ": warning: could not drain %s: %s\n", roles->name[i], err);

@@ -2,7 +2,7 @@
 /* A sharded checkpoint written in the background; see dtrain_ckpt_async.h. */
 #include "dtrain_ckpt_async.h"
 #include "dtrain_io.h"
-#include "dtrain_pcomm.h"
+#include "parallel/dtrain_pcomm.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -8,7 +8,7 @@
 #include "sckpt_internal.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
-#include "dtrain_pcomm.h"
+#include "parallel/dtrain_pcomm.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include "dtrain_file.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
-#include "dtrain_pcomm.h"
+#include "parallel/dtrain_pcomm.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
 #include "dtrain_grow.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
-#include "dtrain_pcomm.h"
+#include "parallel/dtrain_pcomm.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -7,9 +7,9 @@
 #include "dtrain_io.h"
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_llmc.h"
-#include "dtrain_metrics.h"
+#include "trainer/dtrain_metrics.h"
 #include "dtrain_parse.h"
-#include "dtrain_stage.h"
+#include "parallel/dtrain_stage.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
 #include "dtrain_parallel.h"
 #include "dtrain_blas.h"
 #include "dtrain_fault.h"
-#include "dtrain_ft.h"
+#include "trainer/dtrain_ft.h"
 #include "dtrain_train.h"
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
 

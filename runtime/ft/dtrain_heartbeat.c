@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Heartbeats between ring neighbours; see dtrain_heartbeat.h. */
 #include "dtrain_heartbeat.h"
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "dtrain_env.h"
 #include "dtrain_fault.h"
-#include "dtrain_pcomm.h"
+#include "parallel/dtrain_pcomm.h"
 #include "dtrain_watchdog.h"
 
 #include <arpa/inet.h>

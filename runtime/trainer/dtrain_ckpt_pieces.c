@@ -3,9 +3,9 @@
  * trainer's state (parameters, AdamW moments) to checkpoint pieces, and one
  * checkpoint outside the loop; see dtrain_ft.h. */
 #include "dtrain_ft.h"
-#include "dtrain_dp.h"
+#include "parallel/dtrain_dp.h"
 #include "dtrain_grow.h"
-#include "dtrain_shard.h"
+#include "parallel/dtrain_shard.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,10 +3,10 @@
  * training, the parameter gather and the llm.c export; see
  * dtrain_parallel.h. */
 #include "dtrain_ptrainer.h"
-#include "dtrain_dp.h"
+#include "parallel/dtrain_dp.h"
 #include "dtrain_generate.h"
 #include "dtrain_llmc.h"
-#include "dtrain_stage.h"
+#include "parallel/dtrain_stage.h"
 
 #include <math.h>
 #include <stdlib.h>

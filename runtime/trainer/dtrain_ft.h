@@ -63,7 +63,7 @@
 #include "dtrain_comm.h"
 #include "dtrain_fault.h"
 #include "dtrain_parallel.h"
-#include "dtrain_policy.h"
+#include "ft/dtrain_policy.h"
 #include "dtrain_shard_ckpt.h"
 
 #ifdef __cplusplus

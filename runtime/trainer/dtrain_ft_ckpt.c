@@ -6,8 +6,8 @@
 #include "dtrain_env.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
-#include "dtrain_pcomm.h"
-#include "dtrain_watchdog.h"
+#include "parallel/dtrain_pcomm.h"
+#include "ft/dtrain_watchdog.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -4,9 +4,9 @@
 #ifndef DTRAIN_FT_INTERNAL_H
 #define DTRAIN_FT_INTERNAL_H
 
-#include "dtrain_ckpt_async.h"
+#include "ckpt/dtrain_ckpt_async.h"
 #include "dtrain_ft.h"
-#include "dtrain_inject.h"
+#include "ft/dtrain_inject.h"
 #include "dtrain_traffic.h"
 
 struct ft {

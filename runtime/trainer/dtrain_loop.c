@@ -7,13 +7,13 @@
  * dtrain_ckpt_pieces.c, heartbeats and injection ft/. */
 #include "dtrain_ft_internal.h"
 #include "dtrain_env.h"
-#include "dtrain_heartbeat.h"
+#include "ft/dtrain_heartbeat.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
-#include "dtrain_pcomm.h"
-#include "dtrain_policy.h"
+#include "parallel/dtrain_pcomm.h"
+#include "ft/dtrain_policy.h"
 #include "dtrain_ptrainer.h"
-#include "dtrain_watchdog.h"
+#include "ft/dtrain_watchdog.h"
 
 #include <math.h>
 #include <stdlib.h>

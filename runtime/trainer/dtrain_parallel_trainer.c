@@ -4,10 +4,10 @@
  * memory report; see dtrain_parallel.h and, for the other files of the
  * trainer, dtrain_ptrainer.h. */
 #include "dtrain_ptrainer.h"
-#include "dtrain_dp.h"
+#include "parallel/dtrain_dp.h"
 #include "dtrain_llmc.h"
-#include "dtrain_stage.h"
-#include "dtrain_tp.h"
+#include "parallel/dtrain_stage.h"
+#include "parallel/dtrain_tp.h"
 
 #include <math.h>
 #include <stdlib.h>

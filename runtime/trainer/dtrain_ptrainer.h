@@ -14,11 +14,11 @@
 
 #include "dtrain_parallel.h"
 #include "dtrain_data.h"
-#include "dtrain_inject.h"
+#include "ft/dtrain_inject.h"
 #include "dtrain_metrics.h"
-#include "dtrain_pcomm.h"
-#include "dtrain_pipeline.h"
-#include "dtrain_shard.h"
+#include "parallel/dtrain_pcomm.h"
+#include "parallel/dtrain_pipeline.h"
+#include "parallel/dtrain_shard.h"
 #include "dtrain_shard_ckpt.h"
 
 #include <time.h>

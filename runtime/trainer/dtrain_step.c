@@ -3,10 +3,10 @@
  * embedding, the data-parallel reduction and the update; see
  * dtrain_parallel.h (dtrain_ptrainer_step). */
 #include "dtrain_ptrainer.h"
-#include "dtrain_dp.h"
-#include "dtrain_stage.h"
-#include "dtrain_tp.h"
-#include "dtrain_watchdog.h"
+#include "parallel/dtrain_dp.h"
+#include "parallel/dtrain_stage.h"
+#include "parallel/dtrain_tp.h"
+#include "ft/dtrain_watchdog.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "dtrain_env.h"
-#include "dtrain_stage.h"
+#include "parallel/dtrain_stage.h"
 
 void dtrain_traffic_model(const struct dtrain_train_config *c, int T, int D, int step_sums,
                           struct dtrain_model_size *m)

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "dtrain_parse.h"
 
 void harness_diag(int rank, const char *fmt, ...)

@@ -12,7 +12,7 @@
 
 #include "dtrain_comm.h"
 #include "harness.h"
-#include "ring.h"
+#include "comm/cpu/ring.h"
 #include "tap.h"
 
 enum part { P_ALLREDUCE, P_REDUCE_SCATTER, P_ALL_GATHER, P_BROADCAST, P_SENDRECV, P_CALLS, P_PARTS };

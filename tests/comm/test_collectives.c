@@ -11,7 +11,7 @@
 
 #include "dtrain_comm.h"
 #include "harness.h"
-#include "ring.h"
+#include "comm/cpu/ring.h"
 #include "tap.h"
 
 /* Each failing part sets one bit of the child's exit code. */

@@ -24,14 +24,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
-#include "cpu_comm.h"
+#include "comm/bootstrap/bootstrap_id.h"
+#include "comm/cpu/cpu_comm.h"
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
 #include "harness.h"
-#include "net.h"
+#include "comm/cpu/net.h"
 #include "tap.h"
-#include "wire.h"
+#include "comm/cpu/wire.h"
 
 #define BOUND_S 30
 

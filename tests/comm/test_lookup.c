@@ -23,7 +23,7 @@
 #include "dtrain_parse.h"
 #include "harness.h"
 #include "tap.h"
-#include "wire.h"
+#include "comm/cpu/wire.h"
 
 static uint64_t setup_bytes(dtrain_comm *c, uint64_t *rejoined)
 {

@@ -12,14 +12,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
-#include "cpu_comm.h"
+#include "comm/bootstrap/bootstrap_id.h"
+#include "comm/cpu/cpu_comm.h"
 #include "dtrain_comm.h"
 #include "groups.h"
 #include "handoff.h"
-#include "net.h"
+#include "comm/cpu/net.h"
 #include "tap.h"
-#include "wire.h"
+#include "comm/cpu/wire.h"
 
 static void test_hello(void)
 {

@@ -50,8 +50,8 @@
 #include <unistd.h>
 
 #include "dtrain_fault.h"
-#include "dtrain_ft.h"
-#include "dtrain_inject.h"
+#include "trainer/dtrain_ft.h"
+#include "ft/dtrain_inject.h"
 #include "dtrain_parallel.h"
 #include "harness.h"
 #include "local_boot.h"

@@ -10,7 +10,7 @@
  * dropped. */
 #include "tap.h"
 
-#include "dtrain_heartbeat.h"
+#include "ft/dtrain_heartbeat.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -11,7 +11,7 @@
 #include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_fault.h"
-#include "dtrain_inject.h"
+#include "ft/dtrain_inject.h"
 #include "tap.h"
 
 static void env(const char *name, const char *value)

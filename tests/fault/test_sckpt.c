@@ -30,8 +30,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dtrain_ft.h"
-#include "dtrain_inject.h"
+#include "trainer/dtrain_ft.h"
+#include "ft/dtrain_inject.h"
 #include "dtrain_parallel.h"
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_train.h"

@@ -22,7 +22,7 @@
 
 #include "dtrain_train.h"
 #include "fuzz_files.h"
-#include "sckpt_internal.h"
+#include "ckpt/sckpt_internal.h"
 
 #define SEPARATOR "\n--shard--\n"
 #define MAX_SHARDS 8

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain_inject.h"
+#include "ft/dtrain_inject.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "wire.h"
+#include "comm/cpu/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -32,9 +32,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "dtrain_data.h"
-#include "dtrain_ft.h"
+#include "trainer/dtrain_ft.h"
 #include "dtrain_parallel.h"
 #include "dtrain_train.h"
 #include "gpu_pair.h"

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "tap.h"
 
 /* Connect to the id's address and port; the listener must accept it. */

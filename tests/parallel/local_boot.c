@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "exchange.h"
 #include "groups.h"
 

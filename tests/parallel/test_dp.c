@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain_dp.h"
-#include "dtrain_pcomm.h"
+#include "parallel/dtrain_dp.h"
+#include "parallel/dtrain_pcomm.h"
 #include "dtrain_rng.h"
-#include "dtrain_stage.h"
+#include "parallel/dtrain_stage.h"
 #include "local_boot.h"
 #include "tap.h"
 

@@ -35,10 +35,10 @@
 #include <unistd.h>
 
 #include "dtrain_data.h"
-#include "dtrain_dp.h"
+#include "parallel/dtrain_dp.h"
 #include "dtrain_parallel.h"
-#include "dtrain_shard.h"
-#include "dtrain_traffic.h"
+#include "parallel/dtrain_shard.h"
+#include "trainer/dtrain_traffic.h"
 #include "local_boot.h"
 #include "tap.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "dtrain_kernels.h"
-#include "dtrain_pcomm.h"
+#include "parallel/dtrain_pcomm.h"
 #include "local_boot.h"
 #include "tap.h"
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain_pipeline.h"
+#include "parallel/dtrain_pipeline.h"
 #include "tap.h"
 
 #define MAXP 8

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain_shard.h"
+#include "parallel/dtrain_shard.h"
 #include "tap.h"
 
 static const struct dtrain_gpt2_config model = {

@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "dtrain_rng.h"
-#include "dtrain_shard.h"
-#include "dtrain_tp.h"
+#include "parallel/dtrain_shard.h"
+#include "parallel/dtrain_tp.h"
 #include "local_boot.h"
 #include "tap.h"
 

@@ -39,11 +39,11 @@
 #include <unistd.h>
 
 #include "dtrain_data.h"
-#include "dtrain_ft.h"
+#include "trainer/dtrain_ft.h"
 #include "dtrain_generate.h"
 #include "dtrain_parallel.h"
-#include "dtrain_shard.h"
-#include "dtrain_stage.h"
+#include "parallel/dtrain_shard.h"
+#include "parallel/dtrain_stage.h"
 #include "local_boot.h"
 #include "tap.h"
 

@@ -6,7 +6,7 @@
  * refusals; and end to end, dtrain-train --prom-textfile leaves the run's
  * last step in the file while the JSON metrics lines carry their time. */
 #include "dtrain_data.h"
-#include "dtrain_metrics.h"
+#include "trainer/dtrain_metrics.h"
 #include "dtrain_train.h"
 #include "tap.h"
 

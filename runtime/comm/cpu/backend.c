@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm_backend.h"
+#include "comm/comm_backend.h"
 #include "cpu_comm.h"
 #include "dtrain_parse.h"
 #include "net.h"

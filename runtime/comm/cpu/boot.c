@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap_id.h"
-#include "comm_backend.h"
+#include "comm/bootstrap/bootstrap_id.h"
+#include "comm/comm_backend.h"
 #include "dtrain_parse.h"
 #include "net.h"
 

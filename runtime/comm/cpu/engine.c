@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_backend.h"
+#include "comm/comm_backend.h"
 #include "dtrain_grow.h"
 #include "net.h"
 

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm_backend.h"
+#include "comm/comm_backend.h"
 #include "cpu_comm.h"
 #include "dtrain_parse.h"
 

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "comm_backend.h"
+#include "comm/comm_backend.h"
 #include "engine.h"
 
 /* i mod n for any i. */

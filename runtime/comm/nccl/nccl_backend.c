@@ -38,8 +38,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "bootstrap_id.h"
-#include "comm_backend.h"
+#include "comm/bootstrap/bootstrap_id.h"
+#include "comm/comm_backend.h"
 #include "dtrain_parse.h"
 #include "dtrain_placement_env.h"
 

@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* dtrain-health: drain a node through libslurm.
+/* Drain a node through libslurm (dtrain-health, and dtrain-launch's
+ * --job-exit and --supervise).
  *
  * The same request as `scontrol update NodeName=N State=DRAIN Reason=R`
  * (slurm_update_node), sent from a bounded child so that a slurmctld that
  * does not answer cannot hang the prolog.  libslurm finds slurmctld through
  * SLURM_CONF or /etc/slurm/slurm.conf, as scontrol does.  Needs SlurmUser
  * or root, which the prolog and epilog run as. */
-#ifndef DTRAIN_HEALTH_DRAIN_H
-#define DTRAIN_HEALTH_DRAIN_H
+#ifndef DTRAIN_DRAIN_H
+#define DTRAIN_DRAIN_H
 
 #include <stddef.h>
 
 /* Returns 0 when slurmctld accepted the drain, or -1 with one line in err. */
-int health_drain(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen);
+int dtrain_drain_node(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen);
 
 #endif

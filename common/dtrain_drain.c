@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* dtrain-health: drain through libslurm; see drain.h. */
-#include "drain.h"
+/* Drain a node through libslurm; see dtrain_drain.h. */
+#include "dtrain_drain.h"
 
 #include <errno.h>
 #include <slurm/slurm.h>
@@ -11,7 +11,9 @@
 
 #include "dtrain_bounded.h"
 #include "dtrain_parse.h"
-#include "facts.h"
+
+/* libslurm's error text, and ours about it: one line. */
+#define DRAIN_ERROR_LEN 256
 
 struct drain_request {
     const char *node;
@@ -26,7 +28,7 @@ extern void __lsan_disable(void) __attribute__((weak));
 
 struct drain_answer {
     int ok;
-    char error[HEALTH_ERROR_LEN];
+    char error[DRAIN_ERROR_LEN];
 };
 
 static void drain_child(const void *arg, void *out, struct dtrain_stage *stage)
@@ -78,11 +80,11 @@ static void last_log_line(int fd, char *out, size_t len)
     dtrain_snprintf(out, len, "%s", level ? level + 2 : line);
 }
 
-int health_drain(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen)
+int dtrain_drain_node(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen)
 {
     struct drain_request req = {.node = node, .reason = reason};
     struct drain_answer answer;
-    char why[HEALTH_ERROR_LEN], log[HEALTH_ERROR_LEN];
+    char why[DRAIN_ERROR_LEN], log[DRAIN_ERROR_LEN];
     int rc = -1;
 
     req.log_fd = memfd_create("dtrain-health-libslurm-log", MFD_CLOEXEC);
