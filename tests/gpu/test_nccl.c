@@ -561,7 +561,7 @@ int main(void)
         return tap_done();
     }
     run_children(2, child_collectives, NULL, 11, "two GPUs");
-    run_children(2, child_control, NULL, 6, "two GPUs, control plane");
+    run_children(2, child_control, NULL, 7, "two GPUs, control plane");
     run_children(2, child_timeout, NULL, 1, "two GPUs");
     run_children(2, child_abort_midcall, NULL, 1, "two GPUs");
     return tap_done();
