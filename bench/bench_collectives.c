@@ -272,7 +272,8 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
     char err[256];
     dtrain_comm *c = NULL;
     const int n = g->size, rank = g->my_rank;
-    float *a = NULL, *b = NULL, times[MAX_RANKS];
+    float *a = NULL, *b = NULL;
+    double times[MAX_RANKS];
     int rc = 1;
 
     dtrain_comm_options_defaults(&copts);
@@ -310,8 +311,8 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
                 for (int it = 0; it < iters; it++)
                     if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
                         goto failed;
-                float mine = (float)((bench_now_seconds() - t0) / iters);
-                if ((rc = dtrain_comm_all_gather(c, &mine, times, 1)) != 0)
+                double mine = (bench_now_seconds() - t0) / iters;
+                if ((rc = dtrain_comm_all_gather_bytes(c, &mine, times, sizeof mine)) != 0)
                     goto failed;
                 rep_time[rep] = 0;
                 for (int i = 0; i < n; i++) /* the slowest rank's */

@@ -182,6 +182,30 @@ int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t c
 /* buf[bytes] of member root is copied to every member's buf. */
 int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root);
 
+/* The control plane: small messages that are not floats (exit codes,
+ * counts, flags, addresses, sums of doubles), byte-typed as NCCL's
+ * bootstrap all-gather is, so that no float carries anything but floats.
+ * Buffers are HOST memory on every backend (nccl stages them through a
+ * device copy: slow, for small messages).  Values travel in the members'
+ * native byte order (one architecture per job).  Collectives like the
+ * rest: the same calls, in the same order, with the same counts; count 0
+ * returns at once.  A member out of memory for the gathered copy fails
+ * the communicator with DTRAIN_COMM_ESYS. */
+
+/* in[bytes] of member r lands at out[r*bytes] on every member (out holds
+ * bytes * size).  in may be out + r*bytes (in place). */
+int dtrain_comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size_t bytes);
+
+/* In place: buf[count] becomes the element-wise sum over the members
+ * (wrapping modulo 2^64 on overflow) / the maximum. */
+int dtrain_comm_sum_int64(dtrain_comm *c, int64_t *buf, size_t count);
+int dtrain_comm_max_int64(dtrain_comm *c, int64_t *buf, size_t count);
+
+/* In place: buf[count] becomes the sum over the members in double, added
+ * in member order (0.0 + member 0 + member 1 ...) on every member, so that
+ * all get the same bits whatever the group's shape. */
+int dtrain_comm_sum_doubles_ordered(dtrain_comm *c, double *buf, size_t count);
+
 /* Point to point: the peer's matching recv/send must have the same bytes.
  * send returns once buf may be reused (the data may still be in flight,
  * buffered by the link); a send larger than the link's buffer waits for

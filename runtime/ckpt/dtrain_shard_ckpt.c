@@ -21,8 +21,8 @@
 
 /* ------------------------------------------------------------ agreement */
 
-/* Every rank's n int32 values (bits carried as floats, which all_gather
- * only copies) into all[size * n].  world NULL: one rank. */
+/* Every rank's n int32 values into all[size * n] (the comm's control
+ * plane).  world NULL: one rank. */
 int sckpt_gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *all, const char *what,
                       char *err, size_t errlen)
 {
@@ -30,7 +30,7 @@ int sckpt_gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *a
         memcpy(all, mine, (size_t)n * sizeof *mine);
         return DTRAIN_OK;
     }
-    int rc = dtrain_comm_all_gather(world, (const float *)(const void *)mine, (float *)(void *)all, (size_t)n);
+    int rc = dtrain_comm_all_gather_bytes(world, mine, all, (size_t)n * sizeof *mine);
     return dtrain_pcomm_status(world, rc, what, err, errlen);
 }
 

@@ -9,6 +9,7 @@
 #include "trainer/dtrain_ft.h"
 #include "dtrain_train.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,15 +19,15 @@
 static int agree(dtrain_comm *world, int mine, int *worst, char *err, size_t errlen)
 {
     int size = dtrain_comm_size(world);
-    float code = (float)mine, *all = malloc((size_t)size * sizeof(float));
+    int32_t code = mine, *all = malloc((size_t)size * sizeof *all);
     if (all == NULL) {
         snprintf(err, errlen, "out of memory");
         return DTRAIN_ERR_SYSTEM;
     }
-    int rc = dtrain_comm_all_gather(world, &code, all, 1), usage = 0;
+    int rc = dtrain_comm_all_gather_bytes(world, &code, all, sizeof code), usage = 0;
     *worst = DTRAIN_EXIT_OK;
     for (int r = 0; rc == DTRAIN_COMM_OK && r < size; r++) {
-        int c = (int)all[r];
+        int c = all[r];
         usage |= c == DTRAIN_EXIT_USAGE;
         if (c > *worst)
             *worst = c;

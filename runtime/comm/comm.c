@@ -293,6 +293,23 @@ int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t c
     return done(c, begin(c)->backend->all_gather(c, in, out, count));
 }
 
+int dtrain_comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size_t bytes)
+{
+    int rc = usable(c);
+    if (rc != 0)
+        return rc;
+    if (((in == NULL || out == NULL) && bytes > 0) || bytes > SIZE_MAX / (size_t)c->size)
+        return DTRAIN_COMM_EINVAL;
+    if (bytes == 0)
+        return done(c, DTRAIN_COMM_OK);
+    if (c->size == 1) { /* host memory on every backend: no device copy */
+        if (in != out)
+            memmove(out, in, bytes);
+        return done(c, DTRAIN_COMM_OK);
+    }
+    return done(c, begin(c)->backend->all_gather_bytes(c, in, out, bytes));
+}
+
 int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
 {
     int rc = usable(c);

@@ -28,6 +28,9 @@ struct comm_backend {
                           enum dtrain_reduce_op op);
     int (*all_gather)(struct dtrain_comm *c, const float *in, float *out, size_t count);
     int (*broadcast)(struct dtrain_comm *c, void *buf, size_t bytes, int root);
+    /* The control plane's all-gather: in[bytes] and out[bytes * size] are
+     * host memory on every backend (dtrain_comm_all_gather_bytes). */
+    int (*all_gather_bytes)(struct dtrain_comm *c, const void *in, void *out, size_t bytes);
     /* to / from: a peer, or -1 for no send / no receive (then 0 bytes). */
     int (*sendrecv)(struct dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
                     size_t recv_bytes, int from);

@@ -33,28 +33,11 @@ int dtrain_pcomm_sum_doubles(dtrain_comm *c, const double *in, double *out, int 
         snprintf(err, errlen, "%s: %d values to sum (1 to %d)", what, n, MAX_DOUBLES);
         return DTRAIN_ERR_SYSTEM;
     }
-    int size = dtrain_comm_size(c);
-    /* The bits of each double travel as floats that all_gather only copies. */
-    size_t per = (size_t)n * sizeof(double) / sizeof(float);
-    float mine[MAX_DOUBLES * sizeof(double) / sizeof(float)];
-    float *all = malloc((size_t)size * per * sizeof(float));
-    if (all == NULL) {
-        snprintf(err, errlen, "%s: out of memory", what);
-        return DTRAIN_ERR_SYSTEM;
-    }
-    memcpy(mine, in, (size_t)n * sizeof(double));
-    int rc = dtrain_pcomm_status(c, dtrain_comm_all_gather(c, mine, all, per), what, err, errlen);
-    if (rc == DTRAIN_OK) {
-        for (int i = 0; i < n; i++)
-            out[i] = 0.0;
-        for (int r = 0; r < size; r++) {
-            double v[MAX_DOUBLES];
-            memcpy(v, all + (size_t)r * per, (size_t)n * sizeof(double));
-            for (int i = 0; i < n; i++)
-                out[i] += v[i];
-        }
-    }
-    free(all);
+    double sum[MAX_DOUBLES];
+    memcpy(sum, in, (size_t)n * sizeof *sum);
+    int rc = dtrain_pcomm_status(c, dtrain_comm_sum_doubles_ordered(c, sum, (size_t)n), what, err, errlen);
+    if (rc == DTRAIN_OK)
+        memcpy(out, sum, (size_t)n * sizeof *sum);
     return rc;
 }
 

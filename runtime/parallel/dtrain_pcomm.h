@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain, internal: what the parallel trainer's modules share about the
  * comm layer (runtime/comm/dtrain_comm.h): a comm result as a dtrain_status,
- * exact-order sums of doubles (the comm layer reduces floats), and
+ * exact-order sums of doubles (on the comm's control plane), and
  * communication on the kernels' memory (struct dtrain_pcomm). */
 #ifndef DTRAIN_PCOMM_H
 #define DTRAIN_PCOMM_H

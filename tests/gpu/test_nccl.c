@@ -12,7 +12,8 @@
  * once, barrier, against values computed here; host memory (the
  * trainer's control messages) through the device copy: an all-reduce and
  * an all-gather of host buffers give the same values, also with a
- * (non-blocking) compute stream named; a member that never calls makes the
+ * (non-blocking) compute stream named; the control plane (all-gather of
+ * host bytes, int64 sum and max, ordered double sum); a member that never calls makes the
  * other time out (ETIMEDOUT) instead of hanging; an all-reduce aborted from
  * another thread fails with EABORTED.
  * CUDA is used only in child processes: a process that touched CUDA
@@ -21,6 +22,7 @@
 #include "tap.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,6 +443,99 @@ static void child_abort_midcall(int rank, int n, int fd, int idfd[2], void *arg)
     cudaFree(d);
 }
 
+/* The control plane (host memory always): all_gather_bytes through the
+ * device copy (odd sizes, in place, a large payload, after a compute
+ * stream was named), the int64 sum and max, the ordered double sum with
+ * the same bits on every rank, 0 bytes and a NULL buffer. */
+static unsigned char ctl_byte(int rank, size_t bytes, size_t i)
+{
+    return (unsigned char)(i * 31 + (size_t)rank * 101 + bytes * 7 + 1);
+}
+
+static int ctl_gathered(const unsigned char *out, int n, size_t bytes)
+{
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < bytes; i++)
+            if (out[(size_t)r * bytes + i] != ctl_byte(r, bytes, i))
+                return 0;
+    return 1;
+}
+
+static int ctl_gather(dtrain_comm *c, int rank, int n, size_t bytes, int in_place, unsigned char *buf)
+{
+    unsigned char *mine = malloc(bytes);
+    if (mine == NULL)
+        return 0;
+    for (size_t i = 0; i < bytes; i++)
+        mine[i] = ctl_byte(rank, bytes, i);
+    memset(buf, 0, bytes * (size_t)n);
+    if (in_place)
+        memcpy(buf + (size_t)rank * bytes, mine, bytes);
+    int rc = dtrain_comm_all_gather_bytes(c, in_place ? buf + (size_t)rank * bytes : mine, buf, bytes);
+    free(mine);
+    return rc == 0 && ctl_gathered(buf, n, bytes);
+}
+
+static void child_control(int rank, int n, int fd, int idfd[2], void *arg)
+{
+    dtrain_comm *c;
+    float *d;
+    (void)arg;
+    if (child_world(rank, n, fd, idfd, 20000, &c, &d) != 0)
+        return;
+    const size_t large = (1u << 20) + 3;
+    unsigned char *buf = malloc(large * (size_t)n);
+    int odd = buf != NULL;
+    for (size_t bytes = 1; odd && bytes <= 13; bytes += 4)
+        odd = ctl_gather(c, rank, n, bytes, 0, buf);
+    if (rank == 0)
+        report(fd, odd, "all_gather_bytes of host buffers of 1, 5, 9, 13 bytes (through the device copy)%s%s",
+               odd ? "" : ": ", odd ? "" : dtrain_comm_error_message(c));
+    int in_place = buf != NULL && ctl_gather(c, rank, n, 7, 1, buf);
+    if (rank == 0)
+        report(fd, in_place, "all_gather_bytes in place");
+    int big = buf != NULL && ctl_gather(c, rank, n, large, 0, buf);
+    if (rank == 0)
+        report(fd, big, "all_gather_bytes of 1 MiB + 3 bytes");
+    int64_t v[3] = {rank == 0 ? INT64_MAX : 2, -rank, rank == 1 ? INT64_MIN : 5};
+    int rc = dtrain_comm_sum_int64(c, v, 3);
+    int sums = rc == 0 && v[0] == (n == 2 ? INT64_MIN + 1 : v[0]) && v[1] == -(int64_t)n * (n - 1) / 2;
+    int64_t m[2] = {rank == 1 ? INT64_MIN : -rank, 10 * rank};
+    rc = dtrain_comm_max_int64(c, m, 2);
+    int maxes = rc == 0 && m[0] == 0 && m[1] == 10 * (n - 1);
+    if (rank == 0)
+        report(fd, sums && maxes, "sum_int64 (wrapping) and max_int64");
+    /* 1e16 + 1.0 loses the 1 in rank order; -0.0 alone adds to +0.0 */
+    double x[2] = {rank == 0 ? 1e16 : 1.0, -0.0}, want0 = 1e16, want1 = 0.0, both[4];
+    for (int r = 1; r < n; r++)
+        want0 += 1.0;
+    rc = dtrain_comm_sum_doubles_ordered(c, x, 2);
+    int same = rc == 0 && memcmp(&x[0], &want0, sizeof want0) == 0 && memcmp(&x[1], &want1, sizeof want1) == 0 &&
+               dtrain_comm_all_gather_bytes(c, x, both, sizeof x) == 0 && memcmp(both, both + 2, sizeof x) == 0;
+    if (rank == 0)
+        report(fd, same, "sum_doubles_ordered adds in rank order, the same bits on both ranks");
+    unsigned char one = 1;
+    int zero = dtrain_comm_all_gather_bytes(c, NULL, NULL, 0) == 0 &&
+               dtrain_comm_all_gather_bytes(c, NULL, buf, 1) == DTRAIN_COMM_EINVAL &&
+               dtrain_comm_sum_int64(c, NULL, 1) == DTRAIN_COMM_EINVAL &&
+               dtrain_comm_all_gather_bytes(c, &one, buf, 1) == 0 && buf[0] == 1 && buf[n - 1] == 1;
+    if (rank == 0)
+        report(fd, zero, "0 bytes return at once; a NULL buffer is EINVAL and the communicator goes on");
+    cudaStream_t compute = NULL;
+    int fresh = buf != NULL && cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess;
+    dtrain_comm_set_stream(c, compute);
+    for (int it = 0; fresh && it < 20; it++)
+        fresh = ctl_gather(c, rank, n, (size_t)it + 1, 0, buf);
+    if (rank == 0)
+        report(fd, fresh, "20 all_gather_bytes after a compute stream was named: each gathers this call's bytes");
+    dtrain_comm_set_stream(c, NULL);
+    if (compute != NULL)
+        cudaStreamDestroy(compute);
+    free(buf);
+    dtrain_comm_destroy(c);
+    cudaFree(d);
+}
+
 int main(void)
 {
     test_bad_ids();
@@ -460,11 +555,13 @@ int main(void)
     run_children(1, child_one_gpu, NULL, 6, "one GPU");
     if (devices < 2) {
         skip("collectives between two GPUs: this machine has one");
+        skip("control plane between two GPUs: this machine has one");
         skip("timeout between two GPUs: this machine has one");
         skip("abort between two GPUs: this machine has one");
         return tap_done();
     }
     run_children(2, child_collectives, NULL, 11, "two GPUs");
+    run_children(2, child_control, NULL, 7, "two GPUs, control plane");
     run_children(2, child_timeout, NULL, 1, "two GPUs");
     run_children(2, child_abort_midcall, NULL, 1, "two GPUs");
     return tap_done();

@@ -73,6 +73,11 @@ static int cpu_all_gather(struct dtrain_comm *c, const float *in, float *out, si
     return ring_all_gather(c, impl(c)->next, impl(c)->prev, in, out, count);
 }
 
+static int cpu_all_gather_bytes(struct dtrain_comm *c, const void *in, void *out, size_t bytes)
+{
+    return ring_all_gather_bytes(c, impl(c)->next, impl(c)->prev, in, out, bytes);
+}
+
 static int cpu_broadcast(struct dtrain_comm *c, void *buf, size_t bytes, int root)
 {
     return ring_broadcast(c, impl(c)->next, impl(c)->prev, buf, bytes, root);
@@ -181,6 +186,7 @@ const struct comm_backend comm_backend_cpu = {
     .reduce_scatter = cpu_reduce_scatter,
     .all_gather = cpu_all_gather,
     .broadcast = cpu_broadcast,
+    .all_gather_bytes = cpu_all_gather_bytes,
     .sendrecv = cpu_sendrecv,
     .barrier = cpu_barrier,
     .break_links = cpu_break_links,

@@ -98,27 +98,43 @@ int ring_reduce_scatter(struct dtrain_comm *c, struct link *next, struct link *p
     return run(c, next, prev, &p);
 }
 
-int ring_all_gather(struct dtrain_comm *c, struct link *next, struct link *prev, const float *in, float *out,
-                    size_t count)
+/* The all-gather of `each` bytes per member, in slices of `slice` bytes;
+ * the header counts `count` (floats, or bytes); a byte message is padded to
+ * a multiple of 4 on the link (engine_pad), as broadcast and send are. */
+static int gather(struct dtrain_comm *c, struct link *next, struct link *prev, enum wire_op op, const void *in,
+                  void *out, size_t each, size_t count, size_t slice)
 {
     const int n = c->size, r = c->rank;
-    const size_t C = RING_CHUNK_FLOATS;
+    unsigned char *o = out;
     struct engine_plan p;
 
-    if (in != out + (size_t)r * count)
-        memmove(out + (size_t)r * count, in, count * sizeof(float));
-    engine_begin(&p, next, prev, WIRE_OP_ALL_GATHER, 0, 0, count, count);
-    for (size_t off = 0; off < count; off += C) {
-        size_t L = count - off < C ? count - off : C;
+    if (in != o + (size_t)r * each)
+        memmove(o + (size_t)r * each, in, each);
+    engine_begin(&p, next, prev, op, 0, 0, count, count);
+    for (size_t off = 0; off < each; off += slice) {
+        size_t L = each - off < slice ? each - off : slice;
         long last_recv = -1;
         for (int k = 0; k < n - 1; k++) {
             int sseg = mod(r - k, n), rseg = mod(r - k - 1, n);
-            engine_send(&p, out + (size_t)sseg * count + off, L * sizeof(float), k == 0 ? -1 : last_recv);
-            last_recv = engine_recv(&p, out + (size_t)rseg * count + off, L * sizeof(float), RECV_COPY, NULL, 0.0f,
-                                    -1);
+            engine_send(&p, o + (size_t)sseg * each + off, L, k == 0 ? -1 : last_recv);
+            last_recv = engine_recv(&p, o + (size_t)rseg * each + off, L, RECV_COPY, NULL, 0.0f, -1);
         }
     }
+    engine_pad(&p, (size_t)(n - 1) * each, 1, 1);
     return run(c, next, prev, &p);
+}
+
+int ring_all_gather(struct dtrain_comm *c, struct link *next, struct link *prev, const float *in, float *out,
+                    size_t count)
+{
+    return gather(c, next, prev, WIRE_OP_ALL_GATHER, in, out, count * sizeof(float), count,
+                  RING_CHUNK_FLOATS * sizeof(float));
+}
+
+int ring_all_gather_bytes(struct dtrain_comm *c, struct link *next, struct link *prev, const void *in, void *out,
+                          size_t bytes)
+{
+    return gather(c, next, prev, WIRE_OP_ALL_GATHER_BYTES, in, out, bytes, bytes, RING_CHUNK_FLOATS * sizeof(float));
 }
 
 int ring_broadcast(struct dtrain_comm *c, struct link *next, struct link *prev, void *buf, size_t bytes, int root)

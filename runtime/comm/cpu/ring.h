@@ -14,7 +14,8 @@
  *   reduce-scatter  per slice of C floats of each rank's block: the same
  *                   n-1 reduce steps; partial sums live in three scratch
  *                   slots of C floats, member r's sum lands in out.
- *   all-gather      per slice of C floats: the n-1 copy steps.
+ *   all-gather      per slice of C floats: the n-1 copy steps (bytes too:
+ *                   the control plane's all-gather).
  *   broadcast       a pipelined chain root -> root+1 -> ... -> root-1.
  * Averages divide the finished sum once, on the member that completes the
  * segment, so every member ends with the same bits. */
@@ -39,6 +40,9 @@ int ring_reduce_scatter(struct dtrain_comm *c, struct link *next, struct link *p
                         size_t count, enum dtrain_reduce_op op, float *scratch);
 int ring_all_gather(struct dtrain_comm *c, struct link *next, struct link *prev, const float *in, float *out,
                     size_t count);
+/* The same on bytes (the control plane), padded to 4 bytes on the link. */
+int ring_all_gather_bytes(struct dtrain_comm *c, struct link *next, struct link *prev, const void *in, void *out,
+                          size_t bytes);
 int ring_broadcast(struct dtrain_comm *c, struct link *next, struct link *prev, void *buf, size_t bytes, int root);
 
 /* Point to point: a message out on `to` and one in from `from`, at once;

@@ -230,7 +230,8 @@ int wire_header_decode(const unsigned char in[WIRE_HEADER_LEN], struct wire_head
 const char *wire_header_text(const struct wire_header *h, char *buf, size_t len)
 {
     static const char *const reduce[] = {"sum", "avg"};
-    const char *unit = h->op == WIRE_OP_BROADCAST || h->op == WIRE_OP_SEND ? "bytes" : "floats";
+    const char *unit =
+        h->op == WIRE_OP_BROADCAST || h->op == WIRE_OP_SEND || h->op == WIRE_OP_ALL_GATHER_BYTES ? "bytes" : "floats";
     int n;
     if (h->op == WIRE_OP_BROADCAST)
         n = snprintf(buf, len, "broadcast from rank %u of %llu bytes", h->root, (unsigned long long)h->count);
@@ -247,6 +248,6 @@ const char *wire_header_text(const struct wire_header *h, char *buf, size_t len)
 const char *wire_op_name(unsigned op)
 {
     static const char *const names[] = {"?", "allreduce", "reduce_scatter", "all_gather",
-                                        "broadcast", "send", "barrier"};
+                                        "broadcast", "send", "barrier", "all_gather_bytes"};
     return op < sizeof names / sizeof names[0] ? names[op] : "?";
 }

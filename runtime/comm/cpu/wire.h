@@ -122,6 +122,7 @@ enum wire_op {
     WIRE_OP_BROADCAST = 4,
     WIRE_OP_SEND = 5,
     WIRE_OP_BARRIER = 6,
+    WIRE_OP_ALL_GATHER_BYTES = 7, /* the control plane's (dtrain_comm_all_gather_bytes) */
 };
 
 struct wire_header {
@@ -129,7 +130,7 @@ struct wire_header {
     uint16_t arg;   /* reduce op, or 0 */
     uint32_t seq;   /* messages before this one on the link */
     uint32_t root;  /* broadcast root, else 0 */
-    uint64_t count; /* floats, or bytes for broadcast and send */
+    uint64_t count; /* floats, or bytes for broadcast, send and all_gather_bytes */
 };
 
 void wire_header_encode(const struct wire_header *h, unsigned char out[WIRE_HEADER_LEN]);

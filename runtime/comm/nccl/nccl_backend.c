@@ -27,8 +27,9 @@
  *
  * Buffers are device memory.  Host memory (the trainer's small control
  * messages: loss and norm sums, the start agreement, checkpoint outcomes,
- * the llm.c export's gather) goes through a device copy the communicator
- * keeps (bounce): copied in, the call, copied out; slow, for small calls. */
+ * the llm.c export's gather; the control plane's all-gather of bytes)
+ * goes through a device copy the communicator keeps (bounce): copied in,
+ * the call, copied out; slow, for small calls. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -427,14 +428,21 @@ static int nccl_reduce_scatter_dev(struct dtrain_comm *c, const float *in, float
                   count * (size_t)(c->size - 1) * sizeof(float));
 }
 
-static int nccl_all_gather_dev(struct dtrain_comm *c, const float *in, float *out, size_t count)
+/* count elements of elem bytes each: floats, or the control plane's bytes. */
+static int all_gather_dev(struct dtrain_comm *c, const void *in, void *out, size_t count, ncclDataType_t type,
+                          size_t elem)
 {
     int rc = begin(c, "all-gather", in, out);
     if (rc != DTRAIN_COMM_OK)
         return rc;
     struct nccl_impl *ni = impl(c);
-    ncclResult_t r = ncclAllGather(in, out, count, ncclFloat32, ni->comm, ni->stream);
-    return finish(c, r, "all-gather", count * sizeof(float), count * (size_t)(c->size - 1) * sizeof(float));
+    ncclResult_t r = ncclAllGather(in, out, count, type, ni->comm, ni->stream);
+    return finish(c, r, "all-gather", count * elem, count * (size_t)(c->size - 1) * elem);
+}
+
+static int nccl_all_gather_dev(struct dtrain_comm *c, const float *in, float *out, size_t count)
+{
+    return all_gather_dev(c, in, out, count, ncclFloat32, sizeof(float));
 }
 
 static int nccl_broadcast_dev(struct dtrain_comm *c, void *buf, size_t bytes, int root)
@@ -552,6 +560,25 @@ static int nccl_all_gather(struct dtrain_comm *c, const float *in, float *out, s
         (rc = nccl_all_gather_dev(c, (float *)(b + all), (float *)b, count)) != DTRAIN_COMM_OK)
         return rc;
     return move(c, out, b, all, "all-gather");
+}
+
+/* The control plane: host memory always.  NCCL moves device memory only,
+ * so the bytes go through the bounce copy and one ncclAllGather of
+ * ncclUint8 on the communication stream (what NCCL's own bootstrap
+ * all-gather does on its sockets); move() waits for the copy back, so out
+ * is ready on return.  Ordered after the compute stream like every call:
+ * a control message is a step's verdict and must not overtake its work. */
+static int nccl_all_gather_bytes(struct dtrain_comm *c, const void *in, void *out, size_t bytes)
+{
+    size_t all = bytes * (size_t)c->size;
+    char *b;
+    int rc;
+    if ((b = bounce(c, all + bytes, "all-gather (bytes)")) == NULL)
+        return atomic_load(&c->failed);
+    if ((rc = move(c, b + all, in, bytes, "all-gather (bytes)")) != DTRAIN_COMM_OK ||
+        (rc = all_gather_dev(c, b + all, b, bytes, ncclUint8, 1)) != DTRAIN_COMM_OK)
+        return rc;
+    return move(c, out, b, all, "all-gather (bytes)");
 }
 
 static int nccl_broadcast(struct dtrain_comm *c, void *buf, size_t bytes, int root)
@@ -678,6 +705,7 @@ const struct comm_backend comm_backend_nccl = {
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
+    .all_gather_bytes = nccl_all_gather_bytes,
     .sendrecv = nccl_sendrecv,
     .barrier = nccl_barrier,
     .break_links = nccl_break_links,
