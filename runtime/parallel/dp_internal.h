@@ -9,10 +9,10 @@
 #include "dtrain_dp.h"
 #include "dtrain_pcomm.h"
 #include "dtrain_stage.h"
+#include "dtrain_clock.h"
 
 #include <pthread.h>
 #include <stddef.h>
-#include <time.h>
 
 struct span {
     size_t offset, count;
@@ -99,13 +99,6 @@ struct dtrain_dp {
     int pf_status;
     char pf_why[512];
 };
-
-static inline double dp_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* dp_bucket.c: one bucket, the reducer thread, building the buckets */
 void dp_pack(struct dtrain_kernels *k, const struct bucket *b, const float *vec, float *buf);

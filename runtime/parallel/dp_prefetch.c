@@ -41,7 +41,7 @@ int dp_pf_wait(struct dtrain_dp *dp, char *err, size_t errlen)
 {
     if (dp->pf_unit < 0)
         return DTRAIN_OK;
-    double t0 = dp_now_seconds();
+    double t0 = dtrain_clock_s();
     pthread_mutex_lock(&dp->lock);
     while (dp->pf_busy)
         pthread_cond_wait(&dp->done, &dp->lock);
@@ -49,7 +49,7 @@ int dp_pf_wait(struct dtrain_dp *dp, char *err, size_t errlen)
     if (rc != DTRAIN_OK)
         snprintf(err, errlen, "%s", dp->pf_why);
     pthread_mutex_unlock(&dp->lock);
-    double waited = dp_now_seconds() - t0;
+    double waited = dtrain_clock_s() - t0;
     dp->z3_seconds += waited;
     dp->z3_gather += waited;
     return rc;

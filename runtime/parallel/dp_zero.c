@@ -195,10 +195,10 @@ int dtrain_dp_acquire(struct dtrain_dp *dp, int unit, int grads, struct dtrain_s
          * gather ahead, if any, is dropped, then this one, now */
         if ((rc = dp_pf_drain(dp, err, errlen)) != DTRAIN_OK)
             return rc;
-        double t0 = dp_now_seconds();
+        double t0 = dtrain_clock_s();
         rc = dp_z3_gather(dp, b, z->param, err, errlen);
-        dp->z3_seconds += dp_now_seconds() - t0;
-        dp->z3_gather += dp_now_seconds() - t0;
+        dp->z3_seconds += dtrain_clock_s() - t0;
+        dp->z3_gather += dtrain_clock_s() - t0;
         if (rc != DTRAIN_OK)
             return rc;
     }
@@ -235,10 +235,10 @@ int dtrain_dp_release(struct dtrain_dp *dp, int unit, char *err, size_t errlen)
     int rc = dp_pf_wait(dp, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
-    double t0 = dp_now_seconds();
+    double t0 = dtrain_clock_s();
     rc = dtrain_pcomm_reduce_scatter(&dp->pc, z->grad, mine, b->share, "ZeRO-3 reduce-scatter of a unit's "
                                      "gradient", err, errlen);
-    dp->z3_seconds += dp_now_seconds() - t0;
+    dp->z3_seconds += dtrain_clock_s() - t0;
     if (rc == DTRAIN_OK)
         dtrain_k_residual_forward(dp->k, b->grad, b->grad, mine, b->share);
     dp_pf_try(dp);

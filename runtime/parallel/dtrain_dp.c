@@ -238,11 +238,11 @@ int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen)
         dp->exposed = dp->z3_seconds;
         if (u < 0 || rc != DTRAIN_OK)
             return rc;
-        double t0 = dp_now_seconds();
+        double t0 = dtrain_clock_s();
         const struct bucket *b = &dp->buckets[dp->unit_bucket[u]];
         rc = dtrain_pcomm_reduce_scatter(&dp->pc, dp->z3[0].grad, b->grad, b->share,
                                          "ZeRO-3 reduce-scatter of the wte gradient", err, errlen);
-        dp->exposed = dp->z3_seconds + (dp_now_seconds() - t0);
+        dp->exposed = dp->z3_seconds + (dtrain_clock_s() - t0);
         return rc;
     }
     if (dp->next_bucket < dp->nbuckets) {
@@ -250,7 +250,7 @@ int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen)
                  "not reported ready", dp->next_bucket, dp->nbuckets);
         return DTRAIN_ERR_SYSTEM;
     }
-    double t0 = dp_now_seconds();
+    double t0 = dtrain_clock_s();
     int rc = DTRAIN_OK;
     if (dp->overlap) {
         pthread_mutex_lock(&dp->lock);
@@ -264,7 +264,7 @@ int dtrain_dp_finish(struct dtrain_dp *dp, char *err, size_t errlen)
         for (int i = 0; i < dp->nbuckets && rc == DTRAIN_OK; i++)
             rc = dp_reduce_bucket(dp, &dp->buckets[i], err, errlen);
     }
-    dp->exposed = dp_now_seconds() - t0;
+    dp->exposed = dtrain_clock_s() - t0;
     return rc;
 }
 

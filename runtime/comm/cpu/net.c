@@ -30,13 +30,6 @@ static int slice_ms(const struct dtrain_comm *c)
     return cc != NULL && cc->booting ? CPU_BOOT_WATCH_MS : NET_POLL_SLICE_MS;
 }
 
-int64_t comm_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int net_check(struct dtrain_comm *c, int64_t deadline_ms, char *why, size_t whylen)
 {
     if (comm_should_abort(c)) {
