@@ -35,6 +35,7 @@
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
 #include "comm/cpu/wire.h"
+#include "dtrain_clock.h"
 
 #define PROCS 8
 #define PER_HOST 8
@@ -128,13 +129,6 @@ static void run_members(int lo, int hi, int n, const char *id, int listen_fd, lo
     free(t);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int measure(int n, long stagger_us, struct report *all, int64_t *ms)
 {
     char id[DTRAIN_BOOTSTRAP_ID_MAX], err[256];
@@ -146,7 +140,7 @@ static int measure(int n, long stagger_us, struct report *all, int64_t *ms)
         return -1;
     }
     fflush(NULL);
-    int64_t start = now_ms();
+    int64_t start = dtrain_clock_ms();
     for (int p = 0; p < procs; p++) {
         int lo = (int)((long)n * p / procs), hi = (int)((long)n * (p + 1) / procs);
         if (pipe(pipes[p]) != 0 || (pids[p] = fork()) < 0) {
@@ -179,7 +173,7 @@ static int measure(int n, long stagger_us, struct report *all, int64_t *ms)
             memcpy(all->err, r.err, sizeof all->err);
         all->failed += r.failed;
     }
-    *ms = now_ms() - start;
+    *ms = dtrain_clock_ms() - start;
     if (all->failed > 0) {
         fprintf(stderr, "dtrain-bench-boot: n=%d: %d members failed; first: %s\n", n, all->failed, all->err);
         rc = -1;

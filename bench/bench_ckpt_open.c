@@ -40,6 +40,7 @@
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_train.h"
 #include "ckpt/sckpt_internal.h"
+#include "dtrain_clock.h"
 
 struct runs {
     struct dtrain_sckpt_piece *p;
@@ -97,13 +98,6 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* One world of W ranks: write, commit, load everyone's part. */
 static int one_world(const char *base, const struct dtrain_train_config *cfg, int W)
 {
@@ -146,7 +140,7 @@ static int one_world(const char *base, const struct dtrain_train_config *cfg, in
     }
     /* every rank's part, as a resume on the same layout loads it */
     uint64_t most = 0, total = 0, bytes = 0;
-    double t0 = now_s();
+    double t0 = dtrain_clock_s();
     for (int r = 0; r < W; r++) {
         const struct dtrain_grid_pos at = dtrain_grid_pos_of(T, P, D, r);
         int tp = at.tp_rank, pp = at.pp_rank;
@@ -165,7 +159,7 @@ static int one_world(const char *base, const struct dtrain_train_config *cfg, in
         if (opened > most)
             most = opened;
     }
-    double secs = now_s() - t0;
+    double secs = dtrain_clock_s() - t0;
     free(m.shards);
     printf("%6d %4d %4d %4d | %8d %12.1f %8llu | %8.0fx | %10.3f\n", W, T, P, D, W, (double)total / W,
            (unsigned long long)most, (double)W / ((double)total / W), secs * 1e3 / W);

@@ -39,6 +39,7 @@
 #include "dtrain_comm.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
+#include "dtrain_clock.h"
 
 #define PROG "dtrain-bench-collectives"
 #define MAX_RANKS 16
@@ -71,9 +72,9 @@ static double memcpy_rate(void)
     memset(src, 1, MEMCPY_BYTES);
     memset(dst, 2, MEMCPY_BYTES);
     for (int i = 0; i < 9; i++) {
-        double t0 = bench_now_seconds();
+        double t0 = dtrain_clock_s();
         memcpy(dst, src, MEMCPY_BYTES);
-        rate[i] = (double)MEMCPY_BYTES / (bench_now_seconds() - t0) / 1e9;
+        rate[i] = (double)MEMCPY_BYTES / (dtrain_clock_s() - t0) / 1e9;
         src[i] = dst[MEMCPY_BYTES - 1 - (size_t)i]; /* keep the copy observable */
     }
     free(src);
@@ -122,7 +123,7 @@ static double concurrent_memcpy_rate(int n)
     close(start[0]);
     close(done[1]);
     sleep(1); /* let every child fill its buffers */
-    double t0 = bench_now_seconds();
+    double t0 = dtrain_clock_s();
     for (int i = 0; i < started; i++)
         if (write(start[1], "g", 1) != 1)
             break;
@@ -130,7 +131,7 @@ static double concurrent_memcpy_rate(int n)
     char byte;
     while (finished < started && read(done[0], &byte, 1) == 1)
         finished++;
-    double wall = bench_now_seconds() - t0;
+    double wall = dtrain_clock_s() - t0;
     close(done[0]);
     for (int i = 0; i < started; i++)
         waitpid(pids[i], NULL, 0);
@@ -307,11 +308,11 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
             for (int rep = 0; rep < REPS; rep++) {
                 if ((rc = dtrain_comm_barrier(c)) != 0)
                     goto failed;
-                double t0 = bench_now_seconds();
+                double t0 = dtrain_clock_s();
                 for (int it = 0; it < iters; it++)
                     if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
                         goto failed;
-                double mine = (bench_now_seconds() - t0) / iters;
+                double mine = (dtrain_clock_s() - t0) / iters;
                 if ((rc = dtrain_comm_all_gather_bytes(c, &mine, times, sizeof mine)) != 0)
                     goto failed;
                 rep_time[rep] = 0;

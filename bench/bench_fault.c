@@ -33,6 +33,7 @@
 #include "dtrain_parse.h"
 #include "dtrain_shard_ckpt.h"
 #include "local_boot.h"
+#include "dtrain_clock.h"
 
 #define PROG "dtrain-bench-fault"
 
@@ -103,19 +104,19 @@ static int rank_main(struct dtrain_bootstrap *bs, void *area, void *ctx)
     struct dtrain_sckpt_layout L = {.pos = dtrain_grid_pos_of(1, 1, bs->world_size, bs->rank), .zero1 = 1, .virtual_stages = 1};
     struct dtrain_sckpt_stats st;
     dtrain_comm_barrier(world);
-    double t0 = bench_now_seconds();
+    double t0 = dtrain_clock_s();
     rc = dtrain_sckpt_save(j->dir, &j->cfg, &L, 1, 1, NULL, world, &piece, 1, 1, 0, &st, res->err, sizeof res->err);
-    double t1 = bench_now_seconds();
+    double t1 = dtrain_clock_s();
     if (rc != DTRAIN_OK)
         goto out;
     if (bs->rank == 0)
         drop_cache(j->dir);
     dtrain_comm_barrier(world);
     struct dtrain_sckpt_resumed found;
-    double t2 = bench_now_seconds();
+    double t2 = dtrain_clock_s();
     rc = dtrain_sckpt_resume(j->dir, &j->cfg, world, &piece, 1, stderr, PROG, &found, &st, res->err,
                              sizeof res->err);
-    double t3 = bench_now_seconds();
+    double t3 = dtrain_clock_s();
     if (rc == DTRAIN_OK && !found.found) {
         snprintf(res->err, sizeof res->err, "the checkpoint just written was not found");
         rc = DTRAIN_ERR_SYSTEM;
@@ -145,7 +146,7 @@ static int plain(const char *dir, uint64_t bytes, double *write_s, double *read_
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = -1;
     if (fd < 0)
         goto out;
-    double t0 = bench_now_seconds();
+    double t0 = dtrain_clock_s();
     for (uint64_t done = 0; done < bytes;) {
         size_t n = bytes - done < chunk ? (size_t)(bytes - done) : chunk;
         ssize_t w = write(fd, buf, n);
@@ -155,12 +156,12 @@ static int plain(const char *dir, uint64_t bytes, double *write_s, double *read_
     }
     if (fsync(fd) != 0)
         goto out_close;
-    *write_s = bench_now_seconds() - t0;
+    *write_s = dtrain_clock_s() - t0;
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         goto out;
-    t0 = bench_now_seconds();
+    t0 = dtrain_clock_s();
     for (;;) {
         ssize_t r = read(fd, buf, chunk);
         if (r < 0)
@@ -168,7 +169,7 @@ static int plain(const char *dir, uint64_t bytes, double *write_s, double *read_
         if (r == 0)
             break;
     }
-    *read_s = bench_now_seconds() - t0;
+    *read_s = dtrain_clock_s() - t0;
     rc = 0;
 out_close:
     close(fd);

@@ -27,6 +27,7 @@
 #include "dtrain_optim.h"
 #include "dtrain_parse.h"
 #include "dtrain_rng.h"
+#include "dtrain_clock.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -347,20 +348,20 @@ int main(int argc, char **argv)
             inputs[i] = (int32_t)(dtrain_rng_bits(7, step, (uint64_t)i) % (uint64_t)cfg.vocab_size);
             targets[i] = (int32_t)(dtrain_rng_bits(8, step, (uint64_t)i) % (uint64_t)cfg.vocab_size);
         }
-        double t0 = bench_now_seconds();
+        double t0 = dtrain_clock_s();
         if (dtrain_gpt2_forward(model, inputs, targets, B, T, &loss, err, sizeof err) != DTRAIN_OK)
             goto fail;
-        double t1 = bench_now_seconds();
+        double t1 = dtrain_clock_s();
         dtrain_gpt2_zero_grad(model);
         if (dtrain_gpt2_backward(model, err, sizeof err) != DTRAIN_OK)
             goto fail;
         dtrain_k_sync(k);
-        double t2 = bench_now_seconds();
+        double t2 = dtrain_clock_s();
         double norm = sqrt(dtrain_k_sumsq(k, dtrain_gpt2_grads(model), n));
         dtrain_adamw_update(opt, dtrain_gpt2_params(model), dtrain_gpt2_grads(model), &oc, (long)step, oc.lr,
                             dtrain_clip_scale(&oc, norm));
         dtrain_k_sync(k);
-        double t3 = bench_now_seconds();
+        double t3 = dtrain_clock_s();
         if (dtrain_kernels_error(k, err, sizeof err) != 0)
             goto fail;
         if (s >= 0) {

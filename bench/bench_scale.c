@@ -40,17 +40,11 @@
 #include "dtrain_topo.h"
 #include "groups.h"
 #include "comm/cpu/wire.h"
+#include "dtrain_clock.h"
 
 #ifndef DTRAIN_FIXTURES_DIR
 #define DTRAIN_FIXTURES_DIR "tests/fixtures/topology"
 #endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static size_t heap_used(void)
 {
@@ -66,10 +60,10 @@ static int measure(const struct dtrain_shape *shape, const dtrain_topo *const *n
     char err[512];
     dtrain_plan *plan = NULL;
     size_t before = heap_used();
-    double t0 = now_s();
+    double t0 = dtrain_clock_s();
     int rc = node < 0 ? dtrain_plan_place_tasks(shape, nodes, &policy, &plan, err, sizeof err)
                       : dtrain_plan_place_node(shape, nodes, &policy, node, &plan, err, sizeof err);
-    *secs = now_s() - t0;
+    *secs = dtrain_clock_s() - t0;
     *bytes = heap_used() - before;
     if (rc != DTRAIN_TOPO_OK)
         fprintf(stderr, "dtrain-bench-scale: %s\n", err);

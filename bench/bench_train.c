@@ -34,6 +34,7 @@
 #include "dtrain_optim.h"
 #include "dtrain_parse.h"
 #include "dtrain_rng.h"
+#include "dtrain_clock.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -88,9 +89,9 @@ static int sgemm_rate_of(const struct gemm_lib *lib, int n, int threads, int rep
     openblas_set_num_threads(threads);
     sgemm_nn(lib, n, a, b, c);
     for (int r = 0; r < reps; r++) {
-        double t0 = bench_now_seconds();
+        double t0 = dtrain_clock_s();
         sgemm_nn(lib, n, a, b, c);
-        rate[r] = 2.0 * n * (double)n * n / (bench_now_seconds() - t0) * 1e-9;
+        rate[r] = 2.0 * n * (double)n * n / (dtrain_clock_s() - t0) * 1e-9;
     }
     /* the CPU kernels run OpenBLAS on one thread and split matmuls themselves */
     openblas_set_num_threads(1);
@@ -316,19 +317,19 @@ static int run_steps(const struct options *o, const struct dtrain_gpt2_config *c
         }
         float loss;
         double c0 = process_cpu_seconds();
-        double t0 = bench_now_seconds();
+        double t0 = dtrain_clock_s();
         if (dtrain_gpt2_forward(model, inputs, targets, B, T, &loss, err, sizeof err) != DTRAIN_OK)
             goto fail;
-        double t1 = bench_now_seconds();
+        double t1 = dtrain_clock_s();
         dtrain_gpt2_zero_grad(model);
         if (dtrain_gpt2_backward(model, err, sizeof err) != DTRAIN_OK)
             goto fail;
-        double t2 = bench_now_seconds();
+        double t2 = dtrain_clock_s();
         double norm2 = dtrain_k_sumsq(k, dtrain_gpt2_grads(model), n);
         dtrain_adamw_update(opt, dtrain_gpt2_params(model), dtrain_gpt2_grads(model), &oc,
                             s + o->warmup, oc.lr, dtrain_clip_scale(&oc, norm2));
         dtrain_k_sync(k);
-        double t3 = bench_now_seconds();
+        double t3 = dtrain_clock_s();
         if (s >= 0) {
             fwd_ms[s] = 1e3 * (t1 - t0);
             bwd_ms[s] = 1e3 * (t2 - t1);

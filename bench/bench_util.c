@@ -3,14 +3,6 @@
 #include "bench_util.h"
 
 #include <stdlib.h>
-#include <time.h>
-
-double bench_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "dtrain_parse.h"
+#include "dtrain_clock.h"
 
 void dtrain_stage_set(struct dtrain_stage *stage, const char *fmt, ...)
 {
@@ -29,13 +30,6 @@ void dtrain_stage_set(struct dtrain_stage *stage, const char *fmt, ...)
  * any type. */
 #define OUT_OFFSET ((sizeof(struct dtrain_stage) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * \
                     _Alignof(max_align_t))
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
 
 static const char *stage_of(const struct dtrain_probe *p)
 {
@@ -56,7 +50,7 @@ void dtrain_probe_start(struct dtrain_probe *p, dtrain_probe_fn probe, const voi
     p->failed_ctx = ctx;
     p->busy = 1;
     p->status = DTRAIN_BOUNDED_FAILED;
-    p->start_ms = now_ms();
+    p->start_ms = 1e3 * dtrain_clock_s();
     memset(out, 0, outsize);
 
     p->shared_len = OUT_OFFSET + outsize;
@@ -151,7 +145,7 @@ static void give_up(struct dtrain_probe *p, enum dtrain_bounded_status status, c
 /* The probe is over: close it and, when it gave no answer, say so. */
 static void finish(struct dtrain_probe *p)
 {
-    p->elapsed_ms = now_ms() - p->start_ms;
+    p->elapsed_ms = 1e3 * dtrain_clock_s() - p->start_ms;
     if (p->fd >= 0)
         close(p->fd);
     p->fd = -1;
@@ -171,7 +165,7 @@ void dtrain_probe_wait_all(struct dtrain_probe *const *probes, int n)
         struct pollfd fds[MAX_WAIT];
         struct dtrain_probe *waiting[MAX_WAIT];
         int nw = 0;
-        double soonest = -1, now = now_ms();
+        double soonest = -1, now = 1e3 * dtrain_clock_s();
         for (int i = 0; i < n; i++) {
             struct dtrain_probe *p = probes[i];
             if (!p || !p->busy)

@@ -124,3 +124,12 @@ int dtrain_expand_node(const char *text, const char *node, char *out, size_t out
     out[o] = '\0';
     return 0;
 }
+
+int dtrain_list_append(char *out, size_t outlen, size_t *used, const char *name)
+{
+    int n = snprintf(out + *used, outlen - *used, "%s%s", *used ? ", " : "", name);
+    if (n < 0 || (size_t)n >= outlen - *used)
+        return -1;
+    *used += (size_t)n;
+    return 0;
+}

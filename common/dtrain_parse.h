@@ -40,4 +40,9 @@ int dtrain_snprintf(char *buf, size_t len, const char *fmt, ...)
  * node is NULL or empty. */
 int dtrain_expand_node(const char *text, const char *node, char *out, size_t outlen);
 
+/* Append name to the ", "-separated list in out (*used bytes so far): the
+ * known keys a settings table names in its "unknown key" answers.  Returns
+ * -1 once out is full (it then holds the list cut short). */
+int dtrain_list_append(char *out, size_t outlen, size_t *used, const char *name);
+
 #endif

@@ -13,6 +13,7 @@
 #include "dtrain_nvml.h"
 #include "dtrain_file.h"
 #include "dtrain_parse.h"
+#include "dtrain_clock.h"
 
 /* One gathering: the API, where to announce the stage, the GPU being read. */
 struct nvml_ctx {
@@ -189,13 +190,6 @@ static void read_nvlinks(struct nvml_ctx *c, int g)
     }
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Listen for XID events on every GPU for wait_ms (0: only those pending).
  * NVML reports the XIDs raised while the set is registered; see
  * doc/health.md for what that means for a prolog. */
@@ -216,10 +210,10 @@ static void read_xids(struct nvml_ctx *c, int wait_ms)
             registered = 1;
         }
     }
-    long long deadline = now_ms() + wait_ms;
+    long long deadline = dtrain_clock_ms() + wait_ms;
     for (int events = 0; registered && events < 4096; events++) {
         nvmlEventData_t data;
-        long long left = deadline - now_ms();
+        long long left = deadline - dtrain_clock_ms();
         memset(&data, 0, sizeof(data));
         dtrain_stage_set(c->stage, "nvmlEventSetWait_v2 (%lld ms)", left > 0 ? left : 0);
         if (api->nvmlEventSetWait_v2(set, &data, left > 0 ? (unsigned int)left : 0) != NVML_SUCCESS)

@@ -11,16 +11,10 @@
 #include "ib.h"
 #include "nvml.h"
 #include "topology.h"
+#include "dtrain_clock.h"
 
 /* How often the epilog looks again for GPU processes that are exiting. */
 #define PROCESS_RECHECK_MS 200
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
 
 static void sleep_ms(int ms)
 {
@@ -80,11 +74,11 @@ static void wait_for_processes(const struct health_config *cfg, const struct hea
 {
     struct health_nvml_facts *again = malloc(sizeof(*again));
     struct health_nvml_request only = *req;
-    double deadline = now_ms() + cfg->gpu_processes_grace_ms;
+    double deadline = 1e3 * dtrain_clock_s() + cfg->gpu_processes_grace_ms;
     if (!again)
         return; /* keep the first answer */
     only.what = HEALTH_NVML_PROCESSES;
-    while (has_processes(nv) && now_ms() < deadline) {
+    while (has_processes(nv) && 1e3 * dtrain_clock_s() < deadline) {
         sleep_ms(PROCESS_RECHECK_MS);
         health_nvml_probe(&only, cfg->timeout_ms.nvml, again);
         if (!again->ok)
@@ -111,7 +105,7 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
     struct health_nvml_request req;
     struct dtrain_probe topo_probe, nvml_probe, ckpt_probe, shm_probe, ib_probe;
     struct dtrain_probe *probes[5] = {NULL, NULL, NULL, NULL, NULL};
-    double start = now_ms();
+    double start = 1e3 * dtrain_clock_s();
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
@@ -175,9 +169,9 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
         out->infiniband_ms = ib_probe.elapsed_ms;
     if (nvml && nvml->ok && (req.what & HEALTH_NVML_PROCESSES) && cfg->gpu_processes_grace_ms > 0 &&
         has_processes(nvml)) {
-        double t = now_ms();
+        double t = 1e3 * dtrain_clock_s();
         wait_for_processes(cfg, &req, nvml);
-        out->nvml_ms += now_ms() - t;
+        out->nvml_ms += 1e3 * dtrain_clock_s() - t;
     }
 
     for (int id = 0; id < HEALTH_CHECK_COUNT; id++) {
@@ -187,7 +181,7 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
         health_check_judge((enum health_check_id)id, cfg, mode, &facts, r);
         out->failed += r->outcome == HEALTH_FAIL;
     }
-    out->total_ms = now_ms() - start;
+    out->total_ms = 1e3 * dtrain_clock_s() - start;
     rc = 0;
     goto done;
 oom:

@@ -361,12 +361,9 @@ static int parse_object(struct parse_ctx *ctx, const struct key_spec *table, con
         if (!spec->name) {
             char known[512] = "";
             size_t used = 0;
-            for (const struct key_spec *s = table; s->name; s++) {
-                int n = snprintf(known + used, sizeof(known) - used, "%s%s", used ? ", " : "", s->name);
-                if (n < 0 || (size_t)n >= sizeof(known) - used)
+            for (const struct key_spec *s = table; s->name; s++)
+                if (dtrain_list_append(known, sizeof(known), &used, s->name) != 0)
                     break;
-                used += (size_t)n;
-            }
             return fail(ctx, where, "unknown key (known: %s)", known);
         }
         int rc;

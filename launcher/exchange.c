@@ -12,13 +12,7 @@
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "groups.h"
-
-static long now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
-}
+#include "dtrain_clock.h"
 
 static int exit_code_of(int pmi_status)
 {
@@ -101,7 +95,7 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
 {
     const struct dtrain_grid grid = {.tp = bs->tp, .pp = bs->pp, .dp = bs->dp};
     int rc;
-    long t0 = now_us();
+    long t0 = dtrain_clock_us();
 
     memset(times, 0, sizeof *times);
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++)
@@ -120,7 +114,7 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
             goto fail;
         }
     }
-    long t1 = now_us();
+    long t1 = dtrain_clock_us();
     const char *domain = getenv(DTRAIN_ENV_NVLINK_DOMAIN);
     if (!domain)
         domain = "";
@@ -151,13 +145,13 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
             goto fail;
         }
     }
-    long t2 = now_us();
+    long t2 = dtrain_clock_us();
     rc = dtrain_pmi_fence(pmi, err, errlen);
     if (rc != DTRAIN_PMI_OK) {
         rc = exit_code_of(rc);
         goto fail;
     }
-    long t3 = now_us();
+    long t3 = dtrain_clock_us();
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         struct dtrain_comm_group *g = &bs->groups[k];
         if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank == 0)
@@ -180,7 +174,7 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
         if (rc != DTRAIN_EXIT_OK)
             goto fail;
     }
-    long t4 = now_us();
+    long t4 = dtrain_clock_us();
     times->ids_us = t1 - t0;
     times->put_us = t2 - t1;
     times->fence_us = t3 - t2;

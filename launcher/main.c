@@ -34,6 +34,7 @@
 #include "rendezvous.h"
 #include "supervise.h"
 #include "report.h"
+#include "dtrain_clock.h"
 
 #define PROG "dtrain-launch"
 #define DEFAULT_TIMEOUT_S 300
@@ -221,13 +222,6 @@ parsed:
     return -1;
 }
 
-static long now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
-}
-
 /* 1 when the trainer runs (no PROGRAM, not only printing). */
 static int runs_trainer(const struct options *o)
 {
@@ -335,14 +329,14 @@ int main(int argc, char **argv)
     dtrain_pmi *pmi = NULL;
     struct dtrain_launch_rdv rdv = {.fd = -1};
 
-    long t0 = now_us();
+    long t0 = dtrain_clock_us();
     rc = dtrain_pmi_init(opt.timeout_s, &pmi, err, sizeof err);
     if (rc != DTRAIN_PMI_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         return rc == DTRAIN_PMI_NO_ENV ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
     }
     const int rank = dtrain_pmi_rank(pmi);
-    long t1 = now_us();
+    long t1 = dtrain_clock_us();
 
     /* Placement errors are the same on every task (same options, same
      * environment): each task exits with the documented code. */
@@ -367,7 +361,7 @@ int main(int argc, char **argv)
             goto fail_alone;
         }
     }
-    long t2 = now_us();
+    long t2 = dtrain_clock_us();
 
     /* A PROGRAM on a step the plugin did not place gets its env:// rendezvous
      * from rank 0 through the same fence (rendezvous.h). */
@@ -386,7 +380,7 @@ int main(int argc, char **argv)
         dtrain_snprintf(place.coords.master_addr, sizeof place.coords.master_addr, "%s", rdv.addr);
         place.coords.master_port = rdv.port;
     }
-    long t3 = now_us();
+    long t3 = dtrain_clock_us();
     report.bs = bs;
     report.placed_by = place.placed_by_plugin ? "spank" : "launcher";
     report.fences = dtrain_pmi_fences(pmi);

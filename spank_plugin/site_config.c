@@ -254,33 +254,20 @@ static int node_name_ok(const char *node)
 int dtrain_config_topology_path(const struct dtrain_site_config *cfg, const char *node,
                                 char *out, size_t outlen, char *err, size_t errlen)
 {
-    size_t o = 0;
-    for (const char *p = cfg->topology_xml; *p; p++) {
-        const char *piece = p;
-        size_t n = 1;
-        if (p[0] == '%' && p[1] == 'n') {
-            if (node == NULL || !node_name_ok(node)) {
-                dtrain_snprintf(err, errlen, "topology_xml=%.512s: the node name '%.64s' cannot go into a path",
-                                cfg->topology_xml, node ? node : "");
-                return -1;
-            }
-            piece = node;
-            n = strlen(node);
-            p++;
-        } else if (p[0] == '%' && p[1] == '%') {
-            p++;
-        }
-        if (o + n >= outlen) {
-            dtrain_snprintf(err, errlen, "topology_xml=%.512s: the expanded path is too long", cfg->topology_xml);
-            return -1;
-        }
-        memcpy(out + o, piece, n);
-        o += n;
-    }
-    if (outlen == 0)
+    /* a name that cannot go into a path counts as no name: refused where
+     * "%n" asks for it */
+    const char *usable = node != NULL && node_name_ok(node) ? node : NULL;
+    switch (dtrain_expand_node(cfg->topology_xml, usable, out, outlen)) {
+    case 0:
+        return 0;
+    case -2:
+        dtrain_snprintf(err, errlen, "topology_xml=%.512s: the node name '%.64s' cannot go into a path",
+                        cfg->topology_xml, node ? node : "");
         return -1;
-    out[o] = '\0';
-    return 0;
+    default:
+        dtrain_snprintf(err, errlen, "topology_xml=%.512s: the expanded path is too long", cfg->topology_xml);
+        return -1;
+    }
 }
 
 int dtrain_config_pcie_allowed(const struct dtrain_site_config *cfg, int user_asked)

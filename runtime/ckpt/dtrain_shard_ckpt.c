@@ -46,7 +46,7 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
                              const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
                              struct dtrain_sckpt_written *w)
 {
-    double t0 = now_seconds();
+    double t0 = dtrain_clock_s();
     const struct dtrain_sckpt_layout *L = layout;
     const uint64_t nparams = dtrain_gpt2_param_count(&cfg->model);
     char tmp[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32];
@@ -82,7 +82,7 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
     w->bytes = rec.bytes;
     w->floats = rec.floats;
     w->checksum = rec.checksum;
-    w->seconds = now_seconds() - t0;
+    w->seconds = dtrain_clock_s() - t0;
     return rec.error == 0 ? DTRAIN_OK : DTRAIN_ERR_SYSTEM;
 }
 
@@ -91,7 +91,7 @@ int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
                         const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,
                         const struct dtrain_sckpt_written *w, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
 {
-    double t0 = now_seconds();
+    double t0 = dtrain_clock_s();
     const struct dtrain_sckpt_layout *L = layout;
     char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX];
     struct record mine = {w->error, 0, w->error == 0 ? w->bytes : 0, w->floats, w->checksum};
@@ -145,7 +145,7 @@ int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
         dtrain_snprintf(err, errlen, "%s", outcome.msg);
 out:
     free(all);
-    st->seconds = now_seconds() - t0;
+    st->seconds = dtrain_clock_s() - t0;
     return rc;
 }
 
@@ -342,7 +342,7 @@ int dtrain_sckpt_resume_group(const char *dir, const struct dtrain_train_config 
                               size_t npieces, FILE *msgs, const char *prog, struct dtrain_sckpt_resumed *out,
                               struct dtrain_sckpt_stats *st, char *err, size_t errlen)
 {
-    double t0 = now_seconds();
+    double t0 = dtrain_clock_s();
     uint64_t steps[MAX_CANDIDATES];
     int count = 0, rc;
     memset(out, 0, sizeof *out);
@@ -360,6 +360,6 @@ int dtrain_sckpt_resume_group(const char *dir, const struct dtrain_train_config 
     }
     rc = DTRAIN_OK;
 out:
-    st->seconds = now_seconds() - t0;
+    st->seconds = dtrain_clock_s() - t0;
     return rc;
 }

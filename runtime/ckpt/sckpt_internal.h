@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "dtrain_shard_ckpt.h"
+#include "dtrain_clock.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shard files are little-endian; this code writes them natively"
@@ -44,13 +45,6 @@ static inline void put32(unsigned char *h, size_t off, uint32_t v) { memcpy(h + 
 static inline void put64(unsigned char *h, size_t off, uint64_t v) { memcpy(h + off, &v, 8); }
 static inline uint32_t get32(const unsigned char *h, size_t off) { uint32_t v; memcpy(&v, h + off, 4); return v; }
 static inline uint64_t get64(const unsigned char *h, size_t off) { uint64_t v; memcpy(&v, h + off, 8); return v; }
-
-static inline double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One rank's outcome, gathered on every rank: 8 int32 (an errno, the
  * file's size, floats and checksum as halves). */

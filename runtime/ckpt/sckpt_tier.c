@@ -184,7 +184,7 @@ int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config 
                               int copy_error, const char *copy_why, struct dtrain_sckpt_stats *st, char *err,
                               size_t errlen)
 {
-    double t0 = now_seconds();
+    double t0 = dtrain_clock_s();
     const struct dtrain_sckpt_layout *L = layout;
     const int leader = peers->leader == L->rank;
     char tmp[DTRAIN_PATH_MAX], final[DTRAIN_PATH_MAX], msg[512] = "";
@@ -251,7 +251,7 @@ int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config 
 out:
     free(all);
     free(outcomes);
-    st->seconds = now_seconds() - t0;
+    st->seconds = dtrain_clock_s() - t0;
     return rc;
 }
 
@@ -520,7 +520,7 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
                               struct dtrain_sckpt_resumed *out, struct dtrain_sckpt_stats *st, char *err,
                               size_t errlen)
 {
-    double t0 = now_seconds();
+    double t0 = dtrain_clock_s();
     int rank = world != NULL ? dtrain_comm_rank(world) : 0, size = world != NULL ? dtrain_comm_size(world) : 1;
     uint64_t shared_steps[MAX_CANDIDATES];
     int nshared = 0, rc;
@@ -590,6 +590,6 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
 out:
     free(lists);
     free(c);
-    st->seconds = now_seconds() - t0;
+    st->seconds = dtrain_clock_s() - t0;
     return rc;
 }

@@ -368,12 +368,9 @@ static void section_keys(const char *section, char *out, size_t outlen)
     size_t used = 0;
     out[0] = '\0';
     for (size_t i = 0; i < NSETTINGS; i++) {
-        if (strcmp(settings[i].section, section) != 0)
-            continue;
-        int n = snprintf(out + used, outlen - used, "%s%s", used ? ", " : "", settings[i].key);
-        if (n < 0 || (size_t)n >= outlen - used)
+        if (strcmp(settings[i].section, section) == 0 &&
+            dtrain_list_append(out, outlen, &used, settings[i].key) != 0)
             break;
-        used += (size_t)n;
     }
 }
 

@@ -3,6 +3,7 @@
  * cross-entropy; see dtrain_tp.h. */
 #include "dtrain_tp.h"
 #include "dtrain_pcomm.h"
+#include "dtrain_clock.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,13 +26,6 @@ struct dtrain_tp {
     int seq_parallel;     /* dtrain_tp_set_sequence_parallel */
     double comm_s;        /* time in its communication calls (dtrain_tp_comm_seconds) */
 };
-
-static double tp_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double dtrain_tp_comm_seconds(const struct dtrain_tp *tp) { return tp->comm_s; }
 
@@ -119,18 +113,18 @@ int dtrain_tp_sequence_parallel(const struct dtrain_tp *tp) { return tp->seq_par
 
 int dtrain_tp_all_gather(struct dtrain_tp *tp, const float *in, float *out, size_t n, char *err, size_t errlen)
 {
-    double t0 = tp_now();
+    double t0 = dtrain_clock_s();
     int rc = dtrain_pcomm_all_gather(&tp->pc, in, out, n, "sequence-parallel all-gather", err, errlen);
-    tp->comm_s += tp_now() - t0;
+    tp->comm_s += dtrain_clock_s() - t0;
     return rc;
 }
 
 int dtrain_tp_reduce_scatter(struct dtrain_tp *tp, const float *in, float *out, size_t n, char *err,
                              size_t errlen)
 {
-    double t0 = tp_now();
+    double t0 = dtrain_clock_s();
     int rc = dtrain_pcomm_reduce_scatter(&tp->pc, in, out, n, "sequence-parallel reduce-scatter", err, errlen);
-    tp->comm_s += tp_now() - t0;
+    tp->comm_s += dtrain_clock_s() - t0;
     return rc;
 }
 
@@ -141,9 +135,9 @@ const struct dtrain_tp_hook *dtrain_tp_block_hook(const struct dtrain_tp *tp)
 
 int dtrain_tp_allreduce(struct dtrain_tp *tp, float *buf, size_t n, char *err, size_t errlen)
 {
-    double t0 = tp_now();
+    double t0 = dtrain_clock_s();
     int rc = dtrain_pcomm_allreduce(&tp->pc, buf, n, "tensor-parallel all-reduce", err, errlen);
-    tp->comm_s += tp_now() - t0;
+    tp->comm_s += dtrain_clock_s() - t0;
     return rc;
 }
 
@@ -203,19 +197,19 @@ int dtrain_tp_xent_forward(struct dtrain_tp *tp, float *logits_probs, float *los
     int Vl = tp->Vl, nv = tp->valid;
     /* 1. the row maxima over all columns: gather the local ones */
     dtrain_k_xent_vp_rowmax(tp->k, tp->row_max, logits_probs, N, Vl, nv);
-    double t0 = tp_now();
+    double t0 = dtrain_clock_s();
     rc = dtrain_pcomm_all_gather(&tp->pc, tp->row_max, tp->all_max, (size_t)N,
                                  "vocabulary-parallel cross-entropy (row maxima)", err, errlen);
-    tp->comm_s += tp_now() - t0;
+    tp->comm_s += dtrain_clock_s() - t0;
     if (rc != DTRAIN_OK)
         return rc;
     /* 2. exponentials, local denominators and the target's shifted logit */
     dtrain_k_xent_vp_exp(tp->k, logits_probs, tp->sums, tp->all_max, tp->size, targets, tp->v0, N, Vl, nv);
     /* 3. the global denominators and target logits in one all-reduce */
-    t0 = tp_now();
+    t0 = dtrain_clock_s();
     rc = dtrain_pcomm_allreduce(&tp->pc, tp->sums, 2 * (size_t)N, "vocabulary-parallel cross-entropy (denominators)",
                                 err, errlen);
-    tp->comm_s += tp_now() - t0;
+    tp->comm_s += dtrain_clock_s() - t0;
     if (rc != DTRAIN_OK)
         return rc;
     dtrain_k_xent_vp_finish(tp->k, logits_probs, losses, tp->sums, N, Vl, nv);

@@ -32,6 +32,7 @@
 #include "comm/cpu/net.h"
 #include "tap.h"
 #include "comm/cpu/wire.h"
+#include "dtrain_clock.h"
 
 #define BOUND_S 30
 
@@ -39,13 +40,6 @@ static void sleep_ms(long ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static dtrain_comm *child_comm(struct dtrain_comm_group *g, int rank, int n, enum dtrain_comm_transport t,
@@ -203,9 +197,9 @@ static void storm(const struct harness_started *s, void *arg)
         garbage[i] = (unsigned char)(i * 53 + 7);
     for (int i = 0; i < STORM_OPEN; i++)
         fds[i] = -1;
-    int64_t end = comm_now_ms() + 1500; /* members come after 700 ms */
+    int64_t end = dtrain_clock_ms() + 1500; /* members come after 700 ms */
     long knocks = 0;
-    for (long k = 0; comm_now_ms() < end; k++) {
+    for (long k = 0; dtrain_clock_ms() < end; k++) {
         int slot = (int)(k % STORM_OPEN);
         if (fds[slot] >= 0)
             close(fds[slot]);
@@ -333,7 +327,7 @@ static int gone_after_table_child(int rank, int n, struct dtrain_comm_group *gro
     char host[DTRAIN_COMM_HOST_ID_MAX], err[512] = "";
     dtrain_comm *c = NULL;
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, 20000, host);
-    double t0 = now_s();
+    double t0 = dtrain_clock_s();
     int rc = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
     groups[0].listen_fd = -1;
     if (rc == DTRAIN_COMM_OK) {
@@ -341,7 +335,7 @@ static int gone_after_table_child(int rank, int n, struct dtrain_comm_group *gro
         return 1;
     }
     /* the time is shown, not checked (the machine may be loaded) */
-    harness_diag(rank, "%s after %.2f s: %s", dtrain_comm_result_name(rc), now_s() - t0, err);
+    harness_diag(rank, "%s after %.2f s: %s", dtrain_comm_result_name(rc), dtrain_clock_s() - t0, err);
     if (rc != DTRAIN_COMM_EPEER)
         return 2;
     return rank == 0 && strstr(err, "closed its bootstrap connection") == NULL ? 3 : 0;
@@ -383,13 +377,13 @@ static int killed_child(int rank, int n, struct dtrain_comm_group *groups, int n
             break;
         if (!signalled) {
             signalled = write(k->ready[1], "r", 1) == 1;
-            t0 = now_s();
+            t0 = dtrain_clock_s();
         }
     }
     struct dtrain_comm_error e;
     int async = dtrain_comm_get_async_error(c, &e);
     int failed = !(rc == DTRAIN_COMM_EPEER || rc == DTRAIN_COMM_ETIMEDOUT) || async != rc;
-    harness_diag(rank, "%s after %.2f s: %s (async: %s, peer %d)", dtrain_comm_result_name(rc), now_s() - t0,
+    harness_diag(rank, "%s after %.2f s: %s (async: %s, peer %d)", dtrain_comm_result_name(rc), dtrain_clock_s() - t0,
                  dtrain_comm_error_message(c), dtrain_comm_result_name(async), e.peer);
     free(buf);
     dtrain_comm_destroy(c);

@@ -11,6 +11,7 @@
 #include "tap.h"
 
 #include "ft/dtrain_heartbeat.h"
+#include "dtrain_clock.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,13 +22,6 @@
 #include <unistd.h>
 
 #define LIMIT 0.3 /* seconds: --hang-detect of the cases */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 struct trio {
     struct dtrain_hb *h[3];
@@ -71,8 +65,8 @@ static int run(struct trio *t, const struct dtrain_hb_state *s0, const struct dt
     struct dtrain_hb_state me = {.waiting = 1, .armed = 1, .step = 5};
     snprintf(me.what, sizeof me.what, "data-parallel gradient reduction");
     struct dtrain_hb_state a = s0 != NULL ? *s0 : me, b = s2 != NULL ? *s2 : me;
-    double t0 = now_s();
-    while (now_s() - t0 < for_s) {
+    double t0 = dtrain_clock_s();
+    while (dtrain_clock_s() - t0 < for_s) {
         if (s0 != NULL)
             dtrain_hb_send(t->h[0], &a, 0);
         if (s2 != NULL)
@@ -83,7 +77,7 @@ static int run(struct trio *t, const struct dtrain_hb_state *s0, const struct dt
         }
         dtrain_hb_send(t->h[1], &me, 0);
         dtrain_hb_receive(t->h[1]);
-        if (dtrain_hb_check(t->h[1], now_s() - t0, "DP", LIMIT, reason, len))
+        if (dtrain_hb_check(t->h[1], dtrain_clock_s() - t0, "DP", LIMIT, reason, len))
             return 1;
         usleep(20000);
     }
@@ -158,13 +152,13 @@ int main(void)
     dtrain_hb_address(t.h[1], &ip, &port);
     dtrain_hb_set_peer(other.h[2], 0, 1, ip, port); /* aims at our rank 1 */
     run(&t, &waiting, &waiting, 0, 3 * 0.02, 0, reason, sizeof reason);
-    double t0 = now_s();
+    double t0 = dtrain_clock_s();
     hung = 0;
-    while (!hung && now_s() - t0 < 30.0) { /* ours silent, the stranger's alive: still a silent peer */
+    while (!hung && dtrain_clock_s() - t0 < 30.0) { /* ours silent, the stranger's alive: still a silent peer */
         dtrain_hb_send(t.h[0], &waiting, 0);
         dtrain_hb_send(other.h[2], &waiting, 0);
         dtrain_hb_receive(t.h[1]);
-        hung = dtrain_hb_check(t.h[1], now_s() - t0, "DP", LIMIT, reason, sizeof reason);
+        hung = dtrain_hb_check(t.h[1], dtrain_clock_s() - t0, "DP", LIMIT, reason, sizeof reason);
         usleep(20000);
     }
     ok(hung && strstr(reason, "rank 2 ") && strstr(reason, "sent no heartbeat"),

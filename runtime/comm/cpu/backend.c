@@ -38,7 +38,7 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
         cc->listen_fd = -1;
         return 0;
     }
-    int64_t deadline = comm_now_ms() + c->timeout_ms;
+    int64_t deadline = dtrain_clock_ms() + c->timeout_ms;
     cc->booting = 1;
     int rc = cpu_bootstrap(c, cc, g, deadline, why, sizeof why);
     if (rc == 0)

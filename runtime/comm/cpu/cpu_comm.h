@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* State of one cpu-backend communicator and its bootstrap (boot.c).
+/* State of one cpu-backend communicator and its bootstrap (boot*.c).
  *
  * Bootstrap of a group of n members (doc/comm.md, "Wire protocol"):
  *  1. every member but the leader connects to the leader's address from

@@ -202,7 +202,7 @@ int engine_run(struct dtrain_comm *c, struct link *s, struct link *r, struct eng
         }
         if (comm_should_abort(c))
             return comm_fail(c, DTRAIN_COMM_EABORTED, -1, "%s: aborted", op_name(p));
-        int64_t now = comm_now_ms();
+        int64_t now = dtrain_clock_ms();
         if (idle == 0)
             idle_since = now;
         /* Wait on what blocks: data to receive, room to send. */

@@ -30,20 +30,13 @@ static int slice_ms(const struct dtrain_comm *c)
     return cc != NULL && cc->booting ? CPU_BOOT_WATCH_MS : NET_POLL_SLICE_MS;
 }
 
-int64_t comm_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int net_check(struct dtrain_comm *c, int64_t deadline_ms, char *why, size_t whylen)
 {
     if (comm_should_abort(c)) {
         dtrain_snprintf(why, whylen, "aborted");
         return -DTRAIN_COMM_EABORTED;
     }
-    if (comm_now_ms() >= deadline_ms) {
+    if (dtrain_clock_ms() >= deadline_ms) {
         dtrain_snprintf(why, whylen, "timed out after %d ms", c->timeout_ms);
         return -DTRAIN_COMM_ETIMEDOUT;
     }
@@ -59,7 +52,7 @@ static int wait_fd(struct dtrain_comm *c, int fd, short events, int64_t deadline
     int rc = net_check(c, deadline_ms, why, whylen);
     if (rc != 0)
         return rc;
-    int64_t left = deadline_ms - comm_now_ms();
+    int64_t left = deadline_ms - dtrain_clock_ms();
     struct pollfd p = {.fd = fd, .events = events};
     int slice = slice_ms(c);
     int n = poll(&p, 1, (int)(left < slice ? left : slice));

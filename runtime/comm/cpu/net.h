@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Sockets with deadlines for the cpu backend's bootstrap and link setup.
  *
- * Every function that may wait takes an absolute deadline (comm_now_ms()
+ * Every function that may wait takes an absolute deadline (dtrain_clock_ms()
  * clock) and an abort check, so that no setup step can block forever.
  * Results: 0, or a negative enum dtrain_comm_result (-DTRAIN_COMM_ETIMEDOUT,
  * -DTRAIN_COMM_EPEER, ...) with one line in why. */
@@ -12,10 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct dtrain_comm;
+#include "dtrain_clock.h"
 
-/* Milliseconds of CLOCK_MONOTONIC. */
-int64_t comm_now_ms(void);
+struct dtrain_comm;
 
 /* -DTRAIN_COMM_EABORTED when the communicator's abort flag or
  * dtrain_comm_abort() is set, -DTRAIN_COMM_ETIMEDOUT when deadline_ms has

@@ -43,6 +43,7 @@
 #include "comm/comm_backend.h"
 #include "dtrain_parse.h"
 #include "dtrain_placement_env.h"
+#include "dtrain_clock.h"
 
 struct nccl_impl {
     pthread_mutex_t mu;   /* guards comm: break_links may abort it from any thread */
@@ -60,13 +61,6 @@ struct nccl_impl {
 static struct nccl_impl *impl(struct dtrain_comm *c)
 {
     return c->impl;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Our result code for an NCCL error. */
@@ -106,7 +100,7 @@ static void backoff(int *round)
  * a result code with one line in err.  Aborts the communicator on failure. */
 static int wait_ready(struct dtrain_comm *c, struct nccl_impl *ni, const char *what, char *err, size_t errlen)
 {
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = dtrain_clock_ms() + c->timeout_ms;
     int round = 0;
     for (;;) {
         ncclResult_t st = async_state(ni);
@@ -123,7 +117,7 @@ static int wait_ready(struct dtrain_comm *c, struct nccl_impl *ni, const char *w
             dtrain_snprintf(err, errlen, "%s: aborted", what);
             return DTRAIN_COMM_EABORTED;
         }
-        if (now_ms() > deadline) {
+        if (dtrain_clock_ms() > deadline) {
             dtrain_snprintf(err, errlen, "%s: the group was not up within %d ms (a member missing, "
                             "or on an unreachable network)", what, c->timeout_ms);
             return DTRAIN_COMM_ETIMEDOUT;
@@ -320,7 +314,7 @@ static int begin(struct dtrain_comm *c, const char *what, const void *a, const v
 #define QUEUE_TIMEDOUT ((ncclResult_t)-2)
 static ncclResult_t wait_queued(struct dtrain_comm *c, struct nccl_impl *ni, ncclResult_t r)
 {
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = dtrain_clock_ms() + c->timeout_ms;
     int round = 0;
     while (r == ncclInProgress) {
         if (ni->comm == NULL)
@@ -331,7 +325,7 @@ static ncclResult_t wait_queued(struct dtrain_comm *c, struct nccl_impl *ni, ncc
             break;
         if (atomic_load(&c->failed) != 0 || comm_should_abort(c))
             return QUEUE_ABORTED;
-        if (now_ms() > deadline)
+        if (dtrain_clock_ms() > deadline)
             return QUEUE_TIMEDOUT;
         /* let break_links abort meanwhile */
         pthread_mutex_unlock(&ni->mu);
@@ -363,7 +357,7 @@ static int finish(struct dtrain_comm *c, ncclResult_t r, const char *what, size_
         return comm_fail(c, result_of(r), -1, "%s: %s", what, ncclGetErrorString(r));
     if (e != cudaSuccess)
         return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: %s", what, cudaGetErrorString(e));
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = dtrain_clock_ms() + c->timeout_ms;
     int round = 0;
     for (;;) {
         e = cudaEventQuery(ni->done);
@@ -379,7 +373,7 @@ static int finish(struct dtrain_comm *c, ncclResult_t r, const char *what, size_
             return comm_fail(c, result_of(st), -1, "%s: %s", what, ncclGetErrorString(st));
         if (comm_should_abort(c))
             return comm_fail(c, DTRAIN_COMM_EABORTED, -1, "%s: aborted", what);
-        if (now_ms() > deadline)
+        if (dtrain_clock_ms() > deadline)
             return comm_fail(c, DTRAIN_COMM_ETIMEDOUT, -1, "%s: not complete after %d ms (a member stuck, gone, "
                              "or calling something else)", what, c->timeout_ms);
         backoff(&round);
@@ -669,9 +663,9 @@ static void nccl_destroy(struct dtrain_comm *c)
     if (ni->comm != NULL) {
         /* a clean finish: flush, then free; abort when that does not end */
         int round = 0;
-        int64_t deadline = now_ms() + c->timeout_ms;
+        int64_t deadline = dtrain_clock_ms() + c->timeout_ms;
         ncclResult_t r = ncclCommFinalize(ni->comm), st = ncclInProgress;
-        while ((r == ncclSuccess || r == ncclInProgress) && st == ncclInProgress && now_ms() <= deadline) {
+        while ((r == ncclSuccess || r == ncclInProgress) && st == ncclInProgress && dtrain_clock_ms() <= deadline) {
             if (ncclCommGetAsyncError(ni->comm, &st) != ncclSuccess)
                 break;
             backoff(&round);
