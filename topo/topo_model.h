@@ -92,8 +92,8 @@ int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *
  * messages.  Returns 0, or -1 with one line in err. */
 /* Load from hwloc XML text buf[0..len) (`name` in messages), or live when
  * buf is NULL; flags: DTRAIN_TOPO_LOAD_CPUS_ONLY or 0 (topo_hwloc.c). */
-int topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dtrain_topo **out, char *err,
-                    size_t errlen);
+enum dtrain_status topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dtrain_topo **out,
+                                   char *err, size_t errlen);
 
 int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen);
 

@@ -11,13 +11,14 @@ set -u
 lib="$top_builddir/runtime/.libs/libdtrain.so"
 [ -f "$lib" ] || skip_all "no shared libdtrain in this build ($lib)"
 command -v nm >/dev/null || skip_all "nm is missing (binutils)"
-headers=(runtime/dtrain_status.h runtime/model/dtrain_rng.h runtime/model/dtrain_gpt2.h
+headers=(common/dtrain_status.h runtime/model/dtrain_rng.h runtime/model/dtrain_gpt2.h
          runtime/model/dtrain_optim.h runtime/data/dtrain_data.h runtime/data/dtrain_llmc.h
          runtime/cli/dtrain_train.h runtime/trainer/dtrain_parallel.h runtime/cli/dtrain_generate.h
          runtime/ckpt/dtrain_shard_ckpt.h runtime/comm/dtrain_comm.h
          runtime/comm/bootstrap/dtrain_bootstrap.h kernels/dtrain_kernels.h kernels/dtrain_blas.h)
 # the list above is what the Makefiles install (pkginclude_HEADERS)
-installed=$(cd "$top_srcdir" && sed -n '/^pkginclude_HEADERS/,/[^\\]$/p' runtime/Makefile.am runtime/comm/Makefile.am kernels/Makefile.am)
+installed=$(cd "$top_srcdir" && sed -n '/^pkginclude_HEADERS/,/[^\\]$/p' runtime/Makefile.am runtime/comm/Makefile.am \
+  kernels/Makefile.am common/Makefile.am)
 missing=()
 for h in "${headers[@]}"; do
   [[ "$installed" == *"$(basename "$h")"* ]] || missing+=("$h")
