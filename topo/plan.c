@@ -523,22 +523,18 @@ static enum dtrain_status place(const struct dtrain_shape *shape, const dtrain_t
                             node, topo->ngpus, K, topo->ngpus);
                 goto fail;
             }
-            if ((rc = check_whole_gpus(topo, node, err, errlen)) != DTRAIN_OK)
-                goto fail;
-            if (span > 1 && (rc = check_tp_domain(nodes, policy, node, span, T, K, err, errlen)) != DTRAIN_OK)
-                goto fail;
-            if (policy->pp_in_domain &&
-                (rc = check_pp_domain(nodes, policy, node, T, D, shape->pp, K, err, errlen)) != DTRAIN_OK)
-                goto fail;
+            DTRAIN_CHECK_GOTO(check_whole_gpus(topo, node, err, errlen), rc, fail);
+            if (span > 1)
+                DTRAIN_CHECK_GOTO(check_tp_domain(nodes, policy, node, span, T, K, err, errlen), rc, fail);
+            if (policy->pp_in_domain)
+                DTRAIN_CHECK_GOTO(check_pp_domain(nodes, policy, node, T, D, shape->pp, K, err, errlen), rc, fail);
             if (span > 1)
                 memset(rel, PLAN_REL_NONE, (size_t)ngroups * (size_t)ngroups);
             else
                 slot_relations(node, ngroups, D, rel);
             int crossed = 0;
-            rc = node_layout(cache, topo, node, slotT, ngroups, rel, policy->allow_pcie, gpus, &crossed, err,
-                             errlen);
-            if (rc != DTRAIN_OK)
-                goto fail;
+            DTRAIN_CHECK_GOTO(node_layout(cache, topo, node, slotT, ngroups, rel, policy->allow_pcie, gpus, &crossed,
+                                          err, errlen), rc, fail);
             if (crossed && !plan->has_warning) {
                 plan->has_warning = 1;
                 if (topo->source == DTRAIN_LINKS_NONE)
