@@ -65,7 +65,7 @@ static int measure(const struct dtrain_shape *shape, const dtrain_topo *const *n
                       : dtrain_plan_place_node(shape, nodes, &policy, node, &plan, err, sizeof err);
     *secs = dtrain_clock_s() - t0;
     *bytes = heap_used() - before;
-    if (rc != DTRAIN_TOPO_OK)
+    if (rc != DTRAIN_OK)
         fprintf(stderr, "dtrain-bench-scale: %s\n", err);
     dtrain_plan_free(plan);
     return rc;
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
     const char *xml = argc > 1 ? argv[1] : DTRAIN_FIXTURES_DIR "/dgx-h100.xml";
     char err[512];
     dtrain_topo *topo = NULL;
-    if (dtrain_topo_load_xml(xml, &topo, err, sizeof err) != DTRAIN_TOPO_OK) {
+    if (dtrain_topo_load_xml(xml, &topo, err, sizeof err) != DTRAIN_OK) {
         fprintf(stderr, "dtrain-bench-scale: %s\n", err);
         return 2;
     }

@@ -8,7 +8,8 @@
 
 #include "dtrain_parse.h"
 
-int dtrain_master_ports_parse(const char *text, const char *what, int *lo, int *hi, char *err, size_t errlen)
+enum dtrain_status dtrain_master_ports_parse(const char *text, const char *what, int *lo, int *hi, char *err,
+                                             size_t errlen)
 {
     char buf[32];
     const char *dash = text ? strchr(text, '-') : NULL;
@@ -16,7 +17,7 @@ int dtrain_master_ports_parse(const char *text, const char *what, int *lo, int *
     if (dash == NULL || (size_t)(dash - text) >= sizeof buf) {
         dtrain_snprintf(err, errlen, "%s '%.32s': give a port range LO-HI, e.g. %d-%d", what, text ? text : "",
                         DTRAIN_MASTER_PORTS_DEFAULT_LO, DTRAIN_MASTER_PORTS_DEFAULT_HI);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     memcpy(buf, text, (size_t)(dash - text));
     buf[dash - text] = '\0';
@@ -25,11 +26,11 @@ int dtrain_master_ports_parse(const char *text, const char *what, int *lo, int *
         dtrain_parse_int(dash + 1, 1024, 65535, what, &b, why, sizeof why) != 0 || b < a) {
         dtrain_snprintf(err, errlen, "%s '%.32s': give LO-HI with 1024 <= LO <= HI <= 65535, e.g. %d-%d", what,
                         text, DTRAIN_MASTER_PORTS_DEFAULT_LO, DTRAIN_MASTER_PORTS_DEFAULT_HI);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     *lo = (int)a;
     *hi = (int)b;
-    return 0;
+    return DTRAIN_OK;
 }
 
 int dtrain_master_port(int lo, int hi, uint32_t job_id, uint32_t step_id)

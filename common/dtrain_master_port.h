@@ -19,12 +19,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain_status.h"
+
 #define DTRAIN_MASTER_PORTS_DEFAULT_LO 29500
 #define DTRAIN_MASTER_PORTS_DEFAULT_HI 29999
 
-/* "LO-HI" (1024 <= LO <= HI <= 65535).  Returns 0, or -1 with one line in
- * err naming `what` and the accepted form. */
-int dtrain_master_ports_parse(const char *text, const char *what, int *lo, int *hi, char *err, size_t errlen);
+/* "LO-HI" (1024 <= LO <= HI <= 65535).  Returns DTRAIN_OK, or
+ * DTRAIN_ERR_INPUT with one line in err naming `what` and the accepted
+ * form. */
+enum dtrain_status dtrain_master_ports_parse(const char *text, const char *what, int *lo, int *hi, char *err,
+                                             size_t errlen);
 
 /* The port of step step_id of job job_id in [lo, hi]. */
 int dtrain_master_port(int lo, int hi, uint32_t job_id, uint32_t step_id);

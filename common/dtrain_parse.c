@@ -10,18 +10,18 @@
 #include <string.h>
 #include <strings.h>
 
-int dtrain_parse_int(const char *text, long min, long max, const char *what,
-                     long *out, char *err, size_t errlen)
+enum dtrain_status dtrain_parse_int(const char *text, long min, long max, const char *what,
+                                    long *out, char *err, size_t errlen)
 {
     if (text == NULL || *text == '\0') {
         dtrain_snprintf(err, errlen, "%s: a value is required (an integer from %ld to %ld)", what, min, max);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     for (const char *p = text; *p; p++) {
         if (*p < '0' || *p > '9') {
             dtrain_snprintf(err, errlen, "%s: '%.64s' is not a whole number (use an integer from %ld to %ld)",
                             what, text, min, max);
-            return -1;
+            return DTRAIN_ERR_INPUT;
         }
     }
     errno = 0;
@@ -29,24 +29,24 @@ int dtrain_parse_int(const char *text, long min, long max, const char *what,
     long v = strtol(text, &end, 10);
     if (errno == ERANGE || v < min || v > max) {
         dtrain_snprintf(err, errlen, "%s: %.64s is out of range (use an integer from %ld to %ld)", what, text, min, max);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     *out = v;
-    return 0;
+    return DTRAIN_OK;
 }
 
-int dtrain_parse_bool(const char *text, const char *what, int *out, char *err, size_t errlen)
+enum dtrain_status dtrain_parse_bool(const char *text, const char *what, int *out, char *err, size_t errlen)
 {
     static const char *const yes[] = {"1", "yes", "true", "on"};
     static const char *const no[] = {"0", "no", "false", "off"};
     if (text != NULL) {
         for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-            if (strcasecmp(text, yes[i]) == 0) { *out = 1; return 0; }
-            if (strcasecmp(text, no[i]) == 0) { *out = 0; return 0; }
+            if (strcasecmp(text, yes[i]) == 0) { *out = 1; return DTRAIN_OK; }
+            if (strcasecmp(text, no[i]) == 0) { *out = 0; return DTRAIN_OK; }
         }
     }
     dtrain_snprintf(err, errlen, "%s: '%.64s' is not a boolean (use yes or no)", what, text ? text : "");
-    return -1;
+    return DTRAIN_ERR_INPUT;
 }
 
 int dtrain_hex_encode(const void *data, size_t len, char *out, size_t outlen)

@@ -10,16 +10,19 @@
 
 #include <stddef.h>
 
-/* Parse a decimal integer in [min, max]: digits only (no sign, no spaces, no
- * exponent, no leading '+'), no overflow.  Returns 0 and stores *out, or -1
- * and writes one line into err (without "dtrain:" prefix) naming `what`,
- * the bad text and the accepted range. */
-int dtrain_parse_int(const char *text, long min, long max, const char *what,
-                     long *out, char *err, size_t errlen);
+#include "dtrain_status.h"
 
-/* Parse a boolean: 1/0, yes/no, true/false, on/off (case-insensitive). */
-int dtrain_parse_bool(const char *text, const char *what, int *out,
-                      char *err, size_t errlen);
+/* Parse a decimal integer in [min, max]: digits only (no sign, no spaces, no
+ * exponent, no leading '+'), no overflow.  Returns DTRAIN_OK and stores
+ * *out, or DTRAIN_ERR_INPUT and writes one line into err (without "dtrain:" prefix) naming `what`,
+ * the bad text and the accepted range. */
+enum dtrain_status dtrain_parse_int(const char *text, long min, long max, const char *what,
+                                    long *out, char *err, size_t errlen);
+
+/* Parse a boolean: 1/0, yes/no, true/false, on/off (case-insensitive);
+ * as dtrain_parse_int. */
+enum dtrain_status dtrain_parse_bool(const char *text, const char *what, int *out,
+                                     char *err, size_t errlen);
 
 /* Hex-encode len bytes into out (2*len+1 bytes needed). Returns 0, or -1 when
  * outlen is too small. */

@@ -119,8 +119,8 @@ static int get_str(dtrain_env_getter get, void *ctx, const char *name, char *out
     return 0;
 }
 
-int dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_coords *c, char *err,
-                                size_t errlen)
+enum dtrain_status dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_coords *c, char *err,
+                                               size_t errlen)
 {
     const struct { const char *name; int *dst; long min; int required; int dflt; } ints[] = {
         {DTRAIN_ENV_TP, &c->tp, 1, 1, 0},
@@ -152,16 +152,16 @@ int dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (get_int(get, ctx, ints[i].name, ints[i].min, ints[i].required, ints[i].dflt, ints[i].dst, err,
                     errlen) != 0)
-            return -1;
+            return DTRAIN_ERR_INPUT;
     if (c->master_port > 65535) {
         dtrain_snprintf(err, errlen, "%s=%d is not a TCP port (1..65535)", DTRAIN_ENV_FW_MASTER_PORT,
                         c->master_port);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (get_str(get, ctx, strs[i].name, strs[i].dst, strs[i].len, err, errlen) != 0)
-            return -1;
-    return 0;
+            return DTRAIN_ERR_INPUT;
+    return DTRAIN_OK;
 }
 
 const char *dtrain_env_getter_process(const char *name, void *ctx)

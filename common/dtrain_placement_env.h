@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "dtrain_grid_pos.h"
+#include "dtrain_status.h"
 
 #define DTRAIN_ENV_LIST_MAX 48
 #define DTRAIN_ENV_VALUE_MAX 4112   /* a 1023-byte folder, 64 GPU tokens of 64 bytes */
@@ -76,10 +77,11 @@ int dtrain_placement_env_encode(const struct dtrain_coords *c, struct dtrain_env
 typedef const char *(*dtrain_env_getter)(const char *name, void *ctx);
 
 /* Read coords back (every field encode writes).  The coordinates, sizes and
- * local rank are required; the others default to "unknown".  Returns 0, or
- * -1 with one line in err naming the variable (missing or malformed). */
-int dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_coords *c, char *err,
-                                size_t errlen);
+ * local rank are required; the others default to "unknown".  Returns
+ * DTRAIN_OK, or DTRAIN_ERR_INPUT with one line in err naming the variable
+ * (missing or malformed). */
+enum dtrain_status dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_coords *c, char *err,
+                                               size_t errlen);
 
 /* The CUDA device a task of a placed step uses, among count devices:
  * DTRAIN_CUDA_DEVICE (LOCAL_RANK with --dtrain-gpu-visibility=all, 0 with

@@ -141,7 +141,7 @@ static int link_kind_char(char c)
     return isalnum((unsigned char)c) || c == ' ' || c == '/' || c == '+' || c == '-' || c == '_' || c == '.';
 }
 
-int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, char *err, size_t errlen)
+enum dtrain_status dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, char *err, size_t errlen)
 {
     const char *p = text;
     memset(l, 0, sizeof *l);
@@ -151,7 +151,7 @@ int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, cha
         if ((g > 0 && *p++ != ',') || strncmp(p, name, n) != 0 || p[n] != '=') {
             dtrain_snprintf(err, errlen, "byte %zu does not name %s next (expected TP=GBPS:KIND,PP=...,DP=...,"
                             "WORLD=..., a group of one '-')", (size_t)(p - text), name);
-            return -1;
+            return DTRAIN_ERR_INPUT;
         }
         p += n + 1;
         if (*p == '-' && (p[1] == ',' || p[1] == '\0')) {
@@ -165,7 +165,7 @@ int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, cha
         if (v <= 0 || errno != 0 || !isfinite(v) || v > 1e6 || *end != ':') {
             dtrain_snprintf(err, errlen, "byte %zu: %s's bandwidth is not a number of GB/s in (0, 1e6] "
                             "followed by ':KIND'", (size_t)(p - text), name);
-            return -1;
+            return DTRAIN_ERR_INPUT;
         }
         l->gbps[g] = v;
         p = end + 1;
@@ -175,7 +175,7 @@ int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, cha
         if (k == 0 || (p[k] != ',' && p[k] != '\0')) {
             dtrain_snprintf(err, errlen, "byte %zu: %s's link kind must be 1 to %d letters, digits, spaces or "
                             "/+-_.", (size_t)(p - text), name, DTRAIN_LINK_KIND_MAX - 1);
-            return -1;
+            return DTRAIN_ERR_INPUT;
         }
         memcpy(l->kind[g], p, k);
         l->kind[g][k] = '\0';
@@ -183,7 +183,7 @@ int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, cha
     }
     if (*p != '\0') {
         dtrain_snprintf(err, errlen, "byte %zu: more after WORLD's link", (size_t)(p - text));
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
-    return 0;
+    return DTRAIN_OK;
 }

@@ -47,6 +47,8 @@
 
 #include <stddef.h>
 
+#include "dtrain_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -106,8 +108,9 @@ double dtrain_explain_seconds(double bytes, double gbps);
 int dtrain_group_links_format(const struct dtrain_group_links *l, char *buf, size_t len);
 /* Read what dtrain_group_links_format writes: the four kinds once each, in
  * that order; GB/s a decimal number in (0, 1e6]; a kind of 1 to 31
- * letters, digits, spaces and "/+-_.".  Returns 0, or -1 with one line in err. */
-int dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, char *err, size_t errlen);
+ * letters, digits, spaces and "/+-_.".  Returns DTRAIN_OK, or
+ * DTRAIN_ERR_INPUT with one line in err. */
+enum dtrain_status dtrain_group_links_parse(const char *text, struct dtrain_group_links *l, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

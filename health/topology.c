@@ -46,7 +46,7 @@ static void load_one(const char *xml, struct health_topo_model *out, struct dtra
         dtrain_stage_set(stage, "discovering the live topology (hwloc)");
         rc = dtrain_topo_load_live(&topo, err, sizeof(err));
     }
-    if (rc != DTRAIN_TOPO_OK) {
+    if (rc != DTRAIN_OK) {
         dtrain_snprintf(out->error, sizeof(out->error), "topology %s: %s", out->source, err);
         return;
     }

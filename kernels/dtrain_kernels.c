@@ -31,8 +31,8 @@ const char *const *dtrain_kernels_backends(void)
     return backend_names;
 }
 
-int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options *opt,
-                          struct dtrain_kernels **out, char *err, size_t errlen)
+enum dtrain_status dtrain_kernels_create(const char *name, const struct dtrain_kernels_options *opt,
+                                         struct dtrain_kernels **out, char *err, size_t errlen)
 {
     struct dtrain_kernels_options defaults = {.threads = 1};
     *out = NULL;
@@ -53,27 +53,28 @@ int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options 
             if (!ops->bf16) {
                 snprintf(err, errlen, "the %s kernels compute in fp32 only: use precision fp32",
                          ops->name);
-                return -1;
+                return DTRAIN_ERR_INPUT;
             }
             break;
         case DTRAIN_PRECISION_FP16:
             if (!ops->fp16) {
                 snprintf(err, errlen, "the %s kernels do not compute in fp16 (it is emulated on the cpu "
                          "kernels only): use precision %s", ops->name, ops->bf16 ? "bf16 or fp32" : "fp32");
-                return -1;
+                return DTRAIN_ERR_INPUT;
             }
             break;
         default:
             snprintf(err, errlen, "unknown precision %d (use fp32, bf16 or fp16)", (int)opt->precision);
-            return -1;
+            return DTRAIN_ERR_INPUT;
         }
-        if (ops->create(&resolved, out, err, errlen) != 0)
-            return -1;
+        enum dtrain_status rc = ops->create(&resolved, out, err, errlen);
+        if (rc != DTRAIN_OK)
+            return rc;
         (*out)->precision = resolved.precision;
-        return 0;
+        return DTRAIN_OK;
     }
     snprintf(err, errlen, "unknown kernel backend '%.32s' (this build has: " BACKEND_LIST ")", name);
-    return -1;
+    return DTRAIN_ERR_INPUT;
 }
 
 void dtrain_kernels_destroy(struct dtrain_kernels *k)
@@ -109,10 +110,10 @@ size_t dtrain_dtype_size(enum dtrain_dtype t) { return t == DTRAIN_BF16 ? 2 : 4;
 
 const char *dtrain_dtype_name(enum dtrain_dtype t) { return t == DTRAIN_BF16 ? "bf16" : "f32"; }
 
-int dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen)
+enum dtrain_status dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen)
 {
     if (k->ops->error == NULL)
-        return 0;
+        return DTRAIN_OK;
     return k->ops->error(k, err, errlen);
 }
 

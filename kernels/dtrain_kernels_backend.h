@@ -24,8 +24,8 @@ struct dtrain_kernel_ops {
     int default_bf16; /* 1: and DTRAIN_PRECISION_DEFAULT is bf16 */
     int fp16;         /* 1: the backend computes in DTRAIN_PRECISION_FP16 too */
     int host_memory; /* 1: backend memory is host memory (the host may read and write it) */
-    int (*create)(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
-                  char *err, size_t errlen);
+    enum dtrain_status (*create)(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
+                                 char *err, size_t errlen);
     void (*destroy)(struct dtrain_kernels *k);
 
     void *(*alloc)(struct dtrain_kernels *k, size_t bytes);
@@ -86,7 +86,7 @@ struct dtrain_kernel_ops {
     void (*adamw_update)(struct dtrain_kernels *k, float *params, const float *grads,
                          float *m, float *v, size_t n, const struct dtrain_adamw_args *a);
     double (*sumsq)(struct dtrain_kernels *k, const float *x, size_t n);
-    int (*error)(struct dtrain_kernels *k, char *err, size_t errlen);
+    enum dtrain_status (*error)(struct dtrain_kernels *k, char *err, size_t errlen);
 };
 
 /* The common head of every backend instance. */

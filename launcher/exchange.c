@@ -9,15 +9,9 @@
 
 #include "bootstrap_id.h"
 #include "dtrain_env.h"
-#include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "groups.h"
 #include "dtrain_clock.h"
-
-static int exit_code_of(int pmi_status)
-{
-    return pmi_status == DTRAIN_PMI_RETRY ? DTRAIN_EXIT_REQUEUE : DTRAIN_EXIT_FAILURE;
-}
 
 /* The leader's id for group g (made here, not yet published). */
 static int make_id(struct dtrain_comm_group *g, enum dtrain_comm_backend backend, const char *addr,
@@ -63,20 +57,20 @@ static int domain_checked(const struct dtrain_bootstrap *bs, enum dtrain_group_k
 /* A group that must stay inside one NVLink domain (domain_checked): the
  * plugin saw only its own node, so every member compares the leader's
  * domain (DTRAIN_NVLINK_DOMAIN, put in the same round) with its own. */
-static int check_domain(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, enum dtrain_group_kind k,
-                        const char *domain, char *err, size_t errlen)
+static enum dtrain_status check_domain(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, enum dtrain_group_kind k,
+                                       const char *domain, char *err, size_t errlen)
 {
     const struct dtrain_comm_group *g = &bs->groups[k];
     char key[DTRAIN_BOOTSTRAP_KEY_MAX + 8], leader[NVD_VALUE_MAX];
     if (!domain_checked(bs, k, domain) || g->my_rank == 0)
-        return DTRAIN_EXIT_OK;
+        return DTRAIN_OK;
     if (domain_key(g, key, sizeof key) != 0) {
         dtrain_snprintf(err, errlen, "group %s: its key is too long", g->key);
-        return DTRAIN_EXIT_FAILURE;
+        return DTRAIN_ERR_SYSTEM;
     }
-    int rc = dtrain_pmi_get(pmi, g->first, key, leader, sizeof leader, err, errlen);
-    if (rc != DTRAIN_PMI_OK)
-        return exit_code_of(rc);
+    enum dtrain_status rc = dtrain_pmi_get(pmi, g->first, key, leader, sizeof leader, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
     if (strcmp(leader, domain) != 0) {
         dtrain_snprintf(err, errlen,
                         "%s group %s (ranks %d-%d) spans NVLink domains: rank %d is in %s, its leader rank %d in "
@@ -85,16 +79,16 @@ static int check_domain(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, enum
                         bs->rank, domain, g->first, leader,
                         k == DTRAIN_GROUP_TP ? "use a TP size of at most the tasks per node"
                                              : "leave --dtrain-pp-in-domain out");
-        return DTRAIN_EXIT_REFUSED;
+        return DTRAIN_ERR_REFUSED;
     }
-    return DTRAIN_EXIT_OK;
+    return DTRAIN_OK;
 }
 
-int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
-                        struct dtrain_exchange_times *times, char *err, size_t errlen)
+enum dtrain_status dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
+                                       struct dtrain_exchange_times *times, char *err, size_t errlen)
 {
     const struct dtrain_grid grid = {.tp = bs->tp, .pp = bs->pp, .dp = bs->dp};
-    int rc;
+    enum dtrain_status rc;
     long t0 = dtrain_clock_us();
 
     memset(times, 0, sizeof *times);
@@ -105,12 +99,12 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
         if (dtrain_group_of(&grid, bs->rank, (enum dtrain_group_kind)k, g) != 0) {
             dtrain_snprintf(err, errlen, "rank %d is outside the %d x %d x %d grid", bs->rank, grid.tp, grid.pp,
                             grid.dp);
-            rc = DTRAIN_EXIT_FAILURE;
+            rc = DTRAIN_ERR_SYSTEM;
             goto fail;
         }
         if (g->present && g->my_rank == 0 && !dtrain_group_split_off_world(bs->backend, (enum dtrain_group_kind)k) &&
             make_id(g, bs->backend, addr, err, errlen) != 0) {
-            rc = DTRAIN_EXIT_FAILURE;
+            rc = DTRAIN_ERR_SYSTEM;
             goto fail;
         }
     }
@@ -126,60 +120,41 @@ int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char
         if (domain_key(g, key, sizeof key) != 0 || strlen(domain) >= NVD_VALUE_MAX) {
             dtrain_snprintf(err, errlen, "group %s: its key or %s='%.64s' is too long", g->key,
                             DTRAIN_ENV_NVLINK_DOMAIN, domain);
-            rc = DTRAIN_EXIT_USAGE;
+            rc = DTRAIN_ERR_INPUT;
             goto fail;
         }
-        rc = dtrain_pmi_put(pmi, key, domain, err, errlen);
-        if (rc != DTRAIN_PMI_OK) {
-            rc = exit_code_of(rc);
-            goto fail;
-        }
+        DTRAIN_CHECK_GOTO(dtrain_pmi_put(pmi, key, domain, err, errlen), rc, fail);
     }
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         const struct dtrain_comm_group *g = &bs->groups[k];
         if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank != 0)
             continue;
-        rc = dtrain_pmi_put(pmi, g->key, g->id, err, errlen);
-        if (rc != DTRAIN_PMI_OK) {
-            rc = exit_code_of(rc);
-            goto fail;
-        }
+        DTRAIN_CHECK_GOTO(dtrain_pmi_put(pmi, g->key, g->id, err, errlen), rc, fail);
     }
     long t2 = dtrain_clock_us();
-    rc = dtrain_pmi_fence(pmi, err, errlen);
-    if (rc != DTRAIN_PMI_OK) {
-        rc = exit_code_of(rc);
-        goto fail;
-    }
+    DTRAIN_CHECK_GOTO(dtrain_pmi_fence(pmi, err, errlen), rc, fail);
     long t3 = dtrain_clock_us();
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         struct dtrain_comm_group *g = &bs->groups[k];
         if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank == 0)
             continue;
-        rc = dtrain_pmi_get(pmi, g->first, g->key, g->id, sizeof g->id, err, errlen);
-        if (rc != DTRAIN_PMI_OK) {
-            rc = exit_code_of(rc);
-            goto fail;
-        }
+        DTRAIN_CHECK_GOTO(dtrain_pmi_get(pmi, g->first, g->key, g->id, sizeof g->id, err, errlen), rc, fail);
         if (dtrain_bootstrap_id_backend(g->id) != (int)bs->backend) {
             dtrain_snprintf(err, errlen, "group %s: its leader, rank %d, published a non-%s id ('%.16s...'): "
                                          "give every task the same --comm-backend",
                             g->key, g->first, dtrain_backend_name(bs->backend), g->id);
-            rc = DTRAIN_EXIT_USAGE;
+            rc = DTRAIN_ERR_INPUT;
             goto fail;
         }
     }
-    for (int k = DTRAIN_GROUP_TP; k <= DTRAIN_GROUP_PP; k++) {
-        rc = check_domain(pmi, bs, (enum dtrain_group_kind)k, domain, err, errlen);
-        if (rc != DTRAIN_EXIT_OK)
-            goto fail;
-    }
+    for (int k = DTRAIN_GROUP_TP; k <= DTRAIN_GROUP_PP; k++)
+        DTRAIN_CHECK_GOTO(check_domain(pmi, bs, (enum dtrain_group_kind)k, domain, err, errlen), rc, fail);
     long t4 = dtrain_clock_us();
     times->ids_us = t1 - t0;
     times->put_us = t2 - t1;
     times->fence_us = t3 - t2;
     times->get_us = t4 - t3;
-    return DTRAIN_EXIT_OK;
+    return DTRAIN_OK;
 fail:
     dtrain_bootstrap_close(bs);
     return rc;

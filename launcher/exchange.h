@@ -34,11 +34,13 @@ struct dtrain_exchange_times {
 
 /* bs must have rank, world_size, tp, pp, dp and backend filled in; the
  * groups are filled here.  `addr` is this task's CPU-backend address
- * (unused for nccl).  Returns a dtrain_exit.h code: 0; 75 when the PMI2
- * exchange failed in a way a requeue can fix; 1 otherwise, one line in err.
+ * (unused for nccl).  Returns DTRAIN_OK; DTRAIN_ERR_FAULT when the PMI2
+ * exchange failed in a way a requeue can fix; DTRAIN_ERR_INPUT (tasks that
+ * disagree), DTRAIN_ERR_REFUSED (a group across NVLink domains) or
+ * DTRAIN_ERR_SYSTEM, with one line in err.
  * On success the leaders' listening sockets are open in bs->groups[].listen_fd. */
-int dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
-                        struct dtrain_exchange_times *times, char *err, size_t errlen);
+enum dtrain_status dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
+                                       struct dtrain_exchange_times *times, char *err, size_t errlen);
 
 /* Close the listening sockets left in bs (an error path, or when unused). */
 void dtrain_bootstrap_close(struct dtrain_bootstrap *bs);

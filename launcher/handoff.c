@@ -15,14 +15,14 @@
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 
-int dtrain_handoff_export(const struct dtrain_bootstrap *bs, char *err, size_t errlen)
+enum dtrain_status dtrain_handoff_export(const struct dtrain_bootstrap *bs, char *err, size_t errlen)
 {
     static const char *const pmi_vars[] = {"PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_JOBID", "PMI_SPAWNED"};
     if (dtrain_bootstrap_env_export(bs, err, errlen) != 0)
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     for (size_t i = 0; i < sizeof pmi_vars / sizeof pmi_vars[0]; i++)
         unsetenv(pmi_vars[i]);
-    return 0;
+    return DTRAIN_OK;
 }
 
 static int fill_forwarded(sigset_t *set)
@@ -37,13 +37,13 @@ static int fill_forwarded(sigset_t *set)
 }
 
 /* Fork, forward signals, wait: NCCL's bootstrap roots stay alive here. */
-static int fork_and_wait(char *const argv[], int *exit_code, char *err, size_t errlen)
+static enum dtrain_status fork_and_wait(char *const argv[], int *exit_code, char *err, size_t errlen)
 {
     sigset_t waited, old;
     if (fill_forwarded(&waited) != 0 || sigaddset(&waited, SIGCHLD) != 0 ||
         sigprocmask(SIG_BLOCK, &waited, &old) != 0) {
         dtrain_snprintf(err, errlen, "sigprocmask: %s", strerror(errno));
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     }
     char failed[300]; /* the child's message if execvp fails, made before fork */
     dtrain_snprintf(failed, sizeof failed, "dtrain-launch: cannot run '%.200s': not found or not executable\n",
@@ -53,7 +53,7 @@ static int fork_and_wait(char *const argv[], int *exit_code, char *err, size_t e
     if (pid < 0) {
         dtrain_snprintf(err, errlen, "fork: %s", strerror(errno));
         sigprocmask(SIG_SETMASK, &old, NULL);
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     }
     if (pid == 0) {
         /* Only async-signal-safe calls here: the parent may have threads. */
@@ -72,7 +72,7 @@ static int fork_and_wait(char *const argv[], int *exit_code, char *err, size_t e
             dtrain_snprintf(err, errlen, "sigwaitinfo: %s", strerror(errno));
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
-            return -1;
+            return DTRAIN_ERR_SYSTEM;
         }
         if (sig != SIGCHLD) {
             kill(pid, sig);
@@ -84,23 +84,21 @@ static int fork_and_wait(char *const argv[], int *exit_code, char *err, size_t e
             continue; /* stopped or continued, not ended */
         if (done < 0) {
             dtrain_snprintf(err, errlen, "waitpid: %s", strerror(errno));
-            return -1;
+            return DTRAIN_ERR_SYSTEM;
         }
         if (WIFEXITED(status) || WIFSIGNALED(status)) {
             *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            return 0;
+            return DTRAIN_OK;
         }
     }
 }
 
-int dtrain_handoff_run(char *const argv[], int keep_alive, int *exit_code, char *err, size_t errlen)
+enum dtrain_status dtrain_handoff_run(char *const argv[], int keep_alive, int *exit_code, char *err, size_t errlen)
 {
-    *exit_code = DTRAIN_EXIT_FAILURE;
     if (keep_alive)
         return fork_and_wait(argv, exit_code, err, errlen);
     fflush(NULL);
     execvp(argv[0], argv);
     dtrain_snprintf(err, errlen, "cannot run '%.200s': %s", argv[0], strerror(errno));
-    *exit_code = DTRAIN_EXIT_USAGE;
-    return -1;
+    return DTRAIN_ERR_INPUT;
 }

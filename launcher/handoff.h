@@ -11,17 +11,20 @@
 #include <stddef.h>
 
 #include "dtrain_bootstrap.h"
+#include "dtrain_status.h"
 
 /* Set the variables above in this process's environment and let the
- * listening sockets survive exec.  Returns 0, or -1 with one line in err. */
-int dtrain_handoff_export(const struct dtrain_bootstrap *bs, char *err, size_t errlen);
+ * listening sockets survive exec.  Returns DTRAIN_OK, or DTRAIN_ERR_SYSTEM
+ * with one line in err. */
+enum dtrain_status dtrain_handoff_export(const struct dtrain_bootstrap *bs, char *err, size_t errlen);
 
 /* Run argv[0] with argv.  keep_alive = 0: execvp, returning only on failure.
  * keep_alive = 1 (nccl: NCCL's bootstrap root threads live in this
  * process): fork, forward SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
  * and SIGCONT to the child, wait, and set *exit_code to its exit code (128 +
- * signal when it was killed).  Returns 0 when the child ran, or -1 with one
- * line in err and *exit_code set (2 when PROGRAM cannot be run, else 1). */
-int dtrain_handoff_run(char *const argv[], int keep_alive, int *exit_code, char *err, size_t errlen);
+ * signal when it was killed).  Returns DTRAIN_OK when the child ran, or,
+ * with one line in err, DTRAIN_ERR_INPUT when PROGRAM cannot be run,
+ * DTRAIN_ERR_SYSTEM when the fork or the wait failed. */
+enum dtrain_status dtrain_handoff_run(char *const argv[], int keep_alive, int *exit_code, char *err, size_t errlen);
 
 #endif

@@ -53,6 +53,7 @@ struct options {
     int slurm_requeue; /* --slurm-requeue */
     int supervise;     /* --supervise (supervise.h) */
     int drain;         /* --drain, with --supervise */
+    int done;          /* --help or --version answered: nothing else to do */
     int trainer_argc; /* the trainer's arguments: CONFIG.json and flags */
     char **trainer_argv;
 };
@@ -94,20 +95,21 @@ static void usage(FILE *out)
             DEFAULT_TIMEOUT_S);
 }
 
-static int parse_dim(const char *opt, const char *text, long max, int *out)
+static enum dtrain_status parse_dim(const char *opt, const char *text, long max, int *out)
 {
     char err[256];
     long v;
     if (dtrain_parse_int(text, 1, max, opt, &v, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     *out = (int)v;
-    return 0;
+    return DTRAIN_OK;
 }
 
-/* Returns -1 to go on, else the exit code. */
-static int parse_options(int argc, char **argv, struct options *o)
+/* Returns DTRAIN_OK to go on (or, with o->done, to exit 0: --help,
+ * --version), else DTRAIN_ERR_INPUT, said on stderr. */
+static enum dtrain_status parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON, OPT_COMM_BACKEND, OPT_JOB_EXIT, OPT_SLURM_REQUEUE, OPT_SUPERVISE,
            OPT_DRAIN };
@@ -136,17 +138,17 @@ static int parse_options(int argc, char **argv, struct options *o)
     /* "+": stop at the first non-option, so PROGRAM's own options stay its own. */
     while ((c = getopt_long(argc, argv, "+:t:p:d:i:hV", longopts, NULL)) != -1) {
         switch (c) {
-        case 't': if (parse_dim("--tp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.tp) != 0) return DTRAIN_EXIT_USAGE; break;
-        case 'p': if (parse_dim("--pp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.pp) != 0) return DTRAIN_EXIT_USAGE; break;
-        case 'd': if (parse_dim("--dp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.dp) != 0) return DTRAIN_EXIT_USAGE; break;
+        case 't': if (parse_dim("--tp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.tp) != 0) return DTRAIN_ERR_INPUT; break;
+        case 'p': if (parse_dim("--pp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.pp) != 0) return DTRAIN_ERR_INPUT; break;
+        case 'd': if (parse_dim("--dp", optarg, DTRAIN_PLAN_MAX_DIM, &o->shape.dp) != 0) return DTRAIN_ERR_INPUT; break;
         case OPT_TIMEOUT:
             if (parse_dim("--timeout", optarg, 86400, &o->timeout_s) != 0)
-                return DTRAIN_EXIT_USAGE;
+                return DTRAIN_ERR_INPUT;
             break;
         case OPT_COMM_BACKEND:
             if (dtrain_backend_parse(optarg, &o->backend) != 0) {
                 fprintf(stderr, PROG ": --comm-backend '%.64s': use cpu or nccl\n", optarg);
-                return DTRAIN_EXIT_USAGE;
+                return DTRAIN_ERR_INPUT;
             }
             o->backend_given = 1;
             break;
@@ -157,18 +159,18 @@ static int parse_options(int argc, char **argv, struct options *o)
             char err[256];
             if (dtrain_parse_int(optarg, 0, 255, "--job-exit", &o->job_exit, err, sizeof err) != 0) {
                 fprintf(stderr, PROG ": %s (give the srun step's exit status: " PROG " --job-exit $?)\n", err);
-                return DTRAIN_EXIT_USAGE;
+                return DTRAIN_ERR_INPUT;
             }
             break;
         }
         case OPT_SLURM_REQUEUE: o->slurm_requeue = 1; break;
         case OPT_SUPERVISE: o->supervise = 1; break;
         case OPT_DRAIN: o->drain = 1; break;
-        case 'h': usage(stdout); return DTRAIN_EXIT_OK;
-        case 'V': printf(PROG " " PACKAGE_VERSION "\n"); return DTRAIN_EXIT_OK;
+        case 'h': usage(stdout); o->done = 1; return DTRAIN_OK;
+        case 'V': printf(PROG " " PACKAGE_VERSION "\n"); o->done = 1; return DTRAIN_OK;
         case ':':
             fprintf(stderr, PROG ": option %s needs a value (see " PROG " --help)\n", argv[optind - 1]);
-            return DTRAIN_EXIT_USAGE;
+            return DTRAIN_ERR_INPUT;
         default:
             if (strncmp(argv[optind - 1], "--nproc-per-node", 16) == 0 ||
                 strncmp(argv[optind - 1], "--nproc_per_node", 16) == 0) {
@@ -176,7 +178,7 @@ static int parse_options(int argc, char **argv, struct options *o)
                 fprintf(stderr, PROG ": %s: dtrain-launch runs as one task per GPU, not as a per-node agent: "
                                 "srun --mpi=pmi2 --ntasks-per-node=GPUS_PER_NODE " PROG " -- python train.py\n",
                         argv[optind - 1]);
-                return DTRAIN_EXIT_USAGE;
+                return DTRAIN_ERR_INPUT;
             }
             /* A long option of ours it is not: the trainer's flags start here
              * (the trainer refuses what it does not know either). */
@@ -185,7 +187,7 @@ static int parse_options(int argc, char **argv, struct options *o)
                 goto parsed;
             }
             fprintf(stderr, PROG ": unknown option '%s' (see " PROG " --help)\n", argv[optind - 1]);
-            return DTRAIN_EXIT_USAGE;
+            return DTRAIN_ERR_INPUT;
         }
     }
     if (optind < argc && strcmp(argv[optind - 1], "--") == 0)
@@ -199,27 +201,27 @@ parsed:
     }
     if (o->slurm_requeue && o->job_exit < 0 && !o->supervise) {
         fprintf(stderr, PROG ": --slurm-requeue goes with --job-exit STATUS (in the batch script, after srun) or --supervise\n");
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     if (o->drain && !o->supervise) {
         fprintf(stderr, PROG ": --drain goes with --supervise (" PROG " --supervise --drain -- srun ...)\n");
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     if (o->supervise && (o->program == NULL || o->job_exit >= 0 || o->trainer_argc > 0 || o->output != OUTPUT_NONE)) {
         fprintf(stderr, PROG ": --supervise takes the srun step after \"--\" and nothing else: " PROG
                 " --supervise -- srun --mpi=pmi2 ... " PROG " ...\n");
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     if (o->job_exit >= 0 && (o->program != NULL || o->trainer_argc > 0 || o->output != OUTPUT_NONE)) {
         fprintf(stderr, PROG ": --job-exit takes no trainer, PROGRAM or --print/--json: it only maps an exit status\n");
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     if (o->backend_given && !dtrain_backend_built(o->backend)) {
         fprintf(stderr, PROG ": --comm-backend %s: this dtrain-launch was built without CUDA/NCCL: use --comm-backend cpu, "
                         "or rebuild with --with-cuda\n", dtrain_backend_name(o->backend));
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
-    return -1;
+    return DTRAIN_OK;
 }
 
 /* 1 when the trainer runs (no PROGRAM, not only printing). */
@@ -249,23 +251,25 @@ static void rank_program(char *path, size_t len)
 /* The trainer (dtrain-rank, dtrain_parallel.h) on this task's bootstrap,
  * with dtrain-train's arguments, started as a PROGRAM is: this process
  * becomes it (cpu), or waits for it while NCCL's bootstrap roots live here
- * (nccl).  Returns its exit code, or -1 with err when it cannot start. */
-static int run_trainer(const struct options *o, struct dtrain_bootstrap *bs, char *err, size_t errlen)
+ * (nccl).  Returns DTRAIN_OK with its exit code in *exit_code, or
+ * DTRAIN_ERR_SYSTEM with err when it cannot start (even when dtrain-rank
+ * is missing: it is part of the installation). */
+static enum dtrain_status run_trainer(const struct options *o, struct dtrain_bootstrap *bs, int *exit_code,
+                                      char *err, size_t errlen)
 {
     char path[4200];
     rank_program(path, sizeof path);
     char **argv = calloc((size_t)o->trainer_argc + 2, sizeof *argv);
     if (argv == NULL) {
         dtrain_snprintf(err, errlen, "out of memory");
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     }
     argv[0] = path;
     for (int i = 0; i < o->trainer_argc; i++)
         argv[i + 1] = o->trainer_argv[i];
-    int rc = -1;
-    if (dtrain_handoff_export(bs, err, errlen) == 0 &&
-        dtrain_handoff_run(argv, bs->backend == DTRAIN_COMM_NCCL, &rc, err, errlen) != 0)
-        rc = -1;
+    enum dtrain_status rc = dtrain_handoff_export(bs, err, errlen);
+    if (rc == DTRAIN_OK && dtrain_handoff_run(argv, bs->backend == DTRAIN_COMM_NCCL, exit_code, err, errlen) != DTRAIN_OK)
+        rc = DTRAIN_ERR_SYSTEM;
     free(argv);
     return rc;
 }
@@ -304,12 +308,12 @@ static int job_exit(const struct options *o)
 int main(int argc, char **argv)
 {
     struct options opt;
-    int rc = parse_options(argc, argv, &opt);
-    if (rc >= 0)
-        return rc;
+    enum dtrain_status rc = parse_options(argc, argv, &opt);
+    if (rc != DTRAIN_OK || opt.done)
+        return dtrain_status_exit(rc);
     if (opt.supervise) {
-        rc = dtrain_supervise(opt.program, opt.drain, &opt.job_exit);
-        return rc >= 0 ? rc : job_exit(&opt); /* not restarted in the job: as --job-exit maps it */
+        int code = dtrain_supervise(opt.program, opt.drain, &opt.job_exit);
+        return code >= 0 ? code : job_exit(&opt); /* not restarted in the job: as --job-exit maps it */
     }
     if (opt.job_exit >= 0)
         return job_exit(&opt);
@@ -328,22 +332,22 @@ int main(int argc, char **argv)
     char addr[INET_ADDRSTRLEN] = "";
     dtrain_pmi *pmi = NULL;
     struct dtrain_launch_rdv rdv = {.fd = -1};
+    int code; /* the exit code: the trainer's or PROGRAM's, or rc's */
 
     long t0 = dtrain_clock_us();
     rc = dtrain_pmi_init(opt.timeout_s, &pmi, err, sizeof err);
-    if (rc != DTRAIN_PMI_OK) {
+    if (rc != DTRAIN_OK) {
         fprintf(stderr, PROG ": %s\n", err);
-        return rc == DTRAIN_PMI_NO_ENV ? DTRAIN_EXIT_USAGE : DTRAIN_EXIT_FAILURE;
+        return dtrain_status_exit(rc);
     }
     const int rank = dtrain_pmi_rank(pmi);
     long t1 = dtrain_clock_us();
 
     /* Placement errors are the same on every task (same options, same
      * environment): each task exits with the documented code. */
-    rc = dtrain_placement_resolve(&opt.shape, rank, dtrain_pmi_size(pmi), &place, err, sizeof err);
-    if (rc != DTRAIN_EXIT_OK)
-        goto fail;
-    rc = DTRAIN_EXIT_FAILURE;
+    DTRAIN_CHECK_GOTO(dtrain_placement_resolve(&opt.shape, rank, dtrain_pmi_size(pmi), &place, err, sizeof err), rc,
+                      fail);
+    rc = DTRAIN_ERR_SYSTEM;
     bs = calloc(1, sizeof *bs);
     if (bs == NULL) {
         dtrain_snprintf(err, sizeof err, "out of memory");
@@ -366,17 +370,15 @@ int main(int argc, char **argv)
     /* A PROGRAM on a step the plugin did not place gets its env:// rendezvous
      * from rank 0 through the same fence (rendezvous.h). */
     const int own_rdv = opt.program != NULL && !place.placed_by_plugin;
-    if (own_rdv && (rc = dtrain_launch_rdv_put(pmi, rank, opt.iface, &rdv, err, sizeof err)) != DTRAIN_EXIT_OK)
-        goto fail_alone;
+    if (own_rdv)
+        DTRAIN_CHECK_GOTO(dtrain_launch_rdv_put(pmi, rank, opt.iface, &rdv, err, sizeof err), rc, fail_alone);
     rc = dtrain_exchange_ids(pmi, bs, addr, &report.exchange, err, sizeof err);
-    if (rc == DTRAIN_EXIT_REQUEUE)
+    if (rc == DTRAIN_ERR_FAULT)
         goto fail; /* the fence failed for every task */
-    if (rc != DTRAIN_EXIT_OK)
+    if (rc != DTRAIN_OK)
         goto fail_alone;
     if (own_rdv) {
-        rc = dtrain_launch_rdv_get(pmi, rank, &rdv, err, sizeof err);
-        if (rc != DTRAIN_EXIT_OK)
-            goto fail;
+        DTRAIN_CHECK_GOTO(dtrain_launch_rdv_get(pmi, rank, &rdv, err, sizeof err), rc, fail);
         dtrain_snprintf(place.coords.master_addr, sizeof place.coords.master_addr, "%s", rdv.addr);
         place.coords.master_port = rdv.port;
     }
@@ -390,53 +392,43 @@ int main(int argc, char **argv)
     dtrain_pmi_finalize(pmi);
     pmi = NULL;
 
-    rc = DTRAIN_EXIT_FAILURE;
-    if (dtrain_placement_apply(&place, err, sizeof err) != 0)
-        goto fail;
+    DTRAIN_CHECK_GOTO(dtrain_placement_apply(&place, err, sizeof err), rc, fail);
     if (place.warning[0] != '\0' && place.local_rank == 0)
         fprintf(stderr, PROG ": warning: rank %d: %s\n", rank, place.warning);
     if (opt.output != OUTPUT_NONE) {
         int wrc = opt.output == OUTPUT_JSON ? dtrain_report_json(stdout, &report) : dtrain_report_text(stdout, &report);
         if (wrc != 0) {
             dtrain_snprintf(err, sizeof err, "writing the report to stdout failed");
+            rc = DTRAIN_ERR_SYSTEM;
             goto fail;
         }
     }
-    if (opt.program == NULL && !runs_trainer(&opt)) {
-        rc = DTRAIN_EXIT_OK; /* --print / --json only */
-        goto done;
+    code = DTRAIN_EXIT_OK; /* --print / --json only */
+    if (opt.program == NULL && runs_trainer(&opt)) {
+        /* the trainer's own exit code; it printed its messages */
+        DTRAIN_CHECK_GOTO(run_trainer(&opt, bs, &code, err, sizeof err), rc, fail);
+    } else if (opt.program != NULL) {
+        DTRAIN_CHECK_GOTO(dtrain_handoff_export(bs, err, sizeof err), rc, fail);
+        /* the child's own exit code */
+        DTRAIN_CHECK_GOTO(dtrain_handoff_run(opt.program, bs->backend == DTRAIN_COMM_NCCL, &code, err, sizeof err),
+                          rc, fail);
     }
-    if (opt.program == NULL) {
-        rc = run_trainer(&opt, bs, err, sizeof err);
-        if (rc < 0) {
-            rc = DTRAIN_EXIT_FAILURE;
-            goto fail;
-        }
-        goto done; /* the trainer's own exit code; it printed its messages */
-    }
-    if (dtrain_handoff_export(bs, err, sizeof err) != 0)
-        goto fail;
-    if (dtrain_handoff_run(opt.program, bs->backend == DTRAIN_COMM_NCCL, &rc, err, sizeof err) != 0)
-        goto fail;
-    /* The child's own exit code. */
-
-done:
-    if (bs != NULL)
-        dtrain_bootstrap_close(bs);
+    dtrain_bootstrap_close(bs);
     free(bs);
-    return rc;
+    return code;
 fail_alone:
     /* Only this task failed: end the step now rather than leave the others
      * waiting in the fence until their timeout (and a requeue). */
     fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
     dtrain_pmi_abort(pmi, err);
 fail:
-    if (rc == DTRAIN_EXIT_REQUEUE) { /* the restart budget decides */
+    code = dtrain_status_exit(rc);
+    if (rc == DTRAIN_ERR_FAULT) { /* the restart budget decides */
         struct dtrain_restarts budget;
         char why[256];
         if (dtrain_restarts_read(&budget, why, sizeof why) == 0) {
-            rc = dtrain_restarts_exit(&budget, why, sizeof why);
-            fprintf(stderr, PROG ": rank %d: %s: exit %d (%s)\n", rank, err, rc, why);
+            code = dtrain_restarts_exit(&budget, why, sizeof why);
+            fprintf(stderr, PROG ": rank %d: %s: exit %d (%s)\n", rank, err, code, why);
         } else {
             fprintf(stderr, PROG ": rank %d: %s; %s\n", rank, err, why);
         }
@@ -447,5 +439,5 @@ fail:
     if (bs != NULL)
         dtrain_bootstrap_close(bs);
     free(bs);
-    return rc;
+    return code;
 }

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "dtrain_env.h"
-#include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "dtrain_placement_env.h"
 #include "dtrain_plan.h"
@@ -77,13 +76,13 @@ static int tasks_per_node_uniform(const char *text, int *per_node, int *nnodes)
 
 /* The placement the dtrain SPANK plugin exported (decoded by the one
  * decoder of dtrain_placement_env.h), checked. */
-static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
+static enum dtrain_status from_plugin(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
 {
     struct dtrain_coords *c = &p->coords;
     char why[256];
     if (dtrain_placement_env_decode(dtrain_env_getter_process, NULL, c, why, sizeof why) != 0) {
         dtrain_snprintf(err, errlen, "the dtrain plugin's environment: %s", why);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     p->pos = c->pos;
     p->local_rank = c->local_rank;
@@ -98,14 +97,14 @@ static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_pla
             dtrain_snprintf(err, errlen, "%s %d disagrees with %s=%d set by the dtrain plugin (--dtrain-%s): "
                                          "give the shape once, with --dtrain-tp/--dtrain-pp on sbatch or srun",
                             dims[i].opt, dims[i].asked, dims[i].var, dims[i].got, dims[i].opt + 2);
-            return DTRAIN_EXIT_USAGE;
+            return DTRAIN_ERR_INPUT;
         }
     }
     if (p->world_size != (long)p->tp * p->pp * p->dp) {
         dtrain_snprintf(err, errlen, "the dtrain plugin set %s=%d but T*P*D = %d*%d*%d: its environment is "
                                      "inconsistent (is the plugin the same version as dtrain-launch?)",
                         DTRAIN_ENV_WORLD_SIZE, p->world_size, p->tp, p->pp, p->dp);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     int tp, dp, pp;
     dtrain_coords_of(p->rank, p->tp, p->dp, &tp, &dp, &pp);
@@ -113,19 +112,19 @@ static int from_plugin(const struct dtrain_shape_request *req, struct dtrain_pla
         dtrain_snprintf(err, errlen, "the dtrain plugin set rank %d with (tp, dp, pp) = (%d, %d, %d), but the "
                                      "rank order gives (%d, %d, %d): is the plugin the same version as dtrain-launch?",
                         p->rank, p->tp_rank, p->dp_rank, p->pp_rank, tp, dp, pp);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     memcpy(p->cpus, c->cpus, sizeof p->cpus);
     p->cpus[sizeof p->cpus - 1] = '\0';
     p->placed_by_plugin = 1;
-    return DTRAIN_EXIT_OK;
+    return DTRAIN_OK;
 }
 
 /* A live topology load that takes longer has hung (sysfs on a sick node). */
 #define PLACEMENT_TOPO_TIMEOUT_MS 30000
 
 /* Plan the job here, with the planner, for CPUs only. */
-static int plan_here(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
+static enum dtrain_status plan_here(const struct dtrain_shape_request *req, struct dtrain_placement *p, char *err, size_t errlen)
 {
     int T = 1, P = 1, D = 0, K, nnodes, procid;
     const struct { int asked; const char *var; int *dst; } dims[] = {
@@ -135,40 +134,40 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
         if (dims[i].asked != 0)
             *dims[i].dst = dims[i].asked;
         else if (env_int(dims[i].var, 1, DTRAIN_PLAN_MAX_DIM, 0, dims[i].dst, err, errlen) < 0)
-            return DTRAIN_EXIT_USAGE;
+            return DTRAIN_ERR_INPUT;
     }
     const char *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
     if (tpn == NULL) {
         dtrain_snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE is not set: run dtrain-launch as a task of "
                                      "`srun --mpi=pmi2`");
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     if (tasks_per_node_uniform(tpn, &K, &nnodes) != 0) {
         dtrain_snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE='%.64s' is not Slurm's N(xM),... form", tpn);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     if (K < 0) {
         dtrain_snprintf(err, errlen, "this step has different task counts per node (%.64s); a TP group must stay "
                                      "on one node: give srun --ntasks-per-node=K with K a multiple of T=%d",
                         tpn, T);
-        return DTRAIN_EXIT_REFUSED;
+        return DTRAIN_ERR_REFUSED;
     }
     if ((long)K * nnodes != p->world_size) {
         dtrain_snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE=%.64s makes %ld tasks but PMI2 has %d", tpn,
                         (long)K * nnodes, p->world_size);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
-    int rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, 0, err, errlen);
-    if (rc != DTRAIN_TOPO_OK)
-        return dtrain_topo_status_exit(rc);
+    enum dtrain_status rc = dtrain_plan_check_shape(T, P, D, p->world_size, K, 0, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
     if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &p->node, err, errlen) != 0 ||
         env_int("SLURM_LOCALID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &procid, err, errlen) != 0)
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     if (p->node != p->rank / K || procid != p->rank % K) {
         dtrain_snprintf(err, errlen, "rank %d runs as task %d of node %d, but block order puts it at task %d of "
                                      "node %d: use srun --distribution=block (the default)",
                         p->rank, procid, p->node, p->rank % K, p->rank / K);
-        return DTRAIN_EXIT_REFUSED;
+        return DTRAIN_ERR_REFUSED;
     }
 
     dtrain_topo *topo = NULL;
@@ -176,11 +175,11 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     char why[512];
     struct dtrain_shape shape = {.tp = T, .pp = P, .dp = D, .nnodes = nnodes, .tasks_per_node = K};
     struct dtrain_policy policy = {.allow_pcie = 0, .cpu_only = 1};
-    rc = DTRAIN_EXIT_FAILURE;
+    rc = DTRAIN_ERR_SYSTEM;
     /* A CPU-only plan needs the CPUs only: no PCI walk, no NVML (most of
      * a live load), bounded as the plugin's load is. */
     if (dtrain_topo_load_bounded(NULL, DTRAIN_TOPO_LOAD_CPUS_ONLY, PLACEMENT_TOPO_TIMEOUT_MS, &topo, why,
-                                 sizeof why) != DTRAIN_TOPO_OK) {
+                                 sizeof why) != DTRAIN_OK) {
         dtrain_snprintf(err, errlen, "reading this node's topology: %s", why);
         goto out;
     }
@@ -192,13 +191,13 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     }
     for (int i = 0; i < nnodes; i++)
         nodes[i] = topo;
-    int prc = dtrain_plan_place_node(&shape, nodes, &policy, p->node, &plan, why, sizeof why);
+    rc = dtrain_plan_place_node(&shape, nodes, &policy, p->node, &plan, why, sizeof why);
     free(nodes);
-    if (prc != DTRAIN_TOPO_OK) {
+    if (rc != DTRAIN_OK) {
         dtrain_snprintf(err, errlen, "%s", why);
-        rc = dtrain_topo_status_exit(prc);
         goto out;
     }
+    rc = DTRAIN_ERR_SYSTEM;
     const struct dtrain_task_placement *t = dtrain_plan_task(plan, p->rank);
     if (t == NULL) {
         dtrain_snprintf(err, errlen, "the planner has no task %d", p->rank);
@@ -216,15 +215,15 @@ static int plan_here(const struct dtrain_shape_request *req, struct dtrain_place
     if (warning != NULL)
         dtrain_snprintf(p->warning, sizeof p->warning, "%s", warning);
     p->placed_by_plugin = 0;
-    rc = DTRAIN_EXIT_OK;
+    rc = DTRAIN_OK;
 out:
     dtrain_plan_free(plan);
     dtrain_topo_free(topo);
     return rc;
 }
 
-int dtrain_placement_resolve(const struct dtrain_shape_request *req, int pmi_rank, int pmi_size,
-                             struct dtrain_placement *out, char *err, size_t errlen)
+enum dtrain_status dtrain_placement_resolve(const struct dtrain_shape_request *req, int pmi_rank, int pmi_size,
+                                            struct dtrain_placement *out, char *err, size_t errlen)
 {
     int procid, ntasks;
     memset(out, 0, sizeof *out);
@@ -232,41 +231,41 @@ int dtrain_placement_resolve(const struct dtrain_shape_request *req, int pmi_ran
     out->world_size = pmi_size;
     /* Slurm's view must agree with PMI2's: rank = SLURM_PROCID = PMI2 rank. */
     if (env_int("SLURM_PROCID", 0, DTRAIN_PLAN_MAX_WORLD, 1, &procid, err, errlen) != 0)
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     if (procid != pmi_rank) {
         dtrain_snprintf(err, errlen, "SLURM_PROCID=%d but PMI2 says rank %d: this is not the task srun started "
                                      "(run dtrain-launch directly under srun --mpi=pmi2)",
                         procid, pmi_rank);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     int nt = env_int("SLURM_STEP_NUM_TASKS", 1, DTRAIN_PLAN_MAX_WORLD, 0, &ntasks, err, errlen);
     if (nt < 0)
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     if (nt == 0 && ntasks != pmi_size) {
         dtrain_snprintf(err, errlen, "SLURM_STEP_NUM_TASKS=%d but PMI2 says %d tasks", ntasks, pmi_size);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
 
     const char *by = getenv(DTRAIN_ENV_PLACED_BY);
-    int rc = (by != NULL && strcmp(by, "spank") == 0) ? from_plugin(req, out, err, errlen)
-                                                      : plan_here(req, out, err, errlen);
-    if (rc != DTRAIN_EXIT_OK)
+    enum dtrain_status rc = (by != NULL && strcmp(by, "spank") == 0) ? from_plugin(req, out, err, errlen)
+                                                                     : plan_here(req, out, err, errlen);
+    if (rc != DTRAIN_OK)
         return rc;
     if (out->rank != pmi_rank || out->world_size != pmi_size) {
         dtrain_snprintf(err, errlen, "the dtrain plugin placed rank %d of %d but PMI2 says rank %d of %d: "
                                      "the plugin and srun disagree (was the step started with other options?)",
                         out->rank, out->world_size, pmi_rank, pmi_size);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     if (out->placed_by_plugin) {
         int nodeid = 0;
         if (env_int("SLURM_NODEID", 0, DTRAIN_PLAN_MAX_WORLD, 0, &nodeid, err, errlen) < 0)
-            return DTRAIN_EXIT_USAGE;
+            return DTRAIN_ERR_INPUT;
         out->node = nodeid;
         if (env_int("SLURM_STEP_NUM_NODES", 1, DTRAIN_PLAN_MAX_WORLD, 0, &out->nnodes, err, errlen) < 0)
-            return DTRAIN_EXIT_USAGE;
+            return DTRAIN_ERR_INPUT;
     }
-    return DTRAIN_EXIT_OK;
+    return DTRAIN_OK;
 }
 
 /* Bind this process to a cpulist; -1 with a reason when it cannot. */
@@ -302,10 +301,10 @@ out:
     return rc;
 }
 
-int dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen)
+enum dtrain_status dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen)
 {
     if (p->placed_by_plugin)
-        return 0;
+        return DTRAIN_OK;
     char why[200];
     if (p->cpus[0] != '\0' && bind_cpus(p->cpus, why, sizeof why) != 0) {
         dtrain_snprintf(p->warning, sizeof p->warning, "not bound to CPUs %.64s: %s", p->cpus, why);
@@ -328,13 +327,13 @@ int dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen)
     env.count = 0;
     if (dtrain_placement_env_encode(c, &env) != 0) {
         dtrain_snprintf(err, errlen, "the placement does not fit the environment");
-        return 1;
+        return DTRAIN_ERR_SYSTEM;
     }
     for (int i = 0; i < env.count; i++) {
         if (setenv(env.var[i].name, env.var[i].value, 1) != 0) {
             dtrain_snprintf(err, errlen, "setenv %s: %s", env.var[i].name, strerror(errno));
-            return 1;
+            return DTRAIN_ERR_SYSTEM;
         }
     }
-    return 0;
+    return DTRAIN_OK;
 }

@@ -9,8 +9,9 @@
  * same planner (CPU placement: each task gets its share of its node's CPUs,
  * GPUs are left as Slurm set them); T, P, D come from the options, else from
  * DTRAIN_TP/PP/DP in the environment, else 1, 1 and world / (T*P).
- * Errors return a code of dtrain_exit.h (2 mismatch or bad input, 3 shape
- * refused, 1 internal) with one line in err (no program prefix). */
+ * Errors return a status (DTRAIN_ERR_INPUT: a mismatch or bad input;
+ * DTRAIN_ERR_REFUSED: the shape; DTRAIN_ERR_SYSTEM: internal) with one line
+ * in err (no program prefix). */
 #ifndef DTRAIN_LAUNCH_PLACEMENT_H
 #define DTRAIN_LAUNCH_PLACEMENT_H
 
@@ -35,14 +36,14 @@ struct dtrain_placement {
 };
 
 /* Resolve the placement of the task with this PMI2 rank and size. */
-int dtrain_placement_resolve(const struct dtrain_shape_request *req, int pmi_rank, int pmi_size,
-                             struct dtrain_placement *out, char *err, size_t errlen);
+enum dtrain_status dtrain_placement_resolve(const struct dtrain_shape_request *req, int pmi_rank, int pmi_size,
+                                            struct dtrain_placement *out, char *err, size_t errlen);
 
 /* When the launcher planned the task: bind it to its CPUs and export the
  * placement variables of common/dtrain_env.h with DTRAIN_PLACED_BY=launcher
  * (the plugin's variables are left as they are).  A binding that the system
  * refuses is not an error: DTRAIN_CPUS is then left empty and *warning says
- * why.  Returns 0, or 1 with one line in err. */
-int dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen);
+ * why.  Returns DTRAIN_OK, or DTRAIN_ERR_SYSTEM with one line in err. */
+enum dtrain_status dtrain_placement_apply(struct dtrain_placement *p, char *err, size_t errlen);
 
 #endif

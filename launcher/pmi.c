@@ -131,24 +131,24 @@ static void watchdog_stop(struct dtrain_pmi *pmi)
     pmi->thread_started = 0;
 }
 
-int dtrain_pmi_init(int timeout_s, dtrain_pmi **out, char *err, size_t errlen)
+enum dtrain_status dtrain_pmi_init(int timeout_s, dtrain_pmi **out, char *err, size_t errlen)
 {
     /* libpmi2 runs as a singleton (size 1) without PMI_FD: detect that first. */
     if (getenv("PMI_FD") == NULL || getenv("PMI_RANK") == NULL || getenv("PMI_SIZE") == NULL) {
         dtrain_snprintf(err, errlen, "not started by srun --mpi=pmi2 (no PMI2 environment): "
                                      "run it as `srun --mpi=pmi2 dtrain-launch ...`");
-        return DTRAIN_PMI_NO_ENV;
+        return DTRAIN_ERR_INPUT;
     }
     struct dtrain_pmi *pmi = calloc(1, sizeof *pmi);
     if (pmi == NULL) {
         dtrain_snprintf(err, errlen, "out of memory");
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
     pmi->rank = -1;
     pmi->timeout_s = timeout_s;
     if (watchdog_start(pmi, err, errlen) != 0) {
         free(pmi);
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
     int spawned = 0, appnum = 0;
     arm(pmi, "PMI2_Init");
@@ -161,41 +161,41 @@ int dtrain_pmi_init(int timeout_s, dtrain_pmi **out, char *err, size_t errlen)
                         pmi2_error_name(rc), getenv("PMI_FD"));
         watchdog_stop(pmi);
         free(pmi);
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
     pmi->initialized = 1;
     if (pmi->size < 1 || pmi->rank < 0 || pmi->rank >= pmi->size) {
         dtrain_snprintf(err, errlen, "PMI2_Init gave rank %d of size %d: not a valid rank", pmi->rank, pmi->size);
         dtrain_pmi_finalize(pmi);
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
     *out = pmi;
-    return DTRAIN_PMI_OK;
+    return DTRAIN_OK;
 }
 
 int dtrain_pmi_rank(const dtrain_pmi *pmi) { return pmi->rank; }
 int dtrain_pmi_size(const dtrain_pmi *pmi) { return pmi->size; }
 int dtrain_pmi_fences(const dtrain_pmi *pmi) { return pmi->fences; }
 
-int dtrain_pmi_put(dtrain_pmi *pmi, const char *key, const char *value, char *err, size_t errlen)
+enum dtrain_status dtrain_pmi_put(dtrain_pmi *pmi, const char *key, const char *value, char *err, size_t errlen)
 {
     if (strlen(key) >= PMI2_MAX_KEYLEN || strlen(value) >= PMI2_MAX_VALLEN) {
         dtrain_snprintf(err, errlen, "PMI2 key '%.64s' (%zu bytes) or its value (%zu bytes) is longer than "
                                      "PMI2 allows (%d, %d)",
                         key, strlen(key), strlen(value), PMI2_MAX_KEYLEN - 1, PMI2_MAX_VALLEN - 1);
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
     arm(pmi, "PMI2_KVS_Put");
     int rc = PMI2_KVS_Put(key, value);
     disarm(pmi);
     if (rc != PMI2_SUCCESS) {
         dtrain_snprintf(err, errlen, "PMI2_KVS_Put(%s) failed (%s)", key, pmi2_error_name(rc));
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
-    return DTRAIN_PMI_OK;
+    return DTRAIN_OK;
 }
 
-int dtrain_pmi_fence(dtrain_pmi *pmi, char *err, size_t errlen)
+enum dtrain_status dtrain_pmi_fence(dtrain_pmi *pmi, char *err, size_t errlen)
 {
     arm(pmi, "PMI2_KVS_Fence");
     int rc = PMI2_KVS_Fence();
@@ -204,14 +204,14 @@ int dtrain_pmi_fence(dtrain_pmi *pmi, char *err, size_t errlen)
         dtrain_snprintf(err, errlen, "PMI2_KVS_Fence failed (%s): Slurm's PMI2 service could not complete "
                                      "the exchange (a node or its slurmstepd failed?)",
                         pmi2_error_name(rc));
-        return DTRAIN_PMI_RETRY;
+        return DTRAIN_ERR_FAULT;
     }
     pmi->fences++;
-    return DTRAIN_PMI_OK;
+    return DTRAIN_OK;
 }
 
-int dtrain_pmi_get(dtrain_pmi *pmi, int owner, const char *key, char *value, size_t valuelen,
-                   char *err, size_t errlen)
+enum dtrain_status dtrain_pmi_get(dtrain_pmi *pmi, int owner, const char *key, char *value, size_t valuelen,
+                                  char *err, size_t errlen)
 {
     int len = 0;
     int maxlen = valuelen > PMI2_MAX_VALLEN ? PMI2_MAX_VALLEN : (int)valuelen;
@@ -222,14 +222,14 @@ int dtrain_pmi_get(dtrain_pmi *pmi, int owner, const char *key, char *value, siz
         dtrain_snprintf(err, errlen, "PMI2_KVS_Get(%s) failed (%s): rank %d did not publish it; do all tasks "
                                      "run the same dtrain-launch with the same options?",
                         key, pmi2_error_name(rc), owner);
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
     if (len < 0 || len >= maxlen || memchr(value, '\0', (size_t)maxlen) == NULL) {
         dtrain_snprintf(err, errlen, "PMI2_KVS_Get(%s): value of %d bytes does not fit in %d", key,
                         len < 0 ? -len : len, maxlen);
-        return DTRAIN_PMI_ERR;
+        return DTRAIN_ERR_SYSTEM;
     }
-    return DTRAIN_PMI_OK;
+    return DTRAIN_OK;
 }
 
 void dtrain_pmi_abort(dtrain_pmi *pmi, const char *msg)

@@ -18,32 +18,31 @@
 
 #include <stddef.h>
 
-enum dtrain_pmi_status {
-    DTRAIN_PMI_OK = 0,
-    DTRAIN_PMI_NO_ENV = -1, /* not started by srun --mpi=pmi2 (PMI_FD, PMI_RANK, PMI_SIZE missing) */
-    DTRAIN_PMI_ERR = -2,    /* a call failed in a way retrying will not fix */
-    DTRAIN_PMI_RETRY = -3,  /* the step's PMI2 exchange failed: requeueing can help */
-};
+#include "dtrain_status.h"
 
+/* The calls return DTRAIN_OK or, with one line in err: DTRAIN_ERR_INPUT
+ * when not started by srun --mpi=pmi2 (PMI_FD, PMI_RANK, PMI_SIZE missing),
+ * DTRAIN_ERR_FAULT when the step's PMI2 exchange (the fence) failed, so
+ * that requeueing can help, DTRAIN_ERR_SYSTEM for a failure retrying will
+ * not fix. */
 typedef struct dtrain_pmi dtrain_pmi;
 
-/* Connect (PMI2_Init) and start the watchdog.  Returns a status; on error
- * one line in err. */
-int dtrain_pmi_init(int timeout_s, dtrain_pmi **out, char *err, size_t errlen);
+/* Connect (PMI2_Init) and start the watchdog. */
+enum dtrain_status dtrain_pmi_init(int timeout_s, dtrain_pmi **out, char *err, size_t errlen);
 
 int dtrain_pmi_rank(const dtrain_pmi *pmi);
 int dtrain_pmi_size(const dtrain_pmi *pmi);
 int dtrain_pmi_fences(const dtrain_pmi *pmi); /* fences completed so far */
 
 /* Put one key (< 64 bytes) and value (< 1024 bytes, text). */
-int dtrain_pmi_put(dtrain_pmi *pmi, const char *key, const char *value, char *err, size_t errlen);
+enum dtrain_status dtrain_pmi_put(dtrain_pmi *pmi, const char *key, const char *value, char *err, size_t errlen);
 
 /* Collective over the step: commit every task's puts. */
-int dtrain_pmi_fence(dtrain_pmi *pmi, char *err, size_t errlen);
+enum dtrain_status dtrain_pmi_fence(dtrain_pmi *pmi, char *err, size_t errlen);
 
 /* Get a key put by task `owner` before the last fence. */
-int dtrain_pmi_get(dtrain_pmi *pmi, int owner, const char *key, char *value, size_t valuelen,
-                   char *err, size_t errlen);
+enum dtrain_status dtrain_pmi_get(dtrain_pmi *pmi, int owner, const char *key, char *value, size_t valuelen,
+                                  char *err, size_t errlen);
 
 /* A failure only this task has (it cannot make its id, a get failed...):
  * PMI2_Abort, so that Slurm ends the whole step now instead of leaving the

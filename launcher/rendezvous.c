@@ -13,25 +13,19 @@
 #include <unistd.h>
 
 #include "bootstrap_id.h"
-#include "dtrain_exit.h"
 #include "dtrain_parse.h"
 
-static int code_of(int pmi_rc)
-{
-    return pmi_rc == DTRAIN_PMI_RETRY ? DTRAIN_EXIT_REQUEUE : DTRAIN_EXIT_FAILURE;
-}
-
-int dtrain_launch_rdv_put(dtrain_pmi *pmi, int rank, const char *iface, struct dtrain_launch_rdv *r, char *err,
-                          size_t errlen)
+enum dtrain_status dtrain_launch_rdv_put(dtrain_pmi *pmi, int rank, const char *iface, struct dtrain_launch_rdv *r, char *err,
+                                         size_t errlen)
 {
     char why[256], value[96];
     memset(r, 0, sizeof *r);
     r->fd = -1;
     if (rank != 0)
-        return DTRAIN_EXIT_OK;
+        return DTRAIN_OK;
     if (dtrain_comm_addr_pick(iface, r->addr, sizeof r->addr, why, sizeof why) != 0) {
         dtrain_snprintf(err, errlen, "MASTER_ADDR: %s", why);
-        return DTRAIN_EXIT_USAGE;
+        return DTRAIN_ERR_INPUT;
     }
     /* Not SOCK_CLOEXEC: PROGRAM inherits it and so keeps the port bound. */
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
@@ -42,33 +36,32 @@ int dtrain_launch_rdv_put(dtrain_pmi *pmi, int rank, const char *iface, struct d
         dtrain_snprintf(err, errlen, "MASTER_PORT: binding a port: %s", strerror(errno));
         if (fd >= 0)
             close(fd);
-        return DTRAIN_EXIT_FAILURE;
+        return DTRAIN_ERR_SYSTEM;
     }
     r->fd = fd;
     r->port = ntohs(sa.sin_port);
     dtrain_snprintf(value, sizeof value, "%s:%d", r->addr, r->port);
-    int rc = dtrain_pmi_put(pmi, DTRAIN_RDV_KEY, value, err, errlen);
-    return rc == DTRAIN_PMI_OK ? DTRAIN_EXIT_OK : code_of(rc);
+    return dtrain_pmi_put(pmi, DTRAIN_RDV_KEY, value, err, errlen);
 }
 
-int dtrain_launch_rdv_get(dtrain_pmi *pmi, int rank, struct dtrain_launch_rdv *r, char *err, size_t errlen)
+enum dtrain_status dtrain_launch_rdv_get(dtrain_pmi *pmi, int rank, struct dtrain_launch_rdv *r, char *err, size_t errlen)
 {
     char value[96], why[128];
     long port;
     if (rank == 0)
-        return DTRAIN_EXIT_OK;
-    int rc = dtrain_pmi_get(pmi, 0, DTRAIN_RDV_KEY, value, sizeof value, err, errlen);
-    if (rc != DTRAIN_PMI_OK)
-        return code_of(rc);
+        return DTRAIN_OK;
+    enum dtrain_status rc = dtrain_pmi_get(pmi, 0, DTRAIN_RDV_KEY, value, sizeof value, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
     char *colon = strrchr(value, ':');
     if (colon == NULL || (size_t)(colon - value) >= sizeof r->addr ||
         dtrain_parse_int(colon + 1, 1, 65535, "port", &port, why, sizeof why) != 0) {
         dtrain_snprintf(err, errlen, "rank 0 published '%.64s' under %s, not ADDR:PORT (is every task the same "
                                      "dtrain-launch?)", value, DTRAIN_RDV_KEY);
-        return DTRAIN_EXIT_FAILURE;
+        return DTRAIN_ERR_SYSTEM;
     }
     memcpy(r->addr, value, (size_t)(colon - value));
     r->addr[colon - value] = '\0';
     r->port = (int)port;
-    return DTRAIN_EXIT_OK;
+    return DTRAIN_OK;
 }

@@ -26,12 +26,13 @@ struct dtrain_launch_rdv {
 };
 
 /* Rank 0: bind, put.  Others: nothing yet.  iface as --comm-iface (NULL:
- * the address others reach this node at).  Returns 0, or a dtrain_exit.h
- * code with one line in err. */
-int dtrain_launch_rdv_put(dtrain_pmi *pmi, int rank, const char *iface, struct dtrain_launch_rdv *r, char *err,
-                          size_t errlen);
+ * the address others reach this node at).  Returns a status with one line
+ * in err. */
+enum dtrain_status dtrain_launch_rdv_put(dtrain_pmi *pmi, int rank, const char *iface, struct dtrain_launch_rdv *r,
+                                         char *err, size_t errlen);
 
-/* After the fence: ranks > 0 get rank 0's ADDR:PORT.  Returns 0 or a code. */
-int dtrain_launch_rdv_get(dtrain_pmi *pmi, int rank, struct dtrain_launch_rdv *r, char *err, size_t errlen);
+/* After the fence: ranks > 0 get rank 0's ADDR:PORT.  Returns a status. */
+enum dtrain_status dtrain_launch_rdv_get(dtrain_pmi *pmi, int rank, struct dtrain_launch_rdv *r, char *err,
+                                         size_t errlen);
 
 #endif

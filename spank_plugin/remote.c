@@ -137,7 +137,7 @@ static int load_topology(struct dtrain_plugin *plugin)
     struct dtrain_step *s = &plugin->step;
     char path[DTRAIN_CONFIG_PATH_MAX], err[DTRAIN_MSG_MAX];
     const char *xml = NULL;
-    int rc = DTRAIN_TOPO_ERR_INPUT;
+    int rc = DTRAIN_ERR_INPUT;
 
     if (plugin->config.topology_xml[0] != '\0') {
         if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, sizeof err) != 0)
@@ -150,7 +150,7 @@ static int load_topology(struct dtrain_plugin *plugin)
         xml = NULL;
     rc = dtrain_topo_load_bounded(xml, DTRAIN_TOPO_LOAD_TRUSTED | DTRAIN_TOPO_LOAD_THIS_NODE, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
 done:
-    if (rc != DTRAIN_TOPO_OK) {
+    if (rc != DTRAIN_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);
         return -1;
     }
@@ -179,7 +179,7 @@ static int apply_gres(struct dtrain_step *s, spank_t sp)
     if (s->gres.count == 0)
         return 0;
     rc = dtrain_topo_subset(s->topo, s->gres.index, s->gres.count, &s->gres_topo, err, sizeof err);
-    if (rc != DTRAIN_TOPO_OK) {
+    if (rc != DTRAIN_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot restrict the node to the step's GPUs: %s", s->node, err);
         return -1;
     }
@@ -223,7 +223,7 @@ static int select_gpus(struct dtrain_plugin *plugin)
         return -1;
     }
     dtrain_topo *sub = NULL;
-    if (dtrain_topo_subset(base, keep, k, &sub, err, sizeof err) != DTRAIN_TOPO_OK) {
+    if (dtrain_topo_subset(base, keep, k, &sub, err, sizeof err) != DTRAIN_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot restrict the node to the %s GPUs: %s", s->node,
                   vendor == DTRAIN_VENDOR_AMD ? "AMD" : "NVIDIA", err);
         return -1;
@@ -275,8 +275,8 @@ static int plan_step(struct dtrain_plugin *plugin)
         nodes[i] = node;
     /* This node's share only: memory and time independent of the world. */
     int prc = dtrain_plan_place_node(&shape, nodes, &policy, (int)s->node_pos, &s->plan, err, sizeof err);
-    if (prc != DTRAIN_TOPO_OK) {
-        step_fail(s, dtrain_topo_status_exit(prc), "%s: %s", s->node, err);
+    if (prc != DTRAIN_OK) {
+        step_fail(s, dtrain_status_exit(prc), "%s: %s", s->node, err);
         goto cleanup;
     }
     /* A TP group of several nodes, or PP groups kept in a domain: the

@@ -134,10 +134,10 @@ int dtrain_submit_check(const struct dtrain_options *opts, const struct dtrain_s
         return DTRAIN_EXIT_REFUSED;
     }
     if (dtrain_plan_check_shape(T, P, opts->dp, size->ntasks, size->tasks_per_node, cfg->nvlink_domain_gpus, err,
-                                errlen) != DTRAIN_TOPO_OK)
+                                errlen) != DTRAIN_OK)
         return DTRAIN_EXIT_REFUSED;
     if (opts->pp_in_domain && dtrain_plan_check_pp_domain(T, P, size->ntasks, size->tasks_per_node,
-                                                          cfg->nvlink_domain_gpus, err, errlen) != DTRAIN_TOPO_OK)
+                                                          cfg->nvlink_domain_gpus, err, errlen) != DTRAIN_OK)
         return DTRAIN_EXIT_REFUSED;
     return 0;
 }

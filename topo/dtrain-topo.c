@@ -348,18 +348,18 @@ int main(int argc, char **argv)
         return switch_order(&o);
     /* In a bounded child: a file that crashes or hangs hwloc gives one line. */
     rc = dtrain_topo_load_bounded(o.xml, 0, 60000, &topo, err, sizeof(err));
-    if (rc != DTRAIN_TOPO_OK) {
+    if (rc != DTRAIN_OK) {
         fprintf(stderr, PROG ": %s\n", err);
-        return dtrain_topo_status_exit(rc);
+        return dtrain_status_exit(rc);
     }
     if (o.gpu_vendor) {
         dtrain_topo *sub = NULL;
         rc = dtrain_topo_vendor_subset(topo, dtrain_vendor_from_name(o.gpu_vendor), &sub, err, sizeof(err));
         dtrain_topo_free(topo);
         topo = sub;
-        if (rc != DTRAIN_TOPO_OK) {
+        if (rc != DTRAIN_OK) {
             fprintf(stderr, PROG ": --gpu-vendor %s: %s\n", o.gpu_vendor, err);
-            return dtrain_topo_status_exit(rc);
+            return dtrain_status_exit(rc);
         }
     }
     if (o.want_plan) {
@@ -379,9 +379,9 @@ int main(int argc, char **argv)
         for (int i = 0; i < shape.nnodes; i++)
             nodes[i] = topo; /* a homogeneous job: every node like this one */
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof(err));
-        if (rc != DTRAIN_TOPO_OK) {
+        if (rc != DTRAIN_OK) {
             fprintf(stderr, PROG ": %s\n", err);
-            status = dtrain_topo_status_exit(rc);
+            status = dtrain_status_exit(rc);
             goto out;
         }
         if (dtrain_plan_warning(plan) && o.json)

@@ -41,21 +41,22 @@ struct dtrain_explain {
 
 /* Fill `out` for `plan` (its shape) on nodes like `node0`; pp_in_domain:
  * the plan keeps PP groups inside a multi-node NVLink domain
- * (policy.pp_in_domain), so PP sends between nodes run at NVLink rate.  Returns 0, or -1
- * with one line in err (a size out of range, layers not divisible by P). */
-int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const struct dtrain_model_size *m,
-                        double net_gbps, double pcie_gbps, int pp_in_domain, struct dtrain_explain *out, char *err,
-                        size_t errlen);
+ * (policy.pp_in_domain), so PP sends between nodes run at NVLink rate.
+ * Returns DTRAIN_OK, or DTRAIN_ERR_INPUT with one line in err (a size out of range, layers not divisible by P). */
+enum dtrain_status dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0,
+                                       const struct dtrain_model_size *m, double net_gbps, double pcie_gbps,
+                                       int pp_in_domain, struct dtrain_explain *out, char *err, size_t errlen);
 
 /* The slowest link of each group of `rank` (TP, PP, DP, WORLD), in `plan`:
  * a whole plan or one node's share (dtrain_plan_place_node; the SPANK
  * plugin's).  A group member on a node the plan lacks counts as placed like
  * the member of its local rank on rank's node (the planner's nodes are
  * alike), so a node's share gives the whole plan's answer.  Links
- * as for dtrain_explain_plan.  Returns 0, or -1 when the plan does not hold
- * rank. */
-int dtrain_explain_rank_links(const dtrain_plan *plan, const dtrain_topo *node, int rank, double net_gbps,
-                              double pcie_gbps, int pp_in_domain, struct dtrain_group_links *out);
+ * as for dtrain_explain_plan.  Returns DTRAIN_OK, or DTRAIN_ERR_INPUT when
+ * the plan does not hold rank. */
+enum dtrain_status dtrain_explain_rank_links(const dtrain_plan *plan, const dtrain_topo *node, int rank,
+                                             double net_gbps, double pcie_gbps, int pp_in_domain,
+                                             struct dtrain_group_links *out);
 
 /* The node's islands as boxes, each GPU with the local TP group that holds
  * it (g<k>), of plan's node `node` (a node the plan has; plan NULL: the

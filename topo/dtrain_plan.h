@@ -67,14 +67,14 @@ struct dtrain_task_placement {
 typedef struct dtrain_plan dtrain_plan;
 
 /* Plan the job.  nodes[i] is node i's model (the same pointer may be passed
- * for every node of a homogeneous job).  Returns DTRAIN_TOPO_OK, or
- * DTRAIN_TOPO_ERR_REFUSED with one line in err saying what is wrong and what
+ * for every node of a homogeneous job).  Returns DTRAIN_OK, or
+ * DTRAIN_ERR_REFUSED with one line in err saying what is wrong and what
  * would work (e.g. "T=8 is larger than the largest NVLink island (4 GPUs):
  * use --dtrain-tp=4 or less, or --dtrain-allow-pcie"), or another error. */
-int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
-                            const dtrain_topo *const *nodes,
-                            const struct dtrain_policy *policy,
-                            dtrain_plan **out, char *err, size_t errlen);
+enum dtrain_status dtrain_plan_place_tasks(const struct dtrain_shape *shape,
+                                           const dtrain_topo *const *nodes,
+                                           const struct dtrain_policy *policy,
+                                           dtrain_plan **out, char *err, size_t errlen);
 
 /* The same plan, for node `node`'s tasks only (ranks node*K .. node*K+K-1;
  * dtrain_plan_task() gives NULL for others): what a node needs, in memory
@@ -82,9 +82,9 @@ int dtrain_plan_place_tasks(const struct dtrain_shape *shape,
  * every node (entries other than `node` and, for node-spanning TP groups,
  * its group's first node, or with pp_in_domain its PP groups' nodes, are
  * not read). */
-int dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
-                           const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err,
-                           size_t errlen);
+enum dtrain_status dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                                          const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err,
+                                          size_t errlen);
 
 void dtrain_plan_free(dtrain_plan *plan);
 
@@ -100,16 +100,16 @@ const char *dtrain_plan_warning(const dtrain_plan *plan);
  * a multi-node NVLink domain: K dividing T, T at most domain_gpus and
  * dividing it.  Same return convention as dtrain_plan_place_tasks.  ntasks
  * or tasks_per_node may be 0 when unknown; those checks are then skipped. */
-int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
-                            char *err, size_t errlen);
+enum dtrain_status dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
+                                           char *err, size_t errlen);
 
 /* With --dtrain-pp-in-domain, what sbatch can know: the nodes that pipeline
  * groups join (rank r with r + T*D, r + 2*T*D, ... of the rank order, K per
  * node) must fit a domain of domain_gpus GPUs.  Refuses (one line, the
  * largest P that fits) when they cannot, or when the site declares no
  * domain (domain_gpus 0); ntasks or tasks_per_node 0: only the latter. */
-int dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus, char *err,
-                                size_t errlen);
+enum dtrain_status dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus,
+                                               char *err, size_t errlen);
 
 /* Coordinates <-> rank: dtrain_rank_of / dtrain_coords_of of dtrain_grid_pos.h. */
 

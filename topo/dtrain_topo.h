@@ -15,14 +15,16 @@
  * the order CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA_VISIBLE_DEVICES).
  *
  * No global state: models are independent and may be used from several
- * threads once loaded.  Errors are returned as codes with one line of text
- * in the caller's buffer (no "dtrain:" prefix; callers add their own). */
+ * threads once loaded.  Errors are returned as enum dtrain_status
+ * (common/dtrain_status.h: bad input, a shape refused, a system failure;
+ * dtrain_status_exit gives the exit code) with one line of text in the
+ * caller's buffer (no "dtrain:" prefix; callers add their own). */
 #ifndef DTRAIN_TOPO_H
 #define DTRAIN_TOPO_H
 
 #include <stddef.h>
 
-#include "dtrain_exit.h"
+#include "dtrain_status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,24 +33,6 @@ extern "C" {
 #define DTRAIN_TOPO_MAX_GPUS 64    /* more GPUs in one node is refused as input */
 #define DTRAIN_TOPO_BUSID_LEN 32   /* "0000:07:00.0" plus room */
 #define DTRAIN_TOPO_CPULIST_LEN 512 /* hwloc list syntax, "0-15,64-79" */
-
-enum dtrain_topo_status {
-    DTRAIN_TOPO_OK = 0,
-    DTRAIN_TOPO_ERR_INPUT = -1,   /* missing, unreadable, malformed or impossible topology */
-    DTRAIN_TOPO_ERR_REFUSED = -2, /* (planner) the shape cannot be placed */
-    DTRAIN_TOPO_ERR_SYSTEM = -3,  /* out of memory, hwloc failure */
-};
-
-/* The process exit code for a status (common/dtrain_exit.h), the one
- * mapping the plugin, the launcher and dtrain-topo use: bad input 2, a
- * shape that cannot be placed 3, anything else 1. */
-static inline int dtrain_topo_status_exit(int status)
-{
-    return status == DTRAIN_TOPO_OK ? DTRAIN_EXIT_OK
-         : status == DTRAIN_TOPO_ERR_INPUT ? DTRAIN_EXIT_USAGE
-         : status == DTRAIN_TOPO_ERR_REFUSED ? DTRAIN_EXIT_REFUSED
-         : DTRAIN_EXIT_FAILURE;
-}
 
 enum dtrain_link_kind {
     DTRAIN_LINK_SELF = 0,
@@ -112,8 +96,10 @@ struct dtrain_gpu_info {
 typedef struct dtrain_topo dtrain_topo;
 
 /* Load from a saved hwloc XML file (I/O devices and distances included).
- * Returns DTRAIN_TOPO_OK, or an error code with one line in err. */
-int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen);
+ * Returns DTRAIN_OK, or DTRAIN_ERR_INPUT (missing, unreadable, malformed or
+ * impossible topology) or DTRAIN_ERR_SYSTEM (out of memory, hwloc failure)
+ * with one line in err; the other loads and dtrain_topo_subset likewise. */
+enum dtrain_status dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen);
 
 /* Load this machine.  Honours HWLOC_XMLFILE as hwloc does (so a slurmd
  * started with it looks like the saved machine; NVML is then never
@@ -122,11 +108,11 @@ int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t 
  * and reports NVLink, NVML's links are used, since hwloc 2.9 misreads them
  * on A100/H100 and Debian's hwloc has no NVML backend; otherwise hwloc's
  * distances.  A node without NVML is not an error. */
-int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen);
+enum dtrain_status dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen);
 
 /* Load from hwloc XML text buf[0..len) (`name` names it in messages). */
-int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, dtrain_topo **out, char *err,
-                                size_t errlen);
+enum dtrain_status dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, dtrain_topo **out,
+                                               char *err, size_t errlen);
 
 /* Load in a forked child that may take at most timeout_ms (see
  * topo_bounded.c): from the file `xml`, opened as a privileged process
@@ -134,9 +120,10 @@ int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, d
  * or live when xml is NULL.  With DTRAIN_TOPO_LOAD_THIS_NODE the file
  * stands for this very node (the plugin's HWLOC_XMLFILE / topology_xml=):
  * NVML's fabric membership (never its links) is added for the GPUs whose
- * bus ids NVML also reports, since hwloc files never carry it.  A crash or hang of the load gives DTRAIN_TOPO_ERR_SYSTEM with one
- * line ("topology discovery crashed with signal 11 (...) in loading F with
- * hwloc"), never a crash or hang of the caller.  The caller must not mind
+ * bus ids NVML also reports, since hwloc files never carry it.  A crash or
+ * hang of the load gives DTRAIN_ERR_SYSTEM with one line ("topology
+ * discovery crashed with signal 11 (...) in loading F with hwloc"), never a
+ * crash or hang of the caller.  The caller must not mind
  * a child process (fork). */
 #define DTRAIN_TOPO_LOAD_TRUSTED 1
 #define DTRAIN_TOPO_LOAD_THIS_NODE 2
@@ -144,16 +131,16 @@ int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, d
  * never opened, so the model has no GPU but the same CPUs (the PCI walk and
  * NVML are most of a live load: dtrain-launch's CPU-only plan uses it). */
 #define DTRAIN_TOPO_LOAD_CPUS_ONLY 4
-int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_topo **out, char *err,
-                             size_t errlen);
+enum dtrain_status dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_topo **out, char *err,
+                                            size_t errlen);
 
 void dtrain_topo_free(dtrain_topo *topo);
 
 /* A new model holding only the listed GPUs (indices of `topo`), renumbered
  * 0..n-1 in the order given, links and islands recomputed: used when Slurm's
  * GRES already restricted the task to some GPUs. */
-int dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, int ngpus,
-                       dtrain_topo **out, char *err, size_t errlen);
+enum dtrain_status dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, int ngpus,
+                                      dtrain_topo **out, char *err, size_t errlen);
 
 int dtrain_topo_gpu_count(const dtrain_topo *topo);
 const struct dtrain_gpu_info *dtrain_topo_gpu(const dtrain_topo *topo, int gpu);
@@ -166,9 +153,9 @@ int dtrain_topo_find_busid(const dtrain_topo *topo, const char *busid); /* index
 int dtrain_topo_vendor(const dtrain_topo *topo);
 /* A new model holding only the GPUs of `vendor` (DTRAIN_VENDOR_*), as
  * dtrain_topo_subset does; a model without such a GPU is refused
- * (DTRAIN_TOPO_ERR_REFUSED) with one line. */
-int dtrain_topo_vendor_subset(const dtrain_topo *topo, unsigned vendor, dtrain_topo **out, char *err,
-                              size_t errlen);
+ * (DTRAIN_ERR_REFUSED) with one line. */
+enum dtrain_status dtrain_topo_vendor_subset(const dtrain_topo *topo, unsigned vendor, dtrain_topo **out, char *err,
+                                             size_t errlen);
 /* "nvidia" / "amd" -> DTRAIN_VENDOR_*; 0 for anything else. */
 unsigned dtrain_vendor_from_name(const char *name);
 

@@ -25,6 +25,8 @@
 
 #include <stddef.h>
 
+#include "dtrain_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,13 +41,15 @@ struct dtrain_tree_node {
 };
 
 /* Parse "NAME ADDR" lines (blank lines and "#" comments skipped), in Slurm's
- * node order, into a new array (*nodes, free()).  Returns 0, or -1 with one
- * line in err (a malformed line, a name given twice, too many nodes). */
-int dtrain_tree_parse(const char *text, size_t len, struct dtrain_tree_node **nodes, int *n, char *err,
-                      size_t errlen);
+ * node order, into a new array (*nodes, free()).  Returns DTRAIN_OK, or
+ * DTRAIN_ERR_INPUT with one line in err (a malformed line, a name given
+ * twice, too many nodes). */
+enum dtrain_status dtrain_tree_parse(const char *text, size_t len, struct dtrain_tree_node **nodes, int *n, char *err,
+                                     size_t errlen);
 
-/* The chosen order: order[p] = index (into nodes) of the node at position p. */
-int dtrain_tree_order(const struct dtrain_tree_node *nodes, int n, int *order);
+/* The chosen order: order[p] = index (into nodes) of the node at position p.
+ * Returns DTRAIN_OK, or DTRAIN_ERR_SYSTEM when out of memory. */
+enum dtrain_status dtrain_tree_order(const struct dtrain_tree_node *nodes, int n, int *order);
 
 /* Traffic across leaf switches for one step with the nodes in `order`. */
 struct dtrain_tree_cost {
@@ -59,20 +63,21 @@ struct dtrain_tree_cost {
 
 /* For a job of T x P x D on n nodes of K tasks (n*K = T*P*D, K % T == 0 or
  * T % K == 0) whose DP members each all-reduce grad_bytes per step.
- * Returns 0, or -1 with one line in err when the shape does not fit. */
-int dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
-                     double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen);
+ * Returns DTRAIN_OK, or DTRAIN_ERR_INPUT with one line in err when the
+ * shape does not fit. */
+enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
+                                    double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen);
 
 /* Slurm's topology/block (23.11+; checked on 24.11.5) gives every task
  * SLURM_TOPOLOGY_ADDR "BLOCK.NODE" with SLURM_TOPOLOGY_ADDR_PATTERN
  * "block.node".  The domain of a node whose site declares its blocks NVLink
  * domains (nvlink_domain_source=block) is "slurm-block/BLOCK", into out.
- * Returns 0, or -1 with one line in err: no address (no topology/block),
- * a pattern without "block" (topology/tree), an address that does not
- * match its pattern, or one too long. */
+ * Returns DTRAIN_OK, or DTRAIN_ERR_INPUT with one line in err: no address
+ * (no topology/block), a pattern without "block" (topology/tree), an
+ * address that does not match its pattern, or one too long. */
 #define DTRAIN_TREE_BLOCK_PREFIX "slurm-block/"
-int dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
-                             size_t errlen);
+enum dtrain_status dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
+                                            size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -44,8 +44,8 @@ struct plan_cache {
     int nlayouts;
 };
 
-static int refuse(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(char *err, size_t errlen, const char *fmt, ...)
+static enum dtrain_status refuse(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static enum dtrain_status refuse(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     if (err && errlen) {
@@ -53,7 +53,7 @@ static int refuse(char *err, size_t errlen, const char *fmt, ...)
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
     }
-    return DTRAIN_TOPO_ERR_REFUSED;
+    return DTRAIN_ERR_REFUSED;
 }
 
 /* Largest divisor of k that is at most t (>= 1). */
@@ -65,8 +65,8 @@ static long divisor_at_most(long k, long t)
     return 1;
 }
 
-int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
-                            char *err, size_t errlen)
+enum dtrain_status dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_node, int domain_gpus,
+                                           char *err, size_t errlen)
 {
     if (tp < 1 || tp > DTRAIN_PLAN_MAX_DIM)
         return refuse(err, errlen, "T=%d is out of range: use --dtrain-tp between 1 and %d", tp, DTRAIN_PLAN_MAX_DIM);
@@ -136,7 +136,7 @@ int dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, long tasks_per_
                           "leave --dtrain-dp out, or run %ld tasks",
                           tp, pp, dp, tpp * dp, ntasks, ntasks / tpp, tpp * dp);
     }
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 }
 
 /* How TP-group slots of node `node` talk: DP peers share a pipeline stage,
@@ -192,7 +192,7 @@ static void cpu_share(const dtrain_topo *topo, int i, int K, char *buf, size_t l
 }
 
 /* GPUs dtrain cannot place on: partitions, MIG, two vendors in a node. */
-static int check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t errlen)
+static enum dtrain_status check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t errlen)
 {
     int nvidia = 0, amd = 0;
     for (int i = 0; i < topo->ngpus; i++) {
@@ -214,7 +214,7 @@ static int check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t
                       "or the reverse; say which the program uses (--dtrain-gpu-vendor=nvidia|amd) or ask Slurm for "
                       "one vendor's GPUs (--gres=gpu:TYPE:N)",
                       node, nvidia, amd);
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 }
 
 /* Node `node`'s NVLink domain into key: the policy's (Slurm's block) or
@@ -232,8 +232,9 @@ static int node_domain(const struct dtrain_policy *policy, const dtrain_topo *to
  * given are compared: the plugin knows its own node only (and passes it
  * for every node), so the launcher compares the nodes' domains again
  * across the step (DTRAIN_NVLINK_DOMAIN, launcher/exchange.c). */
-static int check_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node, int other,
-                        const char *what, const char *group, const char *hint, char *err, size_t errlen)
+static enum dtrain_status check_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node,
+                                       int other, const char *what, const char *group, const char *hint, char *err,
+                                       size_t errlen)
 {
     char key[DTRAIN_TOPO_DOMAIN_LEN], other_key[DTRAIN_TOPO_DOMAIN_LEN], why[512];
     int rc = node_domain(policy, nodes[node], key, sizeof key, why, sizeof why);
@@ -250,13 +251,13 @@ static int check_domain(const dtrain_topo *const *nodes, const struct dtrain_pol
                       "nodes of one domain (Slurm topology/block, --segment) or %s",
                       group, other < node ? other : node, other < node ? node : other, other_key, other, key, node,
                       hint);
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 }
 
 /* Node `node` of a TP group of `span` whole nodes: its GPUs in one NVLink
  * domain, the same as the group's first node's. */
-static int check_tp_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node, int span,
-                           int T, int K, char *err, size_t errlen)
+static enum dtrain_status check_tp_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node,
+                                          int span, int T, int K, char *err, size_t errlen)
 {
     char what[128], hint[64];
     dtrain_snprintf(what, sizeof what, "T=%d is larger than the %d tasks per node", T, K);
@@ -266,15 +267,16 @@ static int check_tp_domain(const dtrain_topo *const *nodes, const struct dtrain_
 
 /* --dtrain-pp-in-domain: the nodes of the PP groups of node `node`'s ranks
  * in node `node`'s domain. */
-static int check_pp_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node, int T,
-                           int D, int P, int K, char *err, size_t errlen)
+static enum dtrain_status check_pp_domain(const dtrain_topo *const *nodes, const struct dtrain_policy *policy, int node,
+                                          int T, int D, int P, int K, char *err, size_t errlen)
 {
     static const char hint[] = "leave --dtrain-pp-in-domain out";
-    int rc = check_domain(nodes, policy, node, node, "--dtrain-pp-in-domain keeps each pipeline group in one domain",
-                          "PP group", hint, err, errlen);
-    for (int i = 0; i < K && rc == DTRAIN_TOPO_OK; i++) {
+    enum dtrain_status rc = check_domain(nodes, policy, node, node,
+                                         "--dtrain-pp-in-domain keeps each pipeline group in one domain", "PP group",
+                                         hint, err, errlen);
+    for (int i = 0; i < K && rc == DTRAIN_OK; i++) {
         long rank = (long)node * K + i, stage0 = rank % ((long)T * D);
-        for (int q = 0; q < P && rc == DTRAIN_TOPO_OK; q++) {
+        for (int q = 0; q < P && rc == DTRAIN_OK; q++) {
             int other = (int)((stage0 + (long)T * D * q) / K);
             if (nodes[other] != nodes[node]) /* the same model: the same domain */
                 rc = check_domain(nodes, policy, node, other, "", "PP group", hint, err, errlen);
@@ -326,8 +328,8 @@ static long pp_domain_nodes(int T, int P, long ntasks, long K)
     return most;
 }
 
-int dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus, char *err,
-                                size_t errlen)
+enum dtrain_status dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus,
+                                               char *err, size_t errlen)
 {
     if (domain_gpus <= 0)
         return refuse(err, errlen,
@@ -335,12 +337,12 @@ int dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node
                       "nvlink_domain_gpus): leave the option out");
     if (ntasks <= 0 || tasks_per_node <= 0 || tp < 1 || pp < 1 || ntasks % tasks_per_node != 0 ||
         ntasks % ((long)tp * pp) != 0)
-        return DTRAIN_TOPO_OK; /* unknown, or refused by dtrain_plan_check_shape */
+        return DTRAIN_OK; /* unknown, or refused by dtrain_plan_check_shape */
     long fit = domain_gpus / tasks_per_node, joined = pp_domain_nodes(tp, pp, ntasks, tasks_per_node);
     if (joined < 0)
         return refuse(err, errlen, "out of memory");
     if (joined <= fit)
-        return DTRAIN_TOPO_OK;
+        return DTRAIN_OK;
     int best = 0, tries = 0;
     /* at most 64 candidates: each costs O(ntasks) */
     for (int q = pp - 1; q >= 2 && !best && tries < 64; q--)
@@ -375,19 +377,20 @@ static void cache_free(struct plan_cache *cache)
 
 /* The GPU of each local task of `node` (whose slots relate as `rel`), into
  * gpus[0..K-1]; *crossed set when TP groups had to span islands. */
-static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int node, int T, int ngroups,
-                       const unsigned char *rel, int allow_pcie, int *gpus, int *crossed, char *err, size_t errlen)
+static enum dtrain_status node_layout(struct plan_cache *cache, const dtrain_topo *topo, int node, int T, int ngroups,
+                                      const unsigned char *rel, int allow_pcie, int *gpus, int *crossed, char *err,
+                                      size_t errlen)
 {
     size_t relsize = (size_t)ngroups * (size_t)ngroups, K = (size_t)T * (size_t)ngroups;
     struct plan_model_entry *model = NULL;
     struct plan_groups *fresh = NULL;
-    int rc;
+    enum dtrain_status rc;
 
     for (int i = 0; i < cache->nlayouts; i++)
         if (cache->layouts[i].topo == topo && memcmp(cache->layouts[i].rel, rel, relsize) == 0) {
             memcpy(gpus, cache->layouts[i].gpu_of_local, sizeof(int) * K);
             *crossed = cache->layouts[i].crossed;
-            return DTRAIN_TOPO_OK;
+            return DTRAIN_OK;
         }
     for (int i = 0; i < cache->nmodels && !model; i++)
         if (cache->models[i].topo == topo)
@@ -397,7 +400,7 @@ static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int no
         plan_node_assign(model->groups, rel, gpus);
     } else {
         rc = plan_node_groups(topo, node, T, ngroups, allow_pcie, &fresh, crossed, err, errlen);
-        if (rc != DTRAIN_TOPO_OK)
+        if (rc != DTRAIN_OK)
             return rc;
         plan_node_assign(fresh, rel, gpus);
         if (cache->nmodels < PLAN_MODEL_CACHE) {
@@ -417,7 +420,7 @@ static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int no
             free(e->rel);
             free(e->gpu_of_local);
             dtrain_snprintf(err, errlen, "out of memory");
-            return DTRAIN_TOPO_ERR_SYSTEM;
+            return DTRAIN_ERR_SYSTEM;
         }
         e->topo = topo;
         e->crossed = *crossed;
@@ -425,23 +428,24 @@ static int node_layout(struct plan_cache *cache, const dtrain_topo *topo, int no
         memcpy(e->gpu_of_local, gpus, sizeof(int) * K);
         cache->nlayouts++;
     }
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 }
 
 /* Plan nodes first_node .. last_node (-1: through the last node). */
-static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nodes, const struct dtrain_policy *policy,
-                 int first_node, int last_node, dtrain_plan **out, char *err, size_t errlen)
+static enum dtrain_status place(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                                const struct dtrain_policy *policy, int first_node, int last_node, dtrain_plan **out,
+                                char *err, size_t errlen)
 {
     static const struct dtrain_policy no_policy = {0, 0, 0, 0, NULL};
     struct plan_cache *cache = NULL;
     unsigned char *rel = NULL;
     int *gpus = NULL;
     dtrain_plan *plan = NULL;
-    int rc;
+    enum dtrain_status rc;
 
     if (!shape || !out) {
         dtrain_snprintf(err, errlen, "no job shape or no place for the plan");
-        return DTRAIN_TOPO_ERR_INPUT;
+        return DTRAIN_ERR_INPUT;
     }
     *out = NULL;
     if (!policy)
@@ -457,17 +461,17 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
                       shape->tasks_per_node, world, DTRAIN_PLAN_MAX_WORLD);
     rc = dtrain_plan_check_shape(shape->tp, shape->pp, shape->dp, world, shape->tasks_per_node,
                                  policy->nvlink_domain_gpus, err, errlen);
-    if (rc == DTRAIN_TOPO_OK && policy->pp_in_domain)
+    if (rc == DTRAIN_OK && policy->pp_in_domain)
         rc = dtrain_plan_check_pp_domain(shape->tp, shape->pp, world, shape->tasks_per_node,
                                          policy->nvlink_domain_gpus, err, errlen);
-    if (rc == DTRAIN_TOPO_OK && policy->pp_in_domain && policy->cpu_only && !policy->node_domain)
+    if (rc == DTRAIN_OK && policy->pp_in_domain && policy->cpu_only && !policy->node_domain)
         rc = refuse(err, errlen, "--dtrain-pp-in-domain: these nodes have no GPUs, so no NVLink domain to keep the "
                                  "pipeline groups in: leave the option out");
-    if (rc != DTRAIN_TOPO_OK)
+    if (rc != DTRAIN_OK)
         return rc;
     if (!policy->cpu_only && !nodes) {
         dtrain_snprintf(err, errlen, "no node topology given for a GPU placement");
-        return DTRAIN_TOPO_ERR_INPUT;
+        return DTRAIN_ERR_INPUT;
     }
 
     int T = shape->tp, K = shape->tasks_per_node;
@@ -492,7 +496,7 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
         last_node = shape->nnodes - 1;
     if (first_node < 0 || first_node > last_node) {
         dtrain_snprintf(err, errlen, "node %d is not in the job's %d nodes", first_node, shape->nnodes);
-        rc = DTRAIN_TOPO_ERR_INPUT;
+        rc = DTRAIN_ERR_INPUT;
         goto fail;
     }
     plan->first_rank = first_node * K;
@@ -510,7 +514,7 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
         if (!policy->cpu_only) {
             if (!topo) {
                 dtrain_snprintf(err, errlen, "no topology for node %d", node);
-                rc = DTRAIN_TOPO_ERR_INPUT;
+                rc = DTRAIN_ERR_INPUT;
                 goto fail;
             }
             if (K > DTRAIN_TOPO_MAX_GPUS || topo->ngpus < K) {
@@ -519,22 +523,18 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
                             node, topo->ngpus, K, topo->ngpus);
                 goto fail;
             }
-            if ((rc = check_whole_gpus(topo, node, err, errlen)) != DTRAIN_TOPO_OK)
-                goto fail;
-            if (span > 1 && (rc = check_tp_domain(nodes, policy, node, span, T, K, err, errlen)) != DTRAIN_TOPO_OK)
-                goto fail;
-            if (policy->pp_in_domain &&
-                (rc = check_pp_domain(nodes, policy, node, T, D, shape->pp, K, err, errlen)) != DTRAIN_TOPO_OK)
-                goto fail;
+            DTRAIN_CHECK_GOTO(check_whole_gpus(topo, node, err, errlen), rc, fail);
+            if (span > 1)
+                DTRAIN_CHECK_GOTO(check_tp_domain(nodes, policy, node, span, T, K, err, errlen), rc, fail);
+            if (policy->pp_in_domain)
+                DTRAIN_CHECK_GOTO(check_pp_domain(nodes, policy, node, T, D, shape->pp, K, err, errlen), rc, fail);
             if (span > 1)
                 memset(rel, PLAN_REL_NONE, (size_t)ngroups * (size_t)ngroups);
             else
                 slot_relations(node, ngroups, D, rel);
             int crossed = 0;
-            rc = node_layout(cache, topo, node, slotT, ngroups, rel, policy->allow_pcie, gpus, &crossed, err,
-                             errlen);
-            if (rc != DTRAIN_TOPO_OK)
-                goto fail;
+            DTRAIN_CHECK_GOTO(node_layout(cache, topo, node, slotT, ngroups, rel, policy->allow_pcie, gpus, &crossed,
+                                          err, errlen), rc, fail);
             if (crossed && !plan->has_warning) {
                 plan->has_warning = 1;
                 if (topo->source == DTRAIN_LINKS_NONE)
@@ -573,10 +573,10 @@ static int place(const struct dtrain_shape *shape, const dtrain_topo *const *nod
     free(rel);
     free(gpus);
     *out = plan;
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 oom:
     dtrain_snprintf(err, errlen, "out of memory");
-    rc = DTRAIN_TOPO_ERR_SYSTEM;
+    rc = DTRAIN_ERR_SYSTEM;
 fail:
     if (cache)
         cache_free(cache);
@@ -586,20 +586,22 @@ fail:
     return rc;
 }
 
-int dtrain_plan_place_tasks(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
-                            const struct dtrain_policy *policy, dtrain_plan **out, char *err, size_t errlen)
+enum dtrain_status dtrain_plan_place_tasks(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                                           const struct dtrain_policy *policy, dtrain_plan **out, char *err,
+                                           size_t errlen)
 {
     return place(shape, nodes, policy, 0, -1, out, err, errlen);
 }
 
-int dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
-                           const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err, size_t errlen)
+enum dtrain_status dtrain_plan_place_node(const struct dtrain_shape *shape, const dtrain_topo *const *nodes,
+                                          const struct dtrain_policy *policy, int node, dtrain_plan **out, char *err,
+                                          size_t errlen)
 {
     if (shape && (node < 0 || node >= shape->nnodes)) {
         if (out)
             *out = NULL;
         dtrain_snprintf(err, errlen, "node %d is not in the job's %d nodes", node, shape->nnodes);
-        return DTRAIN_TOPO_ERR_INPUT;
+        return DTRAIN_ERR_INPUT;
     }
     return place(shape, nodes, policy, node, node, out, err, errlen);
 }

@@ -56,13 +56,14 @@ static double link_gbps(const dtrain_plan *plan, const dtrain_topo *node0, int h
     return pcie;
 }
 
-int dtrain_explain_rank_links(const dtrain_plan *plan, const dtrain_topo *node, int rank, double net_gbps,
-                              double pcie_gbps, int pp_in_domain, struct dtrain_group_links *out)
+enum dtrain_status dtrain_explain_rank_links(const dtrain_plan *plan, const dtrain_topo *node, int rank,
+                                             double net_gbps, double pcie_gbps, int pp_in_domain,
+                                             struct dtrain_group_links *out)
 {
     const struct dtrain_shape *s = dtrain_plan_shape(plan);
     memset(out, 0, sizeof *out);
     if (s == NULL || rank < 0 || rank >= dtrain_plan_world_size(plan) || dtrain_plan_task(plan, rank) == NULL)
-        return -1;
+        return DTRAIN_ERR_INPUT;
     int home = rank / s->tasks_per_node;
     int T = s->tp, P = s->pp, D = s->dp, tp, dp, pp;
     dtrain_coords_of(rank, T, D, &tp, &dp, &pp);
@@ -96,19 +97,19 @@ int dtrain_explain_rank_links(const dtrain_plan *plan, const dtrain_topo *node, 
         out->gbps[g] = worst;
         snprintf(out->kind[g], sizeof out->kind[g], "%s", what);
     }
-    return 0;
+    return DTRAIN_OK;
 }
 
-int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const struct dtrain_model_size *m,
-                        double net_gbps, double pcie_gbps, int pp_in_domain, struct dtrain_explain *out, char *err,
-                        size_t errlen)
+enum dtrain_status dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0,
+                                       const struct dtrain_model_size *m, double net_gbps, double pcie_gbps,
+                                       int pp_in_domain, struct dtrain_explain *out, char *err, size_t errlen)
 {
     const struct dtrain_shape *s = dtrain_plan_shape(plan);
     memset(out, 0, sizeof *out);
     if (!s || m->layers < 1 || m->hidden < 1 || m->seq < 1 || m->vocab < 1 || m->micro_batch < 1 ||
         m->micro_batches < 1 || m->act_bytes < 1 || m->grad_bytes < 1 || net_gbps <= 0 || pcie_gbps <= 0) {
         dtrain_snprintf(err, errlen, "the model size and bandwidths must be positive");
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     int T = s->tp, P = s->pp, D = s->dp, v = m->virtual_stages > 0 ? m->virtual_stages : 1;
     if (m->layers % ((long)P * v) != 0) {
@@ -117,7 +118,7 @@ int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const
                             "(--virtual-stages)", m->layers, P, v);
         else
             dtrain_snprintf(err, errlen, "%ld layers do not split into P=%d pipeline stages", m->layers, P);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     double H = (double)m->hidden;
     out->params = 12.0 * (double)m->layers * H * H + 13.0 * (double)m->layers * H + (double)(m->padded_vocab > 0 ? m->padded_vocab : m->vocab) * H +
@@ -139,5 +140,5 @@ int dtrain_explain_plan(const dtrain_plan *plan, const dtrain_topo *node0, const
         out->seconds[g] = dtrain_explain_seconds(out->bytes[g], out->links.gbps[g]);
         out->total_seconds += out->seconds[g];
     }
-    return 0;
+    return DTRAIN_OK;
 }

@@ -297,7 +297,8 @@ static const char *island_word(const dtrain_topo *topo)
     return topo->source == DTRAIN_LINKS_HWLOC_XGMI ? "XGMI" : "NVLink";
 }
 
-static int refuse_islands(const dtrain_topo *topo, int node_index, int T, int K, char *err, size_t errlen)
+static enum dtrain_status refuse_islands(const dtrain_topo *topo, int node_index, int T, int K, char *err,
+                                         size_t errlen)
 {
     int largest = dtrain_topo_largest_island(topo);
     int fit = best_fitting_tp(topo, K);
@@ -329,11 +330,11 @@ static int refuse_islands(const dtrain_topo *topo, int node_index, int T, int K,
                         island_word(topo), node_index, sizes, plan_island_capacity(topo, T), T, K, K / T,
                         fit, plan_island_capacity(topo, T) * T);
     }
-    return DTRAIN_TOPO_ERR_REFUSED;
+    return DTRAIN_ERR_REFUSED;
 }
 
-int plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups, int allow_pcie,
-                     struct plan_groups **out, int *crossed, char *err, size_t errlen)
+enum dtrain_status plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups, int allow_pcie,
+                                    struct plan_groups **out, int *crossed, char *err, size_t errlen)
 {
     int K = T * ngroups;
     *out = NULL;
@@ -342,7 +343,7 @@ int plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups
         dtrain_snprintf(err, errlen,
                         "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less",
                         node_index, topo->ngpus, K, topo->ngpus);
-        return DTRAIN_TOPO_ERR_REFUSED;
+        return DTRAIN_ERR_REFUSED;
     }
     if (plan_island_capacity(topo, T) < ngroups) {
         if (!allow_pcie)
@@ -353,7 +354,7 @@ int plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups
     struct plan_groups *s = calloc(1, sizeof(*s));
     if (!s) {
         dtrain_snprintf(err, errlen, "out of memory");
-        return DTRAIN_TOPO_ERR_SYSTEM;
+        return DTRAIN_ERR_SYSTEM;
     }
     s->n = topo->ngpus;
     s->T = T;
@@ -371,10 +372,10 @@ int plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups
         /* Cannot happen: capacity was checked above. */
         dtrain_snprintf(err, errlen, "internal error: no placement found on node %d", node_index);
         free(s);
-        return DTRAIN_TOPO_ERR_SYSTEM;
+        return DTRAIN_ERR_SYSTEM;
     }
     *out = s;
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 }
 
 void plan_groups_free(struct plan_groups *groups)

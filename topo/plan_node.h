@@ -22,13 +22,13 @@ enum plan_rel { PLAN_REL_NONE = 0, PLAN_REL_PP = 1, PLAN_REL_DP = 2 };
 
 /* Stage 1 (the costly search; depends only on the node model, T, K and
  * allow_pcie, so callers reuse it across nodes): the best partitions of the
- * node's GPUs into ngroups TP groups of T.  Returns DTRAIN_TOPO_OK with
+ * node's GPUs into ngroups TP groups of T.  Returns DTRAIN_OK with
  * *out (free with plan_groups_free) and *crossed = 1 when allow_pcie had to
- * let a TP group span islands, or DTRAIN_TOPO_ERR_REFUSED with one line in
- * err naming node `node_index`, or DTRAIN_TOPO_ERR_SYSTEM. */
+ * let a TP group span islands, or DTRAIN_ERR_REFUSED with one line in
+ * err naming node `node_index`, or DTRAIN_ERR_SYSTEM. */
 struct plan_groups;
-int plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups, int allow_pcie,
-                     struct plan_groups **out, int *crossed, char *err, size_t errlen);
+enum dtrain_status plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups, int allow_pcie,
+                                    struct plan_groups **out, int *crossed, char *err, size_t errlen);
 void plan_groups_free(struct plan_groups *groups);
 
 /* Stage 2 (cheap): fill gpu_of_local[0..K-1] for a node whose TP-group

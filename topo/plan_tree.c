@@ -6,8 +6,8 @@
 #include "dtrain_parse.h"
 #include "dtrain_tree.h"
 
-int dtrain_tree_parse(const char *text, size_t len, struct dtrain_tree_node **nodes, int *n, char *err,
-                      size_t errlen)
+enum dtrain_status dtrain_tree_parse(const char *text, size_t len, struct dtrain_tree_node **nodes, int *n, char *err,
+                                     size_t errlen)
 {
     struct dtrain_tree_node *out = NULL;
     int count = 0, cap = 0, lineno = 0;
@@ -80,10 +80,10 @@ int dtrain_tree_parse(const char *text, size_t len, struct dtrain_tree_node **no
     }
     *nodes = out;
     *n = count;
-    return 0;
+    return DTRAIN_OK;
 fail:
     free(out);
-    return -1;
+    return DTRAIN_ERR_INPUT;
 }
 
 /* Length of the first `level` dot-separated switch components of addr
@@ -131,7 +131,7 @@ static int by_key(const void *pa, const void *pb)
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-int dtrain_tree_order(const struct dtrain_tree_node *nodes, int n, int *order)
+enum dtrain_status dtrain_tree_order(const struct dtrain_tree_node *nodes, int n, int *order)
 {
     int maxl = 0;
     for (int i = 0; i < n; i++)
@@ -142,7 +142,7 @@ int dtrain_tree_order(const struct dtrain_tree_node *nodes, int n, int *order)
     if (!keys || !first) {
         free(keys);
         free(first);
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     }
     /* O(n^2 * levels) string compares: the job's nodes, once per step. */
     for (int i = 0; i < n; i++) {
@@ -161,7 +161,7 @@ int dtrain_tree_order(const struct dtrain_tree_node *nodes, int n, int *order)
         order[p] = keys[p].index;
     free(keys);
     free(first);
-    return 0;
+    return DTRAIN_OK;
 }
 
 /* The leaf switch of a node: its address without the last component. */
@@ -172,14 +172,14 @@ static int same_leaf(const struct dtrain_tree_node *a, const struct dtrain_tree_
     return la == lb && strncmp(a->addr, b->addr, la) == 0;
 }
 
-int dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
-                     double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen)
+enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
+                                    double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     long world = (long)n * K;
     if (n < 1 || T < 1 || P < 1 || K < 1 || world % ((long)T * P) != 0 || (K % T != 0 && T % K != 0)) {
         dtrain_snprintf(err, errlen, "T=%d P=%d on %d nodes of %d tasks is not a dtrain shape", T, P, n, K);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     long D = world / ((long)T * P);
     for (int i = 0; i < n; i++) {
@@ -208,7 +208,7 @@ int dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int
                 out->pp_pairs++;
                 out->pp_cross += !same_leaf(&nodes[order[r / K]], &nodes[order[s / K]]);
             }
-    return 0;
+    return DTRAIN_OK;
 }
 
 /* Component i of a dot-separated list: its start in *start (NULL past the end) and length. */
@@ -223,14 +223,14 @@ static size_t dot_field(const char *s, int i, const char **start)
     return s ? strcspn(s, ".") : 0;
 }
 
-int dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
-                             size_t errlen)
+enum dtrain_status dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
+                                            size_t errlen)
 {
     if (!addr || !*addr || !pattern || !*pattern) {
         dtrain_snprintf(err, errlen, "Slurm gave this task no SLURM_TOPOLOGY_ADDR/_PATTERN: the site declares "
                         "Slurm's blocks NVLink domains (nvlink_domain_source=block), which needs "
                         "TopologyPlugin=topology/block (Slurm 23.11+)");
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     int fields = 1, block = -1, addr_fields = 1;
     for (const char *p = pattern; *p; p++)
@@ -247,19 +247,19 @@ int dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, s
         dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR_PATTERN is '%.64s', not Slurm's topology/block "
                         "('block.node'): the site declares blocks NVLink domains (nvlink_domain_source=block) "
                         "but this cluster runs another TopologyPlugin", pattern);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     const char *f;
     size_t n = dot_field(addr, block, &f);
     if (addr_fields != fields || n == 0) {
         dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR '%.64s' does not match its pattern '%.64s'", addr,
                         pattern);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     if (dtrain_snprintf(out, len, "%s%.*s", DTRAIN_TREE_BLOCK_PREFIX, (int)n, f) != 0) {
         dtrain_snprintf(err, errlen, "Slurm's block name in '%.64s' is longer than %zu bytes", addr,
                         len - sizeof DTRAIN_TREE_BLOCK_PREFIX);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
-    return 0;
+    return DTRAIN_OK;
 }

@@ -29,7 +29,7 @@ struct bounded_arg {
 };
 
 struct bounded_answer {
-    int rc;
+    enum dtrain_status rc;
     char err[1024];
     struct dtrain_topo model; /* pus == NULL here */
     int npus;
@@ -61,7 +61,7 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
                                                     sizeof a->err)
                               : dtrain_open_regular(arg->xml, O_RDONLY, "topology file", NULL, a->err,
                                                     sizeof a->err);
-        a->rc = DTRAIN_TOPO_ERR_INPUT;
+        a->rc = DTRAIN_ERR_INPUT;
         if (fd < 0)
             return;
         int r = dtrain_read_fd(fd, arg->xml, "topology file", TOPO_XML_MAX_BYTES, &buf, &len, a->err,
@@ -73,14 +73,14 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
         a->rc = topo_hwloc_load(buf, len, arg->xml, arg->load_flags, &t, a->err, sizeof a->err);
         free(buf);
     }
-    if (a->rc != DTRAIN_TOPO_OK)
+    if (a->rc != DTRAIN_OK)
         return;
     if (arg->xml != NULL && arg->this_node && t->ngpus > 0) {
         /* A saved file standing for this node has no fabric membership
          * (hwloc never records it): NVML's, for the GPUs it also sees. */
         dtrain_stage_set(stage, "reading the NVLink fabric from NVML");
         if (topo_nvml_apply_fabric(t, NULL, a->err, sizeof a->err) < 0) {
-            a->rc = DTRAIN_TOPO_ERR_SYSTEM;
+            a->rc = DTRAIN_ERR_SYSTEM;
             dtrain_topo_free(t);
             return;
         }
@@ -89,7 +89,7 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
     if (t->npus > TOPO_BOUNDED_MAX_PUS) {
         dtrain_snprintf(a->err, sizeof a->err, "the node has %d CPUs, more than dtrain handles (%d)", t->npus,
                         TOPO_BOUNDED_MAX_PUS);
-        a->rc = DTRAIN_TOPO_ERR_INPUT;
+        a->rc = DTRAIN_ERR_INPUT;
     } else {
         a->model = *t;
         a->model.pus = NULL;
@@ -100,8 +100,8 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
     dtrain_topo_free(t);
 }
 
-int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_topo **out, char *err,
-                             size_t errlen)
+enum dtrain_status dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_topo **out, char *err,
+                                            size_t errlen)
 {
     struct bounded_arg arg = {.xml = xml, .trusted = (flags & DTRAIN_TOPO_LOAD_TRUSTED) != 0,
                               .this_node = (flags & DTRAIN_TOPO_LOAD_THIS_NODE) != 0,
@@ -111,16 +111,16 @@ int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_
     struct bounded_answer *a = malloc(sizeof *a);
     if (a == NULL) {
         dtrain_snprintf(err, errlen, "out of memory");
-        return DTRAIN_TOPO_ERR_SYSTEM;
+        return DTRAIN_ERR_SYSTEM;
     }
     enum dtrain_bounded_status st = dtrain_run_bounded(load_in_child, &arg, a, sizeof *a, timeout_ms, why,
                                                        sizeof why);
-    int rc = DTRAIN_TOPO_ERR_SYSTEM;
+    enum dtrain_status rc = DTRAIN_ERR_SYSTEM;
     if (st != DTRAIN_BOUNDED_OK) {
         dtrain_snprintf(err, errlen, "topology discovery %s", why);
         goto done;
     }
-    if (a->rc != DTRAIN_TOPO_OK) {
+    if (a->rc != DTRAIN_OK) {
         a->err[sizeof a->err - 1] = '\0';
         dtrain_snprintf(err, errlen, "%s", a->err);
         rc = a->rc;
@@ -145,7 +145,7 @@ int dtrain_topo_load_bounded(const char *xml, int flags, int timeout_ms, dtrain_
         t->npus = a->npus;
     }
     *out = t;
-    rc = DTRAIN_TOPO_OK;
+    rc = DTRAIN_OK;
 done:
     free(a);
     return rc;

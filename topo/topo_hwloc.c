@@ -379,17 +379,18 @@ static int collect_pus(hwloc_topology_t topo, struct dtrain_topo *model, char *e
 }
 
 /* Build the model from a loaded hwloc topology. */
-static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **out, char *err, size_t errlen)
+static enum dtrain_status model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **out, char *err,
+                                           size_t errlen)
 {
     struct gpu_obj *gpus = calloc(DTRAIN_TOPO_MAX_GPUS, sizeof(*gpus));
     struct dtrain_topo *model = topo_model_new();
-    int rc = DTRAIN_TOPO_ERR_SYSTEM;
+    enum dtrain_status rc = DTRAIN_ERR_SYSTEM;
 
     if (!gpus || !model) {
         dtrain_snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    rc = DTRAIN_TOPO_ERR_INPUT;
+    rc = DTRAIN_ERR_INPUT;
     if (collect_gpus(topo, gpus, &model->ngpus, err, errlen) < 0)
         goto fail;
     for (int i = 0; i < model->ngpus; i++) {
@@ -397,7 +398,7 @@ static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **o
         for (int j = 0; j < model->ngpus; j++)
             model->pcie[i][j] = (unsigned char)(i == j ? TOPO_PCIE_SAME_SWITCH : pcie_locality(topo, &gpus[i], &gpus[j]));
     }
-    rc = DTRAIN_TOPO_ERR_SYSTEM;
+    rc = DTRAIN_ERR_SYSTEM;
     if (collect_pus(topo, model, err, errlen) < 0)
         goto fail;
 
@@ -432,7 +433,7 @@ static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **o
          * NVML backend: on a live node NVML, when present, is the truth. */
         int applied = topo_nvml_apply(model, NULL, err, errlen);
         if (applied < 0) {
-            rc = DTRAIN_TOPO_ERR_SYSTEM;
+            rc = DTRAIN_ERR_SYSTEM;
             goto fail;
         }
     }
@@ -450,7 +451,7 @@ static int model_from_hwloc(hwloc_topology_t topo, int use_nvml, dtrain_topo **o
     topo_model_finish(model);
     free(gpus);
     *out = model;
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 fail:
     free(gpus);
     dtrain_topo_free(model);
@@ -463,16 +464,16 @@ fail:
  * open, regular file, size bound, pre-check) and hands hwloc the bytes.
  * With DTRAIN_TOPO_LOAD_CPUS_ONLY in flags hwloc keeps no I/O object and
  * NVML is never opened (the PCI walk and NVML are most of a live load). */
-int topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dtrain_topo **out, char *err,
-                    size_t errlen)
+enum dtrain_status topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dtrain_topo **out,
+                                   char *err, size_t errlen)
 {
     hwloc_topology_t topo = NULL;
     char *envbuf = NULL;
-    int rc = DTRAIN_TOPO_ERR_SYSTEM;
+    enum dtrain_status rc = DTRAIN_ERR_SYSTEM;
 
     if (!out) {
         dtrain_snprintf(err, errlen, "no place to store the topology");
-        return DTRAIN_TOPO_ERR_INPUT;
+        return DTRAIN_ERR_INPUT;
     }
     *out = NULL;
     const char *env = getenv("HWLOC_XMLFILE");
@@ -480,12 +481,12 @@ int topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dt
     if (live && env && env[0]) {
         if (dtrain_read_regular(env, "topology file (HWLOC_XMLFILE)", TOPO_XML_MAX_BYTES, &envbuf, &len, err,
                                 errlen) != 0)
-            return DTRAIN_TOPO_ERR_INPUT;
+            return DTRAIN_ERR_INPUT;
         buf = envbuf;
         name = env;
     }
     if (buf && topo_xml_precheck_buffer(buf, len, name, err, errlen) < 0) {
-        rc = DTRAIN_TOPO_ERR_INPUT;
+        rc = DTRAIN_ERR_INPUT;
         goto out;
     }
     if (hwloc_topology_init(&topo) < 0) {
@@ -503,7 +504,7 @@ int topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dt
     }
     if (buf && hwloc_topology_set_xmlbuffer(topo, buf, (int)len) < 0) {
         dtrain_snprintf(err, errlen, "%.512s is not a valid hwloc XML topology (hwloc could not parse it)", name);
-        rc = DTRAIN_TOPO_ERR_INPUT;
+        rc = DTRAIN_ERR_INPUT;
         goto out;
     }
     if (hwloc_topology_load(topo) < 0) {
@@ -511,7 +512,7 @@ int topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dt
             dtrain_snprintf(err, errlen, "%.512s is not a valid hwloc XML topology (hwloc could not load it)", name);
         else
             dtrain_snprintf(err, errlen, "hwloc could not load this machine's topology");
-        rc = DTRAIN_TOPO_ERR_INPUT;
+        rc = DTRAIN_ERR_INPUT;
         goto out;
     }
     /* NVML describes this machine only: never mix it into a saved topology,
@@ -527,17 +528,17 @@ out:
     return rc;
 }
 
-int dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, dtrain_topo **out, char *err,
-                                size_t errlen)
+enum dtrain_status dtrain_topo_load_xml_buffer(const char *buf, size_t len, const char *name, dtrain_topo **out,
+                                               char *err, size_t errlen)
 {
     if (!buf) {
         dtrain_snprintf(err, errlen, "no topology given");
-        return DTRAIN_TOPO_ERR_INPUT;
+        return DTRAIN_ERR_INPUT;
     }
     return topo_hwloc_load(buf, len, name ? name : "topology", 0, out, err, errlen);
 }
 
-int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen)
+enum dtrain_status dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t errlen)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -545,16 +546,16 @@ int dtrain_topo_load_xml(const char *path, dtrain_topo **out, char *err, size_t 
         *out = NULL;
     if (!path || !path[0]) {
         dtrain_snprintf(err, errlen, "no topology file given");
-        return DTRAIN_TOPO_ERR_INPUT;
+        return DTRAIN_ERR_INPUT;
     }
     if (dtrain_read_regular(path, "topology file", TOPO_XML_MAX_BYTES, &buf, &len, err, errlen) != 0)
-        return DTRAIN_TOPO_ERR_INPUT;
-    int rc = topo_hwloc_load(buf, len, path, 0, out, err, errlen);
+        return DTRAIN_ERR_INPUT;
+    enum dtrain_status rc = topo_hwloc_load(buf, len, path, 0, out, err, errlen);
     free(buf);
     return rc;
 }
 
-int dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen)
+enum dtrain_status dtrain_topo_load_live(dtrain_topo **out, char *err, size_t errlen)
 {
     return topo_hwloc_load(NULL, 0, NULL, 0, out, err, errlen);
 }

@@ -151,11 +151,11 @@ static json_t *plan_json(const dtrain_plan *plan)
     return o;
 }
 
-int topo_report_json(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan,
-                     const char *source, char *err, size_t errlen)
+enum dtrain_status topo_report_json(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan,
+                                    const char *source, char *err, size_t errlen)
 {
     json_t *doc = json_object(), *gpus = json_array();
-    int rc = -1;
+    enum dtrain_status rc = DTRAIN_ERR_SYSTEM;
     int bad = !doc || !gpus;
 
     for (int i = 0; i < dtrain_topo_gpu_count(topo) && !bad; i++)
@@ -177,7 +177,7 @@ int topo_report_json(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan
         dtrain_snprintf(err, errlen, "cannot write JSON output");
         goto out;
     }
-    rc = 0;
+    rc = DTRAIN_OK;
 out:
     json_decref(gpus);
     json_decref(doc);

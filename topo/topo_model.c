@@ -78,8 +78,8 @@ unsigned dtrain_vendor_from_name(const char *name)
     return 0;
 }
 
-int dtrain_topo_vendor_subset(const dtrain_topo *topo, unsigned vendor, dtrain_topo **out, char *err,
-                              size_t errlen)
+enum dtrain_status dtrain_topo_vendor_subset(const dtrain_topo *topo, unsigned vendor, dtrain_topo **out, char *err,
+                                             size_t errlen)
 {
     int keep[DTRAIN_TOPO_MAX_GPUS], n = 0;
     for (int i = 0; topo && i < topo->ngpus; i++)
@@ -88,7 +88,7 @@ int dtrain_topo_vendor_subset(const dtrain_topo *topo, unsigned vendor, dtrain_t
     if (n == 0) {
         dtrain_snprintf(err, errlen, "this node has no %s GPU (%d GPUs of another vendor)",
                         vendor == DTRAIN_VENDOR_AMD ? "AMD" : "NVIDIA", topo ? topo->ngpus : 0);
-        return DTRAIN_TOPO_ERR_REFUSED;
+        return DTRAIN_ERR_REFUSED;
     }
     return dtrain_topo_subset(topo, keep, n, out, err, errlen);
 }
@@ -234,34 +234,34 @@ void topo_model_finish(struct dtrain_topo *topo)
     make_summary(topo);
 }
 
-int dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, int ngpus,
-                       dtrain_topo **out, char *err, size_t errlen)
+enum dtrain_status dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, int ngpus,
+                                      dtrain_topo **out, char *err, size_t errlen)
 {
     int seen[DTRAIN_TOPO_MAX_GPUS] = {0};
 
     if (!topo || !out || (ngpus > 0 && !gpus) || ngpus < 0 || ngpus > topo->ngpus) {
         dtrain_snprintf(err, errlen, "invalid GPU subset (%d GPUs of %d)", ngpus, topo ? topo->ngpus : 0);
-        return DTRAIN_TOPO_ERR_INPUT;
+        return DTRAIN_ERR_INPUT;
     }
     for (int i = 0; i < ngpus; i++) {
         if (gpus[i] < 0 || gpus[i] >= topo->ngpus || seen[gpus[i]]) {
             dtrain_snprintf(err, errlen, "invalid GPU subset: index %d is out of range 0..%d or repeated",
                             gpus[i], topo->ngpus - 1);
-            return DTRAIN_TOPO_ERR_INPUT;
+            return DTRAIN_ERR_INPUT;
         }
         seen[gpus[i]] = 1;
     }
     struct dtrain_topo *sub = topo_model_new();
     if (!sub) {
         dtrain_snprintf(err, errlen, "out of memory");
-        return DTRAIN_TOPO_ERR_SYSTEM;
+        return DTRAIN_ERR_SYSTEM;
     }
     if (topo->npus > 0) {
         sub->pus = malloc(sizeof(int) * (size_t)topo->npus);
         if (!sub->pus) {
             free(sub);
             dtrain_snprintf(err, errlen, "out of memory");
-            return DTRAIN_TOPO_ERR_SYSTEM;
+            return DTRAIN_ERR_SYSTEM;
         }
         memcpy(sub->pus, topo->pus, sizeof(int) * (size_t)topo->npus);
         sub->npus = topo->npus;
@@ -280,7 +280,7 @@ int dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, int ngpus,
     sub->via_switch = topo->via_switch;
     topo_model_finish(sub);
     *out = sub;
-    return DTRAIN_TOPO_OK;
+    return DTRAIN_OK;
 }
 
 int dtrain_topo_gpu_count(const dtrain_topo *topo)

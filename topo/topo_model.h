@@ -89,13 +89,14 @@ int topo_nvml_apply_fabric(struct dtrain_topo *topo, const char *libpath, char *
 
 /* Refuse hwloc XML text buf[0..len) that is not well-formed XML or would
  * crash hwloc 2.9 while loading (see topo_xml_check.c); `name` names it in
- * messages.  Returns 0, or -1 with one line in err. */
+ * messages.  Returns DTRAIN_OK, or DTRAIN_ERR_INPUT with one line in
+ * err. */
 /* Load from hwloc XML text buf[0..len) (`name` in messages), or live when
  * buf is NULL; flags: DTRAIN_TOPO_LOAD_CPUS_ONLY or 0 (topo_hwloc.c). */
-int topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dtrain_topo **out, char *err,
-                    size_t errlen);
+enum dtrain_status topo_hwloc_load(const char *buf, size_t len, const char *name, int flags, dtrain_topo **out,
+                                   char *err, size_t errlen);
 
-int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen);
+enum dtrain_status topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen);
 
 /* Give libxml2 (this thread) a generic error function of ours: hwloc's
  * libxml2 plugin leaves one of its own there that dangles once hwloc

@@ -14,8 +14,9 @@
 void topo_report_table(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan);
 
 /* The JSON document; `source` names where the topology came from (a file
- * path, or "live").  Returns 0, or -1 with one line in err. */
-int topo_report_json(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan,
-                     const char *source, char *err, size_t errlen);
+ * path, or "live").  Returns DTRAIN_OK, or DTRAIN_ERR_SYSTEM with one line
+ * in err. */
+enum dtrain_status topo_report_json(FILE *out, const dtrain_topo *topo, const dtrain_plan *plan,
+                                    const char *source, char *err, size_t errlen);
 
 #endif

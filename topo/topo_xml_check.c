@@ -185,16 +185,16 @@ void topo_xml_own_errors(void)
     xmlSetGenericErrorFunc(NULL, silent_generic_error);
 }
 
-int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen)
+enum dtrain_status topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char *err, size_t errlen)
 {
     topo_xml_own_errors();
     if (len == 0) {
         dtrain_snprintf(err, errlen, "%.512s is empty: not a valid hwloc XML topology", name);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     if (len > (size_t)TOPO_XML_MAX_BYTES || len > 0x7fffffffu) {
         dtrain_snprintf(err, errlen, "%.512s is larger than %d MiB", name, TOPO_XML_MAX_BYTES >> 20);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     xmlResetLastError();
     xmlDoc *doc = xmlReadMemory(buf, (int)len, NULL, NULL,
@@ -211,31 +211,32 @@ int topo_xml_precheck_buffer(const char *buf, size_t len, const char *name, char
         dtrain_snprintf(err, errlen, "%.512s line %d: not well-formed XML (%s): not a valid hwloc XML topology",
                         name, e ? e->line : 0, msg);
         xmlResetLastError();
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
-    int rc = 0, too_deep = 0, bitmap = 0, index = 0;
+    enum dtrain_status rc = DTRAIN_OK;
+    int too_deep = 0, bitmap = 0, index = 0;
     const xmlNode *root = xmlDocGetRootElement(doc);
     const xmlNode *bad = root ? find_bad(root, &too_deep, &bitmap, &index) : NULL;
     if (root == NULL) {
         dtrain_snprintf(err, errlen, "%.512s has no root element: not a valid hwloc XML topology", name);
-        rc = -1;
+        rc = DTRAIN_ERR_INPUT;
     } else if (too_deep) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: nested deeper than %d elements: not a valid hwloc XML "
                         "topology", name, (long)xmlGetLineNo(bad), TOPO_XML_MAX_DEPTH);
-        rc = -1;
+        rc = DTRAIN_ERR_INPUT;
     } else if (bad && bitmap) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: a cpuset/nodeset that is not an hwloc bitmap: not a valid "
                         "hwloc XML topology", name, (long)xmlGetLineNo(bad));
-        rc = -1;
+        rc = DTRAIN_ERR_INPUT;
     } else if (bad && index) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: a PU or NUMANode <object> has no os_index, or one that is "
                         "not a number below %ld: not a valid hwloc XML topology", name,
                         (long)xmlGetLineNo(bad), TOPO_XML_MAX_INDEX);
-        rc = -1;
+        rc = DTRAIN_ERR_INPUT;
     } else if (bad) {
         dtrain_snprintf(err, errlen, "%.512s line %ld: an <object> has a cpuset/nodeset without its complete_ "
                         "set: not a valid hwloc XML topology", name, (long)xmlGetLineNo(bad));
-        rc = -1;
+        rc = DTRAIN_ERR_INPUT;
     }
     xmlFreeDoc(doc);
     return rc;

@@ -25,6 +25,8 @@
 
 #include <stddef.h>
 
+#include "dtrain_status.h"
+
 /* What the CPU can execute (cpuid, and XGETBV for what the OS saves). */
 struct dtrain_cpu_features {
     char vendor[16];          /* "GenuineIntel", "AuthenticAMD", "" off x86 */
@@ -59,12 +61,12 @@ const char *dtrain_blas_config(void);
 
 /* Call first in main(), before threads and before PMI: may execute the
  * program again (argv, /proc/self/exe) with OPENBLAS_CORETYPE set, and so
- * returns only when the program goes on as it is.  Returns 0 to go on, or
- * 2 (the usage exit code) after printing one line when DTRAIN_BLAS_CORE or
+ * returns only when the program goes on as it is.  Returns DTRAIN_OK to go
+ * on, or DTRAIN_ERR_INPUT after printing one line when DTRAIN_BLAS_CORE or
  * OPENBLAS_CORETYPE asks for kernels this CPU cannot run.  Messages start
  * with prog and are printed by one process per node (SLURM_LOCALID 0 or
  * unset). */
-int dtrain_blas_select(const char *prog, char **argv);
+enum dtrain_status dtrain_blas_select(const char *prog, char **argv);
 
 /* What select() does, decided from the CPU, the kernels running and the two
  * variables (want = DTRAIN_BLAS_CORE, set = OPENBLAS_CORETYPE; NULL when

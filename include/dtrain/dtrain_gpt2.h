@@ -151,9 +151,9 @@ struct dtrain_block_scratch {
 };
 
 /* Tensor-parallel hook: sum buf (n floats, backend memory) over the ranks of
- * the TP group, in place.  NULL (or a NULL function) on one rank.  Returns 0,
- * or a negative dtrain_status (returned by the block as is; any other
- * non-zero value becomes DTRAIN_ERR_SYSTEM) with one line in err.
+ * the TP group, in place.  NULL (or a NULL function) on one rank.  Returns
+ * DTRAIN_OK, or a status (returned by the block as is) with one line in
+ * err.
  *
  * Sequence parallelism (Megatron-LM's, reduce_scatter and all_gather set):
  * the residual stream x, y and everything row-wise (the layer norms, the
@@ -167,9 +167,10 @@ struct dtrain_block_scratch {
  * column-parallel one).  The LayerNorm weight gradients are then the rank's
  * rows' share: the caller sums them over the group. */
 struct dtrain_tp_hook {
-    int (*allreduce_sum)(void *ctx, float *buf, size_t n, char *err, size_t errlen);
-    int (*all_gather)(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen);
-    int (*reduce_scatter)(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen);
+    enum dtrain_status (*allreduce_sum)(void *ctx, float *buf, size_t n, char *err, size_t errlen);
+    enum dtrain_status (*all_gather)(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen);
+    enum dtrain_status (*reduce_scatter)(void *ctx, const float *in, float *out, size_t n, char *err,
+                                         size_t errlen);
     int size;          /* ranks of the group */
     void *ctx;
 };

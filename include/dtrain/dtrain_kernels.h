@@ -52,6 +52,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dtrain_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -131,11 +133,12 @@ struct dtrain_kernels_options {
 /* Names of the backends built into this library, e.g. "cpu". */
 const char *const *dtrain_kernels_backends(void);
 
-/* Create an instance of the backend `name` ("cpu", "cuda").  Returns 0, or
- * -1 with one line in err (unknown backend, bad option, a precision the
- * backend lacks, out of memory, "no CUDA device"). */
-int dtrain_kernels_create(const char *name, const struct dtrain_kernels_options *opt,
-                          struct dtrain_kernels **out, char *err, size_t errlen);
+/* Create an instance of the backend `name` ("cpu", "cuda").  Returns
+ * DTRAIN_OK, or with one line in err DTRAIN_ERR_INPUT (unknown backend,
+ * bad option, a precision the backend lacks) or DTRAIN_ERR_SYSTEM (out of
+ * memory, "no CUDA device"). */
+enum dtrain_status dtrain_kernels_create(const char *name, const struct dtrain_kernels_options *opt,
+                                         struct dtrain_kernels **out, char *err, size_t errlen);
 void dtrain_kernels_destroy(struct dtrain_kernels *k);
 const char *dtrain_kernels_name(const struct dtrain_kernels *k);
 int dtrain_kernels_threads(const struct dtrain_kernels *k);
@@ -151,10 +154,11 @@ enum dtrain_dtype dtrain_kernels_act_dtype(const struct dtrain_kernels *k);
 /* Errors.  The operations below return nothing: a backend that runs them
  * asynchronously (cuda) records its first failure (a launch that failed, a
  * device fault, out of device memory), skips the work after it and keeps
- * the error.  Returns 0 when none happened, else -1 with one line in err.
+ * the error.  Returns DTRAIN_OK (0) when none happened, else
+ * DTRAIN_ERR_SYSTEM with one line in err.
  * Calling it after dtrain_k_sync() covers everything queued before.  The
  * CPU backend fails only when it cannot grow its scratch for bf16 operands. */
-int dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen);
+enum dtrain_status dtrain_kernels_error(struct dtrain_kernels *k, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ memory */
 

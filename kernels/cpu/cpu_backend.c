@@ -13,24 +13,24 @@ void openblas_set_num_threads(int num_threads);
 
 #define CPU_MAX_THREADS 1024
 
-static int cpu_create(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
-                      char *err, size_t errlen)
+static enum dtrain_status cpu_create(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
+                                     char *err, size_t errlen)
 {
     int threads = opt->threads > 0 ? opt->threads : 1;
     if (threads > CPU_MAX_THREADS) {
         snprintf(err, errlen, "threads: %d is too many (use 1 to %d)", threads, CPU_MAX_THREADS);
-        return -1;
+        return DTRAIN_ERR_INPUT;
     }
     struct cpu_kernels *ck = calloc(1, sizeof *ck);
     if (ck == NULL) {
         snprintf(err, errlen, "out of memory creating the CPU kernels");
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     }
     int rc = cpu_pool_create(threads, &ck->pool);
     if (rc != 0) {
         snprintf(err, errlen, "cannot start %d threads: %s", threads, strerror(rc));
         free(ck);
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     }
     ck->base.ops = &dtrain_kernels_cpu_ops;
     ck->base.threads = threads;
@@ -43,13 +43,13 @@ static int cpu_create(const struct dtrain_kernels_options *opt, struct dtrain_ke
                      "AMX-BF16 or AVX512-BF16), off or force", mode);
             cpu_pool_destroy(ck->pool);
             free(ck);
-            return -1;
+            return DTRAIN_ERR_INPUT;
         }
         if (cpu_onednn_create(threads, mode, &ck->onednn, ck->bf16_line, sizeof ck->bf16_line) != 0) {
             snprintf(err, errlen, "out of memory creating oneDNN's matmuls");
             cpu_pool_destroy(ck->pool);
             free(ck);
-            return -1;
+            return DTRAIN_ERR_SYSTEM;
         }
         /* one line per process, from one process per node, as the BLAS check */
         static int said;
@@ -74,13 +74,13 @@ static void cpu_destroy(struct dtrain_kernels *k)
     free(ck);
 }
 
-static int cpu_error(struct dtrain_kernels *k, char *err, size_t errlen)
+static enum dtrain_status cpu_error(struct dtrain_kernels *k, char *err, size_t errlen)
 {
     const struct cpu_kernels *ck = (const struct cpu_kernels *)k;
     if (!ck->failed)
-        return 0;
+        return DTRAIN_OK;
     snprintf(err, errlen, "%s", ck->error);
-    return -1;
+    return DTRAIN_ERR_SYSTEM;
 }
 
 void dtrain_cpu_bf16_describe(const struct dtrain_kernels *k, char *buf, size_t len)

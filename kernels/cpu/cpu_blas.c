@@ -323,11 +323,11 @@ enum dtrain_blas_action dtrain_blas_decide(const struct dtrain_cpu_features *f, 
     return DTRAIN_BLAS_SWITCH;
 }
 
-int dtrain_blas_select(const char *prog, char **argv)
+enum dtrain_status dtrain_blas_select(const char *prog, char **argv)
 {
     const char *mark = getenv(SWITCH_VAR);
     if (mark != NULL && after_switch(prog, argv, mark) == 0)
-        return 0;
+        return DTRAIN_OK;
     struct dtrain_cpu_features f;
     struct dtrain_blas_choice c;
     dtrain_cpu_features_read(&f);
@@ -336,7 +336,7 @@ int dtrain_blas_select(const char *prog, char **argv)
                                                    getenv("OPENBLAS_CORETYPE"), prog, &c);
     if (a == DTRAIN_BLAS_REFUSE) {
         fprintf(stderr, "%s\n", c.line);
-        return 2;
+        return DTRAIN_ERR_INPUT;
     }
     if (c.line[0] != '\0' && speaks())
         fprintf(stderr, "%s\n", c.line);
@@ -345,7 +345,7 @@ int dtrain_blas_select(const char *prog, char **argv)
         snprintf(target, sizeof target, "%s", c.target); /* execute_again changes the environment it points into */
         execute_again(prog, argv, running, target, 0);
     }
-    return 0;
+    return DTRAIN_OK;
 }
 
 void dtrain_blas_describe(char *buf, size_t len)

@@ -93,18 +93,18 @@ static void cuda_destroy(struct dtrain_kernels *k)
     free(ck);
 }
 
-static int cuda_create(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
-                       char *err, size_t errlen)
+static enum dtrain_status cuda_create(const struct dtrain_kernels_options *opt, struct dtrain_kernels **out,
+                                      char *err, size_t errlen)
 {
     const char *what = NULL;
     cudaError_t e = cudaSuccess;
     *out = NULL;
     if (dtrain_cuda_device_count(err, errlen) == 0)
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     struct cuda_kernels *ck = calloc(1, sizeof *ck);
     if (ck == NULL) {
         snprintf(err, errlen, "out of memory creating the CUDA kernels");
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     }
     ck->base.ops = &dtrain_kernels_cuda_ops;
     ck->base.threads = 1;
@@ -161,12 +161,12 @@ static int cuda_create(const struct dtrain_kernels_options *opt, struct dtrain_k
         goto fail;
     }
     *out = &ck->base;
-    return 0;
+    return DTRAIN_OK;
 fail_cuda:
     snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
 fail:
     cuda_destroy(&ck->base);
-    return -1;
+    return DTRAIN_ERR_SYSTEM;
 }
 
 static void *cuda_alloc(struct dtrain_kernels *k, size_t bytes)
@@ -275,7 +275,7 @@ static void cuda_sync(struct dtrain_kernels *k)
     (void)cuda_check(ck, cudaStreamSynchronize(ck->stream), "sync");
 }
 
-static int cuda_error(struct dtrain_kernels *k, char *err, size_t errlen)
+static enum dtrain_status cuda_error(struct dtrain_kernels *k, char *err, size_t errlen)
 {
     struct cuda_kernels *ck = cuda_of(k);
     if (!ck->failed) {
@@ -285,9 +285,9 @@ static int cuda_error(struct dtrain_kernels *k, char *err, size_t errlen)
             (void)cuda_check(ck, e, "device");
     }
     if (!ck->failed)
-        return 0;
+        return DTRAIN_OK;
     snprintf(err, errlen, "%s", ck->error);
-    return -1;
+    return DTRAIN_ERR_SYSTEM;
 }
 
 void dtrain_cuda_device_name(struct dtrain_kernels *k, char *out, size_t outlen)

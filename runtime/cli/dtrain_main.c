@@ -198,9 +198,9 @@ int dtrain_parallel_main(int argc, char **argv, struct dtrain_bootstrap *bs)
 int dtrain_train_main(int argc, char **argv)
 {
     struct dtrain_bootstrap bs;
-    int code = dtrain_blas_select("dtrain-train", argv); /* may execute the program again */
-    if (code != 0)
-        return code;
+    enum dtrain_status rc = dtrain_blas_select("dtrain-train", argv); /* may execute the program again */
+    if (rc != DTRAIN_OK)
+        return dtrain_status_exit(rc);
     dtrain_bootstrap_local(&bs);
     return run("dtrain-train", argc, argv, &bs, 0);
 }

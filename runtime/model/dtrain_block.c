@@ -28,12 +28,6 @@
 #define ACT(a, p) dtrain_tensor_of((a)->act, (p))
 #define F32(p) dtrain_tensor_f32(p)
 
-/* A hook's status as the block's. */
-static int hook_rc(int rc)
-{
-    return rc == 0 ? DTRAIN_OK : rc < 0 ? rc : DTRAIN_ERR_SYSTEM; /* the hook's status passes through */
-}
-
 static int sequence_parallel(const struct dtrain_tp_hook *tp)
 {
     return tp != NULL && tp->reduce_scatter != NULL && tp->all_gather != NULL;
@@ -49,7 +43,7 @@ static int gather_rows(const struct dtrain_tp_hook *tp, const float *rows, float
     if (!sequence_parallel(tp))
         return DTRAIN_OK;
     *out = full;
-    return hook_rc(tp->all_gather(tp->ctx, rows, full, n, err, errlen));
+    return tp->all_gather(tp->ctx, rows, full, n, err, errlen);
 }
 
 /* The TP ranks' partial sums (N,C) of part summed (g forward, f
@@ -60,10 +54,10 @@ static int sum_partials(const struct dtrain_tp_hook *tp, const float *part, floa
                         size_t errlen)
 {
     if (sequence_parallel(tp))
-        return hook_rc(tp->reduce_scatter(tp->ctx, part, out, n, err, errlen));
+        return tp->reduce_scatter(tp->ctx, part, out, n, err, errlen);
     if (tp == NULL || tp->allreduce_sum == NULL)
         return DTRAIN_OK;
-    return hook_rc(tp->allreduce_sum(tp->ctx, out, n, err, errlen));
+    return tp->allreduce_sum(tp->ctx, out, n, err, errlen);
 }
 
 int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s,

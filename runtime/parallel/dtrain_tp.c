@@ -29,17 +29,18 @@ struct dtrain_tp {
 
 double dtrain_tp_comm_seconds(const struct dtrain_tp *tp) { return tp->comm_s; }
 
-static int hook_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
+static enum dtrain_status hook_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
 {
     return dtrain_tp_allreduce(ctx, buf, n, err, errlen);
 }
 
-static int hook_all_gather(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen)
+static enum dtrain_status hook_all_gather(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen)
 {
     return dtrain_tp_all_gather(ctx, in, out, n, err, errlen);
 }
 
-static int hook_reduce_scatter(void *ctx, const float *in, float *out, size_t n, char *err, size_t errlen)
+static enum dtrain_status hook_reduce_scatter(void *ctx, const float *in, float *out, size_t n, char *err,
+                                              size_t errlen)
 {
     return dtrain_tp_reduce_scatter(ctx, in, out, n, err, errlen);
 }

@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[512];
     dtrain_topo *t = NULL;
-    if (dtrain_topo_load_xml_buffer((const char *)data, size, "fuzz.xml", &t, err, sizeof err) != DTRAIN_TOPO_OK)
+    if (dtrain_topo_load_xml_buffer((const char *)data, size, "fuzz.xml", &t, err, sizeof err) != DTRAIN_OK)
         return 0;
     int n = dtrain_topo_gpu_count(t);
     for (int tp = 1; tp <= 8 && n > 0; tp *= 2) {
@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct dtrain_policy policy = {.allow_pcie = tp % 4 == 0, .cpu_only = 0};
         const dtrain_topo *nodes[1] = {t};
         struct dtrain_plan *plan = NULL;
-        if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) == DTRAIN_TOPO_OK)
+        if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) == DTRAIN_OK)
             dtrain_plan_free(plan);
     }
     dtrain_topo_free(t);

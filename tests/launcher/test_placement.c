@@ -51,11 +51,12 @@ static void plugin_rank13(void)
     set_env(env);
 }
 
+/* The exit code dtrain-launch gives for the placement's status. */
 static int resolve(int tp, int pp, int dp, int rank, int size, struct dtrain_placement *p, char *err, size_t errlen)
 {
     struct dtrain_shape_request req = {.tp = tp, .pp = pp, .dp = dp};
     err[0] = '\0';
-    return dtrain_placement_resolve(&req, rank, size, p, err, errlen);
+    return dtrain_status_exit(dtrain_placement_resolve(&req, rank, size, p, err, errlen));
 }
 
 int main(void)

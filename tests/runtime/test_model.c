@@ -209,13 +209,13 @@ struct tp_rank_ctx {
     int rank;
 };
 
-static int tp_allreduce(void *p, float *buf, size_t n, char *err, size_t errlen)
+static enum dtrain_status tp_allreduce(void *p, float *buf, size_t n, char *err, size_t errlen)
 {
     struct tp_rank_ctx *r = p;
     (void)err; (void)errlen;
     float *sum = malloc(n * sizeof(float));
     if (sum == NULL)
-        return -1;
+        return DTRAIN_ERR_SYSTEM;
     r->group->bufs[r->rank] = buf;
     pthread_barrier_wait(&r->group->barrier);
     for (size_t i = 0; i < n; i++)
@@ -223,7 +223,7 @@ static int tp_allreduce(void *p, float *buf, size_t n, char *err, size_t errlen)
     pthread_barrier_wait(&r->group->barrier);
     memcpy(buf, sum, n * sizeof(float));
     free(sum);
-    return 0;
+    return DTRAIN_OK;
 }
 
 /* One block's tensors in host memory, full or one rank's slice. */

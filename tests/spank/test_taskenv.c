@@ -68,14 +68,14 @@ static void test_plan_env(const char *fixtures, int T, int P)
     struct dtrain_env_list env;
 
     snprintf(path, sizeof path, "%s/dgx1-v100.xml", fixtures);
-    if (dtrain_topo_load_xml(path, &topo, err, sizeof err) != DTRAIN_TOPO_OK) {
+    if (dtrain_topo_load_xml(path, &topo, err, sizeof err) != DTRAIN_OK) {
         ok(0, "load %s: %s", path, err);
         return;
     }
     const dtrain_topo *nodes[2] = {topo, topo};
     struct dtrain_shape shape = {.tp = T, .pp = P, .dp = 0, .nnodes = 2, .tasks_per_node = 8};
     struct dtrain_policy policy = {0, 0, 0, 0, NULL};
-    if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_TOPO_OK) {
+    if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_OK) {
         ok(0, "plan T=%d P=%d: %s", T, P, err);
         dtrain_topo_free(topo);
         return;
@@ -122,14 +122,14 @@ static void test_visible_all(const char *fixtures)
     dtrain_topo *topo = NULL;
     dtrain_plan *plan = NULL;
     snprintf(path, sizeof path, "%s/dgx1-v100.xml", fixtures);
-    if (dtrain_topo_load_xml(path, &topo, err, sizeof err) != DTRAIN_TOPO_OK) {
+    if (dtrain_topo_load_xml(path, &topo, err, sizeof err) != DTRAIN_OK) {
         ok(0, "load %s: %s", path, err);
         return;
     }
     const dtrain_topo *nodes[1] = {topo};
     struct dtrain_shape shape = {.tp = 2, .pp = 1, .dp = 0, .nnodes = 1, .tasks_per_node = 8};
     struct dtrain_policy policy = {0, 0, 0, 0, NULL};
-    if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_TOPO_OK) {
+    if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_OK) {
         ok(0, "plan: %s", err);
         dtrain_topo_free(topo);
         return;

@@ -22,7 +22,7 @@ static inline dtrain_topo *load_fixture(const char *name)
 {
     dtrain_topo *topo = NULL;
     char err[512];
-    if (dtrain_topo_load_xml(fixture_path(name), &topo, err, sizeof(err)) != DTRAIN_TOPO_OK) {
+    if (dtrain_topo_load_xml(fixture_path(name), &topo, err, sizeof(err)) != DTRAIN_OK) {
         printf("# loading %s failed: %s\n", name, err);
         return NULL;
     }

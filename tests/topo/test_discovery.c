@@ -164,7 +164,7 @@ static void check_subset_and_lookup(void)
        "out-of-range queries answer 0 / -1");
 
     int quad[] = {7, 4, 5, 6};
-    if (ok(dtrain_topo_subset(t, quad, 4, &sub, err, sizeof(err)) == DTRAIN_TOPO_OK, "subset {7,4,5,6}")) {
+    if (ok(dtrain_topo_subset(t, quad, 4, &sub, err, sizeof(err)) == DTRAIN_OK, "subset {7,4,5,6}")) {
         ok(dtrain_topo_gpu_count(sub) == 4 && strcmp(dtrain_topo_gpu(sub, 0)->busid, "0000:8a:00.0") == 0 &&
                dtrain_topo_gpu(sub, 0)->index == 0,
            "subset renumbers in the order given");
@@ -174,15 +174,15 @@ static void check_subset_and_lookup(void)
         sub = NULL;
     }
     int apart[] = {0, 5};
-    if (ok(dtrain_topo_subset(t, apart, 2, &sub, err, sizeof(err)) == DTRAIN_TOPO_OK, "subset {0,5}")) {
+    if (ok(dtrain_topo_subset(t, apart, 2, &sub, err, sizeof(err)) == DTRAIN_OK, "subset {0,5}")) {
         ok(dtrain_topo_island_count(sub) == 2, "islands recomputed: 0 and 5 are not linked directly");
         dtrain_topo_free(sub);
         sub = NULL;
     }
     int repeated[] = {1, 1}, outside[] = {0, 8};
-    ok(dtrain_topo_subset(t, repeated, 2, &sub, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT && sub == NULL,
+    ok(dtrain_topo_subset(t, repeated, 2, &sub, err, sizeof(err)) == DTRAIN_ERR_INPUT && sub == NULL,
        "subset with a repeated GPU is refused: %s", err);
-    ok(dtrain_topo_subset(t, outside, 2, &sub, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT,
+    ok(dtrain_topo_subset(t, outside, 2, &sub, err, sizeof(err)) == DTRAIN_ERR_INPUT,
        "subset with an unknown GPU is refused: %s", err);
     dtrain_topo_free(t);
 }
@@ -272,14 +272,14 @@ static void check_live(void)
     /* This machine, as it is (usually no GPU): must load. */
     unsetenv("HWLOC_XMLFILE");
     int rc = dtrain_topo_load_live(&t, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK, "load_live on this machine (%s)", rc ? err : dtrain_topo_summary(t));
+    ok(rc == DTRAIN_OK, "load_live on this machine (%s)", rc ? err : dtrain_topo_summary(t));
     dtrain_topo_free(t);
     t = NULL;
 
     /* HWLOC_XMLFILE makes a slurmd node look like a saved machine... */
     setenv("HWLOC_XMLFILE", fixture_path("dgx1-v100.xml"), 1);
     rc = dtrain_topo_load_live(&t, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(t) == 8 &&
+    ok(rc == DTRAIN_OK && dtrain_topo_gpu_count(t) == 8 &&
            dtrain_topo_link_source(t) == DTRAIN_LINKS_HWLOC_NVLINK && bw_is(t, 0, 3, 50),
        "load_live honours HWLOC_XMLFILE (DGX-1 seen)");
     dtrain_topo_free(t);
@@ -294,13 +294,13 @@ static void check_live(void)
         setenv("DTRAIN_NVML_LIBRARY", fake, 1);
         setenv("HWLOC_XMLFILE", fixture_path("g4dnmetal.xml"), 1);
         rc = dtrain_topo_load_live(&t, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_OK && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY &&
+        ok(rc == DTRAIN_OK && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY &&
                dtrain_topo_bandwidth(t, 0, 1) == 0,
            "with HWLOC_XMLFILE set, NVML is not consulted");
         dtrain_topo_free(t);
         t = NULL;
         rc = dtrain_topo_load_xml(fixture_path("g4dnmetal.xml"), &t, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_OK && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY,
+        ok(rc == DTRAIN_OK && dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY,
            "loading an explicit XML file never consults NVML");
         dtrain_topo_free(t);
         t = NULL;
@@ -454,7 +454,7 @@ static void check_fabric(void)
         struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         dtrain_plan *p = NULL;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on but NVML lists no MIG instance"),
+        ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on but NVML lists no MIG instance"),
            "a GPU in MIG mode without instances is refused with one line: %s", err);
         dtrain_plan_free(p);
     }
@@ -487,18 +487,18 @@ static void check_fabric(void)
         struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         dtrain_plan *p = NULL;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_OK, "NVML MIG: T=1 places one rank on each GPU and instance: %s", rc ? err : "ok");
+        ok(rc == DTRAIN_OK, "NVML MIG: T=1 places one rank on each GPU and instance: %s", rc ? err : "ok");
         dtrain_plan_free(p);
         p = NULL;
         shape.tp = 2;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_ERR_REFUSED, "NVML MIG: T=2 over MIG instances (no NVLink) refused without allow_pcie: %s",
+        ok(rc == DTRAIN_ERR_REFUSED, "NVML MIG: T=2 over MIG instances (no NVLink) refused without allow_pcie: %s",
            err);
         dtrain_plan_free(p);
         p = NULL;
         policy.allow_pcie = 1;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) != NULL, "NVML MIG: T=2 with allow_pcie placed, with a warning");
+        ok(rc == DTRAIN_OK && dtrain_plan_warning(p) != NULL, "NVML MIG: T=2 with allow_pcie placed, with a warning");
         dtrain_plan_free(p);
     } else {
         for (int i = 0; i < 5; i++)
@@ -515,14 +515,14 @@ static void check_fabric(void)
     setenv("DTRAIN_NVML_LIBRARY", fake, 1);
     rc = dtrain_topo_load_bounded(fixture_path("g4dnmetal.xml"), DTRAIN_TOPO_LOAD_THIS_NODE, 20000, &t, err,
                                   sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 1 &&
+    ok(rc == DTRAIN_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 1 &&
            strcmp(key, "6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c/4") == 0 &&
            dtrain_topo_link_source(t) == DTRAIN_LINKS_PCIE_ONLY && dtrain_topo_bandwidth(t, 0, 1) == 0,
        "a saved topology of this node gets NVML's fabric (%s) but never its links", rc ? err : key);
     dtrain_topo_free(t);
     t = NULL;
     rc = dtrain_topo_load_bounded(fixture_path("g4dnmetal.xml"), 0, 20000, &t, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 0,
+    ok(rc == DTRAIN_OK && dtrain_topo_nvlink_domain(t, key, sizeof key, why, sizeof why) == 0,
        "a saved topology of another machine never gets NVML's fabric");
     dtrain_topo_free(t);
     unsetenv("DTRAIN_NVML_LIBRARY");
@@ -554,8 +554,8 @@ static int same_cpu_plan(const dtrain_topo *a, const dtrain_topo *b, int K)
     dtrain_plan *pa = NULL, *pb = NULL;
     char err[256];
     const dtrain_topo *na[1] = {a}, *nb[1] = {b};
-    int same = dtrain_plan_place_node(&shape, na, &policy, 0, &pa, err, sizeof err) == DTRAIN_TOPO_OK &&
-               dtrain_plan_place_node(&shape, nb, &policy, 0, &pb, err, sizeof err) == DTRAIN_TOPO_OK;
+    int same = dtrain_plan_place_node(&shape, na, &policy, 0, &pa, err, sizeof err) == DTRAIN_OK &&
+               dtrain_plan_place_node(&shape, nb, &policy, 0, &pb, err, sizeof err) == DTRAIN_OK;
     for (int r = 0; same && r < K; r++) {
         const struct dtrain_task_placement *x = dtrain_plan_task(pa, r), *y = dtrain_plan_task(pb, r);
         same = x && y && x->cpulist[0] != '\0' && strcmp(x->cpulist, y->cpulist) == 0;
@@ -574,7 +574,7 @@ static void check_cpus_only(void)
         int rf = dtrain_topo_load_bounded(fixture_path(files[i]), 0, 20000, &full, err, sizeof err);
         int rc = dtrain_topo_load_bounded(fixture_path(files[i]), DTRAIN_TOPO_LOAD_CPUS_ONLY, 20000, &cpus, err,
                                           sizeof err);
-        ok(rf == DTRAIN_TOPO_OK && rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(full) > 0 &&
+        ok(rf == DTRAIN_OK && rc == DTRAIN_OK && dtrain_topo_gpu_count(full) > 0 &&
                dtrain_topo_gpu_count(cpus) == 0 && same_cpus(full, cpus) && same_cpu_plan(full, cpus, 8),
            "%s with CPUS_ONLY: no GPU (full load %d), the same %d CPUs, the same CPU-only plan for 8 tasks%s%s",
            files[i], full ? dtrain_topo_gpu_count(full) : -1, cpus ? cpus->npus : -1, rf || rc ? ": " : "",
@@ -589,7 +589,7 @@ static void check_cpus_only(void)
     int rf = dtrain_topo_load_live(&full, err, sizeof err);
     int rc = dtrain_topo_load_bounded(NULL, DTRAIN_TOPO_LOAD_CPUS_ONLY, 20000, &cpus, err, sizeof err);
     unsetenv("HWLOC_XMLFILE");
-    ok(rf == DTRAIN_TOPO_OK && rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(full) == 8 &&
+    ok(rf == DTRAIN_OK && rc == DTRAIN_OK && dtrain_topo_gpu_count(full) == 8 &&
            dtrain_topo_gpu_count(cpus) == 0 && same_cpus(full, cpus),
        "live CPUS_ONLY load through HWLOC_XMLFILE (DGX-1): no GPU, the same CPUs%s%s", rf || rc ? ": " : "",
        rf || rc ? err : "");
@@ -599,7 +599,7 @@ static void check_cpus_only(void)
     /* ...and this machine itself. */
     rf = dtrain_topo_load_live(&full, err, sizeof err);
     rc = dtrain_topo_load_bounded(NULL, DTRAIN_TOPO_LOAD_CPUS_ONLY, 20000, &cpus, err, sizeof err);
-    ok(rf == DTRAIN_TOPO_OK && rc == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(cpus) == 0 && same_cpus(full, cpus),
+    ok(rf == DTRAIN_OK && rc == DTRAIN_OK && dtrain_topo_gpu_count(cpus) == 0 && same_cpus(full, cpus),
        "live CPUS_ONLY load of this machine: no GPU, the same %d CPUs as the full load%s%s", cpus ? cpus->npus : -1,
        rf || rc ? ": " : "", rf || rc ? err : "");
     dtrain_topo_free(full);

@@ -23,7 +23,7 @@ static dtrain_plan *plan_of(const dtrain_topo *topo, int T, int P, int N, int K,
     dtrain_plan *p = NULL;
     int rc = node < 0 ? dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof err)
                       : dtrain_plan_place_node(&shape, nodes, &policy, node, &p, err, sizeof err);
-    if (rc != DTRAIN_TOPO_OK)
+    if (rc != DTRAIN_OK)
         diag("plan T=%d P=%d N=%d K=%d: %s", T, P, N, K, err);
     return p;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Malformed input: truncated, corrupted or hostile topology files give
- * DTRAIN_TOPO_ERR_INPUT (or a valid model) with one line of text, never a
+ * DTRAIN_ERR_INPUT (or a valid model) with one line of text, never a
  * crash, a hang or a leak (run-suite repeats this under ASan/UBSan). */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,14 +72,14 @@ static int loads_or_refuses(const char *path, int *refused)
     dtrain_topo *t = NULL;
     char err[512] = "";
     int rc = dtrain_topo_load_xml(path, &t, err, sizeof(err));
-    *refused = rc != DTRAIN_TOPO_OK;
-    if (rc == DTRAIN_TOPO_OK) {
+    *refused = rc != DTRAIN_OK;
+    if (rc == DTRAIN_OK) {
         int n = dtrain_topo_gpu_count(t);
         int sane = t && n >= 0 && n <= DTRAIN_TOPO_MAX_GPUS && dtrain_topo_largest_island(t) <= n;
         dtrain_topo_free(t);
         return sane;
     }
-    return rc == DTRAIN_TOPO_ERR_INPUT && t == NULL && err[0] && !strchr(err, '\n');
+    return rc == DTRAIN_ERR_INPUT && t == NULL && err[0] && !strchr(err, '\n');
 }
 
 /* xorshift: a seeded, portable stream of corruption positions. */
@@ -247,10 +247,10 @@ static void precheck_bypasses(void)
         dtrain_topo *t = NULL;
         char err[512] = "";
         int rc = p ? dtrain_topo_load_xml(p, &t, err, sizeof err) : -99;
-        ok(rc == DTRAIN_TOPO_ERR_INPUT && strstr(err, "cpuset/nodeset without its complete_") && !strchr(err, '\n'),
+        ok(rc == DTRAIN_ERR_INPUT && strstr(err, "cpuset/nodeset without its complete_") && !strchr(err, '\n'),
            "pre-check bypass '%s': refused (%s)", cases[i].what, err);
         rc = p ? dtrain_topo_load_bounded(p, 0, 20000, &t, err, sizeof err) : -99;
-        ok(rc == DTRAIN_TOPO_ERR_INPUT && strstr(err, "cpuset/nodeset"), "... and by the bounded loader (%s)", err);
+        ok(rc == DTRAIN_ERR_INPUT && strstr(err, "cpuset/nodeset"), "... and by the bounded loader (%s)", err);
         if (i == 1) {
             /* Without the pre-check hwloc 2.9 crashes on it: in a bounded
              * child that is one line, not a crash of the caller. */
@@ -274,7 +274,7 @@ static void precheck_bypasses(void)
     dtrain_topo *t = NULL;
     char err[512] = "";
     int rc = p ? dtrain_topo_load_xml(p, &t, err, sizeof err) : -99;
-    ok((rc == DTRAIN_TOPO_OK || rc == DTRAIN_TOPO_ERR_INPUT) && !strstr(err, "cpuset/nodeset"),
+    ok((rc == DTRAIN_OK || rc == DTRAIN_ERR_INPUT) && !strstr(err, "cpuset/nodeset"),
        "an <object> inside a comment is not taken for one by the pre-check (%s)", rc ? err : "loaded");
     dtrain_topo_free(t);
     free(commented);
@@ -290,24 +290,24 @@ static void special_files(void)
     snprintf(fifo, sizeof fifo, "%s/fifo.xml", tmpdir);
     if (!ok(mkfifo(fifo, 0600) == 0, "mkfifo: %s", strerror(errno)))
         return;
-    ok(dtrain_topo_load_xml(fifo, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT && strstr(err, "a FIFO"),
+    ok(dtrain_topo_load_xml(fifo, &t, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "a FIFO"),
        "a FIFO as topology file: refused without waiting (%s)", err);
-    ok(dtrain_topo_load_bounded(fifo, 0, 20000, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT &&
+    ok(dtrain_topo_load_bounded(fifo, 0, 20000, &t, err, sizeof err) == DTRAIN_ERR_INPUT &&
            strstr(err, "a FIFO"), "... by the bounded loader too (%s)", err);
-    ok(dtrain_topo_load_bounded(fifo, 1, 20000, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT &&
+    ok(dtrain_topo_load_bounded(fifo, 1, 20000, &t, err, sizeof err) == DTRAIN_ERR_INPUT &&
            strstr(err, "a FIFO"), "... and its trusted open (%s)", err);
     setenv("HWLOC_XMLFILE", fifo, 1);
-    ok(dtrain_topo_load_live(&t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT && strstr(err, "a FIFO"),
+    ok(dtrain_topo_load_live(&t, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "a FIFO"),
        "HWLOC_XMLFILE naming a FIFO: refused without waiting (%s)", err);
     unsetenv("HWLOC_XMLFILE");
-    ok(dtrain_topo_load_xml("/dev/null", &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT &&
+    ok(dtrain_topo_load_xml("/dev/null", &t, err, sizeof err) == DTRAIN_ERR_INPUT &&
            strstr(err, "a character device"), "a device: refused (%s)", err);
-    ok(dtrain_topo_load_xml(tmpdir, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT && strstr(err, "is a directory"),
+    ok(dtrain_topo_load_xml(tmpdir, &t, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "is a directory"),
        "a directory: 'is a directory' (%s)", err);
     char link[600];
     snprintf(link, sizeof link, "%s/link.xml", tmpdir);
     if (symlink(fixture_path("g4dnmetal.xml"), link) == 0) {
-        ok(dtrain_topo_load_bounded(link, 1, 20000, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT &&
+        ok(dtrain_topo_load_bounded(link, 1, 20000, &t, err, sizeof err) == DTRAIN_ERR_INPUT &&
                strstr(err, "symbolic link"), "a trusted topology file may not be a link (%s)", err);
         unlink(link);
     }
@@ -321,14 +321,14 @@ static void bounded_same_model(void)
     char err[512] = "";
     int ra = dtrain_topo_load_xml(fixture_path("dgx-h100.xml"), &a, err, sizeof err);
     int rb = dtrain_topo_load_bounded(fixture_path("dgx-h100.xml"), 0, 20000, &b, err, sizeof err);
-    int same = ra == DTRAIN_TOPO_OK && rb == DTRAIN_TOPO_OK && dtrain_topo_gpu_count(a) == dtrain_topo_gpu_count(b) &&
+    int same = ra == DTRAIN_OK && rb == DTRAIN_OK && dtrain_topo_gpu_count(a) == dtrain_topo_gpu_count(b) &&
                strcmp(dtrain_topo_summary(a), dtrain_topo_summary(b)) == 0 &&
                dtrain_topo_largest_island(a) == dtrain_topo_largest_island(b);
     for (int i = 0; same && i < dtrain_topo_gpu_count(a); i++)
         same = strcmp(dtrain_topo_gpu(a, i)->busid, dtrain_topo_gpu(b, i)->busid) == 0 &&
                strcmp(dtrain_topo_gpu(a, i)->cpulist, dtrain_topo_gpu(b, i)->cpulist) == 0 &&
                dtrain_topo_bandwidth(a, 0, i) == dtrain_topo_bandwidth(b, 0, i);
-    ok(same, "the bounded loader returns the same model (%s)", rb == DTRAIN_TOPO_OK ? dtrain_topo_summary(b) : err);
+    ok(same, "the bounded loader returns the same model (%s)", rb == DTRAIN_OK ? dtrain_topo_summary(b) : err);
     dtrain_topo_free(a);
     dtrain_topo_free(b);
 }
@@ -367,7 +367,7 @@ static void resource_bounds(void)
         char *copy = edit(data, cases[i].from, cases[i].to), err[512] = "";
         const char *p = copy ? write_tmp("hostile.xml", copy, strlen(copy)) : NULL;
         dtrain_topo *t = NULL;
-        ok(p && dtrain_topo_load_xml(p, &t, err, sizeof err) == DTRAIN_TOPO_ERR_INPUT && strstr(err, cases[i].why) &&
+        ok(p && dtrain_topo_load_xml(p, &t, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, cases[i].why) &&
                strstr(err, " line "), "%s: refused before hwloc (%s)", cases[i].what, err);
         dtrain_topo_free(t);
         free(copy);
@@ -387,7 +387,7 @@ static void libxml_error_function_mapped(void)
     char err[512] = "";
     int loads = 0;
     for (int i = 0; i < 3; i++) {
-        loads += dtrain_topo_load_xml(fixture_path("dgx-h100.xml"), &t, err, sizeof err) == DTRAIN_TOPO_OK;
+        loads += dtrain_topo_load_xml(fixture_path("dgx-h100.xml"), &t, err, sizeof err) == DTRAIN_OK;
         dtrain_topo_free(t);
         t = NULL;
         const char *bad = "<topology><object type=\"Machine\"/>";
@@ -408,18 +408,18 @@ static void bad_paths(void)
 {
     dtrain_topo *t = NULL;
     char err[512];
-    ok(dtrain_topo_load_xml("/nonexistent/x.xml", &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT &&
+    ok(dtrain_topo_load_xml("/nonexistent/x.xml", &t, err, sizeof(err)) == DTRAIN_ERR_INPUT &&
            strstr(err, "/nonexistent/x.xml"),
        "missing file: %s", err);
-    ok(dtrain_topo_load_xml(tmpdir, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "a directory: %s", err);
-    ok(dtrain_topo_load_xml("", &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "empty path: %s", err);
-    ok(dtrain_topo_load_xml(NULL, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "NULL path: %s", err);
+    ok(dtrain_topo_load_xml(tmpdir, &t, err, sizeof(err)) == DTRAIN_ERR_INPUT, "a directory: %s", err);
+    ok(dtrain_topo_load_xml("", &t, err, sizeof(err)) == DTRAIN_ERR_INPUT, "empty path: %s", err);
+    ok(dtrain_topo_load_xml(NULL, &t, err, sizeof(err)) == DTRAIN_ERR_INPUT, "NULL path: %s", err);
     const char *p = write_tmp("empty.xml", "", 0);
-    ok(p && dtrain_topo_load_xml(p, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "empty file: %s", err);
+    ok(p && dtrain_topo_load_xml(p, &t, err, sizeof(err)) == DTRAIN_ERR_INPUT, "empty file: %s", err);
     p = write_tmp("text.xml", "not xml at all\n", 15);
-    ok(p && dtrain_topo_load_xml(p, &t, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT, "plain text: %s", err);
+    ok(p && dtrain_topo_load_xml(p, &t, err, sizeof(err)) == DTRAIN_ERR_INPUT, "plain text: %s", err);
     char small[8];
-    ok(dtrain_topo_load_xml("/nonexistent/x.xml", &t, small, sizeof(small)) == DTRAIN_TOPO_ERR_INPUT &&
+    ok(dtrain_topo_load_xml("/nonexistent/x.xml", &t, small, sizeof(small)) == DTRAIN_ERR_INPUT &&
            strlen(small) < sizeof(small),
        "a small error buffer is never overrun");
 }

@@ -81,7 +81,7 @@ static void nvswitch_t4_p2(void)
     if (!t)
         return;
     int rc = plan_on(t, 4, 2, 0, 2, 8, 0, 0, &p);
-    if (ok(rc == DTRAIN_TOPO_OK, "DGX H100 T=4 P=2 N=2 K=8 is placed (%s)", err)) {
+    if (ok(rc == DTRAIN_OK, "DGX H100 T=4 P=2 N=2 K=8 is placed (%s)", err)) {
         const dtrain_topo *nodes[2] = {t, t};
         ok(dtrain_plan_shape(p)->dp == 2 && dtrain_plan_world_size(p) == 16, "D derived as 2, world 16");
         ok(plan_consistent(p, nodes), "ranks, coordinates, distinct GPUs and their CPUs are consistent");
@@ -95,8 +95,8 @@ static void nvswitch_t4_p2(void)
     }
     /* Same input, same plan. */
     dtrain_plan *a, *b;
-    if (plan_on(t, 2, 2, 0, 2, 8, 0, 0, &a) == DTRAIN_TOPO_OK) {
-        if (plan_on(t, 2, 2, 0, 2, 8, 0, 0, &b) == DTRAIN_TOPO_OK) {
+    if (plan_on(t, 2, 2, 0, 2, 8, 0, 0, &a) == DTRAIN_OK) {
+        if (plan_on(t, 2, 2, 0, 2, 8, 0, 0, &b) == DTRAIN_OK) {
             int same = 1;
             for (int r = 0; r < 16; r++)
                 if (memcmp(dtrain_plan_task(a, r), dtrain_plan_task(b, r), sizeof(struct dtrain_task_placement)))
@@ -116,7 +116,7 @@ static void dgx1(void)
     if (!t)
         return;
     const dtrain_topo *nodes[1] = {t};
-    if (ok(plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=2 (%s)", err)) {
+    if (ok(plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_OK, "DGX-1 T=2 (%s)", err)) {
         int all_double = 1;
         for (int g = 0; g < 4; g++) {
             const struct dtrain_task_placement *a = dtrain_plan_task(p, 2 * g), *b = dtrain_plan_task(p, 2 * g + 1);
@@ -128,13 +128,13 @@ static void dgx1(void)
         ok(plan_consistent(p, nodes), "DGX-1 T=2: consistent");
         dtrain_plan_free(p);
     }
-    if (ok(plan_on(t, 4, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=4 (%s)", err)) {
+    if (ok(plan_on(t, 4, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_OK, "DGX-1 T=4 (%s)", err)) {
         unsigned long long g0 = group_mask(p, 0, 0), g1 = group_mask(p, 0, 1);
         ok(g0 == 0x0f && g1 == 0xf0, "DGX-1 T=4: the fully connected quads {0,1,2,3} and {4,5,6,7} (got %llx %llx)",
            g0, g1);
         dtrain_plan_free(p);
     }
-    if (ok(plan_on(t, 1, 8, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=1 P=8 (%s)", err)) {
+    if (ok(plan_on(t, 1, 8, 0, 1, 8, 0, 0, &p) == DTRAIN_OK, "DGX-1 T=1 P=8 (%s)", err)) {
         int chain = 1;
         for (int s = 0; s + 1 < 8; s++)
             if (dtrain_topo_bandwidth(t, dtrain_plan_task(p, s)->gpu, dtrain_plan_task(p, s + 1)->gpu) != 50)
@@ -142,7 +142,7 @@ static void dgx1(void)
         ok(chain, "DGX-1 P=8: consecutive pipeline stages sit on double links");
         dtrain_plan_free(p);
     }
-    if (ok(plan_on(t, 2, 2, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "DGX-1 T=2 P=2 (%s)", err)) {
+    if (ok(plan_on(t, 2, 2, 0, 1, 8, 0, 0, &p) == DTRAIN_OK, "DGX-1 T=2 P=2 (%s)", err)) {
         /* DP peers (same stage) and PP neighbours: equal tp ranks should be linked. */
         int linked = 1;
         for (int r = 0; r < 8; r++)
@@ -166,7 +166,7 @@ static void pairs_fixture(const char *file, const char *what)
     if (!t)
         return;
     int n = dtrain_topo_gpu_count(t);
-    if (ok(plan_on(t, 2, 1, 0, 1, n, 0, 0, &p) == DTRAIN_TOPO_OK, "%s T=2 (%s)", what, err)) {
+    if (ok(plan_on(t, 2, 1, 0, 1, n, 0, 0, &p) == DTRAIN_OK, "%s T=2 (%s)", what, err)) {
         int best = 1;
         for (int g = 0; g < n / 2; g++) {
             unsigned long long m = group_mask(p, 0, g);
@@ -179,10 +179,10 @@ static void pairs_fixture(const char *file, const char *what)
     }
     if (n == 4) {
         int rc = plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p);
-        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "largest NVLink island (2 GPUs)") && strstr(err, "--dtrain-tp=2"),
+        ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "largest NVLink island (2 GPUs)") && strstr(err, "--dtrain-tp=2"),
            "%s T=4 refused: %s", what, err);
         rc = plan_on(t, 4, 1, 0, 1, 4, 1, 0, &p);
-        ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) != NULL, "%s T=4 with allow_pcie: warning '%s'", what,
+        ok(rc == DTRAIN_OK && dtrain_plan_warning(p) != NULL, "%s T=4 with allow_pcie: warning '%s'", what,
            p ? dtrain_plan_warning(p) : err);
         dtrain_plan_free(p);
     }
@@ -196,10 +196,10 @@ static void g4dn(void)
     if (!t)
         return;
     int rc = plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p);
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "PCIe only") && strstr(err, "--dtrain-allow-pcie"),
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "PCIe only") && strstr(err, "--dtrain-allow-pcie"),
        "g4dn T=2 refused without allow_pcie: %s", err);
     rc = plan_on(t, 2, 1, 0, 1, 8, 1, 0, &p);
-    if (ok(rc == DTRAIN_TOPO_OK, "g4dn T=2 accepted with allow_pcie (%s)", err)) {
+    if (ok(rc == DTRAIN_OK, "g4dn T=2 accepted with allow_pcie (%s)", err)) {
         ok(dtrain_plan_warning(p) && strstr(dtrain_plan_warning(p), "PCIe"), "with a warning: %s",
            dtrain_plan_warning(p) ? dtrain_plan_warning(p) : "(none)");
         int local = 1;
@@ -212,7 +212,7 @@ static void g4dn(void)
         dtrain_plan_free(p);
     }
     rc = plan_on(t, 1, 1, 0, 1, 8, 0, 0, &p);
-    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) == NULL, "g4dn T=1 needs no NVLink and warns nothing");
+    ok(rc == DTRAIN_OK && dtrain_plan_warning(p) == NULL, "g4dn T=1 needs no NVLink and warns nothing");
     dtrain_plan_free(p);
     dtrain_topo_free(t);
 }
@@ -223,13 +223,13 @@ static void missing_and_degraded(void)
     dtrain_plan *p;
     if (t) {
         int rc = plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p);
-        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "7 GPUs for 8 tasks") && strstr(err, "--ntasks-per-node=7"),
+        ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "7 GPUs for 8 tasks") && strstr(err, "--ntasks-per-node=7"),
            "missing GPU: 8 tasks on 7 GPUs refused: %s", err);
-        if (ok(plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p) == DTRAIN_TOPO_OK, "missing GPU: T=4 K=4 (%s)", err)) {
+        if (ok(plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p) == DTRAIN_OK, "missing GPU: T=4 K=4 (%s)", err)) {
             ok(group_mask(p, 0, 0) == 0x0f, "missing GPU: the intact quad {0,1,2,3} is used");
             dtrain_plan_free(p);
         }
-        if (ok(plan_on(t, 2, 1, 0, 1, 6, 0, 0, &p) == DTRAIN_TOPO_OK, "missing GPU: T=2 K=6 (%s)", err)) {
+        if (ok(plan_on(t, 2, 1, 0, 1, 6, 0, 0, &p) == DTRAIN_OK, "missing GPU: T=2 K=6 (%s)", err)) {
             int all_double = 1;
             for (int g = 0; g < 3; g++)
                 if (dtrain_topo_bandwidth(t, dtrain_plan_task(p, 2 * g)->gpu, dtrain_plan_task(p, 2 * g + 1)->gpu) != 50)
@@ -241,21 +241,21 @@ static void missing_and_degraded(void)
     }
     t = load_fixture("dgx-h100-degraded.xml");
     if (t) {
-        if (ok(plan_on(t, 2, 1, 0, 1, 6, 0, 0, &p) == DTRAIN_TOPO_OK, "degraded link: T=2 K=6 (%s)", err)) {
+        if (ok(plan_on(t, 2, 1, 0, 1, 6, 0, 0, &p) == DTRAIN_OK, "degraded link: T=2 K=6 (%s)", err)) {
             int uses3 = 0;
             for (int r = 0; r < 6; r++)
                 uses3 |= dtrain_plan_task(p, r)->gpu == 3;
             ok(!uses3, "degraded link: the GPU with fewer links (3) is left out when a GPU can be spared");
             dtrain_plan_free(p);
         }
-        ok(plan_on(t, 8, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK && dtrain_plan_warning(p) == NULL,
+        ok(plan_on(t, 8, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_OK && dtrain_plan_warning(p) == NULL,
            "degraded link: T=8 still one island, placed without warning");
         dtrain_plan_free(p);
         dtrain_topo_free(t);
     }
     t = load_fixture("amd-mi250x.xml");
     if (t) {
-        if (ok(plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_TOPO_OK, "MI250X T=2 (%s)", err)) {
+        if (ok(plan_on(t, 2, 1, 0, 1, 8, 0, 0, &p) == DTRAIN_OK, "MI250X T=2 (%s)", err)) {
             int in_package = 1;
             for (int g = 0; g < 4; g++)
                 if (dtrain_topo_bandwidth(t, dtrain_plan_task(p, 2 * g)->gpu, dtrain_plan_task(p, 2 * g + 1)->gpu) != 200)
@@ -267,7 +267,7 @@ static void missing_and_degraded(void)
     }
     t = load_fixture("hgx-a100-4gpu.xml");
     if (t) {
-        ok(plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p) == DTRAIN_TOPO_OK && group_mask(p, 0, 0) == 0x0f,
+        ok(plan_on(t, 4, 1, 0, 1, 4, 0, 0, &p) == DTRAIN_OK && group_mask(p, 0, 0) == 0x0f,
            "HGX A100 4-GPU: T=4 takes the whole board");
         dtrain_plan_free(p);
         dtrain_topo_free(t);
@@ -283,16 +283,16 @@ static void heterogeneous_nodes(void)
         struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_OK && plan_consistent(p, nodes) && group_mask(p, 1, 0) == 0x0f,
+        ok(rc == DTRAIN_OK && plan_consistent(p, nodes) && group_mask(p, 1, 0) == 0x0f,
            "nodes with different models: each planned on its own (%s)", err);
         dtrain_plan_free(p);
         shape.tasks_per_node = 8;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "node 1"), "the short node is named: %s", err);
+        ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "node 1"), "the short node is named: %s", err);
         const dtrain_topo *holes[2] = {full, NULL};
         shape.tasks_per_node = 4;
         rc = dtrain_plan_place_tasks(&shape, holes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_ERR_INPUT && p == NULL, "a missing node model is bad input: %s", err);
+        ok(rc == DTRAIN_ERR_INPUT && p == NULL, "a missing node model is bad input: %s", err);
     }
     dtrain_topo_free(full);
     dtrain_topo_free(miss);
@@ -339,7 +339,7 @@ static void multinode_domains(void)
     dtrain_plan *p = NULL;
     err[0] = '\0';
     int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-    int good = rc == DTRAIN_TOPO_OK && dtrain_plan_shape(p)->dp == 2;
+    int good = rc == DTRAIN_OK && dtrain_plan_shape(p)->dp == 2;
     for (int r = 0; good && r < 16; r++) {
         const struct dtrain_task_placement *t = dtrain_plan_task(p, r);
         int node_gpus = 0;
@@ -354,47 +354,47 @@ static void multinode_domains(void)
 
     shape.tp = 16;
     rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && p == NULL && strstr(err, "T=16") && strstr(err, "(8 GPUs") &&
+    ok(rc == DTRAIN_ERR_REFUSED && p == NULL && strstr(err, "T=16") && strstr(err, "(8 GPUs") &&
            strstr(err, "--dtrain-tp=8"),
        "T=16 refused, naming the domain size: %s", err);
 
     const dtrain_topo *mixed[4] = {a, b, a, b};
     shape.tp = 8;
     rc = dtrain_plan_place_tasks(&shape, mixed, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "TP group of nodes 0 and 1") && strstr(err, "/1 (node 0)") &&
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "TP group of nodes 0 and 1") && strstr(err, "/1 (node 0)") &&
            strstr(err, "/2 (node 1)"),
        "a TP group over nodes of two cliques is refused, naming both: %s", err);
 
     const dtrain_topo *noplain[4] = {a, a, plain, plain};
     rc = dtrain_plan_place_tasks(&shape, noplain, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "node 2") && strstr(err, "no multi-node NVLink domain"),
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "node 2") && strstr(err, "no multi-node NVLink domain"),
        "a node without fabric in a node-spanning TP group is refused: %s", err);
 
     set_fabric(b, 2, cluster, 2);
     rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "node 2") && strstr(err, "in progress"),
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "node 2") && strstr(err, "in progress"),
        "a node whose fabric registration is in progress is refused: %s", err);
     set_fabric(b, 3, cluster, 2);
     b->gpus[3].fabric_clique = 7;
     rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "different NVLink domains"),
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "different NVLink domains"),
        "a node whose GPUs report two cliques is refused: %s", err);
 
     policy.nvlink_domain_gpus = 0;
     rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "must stay on one node"),
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "must stay on one node"),
        "without the site's domain size TP stays inside a node: %s", err);
 
-    ok(dtrain_plan_check_shape(8, 1, 0, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape: T=8 K=4 domain 8");
-    ok(dtrain_plan_check_shape(16, 1, 0, 0, 0, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "8 GPUs"),
+    ok(dtrain_plan_check_shape(8, 1, 0, 16, 4, 8, err, sizeof(err)) == DTRAIN_OK, "check_shape: T=8 K=4 domain 8");
+    ok(dtrain_plan_check_shape(16, 1, 0, 0, 0, 8, err, sizeof(err)) == DTRAIN_ERR_REFUSED && strstr(err, "8 GPUs"),
        "check_shape: T=16 over a domain of 8, task counts unknown (sbatch): %s", err);
-    ok(dtrain_plan_check_shape(6, 1, 0, 0, 4, 72, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_shape(6, 1, 0, 0, 4, 72, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "multiple of the 4 tasks"),
        "check_shape: T=6 with K=4 would split a node: %s", err);
-    ok(dtrain_plan_check_shape(16, 1, 0, 0, 4, 72, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_shape(16, 1, 0, 0, 4, 72, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "does not divide") && strstr(err, "--dtrain-tp=12"),
        "check_shape: T=16 does not tile a domain of 72: %s", err);
-    ok(dtrain_plan_check_shape(8, 1, 0, 0, 8, 72, err, sizeof(err)) == DTRAIN_TOPO_OK,
+    ok(dtrain_plan_check_shape(8, 1, 0, 0, 8, 72, err, sizeof(err)) == DTRAIN_OK,
        "check_shape: T=8 inside a node of 8 needs nothing of the domain");
 
     /* --dtrain-pp-in-domain (policy.pp_in_domain) */
@@ -405,50 +405,50 @@ static void multinode_domains(void)
     struct dtrain_shape pp2 = {4, 2, 0, 2, 4}; /* T=4 P=2 D=1 on 2 nodes: the PP groups join nodes 0 and 1 */
     const dtrain_topo *same[2] = {a, a}, *two[2] = {a, b}, *nofab[2] = {plain, plain};
     rc = dtrain_plan_place_tasks(&pp2, same, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_task(p, 4)->pp_rank == 1 && dtrain_plan_task(p, 4)->node == 1,
+    ok(rc == DTRAIN_OK && dtrain_plan_task(p, 4)->pp_rank == 1 && dtrain_plan_task(p, 4)->node == 1,
        "pp-in-domain: T=4 P=2 over 2 nodes of one clique is placed (%s)", err);
     dtrain_plan_free(p);
     rc = dtrain_plan_place_tasks(&pp2, two, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "PP group of nodes 0 and 1") && strstr(err, "/1 (node 0)") &&
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "PP group of nodes 0 and 1") && strstr(err, "/1 (node 0)") &&
            strstr(err, "/2 (node 1)") && strstr(err, "--dtrain-pp-in-domain out"),
        "pp-in-domain: a PP group over two cliques is refused, naming both: %s", err);
     rc = dtrain_plan_place_node(&pp2, two, &policy, 1, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "PP group of nodes 0 and 1"),
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "PP group of nodes 0 and 1"),
        "pp-in-domain: node 1's share alone finds it too: %s", err);
     rc = dtrain_plan_place_tasks(&pp2, nofab, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no multi-node NVLink domain") &&
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "no multi-node NVLink domain") &&
            strstr(err, "keeps each pipeline group"),
        "pp-in-domain: nodes without fabric are refused: %s", err);
     policy.node_domain = "slurm-block/b1"; /* Slurm's block stands for NVML's clique */
     err[0] = '\0';
     rc = dtrain_plan_place_tasks(&pp2, nofab, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK, "pp-in-domain: the same nodes in one Slurm block (policy.node_domain) are placed (%s)",
+    ok(rc == DTRAIN_OK, "pp-in-domain: the same nodes in one Slurm block (policy.node_domain) are placed (%s)",
        err);
     dtrain_plan_free(p);
     policy.node_domain = NULL;
     policy.cpu_only = 1;
     rc = dtrain_plan_place_tasks(&pp2, NULL, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no GPUs"), "pp-in-domain on CPU-only nodes is refused: %s", err);
+    ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "no GPUs"), "pp-in-domain on CPU-only nodes is refused: %s", err);
     policy.cpu_only = 0;
     policy.pp_in_domain = 0;
     rc = dtrain_plan_place_tasks(&pp2, two, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK, "without pp-in-domain the PP group may cross cliques (%s)", err);
+    ok(rc == DTRAIN_OK, "without pp-in-domain the PP group may cross cliques (%s)", err);
     dtrain_plan_free(p);
 
-    ok(dtrain_plan_check_pp_domain(4, 2, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_OK,
+    ok(dtrain_plan_check_pp_domain(4, 2, 16, 4, 8, err, sizeof(err)) == DTRAIN_OK,
        "check_pp_domain: T=4 P=2 D=2 on 4 nodes: PP groups join nodes {0,2} and {1,3}, 2 nodes fit 8 GPUs");
-    ok(dtrain_plan_check_pp_domain(4, 4, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_pp_domain(4, 4, 16, 4, 8, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "join 4 nodes (16 GPUs)") && strstr(err, "domain of 8 GPUs") && strstr(err, "--dtrain-pp=2 or less"),
        "check_pp_domain: T=4 P=4 on 4 nodes joins all 4: refused, P=2 suggested: %s", err);
-    ok(dtrain_plan_check_pp_domain(2, 4, 16, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_pp_domain(2, 4, 16, 4, 8, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "join 4 nodes") && strstr(err, "--dtrain-pp=2 or less"),
        "check_pp_domain: T=2 P=4 D=2 (2 DP members per node) joins all 4 nodes: %s", err);
-    ok(dtrain_plan_check_pp_domain(8, 2, 32, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_pp_domain(8, 2, 32, 4, 8, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "join 4 nodes") && !strstr(err, "--dtrain-pp="),
        "check_pp_domain: T=8 P=2 (TP groups of 2 nodes) cannot fit, no smaller P helps: %s", err);
-    ok(dtrain_plan_check_pp_domain(4, 2, 0, 4, 8, err, sizeof(err)) == DTRAIN_TOPO_OK,
+    ok(dtrain_plan_check_pp_domain(4, 2, 0, 4, 8, err, sizeof(err)) == DTRAIN_OK,
        "check_pp_domain: task count unknown, nothing to judge yet");
-    ok(dtrain_plan_check_pp_domain(4, 2, 16, 4, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_pp_domain(4, 2, 16, 4, 0, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "declares no multi-node NVLink domain"),
        "check_pp_domain: a cluster without domains refuses the option: %s", err);
     dtrain_topo_free(a);
@@ -466,15 +466,15 @@ static void no_link_information(void)
     ok(dtrain_topo_link_source(t) == DTRAIN_LINKS_NONE && strstr(dtrain_topo_summary(t), "no link information") &&
            !strstr(dtrain_topo_summary(t), "PCIe only"),
        "hwloc 1.x export: '%s'", dtrain_topo_summary(t));
-    ok(plan_on(t, 3, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "no link information") &&
+    ok(plan_on(t, 3, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_ERR_REFUSED && strstr(err, "no link information") &&
            strstr(err, "--dtrain-allow-pcie"),
        "T=3 there is refused, saying why: %s", err);
     int rc = plan_on(t, 3, 1, 0, 1, 3, 1, 0, &p);
-    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_warning(p) &&
+    ok(rc == DTRAIN_OK && dtrain_plan_warning(p) &&
            strstr(dtrain_plan_warning(p), "no link information"),
        "... placed with allow_pcie, with a warning: %s", p ? dtrain_plan_warning(p) : err);
     dtrain_plan_free(p);
-    ok(plan_on(t, 1, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_TOPO_OK, "T=1 needs no links (%s)", err);
+    ok(plan_on(t, 1, 1, 0, 1, 3, 0, 0, &p) == DTRAIN_OK, "T=1 needs no links (%s)", err);
     dtrain_plan_free(p);
     dtrain_topo_free(t);
 }
@@ -492,9 +492,9 @@ static void node_share(void)
     struct dtrain_shape shape = {4, 4, 0, 16, 8};
     struct dtrain_policy policy = {0, 0, 0, 0, NULL};
     int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &full, err, sizeof(err));
-    int same = rc == DTRAIN_TOPO_OK;
+    int same = rc == DTRAIN_OK;
     for (int node = 0; same && node < 16; node += 5) {
-        same = dtrain_plan_place_node(&shape, nodes, &policy, node, &one, err, sizeof(err)) == DTRAIN_TOPO_OK &&
+        same = dtrain_plan_place_node(&shape, nodes, &policy, node, &one, err, sizeof(err)) == DTRAIN_OK &&
                dtrain_plan_world_size(one) == 128 && dtrain_plan_shape(one)->dp == 8;
         for (int r = 0; same && r < 128; r++) {
             const struct dtrain_task_placement *a = dtrain_plan_task(full, r), *b = dtrain_plan_task(one, r);
@@ -504,7 +504,7 @@ static void node_share(void)
         one = NULL;
     }
     ok(same, "place_node: each node's share equals the full plan's entries, other ranks absent (%s)", err);
-    ok(dtrain_plan_place_node(&shape, nodes, &policy, 16, &one, err, sizeof(err)) == DTRAIN_TOPO_ERR_INPUT &&
+    ok(dtrain_plan_place_node(&shape, nodes, &policy, 16, &one, err, sizeof(err)) == DTRAIN_ERR_INPUT &&
            one == NULL && strstr(err, "node 16"),
        "place_node: a node outside the job is bad input: %s", err);
     dtrain_plan_free(full);
@@ -517,7 +517,7 @@ static void cpu_only(void)
     dtrain_plan *p;
     if (!t)
         return;
-    if (ok(plan_on(t, 2, 2, 0, 2, 4, 0, 1, &p) == DTRAIN_TOPO_OK, "cpu_only T=2 P=2 N=2 K=4 (%s)", err)) {
+    if (ok(plan_on(t, 2, 2, 0, 2, 4, 0, 1, &p) == DTRAIN_OK, "cpu_only T=2 P=2 N=2 K=4 (%s)", err)) {
         int nogpu = 1;
         for (int r = 0; r < 8; r++)
             if (dtrain_plan_task(p, r)->gpu != -1 || dtrain_plan_task(p, r)->gpu_busid[0])
@@ -530,7 +530,7 @@ static void cpu_only(void)
            dtrain_plan_task(p, 1)->cpulist, dtrain_plan_task(p, 2)->cpulist, dtrain_plan_task(p, 7)->cpulist);
         dtrain_plan_free(p);
     }
-    if (ok(plan_on(t, 1, 1, 0, 1, 64, 0, 1, &p) == DTRAIN_TOPO_OK, "cpu_only: more tasks (64) than CPUs (32)")) {
+    if (ok(plan_on(t, 1, 1, 0, 1, 64, 0, 1, &p) == DTRAIN_OK, "cpu_only: more tasks (64) than CPUs (32)")) {
         ok(strcmp(dtrain_plan_task(p, 63)->cpulist, "31") == 0 && dtrain_plan_task(p, 0)->cpulist[0],
            "cpu_only: every task gets at least one CPU");
         dtrain_plan_free(p);
@@ -538,7 +538,7 @@ static void cpu_only(void)
     struct dtrain_shape shape = {2, 1, 0, 3, 2};
     struct dtrain_policy policy = {0, 1, 0, 0, NULL};
     int rc = dtrain_plan_place_tasks(&shape, NULL, &policy, &p, err, sizeof(err));
-    ok(rc == DTRAIN_TOPO_OK && dtrain_plan_task(p, 5)->cpulist[0] == '\0' && dtrain_plan_task(p, 5)->gpu == -1,
+    ok(rc == DTRAIN_OK && dtrain_plan_task(p, 5)->cpulist[0] == '\0' && dtrain_plan_task(p, 5)->gpu == -1,
        "cpu_only without node models: ranks only, CPUs left unset");
     dtrain_plan_free(p);
     dtrain_topo_free(t);
@@ -576,7 +576,7 @@ static void refusals(void)
         struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         err[0] = '\0';
         int rc = dtrain_plan_place_tasks(&shape, c->N == 1 ? nodes : NULL, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_ERR_REFUSED && p == NULL && strstr(err, c->needle) && !strchr(err, '\n') &&
+        ok(rc == DTRAIN_ERR_REFUSED && p == NULL && strstr(err, c->needle) && !strchr(err, '\n') &&
                (strstr(err, "use ") || strstr(err, "dtrain places")),
            "refused, %s: %s", c->what, err);
     }
@@ -585,13 +585,13 @@ static void refusals(void)
     if (bridged) {
         int sel[] = {0, 1, 2};
         dtrain_topo *three = NULL;
-        if (dtrain_topo_subset(bridged, sel, 3, &three, err, sizeof(err)) == DTRAIN_TOPO_OK) {
+        if (dtrain_topo_subset(bridged, sel, 3, &three, err, sizeof(err)) == DTRAIN_OK) {
             dtrain_plan *p;
             int rc = plan_on(three, 1, 1, 0, 1, 3, 0, 0, &p);
-            ok(rc == DTRAIN_TOPO_OK, "islands {0,1} {2}: T=1 K=3 fine");
+            ok(rc == DTRAIN_OK, "islands {0,1} {2}: T=1 K=3 fine");
             dtrain_plan_free(p);
             rc = plan_on(three, 2, 1, 0, 1, 2, 0, 0, &p);
-            ok(rc == DTRAIN_TOPO_OK && group_mask(p, 0, 0) == 0x3, "islands {0,1} {2}: T=2 K=2 uses the pair");
+            ok(rc == DTRAIN_OK && group_mask(p, 0, 0) == 0x3, "islands {0,1} {2}: T=2 K=2 uses the pair");
             dtrain_plan_free(p);
             dtrain_topo_free(three);
         }
@@ -602,22 +602,22 @@ static void refusals(void)
 
 static void shape_checks(void)
 {
-    ok(dtrain_plan_check_shape(8, 8, 0, 512, 8, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape T=8 P=8 512 tasks");
-    ok(dtrain_plan_check_shape(8, 8, 0, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with unknown counts");
-    ok(dtrain_plan_check_shape(4, 2, 4, 32, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_OK, "check_shape with D given");
-    ok(dtrain_plan_check_shape(8, 8, 0, 500, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_shape(8, 8, 0, 512, 8, 0, err, sizeof(err)) == DTRAIN_OK, "check_shape T=8 P=8 512 tasks");
+    ok(dtrain_plan_check_shape(8, 8, 0, 0, 0, 0, err, sizeof(err)) == DTRAIN_OK, "check_shape with unknown counts");
+    ok(dtrain_plan_check_shape(4, 2, 4, 32, 0, 0, err, sizeof(err)) == DTRAIN_OK, "check_shape with D given");
+    ok(dtrain_plan_check_shape(8, 8, 0, 500, 0, 0, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "multiple of 64"),
        "check_shape: 500 tasks for T*P=64 refused: %s", err);
-    ok(dtrain_plan_check_shape(3, 1, 0, 0, 8, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED && strstr(err, "--dtrain-tp=2"),
+    ok(dtrain_plan_check_shape(3, 1, 0, 0, 8, 0, err, sizeof(err)) == DTRAIN_ERR_REFUSED && strstr(err, "--dtrain-tp=2"),
        "check_shape: T=3 with 8 tasks per node suggests T=2: %s", err);
-    ok(dtrain_plan_check_shape(2, 2, 5, 16, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED &&
+    ok(dtrain_plan_check_shape(2, 2, 5, 16, 0, 0, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "--dtrain-dp=4"),
        "check_shape: D=5 for 16 tasks suggests D=4: %s", err);
-    ok(dtrain_plan_check_shape(65536, 65536, 0, 0, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED,
+    ok(dtrain_plan_check_shape(65536, 65536, 0, 0, 0, 0, err, sizeof(err)) == DTRAIN_ERR_REFUSED,
        "check_shape: T*P beyond the world limit: %s", err);
-    ok(dtrain_plan_check_shape(1, 1, 0, -5, 0, 0, err, sizeof(err)) == DTRAIN_TOPO_ERR_REFUSED, "check_shape: negative tasks");
+    ok(dtrain_plan_check_shape(1, 1, 0, -5, 0, 0, err, sizeof(err)) == DTRAIN_ERR_REFUSED, "check_shape: negative tasks");
     char tiny[4];
-    ok(dtrain_plan_check_shape(0, 1, 0, 0, 0, 0, tiny, sizeof(tiny)) == DTRAIN_TOPO_ERR_REFUSED && strlen(tiny) == 3,
+    ok(dtrain_plan_check_shape(0, 1, 0, 0, 0, 0, tiny, sizeof(tiny)) == DTRAIN_ERR_REFUSED && strlen(tiny) == 3,
        "check_shape never overruns a small error buffer");
     int all = 1;
     for (int r = 0; r < 96; r++) {
@@ -643,7 +643,7 @@ static void large_shape(void)
         struct dtrain_policy policy = {0, 0, 0, 0, NULL};
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
-        ok(rc == DTRAIN_TOPO_OK && dtrain_plan_world_size(p) == 8192 && dtrain_plan_shape(p)->dp == 64 &&
+        ok(rc == DTRAIN_OK && dtrain_plan_world_size(p) == 8192 && dtrain_plan_shape(p)->dp == 64 &&
                plan_consistent(p, nodes),
            "1024 nodes x 8 tasks, T=8 P=16: placed and consistent (%s)", err);
         dtrain_plan_free(p);

@@ -141,12 +141,12 @@ int main(void)
         brute_from(&b, 0);
 
         int rc = dtrain_plan_place_tasks(&shape, nodes, &strict, &p, err, sizeof(err));
-        if ((rc == DTRAIN_TOPO_OK) != b.found || (rc != DTRAIN_TOPO_OK && rc != DTRAIN_TOPO_ERR_REFUSED)) {
+        if ((rc == DTRAIN_OK) != b.found || (rc != DTRAIN_OK && rc != DTRAIN_ERR_REFUSED)) {
             exists_iff = 0;
             diag("case %d: n=%d T=%d K=%d: planner rc %d, brute force %s (%s)", c, n, T, K, rc,
                  b.found ? "found one" : "found none", err);
         }
-        if (rc == DTRAIN_TOPO_OK) {
+        if (rc == DTRAIN_OK) {
             nfound++;
             for (int node = 0; node < N; node++) {
                 int seen[DTRAIN_TOPO_MAX_GPUS] = {0}, gpu_of[DTRAIN_TOPO_MAX_GPUS];
@@ -165,7 +165,7 @@ int main(void)
                     diag("case %d: n=%d T=%d K=%d: TP bottleneck %.0f GB/s, best possible %.0f", c, n, T, K, v, b.best);
                 }
             }
-            if (dtrain_plan_place_tasks(&shape, nodes, &strict, &q, err, sizeof(err)) != DTRAIN_TOPO_OK)
+            if (dtrain_plan_place_tasks(&shape, nodes, &strict, &q, err, sizeof(err)) != DTRAIN_OK)
                 deterministic = 0;
             else
                 for (int r = 0; r < N * K; r++)
@@ -180,7 +180,7 @@ int main(void)
         p = NULL;
 
         rc = dtrain_plan_place_tasks(&shape, nodes, &lenient, &p, err, sizeof(err));
-        if (rc != DTRAIN_TOPO_OK || (dtrain_plan_warning(p) != NULL) == b.found)
+        if (rc != DTRAIN_OK || (dtrain_plan_warning(p) != NULL) == b.found)
             pcie_ok = 0;
         dtrain_plan_free(p);
         dtrain_topo_free(t);
