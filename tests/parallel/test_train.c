@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Whole training runs of the parallel trainer (runtime/trainer/dtrain_parallel.h)
+/* Whole training runs of the parallel trainer (include/dtrain/dtrain_parallel.h)
  * as T*P*D local processes (local_boot.h), against one process training
  * the whole model (dtrain_gpt2.h, its own loop here) with the same config,
  * seed, data and global batch:

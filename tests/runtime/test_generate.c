@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Generation (runtime/cli/dtrain_generate.h): the KV-cached forward, one
+/* Generation (include/dtrain/dtrain_generate.h): the KV-cached forward, one
  * token at a time, gives the losses of the whole-sequence forward
  * (dtrain_gpt2, the trainer's) at every position; n tokens take n forward
  * steps; sampling (greedy, top-k, temperature) and its determinism. */
