@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-health site config: strict JSON reading; see config.h.
  *
- * The schema is a table (struct key_spec) per JSON object: each known key
- * says its type, where it goes in struct health_config and its range, so
- * that unknown keys, wrong types and bad values all get the same kind of
- * one-line answer naming the key's full path. */
+ * The schema is a settings table (common/dtrain_settings.h) per JSON object:
+ * each known key says its type, where it goes in struct health_config and
+ * its range, so that unknown keys, wrong types and bad values all get the
+ * same kind of one-line answer naming the key's full path. */
 #include "site_config.h"
 
 #include <errno.h>
@@ -19,6 +19,7 @@
 
 #include "dtrain_file.h"
 #include "dtrain_parse.h"
+#include "dtrain_settings.h"
 
 /* A site config larger than this is refused. */
 #define HEALTH_CONFIG_MAX_BYTES (1 << 20)
@@ -109,27 +110,16 @@ bad:
 }
 
 /* ------------------------------------------------------------ the schema */
-enum key_type {
-    K_BOOL,    /* int: true/false */
-    K_INT,     /* int in [min, max] */
-    K_LIMIT,   /* long long >= 0, or null = HEALTH_NO_LIMIT */
-    K_SIZE,    /* long long bytes: integer or "100GiB" */
-    K_NUMBER,  /* double in [min, max] */
-    K_TEXT,    /* char[size] */
-    K_PATH,    /* char[size], "%n" expanded to the node name */
-    K_OBJECT,  /* nested table */
-    K_CUSTOM,  /* parsed by a function */
-};
-
-struct parse_ctx;
-struct key_spec {
-    const char *name;
-    enum key_type type;
-    size_t offset;  /* into struct health_config */
-    size_t size;    /* K_TEXT/K_PATH buffer size */
-    double min, max;
-    const struct key_spec *fields;  /* K_OBJECT: NULL-terminated table */
-    int (*custom)(struct parse_ctx *ctx, const char *where, json_t *value);
+/* health's refinements of the common types (struct dtrain_setting.kind) */
+enum health_kind {
+    H_PLAIN,       /* the common type as it is */
+    H_LIMIT,       /* LLONG >= 0, or null = HEALTH_NO_LIMIT */
+    H_SIZE,        /* LLONG bytes: integer or "100GiB" */
+    H_PATH,        /* TEXT, "%n" expanded to the node name */
+    H_TOPOLOGY,    /* CUSTOM: parse_topology */
+    H_ECC_COUNTER, /* CUSTOM: parse_ecc_counter */
+    H_XID_IGNORE,  /* CUSTOM: parse_xid_ignore */
+    H_IB_PORTS,    /* CUSTOM: parse_ib_ports */
 };
 
 struct parse_ctx {
@@ -141,78 +131,77 @@ struct parse_ctx {
 
 #define CFG_OFF(member) offsetof(struct health_config, member)
 #define CFG_SIZE(member) sizeof(((struct health_config *)0)->member)
-#define ENABLED(id) {"enabled", K_BOOL, CFG_OFF(enabled[id]), 0, 0, 0, NULL, NULL}
-#define MS(name, member) {name, K_INT, CFG_OFF(member), 0, 1, 3600000, NULL, NULL}
-#define LIMIT(name, member) {name, K_LIMIT, CFG_OFF(member), 0, 0, 0, NULL, NULL}
-#define PATH(name, member) {name, K_PATH, CFG_OFF(member), CFG_SIZE(member), 0, 0, NULL, NULL}
-#define SIZE(name, member) {name, K_SIZE, CFG_OFF(member), 0, 0, 0, NULL, NULL}
-#define OBJECT(name, table) {name, K_OBJECT, 0, 0, 0, 0, table, NULL}
-#define CUSTOM(name, fn) {name, K_CUSTOM, 0, 0, 0, 0, NULL, fn}
-#define END {NULL, K_BOOL, 0, 0, 0, 0, NULL, NULL}
+#define NO_MAX 9.3e18 /* above LLONG_MAX: no upper limit */
+#define INT(key, member, lo, hi) {.name = key, .type = DTRAIN_SETTING_INT, .offset = CFG_OFF(member), .min = lo, .max = hi}
+#define NUMBER(key, member, lo, hi) {.name = key, .type = DTRAIN_SETTING_REAL, .offset = CFG_OFF(member), .min = lo, .max = hi}
+#define ENABLED(id) {.name = "enabled", .type = DTRAIN_SETTING_BOOL, .offset = CFG_OFF(enabled[id]), .min = 0, .max = 1}
+#define MS(key, member) INT(key, member, 1, 3600000)
+#define LIMIT(key, member) {.name = key, .type = DTRAIN_SETTING_LLONG, .kind = H_LIMIT, .offset = CFG_OFF(member), .min = 0, .max = NO_MAX}
+#define TEXT(key, member) {.name = key, .type = DTRAIN_SETTING_TEXT, .offset = CFG_OFF(member), .size = CFG_SIZE(member)}
+#define PATH(key, member) {.name = key, .type = DTRAIN_SETTING_TEXT, .kind = H_PATH, .offset = CFG_OFF(member), .size = CFG_SIZE(member)}
+#define SIZE(key, member) {.name = key, .type = DTRAIN_SETTING_LLONG, .kind = H_SIZE, .offset = CFG_OFF(member), .min = 0, .max = NO_MAX}
+#define OBJECT(key, table) {.name = key, .type = DTRAIN_SETTING_OBJECT, .fields = table}
+#define CUSTOM(key, which) {.name = key, .type = DTRAIN_SETTING_CUSTOM, .kind = which}
+#define END {.name = NULL}
 
 static int parse_topology(struct parse_ctx *ctx, const char *where, json_t *value);
 static int parse_ecc_counter(struct parse_ctx *ctx, const char *where, json_t *value);
 static int parse_xid_ignore(struct parse_ctx *ctx, const char *where, json_t *value);
 static int parse_ib_ports(struct parse_ctx *ctx, const char *where, json_t *value);
 
-static const struct key_spec gpus_keys[] = {
-    {"count", K_INT, CFG_OFF(gpu_count), 0, 0, HEALTH_MAX_GPUS, NULL, NULL},
-    {"model", K_TEXT, CFG_OFF(gpu_model), CFG_SIZE(gpu_model), 0, 0, NULL, NULL},
-    END,
+static const struct dtrain_setting gpus_keys[] = {
+    INT("count", gpu_count, 0, HEALTH_MAX_GPUS), TEXT("model", gpu_model), END,
 };
-static const struct key_spec timeout_keys[] = {
+static const struct dtrain_setting timeout_keys[] = {
     MS("topology", timeout_ms.topology), MS("nvml", timeout_ms.nvml),
     MS("filesystem", timeout_ms.filesystem), MS("infiniband", timeout_ms.infiniband),
     MS("drain", timeout_ms.drain), END,
 };
-static const struct key_spec gpu_count_keys[] = {ENABLED(HEALTH_CHECK_GPU_COUNT), END};
-static const struct key_spec gpu_model_keys[] = {ENABLED(HEALTH_CHECK_GPU_MODEL), END};
-static const struct key_spec nvlink_keys[] = {
+static const struct dtrain_setting gpu_count_keys[] = {ENABLED(HEALTH_CHECK_GPU_COUNT), END};
+static const struct dtrain_setting gpu_model_keys[] = {ENABLED(HEALTH_CHECK_GPU_MODEL), END};
+static const struct dtrain_setting nvlink_keys[] = {
     ENABLED(HEALTH_CHECK_NVLINK),
-    {"min_bandwidth_gbps", K_NUMBER, CFG_OFF(nvlink.min_bandwidth_gbps), 0, 0, 100000, NULL, NULL},
+    NUMBER("min_bandwidth_gbps", nvlink.min_bandwidth_gbps, 0, 100000),
     PATH("reference_topology", nvlink.reference),
-    {"tolerance_percent", K_NUMBER, CFG_OFF(nvlink.tolerance_percent), 0, 0, 100, NULL, NULL},
-    {"min_largest_island", K_INT, CFG_OFF(nvlink.min_largest_island), 0, 0, HEALTH_MAX_GPUS, NULL, NULL},
-    {"min_active_links", K_INT, CFG_OFF(nvlink.min_active_links), 0, 0, HEALTH_MAX_NVLINKS, NULL, NULL},
+    NUMBER("tolerance_percent", nvlink.tolerance_percent, 0, 100),
+    INT("min_largest_island", nvlink.min_largest_island, 0, HEALTH_MAX_GPUS),
+    INT("min_active_links", nvlink.min_active_links, 0, HEALTH_MAX_NVLINKS),
     END,
 };
-static const struct key_spec nvml_keys[] = {ENABLED(HEALTH_CHECK_NVML), END};
-static const struct key_spec ecc_keys[] = {
-    ENABLED(HEALTH_CHECK_ECC), CUSTOM("counter", parse_ecc_counter),
+static const struct dtrain_setting nvml_keys[] = {ENABLED(HEALTH_CHECK_NVML), END};
+static const struct dtrain_setting ecc_keys[] = {
+    ENABLED(HEALTH_CHECK_ECC), CUSTOM("counter", H_ECC_COUNTER),
     LIMIT("max_uncorrected", ecc.max_uncorrected), LIMIT("max_corrected", ecc.max_corrected), END,
 };
-static const struct key_spec retired_keys[] = {
+static const struct dtrain_setting retired_keys[] = {
     ENABLED(HEALTH_CHECK_RETIRED_MEMORY), LIMIT("max_retired_pages", retired.max_retired_pages),
     LIMIT("max_uncorrected_remapped_rows", retired.max_uncorrected_rows), END,
 };
-static const struct key_spec xid_keys[] = {
-    ENABLED(HEALTH_CHECK_XID),
-    {"wait_ms", K_INT, CFG_OFF(xid.wait_ms), 0, 0, 600000, NULL, NULL},
-    CUSTOM("ignore", parse_xid_ignore), END,
+static const struct dtrain_setting xid_keys[] = {
+    ENABLED(HEALTH_CHECK_XID), INT("wait_ms", xid.wait_ms, 0, 600000), CUSTOM("ignore", H_XID_IGNORE), END,
 };
-static const struct key_spec nvlink_errors_keys[] = {
+static const struct dtrain_setting nvlink_errors_keys[] = {
     ENABLED(HEALTH_CHECK_NVLINK_ERRORS), LIMIT("max_replay", nvlink_errors.max_replay),
     LIMIT("max_recovery", nvlink_errors.max_recovery), LIMIT("max_crc", nvlink_errors.max_crc), END,
 };
-static const struct key_spec gpu_memory_keys[] = {
+static const struct dtrain_setting gpu_memory_keys[] = {
     ENABLED(HEALTH_CHECK_GPU_MEMORY), SIZE("max_used", gpu_memory_max_used), END,
 };
-static const struct key_spec gpu_processes_keys[] = {
-    ENABLED(HEALTH_CHECK_GPU_PROCESSES),
-    {"grace_ms", K_INT, CFG_OFF(gpu_processes_grace_ms), 0, 0, 600000, NULL, NULL}, END,
+static const struct dtrain_setting gpu_processes_keys[] = {
+    ENABLED(HEALTH_CHECK_GPU_PROCESSES), INT("grace_ms", gpu_processes_grace_ms, 0, 600000), END,
 };
-static const struct key_spec checkpoint_keys[] = {
+static const struct dtrain_setting checkpoint_keys[] = {
     ENABLED(HEALTH_CHECK_CHECKPOINT_FS), PATH("path", checkpoint_fs.path),
     SIZE("min_free", checkpoint_fs.min_free_bytes), END,
 };
-static const struct key_spec shm_keys[] = {
+static const struct dtrain_setting shm_keys[] = {
     ENABLED(HEALTH_CHECK_SHM), PATH("path", shm.path), SIZE("min_free", shm.min_free_bytes), END,
 };
-static const struct key_spec infiniband_keys[] = {
-    ENABLED(HEALTH_CHECK_INFINIBAND), CUSTOM("ports", parse_ib_ports),
-    {"min_rate_gbps", K_NUMBER, CFG_OFF(infiniband.min_rate_gbps), 0, 0, 100000, NULL, NULL}, END,
+static const struct dtrain_setting infiniband_keys[] = {
+    ENABLED(HEALTH_CHECK_INFINIBAND), CUSTOM("ports", H_IB_PORTS),
+    NUMBER("min_rate_gbps", infiniband.min_rate_gbps, 0, 100000), END,
 };
-static const struct key_spec checks_keys[] = {
+static const struct dtrain_setting checks_keys[] = {
     OBJECT("gpu_count", gpu_count_keys), OBJECT("gpu_model", gpu_model_keys),
     OBJECT("nvlink", nvlink_keys), OBJECT("nvml", nvml_keys), OBJECT("ecc", ecc_keys),
     OBJECT("retired_memory", retired_keys), OBJECT("xid", xid_keys),
@@ -220,8 +209,8 @@ static const struct key_spec checks_keys[] = {
     OBJECT("gpu_processes", gpu_processes_keys), OBJECT("checkpoint_fs", checkpoint_keys),
     OBJECT("shm", shm_keys), OBJECT("infiniband", infiniband_keys), END,
 };
-static const struct key_spec top_keys[] = {
-    CUSTOM("topology", parse_topology),
+static const struct dtrain_setting top_keys[] = {
+    CUSTOM("topology", H_TOPOLOGY),
     PATH("sysfs_root", sysfs_root),
     PATH("nvml_library", nvml_library),
     OBJECT("gpus", gpus_keys),
@@ -244,18 +233,14 @@ static int fail(struct parse_ctx *ctx, const char *where, const char *fmt, ...)
     return -1;
 }
 
+/* health's words for the JSON types */
+static const struct dtrain_settings_reader health_words = {
+    .integer_words = "a whole number", .real_words = "a number with a fraction",
+};
+
 static const char *json_kind(const json_t *v)
 {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "a whole number";
-    case JSON_REAL: return "a number with a fraction";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "something else";
+    return dtrain_settings_json_kind(&health_words, v);
 }
 
 /* Copy text with "%n" replaced by the node name and "%%" by "%". */
@@ -271,112 +256,90 @@ static int expand_path(struct parse_ctx *ctx, const char *where, const char *tex
     }
 }
 
-static int parse_value(struct parse_ctx *ctx, const struct key_spec *spec, const char *where, json_t *v)
+static int parse_value(const struct dtrain_settings_reader *r, const struct dtrain_setting *spec,
+                       const char *where, json_t *v)
 {
-    char *base = (char *)ctx->cfg;
+    struct parse_ctx *ctx = r->ctx;
     char num[64];
-    switch (spec->type) {
-    case K_BOOL:
-        if (!json_is_boolean(v))
-            return fail(ctx, where, "expected true or false, got %s", json_kind(v));
-        *(int *)(base + spec->offset) = json_is_true(v);
-        return 0;
-    case K_INT: {
-        if (!json_is_integer(v) || json_integer_value(v) < spec->min || json_integer_value(v) > spec->max) {
-            dtrain_snprintf(num, sizeof(num), "%.0f to %.0f", spec->min, spec->max);
-            if (!json_is_integer(v))
-                return fail(ctx, where, "expected a whole number, got %s", json_kind(v));
-            return fail(ctx, where, "out of range (use a whole number from %s)", num);
-        }
-        *(int *)(base + spec->offset) = (int)json_integer_value(v);
-        return 0;
-    }
-    case K_LIMIT:
+    switch (spec->kind) {
+    case H_TOPOLOGY: return parse_topology(ctx, where, v);
+    case H_ECC_COUNTER: return parse_ecc_counter(ctx, where, v);
+    case H_XID_IGNORE: return parse_xid_ignore(ctx, where, v);
+    case H_IB_PORTS: return parse_ib_ports(ctx, where, v);
+    case H_LIMIT:
         if (json_is_null(v)) {
-            *(long long *)(base + spec->offset) = HEALTH_NO_LIMIT;
+            *(long long *)dtrain_setting_field(spec, r->base) = HEALTH_NO_LIMIT;
             return 0;
         }
         if (!json_is_integer(v) || json_integer_value(v) < 0)
             return fail(ctx, where, "expected a whole number >= 0, or null for no limit; got %s",
                         json_is_integer(v) ? "a negative number" : json_kind(v));
-        *(long long *)(base + spec->offset) = (long long)json_integer_value(v);
-        return 0;
-    case K_SIZE:
-        if (json_is_integer(v) && json_integer_value(v) >= 0) {
-            *(long long *)(base + spec->offset) = (long long)json_integer_value(v);
-            return 0;
-        }
+        return dtrain_setting_store_integer(spec, r->base, json_integer_value(v));
+    case H_SIZE:
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            return dtrain_setting_store_integer(spec, r->base, json_integer_value(v));
         if (json_is_string(v)) {
             char sub[256];
-            if (health_parse_size(json_string_value(v), where, (long long *)(base + spec->offset),
+            if (health_parse_size(json_string_value(v), where, (long long *)dtrain_setting_field(spec, r->base),
                                   sub, sizeof(sub)) == 0)
                 return 0;
             dtrain_snprintf(ctx->err, ctx->errlen, "%s: %s", ctx->cfg->file, sub);
             return -1;
         }
         return fail(ctx, where, "expected a size (bytes, or a string like \"100GiB\"), got %s", json_kind(v));
-    case K_NUMBER: {
+    default:
+        break;
+    }
+    switch (spec->type) {
+    case DTRAIN_SETTING_BOOL:
+        if (!json_is_boolean(v))
+            return fail(ctx, where, "expected true or false, got %s", json_kind(v));
+        return dtrain_setting_store_integer(spec, r->base, json_is_true(v));
+    case DTRAIN_SETTING_INT:
+        if (!json_is_integer(v) || dtrain_setting_store_integer(spec, r->base, json_integer_value(v)) != 0) {
+            dtrain_snprintf(num, sizeof(num), "%.0f to %.0f", spec->min, spec->max);
+            if (!json_is_integer(v))
+                return fail(ctx, where, "expected a whole number, got %s", json_kind(v));
+            return fail(ctx, where, "out of range (use a whole number from %s)", num);
+        }
+        return 0;
+    case DTRAIN_SETTING_REAL:
         if (!json_is_number(v))
             return fail(ctx, where, "expected a number, got %s", json_kind(v));
-        double d = json_number_value(v);
-        if (!(d >= spec->min && d <= spec->max)) {
+        if (dtrain_setting_store_real(spec, r->base, json_number_value(v)) != 0) {
             dtrain_snprintf(num, sizeof(num), "%g to %g", spec->min, spec->max);
             return fail(ctx, where, "out of range (use a number from %s)", num);
         }
-        *(double *)(base + spec->offset) = d;
         return 0;
-    }
-    case K_TEXT:
-    case K_PATH: {
+    case DTRAIN_SETTING_TEXT: {
         if (!json_is_string(v))
             return fail(ctx, where, "expected a string, got %s", json_kind(v));
         const char *s = json_string_value(v);
         if (strlen(s) != json_string_length(v))
             return fail(ctx, where, "the string contains a NUL byte");
-        if (spec->type == K_PATH)
-            return expand_path(ctx, where, s, base + spec->offset, spec->size);
-        if (dtrain_snprintf(base + spec->offset, spec->size, "%s", s) != 0)
+        if (spec->kind == H_PATH)
+            return expand_path(ctx, where, s, dtrain_setting_field(spec, r->base), spec->size);
+        if (dtrain_setting_store_text(spec, r->base, s, strlen(s)) != 0)
             return fail(ctx, where, "'%.64s...' is too long", s);
         return 0;
     }
-    case K_OBJECT:
-    case K_CUSTOM:
+    default:
         break;
     }
     return fail(ctx, where, "internal error: unhandled key type");
 }
 
-static int parse_object(struct parse_ctx *ctx, const struct key_spec *table, const char *prefix, json_t *obj)
+static int unknown_key(const struct dtrain_settings_reader *r, const char *parent, const char *where,
+                       const char *key, const char *known)
 {
-    const char *key;
-    json_t *value;
-    if (!json_is_object(obj))
-        return fail(ctx, prefix[0] ? prefix : "(top level)", "expected an object {...}, got %s", json_kind(obj));
-    json_object_foreach(obj, key, value) {
-        char where[256];
-        dtrain_snprintf(where, sizeof(where), "%s%s%s", prefix, prefix[0] ? "." : "", key);
-        const struct key_spec *spec = table;
-        while (spec->name && strcmp(spec->name, key) != 0)
-            spec++;
-        if (!spec->name) {
-            char known[512] = "";
-            size_t used = 0;
-            for (const struct key_spec *s = table; s->name; s++)
-                if (dtrain_list_append(known, sizeof(known), &used, s->name) != 0)
-                    break;
-            return fail(ctx, where, "unknown key (known: %s)", known);
-        }
-        int rc;
-        if (spec->type == K_OBJECT)
-            rc = parse_object(ctx, spec->fields, where, value);
-        else if (spec->type == K_CUSTOM)
-            rc = spec->custom(ctx, where, value);
-        else
-            rc = parse_value(ctx, spec, where, value);
-        if (rc != 0)
-            return -1;
-    }
-    return 0;
+    (void)parent;
+    (void)key;
+    return fail(r->ctx, where, "unknown key (known: %s)", known);
+}
+
+static int not_object(const struct dtrain_settings_reader *r, const char *where, json_t *value)
+{
+    return fail(r->ctx, where[0] ? where : "(top level)", "expected an object {...}, got %s", json_kind(value));
 }
 
 /* ------------------------------------------------------------ special keys */
@@ -493,7 +456,13 @@ int health_config_load(const char *path, const char *node, struct health_config 
         dtrain_snprintf(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
         return -1;
     }
-    rc = parse_object(&ctx, top_keys, "", root);
+    struct dtrain_settings_reader reader = health_words;
+    reader.base = cfg;
+    reader.ctx = &ctx;
+    reader.set_json = parse_value;
+    reader.unknown = unknown_key;
+    reader.not_object = not_object;
+    rc = dtrain_settings_walk_json(&reader, top_keys, NULL, "", root);
     json_decref(root);
     if (rc == 0)
         rc = check_readable(&ctx, "topology", cfg->topology);

@@ -3,6 +3,7 @@
 #include "site_config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include "dtrain_file.h"
 #include "dtrain_master_port.h"
 #include "dtrain_parse.h"
+#include "dtrain_settings.h"
 #include "dtrain_explain.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
@@ -59,56 +61,79 @@ static int set_pcie(struct dtrain_site_config *cfg, const char *value, char *err
     return 0;
 }
 
+/* The plugin's refinements of the common types (struct dtrain_setting.kind). */
+enum site_kind {
+    S_PLAIN,  /* the common type as it is */
+    S_CONFIG, /* config=: read apart, before every other key */
+    S_PATH,   /* TEXT: an absolute path */
+    S_PCIE,   /* CUSTOM: yes, no or user */
+    S_PORTS,  /* CUSTOM: master_ports=LO-HI */
+};
+
+#define SITE_OFF(member) offsetof(struct dtrain_site_config, member)
+#define SITE_INT(key, member, lo, hi) \
+    {.name = key, .type = DTRAIN_SETTING_INT, .offset = SITE_OFF(member), .min = lo, .max = hi}
+static const char *const domain_sources[] = {"nvml", "block", NULL};
+static const char *const visibilities[] = {"all", "one", NULL};
+
+/* Every key plugstack.conf and the site file's "spank" object know, in the
+ * order the "unknown key" answer lists them. */
+static const struct dtrain_setting site_keys[] = {
+    {.name = "config", .type = DTRAIN_SETTING_CUSTOM, .kind = S_CONFIG},
+    {.name = "topology_xml", .type = DTRAIN_SETTING_TEXT, .kind = S_PATH, .offset = SITE_OFF(topology_xml),
+     .size = DTRAIN_CONFIG_PATH_MAX},
+    {.name = "bind", .type = DTRAIN_SETTING_BOOL, .offset = SITE_OFF(bind), .min = 0, .max = 1},
+    {.name = "allow_pcie", .type = DTRAIN_SETTING_CUSTOM, .kind = S_PCIE},
+    SITE_INT("max_tp", max_tp, 0, DTRAIN_TOPO_MAX_GPUS),
+    SITE_INT("nvlink_domain_gpus", nvlink_domain_gpus, 0, DTRAIN_PLAN_MAX_DIM),
+    {.name = "nvlink_domain_source", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(nvlink_domain_block),
+     .names = domain_sources},
+    {.name = "gpu_visibility", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(gpu_visibility_one),
+     .names = visibilities},
+    {.name = "master_ports", .type = DTRAIN_SETTING_CUSTOM, .kind = S_PORTS},
+    SITE_INT("net_gbps", net_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
+    SITE_INT("pcie_gbps", pcie_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
+    {.name = NULL},
+};
+
 /* Apply key=value (key is not "config"). */
 static int set_key(struct dtrain_site_config *cfg, const char *key, const char *value, char *err, size_t errlen)
 {
+    const struct dtrain_setting *s = dtrain_settings_find(site_keys, NULL, key, strlen(key), 0);
     long v;
-    if (strcmp(key, "topology_xml") == 0)
-        return set_path(cfg->topology_xml, key, value, err, errlen);
-    if (strcmp(key, "bind") == 0)
-        return dtrain_parse_bool(value, "bind", &cfg->bind, err, errlen);
-    if (strcmp(key, "allow_pcie") == 0)
+    if (s == NULL || s->kind == S_CONFIG) {
+        char known[DTRAIN_SETTINGS_KNOWN_MAX];
+        dtrain_settings_known(site_keys, NULL, known, sizeof known);
+        dtrain_snprintf(err, errlen, "unknown key '%.64s' (known: %s)", key, known);
+        return -1;
+    }
+    switch (s->kind) {
+    case S_PATH:
+        return set_path(dtrain_setting_field(s, cfg), key, value, err, errlen);
+    case S_PCIE:
         return set_pcie(cfg, value, err, errlen);
-    if (strcmp(key, "max_tp") == 0) {
-        if (dtrain_parse_int(value, 0, DTRAIN_TOPO_MAX_GPUS, "max_tp", &v, err, errlen) != 0)
-            return -1;
-        cfg->max_tp = (int)v;
-        return 0;
+    case S_PORTS:
+        return dtrain_master_ports_parse(value, key, &cfg->master_port_lo, &cfg->master_port_hi, err, errlen);
+    default:
+        break;
     }
-    if (strcmp(key, "nvlink_domain_gpus") == 0) {
-        if (dtrain_parse_int(value, 0, DTRAIN_PLAN_MAX_DIM, "nvlink_domain_gpus", &v, err, errlen) != 0)
+    switch (s->type) {
+    case DTRAIN_SETTING_BOOL:
+        return dtrain_parse_bool(value, key, dtrain_setting_field(s, cfg), err, errlen);
+    case DTRAIN_SETTING_INT:
+        if (dtrain_parse_int(value, (long)s->min, (long)s->max, key, &v, err, errlen) != 0)
             return -1;
-        cfg->nvlink_domain_gpus = (int)v;
-        return 0;
-    }
-    if (strcmp(key, "nvlink_domain_source") == 0) {
-        if (strcmp(value, "nvml") != 0 && strcmp(value, "block") != 0) {
-            dtrain_snprintf(err, errlen, "nvlink_domain_source=%.64s: use nvml or block", value);
-            return -1;
-        }
-        cfg->nvlink_domain_block = strcmp(value, "block") == 0;
-        return 0;
-    }
-    if (strcmp(key, "gpu_visibility") == 0) {
-        if (strcmp(value, "all") != 0 && strcmp(value, "one") != 0) {
-            dtrain_snprintf(err, errlen, "gpu_visibility=%.64s: use all or one", value);
+        return dtrain_setting_store_integer(s, cfg, v);
+    case DTRAIN_SETTING_ENUM:
+        if (dtrain_setting_store_enum_word(s, cfg, value) != 0) {
+            dtrain_snprintf(err, errlen, "%s=%.64s: use %s or %s", key, value, s->names[0], s->names[1]);
             return -1;
         }
-        cfg->gpu_visibility_one = strcmp(value, "one") == 0;
         return 0;
+    default:
+        dtrain_snprintf(err, errlen, "%s: internal error: unhandled key type", key);
+        return -1;
     }
-    if (strcmp(key, "net_gbps") == 0 || strcmp(key, "pcie_gbps") == 0) {
-        if (dtrain_parse_int(value, 1, DTRAIN_EXPLAIN_GBPS_MAX, key, &v, err, errlen) != 0)
-            return -1;
-        *(key[0] == 'n' ? &cfg->net_gbps : &cfg->pcie_gbps) = (int)v;
-        return 0;
-    }
-    if (strcmp(key, "master_ports") == 0)
-        return dtrain_master_ports_parse(value, "master_ports", &cfg->master_port_lo, &cfg->master_port_hi, err,
-                                         errlen);
-    dtrain_snprintf(err, errlen, "unknown key '%.64s' (known: config, topology_xml, bind, allow_pcie, max_tp, "
-                    "nvlink_domain_gpus, nvlink_domain_source, gpu_visibility, master_ports, net_gbps, pcie_gbps)", key);
-    return -1;
 }
 
 /* ---------------------------------------------------------------- site JSON */
@@ -186,18 +211,6 @@ cleanup:
 
 /* ---------------------------------------------------------------- arguments */
 
-/* Split "key=value" into key (bounded copy) and value.  Returns -1 on no '='. */
-static int split_arg(const char *arg, char *key, size_t keylen, const char **value)
-{
-    const char *eq = strchr(arg, '=');
-    if (eq == NULL || eq == arg || (size_t)(eq - arg) >= keylen)
-        return -1;
-    memcpy(key, arg, (size_t)(eq - arg));
-    key[eq - arg] = '\0';
-    *value = eq + 1;
-    return 0;
-}
-
 int dtrain_config_parse(struct dtrain_site_config *cfg, int ac, char **av, char *err, size_t errlen)
 {
     char key[64], msg[512];
@@ -206,7 +219,7 @@ int dtrain_config_parse(struct dtrain_site_config *cfg, int ac, char **av, char 
     dtrain_config_init(cfg);
     /* Pass 1: check the syntax of every argument and load the site file. */
     for (int i = 0; i < ac; i++) {
-        if (split_arg(av[i], key, sizeof key, &value) != 0) {
+        if (dtrain_settings_split(av[i], key, sizeof key, &value) != 0) {
             dtrain_snprintf(err, errlen, "plugstack.conf: '%.64s' is not key=value", av[i]);
             return -1;
         }
@@ -224,7 +237,7 @@ int dtrain_config_parse(struct dtrain_site_config *cfg, int ac, char **av, char 
     }
     /* Pass 2: the line's own keys win over the site file. */
     for (int i = 0; i < ac; i++) {
-        split_arg(av[i], key, sizeof key, &value);
+        dtrain_settings_split(av[i], key, sizeof key, &value);
         if (strcmp(key, "config") == 0)
             continue;
         if (set_key(cfg, key, value, msg, sizeof msg) != 0) {
