@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dtrain_comm.h"
+#include "comm_cause.h"
 #include "harness.h"
 #include "comm/cpu/ring.h"
 #include "tap.h"
@@ -44,7 +45,7 @@ static size_t big_count(int n)
 /* A call that failed: say so; 1. */
 static int call_failed(int rank, const char *what, size_t count, int rc, const dtrain_comm *c)
 {
-    harness_diag(rank, "%s(%zu): %s: %s", what, count, dtrain_comm_cause_name(dtrain_comm_cause(c)),
+    harness_diag(rank, "%s(%zu): %s: %s", what, count, dtrain_comm_cause_name(comm_cause_of(c, rc)),
                  dtrain_comm_error_message(c));
     return 1;
 }

@@ -44,7 +44,7 @@ static unsigned char byte_of(int rank, size_t bytes, size_t i)
 
 static int failed_call(int rank, const char *what, size_t n, int rc, const dtrain_comm *c)
 {
-    harness_diag(rank, "%s(%zu): %s: %s", what, n, dtrain_comm_cause_name(dtrain_comm_cause(c)),
+    harness_diag(rank, "%s(%zu): %s: %s", what, n, dtrain_comm_cause_name(comm_cause_of(c, rc)),
                  dtrain_comm_error_message(c));
     return 1;
 }

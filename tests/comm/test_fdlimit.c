@@ -44,7 +44,8 @@ static int fd_child(int rank, int n, struct dtrain_comm_group *groups, int ngrou
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, k->lower_hard ? 3000 : 20000, host);
     dtrain_comm *c = NULL;
     enum dtrain_comm_cause cause;
-    int rc = comm_cause_checked(dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, &cause, err, sizeof err), cause);
+    int status = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, &cause, err, sizeof err);
+    int rc = comm_cause_checked(status, cause);
     groups[0].listen_fd = -1; /* taken over */
     if (k->lower_hard) {
         if (rank == 0)
