@@ -47,7 +47,7 @@ struct member {
     const char *id;
     uint64_t bytes;    /* setup_bytes_sent after init */
     uint64_t rejoined; /* its hellos sent again (each WIRE_HELLO_LEN bytes more) */
-    int rc;
+    enum dtrain_comm_cause rc; /* the init's */
     char err[256];
 };
 
@@ -71,7 +71,7 @@ static void *member_main(void *arg)
     dtrain_snprintf(host, sizeof host, "bench-host-%d", m->rank / PER_HOST);
     o.host_id = host;
     dtrain_comm *c = NULL;
-    m->rc = dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, m->err, sizeof m->err);
+    dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, &m->rc, m->err, sizeof m->err);
     struct dtrain_comm_stats s;
     dtrain_comm_get_stats(c, &s);
     m->bytes = s.setup_bytes_sent;
@@ -119,7 +119,7 @@ static void run_members(int lo, int hi, int n, const char *id, int listen_fd, lo
         if (m[i].bytes > r.max)
             r.max = m[i].bytes;
         if (m[i].rc != DTRAIN_COMM_OK && r.failed++ == 0)
-            dtrain_snprintf(r.err, sizeof r.err, "rank %d: %s: %s", m[i].rank, dtrain_comm_result_name(m[i].rc),
+            dtrain_snprintf(r.err, sizeof r.err, "rank %d: %s: %s", m[i].rank, dtrain_comm_cause_name(m[i].rc),
                             m[i].err);
     }
     pthread_attr_destroy(&attr);

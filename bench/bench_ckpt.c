@@ -73,7 +73,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *area, void *ctx)
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = 600000;
     o.abort_flag = &abort_flag;
-    if (dtrain_comm_init_all(bs, &o, &comms, res->err, sizeof res->err) != DTRAIN_COMM_OK)
+    if (dtrain_comm_init_all(bs, &o, &comms, NULL, res->err, sizeof res->err) != DTRAIN_OK)
         return 1;
     int rc = dtrain_fault_init(&fault, PROG, bs->rank, res->err, sizeof res->err) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
     if (rc == DTRAIN_OK)

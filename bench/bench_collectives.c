@@ -281,7 +281,7 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
     copts.timeout_ms = 120000;
     copts.transport = o->transport;
     copts.host_id = "bench-host";
-    if (dtrain_comm_init(g, DTRAIN_COMM_CPU, &copts, &c, err, sizeof err) != 0) {
+    if (dtrain_comm_init(g, DTRAIN_COMM_CPU, &copts, &c, NULL, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
         return 1;
     }
@@ -335,7 +335,8 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
     rc = 0;
     goto out;
 failed:
-    fprintf(stderr, PROG ": rank %d: %s: %s\n", rank, dtrain_comm_result_name(rc), dtrain_comm_error_message(c));
+    fprintf(stderr, PROG ": rank %d: %s: %s\n", rank, dtrain_comm_cause_name(dtrain_comm_cause(c)),
+            dtrain_comm_error_message(c));
 out:
     free(a);
     free(b);

@@ -87,7 +87,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *area, void *ctx)
     struct dtrain_comm_options o;
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = 600000;
-    if (dtrain_comm_init_all(bs, &o, &comms, res->err, sizeof res->err) != DTRAIN_COMM_OK)
+    if (dtrain_comm_init_all(bs, &o, &comms, NULL, res->err, sizeof res->err) != DTRAIN_OK)
         return 1;
     dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
     uint64_t n = dtrain_gpt2_param_count(&j->cfg.model), lo = n * (uint64_t)bs->rank / (uint64_t)bs->world_size,

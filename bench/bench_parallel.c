@@ -27,7 +27,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct dtrain_ptrainer *t = NULL;
     double step[MAX_STEPS], compute[MAX_STEPS], wait[MAX_STEPS], exposed[MAX_STEPS], gather[MAX_STEPS];
     r->pp_rank = bs->pp_rank;
-    if (local_boot_comms(bs, 60000, 0, &comms, r->err, sizeof r->err) != DTRAIN_COMM_OK)
+    if (local_boot_comms(bs, 60000, 0, &comms, NULL, r->err, sizeof r->err) != DTRAIN_OK)
         return 3;
     int rc = dtrain_ptrainer_create(j->cfg, bs, &comms, &t, r->err, sizeof r->err);
     if (rc == DTRAIN_OK)

@@ -26,7 +26,7 @@ static int agree(dtrain_comm *world, int mine, int *worst, char *err, size_t err
     }
     int rc = dtrain_comm_all_gather_bytes(world, &code, all, sizeof code), usage = 0;
     *worst = DTRAIN_EXIT_OK;
-    for (int r = 0; rc == DTRAIN_COMM_OK && r < size; r++) {
+    for (int r = 0; rc == DTRAIN_OK && r < size; r++) {
         int c = all[r];
         usage |= c == DTRAIN_EXIT_USAGE;
         if (c > *worst)
@@ -35,8 +35,8 @@ static int agree(dtrain_comm *world, int mine, int *worst, char *err, size_t err
     if (usage)
         *worst = DTRAIN_EXIT_USAGE;
     free(all);
-    if (rc != DTRAIN_COMM_OK) {
-        snprintf(err, errlen, "agreeing on the start: %s: %s", dtrain_comm_result_name(rc),
+    if (rc != DTRAIN_OK) {
+        snprintf(err, errlen, "agreeing on the start: %s: %s", dtrain_comm_cause_name(dtrain_comm_cause(world)),
                  dtrain_comm_error_message(world));
         return DTRAIN_ERR_FAULT;
     }
@@ -144,7 +144,8 @@ static int run(const char *prog, int argc, char **argv, struct dtrain_bootstrap 
     atomic_init(&abort_flag, 0);
     opts.abort_flag = &abort_flag;
     char why[512];
-    int crc = dtrain_comm_init_all(bs, &opts, &comms, why, sizeof why);
+    enum dtrain_comm_cause crc;
+    dtrain_comm_init_all(bs, &opts, &comms, &crc, why, sizeof why);
     if (crc == DTRAIN_COMM_ENOTSUP || crc == DTRAIN_COMM_EINVAL) {
         fprintf(stderr, "%s: cannot build the communicators: %s%s\n", who, why,
                 crc == DTRAIN_COMM_ENOTSUP ? " (dtrain-launch --comm-backend cpu)" : "");

@@ -34,7 +34,7 @@ int main(int argc, char **argv)
         return DTRAIN_EXIT_FAILURE;
     }
     char err[1024];
-    if (dtrain_comm_bootstrap_from_env(bs, err, sizeof err) != DTRAIN_COMM_OK) {
+    if (dtrain_comm_bootstrap_from_env(bs, err, sizeof err) != DTRAIN_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         free(bs);
         return DTRAIN_EXIT_USAGE;

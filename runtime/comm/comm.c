@@ -15,11 +15,24 @@
 
 #define TRANSPORT_ENV "DTRAIN_COMM_TRANSPORT"
 
-const char *dtrain_comm_result_name(int rc)
+const char *dtrain_comm_cause_name(int cause)
 {
     static const char *const names[] = {"OK", "EINVAL", "ETIMEDOUT", "EPEER", "EABORTED", "EMISMATCH", "ENOTSUP",
                                         "ESYS"};
-    return rc >= 0 && rc < (int)(sizeof names / sizeof names[0]) ? names[rc] : "unknown";
+    return cause >= 0 && cause < (int)(sizeof names / sizeof names[0]) ? names[cause] : "unknown";
+}
+
+enum dtrain_status comm_answer(struct dtrain_comm *c, int cause)
+{
+    if (c != NULL)
+        atomic_store_explicit(&c->last_cause, cause, memory_order_relaxed);
+    return comm_status(cause);
+}
+
+enum dtrain_comm_cause dtrain_comm_cause(const dtrain_comm *c)
+{
+    return c != NULL ? (enum dtrain_comm_cause)atomic_load_explicit(&c->last_cause, memory_order_relaxed)
+                     : DTRAIN_COMM_EINVAL;
 }
 
 void dtrain_comm_options_defaults(struct dtrain_comm_options *o)
@@ -103,8 +116,8 @@ static int check_group(const struct dtrain_comm_group *g, char *err, size_t errl
     return DTRAIN_COMM_OK;
 }
 
-int dtrain_comm_init(const struct dtrain_comm_group *g, enum dtrain_comm_backend backend,
-                     const struct dtrain_comm_options *opts, dtrain_comm **out, char *err, size_t errlen)
+static int init(const struct dtrain_comm_group *g, enum dtrain_comm_backend backend,
+                const struct dtrain_comm_options *opts, dtrain_comm **out, char *err, size_t errlen)
 {
     int listen_fd = g != NULL ? g->listen_fd : -1;
     int rc;
@@ -173,20 +186,27 @@ void dtrain_comm_destroy(dtrain_comm *c)
     free(c);
 }
 
-int comm_fail(struct dtrain_comm *c, int code, int peer, const char *fmt, ...)
+enum dtrain_status dtrain_comm_init(const struct dtrain_comm_group *g, enum dtrain_comm_backend backend,
+                                    const struct dtrain_comm_options *opts, dtrain_comm **out,
+                                    enum dtrain_comm_cause *cause, char *err, size_t errlen)
+{
+    return comm_answer_cause(cause, init(g, backend, opts, out, err, errlen));
+}
+
+int comm_fail(struct dtrain_comm *c, int cause, int peer, const char *fmt, ...)
 {
     pthread_mutex_lock(&c->lock);
-    int first = c->error.code == DTRAIN_COMM_OK;
+    int first = c->error.cause == DTRAIN_COMM_OK;
     if (first) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(c->error.message, sizeof c->error.message, fmt, ap);
         va_end(ap);
-        c->error.code = code;
+        c->error.cause = cause;
         c->error.peer = peer;
-        atomic_store(&c->failed, code);
+        atomic_store(&c->failed, cause);
     }
-    int rc = c->error.code;
+    int rc = c->error.cause;
     pthread_mutex_unlock(&c->lock);
     if (first && c->backend != NULL)
         c->backend->break_links(c);
@@ -256,7 +276,7 @@ static int floats_fit(size_t count, int size)
     return count <= SIZE_MAX / sizeof(float) / (size_t)size;
 }
 
-int dtrain_comm_allreduce(dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
+static int allreduce(dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
 {
     int rc = usable(c);
     if (rc != 0)
@@ -268,7 +288,7 @@ int dtrain_comm_allreduce(dtrain_comm *c, float *buf, size_t count, enum dtrain_
     return done(c, begin(c)->backend->allreduce(c, buf, count, op));
 }
 
-int dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t count, enum dtrain_reduce_op op)
+static int reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t count, enum dtrain_reduce_op op)
 {
     int rc = usable(c);
     if (rc != 0)
@@ -281,7 +301,7 @@ int dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size
     return done(c, begin(c)->backend->reduce_scatter(c, in, out, count, op));
 }
 
-int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t count)
+static int all_gather(dtrain_comm *c, const float *in, float *out, size_t count)
 {
     int rc = usable(c);
     if (rc != 0)
@@ -293,7 +313,7 @@ int dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t c
     return done(c, begin(c)->backend->all_gather(c, in, out, count));
 }
 
-int dtrain_comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size_t bytes)
+int comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size_t bytes)
 {
     int rc = usable(c);
     if (rc != 0)
@@ -310,7 +330,7 @@ int dtrain_comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size
     return done(c, begin(c)->backend->all_gather_bytes(c, in, out, bytes));
 }
 
-int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
+static int broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
 {
     int rc = usable(c);
     if (rc != 0)
@@ -322,13 +342,39 @@ int dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
     return done(c, begin(c)->backend->broadcast(c, buf, bytes, root));
 }
 
+enum dtrain_status dtrain_comm_allreduce(dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
+{
+    return comm_answer(c, allreduce(c, buf, count, op));
+}
+
+enum dtrain_status dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t count,
+                                              enum dtrain_reduce_op op)
+{
+    return comm_answer(c, reduce_scatter(c, in, out, count, op));
+}
+
+enum dtrain_status dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t count)
+{
+    return comm_answer(c, all_gather(c, in, out, count));
+}
+
+enum dtrain_status dtrain_comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size_t bytes)
+{
+    return comm_answer(c, comm_all_gather_bytes(c, in, out, bytes));
+}
+
+enum dtrain_status dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes, int root)
+{
+    return comm_answer(c, broadcast(c, buf, bytes, root));
+}
+
 static int peer_ok(const dtrain_comm *c, int peer)
 {
     return peer >= 0 && peer < c->size && peer != c->rank;
 }
 
-int dtrain_comm_sendrecv(dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
-                         size_t recv_bytes, int from)
+static int sendrecv(dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to, void *recvbuf,
+                    size_t recv_bytes, int from)
 {
     int rc = usable(c);
     if (rc != 0)
@@ -342,17 +388,23 @@ int dtrain_comm_sendrecv(dtrain_comm *c, const void *sendbuf, size_t send_bytes,
                                         recv_bytes > 0 ? from : -1));
 }
 
-int dtrain_comm_send(dtrain_comm *c, const void *buf, size_t bytes, int peer)
+enum dtrain_status dtrain_comm_sendrecv(dtrain_comm *c, const void *sendbuf, size_t send_bytes, int to,
+                                        void *recvbuf, size_t recv_bytes, int from)
+{
+    return comm_answer(c, sendrecv(c, sendbuf, send_bytes, to, recvbuf, recv_bytes, from));
+}
+
+enum dtrain_status dtrain_comm_send(dtrain_comm *c, const void *buf, size_t bytes, int peer)
 {
     return dtrain_comm_sendrecv(c, buf, bytes, peer, NULL, 0, -1);
 }
 
-int dtrain_comm_recv(dtrain_comm *c, void *buf, size_t bytes, int peer)
+enum dtrain_status dtrain_comm_recv(dtrain_comm *c, void *buf, size_t bytes, int peer)
 {
     return dtrain_comm_sendrecv(c, NULL, 0, -1, buf, bytes, peer);
 }
 
-int dtrain_comm_barrier(dtrain_comm *c)
+static int barrier(dtrain_comm *c)
 {
     int rc = usable(c);
     if (rc != 0 || c->size == 1)
@@ -360,8 +412,8 @@ int dtrain_comm_barrier(dtrain_comm *c)
     return done(c, begin(c)->backend->barrier(c));
 }
 
-int dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g, const struct dtrain_comm_options *opts,
-                      dtrain_comm **out, char *err, size_t errlen)
+static int split(dtrain_comm *world, const struct dtrain_comm_group *g, const struct dtrain_comm_options *opts,
+                 dtrain_comm **out, char *err, size_t errlen)
 {
     int rc;
     *out = NULL;
@@ -402,6 +454,18 @@ fail:
     return rc;
 }
 
+enum dtrain_status dtrain_comm_barrier(dtrain_comm *c)
+{
+    return comm_answer(c, barrier(c));
+}
+
+enum dtrain_status dtrain_comm_split(dtrain_comm *world, const struct dtrain_comm_group *g,
+                                     const struct dtrain_comm_options *opts, dtrain_comm **out,
+                                     enum dtrain_comm_cause *cause, char *err, size_t errlen)
+{
+    return comm_answer_cause(cause, split(world, g, opts, out, err, errlen));
+}
+
 int dtrain_comm_device_memory(const dtrain_comm *c)
 {
     return c != NULL && c->backend != NULL && c->backend->device_memory;
@@ -421,20 +485,20 @@ void dtrain_comm_abort(dtrain_comm *c)
     comm_fail(c, DTRAIN_COMM_EABORTED, -1, "dtrain_comm_abort() was called");
 }
 
-int dtrain_comm_get_async_error(dtrain_comm *c, struct dtrain_comm_error *e)
+enum dtrain_status dtrain_comm_get_async_error(dtrain_comm *c, struct dtrain_comm_error *e)
 {
     if (c == NULL) {
-        *e = (struct dtrain_comm_error){.code = DTRAIN_COMM_EINVAL, .peer = -1, .message = "no communicator"};
-        return e->code;
+        *e = (struct dtrain_comm_error){.cause = DTRAIN_COMM_EINVAL, .peer = -1, .message = "no communicator"};
+        return comm_status(e->cause);
     }
     if (atomic_load(&c->failed) == 0 && c->backend != NULL)
         c->backend->poll_links(c);
     pthread_mutex_lock(&c->lock);
     *e = c->error;
-    if (e->code == DTRAIN_COMM_OK)
+    if (e->cause == DTRAIN_COMM_OK)
         e->peer = -1;
     pthread_mutex_unlock(&c->lock);
-    return e->code;
+    return comm_status(e->cause);
 }
 
 const char *dtrain_comm_error_message(const dtrain_comm *c)

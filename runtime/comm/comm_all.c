@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "comm/bootstrap/bootstrap_id.h"
+#include "comm/comm_backend.h"
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
 
@@ -30,7 +31,6 @@ static int share_id(dtrain_comm *world, struct dtrain_comm_group *g, enum dtrain
                     size_t errlen)
 {
     char buf[ID_WIRE_LEN];
-    int rc;
     if (!g->present || g->size < 2)
         return DTRAIN_COMM_OK;
     memset(buf, 0, sizeof buf);
@@ -42,10 +42,10 @@ static int share_id(dtrain_comm *world, struct dtrain_comm_group *g, enum dtrain
         }
     } else {
         int from = dtrain_group_member(g, (g->my_rank - 1) / 2);
-        if ((rc = dtrain_comm_recv(world, buf, sizeof buf, from)) != DTRAIN_COMM_OK) {
+        if (dtrain_comm_recv(world, buf, sizeof buf, from) != DTRAIN_OK) {
             dtrain_snprintf(err, errlen, "receiving the group's id from rank %d over WORLD: %s", from,
                             dtrain_comm_error_message(world));
-            return rc;
+            return dtrain_comm_cause(world);
         }
         if (!received_id_ok(buf, backend)) {
             dtrain_snprintf(err, errlen, "rank %d sent '%.16s...' over WORLD, not a %s id", from, buf,
@@ -56,10 +56,10 @@ static int share_id(dtrain_comm *world, struct dtrain_comm_group *g, enum dtrain
     }
     for (int child = 2 * g->my_rank + 1; child <= 2 * g->my_rank + 2 && child < g->size; child++) {
         int to = dtrain_group_member(g, child);
-        if ((rc = dtrain_comm_send(world, buf, sizeof buf, to)) != DTRAIN_COMM_OK) {
+        if (dtrain_comm_send(world, buf, sizeof buf, to) != DTRAIN_OK) {
             dtrain_snprintf(err, errlen, "passing the group's id to rank %d over WORLD: %s", to,
                             dtrain_comm_error_message(world));
-            return rc;
+            return dtrain_comm_cause(world);
         }
     }
     return DTRAIN_COMM_OK;
@@ -83,11 +83,11 @@ static int share_pair_ids(dtrain_comm *world, struct dtrain_bootstrap *bs, char 
                         dtrain_backend_name(bs->backend));
         return DTRAIN_COMM_EINVAL;
     }
-    int rc = dtrain_comm_sendrecv(world, out, to >= 0 ? sizeof out : 0, to, in, from >= 0 ? sizeof in : 0, from);
-    if (rc != DTRAIN_COMM_OK) {
+    if (dtrain_comm_sendrecv(world, out, to >= 0 ? sizeof out : 0, to, in, from >= 0 ? sizeof in : 0, from) !=
+        DTRAIN_OK) {
         dtrain_snprintf(err, errlen, "exchanging the pipeline pairs' ids over WORLD (to rank %d, from rank %d): %s",
                         to, from, dtrain_comm_error_message(world));
-        return rc;
+        return dtrain_comm_cause(world);
     }
     if (from >= 0) {
         if (!received_id_ok(in, bs->backend)) {
@@ -126,12 +126,12 @@ void dtrain_comm_destroy_all(struct dtrain_comms *comms)
     }
 }
 
-int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_options *opts,
-                         struct dtrain_comms *out, char *err, size_t errlen)
+static int init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_options *opts, struct dtrain_comms *out,
+                    char *err, size_t errlen)
 {
     struct dtrain_comm_options o;
     char host[DTRAIN_COMM_HOST_ID_MAX], why[256];
-    int rc = DTRAIN_COMM_OK;
+    enum dtrain_comm_cause rc = DTRAIN_COMM_OK;
 
     memset(out, 0, sizeof *out);
     if (opts != NULL)
@@ -162,9 +162,9 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
          * instead of one per group); the pipeline pairs use their ids */
         int split = out->group[DTRAIN_GROUP_WORLD] != NULL && dtrain_group_split_off_world(bs->backend, order[i]);
         if (split)
-            rc = dtrain_comm_split(out->group[DTRAIN_GROUP_WORLD], g, &o, &out->group[order[i]], why, sizeof why);
+            dtrain_comm_split(out->group[DTRAIN_GROUP_WORLD], g, &o, &out->group[order[i]], &rc, why, sizeof why);
         else
-            rc = dtrain_comm_init(g, bs->backend, &o, &out->group[order[i]], why, sizeof why);
+            dtrain_comm_init(g, bs->backend, &o, &out->group[order[i]], &rc, why, sizeof why);
         g->listen_fd = -1; /* taken over, also on failure */
         if (rc != DTRAIN_COMM_OK) {
             dtrain_snprintf(err, errlen, "%s communicator (rank %d of %d): %s", dtrain_group_kind_name(order[i]), g->my_rank,
@@ -172,7 +172,8 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
             break;
         }
         /* WORLD is up: the other groups' ids come over it, not through PMI2 */
-        if (order[i] == DTRAIN_GROUP_WORLD && (rc = share_ids(out->group[DTRAIN_GROUP_WORLD], bs, err, errlen)) != 0)
+        if (order[i] == DTRAIN_GROUP_WORLD &&
+            (rc = (enum dtrain_comm_cause)share_ids(out->group[DTRAIN_GROUP_WORLD], bs, err, errlen)) != 0)
             break;
         /* ... and nobody leaves WORLD (a failed init destroys it) before
          * everyone has shared them: the cpu backend's WORLD leader answers
@@ -180,7 +181,8 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
          * dtrain_comm_barrier's n. */
         if (order[i] == DTRAIN_GROUP_WORLD && bs->backend == DTRAIN_COMM_CPU) {
             float token = 0;
-            if ((rc = dtrain_comm_allreduce(out->group[DTRAIN_GROUP_WORLD], &token, 1, DTRAIN_REDUCE_SUM)) != 0) {
+            if (dtrain_comm_allreduce(out->group[DTRAIN_GROUP_WORLD], &token, 1, DTRAIN_REDUCE_SUM) != DTRAIN_OK) {
+                rc = dtrain_comm_cause(out->group[DTRAIN_GROUP_WORLD]);
                 dtrain_snprintf(err, errlen, "world communicator: waiting until every id is shared: %s",
                                 dtrain_comm_error_message(out->group[DTRAIN_GROUP_WORLD]));
                 break;
@@ -197,4 +199,11 @@ int dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_o
     }
     dtrain_comm_destroy_all(out);
     return rc;
+}
+
+enum dtrain_status dtrain_comm_init_all(struct dtrain_bootstrap *bs, const struct dtrain_comm_options *opts,
+                                        struct dtrain_comms *out, enum dtrain_comm_cause *cause, char *err,
+                                        size_t errlen)
+{
+    return comm_answer_cause(cause, init_all(bs, opts, out, err, errlen));
 }

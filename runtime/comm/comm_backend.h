@@ -3,7 +3,9 @@
  * table of operations a backend fills in (cpu, and nccl when built with CUDA).
  *
  * comm.c checks arguments, keeps the sticky first error and dispatches to
- * the backend; a backend only moves data.  A backend reports failures with
+ * the backend; a backend only moves data.  Inside comm every function
+ * returns a cause (enum dtrain_comm_cause, 0 for success); the public
+ * entry points turn it into enum dtrain_status (comm_answer).  A backend reports failures with
  * comm_fail(), which records the first error and breaks the communicator's
  * links (backend->break_links) so that peers fail fast. */
 #ifndef DTRAIN_COMM_BACKEND_H
@@ -68,7 +70,8 @@ struct dtrain_comm {
     char host_id[DTRAIN_COMM_HOST_ID_MAX];
     enum dtrain_comm_transport transport; /* AUTO or TCP, resolved */
     atomic_int aborted;                   /* dtrain_comm_abort() was called */
-    atomic_int failed;                    /* the first error's code, 0 while none */
+    atomic_int failed;                    /* the first error's cause, 0 while none */
+    atomic_int last_cause;                /* the last public call's cause (dtrain_comm_cause) */
     pthread_mutex_t lock;                 /* guards error and links changing under break_links */
     struct dtrain_comm_error error;       /* the first error */
     _Atomic uint64_t bytes_sent, bytes_received, calls, refused, rejoined;
@@ -77,10 +80,43 @@ struct dtrain_comm {
     atomic_int shm_links, tcp_links;
 };
 
-/* Record the first error (code > 0; peer or -1; printf message) and break
- * the links.  Returns the first error's code (sticky). */
+/* Record the first error (cause > 0; peer or -1; printf message) and break
+ * the links.  Returns the first error's cause (sticky). */
 int comm_fail(struct dtrain_comm *c, int code, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The one mapping from comm's causes to the status every part speaks: a
+ * peer or this machine let the job down (requeue), or a bug / wrong build. */
+static inline enum dtrain_status comm_status(int cause)
+{
+    switch (cause) {
+    case DTRAIN_COMM_OK:
+        return DTRAIN_OK;
+    case DTRAIN_COMM_ETIMEDOUT:
+    case DTRAIN_COMM_EPEER:
+    case DTRAIN_COMM_EABORTED:
+    case DTRAIN_COMM_ESYS:
+        return DTRAIN_ERR_FAULT;
+    default:
+        return DTRAIN_ERR_SYSTEM;
+    }
+}
+
+/* A public call on c (NULL allowed) that ended with `cause`: kept for
+ * dtrain_comm_cause(), returned as its status. */
+enum dtrain_status comm_answer(struct dtrain_comm *c, int cause);
+
+/* A call that makes communicators: the cause into *out (NULL allowed). */
+static inline enum dtrain_status comm_answer_cause(enum dtrain_comm_cause *out, int cause)
+{
+    if (out != NULL)
+        *out = (enum dtrain_comm_cause)cause;
+    return comm_status(cause);
+}
+
+/* dtrain_comm_all_gather_bytes returning the cause (the control plane's
+ * reductions are built on it). */
+int comm_all_gather_bytes(struct dtrain_comm *c, const void *in, void *out, size_t bytes);
 
 /* Non-zero when the abort flag or dtrain_comm_abort() says stop. */
 static inline int comm_should_abort(const struct dtrain_comm *c)

@@ -21,7 +21,7 @@ static int control_reduce(dtrain_comm *c, void *buf, size_t count, enum control_
     if (count > SIZE_MAX / 8 / (size_t)c->size)
         return DTRAIN_COMM_EINVAL;
     if (count == 0)
-        return dtrain_comm_all_gather_bytes(c, buf, buf, 0); /* the sticky error, or 0 */
+        return comm_all_gather_bytes(c, buf, buf, 0); /* the sticky error, or 0 */
     size_t each = count * 8, n = (size_t)c->size;
     unsigned char *all = malloc(each * n);
     if (all == NULL) {
@@ -29,7 +29,7 @@ static int control_reduce(dtrain_comm *c, void *buf, size_t count, enum control_
         return failed != 0 ? failed : comm_fail(c, DTRAIN_COMM_ESYS, -1, "reduction of %zu values: out of memory "
                                                 "for every member's copy", count);
     }
-    int rc = dtrain_comm_all_gather_bytes(c, buf, all, each);
+    int rc = comm_all_gather_bytes(c, buf, all, each);
     for (size_t i = 0; rc == DTRAIN_COMM_OK && i < count; i++) {
         if (op == CONTROL_SUM_DOUBLES) {
             double sum = 0.0, v;
@@ -55,17 +55,17 @@ static int control_reduce(dtrain_comm *c, void *buf, size_t count, enum control_
     return rc;
 }
 
-int dtrain_comm_sum_int64(dtrain_comm *c, int64_t *buf, size_t count)
+enum dtrain_status dtrain_comm_sum_int64(dtrain_comm *c, int64_t *buf, size_t count)
 {
-    return control_reduce(c, buf, count, CONTROL_SUM_INT64);
+    return comm_answer(c, control_reduce(c, buf, count, CONTROL_SUM_INT64));
 }
 
-int dtrain_comm_max_int64(dtrain_comm *c, int64_t *buf, size_t count)
+enum dtrain_status dtrain_comm_max_int64(dtrain_comm *c, int64_t *buf, size_t count)
 {
-    return control_reduce(c, buf, count, CONTROL_MAX_INT64);
+    return comm_answer(c, control_reduce(c, buf, count, CONTROL_MAX_INT64));
 }
 
-int dtrain_comm_sum_doubles_ordered(dtrain_comm *c, double *buf, size_t count)
+enum dtrain_status dtrain_comm_sum_doubles_ordered(dtrain_comm *c, double *buf, size_t count)
 {
-    return control_reduce(c, buf, count, CONTROL_SUM_DOUBLES);
+    return comm_answer(c, control_reduce(c, buf, count, CONTROL_SUM_DOUBLES));
 }

@@ -66,12 +66,12 @@ static int look(struct dtrain_watchdog *w, char *reason, size_t len)
     const struct dtrain_comms *c = w->o.comms;
     for (int k = 0; c != NULL && k < DTRAIN_GROUP_KINDS; k++) {
         struct dtrain_comm_error e;
-        if (c->group[k] == NULL || dtrain_comm_get_async_error(c->group[k], &e) == DTRAIN_COMM_OK)
+        if (c->group[k] == NULL || dtrain_comm_get_async_error(c->group[k], &e) == DTRAIN_OK)
             continue;
-        if (e.code == DTRAIN_COMM_EABORTED)
+        if (e.cause == DTRAIN_COMM_EABORTED)
             continue; /* our own abort: the loop knows why */
         snprintf(reason, len, "watchdog: the %s communicator failed: %s: %s",
-                 group_names[k], dtrain_comm_result_name(e.code), e.message);
+                 group_names[k], dtrain_comm_cause_name(e.cause), e.message);
         return 1;
     }
     double idle = 1e-9 * (double)(mono_ns() - atomic_load(&w->beat_ns));

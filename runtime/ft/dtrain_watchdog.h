@@ -11,7 +11,7 @@
  *     step and around checkpoints; no beat for stall_s seconds is a hang.
  * On either it reports the fault (dtrain_fault_report: the one line), sets
  * the process's abort flag, which every communicator watches (calls in
- * flight return DTRAIN_COMM_EABORTED within tens of milliseconds, so the
+ * flight fail with cause DTRAIN_COMM_EABORTED within tens of ms, so the
  * loop unwinds), and if the main thread has not stopped the watchdog
  * grace_s seconds later (it is stuck outside the comm layer) ends the
  * process with the fault's exit code (_exit: the process is wedged).

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Comm results, double sums and communication on the kernels' memory for
+/* Comm failures' error lines, double sums and communication on the kernels' memory for
  * the parallel trainer; see dtrain_pcomm.h. */
 #include "dtrain_pcomm.h"
 
@@ -9,19 +9,11 @@
 
 int dtrain_pcomm_status(dtrain_comm *c, int rc, const char *what, char *err, size_t errlen)
 {
-    if (rc == DTRAIN_COMM_OK)
+    if (rc == DTRAIN_OK)
         return DTRAIN_OK;
     const char *msg = c != NULL ? dtrain_comm_error_message(c) : "";
-    snprintf(err, errlen, "%s: %s%s%s", what, dtrain_comm_result_name(rc), msg[0] ? ": " : "", msg);
-    switch (rc) {
-    case DTRAIN_COMM_ETIMEDOUT:
-    case DTRAIN_COMM_EPEER:
-    case DTRAIN_COMM_EABORTED:
-    case DTRAIN_COMM_ESYS:
-        return DTRAIN_ERR_FAULT;
-    default:
-        return DTRAIN_ERR_SYSTEM;
-    }
+    snprintf(err, errlen, "%s: %s%s%s", what, dtrain_comm_cause_name(dtrain_comm_cause(c)), msg[0] ? ": " : "", msg);
+    return rc;
 }
 
 #define MAX_DOUBLES 8

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain, internal: what the parallel trainer's modules share about the
- * comm layer (runtime/comm/dtrain_comm.h): a comm result as a dtrain_status,
+ * comm layer (dtrain_comm.h): a failed comm call's error line,
  * exact-order sums of doubles (on the comm's control plane), and
  * communication on the kernels' memory (struct dtrain_pcomm). */
 #ifndef DTRAIN_PCOMM_H
@@ -12,10 +12,8 @@
 #include "dtrain_kernels.h"
 #include "dtrain_status.h"
 
-/* DTRAIN_OK for DTRAIN_COMM_OK.  Otherwise one line "WHAT: <the comm's
- * first error>" in err and DTRAIN_ERR_FAULT when a peer or the machine let
- * the job down (timeout, dead peer, abort, a failed system call: requeue),
- * DTRAIN_ERR_SYSTEM for a mismatch or a bad argument (a bug here). */
+/* rc: the status of the call on c that has just returned.  When it failed,
+ * one line "WHAT: CAUSE: <the comm's first error>" in err.  Returns rc. */
 int dtrain_pcomm_status(dtrain_comm *c, int rc, const char *what, char *err, size_t errlen);
 
 /* out[i] = sum over the members of their in[i] (i < n, 1 <= n <= 8, the

@@ -45,7 +45,7 @@ int dtrain_trainer_create(const struct dtrain_train_config *c, struct dtrain_tra
     dtrain_comm_options_defaults(&opts);
     atomic_init(&t->abort_flag, 0);
     opts.abort_flag = &t->abort_flag;
-    if (dtrain_comm_init_all(&t->bs, &opts, &t->comms, why, sizeof why) != DTRAIN_COMM_OK) {
+    if (dtrain_comm_init_all(&t->bs, &opts, &t->comms, NULL, why, sizeof why) != DTRAIN_OK) {
         snprintf(err, errlen, "a communicator of one process: %s", why);
         rc = DTRAIN_ERR_SYSTEM;
         goto fail;

@@ -41,7 +41,8 @@ static int check_allreduce(dtrain_comm *c, const struct dtrain_comm_group *g, in
         bad = buf[i] != want;
     }
     if (bad)
-        fprintf(stderr, PROG ": rank %d: %s all-reduce: %s %s\n", rank, name, dtrain_comm_result_name(rc),
+        fprintf(stderr, PROG ": rank %d: %s all-reduce: %s %s\n", rank, name,
+                dtrain_comm_cause_name(dtrain_comm_cause(c)),
                 rc ? dtrain_comm_error_message(c) : "wrong values");
     free(buf);
     return bad;
@@ -62,7 +63,7 @@ int main(void)
     }
     dtrain_comm_options_defaults(&opts);
     opts.timeout_ms = 30000;
-    if (dtrain_comm_init_all(&bs, &opts, &comms, err, sizeof err) != 0) {
+    if (dtrain_comm_init_all(&bs, &opts, &comms, NULL, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": rank %d: %s\n", bs.rank, err);
         return 1;
     }

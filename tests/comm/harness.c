@@ -49,10 +49,11 @@ void harness_options(struct dtrain_comm_options *o, int rank, int n, int hosts, 
 int harness_init(struct dtrain_comm_group *g, const struct dtrain_comm_options *o, dtrain_comm **out)
 {
     char err[256];
-    int rc = dtrain_comm_init(g, DTRAIN_COMM_CPU, o, out, err, sizeof err);
+    enum dtrain_comm_cause cause;
+    int rc = dtrain_comm_init(g, DTRAIN_COMM_CPU, o, out, &cause, err, sizeof err);
     g->listen_fd = -1; /* taken over */
-    if (rc != DTRAIN_COMM_OK)
-        harness_diag(g->my_rank, "init failed: %s: %s", dtrain_comm_result_name(rc), err);
+    if (rc != DTRAIN_OK)
+        harness_diag(g->my_rank, "init failed: %s: %s", dtrain_comm_cause_name(cause), err);
     return rc;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dtrain_comm.h"
+#include "comm_cause.h"
 #include "harness.h"
 #include "comm/cpu/ring.h"
 #include "tap.h"
@@ -44,7 +45,8 @@ static size_t big_count(int n)
 /* A call that failed: say so; 1. */
 static int call_failed(int rank, const char *what, size_t count, int rc, const dtrain_comm *c)
 {
-    harness_diag(rank, "%s(%zu): %s: %s", what, count, dtrain_comm_result_name(rc), dtrain_comm_error_message(c));
+    harness_diag(rank, "%s(%zu): %s: %s", what, count, dtrain_comm_cause_name(comm_cause_of(c, rc)),
+                 dtrain_comm_error_message(c));
     return 1;
 }
 
@@ -204,8 +206,8 @@ static int check_sendrecv(dtrain_comm *c, int rank, int n, size_t bytes)
         bad = rc != 0 || !arrived(rank, in, bytes, partner, 100 + pairing, "send/recv");
     }
     if (rc != 0)
-        harness_diag(rank, "sendrecv/send/recv of %zu bytes: %s: %s", bytes, dtrain_comm_result_name(rc),
-                     dtrain_comm_error_message(c));
+        harness_diag(rank, "sendrecv/send/recv of %zu bytes: %s: %s", bytes,
+                     dtrain_comm_cause_name(dtrain_comm_cause(c)), dtrain_comm_error_message(c));
     free(out);
     free(in);
     return bad;

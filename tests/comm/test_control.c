@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dtrain_comm.h"
+#include "comm_cause.h"
 #include "harness.h"
 #include "comm/cpu/ring.h"
 #include "tap.h"
@@ -43,7 +44,8 @@ static unsigned char byte_of(int rank, size_t bytes, size_t i)
 
 static int failed_call(int rank, const char *what, size_t n, int rc, const dtrain_comm *c)
 {
-    harness_diag(rank, "%s(%zu): %s: %s", what, n, dtrain_comm_result_name(rc), dtrain_comm_error_message(c));
+    harness_diag(rank, "%s(%zu): %s: %s", what, n, dtrain_comm_cause_name(comm_cause_of(c, rc)),
+                 dtrain_comm_error_message(c));
     return 1;
 }
 
@@ -187,20 +189,20 @@ static int check_errors(dtrain_comm *c, int rank)
     unsigned char b[8] = {0};
     int64_t v = 1;
     int bad = 0;
-    bad |= dtrain_comm_all_gather_bytes(c, NULL, b, 1) != DTRAIN_COMM_EINVAL;
-    bad |= dtrain_comm_all_gather_bytes(c, b, NULL, 1) != DTRAIN_COMM_EINVAL;
+    bad |= comm_cause_of(c, dtrain_comm_all_gather_bytes(c, NULL, b, 1)) != DTRAIN_COMM_EINVAL;
+    bad |= comm_cause_of(c, dtrain_comm_all_gather_bytes(c, b, NULL, 1)) != DTRAIN_COMM_EINVAL;
     if (dtrain_comm_size(c) > 1) /* bytes * size overflows */
-        bad |= dtrain_comm_all_gather_bytes(c, b, b, SIZE_MAX / 2 + 1) != DTRAIN_COMM_EINVAL;
-    bad |= dtrain_comm_all_gather_bytes(NULL, b, b, 1) != DTRAIN_COMM_EINVAL;
-    bad |= dtrain_comm_sum_int64(c, NULL, 1) != DTRAIN_COMM_EINVAL;
-    bad |= dtrain_comm_max_int64(NULL, &v, 1) != DTRAIN_COMM_EINVAL;
-    bad |= dtrain_comm_sum_doubles_ordered(c, NULL, 2) != DTRAIN_COMM_EINVAL;
-    bad |= dtrain_comm_sum_int64(c, &v, SIZE_MAX / 4) != DTRAIN_COMM_EINVAL;
+        bad |= comm_cause_of(c, dtrain_comm_all_gather_bytes(c, b, b, SIZE_MAX / 2 + 1)) != DTRAIN_COMM_EINVAL;
+    bad |= comm_cause_of(NULL, dtrain_comm_all_gather_bytes(NULL, b, b, 1)) != DTRAIN_COMM_EINVAL;
+    bad |= comm_cause_of(c, dtrain_comm_sum_int64(c, NULL, 1)) != DTRAIN_COMM_EINVAL;
+    bad |= comm_cause_of(NULL, dtrain_comm_max_int64(NULL, &v, 1)) != DTRAIN_COMM_EINVAL;
+    bad |= comm_cause_of(c, dtrain_comm_sum_doubles_ordered(c, NULL, 2)) != DTRAIN_COMM_EINVAL;
+    bad |= comm_cause_of(c, dtrain_comm_sum_int64(c, &v, SIZE_MAX / 4)) != DTRAIN_COMM_EINVAL;
     /* still usable: every member makes the same call after */
-    int rc = dtrain_comm_sum_int64(c, &v, 1);
+    int rc = comm_cause_of(c, dtrain_comm_sum_int64(c, &v, 1));
     if (bad || rc != 0 || v != dtrain_comm_size(c)) {
         harness_diag(rank, "bad arguments: %s; the call after: %s, sum %lld", bad ? "not all EINVAL" : "EINVAL",
-                     dtrain_comm_result_name(rc), (long long)v);
+                     dtrain_comm_cause_name(rc), (long long)v);
         return 1;
     }
     return 0;
@@ -212,12 +214,12 @@ static int check_mismatch(dtrain_comm *c, int rank, int n)
     if (n < 2)
         return 0;
     unsigned char in[8] = {0}, out[8 * HARNESS_MAX_RANKS];
-    int rc = dtrain_comm_all_gather_bytes(c, in, out, rank == 0 ? 4 : 8);
+    int rc = comm_cause_of(c, dtrain_comm_all_gather_bytes(c, in, out, rank == 0 ? 4 : 8));
     int64_t v = 1;
-    int again = dtrain_comm_sum_int64(c, &v, 1);
+    int again = comm_cause_of(c, dtrain_comm_sum_int64(c, &v, 1));
     if ((rc != DTRAIN_COMM_EMISMATCH && rc != DTRAIN_COMM_EPEER) || again != rc) {
-        harness_diag(rank, "different sizes: %s, then %s", dtrain_comm_result_name(rc),
-                     dtrain_comm_result_name(again));
+        harness_diag(rank, "different sizes: %s, then %s", dtrain_comm_cause_name(rc),
+                     dtrain_comm_cause_name(again));
         return 1;
     }
     return 0;

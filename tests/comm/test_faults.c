@@ -26,6 +26,7 @@
 
 #include "comm/bootstrap/bootstrap_id.h"
 #include "comm/cpu/cpu_comm.h"
+#include "comm_cause.h"
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
 #include "harness.h"
@@ -40,6 +41,15 @@ static void sleep_ms(long ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* dtrain_comm_init, answering its cause (comm_cause.h). */
+static int init_cause(const struct dtrain_comm_group *g, enum dtrain_comm_backend backend,
+                      const struct dtrain_comm_options *o, dtrain_comm **out, char *err, size_t errlen)
+{
+    enum dtrain_comm_cause cause;
+    int status = dtrain_comm_init(g, backend, o, out, &cause, err, errlen);
+    return comm_cause_checked(status, cause);
 }
 
 static dtrain_comm *child_comm(struct dtrain_comm_group *g, int rank, int n, enum dtrain_comm_transport t,
@@ -83,9 +93,9 @@ static int strangers_child(int rank, int n, struct dtrain_comm_group *groups, in
     if (c == NULL)
         return 1;
     float x[3] = {1, 2, 3};
-    int rc = dtrain_comm_allreduce(c, x, 3, DTRAIN_REDUCE_SUM), failed = 0;
+    int rc = comm_cause_of(c, dtrain_comm_allreduce(c, x, 3, DTRAIN_REDUCE_SUM)), failed = 0;
     if (rc != 0 || x[0] != (float)n || x[2] != 3.0f * (float)n) {
-        harness_diag(rank, "allreduce after the strangers: %s", dtrain_comm_result_name(rc));
+        harness_diag(rank, "allreduce after the strangers: %s", dtrain_comm_cause_name(rc));
         failed = 1;
     }
     struct dtrain_comm_stats st;
@@ -258,13 +268,13 @@ static int gone_child(int rank, int n, struct dtrain_comm_group *groups, int ngr
     char host[DTRAIN_COMM_HOST_ID_MAX], err[512] = "";
     dtrain_comm *c = NULL;
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, 20000, host);
-    int rc = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
+    int rc = init_cause(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
     groups[0].listen_fd = -1;
     if (rc == DTRAIN_COMM_OK) {
         dtrain_comm_destroy(c);
         return 1;
     }
-    harness_diag(rank, "%s: %s", dtrain_comm_result_name(rc), err);
+    harness_diag(rank, "%s: %s", dtrain_comm_cause_name(rc), err);
     if (rc != DTRAIN_COMM_EPEER)
         return 2;
     return rank == 0 && strstr(err, "rank 3") == NULL ? 3 : 0;
@@ -328,14 +338,14 @@ static int gone_after_table_child(int rank, int n, struct dtrain_comm_group *gro
     dtrain_comm *c = NULL;
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, 20000, host);
     double t0 = dtrain_clock_s();
-    int rc = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
+    int rc = init_cause(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
     groups[0].listen_fd = -1;
     if (rc == DTRAIN_COMM_OK) {
         dtrain_comm_destroy(c);
         return 1;
     }
     /* the time is shown, not checked (the machine may be loaded) */
-    harness_diag(rank, "%s after %.2f s: %s", dtrain_comm_result_name(rc), dtrain_clock_s() - t0, err);
+    harness_diag(rank, "%s after %.2f s: %s", dtrain_comm_cause_name(rc), dtrain_clock_s() - t0, err);
     if (rc != DTRAIN_COMM_EPEER)
         return 2;
     return rank == 0 && strstr(err, "closed its bootstrap connection") == NULL ? 3 : 0;
@@ -372,7 +382,7 @@ static int killed_child(int rank, int n, struct dtrain_comm_group *groups, int n
     int rc = 0, signalled = 0;
     double t0 = 0;
     for (int i = 0; i < 100000 && buf != NULL; i++) {
-        rc = dtrain_comm_allreduce(c, buf, count, DTRAIN_REDUCE_SUM);
+        rc = comm_cause_of(c, dtrain_comm_allreduce(c, buf, count, DTRAIN_REDUCE_SUM));
         if (rc != 0)
             break;
         if (!signalled) {
@@ -381,10 +391,10 @@ static int killed_child(int rank, int n, struct dtrain_comm_group *groups, int n
         }
     }
     struct dtrain_comm_error e;
-    int async = dtrain_comm_get_async_error(c, &e);
+    int async = comm_async_cause(c, &e);
     int failed = !(rc == DTRAIN_COMM_EPEER || rc == DTRAIN_COMM_ETIMEDOUT) || async != rc;
-    harness_diag(rank, "%s after %.2f s: %s (async: %s, peer %d)", dtrain_comm_result_name(rc), dtrain_clock_s() - t0,
-                 dtrain_comm_error_message(c), dtrain_comm_result_name(async), e.peer);
+    harness_diag(rank, "%s after %.2f s: %s (async: %s, peer %d)", dtrain_comm_cause_name(rc), dtrain_clock_s() - t0,
+                 dtrain_comm_error_message(c), dtrain_comm_cause_name(async), e.peer);
     free(buf);
     dtrain_comm_destroy(c);
     return failed;
@@ -452,9 +462,9 @@ static int stop_child(int rank, int n, struct dtrain_comm_group *groups, int ngr
     int failed = 0;
     if (rank == 1) {
         sleep_ms(1200);
-        int rc = dtrain_comm_allreduce(c, x, 4, DTRAIN_REDUCE_SUM);
+        int rc = comm_cause_of(c, dtrain_comm_allreduce(c, x, 4, DTRAIN_REDUCE_SUM));
         if (rc != DTRAIN_COMM_EPEER) { /* rank 0 broke the links on its way out */
-            harness_diag(rank, "the late member got %s, want EPEER", dtrain_comm_result_name(rc));
+            harness_diag(rank, "the late member got %s, want EPEER", dtrain_comm_cause_name(rc));
             failed = 2;
         }
         dtrain_comm_destroy(c);
@@ -464,13 +474,13 @@ static int stop_child(int rank, int n, struct dtrain_comm_group *groups, int ngr
     a->comm = c;
     int started = a->how != STOP_TIMEOUT && pthread_create(&thread, NULL, stop_later, a) == 0;
     int want = a->how == STOP_TIMEOUT ? DTRAIN_COMM_ETIMEDOUT : DTRAIN_COMM_EABORTED;
-    int rc = dtrain_comm_allreduce(c, x, 4, DTRAIN_REDUCE_SUM);
+    int rc = comm_cause_of(c, dtrain_comm_allreduce(c, x, 4, DTRAIN_REDUCE_SUM));
     if (started)
         pthread_join(thread, NULL);
-    int again = dtrain_comm_barrier(c);
+    int again = comm_cause_of(c, dtrain_comm_barrier(c));
     struct dtrain_comm_error e;
-    int async = dtrain_comm_get_async_error(c, &e);
-    harness_diag(rank, "%s: %s (peer %d)", dtrain_comm_result_name(rc), e.message, e.peer);
+    int async = comm_async_cause(c, &e);
+    harness_diag(rank, "%s: %s (peer %d)", dtrain_comm_cause_name(rc), e.message, e.peer);
     if (rc != want || again != want || async != want)
         failed = 1;
     if (a->how == STOP_TIMEOUT && e.peer != 1)
@@ -500,10 +510,11 @@ static int mismatch_child(int rank, int n, struct dtrain_comm_group *groups, int
     float x[200] = {0};
     int rc;
     if (*round == 0) /* different counts */
-        rc = dtrain_comm_allreduce(c, x, rank == 0 ? 100 : 200, DTRAIN_REDUCE_SUM);
+        rc = comm_cause_of(c, dtrain_comm_allreduce(c, x, rank == 0 ? 100 : 200, DTRAIN_REDUCE_SUM));
     else /* different operations: rank 1 only receives the broadcast */
-        rc = rank == 0 ? dtrain_comm_allreduce(c, x, 100, DTRAIN_REDUCE_SUM) : dtrain_comm_broadcast(c, x, 400, 0);
-    harness_diag(rank, "%s: %s", dtrain_comm_result_name(rc), dtrain_comm_error_message(c));
+        rc = comm_cause_of(c, rank == 0 ? dtrain_comm_allreduce(c, x, 100, DTRAIN_REDUCE_SUM)
+                                        : dtrain_comm_broadcast(c, x, 400, 0));
+    harness_diag(rank, "%s: %s", dtrain_comm_cause_name(rc), dtrain_comm_error_message(c));
     /* Whoever reads the other's header first fails with EMISMATCH and
      * breaks the links; the other may get EPEER before it reads one. */
     int failed = rc == DTRAIN_COMM_EMISMATCH ? 0 : rc == DTRAIN_COMM_EPEER ? 2 : 1;
@@ -540,8 +551,8 @@ static int absent_child(int rank, int n, struct dtrain_comm_group *groups, int n
     char host[DTRAIN_COMM_HOST_ID_MAX], err[256];
     dtrain_comm *c = NULL;
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, 800, host);
-    int rc = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
-    harness_diag(rank, "init: %s: %s", dtrain_comm_result_name(rc), err);
+    int rc = init_cause(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
+    harness_diag(rank, "init: %s: %s", dtrain_comm_cause_name(rc), err);
     dtrain_comm_destroy(c);
     if (rank == 0)
         return rc != DTRAIN_COMM_ETIMEDOUT || strstr(err, "rank 2") == NULL;
@@ -566,42 +577,42 @@ static void test_init_failures(void)
     int made = dtrain_bootstrap_id_make_cpu("127.0.0.1", 1, g.id, sizeof g.id, &fd, why, sizeof why) == 0;
     if (made)
         close(fd);
-    rc = made ? dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) : -1;
+    rc = made ? init_cause(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) : -1;
     ok(rc == DTRAIN_COMM_ETIMEDOUT && c == NULL, "a member whose leader is gone: ETIMEDOUT (%s)", err);
 
     /* Ids and groups that are wrong on their face. */
     g.my_rank = 0;
     dtrain_snprintf(g.id, sizeof g.id, "cpu:127.0.0.1:70000:00112233445566778899aabbccddeeff");
-    ok(dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL && c == NULL,
+    ok(init_cause(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL && c == NULL,
        "a malformed id: EINVAL (%s)", err);
     made = dtrain_bootstrap_id_make_cpu("127.0.0.1", 1, g.id, sizeof g.id, &fd, why, sizeof why) == 0;
     int other = -1;
     char other_id[DTRAIN_BOOTSTRAP_ID_MAX];
     made = made && dtrain_bootstrap_id_make_cpu("127.0.0.1", 1, other_id, sizeof other_id, &other, why, sizeof why) == 0;
     g.listen_fd = other; /* the socket of another id */
-    rc = made ? dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) : -1;
+    rc = made ? init_cause(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) : -1;
     ok(rc == DTRAIN_COMM_EINVAL && c == NULL, "a leader given the socket of another id: EINVAL (%s)", err);
     if (fd >= 0)
         close(fd);
     g.listen_fd = -1;
     g.my_rank = 2;
-    ok(dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
+    ok(init_cause(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
        "rank 2 of a group of 2: EINVAL (%s)", err);
     g.my_rank = 1;
 #ifdef DTRAIN_HAVE_CUDA
     /* built: the nccl backend refuses a cpu id (tests/gpu/test_nccl.c has the rest) */
-    ok(dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
+    ok(init_cause(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
        "the nccl backend given a cpu id: EINVAL (%s)", err);
 #else
-    ok(dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err) == DTRAIN_COMM_ENOTSUP,
+    ok(init_cause(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err) == DTRAIN_COMM_ENOTSUP,
        "the nccl backend in a build without CUDA: ENOTSUP (%s)", err);
 #endif
     o.timeout_ms = -5;
-    ok(dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
+    ok(init_cause(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
        "a negative timeout: EINVAL (%s)", err);
     setenv("DTRAIN_COMM_TRANSPORT", "carrier-pigeon", 1);
     dtrain_comm_options_defaults(&o);
-    ok(dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
+    ok(init_cause(&g, DTRAIN_COMM_CPU, &o, &c, err, sizeof err) == DTRAIN_COMM_EINVAL,
        "DTRAIN_COMM_TRANSPORT=carrier-pigeon: EINVAL (%s)", err);
     unsetenv("DTRAIN_COMM_TRANSPORT");
 }
@@ -618,10 +629,11 @@ static int async_child(int rank, int n, struct dtrain_comm_group *groups, int ng
     float x[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     int failed = 0;
     /* Bad arguments are refused without breaking the communicator. */
-    if (dtrain_comm_allreduce(c, NULL, 8, DTRAIN_REDUCE_SUM) != DTRAIN_COMM_EINVAL ||
-        dtrain_comm_allreduce(c, x, 8, (enum dtrain_reduce_op)7) != DTRAIN_COMM_EINVAL ||
-        dtrain_comm_broadcast(c, x, 4, n) != DTRAIN_COMM_EINVAL ||
-        dtrain_comm_send(c, x, 4, rank) != DTRAIN_COMM_EINVAL || dtrain_comm_recv(c, x, 4, -1) != DTRAIN_COMM_EINVAL)
+    if (comm_cause_of(c, dtrain_comm_allreduce(c, NULL, 8, DTRAIN_REDUCE_SUM)) != DTRAIN_COMM_EINVAL ||
+        comm_cause_of(c, dtrain_comm_allreduce(c, x, 8, (enum dtrain_reduce_op)7)) != DTRAIN_COMM_EINVAL ||
+        comm_cause_of(c, dtrain_comm_broadcast(c, x, 4, n)) != DTRAIN_COMM_EINVAL ||
+        comm_cause_of(c, dtrain_comm_send(c, x, 4, rank)) != DTRAIN_COMM_EINVAL ||
+        comm_cause_of(c, dtrain_comm_recv(c, x, 4, -1)) != DTRAIN_COMM_EINVAL)
         failed |= 2;
     if (dtrain_comm_allreduce(c, x, 8, DTRAIN_REDUCE_SUM) != 0 || x[7] != (float)n)
         failed |= 4;
@@ -637,12 +649,13 @@ static int async_child(int rank, int n, struct dtrain_comm_group *groups, int ng
     /* Rank 1 has gone: noticed between calls, without calling anything else. */
     int code = 0;
     for (int i = 0; i < 500 && code == 0; i++) {
-        code = dtrain_comm_get_async_error(c, &e);
+        code = comm_async_cause(c, &e);
         if (code == 0)
             sleep_ms(10);
     }
-    harness_diag(rank, "async: %s, peer %d: %s", dtrain_comm_result_name(code), e.peer, e.message);
-    if (code != DTRAIN_COMM_EPEER || e.peer != 1 || dtrain_comm_allreduce(c, x, 8, DTRAIN_REDUCE_SUM) != code)
+    harness_diag(rank, "async: %s, peer %d: %s", dtrain_comm_cause_name(code), e.peer, e.message);
+    if (code != DTRAIN_COMM_EPEER || e.peer != 1 ||
+        comm_cause_of(c, dtrain_comm_allreduce(c, x, 8, DTRAIN_REDUCE_SUM)) != code)
         failed |= 16;
     dtrain_comm_destroy(c);
     return failed;

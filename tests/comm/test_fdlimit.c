@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "comm_cause.h"
 #include "dtrain_comm.h"
 #include "harness.h"
 #include "tap.h"
@@ -42,11 +43,13 @@ static int fd_child(int rank, int n, struct dtrain_comm_group *groups, int ngrou
     char host[DTRAIN_COMM_HOST_ID_MAX], err[512];
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_DEFAULT, k->lower_hard ? 3000 : 20000, host);
     dtrain_comm *c = NULL;
-    int rc = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, err, sizeof err);
+    enum dtrain_comm_cause cause;
+    int status = dtrain_comm_init(&groups[0], DTRAIN_COMM_CPU, &o, &c, &cause, err, sizeof err);
+    int rc = comm_cause_checked(status, cause);
     groups[0].listen_fd = -1; /* taken over */
     if (k->lower_hard) {
         if (rank == 0)
-            harness_diag(rank, "%s: %s", dtrain_comm_result_name(rc), err);
+            harness_diag(rank, "%s: %s", dtrain_comm_cause_name(rc), err);
         dtrain_comm_destroy(c);
         if (rc == DTRAIN_COMM_OK)
             return 1;
@@ -55,12 +58,12 @@ static int fd_child(int rank, int n, struct dtrain_comm_group *groups, int ngrou
         return 0;
     }
     if (rc != DTRAIN_COMM_OK) {
-        harness_diag(rank, "init failed: %s: %s", dtrain_comm_result_name(rc), err);
+        harness_diag(rank, "init failed: %s: %s", dtrain_comm_cause_name(rc), err);
         return 1;
     }
     float x = (float)rank;
     int failed = 0;
-    if (dtrain_comm_allreduce(c, &x, 1, DTRAIN_REDUCE_SUM) != DTRAIN_COMM_OK || x != (float)(n * (n - 1) / 2))
+    if (dtrain_comm_allreduce(c, &x, 1, DTRAIN_REDUCE_SUM) != DTRAIN_OK || x != (float)(n * (n - 1) / 2))
         failed |= 1;
     if (rank == 0 && (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur <= LOWERED)) {
         harness_diag(rank, "the soft limit is still %llu", (unsigned long long)rl.rlim_cur);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_cause.h"
 #include "dtrain_comm.h"
 #include "parallel/local_boot.h"
 #include "tap.h"
@@ -57,7 +58,9 @@ static int rank_fn(struct dtrain_bootstrap *bs, void *out, void *arg)
         res->expected_received += sizeof(float) * (uint64_t)((bs->rank != 1) + (bs->rank != 0));
     if (c->bad_leader && bs->rank == 0)
         snprintf(bs->groups[DTRAIN_GROUP_TP].id, sizeof bs->groups[DTRAIN_GROUP_TP].id, "cpu:not-an-id");
-    res->init_rc = local_boot_comms(bs, 5000, c->tcp, &comms, res->msg, sizeof res->msg);
+    enum dtrain_comm_cause cause;
+    int status = local_boot_comms(bs, 5000, c->tcp, &comms, &cause, res->msg, sizeof res->msg);
+    res->init_rc = comm_cause_checked(status, cause);
     if (res->init_rc != DTRAIN_COMM_OK)
         return 1;
     struct dtrain_comm_stats st;

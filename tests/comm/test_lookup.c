@@ -21,6 +21,7 @@
 
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
+#include "comm_cause.h"
 #include "harness.h"
 #include "tap.h"
 #include "comm/cpu/wire.h"
@@ -77,10 +78,10 @@ static int bytes_child(int rank, int n, struct dtrain_comm_group *groups, int ng
     for (int round = 0; round < 2; round++) {
         uint64_t before = setup_bytes(c, NULL);
         int out[4] = {rank, round, n, 77}, in[4] = {0};
-        int rc = dtrain_comm_sendrecv(c, out, sizeof out, to, in, sizeof in, from);
+        int rc = comm_cause_of(c, dtrain_comm_sendrecv(c, out, sizeof out, to, in, sizeof in, from));
         if (rc != DTRAIN_COMM_OK || in[0] != from || in[1] != round || in[2] != n || in[3] != 77) {
             harness_diag(rank, "round %d: sendrecv to %d from %d: %s: %s", round, to, from,
-                         dtrain_comm_result_name(rc), dtrain_comm_error_message(c));
+                         dtrain_comm_cause_name(rc), dtrain_comm_error_message(c));
             failed |= 1 << P_P2P_DATA;
             break;
         }
@@ -94,7 +95,7 @@ static int bytes_child(int rank, int n, struct dtrain_comm_group *groups, int ng
             failed |= 1 << (round == 0 ? P_LOOKUP_BYTES : P_CACHED);
         }
     }
-    if (dtrain_comm_barrier(c) != DTRAIN_COMM_OK)
+    if (dtrain_comm_barrier(c) != DTRAIN_OK)
         failed |= 1 << P_P2P_DATA;
     dtrain_comm_destroy(c);
     return failed;
@@ -120,7 +121,7 @@ static int gone_child(int rank, int n, struct dtrain_comm_group *groups, int ngr
     harness_options(&o, rank, n, 2, DTRAIN_COMM_TRANSPORT_AUTO, 20000, host);
     if (harness_init(&groups[0], &o, &c) != 0)
         return 1;
-    if (dtrain_comm_barrier(c) != DTRAIN_COMM_OK) {
+    if (dtrain_comm_barrier(c) != DTRAIN_OK) {
         dtrain_comm_destroy(c);
         return 2;
     }
@@ -137,9 +138,9 @@ static int gone_child(int rank, int n, struct dtrain_comm_group *groups, int ngr
         while (access(gone, F_OK) != 0) /* the harness's bound ends a wait that never ends */
             usleep(10000);
         unlink(gone);
-        int rc = dtrain_comm_send(c, &x, sizeof x, 3);
+        int rc = comm_cause_of(c, dtrain_comm_send(c, &x, sizeof x, 3));
         const char *msg = dtrain_comm_error_message(c);
-        harness_diag(rank, "send to rank 3 after the leader left: %s: %s", dtrain_comm_result_name(rc), msg);
+        harness_diag(rank, "send to rank 3 after the leader left: %s: %s", dtrain_comm_cause_name(rc), msg);
         failed = rc != DTRAIN_COMM_EPEER || strstr(msg, "rank 0") == NULL || strchr(msg, '\n') != NULL ? 3 : 0;
     }
     dtrain_comm_destroy(c);

@@ -105,7 +105,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = j->cfg.comm_timeout * 1000;
     o.abort_flag = &abort_flag;
-    if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
+    if (dtrain_comm_init_all(bs, &o, &comms, NULL, a->err, sizeof a->err) != DTRAIN_OK)
         return 3;
     int code = DTRAIN_EXIT_FAILURE, rc = DTRAIN_ERR_INPUT;
     if (dtrain_fault_init(&fault, "test_ft", bs->rank, a->err, sizeof a->err) == 0)

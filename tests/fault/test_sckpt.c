@@ -73,7 +73,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct dtrain_comm_options o;
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = 20000;
-    if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
+    if (dtrain_comm_init_all(bs, &o, &comms, NULL, a->err, sizeof a->err) != DTRAIN_OK)
         return 3;
     dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
     struct dtrain_sckpt_layout L = {

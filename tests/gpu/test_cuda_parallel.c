@@ -62,7 +62,7 @@ static int train_rank(struct dtrain_bootstrap *bs, const struct job *j, struct a
     struct dtrain_comm_options o;
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = 60000;
-    if (dtrain_comm_init_all(bs, &o, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
+    if (dtrain_comm_init_all(bs, &o, &comms, NULL, a->err, sizeof a->err) != DTRAIN_OK)
         return 3;
     int rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
     for (int s = 0; rc == DTRAIN_OK && s < STEPS; s++) {

@@ -36,12 +36,30 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comm/comm_cause.h"
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
 
 #define CHILD_BOUND_S 60
 
 /* ------------------------------------------------------------------ helpers */
+
+/* dtrain_comm_init and dtrain_comm_split, answering their cause (comm_cause.h). */
+static int init_cause(const struct dtrain_comm_group *g, enum dtrain_comm_backend backend,
+                      const struct dtrain_comm_options *o, dtrain_comm **out, char *err, size_t errlen)
+{
+    enum dtrain_comm_cause cause;
+    int status = dtrain_comm_init(g, backend, o, out, &cause, err, errlen);
+    return comm_cause_checked(status, cause);
+}
+
+static int split_cause(dtrain_comm *world, const struct dtrain_comm_group *g, const struct dtrain_comm_options *o,
+                       dtrain_comm **out, char *err, size_t errlen)
+{
+    enum dtrain_comm_cause cause;
+    int status = dtrain_comm_split(world, g, o, out, &cause, err, errlen);
+    return comm_cause_checked(status, cause);
+}
 
 static void group_of(struct dtrain_comm_group *g, const char *key, long index, int size, int rank, const char *id)
 {
@@ -152,11 +170,11 @@ static void test_bad_ids(void)
     dtrain_comm *c = NULL;
     char err[256] = "";
     group_of(&g, "dt.test.0", 0, 1, 0, "nccl:0123zz");
-    int rc = dtrain_comm_init(&g, DTRAIN_COMM_NCCL, NULL, &c, err, sizeof err);
+    int rc = init_cause(&g, DTRAIN_COMM_NCCL, NULL, &c, err, sizeof err);
     ok(rc == DTRAIN_COMM_EINVAL && c == NULL && strstr(err, "not an nccl bootstrap id") != NULL,
        "a malformed nccl id is refused: %s", err);
     group_of(&g, "dt.test.0", 0, 1, 0, "cpu:127.0.0.1:5000:00112233445566778899aabbccddeeff");
-    rc = dtrain_comm_init(&g, DTRAIN_COMM_NCCL, NULL, &c, err, sizeof err);
+    rc = init_cause(&g, DTRAIN_COMM_NCCL, NULL, &c, err, sizeof err);
     ok(rc == DTRAIN_COMM_EINVAL && c == NULL, "a cpu id given to the nccl backend is refused: %s", err);
 }
 
@@ -172,7 +190,7 @@ static void child_no_device(int rank, int n, int fd, int idfd[2], void *arg)
     }
     report(fd, 1, "ncclGetUniqueId works without a GPU");
     group_of(&g, "dt.world", 0, 1, 0, id);
-    int rc = dtrain_comm_init(&g, DTRAIN_COMM_NCCL, NULL, &c, err, sizeof err);
+    int rc = init_cause(&g, DTRAIN_COMM_NCCL, NULL, &c, err, sizeof err);
     report(fd, rc == DTRAIN_COMM_ESYS && c == NULL && strstr(err, "no CUDA device") != NULL,
            "init without a GPU fails clearly: %s", err);
 }
@@ -194,19 +212,19 @@ static void child_one_gpu(int rank, int n, int fd, int idfd[2], void *arg)
         return;
     }
     group_of(&world, "dt.world", 0, 1, 0, id);
-    int rc = dtrain_comm_init(&world, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err);
+    int rc = init_cause(&world, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err);
     report(fd, rc == DTRAIN_COMM_OK, "a group of one comes up (non-blocking init): %s", rc ? err : "ok");
     if (rc != DTRAIN_COMM_OK)
         return;
     group_of(&sub, "dt.tp.0", 0, 1, 0, "unused: split off WORLD");
-    rc = dtrain_comm_split(c, &sub, &o, &tp, err, sizeof err);
+    rc = split_cause(c, &sub, &o, &tp, err, sizeof err);
     report(fd, rc == DTRAIN_COMM_OK && tp != NULL && dtrain_comm_size(tp) == 1,
            "a TP group splits off WORLD (ncclCommSplit): %s", rc ? err : "ok");
-    report(fd, dtrain_comm_get_async_error(c, &e) == DTRAIN_COMM_OK, "no async error on WORLD");
+    report(fd, comm_async_cause(c, &e) == DTRAIN_COMM_OK, "no async error on WORLD");
     dtrain_comm_abort(c);
-    report(fd, dtrain_comm_barrier(c) == DTRAIN_COMM_EABORTED && dtrain_comm_get_async_error(c, &e) ==
+    report(fd, comm_cause_of(c, dtrain_comm_barrier(c)) == DTRAIN_COMM_EABORTED && comm_async_cause(c, &e) ==
            DTRAIN_COMM_EABORTED, "after dtrain_comm_abort, calls report EABORTED: %s", e.message);
-    report(fd, tp == NULL || dtrain_comm_get_async_error(tp, &e) == DTRAIN_COMM_OK,
+    report(fd, tp == NULL || comm_async_cause(tp, &e) == DTRAIN_COMM_OK,
            "the split group shares nothing with the aborted one");
     dtrain_comm_destroy(tp);
     dtrain_comm_destroy(c);
@@ -261,7 +279,7 @@ static void child_collectives(int rank, int n, int fd, int idfd[2], void *arg)
         return;
     }
     group_of(&g, "dt.world", 0, n, rank, id);
-    int rc = dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err);
+    int rc = init_cause(&g, DTRAIN_COMM_NCCL, &o, &c, err, sizeof err);
     if (rank == 0)
         report(fd, rc == DTRAIN_COMM_OK, "%d ranks come up: %s", n, rc ? err : "ok");
     if (rc != DTRAIN_COMM_OK)
@@ -377,7 +395,7 @@ static int child_world(int rank, int n, int fd, int idfd[2], int timeout_ms, dtr
         return -1;
     }
     group_of(&g, "dt.world", 0, n, rank, id);
-    if (dtrain_comm_init(&g, DTRAIN_COMM_NCCL, &o, c, err, sizeof err) != DTRAIN_COMM_OK) {
+    if (init_cause(&g, DTRAIN_COMM_NCCL, &o, c, err, sizeof err) != DTRAIN_COMM_OK) {
         if (rank == 0)
             report(fd, 0, "init: %s", err);
         return -1;
@@ -393,7 +411,7 @@ static void child_timeout(int rank, int n, int fd, int idfd[2], void *arg)
     if (child_world(rank, n, fd, idfd, 3000, &c, &d) != 0)
         return;
     if (rank == 0) {
-        int rc = dtrain_comm_allreduce(c, d, 1024, DTRAIN_REDUCE_SUM);
+        int rc = comm_cause_of(c, dtrain_comm_allreduce(c, d, 1024, DTRAIN_REDUCE_SUM));
         report(fd, rc == DTRAIN_COMM_ETIMEDOUT, "a member that never calls: ETIMEDOUT after 3 s: %s",
                dtrain_comm_error_message(c));
     } else {
@@ -430,7 +448,7 @@ static void child_abort_midcall(int rank, int n, int fd, int idfd[2], void *arg)
         struct abort_later a = {.c = c, .delay_ms = 1000};
         pthread_t t;
         int started = pthread_create(&t, NULL, abort_after, &a) == 0;
-        int rc = dtrain_comm_allreduce(c, d, 1024, DTRAIN_REDUCE_SUM);
+        int rc = comm_cause_of(c, dtrain_comm_allreduce(c, d, 1024, DTRAIN_REDUCE_SUM));
         if (started)
             pthread_join(t, NULL);
         report(fd, started && rc == DTRAIN_COMM_EABORTED,
@@ -516,8 +534,8 @@ static void child_control(int rank, int n, int fd, int idfd[2], void *arg)
         report(fd, same, "sum_doubles_ordered adds in rank order, the same bits on both ranks");
     unsigned char one = 1;
     int zero = dtrain_comm_all_gather_bytes(c, NULL, NULL, 0) == 0 &&
-               dtrain_comm_all_gather_bytes(c, NULL, buf, 1) == DTRAIN_COMM_EINVAL &&
-               dtrain_comm_sum_int64(c, NULL, 1) == DTRAIN_COMM_EINVAL &&
+               comm_cause_of(c, dtrain_comm_all_gather_bytes(c, NULL, buf, 1)) == DTRAIN_COMM_EINVAL &&
+               comm_cause_of(c, dtrain_comm_sum_int64(c, NULL, 1)) == DTRAIN_COMM_EINVAL &&
                dtrain_comm_all_gather_bytes(c, &one, buf, 1) == 0 && buf[0] == 1 && buf[n - 1] == 1;
     if (rank == 0)
         report(fd, zero, "0 bytes return at once; a NULL buffer is EINVAL and the communicator goes on");

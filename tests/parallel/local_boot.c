@@ -172,11 +172,11 @@ out:
 }
 
 int local_boot_comms(struct dtrain_bootstrap *bs, int timeout_ms, int tcp, struct dtrain_comms *out,
-                     char *err, size_t errlen)
+                     enum dtrain_comm_cause *cause, char *err, size_t errlen)
 {
     struct dtrain_comm_options o;
     dtrain_comm_options_defaults(&o);
     o.timeout_ms = timeout_ms;
     o.transport = tcp ? DTRAIN_COMM_TRANSPORT_TCP : DTRAIN_COMM_TRANSPORT_AUTO;
-    return dtrain_comm_init_all(bs, &o, out, err, errlen);
+    return dtrain_comm_init_all(bs, &o, out, cause, err, errlen);
 }

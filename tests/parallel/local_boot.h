@@ -38,8 +38,9 @@ int local_boot_run_backend(enum dtrain_comm_backend backend, int tp, int pp, int
                            size_t errlen);
 
 /* Inside a rank: every communicator of bs (dtrain_comm_init_all with a
- * timeout of timeout_ms and TCP between ranks when tcp is set). */
+ * timeout of timeout_ms and TCP between ranks when tcp is set; its cause
+ * into *cause when not NULL). */
 int local_boot_comms(struct dtrain_bootstrap *bs, int timeout_ms, int tcp, struct dtrain_comms *out,
-                     char *err, size_t errlen);
+                     enum dtrain_comm_cause *cause, char *err, size_t errlen);
 
 #endif

@@ -136,7 +136,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct dtrain_adamw *ref_opt = NULL;
     float *init = NULL, *ref = NULL, *sum = NULL, *g = NULL, *out[MODES] = {NULL};
     (void)ctx;
-    if (local_boot_comms(bs, 20000, 0, &comms, r->err, sizeof r->err) != DTRAIN_COMM_OK)
+    if (local_boot_comms(bs, 20000, 0, &comms, NULL, r->err, sizeof r->err) != DTRAIN_OK)
         return 3;
     struct dtrain_optim_config oc = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                                      .grad_clip = 2.0, .schedule = DTRAIN_LR_CONSTANT};

@@ -66,7 +66,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct rank_area *a = result;
     struct dtrain_comms comms;
     struct dtrain_ptrainer *t = NULL;
-    if (local_boot_comms(bs, 30000, j->tcp, &comms, a->err, sizeof a->err) != DTRAIN_COMM_OK)
+    if (local_boot_comms(bs, 30000, j->tcp, &comms, NULL, a->err, sizeof a->err) != DTRAIN_OK)
         return 3;
     int rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->err, sizeof a->err);
     a->tp_rank = bs->tp_rank;

@@ -42,7 +42,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct dtrain_kernels_options kopt = {.threads = 1};
     struct dtrain_pcomm direct, staged;
     (void)ctx;
-    if (local_boot_comms(bs, 20000, 0, &comms, r->err, sizeof r->err) != DTRAIN_COMM_OK)
+    if (local_boot_comms(bs, 20000, 0, &comms, NULL, r->err, sizeof r->err) != DTRAIN_OK)
         return 1;
     dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
     int me = bs->rank, n = WORLD;

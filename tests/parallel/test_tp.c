@@ -241,7 +241,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct dtrain_tp *tp = NULL;
     struct dtrain_kernels_options ko = {.threads = 1};
     (void)ctx;
-    if (local_boot_comms(bs, 20000, 0, &comms, r->err, sizeof r->err) != DTRAIN_COMM_OK)
+    if (local_boot_comms(bs, 20000, 0, &comms, NULL, r->err, sizeof r->err) != DTRAIN_OK)
         return 3;
     int size = bs->tp;
     if (dtrain_kernels_create("cpu", &ko, &k, r->err, sizeof r->err) != 0 ||

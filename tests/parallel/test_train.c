@@ -136,8 +136,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     struct rank_area *a = result;
     struct dtrain_comms comms;
     struct dtrain_ptrainer *t = NULL;
-    int rc = local_boot_comms(bs, 30000, 0, &comms, a->r.err, sizeof a->r.err);
-    if (rc != DTRAIN_COMM_OK)
+    int rc = local_boot_comms(bs, 30000, 0, &comms, NULL, a->r.err, sizeof a->r.err);
+    if (rc != DTRAIN_OK)
         return 3;
     rc = dtrain_ptrainer_create(&j->cfg, bs, &comms, &t, a->r.err, sizeof a->r.err);
     if (rc == DTRAIN_OK)

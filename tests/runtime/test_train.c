@@ -113,7 +113,7 @@ static int read_back(const struct dtrain_train_config *c, const char *ck, float 
     struct dtrain_comms comms;
     struct dtrain_sckpt_stats st;
     dtrain_bootstrap_local(&bs);
-    if (dtrain_comm_init_all(&bs, NULL, &comms, err, errlen) != DTRAIN_COMM_OK)
+    if (dtrain_comm_init_all(&bs, NULL, &comms, NULL, err, errlen) != DTRAIN_OK)
         return DTRAIN_ERR_SYSTEM;
     struct dtrain_sckpt_piece all = {0, dtrain_gpt2_param_count(&c->model), p, m, v};
     int rc = dtrain_sckpt_resume(ck, c, comms.group[DTRAIN_GROUP_WORLD], &all, 1, stderr, "test", res, &st, err,

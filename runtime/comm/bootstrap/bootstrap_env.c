@@ -150,7 +150,9 @@ static int group_from_env(int k, struct dtrain_comm_group *g, char *err, size_t 
     return 0;
 }
 
-int dtrain_comm_bootstrap_from_env(struct dtrain_bootstrap *bs, char *err, size_t errlen)
+/* Its only failure is a malformed or missing variable (cause EINVAL), a
+ * DTRAIN_ERR_SYSTEM as comm's EINVAL always is. */
+enum dtrain_status dtrain_comm_bootstrap_from_env(struct dtrain_bootstrap *bs, char *err, size_t errlen)
 {
     char why[200];
     long v;
@@ -160,15 +162,15 @@ int dtrain_comm_bootstrap_from_env(struct dtrain_bootstrap *bs, char *err, size_
         dtrain_snprintf(err, errlen, "DTRAIN_COMM_BACKEND is %s%.32s%s: run this program as `srun --mpi=pmi2 "
                         "dtrain-launch -- PROGRAM`, which sets it to cpu or nccl",
                         backend ? "'" : "", backend ? backend : "not set", backend ? "'" : "");
-        return DTRAIN_COMM_EINVAL;
+        return DTRAIN_ERR_SYSTEM;
     }
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++)
         if (group_from_env(k, &bs->groups[k], err, errlen) != 0)
-            return DTRAIN_COMM_EINVAL;
+            return DTRAIN_ERR_SYSTEM;
     const struct dtrain_comm_group *world = &bs->groups[DTRAIN_GROUP_WORLD];
     if (!world->present) {
         dtrain_snprintf(err, errlen, "DTRAIN_COMM_WORLD_ID is not set: run this program under dtrain-launch");
-        return DTRAIN_COMM_EINVAL;
+        return DTRAIN_ERR_SYSTEM;
     }
     bs->rank = world->my_rank;
     bs->world_size = world->size;
@@ -186,12 +188,12 @@ int dtrain_comm_bootstrap_from_env(struct dtrain_bootstrap *bs, char *err, size_
     if (node != NULL) {
         if (dtrain_parse_int(node, 0, 1L << 30, "SLURM_NODEID", &v, why, sizeof why) != 0) {
             dtrain_snprintf(err, errlen, "%s", why);
-            return DTRAIN_COMM_EINVAL;
+            return DTRAIN_ERR_SYSTEM;
         }
         bs->node = (int)v;
     }
     const char *local = getenv("DTRAIN_LOCAL_RANK");
     if (local != NULL && dtrain_parse_int(local, 0, 1L << 20, "DTRAIN_LOCAL_RANK", &v, why, sizeof why) == 0)
         bs->local_rank = (int)v;
-    return DTRAIN_COMM_OK;
+    return DTRAIN_OK;
 }
