@@ -238,18 +238,25 @@ static int heartbeat_addr(const struct dtrain_bootstrap *bs, char *addr, size_t 
 
 /* The neighbours' heartbeat addresses, this rank's (ip, port) sent to both
  * and theirs received (got[0]: prev's, got[1]: next's), in host memory. */
+struct hb_address {
+    uint32_t ip, port;
+};
+
+static int exchange_one(dtrain_comm *world, const struct hb_address *mine, int to, struct hb_address *got, int from,
+                        char *err, size_t errlen)
+{
+    return dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, mine, sizeof *mine, to, got, sizeof *got, from),
+                               "heartbeat addresses", err, errlen);
+}
+
 static int exchange_addresses(dtrain_comm *world, int prev, int next, uint32_t ip, uint16_t port,
                               uint32_t got_ip[2], uint16_t got_port[2], char *err, size_t errlen)
 {
-    struct hb_address {
-        uint32_t ip, port;
-    } mine = {ip, port}, got[2];
+    struct hb_address mine = {ip, port}, got[2];
     int rc;
     /* to the next, from the previous; then to the previous, from the next */
-    if ((rc = dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, &mine, sizeof mine, next, &got[0], sizeof got[0],
-                                                              prev), "heartbeat addresses", err, errlen)) != DTRAIN_OK ||
-        (rc = dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, &mine, sizeof mine, prev, &got[1], sizeof got[1],
-                                                              next), "heartbeat addresses", err, errlen)) != DTRAIN_OK)
+    if ((rc = exchange_one(world, &mine, next, &got[0], prev, err, errlen)) != DTRAIN_OK ||
+        (rc = exchange_one(world, &mine, prev, &got[1], next, err, errlen)) != DTRAIN_OK)
         return rc;
     for (int j = 0; j < 2; j++) {
         got_ip[j] = got[j].ip;
