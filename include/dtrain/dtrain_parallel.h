@@ -120,8 +120,10 @@ long dtrain_ptrainer_steps_done(const struct dtrain_ptrainer *t);
  * (dtrain_ft.h, the fault-tolerant loop, is built from these) */
 
 struct dtrain_pstep_control {
-    double flags;     /* in: this rank's value, summed over the world with the loss; out: the sum */
-    double writing;   /* the same, a second value (dtrain_loop.c: background checkpoint writes still running) */
+    /* in: this rank's counts; out: their sums over the world, carried with the loss */
+    int32_t term;     /* got SIGTERM or SIGINT (dtrain_policy.h) */
+    int32_t usr1;     /* got SIGUSR1 */
+    int64_t writing;  /* background checkpoint writes still running (dtrain_loop.c) */
     int skipped;      /* out: the loss or the gradient norm was not finite on the whole job: no update
                        * was made (every rank skips alike), the batch is consumed, the step is not */
 };

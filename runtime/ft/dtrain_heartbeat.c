@@ -2,6 +2,7 @@
 /* Heartbeats between ring neighbours; see dtrain_heartbeat.h. */
 #include "dtrain_heartbeat.h"
 #include "comm/bootstrap/bootstrap_id.h"
+#include "dtrain_clock.h"
 #include "dtrain_env.h"
 #include "dtrain_fault.h"
 #include "parallel/dtrain_pcomm.h"
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define HB_MAGIC 0x42485444u /* "DTHB" */
@@ -55,13 +55,6 @@ struct dtrain_hb {
     char node[DTRAIN_HB_NAME_MAX], gpu[DTRAIN_HB_NAME_MAX];
     struct peer peers[DTRAIN_HB_PEERS];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 uint64_t dtrain_hb_token(const char *world_id)
 {
@@ -148,7 +141,7 @@ void dtrain_hb_send(struct dtrain_hb *h, const struct dtrain_hb_state *s, int le
 void dtrain_hb_receive(struct dtrain_hb *h)
 {
     struct wire w;
-    double now = now_s();
+    double now = dtrain_clock_s();
     for (int n = 0; n < 64; n++) { /* bounded: two peers send a few per interval */
         ssize_t got = recv(h->fd, &w, sizeof w, MSG_DONTWAIT);
         if (got < 0)
@@ -185,7 +178,7 @@ void dtrain_hb_receive(struct dtrain_hb *h)
 
 int dtrain_hb_check(struct dtrain_hb *h, double waited_s, const char *in, double limit_s, char *reason, size_t len)
 {
-    double now = now_s();
+    double now = dtrain_clock_s();
     for (int i = 0; i < DTRAIN_HB_PEERS; i++) {
         const struct peer *p = &h->peers[i];
         if (p->rank < 0 || !p->seen || p->left)
@@ -244,42 +237,36 @@ static int heartbeat_addr(const struct dtrain_bootstrap *bs, char *addr, size_t 
 }
 
 /* The neighbours' heartbeat addresses, this rank's (ip, port) sent to both
- * and theirs received (got[0]: prev's, got[1]: next's), as floats through
- * kernel memory (floats hold integers below 2^24 exactly: the address in
- * 16-bit halves). */
-static int exchange_addresses(dtrain_comm *world, struct dtrain_kernels *k, int prev, int next, uint32_t ip,
-                              uint16_t port, uint32_t got_ip[2], uint16_t got_port[2], char *err, size_t errlen)
+ * and theirs received (got[0]: prev's, got[1]: next's), in host memory. */
+struct hb_address {
+    uint32_t ip, port;
+};
+
+static int exchange_one(dtrain_comm *world, const struct hb_address *mine, int to, struct hb_address *got, int from,
+                        char *err, size_t errlen)
 {
-    float mine[3] = {(float)(ip >> 16), (float)(ip & 0xffffu), (float)port}, got[2][3];
-    struct dtrain_pcomm pc;
-    float *dev = NULL;
-    int rc;
-    if ((rc = dtrain_pcomm_init(&pc, k, world, err, errlen)) != DTRAIN_OK)
-        return rc;
-    rc = DTRAIN_ERR_SYSTEM;
-    if ((dev = dtrain_k_alloc(k, 9 * sizeof(float))) == NULL) {
-        snprintf(err, errlen, "out of memory for the heartbeat addresses");
-        goto out;
-    }
-    dtrain_k_upload(k, dev, mine, sizeof mine);
-    /* to the next, from the previous; then to the previous, from the next */
-    if ((rc = dtrain_pcomm_sendrecv(&pc, dev, 3, next, dev + 3, 3, prev, "heartbeat addresses", err, errlen)) != DTRAIN_OK ||
-        (rc = dtrain_pcomm_sendrecv(&pc, dev, 3, prev, dev + 6, 3, next, "heartbeat addresses", err, errlen)) != DTRAIN_OK)
-        goto out;
-    dtrain_k_download(k, got, dev + 3, sizeof got);
-    for (int j = 0; j < 2; j++) {
-        got_ip[j] = (uint32_t)got[j][0] << 16 | (uint32_t)got[j][1];
-        got_port[j] = got[j][2] > 0 ? (uint16_t)got[j][2] : 0;
-    }
-out:
-    dtrain_k_free(k, dev);
-    dtrain_pcomm_release(&pc);
-    return rc;
+    return dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, mine, sizeof *mine, to, got, sizeof *got, from),
+                               "heartbeat addresses", err, errlen);
 }
 
-int dtrain_hb_start(const struct dtrain_bootstrap *bs, dtrain_comm *world, struct dtrain_kernels *k,
-                    const struct dtrain_fault *fault, double hang_detect, struct dtrain_watchdog *wd, char *err,
-                    size_t errlen)
+static int exchange_addresses(dtrain_comm *world, int prev, int next, uint32_t ip, uint16_t port,
+                              uint32_t got_ip[2], uint16_t got_port[2], char *err, size_t errlen)
+{
+    struct hb_address mine = {ip, port}, got[2];
+    int rc;
+    /* to the next, from the previous; then to the previous, from the next */
+    if ((rc = exchange_one(world, &mine, next, &got[0], prev, err, errlen)) != DTRAIN_OK ||
+        (rc = exchange_one(world, &mine, prev, &got[1], next, err, errlen)) != DTRAIN_OK)
+        return rc;
+    for (int j = 0; j < 2; j++) {
+        got_ip[j] = got[j].ip;
+        got_port[j] = (uint16_t)got[j].port;
+    }
+    return DTRAIN_OK;
+}
+
+int dtrain_hb_start(const struct dtrain_bootstrap *bs, dtrain_comm *world, const struct dtrain_fault *fault,
+                    double hang_detect, struct dtrain_watchdog *wd, char *err, size_t errlen)
 {
     int n = bs->world_size, me = bs->rank, rc;
     if (hang_detect <= 0 || n < 2)
@@ -296,7 +283,7 @@ int dtrain_hb_start(const struct dtrain_bootstrap *bs, dtrain_comm *world, struc
     else
         dtrain_hb_address(hb, &ip, &port);
     int next = (me + 1) % n, prev = (me + n - 1) % n;
-    rc = exchange_addresses(world, k, prev, next, ip, port, got_ip, got_port, err, errlen);
+    rc = exchange_addresses(world, prev, next, ip, port, got_ip, got_port, err, errlen);
     if (rc == DTRAIN_OK && hb != NULL) {
         if (got_port[0] > 0)
             dtrain_hb_set_peer(hb, 0, prev, got_ip[0], got_port[0]);

@@ -62,9 +62,8 @@ struct dtrain_hb; /* opaque */
  * addr: the address peers reach this rank on.  0, or -1 with one line. */
 int dtrain_hb_open(const char *addr, int rank, const char *node, const char *gpu, uint64_t token,
                    struct dtrain_hb **out, char *err, size_t errlen);
-/* The address and port to give the neighbours, as two numbers (host
- * order) that survive a trip through floats (dtrain_hb_start exchanges them
- * over the world communicator). */
+/* The address and port to give the neighbours, in host order
+ * (dtrain_hb_start exchanges them over the world communicator). */
 void dtrain_hb_address(const struct dtrain_hb *h, uint32_t *ipv4, uint16_t *port);
 /* Watch and feed these peers (at most DTRAIN_HB_PEERS, distinct, not
  * this rank). */
@@ -84,19 +83,17 @@ uint64_t dtrain_hb_token(const char *world_id);
 
 /* In a job (the loop's set-up): open this rank's heartbeat and learn its
  * ring neighbours' addresses (a collective over world: two exchanges with
- * rank - 1 and rank + 1, through k's memory), then hand it to wd.  Ranks
+ * rank - 1 and rank + 1, in host memory), then hand it to wd.  Ranks
  * alone, or hang_detect <= 0 (--hang-detect 0): none.  A rank that cannot
  * open its socket says so and sends port 0 (its neighbours then neither
  * send to it nor judge it): the exchange stays matched and the run goes on
  * with the communicator timeout for it.  DTRAIN_OK, or a status with one
  * line in err. */
 struct dtrain_bootstrap;
-struct dtrain_kernels;
 struct dtrain_fault;
 struct dtrain_watchdog;
-int dtrain_hb_start(const struct dtrain_bootstrap *bs, dtrain_comm *world, struct dtrain_kernels *k,
-                    const struct dtrain_fault *fault, double hang_detect, struct dtrain_watchdog *wd, char *err,
-                    size_t errlen);
+int dtrain_hb_start(const struct dtrain_bootstrap *bs, dtrain_comm *world, const struct dtrain_fault *fault,
+                    double hang_detect, struct dtrain_watchdog *wd, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -4,23 +4,17 @@
 #include "dtrain_parallel.h"
 #include "dtrain_fault.h"
 
-#include <math.h>
+#include <stdint.h>
 
-/* The stop flags travel summed over the world with the step's loss: a
- * SIGTERM counts 1, a SIGUSR1 this much, so both counts survive the sum
- * (worlds are below 2^20). */
-#define USR1_WEIGHT 2097152.0
-
-double dtrain_policy_signal_flags(int pending)
+void dtrain_policy_signal_counts(int pending, int32_t *term, int32_t *usr1)
 {
-    return (pending & DTRAIN_SIGNAL_TERM ? 1.0 : 0.0) + (pending & DTRAIN_SIGNAL_USR1 ? USR1_WEIGHT : 0.0);
+    *term = pending & DTRAIN_SIGNAL_TERM ? 1 : 0;
+    *usr1 = pending & DTRAIN_SIGNAL_USR1 ? 1 : 0;
 }
 
-enum dtrain_verdict dtrain_policy_signals(double flags, long *term, long *usr1)
+enum dtrain_verdict dtrain_policy_signals(int64_t term, int64_t usr1)
 {
-    *usr1 = (long)floor(flags / USR1_WEIGHT);
-    *term = (long)fmod(flags, USR1_WEIGHT);
-    return *term == 0 && *usr1 == 0 ? DTRAIN_VERDICT_GO_ON : DTRAIN_VERDICT_CHECKPOINT_AND_STOP;
+    return term == 0 && usr1 == 0 ? DTRAIN_VERDICT_GO_ON : DTRAIN_VERDICT_CHECKPOINT_AND_STOP;
 }
 
 enum dtrain_verdict dtrain_policy_straggler(const struct dtrain_straggler *g, int drain)

@@ -12,6 +12,8 @@
 #ifndef DTRAIN_POLICY_H
 #define DTRAIN_POLICY_H
 
+#include <stdint.h>
+
 enum dtrain_verdict {
     DTRAIN_VERDICT_GO_ON = 0,
     DTRAIN_VERDICT_SKIP,                /* no update: the batch is consumed, the step is not */
@@ -22,12 +24,12 @@ enum dtrain_verdict {
 
 #define DTRAIN_FT_MAX_ROLLBACKS 3
 
-/* Stop signals.  The flags travel summed over the world with the step's
- * loss (dtrain_pstep_control.flags): this rank's pending signals
- * (dtrain_signals_pending) as its share, and the sum read back as the
- * counts of ranks that got SIGTERM (or SIGINT) and SIGUSR1. */
-double dtrain_policy_signal_flags(int pending);
-enum dtrain_verdict dtrain_policy_signals(double flags, long *term, long *usr1);
+/* Stop signals.  The counts travel summed over the world with the step's
+ * loss (dtrain_pstep_control.term, .usr1): this rank's pending signals
+ * (dtrain_signals_pending) as its counts (0 or 1 each), and the sums, the
+ * numbers of ranks that got SIGTERM (or SIGINT) and SIGUSR1, decide. */
+void dtrain_policy_signal_counts(int pending, int32_t *term, int32_t *usr1);
+enum dtrain_verdict dtrain_policy_signals(int64_t term, int64_t usr1);
 
 /* A straggler verdict (dtrain_ptrainer_straggler: is_new, the same on
  * every rank) under --straggler-drain (drain). */

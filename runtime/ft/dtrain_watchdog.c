@@ -2,6 +2,7 @@
 /* The watchdog thread; see dtrain_watchdog.h. */
 #include "dtrain_watchdog.h"
 #include "dtrain_heartbeat.h"
+#include "dtrain_clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -35,13 +36,6 @@ struct dtrain_watchdog {
     int was_waiting, was_armed; /* at the last look */
 };
 
-static long long mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Sleep up to s seconds or until stopped; returns 1 when stopped. */
 static int nap(struct dtrain_watchdog *w, double s)
 {
@@ -74,7 +68,7 @@ static int look(struct dtrain_watchdog *w, char *reason, size_t len)
                  group_names[k], dtrain_comm_cause_name(e.cause), e.message);
         return 1;
     }
-    double idle = 1e-9 * (double)(mono_ns() - atomic_load(&w->beat_ns));
+    double idle = 1e-9 * (double)(dtrain_clock_ns() - atomic_load(&w->beat_ns));
     if (w->o.stall_s > 0 && idle > w->o.stall_s) {
         snprintf(reason, len, "watchdog: no progress for %.0f s in %s (more than the %.0f s allowed): the "
                  "process hangs", idle, atomic_load(&w->phase), w->o.stall_s);
@@ -114,7 +108,7 @@ static int heartbeat(struct dtrain_watchdog *w, int leaving, char *reason, size_
     if (leaving)
         return 0;
     dtrain_hb_receive(hb);
-    double now = 1e-9 * (double)mono_ns();
+    double now = 1e-9 * (double)dtrain_clock_ns();
     if (!s.waiting || s.progress != w->my_progress || w->quiet_since == 0.0)
         w->quiet_since = now; /* not waiting, or moving: not waiting on anyone */
     if (s.progress != w->my_progress || w->still_since == 0.0)
@@ -140,7 +134,7 @@ static void *watchdog_main(void *arg)
         /* This rank itself stuck in a step outside communication (what its
          * neighbours call hung): the abort flag cannot reach the loop, so
          * waiting out the grace would only hold up the restart. */
-        double still = 1e-9 * (double)mono_ns() - w->still_since;
+        double still = 1e-9 * (double)dtrain_clock_ns() - w->still_since;
         if (atomic_load(&w->hb) != NULL && w->was_armed && !w->was_waiting && still > w->o.hang_s) {
             fprintf(stderr, "%s: rank %d: the training loop has made no progress for %.1f s outside communication: "
                     "exiting %d now\n", w->o.fault->prog, w->o.fault->rank, still, code);
@@ -174,7 +168,7 @@ int dtrain_watchdog_start(const struct dtrain_watchdog_options *o, struct dtrain
         w->o.poll_s = w->o.hang_s / 5;
     atomic_init(&w->paused, 0);
     atomic_init(&w->fired, 0);
-    atomic_init(&w->beat_ns, mono_ns());
+    atomic_init(&w->beat_ns, dtrain_clock_ns());
     atomic_init(&w->phase, "start-up");
     atomic_init(&w->step, 0);
     atomic_init(&w->action, NULL);
@@ -217,7 +211,7 @@ void dtrain_watchdog_beat(struct dtrain_watchdog *w, const char *phase, long ste
     /* the process's first step (warm-up, first touches) is not judged */
     atomic_store(&w->armed, training && step > w->first_step);
     atomic_fetch_add(&w->beats, 1);
-    atomic_store(&w->beat_ns, mono_ns());
+    atomic_store(&w->beat_ns, dtrain_clock_ns());
 }
 
 void dtrain_watchdog_action(struct dtrain_watchdog *w, const char *action, int micro)
@@ -247,7 +241,7 @@ void dtrain_watchdog_resume(struct dtrain_watchdog *w)
 {
     if (w == NULL)
         return;
-    atomic_store(&w->beat_ns, mono_ns());
+    atomic_store(&w->beat_ns, dtrain_clock_ns());
     atomic_store(&w->paused, 0);
 }
 

@@ -93,13 +93,13 @@ int dtrain_ft_local_tier(struct ft *f, char *err, size_t errlen)
     /* every rank's node folder writable, or every rank stops now (exit 2), not at the first checkpoint */
     int bad = dtrain_out_check_dir(f->local, "node-local checkpoint folder (--ckpt-local-dir)", err, errlen) !=
               DTRAIN_OK;
-    double mine = bad, any = 0.0;
-    if ((rc = dtrain_pcomm_sum_doubles(f->world, &mine, &any, 1, "checking the node-local folders", err,
-                                       errlen)) != DTRAIN_OK)
+    int64_t any = bad;
+    if ((rc = dtrain_pcomm_status(f->world, dtrain_comm_sum_int64(f->world, &any, 1), "checking the node-local folders",
+                                  err, errlen)) != DTRAIN_OK)
         return rc;
-    if (any > 0.0) {
+    if (any > 0) {
         if (!bad)
-            snprintf(err, errlen, "%.0f rank%s cannot write its node-local checkpoint folder (--ckpt-local-dir "
+            snprintf(err, errlen, "%" PRId64 " rank%s cannot write its node-local checkpoint folder (--ckpt-local-dir "
                      "%s): see their lines", any, any > 1 ? "s" : "", cfg->ckpt_local_dir);
         return DTRAIN_ERR_INPUT;
     }

@@ -177,10 +177,8 @@ static int step(struct ft *f, long step, struct dtrain_pstep_control *ctl, struc
     const struct dtrain_train_config *c = f->cfg;
     uint64_t sent0[DTRAIN_EXPLAIN_GROUPS], sent1[DTRAIN_EXPLAIN_GROUPS];
     int rc;
-    *ctl = (struct dtrain_pstep_control){
-        .flags = dtrain_policy_signal_flags(dtrain_signals_pending()),
-        .writing = dtrain_ckpt_async_writing(&f->async),
-    };
+    *ctl = (struct dtrain_pstep_control){.writing = dtrain_ckpt_async_writing(&f->async)};
+    dtrain_policy_signal_counts(dtrain_signals_pending(), &ctl->term, &ctl->usr1);
     dtrain_inject_step_begin(&f->inject, step);
     if (f->traffic)
         dtrain_traffic_sample(f->comms, sent0);
@@ -250,7 +248,7 @@ static int checkpoint_if_due(struct ft *f, char *err, size_t errlen)
 static int train(struct ft *f, char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = f->cfg;
-    long in_a_row = 0, term, usr1;
+    long in_a_row = 0;
     int first_after_resume = f->sum->resumed_step >= 0, rc;
     while (dtrain_ptrainer_steps_done(f->t) < c->steps) {
         long at = dtrain_ptrainer_steps_done(f->t);
@@ -261,7 +259,7 @@ static int train(struct ft *f, char *err, size_t errlen)
             return rc;
         /* every rank's background write was done before this step: every
          * rank commits it here, between two steps' collectives */
-        if (f->async.pending && ctl.writing == 0.0 &&
+        if (f->async.pending && ctl.writing == 0 &&
             (rc = dtrain_ft_finish_async(f, 0, err, errlen)) == DTRAIN_ERR_FAULT)
             return rc;
         if (ctl.skipped) {
@@ -278,8 +276,8 @@ static int train(struct ft *f, char *err, size_t errlen)
                 first_after_resume = 0;
             }
         }
-        if (dtrain_policy_signals(ctl.flags, &term, &usr1) == DTRAIN_VERDICT_CHECKPOINT_AND_STOP)
-            return stop_on_signals(f, term, usr1, err, errlen);
+        if (dtrain_policy_signals(ctl.term, ctl.usr1) == DTRAIN_VERDICT_CHECKPOINT_AND_STOP)
+            return stop_on_signals(f, ctl.term, ctl.usr1, err, errlen);
         if ((rc = checkpoint_if_due(f, err, errlen)) != DTRAIN_OK)
             return rc;
     }
@@ -339,7 +337,7 @@ static int start_watchdog(struct ft *f, atomic_int *abort_flag, char *err, size_
     };
     if (dtrain_watchdog_start(&wo, &f->wd, err, errlen) != 0)
         return DTRAIN_ERR_SYSTEM;
-    return dtrain_hb_start(f->bs, f->world, f->pieces.k, f->fault, cfg->hang_detect, f->wd, err, errlen);
+    return dtrain_hb_start(f->bs, f->world, f->fault, cfg->hang_detect, f->wd, err, errlen);
 }
 
 /* After the last step: the export, the summary.  Ranks that finish first

@@ -154,7 +154,6 @@ int dtrain_prom_update(struct dtrain_prom *p, const struct dtrain_step_result *r
 static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
     const struct dtrain_bootstrap *bs = &t->layout;
-    int rc;
     t->strag.rank = -1;
     if (t->cfg.rank_metrics[0] != '\0') {
         snprintf(t->rank_path, sizeof t->rank_path, "%s/rank-%05d.jsonl", t->cfg.rank_metrics, bs->rank);
@@ -166,16 +165,12 @@ static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen
     if (t->rank_file == NULL && t->cfg.straggler_steps <= 0)
         return DTRAIN_OK;
     t->gather = 1;
-    if ((rc = dtrain_pcomm_init(&t->world, t->k, t->comms->group[DTRAIN_GROUP_WORLD], err, errlen)) != DTRAIN_OK)
-        return rc;
     size_t n = (size_t)RANK_FIELDS * bs->world_size;
-    t->times = dtrain_k_alloc(t->k, n * sizeof(float));
     t->host_times = malloc(n * sizeof(float));
     t->compute_sum = calloc((size_t)bs->world_size, sizeof(double));
     t->slow_run = calloc((size_t)bs->world_size, sizeof(long));
     t->sorted = calloc((size_t)bs->world_size, sizeof(double));
-    if (t->times == NULL || t->host_times == NULL || t->compute_sum == NULL || t->slow_run == NULL ||
-        t->sorted == NULL) {
+    if (t->host_times == NULL || t->compute_sum == NULL || t->slow_run == NULL || t->sorted == NULL) {
         snprintf(err, errlen, "out of memory");
         return DTRAIN_ERR_SYSTEM;
     }
@@ -274,12 +269,11 @@ static int log_ranks(struct dtrain_ptrainer *t, const struct dtrain_pstep_result
     if (!t->gather)
         return DTRAIN_OK;
     float mine[RANK_FIELDS] = {(float)r->base.ms, (float)r->compute_ms, (float)r->tp_comm_ms, (float)r->pipe_wait_ms};
-    float *slot = t->times + (size_t)RANK_FIELDS * L->rank;
-    dtrain_k_upload(t->k, slot, mine, sizeof mine);
-    int rc = dtrain_pcomm_all_gather(&t->world, slot, t->times, RANK_FIELDS, "per-rank metrics", err, errlen);
+    dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
+    int rc = dtrain_pcomm_status(world, dtrain_comm_all_gather_bytes(world, mine, t->host_times, sizeof mine),
+                                 "per-rank metrics", err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
-    dtrain_k_download(t->k, t->host_times, t->times, (size_t)RANK_FIELDS * L->world_size * sizeof(float));
     char strag[160] = "";
     if (t->cfg.straggler_steps > 0) {
         find_straggler(t);
@@ -349,7 +343,7 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
     if (t->layout.rank == 0 && progress != NULL && c->log_every > 0 &&
         (r->base.step % c->log_every == 0 || r->base.step + 1 == c->steps || val)) {
         char vl[64] = "", el[32], eta[32];
-        double elapsed = now_seconds() - t->run_start;
+        double elapsed = dtrain_clock_s() - t->run_start;
         if (val)
             snprintf(vl, sizeof vl, " | val loss %.6f", r->base.val_loss);
         dtrain_format_duration(elapsed, el, sizeof el);
@@ -403,7 +397,7 @@ void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, co
         fflush(progress);
         return;
     }
-    dtrain_format_duration(now_seconds() - t->run_start, el, sizeof el);
+    dtrain_format_duration(dtrain_clock_s() - t->run_start, el, sizeof el);
     if (!isnan(t->last_val))
         snprintf(val, sizeof val, ", val loss %.6f (best %.6f after step %ld)", t->last_val, t->best_val,
                  t->best_val_step);

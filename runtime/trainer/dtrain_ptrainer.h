@@ -20,8 +20,8 @@
 #include "parallel/dtrain_pipeline.h"
 #include "parallel/dtrain_shard.h"
 #include "dtrain_shard_ckpt.h"
+#include "dtrain_clock.h"
 
-#include <time.h>
 
 struct dtrain_ptrainer {
     struct dtrain_train_config cfg;
@@ -46,9 +46,7 @@ struct dtrain_ptrainer {
     FILE *metrics;               /* rank 0, with --metrics */
     FILE *rank_file;             /* every rank, with --rank-metrics: DIR/rank-N.jsonl */
     char rank_path[DTRAIN_PATH_MAX + 32];
-    struct dtrain_pcomm world;   /* with --rank-metrics: the gather of every rank's times */
-    float *times;                /* kernels' memory, RANK_FIELDS x world */
-    float *host_times;           /* host copy */
+    float *host_times;           /* RANK_FIELDS x world: every rank's times, gathered on the world */
     double *compute_sum;         /* rank 0: each rank's compute ms summed over the logged steps */
     int gather;                  /* every logged step gathers every rank's times (rank metrics, stragglers) */
     long *slow_run;              /* with straggler_steps: each rank's steps in a row above the margin */
@@ -74,13 +72,6 @@ struct dtrain_ptrainer {
 
 #define SMOOTH_ALPHA 0.1 /* weight of the newest step in the smoothed loss */
 #define RANK_FIELDS 4    /* gathered per rank and step: ms, compute, TP, pipeline wait */
-
-static inline double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* dtrain_step.c: this DP rank's rows of batch k of data; a transfer to the
  * next stage (to_next) or from/to the previous one. */

@@ -9,6 +9,8 @@
 #include "ft/dtrain_watchdog.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void unit_done(void *ctx, int unit)
@@ -83,7 +85,7 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum,
     int rc = DTRAIN_OK;
     for (long a = 0; a < t->nactions && rc == DTRAIN_OK; a++) {
         const struct dtrain_pipe_action *x = &t->actions[a];
-        double t0 = now_seconds();
+        double t0 = dtrain_clock_s();
         size_t row = ((size_t)L->dp_rank * m + (size_t)x->micro) * t->micro_rows * T;
         double part = 0.0;
         dtrain_watchdog_action(t->wd, action_names[x->op], x->micro);
@@ -120,7 +122,7 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum,
                                              t->dp, err, errlen);
             break;
         }
-        double dt = now_seconds() - t0;
+        double dt = dtrain_clock_s() - t0;
         if (x->op == DTRAIN_PIPE_FORWARD || x->op == DTRAIN_PIPE_BACKWARD)
             *compute += dt;
         else
@@ -186,19 +188,58 @@ static int forward_backward(struct dtrain_ptrainer *t, double *loss_sum, double 
     return DTRAIN_OK;
 }
 
+/* What every rank adds to the step's sums: one all-gather of 32 bytes a
+ * rank (the traffic model's step sums, dtrain_step_bytes.c), the stop
+ * counts and background writes as integers beside the doubles. */
+struct step_sums {
+    double loss, norm_sumsq;
+    int32_t term, usr1;
+    int64_t writing;
+};
+_Static_assert(sizeof(struct step_sums) == 4 * sizeof(double), "the step's sums are 32 bytes a rank");
+
 /* The loss (TP rank 0 of the last stage of each pipeline), the norm shares
- * and the control values, added over the world in rank order: every rank
- * gets the same. */
-static int sum_over_world(struct dtrain_ptrainer *t, const struct dtrain_pstep_control *ctl, double loss_sum,
-                          double all[4], char *err, size_t errlen)
+ * and the control counts, added over the world in rank order: every rank
+ * gets the same (the doubles from 0.0 in rank order, as
+ * dtrain_comm_sum_doubles_ordered adds, so the same bits). */
+static int sum_over_world(struct dtrain_ptrainer *t, struct dtrain_pstep_control *ctl, double loss_sum,
+                          double sums[2], char *err, size_t errlen)
 {
     const struct dtrain_shard *s = &t->shard;
-    double mine[4] = {s->has_head && s->tp_rank == 0 ? loss_sum : 0.0, dtrain_dp_norm_sumsq(t->dp),
-                      ctl != NULL ? ctl->flags : 0.0, ctl != NULL ? ctl->writing : 0.0};
-    if (ctl != NULL && t->inject.poison_loss != NULL && t->inject.poison_loss(t->inject.ctx))
-        mine[0] = NAN; /* fault injection */
-    return dtrain_pcomm_sum_doubles(t->comms->group[DTRAIN_GROUP_WORLD], mine, all, ctl != NULL ? 4 : 2,
-                                    "loss and gradient norm", err, errlen);
+    dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
+    sums[0] = s->has_head && s->tp_rank == 0 ? loss_sum : 0.0;
+    sums[1] = dtrain_dp_norm_sumsq(t->dp);
+    if (ctl == NULL)
+        return dtrain_pcomm_sum_doubles(world, sums, sums, 2, "loss and gradient norm", err, errlen);
+    struct step_sums mine = {sums[0], sums[1], ctl->term, ctl->usr1, ctl->writing};
+    if (t->inject.poison_loss != NULL && t->inject.poison_loss(t->inject.ctx))
+        mine.loss = NAN; /* fault injection */
+    int n = dtrain_comm_size(world);
+    struct step_sums *all = malloc((size_t)n * sizeof *all);
+    if (all == NULL) {
+        snprintf(err, errlen, "loss and gradient norm: out of memory for %d ranks' sums", n);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int rc = dtrain_pcomm_status(world, dtrain_comm_all_gather_bytes(world, &mine, all, sizeof mine),
+                                 "loss and gradient norm", err, errlen);
+    if (rc == DTRAIN_OK) {
+        double loss = 0.0, norm_sumsq = 0.0;
+        int64_t term = 0, usr1 = 0, writing = 0;
+        for (int r = 0; r < n; r++) {
+            loss += all[r].loss;
+            norm_sumsq += all[r].norm_sumsq;
+            term += all[r].term;
+            usr1 += all[r].usr1;
+            writing += all[r].writing;
+        }
+        sums[0] = loss;
+        sums[1] = norm_sumsq;
+        ctl->term = (int32_t)term;
+        ctl->usr1 = (int32_t)usr1;
+        ctl->writing = writing;
+    }
+    free(all);
+    return rc;
 }
 
 /* A step that makes no update (an fp16 overflow: overflow; a non-finite
@@ -239,7 +280,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
 {
     const struct dtrain_train_config *c = &t->cfg;
     int rc;
-    double t0 = now_seconds(), wait = 0.0, compute = 0.0, loss_sum = 0.0, tp0 = dtrain_tp_comm_seconds(t->tp);
+    double t0 = dtrain_clock_s(), wait = 0.0, compute = 0.0, loss_sum = 0.0, tp0 = dtrain_tp_comm_seconds(t->tp);
     if (t->run_start == 0.0) {
         t->run_start = t0;
         t->first_step = t->step;
@@ -247,7 +288,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     if ((rc = forward_backward(t, &loss_sum, &wait, &compute, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_watchdog_action(t->wd, "sum of the loss and gradient norm", -1);
-    double all[4];
+    double all[2];
     if ((rc = sum_over_world(t, ctl, loss_sum, all, err, errlen)) != DTRAIN_OK)
         return rc;
     float loss = (float)(all[0] / ((double)c->batch * c->seq));
@@ -255,10 +296,6 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     double norm = sqrt(all[1]) / scale; /* of the unscaled gradients */
     r->loss_scale = scale;
     r->overflow = 0;
-    if (ctl != NULL) {
-        ctl->flags = all[2];
-        ctl->writing = all[3];
-    }
     if (t->scaler.on && isfinite(loss) && !isfinite(norm)) {
         /* fp16 overflow: no update, back off */
         t->scaler.scale = scale / 2;
@@ -294,7 +331,7 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     r->overflow_steps = (long)t->scaler.overflow_steps;
     dtrain_k_sync(t->k);
     const double times[3] = {wait, compute, tp0};
-    fill_result(t, r, loss, lr, norm, now_seconds() - t0, times);
+    fill_result(t, r, loss, lr, norm, dtrain_clock_s() - t0, times);
     t->step++;
     t->data_batches++;
     return DTRAIN_OK;
