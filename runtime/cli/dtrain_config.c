@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The training config: defaults, JSON file, command-line flags, checks.
- * One table describes every setting once; the JSON reader, the flag parser
- * and --help all work from it.  See dtrain_train.h. */
+ * One table (common/dtrain_settings.h) describes every setting once; the
+ * JSON reader, the flag parser and --help all work from it.  See
+ * dtrain_train.h. */
 #include "dtrain_train.h"
 #include "dtrain_file.h"
 #include "dtrain_io.h"
@@ -9,6 +10,7 @@
 #include "dtrain_llmc.h"
 #include "trainer/dtrain_metrics.h"
 #include "dtrain_parse.h"
+#include "dtrain_settings.h"
 #include "parallel/dtrain_stage.h"
 
 #include <errno.h>
@@ -22,103 +24,113 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum kind {
-    K_INT,      /* int */
-    K_LONG,     /* long */
-    K_U64,      /* uint64_t (seeds) */
-    K_REAL,     /* double */
-    K_PATH,     /* char[DTRAIN_PATH_MAX] */
-    K_ORDER,    /* enum dtrain_data_order: "sequential" | "shuffled" */
-    K_SCHEDULE, /* enum dtrain_lr_schedule: "constant" | "cosine" */
-    K_BOOL,     /* int 0/1: JSON true/false, flags 1/0, yes/no, true/false, on/off */
-    K_BACKEND,  /* char[16]: a kernel backend this build has (dtrain_kernels_backends()) */
-    K_PRECISION,/* enum dtrain_kernels_precision: "fp32" | "bf16" */
-    K_RECOMPUTE,/* int, enum dtrain_recompute: "none" | "selective" | "full" */
+/* The trainer's own value kinds (struct dtrain_setting.kind of a CUSTOM
+ * setting). */
+enum trainer_kind {
+    T_BACKEND = 1, /* char[16]: a kernel backend this build has (dtrain_kernels_backends()) */
+    T_PRECISION,   /* enum dtrain_kernels_precision: precision_words, from DTRAIN_PRECISION_FP32 on */
+    T_RECOMPUTE,   /* int, enum dtrain_recompute: dtrain_recompute_name() */
 };
 
-struct setting {
-    const char *section; /* JSON object holding the key */
-    const char *key;
-    const char *flag;    /* command-line flag without "--", or NULL */
-    enum kind kind;
-    size_t offset;       /* in struct dtrain_train_config */
-    double min, max;     /* numbers: accepted range */
-    const char *help;
-};
+static const char *const order_words[] = {"sequential", "shuffled", NULL};  /* enum dtrain_data_order */
+static const char *const schedule_words[] = {"constant", "cosine", NULL};   /* enum dtrain_lr_schedule */
+/* enum dtrain_kernels_precision less DTRAIN_PRECISION_FP32 (0 is "the backend's") */
+static const char *const precision_words[] = {"fp32", "bf16", "fp16", NULL};
 
-#define OFF(field) offsetof(struct dtrain_train_config, field)
+/* One flat table: the JSON section is the group, the flag the alias.  BOOL
+ * is int 0/1 (JSON true/false; flags 1/0, yes/no, true/false, on/off). */
+#define OFF(member) offsetof(struct dtrain_train_config, member)
+#define SIZE(member) sizeof(((struct dtrain_train_config *)0)->member)
 #define BIG 9.2e18 /* about LONG_MAX: "no upper limit" */
+#define NUMBER(sect, key, flag, t, member, lo, hi, text) \
+    {.name = key, .type = DTRAIN_SETTING_##t, .offset = OFF(member), .min = lo, .max = hi, \
+     .group = sect, .alias = flag, .help = text}
+#define PATH(sect, key, flag, member, text) \
+    {.name = key, .type = DTRAIN_SETTING_TEXT, .offset = OFF(member), .size = SIZE(member), \
+     .group = sect, .alias = flag, .help = text}
+#define WORDS(sect, key, flag, member, words, text) \
+    {.name = key, .type = DTRAIN_SETTING_ENUM, .offset = OFF(member), .names = words, \
+     .group = sect, .alias = flag, .help = text}
+#define OWN(sect, key, flag, k, member, words, text) \
+    {.name = key, .type = DTRAIN_SETTING_CUSTOM, .kind = k, .offset = OFF(member), .size = SIZE(member), \
+     .names = words, .group = sect, .alias = flag, .help = text}
 
-static const struct setting settings[] = {
-    {"model", "num_layers", "layers", K_INT, OFF(model.num_layers), 1, DTRAIN_GPT2_MAX_LAYERS, "L, transformer blocks"},
-    {"model", "channels", "channels", K_INT, OFF(model.channels), 1, DTRAIN_GPT2_MAX_CHANNELS, "C, model width"},
-    {"model", "num_heads", "heads", K_INT, OFF(model.num_heads), 1, DTRAIN_GPT2_MAX_CHANNELS, "NH, attention heads (C % NH == 0)"},
-    {"model", "vocab_size", "vocab-size", K_INT, OFF(model.vocab_size), 1, DTRAIN_GPT2_MAX_VOCAB, "V, token ids 0..V-1"},
-    {"model", "padded_vocab_size", "padded-vocab-size", K_INT, OFF(model.padded_vocab_size), 1, DTRAIN_GPT2_MAX_VOCAB, "Vp >= V, rows of wte (default V rounded up to 128)"},
-    {"model", "max_seq_len", "max-seq-len", K_INT, OFF(model.max_seq_len), 1, DTRAIN_GPT2_MAX_SEQ, "maxT, positions the model knows"},
-    {"data", "train", "data", K_PATH, OFF(data), 0, 0, "token file (llm.c layout; see dtrain-tokenize), or a quoted glob of llm.c shards"},
-    {"data", "order", "order", K_ORDER, OFF(data_order), 0, 0, "sequential | shuffled"},
-    {"data", "seed", "data-seed", K_U64, OFF(data_seed), 0, BIG, "seed of the shuffled order"},
-    {"data", "val", "val-data", K_PATH, OFF(val_data), 0, 0, "validation token file or glob (default: none, or --val-fraction)"},
-    {"data", "val_fraction", "val-fraction", K_REAL, OFF(val_fraction), 0, 0.5, "hold out this last fraction of the training tokens for validation; 0 = none"},
-    {"run", "val_every", "val-every", K_LONG, OFF(val_every), 0, BIG, "validation loss every this many steps (and after the last); 0 = after the last only"},
-    {"run", "val_batches", "val-batches", K_INT, OFF(val_batches), 1, 1 << 20, "batches of B x T in each validation (the first ones of the validation data)"},
-    {"optimizer", "lr", "lr", K_REAL, OFF(optim.lr), 0, 1e3, "learning rate (peak rate with cosine)"},
-    {"optimizer", "beta1", "beta1", K_REAL, OFF(optim.beta1), 0, 0.999999, "AdamW beta1"},
-    {"optimizer", "beta2", "beta2", K_REAL, OFF(optim.beta2), 0, 0.999999999, "AdamW beta2"},
-    {"optimizer", "eps", "eps", K_REAL, OFF(optim.eps), 1e-30, 1, "AdamW epsilon"},
-    {"optimizer", "weight_decay", "weight-decay", K_REAL, OFF(optim.weight_decay), 0, 10, "AdamW decoupled weight decay"},
-    {"optimizer", "grad_clip", "grad-clip", K_REAL, OFF(optim.grad_clip), 0, 1e12, "clip the global gradient norm; 0 = off"},
-    {"optimizer", "schedule", "schedule", K_SCHEDULE, OFF(optim.schedule), 0, 0, "constant | cosine (linear warm-up, cosine to min_lr)"},
-    {"optimizer", "warmup_steps", "warmup", K_LONG, OFF(optim.warmup_steps), 0, BIG, "cosine: warm-up steps"},
-    {"optimizer", "min_lr", "min-lr", K_REAL, OFF(optim.min_lr), 0, 1e3, "cosine: rate at the last step"},
-    {"run", "batch", "batch", K_INT, OFF(batch), 1, 1 << 20, "B, sequences per step"},
-    {"run", "seq", "seq", K_INT, OFF(seq), 1, DTRAIN_GPT2_MAX_SEQ, "T, tokens per sequence (<= max_seq_len)"},
-    {"run", "steps", "steps", K_LONG, OFF(steps), 0, BIG, "train until this many steps are done"},
-    {"run", "seed", "seed", K_U64, OFF(seed), 0, BIG, "seed of the model initialisation"},
-    {"run", "threads", "threads", K_INT, OFF(threads), 1, 1024, "CPU threads (own kernels and OpenBLAS)"},
-    {"run", "backend", "backend", K_BACKEND, OFF(backend), 0, 0, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"},
-    {"run", "precision", "precision", K_PRECISION, OFF(precision), 0, 0, "fp32 | bf16 | fp16 (matmul operands rounded, fp32 accumulation and master weights; fp16 with dynamic loss scaling); default: cpu fp32, cuda bf16"},
-    {"run", "init_llmc", "init-llmc", K_PATH, OFF(init_llmc), 0, 0, "start from this llm.c model file"},
-    {"run", "resume", "resume", K_PATH, OFF(resume), 0, 0, "continue from the newest checkpoint in this folder (any layout wrote it)"},
-    {"run", "checkpoint", "checkpoint", K_PATH, OFF(checkpoint), 0, 0, "dtrain-train: write checkpoints into this folder at the end (sharded format, one shard); the run resumes from it"},
-    {"run", "checkpoint_every", "checkpoint-every", K_LONG, OFF(checkpoint_every), 0, BIG, "and every this many steps"},
-    {"run", "save_llmc", "save-llmc", K_PATH, OFF(save_llmc), 0, 0, "export an llm.c model file at the end"},
-    {"run", "metrics", "metrics", K_PATH, OFF(metrics), 0, 0, "JSON-lines metrics file, one object per step"},
-    {"run", "prom_textfile", "prom-textfile", K_PATH, OFF(prom_textfile), 0, 0, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"},
-    {"run", "sample_every", "sample-every", K_LONG, OFF(sample_every), 0, BIG, "print 64 tokens the model writes (after a newline, seed 1337, temperature 0.8, top-k 40) every N steps; 0 = never"},
-    {"run", "rank_metrics", "rank-metrics", K_PATH, OFF(rank_metrics), 0, 0, "folder: every rank writes its step time split (compute, TP, pipeline wait, DP) to rank-N.jsonl there; rank 0's metrics name the slowest"},
-    {"run", "peak_flops", "peak-flops", K_REAL, OFF(peak_flops), 0, 1e18, "peak FLOP/s of one device for MFU (e.g. 989e12: an H100's dense bf16); 0 = measured at start (the backend's GEMM rate)"},
-    {"run", "log_every", "log-every", K_LONG, OFF(log_every), 0, BIG, "print a progress line every this many steps; 0 = never"},
-    {"parallel", "micro_batches", "micro-batches", K_INT, OFF(micro_batches), 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"},
-    {"parallel", "virtual_stages", "virtual-stages", K_INT, OFF(virtual_stages), 1, 1024, "dtrain-launch: V chunks of layers per pipeline stage (interleaved 1F1B, Megatron's virtual pipeline); V > 1 needs P >= 2, P*V dividing the layers and the micro-batches a multiple of P"},
-    {"parallel", "zero_stage", "zero-stage", K_INT, OFF(zero_stage), 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients, 3 also the parameters (FSDP: each layer gathered on use)"},
-    {"parallel", "zero1", "zero1", K_BOOL, OFF(zero_stage), 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"},
-    {"parallel", "zero_prefetch", "zero-prefetch", K_BOOL, OFF(zero_prefetch), 0, 1, "dtrain-launch: ZeRO-3: all-gather the unit the stage uses next (the previous step's order) in a thread while it computes with the current one (host-memory kernels; results bit for bit the same as 0)"},
-    {"parallel", "recompute", "recompute", K_RECOMPUTE, OFF(recompute), 0, 0, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"},
-    {"parallel", "sequence_parallel", "sequence-parallel", K_BOOL, OFF(sequence_parallel), 0, 1, "dtrain-launch: Megatron sequence parallelism: LayerNorm and residual regions split by rows over the T tensor-parallel ranks (all-gather / reduce-scatter instead of all-reduce); needs T > 1 dividing seq"},
-    {"parallel", "memory_report", "memory-report", K_BOOL, OFF(memory_report), 0, 1, "each rank prints one JSON line of its memory (parameters, gradients, optimizer, activations, buffers) at the start"},
-    {"parallel", "loss_scale", "loss-scale", K_REAL, OFF(loss_scale), 1, 1e30, "fp16: initial loss scale; halved on a gradient overflow (the step is skipped)"},
-    {"parallel", "loss_scale_window", "loss-scale-window", K_LONG, OFF(loss_scale_window), 1, BIG, "fp16: steps without an overflow after which the loss scale doubles"},
-    {"parallel", "bucket_mb", "bucket-mb", K_REAL, OFF(bucket_mb), 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"},
-    {"parallel", "dp_overlap", "dp-overlap", K_BOOL, OFF(dp_overlap), 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"},
-    {"parallel", "comm_timeout", "comm-timeout", K_INT, OFF(comm_timeout), 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"},
-    {"fault", "ckpt_dir", "ckpt-dir", K_PATH, OFF(ckpt_dir), 0, 0, "dtrain-launch: sharded checkpoints go here (default: $DTRAIN_CKPT_DIR, --dtrain-ckpt-dir); the run resumes from the newest good one"},
-    {"fault", "ckpt_keep", "ckpt-keep", K_INT, OFF(ckpt_keep), 1, 1000000, "dtrain-launch: complete checkpoints kept"},
-    {"fault", "ckpt_async", "ckpt-async", K_BOOL, OFF(ckpt_async), 0, 1, "dtrain-launch: 1 = write the periodic checkpoints in the background while training goes on (committed at a later step)"},
-    {"fault", "ckpt_local_dir", "ckpt-local-dir", K_PATH, OFF(ckpt_local_dir), 0, 0, "dtrain-launch: node-local checkpoint folder (%n: the node's name; default: $DTRAIN_CKPT_LOCAL_DIR): checkpoints go there, each shard copied to a rank on another node; needs --ckpt-dir"},
-    {"fault", "ckpt_shared_every", "ckpt-shared-every", K_LONG, OFF(ckpt_shared_every), 0, BIG, "dtrain-launch: with --ckpt-local-dir, the checkpoint of every this many steps goes to --ckpt-dir instead (0: only at the end and when stopping)"},
-    {"fault", "nonfinite_skips", "nonfinite-skips", K_INT, OFF(nonfinite_skips), 0, 1000000, "dtrain-launch: steps in a row with a non-finite loss or gradient skipped before rolling back to the last checkpoint"},
-    {"fault", "watchdog", "watchdog", K_INT, OFF(watchdog), 0, 604800, "dtrain-launch: seconds without progress after which a rank counts as hung; 0 = twice comm_timeout"},
-    {"fault", "hang_detect", "hang-detect", K_REAL, OFF(hang_detect), 0, 86400, "dtrain-launch: heartbeats between ranks: a neighbour silent, or stuck outside communication, for this many seconds while a rank waits on it is hung; 0 = off"},
-    {"fault", "straggler_steps", "straggler-steps", K_INT, OFF(straggler_steps), 0, 1000000, "dtrain-launch: a rank whose compute time exceeds the median by straggler_margin this many steps in a row is a straggler; 0 = off (default $DTRAIN_STRAGGLER: 5)"},
-    {"fault", "straggler_margin", "straggler-margin", K_REAL, OFF(straggler_margin), 0.01, 1000, "dtrain-launch: how far above the median compute time a straggler is, as a fraction (0.5 = 50%)"},
-    {"fault", "straggler_drain", "straggler-drain", K_BOOL, OFF(straggler_drain), 0, 1, "dtrain-launch: a straggler ends the run with the requeue code and a drain request for its node (default: $DTRAIN_STRAGGLER=drain)"},
-    {"fault", "inject", "inject", K_PATH, OFF(inject), 0, 0, "dtrain-launch: fault injection for tests, e.g. kill:rank=1:step=5 (default: $DTRAIN_INJECT)"},
+static const struct dtrain_setting settings[] = {
+    NUMBER("model", "num_layers", "layers", INT, model.num_layers, 1, DTRAIN_GPT2_MAX_LAYERS, "L, transformer blocks"),
+    NUMBER("model", "channels", "channels", INT, model.channels, 1, DTRAIN_GPT2_MAX_CHANNELS, "C, model width"),
+    NUMBER("model", "num_heads", "heads", INT, model.num_heads, 1, DTRAIN_GPT2_MAX_CHANNELS, "NH, attention heads (C % NH == 0)"),
+    NUMBER("model", "vocab_size", "vocab-size", INT, model.vocab_size, 1, DTRAIN_GPT2_MAX_VOCAB, "V, token ids 0..V-1"),
+    NUMBER("model", "padded_vocab_size", "padded-vocab-size", INT, model.padded_vocab_size, 1, DTRAIN_GPT2_MAX_VOCAB, "Vp >= V, rows of wte (default V rounded up to 128)"),
+    NUMBER("model", "max_seq_len", "max-seq-len", INT, model.max_seq_len, 1, DTRAIN_GPT2_MAX_SEQ, "maxT, positions the model knows"),
+    PATH("data", "train", "data", data, "token file (llm.c layout; see dtrain-tokenize), or a quoted glob of llm.c shards"),
+    WORDS("data", "order", "order", data_order, order_words, "sequential | shuffled"),
+    NUMBER("data", "seed", "data-seed", U64, data_seed, 0, BIG, "seed of the shuffled order"),
+    PATH("data", "val", "val-data", val_data, "validation token file or glob (default: none, or --val-fraction)"),
+    NUMBER("data", "val_fraction", "val-fraction", REAL, val_fraction, 0, 0.5, "hold out this last fraction of the training tokens for validation; 0 = none"),
+    NUMBER("run", "val_every", "val-every", LONG, val_every, 0, BIG, "validation loss every this many steps (and after the last); 0 = after the last only"),
+    NUMBER("run", "val_batches", "val-batches", INT, val_batches, 1, 1 << 20, "batches of B x T in each validation (the first ones of the validation data)"),
+    NUMBER("optimizer", "lr", "lr", REAL, optim.lr, 0, 1e3, "learning rate (peak rate with cosine)"),
+    NUMBER("optimizer", "beta1", "beta1", REAL, optim.beta1, 0, 0.999999, "AdamW beta1"),
+    NUMBER("optimizer", "beta2", "beta2", REAL, optim.beta2, 0, 0.999999999, "AdamW beta2"),
+    NUMBER("optimizer", "eps", "eps", REAL, optim.eps, 1e-30, 1, "AdamW epsilon"),
+    NUMBER("optimizer", "weight_decay", "weight-decay", REAL, optim.weight_decay, 0, 10, "AdamW decoupled weight decay"),
+    NUMBER("optimizer", "grad_clip", "grad-clip", REAL, optim.grad_clip, 0, 1e12, "clip the global gradient norm; 0 = off"),
+    WORDS("optimizer", "schedule", "schedule", optim.schedule, schedule_words, "constant | cosine (linear warm-up, cosine to min_lr)"),
+    NUMBER("optimizer", "warmup_steps", "warmup", LONG, optim.warmup_steps, 0, BIG, "cosine: warm-up steps"),
+    NUMBER("optimizer", "min_lr", "min-lr", REAL, optim.min_lr, 0, 1e3, "cosine: rate at the last step"),
+    NUMBER("run", "batch", "batch", INT, batch, 1, 1 << 20, "B, sequences per step"),
+    NUMBER("run", "seq", "seq", INT, seq, 1, DTRAIN_GPT2_MAX_SEQ, "T, tokens per sequence (<= max_seq_len)"),
+    NUMBER("run", "steps", "steps", LONG, steps, 0, BIG, "train until this many steps are done"),
+    NUMBER("run", "seed", "seed", U64, seed, 0, BIG, "seed of the model initialisation"),
+    NUMBER("run", "threads", "threads", INT, threads, 1, 1024, "CPU threads (own kernels and OpenBLAS)"),
+    OWN("run", "backend", "backend", T_BACKEND, backend, NULL, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"),
+    OWN("run", "precision", "precision", T_PRECISION, precision, precision_words, "fp32 | bf16 | fp16 (matmul operands rounded, fp32 accumulation and master weights; fp16 with dynamic loss scaling); default: cpu fp32, cuda bf16"),
+    PATH("run", "init_llmc", "init-llmc", init_llmc, "start from this llm.c model file"),
+    PATH("run", "resume", "resume", resume, "continue from the newest checkpoint in this folder (any layout wrote it)"),
+    PATH("run", "checkpoint", "checkpoint", checkpoint, "dtrain-train: write checkpoints into this folder at the end (sharded format, one shard); the run resumes from it"),
+    NUMBER("run", "checkpoint_every", "checkpoint-every", LONG, checkpoint_every, 0, BIG, "and every this many steps"),
+    PATH("run", "save_llmc", "save-llmc", save_llmc, "export an llm.c model file at the end"),
+    PATH("run", "metrics", "metrics", metrics, "JSON-lines metrics file, one object per step"),
+    PATH("run", "prom_textfile", "prom-textfile", prom_textfile, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"),
+    NUMBER("run", "sample_every", "sample-every", LONG, sample_every, 0, BIG, "print 64 tokens the model writes (after a newline, seed 1337, temperature 0.8, top-k 40) every N steps; 0 = never"),
+    PATH("run", "rank_metrics", "rank-metrics", rank_metrics, "folder: every rank writes its step time split (compute, TP, pipeline wait, DP) to rank-N.jsonl there; rank 0's metrics name the slowest"),
+    NUMBER("run", "peak_flops", "peak-flops", REAL, peak_flops, 0, 1e18, "peak FLOP/s of one device for MFU (e.g. 989e12: an H100's dense bf16); 0 = measured at start (the backend's GEMM rate)"),
+    NUMBER("run", "log_every", "log-every", LONG, log_every, 0, BIG, "print a progress line every this many steps; 0 = never"),
+    NUMBER("parallel", "micro_batches", "micro-batches", INT, micro_batches, 1, 1 << 16, "dtrain-launch: micro-batches per step on each data-parallel rank (pipeline)"),
+    NUMBER("parallel", "virtual_stages", "virtual-stages", INT, virtual_stages, 1, 1024, "dtrain-launch: V chunks of layers per pipeline stage (interleaved 1F1B, Megatron's virtual pipeline); V > 1 needs P >= 2, P*V dividing the layers and the micro-batches a multiple of P"),
+    NUMBER("parallel", "zero_stage", "zero-stage", INT, zero_stage, 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients, 3 also the parameters (FSDP: each layer gathered on use)"),
+    NUMBER("parallel", "zero1", "zero1", BOOL, zero_stage, 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"),
+    NUMBER("parallel", "zero_prefetch", "zero-prefetch", BOOL, zero_prefetch, 0, 1, "dtrain-launch: ZeRO-3: all-gather the unit the stage uses next (the previous step's order) in a thread while it computes with the current one (host-memory kernels; results bit for bit the same as 0)"),
+    OWN("parallel", "recompute", "recompute", T_RECOMPUTE, recompute, NULL, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"),
+    NUMBER("parallel", "sequence_parallel", "sequence-parallel", BOOL, sequence_parallel, 0, 1, "dtrain-launch: Megatron sequence parallelism: LayerNorm and residual regions split by rows over the T tensor-parallel ranks (all-gather / reduce-scatter instead of all-reduce); needs T > 1 dividing seq"),
+    NUMBER("parallel", "memory_report", "memory-report", BOOL, memory_report, 0, 1, "each rank prints one JSON line of its memory (parameters, gradients, optimizer, activations, buffers) at the start"),
+    NUMBER("parallel", "loss_scale", "loss-scale", REAL, loss_scale, 1, 1e30, "fp16: initial loss scale; halved on a gradient overflow (the step is skipped)"),
+    NUMBER("parallel", "loss_scale_window", "loss-scale-window", LONG, loss_scale_window, 1, BIG, "fp16: steps without an overflow after which the loss scale doubles"),
+    NUMBER("parallel", "bucket_mb", "bucket-mb", REAL, bucket_mb, 1e-3, 1 << 16, "dtrain-launch: data-parallel gradient bucket size in MB"),
+    NUMBER("parallel", "dp_overlap", "dp-overlap", BOOL, dp_overlap, 0, 1, "dtrain-launch: reduce gradient buckets during the backward pass"),
+    NUMBER("parallel", "comm_timeout", "comm-timeout", INT, comm_timeout, 1, 86400, "dtrain-launch: seconds a communicator may make no progress before the job is requeued"),
+    PATH("fault", "ckpt_dir", "ckpt-dir", ckpt_dir, "dtrain-launch: sharded checkpoints go here (default: $DTRAIN_CKPT_DIR, --dtrain-ckpt-dir); the run resumes from the newest good one"),
+    NUMBER("fault", "ckpt_keep", "ckpt-keep", INT, ckpt_keep, 1, 1000000, "dtrain-launch: complete checkpoints kept"),
+    NUMBER("fault", "ckpt_async", "ckpt-async", BOOL, ckpt_async, 0, 1, "dtrain-launch: 1 = write the periodic checkpoints in the background while training goes on (committed at a later step)"),
+    PATH("fault", "ckpt_local_dir", "ckpt-local-dir", ckpt_local_dir, "dtrain-launch: node-local checkpoint folder (%n: the node's name; default: $DTRAIN_CKPT_LOCAL_DIR): checkpoints go there, each shard copied to a rank on another node; needs --ckpt-dir"),
+    NUMBER("fault", "ckpt_shared_every", "ckpt-shared-every", LONG, ckpt_shared_every, 0, BIG, "dtrain-launch: with --ckpt-local-dir, the checkpoint of every this many steps goes to --ckpt-dir instead (0: only at the end and when stopping)"),
+    NUMBER("fault", "nonfinite_skips", "nonfinite-skips", INT, nonfinite_skips, 0, 1000000, "dtrain-launch: steps in a row with a non-finite loss or gradient skipped before rolling back to the last checkpoint"),
+    NUMBER("fault", "watchdog", "watchdog", INT, watchdog, 0, 604800, "dtrain-launch: seconds without progress after which a rank counts as hung; 0 = twice comm_timeout"),
+    NUMBER("fault", "hang_detect", "hang-detect", REAL, hang_detect, 0, 86400, "dtrain-launch: heartbeats between ranks: a neighbour silent, or stuck outside communication, for this many seconds while a rank waits on it is hung; 0 = off"),
+    NUMBER("fault", "straggler_steps", "straggler-steps", INT, straggler_steps, 0, 1000000, "dtrain-launch: a rank whose compute time exceeds the median by straggler_margin this many steps in a row is a straggler; 0 = off (default $DTRAIN_STRAGGLER: 5)"),
+    NUMBER("fault", "straggler_margin", "straggler-margin", REAL, straggler_margin, 0.01, 1000, "dtrain-launch: how far above the median compute time a straggler is, as a fraction (0.5 = 50%)"),
+    NUMBER("fault", "straggler_drain", "straggler-drain", BOOL, straggler_drain, 0, 1, "dtrain-launch: a straggler ends the run with the requeue code and a drain request for its node (default: $DTRAIN_STRAGGLER=drain)"),
+    PATH("fault", "inject", "inject", inject, "dtrain-launch: fault injection for tests, e.g. kill:rank=1:step=5 (default: $DTRAIN_INJECT)"),
+    {.name = NULL},
 };
 
-#define NSETTINGS (sizeof settings / sizeof settings[0])
-static const char *const sections[] = {"model", "data", "optimizer", "run", "parallel", "fault"};
+/* The sections, in the order the messages list them; each holds its group
+ * of settings[]. */
+#define SECTION(sect) {.name = sect, .type = DTRAIN_SETTING_OBJECT, .fields = settings}
+static const struct dtrain_setting sections[] = {
+    SECTION("model"), SECTION("data"), SECTION("optimizer"), SECTION("run"), SECTION("parallel"),
+    SECTION("fault"), {.name = NULL},
+};
 
 static int affinity_cpus(void)
 {
@@ -163,14 +175,9 @@ void dtrain_train_config_defaults(struct dtrain_train_config *c)
 
 /* ------------------------------------------------------------------ setting values */
 
-static void *field(struct dtrain_train_config *c, const struct setting *s)
+static int range_error(const struct dtrain_setting *s, const char *where, char *err, size_t errlen)
 {
-    return (char *)c + s->offset;
-}
-
-static int range_error(const struct setting *s, const char *where, char *err, size_t errlen)
-{
-    if (s->kind == K_REAL)
+    if (s->type == DTRAIN_SETTING_REAL)
         snprintf(err, errlen, "%s: use a number from %g to %g", where, s->min, s->max);
     else if (s->max >= BIG)
         snprintf(err, errlen, "%s: use a whole number of at least %.0f", where, s->min);
@@ -179,93 +186,65 @@ static int range_error(const struct setting *s, const char *where, char *err, si
     return DTRAIN_ERR_INPUT;
 }
 
-static int set_integer(struct dtrain_train_config *c, const struct setting *s, long long v,
+static int set_integer(struct dtrain_train_config *c, const struct dtrain_setting *s, long long v,
                        const char *where, char *err, size_t errlen)
 {
-    if ((double)v < s->min || (double)v > s->max)
+    if (dtrain_setting_store_integer(s, c, v) != 0)
         return range_error(s, where, err, errlen);
-    switch (s->kind) {
-    case K_INT: *(int *)field(c, s) = (int)v; break;
-    case K_LONG: *(long *)field(c, s) = (long)v; break;
-    case K_U64: *(uint64_t *)field(c, s) = (uint64_t)v; break;
-    default: break;
-    }
     return DTRAIN_OK;
 }
 
-static int set_real(struct dtrain_train_config *c, const struct setting *s, double v,
+static int set_real(struct dtrain_train_config *c, const struct dtrain_setting *s, double v,
                     const char *where, char *err, size_t errlen)
 {
-    if (!isfinite(v) || v < s->min || v > s->max)
+    if (dtrain_setting_store_real(s, c, v) != 0)
         return range_error(s, where, err, errlen);
-    *(double *)field(c, s) = v;
     return DTRAIN_OK;
 }
 
-static int set_text(struct dtrain_train_config *c, const struct setting *s, const char *text,
+static int set_text(struct dtrain_train_config *c, const struct dtrain_setting *s, const char *text,
                     const char *where, char *err, size_t errlen)
 {
-    switch (s->kind) {
-    case K_PATH:
-        if (strlen(text) >= DTRAIN_PATH_MAX) {
-            snprintf(err, errlen, "%s: the path is longer than %d bytes", where, DTRAIN_PATH_MAX - 1);
+    char words[64] = "";
+    size_t used = 0;
+    if (s->type == DTRAIN_SETTING_TEXT) {
+        if (dtrain_setting_store_text(s, c, text, strlen(text)) != 0) {
+            snprintf(err, errlen, "%s: the path is longer than %zu bytes", where, s->size - 1);
             return DTRAIN_ERR_INPUT;
         }
-        strcpy((char *)field(c, s), text);
         return DTRAIN_OK;
-    case K_ORDER:
-        if (strcmp(text, "sequential") == 0)
-            *(enum dtrain_data_order *)field(c, s) = DTRAIN_ORDER_SEQUENTIAL;
-        else if (strcmp(text, "shuffled") == 0)
-            *(enum dtrain_data_order *)field(c, s) = DTRAIN_ORDER_SHUFFLED;
-        else
-            break;
-        return DTRAIN_OK;
-    case K_SCHEDULE:
-        if (strcmp(text, "constant") == 0)
-            *(enum dtrain_lr_schedule *)field(c, s) = DTRAIN_LR_CONSTANT;
-        else if (strcmp(text, "cosine") == 0)
-            *(enum dtrain_lr_schedule *)field(c, s) = DTRAIN_LR_COSINE;
-        else
-            break;
-        return DTRAIN_OK;
-    case K_BACKEND: {
-        char names[64] = "";
+    }
+    if (s->type == DTRAIN_SETTING_ENUM) {
+        if (dtrain_setting_store_enum_word(s, c, text) == 0)
+            return DTRAIN_OK;
+        dtrain_setting_enum_words(s, words, sizeof words);
+    } else if (s->kind == T_BACKEND) {
         for (const char *const *b = dtrain_kernels_backends(); *b != NULL; b++) {
-            if (strcmp(text, *b) == 0 && strlen(text) < 16) {
-                strcpy((char *)field(c, s), text);
+            if (strcmp(text, *b) == 0 && strlen(text) < s->size) {
+                strcpy((char *)dtrain_setting_field(s, c), text);
                 return DTRAIN_OK;
             }
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *b);
+            dtrain_list_append(words, sizeof words, &used, *b);
         }
-        snprintf(err, errlen, "%s: '%.64s' is not a kernel backend of this build (%s)%s", where, text, names,
+        snprintf(err, errlen, "%s: '%.64s' is not a kernel backend of this build (%s)%s", where, text, words,
                  strcmp(text, "cuda") == 0 ? ": configure with --with-cuda" : "");
         return DTRAIN_ERR_INPUT;
-    }
-    case K_RECOMPUTE: {
-        for (int i = 0; i < DTRAIN_RECOMPUTE_MODES; i++)
+    } else if (s->kind == T_PRECISION) {
+        if (dtrain_setting_store_enum_word(s, c, text) == 0) {
+            *(int *)dtrain_setting_field(s, c) += DTRAIN_PRECISION_FP32;
+            return DTRAIN_OK;
+        }
+        dtrain_setting_enum_words(s, words, sizeof words);
+    } else { /* T_RECOMPUTE */
+        for (int i = 0; i < DTRAIN_RECOMPUTE_MODES; i++) {
             if (strcmp(text, dtrain_recompute_name(i)) == 0) {
-                *(int *)field(c, s) = i;
+                *(int *)dtrain_setting_field(s, c) = i;
                 return DTRAIN_OK;
             }
-        break;
+            dtrain_list_append(words, sizeof words, &used, dtrain_recompute_name(i));
+        }
     }
-    case K_PRECISION:
-        if (strcmp(text, "fp32") == 0)
-            *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP32;
-        else if (strcmp(text, "bf16") == 0)
-            *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_BF16;
-        else if (strcmp(text, "fp16") == 0)
-            *(enum dtrain_kernels_precision *)field(c, s) = DTRAIN_PRECISION_FP16;
-        else
-            break;
-        return DTRAIN_OK;
-    default:
-        break;
-    }
-    snprintf(err, errlen, "%s: '%.64s' is not one of %s", where, text,
-             s->kind == K_ORDER ? "sequential, shuffled" : s->kind == K_PRECISION ? "fp32, bf16, fp16" :
-             s->kind == K_RECOMPUTE ? "none, selective, full" : "constant, cosine");
+    snprintf(err, errlen, "%s: '%.64s' is not one of %s", where, text, words);
     return DTRAIN_ERR_INPUT;
 }
 
@@ -283,10 +262,11 @@ static int parse_real(const char *text, double *out)
     return 0;
 }
 
-static int set_from_text(struct dtrain_train_config *c, const struct setting *s, const char *text,
+static int set_from_text(struct dtrain_train_config *c, const struct dtrain_setting *s, const char *text,
                          const char *where, char *err, size_t errlen)
 {
-    if (s->kind == K_INT || s->kind == K_LONG || s->kind == K_U64) {
+    switch (s->type) {
+    case DTRAIN_SETTING_INT: case DTRAIN_SETTING_LONG: case DTRAIN_SETTING_U64: {
         long v;
         char why[256];
         if (dtrain_parse_int(text, (long)s->min, (long)s->max, where, &v, why, sizeof why) != 0) {
@@ -296,16 +276,16 @@ static int set_from_text(struct dtrain_train_config *c, const struct setting *s,
         }
         return set_integer(c, s, v, where, err, errlen);
     }
-    if (s->kind == K_BOOL) {
+    case DTRAIN_SETTING_BOOL: {
         char why[256];
-        if (dtrain_parse_bool(text, where, (int *)field(c, s), why, sizeof why) != 0) {
+        if (dtrain_parse_bool(text, where, (int *)dtrain_setting_field(s, c), why, sizeof why) != 0) {
             snprintf(err, errlen, "%s: '%.64s' is not a boolean: use 1/0, yes/no, true/false "
                      "or on/off", where, text);
             return DTRAIN_ERR_INPUT;
         }
         return DTRAIN_OK;
     }
-    if (s->kind == K_REAL) {
+    case DTRAIN_SETTING_REAL: {
         double v;
         if (parse_real(text, &v) != 0) {
             snprintf(err, errlen, "%s: '%.64s' is not a number", where, text);
@@ -313,72 +293,85 @@ static int set_from_text(struct dtrain_train_config *c, const struct setting *s,
         }
         return set_real(c, s, v, where, err, errlen);
     }
-    return set_text(c, s, text, where, err, errlen);
-}
-
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-static int set_from_json(struct dtrain_train_config *c, const struct setting *s, json_t *v,
-                         const char *where, char *err, size_t errlen)
-{
-    const char *want = NULL;
-    switch (s->kind) {
-    case K_INT: case K_LONG: case K_U64:
-        if (json_is_integer(v))
-            return set_integer(c, s, json_integer_value(v), where, err, errlen);
-        want = "an integer";
-        break;
-    case K_REAL:
-        if (json_is_number(v))
-            return set_real(c, s, json_number_value(v), where, err, errlen);
-        want = "a number";
-        break;
-    case K_BOOL:
-        if (json_is_boolean(v)) {
-            *(int *)field(c, s) = json_is_true(v);
-            return DTRAIN_OK;
-        }
-        want = "true or false";
-        break;
     default:
-        if (json_is_string(v))
-            return set_text(c, s, json_string_value(v), where, err, errlen);
-        want = "a string";
-        break;
+        return set_text(c, s, text, where, err, errlen);
     }
-    snprintf(err, errlen, "%s must be %s, not %s", where, want, json_type_name(v));
-    return DTRAIN_ERR_INPUT;
 }
 
 /* ------------------------------------------------------------------ JSON file */
 
-static void section_keys(const char *section, char *out, size_t outlen)
+/* The JSON reader's state: struct dtrain_settings_reader.ctx. */
+struct json_ctx {
+    const char *path;
+    char *err;
+    size_t errlen;
+};
+
+static int set_from_json(const struct dtrain_settings_reader *r, const struct dtrain_setting *s,
+                         const char *key_path, json_t *v)
 {
-    size_t used = 0;
-    out[0] = '\0';
-    for (size_t i = 0; i < NSETTINGS; i++) {
-        if (strcmp(settings[i].section, section) == 0 &&
-            dtrain_list_append(out, outlen, &used, settings[i].key) != 0)
-            break;
+    const struct json_ctx *x = r->ctx;
+    struct dtrain_train_config *c = r->base;
+    const char *want = NULL;
+    char where[512];
+    snprintf(where, sizeof where, "config %s: %s", x->path, key_path);
+    switch (s->type) {
+    case DTRAIN_SETTING_INT: case DTRAIN_SETTING_LONG: case DTRAIN_SETTING_U64:
+        if (json_is_integer(v))
+            return set_integer(c, s, json_integer_value(v), where, x->err, x->errlen);
+        want = "an integer";
+        break;
+    case DTRAIN_SETTING_REAL:
+        if (json_is_number(v))
+            return set_real(c, s, json_number_value(v), where, x->err, x->errlen);
+        want = "a number";
+        break;
+    case DTRAIN_SETTING_BOOL:
+        if (json_is_boolean(v))
+            return dtrain_setting_store_integer(s, c, json_is_true(v));
+        want = "true or false";
+        break;
+    default:
+        if (json_is_string(v))
+            return set_text(c, s, json_string_value(v), where, x->err, x->errlen);
+        want = "a string";
+        break;
     }
+    snprintf(x->err, x->errlen, "%s must be %s, not %s", where, want, dtrain_settings_json_kind(r, v));
+    return DTRAIN_ERR_INPUT;
+}
+
+/* parent is "" for a section, else the section. */
+static int unknown_key(const struct dtrain_settings_reader *r, const char *parent, const char *where,
+                       const char *key, const char *known)
+{
+    const struct json_ctx *x = r->ctx;
+    (void)where;
+    if (parent[0] == '\0')
+        snprintf(x->err, x->errlen, "config %s: unknown section '%.64s' (use %s)", x->path, key, known);
+    else
+        snprintf(x->err, x->errlen, "config %s: unknown key '%s.%.64s' (%s keys: %s)",
+                 x->path, parent, key, parent, known);
+    return DTRAIN_ERR_INPUT;
+}
+
+/* where is "" for the top level, else a section. */
+static int not_object(const struct dtrain_settings_reader *r, const char *where, json_t *value)
+{
+    const struct json_ctx *x = r->ctx;
+    if (where[0] == '\0') /* fault is for dtrain-launch: not named here */
+        snprintf(x->err, x->errlen, "config %s: the top level must be an object with sections "
+                 "model, data, optimizer, run, parallel", x->path);
+    else
+        snprintf(x->err, x->errlen, "config %s: section %s must be an object, not %s",
+                 x->path, where, dtrain_settings_json_kind(r, value));
+    return DTRAIN_ERR_INPUT;
 }
 
 int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *path,
                                   char *err, size_t errlen)
 {
     json_error_t jerr;
-    int rc = DTRAIN_OK;
     /* Never a blocking open (a FIFO), and a folder is "is a directory",
      * not a JSON syntax error. */
     int fd = dtrain_open_regular(path, O_RDONLY, "config", NULL, err, errlen);
@@ -394,66 +387,21 @@ int dtrain_train_config_load_json(struct dtrain_train_config *c, const char *pat
                      jerr.column, jerr.text);
         return DTRAIN_ERR_INPUT;
     }
-    if (!json_is_object(root)) {
-        snprintf(err, errlen, "config %s: the top level must be an object with sections "
-                 "model, data, optimizer, run, parallel", path);
-        rc = DTRAIN_ERR_INPUT;
-        goto out;
-    }
-    const char *sname;
-    json_t *sobj;
-    json_object_foreach(root, sname, sobj) {
-        size_t si;
-        for (si = 0; si < sizeof sections / sizeof sections[0]; si++)
-            if (strcmp(sname, sections[si]) == 0)
-                break;
-        if (si == sizeof sections / sizeof sections[0]) {
-            snprintf(err, errlen, "config %s: unknown section '%.64s' (use model, data, "
-                     "optimizer, run, parallel, fault)", path, sname);
-            rc = DTRAIN_ERR_INPUT;
-            goto out;
-        }
-        if (!json_is_object(sobj)) {
-            snprintf(err, errlen, "config %s: section %s must be an object, not %s",
-                     path, sname, json_type_name(sobj));
-            rc = DTRAIN_ERR_INPUT;
-            goto out;
-        }
-        const char *key;
-        json_t *val;
-        json_object_foreach(sobj, key, val) {
-            const struct setting *s = NULL;
-            for (size_t i = 0; i < NSETTINGS; i++)
-                if (strcmp(settings[i].section, sname) == 0 && strcmp(settings[i].key, key) == 0)
-                    s = &settings[i];
-            if (s == NULL) {
-                char keys[512];
-                section_keys(sname, keys, sizeof keys);
-                snprintf(err, errlen, "config %s: unknown key '%s.%.64s' (%s keys: %s)",
-                         path, sname, key, sname, keys);
-                rc = DTRAIN_ERR_INPUT;
-                goto out;
-            }
-            char where[512];
-            snprintf(where, sizeof where, "config %s: %s.%s", path, sname, key);
-            if ((rc = set_from_json(c, s, val, where, err, errlen)) != DTRAIN_OK)
-                goto out;
-        }
-    }
-out:
+    struct json_ctx x = {.path = path, .err = err, .errlen = errlen};
+    const struct dtrain_settings_reader r = {
+        .integer_words = "an integer", .real_words = "a real number", .base = c, .ctx = &x,
+        .set_json = set_from_json, .unknown = unknown_key, .not_object = not_object,
+    };
+    int rc = dtrain_settings_walk_json(&r, sections, NULL, "", root);
     json_decref(root);
     return rc;
 }
 
 /* ------------------------------------------------------------------ flags */
 
-static const struct setting *find_flag(const char *name, size_t len)
+static const struct dtrain_setting *find_flag(const char *name, size_t len)
 {
-    for (size_t i = 0; i < NSETTINGS; i++)
-        if (settings[i].flag != NULL && strlen(settings[i].flag) == len &&
-            strncmp(settings[i].flag, name, len) == 0)
-            return &settings[i];
-    return NULL;
+    return dtrain_settings_find(settings, NULL, name, len, 1);
 }
 
 int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char **argv,
@@ -498,10 +446,10 @@ int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char
             continue;
         const char *eq = strchr(a + 2, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        const struct setting *s = find_flag(a + 2, len);
+        const struct dtrain_setting *s = find_flag(a + 2, len);
         const char *value = eq ? eq + 1 : argv[++i];
         char where[96];
-        snprintf(where, sizeof where, "--%s", s->flag);
+        snprintf(where, sizeof where, "--%s", s->alias);
         if ((rc = set_from_text(c, s, value, where, err, errlen)) != DTRAIN_OK)
             return rc;
     }
@@ -509,29 +457,31 @@ int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char
 }
 
 /* A setting's default value in words, for --help. */
-static void default_text(const struct setting *s, char *out, size_t outlen)
+static void default_text(const struct dtrain_setting *s, char *out, size_t outlen)
 {
     struct dtrain_train_config d;
     dtrain_train_config_defaults(&d);
-    void *f = field(&d, s);
-    switch (s->kind) {
-    case K_INT: snprintf(out, outlen, "%d", *(int *)f); break;
-    case K_LONG: snprintf(out, outlen, "%ld", *(long *)f); break;
-    case K_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(uint64_t *)f); break;
-    case K_REAL: snprintf(out, outlen, "%g", *(double *)f); break;
-    case K_PATH: case K_BACKEND: snprintf(out, outlen, "%s", *(char *)f ? (char *)f : "-"); break;
-    case K_ORDER:
-        snprintf(out, outlen, "%s", *(enum dtrain_data_order *)f == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential");
+    void *f = dtrain_setting_field(s, &d);
+    switch (s->type) {
+    case DTRAIN_SETTING_INT: snprintf(out, outlen, "%d", *(int *)f); break;
+    case DTRAIN_SETTING_LONG: snprintf(out, outlen, "%ld", *(long *)f); break;
+    case DTRAIN_SETTING_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(uint64_t *)f); break;
+    case DTRAIN_SETTING_REAL: snprintf(out, outlen, "%g", *(double *)f); break;
+    case DTRAIN_SETTING_TEXT: snprintf(out, outlen, "%s", *(char *)f ? (char *)f : "-"); break;
+    case DTRAIN_SETTING_ENUM: snprintf(out, outlen, "%s", s->names[*(int *)f]); break;
+    case DTRAIN_SETTING_BOOL: snprintf(out, outlen, "%s", *(int *)f ? "on" : "off"); break;
+    case DTRAIN_SETTING_CUSTOM:
+        if (s->kind == T_BACKEND)
+            snprintf(out, outlen, "%s", *(char *)f ? (char *)f : "-");
+        else if (s->kind == T_PRECISION)
+            snprintf(out, outlen, "backend's");
+        else
+            snprintf(out, outlen, "%s", dtrain_recompute_name(*(int *)f));
         break;
-    case K_SCHEDULE:
-        snprintf(out, outlen, "%s", *(enum dtrain_lr_schedule *)f == DTRAIN_LR_COSINE ? "cosine" : "constant");
-        break;
-    case K_BOOL: snprintf(out, outlen, "%s", *(int *)f ? "on" : "off"); break;
-    case K_PRECISION: snprintf(out, outlen, "backend's"); break;
-    case K_RECOMPUTE: snprintf(out, outlen, "%s", dtrain_recompute_name(*(int *)f)); break;
+    default: snprintf(out, outlen, "-"); break;
     }
     /* 0 meaning "from somewhere else" */
-    if (strcmp(s->section, "model") == 0 && strcmp(out, "0") == 0)
+    if (strcmp(s->group, "model") == 0 && strcmp(out, "0") == 0)
         snprintf(out, outlen, "see below");
 }
 
@@ -542,13 +492,12 @@ void dtrain_train_usage(FILE *out)
             "Train a GPT-2 model on a token file, on the CPU, in one process.\n"
             "CONFIG.json has the sections model, data, optimizer, run, parallel; flags override it.\n\n"
             "%-20s %-28s %-10s %s\n", "flag", "config key", "default", "meaning");
-    for (size_t i = 0; i < NSETTINGS; i++) {
+    for (const struct dtrain_setting *s = settings; s->name != NULL; s++) {
         char flag[64], key[64], def[64];
-        const struct setting *s = &settings[i];
-        snprintf(flag, sizeof flag, "--%s", s->flag ? s->flag : "");
-        snprintf(key, sizeof key, "%s.%s", s->section, s->key);
+        snprintf(flag, sizeof flag, "--%s", s->alias ? s->alias : "");
+        snprintf(key, sizeof key, "%s.%s", s->group, s->name);
         default_text(s, def, sizeof def);
-        fprintf(out, "%-20s %-28s %-10s %s\n", s->flag ? flag : "", key, def, s->help);
+        fprintf(out, "%-20s %-28s %-10s %s\n", s->alias ? flag : "", key, def, s->help);
     }
     fprintf(out, "\nThe model's shape, when not imported: L=4 C=256 NH=4 V=256 (Vp: V rounded up to 128) maxT=256.\n"
             "nanoGPT's choices are not the defaults (the defaults keep runs comparable with llm.c's CPU trainer):\n"
