@@ -45,7 +45,7 @@ pc() { pkg-config "$@" 2>/dev/null; }
 # No config.h (it would turn on CUDA): its one value the sources need here, from configure.ac.
 version=$(sed -n 's/^AC_INIT(\[dtrain\], \[\([^]]*\)\].*/\1/p' "$top/configure.ac")
 cflags="-g -O1 -std=c11 -D_GNU_SOURCE -DPACKAGE_VERSION=\"${version:-0}\" -fsanitize=fuzzer,address,undefined"
-cflags="$cflags -fno-sanitize-recover=undefined -I$c"
+cflags="$cflags -fno-sanitize-recover=undefined -I$top/include/dtrain -I$c"
 sources() {
   case $1 in
     topo_xml) echo "$here/fuzz_topo_xml.c $top/topo/topo_model.c $top/topo/topo_hwloc.c $top/topo/topo_xml_check.c" \
@@ -53,13 +53,14 @@ sources() {
                    "$common_src $c/dtrain_nvml.c $c/dtrain_bounded.c -I$top/topo $(pc --cflags hwloc libxml-2.0)" \
                    "$(pc --libs hwloc libxml-2.0) -ldl" ;;
     plugstack) echo "$here/fuzz_plugstack.c $top/spank_plugin/site_config.c $common_src $c/dtrain_master_port.c" \
+                    "$c/dtrain_settings.c" \
                     "-I$top/spank_plugin -I$top/topo" \
                     "$(pc --cflags --libs jansson)" ;;
-    health_config) echo "$here/fuzz_health_config.c $top/health/site_config.c $common_src -I$top/health -I$top/topo" \
+    health_config) echo "$here/fuzz_health_config.c $top/health/site_config.c $common_src $c/dtrain_settings.c" \
+                        "-I$top/health -I$top/topo" \
                         "$(pc --cflags --libs jansson)" ;;
-    wire) echo "$here/fuzz_wire.c $top/runtime/comm/cpu/wire.c -I$top/runtime/comm/cpu -I$top/runtime/comm" \
-               "-I$top/runtime/comm/bootstrap" ;;
-    inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime/ft -I$top/runtime" ;;
+    wire) echo "$here/fuzz_wire.c $top/runtime/comm/cpu/wire.c -I$top/runtime" ;;
+    inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime" ;;
     train_config|ckpt|tokens_llmc)
       runtime_archive || return 2
       echo "$here/fuzz_$1.c $runtime_inc $out/libdtrain-fuzz.a $(pc --cflags --libs jansson) -lopenblas -lm -lpthread -ldl" ;;
@@ -72,11 +73,9 @@ sources() {
 # harnesses link an archive of libdtrain's sources (and the kernels, comm
 # and common ones it uses) built here with clang once per run: the linker
 # takes only the objects a harness needs.  No CUDA (DTRAIN_HAVE_CUDA unset).
-runtime_inc=""
-for d in runtime runtime/model runtime/data runtime/parallel runtime/ckpt runtime/ft runtime/trainer runtime/cli \
-         runtime/comm runtime/comm/bootstrap runtime/comm/cpu kernels kernels/cpu common; do
-  runtime_inc="$runtime_inc -I$top/$d"
-done
+# The include paths of the Makefiles: the API (in cflags), the runtime's
+# parts by name, common, and the kernels' private header.
+runtime_inc="-I$top/runtime -I$top/common -I$top/kernels"
 runtime_archive() {
   [ -f "$out/libdtrain-fuzz.a" ] && return 0
   [ -f "$out/libdtrain-fuzz.failed" ] && return 1

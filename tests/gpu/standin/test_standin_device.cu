@@ -595,7 +595,8 @@ int main(int argc, char **argv)
                 std::string cmd = t + "/tests/gpu/standin/nvcc -std=c++17 -O3 -gencode arch=compute_80,code=sm_80 "
                                   "-gencode arch=compute_90,code=compute_90 -Werror all-warnings "
                                   "-Xcompiler -fPIC,-Wall,-Wextra,-Werror -D_GNU_SOURCE -include " + d +
-                                  "/config.h -I" + t + "/kernels -I" + t + "/kernels/cuda -I" + t + "/common -c -o " +
+                                  "/config.h -I" + t + "/include/dtrain -I" + t + "/kernels -I" + t + "/kernels/cuda -I" + t +
+                                  "/common -c -o " +
                                   d + "/" + f + ".o " + t + "/kernels/cuda/cuda_" + f + ".cu 2>&1";
                 std::string o;
                 FILE *pf = popen(cmd.c_str(), "r");
