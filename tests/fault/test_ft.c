@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The fault-tolerant loop (runtime/trainer/dtrain_ft.h) on real ranks
+/* The fault-tolerant loop (runtime/trainer/dtrain_loop.c, dtrain_ft.h) on real ranks
  * (tests/parallel/local_boot.h: local processes, real communicators with
  * the process's abort flag, the watchdog, the fault line and exit codes of
  * dtrain-launch's trainer).  Layout (1,2,2) with ZeRO-1 and 2 micro-

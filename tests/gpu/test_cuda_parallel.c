@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The one trainer on a GPU (runtime/trainer/dtrain_parallel.h), against
+/* The one trainer on a GPU (include/dtrain/dtrain_parallel.h), against
  * the same run on the cpu kernels in one process (dtrain_train.h):
  *   - (T,P,D) = (2,2,1) and (1,2,2): 4 processes sharing one GPU, the cpu
  *     comm backend, every tensor-parallel (vocabulary-parallel kernels
