@@ -158,7 +158,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": %s\n", err);
         return 1;
     }
-    j.cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
+    j.cfg.model = (struct dtrain_model_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
                                               .num_layers = (int)layers, .num_heads = 4, .channels = (int)channels};
     j.cfg.batch = 4;
     j.cfg.seq = 64;

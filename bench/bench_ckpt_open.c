@@ -73,7 +73,7 @@ static int by_whole(const void *a, const void *b)
 }
 
 /* The runs of rank (tp, pp)'s slice: owned ones for its shard, all to load. */
-static int slice_runs(const struct dtrain_gpt2_config *model, int T, int P, int tp, int pp, int owned_only,
+static int slice_runs(const struct dtrain_model_config *model, int T, int P, int tp, int pp, int owned_only,
                       struct runs *out)
 {
     struct dtrain_shard s;
@@ -299,7 +299,7 @@ int main(int argc, char **argv)
     }
     struct dtrain_train_config cfg;
     dtrain_train_config_defaults(&cfg);
-    cfg.model = (struct dtrain_gpt2_config){.num_layers = 16, .channels = 64, .num_heads = 8, .vocab_size = 256,
+    cfg.model = (struct dtrain_model_config){.num_layers = 16, .channels = 64, .num_heads = 8, .vocab_size = 256,
                                             .padded_vocab_size = 256, .max_seq_len = 16};
     cfg.batch = 1;
     cfg.seq = 16;

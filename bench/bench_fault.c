@@ -90,7 +90,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *area, void *ctx)
     if (dtrain_comm_init_all(bs, &o, &comms, NULL, res->err, sizeof res->err) != DTRAIN_OK)
         return 1;
     dtrain_comm *world = comms.group[DTRAIN_GROUP_WORLD];
-    uint64_t n = dtrain_gpt2_param_count(&j->cfg.model), lo = n * (uint64_t)bs->rank / (uint64_t)bs->world_size,
+    uint64_t n = dtrain_model_param_count(&j->cfg.model), lo = n * (uint64_t)bs->rank / (uint64_t)bs->world_size,
              hi = n * (uint64_t)(bs->rank + 1) / (uint64_t)bs->world_size, count = hi - lo;
     float *buf = malloc(3 * count * sizeof(float) + 4);
     int rc = DTRAIN_ERR_SYSTEM;
@@ -209,14 +209,14 @@ int main(int argc, char **argv)
     struct job j;
     char err[512], top[400];
     dtrain_train_config_defaults(&j.cfg);
-    j.cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304,
+    j.cfg.model = (struct dtrain_model_config){.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304,
                                               .num_layers = (int)layers, .num_heads = 8, .channels = (int)channels};
     snprintf(top, sizeof top, "%s/dtrain-bench-fault.XXXXXX", base != NULL ? base : "/tmp");
     if (mkdtemp(top) == NULL) {
         fprintf(stderr, PROG ": cannot make a folder in %s: %s\n", base != NULL ? base : "/tmp", strerror(errno));
         return 1;
     }
-    uint64_t n = dtrain_gpt2_param_count(&j.cfg.model), bytes = 0, read_bytes = 0;
+    uint64_t n = dtrain_model_param_count(&j.cfg.model), bytes = 0, read_bytes = 0;
     double *w = calloc((size_t)repeat, sizeof *w), *r = calloc((size_t)repeat, sizeof *r);
     double *pw = calloc((size_t)repeat, sizeof *pw), *pr = calloc((size_t)repeat, sizeof *pr);
     struct result res[LOCAL_BOOT_MAX_WORLD];

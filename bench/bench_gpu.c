@@ -10,7 +10,7 @@
  * Shape: L=12, C=768, NH=12, V=50257 padded to 50304, T=1024 (GPT-2 small),
  * B=16 by default.  A step is forward (with the loss), backward, the global
  * gradient norm and the AdamW update, as dtrain-train runs it; its FLOPs
- * are dtrain_gpt2_flops_per_step() (matmuls and attention's full T x T,
+ * are dtrain_model_flops_per_step() (matmuls and attention's full T x T,
  * 3x forward).  MFU here = achieved FLOP/s / the median rate of an n x n x n
  * bf16 GEMM (n = 8192), measured before and after the steps.  Target:
  * TARGET_MFU (50%) on an H100/H200-class GPU.  In bf16 precision the model
@@ -164,12 +164,12 @@ static void print_row(const struct row *r)
                r->ms * r->per_step, r->bytes / (r->ms * 1e-3) * 1e-9);
 }
 
-static int time_kernels(struct dtrain_kernels *k, const struct dtrain_gpt2_config *cfg, int B, int T)
+static int time_kernels(struct dtrain_kernels *k, const struct dtrain_model_config *cfg, int B, int T)
 {
     const int reps = 5;
     size_t C = (size_t)cfg->channels, N = (size_t)B * T, L = (size_t)cfg->num_layers;
     int NH = cfg->num_heads, HS = cfg->channels / NH, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
-    size_t P = dtrain_gpt2_param_count(cfg);
+    size_t P = dtrain_model_param_count(cfg);
     struct timer t = {.stream = (cudaStream_t)dtrain_cuda_stream(k)};
     float *x = random_device(k, N * 4 * C), *y = random_device(k, N * 4 * C), *z = random_device(k, N * 4 * C);
     float *w = random_device(k, 4 * C * C), *dw = random_device(k, 4 * C * C), *bias = random_device(k, 4 * C);
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
 {
     struct options o = {.batch = 16, .steps = 10, .warmup = 3, .gemm_n = 8192, .kernels = 1,
                         .precision = DTRAIN_PRECISION_BF16};
-    struct dtrain_gpt2_config cfg = {.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304,
+    struct dtrain_model_config cfg = {.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304,
                                      .num_layers = 12, .num_heads = 12, .channels = 768};
     const int T = 1024;
     struct dtrain_kernels *k = NULL;
@@ -337,7 +337,7 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "out of host memory");
         goto fail;
     }
-    dtrain_gpt2_init_params(&cfg, 1337, host);
+    dtrain_model_init_params(&cfg, 1337, host);
     dtrain_gpt2_set_params(model, host);
     struct dtrain_optim_config oc = {.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                                      .grad_clip = 1.0, .schedule = DTRAIN_LR_CONSTANT, .total_steps = o.steps};
@@ -373,7 +373,7 @@ int main(int argc, char **argv)
     }
     if (dtrain_cuda_gemm_bf16_tflops(k, o.gemm_n, 10, &gemm_after, err, sizeof err) != 0)
         goto fail;
-    double flops = dtrain_gpt2_flops_per_step(&cfg, B, T);
+    double flops = dtrain_model_flops_per_step(&cfg, B, T);
     double best = step_ms[0];
     for (int s = 1; s < o.steps; s++)
         best = step_ms[s] < best ? step_ms[s] : best;

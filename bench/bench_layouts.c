@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     struct dtrain_train_config cfg;
     dtrain_train_config_defaults(&cfg);
     snprintf(cfg.data, sizeof cfg.data, "%s", path);
-    cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
+    cfg.model = (struct dtrain_model_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
                                             .num_layers = 4, .num_heads = 4, .channels = 256};
     cfg.batch = 8;
     cfg.seq = 64;

@@ -114,7 +114,7 @@ int main(int argc, char **argv)
     struct dtrain_train_config cfg;
     dtrain_train_config_defaults(&cfg);
     snprintf(cfg.data, sizeof cfg.data, "%s", path);
-    cfg.model = (struct dtrain_gpt2_config){.max_seq_len = seq, .vocab_size = 256, .padded_vocab_size = 256,
+    cfg.model = (struct dtrain_model_config){.max_seq_len = seq, .vocab_size = 256, .padded_vocab_size = 256,
                                             .num_layers = 8, .num_heads = 4, .channels = 256};
     cfg.seq = seq;
     cfg.threads = 1;

@@ -14,7 +14,7 @@
  * the baseline with it.
  *
  * Default shape (the runtime issue's benchmark): L=4, C=256, NH=4, V=4096,
- * T=128, B=8 on 2 threads.  The step's FLOPs are dtrain_gpt2_flops_per_step()
+ * T=128, B=8 on 2 threads.  The step's FLOPs are dtrain_model_flops_per_step()
  * (matmuls and attention, forward + backward = 3x forward).  The sgemm rate
  * is measured before and after the steps with OpenBLAS's own threads; the
  * ratio uses medians, so one noisy neighbour on a shared machine does not
@@ -270,7 +270,7 @@ static double process_cpu_seconds(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static int run_steps(const struct options *o, const struct dtrain_gpt2_config *cfg, int B, int T,
+static int run_steps(const struct options *o, const struct dtrain_model_config *cfg, int B, int T,
                      enum dtrain_kernels_precision precision, struct step_times *st, size_t *nparams,
                      char *bf16_line, size_t bf16_len)
 {
@@ -304,7 +304,7 @@ static int run_steps(const struct options *o, const struct dtrain_gpt2_config *c
         fprintf(stderr, PROG ": out of memory\n");
         goto out;
     }
-    dtrain_gpt2_init_params(cfg, 1337, host);
+    dtrain_model_init_params(cfg, 1337, host);
     dtrain_gpt2_set_params(model, host);
     struct dtrain_optim_config oc = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                                      .schedule = DTRAIN_LR_CONSTANT, .total_steps = o->steps};
@@ -367,7 +367,7 @@ int main(int argc, char **argv)
     if (dtrain_blas_select(PROG, argv) != 0) /* the kernels the trainer would run */
         return 2;
     struct options o = {.threads = 2, .steps = 20, .warmup = 3, .sgemm_n = 2048};
-    struct dtrain_gpt2_config cfg = {.max_seq_len = 128, .vocab_size = 4096,
+    struct dtrain_model_config cfg = {.max_seq_len = 128, .vocab_size = 4096,
                                      .padded_vocab_size = 4096, .num_layers = 4,
                                      .num_heads = 4, .channels = 256};
     const int B = 8, T = 128;
@@ -390,7 +390,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": out of memory for the sgemm baseline\n");
         return 1;
     }
-    double flops = dtrain_gpt2_flops_per_step(&cfg, B, T);
+    double flops = dtrain_model_flops_per_step(&cfg, B, T);
     double ms = fp32.step_ms;
     double sgemm = 0.5 * (sgemm_before + sgemm_after);
     /* the baseline: the best kernel at hand, or this run's own when it is faster (noise) */

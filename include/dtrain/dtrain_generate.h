@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtrain_gpt2.h"
+#include "dtrain_model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,9 +33,9 @@ extern "C" {
 
 struct dtrain_gen; /* opaque: a model and its KV cache */
 
-/* A generator over params (host, dtrain_gpt2_param_count(c) floats, llm.c's
+/* A generator over params (host, dtrain_model_param_count(c) floats, llm.c's
  * order; not copied: it must outlive the generator). */
-int dtrain_gen_create(const struct dtrain_gpt2_config *c, const float *params, struct dtrain_gen **out,
+int dtrain_gen_create(const struct dtrain_model_config *c, const float *params, struct dtrain_gen **out,
                       char *err, size_t errlen);
 void dtrain_gen_destroy(struct dtrain_gen *g);
 

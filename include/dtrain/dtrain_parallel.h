@@ -199,7 +199,7 @@ void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, co
  * GEMM rate measured at creation (*measured 1: the backend's matmul of
  * 512^3 in the run's precision, timed for 0.2 s; only where progress lines
  * or metrics show it); 0: none.  MFU = model FLOPs per step
- * (dtrain_gpt2_flops_per_step) / step seconds / (peak x world size). */
+ * (dtrain_model_flops_per_step) / step seconds / (peak x world size). */
 double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured);
 /* "42s", "3m07s", "2h05m" */
 void dtrain_format_duration(double seconds, char *out, size_t outlen);
@@ -227,7 +227,7 @@ struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t); /* it
  * gathered from the DP ranks' shares: every DP rank must call it. */
 int dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, float *local, char *err, size_t errlen);
 
-/* The whole model's parameters (host, dtrain_gpt2_param_count floats), put
+/* The whole model's parameters (host, dtrain_model_param_count floats), put
  * together on WORLD rank 0 from the TP and PP shards of DP rank 0
  * (whole is only written on rank 0; a collective over WORLD). */
 int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char *err, size_t errlen);

@@ -259,7 +259,7 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
  * (not collective, nothing verified: the run's resume does that), so that
  * --resume DIR needs no model flags.  DTRAIN_ERR_INPUT with one line in
  * err when dir is a file, unreadable, or holds no complete checkpoint. */
-int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, char *err, size_t errlen);
+int dtrain_sckpt_read_model(const char *dir, struct dtrain_model_config *model, char *err, size_t errlen);
 
 /* The step folders of dir, complete or not (not collective): fills
  * steps[] (at most max, newest first) and returns how many complete
@@ -276,11 +276,11 @@ int dtrain_sckpt_list(const char *dir, uint64_t *steps, int max, char *err, size
 /* Read the whole model out of checkpoint `step` of dir, or with
  * DTRAIN_SCKPT_NEWEST out of the newest whose manifest and shards verify
  * (older ones are tried when it does not), written by any layout.
- * params is malloc'ed (dtrain_gpt2_param_count(&model) floats, llm.c's
+ * params is malloc'ed (dtrain_model_param_count(&model) floats, llm.c's
  * order): free() it.  DTRAIN_ERR_INPUT with one line when there is no good
  * checkpoint. */
 struct dtrain_sckpt_model {
-    struct dtrain_gpt2_config model;
+    struct dtrain_model_config model;
     float *params;
     uint64_t step;
     struct dtrain_sckpt_layout writer; /* the writing job's layout (its rank fields 0) */

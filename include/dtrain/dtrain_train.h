@@ -47,7 +47,7 @@
 #include <stdio.h>
 
 #include "dtrain_data.h"
-#include "dtrain_gpt2.h"
+#include "dtrain_model.h"
 #include "dtrain_optim.h"
 #include "dtrain_status.h"
 
@@ -58,8 +58,9 @@ extern "C" {
 #define DTRAIN_PATH_MAX 4096
 
 struct dtrain_train_config {
-    /* model: a field left 0 is taken from --init-llmc / --resume, or the default */
-    struct dtrain_gpt2_config model;
+    /* model: a field left 0 is taken from --init-hf / --init-llmc / --model-config / --resume, or the default */
+    struct dtrain_model_config model;
+    char model_config[DTRAIN_PATH_MAX]; /* a Hugging Face config.json (random weights of its architecture), or "" */
     /* data */
     char data[DTRAIN_PATH_MAX];       /* token file (required) */
     enum dtrain_data_order data_order;
@@ -76,11 +77,13 @@ struct dtrain_train_config {
     char backend[16];                 /* kernels: "cpu" or "cuda" (dtrain_kernels_backends()) */
     enum dtrain_kernels_precision precision; /* DEFAULT: the backend's (cpu fp32, cuda bf16) */
     char init_llmc[DTRAIN_PATH_MAX];  /* start from this llm.c model file, or "" */
+    char init_hf[DTRAIN_PATH_MAX];    /* start from this Hugging Face model folder, or "" */
     char resume[DTRAIN_PATH_MAX];     /* continue from the newest checkpoint of this folder, or "" */
     char checkpoint[DTRAIN_PATH_MAX]; /* dtrain-train: write checkpoints into this folder (and resume from
                                        * it when it holds some), or "" */
     long checkpoint_every;            /* also every this many steps; 0: only at the end */
     char save_llmc[DTRAIN_PATH_MAX];  /* export an llm.c model file at the end, or "" */
+    char save_hf[DTRAIN_PATH_MAX];    /* write a Hugging Face model folder at the end, or "" */
     char metrics[DTRAIN_PATH_MAX];    /* JSON-lines metrics file, or "" */
     char prom_textfile[DTRAIN_PATH_MAX]; /* node_exporter textfile (.prom) kept up to date, or "" */
     long log_every;                   /* print every this many steps; 0: never */
@@ -172,7 +175,7 @@ struct dtrain_step_result {
     double grad_norm;   /* global gradient norm before clipping */
     double ms;          /* wall time of the whole step */
     double tokens_per_s;
-    double gflops;      /* achieved model GFLOP/s (dtrain_gpt2_flops_per_step) */
+    double gflops;      /* achieved model GFLOP/s (dtrain_model_flops_per_step) */
     double mfu;         /* model FLOP/s over (peak per device x devices), 0..1; 0: no peak known */
     int has_val_loss;   /* the validation loss was computed after this step's update: */
     double val_loss;    /* that loss */

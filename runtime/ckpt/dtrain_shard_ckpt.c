@@ -48,7 +48,7 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
 {
     double t0 = dtrain_clock_s();
     const struct dtrain_sckpt_layout *L = layout;
-    const uint64_t nparams = dtrain_gpt2_param_count(&cfg->model);
+    const uint64_t nparams = dtrain_model_param_count(&cfg->model);
     char tmp[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32];
     struct record rec = {0};
     memset(w, 0, sizeof *w);

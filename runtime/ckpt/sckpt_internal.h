@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_clock.h"
 
@@ -131,6 +133,16 @@ void sckpt_remove_partial(const char *dir);
 
 /* sckpt_manifest.c: manifest.json, written and read */
 /* Rank 0: manifest.json into tmp, then tmp renamed to final. */
+/* config.model of a manifest: the six dimensions every model has, then,
+ * for a family other than GPT-2 (so that GPT-2 manifests are those written
+ * before Llama), "family" and its own fields.  _parse: 0, or -1 when a
+ * field is missing, out of range or the model fails
+ * dtrain_model_config_check. */
+json_t *sckpt_model_json(const struct dtrain_model_config *m);
+int sckpt_model_parse(json_t *model, struct dtrain_model_config *out);
+/* 1 when two models are the same (every field). */
+int sckpt_model_same(const struct dtrain_model_config *a, const struct dtrain_model_config *b);
+
 int sckpt_commit(const char *dir, const char *tmp, const char *final, const struct dtrain_train_config *cfg,
                  const struct dtrain_sckpt_layout *L, uint64_t step, uint64_t data_batches,
                  const struct dtrain_sckpt_scaler *scaler, const struct record *all, char *err, size_t errlen);

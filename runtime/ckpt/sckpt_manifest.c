@@ -23,15 +23,85 @@ static const char *order_name(int order)
     return order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential";
 }
 
+json_t *sckpt_model_json(const struct dtrain_model_config *m)
+{
+    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "num_layers", m->num_layers, "channels", m->channels,
+                          "num_heads", m->num_heads, "vocab_size", m->vocab_size,
+                          "padded_vocab_size", m->padded_vocab_size, "max_seq_len", m->max_seq_len);
+    if (j == NULL || m->family == DTRAIN_FAMILY_GPT2)
+        return j;
+    json_t *own = json_pack("{s:s, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:i}",
+                            "family", dtrain_model_family_name(m->family), "num_kv_heads", m->num_kv_heads,
+                            "intermediate_size", m->intermediate_size, "untied_head", m->untied_head,
+                            "norm_eps", (double)m->norm_eps, "rope_theta", (double)m->rope_theta,
+                            "rope_factor", (double)m->rope_factor, "rope_low_freq_factor",
+                            (double)m->rope_low_freq_factor, "rope_high_freq_factor",
+                            (double)m->rope_high_freq_factor, "rope_original_max_positions",
+                            m->rope_original_max_positions);
+    if (own == NULL || json_object_update(j, own) != 0) {
+        json_decref(own);
+        json_decref(j);
+        return NULL;
+    }
+    json_decref(own);
+    return j;
+}
+
+int sckpt_model_parse(json_t *model, struct dtrain_model_config *out)
+{
+    json_int_t v[6], kv = 0, inter = 0, orig = 0;
+    double eps = 0, theta = 0, factor = 0, lowf = 0, highf = 0;
+    int untied = 0;
+    const char *family = "gpt2";
+    if (json_unpack(model, "{s:I, s:I, s:I, s:I, s:I, s:I, s?s}", "num_layers", &v[0], "channels", &v[1],
+                    "num_heads", &v[2], "vocab_size", &v[3], "padded_vocab_size", &v[4], "max_seq_len", &v[5],
+                    "family", &family) != 0)
+        return -1;
+    for (int i = 0; i < 6; i++)
+        if (v[i] < 1 || v[i] > INT32_MAX)
+            return -1;
+    int f = dtrain_model_family_of(family);
+    if (f < 0 || (f != DTRAIN_FAMILY_GPT2 &&
+                  json_unpack(model, "{s:I, s:I, s:b, s:F, s:F, s:F, s:F, s:F, s:I}", "num_kv_heads", &kv,
+                              "intermediate_size", &inter, "untied_head", &untied, "norm_eps", &eps, "rope_theta",
+                              &theta, "rope_factor", &factor, "rope_low_freq_factor", &lowf,
+                              "rope_high_freq_factor", &highf, "rope_original_max_positions", &orig) != 0))
+        return -1;
+    if (kv < 0 || kv > INT32_MAX || inter < 0 || inter > INT32_MAX || orig < 0 || orig > INT32_MAX)
+        return -1;
+    struct dtrain_model_config m = {.num_layers = (int)v[0], .channels = (int)v[1], .num_heads = (int)v[2],
+                                    .vocab_size = (int)v[3], .padded_vocab_size = (int)v[4],
+                                    .max_seq_len = (int)v[5], .family = (enum dtrain_model_family)f,
+                                    .num_kv_heads = (int)kv, .intermediate_size = (int)inter,
+                                    .untied_head = untied, .norm_eps = (float)eps, .rope_theta = (float)theta,
+                                    .rope_factor = (float)factor, .rope_low_freq_factor = (float)lowf,
+                                    .rope_high_freq_factor = (float)highf,
+                                    .rope_original_max_positions = (int)orig};
+    char why[256];
+    if (dtrain_model_config_check(&m, why, sizeof why) != DTRAIN_OK)
+        return -1;
+    *out = m;
+    return 0;
+}
+
+int sckpt_model_same(const struct dtrain_model_config *a, const struct dtrain_model_config *b)
+{
+    return a->num_layers == b->num_layers && a->channels == b->channels && a->num_heads == b->num_heads &&
+           a->vocab_size == b->vocab_size && a->padded_vocab_size == b->padded_vocab_size &&
+           a->max_seq_len == b->max_seq_len && a->family == b->family &&
+           dtrain_model_kv_heads(a) == dtrain_model_kv_heads(b) &&
+           dtrain_model_mlp_width(a) == dtrain_model_mlp_width(b) && a->untied_head == b->untied_head &&
+           a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta && a->rope_factor == b->rope_factor &&
+           a->rope_low_freq_factor == b->rope_low_freq_factor && a->rope_high_freq_factor == b->rope_high_freq_factor &&
+           a->rope_original_max_positions == b->rope_original_max_positions;
+}
+
 static json_t *config_json(const struct dtrain_train_config *c)
 {
-    const struct dtrain_gpt2_config *m = &c->model;
     const struct dtrain_optim_config *o = &c->optim;
-    return json_pack("{s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:i, s:i, s:s, s:I, s:I, s:I, s:i,"
+    return json_pack("{s:o, s:i, s:i, s:s, s:I, s:I, s:I, s:i,"
                      " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:f}}",
-                     "model", "num_layers", m->num_layers, "channels", m->channels, "num_heads", m->num_heads,
-                     "vocab_size", m->vocab_size, "padded_vocab_size", m->padded_vocab_size,
-                     "max_seq_len", m->max_seq_len,
+                     "model", sckpt_model_json(&c->model),
                      "batch", c->batch, "seq", c->seq, "data_order", order_name(c->data_order),
                      "data_seed", (json_int_t)c->data_seed, "seed", (json_int_t)c->seed,
                      "steps", (json_int_t)c->steps, "micro_batches", c->micro_batches,
@@ -59,7 +129,7 @@ int sckpt_commit(const char *dir, const char *tmp, const char *final, const stru
     }
     root = json_pack("{s:s, s:i, s:I, s:I, s:I, s:o, s:{s:i, s:i, s:i, s:i, s:b}, s:o}", "format", FORMAT_NAME,
                      "version", DTRAIN_SCKPT_VERSION, "step", (json_int_t)step, "data_batches",
-                     (json_int_t)data_batches, "nparams", (json_int_t)dtrain_gpt2_param_count(&cfg->model),
+                     (json_int_t)data_batches, "nparams", (json_int_t)dtrain_model_param_count(&cfg->model),
                      "config", config_json(cfg), "layout", "tp", L->tp, "pp", L->pp, "dp", L->dp,
                      "world_size", L->world_size, "zero1", L->zero1, "shards", shards);
     shards = NULL; /* stolen by "o", also on failure */
@@ -169,6 +239,11 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
         dtrain_snprintf(why, whylen, "%s: %s", file, je.text);
         goto out;
     }
+    struct dtrain_model_config held;
+    if (sckpt_model_parse(json_object_get(config, "model"), &held) != 0) {
+        dtrain_snprintf(why, whylen, "%s: config.model is not a valid model", file);
+        goto out;
+    }
     if (strcmp(format, FORMAT_NAME) != 0 || version != DTRAIN_SCKPT_VERSION) {
         dtrain_snprintf(why, whylen, "%s: format %.40s version %lld; this dtrain reads %s version %d", file, format,
                  (long long)version, FORMAT_NAME, DTRAIN_SCKPT_VERSION);
@@ -182,15 +257,17 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
         dtrain_snprintf(why, whylen, "%s: step, layout or shard list inconsistent", file);
         goto out;
     }
-    const struct dtrain_gpt2_config *mc = &cfg->model;
+    const struct dtrain_model_config *mc = &cfg->model;
     const long want[6] = {mc->num_layers, mc->channels, mc->num_heads, mc->vocab_size, mc->padded_vocab_size,
                           mc->max_seq_len};
     if (v[0] != want[0] || v[1] != want[1] || v[2] != want[2] || v[3] != want[3] || v[4] != want[4] ||
-        v[5] != want[5] || nparams != (json_int_t)dtrain_gpt2_param_count(mc)) {
-        dtrain_snprintf(why, whylen, "%s holds a model L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld; "
-                 "this run's is L=%ld C=%ld NH=%ld V=%ld (padded %ld) maxT=%ld: give the same model, or another checkpoint "
-                 "folder", path, (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
-                 (long long)v[4], (long long)v[5], want[0], want[1], want[2], want[3], want[4], want[5]);
+        v[5] != want[5] || !sckpt_model_same(&held, mc) || nparams != (json_int_t)dtrain_model_param_count(mc)) {
+        dtrain_snprintf(why, whylen, "%s holds a %s model L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld; "
+                 "this run's is a %s L=%ld C=%ld NH=%ld V=%ld (padded %ld) maxT=%ld%s: give the same model, or another "
+                 "checkpoint folder", path, dtrain_model_family_name(held.family), (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+                 (long long)v[4], (long long)v[5], dtrain_model_family_name(mc->family), want[0], want[1], want[2], want[3],
+                 want[4], want[5], sckpt_model_same(&held, mc) || held.family != mc->family ? ""
+                 : " (the same sizes, other attention, MLP, head or RoPE settings)");
         verdict = INCOMPATIBLE;
         goto out;
     }
@@ -260,7 +337,7 @@ out:
 
 /* ------------------------------------------------------------ the model a folder holds */
 
-int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, char *err, size_t errlen)
+int dtrain_sckpt_read_model(const char *dir, struct dtrain_model_config *model, char *err, size_t errlen)
 {
     uint64_t newest;
     struct stat st;
@@ -278,8 +355,6 @@ int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, c
         return DTRAIN_ERR_INPUT;
     }
     char step[DTRAIN_PATH_MAX], file[DTRAIN_PATH_MAX];
-    json_error_t je;
-    json_int_t v[6];
     if (sckpt_step_path(step, sizeof step, dir, newest, "") != 0 ||
         dtrain_snprintf(file, sizeof file, "%s/%s", step, DTRAIN_SCKPT_MANIFEST) != 0) {
         dtrain_snprintf(err, errlen, "checkpoint folder %s: path too long", dir);
@@ -287,20 +362,11 @@ int dtrain_sckpt_read_model(const char *dir, struct dtrain_gpt2_config *model, c
     }
     char why[600] = "";
     json_t *root = load_manifest_json(file, why, sizeof why);
-    int rc = root != NULL &&
-             json_unpack_ex(root, &je, 0, "{s:{s:{s:I, s:I, s:I, s:I, s:I, s:I}}}", "config", "model", "num_layers",
-                            &v[0], "channels", &v[1], "num_heads", &v[2], "vocab_size", &v[3], "padded_vocab_size",
-                            &v[4], "max_seq_len", &v[5]) == 0 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
-    for (int i = 0; rc == DTRAIN_OK && i < 6; i++)
-        if (v[i] < 1 || v[i] > INT32_MAX)
-            rc = DTRAIN_ERR_INPUT;
-    if (rc == DTRAIN_OK)
-        *model = (struct dtrain_gpt2_config){.num_layers = (int)v[0], .channels = (int)v[1], .num_heads = (int)v[2],
-                                             .vocab_size = (int)v[3], .padded_vocab_size = (int)v[4],
-                                             .max_seq_len = (int)v[5]};
-    else if (root == NULL)
+    int rc = root != NULL && sckpt_model_parse(json_object_get(json_object_get(root, "config"), "model"), model) == 0
+                 ? DTRAIN_OK : DTRAIN_ERR_INPUT;
+    if (rc != DTRAIN_OK && root == NULL)
         dtrain_snprintf(err, errlen, "%s", why);
-    else
+    else if (rc != DTRAIN_OK)
         dtrain_snprintf(err, errlen, "%s: no valid config.model in it", file);
     json_decref(root);
     return rc;

@@ -45,18 +45,19 @@ static int read_run(const char *step_dir, struct dtrain_train_config *c, char *w
             rc = -1;
     if (rc == 0 && (batch < 1 || batch > INT32_MAX || seq < 1 || seq > INT32_MAX))
         rc = -1;
+    struct dtrain_model_config model;
+    if (rc == 0 && sckpt_model_parse(json_object_get(json_object_get(root, "config"), "model"), &model) != 0)
+        rc = -1;
     if (rc == 0) {
         dtrain_train_config_defaults(c);
-        c->model = (struct dtrain_gpt2_config){.num_layers = (int)v[0], .channels = (int)v[1],
-                                               .num_heads = (int)v[2], .vocab_size = (int)v[3],
-                                               .padded_vocab_size = (int)v[4], .max_seq_len = (int)v[5]};
+        c->model = model;
         c->batch = (int)batch;
         c->seq = (int)seq;
         c->data_order = strcmp(order, "shuffled") == 0 ? DTRAIN_ORDER_SHUFFLED : DTRAIN_ORDER_SEQUENTIAL;
         c->data_seed = (uint64_t)data_seed;
         c->seed = (uint64_t)seed;
         char check[256];
-        if (dtrain_gpt2_config_check(&c->model, check, sizeof check) != DTRAIN_OK)
+        if (dtrain_model_config_check(&c->model, check, sizeof check) != DTRAIN_OK)
             rc = -1;
     }
     if (rc != 0)
@@ -160,7 +161,7 @@ int dtrain_sckpt_load_model(const char *dir, uint64_t step, struct dtrain_sckpt_
         int v = sckpt_read_manifest(path, steps[i], &c, &m, why, sizeof why);
         for (long r = 0; v == GOOD && r < m.layout.world_size; r++)
             v = sckpt_shard_verify(path, r, &m, &bytes, why, sizeof why);
-        size_t count = dtrain_gpt2_param_count(&c.model);
+        size_t count = dtrain_model_param_count(&c.model);
         float *params = v == GOOD ? malloc(count * sizeof(float)) : NULL;
         if (v == GOOD && params == NULL) {
             free(m.shards);

@@ -97,7 +97,7 @@ int main(int argc, char **argv)
         printf("%s: step %" PRIu64 " (written by T=%d P=%d D=%d) exported to %s: L=%d C=%d NH=%d V=%d (padded %d) "
                "maxT=%d, %zu parameters\n", m.path, m.step, m.writer.tp, m.writer.pp, m.writer.dp, argv[3],
                m.model.num_layers, m.model.channels, m.model.num_heads, m.model.vocab_size,
-               m.model.padded_vocab_size, m.model.max_seq_len, dtrain_gpt2_param_count(&m.model));
+               m.model.padded_vocab_size, m.model.max_seq_len, dtrain_model_param_count(&m.model));
         free(m.params);
         return 0;
     }

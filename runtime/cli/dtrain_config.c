@@ -8,6 +8,7 @@
 #include "dtrain_io.h"
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_llmc.h"
+#include "model/dtrain_hf_model.h"
 #include "trainer/dtrain_metrics.h"
 #include "dtrain_parse.h"
 #include "dtrain_settings.h"
@@ -56,12 +57,13 @@ static const char *const precision_words[] = {"fp32", "bf16", "fp16", NULL};
      .names = words, .group = sect, .alias = flag, .help = text}
 
 static const struct dtrain_setting settings[] = {
-    NUMBER("model", "num_layers", "layers", INT, model.num_layers, 1, DTRAIN_GPT2_MAX_LAYERS, "L, transformer blocks"),
-    NUMBER("model", "channels", "channels", INT, model.channels, 1, DTRAIN_GPT2_MAX_CHANNELS, "C, model width"),
-    NUMBER("model", "num_heads", "heads", INT, model.num_heads, 1, DTRAIN_GPT2_MAX_CHANNELS, "NH, attention heads (C % NH == 0)"),
-    NUMBER("model", "vocab_size", "vocab-size", INT, model.vocab_size, 1, DTRAIN_GPT2_MAX_VOCAB, "V, token ids 0..V-1"),
-    NUMBER("model", "padded_vocab_size", "padded-vocab-size", INT, model.padded_vocab_size, 1, DTRAIN_GPT2_MAX_VOCAB, "Vp >= V, rows of wte (default V rounded up to 128)"),
-    NUMBER("model", "max_seq_len", "max-seq-len", INT, model.max_seq_len, 1, DTRAIN_GPT2_MAX_SEQ, "maxT, positions the model knows"),
+    NUMBER("model", "num_layers", "layers", INT, model.num_layers, 1, DTRAIN_MODEL_MAX_LAYERS, "L, transformer blocks"),
+    NUMBER("model", "channels", "channels", INT, model.channels, 1, DTRAIN_MODEL_MAX_CHANNELS, "C, model width"),
+    NUMBER("model", "num_heads", "heads", INT, model.num_heads, 1, DTRAIN_MODEL_MAX_CHANNELS, "NH, attention heads (C % NH == 0)"),
+    NUMBER("model", "vocab_size", "vocab-size", INT, model.vocab_size, 1, DTRAIN_MODEL_MAX_VOCAB, "V, token ids 0..V-1"),
+    NUMBER("model", "padded_vocab_size", "padded-vocab-size", INT, model.padded_vocab_size, 1, DTRAIN_MODEL_MAX_VOCAB, "Vp >= V, rows of wte (default V rounded up to 128)"),
+    NUMBER("model", "max_seq_len", "max-seq-len", INT, model.max_seq_len, 1, DTRAIN_MODEL_MAX_SEQ, "maxT, positions the model knows"),
+    PATH("model", "config", "model-config", model_config, "a Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM, GPT2LMHeadModel): the model, from random weights"),
     PATH("data", "train", "data", data, "token file (llm.c layout; see dtrain-tokenize), or a quoted glob of llm.c shards"),
     WORDS("data", "order", "order", data_order, order_words, "sequential | shuffled"),
     NUMBER("data", "seed", "data-seed", U64, data_seed, 0, BIG, "seed of the shuffled order"),
@@ -79,17 +81,19 @@ static const struct dtrain_setting settings[] = {
     NUMBER("optimizer", "warmup_steps", "warmup", LONG, optim.warmup_steps, 0, BIG, "cosine: warm-up steps"),
     NUMBER("optimizer", "min_lr", "min-lr", REAL, optim.min_lr, 0, 1e3, "cosine: rate at the last step"),
     NUMBER("run", "batch", "batch", INT, batch, 1, 1 << 20, "B, sequences per step"),
-    NUMBER("run", "seq", "seq", INT, seq, 1, DTRAIN_GPT2_MAX_SEQ, "T, tokens per sequence (<= max_seq_len)"),
+    NUMBER("run", "seq", "seq", INT, seq, 1, DTRAIN_MODEL_MAX_SEQ, "T, tokens per sequence (<= max_seq_len)"),
     NUMBER("run", "steps", "steps", LONG, steps, 0, BIG, "train until this many steps are done"),
     NUMBER("run", "seed", "seed", U64, seed, 0, BIG, "seed of the model initialisation"),
     NUMBER("run", "threads", "threads", INT, threads, 1, 1024, "CPU threads (own kernels and OpenBLAS)"),
     OWN("run", "backend", "backend", T_BACKEND, backend, NULL, "kernels: cpu | cuda (one GPU; fails without a CUDA device)"),
     OWN("run", "precision", "precision", T_PRECISION, precision, precision_words, "fp32 | bf16 | fp16 (matmul operands rounded, fp32 accumulation and master weights; fp16 with dynamic loss scaling); default: cpu fp32, cuda bf16"),
     PATH("run", "init_llmc", "init-llmc", init_llmc, "start from this llm.c model file"),
+    PATH("run", "init_hf", "init-hf", init_hf, "start from this Hugging Face model folder (config.json, model.safetensors or its sharded index)"),
     PATH("run", "resume", "resume", resume, "continue from the newest checkpoint in this folder (any layout wrote it)"),
     PATH("run", "checkpoint", "checkpoint", checkpoint, "dtrain-train: write checkpoints into this folder at the end (sharded format, one shard); the run resumes from it"),
     NUMBER("run", "checkpoint_every", "checkpoint-every", LONG, checkpoint_every, 0, BIG, "and every this many steps"),
     PATH("run", "save_llmc", "save-llmc", save_llmc, "export an llm.c model file at the end"),
+    PATH("run", "save_hf", "save-hf", save_hf, "write a Hugging Face model folder at the end (config.json, model.safetensors)"),
     PATH("run", "metrics", "metrics", metrics, "JSON-lines metrics file, one object per step"),
     PATH("run", "prom_textfile", "prom-textfile", prom_textfile, "Prometheus textfile (node_exporter) with step, loss, tokens/s; NAME.prom"),
     NUMBER("run", "sample_every", "sample-every", LONG, sample_every, 0, BIG, "print 64 tokens the model writes (after a newline, seed 1337, temperature 0.8, top-k 40) every N steps; 0 = never"),
@@ -508,7 +512,7 @@ void dtrain_train_usage(FILE *out)
 
 /* ------------------------------------------------------------------ finishing */
 
-static void shape_fields(const struct dtrain_gpt2_config *c, int out[6])
+static void shape_fields(const struct dtrain_model_config *c, int out[6])
 {
     out[0] = c->max_seq_len;
     out[1] = c->vocab_size;
@@ -520,7 +524,7 @@ static void shape_fields(const struct dtrain_gpt2_config *c, int out[6])
 
 /* Model keys set in the config must agree with the file's shape; the rest
  * are taken from it. */
-static int merge_shape(struct dtrain_gpt2_config *cfg, const struct dtrain_gpt2_config *file,
+static int merge_shape(struct dtrain_model_config *cfg, const struct dtrain_model_config *file,
                        const char *what, const char *path, char *err, size_t errlen)
 {
     static const char *const names[6] = {"max_seq_len", "vocab_size", "padded_vocab_size",
@@ -566,6 +570,9 @@ int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char 
                                             : dtrain_out_check(c->checkpoint, "checkpoint folder", err, errlen);
     if (rc == DTRAIN_OK)
         rc = dtrain_out_check(c->save_llmc, "llm.c model file (--save-llmc)", err, errlen);
+    if (rc == DTRAIN_OK && c->save_hf[0] != '\0')
+        rc = stat(c->save_hf, &st) == 0 ? dtrain_out_check_dir(c->save_hf, "Hugging Face model folder (--save-hf)", err, errlen)
+                                         : dtrain_out_check(c->save_hf, "Hugging Face model folder (--save-hf)", err, errlen);
     if (rc == DTRAIN_OK)
         rc = dtrain_out_check(c->metrics, "metrics file", err, errlen);
     if (rc == DTRAIN_OK)
@@ -580,7 +587,7 @@ int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char 
 int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t errlen)
 {
     int rc;
-    struct dtrain_gpt2_config *m = &c->model;
+    struct dtrain_model_config *m = &c->model;
     if (c->data[0] == '\0') {
         snprintf(err, errlen, "no token file: give --data FILE or data.train in the config "
                  "(dtrain-tokenize makes one from any text file)");
@@ -590,21 +597,29 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
         snprintf(err, errlen, "give either --val-data or --val-fraction, not both");
         return DTRAIN_ERR_INPUT;
     }
-    if (c->init_llmc[0] != '\0' && c->resume[0] != '\0') {
-        snprintf(err, errlen, "give either --init-llmc or --resume, not both");
+    if ((c->init_llmc[0] != '\0') + (c->init_hf[0] != '\0') + (c->resume[0] != '\0') +
+        (c->model_config[0] != '\0') > 1) {
+        snprintf(err, errlen, "give one of --init-hf, --init-llmc, --model-config and --resume, not several");
         return DTRAIN_ERR_INPUT;
     }
     struct dtrain_prom prom; /* checked here, before the model is built */
     if (c->prom_textfile[0] != '\0' && (rc = dtrain_prom_init(&prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
         return rc;
     if (c->resume[0] != '\0') {
-        struct dtrain_gpt2_config file;
+        struct dtrain_model_config file;
         if ((rc = dtrain_sckpt_read_model(c->resume, &file, err, errlen)) != DTRAIN_OK)
             return rc;
         if ((rc = merge_shape(m, &file, "checkpoint", c->resume, err, errlen)) != DTRAIN_OK)
             return rc;
+    } else if (c->init_hf[0] != '\0' || c->model_config[0] != '\0') {
+        struct dtrain_model_config file;
+        const char *path = c->init_hf[0] != '\0' ? c->init_hf : c->model_config;
+        if ((rc = dtrain_hf_read_model_config(path, &file, err, errlen)) != DTRAIN_OK)
+            return rc;
+        if ((rc = merge_shape(m, &file, "Hugging Face model", path, err, errlen)) != DTRAIN_OK)
+            return rc;
     } else if (c->init_llmc[0] != '\0') {
-        struct dtrain_gpt2_config file;
+        struct dtrain_model_config file;
         if ((rc = dtrain_llmc_read_config(c->init_llmc, &file, err, errlen)) != DTRAIN_OK)
             return rc;
         if ((rc = merge_shape(m, &file, "llm.c model file", c->init_llmc, err, errlen)) != DTRAIN_OK)
@@ -615,9 +630,9 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
         if (m->num_heads == 0) m->num_heads = 4;
         if (m->vocab_size == 0) m->vocab_size = 256;
         if (m->max_seq_len == 0) m->max_seq_len = 256;
-        if (m->padded_vocab_size == 0) m->padded_vocab_size = dtrain_gpt2_pad_vocab(m->vocab_size);
+        if (m->padded_vocab_size == 0) m->padded_vocab_size = dtrain_model_pad_vocab(m->vocab_size);
     }
-    if ((rc = dtrain_gpt2_config_check(m, err, errlen)) != DTRAIN_OK)
+    if ((rc = dtrain_model_config_check(m, err, errlen)) != DTRAIN_OK)
         return rc;
     if (c->seq > m->max_seq_len) {
         snprintf(err, errlen, "seq %d is longer than the model's max_seq_len %d: lower --seq",

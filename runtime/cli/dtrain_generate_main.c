@@ -120,7 +120,7 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "give either --prompt or --prompt-tokens, not both");
         goto bad;
     }
-    struct dtrain_gpt2_config cfg;
+    struct dtrain_model_config cfg;
     float *params = NULL;
     if (ckpt != NULL) {
         struct dtrain_sckpt_model m;
@@ -135,7 +135,7 @@ int main(int argc, char **argv)
     } else {
         if (dtrain_llmc_read_config(model, &cfg, err, sizeof err) != DTRAIN_OK)
             goto bad;
-        params = malloc(dtrain_gpt2_param_count(&cfg) * sizeof(float));
+        params = malloc(dtrain_model_param_count(&cfg) * sizeof(float));
         if (params == NULL || dtrain_llmc_load(model, &cfg, params, err, sizeof err) != DTRAIN_OK) {
             if (params == NULL)
                 snprintf(err, sizeof err, "out of memory");

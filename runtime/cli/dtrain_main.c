@@ -46,10 +46,10 @@ static int agree(dtrain_comm *world, int mine, int *worst, char *err, size_t err
 static void print_header(const char *prog, const struct dtrain_train_config *c,
                          const struct dtrain_bootstrap *bs, int launched, const struct dtrain_ptrainer *t)
 {
-    const struct dtrain_gpt2_config *m = &c->model;
+    const struct dtrain_model_config *m = &c->model;
     printf("%s: model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters%s%s\n", prog,
            m->num_layers, m->channels, m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len,
-           dtrain_gpt2_param_count(m), c->init_llmc[0] ? ", from " : "", c->init_llmc);
+           dtrain_model_param_count(m), c->init_llmc[0] ? ", from " : "", c->init_llmc);
     if (launched) /* one process has no layout to tell */
         printf("%s: layout T=%d P=%d D=%d (%d rank%s), %d micro-batch%s of %d x %d per rank, ZeRO stage %d, "
                "gradient buckets of %.3g MB%s\n", prog, bs->tp, bs->pp, bs->dp, bs->world_size,
@@ -58,7 +58,7 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
                c->dp_overlap ? " overlapped with backward" : "");
     printf("%s: data %s (%s), global batch %d x %d, %ld steps, %d thread%s per rank, %.3f GFLOP per step\n",
            prog, c->data, c->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", c->batch, c->seq,
-           c->steps, c->threads, c->threads == 1 ? "" : "s", dtrain_gpt2_flops_per_step(m, c->batch, c->seq) * 1e-9);
+           c->steps, c->threads, c->threads == 1 ? "" : "s", dtrain_model_flops_per_step(m, c->batch, c->seq) * 1e-9);
     if (strcmp(c->backend, "cpu") == 0) { /* which GEMM kernels run (dtrain_blas.h) */
         char blas[256];
         dtrain_blas_describe(blas, sizeof blas);

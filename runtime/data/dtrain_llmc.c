@@ -14,7 +14,7 @@
 #define HEADER_BYTES (DTRAIN_LLMC_HEADER_INTS * sizeof(int32_t))
 
 /* Open, read and check the header; on success *f is positioned at the parameters. */
-static int open_checked(const char *path, struct dtrain_gpt2_config *cfg, FILE **f,
+static int open_checked(const char *path, struct dtrain_model_config *cfg, FILE **f,
                         char *err, size_t errlen)
 {
     int32_t h[DTRAIN_LLMC_HEADER_INTS];
@@ -45,11 +45,11 @@ static int open_checked(const char *path, struct dtrain_gpt2_config *cfg, FILE *
     cfg->channels = h[6];
     cfg->padded_vocab_size = h[7];
     char why[256];
-    if (dtrain_gpt2_config_check(cfg, why, sizeof why) != DTRAIN_OK) {
+    if (dtrain_model_config_check(cfg, why, sizeof why) != DTRAIN_OK) {
         snprintf(err, errlen, "llm.c model file %s has an impossible shape: %s", path, why);
         goto fail;
     }
-    size_t expect = HEADER_BYTES + dtrain_gpt2_param_count(cfg) * sizeof(float);
+    size_t expect = HEADER_BYTES + dtrain_model_param_count(cfg) * sizeof(float);
     if (size != expect) {
         snprintf(err, errlen, "llm.c model file %s is %s: its shape needs %zu bytes, the file "
                  "has %zu", path, size < expect ? "truncated" : "too long", expect, size);
@@ -62,7 +62,7 @@ fail:
     return rc;
 }
 
-int dtrain_llmc_read_config(const char *path, struct dtrain_gpt2_config *cfg,
+int dtrain_llmc_read_config(const char *path, struct dtrain_model_config *cfg,
                             char *err, size_t errlen)
 {
     FILE *f;
@@ -72,10 +72,10 @@ int dtrain_llmc_read_config(const char *path, struct dtrain_gpt2_config *cfg,
     return rc;
 }
 
-int dtrain_llmc_load(const char *path, const struct dtrain_gpt2_config *expect, float *params,
+int dtrain_llmc_load(const char *path, const struct dtrain_model_config *expect, float *params,
                      char *err, size_t errlen)
 {
-    struct dtrain_gpt2_config got;
+    struct dtrain_model_config got;
     FILE *f;
     int rc = open_checked(path, &got, &f, err, errlen);
     if (rc != DTRAIN_OK)
@@ -89,7 +89,7 @@ int dtrain_llmc_load(const char *path, const struct dtrain_gpt2_config *expect, 
         fclose(f);
         return DTRAIN_ERR_INPUT;
     }
-    size_t n = dtrain_gpt2_param_count(expect);
+    size_t n = dtrain_model_param_count(expect);
     if (fread(params, sizeof(float), n, f) != n) {
         snprintf(err, errlen, "cannot read the parameters of %s (file changed while reading?)", path);
         rc = DTRAIN_ERR_INPUT;
@@ -98,13 +98,18 @@ int dtrain_llmc_load(const char *path, const struct dtrain_gpt2_config *expect, 
     return rc;
 }
 
-int dtrain_llmc_save(const char *path, const struct dtrain_gpt2_config *cfg, const float *params,
+int dtrain_llmc_save(const char *path, const struct dtrain_model_config *cfg, const float *params,
                      char *err, size_t errlen)
 {
     struct dtrain_out_file o;
     int32_t h[DTRAIN_LLMC_HEADER_INTS] = {0};
-    int rc = dtrain_gpt2_config_check(cfg, err, errlen);
+    int rc = dtrain_model_config_check(cfg, err, errlen);
     if (rc != DTRAIN_OK)
+    if (cfg->family != DTRAIN_FAMILY_GPT2) {
+        snprintf(err, errlen, "llm.c's model file holds GPT-2 models only: save a %s model with --save-hf DIR",
+                 dtrain_model_family_name(cfg->family));
+        return DTRAIN_ERR_INPUT;
+    }
         return rc;
     h[0] = DTRAIN_LLMC_MAGIC;
     h[1] = DTRAIN_LLMC_VERSION;
@@ -117,6 +122,6 @@ int dtrain_llmc_save(const char *path, const struct dtrain_gpt2_config *cfg, con
     if ((rc = dtrain_out_open(&o, path, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_out_write(&o, h, sizeof h);
-    dtrain_out_write(&o, params, dtrain_gpt2_param_count(cfg) * sizeof(float));
+    dtrain_out_write(&o, params, dtrain_model_param_count(cfg) * sizeof(float));
     return dtrain_out_commit(&o, err, errlen);
 }

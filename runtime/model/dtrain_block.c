@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* One GPT-2 transformer block, forward and backward; see dtrain_gpt2.h.
+/* One transformer block, forward and backward, of either family; see
+ * dtrain_model.h.
  *
- *   ln1  = LN(x)                       (N,C)
- *   qkv  = ln1 @ Wqkv^T + bqkv         (N,3*NH*HS)  column-parallel on TP
- *   atty = attention(qkv)              (N,NH*HS)
- *   res2 = x + atty @ Wo^T + bo        (N,C)        row-parallel: all-reduce
- *   ln2  = LN(res2)                    (N,C)
- *   fch  = ln2 @ Wfc^T + bfc           (N,F)        column-parallel
- *   y    = res2 + gelu(fch) @ Wp^T + bp (N,C)       row-parallel: all-reduce
+ *   GPT-2                                  Llama
+ *   ln1  = LN(x)                (N,C)      RMSNorm(x)
+ *   qkv  = ln1 @ Wqkv^T + bqkv  (N,QKV)    no bias; then RoPE on q and k    column-parallel on TP
+ *   atty = attention(qkv)       (N,NH*HS)  grouped-query (KVH kv heads)
+ *   res2 = x + atty @ Wo^T + bo (N,C)      no bias                          row-parallel: all-reduce
+ *   ln2  = LN(res2)             (N,C)      RMSNorm(res2)
+ *   fch  = ln2 @ Wfc^T + bfc    (N,F)      (N,2F) gate and up, no bias      column-parallel
+ *   act  = gelu(fch)            (N,F)      silu(gate) * up
+ *   y    = res2 + act @ Wp^T + bp (N,C)    no bias                          row-parallel: all-reduce
+ *
+ * The two families differ only in the four helpers below (norm, bias,
+ * activation, rotary embedding): one block, so that every parallelism and
+ * recomputation mode serves both.
  *
  * On tensor-parallel ranks the two projections give partial sums, summed by
  * the hook before the residual add (forward), and the two column-parallel
@@ -22,13 +29,104 @@
  * local rows are kept, as in Megatron-LM) and gathers the residual gradient
  * before each row-parallel matmul's backward, reduce-scatters the input
  * gradient of each column-parallel one. */
-#include "dtrain_gpt2.h"
+#include "dtrain_model.h"
 
 /* Typed views: an inner activation (of the acts' type), an fp32 array. */
 #define ACT(a, p) dtrain_tensor_of((a)->act, (p))
 #define F32(p) dtrain_tensor_f32(p)
 
-static int sequence_parallel(const struct dtrain_tp_hook *tp)
+static int llama(const struct dtrain_block_shape *s)
+{
+    return s->family == DTRAIN_FAMILY_LLAMA;
+}
+
+static int kv_heads(const struct dtrain_block_shape *s)
+{
+    return s->KVH > 0 ? s->KVH : s->NH;
+}
+
+/* The family's norm: GPT-2's LayerNorm (weight, bias, mean and rstd kept),
+ * Llama's RMSNorm (weight, rstd). */
+static void norm_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s, float *out, float *mean,
+                         float *rstd, const float *inp, const float *weight, const float *bias, int rows, int C)
+{
+    if (llama(s))
+        dtrain_k_rmsnorm_forward(k, out, rstd, inp, weight, s->norm_eps, rows, C);
+    else
+        dtrain_k_layernorm_forward(k, out, mean, rstd, inp, weight, bias, rows, C);
+}
+
+static void norm_backward(struct dtrain_kernels *k, const struct dtrain_block_shape *s, float *dinp, float *dweight,
+                          float *dbias, const float *dout, const float *inp, const float *weight, const float *mean,
+                          const float *rstd, int rows, int C)
+{
+    if (llama(s))
+        dtrain_k_rmsnorm_backward(k, dinp, dweight, dout, inp, weight, rstd, rows, C);
+    else
+        dtrain_k_layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, C);
+}
+
+void dtrain_model_norm_forward(struct dtrain_kernels *k, const struct dtrain_model_config *c, float *out,
+                               float *mean, float *rstd, const float *inp, const float *weight, const float *bias,
+                               int N, int C)
+{
+    struct dtrain_block_shape s = {.family = c->family, .norm_eps = c->norm_eps};
+    norm_forward(k, &s, out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void dtrain_model_norm_backward(struct dtrain_kernels *k, const struct dtrain_model_config *c, float *dinp,
+                                float *dweight, float *dbias, const float *dout, const float *inp,
+                                const float *weight, const float *mean, const float *rstd, int N, int C)
+{
+    struct dtrain_block_shape s = {.family = c->family, .norm_eps = c->norm_eps};
+    norm_backward(k, &s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+/* A bias (or its gradient) of the family: Llama has none. */
+#define BIAS(s, b) (llama(s) ? NULL : (b))
+
+/* The MLP's activation: fch (N, F; Llama 2F) -> fch_gelu (N,F). */
+static void act_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s,
+                        const struct dtrain_block_acts *a, int N)
+{
+    if (llama(s))
+        dtrain_k_swiglu_forward(k, ACT(a, a->fch_gelu), ACT(a, a->fch), N, s->F);
+    else
+        dtrain_k_gelu_forward(k, ACT(a, a->fch_gelu), ACT(a, a->fch), (size_t)N * s->F);
+}
+
+/* Where the down projection's input gradient goes (N,F): dfc itself for
+ * GELU (its backward runs in place), past SwiGLU's (N,2F) input gradient
+ * for Llama (the scratch has room: dtrain_block_scratch). */
+static void *act_grad(const struct dtrain_block_shape *s, const struct dtrain_block_acts *a,
+                      const struct dtrain_block_scratch *sc, int N)
+{
+    return llama(s) ? (char *)sc->dfc + (size_t)N * 2 * s->F * dtrain_dtype_size(a->act) : sc->dfc;
+}
+
+static void act_backward(struct dtrain_kernels *k, const struct dtrain_block_shape *s,
+                         const struct dtrain_block_acts *a, const struct dtrain_block_scratch *sc, int N)
+{
+    if (llama(s))
+        dtrain_k_swiglu_backward(k, ACT(a, sc->dfc), ACT(a, a->fch), ACT(a, act_grad(s, a, sc, N)), N, s->F);
+    else
+        dtrain_k_gelu_backward(k, ACT(a, sc->dfc), ACT(a, a->fch), ACT(a, sc->dfc), (size_t)N * s->F);
+}
+
+/* Llama: rotary position embeddings on q and k (in place), after the QKV
+ * matmul; backward the inverse rotation of their gradients. */
+static void rope_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s, struct dtrain_tensor qkv)
+{
+    if (llama(s))
+        dtrain_k_rope_forward(k, qkv, s->rope_inv_freq, s->B, s->T, s->NH, kv_heads(s), s->HS);
+}
+
+static void rope_backward(struct dtrain_kernels *k, const struct dtrain_block_shape *s, struct dtrain_tensor dqkv)
+{
+    if (llama(s))
+        dtrain_k_rope_backward(k, dqkv, s->rope_inv_freq, s->B, s->T, s->NH, kv_heads(s), s->HS);
+}
+
 {
     return tp != NULL && tp->reduce_scatter != NULL && tp->all_gather != NULL;
 }
@@ -66,6 +164,7 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
                          char *err, size_t errlen)
 {
     int sp = sequence_parallel(tp), N = s->B * s->T, C = s->C, CL = s->NH * s->HS, F = s->F;
+    int QKV = (s->NH + 2 * kv_heads(s)) * s->HS, FCR = llama(s) ? 2 * F : F;
     int rows = sp ? N / tp->size : N; /* of the residual stream held here */
     size_t RC = (size_t)rows * C;
     const float *in;
@@ -73,27 +172,28 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     int rc;
 
     /* attention branch */
-    dtrain_k_layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, rows, C);
+    norm_forward(k, s, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, rows, C);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_forward(k, ACT(a, a->qkv), F32(in), w->qkvw, w->qkvb, N, C, 3 * CL);
+    dtrain_k_matmul_forward(k, ACT(a, a->qkv), F32(in), w->qkvw, BIAS(s, w->qkvb), N, C, QKV);
+    rope_forward(k, s, ACT(a, a->qkv));
     dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, s->HS);
     part = sp ? a->seq_out : a->res2;
-    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->atty), w->attprojw, s->add_row_bias ? w->attprojb : NULL, N,
-                            CL, C);
+    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->atty), w->attprojw, s->add_row_bias ? BIAS(s, w->attprojb) : NULL,
+                            N, CL, C);
     if ((rc = sum_partials(tp, part, a->res2, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_residual_forward(k, a->res2, a->res2, x, RC);
 
     /* MLP branch */
-    dtrain_k_layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, rows, C);
+    norm_forward(k, s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, rows, C);
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_forward(k, ACT(a, a->fch), F32(in), w->fcw, w->fcb, N, C, F);
-    dtrain_k_gelu_forward(k, ACT(a, a->fch_gelu), ACT(a, a->fch), (size_t)N * F);
+    dtrain_k_matmul_forward(k, ACT(a, a->fch), F32(in), w->fcw, BIAS(s, w->fcb), N, C, FCR);
+    act_forward(k, s, a, N);
     part = sp ? a->seq_out : y;
-    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->fch_gelu), w->fcprojw, s->add_row_bias ? w->fcprojb : NULL, N,
-                            F, C);
+    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->fch_gelu), w->fcprojw, s->add_row_bias ? BIAS(s, w->fcprojb) : NULL,
+                            N, F, C);
     if ((rc = sum_partials(tp, part, y, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_residual_forward(k, y, y, a->res2, RC);
@@ -107,6 +207,7 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
                           char *err, size_t errlen)
 {
     int sp = sequence_parallel(tp), N = s->B * s->T, C = s->C, CL = s->NH * s->HS, F = s->F;
+    int QKV = (s->NH + 2 * kv_heads(s)) * s->HS, FCR = llama(s) ? 2 * F : F;
     int rows = sp ? N / tp->size : N;
     size_t RC = (size_t)rows * C;
     float *dln = sp ? a->seq_out : sc->dln; /* the summed input gradient of the LN output, rows held here */
@@ -116,30 +217,31 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     /* MLP branch: dres holds dy = d(res2) through the residual = d(fcproj). */
     if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, ACT(a, sc->dfc), g->fcprojw, g->fcprojb, F32(dy), ACT(a, a->fch_gelu), w->fcprojw,
-                             N, F, C);
-    dtrain_k_gelu_backward(k, ACT(a, sc->dfc), ACT(a, a->fch), ACT(a, sc->dfc), (size_t)N * F);
+    dtrain_k_matmul_backward(k, ACT(a, act_grad(s, a, sc, N)), g->fcprojw, BIAS(s, g->fcprojb), F32(dy),
+                             ACT(a, a->fch_gelu), w->fcprojw, N, F, C);
+    act_backward(k, s, a, sc, N);
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, F32(sc->dln), g->fcw, g->fcb, ACT(a, sc->dfc), F32(in), w->fcw, N, C, F);
+    dtrain_k_matmul_backward(k, F32(sc->dln), g->fcw, BIAS(s, g->fcb), ACT(a, sc->dfc), F32(in), w->fcw, N, C, FCR);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN2 backward: now d(res2) */
-    dtrain_k_layernorm_backward(k, dres, g->ln2w, g->ln2b, dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, rows, C);
+    norm_backward(k, s, dres, g->ln2w, g->ln2b, dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, rows, C);
 
     /* attention branch: d(attproj) = d(res2) */
     if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, ACT(a, sc->datty), g->attprojw, g->attprojb, F32(dy), ACT(a, a->atty),
+    dtrain_k_matmul_backward(k, ACT(a, sc->datty), g->attprojw, BIAS(s, g->attprojb), F32(dy), ACT(a, a->atty),
                              w->attprojw, N, CL, C);
     dtrain_k_attention_backward(k, ACT(a, sc->dqkv), sc->att, ACT(a, sc->datty), ACT(a, a->qkv), ACT(a, a->atty),
                                 a->att, s->B, s->T, s->NH, s->HS);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, F32(sc->dln), g->qkvw, g->qkvb, ACT(a, sc->dqkv), F32(in), w->qkvw, N, C, 3 * CL);
+    rope_backward(k, s, ACT(a, sc->dqkv));
+    dtrain_k_matmul_backward(k, F32(sc->dln), g->qkvw, BIAS(s, g->qkvb), ACT(a, sc->dqkv), F32(in), w->qkvw, N, C, QKV);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN1 backward: now dx */
-    dtrain_k_layernorm_backward(k, dres, g->ln1w, g->ln1b, dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, rows, C);
+    norm_backward(k, s, dres, g->ln1w, g->ln1b, dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, rows, C);
     return DTRAIN_OK;
 }

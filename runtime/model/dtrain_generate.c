@@ -11,26 +11,26 @@
 #include <string.h>
 
 struct dtrain_gen {
-    struct dtrain_gpt2_config c;
-    const float *t[DTRAIN_GPT2_NUM_TENSORS]; /* each tensor in params */
+    struct dtrain_model_config c;
+    const float *t[DTRAIN_MODEL_NUM_TENSORS]; /* each tensor in params */
     float *kcache, *vcache;  /* (L, maxT, C) each */
     float *x, *ln, *qkv, *att, *atto, *fc, *scores; /* one position's activations */
     int pos;
 };
 
-int dtrain_gen_create(const struct dtrain_gpt2_config *c, const float *params, struct dtrain_gen **out,
+int dtrain_gen_create(const struct dtrain_model_config *c, const float *params, struct dtrain_gen **out,
                       char *err, size_t errlen)
 {
     *out = NULL;
-    int rc = dtrain_gpt2_config_check(c, err, errlen);
+    int rc = dtrain_model_config_check(c, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
     struct dtrain_gen *g = calloc(1, sizeof *g);
     if (g == NULL)
         goto oom;
     g->c = *c;
-    for (int i = 0; i < DTRAIN_GPT2_NUM_TENSORS; i++)
-        g->t[i] = params + dtrain_gpt2_tensor_offset(c, (enum dtrain_gpt2_tensor)i);
+    for (int i = 0; i < DTRAIN_MODEL_NUM_TENSORS; i++)
+        g->t[i] = params + dtrain_model_tensor_offset(c, (enum dtrain_model_tensor)i);
     size_t C = (size_t)c->channels, cache = (size_t)c->num_layers * c->max_seq_len * C;
     g->kcache = malloc(cache * sizeof(float));
     g->vcache = malloc(cache * sizeof(float));
@@ -108,7 +108,7 @@ static float gelu(float x)
 
 int dtrain_gen_step(struct dtrain_gen *g, int32_t token, float *logits, char *err, size_t errlen)
 {
-    const struct dtrain_gpt2_config *c = &g->c;
+    const struct dtrain_model_config *c = &g->c;
     const int C = c->channels, NH = c->num_heads, hs = C / NH, T = c->max_seq_len, pos = g->pos;
     if (token < 0 || token >= c->vocab_size) {
         snprintf(err, errlen, "token id %ld is outside the model's vocabulary 0..%d", (long)token, c->vocab_size - 1);
@@ -119,15 +119,15 @@ int dtrain_gen_step(struct dtrain_gen *g, int32_t token, float *logits, char *er
         return DTRAIN_ERR_INPUT;
     }
     /* x (C) = wte[token] + wpe[pos] */
-    const float *wte = g->t[DTRAIN_GPT2_WTE] + (size_t)token * C, *wpe = g->t[DTRAIN_GPT2_WPE] + (size_t)pos * C;
+    const float *wte = g->t[DTRAIN_MODEL_WTE] + (size_t)token * C, *wpe = g->t[DTRAIN_MODEL_WPE] + (size_t)pos * C;
     for (int i = 0; i < C; i++)
         g->x[i] = wte[i] + wpe[i];
     const float scale = 1.0f / sqrtf((float)hs);
     for (int l = 0; l < c->num_layers; l++) {
         size_t lc = (size_t)l * C;
         /* attention: ln1 -> qkv (3C) -> this position's k, v into the cache */
-        layernorm(g->ln, g->x, g->t[DTRAIN_GPT2_LN1W] + lc, g->t[DTRAIN_GPT2_LN1B] + lc, C);
-        matvec(g->qkv, g->t[DTRAIN_GPT2_QKVW] + lc * 3 * C, g->t[DTRAIN_GPT2_QKVB] + 3 * lc, g->ln, C, 3 * C);
+        layernorm(g->ln, g->x, g->t[DTRAIN_MODEL_LN1W] + lc, g->t[DTRAIN_MODEL_LN1B] + lc, C);
+        matvec(g->qkv, g->t[DTRAIN_MODEL_QKVW] + lc * 3 * C, g->t[DTRAIN_MODEL_QKVB] + 3 * lc, g->ln, C, 3 * C);
         float *K = g->kcache + (size_t)l * T * C, *V = g->vcache + (size_t)l * T * C;
         memcpy(K + (size_t)pos * C, g->qkv + C, (size_t)C * sizeof(float));
         memcpy(V + (size_t)pos * C, g->qkv + 2 * C, (size_t)C * sizeof(float));
@@ -159,21 +159,21 @@ int dtrain_gen_step(struct dtrain_gen *g, int32_t token, float *logits, char *er
                     o[i] += a * v[i];
             }
         }
-        matvec(g->atto, g->t[DTRAIN_GPT2_ATTPROJW] + lc * C, g->t[DTRAIN_GPT2_ATTPROJB] + lc, g->att, C, C);
+        matvec(g->atto, g->t[DTRAIN_MODEL_ATTPROJW] + lc * C, g->t[DTRAIN_MODEL_ATTPROJB] + lc, g->att, C, C);
         for (int i = 0; i < C; i++)
             g->x[i] += g->atto[i];
         /* MLP: ln2 -> fc (4C) -> GELU -> proj (C) */
-        layernorm(g->ln, g->x, g->t[DTRAIN_GPT2_LN2W] + lc, g->t[DTRAIN_GPT2_LN2B] + lc, C);
-        matvec(g->fc, g->t[DTRAIN_GPT2_FCW] + lc * 4 * C, g->t[DTRAIN_GPT2_FCB] + 4 * lc, g->ln, C, 4 * C);
+        layernorm(g->ln, g->x, g->t[DTRAIN_MODEL_LN2W] + lc, g->t[DTRAIN_MODEL_LN2B] + lc, C);
+        matvec(g->fc, g->t[DTRAIN_MODEL_FCW] + lc * 4 * C, g->t[DTRAIN_MODEL_FCB] + 4 * lc, g->ln, C, 4 * C);
         for (int i = 0; i < 4 * C; i++)
             g->fc[i] = gelu(g->fc[i]);
-        matvec(g->atto, g->t[DTRAIN_GPT2_FCPROJW] + lc * 4 * C, g->t[DTRAIN_GPT2_FCPROJB] + lc, g->fc, 4 * C, C);
+        matvec(g->atto, g->t[DTRAIN_MODEL_FCPROJW] + lc * 4 * C, g->t[DTRAIN_MODEL_FCPROJB] + lc, g->fc, 4 * C, C);
         for (int i = 0; i < C; i++)
             g->x[i] += g->atto[i];
     }
     /* head: lnf -> logits (Vp) = wte @ lnf (padding rows are 0) */
-    layernorm(g->ln, g->x, g->t[DTRAIN_GPT2_LNFW], g->t[DTRAIN_GPT2_LNFB], C);
-    matvec(logits, g->t[DTRAIN_GPT2_WTE], NULL, g->ln, C, c->padded_vocab_size);
+    layernorm(g->ln, g->x, g->t[DTRAIN_MODEL_LNFW], g->t[DTRAIN_MODEL_LNFB], C);
+    matvec(logits, g->t[DTRAIN_MODEL_WTE], NULL, g->ln, C, c->padded_vocab_size);
     g->pos++;
     return DTRAIN_OK;
 }
@@ -227,7 +227,7 @@ int32_t dtrain_gen_sample(const float *logits, int V, double temperature, int to
 int dtrain_generate(struct dtrain_gen *g, const int32_t *prompt, int n, int max_new, double temperature,
                     int top_k, uint64_t seed, int32_t *out, int *nout, char *err, size_t errlen)
 {
-    const struct dtrain_gpt2_config *c = &g->c;
+    const struct dtrain_model_config *c = &g->c;
     float *logits = malloc((size_t)c->padded_vocab_size * sizeof(float));
     int rc = DTRAIN_OK;
     *nout = 0;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The GPT-2 model: layout, initialisation, and the whole-model passes built
- * from the stage pieces; see dtrain_gpt2.h. */
+/* The whole GPT-2 model: its passes built from the stage pieces; see
+ * dtrain_gpt2.h. */
 #include "dtrain_gpt2.h"
 #include "dtrain_rng.h"
 
@@ -8,136 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *const tensor_names[DTRAIN_GPT2_NUM_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
-};
-
-const char *dtrain_gpt2_tensor_name(enum dtrain_gpt2_tensor t)
-{
-    return (t >= 0 && t < DTRAIN_GPT2_NUM_TENSORS) ? tensor_names[t] : "?";
-}
-
-static int check_range(const char *what, int v, int max, char *err, size_t errlen)
-{
-    if (v < 1 || v > max) {
-        snprintf(err, errlen, "model %s is %d: use 1 to %d", what, v, max);
-        return DTRAIN_ERR_INPUT;
-    }
-    return DTRAIN_OK;
-}
-
-int dtrain_gpt2_config_check(const struct dtrain_gpt2_config *c, char *err, size_t errlen)
-{
-    if (check_range("max_seq_len", c->max_seq_len, DTRAIN_GPT2_MAX_SEQ, err, errlen) ||
-        check_range("vocab_size", c->vocab_size, DTRAIN_GPT2_MAX_VOCAB, err, errlen) ||
-        check_range("padded_vocab_size", c->padded_vocab_size, DTRAIN_GPT2_MAX_VOCAB, err, errlen) ||
-        check_range("num_layers", c->num_layers, DTRAIN_GPT2_MAX_LAYERS, err, errlen) ||
-        check_range("num_heads", c->num_heads, DTRAIN_GPT2_MAX_CHANNELS, err, errlen) ||
-        check_range("channels", c->channels, DTRAIN_GPT2_MAX_CHANNELS, err, errlen))
-        return DTRAIN_ERR_INPUT;
-    if (c->channels % c->num_heads != 0) {
-        snprintf(err, errlen, "model channels %d is not a multiple of num_heads %d: "
-                 "choose C = NH * head size", c->channels, c->num_heads);
-        return DTRAIN_ERR_INPUT;
-    }
-    if (c->padded_vocab_size < c->vocab_size) {
-        snprintf(err, errlen, "model padded_vocab_size %d is smaller than vocab_size %d",
-                 c->padded_vocab_size, c->vocab_size);
-        return DTRAIN_ERR_INPUT;
-    }
-    return DTRAIN_OK;
-}
-
-int dtrain_gpt2_pad_vocab(int vocab_size)
-{
-    return (vocab_size + 127) / 128 * 128;
-}
-
-void dtrain_gpt2_tensor_sizes(const struct dtrain_gpt2_config *c,
-                              size_t sizes[DTRAIN_GPT2_NUM_TENSORS])
-{
-    size_t C = (size_t)c->channels, L = (size_t)c->num_layers;
-    sizes[DTRAIN_GPT2_WTE] = (size_t)c->padded_vocab_size * C;
-    sizes[DTRAIN_GPT2_WPE] = (size_t)c->max_seq_len * C;
-    sizes[DTRAIN_GPT2_LN1W] = L * C;
-    sizes[DTRAIN_GPT2_LN1B] = L * C;
-    sizes[DTRAIN_GPT2_QKVW] = L * 3 * C * C;
-    sizes[DTRAIN_GPT2_QKVB] = L * 3 * C;
-    sizes[DTRAIN_GPT2_ATTPROJW] = L * C * C;
-    sizes[DTRAIN_GPT2_ATTPROJB] = L * C;
-    sizes[DTRAIN_GPT2_LN2W] = L * C;
-    sizes[DTRAIN_GPT2_LN2B] = L * C;
-    sizes[DTRAIN_GPT2_FCW] = L * 4 * C * C;
-    sizes[DTRAIN_GPT2_FCB] = L * 4 * C;
-    sizes[DTRAIN_GPT2_FCPROJW] = L * C * 4 * C;
-    sizes[DTRAIN_GPT2_FCPROJB] = L * C;
-    sizes[DTRAIN_GPT2_LNFW] = C;
-    sizes[DTRAIN_GPT2_LNFB] = C;
-}
-
-size_t dtrain_gpt2_tensor_offset(const struct dtrain_gpt2_config *c, enum dtrain_gpt2_tensor t)
-{
-    size_t sizes[DTRAIN_GPT2_NUM_TENSORS], off = 0;
-    dtrain_gpt2_tensor_sizes(c, sizes);
-    for (int i = 0; i < (int)t && i < DTRAIN_GPT2_NUM_TENSORS; i++)
-        off += sizes[i];
-    return off;
-}
-
-size_t dtrain_gpt2_param_count(const struct dtrain_gpt2_config *c)
-{
-    return dtrain_gpt2_tensor_offset(c, DTRAIN_GPT2_NUM_TENSORS);
-}
-
-double dtrain_gpt2_flops_per_step(const struct dtrain_gpt2_config *c, int B, int T)
-{
-    double N = (double)B * T, C = c->channels, L = c->num_layers;
-    double matmuls = 2.0 * N * (L * 12.0 * C * C + C * c->padded_vocab_size);
-    double attention = L * 4.0 * B * (double)T * T * C;
-    return 3.0 * (matmuls + attention);
-}
-
-void dtrain_gpt2_init_params(const struct dtrain_gpt2_config *c, uint64_t seed, float *params)
-{
-    size_t sizes[DTRAIN_GPT2_NUM_TENSORS];
-    dtrain_gpt2_tensor_sizes(c, sizes);
-    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * c->num_layers);
-    float *p = params;
-    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
-        size_t n = sizes[t];
-        switch (t) {
-        case DTRAIN_GPT2_WTE: {
-            size_t real = (size_t)c->vocab_size * c->channels;
-            for (size_t i = 0; i < n; i++)
-                p[i] = i < real ? (float)(std * dtrain_rng_normal(seed, (uint64_t)t, i)) : 0.0f;
-            break;
-        }
-        case DTRAIN_GPT2_WPE:
-        case DTRAIN_GPT2_QKVW:
-        case DTRAIN_GPT2_FCW:
-            for (size_t i = 0; i < n; i++)
-                p[i] = (float)(std * dtrain_rng_normal(seed, (uint64_t)t, i));
-            break;
-        case DTRAIN_GPT2_ATTPROJW:
-        case DTRAIN_GPT2_FCPROJW:
-            for (size_t i = 0; i < n; i++)
-                p[i] = (float)(proj_std * dtrain_rng_normal(seed, (uint64_t)t, i));
-            break;
-        case DTRAIN_GPT2_LN1W:
-        case DTRAIN_GPT2_LN2W:
-        case DTRAIN_GPT2_LNFW:
-            for (size_t i = 0; i < n; i++)
-                p[i] = 1.0f;
-            break;
-        default:
-            memset(p, 0, n * sizeof(float));
-            break;
-        }
-        p += n;
-    }
-}
 
 /* ------------------------------------------------------------------ the model */
 
@@ -159,14 +29,14 @@ struct gpt2_acts {
 
 struct dtrain_gpt2 {
     struct dtrain_kernels *k;
-    struct dtrain_gpt2_config cfg;
+    struct dtrain_model_config cfg;
     int cap_B, cap_T;       /* capacity of the activations */
     int B, T;               /* shape of the current batch */
     int have_targets;       /* the last forward had targets */
     size_t nparams;
     float *params, *grads;  /* flat, backend memory */
-    float *tensor[DTRAIN_GPT2_NUM_TENSORS];
-    float *gtensor[DTRAIN_GPT2_NUM_TENSORS];
+    float *tensor[DTRAIN_MODEL_NUM_TENSORS];
+    float *gtensor[DTRAIN_MODEL_NUM_TENSORS];
     void *act_memory;
     struct gpt2_acts acts;
     int32_t *inputs, *targets; /* (N), backend memory */
@@ -186,7 +56,7 @@ static void *carve_typed(void *base, size_t *used, size_t count, size_t size)
 static float *carve(void *base, size_t *used, size_t count) { return carve_typed(base, used, count, sizeof(float)); }
 
 /* Lay out (or, with base NULL, measure) the activations; returns bytes used. */
-static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_gpt2_config *c, int B, int T,
+static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_model_config *c, int B, int T,
                           void *base, struct gpt2_acts *a)
 {
     size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
@@ -220,13 +90,18 @@ static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_gpt2_con
     return used;
 }
 
-int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_gpt2_config *c, int B, int T,
+int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_model_config *c, int B, int T,
                        struct dtrain_gpt2 **out, char *err, size_t errlen)
 {
     int rc;
     *out = NULL;
-    if ((rc = dtrain_gpt2_config_check(c, err, errlen)) != DTRAIN_OK)
+    if ((rc = dtrain_model_config_check(c, err, errlen)) != DTRAIN_OK)
         return rc;
+    if (c->family != DTRAIN_FAMILY_GPT2) {
+        snprintf(err, errlen, "the whole-model reference is GPT-2 only; a %s model trains through the stage "
+                 "(dtrain_ptrainer)", dtrain_model_family_name(c->family));
+        return DTRAIN_ERR_INPUT;
+    }
     if (B < 1 || T < 1 || T > c->max_seq_len || (size_t)B * T > (size_t)1 << 31) {
         snprintf(err, errlen, "batch shape B=%d T=%d impossible: need B >= 1 and 1 <= T <= "
                  "max_seq_len %d", B, T, c->max_seq_len);
@@ -239,14 +114,14 @@ int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_gpt2_config
     m->cfg = *c;
     m->cap_B = B;
     m->cap_T = T;
-    m->nparams = dtrain_gpt2_param_count(c);
+    m->nparams = dtrain_model_param_count(c);
     m->params = dtrain_k_alloc(k, m->nparams * sizeof(float));
     m->grads = dtrain_k_alloc(k, m->nparams * sizeof(float));
     if (m->params == NULL || m->grads == NULL)
         goto oom;
-    size_t sizes[DTRAIN_GPT2_NUM_TENSORS], off = 0;
-    dtrain_gpt2_tensor_sizes(c, sizes);
-    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
+    size_t sizes[DTRAIN_MODEL_NUM_TENSORS], off = 0;
+    dtrain_model_tensor_sizes(c, sizes);
+    for (int t = 0; t < DTRAIN_MODEL_NUM_TENSORS; t++) {
         m->tensor[t] = m->params + off;
         m->gtensor[t] = m->grads + off;
         off += sizes[t];
@@ -262,7 +137,7 @@ int dtrain_gpt2_create(struct dtrain_kernels *k, const struct dtrain_gpt2_config
     return DTRAIN_OK;
 oom:
     snprintf(err, errlen, "out of memory for a model of %zu parameters with batch %d x %d",
-             dtrain_gpt2_param_count(c), B, T);
+             dtrain_model_param_count(c), B, T);
     dtrain_gpt2_destroy(m);
     return DTRAIN_ERR_SYSTEM;
 }
@@ -280,7 +155,7 @@ void dtrain_gpt2_destroy(struct dtrain_gpt2 *m)
     free(m);
 }
 
-const struct dtrain_gpt2_config *dtrain_gpt2_get_config(const struct dtrain_gpt2 *m) { return &m->cfg; }
+const struct dtrain_model_config *dtrain_gpt2_get_config(const struct dtrain_gpt2 *m) { return &m->cfg; }
 size_t dtrain_gpt2_num_params(const struct dtrain_gpt2 *m) { return m->nparams; }
 float *dtrain_gpt2_params(struct dtrain_gpt2 *m) { return m->params; }
 float *dtrain_gpt2_grads(struct dtrain_gpt2 *m) { return m->grads; }
@@ -354,8 +229,8 @@ int dtrain_gpt2_upload_tokens(struct dtrain_gpt2 *m, const int32_t *inputs,
 
 void dtrain_gpt2_embed_forward(struct dtrain_gpt2 *m)
 {
-    dtrain_k_encoder_forward(m->k, m->acts.res, m->inputs, m->tensor[DTRAIN_GPT2_WTE],
-                             m->tensor[DTRAIN_GPT2_WPE], m->B, m->T, m->cfg.channels);
+    dtrain_k_encoder_forward(m->k, m->acts.res, m->inputs, m->tensor[DTRAIN_MODEL_WTE],
+                             m->tensor[DTRAIN_MODEL_WPE], m->B, m->T, m->cfg.channels);
 }
 
 static void block_views(struct dtrain_gpt2 *m, int l, struct dtrain_block_shape *s,
@@ -371,14 +246,18 @@ static void block_views(struct dtrain_gpt2 *m, int l, struct dtrain_block_shape 
     s->HS = (int)(C / NH);
     s->F = (int)(4 * C);
     s->add_row_bias = 1;
+    s->KVH = (int)NH;
+    s->family = DTRAIN_FAMILY_GPT2;
+    s->norm_eps = 0;
+    s->rope_inv_freq = NULL;
     /* the block tensors ln1w..fcprojb, in enum order, and their size per layer */
     const size_t per_layer[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C,
                                   4 * C * C, C};
     const float *wt[12];
     float *gt[12];
     for (int i = 0; i < 12; i++) {
-        wt[i] = m->tensor[DTRAIN_GPT2_LN1W + i] + L * per_layer[i];
-        gt[i] = m->gtensor[DTRAIN_GPT2_LN1W + i] + L * per_layer[i];
+        wt[i] = m->tensor[DTRAIN_MODEL_LN1W + i] + L * per_layer[i];
+        gt[i] = m->gtensor[DTRAIN_MODEL_LN1W + i] + L * per_layer[i];
     }
     *w = (struct dtrain_block_weights){wt[0], wt[1], wt[2], wt[3], wt[4], wt[5],
                                        wt[6], wt[7], wt[8], wt[9], wt[10], wt[11]};
@@ -432,9 +311,9 @@ float dtrain_gpt2_head_forward(struct dtrain_gpt2 *m)
     struct gpt2_acts *a = &m->acts;
     dtrain_k_layernorm_forward(m->k, a->lnf, a->lnf_mean, a->lnf_rstd,
                                dtrain_gpt2_residual(m, m->cfg.num_layers),
-                               m->tensor[DTRAIN_GPT2_LNFW], m->tensor[DTRAIN_GPT2_LNFB], N, C);
+                               m->tensor[DTRAIN_MODEL_LNFW], m->tensor[DTRAIN_MODEL_LNFB], N, C);
     dtrain_k_matmul_forward(m->k, dtrain_tensor_f32(a->logits), dtrain_tensor_f32(a->lnf),
-                            m->tensor[DTRAIN_GPT2_WTE], NULL, N, C, Vp);
+                            m->tensor[DTRAIN_MODEL_WTE], NULL, N, C, Vp);
     if (!m->have_targets)
         return NAN;
     dtrain_k_softmax_xent_forward(m->k, a->logits, a->losses, m->targets, N, V, Vp);
@@ -452,14 +331,14 @@ void dtrain_gpt2_head_backward(struct dtrain_gpt2 *m, float dloss)
     int N = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     struct gpt2_acts *a = &m->acts;
     dtrain_k_softmax_xent_backward(m->k, a->logits, m->targets, dloss, N, V, Vp);
-    dtrain_k_matmul_backward(m->k, dtrain_tensor_f32(a->scratch.dln), m->gtensor[DTRAIN_GPT2_WTE], NULL,
-                             dtrain_tensor_f32(a->logits), dtrain_tensor_f32(a->lnf), m->tensor[DTRAIN_GPT2_WTE],
+    dtrain_k_matmul_backward(m->k, dtrain_tensor_f32(a->scratch.dln), m->gtensor[DTRAIN_MODEL_WTE], NULL,
+                             dtrain_tensor_f32(a->logits), dtrain_tensor_f32(a->lnf), m->tensor[DTRAIN_MODEL_WTE],
                              N, C, Vp);
     dtrain_k_zero(m->k, a->dres, (size_t)N * C * sizeof(float));
-    dtrain_k_layernorm_backward(m->k, a->dres, m->gtensor[DTRAIN_GPT2_LNFW],
-                                m->gtensor[DTRAIN_GPT2_LNFB], a->scratch.dln,
+    dtrain_k_layernorm_backward(m->k, a->dres, m->gtensor[DTRAIN_MODEL_LNFW],
+                                m->gtensor[DTRAIN_MODEL_LNFB], a->scratch.dln,
                                 dtrain_gpt2_residual(m, m->cfg.num_layers),
-                                m->tensor[DTRAIN_GPT2_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+                                m->tensor[DTRAIN_MODEL_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
 }
 
 int dtrain_gpt2_blocks_backward(struct dtrain_gpt2 *m, int l0, int l1, char *err, size_t errlen)
@@ -479,7 +358,7 @@ int dtrain_gpt2_blocks_backward(struct dtrain_gpt2 *m, int l0, int l1, char *err
 
 void dtrain_gpt2_embed_backward(struct dtrain_gpt2 *m)
 {
-    dtrain_k_encoder_backward(m->k, m->gtensor[DTRAIN_GPT2_WTE], m->gtensor[DTRAIN_GPT2_WPE],
+    dtrain_k_encoder_backward(m->k, m->gtensor[DTRAIN_MODEL_WTE], m->gtensor[DTRAIN_MODEL_WPE],
                               m->acts.dres, m->inputs, m->B, m->T, m->cfg.channels);
 }
 

@@ -100,8 +100,8 @@ static void z3_view(const struct dtrain_dp *dp, int u, struct dtrain_shard *v)
     struct dtrain_shard_range r[DTRAIN_SHARD_UNIT_RANGES];
     int layer, n = dtrain_shard_unit_ranges(dp->shard, u, r);
     enum dtrain_shard_unit_kind kind = dtrain_shard_unit_kind(dp->shard, u, &layer);
-    static const int first[] = {[DTRAIN_UNIT_HEAD] = DTRAIN_GPT2_LNFW, [DTRAIN_UNIT_LAYER] = DTRAIN_GPT2_LN1W,
-                                [DTRAIN_UNIT_WPE] = DTRAIN_GPT2_WPE, [DTRAIN_UNIT_WTE] = DTRAIN_GPT2_WTE};
+    static const int first[] = {[DTRAIN_UNIT_HEAD] = DTRAIN_MODEL_LNFW, [DTRAIN_UNIT_LAYER] = DTRAIN_MODEL_LN1W,
+                                [DTRAIN_UNIT_WPE] = DTRAIN_MODEL_WPE, [DTRAIN_UNIT_WTE] = DTRAIN_MODEL_WTE};
     *v = *dp->shard;
     memset(v->size, 0, sizeof v->size);
     memset(v->offset, 0, sizeof v->offset);
@@ -248,6 +248,6 @@ int dtrain_dp_release(struct dtrain_dp *dp, int unit, char *err, size_t errlen)
 float *dtrain_dp_wte_grads(struct dtrain_dp *dp, float *grads)
 {
     if (!dp->stage3)
-        return dtrain_shard_tensor(dp->shard, grads, DTRAIN_GPT2_WTE);
+        return dtrain_shard_tensor(dp->shard, grads, DTRAIN_MODEL_WTE);
     return dtrain_shard_unit_of(dp->shard, DTRAIN_UNIT_WTE, 0) >= 0 ? dp->z3[0].grad : NULL;
 }

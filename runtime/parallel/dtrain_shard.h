@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* libdtrain: the part of the GPT-2 model one rank of a T x P x D job holds.
+/* libdtrain: the part of the model one rank of a T x P x D job holds.
  *
  * Megatron's split, for tensor-parallel rank r of T and pipeline stage s of P:
  *  - stage s holds the blocks [s*L/P, (s+1)*L/P); stage 0 also the token and
@@ -8,12 +8,15 @@
  *    its own copy of wte, kept identical to stage 0's (their gradients are
  *    summed before the update);
  *  - column-parallel QKV and fc: rank r holds heads [r*NH/T, (r+1)*NH/T)
- *    (their q, k and v rows) and fc rows [r*4C/T, (r+1)*4C/T), with the
- *    matching bias entries;
+ *    (their q rows), key/value heads [r*KVH/T, (r+1)*KVH/T) (their k and v
+ *    rows: with grouped-query attention each kv head's query heads are on
+ *    its rank) and fc rows [r*F/T, (r+1)*F/T) (Llama: those of gate and
+ *    those of up), with the matching bias entries;
  *  - row-parallel attention and MLP projections: the same columns of
  *    attprojw (C, C) and fcprojw (C, 4C); their biases are whole on every
  *    rank (rank 0 adds them);
- *  - vocabulary-parallel wte: rows [r*Vp/T, (r+1)*Vp/T);
+ *  - vocabulary-parallel wte and an untied head (lmhead, on the last
+ *    stage instead of its copy of wte): rows [r*Vp/T, (r+1)*Vp/T);
  *  - layer norms, wpe, the projection biases and lnf are replicated over TP.
  * Data-parallel ranks hold the same shard.
  *
@@ -23,7 +26,7 @@
  * embeddings (its chunk 0 reads them), stage P-1 the head (after its chunk
  * V-1).  Locally the chunks' layers follow one another, chunk 0 first.
  *
- * Local layout: llm.c's tensor order (enum dtrain_gpt2_tensor), each tensor
+ * Local layout: llm.c's tensor order (enum dtrain_model_tensor), each tensor
  * as this rank's slice, the stage's layers one after the other; tensors the
  * stage does not hold are empty.  On one rank (T = P = 1) it is exactly the
  * whole model's flat vector.  Pure arithmetic: no allocation, no state. */
@@ -32,7 +35,7 @@
 
 #include <stddef.h>
 
-#include "dtrain_gpt2.h"
+#include "dtrain_model.h"
 #include "dtrain_status.h"
 
 #ifdef __cplusplus
@@ -40,7 +43,7 @@ extern "C" {
 #endif
 
 struct dtrain_shard {
-    struct dtrain_gpt2_config model;
+    struct dtrain_model_config model;
     int tp, pp;                  /* T, P */
     int tp_rank, pp_rank;
     int layer_begin, layer_end;  /* this stage's (V > 1: its chunk 0's) blocks [l0, l1) */
@@ -49,24 +52,27 @@ struct dtrain_shard {
     int has_embedding;           /* stage 0: wte (for the embedding) and wpe */
     int has_head;                /* stage P-1: lnf and wte (for the head) */
     int heads;                   /* NH/T: attention heads held here */
+    int kv_heads;                /* KVH/T: key/value heads held here (GPT-2: heads) */
     int head_size;               /* C/NH */
     int attn_width;              /* heads * head_size = C/T */
-    int mlp_width;               /* 4C/T */
+    int qkv_width;               /* (heads + 2*kv_heads) * head_size: rows of QKV held here */
+    int mlp_width;               /* F/T (GPT-2: 4C/T) */
+    int fc_rows;                 /* rows of fc held here: mlp_width (Llama: gate and up, 2*mlp_width) */
     int vocab_rows;              /* Vp/T: rows of wte held here */
     int vocab_begin;             /* first of them: tp_rank * vocab_rows */
-    size_t size[DTRAIN_GPT2_NUM_TENSORS];   /* local elements of each tensor */
-    size_t offset[DTRAIN_GPT2_NUM_TENSORS]; /* and their offsets in the local vector */
+    size_t size[DTRAIN_MODEL_NUM_TENSORS];   /* local elements of each tensor */
+    size_t offset[DTRAIN_MODEL_NUM_TENSORS]; /* and their offsets in the local vector */
     size_t count;                /* local parameters */
 };
 
 /* The shard of (tp_rank, pp_rank) in a T x P layout of model.  Refuses
  * (DTRAIN_ERR_INPUT, one line saying what to change) a shape that does not
- * split: NH, 4C or Vp not divisible by T, fewer layers than stages. */
-int dtrain_shard_plan(const struct dtrain_gpt2_config *model, int tp, int pp, int tp_rank,
+ * split: NH, KVH, F or Vp not divisible by T, fewer layers than stages. */
+int dtrain_shard_plan(const struct dtrain_model_config *model, int tp, int pp, int tp_rank,
                       int pp_rank, struct dtrain_shard *out, char *err, size_t errlen);
 /* The same with V virtual stages per stage (V = 1: dtrain_shard_plan);
  * refuses V < 1, and V > 1 unless P >= 2 and P*V divides the layers. */
-int dtrain_shard_plan_v(const struct dtrain_gpt2_config *model, int tp, int pp, int virtual_stages,
+int dtrain_shard_plan_v(const struct dtrain_model_config *model, int tp, int pp, int virtual_stages,
                         int tp_rank, int pp_rank, struct dtrain_shard *out, char *err, size_t errlen);
 /* The model's layer index of local layer i. */
 int dtrain_shard_global_layer(const struct dtrain_shard *s, int i);
@@ -83,7 +89,7 @@ void dtrain_shard_block_weights(const struct dtrain_shard *s, const float *param
 void dtrain_shard_block_grads(const struct dtrain_shard *s, float *grads, int i,
                               struct dtrain_block_grads *g);
 /* A tensor's local slice (NULL when the stage does not hold it). */
-float *dtrain_shard_tensor(const struct dtrain_shard *s, float *vec, enum dtrain_gpt2_tensor t);
+float *dtrain_shard_tensor(const struct dtrain_shard *s, float *vec, enum dtrain_model_tensor t);
 
 /* Copy this rank's slice out of a whole model vector (llm.c order), and put
  * it back into one. */
@@ -93,7 +99,7 @@ void dtrain_shard_gather(const struct dtrain_shard *s, const float *local, float
 /* 1 when this rank's copy of tensor t counts in the global gradient norm:
  * every TP rank's slice of a split tensor; a replicated tensor on TP rank 0
  * only; the head's copy of wte (P > 1) not at all (stage 0's counts). */
-int dtrain_shard_in_norm(const struct dtrain_shard *s, enum dtrain_gpt2_tensor t);
+int dtrain_shard_in_norm(const struct dtrain_shard *s, enum dtrain_model_tensor t);
 
 /* Every contiguous run of the local vector with its place in the whole
  * vector (llm.c order), in local order: `local` and `whole` offsets and

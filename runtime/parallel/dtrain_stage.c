@@ -16,10 +16,10 @@ struct slot {
     void *memory;
     float *res;                        /* (nl+1, Nl, C): res[0] input, res[nl] output */
     float *ln1, *ln1_mean, *ln1_rstd;  /* (nl,Nl,C), (nl,Nl), (nl,Nl) */
-    void *qkv, *atty;                  /* act type: (nl,N,3CL), (nl,N,CL) */
+    void *qkv, *atty;                  /* act type: (nl,N,QKV), (nl,N,CL) */
     float *att, *res2;                 /* (nl, att_floats), (nl,Nl,C) */
     float *ln2, *ln2_mean, *ln2_rstd;
-    void *fch, *fch_gelu;              /* act type: (nl,N,FL) */
+    void *fch, *fch_gelu;              /* act type: (nl,N,FCR), (nl,N,FL) (Llama: FCR = 2FL) */
     float *lnf, *lnf_mean, *lnf_rstd;  /* last stage: (Nl,C), (Nl), (Nl) */
     float *logits;                     /* last stage: (N,Vl) logits -> probs -> dlogits */
     float *losses;                     /* last stage: (N) */
@@ -50,6 +50,7 @@ struct dtrain_stage {
     float *dres;                        /* (Nl,C) */
     float *seq_in, *seq_out;            /* sequence parallel: (N,C) each, dtrain_block_acts */
     struct dtrain_block_scratch scratch;
+    float *rope_inv_freq;               /* Llama: (HS/2) RoPE's frequencies (dtrain_model_rope_inv_freq) */
     float *host_losses;                 /* (N) */
 };
 
@@ -79,19 +80,20 @@ static size_t layout_slot(const struct dtrain_stage *st, void *base, struct slot
     size_t nl_acts = st->recompute == DTRAIN_RECOMPUTE_FULL ? 0 : nl;
     size_t nl_att = st->recompute == DTRAIN_RECOMPUTE_NONE ? nl : 0;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, used = 0;
+    size_t QKV = (size_t)sh->qkv_width, FCR = (size_t)sh->fc_rows;
     size_t head = sh->has_head ? 1 : 0;
     s->res = carve(base, &used, (nl + 1) * Nl * C);
     s->ln1 = carve(base, &used, nl_acts * Nl * C);
     s->ln1_mean = carve(base, &used, nl_acts * Nl);
     s->ln1_rstd = carve(base, &used, nl_acts * Nl);
-    s->qkv = carve_act(st, base, &used, nl_acts * N * 3 * CL);
+    s->qkv = carve_act(st, base, &used, nl_acts * N * QKV);
     s->atty = carve_act(st, base, &used, nl_acts * N * CL);
     s->att = carve(base, &used, nl_att * st->att_floats);
     s->res2 = carve(base, &used, nl_acts * Nl * C);
     s->ln2 = carve(base, &used, nl_acts * Nl * C);
     s->ln2_mean = carve(base, &used, nl_acts * Nl);
     s->ln2_rstd = carve(base, &used, nl_acts * Nl);
-    s->fch = carve_act(st, base, &used, nl_acts * N * FL);
+    s->fch = carve_act(st, base, &used, nl_acts * N * FCR);
     s->fch_gelu = carve_act(st, base, &used, nl_acts * N * FL);
     s->lnf = carve(base, &used, head * Nl * C);
     s->lnf_mean = carve(base, &used, head * Nl);
@@ -110,6 +112,7 @@ static size_t layout_layer(struct dtrain_stage *st, void *base)
     const struct dtrain_shard *sh = st->sh;
     size_t N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, used = 0;
+    size_t QKV = (size_t)sh->qkv_width, FCR = (size_t)sh->fc_rows;
     struct slot *s = &st->layer;
     if (st->recompute == DTRAIN_RECOMPUTE_NONE)
         return 0;
@@ -119,13 +122,13 @@ static size_t layout_layer(struct dtrain_stage *st, void *base)
     s->ln1 = carve(base, &used, Nl * C);
     s->ln1_mean = carve(base, &used, Nl);
     s->ln1_rstd = carve(base, &used, Nl);
-    s->qkv = carve_act(st, base, &used, N * 3 * CL);
+    s->qkv = carve_act(st, base, &used, N * QKV);
     s->atty = carve_act(st, base, &used, N * CL);
     s->res2 = carve(base, &used, Nl * C);
     s->ln2 = carve(base, &used, Nl * C);
     s->ln2_mean = carve(base, &used, Nl);
     s->ln2_rstd = carve(base, &used, Nl);
-    s->fch = carve_act(st, base, &used, N * FL);
+    s->fch = carve_act(st, base, &used, N * FCR);
     s->fch_gelu = carve_act(st, base, &used, N * FL);
     st->recompute_out = carve(base, &used, Nl * C);
     return used;
@@ -135,14 +138,15 @@ static size_t layout_shared(struct dtrain_stage *st, void *base)
 {
     const struct dtrain_shard *sh = st->sh;
     size_t N = (size_t)st->N, C = (size_t)sh->model.channels;
-    size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, used = 0;
+    size_t CL = (size_t)sh->attn_width, FCR = (size_t)sh->fc_rows, used = 0;
     st->dres = carve(base, &used, (size_t)st->Nl * C);
     st->seq_in = carve(base, &used, st->sp ? N * C : 0);
     st->seq_out = carve(base, &used, st->sp ? N * C : 0);
     st->scratch.dln = carve(base, &used, N * C);
-    st->scratch.dqkv = carve_act(st, base, &used, N * 3 * CL);
+    st->scratch.dqkv = carve_act(st, base, &used, N * (size_t)sh->qkv_width);
     st->scratch.datty = carve_act(st, base, &used, N * CL);
-    st->scratch.dfc = carve_act(st, base, &used, N * FL);
+    /* Llama: SwiGLU's output gradient (N,FL) past its input's (dtrain_block_scratch) */
+    st->scratch.dfc = carve_act(st, base, &used, N * (FCR + (FCR - (size_t)sh->mlp_width)));
     st->scratch.att = carve(base, &used, dtrain_k_attention_scratch(st->k, st->B, st->T, sh->heads,
                                                                     sh->head_size));
     return used;
@@ -196,6 +200,14 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->host_losses = malloc((size_t)st->N * sizeof(float));
     if (st->params == NULL || st->grads == NULL || st->slots == NULL || st->host_losses == NULL)
         goto oom;
+    if (shard->model.family == DTRAIN_FAMILY_LLAMA) {
+        float host[DTRAIN_MODEL_MAX_CHANNELS / 2];
+        size_t bytes = (size_t)(shard->head_size / 2) * sizeof(float);
+        dtrain_model_rope_inv_freq(&shard->model, host);
+        if ((st->rope_inv_freq = dtrain_k_alloc(k, bytes)) == NULL)
+            goto oom;
+        dtrain_k_upload(k, st->rope_inv_freq, host, bytes);
+    }
     st->shared = dtrain_k_alloc(k, layout_shared(st, NULL));
     if (st->shared == NULL)
         goto oom;
@@ -237,6 +249,7 @@ void dtrain_stage_destroy(struct dtrain_stage *st)
     free(st->slots);
     dtrain_k_free(st->k, st->shared);
     dtrain_k_free(st->k, st->layer_memory);
+    dtrain_k_free(st->k, st->rope_inv_freq);
     dtrain_k_free(st->k, st->params);
     dtrain_k_free(st->k, st->grads);
     free(st->host_losses);
@@ -269,6 +282,36 @@ static int unit_put(struct dtrain_stage *st, enum dtrain_shard_unit_kind kind, i
     if (st->src.release == NULL)
         return DTRAIN_OK;
     return st->src.release(st->src.ctx, dtrain_shard_unit_of(st->sh, kind, i), err, errlen);
+}
+
+/* The position embedding's unit (GPT-2), or none (Llama: p gets an empty
+ * layout, whose wpe is NULL). */
+static int wpe_get(struct dtrain_stage *st, int grads, struct dtrain_stage_unit *p, char *err, size_t errlen)
+{
+    if (dtrain_shard_unit_of(st->sh, DTRAIN_UNIT_WPE, 0) < 0) {
+        *p = (struct dtrain_stage_unit){st->sh, NULL, NULL, -1}; /* dtrain_shard_tensor: NULL for an empty tensor */
+        return DTRAIN_OK;
+    }
+    return unit_get(st, DTRAIN_UNIT_WPE, 0, grads, p, err, errlen);
+}
+
+static int wpe_put(struct dtrain_stage *st, char *err, size_t errlen)
+{
+    if (dtrain_shard_unit_of(st->sh, DTRAIN_UNIT_WPE, 0) < 0)
+        return DTRAIN_OK;
+    return unit_put(st, DTRAIN_UNIT_WPE, 0, err, errlen);
+}
+
+/* Where the LM head's weights are: the tied wte (a unit of its own), or an
+ * untied head's lmhead (in the head unit, with the final norm). */
+static enum dtrain_shard_unit_kind head_unit(const struct dtrain_shard *sh)
+{
+    return sh->size[DTRAIN_MODEL_LMHEAD] > 0 ? DTRAIN_UNIT_HEAD : DTRAIN_UNIT_WTE;
+}
+
+static enum dtrain_model_tensor head_tensor(const struct dtrain_shard *sh)
+{
+    return sh->size[DTRAIN_MODEL_LMHEAD] > 0 ? DTRAIN_MODEL_LMHEAD : DTRAIN_MODEL_WTE;
 }
 
 void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memory *m)
@@ -337,18 +380,19 @@ static void layer_acts(const struct dtrain_stage *st, const struct slot *s, int 
     }
     size_t l = (size_t)i, N = (size_t)st->N, Nl = (size_t)st->Nl, C = (size_t)sh->model.channels;
     size_t CL = (size_t)sh->attn_width, FL = (size_t)sh->mlp_width, es = st->act_size;
+    size_t QKV = (size_t)sh->qkv_width, FCR = (size_t)sh->fc_rows;
     a->act = st->act;
     a->ln1 = s->ln1 + l * Nl * C;
     a->ln1_mean = s->ln1_mean + l * Nl;
     a->ln1_rstd = s->ln1_rstd + l * Nl;
-    a->qkv = (char *)s->qkv + l * N * 3 * CL * es;
+    a->qkv = (char *)s->qkv + l * N * QKV * es;
     a->atty = (char *)s->atty + l * N * CL * es;
     a->att = s->att + l * st->att_floats;
     a->res2 = s->res2 + l * Nl * C;
     a->ln2 = s->ln2 + l * Nl * C;
     a->ln2_mean = s->ln2_mean + l * Nl;
     a->ln2_rstd = s->ln2_rstd + l * Nl;
-    a->fch = (char *)s->fch + l * N * FL * es;
+    a->fch = (char *)s->fch + l * N * FCR * es;
     a->fch_gelu = (char *)s->fch_gelu + l * N * FL * es;
     a->seq_in = st->seq_in;
     a->seq_out = st->seq_out;
@@ -417,12 +461,12 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
     if (sh->has_embedding && c0 == 0) {
         if ((rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &e, err, errlen)) != DTRAIN_OK)
             return rc;
-        if ((rc = unit_get(st, DTRAIN_UNIT_WPE, 0, 0, &p, err, errlen)) == DTRAIN_OK) {
+        if ((rc = wpe_get(st, 0, &p, err, errlen)) == DTRAIN_OK) {
             rc = dtrain_tp_embedding_forward(st->tp, s->res, st->seq_out, s->inputs,
-                                             dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE),
-                                             dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_WPE),
+                                             dtrain_shard_tensor(e.layout, e.params, DTRAIN_MODEL_WTE),
+                                             dtrain_shard_tensor(p.layout, p.params, DTRAIN_MODEL_WPE),
                                              st->B, st->T, C, err, errlen);
-            int put = unit_put(st, DTRAIN_UNIT_WPE, 0, err, errlen);
+            int put = wpe_put(st, err, errlen);
             rc = rc != DTRAIN_OK ? rc : put;
         }
         int put = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen);
@@ -431,6 +475,7 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
     }
     struct dtrain_block_shape shape;
     dtrain_shard_block_shape(sh, st->B, st->T, &shape);
+    shape.rope_inv_freq = st->rope_inv_freq;
     for (int i = c0 * st->nlc; i < c1 * st->nlc; i++) {
         struct dtrain_block_weights w;
         struct dtrain_block_acts a;
@@ -452,16 +497,21 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
      * this rank's vocabulary columns */
     if ((rc = unit_get(st, DTRAIN_UNIT_HEAD, 0, 0, &p, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_layernorm_forward(st->k, s->lnf, s->lnf_mean, s->lnf_rstd, residual(st, s, st->nl),
-                               dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFW),
-                               dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFB), st->Nl, C);
-    if ((rc = unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen)) != DTRAIN_OK ||
+    dtrain_model_norm_forward(st->k, &sh->model, s->lnf, s->lnf_mean, s->lnf_rstd, residual(st, s, st->nl),
+                              dtrain_shard_tensor(p.layout, p.params, DTRAIN_MODEL_LNFW),
+                              dtrain_shard_tensor(p.layout, p.params, DTRAIN_MODEL_LNFB), st->Nl, C);
+    /* the head's weights: the tied wte (its own unit) or lmhead (the head unit, still held) */
+    enum dtrain_shard_unit_kind hk = head_unit(sh);
+    if ((hk == DTRAIN_UNIT_WTE && (rc = unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen)) != DTRAIN_OK) ||
         (rc = head_input(st, s, err, errlen)) != DTRAIN_OK ||
-        (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &e, err, errlen)) != DTRAIN_OK)
+        (hk == DTRAIN_UNIT_WTE && (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 0, &p, err, errlen)) != DTRAIN_OK)) {
+        if (hk == DTRAIN_UNIT_HEAD)
+            unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen);
         return rc;
+    }
     dtrain_k_matmul_forward(st->k, dtrain_tensor_f32(s->logits), dtrain_tensor_f32(st->sp ? st->seq_in : s->lnf),
-                            dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE), NULL, N, C, sh->vocab_rows);
-    if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
+                            dtrain_shard_tensor(p.layout, p.params, head_tensor(sh)), NULL, N, C, sh->vocab_rows);
+    if ((rc = unit_put(st, hk, 0, err, errlen)) != DTRAIN_OK)
         return rc;
     if ((rc = dtrain_tp_xent_forward(st->tp, s->logits, s->losses, s->targets, N, err, errlen)) != DTRAIN_OK)
         return rc;
@@ -492,30 +542,37 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
     if (sh->has_head && c1 == st->V) {
         size_t NlC = (size_t)st->Nl * C;
         float *dln = st->sp ? st->seq_out : st->scratch.dln; /* the rank's rows of d(lnf) */
+        enum dtrain_shard_unit_kind hk = head_unit(sh);
         dtrain_tp_xent_backward(st->tp, s->logits, s->targets, dloss, N);
         if ((rc = head_input(st, s, err, errlen)) != DTRAIN_OK ||
-            (rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 1, &e, err, errlen)) != DTRAIN_OK)
+            (rc = unit_get(st, hk, 0, 1, &e, err, errlen)) != DTRAIN_OK)
             return rc;
         dtrain_k_matmul_backward(st->k, dtrain_tensor_f32(st->scratch.dln),
-                                 dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE), NULL,
+                                 dtrain_shard_tensor(e.layout, e.grads, head_tensor(sh)), NULL,
                                  dtrain_tensor_f32(s->logits), dtrain_tensor_f32(st->sp ? st->seq_in : s->lnf),
-                                 dtrain_shard_tensor(e.layout, e.params, DTRAIN_GPT2_WTE), N, C, sh->vocab_rows);
-        if ((rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
+                                 dtrain_shard_tensor(e.layout, e.params, head_tensor(sh)), N, C, sh->vocab_rows);
+        p = e; /* untied: the head unit stays held for the final norm */
+        if (hk == DTRAIN_UNIT_WTE && (rc = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen)) != DTRAIN_OK)
             return rc;
         /* f's backward: the partial input gradients of the column-parallel
          * logits summed (sequence parallel: each rank's rows of the sum) */
         rc = st->sp ? dtrain_tp_reduce_scatter(st->tp, st->scratch.dln, dln, NlC, err, errlen)
                     : dtrain_tp_allreduce(st->tp, st->scratch.dln, (size_t)N * C, err, errlen);
-        if (rc != DTRAIN_OK || (rc = unit_get(st, DTRAIN_UNIT_HEAD, 0, 1, &p, err, errlen)) != DTRAIN_OK)
+        if (rc == DTRAIN_OK && hk == DTRAIN_UNIT_WTE)
+            rc = unit_get(st, DTRAIN_UNIT_HEAD, 0, 1, &p, err, errlen);
+        if (rc != DTRAIN_OK) {
+            if (hk == DTRAIN_UNIT_HEAD)
+                unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen);
             return rc;
+        }
         dtrain_k_zero(st->k, dres, NlC * sizeof(float));
-        float *lnfw = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_LNFW);
-        float *lnfb = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_LNFB);
-        dtrain_k_layernorm_backward(st->k, dres, lnfw, lnfb, dln, residual(st, s, st->nl),
-                                    dtrain_shard_tensor(p.layout, p.params, DTRAIN_GPT2_LNFW), s->lnf_mean, s->lnf_rstd,
-                                    st->Nl, C);
+        float *lnfw = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_MODEL_LNFW);
+        float *lnfb = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_MODEL_LNFB);
+        dtrain_model_norm_backward(st->k, &sh->model, dres, lnfw, lnfb, dln, residual(st, s, st->nl),
+                                   dtrain_shard_tensor(p.layout, p.params, DTRAIN_MODEL_LNFW), s->lnf_mean,
+                                   s->lnf_rstd, st->Nl, C);
         float *norms[2] = {lnfw, lnfb};
-        rc = sp_sum_due(st, done) ? sum_norm_grads(st, norms, 2, err, errlen) : DTRAIN_OK;
+        rc = sp_sum_due(st, done) ? sum_norm_grads(st, norms, lnfb != NULL ? 2 : 1, err, errlen) : DTRAIN_OK;
         put = unit_put(st, DTRAIN_UNIT_HEAD, 0, err, errlen);
         if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
@@ -524,6 +581,7 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
     }
     struct dtrain_block_shape shape;
     dtrain_shard_block_shape(sh, st->B, st->T, &shape);
+    shape.rope_inv_freq = st->rope_inv_freq;
     for (int i = c1 * st->nlc - 1; i >= c0 * st->nlc; i--) {
         struct dtrain_block_weights w;
         struct dtrain_block_grads g;
@@ -545,9 +603,10 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
         if (rc == DTRAIN_OK)
             rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
                                        dtrain_tp_block_hook(st->tp), err, errlen);
-        float *norms[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
+        float *norms[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b}, *rms_norms[2] = {g.ln1w, g.ln2w};
+        int biases = sh->model.family == DTRAIN_FAMILY_GPT2; /* Llama's RMSNorms have none */
         if (rc == DTRAIN_OK && sp_sum_due(st, done))
-            rc = sum_norm_grads(st, norms, 4, err, errlen);
+            rc = sum_norm_grads(st, biases ? norms : rms_norms, biases ? 4 : 2, err, errlen);
         put = unit_put(st, DTRAIN_UNIT_LAYER, i, err, errlen);
         if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
@@ -565,16 +624,16 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
         }
         if ((rc = unit_get(st, DTRAIN_UNIT_WTE, 0, 1, &e, err, errlen)) != DTRAIN_OK)
             return rc;
-        if ((rc = unit_get(st, DTRAIN_UNIT_WPE, 0, 1, &p, err, errlen)) == DTRAIN_OK) {
-            dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(e.layout, e.grads, DTRAIN_GPT2_WTE),
-                                         dtrain_shard_tensor(p.layout, p.grads, DTRAIN_GPT2_WPE), dout, s->inputs,
+        if ((rc = wpe_get(st, 1, &p, err, errlen)) == DTRAIN_OK) {
+            dtrain_tp_embedding_backward(st->tp, dtrain_shard_tensor(e.layout, e.grads, DTRAIN_MODEL_WTE),
+                                         dtrain_shard_tensor(p.layout, p.grads, DTRAIN_MODEL_WPE), dout, s->inputs,
                                          st->B, st->T, C);
-            rc = unit_put(st, DTRAIN_UNIT_WPE, 0, err, errlen);
+            rc = wpe_put(st, err, errlen);
         }
         put = unit_put(st, DTRAIN_UNIT_WTE, 0, err, errlen);
         if ((rc = rc != DTRAIN_OK ? rc : put) != DTRAIN_OK)
             return rc;
-        if (done != NULL)
+        if (done != NULL && dtrain_shard_unit_of(sh, DTRAIN_UNIT_WPE, 0) >= 0)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_WPE, 0));
     }
     return DTRAIN_OK;

@@ -49,7 +49,7 @@
 #include <stdint.h>
 
 #include "dtrain_comm.h"
-#include "dtrain_gpt2.h"
+#include "dtrain_model.h"
 
 #ifdef __cplusplus
 extern "C" {

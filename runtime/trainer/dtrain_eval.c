@@ -6,6 +6,7 @@
 #include "parallel/dtrain_dp.h"
 #include "dtrain_generate.h"
 #include "dtrain_llmc.h"
+#include "model/dtrain_hf_model.h"
 #include "parallel/dtrain_stage.h"
 
 #include <math.h>
@@ -69,8 +70,8 @@ int dtrain_ptrainer_validate(struct dtrain_ptrainer *t, double *val_loss, char *
 
 int dtrain_ptrainer_sample(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen)
 {
-    const struct dtrain_gpt2_config *m = &t->cfg.model;
-    size_t n = dtrain_gpt2_param_count(m);
+    const struct dtrain_model_config *m = &t->cfg.model;
+    size_t n = dtrain_model_param_count(m);
     int root = t->layout.rank == 0;
     float *whole = root ? malloc(n * sizeof(float)) : NULL;
     if (root && whole == NULL) {
@@ -154,9 +155,11 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
     return rc;
 }
 
-static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
+/* The whole model gathered on rank 0 and written there: to the llm.c file
+ * or the Hugging Face folder. */
+static int save_whole(struct dtrain_ptrainer *t, int hf, char *err, size_t errlen)
 {
-    size_t n = dtrain_gpt2_param_count(&t->cfg.model);
+    size_t n = dtrain_model_param_count(&t->cfg.model);
     float *whole = t->layout.rank == 0 ? malloc(n * sizeof(float)) : NULL;
     if (t->layout.rank == 0 && whole == NULL) {
         snprintf(err, errlen, "out of memory for a host copy of the %zu parameters", n);
@@ -164,7 +167,8 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
     }
     int rc = dtrain_ptrainer_gather_params(t, whole, err, errlen);
     if (rc == DTRAIN_OK && t->layout.rank == 0)
-        rc = dtrain_llmc_save(t->cfg.save_llmc, &t->cfg.model, whole, err, errlen);
+        rc = hf ? dtrain_hf_save(t->cfg.save_hf, &t->cfg.model, whole, err, errlen)
+                : dtrain_llmc_save(t->cfg.save_llmc, &t->cfg.model, whole, err, errlen);
     free(whole);
     return rc;
 }
@@ -172,7 +176,9 @@ static int save_llmc(struct dtrain_ptrainer *t, char *err, size_t errlen)
 int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
     int rc;
-    if (t->cfg.save_llmc[0] != '\0' && (rc = save_llmc(t, err, errlen)) != DTRAIN_OK)
+    if (t->cfg.save_llmc[0] != '\0' && (rc = save_whole(t, 0, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (t->cfg.save_hf[0] != '\0' && (rc = save_whole(t, 1, err, errlen)) != DTRAIN_OK)
         return rc;
     return dtrain_report_close(t, err, errlen);
 }

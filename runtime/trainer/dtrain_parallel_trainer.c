@@ -6,6 +6,7 @@
 #include "dtrain_ptrainer.h"
 #include "parallel/dtrain_dp.h"
 #include "dtrain_llmc.h"
+#include "model/dtrain_hf_model.h"
 #include "parallel/dtrain_stage.h"
 #include "parallel/dtrain_tp.h"
 
@@ -79,10 +80,11 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
     return DTRAIN_OK;
 }
 
-/* The whole model from the seed or the llm.c file, this rank's slice of it. */
+/* The whole model from the seed, the Hugging Face folder or the llm.c file,
+ * this rank's slice of it. */
 static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
-    size_t n = dtrain_gpt2_param_count(&t->cfg.model);
+    size_t n = dtrain_model_param_count(&t->cfg.model);
     float *whole = malloc(n * sizeof(float)), *local = malloc((t->shard.count + 1) * sizeof(float));
     int rc = DTRAIN_OK;
     if (whole == NULL || local == NULL) {
@@ -90,10 +92,12 @@ static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
         rc = DTRAIN_ERR_SYSTEM;
         goto out;
     }
-    if (t->cfg.init_llmc[0] != '\0')
+    if (t->cfg.init_hf[0] != '\0')
+        rc = dtrain_hf_load_params(t->cfg.init_hf, &t->cfg.model, whole, err, errlen);
+    else if (t->cfg.init_llmc[0] != '\0')
         rc = dtrain_llmc_load(t->cfg.init_llmc, &t->cfg.model, whole, err, errlen);
     else
-        dtrain_gpt2_init_params(&t->cfg.model, t->cfg.seed, whole);
+        dtrain_model_init_params(&t->cfg.model, t->cfg.seed, whole);
     if (rc == DTRAIN_OK) {
         dtrain_shard_scatter(&t->shard, whole, local);
         if (dtrain_dp_sharded_params(t->dp)) /* ZeRO-3: this rank's shares */
@@ -286,7 +290,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         goto fail;
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
-    size_t wte = t->shard.size[DTRAIN_GPT2_WTE];
+    size_t wte = t->shard.model.untied_head ? 0 : t->shard.size[DTRAIN_MODEL_WTE]; /* a tied twin's */
     if (bs->pp > 1 && wte > 0)
         t->tie = dtrain_k_alloc(t->k, wte * sizeof(float));
     if (t->inputs == NULL || t->targets == NULL || (bs->pp > 1 && wte > 0 && t->tie == NULL)) {
@@ -298,7 +302,7 @@ int dtrain_ptrainer_create(const struct dtrain_train_config *c, const struct dtr
         goto fail;
     if ((rc = dtrain_report_open(t, err, errlen)) != DTRAIN_OK)
         goto fail;
-    t->flops_per_step = dtrain_gpt2_flops_per_step(&c->model, B, T);
+    t->flops_per_step = dtrain_model_flops_per_step(&c->model, B, T);
     if (dtrain_kernels_precision(t->k) == DTRAIN_PRECISION_FP16)
         t->scaler = (struct dtrain_sckpt_scaler){1, c->loss_scale, 0, 0};
     if (c->memory_report)
@@ -400,13 +404,13 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
     m->reduced_grads = dm.grad_bytes;
     m->optimizer = dm.optimizer_bytes;
     m->activations = sm.activation_bytes;
-    m->comm = dm.comm_bytes + (t->tie != NULL ? t->shard.size[DTRAIN_GPT2_WTE] * f : 0);
+    m->comm = dm.comm_bytes + (t->tie != NULL ? t->shard.size[DTRAIN_MODEL_WTE] * f : 0);
     m->model_state = m->params + m->grads + m->reduced_grads + m->optimizer;
     m->model_state_formula = 4 * n + 4 * n + (local ? 0 : stage >= 2 ? 4 * n / D : 4 * n) +
                              (stage >= 1 ? 8 * n / D : 8 * n);
     if (stage >= 3) /* shares of everything, and the weights and gradient of wte and of the largest other unit
                      * (prefetch: and a third buffer of its weights) */
-        m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_GPT2_WTE] + largest_unit(&t->shard)) +
+        m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_MODEL_WTE] + largest_unit(&t->shard)) +
                                  (dtrain_dp_prefetching(t->dp) ? f * largest_unit(&t->shard) : 0);
 }
 

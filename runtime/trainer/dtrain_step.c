@@ -138,8 +138,8 @@ static int run_schedule(struct dtrain_ptrainer *t, double *loss_sum,
 static int tie_embedding(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
     const struct dtrain_shard *s = &t->shard;
-    size_t n = s->size[DTRAIN_GPT2_WTE];
-    if (s->pp == 1 || n == 0)
+    size_t n = s->size[DTRAIN_MODEL_WTE];
+    if (s->pp == 1 || n == 0 || s->model.untied_head) /* untied: the last stage has no wte */
         return DTRAIN_OK;
     float *g = dtrain_dp_wte_grads(t->dp, dtrain_stage_grads(t->stage));
     int other = s->has_embedding ? s->pp - 1 : 0;

@@ -74,7 +74,7 @@ void dtrain_trainer_destroy(struct dtrain_trainer *t)
 
 long dtrain_trainer_steps_done(const struct dtrain_trainer *t) { return dtrain_ptrainer_steps_done(t->pt); }
 
-size_t dtrain_trainer_num_params(const struct dtrain_trainer *t) { return dtrain_gpt2_param_count(&t->cfg.model); }
+size_t dtrain_trainer_num_params(const struct dtrain_trainer *t) { return dtrain_model_param_count(&t->cfg.model); }
 
 int dtrain_trainer_params(struct dtrain_trainer *t, float *whole, char *err, size_t errlen)
 {

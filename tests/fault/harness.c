@@ -35,7 +35,7 @@ int harness_setup(const char *name, char *dir, size_t dirlen, struct dtrain_trai
         return -1;
     dtrain_train_config_defaults(cfg);
     snprintf(cfg->data, sizeof cfg->data, "%s", path);
-    cfg->model = (struct dtrain_gpt2_config){.max_seq_len = 16, .vocab_size = 256, .padded_vocab_size = 256,
+    cfg->model = (struct dtrain_model_config){.max_seq_len = 16, .vocab_size = 256, .padded_vocab_size = 256,
                                              .num_layers = 2, .num_heads = 4, .channels = 32};
     cfg->batch = 8;
     cfg->seq = 16;
@@ -57,7 +57,7 @@ void harness_cleanup(const char *dir)
 int harness_read_whole(const char *dir, const struct dtrain_train_config *cfg, float **params, float **m,
                        float **v, struct dtrain_sckpt_resumed *res, char *err, size_t errlen)
 {
-    size_t n = dtrain_gpt2_param_count(&cfg->model);
+    size_t n = dtrain_model_param_count(&cfg->model);
     *params = calloc(n, sizeof(float));
     *m = calloc(n, sizeof(float));
     *v = calloc(n, sizeof(float));

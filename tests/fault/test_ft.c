@@ -310,7 +310,7 @@ int main(void)
     int l1 = dtrain_sckpt_load_model(ref_dir, 6, &sync6, err, sizeof err);
     int l2 = dtrain_sckpt_load_model(j.cfg.ckpt_dir, 6, &async6, err, sizeof err);
     ok(l1 == DTRAIN_OK && l2 == DTRAIN_OK &&
-       harness_same_bits(sync6.params, async6.params, dtrain_gpt2_param_count(&cfg.model)),
+       harness_same_bits(sync6.params, async6.params, dtrain_model_param_count(&cfg.model)),
        "the background checkpoint of step 6 holds the synchronous one's parameters bit for bit");
     if (l1 == DTRAIN_OK)
         free(sync6.params);

@@ -177,7 +177,7 @@ static void test_virtual_stages(const struct job *base, const char *top)
     j.steps = 4;
     j.save_every = 1;
     snprintf(j.save_dir, sizeof j.save_dir, "%s/v", top);
-    const size_t n = dtrain_gpt2_param_count(&j.cfg.model);
+    const size_t n = dtrain_model_param_count(&j.cfg.model);
     int rc = run(&j, 1, 2, 1, &a0, all);
     ok(rc == 0 && a0.nsaves == 4, "(1,2,1) V=2: trains 4 steps and writes a checkpoint after each");
     float loss_v[MAX_STEPS];
@@ -236,7 +236,7 @@ static void test_sequence_parallel(const struct job *base, const char *top)
     j.steps = 4;
     j.save_every = 1;
     snprintf(j.save_dir, sizeof j.save_dir, "%s/sp", top);
-    const size_t n = dtrain_gpt2_param_count(&j.cfg.model);
+    const size_t n = dtrain_model_param_count(&j.cfg.model);
     int rc = run(&j, 2, 1, 2, &a0, all);
     ok(rc == 0 && a0.nsaves == 4, "(2,1,2) ZeRO-1 --sequence-parallel 1: trains 4 steps and writes a checkpoint "
        "after each");
@@ -289,7 +289,7 @@ int main(void)
         printf("1..0 # SKIP %s\n", err);
         return 0;
     }
-    const size_t n = dtrain_gpt2_param_count(&cfg.model);
+    const size_t n = dtrain_model_param_count(&cfg.model);
     struct area a0, all[LOCAL_BOOT_MAX_WORLD];
     struct job j;
     memset(&j, 0, sizeof j);

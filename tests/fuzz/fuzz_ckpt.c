@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     struct dtrain_train_config cfg;
     dtrain_train_config_defaults(&cfg);
-    cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 4, .vocab_size = 16, .padded_vocab_size = 16,
+    cfg.model = (struct dtrain_model_config){.max_seq_len = 4, .vocab_size = 16, .padded_vocab_size = 16,
                                             .num_layers = 1, .num_heads = 1, .channels = 4};
     cfg.batch = 1;
     cfg.seq = 4;
@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         part = sep != NULL ? sep + strlen(SEPARATOR) : NULL;
     }
 
-    struct dtrain_gpt2_config model;
+    struct dtrain_model_config model;
     (void)dtrain_sckpt_read_model(dir, &model, why, sizeof why);
     struct manifest m;
     if (sckpt_read_manifest(step, 1, &cfg, &m, why, sizeof why) != GOOD)

@@ -34,9 +34,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dtrain_tokens_close(tok);
     }
 
-    struct dtrain_gpt2_config cfg;
+    struct dtrain_model_config cfg;
     if (dtrain_llmc_read_config(path, &cfg, err, sizeof err) == DTRAIN_OK) {
-        size_t n = dtrain_gpt2_param_count(&cfg);
+        size_t n = dtrain_model_param_count(&cfg);
         float *params = n <= (1u << 22) ? malloc(n * sizeof *params) : NULL;
         if (params != NULL)
             (void)dtrain_llmc_load(path, &cfg, params, err, sizeof err);

@@ -172,7 +172,7 @@ int main(void)
     struct dtrain_train_config cpu;
     dtrain_train_config_defaults(&cpu);
     snprintf(cpu.data, sizeof cpu.data, "%s", data);
-    cpu.model = (struct dtrain_gpt2_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
+    cpu.model = (struct dtrain_model_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
                                             .num_layers = 4, .num_heads = 2, .channels = 128};
     cpu.batch = 8;
     cpu.seq = 64;

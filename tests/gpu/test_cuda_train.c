@@ -73,7 +73,7 @@ struct side {
 };
 
 static void side_open(struct side *s, const char *backend, const struct dtrain_kernels_options *kopt,
-                      const struct dtrain_gpt2_config *cfg, int B, int T, const float *params)
+                      const struct dtrain_model_config *cfg, int B, int T, const float *params)
 {
     char err[256];
     if (dtrain_kernels_create(backend, kopt, &s->k, err, sizeof err) != 0 ||
@@ -114,10 +114,10 @@ static void side_update(struct side *s, const struct dtrain_optim_config *oc, lo
 
 static void run(uint64_t seed, const struct thresholds *thr)
 {
-    struct dtrain_gpt2_config cfg = {.max_seq_len = 128, .vocab_size = 1000, .padded_vocab_size = 1024,
+    struct dtrain_model_config cfg = {.max_seq_len = 128, .vocab_size = 1000, .padded_vocab_size = 1024,
                                      .num_layers = 2, .num_heads = 2, .channels = 128};
     const int B = 4, T = 128;
-    size_t n = dtrain_gpt2_param_count(&cfg), N = (size_t)B * T;
+    size_t n = dtrain_model_param_count(&cfg), N = (size_t)B * T;
     float *params = xmalloc(n * sizeof(float)), *gc = xmalloc(n * sizeof(float));
     float *gg = xmalloc(n * sizeof(float));
     int32_t *in = xmalloc(N * sizeof(int32_t)), *tg = xmalloc(N * sizeof(int32_t));
@@ -127,7 +127,7 @@ static void run(uint64_t seed, const struct thresholds *thr)
     struct dtrain_kernels_options gpu_opt = {.threads = 1, .precision = thr->precision};
     struct side cpu, gpu;
 
-    dtrain_gpt2_init_params(&cfg, seed, params);
+    dtrain_model_init_params(&cfg, seed, params);
     side_open(&cpu, "cpu", &cpu_opt, &cfg, B, T, params);
     side_open(&gpu, "cuda", &gpu_opt, &cfg, B, T, params);
 
@@ -139,11 +139,11 @@ static void run(uint64_t seed, const struct thresholds *thr)
 
     dtrain_k_download(cpu.k, gc, dtrain_gpt2_grads(cpu.model), n * sizeof(float));
     dtrain_k_download(gpu.k, gg, dtrain_gpt2_grads(gpu.model), n * sizeof(float));
-    size_t sizes[DTRAIN_GPT2_NUM_TENSORS], off = 0;
+    size_t sizes[DTRAIN_MODEL_NUM_TENSORS], off = 0;
     double worst = 0.0;
     int worst_t = 0;
-    dtrain_gpt2_tensor_sizes(&cfg, sizes);
-    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
+    dtrain_model_tensor_sizes(&cfg, sizes);
+    for (int t = 0; t < DTRAIN_MODEL_NUM_TENSORS; t++) {
         double diff = 0.0, ref = 0.0;
         for (size_t i = off; i < off + sizes[t]; i++) {
             double d = isfinite(gg[i]) ? fabs((double)gg[i] - gc[i]) : INFINITY;
@@ -151,7 +151,7 @@ static void run(uint64_t seed, const struct thresholds *thr)
             ref = fabs((double)gc[i]) > ref ? fabs((double)gc[i]) : ref;
         }
         double err_t = diff / (ref > 1e-30 ? ref : 1e-30);
-        diag("[%s] gradient %-9s error %.2e", thr->name, dtrain_gpt2_tensor_name((enum dtrain_gpt2_tensor)t), err_t);
+        diag("[%s] gradient %-9s error %.2e", thr->name, dtrain_model_tensor_name((enum dtrain_model_tensor)t), err_t);
         if (!(err_t <= worst)) {
             worst = err_t;
             worst_t = t;
@@ -159,7 +159,7 @@ static void run(uint64_t seed, const struct thresholds *thr)
         off += sizes[t];
     }
     ok(worst <= thr->grad, "[%s] every gradient tensor: worst error %.2e in %s (threshold %.0e)", thr->name, worst,
-       dtrain_gpt2_tensor_name((enum dtrain_gpt2_tensor)worst_t), thr->grad);
+       dtrain_model_tensor_name((enum dtrain_model_tensor)worst_t), thr->grad);
 
     side_update(&cpu, &oc, 0);
     side_update(&gpu, &oc, 0);

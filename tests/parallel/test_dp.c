@@ -26,7 +26,7 @@
 
 #define STEPS 3
 
-static const struct dtrain_gpt2_config model = {
+static const struct dtrain_model_config model = {
     .max_seq_len = 8, .vocab_size = 60, .padded_vocab_size = 64, .num_layers = 3, .num_heads = 2, .channels = 8,
 };
 
@@ -152,7 +152,7 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     if (init == NULL || ref == NULL || sum == NULL || g == NULL ||
         dtrain_adamw_create(k, n, &ref_opt, r->err, sizeof r->err) != DTRAIN_OK)
         goto out;
-    dtrain_gpt2_init_params(&model, 5, init);
+    dtrain_model_init_params(&model, 5, init);
     /* the reference: AdamW on the sum of every rank's gradients */
     memcpy(ref, init, n * sizeof(float));
     double ref_norm[STEPS];

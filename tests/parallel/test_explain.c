@@ -232,7 +232,7 @@ int main(void)
     dtrain_train_config_defaults(&j.cfg);
     snprintf(j.cfg.data, sizeof j.cfg.data, "%s", path);
     /* V = 250 padded to 256: the loss and embedding over padded rows */
-    j.cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 32, .vocab_size = 250, .padded_vocab_size = 256,
+    j.cfg.model = (struct dtrain_model_config){.max_seq_len = 32, .vocab_size = 250, .padded_vocab_size = 256,
                                               .num_layers = 4, .num_heads = 4, .channels = 32};
     j.cfg.batch = 12; /* D = 2 and 3 */
     j.cfg.seq = 16;

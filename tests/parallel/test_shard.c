@@ -14,7 +14,7 @@
 #include "parallel/dtrain_shard.h"
 #include "tap.h"
 
-static const struct dtrain_gpt2_config model = {
+static const struct dtrain_model_config model = {
     .max_seq_len = 16, .vocab_size = 250, .padded_vocab_size = 256,
     .num_layers = 5, .num_heads = 4, .channels = 8,
 };
@@ -36,9 +36,9 @@ struct layout_check {
     size_t local_total;
 };
 
-static void check_layout_v(const struct dtrain_gpt2_config *mp, int T, int P, int V, struct layout_check *out)
+static void check_layout_v(const struct dtrain_model_config *mp, int T, int P, int V, struct layout_check *out)
 {
-    size_t n = dtrain_gpt2_param_count(mp);
+    size_t n = dtrain_model_param_count(mp);
     float *whole = iota(n), *back = calloc(n, sizeof(float));
     int *holders = calloc(n, sizeof(int)), *norm = calloc(n, sizeof(int));
     memset(out, 0, sizeof *out);
@@ -84,20 +84,20 @@ static void check_layout_v(const struct dtrain_gpt2_config *mp, int T, int P, in
     /* expected holders: split tensors 1 per copy, replicated T; wte has two
      * copies when P > 1 */
     out->holders_ok = out->norm_once = 1;
-    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
-        size_t sizes[DTRAIN_GPT2_NUM_TENSORS];
-        dtrain_gpt2_tensor_sizes(mp, sizes);
-        size_t off = dtrain_gpt2_tensor_offset(mp, (enum dtrain_gpt2_tensor)t);
-        int split = t == DTRAIN_GPT2_WTE || t == DTRAIN_GPT2_QKVW || t == DTRAIN_GPT2_QKVB ||
-                    t == DTRAIN_GPT2_ATTPROJW || t == DTRAIN_GPT2_FCW || t == DTRAIN_GPT2_FCB ||
-                    t == DTRAIN_GPT2_FCPROJW;
-        int copies = (t == DTRAIN_GPT2_WTE && P > 1) ? 2 : 1;
+    for (int t = 0; t < DTRAIN_MODEL_NUM_TENSORS; t++) {
+        size_t sizes[DTRAIN_MODEL_NUM_TENSORS];
+        dtrain_model_tensor_sizes(mp, sizes);
+        size_t off = dtrain_model_tensor_offset(mp, (enum dtrain_model_tensor)t);
+        int split = t == DTRAIN_MODEL_WTE || t == DTRAIN_MODEL_QKVW || t == DTRAIN_MODEL_QKVB ||
+                    t == DTRAIN_MODEL_ATTPROJW || t == DTRAIN_MODEL_FCW || t == DTRAIN_MODEL_FCB ||
+                    t == DTRAIN_MODEL_FCPROJW;
+        int copies = (t == DTRAIN_MODEL_WTE && P > 1) ? 2 : 1;
         int want = (split ? 1 : T) * copies;
         for (size_t i = off; i < off + sizes[t]; i++) {
             if (holders[i] != want) {
                 if (out->holders_ok)
                     diag("T=%d P=%d: %s element %zu held %d times, want %d", T, P,
-                         dtrain_gpt2_tensor_name((enum dtrain_gpt2_tensor)t), i - off, holders[i], want);
+                         dtrain_model_tensor_name((enum dtrain_model_tensor)t), i - off, holders[i], want);
                 out->holders_ok = 0;
             }
             if (norm[i] != 1)
@@ -130,10 +130,10 @@ int main(void)
     struct dtrain_shard s;
     char err[256];
     int rc = dtrain_shard_plan(&model, 1, 1, 0, 0, &s, err, sizeof err);
-    size_t n = dtrain_gpt2_param_count(&model);
+    size_t n = dtrain_model_param_count(&model);
     int same = rc == DTRAIN_OK && s.count == n;
-    for (int t = 0; same && t < DTRAIN_GPT2_NUM_TENSORS; t++)
-        same = s.offset[t] == dtrain_gpt2_tensor_offset(&model, (enum dtrain_gpt2_tensor)t);
+    for (int t = 0; same && t < DTRAIN_MODEL_NUM_TENSORS; t++)
+        same = s.offset[t] == dtrain_model_tensor_offset(&model, (enum dtrain_model_tensor)t);
     ok(same && s.has_embedding && s.has_head && dtrain_shard_units(&s) == 1 + 5 + 1 + 1,
        "T=P=1: the local vector is the whole flat vector in llm.c's order; units head, 5 layers, wpe, wte");
 
@@ -141,7 +141,7 @@ int main(void)
     rc = dtrain_shard_plan(&model, 2, 3, 1, 1, &s, err, sizeof err);
     int layer;
     ok(rc == DTRAIN_OK && s.layer_begin == 1 && s.layer_end == 3 && !s.has_embedding && !s.has_head &&
-       s.size[DTRAIN_GPT2_WTE] == 0 && dtrain_shard_units(&s) == 2 &&
+       s.size[DTRAIN_MODEL_WTE] == 0 && dtrain_shard_units(&s) == 2 &&
        dtrain_shard_unit_kind(&s, 0, &layer) == DTRAIN_UNIT_LAYER && layer == 1,
        "T=2 P=3, stage 1 of 5 layers: blocks [1, 3), no wte, units top layer first");
     float *local = iota(s.count);
@@ -149,8 +149,8 @@ int main(void)
     dtrain_shard_block_weights(&s, local, 1, &w);
     size_t per_layer = dtrain_shard_layer_size(&s);
     ok(per_layer == 2 * 8 + 3 * 4 * 8 + 3 * 4 + 8 * 4 + 8 + 2 * 8 + 16 * 8 + 16 + 8 * 16 + 8 &&
-       w.qkvw == local + s.offset[DTRAIN_GPT2_QKVW] + 3 * 4 * 8 &&
-       w.fcprojb == local + s.offset[DTRAIN_GPT2_FCPROJB] + 8,
+       w.qkvw == local + s.offset[DTRAIN_MODEL_QKVW] + 3 * 4 * 8 &&
+       w.fcprojb == local + s.offset[DTRAIN_MODEL_FCPROJB] + 8,
        "block views of local layer 1 point one layer's slice into each tensor (%zu parameters a layer)", per_layer);
     free(local);
     struct dtrain_block_shape shape;
@@ -164,11 +164,11 @@ int main(void)
     rc = dtrain_shard_plan(&model, 2, 1, 1, 0, &s, err, sizeof err);
     local = malloc(s.count * sizeof(float));
     dtrain_shard_scatter(&s, whole, local);
-    size_t q = dtrain_gpt2_tensor_offset(&model, DTRAIN_GPT2_QKVW);
-    size_t ap = dtrain_gpt2_tensor_offset(&model, DTRAIN_GPT2_ATTPROJW);
-    float *lq = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_QKVW);
-    float *lap = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_ATTPROJW);
-    float *lwte = dtrain_shard_tensor(&s, local, DTRAIN_GPT2_WTE);
+    size_t q = dtrain_model_tensor_offset(&model, DTRAIN_MODEL_QKVW);
+    size_t ap = dtrain_model_tensor_offset(&model, DTRAIN_MODEL_ATTPROJW);
+    float *lq = dtrain_shard_tensor(&s, local, DTRAIN_MODEL_QKVW);
+    float *lap = dtrain_shard_tensor(&s, local, DTRAIN_MODEL_ATTPROJW);
+    float *lwte = dtrain_shard_tensor(&s, local, DTRAIN_MODEL_WTE);
     ok(lq[0] == (float)(q + 4 * 8) && lq[4 * 8] == (float)(q + 8 * 8 + 4 * 8) && lap[0] == (float)(ap + 4) &&
        lap[4] == (float)(ap + 8 + 4) && lwte[0] == (float)(128 * 8),
        "TP rank 1 holds heads 2-3's q, k and v rows, the matching attprojw columns and wte rows 128..255");
@@ -176,7 +176,7 @@ int main(void)
     free(whole);
 
     /* refusals */
-    struct dtrain_gpt2_config bad = model;
+    struct dtrain_model_config bad = model;
     ok(dtrain_shard_plan(&bad, 3, 1, 0, 0, &s, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "heads"),
        "T=3 with 4 heads: refused (%s)", err);
     bad.num_heads = 8;
@@ -195,7 +195,7 @@ int main(void)
        "a TP rank outside the layout: refused (%s)", err);
     /* virtual stages: 8 layers, P = 2, V = 2: chunk c of stage s holds
      * virtual stage s + 2c, layers {0,1,4,5} on stage 0 and {2,3,6,7} on 1 */
-    struct dtrain_gpt2_config m8 = model;
+    struct dtrain_model_config m8 = model;
     m8.num_layers = 8;
     for (int T = 1; T <= 2; T++) {
         for (int P = 2; P <= 4; P *= 2) {

@@ -142,7 +142,7 @@ out:
  * slice, with the TP hook. */
 static void test_block(struct dtrain_kernels *k, struct dtrain_tp *tp, int rank, int size, struct result *r)
 {
-    struct dtrain_gpt2_config cfg = {.max_seq_len = T, .vocab_size = V, .padded_vocab_size = VP,
+    struct dtrain_model_config cfg = {.max_seq_len = T, .vocab_size = V, .padded_vocab_size = VP,
                                      .num_layers = 1, .num_heads = NH, .channels = C};
     struct dtrain_shard whole_s, mine_s;
     char err[256];
@@ -157,8 +157,8 @@ static void test_block(struct dtrain_kernels *k, struct dtrain_tp *tp, int rank,
     float *pl = malloc(nl * sizeof(float)), *gl = calloc(nl, sizeof(float)), *gl_whole = malloc(nl * sizeof(float));
     fill(pw, n, 7, 0.1);
     for (int i = 0; i < C; i++) { /* layer norm weights near 1 */
-        pw[whole_s.offset[DTRAIN_GPT2_LN1W] + i] += 1.0f;
-        pw[whole_s.offset[DTRAIN_GPT2_LN2W] + i] += 1.0f;
+        pw[whole_s.offset[DTRAIN_MODEL_LN1W] + i] += 1.0f;
+        pw[whole_s.offset[DTRAIN_MODEL_LN2W] + i] += 1.0f;
     }
     dtrain_shard_scatter(&mine_s, pw, pl);
     float *x = malloc(sizeof(float) * N * C), *y0 = malloc(sizeof(float) * N * C), *y = malloc(sizeof(float) * N * C);

@@ -119,11 +119,11 @@ static int checksums(struct dtrain_ptrainer *t, const struct dtrain_bootstrap *b
         free(p);
         return DTRAIN_OK;
     }
-    r->wte = fnv(14695981039346656037ULL, p + s.offset[DTRAIN_GPT2_WTE], s.size[DTRAIN_GPT2_WTE]);
+    r->wte = fnv(14695981039346656037ULL, p + s.offset[DTRAIN_MODEL_WTE], s.size[DTRAIN_MODEL_WTE]);
     r->replicated = 14695981039346656037ULL;
-    static const enum dtrain_gpt2_tensor replicated[] = {
-        DTRAIN_GPT2_WPE, DTRAIN_GPT2_LN1W, DTRAIN_GPT2_LN1B, DTRAIN_GPT2_ATTPROJB, DTRAIN_GPT2_LN2W,
-        DTRAIN_GPT2_LN2B, DTRAIN_GPT2_FCPROJB, DTRAIN_GPT2_LNFW, DTRAIN_GPT2_LNFB};
+    static const enum dtrain_model_tensor replicated[] = {
+        DTRAIN_MODEL_WPE, DTRAIN_MODEL_LN1W, DTRAIN_MODEL_LN1B, DTRAIN_MODEL_ATTPROJB, DTRAIN_MODEL_LN2W,
+        DTRAIN_MODEL_LN2B, DTRAIN_MODEL_FCPROJB, DTRAIN_MODEL_LNFW, DTRAIN_MODEL_LNFB};
     for (size_t k = 0; k < sizeof replicated / sizeof replicated[0]; k++)
         r->replicated = fnv(r->replicated, p + s.offset[replicated[k]], s.size[replicated[k]]);
     free(p);
@@ -190,14 +190,14 @@ static int reference(const struct job *j, struct run_result *r, float *params)
     struct dtrain_kernels_options kopt = {.threads = c->threads};
     int B = c->batch, T = c->seq, rc = -1;
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
-    size_t n = dtrain_gpt2_param_count(&c->model);
+    size_t n = dtrain_model_param_count(&c->model);
     if (in == NULL || tg == NULL || dtrain_kernels_create("cpu", &kopt, &k, r->err, sizeof r->err) != 0 ||
         dtrain_tokens_open(c->data, &data, r->err, sizeof r->err) != DTRAIN_OK ||
         dtrain_tokens_open(c->val_data, &val, r->err, sizeof r->err) != DTRAIN_OK ||
         dtrain_gpt2_create(k, &c->model, B, T, &m, r->err, sizeof r->err) != DTRAIN_OK ||
         dtrain_adamw_create(k, n, &opt, r->err, sizeof r->err) != DTRAIN_OK)
         goto out;
-    dtrain_gpt2_init_params(&c->model, c->seed, params);
+    dtrain_model_init_params(&c->model, c->seed, params);
     dtrain_gpt2_set_params(m, params);
     for (int s = 0; s < STEPS; s++) {
         float loss = 0.0f;
@@ -388,7 +388,7 @@ static void test_interleaved_p4(const struct job *base)
     struct job j = *base;
     char err[512] = "";
     j.cfg.model.num_layers = 8;
-    j.nparams = dtrain_gpt2_param_count(&j.cfg.model);
+    j.nparams = dtrain_model_param_count(&j.cfg.model);
     struct run_result ref = {0}, got[2];
     float *ref_params = malloc(j.nparams * sizeof(float)), *params[2] = {NULL, NULL};
     memset(got, 0, sizeof got);
@@ -468,7 +468,7 @@ int main(void)
     snprintf(j.cfg.data, sizeof j.cfg.data, "%s", path);
     snprintf(j.cfg.val_data, sizeof j.cfg.val_data, "%s", val_path);
     j.cfg.val_batches = VAL_BATCHES;
-    j.cfg.model = (struct dtrain_gpt2_config){.max_seq_len = 32, .vocab_size = 256, .padded_vocab_size = 256,
+    j.cfg.model = (struct dtrain_model_config){.max_seq_len = 32, .vocab_size = 256, .padded_vocab_size = 256,
                                               .num_layers = 4, .num_heads = 4, .channels = 32};
     j.cfg.batch = 8;
     j.cfg.seq = 16;
@@ -481,7 +481,7 @@ int main(void)
     j.cfg.log_every = 0;
     j.cfg.bucket_mb = 0.02; /* a few buckets per stage */
     int fin = wrote == DTRAIN_OK ? dtrain_train_config_finish(&j.cfg, err, sizeof err) : wrote;
-    j.nparams = dtrain_gpt2_param_count(&j.cfg.model);
+    j.nparams = dtrain_model_param_count(&j.cfg.model);
 
     struct run_result ref = {0};
     float *ref_params = malloc(j.nparams * sizeof(float));

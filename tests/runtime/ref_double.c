@@ -102,38 +102,38 @@ double ref_xent_mean(const double *logits, const int32_t *targets, int N, int V,
     return total / N;
 }
 
-double ref_gpt2_loss(const struct dtrain_gpt2_config *c, const double *params,
+double ref_gpt2_loss(const struct dtrain_model_config *c, const double *params,
                      const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T;
     int V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t NC = (size_t)N * C;
-    const double *p[DTRAIN_GPT2_NUM_TENSORS];
-    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++)
-        p[t] = params + dtrain_gpt2_tensor_offset(c, (enum dtrain_gpt2_tensor)t);
+    const double *p[DTRAIN_MODEL_NUM_TENSORS];
+    for (int t = 0; t < DTRAIN_MODEL_NUM_TENSORS; t++)
+        p[t] = params + dtrain_model_tensor_offset(c, (enum dtrain_model_tensor)t);
     double *x = malloc(NC * sizeof(double)), *ln = malloc(NC * sizeof(double));
     double *qkv = malloc(3 * NC * sizeof(double)), *att = malloc(NC * sizeof(double));
     double *proj = malloc(NC * sizeof(double)), *fc = malloc(4 * NC * sizeof(double));
     double *fcg = malloc(4 * NC * sizeof(double));
     double *logits = malloc((size_t)N * Vp * sizeof(double));
-    ref_encoder(x, inputs, p[DTRAIN_GPT2_WTE], p[DTRAIN_GPT2_WPE], B, T, C);
+    ref_encoder(x, inputs, p[DTRAIN_MODEL_WTE], p[DTRAIN_MODEL_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
         size_t lc = (size_t)l * C, cc = (size_t)C * C;
-        ref_layernorm(ln, x, p[DTRAIN_GPT2_LN1W] + lc, p[DTRAIN_GPT2_LN1B] + lc, N, C);
-        ref_matmul(qkv, ln, p[DTRAIN_GPT2_QKVW] + 3 * l * cc, p[DTRAIN_GPT2_QKVB] + 3 * lc, N, C, 3 * C);
+        ref_layernorm(ln, x, p[DTRAIN_MODEL_LN1W] + lc, p[DTRAIN_MODEL_LN1B] + lc, N, C);
+        ref_matmul(qkv, ln, p[DTRAIN_MODEL_QKVW] + 3 * l * cc, p[DTRAIN_MODEL_QKVB] + 3 * lc, N, C, 3 * C);
         ref_attention(att, qkv, B, T, NH, C / NH);
-        ref_matmul(proj, att, p[DTRAIN_GPT2_ATTPROJW] + l * cc, p[DTRAIN_GPT2_ATTPROJB] + lc, N, C, C);
+        ref_matmul(proj, att, p[DTRAIN_MODEL_ATTPROJW] + l * cc, p[DTRAIN_MODEL_ATTPROJB] + lc, N, C, C);
         for (size_t i = 0; i < NC; i++)
             x[i] += proj[i];
-        ref_layernorm(ln, x, p[DTRAIN_GPT2_LN2W] + lc, p[DTRAIN_GPT2_LN2B] + lc, N, C);
-        ref_matmul(fc, ln, p[DTRAIN_GPT2_FCW] + 4 * l * cc, p[DTRAIN_GPT2_FCB] + 4 * lc, N, C, 4 * C);
+        ref_layernorm(ln, x, p[DTRAIN_MODEL_LN2W] + lc, p[DTRAIN_MODEL_LN2B] + lc, N, C);
+        ref_matmul(fc, ln, p[DTRAIN_MODEL_FCW] + 4 * l * cc, p[DTRAIN_MODEL_FCB] + 4 * lc, N, C, 4 * C);
         ref_gelu(fcg, fc, 4 * NC);
-        ref_matmul(proj, fcg, p[DTRAIN_GPT2_FCPROJW] + 4 * l * cc, p[DTRAIN_GPT2_FCPROJB] + lc, N, 4 * C, C);
+        ref_matmul(proj, fcg, p[DTRAIN_MODEL_FCPROJW] + 4 * l * cc, p[DTRAIN_MODEL_FCPROJB] + lc, N, 4 * C, C);
         for (size_t i = 0; i < NC; i++)
             x[i] += proj[i];
     }
-    ref_layernorm(ln, x, p[DTRAIN_GPT2_LNFW], p[DTRAIN_GPT2_LNFB], N, C);
-    ref_matmul(logits, ln, p[DTRAIN_GPT2_WTE], NULL, N, C, Vp);
+    ref_layernorm(ln, x, p[DTRAIN_MODEL_LNFW], p[DTRAIN_MODEL_LNFB], N, C);
+    ref_matmul(logits, ln, p[DTRAIN_MODEL_WTE], NULL, N, C, Vp);
     double loss = ref_xent_mean(logits, targets, N, V, Vp);
     free(x); free(ln); free(qkv); free(att); free(proj); free(fc); free(fcg); free(logits);
     return loss;

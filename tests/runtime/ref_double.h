@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtrain_gpt2.h"
+#include "dtrain_model.h"
 
 void ref_encoder(double *out, const int32_t *tokens, const double *wte, const double *wpe,
                  int B, int T, int C);
@@ -22,7 +22,7 @@ void ref_gelu(double *out, const double *inp, size_t n);
 double ref_xent_mean(const double *logits, const int32_t *targets, int N, int V, int Vp);
 
 /* Mean loss of the whole model on B x T tokens, parameters in llm.c order. */
-double ref_gpt2_loss(const struct dtrain_gpt2_config *c, const double *params,
+double ref_gpt2_loss(const struct dtrain_model_config *c, const double *params,
                      const int32_t *inputs, const int32_t *targets, int B, int T);
 
 #endif

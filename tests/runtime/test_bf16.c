@@ -119,7 +119,7 @@ static void layer_checks(struct dtrain_kernels *k16, struct dtrain_kernels *k32,
 static int train(enum dtrain_kernels_precision p, const char *onednn, float *losses, float **params, size_t *np,
                  char *line, size_t linelen)
 {
-    struct dtrain_gpt2_config cfg = {.max_seq_len = 32, .vocab_size = 96, .padded_vocab_size = 128,
+    struct dtrain_model_config cfg = {.max_seq_len = 32, .vocab_size = 96, .padded_vocab_size = 128,
                                      .num_layers = 2, .num_heads = 2, .channels = 64};
     enum { B = 4, T = 32, STEPS = 12 };
     struct dtrain_kernels *k = NULL;
@@ -142,7 +142,7 @@ static int train(enum dtrain_kernels_precision p, const char *onednn, float *los
     *np = dtrain_gpt2_num_params(m);
     if ((*params = malloc(*np * sizeof(float))) == NULL)
         goto out;
-    dtrain_gpt2_init_params(&cfg, 42, *params);
+    dtrain_model_init_params(&cfg, 42, *params);
     dtrain_gpt2_set_params(m, *params);
     struct dtrain_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                                      .schedule = DTRAIN_LR_CONSTANT, .total_steps = STEPS};

@@ -152,7 +152,7 @@ static void test_token_files(void)
     ok(bij, "dtrain_rng_permute is a bijection of [0, n) for n = 1, 2, 3, 5, 17, 64, 1000, 4097");
 }
 
-static const struct dtrain_gpt2_config shape = {
+static const struct dtrain_model_config shape = {
     .max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 16,
     .num_layers = 1, .num_heads = 2, .channels = 4,
 };
@@ -160,10 +160,10 @@ static const struct dtrain_gpt2_config shape = {
 static void test_llmc_files(void)
 {
     char err[512] = "";
-    struct dtrain_gpt2_config got;
-    size_t bytes = dtrain_gpt2_param_count(&shape) * sizeof(float);
+    struct dtrain_model_config got;
+    size_t bytes = dtrain_model_param_count(&shape) * sizeof(float);
     int32_t good[8] = {20240326, 3, 8, 10, 1, 2, 4, 16};
-    float *params = calloc(dtrain_gpt2_param_count(&shape), sizeof(float));
+    float *params = calloc(dtrain_model_param_count(&shape), sizeof(float));
     ok(dtrain_llmc_read_config(write_file("ok.bin", good, 8, bytes), &got, err, sizeof err) == DTRAIN_OK &&
        memcmp(&got, &shape, sizeof got) == 0, "a well-formed llm.c model file is read");
     ok(dtrain_llmc_load(path, &shape, params, err, sizeof err) == DTRAIN_OK, "and loaded");
@@ -190,7 +190,7 @@ static void test_llmc_files(void)
     h[7] = 8; /* Vp < V */
     expect_bad(dtrain_llmc_read_config(write_file("bad.bin", h, 8, bytes), &got, err, sizeof err), err,
                "impossible shape", "an llm.c model file with Vp < V");
-    struct dtrain_gpt2_config other = shape;
+    struct dtrain_model_config other = shape;
     other.max_seq_len = 16;
     expect_bad(dtrain_llmc_load(write_file("ok.bin", good, 8, bytes), &other, params, err, sizeof err),
                err, "has shape", "an llm.c model file whose shape differs from the model");
@@ -202,7 +202,7 @@ static void test_llmc_files(void)
 static void test_resume_folders(void)
 {
     char err[512] = "";
-    struct dtrain_gpt2_config got;
+    struct dtrain_model_config got;
     int32_t words[4] = {1, 2, 3, 4};
     expect_bad(dtrain_sckpt_read_model(write_file("old.ckpt", words, 4, 16), &got, err, sizeof err),
                err, "is a file, not a folder", "a file given as checkpoint folder (the single-file format of old)");

@@ -18,11 +18,11 @@
 int main(void)
 {
     char err[512] = "";
-    struct dtrain_gpt2_config c = {.max_seq_len = T, .vocab_size = 200, .padded_vocab_size = 256,
+    struct dtrain_model_config c = {.max_seq_len = T, .vocab_size = 200, .padded_vocab_size = 256,
                                    .num_layers = 3, .num_heads = 4, .channels = 32};
-    size_t n = dtrain_gpt2_param_count(&c);
+    size_t n = dtrain_model_param_count(&c);
     float *params = malloc(n * sizeof(float)), *logits = malloc(256 * sizeof(float));
-    dtrain_gpt2_init_params(&c, 21, params);
+    dtrain_model_init_params(&c, 21, params);
     /* a sharper model than the initialisation's (std 0.02 gives near-uniform
      * logits): scale the weights up so that attention and MLP matter */
     for (size_t i = 0; i < n; i++)

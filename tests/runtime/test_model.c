@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct dtrain_gpt2_config tiny = {
+static const struct dtrain_model_config tiny = {
     .max_seq_len = 6, .vocab_size = 13, .padded_vocab_size = 16,
     .num_layers = 2, .num_heads = 2, .channels = 8,
 };
@@ -28,47 +28,47 @@ static void *xmalloc(size_t n)
 
 static void test_layout(void)
 {
-    struct dtrain_gpt2_config gpt2 = {.max_seq_len = 1024, .vocab_size = 50257,
+    struct dtrain_model_config gpt2 = {.max_seq_len = 1024, .vocab_size = 50257,
                                       .padded_vocab_size = 50304, .num_layers = 12,
                                       .num_heads = 12, .channels = 768};
-    ok(dtrain_gpt2_param_count(&gpt2) == 124475904UL,
-       "GPT-2 124M in llm.c's layout has 124475904 parameters (got %zu)", dtrain_gpt2_param_count(&gpt2));
-    ok(dtrain_gpt2_tensor_offset(&gpt2, DTRAIN_GPT2_WPE) == 50304UL * 768 &&
-       dtrain_gpt2_tensor_offset(&gpt2, DTRAIN_GPT2_LNFB) == 124475904UL - 768,
+    ok(dtrain_model_param_count(&gpt2) == 124475904UL,
+       "GPT-2 124M in llm.c's layout has 124475904 parameters (got %zu)", dtrain_model_param_count(&gpt2));
+    ok(dtrain_model_tensor_offset(&gpt2, DTRAIN_MODEL_WPE) == 50304UL * 768 &&
+       dtrain_model_tensor_offset(&gpt2, DTRAIN_MODEL_LNFB) == 124475904UL - 768,
        "tensor offsets follow llm.c's order (wte, wpe, ..., lnfw, lnfb)");
-    ok(dtrain_gpt2_pad_vocab(50257) == 50304 && dtrain_gpt2_pad_vocab(256) == 256,
+    ok(dtrain_model_pad_vocab(50257) == 50304 && dtrain_model_pad_vocab(256) == 256,
        "default padded vocabulary rounds up to 128");
     char err[256] = "";
-    struct dtrain_gpt2_config bad = tiny;
+    struct dtrain_model_config bad = tiny;
     bad.num_heads = 3;
-    ok(dtrain_gpt2_config_check(&bad, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "multiple"),
+    ok(dtrain_model_config_check(&bad, err, sizeof err) == DTRAIN_ERR_INPUT && strstr(err, "multiple"),
        "C %% NH != 0 is refused: %s", err);
     bad = tiny;
     bad.padded_vocab_size = 12;
-    ok(dtrain_gpt2_config_check(&bad, err, sizeof err) == DTRAIN_ERR_INPUT, "Vp < V is refused: %s", err);
+    ok(dtrain_model_config_check(&bad, err, sizeof err) == DTRAIN_ERR_INPUT, "Vp < V is refused: %s", err);
     bad = tiny;
     bad.num_layers = 0;
-    ok(dtrain_gpt2_config_check(&bad, err, sizeof err) == DTRAIN_ERR_INPUT, "L = 0 is refused: %s", err);
+    ok(dtrain_model_config_check(&bad, err, sizeof err) == DTRAIN_ERR_INPUT, "L = 0 is refused: %s", err);
     /* 6N per token plus attention for one token, one layer, C=1, Vp=1 */
-    struct dtrain_gpt2_config one = {.max_seq_len = 1, .vocab_size = 1, .padded_vocab_size = 1,
+    struct dtrain_model_config one = {.max_seq_len = 1, .vocab_size = 1, .padded_vocab_size = 1,
                                      .num_layers = 1, .num_heads = 1, .channels = 1};
-    ok(fabs(dtrain_gpt2_flops_per_step(&one, 1, 1) - 3.0 * (2.0 * 13 + 4.0)) < 1e-9,
+    ok(fabs(dtrain_model_flops_per_step(&one, 1, 1) - 3.0 * (2.0 * 13 + 4.0)) < 1e-9,
        "FLOPs per step = 3 x (2 x (12 L C^2 + C Vp) per token + 4 L T C per token)");
 
     /* initialisation: a value depends on (seed, tensor, index) only */
-    size_t n = dtrain_gpt2_param_count(&tiny);
+    size_t n = dtrain_model_param_count(&tiny);
     float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float));
-    dtrain_gpt2_init_params(&tiny, 5, a);
-    dtrain_gpt2_init_params(&tiny, 5, b);
+    dtrain_model_init_params(&tiny, 5, a);
+    dtrain_model_init_params(&tiny, 5, b);
     int same = memcmp(a, b, n * sizeof(float)) == 0;
-    dtrain_gpt2_init_params(&tiny, 6, b);
+    dtrain_model_init_params(&tiny, 6, b);
     ok(same && memcmp(a, b, n * sizeof(float)) != 0, "initialisation is a function of the seed");
-    struct dtrain_gpt2_config deeper = tiny;
+    struct dtrain_model_config deeper = tiny;
     deeper.num_layers = 3;
-    float *c = xmalloc(dtrain_gpt2_param_count(&deeper) * sizeof(float));
-    dtrain_gpt2_init_params(&deeper, 5, c);
-    size_t q2 = dtrain_gpt2_tensor_offset(&tiny, DTRAIN_GPT2_QKVW);
-    size_t q3 = dtrain_gpt2_tensor_offset(&deeper, DTRAIN_GPT2_QKVW);
+    float *c = xmalloc(dtrain_model_param_count(&deeper) * sizeof(float));
+    dtrain_model_init_params(&deeper, 5, c);
+    size_t q2 = dtrain_model_tensor_offset(&tiny, DTRAIN_MODEL_QKVW);
+    size_t q3 = dtrain_model_tensor_offset(&deeper, DTRAIN_MODEL_QKVW);
     ok(memcmp(a + q2, c + q3, 2 * 3 * 64 * sizeof(float)) == 0,
        "a tensor's first elements do not depend on its length (a shard initialises alone)");
     size_t wte_pad = (size_t)tiny.vocab_size * tiny.channels;
@@ -76,7 +76,7 @@ static void test_layout(void)
     for (size_t i = wte_pad; i < (size_t)tiny.padded_vocab_size * tiny.channels; i++)
         pad_zero &= a[i] == 0.0f;
     for (size_t i = 0; i < (size_t)tiny.channels; i++)
-        ln_one &= a[dtrain_gpt2_tensor_offset(&tiny, DTRAIN_GPT2_LNFW) + i] == 1.0f;
+        ln_one &= a[dtrain_model_tensor_offset(&tiny, DTRAIN_MODEL_LNFW) + i] == 1.0f;
     ok(pad_zero && ln_one, "padding rows of wte start at 0, layer-norm weights at 1");
     free(a); free(b); free(c);
 }
@@ -84,7 +84,7 @@ static void test_layout(void)
 /* ------------------------------------------------------------------ gradient check */
 
 struct model_ctx {
-    const struct dtrain_gpt2_config *cfg;
+    const struct dtrain_model_config *cfg;
     double *params;
     const int32_t *inputs, *targets;
     int B, T;
@@ -110,11 +110,11 @@ static void test_gradcheck(struct dtrain_kernels *k)
     float *pf = xmalloc(n * sizeof(float));
     /* random everywhere (LN weights around 1), so that no gradient is trivially 0 */
     fill_uniform(p, n, 100, 0.3);
-    for (int t = DTRAIN_GPT2_LN1W; t <= DTRAIN_GPT2_LNFW; t++) {
-        if (t != DTRAIN_GPT2_LN1W && t != DTRAIN_GPT2_LN2W && t != DTRAIN_GPT2_LNFW)
+    for (int t = DTRAIN_MODEL_LN1W; t <= DTRAIN_MODEL_LNFW; t++) {
+        if (t != DTRAIN_MODEL_LN1W && t != DTRAIN_MODEL_LN2W && t != DTRAIN_MODEL_LNFW)
             continue;
-        size_t off = dtrain_gpt2_tensor_offset(&tiny, (enum dtrain_gpt2_tensor)t);
-        size_t len = dtrain_gpt2_tensor_offset(&tiny, (enum dtrain_gpt2_tensor)(t + 1)) - off;
+        size_t off = dtrain_model_tensor_offset(&tiny, (enum dtrain_model_tensor)t);
+        size_t len = dtrain_model_tensor_offset(&tiny, (enum dtrain_model_tensor)(t + 1)) - off;
         for (size_t i = 0; i < len; i++)
             p[off + i] += 1.0;
     }
@@ -134,12 +134,12 @@ static void test_gradcheck(struct dtrain_kernels *k)
 
     double *g = xmalloc(n * sizeof(double));
     from_backend(k, g, dtrain_gpt2_grads(m), n, 0.0);
-    for (int t = 0; t < DTRAIN_GPT2_NUM_TENSORS; t++) {
-        size_t off = dtrain_gpt2_tensor_offset(&tiny, (enum dtrain_gpt2_tensor)t);
-        size_t len = dtrain_gpt2_tensor_offset(&tiny, (enum dtrain_gpt2_tensor)(t + 1)) - off;
+    for (int t = 0; t < DTRAIN_MODEL_NUM_TENSORS; t++) {
+        size_t off = dtrain_model_tensor_offset(&tiny, (enum dtrain_model_tensor)t);
+        size_t len = dtrain_model_tensor_offset(&tiny, (enum dtrain_model_tensor)(t + 1)) - off;
         double e = fd_max_rel_error(model_loss, &c, p + off, len, g + off);
         ok(e < 5e-3, "whole-model gradient of %-8s vs finite differences: rel error %.2e",
-           dtrain_gpt2_tensor_name((enum dtrain_gpt2_tensor)t), e);
+           dtrain_model_tensor_name((enum dtrain_model_tensor)t), e);
     }
     int pad_zero = 1;
     for (size_t i = (size_t)tiny.vocab_size * tiny.channels;

@@ -49,7 +49,7 @@ static void tiny_config(struct dtrain_train_config *c)
     char err[256] = "";
     dtrain_train_config_defaults(c);
     path_in(c->data, sizeof c->data, "data.bin");
-    c->model = (struct dtrain_gpt2_config){.max_seq_len = 32, .vocab_size = 256,
+    c->model = (struct dtrain_model_config){.max_seq_len = 32, .vocab_size = 256,
                                            .padded_vocab_size = 256, .num_layers = 2,
                                            .num_heads = 4, .channels = 32};
     c->batch = 4;
@@ -115,7 +115,7 @@ static int read_back(const struct dtrain_train_config *c, const char *ck, float 
     dtrain_bootstrap_local(&bs);
     if (dtrain_comm_init_all(&bs, NULL, &comms, NULL, err, errlen) != DTRAIN_OK)
         return DTRAIN_ERR_SYSTEM;
-    struct dtrain_sckpt_piece all = {0, dtrain_gpt2_param_count(&c->model), p, m, v};
+    struct dtrain_sckpt_piece all = {0, dtrain_model_param_count(&c->model), p, m, v};
     int rc = dtrain_sckpt_resume(ck, c, comms.group[DTRAIN_GROUP_WORLD], &all, 1, stderr, "test", res, &st, err,
                                  errlen);
     dtrain_comm_destroy_all(&comms);
@@ -286,7 +286,7 @@ static void test_llmc_roundtrip(void)
         ok(0, "export an llm.c model file: %s", err);
         goto out;
     }
-    struct dtrain_gpt2_config got;
+    struct dtrain_model_config got;
     ok(dtrain_llmc_read_config(path, &got, err, sizeof err) == DTRAIN_OK &&
        memcmp(&got, &c.model, sizeof got) == 0, "the llm.c header holds the model shape");
     FILE *f = fopen(path, "rb");
