@@ -77,7 +77,7 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_matmul_forward(k, ACT(a, a->qkv), F32(in), w->qkvw, w->qkvb, N, C, 3 * CL);
-    dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, s->HS);
+    dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, s->NH, s->HS);
     part = sp ? a->seq_out : a->res2;
     dtrain_k_matmul_forward(k, F32(part), ACT(a, a->atty), w->attprojw, s->add_row_bias ? w->attprojb : NULL, N,
                             CL, C);
@@ -133,7 +133,7 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     dtrain_k_matmul_backward(k, ACT(a, sc->datty), g->attprojw, g->attprojb, F32(dy), ACT(a, a->atty),
                              w->attprojw, N, CL, C);
     dtrain_k_attention_backward(k, ACT(a, sc->dqkv), sc->att, ACT(a, sc->datty), ACT(a, a->qkv), ACT(a, a->atty),
-                                a->att, s->B, s->T, s->NH, s->HS);
+                                a->att, s->B, s->T, s->NH, s->NH, s->HS);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_matmul_backward(k, F32(sc->dln), g->qkvw, g->qkvb, ACT(a, sc->dqkv), F32(in), w->qkvw, N, C, 3 * CL);
