@@ -175,8 +175,8 @@ static int time_kernels(struct dtrain_kernels *k, const struct dtrain_model_conf
     float *w = random_device(k, 4 * C * C), *dw = random_device(k, 4 * C * C), *bias = random_device(k, 4 * C);
     float *wte = random_device(k, (size_t)Vp * C), *dwte = random_device(k, (size_t)Vp * C);
     float *logits = random_device(k, N * (size_t)Vp), *stats = random_device(k, 2 * N);
-    float *att = dtrain_k_alloc(k, dtrain_k_attention_saved(k, B, T, NH, HS) * sizeof(float));
-    size_t ns = dtrain_k_attention_scratch(k, B, T, NH, HS);
+    float *att = dtrain_k_alloc(k, dtrain_k_attention_saved(k, B, T, NH, NH, HS) * sizeof(float));
+    size_t ns = dtrain_k_attention_scratch(k, B, T, NH, NH, HS);
     float *scratch = dtrain_k_alloc(k, ns * sizeof(float));
     float *params = random_device(k, P), *grads = random_device(k, P);
     float *m = dtrain_k_alloc(k, P * sizeof(float)), *v = dtrain_k_alloc(k, P * sizeof(float));
@@ -243,8 +243,8 @@ static int time_kernels(struct dtrain_kernels *k, const struct dtrain_model_conf
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, ACT(z), dw, bias, F32(y), ACT(x), w, (int)N, 4 * (int)C, (int)C)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_forward(k, F32(logits), F32(x), wte, NULL, (int)N, (int)C, Vp)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_matmul_backward(k, F32(z), dwte, NULL, F32(logits), F32(x), wte, (int)N, (int)C, Vp)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_forward(k, ACT(y), att, ACT(x), B, T, NH, HS)); i++;
-    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_backward(k, ACT(z), scratch, ACT(y), ACT(x), ACT(y), att, B, T, NH, HS)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_forward(k, ACT(y), att, ACT(x), B, T, NH, NH, HS)); i++;
+    TIME_MS(&t, reps, rows[i].ms, dtrain_k_attention_backward(k, ACT(z), scratch, ACT(y), ACT(x), ACT(y), att, B, T, NH, NH, HS)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_layernorm_forward(k, y, stats, stats + N, x, w, bias, (int)N, (int)C)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_layernorm_backward(k, z, dw, bias, y, x, w, stats, stats + N, (int)N, (int)C)); i++;
     TIME_MS(&t, reps, rows[i].ms, dtrain_k_gelu_forward(k, ACT(y), ACT(x), N * 4 * C)); i++;

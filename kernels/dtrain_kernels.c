@@ -183,26 +183,26 @@ void dtrain_k_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor din
 }
 
 void dtrain_k_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                                struct dtrain_tensor qkv, int B, int T, int NH, int HS)
+                                struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS)
 {
-    k->ops->attention_forward(k, out, att, qkv, B, T, NH, HS);
+    k->ops->attention_forward(k, out, att, qkv, B, T, NH, KVH, HS);
 }
 
-size_t dtrain_k_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+size_t dtrain_k_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS)
 {
-    return k->ops->attention_saved(k, B, T, NH, HS);
+    return k->ops->attention_saved(k, B, T, NH, KVH, HS);
 }
 
-size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS)
 {
-    return k->ops->attention_scratch(k, B, T, NH, HS);
+    return k->ops->attention_scratch(k, B, T, NH, KVH, HS);
 }
 
 void dtrain_k_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
                                  struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                                 const float *att, int B, int T, int NH, int HS)
+                                 const float *att, int B, int T, int NH, int KVH, int HS)
 {
-    k->ops->attention_backward(k, dqkv, scratch, dout, qkv, out, att, B, T, NH, HS);
+    k->ops->attention_backward(k, dqkv, scratch, dout, qkv, out, att, B, T, NH, KVH, HS);
 }
 
 void dtrain_k_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
@@ -215,6 +215,42 @@ void dtrain_k_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp,
                             struct dtrain_tensor dout, size_t n)
 {
     k->ops->gelu_backward(k, dinp, inp, dout, n);
+}
+
+void dtrain_k_rmsnorm_forward(struct dtrain_kernels *k, float *out, float *rstd, const float *inp,
+                              const float *weight, float eps, int N, int C)
+{
+    k->ops->rmsnorm_forward(k, out, rstd, inp, weight, eps, N, C);
+}
+
+void dtrain_k_rmsnorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, const float *dout,
+                               const float *inp, const float *weight, const float *rstd, int N, int C)
+{
+    k->ops->rmsnorm_backward(k, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+void dtrain_k_rope_forward(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq,
+                           int B, int T, int NH, int KVH, int HS)
+{
+    k->ops->rope_forward(k, qkv, inv_freq, B, T, NH, KVH, HS);
+}
+
+void dtrain_k_rope_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int HS)
+{
+    k->ops->rope_backward(k, dqkv, inv_freq, B, T, NH, KVH, HS);
+}
+
+void dtrain_k_swiglu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                             int N, int F)
+{
+    k->ops->swiglu_forward(k, out, inp, N, F);
+}
+
+void dtrain_k_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                              struct dtrain_tensor dout, int N, int F)
+{
+    k->ops->swiglu_backward(k, dinp, inp, dout, N, F);
 }
 
 void dtrain_k_residual_forward(struct dtrain_kernels *k, float *out, const float *a,

@@ -56,15 +56,27 @@ struct dtrain_kernel_ops {
                             float *dbias, struct dtrain_tensor dout, struct dtrain_tensor inp,
                             const float *weight, int N, int IC, int OC);
     void (*attention_forward)(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                              struct dtrain_tensor qkv, int B, int T, int NH, int HS);
-    size_t (*attention_saved)(struct dtrain_kernels *k, int B, int T, int NH, int HS);
-    size_t (*attention_scratch)(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+                              struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS);
+    size_t (*attention_saved)(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
+    size_t (*attention_scratch)(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
     void (*attention_backward)(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
                                struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                               const float *att, int B, int T, int NH, int HS);
+                               const float *att, int B, int T, int NH, int KVH, int HS);
     void (*gelu_forward)(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n);
     void (*gelu_backward)(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
                           struct dtrain_tensor dout, size_t n);
+    void (*rmsnorm_forward)(struct dtrain_kernels *k, float *out, float *rstd, const float *inp,
+                            const float *weight, float eps, int N, int C);
+    void (*rmsnorm_backward)(struct dtrain_kernels *k, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N, int C);
+    void (*rope_forward)(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq,
+                         int B, int T, int NH, int KVH, int HS);
+    void (*rope_backward)(struct dtrain_kernels *k, struct dtrain_tensor dqkv, const float *inv_freq,
+                          int B, int T, int NH, int KVH, int HS);
+    void (*swiglu_forward)(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                           int N, int F);
+    void (*swiglu_backward)(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                            struct dtrain_tensor dout, int N, int F);
     void (*residual_forward)(struct dtrain_kernels *k, float *out, const float *a,
                              const float *b, size_t n);
     void (*softmax_xent_forward)(struct dtrain_kernels *k, float *logits_probs, float *losses,

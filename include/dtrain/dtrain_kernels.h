@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain kernels: one interface, several backends.
  *
- * Every numerical operation of the GPT-2 trainer goes through this header:
- * memory, the layers' forward and backward passes, the loss, the optimizer
+ * Every numerical operation of the GPT-2 (and Llama-family) trainer goes
+ * through this header: memory, the layers' forward and backward passes, the loss, the optimizer
  * update and the reductions.  A backend ("cpu": C loops on a small pthread
  * pool plus CBLAS; "cuda": CUDA kernels and cuBLASLt, kernels/cuda/) fills in a table of operations
  * (dtrain_kernels_backend.h); the runtime only ever calls the functions
@@ -17,9 +17,9 @@
  * held here and HS the head size.  Every tensor is dense and row-major.
  *
  * Types.  Parameters, their gradients, the optimizer state, the residual
- * stream, the layer norms and the loss are fp32 (float *).  The operands
- * of the matmuls, attention and GELU are typed (struct dtrain_tensor: fp32
- * or bf16), so that a model can store the activations inside each block's
+ * stream, the layer and RMS norms and the loss are fp32 (float *).  The
+ * operands of the matmuls, attention, GELU, RoPE and SwiGLU are typed
+ * (struct dtrain_tensor: fp32 or bf16), so that a model can store the activations inside each block's
  * two branches (qkv, attention output, fc, GELU output and their
  * gradients: the bulk of its memory) in the type dtrain_kernels_act_dtype()
  * names: bf16 in bf16 precision, where they are matmul operands anyway.
@@ -190,10 +190,12 @@ void *dtrain_k_stream(struct dtrain_kernels *k);
 
 /* Token + position embedding.
  * out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) int32 in [0, V);
- * wte (V,C), wpe (maxT,C) with T <= maxT. */
+ * wte (V,C), wpe (maxT,C) with T <= maxT; wpe NULL: no position embedding
+ * (rotary models), out = wte[tokens[b,t]]. */
 void dtrain_k_encoder_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
                               const float *wte, const float *wpe, int B, int T, int C);
-/* dwte (V,C) += scatter of dout (B,T,C) by token; dwpe (maxT,C) += sum over b. */
+/* dwte (V,C) += scatter of dout (B,T,C) by token; dwpe (maxT,C) += sum over
+ * b, skipped when dwpe is NULL. */
 void dtrain_k_encoder_backward(struct dtrain_kernels *k, float *dwte, float *dwpe,
                                const float *dout, const int32_t *tokens, int B, int T, int C);
 
@@ -222,9 +224,14 @@ void dtrain_k_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor din
                               float *dbias, struct dtrain_tensor dout, struct dtrain_tensor inp,
                               const float *weight, int N, int IC, int OC);
 
-/* Causal multi-head self-attention (no projection).
- * qkv (B,T,3*NH*HS): per position, the queries of heads 0..NH-1, then their
- * keys, then their values (llm.c's and nanoGPT's layout).
+/* Causal multi-head self-attention (no projection), grouped-query when
+ * KVH < NH.
+ * qkv (B,T,(NH+2*KVH)*HS): per position, the queries of heads 0..NH-1,
+ * then the keys of kv heads 0..KVH-1, then their values (with KVH == NH
+ * llm.c's and nanoGPT's layout).  Query head h attends with kv head
+ * h / (NH/KVH) (Hugging Face's repeat_kv); NH % KVH == 0 (the caller
+ * checks).  With KVH == NH the results are those of plain multi-head
+ * attention, bit for bit.
  * out (B,T,NH*HS); att: what backward needs besides qkv and out, of
  * dtrain_k_attention_saved() floats: softmax(q.k/sqrt(HS)) (B,NH,T,T) over
  * keys <= query, 0 above the diagonal, on the cpu backend and the exact
@@ -232,18 +239,19 @@ void dtrain_k_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor din
  * never writes the T x T matrix.  Only attention_backward reads att.
  * qkv, out (and backward's dout, dqkv) share one type, fp32 or bf16. */
 void dtrain_k_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                                struct dtrain_tensor qkv, int B, int T, int NH, int HS);
+                                struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS);
 /* Floats of att the forward keeps for batches up to B x T (the caller
  * allocates it; a smaller batch fits in it). */
-size_t dtrain_k_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+size_t dtrain_k_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
 /* Floats of scratch memory attention_backward needs for this shape (the
  * caller allocates it once, with dtrain_k_alloc, and may reuse it). */
-size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS);
-/* dqkv (B,T,3*NH*HS) (=) from dout (B,T,NH*HS) and the forward's qkv, out
- * and att; scratch as sized by dtrain_k_attention_scratch. */
+size_t dtrain_k_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
+/* dqkv (B,T,(NH+2*KVH)*HS) (=) from dout (B,T,NH*HS) and the forward's qkv,
+ * out and att; a kv head's gradient is the sum over the query heads that
+ * use it (in head order); scratch as sized by dtrain_k_attention_scratch. */
 void dtrain_k_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
                                  struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                                 const float *att, int B, int T, int NH, int HS);
+                                 const float *att, int B, int T, int NH, int KVH, int HS);
 
 /* GELU, tanh approximation: out (n) = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
  * out may alias inp; out and inp share one type. */
@@ -252,6 +260,42 @@ void dtrain_k_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, s
 /* dinp (n) (=) gelu'(inp) * dout; dinp may alias dout; the three share one type. */
 void dtrain_k_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
                             struct dtrain_tensor dout, size_t n);
+
+/* RMS norm over the last axis (Hugging Face's LlamaRMSNorm, fp32):
+ * rstd (N) = 1 / sqrt(mean_c(inp[n,c]^2) + eps), kept for backward;
+ * out (N,C) = inp * rstd * weight (C); out may not alias inp. */
+void dtrain_k_rmsnorm_forward(struct dtrain_kernels *k, float *out, float *rstd, const float *inp,
+                              const float *weight, float eps, int N, int C);
+/* dinp (N,C) (+=), dweight (C) (+=), from dout (N,C) and the forward's inp,
+ * weight, rstd. */
+void dtrain_k_rmsnorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, const float *dout,
+                               const float *inp, const float *weight, const float *rstd, int N, int C);
+
+/* Rotary position embedding (Hugging Face's rotate-half convention), in
+ * place on the NH query heads and KVH key heads of a packed qkv (the
+ * layout of dtrain_k_attention_forward, B*T rows); the values untouched.
+ * Row n has position t = n % T; for i < HS/2, a = (float)t * inv_freq[i]
+ * in fp32, c = cos a, s = sin a, and the pair (x[i], x[i+HS/2]) becomes
+ * (x[i] c - x[i+HS/2] s, x[i+HS/2] c + x[i] s).  inv_freq (HS/2) is in
+ * backend memory (the caller computes it, any frequency scaling included);
+ * HS even.  qkv fp32 or bf16 (computed in fp32, rounded once). */
+void dtrain_k_rope_forward(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq,
+                           int B, int T, int NH, int KVH, int HS);
+/* In place on dqkv (same layout): the inverse rotation (s -> -s) of the
+ * query and key gradients, which is the gradient through the forward. */
+void dtrain_k_rope_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int HS);
+
+/* SwiGLU: inp (N,2F) holds per row [gate (F) | up (F)];
+ * out (N,F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+ * out and inp share one type, fp32 or bf16; out may not alias inp. */
+void dtrain_k_swiglu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                             int N, int F);
+/* dinp (N,2F) (=) from dout (N,F) and the forward's inp: [dgate | dup]
+ * with dup = dout silu(gate), dgate = dout up silu'(gate); the three share
+ * one type; dinp may not alias inp or dout. */
+void dtrain_k_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                              struct dtrain_tensor dout, int N, int F);
 
 /* Residual connection: out (n) = a + b; out may alias a or b. */
 void dtrain_k_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
@@ -277,9 +321,10 @@ void dtrain_k_softmax_xent_backward(struct dtrain_kernels *k, float *probs_dlogi
  *
  * Embedding: out (B,T,C) (=) = wte_local[token - v0] for a token held
  * here, else 0, plus wpe[t] when add_wpe (one rank adds it; the sum over
- * the ranks is then the whole lookup, bit for bit).  Backward: dwte_local
- * (+=) the rows of dout of the tokens held here, dwpe (+=) the sum over b,
- * rows in order.
+ * the ranks is then the whole lookup, bit for bit); wpe NULL: nothing
+ * added (rotary models).  Backward: dwte_local (+=) the rows of dout of
+ * the tokens held here, dwpe (+=) the sum over b, rows in order, skipped
+ * when dwpe is NULL.
  *
  * Cross-entropy, forward in three steps:
  *   1. xent_vp_rowmax: row_max (N) = max over the nv real local columns

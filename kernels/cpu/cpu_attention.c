@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Causal multi-head attention on the CPU; see dtrain_kernels.h.
  *
- * One parallel item is one (batch row, head) pair, whose outputs are
- * disjoint from every other item's.  Its matrix products run as single-
- * threaded sgemm calls on strided views of qkv (leading dimension 3C):
+ * One parallel item is one (batch row, head) pair in forward, one (batch
+ * row, kv head) pair in backward (its query heads in order, the kv
+ * gradients summed by sgemm's beta = 1): each item's outputs are disjoint
+ * from every other item's.  Its matrix products run as single-threaded
+ * sgemm calls on strided views of qkv (leading dimension (NH+2*KVH)*HS):
  *   forward:  S = Q K^T * scale (T x T), row softmax over keys <= query
  *             (0 above the diagonal), out = P V
  *   backward: dP = dout V^T, dV = P^T dout,
@@ -20,21 +22,24 @@
 struct attention_args {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *catt, *dout;
-    int B, T, NH, HS;
+    int B, T, NH, KVH, HS;
 };
 
 static void attention_forward_items(void *p, long begin, long end, int tid)
 {
     const struct attention_args *a = p;
     (void)tid;
-    int T = a->T, NH = a->NH, HS = a->HS, C = NH * HS, C3 = 3 * C;
+    int T = a->T, NH = a->NH, HS = a->HS, C = NH * HS, C3 = (NH + 2 * a->KVH) * HS;
+    int group = NH / a->KVH;
     float scale = 1.0f / sqrtf((float)HS);
     for (long item = begin; item < end; item++) {
         long b = item / NH, h = item % NH;
         const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const float *kh = a->qkv + (size_t)b * T * C3 + C + (size_t)(h / group) * HS;
+        const float *vh = kh + (size_t)a->KVH * HS;
         float *att = a->att + (size_t)item * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
-                    scale, q, C3, q + C, C3, 0.0f, att, T);
+                    scale, q, C3, kh, C3, 0.0f, att, T);
         for (int t = 0; t < T; t++) {
             float *row = att + (size_t)t * T;
             float maxv = cpu_max_of(row, t + 1);
@@ -44,66 +49,78 @@ static void attention_forward_items(void *p, long begin, long end, int tid)
             memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
-                    1.0f, att, T, q + 2 * C, C3, 0.0f,
+                    1.0f, att, T, vh, C3, 0.0f,
                     a->out + (size_t)b * T * C + (size_t)h * HS, C);
     }
 }
 
 void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,
-                           int B, int T, int NH, int HS)
+                           int B, int T, int NH, int KVH, int HS)
 {
     struct attention_args a = {.out = out, .att = att, .qkv = qkv,
-                               .B = B, .T = T, .NH = NH, .HS = HS};
+                               .B = B, .T = T, .NH = NH, .KVH = KVH, .HS = HS};
     cpu_parallel(k, (long)B * NH, (size_t)T * T * HS, attention_forward_items, &a);
 }
 
-size_t cpu_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+size_t cpu_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS)
 {
-    (void)B; (void)NH; (void)HS;
+    (void)B; (void)NH; (void)KVH; (void)HS;
     return (size_t)dtrain_kernels_threads(k) * T * T; /* one T x T block per thread */
 }
 
+/* item = (b, kv head): its query heads in order, the first writing the kv
+ * head's dK and dV (beta 0), the others adding to them (beta 1); with
+ * KVH == NH each item is one head, as in plain multi-head attention. */
 static void attention_backward_items(void *p, long begin, long end, int tid)
 {
     const struct attention_args *a = p;
-    int T = a->T, NH = a->NH, HS = a->HS, C = NH * HS, C3 = 3 * C;
+    int T = a->T, NH = a->NH, KVH = a->KVH, HS = a->HS, C = NH * HS, C3 = (NH + 2 * KVH) * HS;
+    int group = NH / KVH;
     float scale = 1.0f / sqrtf((float)HS);
     float *ds = a->scratch + (size_t)tid * T * T;
     for (long item = begin; item < end; item++) {
-        long b = item / NH, h = item % NH;
-        const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * HS;
-        float *dq = a->dqkv + (size_t)b * T * C3 + (size_t)h * HS;
-        const float *att = a->catt + (size_t)item * T * T;
-        const float *dy = a->dout + (size_t)b * T * C + (size_t)h * HS;
-        /* dP = dout V^T, dV = P^T dout */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
-                    1.0f, dy, C, q + 2 * C, C3, 0.0f, ds, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
-                    1.0f, att, T, dy, C, 0.0f, dq + 2 * C, C3);
-        /* dS = P * (dP - rowsum(P * dP)) * scale, 0 above the diagonal */
-        for (int t = 0; t < T; t++) {
-            const float *prow = att + (size_t)t * T;
-            float *row = ds + (size_t)t * T;
-            float pd = 0.0f;
-            for (int u = 0; u <= t; u++)
-                pd += prow[u] * row[u];
-            for (int u = 0; u <= t; u++)
-                row[u] = prow[u] * (row[u] - pd) * scale;
-            memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+        long b = item / KVH, kvh = item % KVH;
+        const float *kh = a->qkv + (size_t)b * T * C3 + C + (size_t)kvh * HS;
+        const float *vh = kh + (size_t)KVH * HS;
+        float *dk = a->dqkv + (size_t)b * T * C3 + C + (size_t)kvh * HS;
+        float *dv = dk + (size_t)KVH * HS;
+        for (int g = 0; g < group; g++) {
+            long h = kvh * group + g;
+            float beta = g == 0 ? 0.0f : 1.0f;
+            const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * HS;
+            float *dq = a->dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+            const float *att = a->catt + ((size_t)b * NH + h) * T * T;
+            const float *dy = a->dout + (size_t)b * T * C + (size_t)h * HS;
+            /* dP = dout V^T, dV = P^T dout */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
+                        1.0f, dy, C, vh, C3, 0.0f, ds, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
+                        1.0f, att, T, dy, C, beta, dv, C3);
+            /* dS = P * (dP - rowsum(P * dP)) * scale, 0 above the diagonal */
+            for (int t = 0; t < T; t++) {
+                const float *prow = att + (size_t)t * T;
+                float *row = ds + (size_t)t * T;
+                float pd = 0.0f;
+                for (int u = 0; u <= t; u++)
+                    pd += prow[u] * row[u];
+                for (int u = 0; u <= t; u++)
+                    row[u] = prow[u] * (row[u] - pd) * scale;
+                memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+            }
+            /* dQ = dS K, dK = dS^T Q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
+                        1.0f, ds, T, kh, C3, 0.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
+                        1.0f, ds, T, q, C3, beta, dk, C3);
         }
-        /* dQ = dS K, dK = dS^T Q */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
-                    1.0f, ds, T, q + C, C3, 0.0f, dq, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
-                    1.0f, ds, T, q, C3, 0.0f, dq + C, C3);
     }
 }
 
 void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
                             const float *dout, const float *qkv, const float *att,
-                            int B, int T, int NH, int HS)
+                            int B, int T, int NH, int KVH, int HS)
 {
     struct attention_args a = {.dqkv = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv,
-                               .catt = att, .B = B, .T = T, .NH = NH, .HS = HS};
-    cpu_parallel(k, (long)B * NH, (size_t)T * T * HS * 2, attention_backward_items, &a);
+                               .catt = att, .B = B, .T = T, .NH = NH, .KVH = KVH, .HS = HS};
+    cpu_parallel(k, (long)B * KVH, (size_t)T * T * HS * 2 * (NH / KVH), attention_backward_items, &a);
 }

@@ -87,11 +87,22 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
 
 /* cpu_attention.c */
 void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,
-                           int B, int T, int NH, int HS);
-size_t cpu_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+                           int B, int T, int NH, int KVH, int HS);
+size_t cpu_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
 void cpu_attention_backward(struct dtrain_kernels *k, float *dqkv, float *scratch,
                             const float *dout, const float *qkv, const float *att,
-                            int B, int T, int NH, int HS);
+                            int B, int T, int NH, int KVH, int HS);
+
+/* cpu_llama.c: RMS norm (fp32), and the fp32 arithmetic of RoPE and SwiGLU */
+void cpu_rmsnorm_forward(struct dtrain_kernels *k, float *out, float *rstd, const float *inp,
+                         const float *weight, float eps, int N, int C);
+void cpu_rmsnorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, const float *dout,
+                          const float *inp, const float *weight, const float *rstd, int N, int C);
+/* sign +1: forward rotation, -1: the inverse (backward) */
+void cpu_rope(struct dtrain_kernels *k, float *qkv, const float *inv_freq, int B, int T, int NH, int KVH,
+              int HS, int sign);
+void cpu_swiglu_forward(struct dtrain_kernels *k, float *out, const float *inp, int N, int F);
+void cpu_swiglu_backward(struct dtrain_kernels *k, float *dinp, const float *inp, const float *dout, int N, int F);
 
 /* cpu_typed.c: the typed entry points (the ops table's); the fp32
  * functions above do the arithmetic. */
@@ -101,14 +112,22 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
                                struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
                                int N, int IC, int OC);
 void cpu_typed_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                                 struct dtrain_tensor qkv, int B, int T, int NH, int HS);
-size_t cpu_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+                                 struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS);
+size_t cpu_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
 void cpu_typed_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
                                   struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                                  const float *att, int B, int T, int NH, int HS);
+                                  const float *att, int B, int T, int NH, int KVH, int HS);
 void cpu_typed_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n);
 void cpu_typed_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
                              struct dtrain_tensor dout, size_t n);
+void cpu_typed_rope_forward(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int HS);
+void cpu_typed_rope_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, const float *inv_freq,
+                             int B, int T, int NH, int KVH, int HS);
+void cpu_typed_swiglu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                              int N, int F);
+void cpu_typed_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                               struct dtrain_tensor dout, int N, int F);
 
 /* cpu_loss.c */
 /* cpu_vocab.c: the vocabulary-parallel pieces (dtrain_kernels.h) */

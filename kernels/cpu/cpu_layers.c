@@ -4,6 +4,7 @@
 #include "cpu_math.h"
 
 #include <math.h>
+#include <string.h>
 
 static long div_up(long a, long b) { return (a + b - 1) / b; }
 
@@ -16,7 +17,7 @@ struct encoder_args {
     int B, T, C;
 };
 
-/* rows bt in [begin, end): out[bt] = wte[token] + wpe[t] */
+/* rows bt in [begin, end): out[bt] = wte[token] + wpe[t] (no wpe: wte[token]) */
 static void encoder_forward_rows(void *p, long begin, long end, int tid)
 {
     const struct encoder_args *a = p;
@@ -24,8 +25,12 @@ static void encoder_forward_rows(void *p, long begin, long end, int tid)
     for (long bt = begin; bt < end; bt++) {
         long t = bt % a->T;
         const float *wte_row = a->wte + (size_t)a->tokens[bt] * a->C;
-        const float *wpe_row = a->wpe + (size_t)t * a->C;
         float *o = a->out + (size_t)bt * a->C;
+        if (a->wpe == NULL) {
+            memcpy(o, wte_row, (size_t)a->C * sizeof(float));
+            continue;
+        }
+        const float *wpe_row = a->wpe + (size_t)t * a->C;
         for (int c = 0; c < a->C; c++)
             o[c] = wte_row[c] + wpe_row[c];
     }
@@ -54,6 +59,11 @@ static void encoder_backward_cols(void *p, long begin, long end, int tid)
         long t = bt % a->T;
         const float *d = a->dout + (size_t)bt * a->C;
         float *dwte_row = a->dwte + (size_t)a->tokens[bt] * a->C;
+        if (a->dwpe == NULL) {
+            for (int c = c0; c < c1; c++)
+                dwte_row[c] += d[c];
+            continue;
+        }
         float *dwpe_row = a->dwpe + (size_t)t * a->C;
         for (int c = c0; c < c1; c++) {
             dwte_row[c] += d[c];

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The typed operations of the CPU backend (dtrain_kernels.h, "Types"):
- * matmul, attention and GELU on fp32 or bf16 operands.
+ * matmul, attention, GELU, RoPE and SwiGLU on fp32 or bf16 operands.
  *
  * The arithmetic stays the fp32 kernels' (cpu_matmul.c, cpu_attention.c,
  * cpu_layers.c): a bf16 operand is widened into the instance's typed
@@ -126,40 +126,41 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
 }
 
 void cpu_typed_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                                 struct dtrain_tensor qkv, int B, int T, int NH, int HS)
+                                 struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS)
 {
     size_t rows = (size_t)B * T * NH * HS;
     const struct dtrain_tensor t[2] = {out, qkv};
-    const size_t n[2] = {rows, 3 * rows};
+    const size_t n[2] = {rows, (size_t)B * T * (NH + 2 * KVH) * HS};
     const int in[2] = {0, 1};
     struct views v;
     if (views_of(k, &v, t, n, in, 2) != 0)
         return;
-    cpu_attention_forward(k, v.f32[0], att, v.f32[1], B, T, NH, HS);
+    cpu_attention_forward(k, v.f32[0], att, v.f32[1], B, T, NH, KVH, HS);
     store(k, &v, t, n, 0);
 }
 
 /* The probabilities (B,NH,T,T): backward needs no more (out unused). */
-size_t cpu_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+size_t cpu_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS)
 {
     (void)k;
+    (void)KVH;
     (void)HS;
     return (size_t)B * NH * T * T;
 }
 
 void cpu_typed_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
                                   struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                                  const float *att, int B, int T, int NH, int HS)
+                                  const float *att, int B, int T, int NH, int KVH, int HS)
 {
-    size_t rows = (size_t)B * T * NH * HS;
+    size_t rows = (size_t)B * T * NH * HS, qkv_n = (size_t)B * T * (NH + 2 * KVH) * HS;
     const struct dtrain_tensor t[3] = {dqkv, dout, qkv};
-    const size_t n[3] = {3 * rows, rows, 3 * rows};
+    const size_t n[3] = {qkv_n, rows, qkv_n};
     const int in[3] = {0, 1, 1};
     struct views v;
     (void)out;
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
-    cpu_attention_backward(k, v.f32[0], scratch, v.f32[1], v.f32[2], att, B, T, NH, HS);
+    cpu_attention_backward(k, v.f32[0], scratch, v.f32[1], v.f32[2], att, B, T, NH, KVH, HS);
     store(k, &v, t, n, 0);
 }
 
@@ -185,5 +186,58 @@ void cpu_typed_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
     cpu_gelu_backward(k, v.f32[0], v.f32[1], v.f32[2], n1);
+    store(k, &v, t, n, 0);
+}
+
+/* RoPE in place: a bf16 qkv is widened whole, rotated and rounded back
+ * (the values' round trip is exact). */
+static void typed_rope(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq,
+                       int B, int T, int NH, int KVH, int HS, int sign)
+{
+    const struct dtrain_tensor t[1] = {qkv};
+    const size_t n[1] = {(size_t)B * T * (NH + 2 * KVH) * HS};
+    const int in[1] = {1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 1) != 0)
+        return;
+    cpu_rope(k, v.f32[0], inv_freq, B, T, NH, KVH, HS, sign);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_rope_forward(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int HS)
+{
+    typed_rope(k, qkv, inv_freq, B, T, NH, KVH, HS, 1);
+}
+
+void cpu_typed_rope_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, const float *inv_freq,
+                             int B, int T, int NH, int KVH, int HS)
+{
+    typed_rope(k, dqkv, inv_freq, B, T, NH, KVH, HS, -1);
+}
+
+void cpu_typed_swiglu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                              int N, int F)
+{
+    const struct dtrain_tensor t[2] = {out, inp};
+    const size_t n[2] = {(size_t)N * F, (size_t)N * 2 * F};
+    const int in[2] = {0, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 2) != 0)
+        return;
+    cpu_swiglu_forward(k, v.f32[0], v.f32[1], N, F);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                               struct dtrain_tensor dout, int N, int F)
+{
+    const struct dtrain_tensor t[3] = {dinp, inp, dout};
+    const size_t n[3] = {(size_t)N * 2 * F, (size_t)N * 2 * F, (size_t)N * F};
+    const int in[3] = {0, 1, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 3) != 0)
+        return;
+    cpu_swiglu_backward(k, v.f32[0], v.f32[1], v.f32[2], N, F);
     store(k, &v, t, n, 0);
 }

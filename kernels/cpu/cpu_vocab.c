@@ -16,7 +16,7 @@ void cpu_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_
     for (long bt = 0; bt < (long)B * T; bt++) {
         long row = (long)tokens[bt] - v0;
         const float *w = (row >= 0 && row < Vl) ? wte_local + (size_t)row * C : NULL;
-        const float *p = add_wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        const float *p = add_wpe && wpe != NULL ? wpe + (size_t)(bt % T) * C : NULL;
         float *o = out + (size_t)bt * C;
         for (int c = 0; c < C; c++)
             o[c] = (w != NULL && p != NULL) ? w[c] + p[c] : w != NULL ? w[c] : p != NULL ? p[c] : 0.0f;
@@ -31,9 +31,11 @@ void cpu_embedding_vp_backward(struct dtrain_kernels *k, float *dwte_local, floa
     for (long bt = 0; bt < (long)B * T; bt++) {
         long row = (long)tokens[bt] - v0;
         const float *d = dout + (size_t)bt * C;
-        float *dp = dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++)
-            dp[c] += d[c];
+        if (dwpe != NULL) {
+            float *dp = dwpe + (size_t)(bt % T) * C;
+            for (int c = 0; c < C; c++)
+                dp[c] += d[c];
+        }
         if (row >= 0 && row < Vl) {
             float *dw = dwte_local + (size_t)row * C;
             for (int c = 0; c < C; c++)

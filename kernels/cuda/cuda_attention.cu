@@ -26,7 +26,12 @@
  *    operands are widened into fp32 scratch first and bf16 results rounded
  *    from fp32 scratch after (cuda_scratch).
  *
- * Layout (the interface's): qkv (B, T, 3, NH, HS), out (B, T, NH, HS). */
+ * Layout (the interface's): qkv (B, T, NH+2*KVH, HS): NH query heads,
+ * KVH key heads, KVH value heads; query head h reads kv head h / (NH/KVH)
+ * (grouped-query attention).  out (B, T, NH, HS).  The kernels that write
+ * a kv head's gradient (one block per key row or key tile and kv head)
+ * walk its query heads in order and keep summing in the same registers,
+ * so with KVH == NH every operation is the multi-head one, bit for bit. */
 #include "cuda_backend.h"
 #include "cuda_elem.cuh"
 #include "cuda_reduce.cuh"
@@ -44,19 +49,21 @@ using namespace nvcuda;
 constexpr int EXACT_THREADS = 128;
 
 /* Block (t, b*NH + h): row t of att and of out.  Dynamic shared: HS floats. */
-__global__ void exact_forward_kernel(float *out, float *att, const float *qkv, int T, int NH, int HS, float scale)
+__global__ void exact_forward_kernel(float *out, float *att, const float *qkv, int T, int NH, int KVH, int HS,
+                                     float scale)
 {
     extern __shared__ float q[];
     int t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
+    size_t C3 = (size_t)(NH + 2 * KVH) * HS;
     const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const float *kbase = qkv + (size_t)b * T * C3 + C + (size_t)(h / (NH / KVH)) * HS;
     for (int d = threadIdx.x; d < HS; d += blockDim.x)
         q[d] = base[(size_t)t * C3 + d];
     __syncthreads();
     float *row = att + ((size_t)bh * T + t) * T;
     float m = -INFINITY;
     for (int u = threadIdx.x; u <= t; u += blockDim.x) {
-        const float *k = base + (size_t)u * C3 + C;
+        const float *k = kbase + (size_t)u * C3;
         float s = 0.0f;
         for (int d = 0; d < HS; d++)
             s += q[d] * k[d];
@@ -76,7 +83,7 @@ __global__ void exact_forward_kernel(float *out, float *att, const float *qkv, i
         row[u] = u <= t ? row[u] * inv : 0.0f;
     __syncthreads(); /* the row is complete before any thread reads it whole */
     for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-        const float *v = base + 2 * (size_t)C + d;
+        const float *v = kbase + (size_t)KVH * HS + d;
         float o = 0.0f;
         for (int u = 0; u <= t; u++)
             o += row[u] * v[(size_t)u * C3];
@@ -86,12 +93,12 @@ __global__ void exact_forward_kernel(float *out, float *att, const float *qkv, i
 
 /* Block (t, bh): dS row t into scratch, then dQ row t. */
 __global__ void exact_backward_q_kernel(float *dqkv, float *ds, const float *dout, const float *qkv,
-                                        const float *att, int T, int NH, int HS, float scale)
+                                        const float *att, int T, int NH, int KVH, int HS, float scale)
 {
     extern __shared__ float dy[];
     int t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    size_t C3 = (size_t)(NH + 2 * KVH) * HS;
+    const float *kbase = qkv + (size_t)b * T * C3 + C + (size_t)(h / (NH / KVH)) * HS;
     for (int d = threadIdx.x; d < HS; d += blockDim.x)
         dy[d] = dout[((size_t)b * T + t) * C + (size_t)h * HS + d];
     __syncthreads();
@@ -99,7 +106,7 @@ __global__ void exact_backward_q_kernel(float *dqkv, float *ds, const float *dou
     float *row = ds + ((size_t)bh * T + t) * T;
     float pd = 0.0f;
     for (int u = threadIdx.x; u <= t; u += blockDim.x) {
-        const float *v = base + (size_t)u * C3 + 2 * (size_t)C;
+        const float *v = kbase + (size_t)u * C3 + (size_t)KVH * HS;
         float dp = 0.0f;
         for (int d = 0; d < HS; d++)
             dp += dy[d] * v[d];
@@ -112,7 +119,7 @@ __global__ void exact_backward_q_kernel(float *dqkv, float *ds, const float *dou
     __syncthreads();
     float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * HS;
     for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-        const float *k = base + (size_t)C + d;
+        const float *k = kbase + d;
         float s = 0.0f;
         for (int u = 0; u <= t; u++)
             s += row[u] * k[(size_t)u * C3];
@@ -120,24 +127,29 @@ __global__ void exact_backward_q_kernel(float *dqkv, float *ds, const float *dou
     }
 }
 
-/* Block (u, bh): dK and dV of key row u, from the columns u of dS and P. */
+/* Block (u, b*KVH + kv head): dK and dV of key row u, from the columns u
+ * of dS and P of the kv head's query heads, in order. */
 __global__ void exact_backward_kv_kernel(float *dqkv, const float *ds, const float *dout, const float *qkv,
-                                         const float *att, int T, int NH, int HS)
+                                         const float *att, int T, int NH, int KVH, int HS)
 {
-    int u = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const float *dy = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float *dsc = ds + (size_t)bh * T * T + u, *pc = att + (size_t)bh * T * T + u;
-    float *dk = dqkv + ((size_t)b * T + u) * C3 + C + (size_t)h * HS;
+    int u = blockIdx.x, bkv = blockIdx.y, b = bkv / KVH, kvh = bkv % KVH, C = NH * HS, group = NH / KVH;
+    size_t C3 = (size_t)(NH + 2 * KVH) * HS;
+    float *dk = dqkv + ((size_t)b * T + u) * C3 + C + (size_t)kvh * HS;
     for (int d = threadIdx.x; d < HS; d += blockDim.x) {
         float sk = 0.0f, sv = 0.0f;
-        for (int t = u; t < T; t++) {
-            sk += dsc[(size_t)t * T] * q[(size_t)t * C3 + d];
-            sv += pc[(size_t)t * T] * dy[(size_t)t * C + d];
+        for (int g = 0; g < group; g++) {
+            int h = kvh * group + g;
+            size_t bh = (size_t)b * NH + h;
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * HS;
+            const float *dsc = ds + bh * T * T + u, *pc = att + bh * T * T + u;
+            for (int t = u; t < T; t++) {
+                sk += dsc[(size_t)t * T] * q[(size_t)t * C3 + d];
+                sv += pc[(size_t)t * T] * dy[(size_t)t * C + d];
+            }
         }
         dk[d] = sk;
-        dk[C + d] = sv;
+        dk[(size_t)KVH * HS + d] = sv;
     }
 }
 
@@ -247,14 +259,16 @@ __device__ void mma_pv(frag_acc *acc, const __nv_bfloat16 *p, const __nv_bfloat1
  * element type of qkv and out. */
 template <int HS, typename E>
 __global__ void __launch_bounds__(FLASH_THREADS)
-flash_forward_kernel(E *out, float *lse, const E *qkv, int T, int NH, float scale)
+flash_forward_kernel(E *out, float *lse, const E *qkv, int T, int NH, int KVH, float scale)
 {
     typedef dims<HS> D;
     extern __shared__ __align__(128) unsigned char smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
+    size_t C3 = (size_t)(NH + 2 * KVH) * HS;
     const E *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const E *kbase = qkv + (size_t)b * T * C3 + C + (size_t)(h / (NH / KVH)) * HS;
+    const E *vbase = kbase + (size_t)KVH * HS;
     __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
     __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
     __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
@@ -274,8 +288,8 @@ flash_forward_kernel(E *out, float *lse, const E *qkv, int T, int NH, float scal
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads(); /* the previous K, V are no longer read */
-        load_tile<HS>(ks, base + C, C3, k0, T);
-        load_tile<HS>(vs, base + 2 * (size_t)C, C3, k0, T);
+        load_tile<HS>(ks, kbase, C3, k0, T);
+        load_tile<HS>(vs, vbase, C3, k0, T);
         __syncthreads();
         mma_abt<HS>(s, qs + warp * 16 * D::LDK, ks);
         __syncwarp();
@@ -360,21 +374,22 @@ __device__ void store_rows(E *dst, size_t stride, const float *stage, int row0, 
     }
 }
 
-/* Grid (key tiles, B*NH): dK and dV of 64 keys, each warp 16 of them,
- * over the query tiles from the diagonal to the end. */
+/* Grid (key tiles, B*KVH): dK and dV of 64 keys of one kv head, each warp
+ * 16 of them, over its query heads in order and for each over the query
+ * tiles from the diagonal to the end. */
 template <int HS, typename E>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_backward_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, int T, int NH,
-                         float scale)
+                         int KVH, float scale)
 {
     typedef dims<HS> D;
     extern __shared__ __align__(128) unsigned char smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    int kt = blockIdx.x, bkv = blockIdx.y, b = bkv / KVH, kvh = bkv % KVH, C = NH * HS, group = NH / KVH;
     int tiles = gridDim.x;
-    size_t C3 = 3 * (size_t)C;
-    const E *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const E *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    size_t C3 = (size_t)(NH + 2 * KVH) * HS;
+    const E *kbase = qkv + (size_t)b * T * C3 + C + (size_t)kvh * HS;
+    const E *vbase = kbase + (size_t)KVH * HS;
     __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem);
     __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
     __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem + 2 * D::tile);
@@ -388,8 +403,8 @@ flash_backward_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse,
     float *dsum_s = lse_s + D::stats / 4;
 
     int k0 = kt * TILE;
-    load_tile<HS>(ks, base + C, C3, k0, T);
-    load_tile<HS>(vs, base + 2 * (size_t)C, C3, k0, T);
+    load_tile<HS>(ks, kbase, C3, k0, T);
+    load_tile<HS>(vs, vbase, C3, k0, T);
     frag_acc dk[HS / 16], dv[HS / 16];
     for (int dt = 0; dt < HS / 16; dt++) {
         wmma::fill_fragment(dk[dt], 0.0f);
@@ -397,8 +412,11 @@ flash_backward_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse,
     }
     int r = lane / 2, half = lane % 2, u = k0 + warp * 16 + r;
 
-    for (int qt = kt; qt < tiles; qt++) {
-        int q0 = qt * TILE;
+    for (int qi = 0; qi < group * (tiles - kt); qi++) {
+        int h = kvh * group + qi / (tiles - kt), qt = kt + qi % (tiles - kt), q0 = qt * TILE;
+        size_t bh = (size_t)b * NH + h;
+        const E *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const E *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
         __syncthreads();
         load_tile<HS>(qs, base, C3, q0, T);
         load_tile<HS>(dos, dbase, C, q0, T);
@@ -427,12 +445,12 @@ flash_backward_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse,
     for (int dt = 0; dt < HS / 16; dt++)
         wmma::store_matrix_sync(stage + dt * 16, dk[dt], D::LDO, wmma::mem_row_major);
     __syncwarp();
-    store_rows<HS>(dqkv + (size_t)b * T * C3 + C + (size_t)h * HS, C3, stage, k0 + warp * 16, T);
+    store_rows<HS>(dqkv + (size_t)b * T * C3 + C + (size_t)kvh * HS, C3, stage, k0 + warp * 16, T);
     __syncwarp();
     for (int dt = 0; dt < HS / 16; dt++)
         wmma::store_matrix_sync(stage + dt * 16, dv[dt], D::LDO, wmma::mem_row_major);
     __syncwarp();
-    store_rows<HS>(dqkv + (size_t)b * T * C3 + 2 * (size_t)C + (size_t)h * HS, C3, stage, k0 + warp * 16, T);
+    store_rows<HS>(dqkv + (size_t)b * T * C3 + C + (size_t)(KVH + kvh) * HS, C3, stage, k0 + warp * 16, T);
 }
 
 /* Grid (query tiles, B*NH), longest first: dQ of 64 queries over the key
@@ -440,14 +458,16 @@ flash_backward_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse,
 template <int HS, typename E>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_backward_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, int T, int NH,
-                        float scale)
+                        int KVH, float scale)
 {
     typedef dims<HS> D;
     extern __shared__ __align__(128) unsigned char smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
+    size_t C3 = (size_t)(NH + 2 * KVH) * HS;
     const E *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const E *kbase = qkv + (size_t)b * T * C3 + C + (size_t)(h / (NH / KVH)) * HS;
+    const E *vbase = kbase + (size_t)KVH * HS;
     const E *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
     __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
     __nv_bfloat16 *dos = reinterpret_cast<__nv_bfloat16 *>(smem + D::tile);
@@ -476,8 +496,8 @@ flash_backward_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, 
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads();
-        load_tile<HS>(ks, base + C, C3, k0, T);
-        load_tile<HS>(vs, base + 2 * (size_t)C, C3, k0, T);
+        load_tile<HS>(ks, kbase, C3, k0, T);
+        load_tile<HS>(vs, vbase, C3, k0, T);
         __syncthreads();
         mma_abt<HS>(s, qs + warp * 16 * D::LDK, ks);
         mma_abt<HS>(dp, dos + warp * 16 * D::LDK, vs);
@@ -529,7 +549,7 @@ bool use_flash(const struct cuda_kernels *ck, int HS)
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 template <int HS, typename E>
-int flash_forward(struct cuda_kernels *ck, E *out, float *lse, const E *qkv, int B, int T, int NH)
+int flash_forward(struct cuda_kernels *ck, E *out, float *lse, const E *qkv, int B, int T, int NH, int KVH)
 {
     size_t smem = dims<HS>::fwd;
     if (cuda_check(ck, cudaFuncSetAttribute(flash_forward_kernel<HS, E>,
@@ -537,14 +557,14 @@ int flash_forward(struct cuda_kernels *ck, E *out, float *lse, const E *qkv, int
                    "attention forward (shared memory)") != 0)
         return -1;
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
-    flash_forward_kernel<HS, E><<<grid, FLASH_THREADS, smem, ck->stream>>>(out, lse, qkv, T, NH,
+    flash_forward_kernel<HS, E><<<grid, FLASH_THREADS, smem, ck->stream>>>(out, lse, qkv, T, NH, KVH,
                                                                            1.0f / sqrtf((float)HS));
     return cuda_check_launch(ck, "attention forward");
 }
 
 template <int HS, typename E>
 int flash_backward(struct cuda_kernels *ck, E *dqkv, float *dsum, const E *dout, const E *qkv, const E *out,
-                   const float *lse, int B, int T, int NH)
+                   const float *lse, int B, int T, int NH, int KVH)
 {
     size_t smem = dims<HS>::bwd;
     size_t rows = (size_t)B * NH * T;
@@ -558,38 +578,40 @@ int flash_backward(struct cuda_kernels *ck, E *dqkv, float *dsum, const E *dout,
                    "attention backward (shared memory)") != 0)
         return -1;
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+    dim3 grid_kv((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * KVH));
     float scale = 1.0f / sqrtf((float)HS);
-    flash_backward_kv_kernel<HS, E><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
-                                                                                scale);
+    flash_backward_kv_kernel<HS, E><<<grid_kv, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T,
+                                                                                   NH, KVH, scale);
     if (cuda_check_launch(ck, "attention backward (dK, dV)") != 0)
         return -1;
     flash_backward_q_kernel<HS, E><<<grid, FLASH_THREADS, smem, ck->stream>>>(dqkv, dout, qkv, lse, dsum, T, NH,
-                                                                               scale);
+                                                                               KVH, scale);
     return cuda_check_launch(ck, "attention backward (dQ)");
 }
 
 /* The flash kernels for the head size (use_flash took it), of element E. */
 template <typename E>
-void flash_forward_hs(struct cuda_kernels *ck, E *out, float *lse, const E *qkv, int B, int T, int NH, int HS)
+void flash_forward_hs(struct cuda_kernels *ck, E *out, float *lse, const E *qkv, int B, int T, int NH, int KVH,
+                      int HS)
 {
     switch (HS) {
-    case 16: (void)flash_forward<16, E>(ck, out, lse, qkv, B, T, NH); break;
-    case 32: (void)flash_forward<32, E>(ck, out, lse, qkv, B, T, NH); break;
-    case 64: (void)flash_forward<64, E>(ck, out, lse, qkv, B, T, NH); break;
-    case 128: (void)flash_forward<128, E>(ck, out, lse, qkv, B, T, NH); break;
+    case 16: (void)flash_forward<16, E>(ck, out, lse, qkv, B, T, NH, KVH); break;
+    case 32: (void)flash_forward<32, E>(ck, out, lse, qkv, B, T, NH, KVH); break;
+    case 64: (void)flash_forward<64, E>(ck, out, lse, qkv, B, T, NH, KVH); break;
+    case 128: (void)flash_forward<128, E>(ck, out, lse, qkv, B, T, NH, KVH); break;
     default: cuda_fail(ck, "attention forward: no flash kernels for head size %d", HS); break;
     }
 }
 
 template <typename E>
 void flash_backward_hs(struct cuda_kernels *ck, E *dqkv, float *dsum, const E *dout, const E *qkv, const E *out,
-                       const float *lse, int B, int T, int NH, int HS)
+                       const float *lse, int B, int T, int NH, int KVH, int HS)
 {
     switch (HS) {
-    case 16: (void)flash_backward<16, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
-    case 32: (void)flash_backward<32, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
-    case 64: (void)flash_backward<64, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
-    case 128: (void)flash_backward<128, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH); break;
+    case 16: (void)flash_backward<16, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH, KVH); break;
+    case 32: (void)flash_backward<32, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH, KVH); break;
+    case 64: (void)flash_backward<64, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH, KVH); break;
+    case 128: (void)flash_backward<128, E>(ck, dqkv, dsum, dout, qkv, out, lse, B, T, NH, KVH); break;
     default: cuda_fail(ck, "attention backward: no flash kernels for head size %d", HS); break;
     }
 }
@@ -642,11 +664,12 @@ void exact_store(struct cuda_kernels *ck, const struct f32_views *v, struct dtra
 } // namespace
 
 extern "C" void cuda_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                                       struct dtrain_tensor qkv, int B, int T, int NH, int HS)
+                                       struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS)
 {
     struct cuda_kernels *ck = cuda_of(k);
     const struct dtrain_tensor t[] = {out, qkv};
-    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention forward") ||
+    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || KVH <= 0 || NH % KVH != 0 || HS <= 0 ||
+        !grid_fits(ck, B, T, NH, "attention forward") ||
         !cuda_one_dtype(ck, t, 2, "attention forward"))
         return;
     if (use_flash(ck, HS)) {
@@ -655,43 +678,47 @@ extern "C" void cuda_attention_forward(struct dtrain_kernels *k, struct dtrain_t
             return;
         }
         if (qkv.dtype == DTRAIN_BF16)
-            flash_forward_hs(ck, (__nv_bfloat16 *)out.data, att, (const __nv_bfloat16 *)qkv.data, B, T, NH, HS);
+            flash_forward_hs(ck, (__nv_bfloat16 *)out.data, att, (const __nv_bfloat16 *)qkv.data, B, T, NH, KVH,
+                             HS);
         else
-            flash_forward_hs(ck, (float *)out.data, att, (const float *)qkv.data, B, T, NH, HS);
+            flash_forward_hs(ck, (float *)out.data, att, (const float *)qkv.data, B, T, NH, KVH, HS);
         return;
     }
-    size_t rows = (size_t)B * T * NH * HS;
-    const size_t n[] = {rows, 3 * rows};
+    size_t rows = (size_t)B * T * NH * HS, qkv_n = (size_t)B * T * (NH + 2 * KVH) * HS;
+    const size_t n[] = {rows, qkv_n};
     const int in[] = {0, 1};
     struct f32_views v;
     if (exact_views(ck, &v, t, n, in, 2) != 0)
         return;
     dim3 grid((unsigned)T, (unsigned)(B * NH));
     exact_forward_kernel<<<grid, EXACT_THREADS, (size_t)HS * sizeof(float), ck->stream>>>(
-        v.f[0], att, v.f[1], T, NH, HS, 1.0f / sqrtf((float)HS));
+        v.f[0], att, v.f[1], T, NH, KVH, HS, 1.0f / sqrtf((float)HS));
     if (cuda_check_launch(ck, "attention forward") == 0)
         exact_store(ck, &v, out, 0, rows);
 }
 
-extern "C" size_t cuda_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+extern "C" size_t cuda_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS)
 {
+    (void)KVH; /* per query head either way */
     /* flash: the row log-sum-exps; exact: the probabilities */
     return (size_t)B * NH * T * (use_flash(cuda_of(k), HS) ? 1 : (size_t)T);
 }
 
-extern "C" size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+extern "C" size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS)
 {
+    (void)KVH;
     /* flash: D; exact: dS */
     return (size_t)B * NH * T * (use_flash(cuda_of(k), HS) ? 1 : (size_t)T);
 }
 
 extern "C" void cuda_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
                                         struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                                        const float *att, int B, int T, int NH, int HS)
+                                        const float *att, int B, int T, int NH, int KVH, int HS)
 {
     struct cuda_kernels *ck = cuda_of(k);
     const struct dtrain_tensor t[] = {dqkv, dout, qkv, out};
-    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || !grid_fits(ck, B, T, NH, "attention backward") ||
+    if (ck->failed || B <= 0 || T <= 0 || NH <= 0 || KVH <= 0 || NH % KVH != 0 || HS <= 0 ||
+        !grid_fits(ck, B, T, NH, "attention backward") ||
         !cuda_one_dtype(ck, t, 4, "attention backward"))
         return;
     if (use_flash(ck, HS)) {
@@ -701,16 +728,16 @@ extern "C" void cuda_attention_backward(struct dtrain_kernels *k, struct dtrain_
         }
         if (qkv.dtype == DTRAIN_BF16)
             flash_backward_hs(ck, (__nv_bfloat16 *)dqkv.data, scratch, (const __nv_bfloat16 *)dout.data,
-                              (const __nv_bfloat16 *)qkv.data, (const __nv_bfloat16 *)out.data, att, B, T, NH, HS);
+                              (const __nv_bfloat16 *)qkv.data, (const __nv_bfloat16 *)out.data, att, B, T, NH, KVH, HS);
         else
             flash_backward_hs(ck, (float *)dqkv.data, scratch, (const float *)dout.data, (const float *)qkv.data,
-                              (const float *)out.data, att, B, T, NH, HS);
+                              (const float *)out.data, att, B, T, NH, KVH, HS);
         return;
     }
     /* the exact path reads att (the probabilities), not out */
-    size_t rows = (size_t)B * T * NH * HS;
+    size_t rows = (size_t)B * T * NH * HS, qkv_n = (size_t)B * T * (NH + 2 * KVH) * HS;
     const struct dtrain_tensor te[] = {dqkv, dout, qkv};
-    const size_t n[] = {3 * rows, rows, 3 * rows};
+    const size_t n[] = {qkv_n, rows, qkv_n};
     const int in[] = {0, 1, 1};
     struct f32_views v;
     if (exact_views(ck, &v, te, n, in, 3) != 0)
@@ -718,11 +745,12 @@ extern "C" void cuda_attention_backward(struct dtrain_kernels *k, struct dtrain_
     dim3 grid((unsigned)T, (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)HS);
     exact_backward_q_kernel<<<grid, EXACT_THREADS, (size_t)HS * sizeof(float), ck->stream>>>(
-        v.f[0], scratch, v.f[1], v.f[2], att, T, NH, HS, scale);
+        v.f[0], scratch, v.f[1], v.f[2], att, T, NH, KVH, HS, scale);
     if (cuda_check_launch(ck, "attention backward") != 0)
         return;
-    exact_backward_kv_kernel<<<grid, EXACT_THREADS, 0, ck->stream>>>(v.f[0], scratch, v.f[1], v.f[2], att, T, NH,
-                                                                      HS);
+    dim3 grid_kv((unsigned)T, (unsigned)(B * KVH));
+    exact_backward_kv_kernel<<<grid_kv, EXACT_THREADS, 0, ck->stream>>>(v.f[0], scratch, v.f[1], v.f[2], att, T, NH,
+                                                                         KVH, HS);
     if (cuda_check_launch(ck, "attention backward") == 0)
-        exact_store(ck, &v, dqkv, 0, 3 * rows);
+        exact_store(ck, &v, dqkv, 0, qkv_n);
 }

@@ -149,12 +149,25 @@ void cuda_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
 
 /* cuda_attention.cu */
 void cuda_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
-                            struct dtrain_tensor qkv, int B, int T, int NH, int HS);
-size_t cuda_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int HS);
-size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS);
+                            struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS);
+size_t cuda_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
+size_t cuda_attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);
 void cuda_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, float *scratch,
                              struct dtrain_tensor dout, struct dtrain_tensor qkv, struct dtrain_tensor out,
-                             const float *att, int B, int T, int NH, int HS);
+                             const float *att, int B, int T, int NH, int KVH, int HS);
+
+/* cuda_layers.cu, too: RMS norm, RoPE, SwiGLU */
+void cuda_rmsnorm_forward(struct dtrain_kernels *k, float *out, float *rstd, const float *inp,
+                          const float *weight, float eps, int N, int C);
+void cuda_rmsnorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, const float *dout,
+                           const float *inp, const float *weight, const float *rstd, int N, int C);
+void cuda_rope_forward(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq,
+                       int B, int T, int NH, int KVH, int HS);
+void cuda_rope_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, const float *inv_freq,
+                        int B, int T, int NH, int KVH, int HS);
+void cuda_swiglu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, int N, int F);
+void cuda_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                          struct dtrain_tensor dout, int N, int F);
 
 /* cuda_loss.cu */
 void cuda_softmax_xent_forward(struct dtrain_kernels *k, float *logits_probs, float *losses,

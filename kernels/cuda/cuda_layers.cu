@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Embedding, layer norm, GELU and residual on the GPU; see dtrain_kernels.h.
+/* Embedding, layer norm, RMS norm, GELU, RoPE, SwiGLU and residual on the
+ * GPU; see dtrain_kernels.h.
  *
- * fp32 in and out, fp32 arithmetic; GELU's typed operands are fp32 or
+ * fp32 in and out, fp32 arithmetic; GELU's, RoPE's and SwiGLU's typed
+ * operands are fp32 or
  * bf16 (templated on the element type, cuda_elem.cuh), its arithmetic
  * fp32.  Reductions have a fixed shape (a warp's butterfly, row chunks
  * summed in order), so the results are the same bits run after run.  The embedding gradient
@@ -28,7 +30,8 @@ __global__ void encoder_forward_kernel(float *out, const int32_t *tokens, const 
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         size_t bt = i / (size_t)C, c = i % (size_t)C, t = bt % (size_t)T;
-        out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[t * C + c];
+        float w = wte[(size_t)tokens[bt] * C + c];
+        out[i] = wpe != nullptr ? w + wpe[t * C + c] : w; /* no wpe: rotary models */
     }
 }
 
@@ -184,6 +187,116 @@ inline int chunk_rows(int N)
     return rows;
 }
 
+/* ------------------------------------------------------------- RMS norm */
+
+/* one warp per row */
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *weight, float eps,
+                                       int N, int C)
+{
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        ss += x[c] * x[c];
+    float r = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        o[c] = x[c] * r * weight[c];
+    if (lane == 0)
+        rstd[row] = r;
+}
+
+/* dinp (+=) = (dnorm - norm * mean(dnorm * norm)) * rstd, norm = x * rstd,
+ * dnorm = weight * dout; one warp per row */
+__global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
+                                             const float *rstd, int N, int C)
+{
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float r = rstd[row], b = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        b += weight[c] * dy[c] * (x[c] * r);
+    float m = warp_sum(b) / (float)C;
+    for (int c = lane; c < C; c += 32)
+        dx[c] += (weight[c] * dy[c] - x[c] * r * m) * r;
+}
+
+/* partials[chunk][c] of dweight */
+__global__ void rmsnorm_backward_partials_kernel(float *partials, const float *dout, const float *inp,
+                                                 const float *rstd, int N, int C, int rows)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= C)
+        return;
+    int n0 = chunk * rows, n1 = min(N, n0 + rows);
+    float w = 0.0f;
+    for (int n = n0; n < n1; n++)
+        w += inp[(size_t)n * C + c] * rstd[n] * dout[(size_t)n * C + c];
+    partials[(size_t)chunk * C + c] = w;
+}
+
+__global__ void rmsnorm_backward_sum_kernel(float *dweight, const float *partials, int C, int chunks)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float w = 0.0f;
+    for (int k = 0; k < chunks; k++)
+        w += partials[(size_t)k * C + c];
+    dweight[c] += w;
+}
+
+/* ------------------------------------------------------------- RoPE, SwiGLU */
+
+/* One thread per (row, rotated head, pair i): the NH query heads and KVH
+ * key heads are the first NH+KVH heads of a row of `row` elements. */
+template <typename T>
+__global__ void rope_kernel(T *qkv, const float *inv_freq, int Tlen, int heads, int HS, size_t row, float sign,
+                            size_t total)
+{
+    int half = HS / 2;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        size_t i = e % (size_t)half, hn = e / (size_t)half, h = hn % (size_t)heads, n = hn / (size_t)heads;
+        float a = (float)(n % (size_t)Tlen) * inv_freq[i];
+        float c = cosf(a), s = sign * sinf(a);
+        T *x = qkv + n * row + h * (size_t)HS + i;
+        float x1 = elem_to_f32(x[0]), x2 = elem_to_f32(x[half]);
+        x[0] = elem_from_f32<T>(x1 * c - x2 * s);
+        x[half] = elem_from_f32<T>(x2 * c + x1 * s);
+    }
+}
+
+template <typename T> __global__ void swiglu_forward_kernel(T *out, const T *inp, int F, size_t total)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        size_t n = e / (size_t)F, i = e % (size_t)F;
+        float g = elem_to_f32(inp[n * 2 * F + i]), u = elem_to_f32(inp[n * 2 * F + F + i]);
+        out[e] = elem_from_f32<T>(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+/* sg = sigmoid(g): dup = dout g sg, dgate = dout up sg (1 + g (1 - sg)) */
+template <typename T> __global__ void swiglu_backward_kernel(T *dinp, const T *inp, const T *dout, int F, size_t total)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        size_t n = e / (size_t)F, i = e % (size_t)F;
+        float g = elem_to_f32(inp[n * 2 * F + i]), u = elem_to_f32(inp[n * 2 * F + F + i]);
+        float dy = elem_to_f32(dout[e]), sg = 1.0f / (1.0f + expf(-g));
+        dinp[n * 2 * F + F + i] = elem_from_f32<T>(dy * g * sg);
+        dinp[n * 2 * F + i] = elem_from_f32<T>(dy * u * sg * (1.0f + g * (1.0f - sg)));
+    }
+}
+
 /* ------------------------------------------------------------- GELU, residual */
 
 /* tanh as the CPU kernel computes it, 1 - 2 / (exp(2u) + 1) */
@@ -277,7 +390,7 @@ extern "C" void cuda_encoder_backward(struct dtrain_kernels *k, float *dwte, flo
         return;
     embedding_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte, dout, sorted_tokens, sorted_pos, N, C,
                                                                        0, INT_MAX);
-    if (cuda_check_launch(ck, "embedding gradient") != 0)
+    if (cuda_check_launch(ck, "embedding gradient") != 0 || dwpe == nullptr)
         return;
     encoder_backward_wpe_kernel<<<cuda_blocks((size_t)T * C, 256), 256, 0, ck->stream>>>(dwpe, dout, B, T, C);
     (void)cuda_check_launch(ck, "position embedding gradient");
@@ -292,7 +405,8 @@ extern "C" void cuda_embedding_vp_forward(struct dtrain_kernels *k, float *out, 
     if (ck->failed || total == 0)
         return;
     embedding_vp_forward_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>(out, tokens, wte_local, wpe, T, C,
-                                                                                 v0, Vl, add_wpe, total);
+                                                                                 v0, Vl, add_wpe && wpe != nullptr,
+                                                                                 total);
     (void)cuda_check_launch(ck, "vocabulary-parallel embedding");
 }
 
@@ -309,7 +423,7 @@ extern "C" void cuda_embedding_vp_backward(struct dtrain_kernels *k, float *dwte
         return;
     embedding_backward_wte_kernel<<<(unsigned)N, 256, 0, ck->stream>>>(dwte_local, dout, sorted_tokens,
                                                                           sorted_pos, N, C, v0, Vl);
-    if (cuda_check_launch(ck, "vocabulary-parallel embedding gradient") != 0)
+    if (cuda_check_launch(ck, "vocabulary-parallel embedding gradient") != 0 || dwpe == nullptr)
         return;
     encoder_backward_wpe_kernel<<<cuda_blocks((size_t)T * C, 256), 256, 0, ck->stream>>>(dwpe, dout, B, T, C);
     (void)cuda_check_launch(ck, "position embedding gradient");
@@ -391,4 +505,99 @@ extern "C" void cuda_residual_forward(struct dtrain_kernels *k, float *out, cons
         return;
     residual_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(out, a, b, n);
     (void)cuda_check_launch(ck, "residual");
+}
+
+extern "C" void cuda_rmsnorm_forward(struct dtrain_kernels *k, float *out, float *rstd, const float *inp,
+                                     const float *weight, float eps, int N, int C)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || N <= 0 || C <= 0)
+        return;
+    rmsnorm_forward_kernel<<<(unsigned)((N + 7) / 8), 256, 0, ck->stream>>>(out, rstd, inp, weight, eps, N, C);
+    (void)cuda_check_launch(ck, "rmsnorm forward");
+}
+
+extern "C" void cuda_rmsnorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, const float *dout,
+                                      const float *inp, const float *weight, const float *rstd, int N, int C)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || N <= 0 || C <= 0)
+        return;
+    int rows = chunk_rows(N), chunks = (N + rows - 1) / rows;
+    float *partials = (float *)cuda_scratch(ck, (size_t)chunks * C * sizeof(float));
+    if (partials == nullptr)
+        return;
+    rmsnorm_backward_dinp_kernel<<<(unsigned)((N + 7) / 8), 256, 0, ck->stream>>>(dinp, dout, inp, weight, rstd,
+                                                                                    N, C);
+    if (cuda_check_launch(ck, "rmsnorm backward") != 0)
+        return;
+    dim3 grid((unsigned)((C + 255) / 256), (unsigned)chunks);
+    rmsnorm_backward_partials_kernel<<<grid, 256, 0, ck->stream>>>(partials, dout, inp, rstd, N, C, rows);
+    if (cuda_check_launch(ck, "rmsnorm backward") != 0)
+        return;
+    rmsnorm_backward_sum_kernel<<<(unsigned)((C + 255) / 256), 256, 0, ck->stream>>>(dweight, partials, C, chunks);
+    (void)cuda_check_launch(ck, "rmsnorm backward");
+}
+
+static void rope(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq, int B, int T, int NH,
+                 int KVH, int HS, float sign, const char *what)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    size_t total = (size_t)B * T * (NH + KVH) * (HS / 2), row = (size_t)(NH + 2 * KVH) * HS;
+    if (ck->failed || total == 0)
+        return;
+    if (qkv.dtype == DTRAIN_BF16)
+        rope_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>((__nv_bfloat16 *)qkv.data, inv_freq, T,
+                                                                     NH + KVH, HS, row, sign, total);
+    else
+        rope_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>((float *)qkv.data, inv_freq, T, NH + KVH, HS,
+                                                                     row, sign, total);
+    (void)cuda_check_launch(ck, what);
+}
+
+extern "C" void cuda_rope_forward(struct dtrain_kernels *k, struct dtrain_tensor qkv, const float *inv_freq, int B,
+                                  int T, int NH, int KVH, int HS)
+{
+    rope(k, qkv, inv_freq, B, T, NH, KVH, HS, 1.0f, "rope forward");
+}
+
+extern "C" void cuda_rope_backward(struct dtrain_kernels *k, struct dtrain_tensor dqkv, const float *inv_freq,
+                                   int B, int T, int NH, int KVH, int HS)
+{
+    rope(k, dqkv, inv_freq, B, T, NH, KVH, HS, -1.0f, "rope backward");
+}
+
+extern "C" void cuda_swiglu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                                    int N, int F)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    const struct dtrain_tensor t[] = {out, inp};
+    size_t total = (size_t)N * F;
+    if (ck->failed || N <= 0 || F <= 0 || !cuda_one_dtype(ck, t, 2, "swiglu forward"))
+        return;
+    if (out.dtype == DTRAIN_BF16)
+        swiglu_forward_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>(
+            (__nv_bfloat16 *)out.data, (const __nv_bfloat16 *)inp.data, F, total);
+    else
+        swiglu_forward_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>((float *)out.data,
+                                                                                (const float *)inp.data, F, total);
+    (void)cuda_check_launch(ck, "swiglu forward");
+}
+
+extern "C" void cuda_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
+                                     struct dtrain_tensor dout, int N, int F)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    const struct dtrain_tensor t[] = {dinp, inp, dout};
+    size_t total = (size_t)N * F;
+    if (ck->failed || N <= 0 || F <= 0 || !cuda_one_dtype(ck, t, 3, "swiglu backward"))
+        return;
+    if (dinp.dtype == DTRAIN_BF16)
+        swiglu_backward_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>(
+            (__nv_bfloat16 *)dinp.data, (const __nv_bfloat16 *)inp.data, (const __nv_bfloat16 *)dout.data, F,
+            total);
+    else
+        swiglu_backward_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>(
+            (float *)dinp.data, (const float *)inp.data, (const float *)dout.data, F, total);
+    (void)cuda_check_launch(ck, "swiglu backward");
 }

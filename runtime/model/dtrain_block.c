@@ -177,7 +177,7 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
         return rc;
     dtrain_k_matmul_forward(k, ACT(a, a->qkv), F32(in), w->qkvw, BIAS(s, w->qkvb), N, C, QKV);
     rope_forward(k, s, ACT(a, a->qkv));
-    dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, s->HS);
+    dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, kv_heads(s), s->HS);
     part = sp ? a->seq_out : a->res2;
     dtrain_k_matmul_forward(k, F32(part), ACT(a, a->atty), w->attprojw, s->add_row_bias ? BIAS(s, w->attprojb) : NULL,
                             N, CL, C);
@@ -234,7 +234,7 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     dtrain_k_matmul_backward(k, ACT(a, sc->datty), g->attprojw, BIAS(s, g->attprojb), F32(dy), ACT(a, a->atty),
                              w->attprojw, N, CL, C);
     dtrain_k_attention_backward(k, ACT(a, sc->dqkv), sc->att, ACT(a, sc->datty), ACT(a, a->qkv), ACT(a, a->atty),
-                                a->att, s->B, s->T, s->NH, s->HS);
+                                a->att, s->B, s->T, s->NH, kv_heads(s), s->HS);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     rope_backward(k, s, ACT(a, sc->dqkv));

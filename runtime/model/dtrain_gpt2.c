@@ -69,7 +69,7 @@ static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_model_co
     a->ln1_rstd = carve(base, &used, L * N);
     a->qkv = carve_typed(base, &used, L * N * 3 * C, es);
     a->atty = carve_typed(base, &used, L * N * C, es);
-    a->att = carve(base, &used, L * dtrain_k_attention_saved(k, B, T, (int)NH, (int)(C / NH)));
+    a->att = carve(base, &used, L * dtrain_k_attention_saved(k, B, T, (int)NH, (int)NH, (int)(C / NH)));
     a->res2 = carve(base, &used, L * N * C);
     a->ln2 = carve(base, &used, L * N * C);
     a->ln2_mean = carve(base, &used, L * N);
@@ -86,7 +86,7 @@ static size_t layout_acts(struct dtrain_kernels *k, const struct dtrain_model_co
     a->scratch.dqkv = carve_typed(base, &used, N * 3 * C, es);
     a->scratch.datty = carve_typed(base, &used, N * C, es);
     a->scratch.dfc = carve_typed(base, &used, N * 4 * C, es);
-    a->scratch.att = carve(base, &used, dtrain_k_attention_scratch(k, B, T, (int)NH, (int)(C / NH)));
+    a->scratch.att = carve(base, &used, dtrain_k_attention_scratch(k, B, T, (int)NH, (int)NH, (int)(C / NH)));
     return used;
 }
 
@@ -272,7 +272,7 @@ static void block_views(struct dtrain_gpt2 *m, int l, struct dtrain_block_shape 
     a->ln1_rstd = ma->ln1_rstd + L * N;
     a->qkv = (char *)ma->qkv + L * N * 3 * C * es;
     a->atty = (char *)ma->atty + L * N * C * es;
-    a->att = ma->att + L * dtrain_k_attention_saved(m->k, m->B, m->T, (int)NH, (int)(C / NH));
+    a->att = ma->att + L * dtrain_k_attention_saved(m->k, m->B, m->T, (int)NH, (int)NH, (int)(C / NH));
     a->res2 = ma->res2 + L * N * C;
     a->ln2 = ma->ln2 + L * N * C;
     a->ln2_mean = ma->ln2_mean + L * N;

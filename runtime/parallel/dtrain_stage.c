@@ -147,7 +147,7 @@ static size_t layout_shared(struct dtrain_stage *st, void *base)
     st->scratch.datty = carve_act(st, base, &used, N * CL);
     /* Llama: SwiGLU's output gradient (N,FL) past its input's (dtrain_block_scratch) */
     st->scratch.dfc = carve_act(st, base, &used, N * (FCR + (FCR - (size_t)sh->mlp_width)));
-    st->scratch.att = carve(base, &used, dtrain_k_attention_scratch(st->k, st->B, st->T, sh->heads,
+    st->scratch.att = carve(base, &used, dtrain_k_attention_scratch(st->k, st->B, st->T, sh->heads, sh->kv_heads,
                                                                     sh->head_size));
     return used;
 }
@@ -192,7 +192,7 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
     st->recompute = recompute;
     st->act = dtrain_kernels_act_dtype(k);
     st->act_size = dtrain_dtype_size(st->act);
-    st->att_floats = dtrain_k_attention_saved(k, B, T, shard->heads, shard->head_size);
+    st->att_floats = dtrain_k_attention_saved(k, B, T, shard->heads, shard->kv_heads, shard->head_size);
     size_t n = shard->count;
     st->params = dtrain_k_alloc(k, n * sizeof(float));
     st->grads = dtrain_k_alloc(k, n * sizeof(float));
@@ -599,7 +599,7 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
                                       dtrain_tp_block_hook(st->tp), err, errlen);
         if (st->recompute == DTRAIN_RECOMPUTE_SELECTIVE) /* atty again into datty, overwritten below */
             dtrain_k_attention_forward(st->k, dtrain_tensor_of(a.act, st->scratch.datty), a.att,
-                                       dtrain_tensor_of(a.act, a.qkv), st->B, st->T, shape.NH, shape.HS);
+                                       dtrain_tensor_of(a.act, a.qkv), st->B, st->T, shape.NH, shape.KVH, shape.HS);
         if (rc == DTRAIN_OK)
             rc = dtrain_block_backward(st->k, &shape, &w, &g, &a, &st->scratch, residual(st, s, i), dres,
                                        dtrain_tp_block_hook(st->tp), err, errlen);

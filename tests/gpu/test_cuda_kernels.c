@@ -163,7 +163,7 @@ static int flash_path(enum dtrain_kernels_precision prec, int HS)
 /* attention backward's scratch on one side; bails out when out of memory */
 static float *attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
 {
-    float *s = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, HS) * sizeof(float));
+    float *s = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, NH, HS) * sizeof(float));
     if (s == NULL) {
         printf("Bail out! out of memory for the attention scratch\n");
         exit(1);
@@ -177,8 +177,8 @@ static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int
     int flash = flash_path(dtrain_kernels_precision(p->gpu), HS);
     struct mirror qkv = mirror_random(p, N * 3 * C, 2.0f), out = mirror_poisoned(p, N * C);
     struct mirror att = mirror_poisoned(p, NA);
-    dtrain_k_attention_forward(p->cpu, dtrain_tensor_f32(out.cpu), att.cpu, dtrain_tensor_f32(qkv.cpu), B, T, NH, HS);
-    dtrain_k_attention_forward(p->gpu, dtrain_tensor_f32(out.gpu), att.gpu, dtrain_tensor_f32(qkv.gpu), B, T, NH, HS);
+    dtrain_k_attention_forward(p->cpu, dtrain_tensor_f32(out.cpu), att.cpu, dtrain_tensor_f32(qkv.cpu), B, T, NH, NH, HS);
+    dtrain_k_attention_forward(p->gpu, dtrain_tensor_f32(out.gpu), att.gpu, dtrain_tensor_f32(qkv.gpu), B, T, NH, NH, HS);
     CHECK_ERR(mirror_error(p, &out), tol->attn_fwd, tol, "attention forward out (B=%d T=%d NH=%d HS=%d, %s)", B, T,
               NH, HS, flash ? "flash" : "exact");
     if (!flash)
@@ -187,12 +187,12 @@ static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int
 
     struct mirror dout = mirror_random(p, N * C, 1.0f), dqkv = mirror_poisoned(p, N * 3 * C);
     float *s_cpu = attention_scratch(p->cpu, B, T, NH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, HS);
-    dtrain_k_attention_backward(p->cpu, dtrain_tensor_f32(dqkv.cpu), s_cpu, dtrain_tensor_f32(dout.cpu), dtrain_tensor_f32(qkv.cpu), dtrain_tensor_f32(out.cpu), att.cpu, B, T, NH, HS);
-    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(dqkv.gpu), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, HS);
+    dtrain_k_attention_backward(p->cpu, dtrain_tensor_f32(dqkv.cpu), s_cpu, dtrain_tensor_f32(dout.cpu), dtrain_tensor_f32(qkv.cpu), dtrain_tensor_f32(out.cpu), att.cpu, B, T, NH, NH, HS);
+    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(dqkv.gpu), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, NH, HS);
     CHECK_ERR(mirror_error(p, &dqkv), tol->attn_bwd, tol, "attention backward dqkv (=) (B=%d T=%d NH=%d HS=%d, %s)",
               B, T, NH, HS, flash ? "flash" : "exact");
     float *again = gpu_clone(p, dqkv.gpu, dqkv.n);
-    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(again), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, HS);
+    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(again), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, NH, HS);
     ok(gpu_same_bits(p, again, dqkv.gpu, dqkv.n), "[%s] attention backward gives the same bits twice", tol->name);
     dtrain_k_free(p->gpu, again);
     dtrain_k_free(p->cpu, s_cpu);
@@ -448,14 +448,14 @@ static void test_attention_typed(struct gpu_pair *p, const struct tolerances *to
     const enum dtrain_dtype bf = DTRAIN_BF16;
     size_t C = (size_t)NH * HS, N = (size_t)B * T;
     int flash = flash_path(dtrain_kernels_precision(p->gpu), HS);
-    size_t na_cpu = dtrain_k_attention_saved(p->cpu, B, T, NH, HS), na_gpu = dtrain_k_attention_saved(p->gpu, B, T, NH, HS);
+    size_t na_cpu = dtrain_k_attention_saved(p->cpu, B, T, NH, NH, HS), na_gpu = dtrain_k_attention_saved(p->gpu, B, T, NH, NH, HS);
     size_t want = (size_t)B * NH * T * (flash ? 1 : (size_t)T);
     ok(na_gpu == want, "[%s] attention_saved (B=%d T=%d NH=%d HS=%d, %s): %zu floats, want %zu", tol->name, B, T, NH,
        HS, flash ? "flash: the log-sum-exps" : "exact: the probabilities", na_gpu, want);
     struct tmirror qkv = tmirror_random(p, bf, N * 3 * C, 2.0f), out = tmirror_poisoned(p, bf, N * C);
     struct mirror att = mirror_poisoned(p, na_cpu > na_gpu ? na_cpu : na_gpu);
-    dtrain_k_attention_forward(p->cpu, tmirror_cpu(&out), att.cpu, tmirror_cpu(&qkv), B, T, NH, HS);
-    dtrain_k_attention_forward(p->gpu, tmirror_gpu(&out), att.gpu, tmirror_gpu(&qkv), B, T, NH, HS);
+    dtrain_k_attention_forward(p->cpu, tmirror_cpu(&out), att.cpu, tmirror_cpu(&qkv), B, T, NH, NH, HS);
+    dtrain_k_attention_forward(p->gpu, tmirror_gpu(&out), att.gpu, tmirror_gpu(&qkv), B, T, NH, NH, HS);
     CHECK_ERR(tmirror_error(p, &out), flash ? tol->attn_fwd : tol->typed_bf16, tol,
               "typed attention forward out bf16 <- qkv bf16 (B=%d T=%d NH=%d HS=%d, %s)", B, T, NH, HS,
               flash ? "flash" : "exact");
@@ -465,16 +465,16 @@ static void test_attention_typed(struct gpu_pair *p, const struct tolerances *to
     struct tmirror dout = tmirror_random(p, bf, N * C, 1.0f), dqkv = tmirror_poisoned(p, bf, N * 3 * C);
     float *s_cpu = attention_scratch(p->cpu, B, T, NH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, HS);
     dtrain_k_attention_backward(p->cpu, tmirror_cpu(&dqkv), s_cpu, tmirror_cpu(&dout), tmirror_cpu(&qkv),
-                                tmirror_cpu(&out), att.cpu, B, T, NH, HS);
+                                tmirror_cpu(&out), att.cpu, B, T, NH, NH, HS);
     dtrain_k_attention_backward(p->gpu, tmirror_gpu(&dqkv), s_gpu, tmirror_gpu(&dout), tmirror_gpu(&qkv),
-                                tmirror_gpu(&out), att.gpu, B, T, NH, HS);
+                                tmirror_gpu(&out), att.gpu, B, T, NH, NH, HS);
     CHECK_ERR(tmirror_error(p, &dqkv), flash ? tol->attn_bwd : tol->typed_bf16, tol,
               "typed attention backward dqkv bf16 (=) (B=%d T=%d NH=%d HS=%d, %s)", B, T, NH, HS,
               flash ? "flash" : "exact");
     size_t bytes = dqkv.n * 2;
     void *again = gpu_clone_bytes(p, dqkv.gpu, bytes);
     dtrain_k_attention_backward(p->gpu, dtrain_tensor_of(bf, again), s_gpu, tmirror_gpu(&dout), tmirror_gpu(&qkv),
-                                tmirror_gpu(&out), att.gpu, B, T, NH, HS);
+                                tmirror_gpu(&out), att.gpu, B, T, NH, NH, HS);
     ok(gpu_same_bytes(p, again, dqkv.gpu, bytes), "[%s] typed attention backward gives the same bits twice",
        tol->name);
     dtrain_k_free(p->gpu, again);
@@ -489,7 +489,7 @@ static void test_attention_typed(struct gpu_pair *p, const struct tolerances *to
 static void test_attention_saved(struct gpu_pair *p, const struct tolerances *tol)
 {
     int B = 8, T = 1024, NH = 12, HS = 64;
-    size_t got = dtrain_k_attention_saved(p->gpu, B, T, NH, HS);
+    size_t got = dtrain_k_attention_saved(p->gpu, B, T, NH, NH, HS);
     size_t want = (size_t)B * NH * T * (flash_path(dtrain_kernels_precision(p->gpu), HS) ? 1 : (size_t)T);
     ok(got == want, "[%s] attention_saved at B=%d T=%d NH=%d HS=%d: %zu floats (want %zu)", tol->name, B, T, NH, HS,
        got, want);

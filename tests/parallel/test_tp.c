@@ -170,7 +170,7 @@ static void test_block(struct dtrain_kernels *k, struct dtrain_tp *tp, int rank,
     /* activations and scratch for the widest shape (the whole block) */
     size_t F = 4 * C;
     float *act = calloc((size_t)N * (6 * C + 3 * C + 2 * F + 4) + (size_t)B * NH * T * T, sizeof(float));
-    size_t att_scratch = dtrain_k_attention_scratch(k, B, T, NH, C / NH);
+    size_t att_scratch = dtrain_k_attention_scratch(k, B, T, NH, NH, C / NH);
     float *scr = calloc((size_t)N * (2 * C + 3 * C + F) + att_scratch, sizeof(float));
     struct dtrain_block_shape sw, sl;
     dtrain_shard_block_shape(&whole_s, B, T, &sw);

@@ -204,7 +204,7 @@ static void test_attention(struct dtrain_kernels *k)
     fill_uniform(c.r, NO, 31, 1.0);
     float *qkv = to_backend(k, c.qkv, NQ), *out = backend_filled(k, NO, GARBAGE);
     float *att = dtrain_k_alloc(k, NA * sizeof(float)), *dout = to_backend(k, c.r, NO);
-    dtrain_k_attention_forward(k, dtrain_tensor_f32(out), att, dtrain_tensor_f32(qkv), B, T, NH, HS);
+    dtrain_k_attention_forward(k, dtrain_tensor_f32(out), att, dtrain_tensor_f32(qkv), B, T, NH, NH, HS);
     att_loss(&c);
     ok(max_abs_diff_f(k, out, c.out, NO) < FWD_TOL, "attention forward matches the reference");
     double *ha = dalloc(NA), worst = 0;
@@ -224,8 +224,8 @@ static void test_attention(struct dtrain_kernels *k)
             upper = fmax(upper, fabs(ha[row * T + u]));
     ok(upper == 0.0, "attention weights above the diagonal are 0");
     float *dq = backend_filled(k, NQ, GARBAGE);
-    float *scratch = backend_filled(k, dtrain_k_attention_scratch(k, B, T, NH, HS), GARBAGE);
-    dtrain_k_attention_backward(k, dtrain_tensor_f32(dq), scratch, dtrain_tensor_f32(dout), dtrain_tensor_f32(qkv), dtrain_tensor_f32(out), att, B, T, NH, HS);
+    float *scratch = backend_filled(k, dtrain_k_attention_scratch(k, B, T, NH, NH, HS), GARBAGE);
+    dtrain_k_attention_backward(k, dtrain_tensor_f32(dq), scratch, dtrain_tensor_f32(dout), dtrain_tensor_f32(qkv), dtrain_tensor_f32(out), att, B, T, NH, NH, HS);
     dtrain_k_free(k, scratch);
     double *a = dalloc(NQ);
     from_backend(k, a, dq, NQ, 0.0);
@@ -384,9 +384,9 @@ static float *run_big(struct dtrain_kernels *k, size_t *count)
     fill_uniform(tmp, NQ, 72, 1.0);
     float *qkv = to_backend(k, tmp, NQ), *out = dtrain_k_alloc(k, NC * 4), *att = dtrain_k_alloc(k, NA * 4);
     float *dqkv = dtrain_k_alloc(k, NQ * 4);
-    float *scratch = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, HS) * 4);
-    dtrain_k_attention_forward(k, dtrain_tensor_f32(out), att, dtrain_tensor_f32(qkv), B, T, NH, HS);
-    dtrain_k_attention_backward(k, dtrain_tensor_f32(dqkv), scratch, dtrain_tensor_f32(dy), dtrain_tensor_f32(qkv), dtrain_tensor_f32(out), att, B, T, NH, HS);
+    float *scratch = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, NH, HS) * 4);
+    dtrain_k_attention_forward(k, dtrain_tensor_f32(out), att, dtrain_tensor_f32(qkv), B, T, NH, NH, HS);
+    dtrain_k_attention_backward(k, dtrain_tensor_f32(dqkv), scratch, dtrain_tensor_f32(dy), dtrain_tensor_f32(qkv), dtrain_tensor_f32(out), att, B, T, NH, NH, HS);
     dtrain_k_free(k, scratch);
     GET(out, NC); GET(dqkv, NQ);
     fill_uniform(tmp, NV, 73, 4.0);
@@ -497,7 +497,7 @@ static void test_typed(struct dtrain_kernels *k)
 {
     const char *prec = dtrain_kernels_precision_name(dtrain_kernels_precision(k));
     int B = 2, T = 7, NH = 2, HS = 8, C = NH * HS, N = B * T, OC = 3 * C;
-    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C, na = dtrain_k_attention_saved(k, B, T, NH, HS);
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C, na = dtrain_k_attention_saved(k, B, T, NH, NH, HS);
     double *tmp = dalloc(no > nw ? no : nw);
     float *hx = malloc(no * sizeof(float)), *hw = malloc(nw * sizeof(float));
     if (hx == NULL || hw == NULL)
@@ -513,7 +513,7 @@ static void test_typed(struct dtrain_kernels *k)
     void *x16 = upload_new(k, hx16, no * 2), *xw = upload_new(k, hx_w, no * 4), *w = upload_new(k, hw, nw * 4);
     void *o16 = dtrain_k_alloc(k, no * 2), *o32 = dtrain_k_alloc(k, no * 4), *d16 = dtrain_k_alloc(k, no * 2);
     void *d32 = dtrain_k_alloc(k, no * 4), *att16 = dtrain_k_alloc(k, na * 4), *att32 = dtrain_k_alloc(k, na * 4);
-    void *dw = dtrain_k_alloc(k, nw * 4), *scr = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, HS) * 4);
+    void *dw = dtrain_k_alloc(k, nw * 4), *scr = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, NH, HS) * 4);
     struct dtrain_tensor X16 = dtrain_tensor_of(DTRAIN_BF16, x16), XW = dtrain_tensor_f32(xw);
 
     /* matmul: inp (N,C) bf16 -> out (N,3C) bf16, against fp32 on the widened input */
@@ -525,12 +525,12 @@ static void test_typed(struct dtrain_kernels *k)
     dtrain_k_matmul_backward(k, dtrain_tensor_f32(d32), dw, NULL, XW, XW, w, N, C, OC);
     ok(same_rounded(k, d16, d32, ni), "[%s] matmul backward, bf16 dout, inp and dinp: the same rule", prec);
     /* attention: qkv (N,3C) bf16 -> out (N,C) bf16; backward with a bf16 dout */
-    dtrain_k_attention_forward(k, dtrain_tensor_of(DTRAIN_BF16, o16), att16, X16, B, T, NH, HS);
-    dtrain_k_attention_forward(k, dtrain_tensor_f32(o32), att32, XW, B, T, NH, HS);
+    dtrain_k_attention_forward(k, dtrain_tensor_of(DTRAIN_BF16, o16), att16, X16, B, T, NH, NH, HS);
+    dtrain_k_attention_forward(k, dtrain_tensor_f32(o32), att32, XW, B, T, NH, NH, HS);
     ok(same_rounded(k, o16, o32, ni), "[%s] attention forward, bf16 qkv and out: the same rule", prec);
     dtrain_k_attention_backward(k, dtrain_tensor_of(DTRAIN_BF16, d16), scr, X16, X16,
-                                dtrain_tensor_of(DTRAIN_BF16, o16), att16, B, T, NH, HS);
-    dtrain_k_attention_backward(k, dtrain_tensor_f32(d32), scr, XW, XW, dtrain_tensor_f32(o32), att32, B, T, NH, HS);
+                                dtrain_tensor_of(DTRAIN_BF16, o16), att16, B, T, NH, NH, HS);
+    dtrain_k_attention_backward(k, dtrain_tensor_f32(d32), scr, XW, XW, dtrain_tensor_f32(o32), att32, B, T, NH, NH, HS);
     ok(same_rounded(k, d16, d32, no), "[%s] attention backward, bf16 dout, qkv and dqkv: the same rule", prec);
     /* GELU in place on bf16, and its backward with dinp aliasing dout */
     dtrain_k_copy(k, o16, x16, no * 2);

@@ -284,7 +284,7 @@ static void block_run_setup(struct block_run *r, struct host_block *h, const flo
     r->sc = (struct dtrain_block_scratch){dzeros(r->k, N * C), dzeros(r->k, N * 3 * CL),
                                           dzeros(r->k, N * CL), dzeros(r->k, N * F),
                                           dzeros(r->k, dtrain_k_attention_scratch(r->k, s->B, s->T,
-                                                                                  s->NH, s->HS))};
+                                                                                  s->NH, s->NH, s->HS))};
     r->x = dzeros(r->k, N * C);
     r->y = dzeros(r->k, N * C);
     r->dres = dzeros(r->k, N * C);
