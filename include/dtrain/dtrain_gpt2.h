@@ -50,10 +50,6 @@ void dtrain_gpt2_zero_grad(struct dtrain_gpt2 *m);
  * the mean loss accumulate into dtrain_gpt2_grads(). */
 int dtrain_gpt2_backward(struct dtrain_gpt2 *m, char *err, size_t errlen);
 
-/* DTRAIN_ERR_INPUT with a line naming `what` ("input", "target") and the
- * position when a token id of tokens (n, host) is outside [0, V). */
-int dtrain_gpt2_check_tokens(const int32_t *tokens, size_t n, int V, const char *what,
-                             char *err, size_t errlen);
 
 /* The stage pieces behind forward/backward (a pipeline stage runs some):
  * embed: residual 0 from the uploaded inputs;  blocks [l0, l1): residual l0

@@ -135,6 +135,11 @@ double dtrain_model_flops_per_step(const struct dtrain_model_config *c, int B, i
  * slice alone and match the whole model. */
 void dtrain_model_init_params(const struct dtrain_model_config *c, uint64_t seed, float *params);
 
+/* DTRAIN_ERR_INPUT with a line naming `what` ("input", "target") and the
+ * position when a token id of tokens (n, host) is outside [0, V). */
+int dtrain_model_check_tokens(const int32_t *tokens, size_t n, int V, const char *what,
+                             char *err, size_t errlen);
+
 /* ------------------------------------------------------------------ one block */
 
 /* The family's norm over the last axis of inp (N,C): GPT-2's LayerNorm

@@ -597,8 +597,18 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
         snprintf(err, errlen, "give either --val-data or --val-fraction, not both");
         return DTRAIN_ERR_INPUT;
     }
-    if ((c->init_llmc[0] != '\0') + (c->init_hf[0] != '\0') + (c->resume[0] != '\0') +
-        (c->model_config[0] != '\0') > 1) {
+    /* where the model comes from: at most one source */
+    const char *source[4] = {c->init_hf, c->init_llmc, c->model_config, c->resume}, *given[4];
+    static const char *const flag[4] = {"--init-hf", "--init-llmc", "--model-config", "--resume"};
+    int ngiven = 0;
+    for (int i = 0; i < 4; i++)
+        if (source[i][0] != '\0')
+            given[ngiven++] = flag[i];
+    if (ngiven == 2) {
+        snprintf(err, errlen, "give either %s or %s, not both", given[0], given[1]);
+        return DTRAIN_ERR_INPUT;
+    }
+    if (ngiven > 2) {
         snprintf(err, errlen, "give one of --init-hf, --init-llmc, --model-config and --resume, not several");
         return DTRAIN_ERR_INPUT;
     }

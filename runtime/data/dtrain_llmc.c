@@ -38,6 +38,7 @@ static int open_checked(const char *path, struct dtrain_model_config *cfg, FILE 
                  "(fp32, padded vocabulary) is supported", path, (long)h[1], DTRAIN_LLMC_VERSION);
         goto fail;
     }
+    memset(cfg, 0, sizeof *cfg); /* a GPT-2: the family's own fields 0 */
     cfg->max_seq_len = h[2];
     cfg->vocab_size = h[3];
     cfg->num_layers = h[4];
@@ -105,12 +106,12 @@ int dtrain_llmc_save(const char *path, const struct dtrain_model_config *cfg, co
     int32_t h[DTRAIN_LLMC_HEADER_INTS] = {0};
     int rc = dtrain_model_config_check(cfg, err, errlen);
     if (rc != DTRAIN_OK)
+        return rc;
     if (cfg->family != DTRAIN_FAMILY_GPT2) {
         snprintf(err, errlen, "llm.c's model file holds GPT-2 models only: save a %s model with --save-hf DIR",
                  dtrain_model_family_name(cfg->family));
         return DTRAIN_ERR_INPUT;
     }
-        return rc;
     h[0] = DTRAIN_LLMC_MAGIC;
     h[1] = DTRAIN_LLMC_VERSION;
     h[2] = cfg->max_seq_len;

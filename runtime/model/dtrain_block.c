@@ -127,6 +127,7 @@ static void rope_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
         dtrain_k_rope_backward(k, dqkv, s->rope_inv_freq, s->B, s->T, s->NH, kv_heads(s), s->HS);
 }
 
+static int sequence_parallel(const struct dtrain_tp_hook *tp)
 {
     return tp != NULL && tp->reduce_scatter != NULL && tp->all_gather != NULL;
 }

@@ -185,18 +185,6 @@ float *dtrain_gpt2_residual_grad(struct dtrain_gpt2 *m)
     return m->acts.dres;
 }
 
-int dtrain_gpt2_check_tokens(const int32_t *tokens, size_t n, int V, const char *what,
-                             char *err, size_t errlen)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V) {
-            snprintf(err, errlen, "%s token %ld at position %zu is outside the vocabulary 0..%d",
-                     what, (long)tokens[i], i, V - 1);
-            return DTRAIN_ERR_INPUT;
-        }
-    }
-    return DTRAIN_OK;
-}
 
 int dtrain_gpt2_upload_tokens(struct dtrain_gpt2 *m, const int32_t *inputs,
                               const int32_t *targets, int B, int T, char *err, size_t errlen)
@@ -208,10 +196,10 @@ int dtrain_gpt2_upload_tokens(struct dtrain_gpt2 *m, const int32_t *inputs,
         return DTRAIN_ERR_INPUT;
     }
     size_t n = (size_t)B * T;
-    if ((rc = dtrain_gpt2_check_tokens(inputs, n, m->cfg.vocab_size, "input", err, errlen)) != DTRAIN_OK)
+    if ((rc = dtrain_model_check_tokens(inputs, n, m->cfg.vocab_size, "input", err, errlen)) != DTRAIN_OK)
         return rc;
     if (targets != NULL &&
-        (rc = dtrain_gpt2_check_tokens(targets, n, m->cfg.vocab_size, "target", err, errlen)) != DTRAIN_OK)
+        (rc = dtrain_model_check_tokens(targets, n, m->cfg.vocab_size, "target", err, errlen)) != DTRAIN_OK)
         return rc;
     /* The activations are laid out for B x T: layout_acts with the real
      * shape, inside the memory sized for the capacity. */

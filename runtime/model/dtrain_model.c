@@ -129,6 +129,19 @@ int dtrain_model_config_check(const struct dtrain_model_config *c, char *err, si
     return DTRAIN_ERR_INPUT;
 }
 
+int dtrain_model_check_tokens(const int32_t *tokens, size_t n, int V, const char *what,
+                             char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            snprintf(err, errlen, "%s token %ld at position %zu is outside the vocabulary 0..%d",
+                     what, (long)tokens[i], i, V - 1);
+            return DTRAIN_ERR_INPUT;
+        }
+    }
+    return DTRAIN_OK;
+}
+
 int dtrain_model_pad_vocab(int vocab_size)
 {
     return (vocab_size + 127) / 128 * 128;

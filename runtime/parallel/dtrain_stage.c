@@ -336,12 +336,12 @@ int dtrain_stage_set_tokens(struct dtrain_stage *st, int slot, const int32_t *in
     struct slot *s = &st->slots[slot];
     size_t bytes = (size_t)st->N * sizeof(int32_t);
     if (st->sh->has_embedding) {
-        if ((rc = dtrain_gpt2_check_tokens(inputs, (size_t)st->N, V, "input", err, errlen)) != DTRAIN_OK)
+        if ((rc = dtrain_model_check_tokens(inputs, (size_t)st->N, V, "input", err, errlen)) != DTRAIN_OK)
             return rc;
         dtrain_k_upload(st->k, s->inputs, inputs, bytes);
     }
     if (st->sh->has_head) {
-        if ((rc = dtrain_gpt2_check_tokens(targets, (size_t)st->N, V, "target", err, errlen)) != DTRAIN_OK)
+        if ((rc = dtrain_model_check_tokens(targets, (size_t)st->N, V, "target", err, errlen)) != DTRAIN_OK)
             return rc;
         dtrain_k_upload(st->k, s->targets, targets, bytes);
     }

@@ -40,6 +40,7 @@
 
 #include "dtrain_data.h"
 #include "trainer/dtrain_ft.h"
+#include "dtrain_gpt2.h"
 #include "dtrain_generate.h"
 #include "dtrain_parallel.h"
 #include "parallel/dtrain_shard.h"
