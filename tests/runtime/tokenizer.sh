@@ -140,21 +140,23 @@ printf 'a <extra> b' >"$work/big.txt"
     "$decode" "$work/big.json" "$work/big.bin" >"$work/back"
 check "a vocabulary of 128001 writes uint32 tokens (magic 20240801 version 7), id 128000 included, and decodes back" \
     sh -c "grep -q 'vocabulary 128001, uint32' '$work/out' && cmp -s '$work/back' '$work/big.txt' &&
-           [ \"\$(od -An -tu4 -N8 '$work/big.bin' | tr -s ' ')\" = ' 20240801 7' ] && ids '$work/big.bin' >/dev/null"
-check "the trainer's reader takes the uint32 file (--vocab-size 128001)" \
-    sh -c "'$train' --data '$work/big.bin' --vocab-size 128001 --steps 0 >/dev/null 2>&1 || '$train' --data '$work/big.bin' --vocab-size 128001 --steps 0 2>&1 | grep -qv 'magic\|version\|size'"
+           [ \"\$(od -An -tu4 -N8 '$work/big.bin' | tr -s ' ')\" = ' 20240801 7' ]"
+check "the uint32 file holds id 128000" eval '[[ " $(ids "$work/big.bin") " == *" 128000 "* ]]'
 
 # dtrain-generate --tokenizer: a tiny model over the llama3 vocabulary
 "$tokenize" --tokenizer "$work/llama3.json" "$licenses/GPL-3" "$work/gpl.bin" >/dev/null
-"$train" --data "$work/gpl.bin" --vocab-size 3301 --num-layers 1 --channels 16 --num-heads 2 --max-seq-len 16 \
+"$train" --data "$work/gpl.bin" --vocab-size 3301 --layers 1 --channels 16 --heads 2 --max-seq-len 16 \
     --batch 2 --seq 8 --steps 1 --threads 1 --save-llmc "$work/model.bin" >"$work/tout" 2>&1
 "$generate" --model "$work/model.bin" --tokenizer "$work/llama3.json" --prompt "The GNU <|begin_of_text|>" \
     --max-tokens 8 --temperature 0 >"$work/gen" 2>"$work/generr"
+rc=$?
 check "dtrain-generate --tokenizer prints the prompt and the text decoded with it" \
-    sh -c "[ \$? -eq 0 ] && head -c 25 '$work/gen' | grep -q '^The GNU <|begin_of_text|>'" 
+    sh -c "[ $rc -eq 0 ] && head -c 25 '$work/gen' | grep -q '^The GNU <|begin_of_text|>'"
+[ $rc -eq 0 ] || diag "$(cat "$work/tout" "$work/generr" | tail -n 3)"
 "$generate" --model "$work/model.bin" --tokenizer "$work/big.json" --prompt x >/dev/null 2>"$work/err"
+rc=$?
 check "dtrain-generate --tokenizer refuses a tokenizer larger than the model's vocabulary (exit 2, one line)" \
-    sh -c "[ \$? -ne 0 ] && [ \"\$(wc -l <'$work/err')\" -eq 1 ] && grep -q 'larger than the model' '$work/err'"
+    sh -c "[ $rc -eq 2 ] && [ \"\$(wc -l <'$work/err')\" -eq 1 ] && grep -q 'larger than the model' '$work/err'"
 
 # hostile tokenizer.json files: exit 2 and one "dtrain-tokenize: " line
 hostile() {
@@ -226,8 +228,9 @@ hostile "a 300 MB file" "" "$work/huge.json"
 hostile "a missing file" "" "$work/nonexistent.json"
 hostile "a directory" "" "$work"
 "$generate" --model "$work/model.bin" --tokenizer "$work/merge_unknown.json" >/dev/null 2>"$work/err"
+rc=$?
 check "dtrain-generate --tokenizer with a hostile file: exit 2, one line" \
-    sh -c "[ \$? -eq 2 ] && [ \"\$(wc -l <'$work/err')\" -eq 1 ] && grep -q '^dtrain-generate: ' '$work/err'"
+    sh -c "[ $rc -eq 2 ] && [ \"\$(wc -l <'$work/err')\" -eq 1 ] && grep -q '^dtrain-generate: ' '$work/err'"
 "$tokenize" "$work/mixed.txt" "$work/bytes.bin" >/dev/null
 check "without --tokenizer dtrain-tokenize keeps one token per byte" \
     test "$(ids "$work/bytes.bin" | wc -w)" -eq "$(wc -c <"$work/mixed.txt")"
