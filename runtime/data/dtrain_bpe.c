@@ -517,6 +517,8 @@ static int build_decoder(struct loader *L)
         const struct str_slot *e = &b->vocab[i];
         if (!e->used)
             continue;
+        if (b->dec_len[e->id] != NO_ID)
+            return bad(L, "model.vocab: id %lu belongs to two tokens", (unsigned long)e->id);
         const unsigned char *s = (const unsigned char *)b->arena + e->off;
         size_t n = 0, k = 0;
         int mapped = 1;
@@ -544,6 +546,10 @@ static int build_decoder(struct loader *L)
         b->dec_len[e->id] = (uint32_t)n;
     }
     for (size_t i = 0; i < b->nadded; i++) {
+        /* encoding may reach the id through the vocabulary: one text for both */
+        if (b->dec_len[b->added[i].id] != NO_ID &&
+            vocab_find(b, b->arena + b->added[i].off, b->added[i].len) != b->added[i].id)
+            return bad(L, "added_tokens[%zu] has the id of a different model.vocab token", i);
         b->dec_off[b->added[i].id] = b->added[i].off;
         b->dec_len[b->added[i].id] = b->added[i].len;
     }
