@@ -66,9 +66,13 @@ int dtrain_tokens_files(const struct dtrain_tokens *tok);
 int dtrain_tokens_split(struct dtrain_tokens *tok, double fraction, struct dtrain_tokens **val,
                         char *err, size_t errlen);
 
-/* Write tokens (n <= DTRAIN_TOKENS_MAX_COUNT) as a token file. */
+/* Write tokens (n <= DTRAIN_TOKENS_MAX_COUNT) as a token file: uint16
+ * (magic 20240520 version 1), or uint32 (magic 20240801 version 7, for a
+ * vocabulary larger than 65536 such as llama-3's). */
 int dtrain_tokens_write(const char *path, const uint16_t *tokens, size_t n,
                         char *err, size_t errlen);
+int dtrain_tokens_write32(const char *path, const uint32_t *tokens, size_t n,
+                          char *err, size_t errlen);
 
 /* Number of distinct B x T batches in the file; DTRAIN_ERR_INPUT (with a
  * line saying how many tokens are needed) when there is not even one. */

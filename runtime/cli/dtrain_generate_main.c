@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* dtrain-generate: text from a trained model (dtrain_generate.h), read
  * from a sharded checkpoint folder of any layout or an llm.c model file. */
+#include "data/dtrain_bpe.h"
 #include "dtrain_generate.h"
 #include "dtrain_llmc.h"
 #include "dtrain_parse.h"
@@ -22,6 +23,8 @@ static void usage(FILE *out)
             "                       --ckpt-dir), written by any layout: its newest good one (read only)\n"
             "  --model FILE         or an llm.c model file (--save-llmc)\n"
             "  --prompt TEXT        the prompt as bytes, one token per byte (dtrain-tokenize's vocabulary)\n"
+            "  --tokenizer FILE     or a Hugging Face byte-level BPE tokenizer.json: it encodes --prompt\n"
+            "                       and decodes the ids to text (dtrain-tokenize --tokenizer)\n"
             "  --prompt-tokens IDS  or token ids, e.g. 50256,464,2068 (llm.c's GPT-2 tokens)\n"
             "                       (default: the single token 10, a newline)\n"
             "  --max-tokens N       tokens to generate (64; fewer when the model's max_seq_len is reached)\n"
@@ -59,16 +62,19 @@ static int parse_ids(const char *text, int32_t **ids, int *n)
 
 int main(int argc, char **argv)
 {
-    enum { O_CKPT = 256, O_MODEL, O_PROMPT, O_IDS, O_MAX, O_TEMP, O_TOPK, O_SEED, O_TOKENS, O_HELP, O_VERSION };
+    enum { O_CKPT = 256, O_MODEL, O_PROMPT, O_IDS, O_MAX, O_TEMP, O_TOPK, O_SEED, O_TOKENS, O_HELP, O_VERSION,
+           O_TOKENIZER };
     static const struct option longopts[] = {
         {"checkpoint", required_argument, NULL, O_CKPT}, {"model", required_argument, NULL, O_MODEL},
         {"prompt", required_argument, NULL, O_PROMPT}, {"prompt-tokens", required_argument, NULL, O_IDS},
         {"max-tokens", required_argument, NULL, O_MAX}, {"temperature", required_argument, NULL, O_TEMP},
         {"top-k", required_argument, NULL, O_TOPK}, {"seed", required_argument, NULL, O_SEED},
         {"tokens", no_argument, NULL, O_TOKENS}, {"help", no_argument, NULL, O_HELP},
-        {"version", no_argument, NULL, O_VERSION}, {NULL, 0, NULL, 0},
+        {"version", no_argument, NULL, O_VERSION}, {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {NULL, 0, NULL, 0},
     };
-    const char *ckpt = NULL, *model = NULL, *prompt = NULL, *ids_text = NULL;
+    const char *ckpt = NULL, *model = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL;
+    struct dtrain_bpe *bpe = NULL;
     long max_new = 64, top_k = 0, seed = 1337;
     double temperature = 1.0;
     int as_tokens = 0, c, rc = 2;
@@ -81,6 +87,7 @@ int main(int argc, char **argv)
         case O_MODEL: model = optarg; break;
         case O_PROMPT: prompt = optarg; break;
         case O_IDS: ids_text = optarg; break;
+        case O_TOKENIZER: tok_path = optarg; break;
         case O_MAX:
             if (dtrain_parse_int(optarg, 1, 1 << 20, "--max-tokens", &max_new, err, sizeof err) != 0)
                 goto bad;
@@ -120,12 +127,17 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "give either --prompt or --prompt-tokens, not both");
         goto bad;
     }
+    if (tok_path != NULL && (rc = dtrain_bpe_load(tok_path, &bpe, err, sizeof err)) != DTRAIN_OK) {
+        rc = rc == DTRAIN_ERR_INPUT ? 2 : 1;
+        goto bad;
+    }
     struct dtrain_model_config cfg;
     float *params = NULL;
     if (ckpt != NULL) {
         struct dtrain_sckpt_model m;
         if ((rc = dtrain_sckpt_load_model(ckpt, DTRAIN_SCKPT_NEWEST, &m, err, sizeof err)) != DTRAIN_OK) {
             rc = rc == DTRAIN_ERR_INPUT ? 2 : 1;
+            dtrain_bpe_free(bpe);
             goto bad;
         }
         cfg = m.model;
@@ -133,24 +145,46 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": %s (step %llu, written by T=%d P=%d D=%d)%s\n", m.path, (unsigned long long)m.step,
                 m.writer.tp, m.writer.pp, m.writer.dp, m.skipped ? ", newer ones did not verify" : "");
     } else {
-        if (dtrain_llmc_read_config(model, &cfg, err, sizeof err) != DTRAIN_OK)
+        if (dtrain_llmc_read_config(model, &cfg, err, sizeof err) != DTRAIN_OK) {
+            dtrain_bpe_free(bpe);
             goto bad;
+        }
         params = malloc(dtrain_model_param_count(&cfg) * sizeof(float));
         if (params == NULL || dtrain_llmc_load(model, &cfg, params, err, sizeof err) != DTRAIN_OK) {
             if (params == NULL)
                 snprintf(err, sizeof err, "out of memory");
             free(params);
+            dtrain_bpe_free(bpe);
             goto bad;
         }
     }
     int32_t *ids = NULL, *out = NULL;
     int n = 0, nout = 0;
+    if (bpe != NULL && dtrain_bpe_max_id(bpe) >= (uint32_t)cfg.vocab_size) {
+        snprintf(err, sizeof err, "the tokenizer's vocabulary (%lu) is larger than the model's (%d)",
+                 (unsigned long)dtrain_bpe_max_id(bpe) + 1, cfg.vocab_size);
+        rc = 2;
+        goto out;
+    }
     if (ids_text != NULL) {
         if (parse_ids(ids_text, &ids, &n) != 0) {
             snprintf(err, sizeof err, "--prompt-tokens: '%.64s' is not a comma-separated list of token ids", ids_text);
             rc = 2;
             goto out;
         }
+    } else if (bpe != NULL) {
+        const char *p = prompt != NULL && *prompt != '\0' ? prompt : "\n";
+        uint32_t *u = NULL;
+        size_t nu = 0;
+        if ((rc = dtrain_bpe_encode(bpe, (const unsigned char *)p, strlen(p), &u, &nu, err, sizeof err)) != DTRAIN_OK) {
+            rc = rc == DTRAIN_ERR_INPUT ? 2 : 1;
+            goto out;
+        }
+        ids = nu > 0 && nu <= INT32_MAX ? malloc(nu * sizeof *ids) : NULL;
+        for (size_t i = 0; ids != NULL && i < nu; i++)
+            ids[i] = (int32_t)u[i];
+        n = (int)nu;
+        free(u);
     } else {
         const char *p = prompt != NULL && *prompt != '\0' ? prompt : "\n";
         n = (int)strlen(p);
@@ -174,7 +208,16 @@ int main(int argc, char **argv)
         rc = rc == DTRAIN_ERR_INPUT ? 2 : 1;
         goto out;
     }
-    if (as_tokens || cfg.vocab_size > 256) {
+    if (!as_tokens && bpe != NULL) {
+        /* ids the tokenizer lacks (a padded vocabulary's tail) print nothing */
+        size_t len;
+        for (int i = 0; i < n + nout; i++) {
+            const unsigned char *t = dtrain_bpe_token_bytes(bpe, (uint32_t)(i < n ? ids[i] : out[i - n]), &len);
+            if (t != NULL)
+                fwrite(t, 1, len, stdout);
+        }
+        putchar('\n');
+    } else if (as_tokens || cfg.vocab_size > 256) {
         for (int i = 0; i < nout; i++)
             printf("%s%d", i ? " " : "", (int)out[i]);
         printf("\n");
@@ -189,6 +232,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         snprintf(err, sizeof err, "cannot write the text");
 out:
+    dtrain_bpe_free(bpe);
     free(ids);
     free(out);
     free(params);

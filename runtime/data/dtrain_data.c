@@ -274,8 +274,8 @@ static void read_tokens(const struct dtrain_tokens *tok, size_t at, size_t n, in
     }
 }
 
-int dtrain_tokens_write(const char *path, const uint16_t *tokens, size_t n,
-                        char *err, size_t errlen)
+/* The header of a file of n tokens of `width` bytes (2 or 4), then the tokens. */
+static int tokens_write(const char *path, const void *tokens, size_t n, int width, char *err, size_t errlen)
 {
     if (n > (size_t)DTRAIN_TOKENS_MAX_COUNT) {
         snprintf(err, errlen, "%zu tokens do not fit a token file (at most %ld)", n,
@@ -284,15 +284,27 @@ int dtrain_tokens_write(const char *path, const uint16_t *tokens, size_t n,
     }
     struct dtrain_out_file o;
     int32_t header[DTRAIN_TOKENS_HEADER_INTS] = {0};
-    header[0] = DTRAIN_TOKENS_MAGIC;
-    header[1] = DTRAIN_TOKENS_VERSION;
+    header[0] = width == 2 ? DTRAIN_TOKENS_MAGIC : DTRAIN_TOKENS32_MAGIC;
+    header[1] = width == 2 ? DTRAIN_TOKENS_VERSION : DTRAIN_TOKENS32_VERSION;
     header[2] = (int32_t)n;
     int rc = dtrain_out_open(&o, path, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
     dtrain_out_write(&o, header, sizeof header);
-    dtrain_out_write(&o, tokens, n * sizeof(uint16_t));
+    dtrain_out_write(&o, tokens, n * (size_t)width);
     return dtrain_out_commit(&o, err, errlen);
+}
+
+int dtrain_tokens_write(const char *path, const uint16_t *tokens, size_t n,
+                        char *err, size_t errlen)
+{
+    return tokens_write(path, tokens, n, 2, err, errlen);
+}
+
+int dtrain_tokens_write32(const char *path, const uint32_t *tokens, size_t n,
+                          char *err, size_t errlen)
+{
+    return tokens_write(path, tokens, n, 4, err, errlen);
 }
 
 int dtrain_tokens_batches(const struct dtrain_tokens *tok, int B, int T, uint64_t *nbatches,

@@ -63,6 +63,7 @@ expect_missing libpmi2-0-dev 'slurm/pmi2.h' ac_cv_header_slurm_pmi2_h=no
 expect_missing libpmi2-0-dev 'libpmi2' ac_cv_lib_pmi2_PMI2_Init=no
 expect_missing libhwloc-dev 'hwloc >= 2.5' PKG_CONFIG="$(without_module hwloc)"
 expect_missing libjansson-dev 'jansson' PKG_CONFIG="$(without_module jansson)"
+expect_missing libpcre2-dev 'libpcre2-8 >= 10.34' PKG_CONFIG="$(without_module libpcre2-8)"
 expect_missing libopenblas-dev 'OpenBLAS (cblas_sgemm)' PKG_CONFIG="$(without_module openblas)" \
   ac_cv_lib_openblas_cblas_sgemm=no
 expect_missing libopenblas-dev 'cblas.h' ac_cv_header_cblas_h=no

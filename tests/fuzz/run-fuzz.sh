@@ -24,7 +24,7 @@ top=$(cd "$here/../.." && pwd)
 seconds=${1:-20}
 shift $(( $# > 0 ? 1 : 0 ))
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject train_config ckpt tokens_llmc)
+[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject train_config ckpt tokens_llmc bpe)
 
 if ! command -v clang >/dev/null 2>&1; then
   echo "1..0 # SKIP clang is not installed (apt-get install clang libclang-rt-14-dev)"
@@ -61,9 +61,11 @@ sources() {
                         "$(pc --cflags --libs jansson)" ;;
     wire) echo "$here/fuzz_wire.c $top/runtime/comm/cpu/wire.c -I$top/runtime" ;;
     inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime" ;;
+    bpe) echo "$here/fuzz_bpe.c $top/runtime/data/dtrain_bpe.c $common_src -I$top/runtime -I$top/runtime/data" \
+              "$(pc --cflags --libs jansson libpcre2-8)" ;;
     train_config|ckpt|tokens_llmc)
       runtime_archive || return 2
-      echo "$here/fuzz_$1.c $runtime_inc $out/libdtrain-fuzz.a $(pc --cflags --libs jansson) -lopenblas -lm -lpthread -ldl" ;;
+      echo "$here/fuzz_$1.c $runtime_inc $out/libdtrain-fuzz.a $(pc --cflags --libs jansson libpcre2-8) -lopenblas -lm -lpthread -ldl" ;;
     *) return 1 ;;
   esac
 }
@@ -88,7 +90,7 @@ runtime_archive() {
     list+=("$src")
   done
   # shellcheck disable=SC2016,SC2086 # the sh -c script expands its own variables; flags are several words
-  if ! printf '%s\n' "${list[@]}" | CFL="${cflags/fuzzer,/fuzzer-no-link,} $runtime_inc $(pc --cflags jansson)" RT="$out/rt" \
+  if ! printf '%s\n' "${list[@]}" | CFL="${cflags/fuzzer,/fuzzer-no-link,} $runtime_inc $(pc --cflags jansson libpcre2-8)" RT="$out/rt" \
       xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c 'o="$RT/$(echo "$1" | tr / _).o"; clang $CFL -c "$1" -o "$o"' sh {} \
       >"$out/runtime.build.log" 2>&1 || ! ar rcs "$out/libdtrain-fuzz.a" "$out"/rt/*.o 2>>"$out/runtime.build.log"; then
     touch "$out/libdtrain-fuzz.failed"

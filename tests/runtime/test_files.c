@@ -336,6 +336,32 @@ static void test_shards(void)
     rmdir(sub);
 }
 
+/* dtrain_tokens_write32: llm.c's llama-3 layout, ids beyond uint16 read back. */
+static void test_token_files32(void)
+{
+    char err[512] = "";
+    struct dtrain_tokens *t = NULL;
+    uint32_t tok[300];
+    for (int i = 0; i < 300; i++)
+        tok[i] = 128000u + (uint32_t)i;
+    ok(dtrain_tokens_write32(in_dir("w32.bin"), tok, 300, err, sizeof err) == DTRAIN_OK &&
+       dtrain_tokens_open(in_dir("w32.bin"), &t, err, sizeof err) == DTRAIN_OK,
+       "write and open a uint32 token file");
+    if (t == NULL)
+        return;
+    ok(dtrain_tokens_count(t) == 300 && dtrain_tokens_max_id(t) == 128299, "uint32: count and largest id 128299");
+    int32_t in[20], tg[20];
+    dtrain_tokens_batch(t, 2, 10, DTRAIN_ORDER_SEQUENTIAL, 0, 1, in, tg);
+    ok(in[0] == 128020 && tg[19] == 128040, "uint32: batch 1 of 2 x 10 holds ids 128020 .. 128040");
+    dtrain_tokens_close(t);
+    FILE *f = fopen(in_dir("w32.bin"), "rb");
+    int32_t head[3] = {0};
+    ok(f != NULL && fread(head, sizeof head, 1, f) == 1 && head[0] == 20240801 && head[1] == 7 && head[2] == 300,
+       "uint32 header: magic 20240801, version 7, count");
+    if (f != NULL)
+        fclose(f);
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -343,11 +369,12 @@ int main(void)
     if (!ok(mkdtemp(dir) != NULL, "a temporary folder"))
         return tap_done();
     test_token_files();
+    test_token_files32();
     test_shards();
     test_llmc_files();
     test_resume_folders();
     static const char *const names[] = {"m.bin", "v.bin", "t.bin", "l.bin", "n.bin", "s.bin", "good.bin",
-                                        "ok.bin", "bad.bin", "c.ckpt", "bad.ckpt"};
+                                        "ok.bin", "bad.bin", "c.ckpt", "bad.ckpt", "w32.bin"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(in_dir(names[i]));
     rmdir(dir);
