@@ -161,9 +161,9 @@ static int flash_path(enum dtrain_kernels_precision prec, int HS)
 
 
 /* attention backward's scratch on one side; bails out when out of memory */
-static float *attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int HS)
+static float *attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS)
 {
-    float *s = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, NH, HS) * sizeof(float));
+    float *s = dtrain_k_alloc(k, dtrain_k_attention_scratch(k, B, T, NH, KVH, HS) * sizeof(float));
     if (s == NULL) {
         printf("Bail out! out of memory for the attention scratch\n");
         exit(1);
@@ -171,33 +171,124 @@ static float *attention_scratch(struct dtrain_kernels *k, int B, int T, int NH, 
     return s;
 }
 
-static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int B, int T, int NH, int HS)
+/* KVH < NH: grouped-query attention */
+static void test_attention(struct gpu_pair *p, const struct tolerances *tol, int B, int T, int NH, int KVH, int HS)
 {
-    size_t C = (size_t)NH * HS, N = (size_t)B * T, NA = (size_t)B * NH * T * T;
+    size_t C = (size_t)NH * HS, N = (size_t)B * T, NA = (size_t)B * NH * T * T, CQ = (size_t)(NH + 2 * KVH) * HS;
     int flash = flash_path(dtrain_kernels_precision(p->gpu), HS);
-    struct mirror qkv = mirror_random(p, N * 3 * C, 2.0f), out = mirror_poisoned(p, N * C);
+    struct mirror qkv = mirror_random(p, N * CQ, 2.0f), out = mirror_poisoned(p, N * C);
     struct mirror att = mirror_poisoned(p, NA);
-    dtrain_k_attention_forward(p->cpu, dtrain_tensor_f32(out.cpu), att.cpu, dtrain_tensor_f32(qkv.cpu), B, T, NH, NH, HS);
-    dtrain_k_attention_forward(p->gpu, dtrain_tensor_f32(out.gpu), att.gpu, dtrain_tensor_f32(qkv.gpu), B, T, NH, NH, HS);
-    CHECK_ERR(mirror_error(p, &out), tol->attn_fwd, tol, "attention forward out (B=%d T=%d NH=%d HS=%d, %s)", B, T,
-              NH, HS, flash ? "flash" : "exact");
+    dtrain_k_attention_forward(p->cpu, dtrain_tensor_f32(out.cpu), att.cpu, dtrain_tensor_f32(qkv.cpu), B, T, NH, KVH, HS);
+    dtrain_k_attention_forward(p->gpu, dtrain_tensor_f32(out.gpu), att.gpu, dtrain_tensor_f32(qkv.gpu), B, T, NH, KVH, HS);
+    CHECK_ERR(mirror_error(p, &out), tol->attn_fwd, tol, "attention forward out (B=%d T=%d NH=%d KVH=%d HS=%d, %s)", B,
+              T, NH, KVH, HS, flash ? "flash" : "exact");
     if (!flash)
         CHECK_ERR(mirror_error(p, &att), tol->attn_fwd, tol, "attention forward att (B=%d T=%d NH=%d HS=%d)", B, T,
                   NH, HS);
 
-    struct mirror dout = mirror_random(p, N * C, 1.0f), dqkv = mirror_poisoned(p, N * 3 * C);
-    float *s_cpu = attention_scratch(p->cpu, B, T, NH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, HS);
-    dtrain_k_attention_backward(p->cpu, dtrain_tensor_f32(dqkv.cpu), s_cpu, dtrain_tensor_f32(dout.cpu), dtrain_tensor_f32(qkv.cpu), dtrain_tensor_f32(out.cpu), att.cpu, B, T, NH, NH, HS);
-    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(dqkv.gpu), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, NH, HS);
-    CHECK_ERR(mirror_error(p, &dqkv), tol->attn_bwd, tol, "attention backward dqkv (=) (B=%d T=%d NH=%d HS=%d, %s)",
-              B, T, NH, HS, flash ? "flash" : "exact");
+    struct mirror dout = mirror_random(p, N * C, 1.0f), dqkv = mirror_poisoned(p, N * CQ);
+    float *s_cpu = attention_scratch(p->cpu, B, T, NH, KVH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, KVH, HS);
+    dtrain_k_attention_backward(p->cpu, dtrain_tensor_f32(dqkv.cpu), s_cpu, dtrain_tensor_f32(dout.cpu), dtrain_tensor_f32(qkv.cpu), dtrain_tensor_f32(out.cpu), att.cpu, B, T, NH, KVH, HS);
+    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(dqkv.gpu), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, KVH, HS);
+    CHECK_ERR(mirror_error(p, &dqkv), tol->attn_bwd, tol, "attention backward dqkv (=) (B=%d T=%d NH=%d KVH=%d HS=%d, %s)",
+              B, T, NH, KVH, HS, flash ? "flash" : "exact");
     float *again = gpu_clone(p, dqkv.gpu, dqkv.n);
-    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(again), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, NH, HS);
+    dtrain_k_attention_backward(p->gpu, dtrain_tensor_f32(again), s_gpu, dtrain_tensor_f32(dout.gpu), dtrain_tensor_f32(qkv.gpu), dtrain_tensor_f32(out.gpu), att.gpu, B, T, NH, KVH, HS);
     ok(gpu_same_bits(p, again, dqkv.gpu, dqkv.n), "[%s] attention backward gives the same bits twice", tol->name);
     dtrain_k_free(p->gpu, again);
     dtrain_k_free(p->cpu, s_cpu);
     dtrain_k_free(p->gpu, s_gpu);
     mirror_free(p, &qkv); mirror_free(p, &out); mirror_free(p, &att); mirror_free(p, &dout); mirror_free(p, &dqkv);
+}
+
+/* ------------------------------------------------------------------ Llama layers */
+
+/* Llama's RoPE frequencies for head size HS, on both sides */
+static struct mirror rope_freq(struct gpu_pair *p, int HS)
+{
+    struct mirror f = mirror_random(p, (size_t)HS / 2, 1.0f);
+    float *h = malloc((size_t)HS / 2 * sizeof(float));
+    if (h == NULL)
+        abort();
+    for (int i = 0; i < HS / 2; i++)
+        h[i] = (float)(1.0 / pow(500000.0, 2.0 * i / HS));
+    dtrain_k_upload(p->cpu, f.cpu, h, (size_t)HS / 2 * sizeof(float));
+    dtrain_k_upload(p->gpu, f.gpu, h, (size_t)HS / 2 * sizeof(float));
+    free(h);
+    return f;
+}
+
+/* RMS norm, RoPE and SwiGLU in fp32 (the RoPE of long rows: angles far
+ * past 2 pi; cosf and sinf within an ulp or two on either side). */
+static void test_llama(struct gpu_pair *p, const struct tolerances *tol, int N, int C, int T, int NH, int KVH,
+                       int HS, int F)
+{
+    struct mirror x = mirror_random(p, (size_t)N * C, 2.0f), w = mirror_random(p, (size_t)C, 1.0f);
+    struct mirror y = mirror_poisoned(p, (size_t)N * C), rstd = mirror_poisoned(p, (size_t)N);
+    dtrain_k_rmsnorm_forward(p->cpu, y.cpu, rstd.cpu, x.cpu, w.cpu, 1e-5f, N, C);
+    dtrain_k_rmsnorm_forward(p->gpu, y.gpu, rstd.gpu, x.gpu, w.gpu, 1e-5f, N, C);
+    CHECK_ERR(mirror_error(p, &y), tol->sums, tol, "rmsnorm forward out (N=%d C=%d)", N, C);
+    CHECK_ERR(mirror_error(p, &rstd), tol->sums, tol, "rmsnorm forward rstd");
+    struct mirror dy = mirror_random(p, (size_t)N * C, 1.0f), dx = mirror_random(p, (size_t)N * C, 0.5f);
+    struct mirror dw = mirror_random(p, (size_t)C, 0.5f);
+    float *dx0 = gpu_clone(p, dx.gpu, dx.n), *dw0 = gpu_clone(p, dw.gpu, dw.n);
+    dtrain_k_rmsnorm_backward(p->cpu, dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, rstd.cpu, N, C);
+    dtrain_k_rmsnorm_backward(p->gpu, dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, rstd.gpu, N, C);
+    CHECK_ERR(mirror_error(p, &dx), tol->sums, tol, "rmsnorm backward dinp (+=)");
+    CHECK_ERR(mirror_error(p, &dw), tol->sums, tol, "rmsnorm backward dweight (+=)");
+    dtrain_k_rmsnorm_backward(p->gpu, dx0, dw0, dy.gpu, x.gpu, w.gpu, rstd.gpu, N, C);
+    ok(gpu_same_bits(p, dx0, dx.gpu, dx.n) && gpu_same_bits(p, dw0, dw.gpu, dw.n),
+       "[%s] rmsnorm backward gives the same bits twice", tol->name);
+    dtrain_k_free(p->gpu, dx0); dtrain_k_free(p->gpu, dw0);
+
+    int B = N / T;
+    size_t nq = (size_t)B * T * (NH + 2 * KVH) * HS;
+    struct mirror f = rope_freq(p, HS), q = mirror_random(p, nq, 2.0f);
+    dtrain_k_rope_forward(p->cpu, dtrain_tensor_f32(q.cpu), f.cpu, B, T, NH, KVH, HS);
+    dtrain_k_rope_forward(p->gpu, dtrain_tensor_f32(q.gpu), f.gpu, B, T, NH, KVH, HS);
+    CHECK_ERR(mirror_error(p, &q), tol->sums, tol, "rope forward (B=%d T=%d NH=%d KVH=%d HS=%d)", B, T, NH, KVH, HS);
+    dtrain_k_rope_backward(p->cpu, dtrain_tensor_f32(q.cpu), f.cpu, B, T, NH, KVH, HS);
+    dtrain_k_rope_backward(p->gpu, dtrain_tensor_f32(q.gpu), f.gpu, B, T, NH, KVH, HS);
+    CHECK_ERR(mirror_error(p, &q), tol->sums, tol, "rope backward");
+
+    struct mirror h = mirror_random(p, (size_t)N * 2 * F, 6.0f), o = mirror_poisoned(p, (size_t)N * F);
+    struct mirror d = mirror_random(p, (size_t)N * F, 1.0f), dh = mirror_poisoned(p, (size_t)N * 2 * F);
+    dtrain_k_swiglu_forward(p->cpu, dtrain_tensor_f32(o.cpu), dtrain_tensor_f32(h.cpu), N, F);
+    dtrain_k_swiglu_forward(p->gpu, dtrain_tensor_f32(o.gpu), dtrain_tensor_f32(h.gpu), N, F);
+    CHECK_ERR(mirror_error(p, &o), fmax(tol->exact, 5e-6), tol, "swiglu forward (N=%d F=%d)", N, F);
+    dtrain_k_swiglu_backward(p->cpu, dtrain_tensor_f32(dh.cpu), dtrain_tensor_f32(h.cpu), dtrain_tensor_f32(d.cpu), N, F);
+    dtrain_k_swiglu_backward(p->gpu, dtrain_tensor_f32(dh.gpu), dtrain_tensor_f32(h.gpu), dtrain_tensor_f32(d.gpu), N, F);
+    CHECK_ERR(mirror_error(p, &dh), fmax(tol->exact, 5e-6), tol, "swiglu backward (=)");
+    struct mirror *all[] = {&x, &w, &y, &rstd, &dy, &dx, &dw, &f, &q, &h, &o, &d, &dh};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        mirror_free(p, all[i]);
+}
+
+/* RoPE and SwiGLU on bf16 operands. */
+static void test_llama_typed(struct gpu_pair *p, const struct tolerances *tol, int B, int T, int NH, int KVH, int HS,
+                             int N, int F)
+{
+    const enum dtrain_dtype bf = DTRAIN_BF16;
+    size_t nq = (size_t)B * T * (NH + 2 * KVH) * HS;
+    struct mirror f = rope_freq(p, HS);
+    struct tmirror q = tmirror_random(p, bf, nq, 2.0f);
+    dtrain_k_rope_forward(p->cpu, tmirror_cpu(&q), f.cpu, B, T, NH, KVH, HS);
+    dtrain_k_rope_forward(p->gpu, tmirror_gpu(&q), f.gpu, B, T, NH, KVH, HS);
+    CHECK_ERR(tmirror_error(p, &q), tol->typed_bf16, tol, "typed rope forward bf16 (B=%d T=%d NH=%d KVH=%d HS=%d)", B,
+              T, NH, KVH, HS);
+    dtrain_k_rope_backward(p->cpu, tmirror_cpu(&q), f.cpu, B, T, NH, KVH, HS);
+    dtrain_k_rope_backward(p->gpu, tmirror_gpu(&q), f.gpu, B, T, NH, KVH, HS);
+    CHECK_ERR(tmirror_error(p, &q), tol->typed_bf16, tol, "typed rope backward bf16");
+    struct tmirror h = tmirror_random(p, bf, (size_t)N * 2 * F, 6.0f), o = tmirror_poisoned(p, bf, (size_t)N * F);
+    struct tmirror d = tmirror_random(p, bf, (size_t)N * F, 1.0f), dh = tmirror_poisoned(p, bf, (size_t)N * 2 * F);
+    dtrain_k_swiglu_forward(p->cpu, tmirror_cpu(&o), tmirror_cpu(&h), N, F);
+    dtrain_k_swiglu_forward(p->gpu, tmirror_gpu(&o), tmirror_gpu(&h), N, F);
+    CHECK_ERR(tmirror_error(p, &o), tol->typed_bf16, tol, "typed swiglu forward bf16 (N=%d F=%d)", N, F);
+    dtrain_k_swiglu_backward(p->cpu, tmirror_cpu(&dh), tmirror_cpu(&h), tmirror_cpu(&d), N, F);
+    dtrain_k_swiglu_backward(p->gpu, tmirror_gpu(&dh), tmirror_gpu(&h), tmirror_gpu(&d), N, F);
+    CHECK_ERR(tmirror_error(p, &dh), tol->typed_bf16, tol, "typed swiglu backward bf16 (=)");
+    mirror_free(p, &f);
+    tmirror_free(p, &q); tmirror_free(p, &h); tmirror_free(p, &o); tmirror_free(p, &d); tmirror_free(p, &dh);
 }
 
 /* ------------------------------------------------------------------ elementwise */
@@ -443,38 +534,41 @@ static void test_matmul_typed(struct gpu_pair *p, const struct tolerances *tol, 
 }
 
 /* Attention on bf16 qkv, out, dout, dqkv (the model's in bf16 precision). */
-static void test_attention_typed(struct gpu_pair *p, const struct tolerances *tol, int B, int T, int NH, int HS)
+static void test_attention_typed(struct gpu_pair *p, const struct tolerances *tol, int B, int T, int NH, int KVH,
+                                 int HS)
 {
     const enum dtrain_dtype bf = DTRAIN_BF16;
-    size_t C = (size_t)NH * HS, N = (size_t)B * T;
+    size_t C = (size_t)NH * HS, N = (size_t)B * T, CQ = (size_t)(NH + 2 * KVH) * HS;
     int flash = flash_path(dtrain_kernels_precision(p->gpu), HS);
-    size_t na_cpu = dtrain_k_attention_saved(p->cpu, B, T, NH, NH, HS), na_gpu = dtrain_k_attention_saved(p->gpu, B, T, NH, NH, HS);
+    size_t na_cpu = dtrain_k_attention_saved(p->cpu, B, T, NH, KVH, HS), na_gpu = dtrain_k_attention_saved(p->gpu, B, T, NH, KVH, HS);
     size_t want = (size_t)B * NH * T * (flash ? 1 : (size_t)T);
     ok(na_gpu == want, "[%s] attention_saved (B=%d T=%d NH=%d HS=%d, %s): %zu floats, want %zu", tol->name, B, T, NH,
        HS, flash ? "flash: the log-sum-exps" : "exact: the probabilities", na_gpu, want);
-    struct tmirror qkv = tmirror_random(p, bf, N * 3 * C, 2.0f), out = tmirror_poisoned(p, bf, N * C);
+    struct tmirror qkv = tmirror_random(p, bf, N * CQ, 2.0f), out = tmirror_poisoned(p, bf, N * C);
     struct mirror att = mirror_poisoned(p, na_cpu > na_gpu ? na_cpu : na_gpu);
-    dtrain_k_attention_forward(p->cpu, tmirror_cpu(&out), att.cpu, tmirror_cpu(&qkv), B, T, NH, NH, HS);
-    dtrain_k_attention_forward(p->gpu, tmirror_gpu(&out), att.gpu, tmirror_gpu(&qkv), B, T, NH, NH, HS);
+    dtrain_k_attention_forward(p->cpu, tmirror_cpu(&out), att.cpu, tmirror_cpu(&qkv), B, T, NH, KVH, HS);
+    dtrain_k_attention_forward(p->gpu, tmirror_gpu(&out), att.gpu, tmirror_gpu(&qkv), B, T, NH, KVH, HS);
     CHECK_ERR(tmirror_error(p, &out), flash ? tol->attn_fwd : tol->typed_bf16, tol,
-              "typed attention forward out bf16 <- qkv bf16 (B=%d T=%d NH=%d HS=%d, %s)", B, T, NH, HS,
+              "typed attention forward out bf16 <- qkv bf16 (B=%d T=%d NH=%d KVH=%d HS=%d, %s)", B, T, NH,
+              KVH, HS,
               flash ? "flash" : "exact");
     if (!flash)
         CHECK_ERR(mirror_error(p, &att), tol->typed_f32, tol, "typed attention forward att (fp32 probabilities)");
 
-    struct tmirror dout = tmirror_random(p, bf, N * C, 1.0f), dqkv = tmirror_poisoned(p, bf, N * 3 * C);
-    float *s_cpu = attention_scratch(p->cpu, B, T, NH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, HS);
+    struct tmirror dout = tmirror_random(p, bf, N * C, 1.0f), dqkv = tmirror_poisoned(p, bf, N * CQ);
+    float *s_cpu = attention_scratch(p->cpu, B, T, NH, KVH, HS), *s_gpu = attention_scratch(p->gpu, B, T, NH, KVH, HS);
     dtrain_k_attention_backward(p->cpu, tmirror_cpu(&dqkv), s_cpu, tmirror_cpu(&dout), tmirror_cpu(&qkv),
-                                tmirror_cpu(&out), att.cpu, B, T, NH, NH, HS);
+                                tmirror_cpu(&out), att.cpu, B, T, NH, KVH, HS);
     dtrain_k_attention_backward(p->gpu, tmirror_gpu(&dqkv), s_gpu, tmirror_gpu(&dout), tmirror_gpu(&qkv),
-                                tmirror_gpu(&out), att.gpu, B, T, NH, NH, HS);
+                                tmirror_gpu(&out), att.gpu, B, T, NH, KVH, HS);
     CHECK_ERR(tmirror_error(p, &dqkv), flash ? tol->attn_bwd : tol->typed_bf16, tol,
-              "typed attention backward dqkv bf16 (=) (B=%d T=%d NH=%d HS=%d, %s)", B, T, NH, HS,
+              "typed attention backward dqkv bf16 (=) (B=%d T=%d NH=%d KVH=%d HS=%d, %s)", B, T, NH,
+              KVH, HS,
               flash ? "flash" : "exact");
     size_t bytes = dqkv.n * 2;
     void *again = gpu_clone_bytes(p, dqkv.gpu, bytes);
     dtrain_k_attention_backward(p->gpu, dtrain_tensor_of(bf, again), s_gpu, tmirror_gpu(&dout), tmirror_gpu(&qkv),
-                                tmirror_gpu(&out), att.gpu, B, T, NH, NH, HS);
+                                tmirror_gpu(&out), att.gpu, B, T, NH, KVH, HS);
     ok(gpu_same_bytes(p, again, dqkv.gpu, bytes), "[%s] typed attention backward gives the same bits twice",
        tol->name);
     dtrain_k_free(p->gpu, again);
@@ -526,12 +620,15 @@ static void run_typed(uint64_t seed, enum dtrain_kernels_precision prec, const s
     test_matmul_typed(&p, tol, 512, 3072, 768, f32, bf, 1);  /* MLP projection */
     test_matmul_typed(&p, tol, 37, 50, 33, bf, bf, 1);       /* odd sizes, both bf16 */
     test_matmul_typed(&p, tol, 64, 128, 1000, bf, f32, 0);   /* no bias */
-    test_attention_typed(&p, tol, 2, 256, 4, 64);
-    test_attention_typed(&p, tol, 2, 100, 3, 32);            /* a partial last tile */
-    test_attention_typed(&p, tol, 2, 48, 2, 64);             /* T <= HS */
-    test_attention_typed(&p, tol, 1, 40, 2, 24);             /* exact in every precision */
+    test_attention_typed(&p, tol, 2, 256, 4, 4, 64);
+    test_attention_typed(&p, tol, 2, 100, 3, 3, 32);            /* a partial last tile */
+    test_attention_typed(&p, tol, 2, 48, 2, 2, 64);             /* T <= HS */
+    test_attention_typed(&p, tol, 1, 40, 2, 2, 24);             /* exact in every precision */
     test_attention_saved(&p, tol);
     test_gelu_typed(&p, tol);
+    test_attention_typed(&p, tol, 2, 100, 4, 2, 32);         /* grouped-query (flash in bf16) */
+    test_attention_typed(&p, tol, 1, 40, 4, 1, 24);          /* grouped-query, exact */
+    test_llama_typed(&p, tol, 2, 70, 4, 2, 64, 100, 200);
     ok(gpu_error(&p) == 0, "[%s] no CUDA error recorded (typed operands)", tol->name);
     gpu_pair_close(&p);
 }
@@ -549,12 +646,17 @@ static void run_precision(uint64_t seed, enum dtrain_kernels_precision prec, con
     test_matmul(&p, tol, 512, 3072, 768, 1, 1);  /* MLP projection */
     test_matmul(&p, tol, 37, 50, 33, 1, 0);      /* odd sizes, unaligned rows; no dinp */
     test_matmul(&p, tol, 64, 128, 1000, 0, 1);   /* no bias (LM head) */
-    test_attention(&p, tol, 2, 256, 4, 64);      /* flash in bf16, 4 full tiles */
-    test_attention(&p, tol, 2, 100, 3, 32);      /* a partial last tile */
-    test_attention(&p, tol, 1, 192, 2, 128);
-    test_attention(&p, tol, 2, 80, 2, 16);
-    test_attention(&p, tol, 1, 40, 2, 24);       /* head size the flash kernels do not take */
-    test_attention(&p, tol, 2, 48, 2, 64);       /* T <= HS, one partial tile: flash in bf16 too */
+    test_attention(&p, tol, 2, 256, 4, 4, 64);      /* flash in bf16, 4 full tiles */
+    test_attention(&p, tol, 2, 100, 3, 3, 32);      /* a partial last tile */
+    test_attention(&p, tol, 1, 192, 2, 2, 128);
+    test_attention(&p, tol, 2, 80, 2, 2, 16);
+    test_attention(&p, tol, 1, 40, 2, 2, 24);       /* head size the flash kernels do not take */
+    test_attention(&p, tol, 2, 48, 2, 2, 64);       /* T <= HS, one partial tile: flash in bf16 too */
+    test_attention(&p, tol, 2, 100, 4, 2, 32);   /* grouped-query: flash in bf16 */
+    test_attention(&p, tol, 2, 48, 8, 1, 64);    /* one kv head */
+    test_attention(&p, tol, 1, 40, 4, 2, 24);    /* grouped-query, exact in every precision */
+    test_llama(&p, tol, 512, 768, 128, 8, 2, 64, 1000);
+    test_llama(&p, tol, 37, 100, 37, 2, 1, 16, 33);
     test_elementwise(&p, tol);
     test_xent(&p, tol, 64, 50257, 50304);        /* GPT-2's vocabulary */
     test_xent(&p, tol, 33, 1000, 1000);
