@@ -24,7 +24,7 @@ top=$(cd "$here/../.." && pwd)
 seconds=${1:-20}
 shift $(( $# > 0 ? 1 : 0 ))
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject train_config ckpt tokens_llmc)
+[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject train_config ckpt tokens_llmc hf)
 
 if ! command -v clang >/dev/null 2>&1; then
   echo "1..0 # SKIP clang is not installed (apt-get install clang libclang-rt-14-dev)"
@@ -61,7 +61,7 @@ sources() {
                         "$(pc --cflags --libs jansson)" ;;
     wire) echo "$here/fuzz_wire.c $top/runtime/comm/cpu/wire.c -I$top/runtime" ;;
     inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime" ;;
-    train_config|ckpt|tokens_llmc)
+    train_config|ckpt|tokens_llmc|hf)
       runtime_archive || return 2
       echo "$here/fuzz_$1.c $runtime_inc $out/libdtrain-fuzz.a $(pc --cflags --libs jansson) -lopenblas -lm -lpthread -ldl" ;;
     *) return 1 ;;
