@@ -46,13 +46,14 @@ size_t dtrain_hf_dtype_size(enum dtrain_hf_dtype t)
     return t == DTRAIN_HF_F32 ? 4 : 2;
 }
 
-/* IEEE half to float, exactly: subnormals normalised, inf and NaN kept
- * (sign and payload). */
+/* IEEE half to float, exactly: subnormals normalised, inf kept, a NaN
+ * keeps its sign and payload and comes out quiet (as the hardware's
+ * conversion, and so torch's, does). */
 static float f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
     if (exp == 0x1f)
-        u = sign | 0x7f800000u | (man << 13);
+        u = sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0);
     else if (exp != 0)
         u = sign | ((exp + 112) << 23) | (man << 13);
     else if (man == 0)

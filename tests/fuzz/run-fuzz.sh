@@ -24,7 +24,7 @@ top=$(cd "$here/../.." && pwd)
 seconds=${1:-20}
 shift $(( $# > 0 ? 1 : 0 ))
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject train_config ckpt tokens_llmc bpe)
+[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire inject train_config ckpt tokens_llmc bpe hf)
 
 if ! command -v clang >/dev/null 2>&1; then
   echo "1..0 # SKIP clang is not installed (apt-get install clang libclang-rt-14-dev)"
@@ -63,7 +63,7 @@ sources() {
     inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime" ;;
     bpe) echo "$here/fuzz_bpe.c $top/runtime/data/dtrain_bpe.c $common_src -I$top/runtime -I$top/runtime/data" \
               "$(pc --cflags --libs jansson libpcre2-8)" ;;
-    train_config|ckpt|tokens_llmc)
+    train_config|ckpt|tokens_llmc|hf)
       runtime_archive || return 2
       echo "$here/fuzz_$1.c $runtime_inc $out/libdtrain-fuzz.a $(pc --cflags --libs jansson libpcre2-8) -lopenblas -lm -lpthread -ldl" ;;
     *) return 1 ;;
