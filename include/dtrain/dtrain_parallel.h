@@ -226,6 +226,10 @@ struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t); /* it
  * (host, dtrain_ptrainer_shard()->count floats).  With ZeRO-3 they are
  * gathered from the DP ranks' shares: every DP rank must call it. */
 int dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, float *local, char *err, size_t errlen);
+/* This rank's gradients of the last step (the mean loss's, reduced over
+ * DP, before clipping), in the same layout, into local.  DTRAIN_ERR_INPUT
+ * with ZeRO-2 and -3, whose ranks keep only their share of them. */
+int dtrain_ptrainer_local_grads(struct dtrain_ptrainer *t, float *local, char *err, size_t errlen);
 
 /* The whole model's parameters (host, dtrain_model_param_count floats), put
  * together on WORLD rank 0 from the TP and PP shards of DP rank 0

@@ -196,6 +196,9 @@ long dtrain_trainer_steps_done(const struct dtrain_trainer *t);
  * order, dtrain_gpt2.h). */
 size_t dtrain_trainer_num_params(const struct dtrain_trainer *t);
 int dtrain_trainer_params(struct dtrain_trainer *t, float *whole, char *err, size_t errlen);
+/* The gradients of the last step's mean loss (before clipping), a host
+ * copy in the same order. */
+int dtrain_trainer_grads(struct dtrain_trainer *t, float *whole, char *err, size_t errlen);
 
 /* One training step: next batch, forward, backward, clip, AdamW. */
 int dtrain_trainer_step(struct dtrain_trainer *t, struct dtrain_step_result *r,

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,9 +137,13 @@ static int read_arch(struct reader *r, struct dtrain_hf_config *c)
 /* bos_token_id, eos_token_id (an id or a list of ids), dtype. */
 static int read_common(struct reader *r, struct dtrain_hf_config *c)
 {
+    /* ids outside the vocabulary (GPT2Config keeps 50256 whatever vocab_size
+     * is) are metadata dtrain never uses: dropped, not refused */
     c->bos_token_id = -1;
-    if (get_int(r, r->root, "bos_token_id", 0, c->vocab_size - 1, 0, &c->bos_token_id) != 0)
+    if (get_int(r, r->root, "bos_token_id", 0, INT32_MAX, 0, &c->bos_token_id) != 0)
         return -1;
+    if (c->bos_token_id >= c->vocab_size)
+        c->bos_token_id = -1;
     json_t *eos = json_object_get(r->root, "eos_token_id");
     size_t n = json_is_array(eos) ? json_array_size(eos) : eos != NULL && !json_is_null(eos) ? 1 : 0;
     if (n > DTRAIN_HF_MAX_EOS) {
@@ -148,11 +153,12 @@ static int read_common(struct reader *r, struct dtrain_hf_config *c)
     }
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= c->vocab_size) {
-            snprintf(r->err, r->errlen, "%s: \"eos_token_id\" must be ids in [0, %d)", r->what, c->vocab_size);
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            snprintf(r->err, r->errlen, "%s: \"eos_token_id\" must be non-negative ids", r->what);
             return -1;
         }
-        c->eos_token_id[c->n_eos++] = (long)json_integer_value(v);
+        if (json_integer_value(v) < c->vocab_size)
+            c->eos_token_id[c->n_eos++] = (long)json_integer_value(v);
     }
     json_t *dt = json_object_get(r->root, "dtype");
     if (dt == NULL || json_is_null(dt))

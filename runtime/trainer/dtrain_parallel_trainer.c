@@ -375,6 +375,16 @@ int dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, float *local, char *
     return DTRAIN_OK;
 }
 
+int dtrain_ptrainer_local_grads(struct dtrain_ptrainer *t, float *local, char *err, size_t errlen)
+{
+    if (t->cfg.zero_stage >= 2) {
+        snprintf(err, errlen, "with ZeRO stage %d each rank keeps only its share of the gradients", t->cfg.zero_stage);
+        return DTRAIN_ERR_INPUT;
+    }
+    dtrain_k_download(t->k, local, dtrain_stage_grads(t->stage), t->shard.count * sizeof(float));
+    return DTRAIN_OK;
+}
+
 /* The most parameters of one gradient unit but wte. */
 static size_t largest_unit(const struct dtrain_shard *s)
 {

@@ -81,6 +81,12 @@ int dtrain_trainer_params(struct dtrain_trainer *t, float *whole, char *err, siz
     return dtrain_ptrainer_gather_params(t->pt, whole, err, errlen);
 }
 
+int dtrain_trainer_grads(struct dtrain_trainer *t, float *whole, char *err, size_t errlen)
+{
+    /* one process: the shard is the whole model, in its order */
+    return dtrain_ptrainer_local_grads(t->pt, whole, err, errlen);
+}
+
 int dtrain_trainer_step(struct dtrain_trainer *t, struct dtrain_step_result *r, char *err, size_t errlen)
 {
     struct dtrain_pstep_result pr;

@@ -326,7 +326,7 @@ static void test_config(void)
         {"rope_parameters", "{\"rope_type\": \"llama3\", \"factor\": 0.5, \"low_freq_factor\": 1,"
          " \"high_freq_factor\": 4, \"original_max_position_embeddings\": 8}", "factor >= 1"},
         {"sliding_window", "4096", "sliding_window"},
-        {"eos_token_id", "100", "eos_token_id"},
+        {"eos_token_id", "-1", "eos_token_id"},
         {"architectures", "[\"BertModel\"]", "architecture BertModel"},
         {"model_type", "\"gpt2\"", "architecture LlamaForCausalLM (model_type gpt2)"},
         {"vocab_size", "\"100\"", "vocab_size"},
