@@ -4,6 +4,8 @@
   hf_models.py make ARCH DIR TOKENS      a small random ARCH (llama, gpt2)
                                          saved by save_pretrained, and a
                                          token file in llm.c's layout
+  hf_models.py losses DIR TOKENS STEPS B T LR WD
+      PyTorch's losses of that training, one a line
   hf_models.py check DIR TOKENS OUT STEPS B T LR WD [LOSSES...]
       trains DIR's model as dtrain does (sequential batches, AdamW of
       dtrain's defaults, constant LR, no clipping) and prints one line per
@@ -93,8 +95,9 @@ def metrics_losses(path):
     return [json.loads(line)["loss"] for line in open(path) if '"loss"' in line]
 
 
-def check(model_dir, tokens, out, steps, B, T, lr, wd, extra):
-    from safetensors import safe_open
+def reference(model_dir, tokens, steps, B, T, lr, wd):
+    """PyTorch's training of the folder's model as dtrain trains it: the
+    losses, and the first step's gradients by name."""
     model, _ = load(model_dir)
     batch = batches(tokens, B, T)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
@@ -108,6 +111,12 @@ def check(model_dir, tokens, out, steps, B, T, lr, wd, extra):
             grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
         opt.step()
         opt.zero_grad()
+    return losses, grads, batch
+
+
+def check(model_dir, tokens, out, steps, B, T, lr, wd, extra):
+    from safetensors import safe_open
+    losses, grads, batch = reference(model_dir, tokens, steps, B, T, lr, wd)
     mine, val = dtrain_out(f"{out}/hf_train.out")
     print("first_loss", abs(mine[0] - losses[0]))
     worst = 0.0
@@ -136,6 +145,10 @@ def check(model_dir, tokens, out, steps, B, T, lr, wd, extra):
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "losses":
+        a = sys.argv[2:]
+        for v in reference(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), float(a[5]), float(a[6]))[0]:
+            print(repr(v))
     else:
         a = sys.argv[2:]
         check(a[0], a[1], a[2], int(a[3]), int(a[4]), int(a[5]), float(a[6]), float(a[7]), a[8:])
