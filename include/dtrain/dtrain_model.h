@@ -66,6 +66,11 @@ struct dtrain_model_config {
     int rope_original_max_positions;
 };
 
+/* One line's words for the model, e.g. "L=4 C=64 NH=4 V=256 (padded 256)
+ * maxT=32" (GPT-2) or "llama L=4 C=64 NH=4 KVH=2 F=90 V=200 (padded 256)
+ * maxT=64, untied head"; truncated to len. */
+void dtrain_model_describe(const struct dtrain_model_config *c, char *buf, size_t len);
+
 /* The effective KVH (NH for GPT-2) and F (4C for GPT-2) of c. */
 int dtrain_model_kv_heads(const struct dtrain_model_config *c);
 int dtrain_model_mlp_width(const struct dtrain_model_config *c);

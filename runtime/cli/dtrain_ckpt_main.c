@@ -94,10 +94,10 @@ int main(int argc, char **argv)
             free(m.params);
             return rc == DTRAIN_ERR_INPUT ? 2 : 1;
         }
-        printf("%s: step %" PRIu64 " (written by T=%d P=%d D=%d) exported to %s: L=%d C=%d NH=%d V=%d (padded %d) "
-               "maxT=%d, %zu parameters\n", m.path, m.step, m.writer.tp, m.writer.pp, m.writer.dp, argv[3],
-               m.model.num_layers, m.model.channels, m.model.num_heads, m.model.vocab_size,
-               m.model.padded_vocab_size, m.model.max_seq_len, dtrain_model_param_count(&m.model));
+        char words[160];
+        dtrain_model_describe(&m.model, words, sizeof words);
+        printf("%s: step %" PRIu64 " (written by T=%d P=%d D=%d) exported to %s: %s, %zu parameters\n", m.path,
+               m.step, m.writer.tp, m.writer.pp, m.writer.dp, argv[3], words, dtrain_model_param_count(&m.model));
         free(m.params);
         return 0;
     }
@@ -138,13 +138,13 @@ int main(int argc, char **argv)
             if (in.state == DTRAIN_SCKPT_BAD_MANIFEST) {
                 printf("%s: the manifest does not read: %s\n", in.path, in.why);
             } else {
+                char words[160];
+                dtrain_model_describe(&r->model, words, sizeof words);
                 printf("checkpoint %s\n  step %" PRIu64 ", next data batch %" PRIu64 "\n"
-                       "  model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %" PRIu64 " parameters\n"
+                       "  model %s, %" PRIu64 " parameters\n"
                        "  written by T=%d P=%d D=%d (%d rank%s), ZeRO-1 %s; batch %d x %d, %s data (seed %" PRIu64
                        "), model seed %" PRIu64 "\n  %d shards, %" PRIu64 " bytes:\n",
-                       in.path, in.step, in.data_batches, r->model.num_layers, r->model.channels,
-                       r->model.num_heads, r->model.vocab_size, r->model.padded_vocab_size, r->model.max_seq_len,
-                       in.nparams, in.writer.tp, in.writer.pp, in.writer.dp, in.writer.world_size,
+                       in.path, in.step, in.data_batches, words, in.nparams, in.writer.tp, in.writer.pp, in.writer.dp, in.writer.world_size,
                        in.writer.world_size == 1 ? "" : "s", in.writer.zero1 ? "on" : "off", r->batch, r->seq,
                        r->data_order == DTRAIN_ORDER_SHUFFLED ? "shuffled" : "sequential", r->data_seed, r->seed,
                        in.nshards, in.bytes);

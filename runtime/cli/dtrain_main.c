@@ -47,9 +47,11 @@ static void print_header(const char *prog, const struct dtrain_train_config *c,
                          const struct dtrain_bootstrap *bs, int launched, const struct dtrain_ptrainer *t)
 {
     const struct dtrain_model_config *m = &c->model;
-    printf("%s: model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters%s%s\n", prog,
-           m->num_layers, m->channels, m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len,
-           dtrain_model_param_count(m), c->init_llmc[0] ? ", from " : "", c->init_llmc);
+    char words[160];
+    const char *from = c->init_hf[0] ? c->init_hf : c->init_llmc;
+    dtrain_model_describe(m, words, sizeof words);
+    printf("%s: model %s, %zu parameters%s%s\n", prog, words, dtrain_model_param_count(m), from[0] ? ", from " : "",
+           from);
     if (launched) /* one process has no layout to tell */
         printf("%s: layout T=%d P=%d D=%d (%d rank%s), %d micro-batch%s of %d x %d per rank, ZeRO stage %d, "
                "gradient buckets of %.3g MB%s\n", prog, bs->tp, bs->pp, bs->dp, bs->world_size,

@@ -45,6 +45,18 @@ int dtrain_model_mlp_width(const struct dtrain_model_config *c)
     return c->family == DTRAIN_FAMILY_LLAMA ? c->intermediate_size : 4 * c->channels;
 }
 
+void dtrain_model_describe(const struct dtrain_model_config *c, char *buf, size_t len)
+{
+    if (c->family == DTRAIN_FAMILY_GPT2)
+        snprintf(buf, len, "L=%d C=%d NH=%d V=%d (padded %d) maxT=%d", c->num_layers, c->channels, c->num_heads,
+                 c->vocab_size, c->padded_vocab_size, c->max_seq_len);
+    else
+        snprintf(buf, len, "%s L=%d C=%d NH=%d KVH=%d F=%d V=%d (padded %d) maxT=%d%s",
+                 dtrain_model_family_name(c->family), c->num_layers, c->channels, c->num_heads,
+                 dtrain_model_kv_heads(c), dtrain_model_mlp_width(c), c->vocab_size, c->padded_vocab_size,
+                 c->max_seq_len, c->untied_head ? ", untied head" : "");
+}
+
 static int check_range(const char *what, int v, int max, char *err, size_t errlen)
 {
     if (v < 1 || v > max) {
