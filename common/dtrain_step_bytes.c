@@ -39,18 +39,35 @@ static double pad(double n, int D)
     return (double)((f + D - 1) / D * D);
 }
 
+/* A layer's parameters held by one of T ranks: GPT-2's qkv (3C^2 + 3C),
+ * attproj C^2, fc (4C^2 + 4C), fcproj 4C^2 split over T, its LayerNorms
+ * (4C) and the two row-parallel biases (2C) whole; another family's sizes
+ * as given. */
+static double layer_params(const struct dtrain_model_size *m, double C, int T)
+{
+    double split = m->layer_split > 0 ? m->layer_split : 12.0 * C * C + 7.0 * C;
+    return split / T + (m->layer_whole > 0 ? m->layer_whole : 6.0 * C);
+}
+
+static double final_norm(const struct dtrain_model_size *m, double C)
+{
+    return m->final_norm > 0 ? m->final_norm : 2.0 * C;
+}
+
 double dtrain_explain_stage_params(const struct dtrain_model_size *m, int T, int P, int stage)
 {
     double C = (double)m->hidden, nl = (double)(m->layers / P), maxT = max_seq(m);
-    /* a layer: qkv (3C^2 + 3C), attproj C^2, fc (4C^2 + 4C), fcproj 4C^2 split
-     * over T; LayerNorms (4C) and the two row-parallel biases (2C) whole */
-    double n = nl * ((12.0 * C * C + 7.0 * C) / T + 6.0 * C);
-    if (stage == 0 || stage == P - 1)
-        n += padded_vocab(m, T) / T * C; /* wte: stage 0 and the last hold twin copies */
-    if (stage == 0)
+    double wte = padded_vocab(m, T) / T * C;
+    int first = stage == 0, last = stage == P - 1;
+    double n = nl * layer_params(m, C, T);
+    if (first || last)
+        n += wte; /* wte: stage 0 and the last hold twin copies (untied: the last its own head) */
+    if (first && last && m->untied_head)
+        n += wte; /* one stage: wte and the untied head */
+    if (first && !m->no_wpe)
         n += maxT * C; /* wpe */
-    if (stage == P - 1)
-        n += 2.0 * C; /* the final LayerNorm */
+    if (last)
+        n += final_norm(m, C);
     return n;
 }
 
@@ -76,15 +93,17 @@ double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int 
             per += (sp ? 3.0 : 2.0) * t1 * X * ab            /* LM head input (gradient) */
                    + (t1 * T * N + 2.0 * t1 * 2.0 * N) * 4.0; /* loss: row maxima, sums (fp32) */
         bytes = mb * per;
-        if (sp) /* LayerNorm weight gradient sums */
-            bytes += (m->zero_stage == 3 ? mb : 1.0) * (4.0 * nl + (last ? 2.0 : 0.0)) * 2.0 * t1 * C * gb;
+        if (sp) /* norm weight gradient sums */
+            bytes += (m->zero_stage == 3 ? mb : 1.0) *
+                     ((m->norm_vectors > 0 ? m->norm_vectors : 4.0) * nl + (last ? final_norm(m, C) / C : 0.0)) *
+                     2.0 * t1 * C * gb;
         break;
     }
     case DTRAIN_EXPLAIN_PP:
         if (P > 1) {
             double act = sp ? X / T : X;
             bytes = 2.0 * ((double)P * v - 1.0) * mb * act * ab      /* activations forward, gradients back */
-                    + 2.0 * padded_vocab(m, T) / T * C * gb;         /* the tied embedding's gradient swap */
+                    + (m->untied_head ? 0.0 : 2.0 * padded_vocab(m, T) / T * C * gb); /* the tied embedding's swap */
         }
         break;
     case DTRAIN_EXPLAIN_DP: {
@@ -97,10 +116,12 @@ double dtrain_explain_group_bytes(const struct dtrain_model_size *m, int T, int 
          * forward and again for the backward (wte by the embedding and by
          * the head), the gradients of all but wte reduce-scattered at each
          * backward, wte's once per step */
-        double layer = pad((12.0 * C * C + 7.0 * C) / T + 6.0 * C, D);
-        double wte = pad(padded_vocab(m, T) / T * C, D), wpe = pad(max_seq(m) * C, D), head = pad(2.0 * C, D);
-        double per = 3.0 * nl * layer + (first ? 2.0 * wte + 3.0 * wpe : 0) + (last ? 3.0 * head + 2.0 * wte : 0);
-        bytes = (D - 1.0) * (mb * per + (first || last ? wte : 0)) * gb;
+        double layer = pad(layer_params(m, C, T), D), vocab = padded_vocab(m, T) / T * C, wte = pad(vocab, D);
+        double wpe = m->no_wpe ? 0 : pad(max_seq(m) * C, D);
+        /* an untied head is in the head unit (with the final norm): no wte on the last stage */
+        double head = pad(final_norm(m, C) + (m->untied_head ? vocab : 0), D), tied = m->untied_head ? 0 : 1;
+        double per = 3.0 * nl * layer + (first ? 2.0 * wte + 3.0 * wpe : 0) + (last ? 3.0 * head + tied * 2.0 * wte : 0);
+        bytes = (D - 1.0) * (mb * per + (first || (last && tied) ? wte : 0)) * gb;
         break;
     }
     case DTRAIN_EXPLAIN_WORLD: {

@@ -66,6 +66,13 @@ struct dtrain_model_size {
     int zero_stage;         /* 0-3 */
     int recompute_full;     /* 1: full activation recomputation (its forward collectives again) */
     int step_sums;          /* doubles the step sums over WORLD (0: 4, the job's loop; 2 without control) */
+    /* another model family than GPT-2 (0 in each: GPT-2's, the value named) */
+    double layer_split;     /* a layer's parameters split over T (12C^2 + 7C) */
+    double layer_whole;     /* a layer's parameters every TP rank holds whole (6C) */
+    double final_norm;      /* the final norm's parameters (2C) */
+    int norm_vectors;       /* C-vectors of a layer's norms, summed over TP under SP (4) */
+    int no_wpe;             /* 1: no position embedding (Llama) */
+    int untied_head;        /* 1: the last stage holds its own head, not a twin of wte */
 };
 
 enum dtrain_explain_group { DTRAIN_EXPLAIN_TP = 0, DTRAIN_EXPLAIN_PP, DTRAIN_EXPLAIN_DP, DTRAIN_EXPLAIN_WORLD,

@@ -29,6 +29,21 @@ void dtrain_traffic_model(const struct dtrain_train_config *c, int T, int D, int
         .recompute_full = c->recompute == DTRAIN_RECOMPUTE_FULL,
         .step_sums = step_sums,
     };
+    const struct dtrain_model_config *mc = &c->model;
+    if (mc->family != DTRAIN_FAMILY_GPT2) { /* the family's sizes (GPT-2's are the formulas') */
+        size_t sz[DTRAIN_MODEL_NUM_TENSORS];
+        double L = mc->num_layers;
+        dtrain_model_tensor_sizes(mc, sz);
+        m->layer_split = (double)(sz[DTRAIN_MODEL_QKVW] + sz[DTRAIN_MODEL_QKVB] + sz[DTRAIN_MODEL_ATTPROJW] +
+                                  sz[DTRAIN_MODEL_FCW] + sz[DTRAIN_MODEL_FCB] + sz[DTRAIN_MODEL_FCPROJW]) / L;
+        m->layer_whole = (double)(sz[DTRAIN_MODEL_LN1W] + sz[DTRAIN_MODEL_LN1B] + sz[DTRAIN_MODEL_LN2W] +
+                                  sz[DTRAIN_MODEL_LN2B] + sz[DTRAIN_MODEL_ATTPROJB] + sz[DTRAIN_MODEL_FCPROJB]) / L;
+        m->final_norm = (double)(sz[DTRAIN_MODEL_LNFW] + sz[DTRAIN_MODEL_LNFB]);
+        m->norm_vectors = (int)((sz[DTRAIN_MODEL_LN1W] + sz[DTRAIN_MODEL_LN1B] + sz[DTRAIN_MODEL_LN2W] +
+                                 sz[DTRAIN_MODEL_LN2B]) / (size_t)mc->num_layers / (size_t)mc->channels);
+        m->no_wpe = sz[DTRAIN_MODEL_WPE] == 0;
+        m->untied_head = mc->untied_head;
+    }
 }
 
 /* The communicators of each kind (PP: the pipeline group and the neighbour pairs). */
