@@ -121,4 +121,14 @@ check "  never a core this CPU cannot run" bash -c "! grep -q 'candidate OpenBLA
 check "  and bf16 next to fp32" grep -q "^tokens/s bf16 .*x fp32" "$work/bench"
 check "  and what runs the bf16 matmuls" grep -Eq "^bf16 matmuls  *(oneDNN|fp32 GEMMs)" "$work/bench"
 check "  and how busy the threads were" grep -Eq "^CPU busy fp32  *[0-9.]+ %" "$work/bench"
+# Llama next to GPT-2 through the one-process trainer, on the same baseline
+TMPDIR="$work" "$top_builddir/bench/dtrain-bench-llama" --runs 1 --steps 1 --warmup 0 --sgemm-n 128 \
+    >"$work/bench-llama" 2>&1
+check "dtrain-bench-llama runs (1 run, 1 step, sgemm 128)" test $? -eq 0
+check "  tokens/s of both and their ratio" grep -Eq "^tokens/s +[0-9]+ +[0-9]+ +[0-9.]+$" "$work/bench-llama"
+check "  MFU of both, or the measurement said invalid" \
+    grep -Eq "^MFU \(of baseline\) +([0-9.]+ %|INVALID)" "$work/bench-llama"
+check "  the two shapes' parameters within 5% of each other" \
+    awk '/^parameters / { ok = $4 > 0.95 && $4 < 1.05 } END { exit !ok }' "$work/bench-llama"
+check "  its token file removed" bash -c "! ls -d '$work'/dtrain-bench-llama.* 2>/dev/null"
 done_testing
