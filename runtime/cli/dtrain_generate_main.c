@@ -126,7 +126,8 @@ int main(int argc, char **argv)
         goto bad;
     }
     if ((ckpt != NULL) + (model != NULL) + (hf != NULL) != 1) {
-        snprintf(err, sizeof err, "give one of --checkpoint DIR, --model FILE and --hf DIR (see " PROG " --help)");
+        snprintf(err, sizeof err,
+                 "give either --checkpoint DIR or --model FILE or --hf DIR, one of them (see " PROG " --help)");
         goto bad;
     }
     if (prompt != NULL && ids_text != NULL) {
