@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* libdtrain: text generation with a trained GPT-2 (the dtrain-generate
- * program).
+/* libdtrain: text generation with a trained model of either family
+ * (GPT-2, Llama: dtrain_model.h; the dtrain-generate program).
  *
  * The model runs on the host in plain C, one token at a time, with a KV
  * cache: position t's forward computes its query, key and value, keeps
  * the keys and values, and attends over the t + 1 cached ones, so that n
  * tokens cost n forward steps of O(L C^2 + t C) each (no re-run of the
- * prefix).  The formulas are dtrain_gpt2's forward's (llm.c's: layernorm
- * eps 1e-5, tanh GELU, causal softmax attention; not its bits: the
- * kernels use BLAS), in a fixed order, single-threaded, so that the same
- * parameters, prompt and seed give the same tokens, bit for bit, run after
- * run (and on any machine with the same build).
+ * prefix).  The formulas are the trainer's forward's (GPT-2: llm.c's,
+ * layernorm eps 1e-5, tanh GELU; Llama: Hugging Face's LlamaForCausalLM,
+ * RMSNorm, RoPE (rotate-half) on q and k at the token's position before k
+ * is cached, grouped-query attention, SwiGLU, the untied head when there
+ * is one; both causal softmax attention; not its bits: the kernels use
+ * BLAS), in a fixed order, single-threaded, so that the same parameters,
+ * prompt and seed give the same tokens, bit for bit, run after run (and on
+ * any machine with the same build).
  *
  * Sampling: logits over the real vocabulary (V of Vp columns) divided by
  * the temperature, the top_k largest kept (0: all; ties keep the lower
@@ -33,8 +36,8 @@ extern "C" {
 
 struct dtrain_gen; /* opaque: a model and its KV cache */
 
-/* A generator over params (host, dtrain_model_param_count(c) floats, llm.c's
- * order; not copied: it must outlive the generator). */
+/* A generator over params (host, dtrain_model_param_count(c) floats, the
+ * flat vector of dtrain_model.h; not copied: it must outlive the generator). */
 int dtrain_gen_create(const struct dtrain_model_config *c, const float *params, struct dtrain_gen **out,
                       char *err, size_t errlen);
 void dtrain_gen_destroy(struct dtrain_gen *g);

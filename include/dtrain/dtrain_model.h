@@ -145,6 +145,14 @@ void dtrain_model_init_params(const struct dtrain_model_config *c, uint64_t seed
 int dtrain_model_check_tokens(const int32_t *tokens, size_t n, int V, const char *what,
                              char *err, size_t errlen);
 
+/* A Hugging Face model folder (config.json and model.safetensors or its
+ * sharded index; LlamaForCausalLM, MistralForCausalLM, GPT2LMHeadModel):
+ * its config into *c and all its parameters into *params (malloc'd,
+ * dtrain_model_param_count(c) floats: the caller frees them; NULL on
+ * error).  DTRAIN_ERR_INPUT for a folder that is not such a model,
+ * DTRAIN_ERR_SYSTEM for one that cannot be read. */
+int dtrain_model_load_hf(const char *dir, struct dtrain_model_config *c, float **params, char *err, size_t errlen);
+
 /* ------------------------------------------------------------------ one block */
 
 /* The family's norm over the last axis of inp (N,C): GPT-2's LayerNorm

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* dtrain-generate: text from a trained model (dtrain_generate.h), read
- * from a sharded checkpoint folder of any layout or an llm.c model file. */
+/* dtrain-generate: text from a trained model (dtrain_generate.h; GPT-2 or
+ * Llama), read from a sharded checkpoint folder of any layout, an llm.c
+ * model file or a Hugging Face model folder. */
 #include "data/dtrain_bpe.h"
 #include "dtrain_generate.h"
 #include "dtrain_llmc.h"
@@ -17,11 +18,14 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: " PROG " (--checkpoint DIR | --model FILE) [--prompt TEXT | --prompt-tokens IDS] [options]\n"
-            "Continue a prompt with a trained GPT-2 model (one token at a time, KV cache, on the CPU).\n"
+            "usage: " PROG " (--checkpoint DIR | --model FILE | --hf DIR) [--prompt TEXT | --prompt-tokens IDS]\n"
+            "       [options]\n"
+            "Continue a prompt with a trained GPT-2 or Llama model (one token at a time, KV cache, on the CPU).\n"
             "  --checkpoint DIR     a folder of sharded checkpoints (dtrain-train --checkpoint, dtrain-launch\n"
             "                       --ckpt-dir), written by any layout: its newest good one (read only)\n"
             "  --model FILE         or an llm.c model file (--save-llmc)\n"
+            "  --hf DIR             or a Hugging Face model folder (config.json, model.safetensors):\n"
+            "                       LlamaForCausalLM, MistralForCausalLM, GPT2LMHeadModel\n"
             "  --prompt TEXT        the prompt as bytes, one token per byte (dtrain-tokenize's vocabulary)\n"
             "  --tokenizer FILE     or a Hugging Face byte-level BPE tokenizer.json: it encodes --prompt\n"
             "                       and decodes the ids to text (dtrain-tokenize --tokenizer)\n"
@@ -63,7 +67,7 @@ static int parse_ids(const char *text, int32_t **ids, int *n)
 int main(int argc, char **argv)
 {
     enum { O_CKPT = 256, O_MODEL, O_PROMPT, O_IDS, O_MAX, O_TEMP, O_TOPK, O_SEED, O_TOKENS, O_HELP, O_VERSION,
-           O_TOKENIZER };
+           O_TOKENIZER, O_HF };
     static const struct option longopts[] = {
         {"checkpoint", required_argument, NULL, O_CKPT}, {"model", required_argument, NULL, O_MODEL},
         {"prompt", required_argument, NULL, O_PROMPT}, {"prompt-tokens", required_argument, NULL, O_IDS},
@@ -71,9 +75,10 @@ int main(int argc, char **argv)
         {"top-k", required_argument, NULL, O_TOPK}, {"seed", required_argument, NULL, O_SEED},
         {"tokens", no_argument, NULL, O_TOKENS}, {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION}, {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {"hf", required_argument, NULL, O_HF},
         {NULL, 0, NULL, 0},
     };
-    const char *ckpt = NULL, *model = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL;
+    const char *ckpt = NULL, *model = NULL, *hf = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL;
     struct dtrain_bpe *bpe = NULL;
     long max_new = 64, top_k = 0, seed = 1337;
     double temperature = 1.0;
@@ -85,6 +90,7 @@ int main(int argc, char **argv)
         switch (c) {
         case O_CKPT: ckpt = optarg; break;
         case O_MODEL: model = optarg; break;
+        case O_HF: hf = optarg; break;
         case O_PROMPT: prompt = optarg; break;
         case O_IDS: ids_text = optarg; break;
         case O_TOKENIZER: tok_path = optarg; break;
@@ -119,8 +125,9 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%.64s' (see " PROG " --help)", argv[optind]);
         goto bad;
     }
-    if ((ckpt == NULL) == (model == NULL)) {
-        snprintf(err, sizeof err, "give either --checkpoint DIR or --model FILE (see " PROG " --help)");
+    if ((ckpt != NULL) + (model != NULL) + (hf != NULL) != 1) {
+        snprintf(err, sizeof err,
+                 "give either --checkpoint DIR or --model FILE or --hf DIR, one of them (see " PROG " --help)");
         goto bad;
     }
     if (prompt != NULL && ids_text != NULL) {
@@ -144,6 +151,12 @@ int main(int argc, char **argv)
         params = m.params;
         fprintf(stderr, PROG ": %s (step %llu, written by T=%d P=%d D=%d)%s\n", m.path, (unsigned long long)m.step,
                 m.writer.tp, m.writer.pp, m.writer.dp, m.skipped ? ", newer ones did not verify" : "");
+    } else if (hf != NULL) {
+        if ((rc = dtrain_model_load_hf(hf, &cfg, &params, err, sizeof err)) != DTRAIN_OK) {
+            rc = rc == DTRAIN_ERR_INPUT ? 2 : 1;
+            dtrain_bpe_free(bpe);
+            goto bad;
+        }
     } else {
         if (dtrain_llmc_read_config(model, &cfg, err, sizeof err) != DTRAIN_OK) {
             dtrain_bpe_free(bpe);

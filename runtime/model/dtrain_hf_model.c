@@ -270,6 +270,24 @@ out:
     return rc;
 }
 
+int dtrain_model_load_hf(const char *dir, struct dtrain_model_config *c, float **params, char *err, size_t errlen)
+{
+    *params = NULL;
+    enum dtrain_status rc = dtrain_hf_read_model_config(dir, c, err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    size_t n = dtrain_model_param_count(c);
+    if ((*params = malloc(n * sizeof(float))) == NULL) {
+        snprintf(err, errlen, "out of memory for %zu parameters", n);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    if ((rc = dtrain_hf_load_params(dir, c, *params, err, errlen)) != DTRAIN_OK) {
+        free(*params);
+        *params = NULL;
+    }
+    return rc;
+}
+
 enum dtrain_status dtrain_hf_save(const char *dir, const struct dtrain_model_config *m, const float *whole,
                                   char *err, size_t errlen)
 {
