@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # The one command for a machine with a GPU (doc/gpu.md): every CUDA kernel
-# against the CPU kernel, a one-GPU training step against the CPU, the nccl
-# comm backend, the CLI choice of backend, then GPT-2 124M tokens/s and MFU
-# against the bf16 cuBLASLt GEMM rate measured in the same run.  Under 8
-# minutes on an H100/H200 (about 2 with the bundle already built): every
-# step's time limit is cut to what is left of DTRAIN_GPU_BUDGET (450 s from
-# the first test) less a reserve for the benchmark, so that a slow step
-# fails (timed out) rather than running the whole over.
+# against the CPU kernel, a one-GPU training step against the CPU (GPT-2 and
+# Llama), the nccl comm backend, the CLI choice of backend, then GPT-2 124M
+# tokens/s and MFU against the bf16 cuBLASLt GEMM rate measured in the same
+# run.  Under 8 minutes on an H100/H200 (about 2 with the bundle already
+# built): every step's time limit is cut to what is left of
+# DTRAIN_GPU_BUDGET (450 s from the first test) less a reserve for the
+# benchmark, so that a slow step fails (timed out) rather than running the
+# whole over.
 #
 #   tests/gpu/run-on-gpu.sh --prepare   on a build machine with the CUDA toolkit
 #                                       (and dtrain's build dependencies): build
@@ -72,7 +73,7 @@ make_bundle() {
     rm -rf "$bundle"
     mkdir -p "$bundle/lib" "$bundle/runtime" "$bundle/bench" "$bundle/tests/gpu" || die "cannot create $bundle"
     local f
-    for f in test_cuda_backend test_cuda_kernels test_cuda_train test_cuda_parallel test_nccl; do
+    for f in test_cuda_backend test_cuda_kernels test_cuda_train test_cuda_llama test_cuda_parallel test_nccl; do
         cp "$(real_binary "$build/tests/gpu" "$f")" "$bundle/tests/gpu/$f" || die "no $f: build first"
     done
     cp "$(real_binary "$build/runtime" dtrain-train)" "$bundle/runtime/" &&
@@ -240,6 +241,7 @@ else
     run_tap test_cuda_kernels 240 "$bundle/tests/gpu/test_cuda_kernels"
 fi
 run_tap test_cuda_train 120 "$bundle/tests/gpu/test_cuda_train"
+run_tap test_cuda_llama 120 "$bundle/tests/gpu/test_cuda_llama"
 run_tap test_cuda_parallel 240 "$bundle/tests/gpu/test_cuda_parallel"
 run_tap test_nccl 120 "$bundle/tests/gpu/test_nccl"
 run_tap test_backend_cli 120 env top_srcdir="$top" top_builddir="$bundle" bash "$top/tests/gpu/test_backend_cli.sh"
