@@ -4,7 +4,7 @@
  * A checkpoint is a folder DIR/step-NNNNNNNN (the step, 8 digits or more)
  * holding one file per rank, shard-RRRRR.bin, and manifest.json.  Every
  * value is placed by its offset in the whole model's flat parameter vector
- * (llm.c's order, dtrain_gpt2.h): each rank writes the elements it
+ * (llm.c's order, dtrain_model.h): each rank writes the elements it
  * owns as runs (whole offset, count) with their parameters and AdamW
  * moments, and each element of the model is written by exactly one rank.
  * A rank of any layout loads by asking for the runs it needs, so a

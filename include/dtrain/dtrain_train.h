@@ -193,7 +193,7 @@ void dtrain_trainer_destroy(struct dtrain_trainer *t);
 long dtrain_trainer_steps_done(const struct dtrain_trainer *t);
 
 /* The model's parameters: how many, and a host copy of them all (llm.c's
- * order, dtrain_gpt2.h). */
+ * order, dtrain_model.h). */
 size_t dtrain_trainer_num_params(const struct dtrain_trainer *t);
 int dtrain_trainer_params(struct dtrain_trainer *t, float *whole, char *err, size_t errlen);
 /* The gradients of the last step's mean loss (before clipping), a host
