@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Drain a node through libslurm; see dtrain_drain.h. */
+/* Drain a node through libslurm, and ask for its state; see dtrain_drain.h. */
 #include "dtrain_drain.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <string.h>
@@ -100,4 +101,72 @@ int dtrain_drain_node(const char *node, const char *reason, int timeout_ms, char
     if (req.log_fd >= 0)
         close(req.log_fd);
     return rc;
+}
+
+struct node_state_answer {
+    int ok;     /* slurmctld answered */
+    int found;  /* it knows the node */
+    int failed; /* DOWN, FAIL or not responding */
+    char error[DRAIN_ERROR_LEN];
+};
+
+static void node_state_child(const void *arg, void *out, struct dtrain_stage *stage)
+{
+    const struct drain_request *req = arg;
+    struct node_state_answer *answer = out;
+    node_info_msg_t *msg = NULL;
+
+    if (req->log_fd >= 0)
+        dup2(req->log_fd, STDERR_FILENO);
+    if (__lsan_disable)
+        __lsan_disable();
+    dtrain_stage_set(stage, "slurm_init");
+    slurm_init(NULL);
+    dtrain_stage_set(stage, "slurm_load_node_single (is slurmctld up?)");
+    if (slurm_load_node_single(&msg, (char *)req->node, SHOW_ALL) != SLURM_SUCCESS) {
+        dtrain_snprintf(answer->error, sizeof(answer->error), "%s", slurm_strerror(errno));
+    } else {
+        answer->ok = 1;
+        for (uint32_t i = 0; msg != NULL && i < msg->record_count; i++) {
+            const node_info_t *n = &msg->node_array[i];
+            if (n->name == NULL || strcmp(n->name, req->node) != 0)
+                continue;
+            uint32_t base = n->node_state & NODE_STATE_BASE;
+            answer->found = 1;
+            answer->failed = base == NODE_STATE_DOWN || (n->node_state & (NODE_STATE_FAIL | NODE_STATE_NO_RESPOND));
+        }
+        slurm_free_node_info_msg(msg);
+    }
+    slurm_fini();
+}
+
+int dtrain_node_failed(const char *node, int timeout_ms, char *err, size_t errlen)
+{
+    struct drain_request req = {.node = node};
+    struct node_state_answer answer;
+    char why[DRAIN_ERROR_LEN], log[DRAIN_ERROR_LEN];
+    int rc = -1;
+
+    req.log_fd = memfd_create("dtrain-launch-libslurm-log", MFD_CLOEXEC);
+    enum dtrain_bounded_status st =
+        dtrain_run_bounded(node_state_child, &req, &answer, sizeof(answer), timeout_ms, why, sizeof(why));
+    last_log_line(req.log_fd, log, sizeof(log));
+    if (st != DTRAIN_BOUNDED_OK)
+        dtrain_snprintf(err, errlen, "cannot ask slurmctld about %s: libslurm %s%s%s", node, why, log[0] ? ": " : "",
+                        log);
+    else if (!answer.ok)
+        dtrain_snprintf(err, errlen, "cannot ask slurmctld about %s: %s", node, answer.error);
+    else if (!answer.found)
+        dtrain_snprintf(err, errlen, "slurmctld knows no node %s", node);
+    else
+        rc = answer.failed;
+    if (req.log_fd >= 0)
+        close(req.log_fd);
+    return rc;
+}
+
+int dtrain_plain_node_name(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 0 && strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == len;
 }

@@ -60,6 +60,20 @@ int dtrain_job_exit_code(long status, char *line, size_t linelen)
 
 #define DRAIN_TIMEOUT_MS 10000
 
+/* Whether node is one plain node name of the job (SLURM_JOB_NODELIST). */
+static int job_has_node(const char *node)
+{
+    const char *list = getenv("SLURM_JOB_NODELIST");
+    if (!dtrain_plain_node_name(node) || list == NULL || list[0] == '\0')
+        return 0;
+    DTRAIN_SLURM_HOSTLIST hl = slurm_hostlist_create(list); /* hostlist_t, or its struct on Slurm >= 23.02 (configure) */
+    if (hl == NULL)
+        return 0;
+    int found = slurm_hostlist_find(hl, node) >= 0;
+    slurm_hostlist_destroy(hl);
+    return found;
+}
+
 int dtrain_job_take_drain_request(char *node, size_t nodelen, char *reason, size_t reasonlen, char *line,
                                   size_t linelen)
 {
@@ -90,6 +104,12 @@ int dtrain_job_take_drain_request(char *node, size_t nodelen, char *reason, size
         return -1;
     }
     *tab = '\0';
+    if (!job_has_node(text)) { /* a host list ("node[1-3]") would drain every node it names */
+        const char *list = getenv("SLURM_JOB_NODELIST");
+        snprintf(line, linelen, "the drain request %s names '%.64s', not one node of this job (%.128s): removed, "
+                 "no node drained", path, text, list && list[0] ? list : "SLURM_JOB_NODELIST is not set");
+        return -1;
+    }
     snprintf(node, nodelen, "%s", text);
     snprintf(reason, reasonlen, "%.400s", tab + 1);
     return 1;

@@ -32,14 +32,17 @@ int dtrain_job_exit_code(long status, char *line, size_t linelen);
  * (DTRAIN_CKPT_DIR) holds a drain request "NODE<TAB>REASON", drain NODE
  * with the reason "dtrain: REASON" (dtrain_drain_node: libslurm, bounded; needs
  * root, SlurmUser or a Slurm operator) and remove the request, so that
- * the requeued job is not placed there again.  Returns 0 when there was
+ * the requeued job is not placed there again.  NODE must be one plain node
+ * name of the job (SLURM_JOB_NODELIST), never a host list: any other
+ * request is removed and nothing drained.  Returns 0 when there was
  * none, 1 when it was handled, with one line in line saying what
  * happened (the drain, or why it failed). */
 int dtrain_job_drain_request(char *line, size_t linelen);
 
 /* Take the drain request (read it and remove it) without draining: 1 with
  * the node and the reason ("straggler: ...") filled, 0 when there is none;
- * -1 when it is unreadable or malformed, with one line in line (it is
+ * -1 when it is unreadable, malformed or names no node of the job (see
+ * above), with one line in line (it is
  * removed when it can be).  dtrain-launch --supervise restarts the step
  * in the job without that node. */
 int dtrain_job_take_drain_request(char *node, size_t nodelen, char *reason, size_t reasonlen, char *line,

@@ -131,39 +131,57 @@ static int heartbeat_blames(const char *line, char *node, size_t nodelen)
     return take_node(p, end, node, nodelen);
 }
 
-int dtrain_srun_blames(const char *line, char *node, size_t nodelen)
+enum dtrain_blame dtrain_srun_blame(const char *line, char *node, size_t nodelen)
 {
     static const char prefix[] = "srun: error: ";
-    const char *p = strstr(line, prefix), *end;
+    const char *p = line, *end;
     if (heartbeat_blames(line, node, nodelen))
-        return 1;
-    if (p == NULL)
-        return 0;
+        return DTRAIN_BLAME_HEARTBEAT;
+    /* srun's own lines begin with its name: the same words inside a task's
+     * line (a path it prints) are not srun's */
+    if (strncmp(p, prefix, sizeof prefix - 1) != 0)
+        return DTRAIN_BLAME_NONE;
     p += sizeof prefix - 1;
     if (strncmp(p, "Node failure on ", 16) == 0) {
         p += 16;
         end = p + strcspn(p, " \n\r");
-        return take_node(p, end, node, nodelen);
+        return take_node(p, end, node, nodelen) ? DTRAIN_BLAME_NODE : DTRAIN_BLAME_NONE;
     }
     if (strncmp(p, "Task launch for ", 16) == 0 && (end = strstr(p, " failed on node ")) != NULL) {
         p = end + 16;
         end = p + strcspn(p, ": \n\r");
-        return take_node(p, end, node, nodelen);
+        return take_node(p, end, node, nodelen) ? DTRAIN_BLAME_NODE : DTRAIN_BLAME_NONE;
     }
     /* NODE: task LIST: WHAT  or  NODE: tasks LIST: WHAT */
     end = strstr(p, ": task");
     if (end == NULL)
-        return 0;
+        return DTRAIN_BLAME_NONE;
     const char *what = strstr(end + 6, ": ");
     if (what == NULL)
-        return 0;
+        return DTRAIN_BLAME_NONE;
     what += 2;
     static const char exited[] = "Exited with exit code ";
     if (strncmp(what, exited, sizeof exited - 1) == 0) {
         char *stop;
         long code = strtol(what + sizeof exited - 1, &stop, 10);
         if (stop == what + sizeof exited - 1 || code <= 128)
-            return 0;
+            return DTRAIN_BLAME_NONE;
     }
-    return take_node(p, end, node, nodelen);
+    return take_node(p, end, node, nodelen) ? DTRAIN_BLAME_TASK : DTRAIN_BLAME_NONE;
+}
+
+int dtrain_srun_blames(const char *line, char *node, size_t nodelen)
+{
+    return dtrain_srun_blame(line, node, nodelen) != DTRAIN_BLAME_NONE;
+}
+
+int dtrain_blame_confirmed(enum dtrain_blame blame, long srun_status, int node_failed)
+{
+    switch (blame) {
+    case DTRAIN_BLAME_TASK: return srun_status > 128;
+    case DTRAIN_BLAME_NODE: return node_failed == 1;
+    case DTRAIN_BLAME_HEARTBEAT: return srun_status == 75;
+    case DTRAIN_BLAME_NONE: break;
+    }
+    return 0;
 }

@@ -28,7 +28,9 @@
  * the hung or silent rank's node in the fault line its neighbours print,
  * which srun passes through:
  *   dtrain-launch: ... heartbeat: rank 3 (node node2, GPU ...) hangs in ...
- *   dtrain-launch: ... heartbeat: rank 3 (node node2, GPU ...) sent no heartbeat ... */
+ *   dtrain-launch: ... heartbeat: rank 3 (node node2, GPU ...) sent no heartbeat ...
+ * A line is a candidate only: dtrain_blame_confirmed checks it against
+ * what Slurm recorded. */
 #ifndef DTRAIN_LAUNCH_SPARES_H
 #define DTRAIN_LAUNCH_SPARES_H
 
@@ -68,8 +70,31 @@ int dtrain_roles_replace(struct dtrain_node_roles *r);
  * when out is too small. */
 int dtrain_roles_list(const struct dtrain_node_roles *r, enum dtrain_node_role role, char *out, size_t outlen);
 
-/* The node srun's stderr line blames (see above), in node: returns 1 and
- * fills node, or 0 for any other line. */
+/* What a line of srun's stderr blames a node for (see above). */
+enum dtrain_blame {
+    DTRAIN_BLAME_NONE,
+    DTRAIN_BLAME_TASK,      /* srun: a task of NODE killed by a signal or exited above 128 */
+    DTRAIN_BLAME_NODE,      /* srun: NODE failed, or the launch on it */
+    DTRAIN_BLAME_HEARTBEAT, /* a rank's heartbeat verdict on a hung or silent rank of NODE */
+};
+
+/* The node a line of srun's stderr blames (see above), in node, and for
+ * what; DTRAIN_BLAME_NONE for any other line.  srun's lines count only
+ * when they begin with "srun: error: ". */
+enum dtrain_blame dtrain_srun_blame(const char *line, char *node, size_t nodelen);
+
+/* dtrain_srun_blame(...) != DTRAIN_BLAME_NONE. */
 int dtrain_srun_blames(const char *line, char *node, size_t nodelen);
+
+/* Whether Slurm's facts bear a blame out.  srun's stderr also carries every
+ * task's stderr, so a task can print any of the lines above; a line is
+ * believed only when what Slurm recorded agrees: a task blame when srun's
+ * exit status (the highest of the tasks' exit records) says a task died of
+ * a signal or exited above 128; a node blame when slurmctld holds the node
+ * failed (node_failed: dtrain_node_failed's answer); a heartbeat verdict
+ * when every task ended with 75 (srun exited 75: no task crashed).  Only
+ * srun's blames, so borne out, drain a node (--drain): a heartbeat verdict
+ * is the ranks' word and only moves the step off the node. */
+int dtrain_blame_confirmed(enum dtrain_blame blame, long srun_status, int node_failed);
 
 #endif

@@ -25,10 +25,18 @@
 #define DRAIN_TIMEOUT_MS 10000
 #define REASON_MAX 256
 
+/* A line of srun's stderr that blames a node, not yet borne out. */
+struct blame_seen {
+    long seq;                /* its place among the blaming lines (0: none seen) */
+    char line[REASON_MAX];
+};
+
 /* What one run of the step left behind. */
 struct step_result {
     long status;               /* srun's exit status, 128 + n for a signal */
-    char reason[REASON_MAX];   /* the last srun line that blamed a node */
+    char reason[REASON_MAX];   /* the last line that blamed a node, borne out */
+    long seq;                  /* blaming lines seen */
+    struct blame_seen (*seen)[DTRAIN_BLAME_HEARTBEAT + 1]; /* by the roles' node index, by dtrain_blame */
 };
 
 /* The job's nodes, SLURM_JOB_NODELIST expanded in Slurm's order. */
@@ -62,8 +70,24 @@ done:
     return rc;
 }
 
-/* Pass the child's stderr through line by line, noting the nodes srun blames. */
-static void pass_stderr(int fd, struct dtrain_node_roles *roles, struct step_result *res)
+/* Note a line that blames a node of the job (the last of each kind per node). */
+static void note_blame(const struct dtrain_node_roles *roles, struct step_result *res, const char *line)
+{
+    char node[DTRAIN_NODE_NAME_MAX];
+    enum dtrain_blame blame = dtrain_srun_blame(line, node, sizeof node);
+    if (blame == DTRAIN_BLAME_NONE)
+        return;
+    for (int i = 0; i < roles->count; i++) {
+        if (strcmp(roles->name[i], node) == 0) {
+            res->seen[i][blame].seq = ++res->seq;
+            dtrain_snprintf(res->seen[i][blame].line, sizeof res->seen[i][blame].line, "%s", line);
+            return;
+        }
+    }
+}
+
+/* Pass the child's stderr through line by line, noting the lines that blame a node. */
+static void pass_stderr(int fd, const struct dtrain_node_roles *roles, struct step_result *res)
 {
     char buf[4096];
     size_t have = 0;
@@ -78,11 +102,7 @@ static void pass_stderr(int fd, struct dtrain_node_roles *roles, struct step_res
         char *start = buf, *nl;
         while ((nl = strchr(start, '\n')) != NULL) {
             *nl = '\0';
-            char node[DTRAIN_NODE_NAME_MAX];
-            if (dtrain_srun_blames(start, node, sizeof node)) {
-                dtrain_roles_fail(roles, node);
-                dtrain_snprintf(res->reason, sizeof res->reason, "%s", start);
-            }
+            note_blame(roles, res, start);
             fprintf(stderr, "%s\n", start);
             start = nl + 1;
         }
@@ -119,7 +139,10 @@ static int run_step(char **program, struct dtrain_node_roles *roles, struct step
     int rc = -1, pipefd[2] = {-1, -1};
     active = malloc(listlen);
     failed = malloc(listlen);
-    memset(res, 0, sizeof *res);
+    res->status = 0;
+    res->reason[0] = '\0';
+    res->seq = 0;
+    memset(res->seen, 0, (size_t)roles->count * sizeof *res->seen);
     if (argv == NULL || active == NULL || failed == NULL) {
         dtrain_snprintf(err, errlen, "out of memory");
         goto done;
@@ -180,14 +203,51 @@ done:
     return rc;
 }
 
-/* Drain the nodes that failed in this step (--drain), each with the reason. */
-static void drain_failed(const struct dtrain_node_roles *roles, const int *was_failed, const char *reason)
+/* Fail the nodes the step's lines blame where Slurm's facts bear the line
+ * out (dtrain_blame_confirmed); a line they do not is said and let be.
+ * drainable[i] is set for a node srun blamed (not the ranks' word). */
+static void blame_nodes(struct dtrain_node_roles *roles, struct step_result *res, int *drainable)
+{
+    long last = 0;
+    for (int i = 0; i < roles->count; i++) {
+        int node_failed = -1;
+        for (int b = DTRAIN_BLAME_TASK; b <= DTRAIN_BLAME_HEARTBEAT; b++) {
+            const struct blame_seen *seen = &res->seen[i][b];
+            if (seen->seq == 0 || roles->role[i] != DTRAIN_NODE_ACTIVE)
+                continue;
+            if (b == DTRAIN_BLAME_NODE && node_failed < 0) {
+                char err[512];
+                node_failed = dtrain_node_failed(roles->name[i], DRAIN_TIMEOUT_MS, err, sizeof err);
+                if (node_failed < 0)
+                    fprintf(stderr, PROG ": warning: %s\n", err);
+            }
+            if (!dtrain_blame_confirmed((enum dtrain_blame)b, res->status, node_failed)) {
+                fprintf(stderr, PROG ": %s is not blamed: Slurm's records do not bear out the line \"%s\" (%s)\n",
+                        roles->name[i], seen->line,
+                        b == DTRAIN_BLAME_NODE ? "slurmctld does not hold the node failed"
+                                               : "no task of the step was killed");
+                continue;
+            }
+            dtrain_roles_fail(roles, roles->name[i]); /* once: it is no longer active */
+            drainable[i] |= b != DTRAIN_BLAME_HEARTBEAT;
+            if (seen->seq > last) {
+                last = seen->seq;
+                dtrain_snprintf(res->reason, sizeof res->reason, "%s", seen->line);
+            }
+        }
+    }
+}
+
+/* Drain the nodes that failed in this step and that Slurm blamed or a
+ * straggler's request named (--drain), each with the reason. */
+static void drain_failed(const struct dtrain_node_roles *roles, const int *was_failed, const int *drainable,
+                         const char *reason)
 {
     char why[REASON_MAX + 64], err[256];
     const char *job = getenv("SLURM_JOB_ID");
     dtrain_snprintf(why, sizeof why, "dtrain: job %s: %s", job ? job : "?", reason);
     for (int i = 0; i < roles->count; i++) {
-        if (roles->role[i] != DTRAIN_NODE_FAILED || was_failed[i])
+        if (roles->role[i] != DTRAIN_NODE_FAILED || was_failed[i] || !drainable[i])
             continue;
         if (dtrain_drain_node(roles->name[i], why, DRAIN_TIMEOUT_MS, err, sizeof err) == 0)
             fprintf(stderr, PROG ": drained %s (%s)\n", roles->name[i], why);
@@ -202,9 +262,9 @@ int dtrain_supervise(char **program, int drain, long *step_status)
     struct dtrain_node_roles roles = {0};
     struct dtrain_restarts budget;
     struct dtrain_fault f;
-    struct step_result res;
+    struct step_result res = {0};
     long spares = 0;
-    int rc = DTRAIN_EXIT_USAGE, *was_failed = NULL;
+    int rc = DTRAIN_EXIT_USAGE, *was_failed = NULL, *drainable = NULL;
     const char *base = strrchr(program[0], '/'), *sp = getenv(DTRAIN_ENV_SPARES);
 
     *step_status = 0;
@@ -223,8 +283,11 @@ int dtrain_supervise(char **program, int drain, long *step_status)
         return DTRAIN_EXIT_USAGE;
     }
     was_failed = calloc((size_t)roles.count, sizeof *was_failed);
-    if (was_failed == NULL || dtrain_signals_install(err, sizeof err) != 0) {
-        fprintf(stderr, PROG ": %s\n", was_failed == NULL ? "out of memory" : err);
+    drainable = calloc((size_t)roles.count, sizeof *drainable);
+    res.seen = calloc((size_t)roles.count, sizeof *res.seen);
+    int no_memory = was_failed == NULL || drainable == NULL || res.seen == NULL;
+    if (no_memory || dtrain_signals_install(err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", no_memory ? "out of memory" : err);
         rc = DTRAIN_EXIT_FAILURE;
         goto done;
     }
@@ -236,14 +299,17 @@ int dtrain_supervise(char **program, int drain, long *step_status)
             goto done;
         }
         dtrain_fault_event(&f, "step_start", -1, NULL);
-        for (int i = 0; i < roles.count; i++)
+        for (int i = 0; i < roles.count; i++) {
             was_failed[i] = roles.role[i] == DTRAIN_NODE_FAILED;
+            drainable[i] = 0;
+        }
         if (run_step(program, &roles, &res, err, sizeof err) != 0) {
             fprintf(stderr, PROG ": --supervise: %s\n", err);
             rc = DTRAIN_EXIT_FAILURE;
             goto done;
         }
         *step_status = res.status;
+        blame_nodes(&roles, &res, drainable);
         rc = -1;
         /* the step's own verdict (done, bad input...): --job-exit passes it on; but a step srun
          * blames a node for is a fault whatever its status (Slurm 24.11's srun exits 1 after
@@ -265,8 +331,12 @@ int dtrain_supervise(char **program, int drain, long *step_status)
             int got = dtrain_job_take_drain_request(node, sizeof node, reason, sizeof reason, line, sizeof line);
             if (got < 0)
                 fprintf(stderr, PROG ": %s\n", line);
-            if (got > 0 && dtrain_roles_fail(&roles, node))
-                dtrain_snprintf(res.reason, sizeof res.reason, "%s", reason);
+            for (int i = 0; got > 0 && i < roles.count; i++) {
+                if (strcmp(roles.name[i], node) == 0 && dtrain_roles_fail(&roles, node)) {
+                    drainable[i] = 1; /* the job asked for it: --dtrain-straggler=drain */
+                    dtrain_snprintf(res.reason, sizeof res.reason, "%s", reason);
+                }
+            }
         }
         if (roles.failed_now == 0) {
             fprintf(stderr, PROG ": the step ended with exit %ld and srun named no failed node (no task was killed): "
@@ -281,13 +351,13 @@ int dtrain_supervise(char **program, int drain, long *step_status)
             if (roles.role[i] == DTRAIN_NODE_FAILED && !was_failed[i])
                 dtrain_snprintf(failed + o, sizeof failed - o, "%s%s", o ? "," : "", roles.name[i]);
         }
-        if (drain)
-            drain_failed(&roles, was_failed, res.reason);
         if (dtrain_roles_replace(&roles) < 0) {
             fprintf(stderr, PROG ": %s failed (%s) and no spare node is left (--dtrain-spares=%ld): not restarted "
                     "in the job\n", failed, res.reason, spares);
             goto done;
         }
+        if (drain) /* only once a spare took the node's place */
+            drain_failed(&roles, was_failed, drainable, res.reason);
         char active[1024];
         if (dtrain_roles_list(&roles, DTRAIN_NODE_ACTIVE, active, sizeof active) != 0)
             dtrain_snprintf(active, sizeof active, "%d nodes", dtrain_roles_count(&roles, DTRAIN_NODE_ACTIVE));
@@ -300,6 +370,8 @@ int dtrain_supervise(char **program, int drain, long *step_status)
 done:
     dtrain_signals_restore();
     free(was_failed);
+    free(drainable);
+    free(res.seen);
     dtrain_roles_free(&roles);
     return rc;
 }
