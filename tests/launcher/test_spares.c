@@ -81,9 +81,33 @@ static void test_blame(void)
     }
 }
 
+/* What a line blames a node for, and when Slurm's facts bear it out. */
+static void test_blame_confirmed(void)
+{
+    char node[DTRAIN_NODE_NAME_MAX];
+    ok(dtrain_srun_blame("srun: error: node2: task 1: Killed", node, sizeof node) == DTRAIN_BLAME_TASK &&
+       dtrain_srun_blame("srun: error: Node failure on node2", node, sizeof node) == DTRAIN_BLAME_NODE &&
+       dtrain_srun_blame("srun: error: Task launch for StepId=1.0 failed on node node2: x", node, sizeof node) ==
+           DTRAIN_BLAME_NODE, "a task blame and a node blame");
+    ok(dtrain_srun_blame("cannot open data /x/srun: error: node1: task 0: Killed", node, sizeof node) ==
+           DTRAIN_BLAME_NONE &&
+       dtrain_srun_blame(" srun: error: Node failure on node1", node, sizeof node) == DTRAIN_BLAME_NONE,
+       "srun's words inside a longer line are not srun's");
+    ok(dtrain_blame_confirmed(DTRAIN_BLAME_TASK, 137, -1) && dtrain_blame_confirmed(DTRAIN_BLAME_TASK, 129, -1) &&
+       !dtrain_blame_confirmed(DTRAIN_BLAME_TASK, 75, -1) && !dtrain_blame_confirmed(DTRAIN_BLAME_TASK, 1, -1) &&
+       !dtrain_blame_confirmed(DTRAIN_BLAME_TASK, 128, -1),
+       "a task blame holds only when srun's status says a task died of a signal");
+    ok(dtrain_blame_confirmed(DTRAIN_BLAME_NODE, 1, 1) && !dtrain_blame_confirmed(DTRAIN_BLAME_NODE, 137, 0) &&
+       !dtrain_blame_confirmed(DTRAIN_BLAME_NODE, 75, -1), "a node blame holds only when slurmctld holds it failed");
+    ok(dtrain_blame_confirmed(DTRAIN_BLAME_HEARTBEAT, 75, -1) && !dtrain_blame_confirmed(DTRAIN_BLAME_HEARTBEAT, 1, -1) &&
+       !dtrain_blame_confirmed(DTRAIN_BLAME_HEARTBEAT, 137, -1) && !dtrain_blame_confirmed(DTRAIN_BLAME_NONE, 137, 1),
+       "a heartbeat verdict holds only when every task exited 75");
+}
+
 int main(void)
 {
     test_roles();
     test_blame();
+    test_blame_confirmed();
     return tap_done();
 }
