@@ -186,9 +186,9 @@ static void every_fixture(void)
                 continue;
             char err[512] = "", why[512] = "";
             dtrain_plan *p = plan_one_node(topo, K, 1, DTRAIN_CPU_BIND_CORES, err, sizeof err);
-            ok(p && check_plan(&o, topo, p, K, 0, why, sizeof why), "%s, %d CPU-only tasks: whole cores, none shared, "
-               "one NUMA node each (%d cores, %d NUMA nodes)%s%s%s", name, K, o.ncores, o.nnuma, err, why[0] ? ": " : "",
-               why);
+            int good = p && check_plan(&o, topo, p, K, 0, why, sizeof why); /* fills why before ok() reads it */
+            ok(good, "%s, %d CPU-only tasks: whole cores, none shared, one NUMA node each (%d cores, %d NUMA "
+               "nodes)%s%s%s", name, K, o.ncores, o.nnuma, err, why[0] ? ": " : "", why);
             dtrain_plan_free(p);
             if (K > ngpus)
                 continue;
@@ -198,8 +198,9 @@ static void every_fixture(void)
                 ok(1, "%s, %d GPU tasks: refused (%.100s), nothing to check", name, K, err);
                 continue;
             }
-            ok(check_plan(&o, topo, p, K, 1, why, sizeof why), "%s, %d GPU tasks: whole cores of their GPU's NUMA "
-               "node, none shared%s%s", name, K, why[0] ? ": " : "", why);
+            good = check_plan(&o, topo, p, K, 1, why, sizeof why);
+            ok(good, "%s, %d GPU tasks: whole cores of their GPU's NUMA node, none shared%s%s", name, K,
+               why[0] ? ": " : "", why);
             dtrain_plan_free(p);
         }
         oracle_free(&o);
