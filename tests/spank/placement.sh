@@ -105,6 +105,12 @@ cores_ok=$(awk -v here="$here" '
   END { if (!bad) print "yes" }' "$D/plan.txt" "$D/inherit.txt" | head -n 3 | tr '\n' ' ')
 check "bind=yes, default cpu_bind=cores: each task bound to its planned whole cores (those that exist here), no CPU in two tasks of a node (${cores_ok% })" \
   [ "$cores_ok" = "yes " ]
+run_client "$D/numa.txt" "$err" srun -w node1 -N1 --ntasks-per-node=8 --dtrain-cpu-bind=numa sh "$show_task"
+numa=$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+              if (v["local_rank"] < 4) c[v["cpus"]]++ }
+            END { for (k in c) printf "%s:%d ", k, c[k] }' "$D/numa.txt")
+check "srun --dtrain-cpu-bind=numa: the 4 tasks of NUMA node 0 share its CPUs, as before issue #32 (exit $RC; $numa)" \
+  eval '[ "$RC" -eq 0 ] && case "$numa" in "-:"*) false ;; *":4 ") [ "$(echo $numa | wc -w)" -eq 1 ] ;; *) false ;; esac'
 problems=$(check_ranks "$D/override.txt" 2 2 2 8)
 check "srun --dtrain-tp=2 in the same script overrides T${problems:+: $problems}" [ -z "$problems" ]
 
