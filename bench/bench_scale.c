@@ -56,7 +56,7 @@ static size_t heap_used(void)
 static int measure(const struct dtrain_shape *shape, const dtrain_topo *const *nodes, int node, size_t *bytes,
                    double *secs)
 {
-    const struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+    const struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
     char err[512];
     dtrain_plan *plan = NULL;
     size_t before = heap_used();

@@ -6,8 +6,9 @@
  * PMI2 rank == SLURM_PROCID == DTRAIN_RANK, sizes equal, coordinates in the
  * rank order of dtrain_plan.h, and --tp/--pp/--dp, when given, equal to the
  * plugin's.  Without the plugin the launcher plans the job itself with the
- * same planner (CPU placement: each task gets its share of its node's CPUs,
- * GPUs are left as Slurm set them); T, P, D come from the options, else from
+ * same planner (CPU placement: each task gets whole cores of its node, none
+ * shared, as topo/plan_cpus.c divides them; GPUs are left as Slurm set
+ * them); T, P, D come from the options, else from
  * DTRAIN_TP/PP/DP in the environment, else 1, 1 and world / (T*P).
  * Errors return a status (DTRAIN_ERR_INPUT: a mismatch or bad input;
  * DTRAIN_ERR_REFUSED: the shape; DTRAIN_ERR_SYSTEM: internal) with one line

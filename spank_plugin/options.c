@@ -44,6 +44,9 @@ const struct dtrain_option_info dtrain_option_table[] = {
     {DTRAIN_OPT_PP_IN_DOMAIN, "dtrain-pp-in-domain", NULL,
      "[dtrain] keep each pipeline group inside one multi-node NVLink domain (site setting nvlink_domain_gpus), "
      "so that PP sends never leave NVLink; refused when the groups cannot fit a domain"},
+    {DTRAIN_OPT_CPU_BIND, "dtrain-cpu-bind", "cores|numa",
+     "[dtrain] each task's CPUs: whole cores of its GPU's NUMA node, no core shared (cores) or that whole NUMA "
+     "node, shared by its tasks (numa); default: the site's, else cores (bound when the site binds)"},
 };
 const size_t dtrain_option_count = sizeof dtrain_option_table / sizeof dtrain_option_table[0];
 
@@ -135,6 +138,16 @@ static int set_one(struct dtrain_options *opts, enum dtrain_opt_id id, const cha
             opts->gpu_vendor = DTRAIN_VENDOR_AMD;
         else {
             dtrain_snprintf(err, errlen, "--dtrain-gpu-vendor '%.32s': use nvidia or amd", arg ? arg : "");
+            return -1;
+        }
+        return 0;
+    case DTRAIN_OPT_CPU_BIND:
+        if (arg != NULL && strcmp(arg, "cores") == 0)
+            opts->cpu_bind = 1;
+        else if (arg != NULL && strcmp(arg, "numa") == 0)
+            opts->cpu_bind = 2;
+        else {
+            dtrain_snprintf(err, errlen, "--dtrain-cpu-bind '%.32s': use cores or numa", arg ? arg : "");
             return -1;
         }
         return 0;

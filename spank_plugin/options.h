@@ -29,6 +29,7 @@ enum dtrain_opt_id {
     DTRAIN_OPT_STRAGGLER,
     DTRAIN_OPT_GPU_VENDOR,
     DTRAIN_OPT_PP_IN_DOMAIN,
+    DTRAIN_OPT_CPU_BIND,
 };
 
 struct dtrain_option_info {
@@ -55,6 +56,7 @@ struct dtrain_options {
     int straggler;                      /* 0 not given (no detection), 1 report, 2 drain */
     unsigned gpu_vendor;                /* 0 not given, DTRAIN_VENDOR_NVIDIA or DTRAIN_VENDOR_AMD */
     int pp_in_domain;                   /* 1 with --dtrain-pp-in-domain */
+    int cpu_bind;                       /* 0 not given (the site's default), 1 cores, 2 numa */
     unsigned given;                     /* bit (1 << id) for each option given */
 };
 

@@ -256,6 +256,10 @@ static int plan_step(struct dtrain_plugin *plugin)
          * SLURM_TOPOLOGY_ADDR names it (read in task_init, where Slurm has
          * set it); the launcher compares the nodes'. */
         .node_domain = plugin->config.nvlink_domain_block ? DTRAIN_TREE_BLOCK_PREFIX : NULL,
+        /* --dtrain-cpu-bind, else the site's cpu_bind=, else whole cores */
+        .cpu_bind = (plugin->opts.cpu_bind ? plugin->opts.cpu_bind == 2 : plugin->config.cpu_bind_numa)
+                        ? DTRAIN_CPU_BIND_NUMA
+                        : DTRAIN_CPU_BIND_CORES,
     };
     int rc = -1;
 

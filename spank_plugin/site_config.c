@@ -75,6 +75,7 @@ enum site_kind {
     {.name = key, .type = DTRAIN_SETTING_INT, .offset = SITE_OFF(member), .min = lo, .max = hi}
 static const char *const domain_sources[] = {"nvml", "block", NULL};
 static const char *const visibilities[] = {"all", "one", NULL};
+static const char *const cpu_binds[] = {"cores", "numa", NULL};
 
 /* Every key plugstack.conf and the site file's "spank" object know, in the
  * order the "unknown key" answer lists them. */
@@ -83,6 +84,7 @@ static const struct dtrain_setting site_keys[] = {
     {.name = "topology_xml", .type = DTRAIN_SETTING_TEXT, .kind = S_PATH, .offset = SITE_OFF(topology_xml),
      .size = DTRAIN_CONFIG_PATH_MAX},
     {.name = "bind", .type = DTRAIN_SETTING_BOOL, .offset = SITE_OFF(bind), .min = 0, .max = 1},
+    {.name = "cpu_bind", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(cpu_bind_numa), .names = cpu_binds},
     {.name = "allow_pcie", .type = DTRAIN_SETTING_CUSTOM, .kind = S_PCIE},
     SITE_INT("max_tp", max_tp, 0, DTRAIN_TOPO_MAX_GPUS),
     SITE_INT("nvlink_domain_gpus", nvlink_domain_gpus, 0, DTRAIN_PLAN_MAX_DIM),

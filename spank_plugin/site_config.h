@@ -10,7 +10,10 @@
  *   topology_xml=PATH  read the node's GPU topology from this saved hwloc XML
  *                      instead of discovering it (simulation, tests); "%n" is
  *                      replaced by the Slurm node name.
- *   bind=yes|no        bind each task's CPUs to its GPU's NUMA node (default no).
+ *   bind=yes|no        bind each task to its CPUs (cpu_bind=; default no).
+ *   cpu_bind=cores|numa  each task's CPUs: whole cores of its GPU's NUMA node,
+ *                      none shared (cores, the default), or that whole NUMA
+ *                      node (numa); the default of --dtrain-cpu-bind.
  *   allow_pcie=yes|no|user  yes: every job may put TP groups across PCIe;
  *                      no: refused even with --dtrain-allow-pcie;
  *                      user (default): the job decides with --dtrain-allow-pcie.
@@ -61,6 +64,7 @@ struct dtrain_site_config {
     int nvlink_domain_gpus; /* GPUs in one multi-node NVLink domain, 0 = none */
     int nvlink_domain_block; /* 1: nvlink_domain_source=block (Slurm's block is the domain) */
     int gpu_visibility_one;         /* 1: gpu_visibility=one */
+    int cpu_bind_numa;              /* 1: cpu_bind=numa */
     int master_port_lo, master_port_hi; /* master_ports= */
     int net_gbps, pcie_gbps;        /* net_gbps=, pcie_gbps= */
 };

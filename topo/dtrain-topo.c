@@ -4,7 +4,7 @@
  *
  *   dtrain-topo [--xml FILE] [--tp T] [--pp P] [--dp D] [--nodes N]
  *               [--tasks-per-node K] [--allow-pcie] [--cpu-only]
- *               [--nvlink-domain-gpus G]
+ *               [--cpu-bind cores|numa] [--nvlink-domain-gpus G]
  *   dtrain-topo --switch-addrs FILE --tp T [--pp P] --tasks-per-node K
  *               [--grad-bytes B] [--hostfile OUT]
  *               [--json | --picture]
@@ -36,6 +36,7 @@ struct options {
     struct dtrain_model_size model;
     int want_plan;
     int allow_pcie, cpu_only, json, picture, pp_in_domain;
+    enum dtrain_cpu_bind cpu_bind;
     const char *gpu_vendor; /* --gpu-vendor: place only that vendor's GPUs */
 };
 
@@ -55,6 +56,8 @@ static void usage(FILE *out)
             "  --tasks-per-node K    tasks per node (default: the node's GPU count)\n"
             "  --allow-pcie          let TP groups span NVLink islands (with a warning)\n"
             "  --cpu-only            place ranks without GPUs, CPUs split evenly\n"
+            "  --cpu-bind cores|numa each rank's CPUs: whole cores of one NUMA node, none shared (cores,\n"
+            "                        the default), or its GPU's whole NUMA node (numa; site key cpu_bind)\n"
             "  --gpu-vendor nvidia|amd  only that vendor's GPUs (a node with both; plugin: --dtrain-gpu-vendor)\n"
             "  --nvlink-domain-gpus G  GPUs per multi-node NVLink domain (site key nvlink_domain_gpus):\n"
             "                        TP groups may then hold whole nodes of the node's NVML fabric clique\n"
@@ -97,7 +100,7 @@ static int parse_number(const char *opt, const char *text, long min, long max, l
  * --version. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_VENDOR, O_JSON, O_PICTURE, O_PPDOM, O_NODEDOM, O_SP, O_ZERO, O_VSTAGES, O_RECOMPUTE, O_HELP, O_VERSION };
+    enum { O_XML = 256, O_TP, O_PP, O_DP, O_NODES, O_TPN, O_PCIE, O_CPU, O_CPUBIND, O_DOMAIN, O_ADDRS, O_GRAD, O_HOSTFILE, O_EXPLAIN, O_LAYERS, O_HIDDEN, O_SEQ, O_VOCAB, O_MB, O_NMB, O_ACT, O_NET, O_PCIEBW, O_VENDOR, O_JSON, O_PICTURE, O_PPDOM, O_NODEDOM, O_SP, O_ZERO, O_VSTAGES, O_RECOMPUTE, O_HELP, O_VERSION };
     static const struct option longopts[] = {
         {"xml", required_argument, NULL, O_XML},
         {"tp", required_argument, NULL, O_TP},
@@ -107,6 +110,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"tasks-per-node", required_argument, NULL, O_TPN},
         {"allow-pcie", no_argument, NULL, O_PCIE},
         {"cpu-only", no_argument, NULL, O_CPU},
+        {"cpu-bind", required_argument, NULL, O_CPUBIND},
         {"nvlink-domain-gpus", required_argument, NULL, O_DOMAIN},
         {"pp-in-domain", no_argument, NULL, O_PPDOM},
         {"node-domain", required_argument, NULL, O_NODEDOM},
@@ -154,6 +158,17 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_TPN: if (parse_number("--tasks-per-node", optarg, 1, DTRAIN_PLAN_MAX_WORLD, &o->tasks_per_node) < 0) return -1; o->want_plan = 1; break;
         case O_PCIE: o->allow_pcie = 1; o->want_plan = 1; break;
         case O_CPU: o->cpu_only = 1; o->want_plan = 1; break;
+        case O_CPUBIND:
+            if (strcmp(optarg, "cores") == 0)
+                o->cpu_bind = DTRAIN_CPU_BIND_CORES;
+            else if (strcmp(optarg, "numa") == 0)
+                o->cpu_bind = DTRAIN_CPU_BIND_NUMA;
+            else {
+                fprintf(stderr, PROG ": --cpu-bind '%.32s': use cores or numa\n", optarg);
+                return -1;
+            }
+            o->want_plan = 1;
+            break;
         case O_VENDOR:
             if (!dtrain_vendor_from_name(optarg)) {
                 fprintf(stderr, PROG ": --gpu-vendor '%.32s': use nvidia or amd\n", optarg);
@@ -364,12 +379,22 @@ int main(int argc, char **argv)
     }
     if (o.want_plan) {
         struct dtrain_shape shape = {(int)o.tp, (int)o.pp, (int)o.dp, (int)o.nodes, (int)o.tasks_per_node};
-        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus, o.pp_in_domain, o.node_domain};
+        struct dtrain_policy policy = {o.allow_pcie, o.cpu_only, (int)o.domain_gpus, o.pp_in_domain, o.node_domain,
+                                       o.cpu_bind};
         if (shape.tasks_per_node == 0) {
             /* One task per GPU; a CPU-only job needs at least a TP group. */
-            shape.tasks_per_node = dtrain_topo_gpu_count(topo);
+            int ngpus = dtrain_topo_gpu_count(topo);
+            shape.tasks_per_node = ngpus;
             if (o.cpu_only || shape.tasks_per_node == 0)
                 shape.tasks_per_node = shape.tp;
+            else if (ngpus < shape.tp) {
+                /* Not a torchrun-style job: the node is too small for one TP group. */
+                fprintf(stderr, PROG ": this node has %d GPU%s, fewer than T=%ld: use --tp %d or less, or "
+                                     "--cpu-only to place CPU ranks\n",
+                        ngpus, ngpus == 1 ? "" : "s", o.tp, ngpus);
+                status = DTRAIN_EXIT_REFUSED;
+                goto out;
+            }
         }
         nodes = malloc(sizeof(*nodes) * (size_t)shape.nnodes);
         if (!nodes) {

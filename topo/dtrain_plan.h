@@ -36,6 +36,12 @@ struct dtrain_shape {
     int tasks_per_node; /* K >= 1; world = nnodes * K */
 };
 
+/* Which CPUs a task gets (topo/plan_cpus.c says exactly how). */
+enum dtrain_cpu_bind {
+    DTRAIN_CPU_BIND_CORES = 0, /* whole cores, none shared, of one NUMA node (its GPU's) when counts allow */
+    DTRAIN_CPU_BIND_NUMA = 1,  /* the whole NUMA node (a GPU's local CPUs), shared by the tasks there */
+};
+
 struct dtrain_policy {
     int allow_pcie; /* TP groups may span islands (PCIe); the plan then carries a warning */
     int cpu_only;   /* place ranks without GPUs (gpu = -1); CPUs split evenly among local tasks */
@@ -53,6 +59,7 @@ struct dtrain_policy {
      * (a Slurm topology/block block the site declares an NVLink domain:
      * the plugin, which knows its own node only); NULL: NVML's. */
     const char *node_domain;
+    enum dtrain_cpu_bind cpu_bind; /* cores (the zero value) or numa */
 };
 
 struct dtrain_task_placement {
@@ -61,7 +68,7 @@ struct dtrain_task_placement {
     int local_rank;  /* 0..K-1 */
     int gpu;         /* index in the node's model, -1 with cpu_only */
     char gpu_busid[DTRAIN_TOPO_BUSID_LEN]; /* "" with cpu_only */
-    char cpulist[DTRAIN_TOPO_CPULIST_LEN]; /* CPUs near the GPU (its NUMA node), or this task's share */
+    char cpulist[DTRAIN_TOPO_CPULIST_LEN]; /* this task's CPUs (policy.cpu_bind): whole cores near its GPU */
 };
 
 typedef struct dtrain_plan dtrain_plan;

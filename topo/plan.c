@@ -159,38 +159,6 @@ static void slot_relations(int node, int ngroups, int D, unsigned char *rel)
     }
 }
 
-/* Local task i of K gets an even share of the node's CPUs (at least one). */
-static void cpu_share(const dtrain_topo *topo, int i, int K, char *buf, size_t len)
-{
-    buf[0] = '\0';
-    if (!topo || topo->npus <= 0)
-        return;
-    long n = topo->npus;
-    long start = (long)i * n / K, end = (long)(i + 1) * n / K;
-    if (start >= n)
-        start = n - 1;
-    if (end <= start)
-        end = start + 1;
-    size_t used = 0;
-    long k = start;
-    while (k < end && used < len) {
-        long run = k; /* extend a run of consecutive CPU numbers */
-        while (run + 1 < end && topo->pus[run + 1] == topo->pus[run] + 1)
-            run++;
-        int w = run > k ? snprintf(buf + used, len - used, "%s%d-%d", used ? "," : "", topo->pus[k], topo->pus[run])
-                        : snprintf(buf + used, len - used, "%s%d", used ? "," : "", topo->pus[k]);
-        if (w < 0 || (size_t)w >= len - used) {
-            /* Cut at the last whole entry: a shorter list still binds correctly. */
-            char *comma = strrchr(buf, ',');
-            if (comma)
-                *comma = '\0';
-            return;
-        }
-        used += (size_t)w;
-        k = run + 1;
-    }
-}
-
 /* GPUs dtrain cannot place on: partitions, MIG, two vendors in a node. */
 static enum dtrain_status check_whole_gpus(const dtrain_topo *topo, int node, char *err, size_t errlen)
 {
@@ -436,7 +404,7 @@ static enum dtrain_status place(const struct dtrain_shape *shape, const dtrain_t
                                 const struct dtrain_policy *policy, int first_node, int last_node, dtrain_plan **out,
                                 char *err, size_t errlen)
 {
-    static const struct dtrain_policy no_policy = {0, 0, 0, 0, NULL};
+    static const struct dtrain_policy no_policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
     struct plan_cache *cache = NULL;
     unsigned char *rel = NULL;
     int *gpus = NULL;
@@ -518,9 +486,7 @@ static enum dtrain_status place(const struct dtrain_shape *shape, const dtrain_t
                 goto fail;
             }
             if (K > DTRAIN_TOPO_MAX_GPUS || topo->ngpus < K) {
-                rc = refuse(err, errlen,
-                            "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less",
-                            node, topo->ngpus, K, topo->ngpus);
+                rc = plan_refuse_gpu_count(topo, node, slotT, K, err, errlen);
                 goto fail;
             }
             DTRAIN_CHECK_GOTO(check_whole_gpus(topo, node, err, errlen), rc, fail);
@@ -560,13 +526,13 @@ static enum dtrain_status place(const struct dtrain_shape *shape, const dtrain_t
                 const struct dtrain_gpu_info *g = &topo->gpus[layout[i]];
                 t->gpu = layout[i];
                 memcpy(t->gpu_busid, g->busid, sizeof(t->gpu_busid));
-                memcpy(t->cpulist, g->cpulist, sizeof(t->cpulist));
             } else {
                 t->gpu = -1;
                 t->gpu_busid[0] = '\0';
-                cpu_share(topo, i, K, t->cpulist, sizeof(t->cpulist));
             }
         }
+        if (plan_node_cpus(topo, K, layout, policy->cpu_bind, &plan->tasks[node * K - plan->first_rank]) != 0)
+            goto oom;
     }
     if (cache)
         cache_free(cache);

@@ -333,18 +333,33 @@ static enum dtrain_status refuse_islands(const dtrain_topo *topo, int node_index
     return DTRAIN_ERR_REFUSED;
 }
 
+enum dtrain_status plan_refuse_gpu_count(const dtrain_topo *topo, int node_index, int T, int K, char *err,
+                                         size_t errlen)
+{
+    if (topo->ngpus == 0)
+        dtrain_snprintf(err, errlen,
+                        "node %d has no GPUs for %d tasks per node: place CPU ranks with --cpu-only (dtrain-topo; "
+                        "the plugin and dtrain-launch do so by themselves on nodes without GPUs)",
+                        node_index, K);
+    else if (T > topo->ngpus)
+        dtrain_snprintf(err, errlen,
+                        "node %d has %d GPU%s for %d tasks per node, fewer than a TP group of T=%d: use "
+                        "--dtrain-tp=%d or less with --ntasks-per-node=%d, or nodes with %d GPUs",
+                        node_index, topo->ngpus, topo->ngpus == 1 ? "" : "s", K, T, topo->ngpus, topo->ngpus, T);
+    else
+        dtrain_snprintf(err, errlen, "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less",
+                        node_index, topo->ngpus, K, topo->ngpus);
+    return DTRAIN_ERR_REFUSED;
+}
+
 enum dtrain_status plan_node_groups(const dtrain_topo *topo, int node_index, int T, int ngroups, int allow_pcie,
                                     struct plan_groups **out, int *crossed, char *err, size_t errlen)
 {
     int K = T * ngroups;
     *out = NULL;
     *crossed = 0;
-    if (topo->ngpus < K) {
-        dtrain_snprintf(err, errlen,
-                        "node %d has %d GPUs for %d tasks per node: use --ntasks-per-node=%d or less",
-                        node_index, topo->ngpus, K, topo->ngpus);
-        return DTRAIN_ERR_REFUSED;
-    }
+    if (topo->ngpus < K)
+        return plan_refuse_gpu_count(topo, node_index, T, K, err, errlen);
     if (plan_island_capacity(topo, T) < ngroups) {
         if (!allow_pcie)
             return refuse_islands(topo, node_index, T, K, err, errlen);

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "dtrain_plan.h"
 #include "dtrain_topo.h"
 
 enum plan_rel { PLAN_REL_NONE = 0, PLAN_REL_PP = 1, PLAN_REL_DP = 2 };
@@ -34,6 +35,18 @@ void plan_groups_free(struct plan_groups *groups);
 /* Stage 2 (cheap): fill gpu_of_local[0..K-1] for a node whose TP-group
  * slots relate as `rel` says. */
 void plan_node_assign(const struct plan_groups *groups, const unsigned char *rel, int *gpu_of_local);
+
+/* Refuse a node with fewer GPUs than its K tasks (T per TP group), with
+ * what to do: --cpu-only on a node without GPUs, a smaller T when a TP
+ * group does not fit, else fewer tasks.  Returns DTRAIN_ERR_REFUSED. */
+enum dtrain_status plan_refuse_gpu_count(const dtrain_topo *topo, int node_index, int T, int K, char *err,
+                                         size_t errlen);
+
+/* The CPUs of a node's K local tasks, into tasks[0..K-1].cpulist:
+ * gpu_of_local[i] is task i's GPU, or gpu_of_local is NULL for CPU-only
+ * tasks (plan_cpus.c says how).  0, or -1 on out of memory. */
+int plan_node_cpus(const dtrain_topo *topo, int K, const int *gpu_of_local, enum dtrain_cpu_bind bind,
+                   struct dtrain_task_placement *tasks);
 
 /* How many TP groups of size T fit inside islands: sum of floor(size/T). */
 int plan_island_capacity(const dtrain_topo *topo, int T);

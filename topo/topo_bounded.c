@@ -6,7 +6,7 @@
  * daemon) with it.  So the whole load (open, pre-check, hwloc, NVML) runs
  * in a child through common/dtrain_bounded, and the finished model comes
  * back through its shared memory: the model is plain data, apart from its
- * PU list, which travels inline. */
+ * PU lists, which travel inline. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,7 @@ struct bounded_answer {
     char err[1024];
     struct dtrain_topo model; /* pus == NULL here */
     int npus;
-    int pus[TOPO_BOUNDED_MAX_PUS];
+    int pus[TOPO_BOUNDED_MAX_PUS], pu_core[TOPO_BOUNDED_MAX_PUS], pu_numa[TOPO_BOUNDED_MAX_PUS];
 };
 
 static void load_in_child(const void *argp, void *outp, struct dtrain_stage *stage)
@@ -92,10 +92,13 @@ static void load_in_child(const void *argp, void *outp, struct dtrain_stage *sta
         a->rc = DTRAIN_ERR_INPUT;
     } else {
         a->model = *t;
-        a->model.pus = NULL;
+        a->model.pus = a->model.pu_core = a->model.pu_numa = NULL;
         a->npus = t->npus;
-        if (t->npus > 0)
+        if (t->npus > 0) {
             memcpy(a->pus, t->pus, sizeof(int) * (size_t)t->npus);
+            memcpy(a->pu_core, t->pu_core, sizeof(int) * (size_t)t->npus);
+            memcpy(a->pu_numa, t->pu_numa, sizeof(int) * (size_t)t->npus);
+        }
     }
     dtrain_topo_free(t);
 }
@@ -132,17 +135,17 @@ enum dtrain_status dtrain_topo_load_bounded(const char *xml, int flags, int time
         goto done;
     }
     *t = a->model;
-    t->pus = NULL;
+    t->pus = t->pu_core = t->pu_numa = NULL;
     t->npus = 0;
     if (a->npus > 0 && a->npus <= TOPO_BOUNDED_MAX_PUS) {
-        t->pus = malloc(sizeof(int) * (size_t)a->npus);
-        if (t->pus == NULL) {
+        if (topo_model_alloc_pus(t, a->npus) != 0) {
             dtrain_topo_free(t);
             dtrain_snprintf(err, errlen, "out of memory");
             goto done;
         }
         memcpy(t->pus, a->pus, sizeof(int) * (size_t)a->npus);
-        t->npus = a->npus;
+        memcpy(t->pu_core, a->pu_core, sizeof(int) * (size_t)a->npus);
+        memcpy(t->pu_numa, a->pu_numa, sizeof(int) * (size_t)a->npus);
     }
     *out = t;
     rc = DTRAIN_OK;

@@ -357,21 +357,37 @@ static int links_from_distances(hwloc_topology_t topo, const char *name, const s
     return found;
 }
 
+/* The node's allowed PUs with their core and NUMA node, from hwloc's
+ * objects (never from OS index arithmetic: siblings may be numbered 1 or N
+ * apart). */
 static int collect_pus(hwloc_topology_t topo, struct dtrain_topo *model, char *err, size_t errlen)
 {
     hwloc_const_cpuset_t set = hwloc_topology_get_allowed_cpuset(topo);
     int weight = set ? hwloc_bitmap_weight(set) : 0;
     if (weight <= 0)
         return 0; /* unknown or infinite: cpu_only plans then leave CPUs unset */
-    model->pus = malloc(sizeof(int) * (size_t)weight);
-    if (!model->pus) {
+    if (topo_model_alloc_pus(model, weight) != 0) {
         dtrain_snprintf(err, errlen, "out of memory");
         return -1;
     }
+    int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
     int i = 0, pu;
     hwloc_bitmap_foreach_begin(pu, set) {
-        if (i < weight)
-            model->pus[i++] = pu;
+        if (i < weight) {
+            hwloc_obj_t obj = hwloc_get_pu_obj_by_os_index(topo, (unsigned)pu);
+            hwloc_obj_t core = obj ? hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, obj) : NULL;
+            model->pus[i] = pu;
+            /* A PU without a core object (some exports) is a core of its own. */
+            model->pu_core[i] = core ? (int)core->logical_index : (ncores > 0 ? ncores : 0) + i;
+            model->pu_numa[i] = -1;
+            for (hwloc_obj_t numa = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, NULL); numa;
+                 numa = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, numa))
+                if (numa->cpuset && hwloc_bitmap_isset(numa->cpuset, (unsigned)pu)) {
+                    model->pu_numa[i] = (int)numa->os_index;
+                    break;
+                }
+            i++;
+        }
     }
     hwloc_bitmap_foreach_end();
     model->npus = i;

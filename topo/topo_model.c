@@ -20,6 +20,31 @@ void dtrain_topo_free(dtrain_topo *topo)
     free(topo);
 }
 
+int topo_model_alloc_pus(struct dtrain_topo *topo, int n)
+{
+    int *block = malloc(sizeof(int) * 3 * (size_t)n);
+    if (!block)
+        return -1;
+    free(topo->pus);
+    topo->pus = block;
+    topo->pu_core = block + n;
+    topo->pu_numa = block + 2 * (size_t)n;
+    topo->npus = n;
+    return 0;
+}
+
+int topo_model_copy_pus(struct dtrain_topo *dst, const struct dtrain_topo *src)
+{
+    if (src->npus <= 0)
+        return 0;
+    if (topo_model_alloc_pus(dst, src->npus) != 0)
+        return -1;
+    memcpy(dst->pus, src->pus, sizeof(int) * (size_t)src->npus);
+    memcpy(dst->pu_core, src->pu_core, sizeof(int) * (size_t)src->npus);
+    memcpy(dst->pu_numa, src->pu_numa, sizeof(int) * (size_t)src->npus);
+    return 0;
+}
+
 void topo_format_busid(char *buf, size_t len, unsigned domain, unsigned bus,
                        unsigned dev, unsigned func)
 {
@@ -256,15 +281,10 @@ enum dtrain_status dtrain_topo_subset(const dtrain_topo *topo, const int *gpus, 
         dtrain_snprintf(err, errlen, "out of memory");
         return DTRAIN_ERR_SYSTEM;
     }
-    if (topo->npus > 0) {
-        sub->pus = malloc(sizeof(int) * (size_t)topo->npus);
-        if (!sub->pus) {
-            free(sub);
-            dtrain_snprintf(err, errlen, "out of memory");
-            return DTRAIN_ERR_SYSTEM;
-        }
-        memcpy(sub->pus, topo->pus, sizeof(int) * (size_t)topo->npus);
-        sub->npus = topo->npus;
+    if (topo_model_copy_pus(sub, topo) != 0) {
+        free(sub);
+        dtrain_snprintf(err, errlen, "out of memory");
+        return DTRAIN_ERR_SYSTEM;
     }
     sub->ngpus = ngpus;
     sub->source = topo->source;

@@ -37,15 +37,28 @@ struct dtrain_topo {
     int island_of[DTRAIN_TOPO_MAX_GPUS];
     int island_size[DTRAIN_TOPO_MAX_GPUS];
 
-    /* The node's usable CPUs (OS indices, ascending), for cpu_only plans. */
+    /* The node's usable CPUs (PUs: OS indices, ascending), and for each its
+     * core (a number shared by the hyperthreads of one core, unique in the
+     * node) and its NUMA node (OS index, -1 unknown), as hwloc reports them:
+     * the planner gives ranks whole cores from these (plan_cpus.c).  One
+     * allocation of 3*npus ints (topo_model_alloc_pus). */
     int npus;
     int *pus;
+    int *pu_core;
+    int *pu_numa;
 
     char summary[256];
 };
 
 /* A zeroed model (calloc); NULL on out of memory. */
 struct dtrain_topo *topo_model_new(void);
+
+/* Allocate pus, pu_core and pu_numa for n PUs (n > 0), replacing any.
+ * 0, or -1 on out of memory. */
+int topo_model_alloc_pus(struct dtrain_topo *topo, int n);
+
+/* dst's PUs become a copy of src's.  0, or -1 on out of memory. */
+int topo_model_copy_pus(struct dtrain_topo *dst, const struct dtrain_topo *src);
 
 /* Set the link between a and b (both directions), in MB/s. */
 void topo_model_set_link(struct dtrain_topo *topo, int a, int b, long long mbps);

@@ -78,6 +78,39 @@ cpus_ok=$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2
                END { print (bound > 0 && !bad) ? "yes" : "no (" bound + 0 " bound, " bad + 0 " differ)" }' "$D/inherit.txt")
 check "bind=yes: bound tasks run on exactly DTRAIN_CPUS, the CPUs of their GPU that exist here ($cpus_ok)" \
   [ "$cpus_ok" = yes ]
+# Issue #32: whole cores, none in two tasks.  The planner's lists for this
+# shape (dtrain-topo on the same saved topology: whole cores of each GPU's
+# NUMA node, checked against hwloc's cores in tests/topo/test_cpus.c), cut to
+# the CPUs the batch step (unbound) may use, are what each task is bound to, and no CPU is
+# bound to two tasks of a node (with the GPU's whole NUMA node, the 4 tasks of
+# NUMA node 0 all ran on its CPUs).
+"$abs_top_builddir/topo/dtrain-topo" --xml "$fixtures/dgx-h100.xml" --tp 4 --pp 2 --nodes 2 --tasks-per-node 8 \
+  >"$D/plan.txt" 2>&1
+here=$(sed -n 's/.* allowed=\([^ ]*\).*/\1/p' "$D/batch.txt" | head -n 1) # the step's CPUs, unbound
+cores_ok=$(awk -v here="$here" '
+  function expand(list, out,   n, i, r, a) { delete out; n = split(list, r, ",")
+    for (i = 1; i <= n; i++) { if (split(r[i], a, "-") == 2) { for (c = a[1]; c <= a[2]; c++) out[c] = 1 } else if (r[i] != "-" && r[i] != "") out[r[i]] = 1 } }
+  function cut(list,   s, c, out2) { expand(list, tmp); s = ""
+    for (c = 0; c < 8192; c++) if ((c in tmp) && (c in have)) s = s (s == "" ? "" : ",") c
+    return s == "" ? "-" : s }
+  BEGIN { expand(here, have) }
+  FNR == NR { if ($1 == "RANK") plan = 1; else if (plan && $1 ~ /^[0-9]+$/) want[$1] = cut($NF); next }
+  { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    expand(v["cpus"], mine); got = ""
+    for (c = 0; c < 8192; c++) if (c in mine) { got = got (got == "" ? "" : ",") c
+      if ((v["node"] ":" c) in owner) { print "CPU " c " of " v["node"] " bound to ranks " owner[v["node"] ":" c] " and " v["rank"]; bad = 1 }
+      owner[v["node"] ":" c] = v["rank"] }
+    if (got == "") got = "-"
+    if (got != want[v["rank"]]) { print "rank " v["rank"] " bound to " got ", the plan'"'"'s cores here are " want[v["rank"]]; bad = 1 } }
+  END { if (!bad) print "yes" }' "$D/plan.txt" "$D/inherit.txt" | head -n 3 | tr '\n' ' ')
+check "bind=yes, default cpu_bind=cores: each task bound to its planned whole cores (those that exist here), no CPU in two tasks of a node (${cores_ok% })" \
+  [ "$cores_ok" = "yes " ]
+run_client "$D/numa.txt" "$err" srun -w node1 -N1 --ntasks-per-node=8 --dtrain-cpu-bind=numa sh "$show_task"
+numa=$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+              if (v["local_rank"] < 4) c[v["cpus"]]++ }
+            END { for (k in c) printf "%s:%d ", k, c[k] }' "$D/numa.txt")
+check "srun --dtrain-cpu-bind=numa: the 4 tasks of NUMA node 0 share its CPUs, as before issue #32 (exit $RC; $numa)" \
+  eval '[ "$RC" -eq 0 ] && case "$numa" in "-:"*) false ;; *":4 ") [ "$(echo $numa | wc -w)" -eq 1 ] ;; *) false ;; esac'
 problems=$(check_ranks "$D/override.txt" 2 2 2 8)
 check "srun --dtrain-tp=2 in the same script overrides T${problems:+: $problems}" [ -z "$problems" ]
 

@@ -19,9 +19,9 @@ out=$D/client.out err=$D/client.err
 for client in sbatch salloc srun; do
   help=$(in_cluster "$D" "$client" --help 2>&1)
   names=$(printf '%s\n' "$help" | grep -oE -- '--dtrain-[a-z-]+' | sort -u | tr '\n' ' ')
-  check "$client --help lists the 12 --dtrain-* options ($names)" \
-    [ "$names" = "--dtrain-allow-pcie --dtrain-ckpt-dir --dtrain-dp --dtrain-gpu-vendor --dtrain-gpu-visibility --dtrain-max-restarts --dtrain-pp --dtrain-pp-in-domain --dtrain-spares --dtrain-straggler --dtrain-tp --dtrain-verbose " ]
-  check "$client --help marks them [dtrain]" [ "$(printf '%s\n' "$help" | grep -c '\[dtrain\]')" -eq 12 ]
+  check "$client --help lists the 13 --dtrain-* options ($names)" \
+    [ "$names" = "--dtrain-allow-pcie --dtrain-ckpt-dir --dtrain-cpu-bind --dtrain-dp --dtrain-gpu-vendor --dtrain-gpu-visibility --dtrain-max-restarts --dtrain-pp --dtrain-pp-in-domain --dtrain-spares --dtrain-straggler --dtrain-tp --dtrain-verbose " ]
+  check "$client --help marks them [dtrain]" [ "$(printf '%s\n' "$help" | grep -c '\[dtrain\]')" -eq 13 ]
 done
 
 # ---- sbatch refusals: "EXPECTED-EXIT|ARGS"

@@ -57,6 +57,10 @@ static void test_arguments(void)
     ok(parse("allow_pcie=true", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_ALWAYS, "allow_pcie=true");
     ok(parse("", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 0 && c.master_port_lo == 29500 &&
        c.master_port_hi == 29999, "defaults: gpu_visibility=all, master_ports=29500-29999");
+    ok(parse("", &c, err, sizeof err) == 0 && c.cpu_bind_numa == 0 &&
+           parse("cpu_bind=numa", &c, err, sizeof err) == 0 && c.cpu_bind_numa == 1 &&
+           parse("cpu_bind=cores", &c, err, sizeof err) == 0 && c.cpu_bind_numa == 0,
+       "cpu_bind: cores (the default) or numa (issue #32)");
     ok(parse("gpu_visibility=one master_ports=40000-40099", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 1 &&
        c.master_port_lo == 40000 && c.master_port_hi == 40099, "gpu_visibility=one master_ports=40000-40099");
     ok(parse("", &c, err, sizeof err) == 0 && c.net_gbps == 25 && c.pcie_gbps == 25,
@@ -78,6 +82,7 @@ static void test_arguments(void)
         {"nvlink_domain_source=tree", "nvlink_domain_source=tree: use nvml or block"},
         {"topology_xml=relative.xml", "absolute path"},
         {"gpu_visibility=some", "gpu_visibility=some: use all or one"},
+        {"cpu_bind=threads", "cpu_bind=threads: use cores or numa"},
         {"master_ports=29500", "give a port range LO-HI"},
         {"master_ports=30000-29999", "1024 <= LO <= HI <= 65535"},
         {"master_ports=80-90", "1024 <= LO <= HI <= 65535"},

@@ -89,6 +89,14 @@ static void test_option_values(void)
        strstr(err, "--dtrain-straggler 'kill': use report or drain") != NULL, "--dtrain-straggler=kill is refused (%s)",
        err);
 
+    ok(o.cpu_bind == 0 && dtrain_options_set(&o, DTRAIN_OPT_CPU_BIND, "numa", err, sizeof err) == 0 &&
+           o.cpu_bind == 2 && dtrain_options_set(&o, DTRAIN_OPT_CPU_BIND, "cores", err, sizeof err) == 0 &&
+           o.cpu_bind == 1,
+       "--dtrain-cpu-bind takes cores or numa (issue #32)");
+    ok(dtrain_options_set(&o, DTRAIN_OPT_CPU_BIND, "threads", err, sizeof err) != 0 && o.cpu_bind == 1 &&
+           strstr(err, "--dtrain-cpu-bind 'threads': use cores or numa") != NULL,
+       "--dtrain-cpu-bind=threads is refused, the value kept (%s)", err);
+
     dtrain_options_init(&o);
     ok(dtrain_options_set(&o, DTRAIN_OPT_VERBOSE, NULL, err, sizeof err) == 0 && dtrain_options_used(&o),
        "any option alone makes it a dtrain job");
@@ -97,7 +105,7 @@ static void test_option_values(void)
     for (size_t i = 0; i < dtrain_option_count; i++)
         usage_ok &= strncmp(dtrain_option_table[i].usage, "[dtrain] ", 9) == 0 &&
                     strncmp(dtrain_option_table[i].name, "dtrain-", 7) == 0;
-    ok(dtrain_option_count == 12 && usage_ok, "12 options, each named dtrain-* with usage starting [dtrain]");
+    ok(dtrain_option_count == 13 && usage_ok, "13 options, each named dtrain-* with usage starting [dtrain]");
 }
 
 static void test_job_size(void)

@@ -74,7 +74,7 @@ static void test_plan_env(const char *fixtures, int T, int P)
     }
     const dtrain_topo *nodes[2] = {topo, topo};
     struct dtrain_shape shape = {.tp = T, .pp = P, .dp = 0, .nnodes = 2, .tasks_per_node = 8};
-    struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+    struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
     if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_OK) {
         ok(0, "plan T=%d P=%d: %s", T, P, err);
         dtrain_topo_free(topo);
@@ -128,7 +128,7 @@ static void test_visible_all(const char *fixtures)
     }
     const dtrain_topo *nodes[1] = {topo};
     struct dtrain_shape shape = {.tp = 2, .pp = 1, .dp = 0, .nnodes = 1, .tasks_per_node = 8};
-    struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+    struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
     if (dtrain_plan_place_tasks(&shape, nodes, &policy, &plan, err, sizeof err) != DTRAIN_OK) {
         ok(0, "plan: %s", err);
         dtrain_topo_free(topo);

@@ -149,8 +149,31 @@ check "T larger than the largest island: exit 3" sh -c "test $rc -eq 3 && grep -
 run --xml "$fx/dgx1-v100.xml" --tp 3
 check "T not dividing tasks per node: exit 3" sh -c "test $rc -eq 3 && grep -q '^dtrain-topo: T=3 does not divide' '$tmp/err'"
 
-run --xml "$fx/dgx1-v100.xml" --tp 2 --cpu-only --tasks-per-node 4
+# --cpu-bind numa: rank 0 gets NUMA node 0 (0-7,16-23), as this check has read since before whole cores.
+run --xml "$fx/dgx1-v100.xml" --tp 2 --cpu-only --tasks-per-node 4 --cpu-bind numa
 check "cpu-only: exit 0, no GPU column values" sh -c "test $rc -eq 0 && grep -E '^0 +0 +0 +0 +0 +0 +- +- +0-7' '$tmp/out' >/dev/null"
+
+# Issue #32: whole cores per rank (siblings are N apart on these machines), never one core in two ranks.
+run --xml "$fx/g4dnmetal.xml" --cpu-only --tasks-per-node 4
+check "cpu-only on g4dn.metal (siblings 48 apart): 4 ranks of 12 whole cores, two per socket" \
+  sh -c "test $rc -eq 0 && grep -qE '^0 .* 0-11,48-59\$' '$tmp/out' && grep -qE '^1 .* 12-23,60-71\$' '$tmp/out' &&
+         grep -qE '^2 .* 24-35,72-83\$' '$tmp/out' && grep -qE '^3 .* 36-47,84-95\$' '$tmp/out'"
+run --xml "$fx/dgx-h100.xml" --tp 1 --json
+check "GPU ranks: whole cores of their GPU's NUMA node, 4 GPUs on 8 cores: 2 cores each" \
+  sh -c "test $rc -eq 0 && grep -q '\"cpulist\": \"0-1,16-17\"' '$tmp/out' && grep -q '\"cpulist\": \"14-15,30-31\"' '$tmp/out'"
+run --xml "$fx/dgx-h100.xml" --cpu-bind all
+check "--cpu-bind all: exit 2, naming the values" sh -c "test $rc -eq 2 && grep -q 'use cores or numa' '$tmp/err'"
+
+# A node without GPUs: the refusal names --cpu-only, not "--ntasks-per-node=0 or less" (issue #32).
+if command -v lstopo-no-graphics >/dev/null 2>&1 &&
+   lstopo-no-graphics --input "$fx/dgx1-v100.xml" --no-io --of xml "$tmp/nogpu.xml" 2>/dev/null; then
+  run --xml "$tmp/nogpu.xml" --tasks-per-node 2
+  check "no GPUs, 2 tasks per node: exit 3, one line naming --cpu-only" \
+    sh -c "test $rc -eq 3 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q 'has no GPUs.*--cpu-only' '$tmp/err' &&
+           ! grep -q 'ntasks-per-node=0' '$tmp/err'"
+else
+  skip_test "lstopo-no-graphics (hwloc-tools) is not installed: no GPU-less topology to try"
+fi
 
 run --xml "$fx/dgx1-v100.xml" --tp 0
 check "bad number: exit 2, one line" sh -c "test $rc -eq 2 && test \$(wc -l <'$tmp/err') -eq 1 && grep -q '^dtrain-topo: ' '$tmp/err'"

@@ -451,7 +451,7 @@ static void check_fabric(void)
     {
         const dtrain_topo *nodes[1] = {t};
         struct dtrain_shape shape = {1, 1, 0, 1, 8};
-        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
         dtrain_plan *p = NULL;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_ERR_REFUSED && strstr(err, "0000:35:00.0 has MIG mode on but NVML lists no MIG instance"),
@@ -484,7 +484,7 @@ static void check_fabric(void)
            "NVML MIG: instances have no NVLink (not to each other, not to GPU 3); GPUs 0-1 keep theirs");
         const dtrain_topo *nodes[1] = {t};
         struct dtrain_shape shape = {1, 1, 0, 1, 10};
-        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
         dtrain_plan *p = NULL;
         rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_OK, "NVML MIG: T=1 places one rank on each GPU and instance: %s", rc ? err : "ok");

@@ -68,6 +68,10 @@ check "two vendors, --gpu-vendor amd: the 7 AMD GPUs, ROCr indices 0..6" \
 run --xml "$tmp/mixed.xml" --tp 1 --gpu-vendor nvidia --json
 check "two vendors, --gpu-vendor nvidia: the one NVIDIA GPU, CUDA index 0" \
   py 'len(g) == 1 and g[0]["vendor_id"] == "0x10de" and g[0]["busid"] == "0000:c1:00.0" and g[0]["vendor_index"] == 0'
+run --xml "$tmp/mixed.xml" --tp 2 --gpu-vendor nvidia
+check "two vendors, --gpu-vendor nvidia --tp 2: exit 3, 'this node has 1 GPU' and what to do, not the torchrun refusal" \
+  sh -c "[ $rc -eq 3 ] && [ \$(wc -l <'$tmp/err') -eq 1 ] && grep -q 'this node has 1 GPU, fewer than T=2: use --tp 1' '$tmp/err' &&
+         ! grep -q torchrun '$tmp/err'"
 run --xml "$fx/amd-mi250x.xml" --gpu-vendor nvidia
 check "--gpu-vendor nvidia on an all-AMD node: exit 3, one line" \
   sh -c "[ $rc -eq 3 ] && [ \$(wc -l <'$tmp/err') -eq 1 ] && grep -q 'no NVIDIA GPU' '$tmp/err'"

@@ -18,7 +18,10 @@ static int plan_on(const dtrain_topo *topo, int T, int P, int D, int N, int K, i
     for (int i = 0; i < N && i < 64; i++)
         nodes[i] = topo;
     struct dtrain_shape shape = {T, P, D, N, K};
-    struct dtrain_policy policy = {allow_pcie, cpu_only, 0, 0, NULL};
+    /* GPU plans keep the GPU's whole NUMA node, which plan_consistent checks;
+     * test_cpus.c checks the default, whole cores. */
+    struct dtrain_policy policy = {allow_pcie, cpu_only, 0, 0, NULL,
+                                   cpu_only ? DTRAIN_CPU_BIND_CORES : DTRAIN_CPU_BIND_NUMA};
     err[0] = '\0';
     *out = NULL;
     return dtrain_plan_place_tasks(&shape, N <= 64 ? nodes : NULL, &policy, out, err, sizeof(err));
@@ -280,7 +283,7 @@ static void heterogeneous_nodes(void)
     if (full && miss) {
         const dtrain_topo *nodes[2] = {full, miss};
         struct dtrain_shape shape = {4, 1, 0, 2, 4};
-        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_NUMA}; /* plan_consistent: the GPU's NUMA node */
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_OK && plan_consistent(p, nodes) && group_mask(p, 1, 0) == 0x0f,
@@ -335,7 +338,7 @@ static void multinode_domains(void)
 
     const dtrain_topo *nodes[4] = {a, a, b, b};
     struct dtrain_shape shape = {8, 1, 0, 4, 4};
-    struct dtrain_policy policy = {0, 0, 8, 0, NULL};
+    struct dtrain_policy policy = {0, 0, 8, 0, NULL, DTRAIN_CPU_BIND_CORES};
     dtrain_plan *p = NULL;
     err[0] = '\0';
     int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
@@ -490,7 +493,7 @@ static void node_share(void)
     for (int i = 0; i < 16; i++)
         nodes[i] = t;
     struct dtrain_shape shape = {4, 4, 0, 16, 8};
-    struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+    struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
     int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &full, err, sizeof(err));
     int same = rc == DTRAIN_OK;
     for (int node = 0; same && node < 16; node += 5) {
@@ -523,10 +526,13 @@ static void cpu_only(void)
             if (dtrain_plan_task(p, r)->gpu != -1 || dtrain_plan_task(p, r)->gpu_busid[0])
                 nogpu = 0;
         ok(nogpu, "cpu_only: no GPU assigned");
-        ok(strcmp(dtrain_plan_task(p, 0)->cpulist, "0-7") == 0 && strcmp(dtrain_plan_task(p, 1)->cpulist, "8-15") == 0 &&
-               strcmp(dtrain_plan_task(p, 2)->cpulist, "16-23") == 0 &&
-               strcmp(dtrain_plan_task(p, 7)->cpulist, "24-31") == 0,
-           "cpu_only: the node's 32 CPUs split evenly (%s, %s, %s, %s)", dtrain_plan_task(p, 0)->cpulist,
+        /* Core c is PUs c and c+16; NUMA node 0 holds cores 0-7 (issue #32:
+         * the OS-index split gave ranks 0 and 2 the same cores). */
+        ok(strcmp(dtrain_plan_task(p, 0)->cpulist, "0-3,16-19") == 0 &&
+               strcmp(dtrain_plan_task(p, 1)->cpulist, "4-7,20-23") == 0 &&
+               strcmp(dtrain_plan_task(p, 2)->cpulist, "8-11,24-27") == 0 &&
+               strcmp(dtrain_plan_task(p, 7)->cpulist, "12-15,28-31") == 0,
+           "cpu_only: the node's 16 cores split evenly, whole cores (%s, %s, %s, %s)", dtrain_plan_task(p, 0)->cpulist,
            dtrain_plan_task(p, 1)->cpulist, dtrain_plan_task(p, 2)->cpulist, dtrain_plan_task(p, 7)->cpulist);
         dtrain_plan_free(p);
     }
@@ -536,7 +542,7 @@ static void cpu_only(void)
         dtrain_plan_free(p);
     }
     struct dtrain_shape shape = {2, 1, 0, 3, 2};
-    struct dtrain_policy policy = {0, 1, 0, 0, NULL};
+    struct dtrain_policy policy = {0, 1, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
     int rc = dtrain_plan_place_tasks(&shape, NULL, &policy, &p, err, sizeof(err));
     ok(rc == DTRAIN_OK && dtrain_plan_task(p, 5)->cpulist[0] == '\0' && dtrain_plan_task(p, 5)->gpu == -1,
        "cpu_only without node models: ranks only, CPUs left unset");
@@ -573,7 +579,7 @@ static void refusals(void)
         dtrain_plan *p = NULL;
         const dtrain_topo *nodes[1] = {t};
         struct dtrain_shape shape = {c->T, c->P, c->D, c->N, c->K};
-        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
         err[0] = '\0';
         int rc = dtrain_plan_place_tasks(&shape, c->N == 1 ? nodes : NULL, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_ERR_REFUSED && p == NULL && strstr(err, c->needle) && !strchr(err, '\n') &&
@@ -640,7 +646,7 @@ static void large_shape(void)
         for (int i = 0; i < NODES; i++)
             nodes[i] = t;
         struct dtrain_shape shape = {8, 16, 0, NODES, 8};
-        struct dtrain_policy policy = {0, 0, 0, 0, NULL};
+        struct dtrain_policy policy = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_NUMA}; /* plan_consistent: the GPU's NUMA node */
         dtrain_plan *p = NULL;
         int rc = dtrain_plan_place_tasks(&shape, nodes, &policy, &p, err, sizeof(err));
         ok(rc == DTRAIN_OK && dtrain_plan_world_size(p) == 8192 && dtrain_plan_shape(p)->dp == 64 &&

@@ -130,7 +130,7 @@ int main(void)
             }
         const dtrain_topo *nodes[2] = {t, t};
         struct dtrain_shape shape = {T, P, 0, N, K};
-        struct dtrain_policy strict = {0, 0, 0, 0, NULL}, lenient = {1, 0, 0, 0, NULL};
+        struct dtrain_policy strict = {0, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES}, lenient = {1, 0, 0, 0, NULL, DTRAIN_CPU_BIND_CORES};
         dtrain_plan *p = NULL, *q = NULL;
 
         struct brute b;
