@@ -58,9 +58,11 @@ int dtrain_report_text(FILE *out, const struct dtrain_report *r)
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         const struct dtrain_comm_group *g = &r->bs->groups[k];
         const char *kind = dtrain_group_kind_name((enum dtrain_group_kind)k);
+        char shown[DTRAIN_BOOTSTRAP_ID_MAX];
+        dtrain_bootstrap_id_redact(g->id, shown, sizeof shown);
         if (g->present)
             fprintf(out, " %s.key=%s %s.first=%d %s.stride=%d %s.size=%d %s.rank=%d %s.id=%s", kind, g->key, kind,
-                    g->first, kind, g->stride, kind, g->size, kind, g->my_rank, kind, g->id);
+                    g->first, kind, g->stride, kind, g->size, kind, g->my_rank, kind, shown);
     }
     fputc('\n', out);
     return fflush(out) == 0 && !ferror(out) ? 0 : -1;
@@ -86,8 +88,10 @@ int dtrain_report_json(FILE *out, const struct dtrain_report *r)
         const struct dtrain_comm_group *g = &r->bs->groups[k];
         if (!g->present)
             continue;
+        char shown[DTRAIN_BOOTSTRAP_ID_MAX];
+        dtrain_bootstrap_id_redact(g->id, shown, sizeof shown);
         json_t *group = json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "key", g->key, "first", g->first, "stride",
-                                  g->stride, "size", g->size, "rank", g->my_rank, "id", g->id);
+                                  g->stride, "size", g->size, "rank", g->my_rank, "id", shown);
         if (group == NULL || json_object_set_new(groups, dtrain_group_kind_name((enum dtrain_group_kind)k), group) != 0)
             goto out;
     }

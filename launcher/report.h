@@ -9,6 +9,7 @@
  *   fence_us=... get_us=... then for each group the task has:
  *   <kind>.key=dt.tp.0 <kind>.first=0 <kind>.stride=1 <kind>.size=4
  *   <kind>.rank=3 <kind>.id=cpu:...   (kind: world tp pp dp pp_next pp_prev)
+ *   (ids with their secret shown as "<secret>": dtrain_bootstrap_id_redact)
  * --json: the same as one JSON object per line:
  *   {"rank":3, ..., "timing_us":{"bootstrap":..,...}, "groups":{"tp":{"key":..,...}}} */
 #ifndef DTRAIN_LAUNCH_REPORT_H

@@ -36,7 +36,9 @@ static int share_id(dtrain_comm *world, struct dtrain_comm_group *g, enum dtrain
     memset(buf, 0, sizeof buf);
     if (g->my_rank == 0) {
         if (dtrain_snprintf(buf, sizeof buf, "%s", g->id) != 0 || dtrain_bootstrap_id_backend(buf) != (int)backend) {
-            dtrain_snprintf(err, errlen, "the leader's id '%.16s...' is not a %s id of at most %d bytes", g->id,
+            char shown[DTRAIN_BOOTSTRAP_ID_MAX];
+            dtrain_bootstrap_id_redact(g->id, shown, sizeof shown);
+            dtrain_snprintf(err, errlen, "the leader's id '%.32s...' is not a %s id of at most %d bytes", shown,
                             dtrain_backend_name(backend), ID_WIRE_LEN - 1);
             return DTRAIN_COMM_EINVAL;
         }
@@ -79,7 +81,9 @@ static int share_pair_ids(dtrain_comm *world, struct dtrain_bootstrap *bs, char 
     memset(in, 0, sizeof in);
     if (to >= 0 && (dtrain_snprintf(out, sizeof out, "%s", next->id) != 0 ||
                     dtrain_bootstrap_id_backend(out) != (int)bs->backend)) {
-        dtrain_snprintf(err, errlen, "pp_next: the leader's id '%.16s...' is not a %s id", next->id,
+        char shown[DTRAIN_BOOTSTRAP_ID_MAX];
+        dtrain_bootstrap_id_redact(next->id, shown, sizeof shown);
+        dtrain_snprintf(err, errlen, "pp_next: the leader's id '%.32s...' is not a %s id", shown,
                         dtrain_backend_name(bs->backend));
         return DTRAIN_COMM_EINVAL;
     }

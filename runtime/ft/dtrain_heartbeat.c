@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Heartbeats between ring neighbours; see dtrain_heartbeat.h. */
 #include "dtrain_heartbeat.h"
+#include "dtrain_hb_wire.h"
 #include "comm/bootstrap/bootstrap_id.h"
 #include "dtrain_clock.h"
 #include "dtrain_env.h"
@@ -18,54 +19,34 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define HB_MAGIC 0x42485444u /* "DTHB" */
-#define HB_VERSION 1u
-#define HB_FLAG_WAITING 1
-#define HB_FLAG_ARMED 2
-#define HB_FLAG_LEAVING 4
 #define QUIET_FACTOR 4.0 /* the limit grows to this many times the longest quiet spell seen */
-
-/* One datagram (both ends run the same build: no byte swapping). */
-struct wire {
-    uint32_t magic, version;
-    uint64_t token;
-    int32_t rank, flags;
-    uint64_t progress;
-    int64_t step;
-    char what[DTRAIN_HB_WHAT_MAX];
-    char node[DTRAIN_HB_NAME_MAX];
-    char gpu[DTRAIN_HB_NAME_MAX];
-};
+#define DRAIN_S 0.05      /* at most this long reading per receive: the watchdog's poll goes on */
 
 struct peer {
     int rank; /* -1: slot unused */
     struct sockaddr_in addr;
     int seen, left;
+    uint64_t seq;         /* the last sequence number accepted from it */
     double last;          /* when its last datagram came */
     double quiet_since;   /* when its progress (or waiting) last changed */
     double max_gap;       /* longest gap between its datagrams seen */
     double max_quiet;     /* longest spell it spent armed, not waiting, without progress */
-    struct wire w;        /* its last datagram */
+    struct dtrain_hb_beat w; /* its last datagram */
 };
 
 struct dtrain_hb {
-    int fd, rank;
-    uint64_t token;
-    struct sockaddr_in self;
+    int rank;
+    int fd[DTRAIN_HB_PEERS];               /* one per slot, connected to its peer */
+    struct sockaddr_in self[DTRAIN_HB_PEERS];
+    unsigned char key[DTRAIN_HB_KEY_LEN];
+    uint64_t seq;                          /* the last sequence number sent */
+    struct dtrain_hb_counts counts;
     char node[DTRAIN_HB_NAME_MAX], gpu[DTRAIN_HB_NAME_MAX];
     struct peer peers[DTRAIN_HB_PEERS];
 };
 
-uint64_t dtrain_hb_token(const char *world_id)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char *p = (const unsigned char *)world_id; p != NULL && *p != '\0'; p++)
-        h = (h ^ *p) * 1099511628211ULL;
-    return h;
-}
-
-int dtrain_hb_open(const char *addr, int rank, const char *node, const char *gpu, uint64_t token,
-                   struct dtrain_hb **out, char *err, size_t errlen)
+int dtrain_hb_open(const char *addr, int rank, const char *node, const char *gpu,
+                   const unsigned char key[DTRAIN_HB_KEY_LEN], struct dtrain_hb **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct dtrain_hb *h = calloc(1, sizeof *h);
@@ -74,35 +55,39 @@ int dtrain_hb_open(const char *addr, int rank, const char *node, const char *gpu
         return -1;
     }
     h->rank = rank;
-    h->token = token;
+    memcpy(h->key, key, sizeof h->key);
     snprintf(h->node, sizeof h->node, "%s", node != NULL && node[0] != '\0' ? node : "-");
     snprintf(h->gpu, sizeof h->gpu, "%s", gpu != NULL && gpu[0] != '\0' ? gpu : "none");
-    for (int i = 0; i < DTRAIN_HB_PEERS; i++)
+    for (int i = 0; i < DTRAIN_HB_PEERS; i++) {
         h->peers[i].rank = -1;
-    h->self.sin_family = AF_INET;
-    if (inet_pton(AF_INET, addr, &h->self.sin_addr) != 1) {
+        h->fd[i] = -1;
+    }
+    struct in_addr in;
+    if (inet_pton(AF_INET, addr, &in) != 1) {
         snprintf(err, errlen, "heartbeat: '%.64s' is not an IPv4 address", addr);
         free(h);
         return -1;
     }
-    socklen_t len = sizeof h->self;
-    h->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (h->fd < 0 || bind(h->fd, (struct sockaddr *)&h->self, sizeof h->self) != 0 ||
-        getsockname(h->fd, (struct sockaddr *)&h->self, &len) != 0) {
-        snprintf(err, errlen, "heartbeat: UDP socket on %s: %s", addr, strerror(errno));
-        if (h->fd >= 0)
-            close(h->fd);
-        free(h);
-        return -1;
+    for (int i = 0; i < DTRAIN_HB_PEERS; i++) {
+        socklen_t len = sizeof h->self[i];
+        h->self[i] = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr = in};
+        h->fd[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (h->fd[i] < 0 || bind(h->fd[i], (struct sockaddr *)&h->self[i], sizeof h->self[i]) != 0 ||
+            getsockname(h->fd[i], (struct sockaddr *)&h->self[i], &len) != 0) {
+            snprintf(err, errlen, "heartbeat: UDP socket on %s: %s", addr, strerror(errno));
+            dtrain_hb_close(h);
+            return -1;
+        }
     }
     *out = h;
     return 0;
 }
 
-void dtrain_hb_address(const struct dtrain_hb *h, uint32_t *ipv4, uint16_t *port)
+void dtrain_hb_address(const struct dtrain_hb *h, int slot, uint32_t *ipv4, uint16_t *port)
 {
-    *ipv4 = ntohl(h->self.sin_addr.s_addr);
-    *port = ntohs(h->self.sin_port);
+    const struct sockaddr_in *a = &h->self[slot >= 0 && slot < DTRAIN_HB_PEERS ? slot : 0];
+    *ipv4 = ntohl(a->sin_addr.s_addr);
+    *port = ntohs(a->sin_port);
 }
 
 int dtrain_hb_set_peer(struct dtrain_hb *h, int slot, int rank, uint32_t ipv4, uint16_t port)
@@ -111,67 +96,100 @@ int dtrain_hb_set_peer(struct dtrain_hb *h, int slot, int rank, uint32_t ipv4, u
         return -1;
     struct peer *p = &h->peers[slot];
     memset(p, 0, sizeof *p);
+    p->rank = -1;
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(ipv4), .sin_port = htons(port)};
+    /* connected: the kernel hands this socket datagrams from that address only */
+    if (connect(h->fd[slot], (struct sockaddr *)&to, sizeof to) != 0)
+        return -1;
     p->rank = rank;
-    p->addr.sin_family = AF_INET;
-    p->addr.sin_addr.s_addr = htonl(ipv4);
-    p->addr.sin_port = htons(port);
+    p->addr = to;
     return 0;
+}
+
+void dtrain_hb_counts(const struct dtrain_hb *h, struct dtrain_hb_counts *out)
+{
+    *out = h->counts;
 }
 
 void dtrain_hb_send(struct dtrain_hb *h, const struct dtrain_hb_state *s, int leaving)
 {
-    struct wire w;
-    memset(&w, 0, sizeof w);
-    w.magic = HB_MAGIC;
-    w.version = HB_VERSION;
-    w.token = h->token ^ (uint64_t)h->rank;
-    w.rank = h->rank;
-    w.flags = (s->waiting ? HB_FLAG_WAITING : 0) | (s->armed ? HB_FLAG_ARMED : 0) | (leaving ? HB_FLAG_LEAVING : 0);
-    w.progress = s->progress;
-    w.step = s->step;
-    snprintf(w.what, sizeof w.what, "%s", s->what);
-    memcpy(w.node, h->node, sizeof w.node);
-    memcpy(w.gpu, h->gpu, sizeof w.gpu);
+    struct dtrain_hb_beat b;
+    unsigned char datagram[DTRAIN_HB_WIRE_LEN];
+    memset(&b, 0, sizeof b);
+    /* up with the monotonic clock too: a heartbeat opened again on this
+     * host goes on above the numbers its predecessor used */
+    uint64_t now_ns = (uint64_t)dtrain_clock_ns();
+    h->seq = now_ns > h->seq ? now_ns : h->seq + 1;
+    b.seq = h->seq;
+    b.rank = h->rank;
+    b.flags = (s->waiting ? DTRAIN_HB_FLAG_WAITING : 0) | (s->armed ? DTRAIN_HB_FLAG_ARMED : 0) |
+              (leaving ? DTRAIN_HB_FLAG_LEAVING : 0);
+    b.progress = s->progress;
+    b.step = s->step;
+    snprintf(b.what, sizeof b.what, "%s", s->what);
+    memcpy(b.node, h->node, sizeof b.node);
+    memcpy(b.gpu, h->gpu, sizeof b.gpu);
+    dtrain_hb_wire_encode(h->key, &b, datagram);
     for (int i = 0; i < DTRAIN_HB_PEERS; i++)
         if (h->peers[i].rank >= 0) /* a lost datagram is the next one's job: no retry */
-            (void)sendto(h->fd, &w, sizeof w, MSG_DONTWAIT, (struct sockaddr *)&h->peers[i].addr,
-                         sizeof h->peers[i].addr);
+            (void)send(h->fd[i], datagram, sizeof datagram, MSG_DONTWAIT);
+}
+
+/* One datagram from slot's socket: kept, or dropped and counted. */
+static void take(struct dtrain_hb *h, struct peer *p, const unsigned char *buf, ssize_t got,
+                 const struct sockaddr_in *from, double now)
+{
+    struct dtrain_hb_beat w;
+    if (from->sin_family != AF_INET || from->sin_addr.s_addr != p->addr.sin_addr.s_addr ||
+        from->sin_port != p->addr.sin_port || /* queued before the connect */
+        dtrain_hb_wire_decode(h->key, buf, (size_t)got, &w) != 0 || w.rank != p->rank ||
+        (p->seen && w.seq <= p->seq)) {
+        h->counts.dropped++;
+        return;
+    }
+    h->counts.accepted++;
+    if (p->seen) {
+        if (now - p->last > p->max_gap)
+            p->max_gap = now - p->last;
+        int quiet = w.progress == p->w.progress && w.flags == p->w.flags;
+        if (!quiet) {
+            double spell = now - p->quiet_since;
+            /* a spell of armed computation that ended: it was work, not a hang */
+            if ((p->w.flags & DTRAIN_HB_FLAG_ARMED) && !(p->w.flags & DTRAIN_HB_FLAG_WAITING) &&
+                spell > p->max_quiet)
+                p->max_quiet = spell;
+            p->quiet_since = now;
+        }
+    } else {
+        p->quiet_since = now;
+    }
+    p->seen = 1;
+    p->seq = w.seq;
+    p->last = now;
+    p->left = p->left || (w.flags & DTRAIN_HB_FLAG_LEAVING);
+    p->w = w;
 }
 
 void dtrain_hb_receive(struct dtrain_hb *h)
 {
-    struct wire w;
-    double now = dtrain_clock_s();
-    for (int n = 0; n < 64; n++) { /* bounded: two peers send a few per interval */
-        ssize_t got = recv(h->fd, &w, sizeof w, MSG_DONTWAIT);
-        if (got < 0)
-            break;
-        if (got != (ssize_t)sizeof w || w.magic != HB_MAGIC || w.version != HB_VERSION ||
-            w.token != (h->token ^ (uint64_t)(int64_t)w.rank))
-            continue;
-        w.what[sizeof w.what - 1] = w.node[sizeof w.node - 1] = w.gpu[sizeof w.gpu - 1] = '\0';
-        for (int i = 0; i < DTRAIN_HB_PEERS; i++) {
-            struct peer *p = &h->peers[i];
-            if (p->rank != w.rank)
-                continue;
-            if (p->seen) {
-                if (now - p->last > p->max_gap)
-                    p->max_gap = now - p->last;
-                int quiet = w.progress == p->w.progress && w.flags == p->w.flags;
-                if (!quiet) {
-                    double spell = now - p->quiet_since;
-                    /* a spell of armed computation that ended: it was work, not a hang */
-                    if ((p->w.flags & HB_FLAG_ARMED) && !(p->w.flags & HB_FLAG_WAITING) && spell > p->max_quiet)
-                        p->max_quiet = spell;
-                    p->quiet_since = now;
-                }
-            } else {
-                p->quiet_since = now;
+    unsigned char buf[DTRAIN_HB_WIRE_LEN + 1]; /* one more: a longer datagram shows as too long */
+    double now = dtrain_clock_s(), until = now + DRAIN_S;
+    for (int i = 0; i < DTRAIN_HB_PEERS; i++) {
+        struct peer *p = &h->peers[i];
+        if (p->rank < 0)
+            continue; /* not connected: nobody's datagrams are ours */
+        /* everything queued, not a fixed count: a backlog must not hide the newest */
+        while (dtrain_clock_s() < until) {
+            struct sockaddr_in from;
+            socklen_t flen = sizeof from;
+            memset(&from, 0, sizeof from);
+            ssize_t got = recvfrom(h->fd[i], buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
+            if (got < 0) {
+                if (errno == EINTR || errno == ECONNREFUSED) /* the peer's port closed: said once */
+                    continue;
+                break;
             }
-            p->seen = 1;
-            p->last = now;
-            p->left = p->left || (w.flags & HB_FLAG_LEAVING);
-            p->w = w;
+            take(h, p, buf, got, &from, now);
         }
     }
 }
@@ -192,7 +210,7 @@ int dtrain_hb_check(struct dtrain_hb *h, double waited_s, const char *in, double
                      p->rank, p->w.node, p->w.gpu, silent, p->w.what, (long long)p->w.step, h->rank, in);
             return 1;
         }
-        if ((p->w.flags & HB_FLAG_ARMED) && !(p->w.flags & HB_FLAG_WAITING) && quiet > quiet_limit &&
+        if ((p->w.flags & DTRAIN_HB_FLAG_ARMED) && !(p->w.flags & DTRAIN_HB_FLAG_WAITING) && quiet > quiet_limit &&
             waited_s > quiet_limit) {
             snprintf(reason, len, "heartbeat: rank %d (node %s, GPU %s) hangs in %s at step %lld: alive but no "
                      "progress for %.1f s outside any communicator call, while rank %d waits on it in a %s call",
@@ -207,7 +225,10 @@ void dtrain_hb_close(struct dtrain_hb *h)
 {
     if (h == NULL)
         return;
-    close(h->fd);
+    for (int i = 0; i < DTRAIN_HB_PEERS; i++)
+        if (h->fd[i] >= 0)
+            close(h->fd[i]);
+    memset(h->key, 0, sizeof h->key);
     free(h);
 }
 
@@ -236,8 +257,9 @@ static int heartbeat_addr(const struct dtrain_bootstrap *bs, char *addr, size_t 
     return dtrain_comm_addr_pick(getenv("NCCL_SOCKET_IFNAME"), addr, len, err, errlen);
 }
 
-/* The neighbours' heartbeat addresses, this rank's (ip, port) sent to both
- * and theirs received (got[0]: prev's, got[1]: next's), in host memory. */
+/* The neighbours' heartbeat addresses: this rank's (ip, port) of the
+ * socket for each neighbour sent to it, and theirs for this rank received
+ * (got[0]: prev's, got[1]: next's), in host memory. */
 struct hb_address {
     uint32_t ip, port;
 };
@@ -249,14 +271,14 @@ static int exchange_one(dtrain_comm *world, const struct hb_address *mine, int t
                                "heartbeat addresses", err, errlen);
 }
 
-static int exchange_addresses(dtrain_comm *world, int prev, int next, uint32_t ip, uint16_t port,
+static int exchange_addresses(dtrain_comm *world, int prev, int next, uint32_t ip, const uint16_t port_for[2],
                               uint32_t got_ip[2], uint16_t got_port[2], char *err, size_t errlen)
 {
-    struct hb_address mine = {ip, port}, got[2];
+    struct hb_address for_prev = {ip, port_for[0]}, for_next = {ip, port_for[1]}, got[2];
     int rc;
     /* to the next, from the previous; then to the previous, from the next */
-    if ((rc = exchange_one(world, &mine, next, &got[0], prev, err, errlen)) != DTRAIN_OK ||
-        (rc = exchange_one(world, &mine, prev, &got[1], next, err, errlen)) != DTRAIN_OK)
+    if ((rc = exchange_one(world, &for_next, next, &got[0], prev, err, errlen)) != DTRAIN_OK ||
+        (rc = exchange_one(world, &for_prev, prev, &got[1], next, err, errlen)) != DTRAIN_OK)
         return rc;
     for (int j = 0; j < 2; j++) {
         got_ip[j] = got[j].ip;
@@ -273,17 +295,23 @@ int dtrain_hb_start(const struct dtrain_bootstrap *bs, dtrain_comm *world, const
         return DTRAIN_OK;
     char addr[INET_ADDRSTRLEN], why[256];
     struct dtrain_hb *hb = NULL;
+    unsigned char key[DTRAIN_HB_KEY_LEN];
     uint32_t ip = 0, got_ip[2];
-    uint16_t port = 0, got_port[2];
+    uint16_t port_for[2] = {0, 0}, got_port[2];
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    dtrain_hb_key(bs->groups[DTRAIN_GROUP_WORLD].id, key);
     if (heartbeat_addr(bs, addr, sizeof addr, why, sizeof why) != 0 ||
-        dtrain_hb_open(addr, me, fault->node, getenv(DTRAIN_ENV_GPU),
-                       dtrain_hb_token(bs->groups[DTRAIN_GROUP_WORLD].id), &hb, why, sizeof why) != 0)
+        dtrain_hb_open(addr, me, fault->node, getenv(DTRAIN_ENV_GPU), key, &hb, why, sizeof why) != 0)
         fprintf(stderr, "%s: rank %d: no heartbeats (--hang-detect): %s; its hangs are found by the communicator "
                 "timeout\n", fault->prog, me, why);
-    else
-        dtrain_hb_address(hb, &ip, &port);
-    int next = (me + 1) % n, prev = (me + n - 1) % n;
-    rc = exchange_addresses(world, prev, next, ip, port, got_ip, got_port, err, errlen);
+    else {
+        /* slot 0 watches prev, slot 1 next; two ranks are each other's
+         * prev and next: slot 0 alone, its port sent both ways */
+        dtrain_hb_address(hb, 0, &ip, &port_for[0]);
+        dtrain_hb_address(hb, next != prev ? 1 : 0, &ip, &port_for[1]);
+    }
+    memset(key, 0, sizeof key);
+    rc = exchange_addresses(world, prev, next, ip, port_for, got_ip, got_port, err, errlen);
     if (rc == DTRAIN_OK && hb != NULL) {
         if (got_port[0] > 0)
             dtrain_hb_set_peer(hb, 0, prev, got_ip[0], got_port[0]);

@@ -28,9 +28,15 @@
  * stops its watchdog (the end of the run) says so ("leaving") and is not
  * watched any more.
  *
- * Datagrams carry a token derived from the world group's bootstrap id and
- * the sender's rank: strays from another job or a port reused are
- * dropped.  No global state: one struct per watchdog. */
+ * Datagrams are sealed with the job's heartbeat key (dtrain_hb_wire.h:
+ * HKDF of the world group's bootstrap id, never printed) and numbered:
+ * a forged, altered, replayed or another job's datagram is dropped and
+ * counted.  Each neighbour has a socket of its own, connected to that
+ * neighbour's socket for this rank (the address exchange gives each side
+ * the other's port), so the kernel delivers nothing from any other
+ * address: a flood from elsewhere cannot fill it or delay a genuine
+ * datagram; what arrives is read until none is left (bounded in time), and
+ * its source is checked again.  No global state: one struct per watchdog. */
 #ifndef DTRAIN_HEARTBEAT_H
 #define DTRAIN_HEARTBEAT_H
 
@@ -38,13 +44,12 @@
 #include <stdint.h>
 
 #include "dtrain_comm.h"
+#include "dtrain_hb_wire.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define DTRAIN_HB_WHAT_MAX 48
-#define DTRAIN_HB_NAME_MAX 32
 #define DTRAIN_HB_PEERS 2
 
 /* What a rank says about itself in each datagram. */
@@ -58,16 +63,25 @@ struct dtrain_hb_state {
 
 struct dtrain_hb; /* opaque */
 
-/* A socket bound to an IPv4 address of this host (port from the kernel).
- * addr: the address peers reach this rank on.  0, or -1 with one line. */
-int dtrain_hb_open(const char *addr, int rank, const char *node, const char *gpu, uint64_t token,
-                   struct dtrain_hb **out, char *err, size_t errlen);
-/* The address and port to give the neighbours, in host order
- * (dtrain_hb_start exchanges them over the world communicator). */
-void dtrain_hb_address(const struct dtrain_hb *h, uint32_t *ipv4, uint16_t *port);
-/* Watch and feed these peers (at most DTRAIN_HB_PEERS, distinct, not
- * this rank). */
+/* One socket per peer slot, bound to an IPv4 address of this host (ports
+ * from the kernel).  addr: the address peers reach this rank on; key: the
+ * job's (dtrain_hb_key).  0, or -1 with one line. */
+int dtrain_hb_open(const char *addr, int rank, const char *node, const char *gpu,
+                   const unsigned char key[DTRAIN_HB_KEY_LEN], struct dtrain_hb **out, char *err, size_t errlen);
+/* The address and port of slot's socket, in host order: what the peer of
+ * that slot is given (dtrain_hb_start exchanges them over the world
+ * communicator). */
+void dtrain_hb_address(const struct dtrain_hb *h, int slot, uint32_t *ipv4, uint16_t *port);
+/* Watch and feed this peer (slot < DTRAIN_HB_PEERS, distinct ranks, not
+ * this rank) at the address of ITS socket for this rank; slot's socket is
+ * connected to it. */
 int dtrain_hb_set_peer(struct dtrain_hb *h, int slot, int rank, uint32_t ipv4, uint16_t port);
+/* Datagrams read and kept, and read and dropped (wrong sender, size,
+ * format, MAC or rank, or replayed). */
+struct dtrain_hb_counts {
+    uint64_t accepted, dropped;
+};
+void dtrain_hb_counts(const struct dtrain_hb *h, struct dtrain_hb_counts *out);
 /* Send our state to the peers; read what came (non-blocking). */
 void dtrain_hb_send(struct dtrain_hb *h, const struct dtrain_hb_state *s, int leaving);
 void dtrain_hb_receive(struct dtrain_hb *h);
@@ -77,9 +91,6 @@ void dtrain_hb_receive(struct dtrain_hb *h);
 int dtrain_hb_check(struct dtrain_hb *h, double waited_s, const char *in, double limit_s, char *reason,
                     size_t len);
 void dtrain_hb_close(struct dtrain_hb *h);
-
-/* The token of a job: FNV-1a of the world group's id text. */
-uint64_t dtrain_hb_token(const char *world_id);
 
 /* In a job (the loop's set-up): open this rank's heartbeat and learn its
  * ring neighbours' addresses (a collective over world: two exchanges with

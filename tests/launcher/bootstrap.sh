@@ -54,6 +54,9 @@ w=$(grep -o ' world.key=dt.w .* world.id=[^ ]*' "$d/print.out" | sed 's/.* world
 tp0=$(grep ' tp.key=dt.tp.0 ' "$d/print.out" | grep -c ' tp.rank=[1-3] tp.id= ')
 check "--print: the 16 tasks print one WORLD id (the only one through PMI2), the 3 members of dt.tp.0 none yet" \
   [ "$(printf '%s\n' "$w" | grep -c '^cpu:')" -eq 1 -a "$(printf '%s\n' "$w" | wc -l)" -eq 1 -a "$tp0" -eq 3 ]
+secrets=$(cat "$d/print.out" "$d"/json.[0-9]* | grep -cE 'cpu:[0-9.]+:[0-9]+:[0-9a-f]{32}')
+check "--print and --json show no group's secret (the job's output is often readable by others): ids read cpu:ADDR:PORT:<secret>" \
+  eval '[ "$secrets" -eq 0 ] && grep -q " world.id=cpu:[0-9.]*:[0-9]*:<secret>" "$d/print.out"'
 
 step "$d" nccl "${shape[@]}" -o "$d/nccl.%t" "$launch" --json --tp 4 --pp 2 --comm-backend nccl
 if cat "$d/nccl.err" "$d"/nccl.[0-9]* | grep -q "built without CUDA/NCCL"; then

@@ -276,3 +276,21 @@ int dtrain_nccl_id_parse(const char *id, unsigned char out[DTRAIN_NCCL_ID_LEN])
         return -1;
     return dtrain_hex_decode(id + sizeof NCCL_PREFIX - 1, out, DTRAIN_NCCL_ID_LEN);
 }
+
+#define NCCL_MAGIC_HEX 16 /* ncclBootstrapHandle: uint64_t magic (random), then the root's socket address */
+
+void dtrain_bootstrap_id_redact(const char *id, char *out, size_t outlen)
+{
+    struct dtrain_cpu_id cpu;
+    unsigned char nccl[DTRAIN_NCCL_ID_LEN];
+    if (id[0] == '\0' || strcmp(id, "local") == 0)
+        (void)dtrain_snprintf(out, outlen, "%s", id);
+    else if (dtrain_cpu_id_parse(id, &cpu) == 0)
+        (void)dtrain_snprintf(out, outlen, CPU_PREFIX "%s:%u:" DTRAIN_ID_SECRET_SHOWN, cpu.addr, cpu.port);
+    else if (dtrain_nccl_id_parse(id, nccl) == 0)
+        (void)dtrain_snprintf(out, outlen, NCCL_PREFIX DTRAIN_ID_SECRET_SHOWN "%s",
+                              id + sizeof NCCL_PREFIX - 1 + NCCL_MAGIC_HEX);
+    else
+        (void)dtrain_snprintf(out, outlen, DTRAIN_ID_SECRET_SHOWN);
+    memset(&cpu, 0, sizeof cpu);
+}

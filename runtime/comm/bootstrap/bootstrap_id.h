@@ -55,6 +55,17 @@ int dtrain_bootstrap_id_make_nccl(char *id, size_t idlen, char *err, size_t errl
 /* Which backend an id text belongs to, or -1 when it is neither. */
 int dtrain_bootstrap_id_backend(const char *id);
 
+/* The id as it may be shown (--print, --json, messages): its secret
+ * replaced by DTRAIN_ID_SECRET_SHOWN, so that a job's output (often
+ * readable by others) cannot be used to join its groups or to derive its
+ * heartbeat key.  cpu: "cpu:<IPv4>:<port>:<secret>"; nccl: the random
+ * "magic" that leads NCCL's unique id (8 bytes) replaced, its socket
+ * address (the rest) kept, so that two groups' ids still differ; "" and
+ * "local" as they are; any other text "<secret>" whole.  out holds
+ * DTRAIN_BOOTSTRAP_ID_MAX bytes. */
+#define DTRAIN_ID_SECRET_SHOWN "<secret>"
+void dtrain_bootstrap_id_redact(const char *id, char *out, size_t outlen);
+
 /* Strict parsers: 0, or -1 on any malformed text. */
 int dtrain_cpu_id_parse(const char *id, struct dtrain_cpu_id *out);
 int dtrain_nccl_id_parse(const char *id, unsigned char out[DTRAIN_NCCL_ID_LEN]);
