@@ -449,6 +449,20 @@ int main(void)
        "--ckpt-async, a link planted as step-00000002.tmp: the save of step 2 fails (%d failed, exit %d), nothing is "
        "written through the link", areas[0].sum.checkpoint_failures, codes[0]);
 
+    j = scenario(&cfg, top, "tierlink", "");
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierlink.local/%%n", top);
+    j.cfg.ckpt_shared_every = 4;
+    harness_sh("mkdir -p '%s/tierlink.local/node1' '%s/tierlink.target' && ln -s '%s/tierlink.target' "
+               "'%s/tierlink.local/node1/step-00000002.tmp'", top, top, top, top);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(areas[0].sum.checkpoint_failures >= 1 &&
+       harness_sh("test -L '%s/tierlink.local/node1/step-00000002.tmp' && test -z \"$(ls -A '%s/tierlink.target')\"",
+                  top, top) == 0,
+       "--ckpt-local-dir, a link planted as node1's step-00000002.tmp: the node-local save of step 2 fails (%d "
+       "failed), neither node1's shards nor node0's peer copies are written through the link",
+       areas[0].sum.checkpoint_failures);
+
     j = scenario(&cfg, top, "tiergarbage", "");
     j.nodes = 2;
     snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tiergarbage.local/%%n", top);
