@@ -31,6 +31,20 @@ const char *dtrain_file_type_name(mode_t mode)
     return "not a regular file";
 }
 
+const char *dtrain_untrusted_reason(const struct stat *st, char *buf, size_t len)
+{
+    if (S_ISLNK(st->st_mode))
+        dtrain_snprintf(buf, len, "a symbolic link");
+    else if (st->st_uid != geteuid() && st->st_uid != 0)
+        dtrain_snprintf(buf, len, "owned by uid %lu, not by this job's user (uid %lu) or root",
+                        (unsigned long)st->st_uid, (unsigned long)geteuid());
+    else if (st->st_mode & (S_IWGRP | S_IWOTH))
+        dtrain_snprintf(buf, len, "writable by group or others (mode %04o)", (unsigned)(st->st_mode & 07777));
+    else
+        return NULL;
+    return buf;
+}
+
 /* fd is open with O_NONBLOCK: require a regular file, then block again. */
 static int check_regular(int fd, const char *path, const char *what, off_t *size, char *err, size_t errlen)
 {

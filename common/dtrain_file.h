@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* Open `path` (flags: O_RDONLY, O_RDWR, or O_WRONLY with O_APPEND/O_CREAT,
@@ -52,6 +53,15 @@ int dtrain_read_fd(int fd, const char *path, const char *what, size_t max_bytes,
  * path is taken from the working folder.  max_bytes > 0 bounds its size.  Not root: only the
  * no-link and regular-file checks apply.  Returns the descriptor, or -1. */
 int dtrain_open_trusted(const char *path, const char *what, long long max_bytes, char *err, size_t errlen);
+
+/* The trust check of a folder or file a run reads back as its own (its
+ * checkpoints), as ssh's StrictModes: st (from lstat or fstat) is no
+ * symbolic link, is owned by this process's user (geteuid) or root, and
+ * is not writable by group or others.  NULL when it passes, else the
+ * reason, written into buf: "a symbolic link", "owned by uid U, not by
+ * this job's user (uid E) or root", "writable by group or others (mode
+ * 0777)". */
+const char *dtrain_untrusted_reason(const struct stat *st, char *buf, size_t len);
 
 /* A short name for a file type: "a directory", "a FIFO", "a socket",
  * "a character device", "a block device", "a symbolic link", "a regular file". */

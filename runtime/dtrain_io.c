@@ -16,11 +16,12 @@
 #define IO_PATH_MAX 4096
 
 /* PATH may be replaced by a rename: only when absent or a regular file (a
- * device, FIFO, socket, folder or link there is never replaced). */
-static int replaceable(const char *path, const char *what, char *err, size_t errlen)
+ * device, FIFO, socket, folder or link there is never replaced).  name is
+ * PATH's name in dirfd (PATH itself for AT_FDCWD). */
+static int replaceable_at(int dirfd, const char *name, const char *path, const char *what, char *err, size_t errlen)
 {
     struct stat st;
-    if (lstat(path, &st) != 0)
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : (snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno)), -1);
     if (S_ISREG(st.st_mode))
         return 0;
@@ -34,21 +35,34 @@ static int replaceable(const char *path, const char *what, char *err, size_t err
     return -1;
 }
 
-int dtrain_out_open(struct dtrain_out_file *o, const char *path, char *err, size_t errlen)
+static int replaceable(const char *path, const char *what, char *err, size_t errlen)
+{
+    return replaceable_at(AT_FDCWD, path, path, what, err, errlen);
+}
+
+/* A path's name in o->dirfd: the path itself, or its last component. */
+static const char *name_in(const struct dtrain_out_file *o, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return o->dirfd == AT_FDCWD || slash == NULL ? path : slash + 1;
+}
+
+int dtrain_out_openat(struct dtrain_out_file *o, int dirfd, const char *path, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
     o->path = path;
+    o->dirfd = dirfd;
     int n = snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof o->tmp) {
         snprintf(err, errlen, "output path is too long: %.80s...", path);
         return DTRAIN_ERR_INPUT;
     }
-    if (replaceable(path, "output", err, errlen) != 0)
+    if (replaceable_at(dirfd, name_in(o, path), path, "output", err, errlen) != 0)
         return DTRAIN_ERR_INPUT;
     /* A new file of our own (O_EXCL after removing a stale one of this
      * PID): never a FIFO, device or link someone left under the name. */
-    unlink(o->tmp);
-    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    unlinkat(dirfd, name_in(o, o->tmp), 0);
+    int fd = openat(dirfd, name_in(o, o->tmp), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 || (o->f = fdopen(fd, "wb")) == NULL) {
         snprintf(err, errlen, "cannot create %s: %s", o->tmp, strerror(errno));
         if (fd >= 0)
@@ -56,6 +70,11 @@ int dtrain_out_open(struct dtrain_out_file *o, const char *path, char *err, size
         return DTRAIN_ERR_INPUT;
     }
     return DTRAIN_OK;
+}
+
+int dtrain_out_open(struct dtrain_out_file *o, const char *path, char *err, size_t errlen)
+{
+    return dtrain_out_openat(o, AT_FDCWD, path, err, errlen);
 }
 
 void dtrain_out_write(struct dtrain_out_file *o, const void *data, size_t bytes)
@@ -73,15 +92,15 @@ int dtrain_out_commit(struct dtrain_out_file *o, char *err, size_t errlen)
     if (fclose(o->f) != 0 && o->write_errno == 0)
         o->write_errno = errno;
     o->f = NULL;
-    if (o->write_errno == 0 && replaceable(o->path, "output", err, errlen) != 0) {
-        unlink(o->tmp);
+    if (o->write_errno == 0 && replaceable_at(o->dirfd, name_in(o, o->path), o->path, "output", err, errlen) != 0) {
+        unlinkat(o->dirfd, name_in(o, o->tmp), 0);
         return DTRAIN_ERR_INPUT;
     }
-    if (o->write_errno == 0 && rename(o->tmp, o->path) != 0)
+    if (o->write_errno == 0 && renameat(o->dirfd, name_in(o, o->tmp), o->dirfd, name_in(o, o->path)) != 0)
         o->write_errno = errno;
     if (o->write_errno != 0) {
         snprintf(err, errlen, "cannot write %s: %s", o->path, strerror(o->write_errno));
-        unlink(o->tmp);
+        unlinkat(o->dirfd, name_in(o, o->tmp), 0);
         return DTRAIN_ERR_SYSTEM;
     }
     return DTRAIN_OK;
@@ -92,7 +111,7 @@ void dtrain_out_abort(struct dtrain_out_file *o)
     if (o->f != NULL) {
         fclose(o->f);
         o->f = NULL;
-        unlink(o->tmp);
+        unlinkat(o->dirfd, name_in(o, o->tmp), 0);
     }
 }
 

@@ -16,12 +16,17 @@ struct dtrain_out_file {
     char tmp[4200];
     const char *path;
     int write_errno; /* first failing write's errno, 0 when none */
+    int dirfd;       /* AT_FDCWD, or the folder the file is made in (dtrain_out_openat) */
 };
 
 /* PATH.tmp.PID is created new (O_EXCL, O_NOFOLLOW); PATH must be absent
  * or a regular file, here and again just before the rename: a device,
  * FIFO, socket, folder or link under that name is never replaced. */
 int dtrain_out_open(struct dtrain_out_file *o, const char *path, char *err, size_t errlen);
+/* The same in the folder open as dirfd (O_DIRECTORY|O_NOFOLLOW, checked
+ * by the caller): the file is path's last component there, so no link
+ * above it is followed; path names it in messages. */
+int dtrain_out_openat(struct dtrain_out_file *o, int dirfd, const char *path, char *err, size_t errlen);
 void dtrain_out_write(struct dtrain_out_file *o, const void *data, size_t bytes);
 int dtrain_out_commit(struct dtrain_out_file *o, char *err, size_t errlen);
 void dtrain_out_abort(struct dtrain_out_file *o);

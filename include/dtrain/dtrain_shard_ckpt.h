@@ -154,6 +154,7 @@ struct dtrain_sckpt_resumed {
     struct dtrain_sckpt_layout writer; /* the layout that wrote it (rank fields 0) */
     struct dtrain_sckpt_scaler scaler; /* the writer's loss scaler (on 0: it had none) */
     int damaged;                       /* newer checkpoints found damaged and skipped */
+    int damaged_local;                 /* ... of them in the node-local tier (dtrain_sckpt_resume_tiers) */
     int loaded_partly;                 /* found 0, but a damaged one was read into the pieces in part */
     char path[DTRAIN_PATH_MAX];        /* the step folder loaded */
     const char *tier;                  /* "shared" or "node-local" (dtrain_sckpt_resume_tiers) */

@@ -51,6 +51,7 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
     const uint64_t nparams = dtrain_model_param_count(&cfg->model);
     char tmp[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32];
     struct record rec = {0};
+    int tmp_fd = -1;
     memset(w, 0, sizeof *w);
     for (size_t i = 0; i < npieces; i++) {
         const struct dtrain_sckpt_piece *p = &pieces[i];
@@ -68,16 +69,17 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
         dtrain_snprintf(path, sizeof path, "%s/%s", tmp, name) != 0) {
         rec.error = ENAMETOOLONG;
         dtrain_snprintf(w->why, sizeof w->why, "checkpoint folder path too long: %.80s...", dir);
-    } else if (sckpt_make_dirs(tmp) != 0) {
-        rec.error = errno;
-        dtrain_snprintf(w->why, sizeof w->why, "cannot create %s: %s", tmp, strerror(errno));
-    } else if (sckpt_write_shard(path, L, step, data_batches, nparams, pieces, npieces, fail_write, &rec, w->why,
-                                 sizeof w->why) == DTRAIN_OK) {
-        if (sckpt_fsync_dir(tmp) != 0) {
+    } else if ((tmp_fd = sckpt_open_step_dir(tmp, w->why, sizeof w->why)) < 0) {
+        rec.error = errno ? errno : EIO;
+    } else if (sckpt_write_shard(tmp_fd, path, L, step, data_batches, nparams, pieces, npieces, fail_write, &rec,
+                                 w->why, sizeof w->why) == DTRAIN_OK) {
+        if (fsync(tmp_fd) != 0) {
             rec.error = errno;
             dtrain_snprintf(w->why, sizeof w->why, "cannot sync %s: %s", tmp, strerror(errno));
         }
     }
+    if (tmp_fd >= 0)
+        close(tmp_fd);
     w->error = rec.error;
     w->bytes = rec.bytes;
     w->floats = rec.floats;
@@ -309,13 +311,20 @@ int sckpt_resume_one(const char *dir, uint64_t step, const char *next, const str
 int sckpt_shared_list(const char *dir, dtrain_comm *world, uint64_t *steps, int *count, char *err, size_t errlen)
 {
     int rank = world != NULL ? dtrain_comm_rank(world) : 0, rc;
-    struct { int32_t count, pad; uint64_t steps[MAX_CANDIDATES]; char msg[256]; } list;
+    struct { int32_t count, pad; uint64_t steps[MAX_CANDIDATES]; char msg[DTRAIN_PATH_MAX + 512]; } list;
     memset(&list, 0, sizeof list);
     if (rank == 0) {
-        sckpt_remove_partial(dir);
-        long n = sckpt_list_steps(dir, "", list.steps, MAX_CANDIDATES);
-        if (n < 0)
-            snprintf(list.msg, sizeof list.msg, "cannot read checkpoint folder %.200s: %s", dir, strerror(errno));
+        /* a stranger's folder is neither tidied nor read */
+        long n = sckpt_check_trusted(dir, "checkpoint folder", NULL, 0, list.msg, sizeof list.msg) != 0 ? -2 : 0;
+        if (n == 0) {
+            sckpt_remove_partial(dir);
+            n = sckpt_list_steps(dir, "", list.steps, MAX_CANDIDATES);
+            if (n < 0)
+                snprintf(list.msg, sizeof list.msg, "cannot read checkpoint folder %.200s: %s", dir, strerror(errno));
+            else if (sckpt_check_trusted(dir, "checkpoint folder", list.steps, n < MAX_CANDIDATES ? n : MAX_CANDIDATES,
+                                         list.msg, sizeof list.msg) != 0)
+                n = -2;
+        }
         list.count = (int32_t)(n < 0 ? -1 : n < MAX_CANDIDATES ? n : MAX_CANDIDATES);
     }
     if ((rc = sckpt_bcast(world, &list, sizeof list, "resume: the list of checkpoints", err, errlen)) != DTRAIN_OK)

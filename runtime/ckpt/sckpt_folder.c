@@ -80,6 +80,125 @@ int sckpt_fsync_dir(const char *path)
     return rc;
 }
 
+/* dir/name's parent folder into parent, name's start into *name. */
+static int split_path(const char *path, char *parent, size_t len, const char **name)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL || dtrain_snprintf(parent, len, "%.*s", (int)(slash - path), path) != 0) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (parent[0] == '\0')
+        dtrain_snprintf(parent, len, "/");
+    *name = slash + 1;
+    return 0;
+}
+
+int sckpt_open_step_dir(const char *path, char *why, size_t whylen)
+{
+    char parent[DTRAIN_PATH_MAX], reason[128];
+    const char *name;
+    struct stat st;
+    if (split_path(path, parent, sizeof parent, &name) != 0) {
+        dtrain_snprintf(why, whylen, "checkpoint folder path too long: %.80s...", path);
+        return -1;
+    }
+    /* the checkpoint folder itself is the one the user named (made like mkdir -p) */
+    if (sckpt_make_dirs(parent) != 0) {
+        int e = errno;
+        dtrain_snprintf(why, whylen, "cannot create %s: %s", parent, strerror(e));
+        errno = e;
+        return -1;
+    }
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) {
+        int e = errno;
+        dtrain_snprintf(why, whylen, "cannot open %s: %s", parent, strerror(e));
+        errno = e;
+        return -1;
+    }
+    /* made new, or there already: a real folder of this user's (another
+     * rank of this run made it, or an earlier attempt of this job) */
+    int fd = -1, e = 0;
+    if (mkdirat(pfd, name, 0755) != 0 && errno != EEXIST)
+        e = errno;
+    else if ((fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        e = errno;
+    if (e != 0) {
+        if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
+            dtrain_snprintf(why, whylen, "%s is %s, not a step folder this run made: nothing is written through "
+                            "it; remove it", path, dtrain_file_type_name(st.st_mode));
+        else
+            dtrain_snprintf(why, whylen, "cannot create %s: %s", path, strerror(e));
+        close(pfd);
+        errno = e == ELOOP ? EEXIST : e;
+        return -1;
+    }
+    close(pfd);
+    const char *bad = NULL;
+    if (fstat(fd, &st) != 0)
+        bad = strerror(errno);
+    else if (st.st_uid != geteuid() && dtrain_snprintf(reason, sizeof reason, "owned by uid %lu, not by this "
+                                                       "job's user (uid %lu)", (unsigned long)st.st_uid,
+                                                       (unsigned long)geteuid()) >= 0)
+        bad = reason;
+    else
+        bad = dtrain_untrusted_reason(&st, reason, sizeof reason);
+    if (bad != NULL) {
+        dtrain_snprintf(why, whylen, "%s is not a step folder this run made (%s): nothing is written into it; "
+                        "remove it", path, bad);
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}
+
+int sckpt_check_trusted(const char *dir, const char *what, const uint64_t *steps, long n, char *err,
+                        size_t errlen)
+{
+    char reason[128], path[DTRAIN_PATH_MAX];
+    struct stat st;
+    /* the folder the user named (a link to it is theirs to make) */
+    if (stat(dir, &st) != 0)
+        return 0;
+    if (dtrain_untrusted_reason(&st, reason, sizeof reason)) {
+        dtrain_snprintf(err, errlen, "%s %s is not trusted: %s; a checkpoint is read only from a folder of this "
+                        "user's (or root's) that nobody else can write", what, dir, reason);
+        return -1;
+    }
+    for (long i = 0; i < n; i++) {
+        if (sckpt_step_path(path, sizeof path, dir, steps[i], "") != 0)
+            continue;
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (d == NULL) {
+            if (fd >= 0)
+                close(fd);
+            continue; /* gone since listed: the resume says what is missing */
+        }
+        int bad = fstat(fd, &st) == 0 && dtrain_untrusted_reason(&st, reason, sizeof reason) != NULL;
+        struct dirent *e;
+        while (!bad && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                dtrain_untrusted_reason(&st, reason, sizeof reason) != NULL) {
+                bad = 1;
+                size_t len = strlen(path);
+                dtrain_snprintf(path + len, sizeof path - len, "/%s", e->d_name);
+            }
+        }
+        closedir(d);
+        if (bad) {
+            dtrain_snprintf(err, errlen, "%s %s: %s is not trusted: %s; a checkpoint is read only from files of this "
+                            "user's (or root's) that nobody else can write", what, dir, path, reason);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Is `name` a file a save writes into a step folder: the manifest, a
  * shard, or one of their temporary names (dtrain_io.h's NAME.tmp.PID)? */
 static int our_file_name(const char *name)

@@ -114,6 +114,20 @@ int sckpt_shard_name(char *out, size_t len, long rank);
 /* mkdir -p; 0 or -1 with errno. */
 int sckpt_make_dirs(const char *path);
 int sckpt_fsync_dir(const char *path);
+/* The step folder a save writes into (DIR/step-N.tmp), made when absent
+ * (DIR too, like mkdir -p) and opened with O_DIRECTORY|O_NOFOLLOW: a link
+ * or anything else under the name, or a folder not this user's or
+ * writable by others, is never written through (nor removed: it is not
+ * the run's own).  Returns the descriptor, or -1 with errno and one line
+ * in why naming the path and the reason. */
+int sckpt_open_step_dir(const char *path, char *why, size_t whylen);
+/* The resume's trust check (doc/fault-tolerance.md): dir (the folder the
+ * user named; absent passes), and each of its step folders steps[0..n)
+ * and everything in them, owned by this user or root, not writable by
+ * group or others, no links (dtrain_untrusted_reason).  0, or -1 with one
+ * line in err ("WHAT DIR ... is not trusted: REASON"). */
+int sckpt_check_trusted(const char *dir, const char *what, const uint64_t *steps, long n, char *err,
+                        size_t errlen);
 /* Remove a step folder this run's saves made: only a real folder (never a
  * link, never a folder someone else owns), only the files a save writes
  * (manifest, shards and their temporary names), each removed with
@@ -157,7 +171,9 @@ void sckpt_resume_found(struct dtrain_sckpt_resumed *out, const struct manifest 
                         const char *tier);
 
 /* sckpt_shard.c: shard files, written, verified, read */
-int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
+/* path (DIR/step-N.tmp/shard-R.bin, for messages) written in the step
+ * folder open as dirfd (sckpt_open_step_dir). */
+int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
                       uint64_t data_batches, uint64_t nparams, const struct dtrain_sckpt_piece *p, size_t n,
                       int fail_write, struct record *rec, char *err, size_t errlen);
 /* Read shard r whole and compare its checksum with the manifest's. */

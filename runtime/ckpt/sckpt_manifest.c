@@ -151,11 +151,17 @@ int sckpt_commit(const char *dir, const char *tmp, const char *final, const stru
         goto out;
     }
     struct dtrain_out_file o;
-    if ((rc = dtrain_out_open(&o, path, err, errlen)) != DTRAIN_OK)
+    /* the step folder the shards went into: still a real folder of ours */
+    int tmp_fd = sckpt_open_step_dir(tmp, err, errlen);
+    if (tmp_fd < 0)
         goto out;
-    dtrain_out_write(&o, text, strlen(text));
-    dtrain_out_write(&o, "\n", 1);
-    if ((rc = dtrain_out_commit(&o, err, errlen)) != DTRAIN_OK)
+    if ((rc = dtrain_out_openat(&o, tmp_fd, path, err, errlen)) == DTRAIN_OK) {
+        dtrain_out_write(&o, text, strlen(text));
+        dtrain_out_write(&o, "\n", 1);
+        rc = dtrain_out_commit(&o, err, errlen);
+    }
+    close(tmp_fd);
+    if (rc != DTRAIN_OK)
         goto out;
     rc = DTRAIN_ERR_SYSTEM;
     /* A folder of this step may be there from an earlier attempt (a

@@ -31,7 +31,7 @@ uint64_t dtrain_sckpt_checksum(uint64_t h, const void *data, size_t words)
     return h;
 }
 
-int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
+int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
                        uint64_t data_batches, uint64_t nparams, const struct dtrain_sckpt_piece *p, size_t n,
                        int fail_write, struct record *rec, char *err, size_t errlen)
 {
@@ -62,7 +62,7 @@ int sckpt_write_shard(const char *path, const struct dtrain_sckpt_layout *L, uin
     put64(h, OFF_CHECKSUM, sum);
 
     struct dtrain_out_file o;
-    int rc = dtrain_out_open(&o, path, err, errlen);
+    int rc = dtrain_out_openat(&o, dirfd, path, err, errlen);
     if (rc != DTRAIN_OK) {
         rec->error = errno ? errno : EIO;
         return rc;
@@ -117,7 +117,7 @@ static void shard_close(struct shard_file *f)
 }
 
 /* Open shard r of the checkpoint at path and check its header against the
- * manifest (size, rank, step, counts).  With want_table, also read and
+ * manifest (size, rank, step, data cursor, counts).  With want_table, also read and
  * check the run table.  Returns GOOD or a DAMAGED_* verdict (why set). */
 static int shard_open(const char *path, long r, const struct manifest *m, int want_table, struct shard_file *f,
                       char *why, size_t whylen)
@@ -150,6 +150,7 @@ static int shard_open(const char *path, long r, const struct manifest *m, int wa
     if (memcmp(h + OFF_MAGIC, DTRAIN_SCKPT_MAGIC, 8) != 0 || get32(h, OFF_VERSION) != DTRAIN_SCKPT_VERSION ||
         get32(h, OFF_HEADER_BYTES) != DTRAIN_SCKPT_HEADER_BYTES || get32(h, OFF_RANK) != (uint32_t)r ||
         get32(h, OFF_WORLD) != (uint32_t)m->layout.world_size || get64(h, OFF_STEP) != m->step ||
+        get64(h, OFF_DATA_BATCHES) != m->data_batches || /* the data cursor a resume goes on from */
         get64(h, OFF_NPARAMS) != m->nparams || f->floats != e->floats || f->runs > m->nparams ||
         DTRAIN_SCKPT_HEADER_BYTES + 16 * f->runs + 12 * f->floats != e->bytes ||
         get64(h, OFF_CHECKSUM) != e->checksum) {

@@ -134,7 +134,8 @@ int dtrain_sckpt_read_back(const char *dir, uint64_t step, int rank, void **byte
     return read_whole(path, bytes, len, why, whylen);
 }
 
-/* bytes as folder/name (temporary name, fsync, rename), folder created. */
+/* bytes as folder/name (temporary name, fsync, rename), folder created
+ * (sckpt_open_step_dir: never written through a link). */
 static int write_file(const char *folder, const char *name, const void *bytes, size_t len, char *why, size_t whylen)
 {
     char path[DTRAIN_PATH_MAX];
@@ -142,20 +143,24 @@ static int write_file(const char *folder, const char *name, const void *bytes, s
         dtrain_snprintf(why, whylen, "checkpoint folder path too long: %.80s...", folder);
         return ENAMETOOLONG;
     }
-    if (sckpt_make_dirs(folder) != 0) {
-        int e = errno;
-        dtrain_snprintf(why, whylen, "cannot create %s: %s", folder, strerror(e));
-        return e;
-    }
+    int fd = sckpt_open_step_dir(folder, why, whylen);
+    if (fd < 0)
+        return errno ? errno : EIO;
     struct dtrain_out_file o;
     errno = 0;
-    if (dtrain_out_open(&o, path, why, whylen) != DTRAIN_OK)
-        return errno ? errno : EIO;
-    dtrain_out_write(&o, bytes, len);
-    int e = o.write_errno;
-    if (dtrain_out_commit(&o, why, whylen) != DTRAIN_OK)
-        return e ? e : (o.write_errno ? o.write_errno : EIO);
-    return 0;
+    int e = 0;
+    if (dtrain_out_openat(&o, fd, path, why, whylen) != DTRAIN_OK) {
+        e = errno ? errno : EIO;
+    } else {
+        dtrain_out_write(&o, bytes, len);
+        e = o.write_errno;
+        if (dtrain_out_commit(&o, why, whylen) != DTRAIN_OK)
+            e = e ? e : (o.write_errno ? o.write_errno : EIO);
+        else
+            e = 0;
+    }
+    close(fd);
+    return e;
 }
 
 int dtrain_sckpt_write_copy(const char *dir, uint64_t step, int rank, const void *bytes, size_t len, char *why,
@@ -529,14 +534,21 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
     memset(out, 0, sizeof *out);
     memset(st, 0, sizeof *st);
     memset(&mine, 0, sizeof mine);
-    /* each node's lowest rank tidies its folder; every rank lists it */
-    if (peers->leader == rank)
+    /* each node's lowest rank tidies its folder (when it is trusted);
+     * every rank lists it and checks what it lists (pad: 1 untrusted) */
+    char untrusted[DTRAIN_PATH_MAX + 512] = "";
+    const char *what = "node-local checkpoint folder (--ckpt-local-dir)";
+    int trusted = sckpt_check_trusted(local, what, NULL, 0, untrusted, sizeof untrusted) == 0;
+    if (trusted && peers->leader == rank)
         sckpt_remove_partial(local);
-    long n = sckpt_list_steps(local, "", mine.steps, LOCAL_CANDIDATES);
+    long n = trusted ? sckpt_list_steps(local, "", mine.steps, LOCAL_CANDIDATES) : 0;
     if (n < 0 && msgs != NULL)
         fprintf(msgs, "%s: rank %d: cannot read node-local checkpoint folder %s: %s (its tier counts as empty)\n", prog,
                 rank, local, strerror(errno));
     mine.count = (int32_t)(n < 0 ? 0 : n < LOCAL_CANDIDATES ? n : LOCAL_CANDIDATES);
+    if (trusted && sckpt_check_trusted(local, what, mine.steps, mine.count, untrusted, sizeof untrusted) != 0)
+        trusted = 0;
+    mine.pad = !trusted;
     if ((rc = sckpt_shared_list(shared, world, shared_steps, &nshared, err, errlen)) != DTRAIN_OK)
         goto out;
     lists = malloc((size_t)size * sizeof *lists);
@@ -550,6 +562,17 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
                                 (int32_t *)(void *)lists, "resume: the node-local checkpoints", err, errlen)) !=
         DTRAIN_OK)
         goto out;
+    for (int r = 0; r < size; r++) {
+        if (!lists[r].pad)
+            continue;
+        if (!trusted)
+            dtrain_snprintf(err, errlen, "%s", untrusted);
+        else
+            dtrain_snprintf(err, errlen, "the node-local checkpoint folder (--ckpt-local-dir) on rank %d's node is "
+                            "not trusted: see its line", r);
+        rc = DTRAIN_ERR_INPUT;
+        goto out;
+    }
     /* one candidate per step, newest first, with the tiers that have it */
     int nc = 0;
     for (int i = 0; i < nshared; i++)
@@ -576,8 +599,10 @@ int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struc
                               err, errlen);
             if (rc != DTRAIN_OK || out->found)
                 goto out;
-            if (v != DAMAGED_MISSING)
+            if (v != DAMAGED_MISSING) {
                 out->damaged++;
+                out->damaged_local++;
+            }
         }
         if (c[i].shared) {
             next_text(next, sizeof next, c, nc, i, 1);

@@ -254,8 +254,21 @@ int dtrain_ft_load_checkpoint(struct ft *f, const char *dir, int rollback, int r
     }
     if (!res.found && res.damaged > 0) {
         /* storage that damages every checkpoint would make every requeue start over */
+        /* the folder that held them: the shared one, the node-local ones (as
+         * given, and this node's) or both */
+        char local[2 * DTRAIN_PATH_MAX + 64] = "", where[3 * DTRAIN_PATH_MAX + 80];
+        if (res.damaged_local > 0)
+            snprintf(local, sizeof local, "the node-local folders %s (this node's: %s)", f->cfg->ckpt_local_dir,
+                     f->local);
+        if (res.damaged_local == 0)
+            snprintf(where, sizeof where, "%s", dir);
+        else if (res.damaged_local == res.damaged)
+            snprintf(where, sizeof where, "%s", local);
+        else
+            snprintf(where, sizeof where, "%s and %s", dir, local);
+        const char *flag = res.damaged_local == res.damaged ? "--ckpt-local-dir" : "--ckpt-dir";
         snprintf(err, errlen, "every checkpoint in %s is damaged (kept as step-N.damaged): not starting over from "
-                 "step 0; move the folder away (or give another --ckpt-dir) to train from the beginning", dir);
+                 "step 0; move the folder away (or give another %s) to train from the beginning", where, flag);
         return DTRAIN_ERR_INPUT;
     }
     if (!res.found && required) {

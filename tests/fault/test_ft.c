@@ -437,6 +437,60 @@ int main(void)
        "--ckpt-async with --ckpt-local-dir: 4 checkpoints (2 node-local), every loss exact, both nodes hold every "
        "shard of step 6, nothing half written");
 
+    /* ---- trust (doc/fault-tolerance.md): no link written through, no stranger's folder read */
+    j = scenario(&cfg, top, "trustasync", "");
+    j.cfg.ckpt_async = 1;
+    harness_sh("mkdir -p '%s' '%s/trustasync.target' && ln -s '%s/trustasync.target' '%s/step-00000002.tmp'",
+               j.cfg.ckpt_dir, top, top, j.cfg.ckpt_dir);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(areas[0].sum.checkpoint_failures >= 1 &&
+       harness_sh("test -L '%s/step-00000002.tmp' && test ! -e '%s/step-00000002' && test -z \"$(ls -A '%s/trustasync.target')\"",
+                  j.cfg.ckpt_dir, j.cfg.ckpt_dir, top) == 0,
+       "--ckpt-async, a link planted as step-00000002.tmp: the save of step 2 fails (%d failed, exit %d), nothing is "
+       "written through the link", areas[0].sum.checkpoint_failures, codes[0]);
+
+    j = scenario(&cfg, top, "tierlink", "");
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierlink.local/%%n", top);
+    j.cfg.ckpt_shared_every = 4;
+    harness_sh("mkdir -p '%s/tierlink.local/node1' '%s/tierlink.target' && ln -s '%s/tierlink.target' "
+               "'%s/tierlink.local/node1/step-00000002.tmp'", top, top, top, top);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(areas[0].sum.checkpoint_failures >= 1 &&
+       harness_sh("test -L '%s/tierlink.local/node1/step-00000002.tmp' && test -z \"$(ls -A '%s/tierlink.target')\"",
+                  top, top) == 0,
+       "--ckpt-local-dir, a link planted as node1's step-00000002.tmp: the node-local save of step 2 fails (%d "
+       "failed), neither node1's shards nor node0's peer copies are written through the link",
+       areas[0].sum.checkpoint_failures);
+
+    j = scenario(&cfg, top, "tiergarbage", "");
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tiergarbage.local/%%n", top);
+    j.cfg.ckpt_shared_every = 4;
+    harness_sh("mkdir -p '%s/tiergarbage.local/node0/step-00000999' && echo garbage >"
+               "'%s/tiergarbage.local/node0/step-00000999/manifest.json'", top, top);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 2, -1, 0) && strstr(areas[0].err, "tiergarbage.local/node0") != NULL &&
+       strstr(areas[0].err, ".ckpt") == NULL,
+       "a garbage step-00000999 planted in node0's local folder: every rank exits 2, naming the node-local "
+       "folder, not the (empty) shared one: %s", areas[0].err);
+
+    if (geteuid() == 0) {
+        j = scenario(&cfg, top, "tierstranger", "");
+        j.nodes = 2;
+        snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierstranger.local/%%n", top);
+        j.cfg.ckpt_shared_every = 4;
+        harness_sh("mkdir -p '%s/tierstranger.local/node1' && chown nobody '%s/tierstranger.local/node1'", top, top);
+        run(&j, 1, 2, 2, areas, codes);
+        ok(all_codes(codes, 4, 2, -1, 0) &&
+           strstr(areas[2].err, "tierstranger.local/node1 is not trusted: owned by uid") != NULL &&
+           strstr(areas[0].err, "rank 2's node is not trusted") != NULL,
+           "node1's local folder owned by nobody: every rank exits 2; node1's ranks name the folder and why (%s), "
+           "the others the rank to look at (%s)", areas[2].err, areas[0].err);
+    } else {
+        skip("a node-local folder owned by nobody: needs root to chown");
+    }
+
     /* ---- the restart budget spent */
     j = scenario(&cfg, top, "budget", "kill:rank=0:step=1:restart=any");
     setenv("SLURM_RESTART_COUNT", "1", 1);
