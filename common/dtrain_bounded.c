@@ -123,6 +123,9 @@ static void collect(struct dtrain_probe *p)
                         strsignal(WTERMSIG(wstatus)), stage_of(p));
     else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
         dtrain_snprintf(p->why, sizeof(p->why), "exited with status %d in %s", WEXITSTATUS(wstatus), stage_of(p));
+    else if (!((const struct dtrain_stage *)p->shared)->done)
+        /* a library that calls exit(0) itself: no answer was written */
+        dtrain_snprintf(p->why, sizeof(p->why), "exited with status 0 before answering, in %s", stage_of(p));
     else {
         memcpy(p->out, (char *)p->shared + OUT_OFFSET, p->outsize);
         p->status = DTRAIN_BOUNDED_OK;

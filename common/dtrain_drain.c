@@ -15,6 +15,7 @@
 
 /* libslurm's error text, and ours about it: one line. */
 #define DRAIN_ERROR_LEN 256
+#define DRAIN_REASON_LEN 1024 /* a reason is cut to this (the bytes with the end) */
 
 struct drain_request {
     const char *node;
@@ -83,7 +84,11 @@ static void last_log_line(int fd, char *out, size_t len)
 
 int dtrain_drain_node(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen)
 {
-    struct drain_request req = {.node = node, .reason = reason};
+    /* slurmctld keeps and shows the reason: printable ASCII, bounded */
+    char clean[DRAIN_REASON_LEN];
+    dtrain_snprintf(clean, sizeof clean, "%s", reason);
+    dtrain_printable(clean);
+    struct drain_request req = {.node = node, .reason = clean};
     struct drain_answer answer;
     char why[DRAIN_ERROR_LEN], log[DRAIN_ERROR_LEN];
     int rc = -1;

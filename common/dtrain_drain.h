@@ -12,7 +12,9 @@
 
 #include <stddef.h>
 
-/* Returns 0 when slurmctld accepted the drain, or -1 with one line in err. */
+/* Returns 0 when slurmctld accepted the drain, or -1 with one line in err.
+ * The reason sent is printable ASCII (other bytes as '?', dtrain_printable)
+ * and at most 1023 bytes. */
 int dtrain_drain_node(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen);
 
 /* Whether slurmctld holds the node failed: 1 when it is DOWN, FAIL or not

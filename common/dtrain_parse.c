@@ -49,6 +49,18 @@ enum dtrain_status dtrain_parse_bool(const char *text, const char *what, int *ou
     return DTRAIN_ERR_INPUT;
 }
 
+int dtrain_bool_flag_takes(const char *next)
+{
+    return next != NULL && next[0] != '-';
+}
+
+void dtrain_printable(char *text)
+{
+    for (unsigned char *b = (unsigned char *)text; *b != '\0'; b++)
+        if (*b < ' ' || *b > '~')
+            *b = '?';
+}
+
 int dtrain_hex_encode(const void *data, size_t len, char *out, size_t outlen)
 {
     static const char digits[] = "0123456789abcdef";

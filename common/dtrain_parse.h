@@ -24,6 +24,20 @@ enum dtrain_status dtrain_parse_int(const char *text, long min, long max, const 
 enum dtrain_status dtrain_parse_bool(const char *text, const char *what, int *out,
                                      char *err, size_t errlen);
 
+/* A boolean command-line flag given as "--flag" (no "=VALUE"): 1 when
+ * `next`, the argument after it (NULL: none), is its value, 0 when the
+ * flag stands alone and means on: at the end, or before an option
+ * (`--memory-report --metrics m.jsonl`).  Any other word is the value,
+ * for dtrain_parse_bool to take or refuse: a typo is never silently read
+ * as the next argument (a config file). */
+int dtrain_bool_flag_takes(const char *next);
+
+/* Make text printable ASCII in place: each byte outside ' '..'~' (a
+ * control byte, DEL, a byte of UTF-8 or garbage) becomes '?'.  For text
+ * read from the machine (sysfs, a library) that ends up in a drain reason,
+ * slurmctld's log or one line of output. */
+void dtrain_printable(char *text);
+
 /* Hex-encode len bytes into out (2*len+1 bytes needed). Returns 0, or -1 when
  * outlen is too small. */
 int dtrain_hex_encode(const void *data, size_t len, char *out, size_t outlen);

@@ -26,6 +26,9 @@ void health_reason(const struct health_report *rep, char *out, size_t len)
     size_t fixed = strlen("dtrain: ") + strlen(health_check_name(first->id)) + 2 + strlen(more);
     int keep = len > fixed + 1 ? (int)(len - fixed - 1) : 0;
     snprintf(out, len, "dtrain: %s: %.*s%s", health_check_name(first->id), keep, first->detail, more);
+    /* the reason goes to slurmctld and scontrol: the detail may quote bytes
+     * read from the machine (sysfs, NVML names) */
+    dtrain_printable(out);
 }
 
 void health_print_text(const struct health_report *rep, const struct health_verdict *v, int verbose,

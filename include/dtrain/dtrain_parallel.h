@@ -183,7 +183,9 @@ int dtrain_ptrainer_val_batches(const struct dtrain_ptrainer *t); /* K; 0: no va
 int dtrain_ptrainer_sample(struct dtrain_ptrainer *t, FILE *progress, char *err, size_t errlen);
 
 /* Rank 0: the progress line (every log_every steps, and every step with
- * a validation loss) and the metrics line of a step. */
+ * a validation loss) and the metrics line of a step.  A metrics, per-rank
+ * or Prometheus file that cannot be written is no error: a warning on
+ * stderr (once per file, with errno), the line left out whole. */
 int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const struct dtrain_pstep_result *r,
                              char *err, size_t errlen);
 /* Rank 0: cut the metrics file back to the lines of the steps before
@@ -198,7 +200,8 @@ void dtrain_ptrainer_summary(const struct dtrain_ptrainer *t, FILE *progress, co
 /* MFU's peak FLOP/s per device: --peak-flops (*measured 0), or rank 0's
  * GEMM rate measured at creation (*measured 1: the backend's matmul of
  * 512^3 in the run's precision, timed for 0.2 s; only where progress lines
- * or metrics show it); 0: none.  MFU = model FLOPs per step
+ * or metrics show it; raised to any step's faster rate per device, so
+ * that MFU never exceeds 100%); 0: none.  MFU = model FLOPs per step
  * (dtrain_model_flops_per_step) / step seconds / (peak x world size). */
 double dtrain_ptrainer_peak_flops(const struct dtrain_ptrainer *t, int *measured);
 /* "42s", "3m07s", "2h05m" */

@@ -13,6 +13,7 @@
 #include "dtrain_parse.h"
 #include "dtrain_settings.h"
 #include "parallel/dtrain_stage.h"
+#include "ft/dtrain_heartbeat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -120,7 +121,7 @@ static const struct dtrain_setting settings[] = {
     NUMBER("fault", "ckpt_shared_every", "ckpt-shared-every", LONG, ckpt_shared_every, 0, BIG, "dtrain-launch: with --ckpt-local-dir, the checkpoint of every this many steps goes to --ckpt-dir instead (0: only at the end and when stopping)"),
     NUMBER("fault", "nonfinite_skips", "nonfinite-skips", INT, nonfinite_skips, 0, 1000000, "dtrain-launch: steps in a row with a non-finite loss or gradient skipped before rolling back to the last checkpoint"),
     NUMBER("fault", "watchdog", "watchdog", INT, watchdog, 0, 604800, "dtrain-launch: seconds without progress after which a rank counts as hung; 0 = twice comm_timeout"),
-    NUMBER("fault", "hang_detect", "hang-detect", REAL, hang_detect, 0, 86400, "dtrain-launch: heartbeats between ranks: a neighbour silent, or stuck outside communication, for this many seconds while a rank waits on it is hung; 0 = off"),
+    NUMBER("fault", "hang_detect", "hang-detect", REAL, hang_detect, 0, 86400, "dtrain-launch: heartbeats between ranks: a neighbour silent, or stuck outside communication, for this many seconds (at least 1) while a rank waits on it is hung; 0 = off"),
     NUMBER("fault", "straggler_steps", "straggler-steps", INT, straggler_steps, 0, 1000000, "dtrain-launch: a rank whose compute time exceeds the median by straggler_margin this many steps in a row is a straggler; 0 = off (default $DTRAIN_STRAGGLER: 5)"),
     NUMBER("fault", "straggler_margin", "straggler-margin", REAL, straggler_margin, 0.01, 1000, "dtrain-launch: how far above the median compute time a straggler is, as a fraction (0.5 = 50%)"),
     NUMBER("fault", "straggler_drain", "straggler-drain", BOOL, straggler_drain, 0, 1, "dtrain-launch: a straggler ends the run with the requeue code and a drain request for its node (default: $DTRAIN_STRAGGLER=drain)"),
@@ -203,6 +204,11 @@ static int set_real(struct dtrain_train_config *c, const struct dtrain_setting *
 {
     if (dtrain_setting_store_real(s, c, v) != 0)
         return range_error(s, where, err, errlen);
+    if (s->offset == OFF(hang_detect) && v > 0.0 && v < DTRAIN_HANG_DETECT_MIN_S) {
+        snprintf(err, errlen, "%s: %g s is too short for heartbeats to tell a hang from work: use 0 (off) or "
+                 "at least %g s", where, v, DTRAIN_HANG_DETECT_MIN_S);
+        return DTRAIN_ERR_INPUT;
+    }
     return DTRAIN_OK;
 }
 
@@ -428,6 +434,10 @@ int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char
                 snprintf(err, errlen, "unknown option '%.64s' (see --help)", a);
                 return DTRAIN_ERR_INPUT;
             }
+            if (eq == NULL && find_flag(a + 2, len)->type == DTRAIN_SETTING_BOOL) {
+                i += dtrain_bool_flag_takes(i + 1 < argc ? argv[i + 1] : NULL);
+                continue;
+            }
             if (eq == NULL && ++i >= argc) {
                 snprintf(err, errlen, "option %.64s needs a value", a);
                 return DTRAIN_ERR_INPUT;
@@ -451,7 +461,13 @@ int dtrain_train_config_parse_args(struct dtrain_train_config *c, int argc, char
         const char *eq = strchr(a + 2, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
         const struct dtrain_setting *s = find_flag(a + 2, len);
-        const char *value = eq ? eq + 1 : argv[++i];
+        const char *value;
+        if (eq != NULL)
+            value = eq + 1;
+        else if (s->type != DTRAIN_SETTING_BOOL || dtrain_bool_flag_takes(i + 1 < argc ? argv[i + 1] : NULL))
+            value = argv[++i];
+        else
+            value = "1"; /* a boolean flag alone: on */
         char where[96];
         snprintf(where, sizeof where, "--%s", s->alias);
         if ((rc = set_from_text(c, s, value, where, err, errlen)) != DTRAIN_OK)
@@ -494,7 +510,8 @@ void dtrain_train_usage(FILE *out)
     fprintf(out,
             "usage: dtrain-train [CONFIG.json] [--flag VALUE | --flag=VALUE]...   (or --help, --version)\n"
             "Train a GPT-2 model on a token file, on the CPU, in one process.\n"
-            "CONFIG.json has the sections model, data, optimizer, run, parallel; flags override it.\n\n"
+            "CONFIG.json has the sections model, data, optimizer, run, parallel; flags override it.\n"
+            "A boolean flag alone (last, or before another option) means on; its value is 1/0, yes/no, true/false or on/off.\n\n"
             "%-20s %-28s %-10s %s\n", "flag", "config key", "default", "meaning");
     for (const struct dtrain_setting *s = settings; s->name != NULL; s++) {
         char flag[64], key[64], def[64];

@@ -50,6 +50,12 @@
 extern "C" {
 #endif
 
+/* The shortest --hang-detect limit (seconds; 0 is off): 5 polls of the
+ * watchdog's default 0.2 s interval.  Below it the interval shrinks with
+ * the limit (hang_s / 5), and an ordinary stretch of computation between
+ * two communicator calls, or a descheduled thread, outlasts the limit: a
+ * healthy run would be declared hung. */
+#define DTRAIN_HANG_DETECT_MIN_S 1.0
 #define DTRAIN_HB_PEERS 2
 
 /* What a rank says about itself in each datagram. */

@@ -380,6 +380,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     if (dtrain_inject_parse(cfg->inject, &spec, err, errlen) != 0)
         return DTRAIN_ERR_INPUT;
     dtrain_inject_run_init(&f.inject, &spec, bs->rank, f.restart, f.prog, fault);
+    dtrain_report_set_prog(t, f.prog);
     if ((rc = dtrain_ft_local_tier(&f, err, errlen)) != DTRAIN_OK ||
         (rc = dtrain_ft_pieces(t, cfg, bs, &f.pieces, err, errlen)) != DTRAIN_OK)
         return rc;

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,15 @@ double dtrain_metrics_wall_clock(void)
     if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
         return 0.0;
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double dtrain_mfu(double *peak, int measured, double rate)
+{
+    if (!(*peak > 0.0) || !(rate >= 0.0))
+        return 0.0;
+    if (measured && rate > *peak)
+        *peak = rate;
+    return rate / *peak;
 }
 
 int dtrain_prom_init(struct dtrain_prom *p, const char *path, char *err, size_t errlen)
@@ -176,26 +186,93 @@ static int open_rank_metrics(struct dtrain_ptrainer *t, char *err, size_t errlen
     }
     return DTRAIN_OK;
 }
-static void write_metrics(const struct dtrain_ptrainer *t, FILE *f, const struct dtrain_pstep_result *r,
-                          const char *ranks)
+/* A side channel (the metrics, per-rank or Prometheus file) that cannot be
+ * written costs its lines, never the run: a full metrics disk must not
+ * lose the steps since the last checkpoint.  The first failure of each
+ * file is said once on stderr; later writes are still tried (the disk may
+ * free up), their failures silent. */
+static void side_failure(struct dtrain_ptrainer *t, unsigned which, const char *why)
 {
-    char val[64] = "";
+    if (t->side_warned & which)
+        return;
+    t->side_warned |= which;
+    fprintf(stderr, "%s: warning: rank %d: %s; training goes on without it (its further failures are not "
+            "reported)\n", t->prog != NULL ? t->prog : "dtrain", t->layout.rank, why);
+    fflush(stderr);
+}
+
+void dtrain_report_set_prog(struct dtrain_ptrainer *t, const char *prog)
+{
+    t->prog = prog;
+}
+
+/* Append one whole line to f with write() (after whatever stdio holds); a
+ * short write is cut back off a regular file, so that no half line stays
+ * for a reader of JSON lines.  0, or -1 with errno. */
+static int append_line(FILE *f, const char *line, size_t n)
+{
+    int fd = fileno(f);
+    if (fflush(f) != 0)
+        return -1;
+    struct stat st;
+    off_t end = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, line + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            if (done > 0 && end >= 0 && ftruncate(fd, end) != 0) {
+                /* the half line stays: the error said is the write's */
+            }
+            errno = e;
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* Append to line[*used] (size bytes in all); a line cut short is never
+ * written (*used past size marks it). */
+static void put(char *line, size_t size, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void put(char *line, size_t size, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = *used < size ? vsnprintf(line + *used, size - *used, fmt, ap) : 0;
+    va_end(ap);
+    *used += n > 0 ? (size_t)n : 0;
+}
+
+static void write_metrics(struct dtrain_ptrainer *t, const struct dtrain_pstep_result *r, const char *ranks)
+{
+    char line[4096], val[64] = "", why[DTRAIN_PATH_MAX + 128]; /* a %.3f of a huge figure: 300 digits */
+    size_t used = 0;
     if (r->base.has_val_loss)
         snprintf(val, sizeof val, "\"val_loss\": %.9g, ", r->base.val_loss);
-    fprintf(f, "{\"step\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"mfu\": %.6f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
-            r->base.step, (double)r->base.loss, val, r->base.lr, r->base.grad_norm, r->base.ms,
-            r->base.tokens_per_s, r->base.gflops, r->base.mfu, r->pipe_wait_ms, r->dp_exposed_ms);
+    put(line, sizeof line, &used, "{\"step\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, "
+        "\"tokens_per_s\": %.1f, \"gflops\": %.3f, \"mfu\": %.6f, \"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, ",
+        r->base.step, (double)r->base.loss, val, r->base.lr, r->base.grad_norm, r->base.ms,
+        r->base.tokens_per_s, r->base.gflops, r->base.mfu, r->pipe_wait_ms, r->dp_exposed_ms);
     if (t->scaler.on)
-        fprintf(f, "\"loss_scale\": %.9g, \"overflow_steps\": %ld, ", r->loss_scale, r->overflow_steps);
+        put(line, sizeof line, &used, "\"loss_scale\": %.9g, \"overflow_steps\": %ld, ", r->loss_scale,
+            r->overflow_steps);
     if (t->cfg.memory_report) { /* rank 0's memory (--memory-report) */
         struct dtrain_ptrainer_memory m;
         dtrain_ptrainer_memory(t, &m);
-        fprintf(f, "\"model_state_bytes\": %zu, \"activations_bytes\": %zu, \"comm_bytes\": %zu, ",
-                m.model_state, m.activations, m.comm);
+        put(line, sizeof line, &used, "\"model_state_bytes\": %zu, \"activations_bytes\": %zu, \"comm_bytes\": %zu, ",
+            m.model_state, m.activations, m.comm);
     }
-    fprintf(f, "%s\"time\": %.3f}\n", ranks, dtrain_metrics_wall_clock());
-    fflush(f);
+    put(line, sizeof line, &used, "%s\"time\": %.3f}\n", ranks, dtrain_metrics_wall_clock());
+    if (used >= sizeof line) /* the fields are bounded: never */
+        snprintf(why, sizeof why, "cannot write metrics file %s: the line is too long", t->cfg.metrics);
+    else if (append_line(t->metrics, line, used) == 0)
+        return;
+    else
+        snprintf(why, sizeof why, "cannot write metrics file %s: %s", t->cfg.metrics, strerror(errno));
+    side_failure(t, SIDE_METRICS, why);
 }
 
 /* Keep the lines of steps before `step` (they start with {"step": N). */
@@ -284,15 +361,17 @@ static int log_ranks(struct dtrain_ptrainer *t, const struct dtrain_pstep_result
         if (t->cfg.straggler_steps > 0)
             snprintf(slow, sizeof slow, "\"slow_steps\": %ld, \"straggler\": %s, ", t->slow_run[L->rank],
                      t->strag.rank == L->rank ? "true" : "false");
-        fprintf(t->rank_file, "{\"step\": %ld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
-                "\"ms\": %.3f, \"compute_ms\": %.3f, \"tp_comm_ms\": %.3f, \"own_compute_ms\": %.3f, "
+        char line[4096], why[DTRAIN_PATH_MAX + 128];
+        int n = snprintf(line, sizeof line, "{\"step\": %ld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, "
+                "\"dp_rank\": %d, \"ms\": %.3f, \"compute_ms\": %.3f, \"tp_comm_ms\": %.3f, \"own_compute_ms\": %.3f, "
                 "\"pipe_wait_ms\": %.3f, \"dp_exposed_ms\": %.3f, %s\"time\": %.3f}\n", r->base.step, L->rank,
                 L->tp_rank, L->pp_rank, L->dp_rank, r->base.ms, r->compute_ms, r->tp_comm_ms,
                 (double)mine[1] - (double)mine[2], r->pipe_wait_ms, r->dp_exposed_ms, slow,
                 dtrain_metrics_wall_clock());
-        if (fflush(t->rank_file) != 0 || ferror(t->rank_file)) {
-            snprintf(err, errlen, "cannot write per-rank metrics file %s", t->rank_path);
-            return DTRAIN_ERR_SYSTEM;
+        if (n < 0 || (size_t)n >= sizeof line || append_line(t->rank_file, line, (size_t)n) != 0) {
+            snprintf(why, sizeof why, "cannot write per-rank metrics file %s: %s", t->rank_path,
+                     n < 0 || (size_t)n >= sizeof line ? "the line is too long" : strerror(errno));
+            side_failure(t, SIDE_RANK, why);
         }
     }
     if (t->prom_on)
@@ -362,15 +441,13 @@ int dtrain_ptrainer_log_step(struct dtrain_ptrainer *t, FILE *progress, const st
     int rc = log_ranks(t, r, ranks, sizeof ranks, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
-    if (t->metrics != NULL) {
-        write_metrics(t, t->metrics, r, ranks);
-        if (ferror(t->metrics)) {
-            snprintf(err, errlen, "cannot write metrics file %s", c->metrics);
-            return DTRAIN_ERR_SYSTEM;
-        }
-    }
-    if (t->prom_on)
-        return dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps || val, err, errlen);
+    if (t->metrics != NULL)
+        write_metrics(t, r, ranks);
+    char why[DTRAIN_PATH_MAX + 128];
+    if (t->prom_on &&
+        dtrain_prom_update(&t->prom, &r->base, c->steps, r->base.step + 1 == c->steps || val, why, sizeof why) !=
+            DTRAIN_OK)
+        side_failure(t, SIDE_PROM, why);
     return DTRAIN_OK;
 }
 
@@ -460,12 +537,14 @@ int dtrain_report_open(struct dtrain_ptrainer *t, char *err, size_t errlen)
 
 int dtrain_report_close(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
+    (void)err, (void)errlen;
     if (t->metrics != NULL) {
         int bad = fclose(t->metrics) != 0;
         t->metrics = NULL;
         if (bad) {
-            snprintf(err, errlen, "cannot write metrics file %s", t->cfg.metrics);
-            return DTRAIN_ERR_SYSTEM;
+            char why[DTRAIN_PATH_MAX + 128];
+            snprintf(why, sizeof why, "cannot write metrics file %s: %s", t->cfg.metrics, strerror(errno));
+            side_failure(t, SIDE_METRICS, why);
         }
     }
     return DTRAIN_OK;

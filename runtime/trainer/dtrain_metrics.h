@@ -36,6 +36,13 @@
 /* Seconds since the Unix epoch (the "time" of each JSON metrics line). */
 double dtrain_metrics_wall_clock(void);
 
+/* MFU of a step that ran at `rate` model FLOP/s per device, against
+ * *peak FLOP/s per device (0: none known, MFU 0).  A measured peak
+ * (measured 1: the start-up GEMM, timed once, maybe on a noisy machine)
+ * is the best rate seen so far: it rises to `rate` when the step beat it,
+ * so MFU never exceeds 1.  A declared peak (--peak-flops) stays as given. */
+double dtrain_mfu(double *peak, int measured, double rate);
+
 struct dtrain_prom {
     char path[DTRAIN_PATH_MAX];
     char job[64];       /* SLURM_JOB_ID, "" outside Slurm */

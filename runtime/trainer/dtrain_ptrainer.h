@@ -55,12 +55,14 @@ struct dtrain_ptrainer {
     long logged;
     struct dtrain_prom prom;     /* rank 0, with --prom-textfile (prom_on) */
     int prom_on;
+    const char *prog;            /* names the warnings of a side channel (dtrain_report_set_prog), NULL: "dtrain" */
+    unsigned side_warned;        /* SIDE_*: the files whose write failure was said already */
     long step;
     uint64_t data_batches;
     double flops_per_step;       /* of the whole job */
     struct dtrain_sckpt_scaler scaler; /* fp16: dynamic loss scaling (on 0 otherwise) */
     double peak_flops;           /* per device; 0: unknown (no progress or metrics to show MFU in) */
-    int peak_measured;           /* 1: measured at start, 0: declared (--peak-flops) */
+    int peak_measured;           /* 1: measured (the GEMM at start, raised by faster steps: dtrain_mfu), 0: declared (--peak-flops) */
     /* rank 0's story of the run: since its first step */
     double run_start;            /* wall clock at the start of the first step of this process, 0: none yet */
     long first_step;             /* that step */
@@ -71,6 +73,7 @@ struct dtrain_ptrainer {
 };
 
 #define SMOOTH_ALPHA 0.1 /* weight of the newest step in the smoothed loss */
+enum { SIDE_METRICS = 1, SIDE_RANK = 2, SIDE_PROM = 4 }; /* the side channels, for side_warned */
 #define RANK_FIELDS 4    /* gathered per rank and step: ms, compute, TP, pipeline wait */
 
 /* dtrain_step.c: this DP rank's rows of batch k of data; a transfer to the
@@ -86,5 +89,9 @@ void dtrain_ptrainer_set_inject(struct dtrain_ptrainer *t, const struct dtrain_i
  * Prometheus file at creation; close the metrics file at the end. */
 int dtrain_report_open(struct dtrain_ptrainer *t, char *err, size_t errlen);
 int dtrain_report_close(struct dtrain_ptrainer *t, char *err, size_t errlen);
+/* The program that the warnings of a file that cannot be written name: a
+ * failed metrics, per-rank or Prometheus write is a warning (once per
+ * file, with errno), never the run's end. */
+void dtrain_report_set_prog(struct dtrain_ptrainer *t, const char *prog);
 
 #endif

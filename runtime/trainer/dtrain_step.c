@@ -266,7 +266,7 @@ static void fill_result(struct dtrain_ptrainer *t, struct dtrain_pstep_result *r
     r->base.tokens_per_s = (double)c->batch * c->seq / seconds;
     r->base.gflops = t->flops_per_step / seconds * 1e-9;
     r->base.has_val_loss = 0; /* the loop validates after the step, when due */
-    r->base.mfu = t->peak_flops > 0.0 ? t->flops_per_step / seconds / (t->peak_flops * t->layout.world_size) : 0.0;
+    r->base.mfu = dtrain_mfu(&t->peak_flops, t->peak_measured, t->flops_per_step / seconds / t->layout.world_size);
     r->pipe_wait_ms = 1e3 * times[0];
     r->compute_ms = 1e3 * times[1];
     r->tp_comm_ms = 1e3 * (dtrain_tp_comm_seconds(t->tp) - times[2]);

@@ -12,6 +12,7 @@
  *   # comment
  *   init = 0                      NVML return code of nvmlInit_v2 (9: driver not loaded)
  *   hang = nvmlDeviceGetTotalEccErrors   this function never returns (tests the time bound)
+ *   exit = nvmlInit_v2:0          this function ends the process with _exit(STATUS)
  *   fail = nvmlDeviceGetMemoryInfo:999   this per-GPU function answers that NVML return code
  *   count = 2                     number of GPUs
  *   all.KEY = VALUE               for every GPU (write these before gpuN lines)
@@ -100,6 +101,8 @@ struct nvmlEventSet_st {
 static struct {
     int initialised;
     char hang[96];
+    char exit_fn[96];   /* function that calls _exit(exit_status) */
+    int exit_status;
     char fail[96];      /* function that answers fail_rc */
     nvmlReturn_t fail_rc;
     int count;
@@ -320,7 +323,12 @@ static nvmlReturn_t load_config(void)
             char sub[64];
             if (!strcmp(key, "init"))
                 bad = parse_int(value, &init_rc);
-            else if (!strcmp(key, "hang"))
+            else if (!strcmp(key, "exit")) {
+                char *colon = strrchr(value, ':');
+                bad = !colon || parse_int(colon + 1, &fake.exit_status) != 0;
+                if (!bad)
+                    snprintf(fake.exit_fn, sizeof(fake.exit_fn), "%.*s", (int)(colon - value), value);
+            } else if (!strcmp(key, "hang"))
                 snprintf(fake.hang, sizeof(fake.hang), "%s", value);
             else if (!strcmp(key, "fail")) {
                 char *colon = strrchr(value, ':');
@@ -351,6 +359,8 @@ static nvmlReturn_t load_config(void)
 /* ------------------------------------------------------------ helpers */
 static void maybe_hang(const char *fn)
 {
+    if (fake.exit_fn[0] && strcmp(fake.exit_fn, fn) == 0)
+        _exit(fake.exit_status);
     if (fake.hang[0] && strcmp(fake.hang, fn) == 0)
         for (;;)
             pause();

@@ -356,6 +356,10 @@ static void test_reason(void)
     rep.results[1].detail[sizeof(rep.results[1].detail) - 1] = '\0';
     health_reason(&rep, reason, sizeof(reason));
     ok(strlen(reason) == sizeof(reason) - 1 && strstr(reason, "x (+1 more)"), "reason: a long detail is cut, the tail kept");
+    snprintf(rep.results[1].detail, sizeof(rep.results[1].detail), "port is DO\033[2JWN\001\x7f\xc3\xa9");
+    health_reason(&rep, reason, sizeof(reason));
+    ok(strcmp(reason, "dtrain: xid: port is DO?[2JWN???? (+1 more)") == 0,
+       "reason: control bytes and non-ASCII from the machine become '?' (%s)", reason);
 
     /* Many problems in one check: the detail stays bounded and says how many were left out. */
     healthy_node();

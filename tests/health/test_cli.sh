@@ -152,6 +152,23 @@ echo "2: Polling" >"$tmp/sys-down/class/infiniband/mlx5_0/ports/1/phys_state"
 run --check --config "$tmp/health.json" --node n1 --sysfs-root "$tmp/sys-down"
 check "--sysfs-root: a down InfiniBand port fails" has "FAIL infiniband: mlx5_0 port 1 is DOWN (physical state Polling)" "$tmp/err"
 
+# Bytes read from sysfs reach the drain reason (slurmctld, scontrol): only
+# printable ASCII, whatever a damaged or planted file holds.
+printf '1: DO\033[2JWN\001\n' >"$tmp/sys-down/class/infiniband/mlx5_0/ports/1/state"
+run --check --config "$tmp/health.json" --node n1 --sysfs-root "$tmp/sys-down"
+check "sysfs control bytes: the FAIL line carries them as '?'" \
+    has "FAIL infiniband: mlx5_0 port 1 is DO?\\[2JWN? (physical state Polling)" "$tmp/err"
+check "sysfs control bytes: no control byte in the output" sh -c "! LC_ALL=C grep -q '[[:cntrl:]]' '$tmp/err'"
+
+# An NVML whose init ends the process (exit 0, no answer): a reason that
+# says so, never an empty one.
+fault nvml-exits "exit = nvmlInit_v2:0"
+run --check --config "$tmp/health.json" --node n1
+check "NVML that exits in init: exit 1" test "$rc" -eq 1
+check "NVML that exits in init: the reason says it exited, in nvmlInit_v2" \
+    has "^dtrain-health: FAIL nvml: NVML exited with status 0 before answering, in nvmlInit_v2$" "$tmp/err"
+healthy_nvml >"$tmp/nvml.conf"
+
 fault xid "gpu3.xid = 79"
 run --prolog --config "$tmp/health.json" --node n1
 check "prolog without a reachable slurmctld: still exit 1" test "$rc" -eq 1

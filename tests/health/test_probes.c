@@ -159,6 +159,13 @@ static void test_nvml(void)
        "nvml: a hung call is cut off and named (%s)", nv.error);
     probe_fake("count = 4\nhang = nvmlInit_v2\n", all_queries, 300);
     ok(nv.probe_failed && strstr(nv.error, "stuck in nvmlInit_v2"), "nvml: a hung nvmlInit_v2 is cut off");
+    probe_fake("count = 4\nexit = nvmlInit_v2:0\n", all_queries, 10000);
+    ok(!nv.ok && nv.probe_failed && strstr(nv.error, "NVML exited with status 0 before answering") &&
+           strstr(nv.error, "nvmlInit_v2"),
+       "nvml: an NVML that _exits(0) in init is a failure that says so (%s)", nv.error);
+    probe_fake("count = 4\nexit = nvmlInit_v2:3\n", all_queries, 10000);
+    ok(!nv.ok && nv.probe_failed && strstr(nv.error, "exited with status 3"), "nvml: one that exits 3 too (%s)",
+       nv.error);
 
     struct health_nvml_request req;
     memset(&req, 0, sizeof(req));

@@ -231,6 +231,31 @@ static void test_flags(void)
     rc = parse(&c, &help, err, sizeof err, "--sequence-parallel", "maybe", NULL);
     ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--sequence-parallel") && strstr(err, "not a boolean"),
        "--sequence-parallel maybe: %s", err);
+    /* a boolean flag alone means on: last, or before another option */
+    rc = parse(&c, &help, err, sizeof err, "--memory-report", "--metrics", "m.jsonl", NULL);
+    ok(rc == DTRAIN_OK && c.memory_report == 1 && strcmp(c.metrics, "m.jsonl") == 0,
+       "--memory-report --metrics m.jsonl: on, and the metrics file is m.jsonl%s%s", rc ? ": " : "", rc ? err : "");
+    rc = parse(&c, &help, err, sizeof err, "--batch", "3", "--sequence-parallel", NULL);
+    ok(rc == DTRAIN_OK && c.sequence_parallel == 1 && c.batch == 3, "--sequence-parallel last: on%s%s",
+       rc ? ": " : "", rc ? err : "");
+    rc = parse(&c, &help, err, sizeof err, "--memory-report", "off", "--zero-prefetch", "false", "--dp-overlap",
+               "on", "--ckpt-async", "true", NULL);
+    ok(rc == DTRAIN_OK && c.memory_report == 0 && c.zero_prefetch == 0 && c.dp_overlap == 1 && c.ckpt_async == 1,
+       "boolean values: off, false, on, true%s%s", rc ? ": " : "", rc ? err : "");
+    rc = parse(&c, &help, err, sizeof err, "--memory-report=maybe", "--metrics", "m.jsonl", NULL);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--memory-report") && strstr(err, "not a boolean"),
+       "--memory-report=maybe is refused: %s", err);
+    /* time flags: heartbeats need several polls within the limit */
+    rc = parse(&c, &help, err, sizeof err, "--hang-detect", "0.001", NULL);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "--hang-detect") && strstr(err, "at least 1"),
+       "--hang-detect 0.001 is refused: %s", err);
+    rc = load("{\"fault\": {\"hang_detect\": 0.5}}", &c, err, sizeof err);
+    ok(rc == DTRAIN_ERR_INPUT && strstr(err, "hang_detect") && strstr(err, "at least 1"),
+       "fault.hang_detect 0.5 is refused: %s", err);
+    rc = parse(&c, &help, err, sizeof err, "--hang-detect", "0", NULL);
+    ok(rc == DTRAIN_OK && c.hang_detect == 0.0, "--hang-detect 0 is off");
+    rc = parse(&c, &help, err, sizeof err, "--hang-detect", "1", NULL);
+    ok(rc == DTRAIN_OK && c.hang_detect == 1.0, "--hang-detect 1 is the shortest limit");
     rc = load("{\"parallel\": {\"sequence_parallel\": true}}", &c, err, sizeof err);
     ok(rc == DTRAIN_OK && c.sequence_parallel == 1, "parallel.sequence_parallel in the config file%s%s",
        rc ? ": " : "", rc ? err : "");
