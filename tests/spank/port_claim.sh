@@ -9,7 +9,8 @@
 #    step's lock file is gone once the step has ended;
 #  - dtrain's own trainer (dtrain-launch without "-- PROGRAM") claims no
 #    port: a range that strangers fill does not refuse it;
-#  - a full range refuses with one line naming the range and master_ports.
+#  - a full range refuses with one line naming the range and master_ports;
+#    a step of several nodes cannot move (the nodes compute the port alone).
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_srcdir/lib.sh"
 need_plugin
@@ -22,7 +23,7 @@ stranger() { setpriv --reuid=nobody --regid=nogroup --clear-groups env PATH=/usr
 launch=$abs_top_builddir/launcher/dtrain-launch
 
 new_cluster_dir port_claim
-start_plugin_cluster "$LC_NEW" --nodes 1 --topology-all "$fixtures/dgx-h100.xml" --plugin-args "max_tp=8"
+start_plugin_cluster "$LC_NEW" --nodes 2 --topology-all "$fixtures/dgx-h100.xml" --plugin-args "max_tp=8"
 out=$D/client.out err=$D/client.err
 # Two ports of the cluster's own block: job J step 0 maps to the first
 # (LO + J*8 mod 2 = LO), so the step's port and the next one are known.
@@ -103,6 +104,11 @@ grep '^dtrain' "$err" | diag_file /dev/stdin
 run_client "$out" "$err" srun --mpi=pmi2 -w node1 -N1 -n2 --dtrain-tp=2 "$launch" -- sh "$show_task"
 check "... while dtrain-launch -- PROGRAM (a framework) is refused, the range being full (exit $RC)" \
   eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: MASTER_PORT $p0 .*no port of master_ports=$p0-$p1 is free" "$err"'
+# A step of several nodes keeps the port every node computes alone: its
+# busy port refuses it with one line that says so (doc/frameworks.md).
+run_client "$out" "$err" srun -N2 -n2 --dtrain-tp=1 sh "$show_task"
+check "a step of 2 nodes whose port a stranger listens on: refused with one line, it cannot move (exit $RC)" \
+  eval '[ "$RC" -ne 0 ] && grep -q "^dtrain: node1: MASTER_PORT $p0 .*port $p0 is taken on this node .*a step of 2 nodes cannot move to another port" "$err"'
 stop "$listener1"
 stop "$listener0"
 
