@@ -63,7 +63,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         return 0;
     }
     memset(&plugin, 0, sizeof plugin);
-    plugin.step.port_lock_fd = -1;
+    plugin.step.port_claim = (struct dtrain_rdv_claim){.dir_fd = -1, .lock_fd = -1};
     dtrain_options_init(&plugin.opts);
     if (dtrain_config_parse(&plugin.config, ac, av, err, sizeof err) != 0) {
         slurm_error("dtrain: %s", err);

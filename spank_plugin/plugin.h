@@ -30,6 +30,7 @@
 #include "dtrain_topo.h"
 #include "gres.h"
 #include "options.h"
+#include "rendezvous.h"
 #include "taskenv.h"
 
 #define DTRAIN_MSG_MAX 512
@@ -69,8 +70,8 @@ struct dtrain_step {
     char nvlink_domain[DTRAIN_TOPO_DOMAIN_LEN]; /* set when TP groups hold several nodes of one domain,
                                                   * or with --dtrain-pp-in-domain */
     int domain_from_block;                 /* nvlink_domain comes from Slurm's block, read in task_init */
-    int master_port;
-    int port_lock_fd;                      /* the first node's claim on master_port, -1 none */
+    int master_port;                       /* 0: none (dtrain's own trainer claims none) */
+    struct dtrain_rdv_claim port_claim;    /* the first node's claim on master_port */
     struct dtrain_env_list env;            /* scratch for task_init */
 };
 

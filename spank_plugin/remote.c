@@ -302,13 +302,15 @@ cleanup:
 }
 
 /* MASTER_ADDR/MASTER_PORT of the placed step (rendezvous.h), the restart
- * count, the GPU visibility.  A port another step or program holds on the
- * first node fails the step there; an address that cannot be worked out
- * only leaves MASTER_ADDR unset (dtrain's own trainer does not use it). */
+ * count, the GPU visibility.  The first node claims the port; a busy one
+ * is passed over for the range's next when every task learns the port
+ * from this node, i.e. on a step of one node (the other nodes compute the
+ * port alone).  dtrain's own trainer claims none.  An address that cannot
+ * be worked out only leaves MASTER_ADDR unset. */
 static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t stepid)
 {
     struct dtrain_step *s = &plugin->step;
-    char buf[4096], err[DTRAIN_MSG_MAX];
+    char buf[4096], err[DTRAIN_RDV_ERR_MAX];
     const char *v = NULL;
     uint32_t jobid = 0;
     long n;
@@ -327,14 +329,35 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read the job id: %s", s->node, spank_strerror(rc));
         return;
     }
-    s->master_port = dtrain_master_port(plugin->config.master_port_lo, plugin->config.master_port_hi, jobid, stepid);
-    if (s->nodeid == 0 && dtrain_rdv_claim_port(s->master_port, &s->port_lock_fd, err, sizeof err) != 0) {
-        step_fail(s, DTRAIN_EXIT_FAILURE,
-                  "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step %u): %s; run the step "
-                  "again (another step id gets another port) or ask the admin to widen master_ports",
-                  s->node, s->master_port, plugin->config.master_port_lo, plugin->config.master_port_hi, jobid,
-                  stepid, err);
-        return;
+    int argc = 0;
+    char **argv = NULL;
+    int own_trainer =
+        spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && dtrain_argv_runs_own_trainer(argc, argv);
+    const int lo = plugin->config.master_port_lo, hi = plugin->config.master_port_hi;
+    s->master_port = own_trainer ? 0 : dtrain_master_port(lo, hi, jobid, stepid);
+    if (s->nodeid == 0 && s->master_port > 0) {
+        const int may_move = s->nnodes == 1;
+        int crc = dtrain_rdv_claim_port(s->master_port, lo, hi, may_move, &s->port_claim, err, sizeof err);
+        if (crc == -2) {
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
+                      "%u): %s", s->node, s->master_port, lo, hi, jobid, stepid, err);
+            return;
+        }
+        if (crc != 0 && may_move) {
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
+                      "%u): %s; no port of master_ports=%d-%d is free on this node: run the step again when another "
+                      "has ended, or ask the admin to widen master_ports", s->node, s->master_port, lo, hi, jobid,
+                      stepid, err, lo, hi);
+            return;
+        }
+        if (crc != 0) {
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
+                      "%u): %s; a step of %u nodes cannot move to another port (each node computes it alone): run "
+                      "the step again (another step id gets another port) or ask the admin to widen master_ports",
+                      s->node, s->master_port, lo, hi, jobid, stepid, err, s->nnodes);
+            return;
+        }
+        s->master_port = s->port_claim.port;
     }
     v = NULL;
     if (job_getenv(sp, "SLURM_STEP_NODELIST", buf, sizeof buf, &v) != 0 || v == NULL)
@@ -583,13 +606,16 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     const char *warning = dtrain_plan_warning(s->plan);
     if (warning != NULL && local == 0)
         fprintf(stderr, "dtrain: warning: %s: %s\n", s->node, warning);
+    char port_text[16] = "(unset)";
+    if (s->master_port > 0)
+        snprintf(port_text, sizeof port_text, "%d", s->master_port);
     if (plugin->opts.verbose)
         fprintf(stderr, "dtrain: rank %d on %s: tp %d pp %d dp %d, local rank %d, GPU %s%s%s (CUDA device %d of "
-                "%.64s), CPUs %s, MASTER_ADDR=%s MASTER_PORT=%d, slowest links %s\n", t->rank,
+                "%.64s), CPUs %s, MASTER_ADDR=%s MASTER_PORT=%s, slowest links %s\n", t->rank,
                 s->node, t->tp_rank, t->pp_rank, t->dp_rank, t->local_rank, cuda ? "" : "none",
                 t->gpu_busid[0] ? " " : "", t->gpu_busid, device, cuda ? cuda : "-",
                 where.cpus ? where.cpus : "not bound", s->master_addr[0] ? s->master_addr : "(unset)",
-                s->master_port, links_text);
+                port_text, links_text);
     fflush(stderr);
     return 0;
 }
@@ -600,9 +626,7 @@ void dtrain_remote_exit(struct dtrain_plugin *plugin)
     dtrain_plan_free(s->plan);
     dtrain_topo_free(s->gres_topo);
     dtrain_topo_free(s->topo);
-    if (s->port_lock_fd >= 0)
-        close(s->port_lock_fd);
-    s->port_lock_fd = -1;
+    dtrain_rdv_release(&s->port_claim);
     s->plan = NULL;
     s->gres_topo = NULL;
     s->topo = NULL;

@@ -77,9 +77,10 @@ static int probe_port(int port, char *err, size_t errlen)
 }
 
 /* fd (the lock folder or a lock file) is this process's own: of its
- * effective user, not writable by group or others, of the right type.
- * Anything else at those names is not ours to lock or to write: 0, or -1
- * with err. */
+ * effective user (root in slurmstepd), of the right type.  Anything else at
+ * those names is not ours to lock or to write: 0, or -1 with err.  Ours but
+ * open to others (a folder or file of an older dtrain, 0755/0644) is closed
+ * to them: a stranger who can open a lock file can flock it. */
 static int own_lock_node(int fd, int dir, const char *path, char *err, size_t errlen)
 {
     struct stat st;
@@ -97,55 +98,146 @@ static int own_lock_node(int fd, int dir, const char *path, char *err, size_t er
                         (unsigned)geteuid());
         return -1;
     }
+    mode_t want = dir ? 0700 : 0600;
+    if ((st.st_mode & 07777) != want && fchmod(fd, want) != 0) {
+        dtrain_snprintf(err, errlen, "cannot make %s mode %04o: %s", path, (unsigned)want, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 
-int dtrain_rdv_claim_port(int port, int *lock_fd, char *err, size_t errlen)
+/* The lock folder, opened without following a link and checked; -1 when
+ * it cannot be made or opened (then the probe alone guards the port), -2
+ * with err when something not ours is there. */
+static int open_lock_dir(char *err, size_t errlen)
 {
-    char path[128], name[64];
-    *lock_fd = -1;
-    if (mkdir(DTRAIN_RDV_LOCK_DIR, 0755) != 0 && errno != EEXIST)
-        return probe_port(port, err, errlen);
-    /* The folder and the file are checked on the descriptors that are
-     * used (no link followed, nothing swapped in between), and the file
-     * is opened without blocking: a FIFO or a device there must neither
-     * hang slurmstepd nor be locked and kept as if it were our lock. */
+    if (mkdir(DTRAIN_RDV_LOCK_DIR, 0700) != 0 && errno != EEXIST)
+        return -1;
     int dfd = open(DTRAIN_RDV_LOCK_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
         dtrain_snprintf(err, errlen, "%s is a link or a file, not a folder: remove it", DTRAIN_RDV_LOCK_DIR);
-        return -1;
+        return -2;
     }
-    if (dfd < 0) /* not ours to use (as before: the probe alone) */
-        return probe_port(port, err, errlen);
+    if (dfd < 0)
+        return -1;
     if (own_lock_node(dfd, 1, DTRAIN_RDV_LOCK_DIR, err, errlen) != 0) {
         close(dfd);
-        return -1;
+        return -2;
     }
-    dtrain_snprintf(name, sizeof name, "master-port-%d.lock", port);
+    return dfd;
+}
+
+static void lock_name(int port, char *name, size_t len)
+{
+    dtrain_snprintf(name, len, "master-port-%d.lock", port);
+}
+
+/* Give up a held lock: its file goes first, while still locked, so that a
+ * step that opened it meanwhile finds, once it has the lock, that the name
+ * is no longer that file (lock_port). */
+static void unlock_port(int dfd, int fd, int port)
+{
+    char name[32];
+    struct stat held, named;
+    lock_name(port, name, sizeof name);
+    if (fstat(fd, &held) == 0 && fstatat(dfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+        unlinkat(dfd, name, 0);
+    close(fd);
+}
+
+/* The lock of one port, taken without blocking.  Returns the locked
+ * descriptor; -1 with err when the port is busy (another step holds the
+ * lock); -2 with err when something not ours is at the lock's name. */
+static int lock_port(int dfd, int port, char *err, size_t errlen)
+{
+    char path[128], name[32];
+    lock_name(port, name, sizeof name);
     dtrain_snprintf(path, sizeof path, DTRAIN_RDV_LOCK_DIR "/%s", name);
-    int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
-    int open_errno = errno;
-    close(dfd);
-    if (fd < 0 && open_errno == ELOOP) {
-        dtrain_snprintf(err, errlen, "the lock file %s is a symbolic link: remove it", path);
-        return -1;
-    }
-    if (fd < 0)
-        return probe_port(port, err, errlen);
-    if (own_lock_node(fd, 0, path, err, errlen) != 0) {
+    /* A step that releases a port unlinks its lock file while holding it,
+     * so a lock taken on a file that was unlinked meanwhile is no lock:
+     * after locking, the name must still be the locked file, else open
+     * again.  Bounded: a releasing step unlinks once. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        /* No link followed, and no blocking open: a FIFO or device there
+         * must neither hang slurmstepd nor be locked as if it were ours. */
+        int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
+        if (fd < 0 && errno == ELOOP) {
+            dtrain_snprintf(err, errlen, "the lock file %s is a symbolic link: remove it", path);
+            return -2;
+        }
+        if (fd < 0) {
+            dtrain_snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+            return -2;
+        }
+        if (own_lock_node(fd, 0, path, err, errlen) != 0) {
+            close(fd);
+            return -2;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            dtrain_snprintf(err, errlen, "port %d is held by another dtrain job step on this node (%s is locked)",
+                            port, path);
+            close(fd);
+            return -1;
+        }
+        struct stat held, named;
+        if (fstat(fd, &held) == 0 && fstatat(dfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            return fd;
         close(fd);
-        return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        dtrain_snprintf(err, errlen, "port %d is held by another dtrain job step on this node (%s is locked)",
-                        port, path);
-        close(fd);
-        return -1;
+    dtrain_snprintf(err, errlen, "port %d: %s keeps being replaced while it is locked", port, path);
+    return -1;
+}
+
+int dtrain_rdv_claim_port(int first, int lo, int hi, int may_move, struct dtrain_rdv_claim *c, char *err,
+                          size_t errlen)
+{
+    char why[DTRAIN_RDV_ERR_MAX];
+    c->port = 0;
+    c->lock_fd = -1;
+    c->dir_fd = open_lock_dir(err, errlen);
+    if (c->dir_fd == -2) {
+        c->dir_fd = -1;
+        return -2;
     }
-    if (probe_port(port, err, errlen) != 0) {
-        close(fd);
-        return -1;
+    /* first, then the range's next ports in turn (wrapping): a port that
+     * another step or program holds is passed over, not a refusal. */
+    int count = may_move ? hi - lo + 1 : 1;
+    for (int i = 0; i < count; i++) {
+        int port = lo + (first - lo + i) % (hi - lo + 1);
+        char *reason = i == 0 ? err : why;
+        size_t reason_len = i == 0 ? errlen : sizeof why;
+        int fd = -1;
+        if (c->dir_fd >= 0) {
+            fd = lock_port(c->dir_fd, port, reason, reason_len);
+            if (fd == -2) {
+                dtrain_rdv_release(c);
+                return -2;
+            }
+            if (fd < 0)
+                continue;
+        }
+        if (probe_port(port, reason, reason_len) != 0) {
+            if (fd >= 0)
+                unlock_port(c->dir_fd, fd, port);
+            continue;
+        }
+        c->port = port;
+        c->lock_fd = fd;
+        return 0;
     }
-    *lock_fd = fd;
-    return 0;
+    dtrain_rdv_release(c);
+    return -1;
+}
+
+void dtrain_rdv_release(struct dtrain_rdv_claim *c)
+{
+    if (c->lock_fd >= 0)
+        unlock_port(c->dir_fd, c->lock_fd, c->port);
+    if (c->dir_fd >= 0)
+        close(c->dir_fd);
+    c->lock_fd = -1;
+    c->dir_fd = -1;
+    c->port = 0;
 }

@@ -11,7 +11,14 @@
  * finds another program listening there.  Between the claim and the moment
  * rank 0's TCPStore binds the port, nothing else can take it: dtrain steps
  * are locked out and the kernel does not hand out ports of a range in
- * net.ipv4.ip_local_reserved_ports. */
+ * net.ipv4.ip_local_reserved_ports.
+ *
+ * No other user can hold a claim: the folder is root's and 0700, the lock
+ * files 0600, opened without following a link, and a lock file is removed
+ * when its step ends.  A port that is busy (another step's lock, another
+ * program listening) is passed over for the range's next port when the step
+ * may move (the caller knows whether every task will learn the port it
+ * gets). */
 #ifndef DTRAIN_SPANK_RENDEZVOUS_H
 #define DTRAIN_SPANK_RENDEZVOUS_H
 
@@ -23,12 +30,26 @@
  * Returns 0, or -1 with err. */
 int dtrain_rdv_master_addr(const char *nodelist, char *out, size_t outlen, char *err, size_t errlen);
 
-/* Claim port for this step (first node only).  *lock_fd: the lock to keep
- * open until the step ends (-1 when none could be taken because the lock
- * folder cannot be made or opened: then only the probe ran).  Returns 0,
- * or -1 with err when another step or program holds the port, or when
- * something not ours is where the lock folder or file should be (a link,
- * a FIFO or device, another user's or a group/other-writable one). */
-int dtrain_rdv_claim_port(int port, int *lock_fd, char *err, size_t errlen);
+#define DTRAIN_RDV_ERR_MAX 512
+
+/* A claimed port: held until dtrain_rdv_release. */
+struct dtrain_rdv_claim {
+    int port;    /* the claimed port, 0 none */
+    int dir_fd;  /* DTRAIN_RDV_LOCK_DIR, -1 when it could not be made or opened */
+    int lock_fd; /* the lock on port's file, -1 none (no folder: the probe alone ran) */
+};
+
+/* Claim a port in [lo, hi] for this step (first node only): `first`, then,
+ * when may_move, the range's next ports in turn (wrapping), until one is
+ * free.  Returns 0 with c filled; -1 with err saying why `first` is busy
+ * when no port tried is free; -2 with err when something not ours is where
+ * the lock folder or a lock file should be (a link, a FIFO or device,
+ * another user's or a group/other-writable one).  c needs no release on
+ * failure. */
+int dtrain_rdv_claim_port(int first, int lo, int hi, int may_move, struct dtrain_rdv_claim *c, char *err,
+                          size_t errlen);
+
+/* Give the port back at the end of the step: remove its lock file, close. */
+void dtrain_rdv_release(struct dtrain_rdv_claim *c);
 
 #endif

@@ -151,3 +151,18 @@ int dtrain_argv_spawns_workers(int argc, char *const argv[])
                strcmp(argv[i + 2], "torch.distributed.launch") == 0;
     return 0;
 }
+
+int dtrain_argv_runs_own_trainer(int argc, char *const argv[])
+{
+    if (argc <= 0 || argv[0] == NULL)
+        return 0;
+    const char *prog = base_name(argv[0]);
+    if (strcmp(prog, "dtrain-train") == 0)
+        return 1;
+    if (strcmp(prog, "dtrain-launch") != 0)
+        return 0;
+    for (int i = 1; i < argc && argv[i] != NULL; i++)
+        if (strcmp(argv[i], "--") == 0)
+            return 0;
+    return 1;
+}

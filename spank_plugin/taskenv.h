@@ -48,6 +48,12 @@ const char *dtrain_task_env_get(const struct dtrain_env_list *env, const char *n
  * torch.distributed.run / .launch, deepspeed (also after dtrain-launch --). */
 int dtrain_argv_spawns_workers(int argc, char *const argv[]);
 
+/* 1 when the task's command is dtrain's own trainer, which never reads
+ * MASTER_ADDR/MASTER_PORT: dtrain-launch without "-- PROGRAM" (the trainer,
+ * --print, --json, --job-exit) or dtrain-train.  Anything else (a script
+ * that runs dtrain-launch included) may be a framework: 0. */
+int dtrain_argv_runs_own_trainer(int argc, char *const argv[]);
+
 /* The line a refused per-node launcher gets (no "dtrain: " prefix). */
 #define DTRAIN_SPAWN_REFUSAL \
     "%s starts its own workers, which dtrain cannot place (it would override RANK, LOCAL_RANK and the GPU " \

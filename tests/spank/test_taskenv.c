@@ -265,9 +265,27 @@ static void test_spawners(void)
        "python train.py (whatever its arguments), dtrain-launch -- python -m pkg, the trainer: not");
 }
 
+/* dtrain's own trainer, which claims no MASTER_PORT (issue 32). */
+static void test_own_trainer(void)
+{
+    char *trainer[] = {"/usr/bin/dtrain-launch", "--data", "x.bin"};
+    char *print[] = {"dtrain-launch", "--print"};
+    char *train[] = {"dtrain-train", "--steps", "2"};
+    char *program[] = {"dtrain-launch", "--tp", "2", "--", "python", "train.py"};
+    char *python[] = {"python", "train.py"};
+    char *wrapped[] = {"sh", "run.sh", "dtrain-launch"};
+    ok(dtrain_argv_runs_own_trainer(3, trainer) && dtrain_argv_runs_own_trainer(2, print) &&
+       dtrain_argv_runs_own_trainer(3, train),
+       "dtrain-launch CONFIG, dtrain-launch --print, dtrain-train: dtrain's own trainer");
+    ok(!dtrain_argv_runs_own_trainer(6, program) && !dtrain_argv_runs_own_trainer(2, python) &&
+       !dtrain_argv_runs_own_trainer(3, wrapped) && !dtrain_argv_runs_own_trainer(0, NULL),
+       "dtrain-launch -- PROGRAM, python train.py, a script, no argv: may be a framework");
+}
+
 int main(void)
 {
     test_spawners();
+    test_own_trainer();
     const char *fixtures = getenv("DTRAIN_FIXTURES");
     test_options_env();
     if (fixtures) {
