@@ -82,6 +82,24 @@ static void last_log_line(int fd, char *out, size_t len)
     dtrain_snprintf(out, len, "%s", level ? level + 2 : line);
 }
 
+/* fn(req, answer) in a bounded child (libslurm may hang or crash), its
+ * stderr kept in a memfd: 0 when it answered, else -1 with err saying
+ * "WHAT: libslurm WHY: its last log line". */
+static int run_libslurm(dtrain_probe_fn fn, struct drain_request *req,
+                        void *answer, size_t answer_len, int timeout_ms, const char *what, char *err, size_t errlen)
+{
+    char why[DRAIN_ERROR_LEN], log[DRAIN_ERROR_LEN];
+    req->log_fd = memfd_create("dtrain-libslurm-log", MFD_CLOEXEC);
+    enum dtrain_bounded_status st = dtrain_run_bounded(fn, req, answer, answer_len, timeout_ms, why, sizeof(why));
+    last_log_line(req->log_fd, log, sizeof(log));
+    if (req->log_fd >= 0)
+        close(req->log_fd);
+    if (st == DTRAIN_BOUNDED_OK)
+        return 0;
+    dtrain_snprintf(err, errlen, "%s: libslurm %s%s%s", what, why, log[0] ? ": " : "", log);
+    return -1;
+}
+
 int dtrain_drain_node(const char *node, const char *reason, int timeout_ms, char *err, size_t errlen)
 {
     /* slurmctld keeps and shows the reason: printable ASCII, bounded */
@@ -90,22 +108,16 @@ int dtrain_drain_node(const char *node, const char *reason, int timeout_ms, char
     dtrain_printable(clean);
     struct drain_request req = {.node = node, .reason = clean};
     struct drain_answer answer;
-    char why[DRAIN_ERROR_LEN], log[DRAIN_ERROR_LEN];
-    int rc = -1;
+    char what[96];
 
-    req.log_fd = memfd_create("dtrain-health-libslurm-log", MFD_CLOEXEC);
-    enum dtrain_bounded_status st =
-        dtrain_run_bounded(drain_child, &req, &answer, sizeof(answer), timeout_ms, why, sizeof(why));
-    last_log_line(req.log_fd, log, sizeof(log));
-    if (st != DTRAIN_BOUNDED_OK)
-        dtrain_snprintf(err, errlen, "cannot drain %s: libslurm %s%s%s", node, why, log[0] ? ": " : "", log);
-    else if (!answer.ok)
+    dtrain_snprintf(what, sizeof what, "cannot drain %s", node);
+    if (run_libslurm(drain_child, &req, &answer, sizeof answer, timeout_ms, what, err, errlen) != 0)
+        return -1;
+    if (!answer.ok) {
         dtrain_snprintf(err, errlen, "cannot drain %s: slurmctld answered: %s", node, answer.error);
-    else
-        rc = 0;
-    if (req.log_fd >= 0)
-        close(req.log_fd);
-    return rc;
+        return -1;
+    }
+    return 0;
 }
 
 struct node_state_answer {
@@ -149,25 +161,18 @@ int dtrain_node_failed(const char *node, int timeout_ms, char *err, size_t errle
 {
     struct drain_request req = {.node = node};
     struct node_state_answer answer;
-    char why[DRAIN_ERROR_LEN], log[DRAIN_ERROR_LEN];
-    int rc = -1;
+    char what[96];
 
-    req.log_fd = memfd_create("dtrain-launch-libslurm-log", MFD_CLOEXEC);
-    enum dtrain_bounded_status st =
-        dtrain_run_bounded(node_state_child, &req, &answer, sizeof(answer), timeout_ms, why, sizeof(why));
-    last_log_line(req.log_fd, log, sizeof(log));
-    if (st != DTRAIN_BOUNDED_OK)
-        dtrain_snprintf(err, errlen, "cannot ask slurmctld about %s: libslurm %s%s%s", node, why, log[0] ? ": " : "",
-                        log);
-    else if (!answer.ok)
-        dtrain_snprintf(err, errlen, "cannot ask slurmctld about %s: %s", node, answer.error);
+    dtrain_snprintf(what, sizeof what, "cannot ask slurmctld about %s", node);
+    if (run_libslurm(node_state_child, &req, &answer, sizeof answer, timeout_ms, what, err, errlen) != 0)
+        return -1;
+    if (!answer.ok)
+        dtrain_snprintf(err, errlen, "%s: %s", what, answer.error);
     else if (!answer.found)
         dtrain_snprintf(err, errlen, "slurmctld knows no node %s", node);
     else
-        rc = answer.failed;
-    if (req.log_fd >= 0)
-        close(req.log_fd);
-    return rc;
+        return answer.failed;
+    return -1;
 }
 
 int dtrain_plain_node_name(const char *name)
