@@ -73,6 +73,25 @@ check "an unwritable --ckpt-dir: exit 2 before step 0, every rank says so (exit 
   [ "$rc" -eq 2 -a "$(grep -c "checkpoint folder (--ckpt-dir) /proc/1: cannot create files in /proc/1" "$d/ckro.err")" -eq 2 ]
 sed 's/^/#   /' "$d/ckro.err" | head -n 4
 
+# ---- a metrics file on a full disk (a tmpfs of 64 KiB, filled; issue 32):
+# rank 0 warns once with the cause and both ranks train to the end (before,
+# rank 0 exited 1 and its peer 75)
+full=$d/full
+mkdir -p "$full"
+if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=64k dtrain-full "$full" 2>/dev/null; then
+  dd if=/dev/zero of="$full/filler" bs=4k >/dev/null 2>&1
+  in_cluster "$d" timeout 120 srun -N1 -n2 --mpi=pmi2 "$launch" "${trainer[@]}" --steps 4 --checkpoint-every 0 \
+    --metrics "$full/m.jsonl" >"$d/full.out" 2>"$d/full.err"
+  rc=$?
+  umount "$full"
+  check "metrics on a full disk under srun: exit 0, one warning with the cause, nothing else (exit $rc)" \
+    [ "$rc" -eq 0 -a "$(grep -c "warning: rank 0: cannot write metrics file $full/m.jsonl: No space left on device" "$d/full.err")" -eq 1 \
+      -a "$(grep -vc "^dtrain-.*: warning: rank 0: cannot write metrics file" "$d/full.err")" -eq 0 ]
+  sed 's/^/#   /' "$d/full.err" | head -n 4
+else
+  skip_test "cannot mount a tmpfs here (needs root): no full-disk run under srun"
+fi
+
 start=$(date +%s)
 # ---- the reference and four faults, submitted together (Slurm runs what fits)
 base=$(submit base "" -N2 --ntasks-per-node=2 --dtrain-max-restarts=3)
