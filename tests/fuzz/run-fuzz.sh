@@ -49,7 +49,7 @@ cflags="$cflags -fno-sanitize-recover=undefined -I$top/include/dtrain -I$c"
 sources() {
   case $1 in
     topo_xml) echo "$here/fuzz_topo_xml.c $top/topo/topo_model.c $top/topo/topo_hwloc.c $top/topo/topo_xml_check.c" \
-                   "$top/topo/topo_nvml.c $top/topo/topo_bounded.c $top/topo/plan_node.c $top/topo/plan.c" \
+                   "$top/topo/topo_nvml.c $top/topo/topo_bounded.c $top/topo/plan_node.c $top/topo/plan_cpus.c $top/topo/plan.c" \
                    "$common_src $c/dtrain_nvml.c $c/dtrain_bounded.c -I$top/topo $(pc --cflags hwloc libxml-2.0)" \
                    "$(pc --libs hwloc libxml-2.0) -ldl" ;;
     plugstack) echo "$here/fuzz_plugstack.c $top/spank_plugin/site_config.c $common_src $c/dtrain_master_port.c" \
