@@ -33,20 +33,26 @@ struct drain_answer {
     char error[DRAIN_ERROR_LEN];
 };
 
-static void drain_child(const void *arg, void *out, struct dtrain_stage *stage)
+/* In a bounded child, before any libslurm call: libslurm logs to stderr,
+ * several lines, and may exit() from slurm_init; keep its words for the
+ * one line said about it. */
+static void child_slurm_init(const struct drain_request *req, struct dtrain_stage *stage)
 {
-    const struct drain_request *req = arg;
-    struct drain_answer *answer = out;
-    update_node_msg_t msg;
-
-    /* libslurm logs to stderr, several lines, and may exit() from
-     * slurm_init; keep its words for the one line said about it. */
     if (req->log_fd >= 0)
         dup2(req->log_fd, STDERR_FILENO);
     if (__lsan_disable)
         __lsan_disable();
     dtrain_stage_set(stage, "slurm_init");
     slurm_init(NULL);
+}
+
+static void drain_child(const void *arg, void *out, struct dtrain_stage *stage)
+{
+    const struct drain_request *req = arg;
+    struct drain_answer *answer = out;
+    update_node_msg_t msg;
+
+    child_slurm_init(req, stage);
     slurm_init_update_node_msg(&msg);
     /* libslurm takes char *, but does not write through these. */
     msg.node_names = (char *)req->node;
@@ -133,12 +139,7 @@ static void node_state_child(const void *arg, void *out, struct dtrain_stage *st
     struct node_state_answer *answer = out;
     node_info_msg_t *msg = NULL;
 
-    if (req->log_fd >= 0)
-        dup2(req->log_fd, STDERR_FILENO);
-    if (__lsan_disable)
-        __lsan_disable();
-    dtrain_stage_set(stage, "slurm_init");
-    slurm_init(NULL);
+    child_slurm_init(req, stage);
     dtrain_stage_set(stage, "slurm_load_node_single (is slurmctld up?)");
     if (slurm_load_node_single(&msg, (char *)req->node, SHOW_ALL) != SLURM_SUCCESS) {
         dtrain_snprintf(answer->error, sizeof(answer->error), "%s", slurm_strerror(errno));
