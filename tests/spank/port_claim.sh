@@ -19,7 +19,8 @@ command -v python3 >/dev/null 2>&1 || skip_all "python3 is not installed: no str
 id nobody >/dev/null 2>&1 && getent group nogroup >/dev/null 2>&1 || skip_all "no user nobody / group nogroup"
 
 # the stranger runs from the system's PATH (the test's may hold folders of root's)
-stranger() { setpriv --reuid=nobody --regid=nogroup --clear-groups env PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+as_stranger=(setpriv --reuid=nobody --regid=nogroup --clear-groups env PATH=/usr/sbin:/usr/bin:/sbin:/bin)
+stranger() { "${as_stranger[@]}" "$@"; }
 launch=$abs_top_builddir/launcher/dtrain-launch
 
 new_cluster_dir port_claim
@@ -34,22 +35,26 @@ lock0=/run/dtrain/master-port-$p0.lock lock1=/run/dtrain/master-port-$p1.lock
 master_port() { sed -n 's/.* master=[^ ]*:\([0-9-]*\) .*/\1/p' "$1" | sort -u; }
 # listen_as_stranger PORT: a stranger listens on PORT (on every address); sets LISTENER
 listen_as_stranger() {
-  stranger python3 -c 'import socket,sys,time
+  in_background_stranger python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(600)' "$1" &
-  LISTENER=$!
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(600)' "$1"
+  LISTENER=$BG
   local hex
   hex=$(printf %04X "$1")
   wait_for 10 eval 'grep -q ":$hex .* 0A " /proc/net/tcp'
 }
-stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+# in_background_stranger CMD...: CMD as the stranger, in its own process
+# group (so that stop ends flock's child too) and off the test's output
+# (a survivor would hold the driver's pipe open until it ends); sets BG
+in_background_stranger() { setsid "${as_stranger[@]}" "$@" </dev/null >>"$D/stranger.err" 2>&1 & BG=$!; }
+stop() { kill -- -"$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
 # ---- a stranger holds flock on the step's lock file (as today's 0644 files
 # in a 0755 folder allowed: the state an older dtrain left on the node)
 mkdir -p /run/dtrain && chmod 0755 /run/dtrain
 rm -f "$lock0" "$lock1" && touch "$lock0" && chmod 0644 "$lock0"
-stranger flock -n "$lock0" sleep 600 2>"$D/stranger.err" &
-holder=$!
+in_background_stranger flock -n "$lock0" sleep 600
+holder=$BG
 check "the stranger holds a lock on $lock0" wait_for 10 eval '! flock -n "$lock0" true'
 diag_file "$D/stranger.err"
 run_client "$out" "$err" srun -w node1 -N1 -n2 --dtrain-tp=2 sh "$show_task"
