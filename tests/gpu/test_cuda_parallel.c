@@ -24,7 +24,7 @@
  *     of the CPU's, and bf16 at (2,1,1) within 2e-2; with eight, (2,2,2)
  *     too;
  *   - a Llama (GQA: 4 query heads on 2 key/value heads, so that each of 2
- *     tensor-parallel ranks holds one kv head; MLP width 200, untied head,
+ *     tensor-parallel ranks holds one kv head; MLP width 100, untied head,
  *     Llama 3 RoPE scaling) with sequence parallelism: (2,2,1) on one GPU
  *     staged, fp32 within 1e-4 and bf16 within 2e-2 of its CPU run, and
  *     with two devices or more (2,1,1) on nccl in fp32.
@@ -201,10 +201,12 @@ int main(void)
     struct dtrain_train_config cpu;
     dtrain_train_config_defaults(&cpu);
     snprintf(cpu.data, sizeof cpu.data, "%s", data);
-    cpu.model = (struct dtrain_model_config){.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256,
-                                            .num_layers = 4, .num_heads = 2, .channels = 128};
-    cpu.batch = 8;
-    cpu.seq = 64;
+    /* small, because the stand-in runs every CUDA thread as a fiber on the
+     * CPU: 4 layers (2 per stage), head size 32 (a flash-attention size) */
+    cpu.model = (struct dtrain_model_config){.max_seq_len = 32, .vocab_size = 256, .padded_vocab_size = 256,
+                                            .num_layers = 4, .num_heads = 2, .channels = 64};
+    cpu.batch = 4; /* D = 2 data-parallel ranks x 2 micro-batches */
+    cpu.seq = 32;
     cpu.steps = STEPS + 1;
     cpu.optim.lr = 1e-3;
     cpu.threads = 2;
@@ -323,8 +325,8 @@ int main(void)
     /* ---- Llama: GQA kv heads sharded over TP, sequence parallel */
     struct dtrain_train_config llama = cpu;
     llama.model = (struct dtrain_model_config){
-        .max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256, .num_layers = 2, .num_heads = 4,
-        .channels = 128, .family = DTRAIN_FAMILY_LLAMA, .num_kv_heads = 2, .intermediate_size = 200,
+        .max_seq_len = 32, .vocab_size = 256, .padded_vocab_size = 256, .num_layers = 2, .num_heads = 4,
+        .channels = 64, .family = DTRAIN_FAMILY_LLAMA, .num_kv_heads = 2, .intermediate_size = 100,
         .untied_head = 1, .norm_eps = 1e-5f, .rope_theta = 500000.0f, .rope_factor = 8.0f,
         .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_original_max_positions = 16};
     float lref[STEPS];
