@@ -32,7 +32,7 @@ first_loss() { sed -n 's/^step *0\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1" | hea
 
 for i in $(seq 300); do echo "a GPU and a CPU should agree on every loss, line $i"; done >"$work/text.txt"
 "$tokenize" "$work/text.txt" "$work/data.bin" >/dev/null || { fail "dtrain-tokenize"; done_testing; }
-model="--layers 2 --channels 128 --heads 2 --max-seq-len 128 --batch 4 --seq 128 --steps 3 --data $work/data.bin"
+model="--layers 2 --channels 64 --heads 2 --max-seq-len 64 --batch 4 --seq 64 --steps 3 --data $work/data.bin"
 
 expect_fail 2 "is not a kernel backend of this build" "--backend tpu is refused" $train $model --backend tpu
 expect_fail 2 "is not one of fp32, bf16, fp16" "--precision fp8 is refused" $train $model --precision fp8
@@ -69,7 +69,7 @@ elif $train $model --backend cuda --threads 1 >"$work/gpu.out" 2>"$work/gpu.err"
     $train $model --backend cuda --precision fp32 --checkpoint "$work/gck" >"$work/gck.out" 2>&1
     check "dtrain-train --backend cuda --checkpoint writes a sharded checkpoint of step 3" \
         test -f "$work/gck/step-00000003/manifest.json" -a -f "$work/gck/step-00000003/shard-00000.bin"
-    resume="--data $work/data.bin --batch 4 --seq 128 --steps 5 --resume $work/gck"
+    resume="--data $work/data.bin --batch 4 --seq 64 --steps 5 --resume $work/gck"
     $train $resume --backend cuda --precision fp32 >"$work/gres.out" 2>&1 || fail "--resume on the GPU"
     $train $resume --threads 2 >"$work/cres.out" 2>&1 || fail "--resume of the GPU's checkpoint on the CPU"
     g3=$(step3 "$work/gres.out") c3=$(step3 "$work/cres.out")
