@@ -317,3 +317,15 @@ double dtrain_k_sumsq(struct dtrain_kernels *k, const float *x, size_t n)
 {
     return k->ops->sumsq(k, x, n);
 }
+
+void dtrain_k_nf4_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                                 struct dtrain_nf4 w, const float *bias, int N)
+{
+    k->ops->nf4_matmul_forward(k, out, inp, w, bias, N);
+}
+
+void dtrain_k_nf4_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor dout,
+                                  struct dtrain_nf4 w, int N)
+{
+    k->ops->nf4_matmul_backward(k, dinp, dout, w, N);
+}

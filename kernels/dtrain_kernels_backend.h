@@ -97,6 +97,10 @@ struct dtrain_kernel_ops {
                              float dloss, int N, int Vl, int nv);
     void (*adamw_update)(struct dtrain_kernels *k, float *params, const float *grads,
                          float *m, float *v, size_t n, const struct dtrain_adamw_args *a);
+    void (*nf4_matmul_forward)(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                               struct dtrain_nf4 w, const float *bias, int N);
+    void (*nf4_matmul_backward)(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor dout,
+                                struct dtrain_nf4 w, int N);
     double (*sumsq)(struct dtrain_kernels *k, const float *x, size_t n);
     enum dtrain_status (*error)(struct dtrain_kernels *k, char *err, size_t errlen);
 };

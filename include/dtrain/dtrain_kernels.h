@@ -348,6 +348,95 @@ void dtrain_k_xent_vp_finish(struct dtrain_kernels *k, float *logits, float *los
 void dtrain_k_xent_vp_backward(struct dtrain_kernels *k, float *probs_dlogits, const int32_t *targets, int v0,
                                float dloss, int N, int Vl, int nv);
 
+/* ------------------------------------------------------------------ NF4 frozen weights
+ *
+ * A frozen weight (OC,IC) stored in 4-bit NormalFloat, QLoRA's format
+ * (Dettmers et al. 2023, section 3 and appendix E; bitsandbytes'
+ * quantize_4bit with quant_type "nf4", blocksize 64, compress_statistics):
+ *  - the row-major weights, flattened, in blocks of DTRAIN_NF4_BLOCK (64;
+ *    the last may be short); block b's absmax c_b = max |w| over it;
+ *  - each weight is the index (0..15) of the NF4 level nearest w / c_b,
+ *    computed as w * (1 / c_b) in fp32 (bitsandbytes' order; a tie goes
+ *    to the lower level; a block of zeros codes 7, the level 0);
+ *    two codes a byte, the even element in the HIGH nibble (bitsandbytes');
+ *  - double quantisation of the scales: offset = the mean of all c_b;
+ *    per group of DTRAIN_NF4_SCALE_BLOCK (256) consecutive blocks an fp32
+ *    scale s = max |c_b - offset| / 127, and each c_b stored as the int8
+ *    q_b = round(( c_b - offset) / s) in [-127, 127] (0 when s is 0);
+ *    dequantised c'_b = q_b * s + offset (two fp32 roundings, no FMA).
+ *    bitsandbytes quantises c_b - offset with its 8-bit dynamic map
+ *    instead; linear int8 is chosen here because its error has one plain
+ *    bound, |c_b - c'_b| <= s / 2 (+ fp32 rounding), that a test can hold
+ *    each block to; the paper's point (the scales cost 8.5 bits per 256,
+ *    not 32) is the same.  The codes are chosen with the exact c_b (as
+ *    bitsandbytes does); a weight dequantises as level[code] * c'_b.
+ * Per weight the error is at most (the largest gap between neighbouring
+ * levels / 2) * c_b + |c_b - c'_b| (|level| <= 1): DTRAIN_NF4_HALF_GAP
+ * c_b + s/2, plus fp32 rounding.
+ *
+ * Memory (dtrain_nf4_bytes): n = OC*IC weights, nb = ceil(n/64) blocks,
+ * ng = ceil(nb/256) groups: ceil(n/2) code bytes + nb scale bytes + 4 ng
+ * + 4 bytes, each of the four parts rounded up to 64 bytes: about
+ * 0.5 + 1/64 + 4/16384 = 0.5159 bytes a weight (4.127 bits).
+ *
+ * Layout of the buffer (one allocation, moved as bytes; every part
+ * starts 64-byte aligned): offset (one float), the ng group scales
+ * (float), the nb int8 q_b, the codes. */
+#define DTRAIN_NF4_BLOCK 64
+#define DTRAIN_NF4_SCALE_BLOCK 256
+/* The 16 levels, ascending (bitsandbytes' create_normal_map(0.9677083),
+ * to fp32): level 7 is 0, 0 and 15 are -1 and 1. */
+#define DTRAIN_NF4_LEVELS                                                                              \
+    {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f, \
+     -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,  \
+     0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,           \
+     0.7229568362236023f, 1.0f}
+/* Half the largest gap between neighbouring levels (-0.69619 - -1) / 2). */
+#define DTRAIN_NF4_HALF_GAP 0.15190359950065613f
+
+extern const float dtrain_nf4_levels[16];
+
+/* A frozen NF4 weight: data holds dtrain_nf4_bytes(rows, cols) bytes of the
+ * layout above, in backend memory for the dtrain_k_nf4_* kernels or in host
+ * memory for the dtrain_nf4_* host functions.  rows = OC, cols = IC. */
+struct dtrain_nf4 {
+    void *data;
+    int rows, cols;
+};
+
+/* Where each part of the buffer starts (bytes from data), and its size. */
+struct dtrain_nf4_layout {
+    size_t n, blocks, groups;                       /* weights, absmax blocks, scale groups */
+    size_t offset_at, scale2_at, qscale_at, codes_at; /* byte offsets of the parts */
+    size_t bytes;                                   /* the whole buffer */
+};
+void dtrain_nf4_layout(int rows, int cols, struct dtrain_nf4_layout *out);
+size_t dtrain_nf4_bytes(int rows, int cols);
+
+/* Quantise w (rows,cols), fp32 host memory, into the host buffer dst of
+ * dtrain_nf4_bytes(rows, cols) bytes.  Returns 0, or -1 when a weight is
+ * not finite (dst then undefined). */
+int dtrain_nf4_quantize(void *dst, const float *w, int rows, int cols);
+/* dst (nr,nc) (=) the dequantised weights of rows r0..r0+nr-1, columns
+ * c0..c0+nc-1 of the host NF4 buffer src (rows,cols); dense, row-major. */
+void dtrain_nf4_dequantize_tile(float *dst, const void *src, int rows, int cols, int r0, int nr, int c0, int nc);
+/* dst (rows,cols) (=) every weight dequantised. */
+void dtrain_nf4_dequantize(float *dst, const void *src, int rows, int cols);
+
+/* The frozen base linear, dequantising w on the fly (no fp32 copy of the
+ * whole weight: the cpu backend a tile of rows or columns at a time, the
+ * cuda backend into a bounded workspace):
+ * out (N,OC) (=) inp (N,IC) @ dequant(w)^T + bias (OC, may be NULL), with
+ * OC = w.rows, IC = w.cols; out and inp typed, fp32 or bf16.
+ * The cpu backend computes in fp32 whatever the precision (the weights
+ * are 4-bit already); cuda in its precision, as dtrain_k_matmul_forward. */
+void dtrain_k_nf4_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                                 struct dtrain_nf4 w, const float *bias, int N);
+/* Its input gradient: dinp (N,IC) (=) dout (N,OC) @ dequant(w); no weight
+ * gradient (the base is frozen).  dinp and dout typed, fp32 or bf16. */
+void dtrain_k_nf4_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor dout,
+                                  struct dtrain_nf4 w, int N);
+
 /* ------------------------------------------------------------------ optimizer */
 
 struct dtrain_adamw_args {

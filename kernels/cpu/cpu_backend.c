@@ -71,6 +71,7 @@ static void cpu_destroy(struct dtrain_kernels *k)
     cpu_onednn_destroy(ck->onednn);
     free(ck->round_scratch);
     free(ck->typed_scratch);
+    free(ck->nf4_scratch);
     free(ck);
 }
 
@@ -176,5 +177,7 @@ const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .adamw_update = cpu_adamw_update,
     .sumsq = cpu_sumsq,
+    .nf4_matmul_forward = cpu_typed_nf4_matmul_forward,
+    .nf4_matmul_backward = cpu_typed_nf4_matmul_backward,
     .error = cpu_error,
 };

@@ -16,7 +16,9 @@ struct cpu_kernels {
     char bf16_line[320];  /* what runs the bf16 matmuls, in words ("" in fp32 and fp16) */
     float *typed_scratch; /* fp32 views of bf16 operands (cpu_typed.c); grows, never shrinks */
     size_t typed_cap;     /* floats in typed_scratch */
-    int failed;           /* typed_scratch could not grow: every later typed call does nothing */
+    float *nf4_scratch;   /* a dequantised tile of an NF4 weight (cpu_nf4.c); grows, never shrinks */
+    size_t nf4_cap;       /* floats in nf4_scratch */
+    int failed;           /* typed_scratch or nf4_scratch could not grow: every later typed call does nothing */
     char error[128];
 };
 
@@ -104,6 +106,11 @@ void cpu_rope(struct dtrain_kernels *k, float *qkv, const float *inv_freq, int B
 void cpu_swiglu_forward(struct dtrain_kernels *k, float *out, const float *inp, int N, int F);
 void cpu_swiglu_backward(struct dtrain_kernels *k, float *dinp, const float *inp, const float *dout, int N, int F);
 
+/* cpu_nf4.c: the frozen NF4 base linear on fp32 operands (dtrain_kernels.h) */
+void cpu_nf4_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, struct dtrain_nf4 w,
+                            const float *bias, int N);
+void cpu_nf4_matmul_backward(struct dtrain_kernels *k, float *dinp, const float *dout, struct dtrain_nf4 w, int N);
+
 /* cpu_typed.c: the typed entry points (the ops table's); the fp32
  * functions above do the arithmetic. */
 void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
@@ -111,6 +118,10 @@ void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out
 void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight, float *dbias,
                                struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
                                int N, int IC, int OC);
+void cpu_typed_nf4_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                                  struct dtrain_nf4 w, const float *bias, int N);
+void cpu_typed_nf4_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor dout,
+                                   struct dtrain_nf4 w, int N);
 void cpu_typed_attention_forward(struct dtrain_kernels *k, struct dtrain_tensor out, float *att,
                                  struct dtrain_tensor qkv, int B, int T, int NH, int KVH, int HS);
 size_t cpu_attention_saved(struct dtrain_kernels *k, int B, int T, int NH, int KVH, int HS);

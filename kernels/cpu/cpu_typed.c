@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The typed operations of the CPU backend (dtrain_kernels.h, "Types"):
- * matmul, attention, GELU, RoPE and SwiGLU on fp32 or bf16 operands.
+ * matmul (the NF4 one too), attention, GELU, RoPE and SwiGLU on fp32 or bf16 operands.
  *
  * The arithmetic stays the fp32 kernels' (cpu_matmul.c, cpu_attention.c,
  * cpu_layers.c): a bf16 operand is widened into the instance's typed
@@ -122,6 +122,32 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
     cpu_matmul_backward(k, v.f32[0], dweight, dbias, v.f32[1], v.f32[2], weight, N, IC, OC);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_nf4_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                                  struct dtrain_nf4 w, const float *bias, int N)
+{
+    const struct dtrain_tensor t[2] = {out, inp};
+    const size_t n[2] = {(size_t)N * w.rows, (size_t)N * w.cols};
+    const int in[2] = {0, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 2) != 0)
+        return;
+    cpu_nf4_matmul_forward(k, v.f32[0], v.f32[1], w, bias, N);
+    store(k, &v, t, n, 0);
+}
+
+void cpu_typed_nf4_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor dout,
+                                   struct dtrain_nf4 w, int N)
+{
+    const struct dtrain_tensor t[2] = {dinp, dout};
+    const size_t n[2] = {(size_t)N * w.cols, (size_t)N * w.rows};
+    const int in[2] = {0, 1};
+    struct views v;
+    if (views_of(k, &v, t, n, in, 2) != 0)
+        return;
+    cpu_nf4_matmul_backward(k, v.f32[0], v.f32[1], w, N);
     store(k, &v, t, n, 0);
 }
 

@@ -354,5 +354,7 @@ const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .xent_vp_backward = dtrain_cuda_xent_vp_backward,
     .adamw_update = cuda_adamw_update,
     .sumsq = cuda_sumsq,
+    .nf4_matmul_forward = cuda_nf4_matmul_forward,
+    .nf4_matmul_backward = cuda_nf4_matmul_backward,
     .error = cuda_error,
 };

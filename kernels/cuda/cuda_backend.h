@@ -126,6 +126,16 @@ void cuda_bias_backward(struct cuda_kernels *ck, float *dbias, struct dtrain_ten
                         float *partials);
 size_t cuda_bias_backward_partials(int N, int OC); /* floats of scratch it needs */
 
+/* cuda_matmul.c: the frozen NF4 base linear (dtrain_kernels.h) */
+void cuda_nf4_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                             struct dtrain_nf4 w, const float *bias, int N);
+void cuda_nf4_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor dout,
+                              struct dtrain_nf4 w, int N);
+/* cuda_nf4.cu: dst (nr, nc), dense, of type (CUDA_R_32F, _16BF or _16F) = rows
+ * r0.., columns c0.. of w dequantised; 0, or -1 after cuda_fail */
+int cuda_nf4_dequantize(struct cuda_kernels *ck, void *dst, cudaDataType_t type, struct dtrain_nf4 w,
+                        int r0, int nr, int c0, int nc);
+
 /* cuda_layers.cu */
 void cuda_embedding_vp_forward(struct dtrain_kernels *k, float *out, const int32_t *tokens,
                                const float *wte_local, const float *wpe, int B, int T, int C, int v0, int Vl,

@@ -297,6 +297,7 @@ struct operands {
     void *y;                      /* the result (out or dinp) as the GEMM writes it */
     cudaDataType_t ab, cd;        /* their cuBLASLt types */
     float *partials;              /* of the bias gradient */
+    void *extra;                  /* the caller's own scratch (the NF4 weight tile) */
 };
 
 /* Stages a call's operands: with st->base NULL only measures the scratch
@@ -304,13 +305,14 @@ struct operands {
  * is skipped. */
 static void stage_operands(struct cuda_kernels *ck, struct stage *st, struct operands *o, struct dtrain_tensor y,
                            struct dtrain_tensor x, struct dtrain_tensor d, const float *weight, const float *bias,
-                           size_t ny, size_t nx, size_t nd, size_t nw, size_t npart, int OC)
+                           size_t ny, size_t nx, size_t nd, size_t nw, size_t npart, int OC, size_t extra)
 {
     int half = ck->bf16 || ck->fp16;
     memset(o, 0, sizeof *o);
     o->ab = ck->fp16 ? CUDA_R_16F : ck->bf16 ? CUDA_R_16BF : CUDA_R_32F;
     o->cd = CUDA_R_32F;
     o->partials = stage_take(st, npart * sizeof(float));
+    o->extra = extra > 0 ? stage_take(st, extra) : NULL;
     if (x.data != NULL)
         o->x = half ? half_operand(ck, st, x, nx) : (const void *)f32_operand(ck, st, x, nx);
     if (d.data != NULL)
@@ -331,16 +333,16 @@ static void stage_operands(struct cuda_kernels *ck, struct stage *st, struct ope
 /* Both passes of stage_operands; 0, or -1 after cuda_fail. */
 static int operands_of(struct cuda_kernels *ck, struct operands *o, struct dtrain_tensor y, struct dtrain_tensor x,
                        struct dtrain_tensor d, const float *weight, const float *bias, size_t ny, size_t nx,
-                       size_t nd, size_t nw, size_t npart, int OC)
+                       size_t nd, size_t nw, size_t npart, int OC, size_t extra)
 {
     struct stage st = {NULL, 0};
-    stage_operands(ck, &st, o, y, x, d, weight, bias, ny, nx, nd, nw, npart, OC);
+    stage_operands(ck, &st, o, y, x, d, weight, bias, ny, nx, nd, nw, npart, OC, extra);
     if (st.used == 0)
         return ck->failed ? -1 : 0;
     if ((st.base = cuda_scratch(ck, st.used)) == NULL)
         return -1;
     st.used = 0;
-    stage_operands(ck, &st, o, y, x, d, weight, bias, ny, nx, nd, nw, npart, OC);
+    stage_operands(ck, &st, o, y, x, d, weight, bias, ny, nx, nd, nw, npart, OC, extra);
     return ck->failed ? -1 : 0;
 }
 
@@ -354,7 +356,7 @@ void cuda_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, str
     if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
         return;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
-    if (operands_of(ck, &o, out, inp, NO_TENSOR, weight, bias, no, ni, 0, nw, 0, OC) != 0)
+    if (operands_of(ck, &o, out, inp, NO_TENSOR, weight, bias, no, ni, 0, nw, 0, OC, 0) != 0)
         return;
     if (gemm(ck, 1, 0, OC, N, IC, o.w, IC, o.x, IC, o.y, OC, o.ab, o.cd, 0, o.bias, "matmul forward") == 0)
         (void)result_store(ck, out, o.y, no);
@@ -371,7 +373,7 @@ void cuda_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, f
     size_t nd = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
     size_t npart = dbias != NULL ? cuda_bias_backward_partials(N, OC) : 0;
     /* the weights only for dinp */
-    if (operands_of(ck, &o, dinp, inp, dout, dinp.data != NULL ? weight : NULL, NULL, ni, ni, nd, nw, npart, OC) != 0)
+    if (operands_of(ck, &o, dinp, inp, dout, dinp.data != NULL ? weight : NULL, NULL, ni, ni, nd, nw, npart, OC, 0) != 0)
         return;
     if (dinp.data != NULL &&
         (gemm(ck, 0, 0, IC, N, OC, o.w, IC, o.d, OC, o.y, IC, o.ab, o.cd, 0, NULL, "matmul backward (dinp)") != 0 ||
@@ -382,6 +384,73 @@ void cuda_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, f
         return;
     if (dbias != NULL)
         cuda_bias_backward(ck, dbias, dout, N, OC, o.partials);
+}
+
+/* ------------------------------------------------------------------ NF4 base linear
+ *
+ * The weight is dequantised a tile at a time (at most CUDA_NF4_TILE_ELEMS
+ * weights; most layers fit in one) into scratch in the GEMM's operand type
+ * (fp32, or bf16 / fp16 in those precisions: the level times the scale
+ * rounded once), then the tile's GEMM runs as the plain matmul's.  Forward
+ * tiles are rows of w (columns of out), input-gradient tiles columns of w
+ * (columns of dinp): every result element is one GEMM's sum, no tile adds
+ * into another's. */
+#define CUDA_NF4_TILE_ELEMS ((size_t)1 << 24)
+
+static int nf4_tile(size_t other, int dim)
+{
+    size_t per = CUDA_NF4_TILE_ELEMS / other;
+    return per < 1 ? 1 : per > (size_t)dim ? dim : (int)per;
+}
+
+static size_t cd_size(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 4; }
+
+void cuda_nf4_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
+                             struct dtrain_nf4 w, const float *bias, int N)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    struct operands o;
+    int OC = w.rows, IC = w.cols;
+    if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
+        return;
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC;
+    int tr = nf4_tile((size_t)IC, OC);
+    size_t ab_size = ck->bf16 || ck->fp16 ? 2 : 4;
+    if (operands_of(ck, &o, out, inp, NO_TENSOR, NULL, bias, no, ni, 0, 0, 0, OC, (size_t)tr * IC * ab_size) != 0)
+        return;
+    for (int o0 = 0; o0 < OC; o0 += tr) {
+        int nr = o0 + tr <= OC ? tr : OC - o0;
+        const void *b = o.bias != NULL ? (const char *)o.bias + (size_t)o0 * cd_size(o.cd) : NULL;
+        if (cuda_nf4_dequantize(ck, o.extra, o.ab, w, o0, nr, 0, IC) != 0 ||
+            gemm(ck, 1, 0, nr, N, IC, o.extra, IC, o.x, IC, (char *)o.y + (size_t)o0 * cd_size(o.cd), OC, o.ab, o.cd,
+                 0, b, "NF4 matmul forward") != 0)
+            return;
+    }
+    (void)result_store(ck, out, o.y, no);
+}
+
+void cuda_nf4_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor dout,
+                              struct dtrain_nf4 w, int N)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    struct operands o;
+    int OC = w.rows, IC = w.cols;
+    if (ck->failed || N <= 0 || IC <= 0 || OC <= 0)
+        return;
+    size_t nd = (size_t)N * OC, ni = (size_t)N * IC;
+    int tc = nf4_tile((size_t)OC, IC);
+    size_t ab_size = ck->bf16 || ck->fp16 ? 2 : 4;
+    if (operands_of(ck, &o, dinp, NO_TENSOR, dout, NULL, NULL, ni, 0, nd, 0, 0, OC, (size_t)tc * OC * ab_size) != 0)
+        return;
+    for (int c0 = 0; c0 < IC; c0 += tc) {
+        int nc = c0 + tc <= IC ? tc : IC - c0;
+        /* the tile (OC, nc) row-major is column-major (nc, OC): dinp^T rows c0.. = tile dout^T */
+        if (cuda_nf4_dequantize(ck, o.extra, o.ab, w, 0, OC, c0, nc) != 0 ||
+            gemm(ck, 0, 0, nc, N, OC, o.extra, nc, o.d, OC, (char *)o.y + (size_t)c0 * cd_size(o.cd), IC, o.ab, o.cd,
+                 0, NULL, "NF4 matmul backward (dinp)") != 0)
+            return;
+    }
+    (void)result_store(ck, dinp, o.y, ni);
 }
 
 /* ------------------------------------------------------------------ GEMM rate */

@@ -149,6 +149,83 @@ static void test_matmul(struct gpu_pair *p, const struct tolerances *tol, int N,
     mirror_free(p, &dout); mirror_free(p, &dinp); mirror_free(p, &dw); mirror_free(p, &db);
 }
 
+/* ------------------------------------------------------------------ NF4 base linear */
+
+static void nf4_bail(const char *what)
+{
+    printf("Bail out! %s\n", what);
+    exit(1);
+}
+
+/* The NF4 weight of a mirror's host values, uploaded to both sides. */
+struct nf4_mirror {
+    struct dtrain_nf4 cpu, gpu;
+};
+
+static struct nf4_mirror nf4_mirror_of(struct gpu_pair *p, const float *w, int OC, int IC)
+{
+    size_t bytes = dtrain_nf4_bytes(OC, IC);
+    struct nf4_mirror m = {{dtrain_k_alloc(p->cpu, bytes), OC, IC}, {dtrain_k_alloc(p->gpu, bytes), OC, IC}};
+    if (m.cpu.data == NULL || m.gpu.data == NULL || dtrain_nf4_quantize(m.cpu.data, w, OC, IC) != 0)
+        nf4_bail("cannot make an NF4 weight");
+    dtrain_k_upload(p->gpu, m.gpu.data, m.cpu.data, bytes);
+    return m;
+}
+
+/* The cpu kernels compute in fp32 whatever the precision; the cuda ones in
+ * theirs: the tolerance of a plain matmul against the fp32 cpu.  A bf16
+ * result adds its rounding (typed_bf16). */
+static void test_nf4(struct gpu_pair *p, const struct tolerances *tol, int N, int IC, int OC, enum dtrain_dtype t,
+                     int with_bias)
+{
+    const char *nt = dtrain_dtype_name(t);
+    double thr = t == DTRAIN_BF16 ? tol->matmul + tol->typed_bf16 : tol->matmul;
+    struct mirror w = mirror_random(p, (size_t)OC * IC, 0.05f), bias = mirror_random(p, (size_t)OC, 1.0f);
+    struct nf4_mirror q = nf4_mirror_of(p, w.cpu, OC, IC);
+    struct tmirror inp = tmirror_random(p, t, (size_t)N * IC, 1.0f), out = tmirror_poisoned(p, t, (size_t)N * OC);
+    dtrain_k_nf4_matmul_forward(p->cpu, tmirror_cpu(&out), tmirror_cpu(&inp), q.cpu, with_bias ? bias.cpu : NULL, N);
+    dtrain_k_nf4_matmul_forward(p->gpu, tmirror_gpu(&out), tmirror_gpu(&inp), q.gpu, with_bias ? bias.gpu : NULL, N);
+    CHECK_ERR(tmirror_error(p, &out), thr, tol, "NF4 matmul forward %s N=%d IC=%d OC=%d%s", nt, N, IC, OC,
+              with_bias ? " + bias" : "");
+    struct tmirror dout = tmirror_random(p, t, (size_t)N * OC, 1.0f), dinp = tmirror_poisoned(p, t, (size_t)N * IC);
+    dtrain_k_nf4_matmul_backward(p->cpu, tmirror_cpu(&dinp), tmirror_cpu(&dout), q.cpu, N);
+    dtrain_k_nf4_matmul_backward(p->gpu, tmirror_gpu(&dinp), tmirror_gpu(&dout), q.gpu, N);
+    CHECK_ERR(tmirror_error(p, &dinp), thr, tol, "NF4 matmul backward dinp (=) %s N=%d IC=%d OC=%d", nt, N, IC, OC);
+    tmirror_free(p, &inp); tmirror_free(p, &out); tmirror_free(p, &dout); tmirror_free(p, &dinp);
+    dtrain_k_free(p->cpu, q.cpu.data); dtrain_k_free(p->gpu, q.gpu.data);
+    mirror_free(p, &w); mirror_free(p, &bias);
+}
+
+/* In fp32, inp = the identity makes out = dequant(w)^T exactly (each sum
+ * one product by 1 and zeros): the device's dequantisation is the host's
+ * bit for bit. */
+static void test_nf4_exact(struct gpu_pair *p, int IC, int OC)
+{
+    struct mirror w = mirror_random(p, (size_t)OC * IC, 1.0f);
+    struct nf4_mirror q = nf4_mirror_of(p, w.cpu, OC, IC);
+    float *eye = calloc((size_t)IC * IC, sizeof *eye), *deq = malloc((size_t)OC * IC * sizeof *deq);
+    float *got = malloc((size_t)IC * OC * sizeof *got);
+    float *eye_gpu = dtrain_k_alloc(p->gpu, (size_t)IC * IC * sizeof *eye), *out = dtrain_k_alloc(p->gpu, (size_t)IC * OC * sizeof *got);
+    if (eye == NULL || deq == NULL || got == NULL || eye_gpu == NULL || out == NULL)
+        nf4_bail("out of memory");
+    for (int i = 0; i < IC; i++)
+        eye[(size_t)i * IC + i] = 1.0f;
+    dtrain_k_upload(p->gpu, eye_gpu, eye, (size_t)IC * IC * sizeof *eye);
+    dtrain_k_nf4_matmul_forward(p->gpu, dtrain_tensor_f32(out), dtrain_tensor_f32(eye_gpu), q.gpu, NULL, IC);
+    dtrain_k_download(p->gpu, got, out, (size_t)IC * OC * sizeof *got);
+    dtrain_nf4_dequantize(deq, q.cpu.data, OC, IC);
+    size_t diff = 0;
+    for (int o = 0; o < OC; o++)
+        for (int i = 0; i < IC; i++)
+            diff += memcmp(&deq[(size_t)o * IC + i], &got[(size_t)i * OC + o], sizeof(float)) != 0;
+    ok(diff == 0, "[fp32] NF4: the device's dequantised %d x %d weights are the host's bit for bit (%zu differ)", OC,
+       IC, diff);
+    free(eye); free(deq); free(got);
+    dtrain_k_free(p->gpu, eye_gpu); dtrain_k_free(p->gpu, out);
+    dtrain_k_free(p->cpu, q.cpu.data); dtrain_k_free(p->gpu, q.gpu.data);
+    mirror_free(p, &w);
+}
+
 /* ------------------------------------------------------------------ attention */
 
 /* The rule of kernels/cuda/cuda_attention.cu: bf16 with a head size of
@@ -646,6 +723,10 @@ static void run_precision(uint64_t seed, enum dtrain_kernels_precision prec, con
     test_matmul(&p, tol, 512, 3072, 768, 1, 1);  /* MLP projection */
     test_matmul(&p, tol, 37, 50, 33, 1, 0);      /* odd sizes, unaligned rows; no dinp */
     test_matmul(&p, tol, 64, 128, 1000, 0, 1);   /* no bias (LM head) */
+    test_nf4(&p, tol, 64, 320, 200, DTRAIN_F32, 1);  /* the NF4 base linear */
+    test_nf4(&p, tol, 37, 50, 33, DTRAIN_BF16, 0);   /* odd sizes (a short last block), bf16 operands */
+    if (prec == DTRAIN_PRECISION_FP32)
+        test_nf4_exact(&p, 100, 70);
     test_attention(&p, tol, 2, 256, 4, 4, 64);      /* flash in bf16, 4 full tiles */
     test_attention(&p, tol, 2, 100, 3, 3, 32);      /* a partial last tile */
     test_attention(&p, tol, 1, 192, 2, 2, 128);
