@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-train --offload-optimizer (doc/runtime.md, ZeRO-Offload) as a
 # program on the cpu backend: `cpu` and a malformed value are refused with
-# one line and exit 2; nvme:DIR gives the resident run's losses bit for bit
+# one line and exit 2, as is --offload-params cpu (needs ZeRO-3 and a
+# device backend); nvme:DIR gives the resident run's losses bit for bit
 # and its --memory-report line carries the NVMe bytes (= 8n, the formula);
 # a hostile DIR (a link; as root, another user's folder) is refused and
 # nothing in it touched; a run killed with SIGKILL after a checkpoint
@@ -41,6 +42,12 @@ expect_fail 2 "host memory already" "--offload-optimizer cpu on the cpu backend"
     "$train" "${tiny[@]}" --steps 1 --offload-optimizer cpu
 expect_fail 2 "give cpu (pinned host memory) or nvme:DIR" "--offload-optimizer disk" \
     "$train" "${tiny[@]}" --steps 1 --offload-optimizer disk
+expect_fail 2 "needs --zero-stage 3" "--offload-params cpu at ZeRO stage 2" \
+    "$train" "${tiny[@]}" --steps 1 --zero-stage 2 --offload-params cpu
+expect_fail 2 "host memory already" "--offload-params cpu on the cpu backend" \
+    "$train" "${tiny[@]}" --steps 1 --zero-stage 3 --offload-params cpu
+expect_fail 2 "give cpu (or leave it out)" "--offload-params nvme" \
+    "$train" "${tiny[@]}" --steps 1 --zero-stage 3 --offload-params nvme
 
 "$train" "${tiny[@]}" --steps 6 --metrics "$work/base.jsonl" >/dev/null 2>&1
 "$train" "${tiny[@]}" --steps 6 --metrics "$work/nvme.jsonl" --offload-optimizer "nvme:$work/nvme" \
