@@ -55,6 +55,9 @@ expect_fail 2 "give cpu (or leave it out)" "--offload-params nvme" \
 check "nvme:DIR: 6 steps, the resident run's losses bit for bit, DIR left empty" \
     eval '[ "$(losses "$work/base.jsonl" | wc -l)" -eq 6 ] && cmp -s <(losses "$work/base.jsonl") <(losses "$work/nvme.jsonl") &&
           [ -z "$(ls -A "$work/nvme")" ]'
+printf '{"optimizer": {"offload": "nvme:%s"}}\n' "$work/nvme" >"$work/offload.json"
+"$train" "$work/offload.json" "${tiny[@]}" --steps 6 --metrics "$work/json.jsonl" >/dev/null 2>&1
+check "the config key optimizer.offload does the same as the flag" cmp -s <(losses "$work/base.jsonl") <(losses "$work/json.jsonl")
 line=$(grep '"memory"' "$work/nvme.out")
 n=$(sed -n 's/.*"local_params": \([0-9]*\).*/\1/p' <<<"$line")
 nvme=$(sed -n 's/.*"nvme_bytes": \([0-9]*\).*/\1/p' <<<"$line")
