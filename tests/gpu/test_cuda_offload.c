@@ -7,7 +7,8 @@
  *     (1,1,2) ZeRO-3 with --offload-params cpu too: every step's loss
  *     within 1e-5 relative of the resident run's (the CPU backend's AdamW
  *     against the CUDA kernel, the same formula: the compilers contract
- *     other multiply-adds into FMAs), and rank 0's memory report: no
+ *     other multiply-adds into FMAs; the stand-in gives them bit for
+ *     bit), and rank 0's memory report: no
  *     optimizer bytes on the device, the pinned-host bytes the formula's
  *     within 1% (ZeRO shares' padding), the device model state within 5%.
  * A small model and few steps: the GPU stand-in runs kernels on the CPU.
