@@ -157,6 +157,8 @@ void dtrain_ptrainer_set_scaler(struct dtrain_ptrainer *t, const struct dtrain_s
 struct dtrain_ptrainer_memory {
     size_t params, grads, reduced_grads, optimizer, activations, comm;
     size_t model_state, model_state_formula; /* params + grads + reduced_grads + optimizer */
+    /* --offload-optimizer: the AdamW state outside the device (doc/runtime.md's formulas) */
+    size_t pinned_host, pinned_host_formula, nvme, nvme_formula;
 };
 void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m);
 /* The memory as one JSON line {"memory": {...}} (--memory-report). */

@@ -69,6 +69,7 @@ struct dtrain_train_config {
     double val_fraction;              /* or: the last this fraction of `data` held out (0: none) */
     /* optimizer (optim.total_steps follows `steps`) */
     struct dtrain_optim_config optim;
+    char offload_optimizer[DTRAIN_PATH_MAX]; /* "", "cpu" or "nvme:DIR": where AdamW's state lives (dtrain_optim.h) */
     /* run */
     int batch, seq;                   /* B, T */
     long steps;                       /* train until this many steps are done */
@@ -99,6 +100,7 @@ struct dtrain_train_config {
     int zero_stage;                   /* ZeRO over the data-parallel ranks: 0 none, 1 the AdamW state, 2 also the
                                        * reduced gradients, 3 also the parameters (FSDP) */
     int zero_prefetch;                /* ZeRO-3: gather the next unit in a thread while the current one computes */
+    char offload_params[16];          /* "" or "cpu": ZeRO-3's parameter shares in pinned host memory */
     int recompute;                    /* activation recomputation, enum dtrain_recompute (dtrain_stage.h):
                                        * 0 none, 1 selective (attention probabilities), 2 full */
     int sequence_parallel;            /* Megatron sequence parallelism over the TP group (needs T > 1 dividing seq) */

@@ -78,6 +78,7 @@ static const struct dtrain_setting settings[] = {
     NUMBER("optimizer", "eps", "eps", REAL, optim.eps, 1e-30, 1, "AdamW epsilon"),
     NUMBER("optimizer", "weight_decay", "weight-decay", REAL, optim.weight_decay, 0, 10, "AdamW decoupled weight decay"),
     NUMBER("optimizer", "grad_clip", "grad-clip", REAL, optim.grad_clip, 0, 1e12, "clip the global gradient norm; 0 = off"),
+    PATH("optimizer", "offload", "offload-optimizer", offload_optimizer, "ZeRO-Offload: cpu (AdamW moments and fp32 master weights in pinned host memory, updated by a vectorised CPU AdamW; device backends) | nvme:DIR (moments in files of a folder made inside DIR, updated in chunks; lets a CPU run's optimizer state exceed RAM); default: backend memory"),
     WORDS("optimizer", "schedule", "schedule", optim.schedule, schedule_words, "constant | cosine (linear warm-up, cosine to min_lr)"),
     NUMBER("optimizer", "warmup_steps", "warmup", LONG, optim.warmup_steps, 0, BIG, "cosine: warm-up steps"),
     NUMBER("optimizer", "min_lr", "min-lr", REAL, optim.min_lr, 0, 1e3, "cosine: rate at the last step"),
@@ -105,6 +106,7 @@ static const struct dtrain_setting settings[] = {
     NUMBER("parallel", "virtual_stages", "virtual-stages", INT, virtual_stages, 1, 1024, "dtrain-launch: V chunks of layers per pipeline stage (interleaved 1F1B, Megatron's virtual pipeline); V > 1 needs P >= 2, P*V dividing the layers and the micro-batches a multiple of P"),
     NUMBER("parallel", "zero_stage", "zero-stage", INT, zero_stage, 0, 3, "dtrain-launch: ZeRO over the data-parallel ranks: 0 none, 1 shard the AdamW state, 2 also the reduced gradients, 3 also the parameters (FSDP: each layer gathered on use)"),
     NUMBER("parallel", "zero1", "zero1", BOOL, zero_stage, 0, 1, "dtrain-launch: alias: 1 = zero_stage 1, 0 = zero_stage 0"),
+    PATH("parallel", "offload_params", "offload-params", offload_params, "cpu: ZeRO-3's parameter shares in pinned host memory (the optimizer's fp32 master copy), uploaded and gathered to the device unit by unit; needs --zero-stage 3, --offload-optimizer cpu and a device backend"),
     NUMBER("parallel", "zero_prefetch", "zero-prefetch", BOOL, zero_prefetch, 0, 1, "dtrain-launch: ZeRO-3: all-gather the unit the stage uses next (the previous step's order) in a thread while it computes with the current one (host-memory kernels; results bit for bit the same as 0)"),
     OWN("parallel", "recompute", "recompute", T_RECOMPUTE, recompute, NULL, "none | selective (attention probabilities) | full (each layer from its input): recomputed in backward instead of kept"),
     NUMBER("parallel", "sequence_parallel", "sequence-parallel", BOOL, sequence_parallel, 0, 1, "dtrain-launch: Megatron sequence parallelism: LayerNorm and residual regions split by rows over the T tensor-parallel ranks (all-gather / reduce-scatter instead of all-reduce); needs T > 1 dividing seq"),
@@ -675,6 +677,26 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
         return DTRAIN_ERR_INPUT;
     }
     c->optim.total_steps = c->steps;
+    struct dtrain_offload off;
+    if ((rc = dtrain_offload_parse(c->offload_optimizer, &off, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (off.kind == DTRAIN_OFFLOAD_CPU && strcmp(c->backend, "cpu") == 0) {
+        snprintf(err, errlen, "--offload-optimizer cpu: the cpu backend keeps the optimizer state in host memory "
+                 "already (use nvme:DIR to move it out of memory)");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->offload_params[0] != '\0') {
+        const char *why = strcmp(c->offload_params, "cpu") != 0 ? "give cpu (or leave it out)"
+                          : c->zero_stage != 3 ? "it needs --zero-stage 3 (only there are the parameters sharded)"
+                          : strcmp(c->backend, "cpu") == 0 ? "the cpu backend's parameters are in host memory already"
+                          : off.kind != DTRAIN_OFFLOAD_CPU ? "it needs --offload-optimizer cpu (the host shares are the "
+                                                             "optimizer's master copy)"
+                          : NULL;
+        if (why != NULL) {
+            snprintf(err, errlen, "--offload-params %.16s: %s", c->offload_params, why);
+            return DTRAIN_ERR_INPUT;
+        }
+    }
     /* Last: every input is fine, so check that the results can be kept. */
     return dtrain_train_config_check_outputs(c, err, errlen);
 }

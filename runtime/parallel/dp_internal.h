@@ -49,6 +49,9 @@ struct dtrain_dp {
     int stage2;         /* and a bucket keeps only its share of the gradient */
     int stage3;         /* and of the parameters: one unit per bucket, gathered on use (see z3_*) */
     float *master;      /* stage 3: the parameter shares, laid out as the moments (state_offset) */
+    int host_params;    /* stage 3, --offload-params cpu: master is pinned host memory, */
+    float *gather_src;  /* uploaded share by share here (backend memory) before its all-gather */
+    size_t gather_floats; /* its size: the largest share */
     struct z3_slot z3[2]; /* stage 3: the gathered units, wte's (0) and one other (1) */
     struct dtrain_shard views[4]; /* stage 3: a unit's tensors in a gathered buffer, by unit kind */
     double z3_seconds;  /* stage 3: this step's time in the gathers and reduce-scatters (all exposed) */

@@ -38,15 +38,28 @@ struct state_walk {
 static int state_run(struct dtrain_dp *dp, void *ctx, size_t offset, size_t count, size_t state)
 {
     struct state_walk *w = ctx;
-    return w->fn(w->ctx, offset, count, dtrain_adamw_m(dp->adamw) + state, dtrain_adamw_v(dp->adamw) + state);
+    (void)dp;
+    return w->fn(w->ctx, offset, count, state);
 }
 
 int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx)
 {
     if (!dp->zero1)
-        return fn(ctx, 0, dp->shard->count, dtrain_adamw_m(dp->adamw), dtrain_adamw_v(dp->adamw));
+        return fn(ctx, 0, dp->shard->count, 0);
     struct state_walk w = {fn, ctx};
     return for_each_share(dp, state_run, &w);
+}
+
+int dtrain_dp_state_read(struct dtrain_dp *dp, size_t state, size_t count, float *m, float *v, char *err,
+                         size_t errlen)
+{
+    return dtrain_adamw_state_read(dp->adamw, state, count, m, v, err, errlen);
+}
+
+int dtrain_dp_state_write(struct dtrain_dp *dp, size_t state, size_t count, const float *m, const float *v,
+                          char *err, size_t errlen)
+{
+    return dtrain_adamw_state_write(dp->adamw, state, count, m, v, err, errlen);
 }
 
 /* ------------------------------------------------------------ ZeRO-3: sharded parameters */
@@ -55,13 +68,19 @@ int dtrain_dp_sharded_params(const struct dtrain_dp *dp) { return dp->stage3; }
 
 static int share_upload(struct dtrain_dp *dp, void *ctx, size_t offset, size_t count, size_t state)
 {
-    dtrain_k_upload(dp->k, dp->master + state, (const float *)ctx + offset, count * sizeof(float));
+    if (dp->host_params)
+        memcpy(dp->master + state, (const float *)ctx + offset, count * sizeof(float));
+    else
+        dtrain_k_upload(dp->k, dp->master + state, (const float *)ctx + offset, count * sizeof(float));
     return 0;
 }
 
 static int share_download(struct dtrain_dp *dp, void *ctx, size_t offset, size_t count, size_t state)
 {
-    dtrain_k_download(dp->k, (float *)ctx + offset, dp->master + state, count * sizeof(float));
+    if (dp->host_params)
+        memcpy((float *)ctx + offset, dp->master + state, count * sizeof(float));
+    else
+        dtrain_k_download(dp->k, (float *)ctx + offset, dp->master + state, count * sizeof(float));
     return 0;
 }
 
@@ -79,7 +98,12 @@ void dtrain_dp_params_download(struct dtrain_dp *dp, float *local)
 /* Unit b's full weights into out (an all-gather of the shares). */
 int dp_z3_gather(struct dtrain_dp *dp, const struct bucket *b, float *out, char *err, size_t errlen)
 {
-    return dtrain_pcomm_all_gather(&dp->pc, dp->master + b->state_offset, out, b->share,
+    const float *src = dp->master + b->state_offset;
+    if (dp->host_params) { /* --offload-params cpu: the share goes up first */
+        dtrain_k_upload(dp->k, dp->gather_src, src, b->share * sizeof(float));
+        src = dp->gather_src;
+    }
+    return dtrain_pcomm_all_gather(&dp->pc, src, out, b->share,
                                    "ZeRO-3 all-gather of a unit's parameters", err, errlen);
 }
 
@@ -129,9 +153,19 @@ int dp_z3_build(struct dtrain_dp *dp)
         z3_view(dp, b->first_unit, &dp->views[dtrain_shard_unit_kind(dp->shard, b->first_unit, &layer)]);
         state += b->share;
     }
-    if ((dp->master = dtrain_k_alloc(dp->k, (state + 1) * sizeof(float))) == NULL)
-        return -1;
-    dtrain_k_zero(dp->k, dp->master, (state + 1) * sizeof(float)); /* the padding stays 0 */
+    if (dp->host_params) { /* --offload-params cpu */
+        for (int i = 0; i < dp->nbuckets; i++)
+            if (dp->buckets[i].share > dp->gather_floats)
+                dp->gather_floats = dp->buckets[i].share;
+        if ((dp->master = dtrain_k_host_alloc(dp->k, (state + 1) * sizeof(float))) == NULL ||
+            (dp->gather_src = dtrain_k_alloc(dp->k, dp->gather_floats * sizeof(float))) == NULL)
+            return -1;
+        memset(dp->master, 0, (state + 1) * sizeof(float));
+    } else {
+        if ((dp->master = dtrain_k_alloc(dp->k, (state + 1) * sizeof(float))) == NULL)
+            return -1;
+        dtrain_k_zero(dp->k, dp->master, (state + 1) * sizeof(float)); /* the padding stays 0 */
+    }
     for (int i = 0; i < 2; i++) {
         struct z3_slot *z = &dp->z3[i];
         if (z->floats == 0)

@@ -25,6 +25,9 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
     dp->zero1 = opt->zero_stage >= 1;
     dp->stage2 = opt->zero_stage >= 2;
     dp->stage3 = opt->zero_stage >= 3;
+    dp->host_params = dp->stage3 && opt->offload_params;
+    struct dtrain_offload where = opt->offload;
+    where.params_on_host = dp->host_params;
     dp->local = dp->comm == NULL && !dp->zero1;
     dp->z3[0].unit = dp->z3[1].unit = -1;
     dp->pf_unit = dp->pf_next = -1;
@@ -64,7 +67,13 @@ int dtrain_dp_create(struct dtrain_kernels *k, dtrain_comm *comm, const struct d
         for (int i = 0; i < dp->nbuckets; i++)
             state += dp->buckets[i].share;
     }
-    if ((rc = dtrain_adamw_create(k, state, &dp->adamw, err, errlen)) != DTRAIN_OK)
+    if (dp->host_params && (opt->offload.kind != DTRAIN_OFFLOAD_CPU || dtrain_kernels_host_memory(k))) {
+        snprintf(err, errlen, "--offload-params cpu needs --zero-stage 3, --offload-optimizer cpu and a device "
+                 "backend");
+        rc = DTRAIN_ERR_INPUT;
+        goto fail;
+    }
+    if ((rc = dtrain_adamw_create_offload(k, state, &where, &dp->adamw, err, errlen)) != DTRAIN_OK)
         goto fail;
     if (dp->overlap || dp->prefetch) {
         int e = pthread_create(&dp->thread, NULL, dp->prefetch ? dp_prefetcher_main : dp_reducer_main, dp);
@@ -111,7 +120,11 @@ void dtrain_dp_destroy(struct dtrain_dp *dp)
     }
     if (dp->k != NULL) {
         dtrain_k_free(dp->k, dp->scratch);
-        dtrain_k_free(dp->k, dp->master);
+        if (dp->host_params)
+            dtrain_k_host_free(dp->k, dp->master);
+        else
+            dtrain_k_free(dp->k, dp->master);
+        dtrain_k_free(dp->k, dp->gather_src);
         dtrain_k_free(dp->k, dp->spare);
         for (int i = 0; i < 2; i++) {
             dtrain_k_free(dp->k, dp->z3[i].param);
@@ -140,6 +153,8 @@ size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp)
     return 2 * dtrain_adamw_size(dp->adamw);
 }
 
+enum dtrain_offload_kind dtrain_dp_offload(const struct dtrain_dp *dp) { return dtrain_adamw_offload(dp->adamw); }
+
 double dtrain_dp_exposed_seconds(const struct dtrain_dp *dp) { return dp->exposed; }
 double dtrain_dp_gather_seconds(const struct dtrain_dp *dp) { return dp->stage3 ? dp->z3_gather_step : 0.0; }
 int dtrain_dp_prefetching(const struct dtrain_dp *dp) { return dp->prefetch; }
@@ -155,12 +170,19 @@ void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m)
         comm += b->param != NULL ? padded : 0;
     }
     m->grad_bytes = grad * sizeof(float);
-    m->optimizer_bytes = dtrain_dp_optimizer_floats(dp) * sizeof(float);
+    struct dtrain_adamw_bytes ab;
+    dtrain_adamw_bytes(dp->adamw, &ab);
+    m->optimizer_bytes = ab.device;
+    m->pinned_host_bytes = ab.pinned_host;
+    m->nvme_bytes = ab.nvme;
     m->comm_bytes = comm * sizeof(float);
     m->param_bytes = m->unit_grad_bytes = 0;
     if (dp->stage3) {
-        m->param_bytes = (dtrain_adamw_size(dp->adamw) + dp->z3[0].floats + dp->z3[1].floats +
+        size_t shares = dtrain_adamw_size(dp->adamw), staging = dp->gather_src != NULL ? dp->gather_floats : 0;
+        m->param_bytes = ((dp->host_params ? staging : shares) + dp->z3[0].floats + dp->z3[1].floats +
                           (dp->spare != NULL ? dp->z3[1].floats : 0)) * sizeof(float);
+        if (dp->host_params) /* the shares (and their padding float) in pinned host memory */
+            m->pinned_host_bytes += (shares + 1) * sizeof(float);
         m->unit_grad_bytes = (dp->z3[0].floats + dp->z3[1].floats) * sizeof(float);
         m->comm_bytes = 0; /* the gathers go into the slots, counted with the parameters */
     }
@@ -292,7 +314,7 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
 {
     if (!dp->zero1) {
         dtrain_adamw_update(dp->adamw, dp->params, dp->grads, c, step, lr, grad_scale);
-        return DTRAIN_OK;
+        return dtrain_adamw_error(dp->adamw, err, errlen);
     }
     if (dp->stage3) { /* AdamW on the shares, which are the parameters: nothing to gather */
         for (int i = 0; i < dp->nbuckets; i++) {
@@ -300,7 +322,7 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
             dtrain_adamw_update_range(dp->adamw, b->state_offset, b->share, dp->master + b->state_offset, b->grad,
                                       c, step, lr, grad_scale);
         }
-        return DTRAIN_OK;
+        return dtrain_adamw_error(dp->adamw, err, errlen);
     }
     for (int i = 0; i < dp->nbuckets; i++) {
         struct bucket *b = &dp->buckets[i];
@@ -311,8 +333,11 @@ int dtrain_dp_update(struct dtrain_dp *dp, const struct dtrain_optim_config *c, 
             dp_zero_padding(dp, b);
         dtrain_adamw_update_range(dp->adamw, b->state_offset, b->share, param + at, dp_share_grad(dp, b),
                                   c, step, lr, grad_scale);
+        int rc = dtrain_adamw_error(dp->adamw, err, errlen);
+        if (rc != DTRAIN_OK)
+            return rc;
         if (dp->comm != NULL) {
-            int rc = dtrain_pcomm_all_gather(&dp->pc, param + at, param, b->share,
+            rc = dtrain_pcomm_all_gather(&dp->pc, param + at, param, b->share,
                                              "ZeRO all-gather of the parameters", err, errlen);
             if (rc != DTRAIN_OK)
                 return rc;

@@ -99,6 +99,9 @@ struct dtrain_dp_options {
     int overlap;          /* reduce buckets in a thread during backward */
     size_t bucket_floats; /* aim for buckets of about this many floats (>= 1) */
     int prefetch;         /* stage 3: gather the next unit in a thread while the current one computes */
+    struct dtrain_offload offload; /* where the AdamW state lives (dtrain_optim.h; zeroed: backend memory) */
+    int offload_params;   /* stage 3 with offload.kind CPU on a device backend: the parameter shares in pinned
+                           * host memory, uploaded share by share to be gathered (--offload-params cpu) */
 };
 
 /* comm: the DP group (size D; NULL means D = 1).  params, grads: the
@@ -116,6 +119,8 @@ int dtrain_dp_buckets(const struct dtrain_dp *dp);
 dtrain_comm *dtrain_dp_comm(const struct dtrain_dp *dp);
 /* Floats of AdamW state (m and v) this rank keeps: 2 * its share. */
 size_t dtrain_dp_optimizer_floats(const struct dtrain_dp *dp);
+/* Where they live (--offload-optimizer). */
+enum dtrain_offload_kind dtrain_dp_offload(const struct dtrain_dp *dp);
 
 /* Bytes of backend memory dp holds (allocated in dtrain_dp_create):
  * reduced gradients kept (stage 2: the shares; else the bucket buffers),
@@ -126,6 +131,9 @@ struct dtrain_dp_memory {
     size_t param_bytes;     /* stage 3: the parameter shares and the two gathered units' weights (prefetch:
                              * and the third buffer, of the largest unit but wte); else 0 */
     size_t unit_grad_bytes; /* stage 3: the two units' gradient buffers; else 0 */
+    /* ZeRO-Offload: the AdamW state outside backend memory (optimizer_bytes
+     * then counts only what is left in it: 0) */
+    size_t pinned_host_bytes, nvme_bytes;
 };
 void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m);
 
@@ -133,11 +141,18 @@ void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m);
  * (checkpoints save and load them): without ZeRO one run, the whole
  * vector; with ZeRO (stage 1, 2 or 3), bucket by bucket, the parts of the local vector that
  * this rank's share [d*share, (d+1)*share) of the bucket covers (padding
- * left out).  fn gets each run's local offset and length and its m and v
- * (backend memory, writable); a non-zero return stops the walk and is
- * returned, else 0. */
-typedef int (*dtrain_dp_state_fn)(void *ctx, size_t offset, size_t count, float *m, float *v);
+ * left out).  fn gets each run's local offset and length and the place of
+ * its moments in the optimizer state (`state`: read and write them with
+ * dtrain_dp_state_read/_write, wherever they live); a non-zero return
+ * stops the walk and is returned, else 0. */
+typedef int (*dtrain_dp_state_fn)(void *ctx, size_t offset, size_t count, size_t state);
 int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx);
+/* Moments [state, state + count) into host arrays m and v, or from them
+ * (dtrain_adamw_state_read/_write). */
+int dtrain_dp_state_read(struct dtrain_dp *dp, size_t state, size_t count, float *m, float *v, char *err,
+                         size_t errlen);
+int dtrain_dp_state_write(struct dtrain_dp *dp, size_t state, size_t count, const float *m, const float *v,
+                          char *err, size_t errlen);
 
 /* ZeRO-3.  1 when dp holds the parameters (stage 3).  Upload: this rank's
  * shares from a host copy of the local vector (the shard's layout);

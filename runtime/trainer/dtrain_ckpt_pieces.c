@@ -48,10 +48,12 @@ static int add_piece(struct pieces *l, struct dtrain_sckpt_piece piece)
     return 0;
 }
 
-/* The moments the rank keeps, run by run, in backend memory (dev) and
- * their host copies (host), which the checkpoint pieces point into. */
+/* The moments the rank keeps, run by run: their place in the optimizer
+ * state (wherever it lives: dtrain_dp_state_read) and their host copies
+ * (host), which the checkpoint pieces point into. */
 struct state_copy {
-    float *dev_m, *dev_v, *host_m, *host_v;
+    size_t state;
+    float *host_m, *host_v;
     size_t count;
 };
 
@@ -65,7 +67,7 @@ struct state_ctx {
 
 /* One run of moments [off, off + count) of the local vector: a host copy
  * of it, split along the shard's runs into whole-vector pieces. */
-static int add_state(void *ctx, size_t off, size_t count, float *dev_m, float *dev_v)
+static int add_state(void *ctx, size_t off, size_t count, size_t state)
 {
     struct state_ctx *c = ctx;
     const struct runs *r = c->runs;
@@ -75,7 +77,7 @@ static int add_state(void *ctx, size_t off, size_t count, float *dev_m, float *d
         return -1;
     o->state = more;
     struct state_copy *sc = &o->state[o->nstate];
-    *sc = (struct state_copy){dev_m, dev_v, malloc((count + 1) * sizeof(float)), malloc((count + 1) * sizeof(float)),
+    *sc = (struct state_copy){state, malloc((count + 1) * sizeof(float)), malloc((count + 1) * sizeof(float)),
                               count};
     o->nstate++; /* freed with the pieces even when a malloc failed */
     if (sc->host_m == NULL || sc->host_v == NULL)
@@ -157,29 +159,31 @@ oom:
     return DTRAIN_ERR_SYSTEM;
 }
 
-void dtrain_ft_pieces_download(struct dtrain_ft_pieces *p)
+int dtrain_ft_pieces_download(struct dtrain_ft_pieces *p, char *err, size_t errlen)
 {
+    int rc = DTRAIN_OK;
     if (p->dev_params == NULL) /* ZeRO-3: the shares this rank writes */
         dtrain_dp_params_download(p->dp, p->host_params);
     else
         dtrain_k_download(p->k, p->host_params, p->dev_params, p->nparams * sizeof(float));
-    for (size_t i = 0; i < p->nstate; i++) {
-        dtrain_k_download(p->k, p->state[i].host_m, p->state[i].dev_m, p->state[i].count * sizeof(float));
-        dtrain_k_download(p->k, p->state[i].host_v, p->state[i].dev_v, p->state[i].count * sizeof(float));
-    }
+    for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK; i++)
+        rc = dtrain_dp_state_read(p->dp, p->state[i].state, p->state[i].count, p->state[i].host_m,
+                                  p->state[i].host_v, err, errlen);
+    return rc;
 }
 
-void dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p)
+int dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p, char *err, size_t errlen)
 {
+    int rc = DTRAIN_OK;
     if (p->dev_params == NULL) /* ZeRO-3: the shares of the whole local vector read */
         dtrain_dp_params_upload(p->dp, p->host_params);
     else
         dtrain_k_upload(p->k, p->dev_params, p->host_params, p->nparams * sizeof(float));
-    for (size_t i = 0; i < p->nstate; i++) {
-        dtrain_k_upload(p->k, p->state[i].dev_m, p->state[i].host_m, p->state[i].count * sizeof(float));
-        dtrain_k_upload(p->k, p->state[i].dev_v, p->state[i].host_v, p->state[i].count * sizeof(float));
-    }
+    for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK; i++)
+        rc = dtrain_dp_state_write(p->dp, p->state[i].state, p->state[i].count, p->state[i].host_m,
+                                   p->state[i].host_v, err, errlen);
     dtrain_k_sync(p->k);
+    return rc;
 }
 
 struct dtrain_sckpt_group dtrain_ft_pieces_group(const struct dtrain_ft_pieces *p)
@@ -213,7 +217,10 @@ int dtrain_ft_save(struct dtrain_ptrainer *t, const struct dtrain_train_config *
     int rc = dtrain_ft_pieces(t, cfg, bs, &p, err, errlen);
     if (rc != DTRAIN_OK)
         return rc;
-    dtrain_ft_pieces_download(&p);
+    if ((rc = dtrain_ft_pieces_download(&p, err, errlen)) != DTRAIN_OK) {
+        dtrain_ft_pieces_free(&p);
+        return rc;
+    }
     struct dtrain_sckpt_scaler scaler;
     dtrain_ptrainer_scaler(t, &scaler);
     rc = dtrain_sckpt_save(dir, cfg, &layout, (uint64_t)dtrain_ptrainer_steps_done(t),
@@ -238,8 +245,9 @@ int dtrain_ft_load(struct dtrain_ptrainer *t, const struct dtrain_train_config *
                  "writes)", dir);
         rc = DTRAIN_ERR_INPUT;
     }
+    if (rc == DTRAIN_OK)
+        rc = dtrain_ft_pieces_upload(&p, err, errlen);
     if (rc == DTRAIN_OK) {
-        dtrain_ft_pieces_upload(&p);
         dtrain_ptrainer_set_position(t, (long)res.step, res.data_batches);
         dtrain_ptrainer_set_scaler(t, &res.scaler);
     }

@@ -109,8 +109,10 @@ struct dtrain_ft_pieces {
 };
 int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
                      const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen);
-void dtrain_ft_pieces_download(struct dtrain_ft_pieces *p);
-void dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p);
+/* The trainer's state into the pieces' host copies, or back (a file's
+ * I/O error of offloaded moments: DTRAIN_ERR_SYSTEM with err). */
+int dtrain_ft_pieces_download(struct dtrain_ft_pieces *p, char *err, size_t errlen);
+int dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p, char *err, size_t errlen);
 void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p);
 /* The group p's load is done as (its slice and DP group). */
 struct dtrain_sckpt_group dtrain_ft_pieces_group(const struct dtrain_ft_pieces *p);

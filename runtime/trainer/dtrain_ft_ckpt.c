@@ -205,7 +205,8 @@ int dtrain_ft_save_checkpoint(struct ft *f, int async, int local, char *err, siz
         return rc;
     nospace = nospace && dtrain_inject_ckpt_nospace(&f->inject, step); /* says so */
     dtrain_watchdog_beat(f->wd, "writing a checkpoint", step);
-    dtrain_ft_pieces_download(&f->pieces);
+    if ((rc = dtrain_ft_pieces_download(&f->pieces, err, errlen)) != DTRAIN_OK)
+        return rc;
     struct dtrain_sckpt_scaler scaler;
     dtrain_ptrainer_scaler(f->t, &scaler);
     local = local && f->local != NULL;
@@ -277,7 +278,8 @@ int dtrain_ft_load_checkpoint(struct ft *f, const char *dir, int rollback, int r
         return DTRAIN_ERR_INPUT;
     }
     if (res.found) {
-        dtrain_ft_pieces_upload(&f->pieces);
+        if ((rc = dtrain_ft_pieces_upload(&f->pieces, err, errlen)) != DTRAIN_OK)
+            return rc;
         f->last_dir = tiers && strcmp(res.tier, "node-local") == 0 ? f->local : dir;
         dtrain_ptrainer_set_position(f->t, (long)res.step, res.data_batches);
         dtrain_ptrainer_set_scaler(f->t, &res.scaler);

@@ -245,6 +245,9 @@ static int build_stage(struct dtrain_ptrainer *t, char *err, size_t errlen)
         .zero_stage = c->zero_stage, .overlap = c->dp_overlap, .prefetch = c->zero_prefetch,
         .bucket_floats = (size_t)(c->bucket_mb * 1e6 / sizeof(float)) + 1,
     };
+    if ((rc = dtrain_offload_parse(c->offload_optimizer, &dopt.offload, err, errlen)) != DTRAIN_OK)
+        return rc;
+    dopt.offload_params = strcmp(c->offload_params, "cpu") == 0;
     int z3 = c->zero_stage >= 3; /* the stage's weights are dp's shares, gathered on use */
     if ((rc = dtrain_dp_create(t->k, comms->group[DTRAIN_GROUP_DP], &t->shard, z3 ? NULL : dtrain_stage_params(t->stage),
                                z3 ? NULL : dtrain_stage_grads(t->stage), &dopt, &t->dp, err, errlen)) != DTRAIN_OK)
@@ -422,6 +425,26 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
                      * (prefetch: and a third buffer of its weights) */
         m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_MODEL_WTE] + largest_unit(&t->shard)) +
                                  (dtrain_dp_prefetching(t->dp) ? f * largest_unit(&t->shard) : 0);
+    /* ZeRO-Offload (doc/runtime.md): the moments S = n (ZeRO: n/D) leave
+     * the device; pinned host: CPU 12 S (m, v, master) + the staging
+     * buffers; NVMe: files of 8 S, staging buffers of `chunk` floats each */
+    enum dtrain_offload_kind where = dtrain_dp_offload(t->dp);
+    size_t S = stage >= 1 ? n / D : n, chunk = DTRAIN_OFFLOAD_CHUNK < S ? DTRAIN_OFFLOAD_CHUNK : S;
+    int device = !dtrain_kernels_host_memory(t->k);
+    m->pinned_host = dm.pinned_host_bytes;
+    m->nvme = dm.nvme_bytes;
+    m->pinned_host_formula = m->nvme_formula = 0;
+    if (where != DTRAIN_OFFLOAD_NONE) {
+        m->model_state_formula -= 2 * f * S;
+        if (stage >= 3 && strcmp(t->cfg.offload_params, "cpu") == 0) { /* the shares leave, the largest is staged */
+            size_t unit = largest_unit(&t->shard) > t->shard.size[DTRAIN_MODEL_WTE] ? largest_unit(&t->shard)
+                                                                                  : t->shard.size[DTRAIN_MODEL_WTE];
+            m->model_state_formula = m->model_state_formula - f * S + f * ((unit + D - 1) / D);
+        }
+        m->pinned_host_formula = where == DTRAIN_OFFLOAD_CPU ? 3 * f * S + f * chunk
+                                                             : (device ? 4 : 2) * f * chunk;
+        m->nvme_formula = where == DTRAIN_OFFLOAD_NVME ? 2 * f * S : 0;
+    }
 }
 
 void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
@@ -429,13 +452,19 @@ void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
     struct dtrain_ptrainer_memory m;
     dtrain_ptrainer_memory(t, &m);
     const struct dtrain_bootstrap *L = &t->layout;
+    char offload[256] = ""; /* only with --offload-optimizer: the line stays as it was without */
+    enum dtrain_offload_kind where = dtrain_dp_offload(t->dp);
+    if (where != DTRAIN_OFFLOAD_NONE)
+        snprintf(offload, sizeof offload, ", \"offload_optimizer\": \"%s\", \"pinned_host_bytes\": %zu, "
+                 "\"pinned_host_formula_bytes\": %zu, \"nvme_bytes\": %zu, \"nvme_formula_bytes\": %zu",
+                 dtrain_offload_name(where), m.pinned_host, m.pinned_host_formula, m.nvme, m.nvme_formula);
     fprintf(out, "{\"memory\": {\"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
             "\"zero_stage\": %d, \"recompute\": \"%s\", \"sequence_parallel\": %d, \"virtual_stages\": %d, \"local_params\": %zu, \"params_bytes\": %zu, "
             "\"grads_bytes\": %zu, \"reduced_grads_bytes\": %zu, \"optimizer_bytes\": %zu, "
             "\"activations_bytes\": %zu, \"comm_bytes\": %zu, \"model_state_bytes\": %zu, "
-            "\"model_state_formula_bytes\": %zu}}\n", L->rank, L->tp_rank, L->pp_rank, L->dp_rank,
+            "\"model_state_formula_bytes\": %zu%s}}\n", L->rank, L->tp_rank, L->pp_rank, L->dp_rank,
             t->cfg.zero_stage, dtrain_recompute_name(t->cfg.recompute), t->cfg.sequence_parallel, t->cfg.virtual_stages, t->shard.count, m.params, m.grads, m.reduced_grads,
-            m.optimizer, m.activations, m.comm, m.model_state, m.model_state_formula);
+            m.optimizer, m.activations, m.comm, m.model_state, m.model_state_formula, offload);
     fflush(out);
 }
 

@@ -95,12 +95,12 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         a->resumed = (long)res.step;
         a->opened = st.shards_opened;
         if (rc == DTRAIN_OK && res.found) {
-            dtrain_ft_pieces_upload(&pieces); /* the pieces are a host copy of the trainer's memory */
+            rc = dtrain_ft_pieces_upload(&pieces, a->err, sizeof a->err); /* the pieces are a host copy of the trainer's memory */
             dtrain_ptrainer_set_position(t, (long)res.step, res.data_batches);
         }
     }
     if (rc == DTRAIN_OK)
-        dtrain_ft_pieces_download(&pieces);
+        rc = dtrain_ft_pieces_download(&pieces, a->err, sizeof a->err);
     if (rc == DTRAIN_OK && j->save_after_load)
         rc = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)dtrain_ptrainer_steps_done(t),
                                dtrain_ptrainer_data_batches(t), NULL, world, pieces.save, pieces.nsave, 100, 0, &st,
@@ -113,7 +113,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
         if (rc == DTRAIN_OK && j->save_every > 0 && done % j->save_every == 0) {
             int fail = bs->rank == j->fail_rank && done == j->fail_step;
             char why[512];
-            dtrain_ft_pieces_download(&pieces);
+            if ((rc = dtrain_ft_pieces_download(&pieces, a->err, sizeof a->err)) != DTRAIN_OK)
+                break;
             int src = dtrain_sckpt_save(j->save_dir, &j->cfg, &L, (uint64_t)done, dtrain_ptrainer_data_batches(t),
                                         NULL, world, pieces.save, pieces.nsave, j->cfg.ckpt_keep, fail, &st, why,
                                         sizeof why);
