@@ -124,6 +124,10 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     float *params = out->host_params = malloc((s->count + 1) * sizeof(float));
     if (params == NULL)
         goto oom;
+    if (out->dp == NULL) { /* LoRA: checkpoints are refused (dtrain_ptrainer_create), nothing to map */
+        out->nparams = 0;
+        return DTRAIN_OK;
+    }
     dtrain_shard_for_each_run(s, add_run, &runs);
     if (runs.oom)
         goto oom;

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The reference side of lora.sh: peft, transformers and PyTorch from PyPI.
+
+  lora.py make ARCH DIR      a small random ARCH (llama, gpt2) base in DIR/base
+                             (hf_models.py's), DIR/tokens.bin, and peft's
+                             adapter initialisation with a non-zero B in
+                             DIR/adapter0 (rank 4, alpha 8, every linear)
+  lora.py check DIR STEPS B T LR WD
+      trains DIR/base + DIR/adapter0 with peft and torch.optim.AdamW (the
+      adapters only) as dtrain does and prints "NAME VALUE" lines:
+        losses      the largest relative |dtrain - peft| over the STEPS losses
+                    (DIR/metrics.jsonl)
+        base        1 when DIR/base_out (dtrain's --save-hf without merging)
+                    holds the base's tensors bit for bit, else 0
+        adapters    the largest |dtrain - peft| of a trained adapter tensor
+                    (DIR/adapter1, dtrain's --save-lora, loaded by peft)
+        val         |peft with dtrain's adapters - dtrain| of the loss on
+                    batch 0 (dtrain's validation after the last step)
+        logits      the largest |peft with dtrain's adapters - transformers
+                    with DIR/merged| of the logits of batch 0 (--merge-lora)
+        load_issues missing + unexpected keys of DIR/merged
+"""
+import json
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import hf_models  # noqa: E402
+
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+RANK, ALPHA = 4, 8
+TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+           "gpt2": ["c_attn", "c_proj", "c_fc"]}
+
+
+def peft_model(base, adapter=None, arch=None):
+    import peft
+    model, _ = hf_models.load(base)
+    if adapter is not None:
+        return peft.PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    cfg = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS[arch],
+                          task_type="CAUSAL_LM", fan_in_fan_out=arch == "gpt2")
+    return peft.get_peft_model(model, cfg)
+
+
+def make(arch, d):
+    hf_models.make(arch, f"{d}/base", f"{d}/tokens.bin")
+    torch.manual_seed(99)
+    model = peft_model(f"{d}/base", arch=arch)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:  # peft starts B at 0: a test of B's gradient path alone
+                p.copy_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(f"{d}/adapter0")
+
+
+def tensors(path):
+    from safetensors import safe_open
+    with safe_open(path, "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def check(d, steps, B, T, lr, wd):
+    model = peft_model(f"{d}/base", f"{d}/adapter0")
+    model.eval()
+    batch = hf_models.batches(f"{d}/tokens.bin", B, T)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
+    losses = []
+    for k in range(steps):
+        x, y = batch(k)
+        loss = hf_models.loss_of(model, x, y)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+        opt.zero_grad()
+    mine = [json.loads(line) for line in open(f"{d}/metrics.jsonl")]
+    got = [m["loss"] for m in mine if "loss" in m]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, losses)) if len(got) == len(losses) else float("inf")
+    print("losses", rel)
+    base = tensors(f"{d}/base/model.safetensors")
+    out = tensors(f"{d}/base_out/model.safetensors")
+    same = all(k in out and torch.equal(base[k], out[k]) for k in base if k != "lm_head.weight" or k in out)
+    print("base", int(same))
+    ours = peft_model(f"{d}/base", f"{d}/adapter1")
+    ours.eval()
+    ref = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    worst = 0.0
+    for n, p in ours.named_parameters():
+        if n in ref:
+            worst = max(worst, (p - ref[n]).abs().max().item())
+    print("adapters", worst if len(ref) > 0 else float("inf"))
+    x, y = batch(0)
+    with torch.no_grad():
+        val = [m["val_loss"] for m in mine if "val_loss" in m][-1]
+        print("val", abs(hf_models.loss_of(ours, x, y).item() - val))
+        merged, info = hf_models.load(f"{d}/merged")
+        print("logits", (ours(input_ids=x).logits - merged(input_ids=x).logits).abs().max().item())
+        print("load_issues", len(info["missing_keys"]) + len(info["unexpected_keys"]))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2], sys.argv[3])
+    else:
+        check(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]),
+              float(sys.argv[7]))
