@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """The reference side of lora.sh: peft, transformers and PyTorch from PyPI.
 
-  lora.py make ARCH DIR      a small random ARCH (llama, gpt2) base in DIR/base
-                             (hf_models.py's), DIR/tokens.bin, and peft's
-                             adapter initialisation with a non-zero B in
-                             DIR/adapter0 (rank 4, alpha 8, every linear)
+  lora.py make DIR           for ARCH in llama, gpt2: a small random base in
+                             DIR/ARCH/base (hf_models.py's), DIR/ARCH/tokens.bin,
+                             and peft's adapter initialisation with a non-zero
+                             B in DIR/ARCH/adapter0 (rank 4, alpha 8, every linear);
+                             GPT-2: DIR/gpt2/adapter_other, of a narrower GPT-2
   lora.py check DIR STEPS B T LR WD
-      trains DIR/base + DIR/adapter0 with peft and torch.optim.AdamW (the
-      adapters only) as dtrain does and prints "NAME VALUE" lines:
+      for each ARCH, trains DIR/ARCH/base + adapter0 with peft and
+      torch.optim.AdamW (the adapters only) as dtrain does and prints
+      "ARCH NAME VALUE" lines (DIR below is DIR/ARCH):
         losses      the largest relative |dtrain - peft| over the STEPS losses
                     (DIR/metrics.jsonl)
         base        1 when DIR/base_out (dtrain's --save-hf without merging)
@@ -56,6 +58,14 @@ def make(arch, d):
             if "lora_B" in n:  # peft starts B at 0: a test of B's gradient path alone
                 p.copy_(torch.randn_like(p) * 0.05)
     model.save_pretrained(f"{d}/adapter0")
+    if arch == "gpt2":  # an adapter of another base: a narrower GPT-2 (--init-lora refuses it)
+        import peft
+        import transformers
+        other = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=hf_models.V, n_positions=64,
+                                                                     n_embd=32, n_layer=2, n_head=4))
+        cfg = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS[arch],
+                              task_type="CAUSAL_LM", fan_in_fan_out=True)
+        peft.get_peft_model(other, cfg).save_pretrained(f"{d}/adapter_other")
 
 
 def tensors(path):
@@ -64,7 +74,9 @@ def tensors(path):
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
-def check(d, steps, B, T, lr, wd):
+def check(arch, d, steps, B, T, lr, wd):
+    def print(name, value):
+        sys.stdout.write(f"{arch} {name} {value}\n")
     model = peft_model(f"{d}/base", f"{d}/adapter0")
     model.eval()
     batch = hf_models.batches(f"{d}/tokens.bin", B, T)
@@ -104,8 +116,9 @@ def check(d, steps, B, T, lr, wd):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "make":
-        make(sys.argv[2], sys.argv[3])
-    else:
-        check(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]),
-              float(sys.argv[7]))
+    for a in ("llama", "gpt2"):
+        if sys.argv[1] == "make":
+            make(a, f"{sys.argv[2]}/{a}")
+        else:
+            check(a, f"{sys.argv[2]}/{a}", int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+                  float(sys.argv[6]), float(sys.argv[7]))
