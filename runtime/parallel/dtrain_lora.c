@@ -15,6 +15,8 @@
 #include "dtrain_parse.h"
 #include "dtrain_rng.h"
 #include "model/dtrain_hf.h"
+#include "dtrain_pcomm.h"
+#include "dtrain_tp.h"
 
 #define LORA_CONFIG "adapter_config.json"
 #define LORA_WEIGHTS "adapter_model.safetensors"
@@ -125,20 +127,94 @@ struct adapter_place {
     size_t offset; /* of A in the layer; B follows */
 };
 
-struct dtrain_lora {
-    struct dtrain_kernels *k;
-    const struct dtrain_shard *sh;
-    struct dtrain_lora_spec spec;
+/* The adapters of a shard: the same targets in the same order on every
+ * shard, each of the shard's widths. */
+struct lora_layout {
     int n; /* adapters per layer */
     struct adapter_place ad[DTRAIN_BLOCK_ADAPTERS];
     size_t per_layer, count;
+    int widest; /* the largest cols or in */
+};
+
+struct dtrain_lora {
+    struct dtrain_kernels *k;
+    const struct dtrain_shard *sh;
+    struct dtrain_shard whole_sh; /* the whole model (T = P = 1): PEFT's files, merging */
+    struct dtrain_lora_spec spec;
+    struct lora_layout lay, whole_lay;
+    int n;                        /* lay.n */
+    struct adapter_place *ad;     /* lay.ad */
+    size_t per_layer, count;      /* lay's */
     float *params, *grads, *h, *g, *u;
-    float *host; /* count floats: staging of loads and saves */
+    float *host;  /* count floats: staging of loads and saves */
+    float *whole; /* whole_lay.count floats: the whole model's adapters (host) */
     struct dtrain_adamw *adamw;
 };
 
 static size_t a_size(const struct dtrain_lora *l, const struct adapter_place *p) { return (size_t)l->spec.rank * p->in; }
 static size_t b_size(const struct dtrain_lora *l, const struct adapter_place *p) { return (size_t)p->cols * l->spec.rank; }
+
+static void layout_of(const struct dtrain_shard *s, const struct dtrain_lora_spec *spec, struct lora_layout *lay)
+{
+    memset(lay, 0, sizeof *lay);
+    lay->widest = 1;
+    for (int t = 0; t < DTRAIN_LORA_NUM_TARGETS; t++) {
+        if (!(spec->targets & 1u << t))
+            continue;
+        struct adapter_place *p = &lay->ad[lay->n++];
+        p->t = (enum dtrain_lora_target)t;
+        target_cols(s, p->t, &p->col0, &p->cols, &p->in);
+        p->offset = lay->per_layer;
+        lay->per_layer += (size_t)spec->rank * ((size_t)p->in + (size_t)p->cols);
+        lay->widest = p->cols > lay->widest ? p->cols : lay->widest;
+        lay->widest = p->in > lay->widest ? p->in : lay->widest;
+    }
+    lay->count = lay->per_layer * (size_t)s->layers;
+}
+
+/* Tensor parallel: a row-parallel linear's A holds input columns, a
+ * column-parallel one's B output rows (Megatron's LoRA); the other matrix
+ * is whole on every rank. */
+static int row_parallel(enum dtrain_lora_target t)
+{
+    enum dtrain_block_linear lin = targets[t].linear;
+    return lin == DTRAIN_LINEAR_ATTPROJ || lin == DTRAIN_LINEAR_FCPROJ;
+}
+
+/* The whole model's row of local row lr of a column-parallel B on TP rank
+ * tp (GPT-2's c_attn: q, k and v rows of the rank's heads). */
+static size_t whole_row(const struct dtrain_shard *s, enum dtrain_lora_target t, int lr, int cols)
+{
+    if (t == DTRAIN_LORA_C_ATTN) {
+        int seg = cols / 3;
+        return (size_t)(lr / seg) * s->model.channels + (size_t)s->tp_rank * seg + (size_t)(lr % seg);
+    }
+    return (size_t)s->tp_rank * cols + (size_t)lr;
+}
+
+/* Copy shard s's adapters (layout lay, vector local) to or from the whole
+ * model's (wl, whole). */
+static void slice(const struct dtrain_shard *s, const struct lora_layout *lay, const struct lora_layout *wl, int r,
+                  float *local, float *whole, int to_local)
+{
+    for (int i = 0; i < s->layers; i++)
+        for (int j = 0; j < lay->n; j++) {
+            const struct adapter_place *p = &lay->ad[j], *w = &wl->ad[j];
+            float *A = local + (size_t)i * lay->per_layer + p->offset, *B = A + (size_t)r * p->in;
+            float *WA = whole + (size_t)dtrain_shard_global_layer(s, i) * wl->per_layer + w->offset;
+            float *WB = WA + (size_t)r * w->in;
+            size_t c0 = row_parallel(p->t) ? (size_t)s->tp_rank * p->in : 0;
+            for (int q = 0; q < r; q++) {
+                float *a = A + (size_t)q * p->in, *wa = WA + (size_t)q * w->in + c0;
+                memcpy(to_local ? a : wa, to_local ? wa : a, (size_t)p->in * sizeof(float));
+            }
+            for (int o = 0; o < p->cols; o++) {
+                float *b = B + (size_t)o * r;
+                float *wb = WB + (row_parallel(p->t) ? (size_t)o : whole_row(s, p->t, o, p->cols)) * r;
+                memcpy(to_local ? b : wb, to_local ? wb : b, (size_t)r * sizeof(float));
+            }
+        }
+}
 
 int dtrain_lora_create(struct dtrain_kernels *k, const struct dtrain_shard *shard, const struct dtrain_lora_spec *spec,
                        int N, uint64_t seed, struct dtrain_lora **out, char *err, size_t errlen)
@@ -150,44 +226,47 @@ int dtrain_lora_create(struct dtrain_kernels *k, const struct dtrain_shard *shar
     l->k = k;
     l->sh = shard;
     l->spec = *spec;
-    int widest = 1;
-    for (int t = 0; t < DTRAIN_LORA_NUM_TARGETS; t++) {
-        if (!(spec->targets & 1u << t))
-            continue;
-        struct adapter_place *p = &l->ad[l->n++];
-        p->t = (enum dtrain_lora_target)t;
-        target_cols(shard, p->t, &p->col0, &p->cols, &p->in);
-        p->offset = l->per_layer;
-        l->per_layer += a_size(l, p) + b_size(l, p);
-        widest = p->cols > widest ? p->cols : widest;
-        widest = p->in > widest ? p->in : widest;
+    if (dtrain_shard_plan(&shard->model, 1, 1, 0, 0, &l->whole_sh, err, errlen) != DTRAIN_OK) {
+        dtrain_lora_destroy(l);
+        return DTRAIN_ERR_INPUT;
     }
-    l->count = l->per_layer * (size_t)shard->layers;
+    layout_of(shard, spec, &l->lay);
+    layout_of(&l->whole_sh, spec, &l->whole_lay);
+    l->n = l->lay.n;
+    l->ad = l->lay.ad;
+    l->per_layer = l->lay.per_layer;
+    l->count = l->lay.count;
+    int widest = l->lay.widest;
     size_t bytes = l->count * sizeof(float), r = (size_t)N * spec->rank * sizeof(float);
     l->params = dtrain_k_alloc(k, bytes);
     l->grads = dtrain_k_alloc(k, bytes);
     l->h = dtrain_k_alloc(k, r);
     l->g = dtrain_k_alloc(k, r);
     l->u = dtrain_k_alloc(k, (size_t)N * widest * sizeof(float));
-    l->host = malloc(bytes);
-    if (l->params == NULL || l->grads == NULL || l->h == NULL || l->g == NULL || l->u == NULL || l->host == NULL)
+    l->host = malloc(bytes + sizeof(float));
+    l->whole = malloc((l->whole_lay.count + 1) * sizeof(float));
+    if (l->params == NULL || l->grads == NULL || l->h == NULL || l->g == NULL || l->u == NULL || l->host == NULL ||
+        l->whole == NULL)
         goto oom;
     int rc = dtrain_adamw_create(k, l->count, &l->adamw, err, errlen);
     if (rc != DTRAIN_OK) {
         dtrain_lora_destroy(l);
         return rc;
     }
-    /* PEFT's default: A kaiming_uniform(a=sqrt(5)), bound 1/sqrt(in); B 0 */
-    memset(l->host, 0, bytes);
-    for (int i = 0; i < shard->layers; i++)
-        for (int j = 0; j < l->n; j++) {
-            const struct adapter_place *p = &l->ad[j];
-            float *A = l->host + (size_t)i * l->per_layer + p->offset;
+    /* PEFT's default: A kaiming_uniform(a=sqrt(5)), bound 1/sqrt(in); B 0;
+     * drawn for the whole model, so that every layout starts the same */
+    const struct lora_layout *wl = &l->whole_lay;
+    memset(l->whole, 0, wl->count * sizeof(float));
+    for (int i = 0; i < l->whole_sh.layers; i++)
+        for (int j = 0; j < wl->n; j++) {
+            const struct adapter_place *p = &wl->ad[j];
+            float *A = l->whole + (size_t)i * wl->per_layer + p->offset;
             double bound = 1.0 / sqrt((double)p->in);
             for (size_t e = 0; e < a_size(l, p); e++)
                 A[e] = (float)((2.0 * dtrain_rng_uniform(seed, LORA_RNG_STREAM + (uint64_t)(i * 16 + (int)p->t), e) - 1.0) *
                                bound);
         }
+    slice(shard, &l->lay, wl, spec->rank, l->host, l->whole, 1);
     dtrain_k_upload(k, l->params, l->host, bytes);
     dtrain_lora_zero_grad(l);
     *out = l;
@@ -209,6 +288,7 @@ void dtrain_lora_destroy(struct dtrain_lora *l)
     dtrain_k_free(l->k, l->u);
     dtrain_adamw_destroy(l->adamw);
     free(l->host);
+    free(l->whole);
     free(l);
 }
 
@@ -236,7 +316,83 @@ void dtrain_lora_block(struct dtrain_lora *l, int i, struct dtrain_block_lora *o
 
 void dtrain_lora_zero_grad(struct dtrain_lora *l) { dtrain_k_zero(l->k, l->grads, l->count * sizeof(float)); }
 
-double dtrain_lora_sumsq(struct dtrain_lora *l) { return dtrain_k_sumsq(l->k, l->grads, l->count); }
+double dtrain_lora_sumsq(struct dtrain_lora *l, int dp_rank)
+{
+    double sum = 0.0;
+    if (dp_rank != 0) /* after the reduction every DP rank holds the same sums */
+        return 0.0;
+    for (int i = 0; i < l->sh->layers; i++)
+        for (int j = 0; j < l->n; j++) {
+            const struct adapter_place *p = &l->ad[j];
+            float *dA = l->grads + (size_t)i * l->per_layer + p->offset, *dB = dA + a_size(l, p);
+            int a_split = row_parallel(p->t); /* else B is split */
+            if (a_split || l->sh->tp_rank == 0)
+                sum += dtrain_k_sumsq(l->k, dA, a_size(l, p));
+            if (!a_split || l->sh->tp_rank == 0)
+                sum += dtrain_k_sumsq(l->k, dB, b_size(l, p));
+        }
+    return sum;
+}
+
+int dtrain_lora_reduce(struct dtrain_lora *l, struct dtrain_tp *tp, struct dtrain_pcomm *dp, char *err,
+                       size_t errlen)
+{
+    int rc = DTRAIN_OK;
+    for (int i = 0; i < l->sh->layers && l->sh->tp > 1 && rc == DTRAIN_OK; i++)
+        for (int j = 0; j < l->n && rc == DTRAIN_OK; j++) {
+            const struct adapter_place *p = &l->ad[j];
+            float *dA = l->grads + (size_t)i * l->per_layer + p->offset, *dB = dA + a_size(l, p);
+            rc = row_parallel(p->t) ? dtrain_tp_allreduce(tp, dB, b_size(l, p), err, errlen)
+                                    : dtrain_tp_allreduce(tp, dA, a_size(l, p), err, errlen);
+        }
+    if (rc == DTRAIN_OK && dp != NULL && dtrain_comm_size(dp->c) > 1)
+        rc = dtrain_pcomm_allreduce(dp, l->grads, l->count, "LoRA: data-parallel gradient all-reduce", err, errlen);
+    return rc;
+}
+
+int dtrain_lora_gather(struct dtrain_lora *l, dtrain_comm *world, int tp, int pp, int dp, char *err, size_t errlen)
+{
+    dtrain_k_download(l->k, l->host, l->params, l->count * sizeof(float));
+    if (world == NULL || dtrain_comm_size(world) == 1) {
+        slice(l->sh, &l->lay, &l->whole_lay, l->spec.rank, l->host, l->whole, 0);
+        return DTRAIN_OK;
+    }
+    /* every rank's vector, padded to the longest (the shards of every
+     * (tp, pp) planned here: the same on every rank) */
+    struct dtrain_shard *plans = calloc((size_t)tp * pp, sizeof *plans);
+    size_t most = 0;
+    int rc = plans == NULL ? DTRAIN_ERR_SYSTEM : DTRAIN_OK;
+    for (int q = 0; q < tp * pp && rc == DTRAIN_OK; q++) {
+        struct lora_layout lay;
+        rc = dtrain_shard_plan_v(&l->sh->model, tp, pp, l->sh->virtual_stages, q % tp, q / tp, &plans[q], err, errlen);
+        layout_of(&plans[q], &l->spec, &lay);
+        most = lay.count > most ? lay.count : most;
+    }
+    int n = dtrain_comm_size(world);
+    float *mine = rc == DTRAIN_OK ? calloc(most + 1, sizeof(float)) : NULL;
+    float *all = mine != NULL ? malloc(((size_t)n * most + 1) * sizeof(float)) : NULL;
+    if (all == NULL) {
+        if (rc == DTRAIN_OK || rc == DTRAIN_ERR_SYSTEM)
+            snprintf(err, errlen, "LoRA: out of memory for the gather of %d ranks' adapters", n);
+        rc = rc == DTRAIN_OK ? DTRAIN_ERR_SYSTEM : rc;
+    } else {
+        memcpy(mine, l->host, l->count * sizeof(float));
+        rc = dtrain_pcomm_status(world, dtrain_comm_all_gather_bytes(world, mine, all, most * sizeof(float)),
+                                 "LoRA: adapter gather", err, errlen);
+    }
+    for (int r = 0; r < n && rc == DTRAIN_OK; r++) {
+        int t = r % tp, d = (r / tp) % dp, s = r / (tp * dp); /* rank = tp + T*(dp + D*pp) */
+        struct lora_layout lay;
+        if (d != 0) /* DP replicas hold the same adapters */
+            continue;
+        layout_of(&plans[s * tp + t], &l->spec, &lay);
+        slice(&plans[s * tp + t], &lay, &l->whole_lay, l->spec.rank, all + (size_t)r * most, l->whole, 0);
+    }
+    free(plans);
+    free(mine);
+    free(all);
+    return rc;
+}
 
 void dtrain_lora_update(struct dtrain_lora *l, const struct dtrain_optim_config *c, long step, double lr,
                         float grad_scale)
@@ -246,11 +402,11 @@ void dtrain_lora_update(struct dtrain_lora *l, const struct dtrain_optim_config 
 
 /* ------------------------------------------------------------ PEFT's files */
 
-static void key_of(const struct dtrain_lora *l, int layer, const struct adapter_place *p, char ab, char *key,
-                   size_t len)
+/* PEFT's key of global layer `layer`'s adapter p. */
+static void key_of(int layer, const struct adapter_place *p, char ab, char *key, size_t len)
 {
     char module[128];
-    snprintf(module, sizeof module, targets[p->t].module, dtrain_shard_global_layer(l->sh, layer));
+    snprintf(module, sizeof module, targets[p->t].module, layer);
     snprintf(key, len, "base_model.model.%s.lora_%c.weight", module, ab);
 }
 
@@ -335,14 +491,15 @@ int dtrain_lora_load_peft(struct dtrain_lora *l, const char *dir, char *err, siz
     if ((rc = dtrain_st_open(path, &f, err, errlen)) != DTRAIN_OK)
         return rc;
     size_t want = 0;
-    for (int i = 0; i < l->sh->layers && rc == DTRAIN_OK; i++)
-        for (int j = 0; j < l->n && rc == DTRAIN_OK; j++) {
-            const struct adapter_place *p = &l->ad[j];
-            float *A = l->host + (size_t)i * l->per_layer + p->offset, *B = A + a_size(l, p);
+    const struct lora_layout *wl = &l->whole_lay;
+    for (int i = 0; i < l->whole_sh.layers && rc == DTRAIN_OK; i++)
+        for (int j = 0; j < wl->n && rc == DTRAIN_OK; j++) {
+            const struct adapter_place *p = &wl->ad[j];
+            float *A = l->whole + (size_t)i * wl->per_layer + p->offset, *B = A + a_size(l, p);
             int64_t sa[2] = {l->spec.rank, p->in}, sb[2] = {p->cols, l->spec.rank};
-            key_of(l, i, p, 'A', key, sizeof key);
+            key_of(i, p, 'A', key, sizeof key);
             rc = dtrain_st_read_f32(f, key, 2, sa, A, err, errlen);
-            key_of(l, i, p, 'B', key, sizeof key);
+            key_of(i, p, 'B', key, sizeof key);
             if (rc == DTRAIN_OK)
                 rc = dtrain_st_read_f32(f, key, 2, sb, B, err, errlen);
             want += 2;
@@ -353,8 +510,10 @@ int dtrain_lora_load_peft(struct dtrain_lora *l, const char *dir, char *err, siz
         rc = DTRAIN_ERR_INPUT;
     }
     dtrain_st_close(f);
-    if (rc == DTRAIN_OK)
+    if (rc == DTRAIN_OK) {
+        slice(l->sh, &l->lay, wl, l->spec.rank, l->host, l->whole, 1);
         dtrain_k_upload(l->k, l->params, l->host, l->count * sizeof(float));
+    }
     return rc;
 }
 
@@ -386,7 +545,8 @@ int dtrain_lora_save_peft(struct dtrain_lora *l, const char *dir, const char *ba
 {
     char path[LORA_PATH_MAX];
     int rc = DTRAIN_OK;
-    size_t n = 2 * (size_t)l->n * l->sh->layers;
+    const struct lora_layout *wl = &l->whole_lay;
+    size_t n = 2 * (size_t)wl->n * l->whole_sh.layers;
     struct dtrain_hf_out_tensor *t = calloc(n, sizeof *t);
     char (*keys)[256] = calloc(n, sizeof *keys);
     if (t == NULL || keys == NULL) {
@@ -399,16 +559,15 @@ int dtrain_lora_save_peft(struct dtrain_lora *l, const char *dir, const char *ba
         snprintf(err, errlen, "cannot make the LoRA folder %s: %s", dir, strerror(errno));
         rc = DTRAIN_ERR_SYSTEM;
     }
-    dtrain_k_download(l->k, l->host, l->params, l->count * sizeof(float));
     size_t e = 0;
-    for (int i = 0; i < l->sh->layers; i++)
-        for (int j = 0; j < l->n; j++) {
-            const struct adapter_place *p = &l->ad[j];
-            const float *A = l->host + (size_t)i * l->per_layer + p->offset;
-            key_of(l, i, p, 'A', keys[e], sizeof keys[e]);
+    for (int i = 0; i < l->whole_sh.layers; i++)
+        for (int j = 0; j < wl->n; j++) {
+            const struct adapter_place *p = &wl->ad[j];
+            const float *A = l->whole + (size_t)i * wl->per_layer + p->offset;
+            key_of(i, p, 'A', keys[e], sizeof keys[e]);
             t[e] = (struct dtrain_hf_out_tensor){keys[e], DTRAIN_HF_F32, 2, {l->spec.rank, p->in}, A};
             e++;
-            key_of(l, i, p, 'B', keys[e], sizeof keys[e]);
+            key_of(i, p, 'B', keys[e], sizeof keys[e]);
             t[e] = (struct dtrain_hf_out_tensor){keys[e], DTRAIN_HF_F32, 2, {p->cols, l->spec.rank}, A + a_size(l, p)};
             e++;
         }
@@ -444,20 +603,20 @@ int dtrain_lora_save_peft(struct dtrain_lora *l, const char *dir, const char *ba
 
 void dtrain_lora_merge(struct dtrain_lora *l, float *whole)
 {
-    const struct dtrain_shard *s = l->sh;
+    const struct dtrain_shard *s = &l->whole_sh;
+    const struct lora_layout *wl = &l->whole_lay;
     static const enum dtrain_model_tensor tensor_of[] = {
         [DTRAIN_LINEAR_QKV] = DTRAIN_MODEL_QKVW, [DTRAIN_LINEAR_ATTPROJ] = DTRAIN_MODEL_ATTPROJW,
         [DTRAIN_LINEAR_FC] = DTRAIN_MODEL_FCW, [DTRAIN_LINEAR_FCPROJ] = DTRAIN_MODEL_FCPROJW};
     float scaling = (float)(l->spec.alpha / l->spec.rank);
     int r = l->spec.rank;
-    dtrain_k_download(l->k, l->host, l->params, l->count * sizeof(float));
     for (int i = 0; i < s->layers; i++)
-        for (int j = 0; j < l->n; j++) {
-            const struct adapter_place *p = &l->ad[j];
+        for (int j = 0; j < wl->n; j++) {
+            const struct adapter_place *p = &wl->ad[j];
             enum dtrain_model_tensor tt = tensor_of[targets[p->t].linear];
             size_t width = s->size[tt] / (size_t)s->layers; /* one layer's rows x in */
             float *W = whole + s->offset[tt] + (size_t)i * width + (size_t)p->col0 * p->in;
-            const float *A = l->host + (size_t)i * l->per_layer + p->offset, *B = A + a_size(l, p);
+            const float *A = l->whole + (size_t)i * wl->per_layer + p->offset, *B = A + a_size(l, p);
             for (int o = 0; o < p->cols; o++)
                 for (int c = 0; c < p->in; c++) {
                     float acc = 0.0f;

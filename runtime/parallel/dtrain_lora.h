@@ -14,14 +14,20 @@
  * attn.c_proj, c_fc, mlp.c_proj, and c_proj for both projections (PEFT's
  * suffix match).
  *
- * This version runs where the shard is the whole model (T = P = 1; the
- * trainer refuses other layouts with one line). */
+ * Tensor parallel as Megatron's LoRA: the adapter of a column-parallel
+ * linear (q, k, v, gate, up; c_attn, c_fc) holds its B's output rows of
+ * the rank and a whole A, of a row-parallel one (o, down; the c_projs) its
+ * A's input columns and a whole B; the whole ones' gradients are summed
+ * over the TP group (dtrain_lora_reduce).  Pipeline stages hold their
+ * layers' adapters; data-parallel ranks the same adapters, their gradients
+ * all-reduced. */
 #ifndef DTRAIN_LORA_H
 #define DTRAIN_LORA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain_comm.h"
 #include "dtrain_optim.h"
 #include "dtrain_shard.h"
 
@@ -46,7 +52,7 @@ int dtrain_lora_spec_make(const struct dtrain_model_config *m, int rank, double 
 
 struct dtrain_lora;
 
-/* Adapters for shard (T = P = 1) and micro-batches of N = B*T rows;
+/* Adapters for shard and micro-batches of N = B*T rows;
  * initialised as PEFT's default (A kaiming-uniform, bound 1/sqrt(in), from
  * seed; B zero).  AdamW moments of exactly the adapters. */
 int dtrain_lora_create(struct dtrain_kernels *k, const struct dtrain_shard *shard, const struct dtrain_lora_spec *spec,
@@ -61,10 +67,26 @@ struct dtrain_adamw *dtrain_lora_adamw(struct dtrain_lora *l);
  * the adapters' gradient vector). */
 void dtrain_lora_block(struct dtrain_lora *l, int i, struct dtrain_block_lora *out);
 
+struct dtrain_tp;
+struct dtrain_pcomm;
+
 void dtrain_lora_zero_grad(struct dtrain_lora *l);
-double dtrain_lora_sumsq(struct dtrain_lora *l);
+/* After the step's backward: the TP-whole matrices' gradients summed over
+ * tp, then every gradient over the data-parallel group dp (NULL or of
+ * size 1: none). */
+int dtrain_lora_reduce(struct dtrain_lora *l, struct dtrain_tp *tp, struct dtrain_pcomm *dp, char *err,
+                       size_t errlen);
+/* This rank's share of the squared gradient norm: each adapter element of
+ * the model counted once over the job (TP-whole matrices on TP rank 0, DP
+ * rank 0 only). */
+double dtrain_lora_sumsq(struct dtrain_lora *l, int dp_rank);
 void dtrain_lora_update(struct dtrain_lora *l, const struct dtrain_optim_config *c, long step, double lr,
                         float grad_scale);
+
+/* The whole model's adapters into l's host copy, from every rank of a
+ * T x P x D world (a collective over world; NULL: one process), before
+ * dtrain_lora_save_peft and dtrain_lora_merge. */
+int dtrain_lora_gather(struct dtrain_lora *l, dtrain_comm *world, int tp, int pp, int dp, char *err, size_t errlen);
 
 /* PEFT's folder: adapter_config.json and adapter_model.safetensors, keys
  * base_model.model.<module>.lora_A.weight / lora_B.weight.  Load refuses

@@ -482,7 +482,7 @@ static int sum_norm_grads(struct dtrain_stage *st, float *const *g, int n, char 
  * micro-batch's gradient over DP (the sums commute: same result). */
 static int sp_sum_due(const struct dtrain_stage *st, dtrain_stage_unit_done done)
 {
-    return st->sp && (done != NULL || st->src.acquire != NULL);
+    return st->sp && st->lora == NULL && (done != NULL || st->src.acquire != NULL); /* LoRA: frozen norms */
 }
 
 int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,

@@ -156,6 +156,13 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
     return rc;
 }
 
+/* LoRA: the whole model's adapters from every rank (a collective). */
+static int gather_lora(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *L = &t->layout;
+    return dtrain_lora_gather(t->lora, t->comms->group[DTRAIN_GROUP_WORLD], L->tp, L->pp, L->dp, err, errlen);
+}
+
 /* The whole model gathered on rank 0 and written there: to the llm.c file
  * or the Hugging Face folder. */
 static int save_whole(struct dtrain_ptrainer *t, int hf, char *err, size_t errlen)
@@ -167,6 +174,8 @@ static int save_whole(struct dtrain_ptrainer *t, int hf, char *err, size_t errle
         return DTRAIN_ERR_SYSTEM;
     }
     int rc = dtrain_ptrainer_gather_params(t, whole, err, errlen);
+    if (rc == DTRAIN_OK && hf && t->lora != NULL && t->cfg.merge_lora)
+        rc = gather_lora(t, err, errlen);
     if (rc == DTRAIN_OK && t->layout.rank == 0 && hf && t->lora != NULL && t->cfg.merge_lora)
         dtrain_lora_merge(t->lora, whole); /* --merge-lora: the adapters into the base */
     if (rc == DTRAIN_OK && t->layout.rank == 0)
@@ -183,7 +192,9 @@ int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)
         return rc;
     if (t->cfg.save_hf[0] != '\0' && (rc = save_whole(t, 1, err, errlen)) != DTRAIN_OK)
         return rc;
-    if (t->lora != NULL && t->cfg.save_lora[0] != '\0' &&
+    if (t->lora != NULL && t->cfg.save_lora[0] != '\0' && (rc = gather_lora(t, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (t->lora != NULL && t->cfg.save_lora[0] != '\0' && t->layout.rank == 0 &&
         (rc = dtrain_lora_save_peft(t->lora, t->cfg.save_lora, t->cfg.init_hf[0] ? t->cfg.init_hf : NULL, err,
                                     errlen)) != DTRAIN_OK)
         return rc;

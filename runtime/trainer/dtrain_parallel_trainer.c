@@ -221,19 +221,22 @@ static int open_data(struct dtrain_ptrainer *t, char *err, size_t errlen)
 /* The pipeline schedule, tensor parallelism, the stage and data parallelism
  * (ZeRO-3: the stage's weights are dp's shares, gathered on use). */
 /* LoRA: the adapters (PEFT's default, or --init-lora's) on the frozen
- * stage; no data-parallel object, the base having no gradients.  This
- * version trains in one process at fp32 without ZeRO or checkpoints. */
+ * stage; no data-parallel object, the base having no gradients (the
+ * adapters' all-reduce is dtrain_lora_reduce's).  This version trains at
+ * fp32 without ZeRO or checkpoints. */
 static int build_lora(struct dtrain_ptrainer *t, int N, char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = &t->cfg;
     struct dtrain_lora_spec spec;
     int rc;
-    if (t->layout.world_size != 1 || c->zero_stage != 0 || c->checkpoint[0] != '\0' || c->ckpt_dir[0] != '\0' ||
-        c->resume[0] != '\0' || dtrain_kernels_act_dtype(t->k) != DTRAIN_F32) {
-        snprintf(err, errlen, "LoRA trains in one process at fp32 precision, without ZeRO, checkpoints or "
-                 "--resume in this version: drop those options or --lora-rank");
+    if (c->zero_stage != 0 || c->checkpoint[0] != '\0' || c->ckpt_dir[0] != '\0' || c->resume[0] != '\0' ||
+        dtrain_kernels_act_dtype(t->k) != DTRAIN_F32) {
+        snprintf(err, errlen, "LoRA trains at fp32 precision, without ZeRO, checkpoints or --resume in this "
+                 "version: drop those options or --lora-rank");
         return DTRAIN_ERR_INPUT;
     }
+    if ((rc = dtrain_pcomm_init(&t->lora_dp, t->k, t->comms->group[DTRAIN_GROUP_DP], err, errlen)) != DTRAIN_OK)
+        return rc;
     if ((rc = dtrain_lora_spec_make(&c->model, c->lora_rank, c->lora_alpha, c->lora_targets, &spec, err, errlen)) !=
             DTRAIN_OK ||
         (rc = dtrain_lora_create(t->k, &t->shard, &spec, N, c->seed, &t->lora, err, errlen)) != DTRAIN_OK ||
@@ -353,6 +356,8 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
         return;
     dtrain_dp_destroy(t->dp);
     dtrain_stage_destroy(t->stage);
+    if (t->lora != NULL)
+        dtrain_pcomm_release(&t->lora_dp);
     dtrain_lora_destroy(t->lora);
     dtrain_tp_destroy(t->tp);
     free(t->actions);

@@ -177,6 +177,9 @@ static int forward_backward(struct dtrain_ptrainer *t, double *loss_sum, double 
         dtrain_lora_zero_grad(t->lora);
         if ((rc = run_schedule(t, loss_sum, wait, compute, err, errlen)) != DTRAIN_OK)
             return rc;
+        dtrain_watchdog_action(t->wd, "LoRA: adapter gradient reduction", -1);
+        if ((rc = dtrain_lora_reduce(t->lora, t->tp, &t->lora_dp, err, errlen)) != DTRAIN_OK)
+            return rc;
         return kernels_ok(t, err, errlen);
     }
     dtrain_dp_begin_step(t->dp);
@@ -224,7 +227,7 @@ static int sum_over_world(struct dtrain_ptrainer *t, struct dtrain_pstep_control
     const struct dtrain_shard *s = &t->shard;
     dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
     sums[0] = s->has_head && s->tp_rank == 0 ? loss_sum : 0.0;
-    sums[1] = t->lora != NULL ? dtrain_lora_sumsq(t->lora) : dtrain_dp_norm_sumsq(t->dp);
+    sums[1] = t->lora != NULL ? dtrain_lora_sumsq(t->lora, t->layout.dp_rank) : dtrain_dp_norm_sumsq(t->dp);
     if (ctl == NULL)
         return dtrain_pcomm_sum_doubles(world, sums, sums, 2, "loss and gradient norm", err, errlen);
     struct step_sums mine = {sums[0], sums[1], ctl->term, ctl->usr1, ctl->writing};

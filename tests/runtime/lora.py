@@ -21,6 +21,12 @@
         logits      the largest |peft with dtrain's adapters - transformers
                     with DIR/merged| of the logits of batch 0 (--merge-lora)
         load_issues missing + unexpected keys of DIR/merged
+  lora.py layouts DIR STEPS B T LR WD LAYOUT...
+      for each ARCH, the same peft training, and for each LAYOUT (e.g. 212)
+      the lines "ARCH LAYOUT losses X" (the largest relative |dtrain - peft|
+      of DIR/ARCH/LAYOUT.losses, lora_run's "loss STEP VALUE" lines) and
+      "ARCH LAYOUT adapters Y" (the largest |dtrain - peft| of a trained
+      adapter tensor of DIR/ARCH/LAYOUT.lora, that layout's --save-lora)
 """
 import json
 import sys
@@ -74,9 +80,8 @@ def tensors(path):
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
-def check(arch, d, steps, B, T, lr, wd):
-    def print(name, value):
-        sys.stdout.write(f"{arch} {name} {value}\n")
+def peft_train(d, steps, B, T, lr, wd):
+    """peft + torch.optim.AdamW on the adapters: the model and its losses."""
     model = peft_model(f"{d}/base", f"{d}/adapter0")
     model.eval()
     batch = hf_models.batches(f"{d}/tokens.bin", B, T)
@@ -90,22 +95,48 @@ def check(arch, d, steps, B, T, lr, wd):
         losses.append(loss.item())
         opt.step()
         opt.zero_grad()
+    return model, losses, batch
+
+
+def worst_rel(got, want):
+    if len(got) != len(want):
+        return float("inf")
+    return max(abs(a - b) / abs(b) for a, b in zip(got, want))
+
+
+def adapter_diff(model, d, folder):
+    """The largest |folder's adapter - model's| over the trained tensors."""
+    ours = peft_model(f"{d}/base", f"{d}/{folder}")
+    ref = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    worst, seen = 0.0, 0
+    for n, p in ours.named_parameters():
+        if n in ref:
+            worst = max(worst, (p - ref[n]).abs().max().item())
+            seen += 1
+    return worst if seen == len(ref) and seen > 0 else float("inf"), ours
+
+
+def layouts(arch, d, steps, B, T, lr, wd, names):
+    model, losses, _ = peft_train(d, steps, B, T, lr, wd)
+    for name in names:
+        got = [float(line.split()[2]) for line in open(f"{d}/{name}.losses") if line.startswith("loss ")]
+        sys.stdout.write(f"{arch} {name} losses {worst_rel(got, losses)}\n")
+        sys.stdout.write(f"{arch} {name} adapters {adapter_diff(model, d, name + '.lora')[0]}\n")
+
+
+def check(arch, d, steps, B, T, lr, wd):
+    def print(name, value):
+        sys.stdout.write(f"{arch} {name} {value}\n")
+    model, losses, batch = peft_train(d, steps, B, T, lr, wd)
     mine = [json.loads(line) for line in open(f"{d}/metrics.jsonl")]
-    got = [m["loss"] for m in mine if "loss" in m]
-    rel = max(abs(a - b) / abs(b) for a, b in zip(got, losses)) if len(got) == len(losses) else float("inf")
-    print("losses", rel)
+    print("losses", worst_rel([m["loss"] for m in mine if "loss" in m], losses))
     base = tensors(f"{d}/base/model.safetensors")
     out = tensors(f"{d}/base_out/model.safetensors")
     same = all(k in out and torch.equal(base[k], out[k]) for k in base if k != "lm_head.weight" or k in out)
     print("base", int(same))
-    ours = peft_model(f"{d}/base", f"{d}/adapter1")
+    worst, ours = adapter_diff(model, d, "adapter1")
     ours.eval()
-    ref = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    worst = 0.0
-    for n, p in ours.named_parameters():
-        if n in ref:
-            worst = max(worst, (p - ref[n]).abs().max().item())
-    print("adapters", worst if len(ref) > 0 else float("inf"))
+    print("adapters", worst)
     x, y = batch(0)
     with torch.no_grad():
         val = [m["val_loss"] for m in mine if "val_loss" in m][-1]
@@ -119,6 +150,9 @@ if __name__ == "__main__":
     for a in ("llama", "gpt2"):
         if sys.argv[1] == "make":
             make(a, f"{sys.argv[2]}/{a}")
+        elif sys.argv[1] == "layouts":
+            layouts(a, f"{sys.argv[2]}/{a}", int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+                    float(sys.argv[6]), float(sys.argv[7]), sys.argv[8:])
         else:
             check(a, f"{sys.argv[2]}/{a}", int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
                   float(sys.argv[6]), float(sys.argv[7]))
