@@ -456,6 +456,8 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
     m->model_state = m->params + m->grads + m->reduced_grads + m->optimizer;
     m->model_state_formula = 4 * n + 4 * n + (local ? 0 : stage >= 2 ? 4 * n / D : 4 * n) +
                              (stage >= 1 ? 8 * n / D : 8 * n);
+    if (t->lora != NULL) /* the frozen base, the adapters' gradients and moments */
+        m->model_state_formula = 4 * n + 12 * dtrain_lora_count(t->lora);
     if (stage >= 3) /* shares of everything, and the weights and gradient of wte and of the largest other unit
                      * (prefetch: and a third buffer of its weights) */
         m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_MODEL_WTE] + largest_unit(&t->shard)) +
