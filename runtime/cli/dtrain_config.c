@@ -629,8 +629,8 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     static const char *const flag[4] = {"--init-hf", "--init-llmc", "--model-config", "--resume"};
     int ngiven = 0;
     for (int i = 0; i < 4; i++)
-        if (source[i][0] != '\0')
-            given[ngiven++] = flag[i];
+        if (source[i][0] != '\0' && !(i == 3 && c->lora_rank > 0 && c->init_hf[0] != '\0'))
+            given[ngiven++] = flag[i]; /* LoRA: --resume holds the adapters, --init-hf the frozen base */
     if (ngiven == 2) {
         snprintf(err, errlen, "give either %s or %s, not both", given[0], given[1]);
         return DTRAIN_ERR_INPUT;
@@ -642,7 +642,7 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     struct dtrain_prom prom; /* checked here, before the model is built */
     if (c->prom_textfile[0] != '\0' && (rc = dtrain_prom_init(&prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
         return rc;
-    if (c->resume[0] != '\0') {
+    if (c->resume[0] != '\0' && c->init_hf[0] == '\0') {
         struct dtrain_model_config file;
         if ((rc = dtrain_sckpt_read_model(c->resume, &file, err, errlen)) != DTRAIN_OK)
             return rc;

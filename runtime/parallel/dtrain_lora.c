@@ -216,6 +216,67 @@ static void slice(const struct dtrain_shard *s, const struct lora_layout *lay, c
         }
 }
 
+size_t dtrain_lora_whole_count(const struct dtrain_model_config *m, const struct dtrain_lora_spec *spec)
+{
+    struct dtrain_shard s;
+    struct lora_layout lay;
+    char err[256];
+    if (spec->rank < 1 || dtrain_shard_plan(m, 1, 1, 0, 0, &s, err, sizeof err) != DTRAIN_OK)
+        return 0;
+    layout_of(&s, spec, &lay);
+    return lay.count;
+}
+
+void dtrain_lora_target_names(const struct dtrain_lora_spec *spec, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < DTRAIN_LORA_NUM_TARGETS && used < len; t++)
+        if (spec->targets & 1u << t)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used > 0 ? "," : "", targets[t].name);
+}
+
+struct run_merge {
+    dtrain_shard_run_fn fn;
+    void *ctx;
+    struct dtrain_shard_run cur; /* count 0: none yet */
+};
+
+static void run_add(struct run_merge *m, size_t local, size_t whole, size_t count, int own)
+{
+    struct dtrain_shard_run *c = &m->cur;
+    if (c->count > 0 && c->local + c->count == local && c->whole + c->count == whole && c->in_norm == own) {
+        c->count += count;
+        return;
+    }
+    if (c->count > 0)
+        m->fn(m->ctx, c);
+    *c = (struct dtrain_shard_run){local, whole, count, own};
+}
+
+void dtrain_lora_for_each_run(const struct dtrain_lora *l, dtrain_shard_run_fn fn, void *ctx)
+{
+    const struct dtrain_shard *s = l->sh;
+    const struct lora_layout *lay = &l->lay, *wl = &l->whole_lay;
+    struct run_merge m = {fn, ctx, {0, 0, 0, 0}};
+    size_t r = (size_t)l->spec.rank;
+    for (int i = 0; i < s->layers; i++)
+        for (int j = 0; j < lay->n; j++) {
+            const struct adapter_place *p = &lay->ad[j], *w = &wl->ad[j];
+            size_t A = (size_t)i * lay->per_layer + p->offset, B = A + r * p->in;
+            size_t WA = (size_t)dtrain_shard_global_layer(s, i) * wl->per_layer + w->offset, WB = WA + r * w->in;
+            int rp = row_parallel(p->t), lead = s->tp_rank == 0;
+            size_t c0 = rp ? (size_t)s->tp_rank * p->in : 0;
+            for (size_t q = 0; q < r; q++)
+                run_add(&m, A + q * p->in, WA + q * w->in + c0, (size_t)p->in, rp || lead);
+            for (int o = 0; o < p->cols; o++)
+                run_add(&m, B + (size_t)o * r, WB + (rp ? (size_t)o : whole_row(s, p->t, o, p->cols)) * r, r,
+                        !rp || lead);
+        }
+    if (m.cur.count > 0)
+        fn(ctx, &m.cur);
+}
+
 int dtrain_lora_create(struct dtrain_kernels *k, const struct dtrain_shard *shard, const struct dtrain_lora_spec *spec,
                        int N, uint64_t seed, struct dtrain_lora **out, char *err, size_t errlen)
 {

@@ -50,6 +50,12 @@ struct dtrain_lora_spec {
 int dtrain_lora_spec_make(const struct dtrain_model_config *m, int rank, double alpha, const char *targets,
                           struct dtrain_lora_spec *out, char *err, size_t errlen);
 
+/* Adapter elements of the whole model (the checkpoints' vector), 0 when
+ * the spec does not fit m. */
+size_t dtrain_lora_whole_count(const struct dtrain_model_config *m, const struct dtrain_lora_spec *spec);
+/* PEFT's names of the spec's targets, comma-separated (e.g. "q_proj,v_proj"). */
+void dtrain_lora_target_names(const struct dtrain_lora_spec *spec, char *buf, size_t len);
+
 struct dtrain_lora;
 
 /* Adapters for shard and micro-batches of N = B*T rows;
@@ -82,6 +88,12 @@ int dtrain_lora_reduce(struct dtrain_lora *l, struct dtrain_tp *tp, struct dtrai
 double dtrain_lora_sumsq(struct dtrain_lora *l, int dp_rank);
 void dtrain_lora_update(struct dtrain_lora *l, const struct dtrain_optim_config *c, long step, double lr,
                         float grad_scale);
+
+/* The local adapter vector as runs of the whole model's (the order of
+ * dtrain_lora_whole_count, T = P = 1), in local order, adjacent ones
+ * merged: in_norm set where this rank writes it to checkpoints (a
+ * TP-whole matrix on TP rank 0 only). */
+void dtrain_lora_for_each_run(const struct dtrain_lora *l, dtrain_shard_run_fn fn, void *ctx);
 
 /* The whole model's adapters into l's host copy, from every rank of a
  * T x P x D world (a collective over world; NULL: one process), before

@@ -4,6 +4,7 @@
  * checkpoint outside the loop; see dtrain_ft.h. */
 #include "dtrain_ft.h"
 #include "parallel/dtrain_dp.h"
+#include "parallel/dtrain_lora.h"
 #include "dtrain_grow.h"
 #include "parallel/dtrain_shard.h"
 
@@ -117,18 +118,20 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     struct runs runs = {0};
     struct pieces save = {0}, load = {0};
     memset(out, 0, sizeof *out);
+    struct dtrain_lora *lora = dtrain_ptrainer_lora(t);
     out->k = dtrain_ptrainer_kernels(t);
-    out->dev_params = dtrain_ptrainer_params(t);
+    /* LoRA: the adapters and their moments, as runs of the whole model's
+     * adapter vector (the frozen base comes from --init-hf again) */
+    out->dev_params = lora != NULL ? dtrain_lora_params(lora) : dtrain_ptrainer_params(t);
     out->dp = dtrain_ptrainer_dp(t);
-    out->nparams = s->count;
-    float *params = out->host_params = malloc((s->count + 1) * sizeof(float));
+    out->nparams = lora != NULL ? dtrain_lora_count(lora) : s->count;
+    float *params = out->host_params = malloc((out->nparams + 1) * sizeof(float));
     if (params == NULL)
         goto oom;
-    if (out->dp == NULL) { /* LoRA: checkpoints are refused (dtrain_ptrainer_create), nothing to map */
-        out->nparams = 0;
-        return DTRAIN_OK;
-    }
-    dtrain_shard_for_each_run(s, add_run, &runs);
+    if (lora != NULL)
+        dtrain_lora_for_each_run(lora, add_run, &runs);
+    else
+        dtrain_shard_for_each_run(s, add_run, &runs);
     if (runs.oom)
         goto oom;
     for (size_t i = 0; i < runs.n; i++)
@@ -142,7 +145,9 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     out->nslice = load.n;
     out->dp_comm = cfg->zero_stage >= 1 ? dtrain_dp_comm(out->dp) : NULL;
     struct state_ctx ctx = {&runs, params, cfg->zero_stage >= 1 || bs->dp_rank == 0, &save, &load, out};
-    if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
+    struct dtrain_adamw *lora_adamw = lora != NULL ? dtrain_lora_adamw(lora) : NULL;
+    if (lora != NULL ? add_state(&ctx, 0, out->nparams, dtrain_adamw_m(lora_adamw), dtrain_adamw_v(lora_adamw)) != 0
+                     : dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
         goto oom;
     if (save.n > 0)
         qsort(save.p, save.n, sizeof *save.p, by_whole);

@@ -223,16 +223,15 @@ static int open_data(struct dtrain_ptrainer *t, char *err, size_t errlen)
 /* LoRA: the adapters (PEFT's default, or --init-lora's) on the frozen
  * stage; no data-parallel object, the base having no gradients (the
  * adapters' all-reduce is dtrain_lora_reduce's).  This version trains at
- * fp32 without ZeRO or checkpoints. */
+ * fp32 without ZeRO. */
 static int build_lora(struct dtrain_ptrainer *t, int N, char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = &t->cfg;
     struct dtrain_lora_spec spec;
     int rc;
-    if (c->zero_stage != 0 || c->checkpoint[0] != '\0' || c->ckpt_dir[0] != '\0' || c->resume[0] != '\0' ||
-        dtrain_kernels_act_dtype(t->k) != DTRAIN_F32) {
-        snprintf(err, errlen, "LoRA trains at fp32 precision, without ZeRO, checkpoints or --resume in this "
-                 "version: drop those options or --lora-rank");
+    if (c->zero_stage != 0 || dtrain_kernels_act_dtype(t->k) != DTRAIN_F32) {
+        snprintf(err, errlen, "LoRA trains at fp32 precision without ZeRO in this version: drop --zero-stage "
+                 "or --precision, or --lora-rank");
         return DTRAIN_ERR_INPUT;
     }
     if ((rc = dtrain_pcomm_init(&t->lora_dp, t->k, t->comms->group[DTRAIN_GROUP_DP], err, errlen)) != DTRAIN_OK)
@@ -395,6 +394,8 @@ void dtrain_ptrainer_set_position(struct dtrain_ptrainer *t, long step, uint64_t
 const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t) { return &t->shard; }
 
 struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t) { return t->dp; }
+
+struct dtrain_lora *dtrain_ptrainer_lora(struct dtrain_ptrainer *t) { return t->lora; }
 
 struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t) { return t->k; }
 

@@ -3,7 +3,9 @@
  * world of local processes (local_boot.h: the launcher's ids, the real
  * communicators), for lora_layouts.sh: the flags' steps, each step's loss on
  * stdout ("loss STEP VALUE", rank 0's), then dtrain_ptrainer_finish (so
- * --save-lora and --save-hf --merge-lora write from the gathered model).
+ * --save-lora and --save-hf --merge-lora write from the gathered model),
+ * and with --checkpoint DIR a checkpoint of the last step there (the
+ * loop's format, dtrain_ft_save).
  * Exit 0, or 1 with each failing rank's line on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "dtrain_parallel.h"
 #include "dtrain_train.h"
 #include "local_boot.h"
+#include "trainer/dtrain_ft.h"
 
 #define MAX_STEPS 256
 
@@ -40,6 +43,8 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     }
     if (rc == DTRAIN_OK)
         rc = dtrain_ptrainer_finish(t, a->err, sizeof a->err);
+    if (rc == DTRAIN_OK && c->checkpoint[0] != '\0')
+        rc = dtrain_ft_save(t, c, bs, comms.group[DTRAIN_GROUP_WORLD], c->checkpoint, a->err, sizeof a->err);
     a->ok = rc == DTRAIN_OK;
     dtrain_ptrainer_destroy(t);
     dtrain_comm_destroy_all(&comms);

@@ -21,12 +21,15 @@
         logits      the largest |peft with dtrain's adapters - transformers
                     with DIR/merged| of the logits of batch 0 (--merge-lora)
         load_issues missing + unexpected keys of DIR/merged
-  lora.py layouts DIR STEPS B T LR WD LAYOUT...
+  lora.py layouts DIR STEPS B T LR WD SNAP LAYOUT...
       for each ARCH, the same peft training, and for each LAYOUT (e.g. 212)
       the lines "ARCH LAYOUT losses X" (the largest relative |dtrain - peft|
       of DIR/ARCH/LAYOUT.losses, lora_run's "loss STEP VALUE" lines) and
       "ARCH LAYOUT adapters Y" (the largest |dtrain - peft| of a trained
-      adapter tensor of DIR/ARCH/LAYOUT.lora, that layout's --save-lora)
+      adapter tensor of DIR/ARCH/LAYOUT.lora, that layout's --save-lora, when
+      there, against peft's after SNAP steps); losses compared step by step (peft trains STEPS, a layout may
+      hold fewer or later ones); LAYOUT "resume": DIR/ARCH/resume.jsonl,
+      dtrain-train's metrics
 """
 import json
 import sys
@@ -80,14 +83,15 @@ def tensors(path):
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
-def peft_train(d, steps, B, T, lr, wd):
-    """peft + torch.optim.AdamW on the adapters: the model and its losses."""
+def peft_train(d, steps, B, T, lr, wd, snap=None):
+    """peft + torch.optim.AdamW on the adapters: the model and its losses
+    (and the trained adapters after snap steps, by name)."""
     model = peft_model(f"{d}/base", f"{d}/adapter0")
     model.eval()
     batch = hf_models.batches(f"{d}/tokens.bin", B, T)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
-    losses = []
+    losses, snapshot = [], None
     for k in range(steps):
         x, y = batch(k)
         loss = hf_models.loss_of(model, x, y)
@@ -95,7 +99,9 @@ def peft_train(d, steps, B, T, lr, wd):
         losses.append(loss.item())
         opt.step()
         opt.zero_grad()
-    return model, losses, batch
+        if k + 1 == snap:
+            snapshot = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return model, losses, batch, snapshot
 
 
 def worst_rel(got, want):
@@ -104,10 +110,9 @@ def worst_rel(got, want):
     return max(abs(a - b) / abs(b) for a, b in zip(got, want))
 
 
-def adapter_diff(model, d, folder):
-    """The largest |folder's adapter - model's| over the trained tensors."""
+def adapter_diff(ref, d, folder):
+    """The largest |folder's adapter - ref's| over the trained tensors (ref: by name)."""
     ours = peft_model(f"{d}/base", f"{d}/{folder}")
-    ref = {n: p for n, p in model.named_parameters() if p.requires_grad}
     worst, seen = 0.0, 0
     for n, p in ours.named_parameters():
         if n in ref:
@@ -116,25 +121,32 @@ def adapter_diff(model, d, folder):
     return worst if seen == len(ref) and seen > 0 else float("inf"), ours
 
 
-def layouts(arch, d, steps, B, T, lr, wd, names):
-    model, losses, _ = peft_train(d, steps, B, T, lr, wd)
+def layouts(arch, d, steps, B, T, lr, wd, names, snap):
+    import os
+    model, losses, _, snapshot = peft_train(d, steps, B, T, lr, wd, snap)
     for name in names:
-        got = [float(line.split()[2]) for line in open(f"{d}/{name}.losses") if line.startswith("loss ")]
-        sys.stdout.write(f"{arch} {name} losses {worst_rel(got, losses)}\n")
-        sys.stdout.write(f"{arch} {name} adapters {adapter_diff(model, d, name + '.lora')[0]}\n")
+        if name == "resume":
+            got = {m["step"]: m["loss"] for m in map(json.loads, open(f"{d}/resume.jsonl")) if "loss" in m}
+        else:
+            got = {int(w[1]): float(w[2]) for w in map(str.split, open(f"{d}/{name}.losses")) if w[0] == "loss"}
+        rel = max((abs(v - losses[k]) / abs(losses[k]) for k, v in got.items()), default=float("inf"))
+        sys.stdout.write(f"{arch} {name} losses {rel if len(got) > 0 else float('inf')}\n")
+        if os.path.isdir(f"{d}/{name}.lora"):
+            sys.stdout.write(f"{arch} {name} adapters {adapter_diff(snapshot, d, name + '.lora')[0]}\n")
 
 
 def check(arch, d, steps, B, T, lr, wd):
     def print(name, value):
         sys.stdout.write(f"{arch} {name} {value}\n")
-    model, losses, batch = peft_train(d, steps, B, T, lr, wd)
+    model, losses, batch, _ = peft_train(d, steps, B, T, lr, wd)
     mine = [json.loads(line) for line in open(f"{d}/metrics.jsonl")]
     print("losses", worst_rel([m["loss"] for m in mine if "loss" in m], losses))
     base = tensors(f"{d}/base/model.safetensors")
     out = tensors(f"{d}/base_out/model.safetensors")
     same = all(k in out and torch.equal(base[k], out[k]) for k in base if k != "lm_head.weight" or k in out)
     print("base", int(same))
-    worst, ours = adapter_diff(model, d, "adapter1")
+    ref = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    worst, ours = adapter_diff(ref, d, "adapter1")
     ours.eval()
     print("adapters", worst)
     x, y = batch(0)
@@ -152,7 +164,7 @@ if __name__ == "__main__":
             make(a, f"{sys.argv[2]}/{a}")
         elif sys.argv[1] == "layouts":
             layouts(a, f"{sys.argv[2]}/{a}", int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-                    float(sys.argv[6]), float(sys.argv[7]), sys.argv[8:])
+                    float(sys.argv[6]), float(sys.argv[7]), sys.argv[9:], int(sys.argv[8]))
         else:
             check(a, f"{sys.argv[2]}/{a}", int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
                   float(sys.argv[6]), float(sys.argv[7]))

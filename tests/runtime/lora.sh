@@ -12,6 +12,10 @@
 #    peft's within 1e-5, its loss on batch 0 is dtrain's validation loss
 #    within 1e-5; --merge-lora's folder loads in transformers with no
 #    missing or unexpected key and gives peft's logits within 1e-5;
+#  - checkpoints (--checkpoint: the adapters and their AdamW moments): 10
+#    steps, then the same folder continued to 20, write the adapters of the
+#    unbroken run bit for bit; a run without LoRA or of another rank
+#    refuses that folder;
 #  - bad input refused with exit 2 and one line: rank 0 with LoRA options,
 #    a rank above a layer's side, an unknown target, a folder of another
 #    rank, of other targets, of another base, --merge-lora without
@@ -60,6 +64,18 @@ for arch in llama gpt2; do
 done
 
 w=$d/llama
+cli=(--init-hf "$w/base" --init-lora "$w/adapter0" --lora-rank 4 --lora-alpha 8 --lora-targets q,k,v,o,gate,up,down
+     --data "$w/tokens.bin" --batch $B --seq $T --lr $lr --weight-decay $wd --threads 1 --log-every 0)
+check "llama: 10 steps with --checkpoint, then 20 from that folder" \
+  sh -c '"$@" --steps 10 --checkpoint "$0/ck" >/dev/null 2>&1 && "$@" --steps 20 --checkpoint "$0/ck" --save-lora "$0/resumed" >/dev/null 2>&1' \
+  "$w" "$train" "${cli[@]}"
+check "llama: the resumed run's adapters are the unbroken run's bit for bit" \
+  cmp "$w/resumed/adapter_model.safetensors" "$w/adapter1/adapter_model.safetensors"
+refused "a LoRA checkpoint resumed without LoRA" "with LoRA, this run is without" "$train" --init-hf "$w/base" \
+  --data "$w/tokens.bin" --batch $B --seq $T --threads 1 --log-every 0 --steps 30 --checkpoint "$w/ck"
+refused "a LoRA checkpoint resumed with another rank" "rank 4" "$train" --init-hf "$w/base" --lora-rank 2 \
+  --lora-targets q,k,v,o,gate,up,down --data "$w/tokens.bin" --batch $B --seq $T --threads 1 --log-every 0 \
+  --steps 30 --resume "$w/ck"
 cli=(--init-hf "$w/base" --data "$w/tokens.bin" --steps 1 --batch 2 --seq 8 --threads 1 --log-every 0)
 refused "--lora-targets without --lora-rank" "needs LoRA" "$train" "${cli[@]}" --lora-targets q --lora-rank 0
 refused "--merge-lora without --lora-rank" "--merge-lora needs LoRA" "$train" "${cli[@]}" --merge-lora --save-hf "$d/m"
