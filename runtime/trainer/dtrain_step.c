@@ -159,13 +159,13 @@ int dtrain_ptrainer_step(struct dtrain_ptrainer *t, struct dtrain_pstep_result *
     return dtrain_ptrainer_step_ctl(t, NULL, r, err, errlen);
 }
 
+static int kernels_ok(struct dtrain_ptrainer *t, char *err, size_t errlen);
+
 /* This rank's part of the step up to the reduced gradients: its rows, the
  * schedule, the tied embedding and the data-parallel reduction, then the
  * kernels' error (they run asynchronously on a GPU: a failed one, a
  * launch, a device fault, out of memory, is known only now, before its
  * loss and gradients are trusted). */
-static int kernels_ok(struct dtrain_ptrainer *t, char *err, size_t errlen);
-
 static int forward_backward(struct dtrain_ptrainer *t, double *loss_sum, double *wait, double *compute, char *err,
                             size_t errlen)
 {
@@ -173,7 +173,7 @@ static int forward_backward(struct dtrain_ptrainer *t, double *loss_sum, double 
     int rc;
     dtrain_ptrainer_read_rows(t, t->data, c->data_order, c->data_seed, t->data_batches);
     dtrain_stage_zero_grad(t->stage);
-    if (t->lora != NULL) { /* the adapters alone have gradients (one process: nothing to reduce) */
+    if (t->lora != NULL) { /* the adapters alone have gradients: no tied embedding, no DP buckets */
         dtrain_lora_zero_grad(t->lora);
         if ((rc = run_schedule(t, loss_sum, wait, compute, err, errlen)) != DTRAIN_OK)
             return rc;
