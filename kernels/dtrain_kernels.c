@@ -253,6 +253,12 @@ void dtrain_k_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor din
     k->ops->swiglu_backward(k, dinp, inp, dout, N, F);
 }
 
+void dtrain_k_axpby_strided(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi, float alpha,
+                            float beta, int N, int n)
+{
+    k->ops->axpby_strided(k, out, ldo, in, ldi, alpha, beta, N, n);
+}
+
 void dtrain_k_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
                                const float *b, size_t n)
 {

@@ -77,6 +77,8 @@ struct dtrain_kernel_ops {
                            int N, int F);
     void (*swiglu_backward)(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
                             struct dtrain_tensor dout, int N, int F);
+    void (*axpby_strided)(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi, float alpha,
+                          float beta, int N, int n);
     void (*residual_forward)(struct dtrain_kernels *k, float *out, const float *a,
                              const float *b, size_t n);
     void (*softmax_xent_forward)(struct dtrain_kernels *k, float *logits_probs, float *losses,

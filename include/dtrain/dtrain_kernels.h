@@ -218,7 +218,8 @@ void dtrain_k_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *d
 void dtrain_k_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
                              const float *weight, const float *bias, int N, int IC, int OC);
 /* dinp (N,IC) (=) dout @ weight, skipped when dinp.data is NULL;
- * dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout,
+ * dweight (OC,IC) += dout^T @ inp, skipped when dweight is NULL (a frozen
+ * weight: LoRA's base); dbias (OC) += column sums of dout,
  * skipped when dbias is NULL.  dinp, dout, inp typed, each fp32 or bf16. */
 void dtrain_k_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, float *dweight,
                               float *dbias, struct dtrain_tensor dout, struct dtrain_tensor inp,
@@ -296,6 +297,14 @@ void dtrain_k_swiglu_forward(struct dtrain_kernels *k, struct dtrain_tensor out,
  * one type; dinp may not alias inp or dout. */
 void dtrain_k_swiglu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
                               struct dtrain_tensor dout, int N, int F);
+
+/* Strided scale-and-add over N rows of n columns: out[i*ldo + j] =
+ * beta * out[i*ldo + j] + alpha * in[i*ldi + j] (beta 0: out is not read).
+ * LoRA's column blocks of a fused matmul (q, k, v of QKV; gate, up of fc)
+ * and its scaling alpha/r.  out may not overlap in unless they are the same
+ * array with ldo == ldi. */
+void dtrain_k_axpby_strided(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi, float alpha,
+                            float beta, int N, int n);
 
 /* Residual connection: out (n) = a + b; out may alias a or b. */
 void dtrain_k_residual_forward(struct dtrain_kernels *k, float *out, const float *a,

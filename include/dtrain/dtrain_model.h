@@ -178,6 +178,34 @@ struct dtrain_block_shape {
     const float *rope_inv_freq;   /* Llama: (HS/2), backend memory (dtrain_model_rope_inv_freq) */
 };
 
+/* LoRA (PEFT's LoraLayer, no dropout) on a block's linears: a targeted
+ * linear's output columns [col0, col0 + cols) of its matmul get
+ * + scaling * (x A^T) B^T, with A (rank, in) and B (cols, rank) of this
+ * rank's slice (tensor parallel: a column-parallel linear's B holds its
+ * output rows, a row-parallel one's A its input columns).  The base weight
+ * stays behind its one matmul; backward adds the adapters' gradients to dA
+ * and dB (+=) and their share of the input gradient. */
+enum dtrain_block_linear { DTRAIN_LINEAR_QKV, DTRAIN_LINEAR_ATTPROJ, DTRAIN_LINEAR_FC, DTRAIN_LINEAR_FCPROJ };
+
+struct dtrain_block_adapter {
+    enum dtrain_block_linear linear;
+    int col0, cols; /* the output columns it adds to, of the matmul's local width */
+    int in;         /* its input width (local) */
+    const float *A, *B;
+    float *dA, *dB; /* NULL in forward-only use */
+};
+
+#define DTRAIN_BLOCK_ADAPTERS 7 /* q, k, v, o, gate, up, down */
+
+struct dtrain_block_lora {
+    int rank;
+    float scaling; /* alpha / rank */
+    int n;
+    struct dtrain_block_adapter ad[DTRAIN_BLOCK_ADAPTERS];
+    /* backend scratch: h and g (N, rank) each, u (N, the widest cols or in) */
+    float *h, *g, *u;
+};
+
 struct dtrain_block_weights {
     const float *ln1w, *ln1b;         /* (C) */
     const float *qkvw, *qkvb;         /* (QKV, C), (QKV): q rows, k rows, v rows; QKV = (NH+2*KVH)*HS */
@@ -185,6 +213,7 @@ struct dtrain_block_weights {
     const float *ln2w, *ln2b;         /* (C) */
     const float *fcw, *fcb;           /* (F, C), (F); Llama: (2F, C), gate rows then up rows */
     const float *fcprojw, *fcprojb;   /* (C, F), (C) */
+    const struct dtrain_block_lora *lora; /* NULL: none; else the base is frozen (its gradients may be NULL) */
 };
 
 struct dtrain_block_grads {

@@ -224,6 +224,9 @@ void dtrain_ptrainer_set_position(struct dtrain_ptrainer *t, long step, uint64_t
 const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t);
 float *dtrain_ptrainer_params(struct dtrain_ptrainer *t);
 struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t);
+/* LoRA's adapters (runtime/parallel/dtrain_lora.h), NULL without LoRA
+ * (dtrain_ptrainer_dp is then NULL: the base has no gradients). */
+struct dtrain_lora *dtrain_ptrainer_lora(struct dtrain_ptrainer *t);
 struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t); /* its kernel backend */
 
 /* This rank's parameters (its slice of the model in the layout of

@@ -125,6 +125,13 @@ struct dtrain_train_config {
     double straggler_margin;          /* by this fraction (0.5: 50% above the median) */
     int straggler_drain;              /* 1: a straggler ends the run (drain its node, restart without it) */
     char inject[DTRAIN_PATH_MAX];     /* fault injection spec (dtrain_inject.h); "": $DTRAIN_INJECT */
+    /* LoRA (doc/runtime.md "LoRA"): adapters on the frozen base */
+    int lora_rank;                    /* r; 0: no LoRA, every parameter trained */
+    double lora_alpha;                /* scaling alpha / r; 0: alpha = r */
+    char lora_targets[256];           /* comma-separated linears (q,k,v,o,gate,up,down; GPT-2's c_attn, ...) */
+    char init_lora[DTRAIN_PATH_MAX];  /* start the adapters from this PEFT folder, or "" */
+    char save_lora[DTRAIN_PATH_MAX];  /* write the adapters as a PEFT folder at the end, or "" */
+    int merge_lora;                   /* --save-hf writes the base with the adapters merged in */
 };
 
 /* Defaults: constant lr 3e-4, betas 0.9/0.999, eps 1e-8, no weight decay, no

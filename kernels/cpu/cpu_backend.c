@@ -166,6 +166,7 @@ const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .rope_backward = cpu_typed_rope_backward,
     .swiglu_forward = cpu_typed_swiglu_forward,
     .swiglu_backward = cpu_typed_swiglu_backward,
+    .axpby_strided = cpu_axpby_strided,
     .residual_forward = cpu_residual_forward,
     .embedding_vp_forward = cpu_embedding_vp_forward,
     .embedding_vp_backward = cpu_embedding_vp_backward,

@@ -62,6 +62,8 @@ void cpu_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweigh
 void cpu_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
 void cpu_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
                        const float *dout, size_t n);
+void cpu_axpby_strided(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi, float alpha,
+    float beta, int N, int n);
 void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
                           const float *b, size_t n);
 

@@ -271,6 +271,37 @@ void cpu_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
                  gelu_backward_elems, &a);
 }
 
+struct axpby_args {
+    float *out;
+    const float *in;
+    int ldo, ldi, n;
+    float alpha, beta;
+};
+
+static void axpby_rows(void *p, long begin, long end, int tid)
+{
+    const struct axpby_args *a = p;
+    (void)tid;
+    for (long r = begin; r < end; r++) {
+        float *o = a->out + (size_t)r * a->ldo;
+        const float *x = a->in + (size_t)r * a->ldi;
+        if (a->beta == 0.0f)
+            for (int j = 0; j < a->n; j++)
+                o[j] = a->alpha * x[j];
+        else
+            for (int j = 0; j < a->n; j++)
+                o[j] = a->beta * o[j] + a->alpha * x[j];
+    }
+}
+
+void cpu_axpby_strided(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi, float alpha,
+                       float beta, int N, int n)
+{
+    struct axpby_args a = {.out = out, .in = in, .ldo = ldo, .ldi = ldi, .n = n, .alpha = alpha, .beta = beta};
+    if (N > 0 && n > 0)
+        cpu_parallel(k, N, (size_t)n, axpby_rows, &a);
+}
+
 static void residual_elems(void *p, long begin, long end, int tid)
 {
     const struct elementwise_args *a = p;

@@ -262,8 +262,9 @@ static void backward_parts(void *p, long begin, long end, int tid)
             if (a->dinp != NULL)
                 cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize,
                                 a->dnn_weight, 0, 0, a->dinp + (size_t)n0 * a->IC);
-            cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout_t + (size_t)o0 * a->N * a->esize,
-                            a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
+            if (a->dweight != NULL)
+                cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout_t + (size_t)o0 * a->N * a->esize,
+                                a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
             if (a->dbias != NULL && o1 > o0)
                 for (int n = 0; n < a->N; n++)
                     cpu_add_into(a->dbias + o0, a->dbias_dout + (size_t)n * a->OC + o0, o1 - o0);
@@ -278,9 +279,10 @@ static void backward_parts(void *p, long begin, long end, int tid)
         /* dweight rows [o0, o1) += dout[:, o0:o1]^T @ inp; dbias[o0:o1] += column sums */
         int o0 = (int)((long)a->OC * part / s->parts), o1 = (int)((long)a->OC * (part + 1) / s->parts);
         if (o1 > o0) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, a->IC, a->N,
-                        1.0f, a->dout + o0, a->OC, a->inp, a->IC,
-                        1.0f, a->dweight + (size_t)o0 * a->IC, a->IC);
+            if (a->dweight != NULL)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, a->IC, a->N,
+                            1.0f, a->dout + o0, a->OC, a->inp, a->IC,
+                            1.0f, a->dweight + (size_t)o0 * a->IC, a->IC);
             if (a->dbias != NULL)
                 for (int n = 0; n < a->N; n++)
                     cpu_add_into(a->dbias + o0, a->dbias_dout + (size_t)n * a->OC + o0, o1 - o0);

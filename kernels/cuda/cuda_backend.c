@@ -343,6 +343,7 @@ const struct dtrain_kernel_ops dtrain_kernels_cuda_ops = {
     .rope_backward = cuda_rope_backward,
     .swiglu_forward = cuda_swiglu_forward,
     .swiglu_backward = cuda_swiglu_backward,
+    .axpby_strided = cuda_axpby_strided,
     .residual_forward = cuda_residual_forward,
     .softmax_xent_forward = cuda_softmax_xent_forward,
     .softmax_xent_backward = cuda_softmax_xent_backward,

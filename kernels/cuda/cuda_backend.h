@@ -154,6 +154,8 @@ void cuda_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweig
 void cuda_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n);
 void cuda_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
                         struct dtrain_tensor dout, size_t n);
+void cuda_axpby_strided(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi, float alpha,
+    float beta, int N, int n);
 void cuda_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
                            const float *b, size_t n);
 

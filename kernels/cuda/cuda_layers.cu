@@ -328,6 +328,18 @@ template <typename T> __global__ void gelu_backward_kernel(T *dinp, const T *inp
     }
 }
 
+__global__ void axpby_strided_kernel(float *out, int ldo, const float *in, int ldi, float alpha, float beta,
+                                     int N, int n)
+{
+    size_t total = (size_t)N * n, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        size_t r = i / (size_t)n, j = i % (size_t)n;
+        float *o = out + r * (size_t)ldo + j;
+        float x = alpha * in[r * (size_t)ldi + j];
+        *o = beta == 0.0f ? x : beta * *o + x;
+    }
+}
+
 __global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -495,6 +507,17 @@ extern "C" void cuda_gelu_backward(struct dtrain_kernels *k, struct dtrain_tenso
         gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, ck->stream>>>(
             (float *)dinp.data, (const float *)inp.data, (const float *)dout.data, n);
     (void)cuda_check_launch(ck, "gelu backward");
+}
+
+extern "C" void cuda_axpby_strided(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi,
+                                   float alpha, float beta, int N, int n)
+{
+    struct cuda_kernels *ck = cuda_of(k);
+    if (ck->failed || N <= 0 || n <= 0)
+        return;
+    size_t total = (size_t)N * n;
+    axpby_strided_kernel<<<cuda_blocks(total, 256), 256, 0, ck->stream>>>(out, ldo, in, ldi, alpha, beta, N, n);
+    (void)cuda_check_launch(ck, "axpby strided");
 }
 
 extern "C" void cuda_residual_forward(struct dtrain_kernels *k, float *out, const float *a, const float *b,

@@ -379,8 +379,8 @@ void cuda_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, f
         (gemm(ck, 0, 0, IC, N, OC, o.w, IC, o.d, OC, o.y, IC, o.ab, o.cd, 0, NULL, "matmul backward (dinp)") != 0 ||
          result_store(ck, dinp, o.y, ni) != 0))
         return;
-    if (gemm(ck, 0, 1, IC, OC, N, o.x, IC, o.d, OC, dweight, IC, o.ab, CUDA_R_32F, 1, NULL,
-             "matmul backward (dweight)") != 0)
+    if (dweight != NULL && gemm(ck, 0, 1, IC, OC, N, o.x, IC, o.d, OC, dweight, IC, o.ab, CUDA_R_32F, 1, NULL,
+                                "matmul backward (dweight)") != 0)
         return;
     if (dbias != NULL)
         cuda_bias_backward(ck, dbias, dout, N, OC, o.partials);

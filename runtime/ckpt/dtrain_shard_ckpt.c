@@ -48,7 +48,7 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
 {
     double t0 = dtrain_clock_s();
     const struct dtrain_sckpt_layout *L = layout;
-    const uint64_t nparams = dtrain_model_param_count(&cfg->model);
+    const uint64_t nparams = sckpt_nparams(cfg);
     char tmp[DTRAIN_PATH_MAX], path[DTRAIN_PATH_MAX], name[32];
     struct record rec = {0};
     int tmp_fd = -1;

@@ -145,6 +145,11 @@ void sckpt_prune(const char *dir, int keep);
 /* Leftovers of saves that never committed. */
 void sckpt_remove_partial(const char *dir);
 
+/* Floats of the vector a checkpoint holds: the model's parameters, or with
+ * LoRA (cfg->lora_rank > 0) the whole model's adapters (the frozen base is
+ * not saved; a resume reads it from --init-hf again). */
+uint64_t sckpt_nparams(const struct dtrain_train_config *cfg);
+
 /* sckpt_manifest.c: manifest.json, written and read */
 /* Rank 0: manifest.json into tmp, then tmp renamed to final. */
 /* config.model of a manifest: the six dimensions every model has, then,

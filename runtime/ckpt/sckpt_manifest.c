@@ -4,6 +4,7 @@
 #include "dtrain_file.h"
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
+#include "parallel/dtrain_lora.h"
 #include "parallel/dtrain_pcomm.h"
 
 #include <dirent.h>
@@ -96,6 +97,63 @@ int sckpt_model_same(const struct dtrain_model_config *a, const struct dtrain_mo
            a->rope_original_max_positions == b->rope_original_max_positions;
 }
 
+uint64_t sckpt_nparams(const struct dtrain_train_config *cfg)
+{
+    struct dtrain_lora_spec spec;
+    char err[256];
+    if (cfg->lora_rank <= 0)
+        return dtrain_model_param_count(&cfg->model);
+    if (dtrain_lora_spec_make(&cfg->model, cfg->lora_rank, cfg->lora_alpha, cfg->lora_targets, &spec, err,
+                              sizeof err) != DTRAIN_OK)
+        return 0;
+    return dtrain_lora_whole_count(&cfg->model, &spec);
+}
+
+/* LoRA's adapters in the manifest: {"rank", "alpha", "targets"} (PEFT's
+ * names), or NULL without LoRA (the key is then left out). */
+static json_t *lora_json(const struct dtrain_train_config *c)
+{
+    struct dtrain_lora_spec spec;
+    char err[256], names[256];
+    if (c->lora_rank <= 0 ||
+        dtrain_lora_spec_make(&c->model, c->lora_rank, c->lora_alpha, c->lora_targets, &spec, err, sizeof err) != 0)
+        return NULL;
+    dtrain_lora_target_names(&spec, names, sizeof names);
+    return json_pack("{s:i, s:f, s:s}", "rank", spec.rank, "alpha", spec.alpha, "targets", names);
+}
+
+/* The manifest's "lora" (NULL: a run without LoRA wrote it) against this
+ * run's: 0 when they are the same adapters, else why in why. */
+static int lora_same(json_t *held, const struct dtrain_train_config *cfg, const char *path, char *why, size_t whylen)
+{
+    struct dtrain_lora_spec mine, theirs;
+    char err[256];
+    const char *targets = NULL;
+    json_int_t rank = 0;
+    double alpha = 0.0;
+    if (held == NULL && cfg->lora_rank <= 0)
+        return 0;
+    if (held == NULL || cfg->lora_rank <= 0) {
+        dtrain_snprintf(why, whylen, "%s was written by a run %s LoRA, this run is %s: give the same --lora-rank, "
+                        "--lora-alpha and --lora-targets (LoRA checkpoints hold the adapters; the base comes from "
+                        "--init-hf), or another checkpoint folder", path, held ? "with" : "without",
+                        held ? "without" : "with");
+        return -1;
+    }
+    if (json_unpack(held, "{s:I, s:F, s:s}", "rank", &rank, "alpha", &alpha, "targets", &targets) != 0 ||
+        rank < 1 || rank > 65536 ||
+        dtrain_lora_spec_make(&cfg->model, (int)rank, alpha, targets, &theirs, err, sizeof err) != 0 ||
+        dtrain_lora_spec_make(&cfg->model, cfg->lora_rank, cfg->lora_alpha, cfg->lora_targets, &mine, err,
+                              sizeof err) != 0 ||
+        theirs.rank != mine.rank || theirs.alpha != mine.alpha || theirs.targets != mine.targets) {
+        dtrain_snprintf(why, whylen, "%s holds LoRA adapters of rank %lld, alpha %g on %.100s; this run's differ: "
+                        "give the same --lora-rank, --lora-alpha and --lora-targets, or another checkpoint folder",
+                        path, (long long)rank, alpha, targets != NULL ? targets : "?");
+        return -1;
+    }
+    return 0;
+}
+
 static json_t *config_json(const struct dtrain_train_config *c)
 {
     const struct dtrain_optim_config *o = &c->optim;
@@ -129,10 +187,14 @@ int sckpt_commit(const char *dir, const char *tmp, const char *final, const stru
     }
     root = json_pack("{s:s, s:i, s:I, s:I, s:I, s:o, s:{s:i, s:i, s:i, s:i, s:b}, s:o}", "format", FORMAT_NAME,
                      "version", DTRAIN_SCKPT_VERSION, "step", (json_int_t)step, "data_batches",
-                     (json_int_t)data_batches, "nparams", (json_int_t)dtrain_model_param_count(&cfg->model),
+                     (json_int_t)data_batches, "nparams", (json_int_t)sckpt_nparams(cfg),
                      "config", config_json(cfg), "layout", "tp", L->tp, "pp", L->pp, "dp", L->dp,
                      "world_size", L->world_size, "zero1", L->zero1, "shards", shards);
     shards = NULL; /* stolen by "o", also on failure */
+    /* optional: written by a run with LoRA (absent: none) */
+    json_t *lora = lora_json(cfg);
+    if (root != NULL && lora != NULL && json_object_set_new(root, "lora", lora) != 0)
+        goto oom;
     /* optional: written by a run with virtual stages (absent: 1) */
     if (root != NULL && L->virtual_stages > 1 &&
         json_object_set_new(json_object_get(root, "layout"), "virtual_stages", json_integer(L->virtual_stages)) != 0)
@@ -264,10 +326,14 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
         goto out;
     }
     const struct dtrain_model_config *mc = &cfg->model;
+    if (lora_same(json_object_get(root, "lora"), cfg, path, why, whylen) != 0) {
+        verdict = INCOMPATIBLE;
+        goto out;
+    }
     const long want[6] = {mc->num_layers, mc->channels, mc->num_heads, mc->vocab_size, mc->padded_vocab_size,
                           mc->max_seq_len};
     if (v[0] != want[0] || v[1] != want[1] || v[2] != want[2] || v[3] != want[3] || v[4] != want[4] ||
-        v[5] != want[5] || !sckpt_model_same(&held, mc) || nparams != (json_int_t)dtrain_model_param_count(mc)) {
+        v[5] != want[5] || !sckpt_model_same(&held, mc) || nparams != (json_int_t)sckpt_nparams(cfg)) {
         dtrain_snprintf(why, whylen, "%s holds a %s model L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld; "
                  "this run's is a %s L=%ld C=%ld NH=%ld V=%ld (padded %ld) maxT=%ld%s: give the same model, or another "
                  "checkpoint folder", path, dtrain_model_family_name(held.family), (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],

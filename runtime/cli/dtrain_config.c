@@ -12,6 +12,7 @@
 #include "trainer/dtrain_metrics.h"
 #include "dtrain_parse.h"
 #include "dtrain_settings.h"
+#include "parallel/dtrain_lora.h"
 #include "parallel/dtrain_stage.h"
 #include "ft/dtrain_heartbeat.h"
 
@@ -128,6 +129,12 @@ static const struct dtrain_setting settings[] = {
     NUMBER("fault", "straggler_margin", "straggler-margin", REAL, straggler_margin, 0.01, 1000, "dtrain-launch: how far above the median compute time a straggler is, as a fraction (0.5 = 50%)"),
     NUMBER("fault", "straggler_drain", "straggler-drain", BOOL, straggler_drain, 0, 1, "dtrain-launch: a straggler ends the run with the requeue code and a drain request for its node (default: $DTRAIN_STRAGGLER=drain)"),
     PATH("fault", "inject", "inject", inject, "dtrain-launch: fault injection for tests, e.g. kill:rank=1:step=5 (default: $DTRAIN_INJECT)"),
+    NUMBER("lora", "rank", "lora-rank", INT, lora_rank, 0, 65536, "LoRA: train rank-r adapters on the targeted linears, the base frozen; 0 = off (every parameter trained)"),
+    NUMBER("lora", "alpha", "lora-alpha", REAL, lora_alpha, 0, 1e9, "LoRA: the adapters' scaling is alpha / rank; 0 = rank (scaling 1)"),
+    PATH("lora", "targets", "lora-targets", lora_targets, "LoRA: the linears with adapters, e.g. q,k,v,o,gate,up,down (Llama; q_proj ... too) or c_attn,c_proj,c_fc (GPT-2; attn.c_proj, mlp.c_proj); default q,v (GPT-2: c_attn)"),
+    PATH("lora", "init", "init-lora", init_lora, "LoRA: start the adapters from this PEFT folder (adapter_config.json, adapter_model.safetensors)"),
+    PATH("lora", "save", "save-lora", save_lora, "LoRA: write the trained adapters as a PEFT folder at the end (made when absent)"),
+    NUMBER("lora", "merge", "merge-lora", BOOL, merge_lora, 0, 1, "LoRA: --save-hf writes the base with the adapters merged into it"),
     {.name = NULL},
 };
 
@@ -136,7 +143,7 @@ static const struct dtrain_setting settings[] = {
 #define SECTION(sect) {.name = sect, .type = DTRAIN_SETTING_OBJECT, .fields = settings}
 static const struct dtrain_setting sections[] = {
     SECTION("model"), SECTION("data"), SECTION("optimizer"), SECTION("run"), SECTION("parallel"),
-    SECTION("fault"), {.name = NULL},
+    SECTION("fault"), SECTION("lora"), {.name = NULL},
 };
 
 static int affinity_cpus(void)
@@ -592,6 +599,9 @@ int dtrain_train_config_check_outputs(const struct dtrain_train_config *c, char 
     if (rc == DTRAIN_OK && c->save_hf[0] != '\0')
         rc = stat(c->save_hf, &st) == 0 ? dtrain_out_check_dir(c->save_hf, "Hugging Face model folder (--save-hf)", err, errlen)
                                          : dtrain_out_check(c->save_hf, "Hugging Face model folder (--save-hf)", err, errlen);
+    if (rc == DTRAIN_OK && c->save_lora[0] != '\0')
+        rc = stat(c->save_lora, &st) == 0 ? dtrain_out_check_dir(c->save_lora, "LoRA adapter folder (--save-lora)", err, errlen)
+                                           : dtrain_out_check(c->save_lora, "LoRA adapter folder (--save-lora)", err, errlen);
     if (rc == DTRAIN_OK)
         rc = dtrain_out_check(c->metrics, "metrics file", err, errlen);
     if (rc == DTRAIN_OK)
@@ -621,8 +631,8 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     static const char *const flag[4] = {"--init-hf", "--init-llmc", "--model-config", "--resume"};
     int ngiven = 0;
     for (int i = 0; i < 4; i++)
-        if (source[i][0] != '\0')
-            given[ngiven++] = flag[i];
+        if (source[i][0] != '\0' && !(i == 3 && c->lora_rank > 0 && c->init_hf[0] != '\0'))
+            given[ngiven++] = flag[i]; /* LoRA: --resume holds the adapters, --init-hf the frozen base */
     if (ngiven == 2) {
         snprintf(err, errlen, "give either %s or %s, not both", given[0], given[1]);
         return DTRAIN_ERR_INPUT;
@@ -634,7 +644,7 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     struct dtrain_prom prom; /* checked here, before the model is built */
     if (c->prom_textfile[0] != '\0' && (rc = dtrain_prom_init(&prom, c->prom_textfile, err, errlen)) != DTRAIN_OK)
         return rc;
-    if (c->resume[0] != '\0') {
+    if (c->resume[0] != '\0' && c->init_hf[0] == '\0') {
         struct dtrain_model_config file;
         if ((rc = dtrain_sckpt_read_model(c->resume, &file, err, errlen)) != DTRAIN_OK)
             return rc;
@@ -663,6 +673,17 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     }
     if ((rc = dtrain_model_config_check(m, err, errlen)) != DTRAIN_OK)
         return rc;
+    if (c->lora_rank == 0 && (c->merge_lora || c->init_lora[0] != '\0' || c->save_lora[0] != '\0' ||
+                              c->lora_targets[0] != '\0' || c->lora_alpha != 0.0)) {
+        snprintf(err, errlen, "%s needs LoRA: give --lora-rank R", c->merge_lora ? "--merge-lora"
+                 : c->init_lora[0] != '\0' ? "--init-lora" : c->save_lora[0] != '\0' ? "--save-lora"
+                 : c->lora_targets[0] != '\0' ? "--lora-targets" : "--lora-alpha");
+        return DTRAIN_ERR_INPUT;
+    }
+    struct dtrain_lora_spec lora;
+    if (c->lora_rank > 0 &&
+        (rc = dtrain_lora_spec_make(m, c->lora_rank, c->lora_alpha, c->lora_targets, &lora, err, errlen)) != DTRAIN_OK)
+        return rc;
     if (c->seq > m->max_seq_len) {
         snprintf(err, errlen, "seq %d is longer than the model's max_seq_len %d: lower --seq",
                  c->seq, m->max_seq_len);
@@ -683,6 +704,11 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
     if (off.kind == DTRAIN_OFFLOAD_CPU && strcmp(c->backend, "cpu") == 0) {
         snprintf(err, errlen, "--offload-optimizer cpu: the cpu backend keeps the optimizer state in host memory "
                  "already (use nvme:DIR to move it out of memory)");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (off.kind != DTRAIN_OFFLOAD_NONE && c->lora_rank > 0) {
+        snprintf(err, errlen, "--offload-optimizer with --lora-rank: LoRA's optimizer state is the adapters' "
+                 "(a few MB), kept beside them; drop --offload-optimizer");
         return DTRAIN_ERR_INPUT;
     }
     if (c->offload_params[0] != '\0') {

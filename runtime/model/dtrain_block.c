@@ -159,6 +159,49 @@ static int sum_partials(const struct dtrain_tp_hook *tp, const float *part, floa
     return tp->allreduce_sum(tp->ctx, out, n, err, errlen);
 }
 
+/* LoRA on linear lin (dtrain_block_lora): forward adds scaling * (x A^T)
+ * B^T to its columns of y (N rows of ldy); fp32 operands (the trainer
+ * refuses LoRA in mixed precision). */
+static void lora_forward(struct dtrain_kernels *k, const struct dtrain_block_lora *l, enum dtrain_block_linear lin,
+                         const float *x, float *y, int ldy, int N)
+{
+    for (int i = 0; l != NULL && i < l->n; i++) {
+        const struct dtrain_block_adapter *d = &l->ad[i];
+        if (d->linear != lin)
+            continue;
+        dtrain_k_matmul_forward(k, F32(l->h), F32(x), d->A, NULL, N, d->in, l->rank);
+        dtrain_k_matmul_forward(k, F32(l->u), F32(l->h), d->B, NULL, N, l->rank, d->cols);
+        dtrain_k_axpby_strided(k, y + d->col0, ldy, l->u, d->cols, l->scaling, 1.0f, N, d->cols);
+    }
+}
+
+/* Backward of the adapters of lin, after the base's input gradient is in dx
+ * (N, in): with dyc its columns of dy (N rows of ldy) and h = x A^T again,
+ * dB += dyc^T (s h), g = s dyc B, dA += g^T x, dx += g A. */
+static void lora_backward(struct dtrain_kernels *k, const struct dtrain_block_lora *l, enum dtrain_block_linear lin,
+                          const float *x, const float *dy, int ldy, float *dx, int N)
+{
+    for (int i = 0; l != NULL && i < l->n; i++) {
+        const struct dtrain_block_adapter *d = &l->ad[i];
+        if (d->linear != lin)
+            continue;
+        const float *dyc = dy + d->col0;
+        if (d->col0 != 0 || d->cols != ldy) { /* a column block: made contiguous */
+            dtrain_k_axpby_strided(k, l->u, d->cols, dyc, ldy, 1.0f, 0.0f, N, d->cols);
+            dyc = l->u;
+        }
+        dtrain_k_matmul_forward(k, F32(l->h), F32(x), d->A, NULL, N, d->in, l->rank);
+        dtrain_k_axpby_strided(k, l->h, l->rank, l->h, l->rank, l->scaling, 0.0f, N, l->rank);
+        dtrain_k_matmul_backward(k, F32(l->g), d->dB, NULL, F32(dyc), F32(l->h), d->B, N, l->rank, d->cols);
+        dtrain_k_axpby_strided(k, l->g, l->rank, l->g, l->rank, l->scaling, 0.0f, N, l->rank);
+        dtrain_k_matmul_backward(k, F32(l->u), d->dA, NULL, F32(l->g), F32(x), d->A, N, d->in, l->rank);
+        dtrain_k_axpby_strided(k, dx, d->in, l->u, d->in, 1.0f, 1.0f, N, d->in);
+    }
+}
+
+/* The fp32 view of an inner activation (LoRA runs in fp32 only). */
+static float *act_f32(void *p) { return p; }
+
 int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_shape *s,
                          const struct dtrain_block_weights *w, const struct dtrain_block_acts *a,
                          const float *x, float *y, const struct dtrain_tp_hook *tp,
@@ -177,11 +220,13 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_matmul_forward(k, ACT(a, a->qkv), F32(in), w->qkvw, BIAS(s, w->qkvb), N, C, QKV);
+    lora_forward(k, w->lora, DTRAIN_LINEAR_QKV, in, act_f32(a->qkv), QKV, N);
     rope_forward(k, s, ACT(a, a->qkv));
     dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, kv_heads(s), s->HS);
     part = sp ? a->seq_out : a->res2;
     dtrain_k_matmul_forward(k, F32(part), ACT(a, a->atty), w->attprojw, s->add_row_bias ? BIAS(s, w->attprojb) : NULL,
                             N, CL, C);
+    lora_forward(k, w->lora, DTRAIN_LINEAR_ATTPROJ, act_f32(a->atty), part, C, N);
     if ((rc = sum_partials(tp, part, a->res2, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_residual_forward(k, a->res2, a->res2, x, RC);
@@ -191,10 +236,12 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_matmul_forward(k, ACT(a, a->fch), F32(in), w->fcw, BIAS(s, w->fcb), N, C, FCR);
+    lora_forward(k, w->lora, DTRAIN_LINEAR_FC, in, act_f32(a->fch), FCR, N);
     act_forward(k, s, a, N);
     part = sp ? a->seq_out : y;
     dtrain_k_matmul_forward(k, F32(part), ACT(a, a->fch_gelu), w->fcprojw, s->add_row_bias ? BIAS(s, w->fcprojb) : NULL,
                             N, F, C);
+    lora_forward(k, w->lora, DTRAIN_LINEAR_FCPROJ, act_f32(a->fch_gelu), part, C, N);
     if ((rc = sum_partials(tp, part, y, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_residual_forward(k, y, y, a->res2, RC);
@@ -220,10 +267,12 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
         return rc;
     dtrain_k_matmul_backward(k, ACT(a, act_grad(s, a, sc, N)), g->fcprojw, BIAS(s, g->fcprojb), F32(dy),
                              ACT(a, a->fch_gelu), w->fcprojw, N, F, C);
+    lora_backward(k, w->lora, DTRAIN_LINEAR_FCPROJ, act_f32(a->fch_gelu), dy, C, act_f32(act_grad(s, a, sc, N)), N);
     act_backward(k, s, a, sc, N);
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     dtrain_k_matmul_backward(k, F32(sc->dln), g->fcw, BIAS(s, g->fcb), ACT(a, sc->dfc), F32(in), w->fcw, N, C, FCR);
+    lora_backward(k, w->lora, DTRAIN_LINEAR_FC, in, act_f32(sc->dfc), FCR, sc->dln, N);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN2 backward: now d(res2) */
@@ -234,12 +283,14 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
         return rc;
     dtrain_k_matmul_backward(k, ACT(a, sc->datty), g->attprojw, BIAS(s, g->attprojb), F32(dy), ACT(a, a->atty),
                              w->attprojw, N, CL, C);
+    lora_backward(k, w->lora, DTRAIN_LINEAR_ATTPROJ, act_f32(a->atty), dy, C, act_f32(sc->datty), N);
     dtrain_k_attention_backward(k, ACT(a, sc->dqkv), sc->att, ACT(a, sc->datty), ACT(a, a->qkv), ACT(a, a->atty),
                                 a->att, s->B, s->T, s->NH, kv_heads(s), s->HS);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     rope_backward(k, s, ACT(a, sc->dqkv));
     dtrain_k_matmul_backward(k, F32(sc->dln), g->qkvw, BIAS(s, g->qkvb), ACT(a, sc->dqkv), F32(in), w->qkvw, N, C, QKV);
+    lora_backward(k, w->lora, DTRAIN_LINEAR_QKV, in, act_f32(sc->dqkv), QKV, sc->dln, N);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
     /* dres += LN1 backward: now dx */

@@ -50,17 +50,7 @@ int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *
     return for_each_share(dp, state_run, &w);
 }
 
-int dtrain_dp_state_read(struct dtrain_dp *dp, size_t state, size_t count, float *m, float *v, char *err,
-                         size_t errlen)
-{
-    return dtrain_adamw_state_read(dp->adamw, state, count, m, v, err, errlen);
-}
-
-int dtrain_dp_state_write(struct dtrain_dp *dp, size_t state, size_t count, const float *m, const float *v,
-                          char *err, size_t errlen)
-{
-    return dtrain_adamw_state_write(dp->adamw, state, count, m, v, err, errlen);
-}
+struct dtrain_adamw *dtrain_dp_adamw(struct dtrain_dp *dp) { return dp->adamw; }
 
 /* ------------------------------------------------------------ ZeRO-3: sharded parameters */
 

@@ -143,16 +143,12 @@ void dtrain_dp_memory(const struct dtrain_dp *dp, struct dtrain_dp_memory *m);
  * this rank's share [d*share, (d+1)*share) of the bucket covers (padding
  * left out).  fn gets each run's local offset and length and the place of
  * its moments in the optimizer state (`state`: read and write them with
- * dtrain_dp_state_read/_write, wherever they live); a non-zero return
- * stops the walk and is returned, else 0. */
+ * dtrain_adamw_state_read/_write on dtrain_dp_adamw, wherever they live); a
+ * non-zero return stops the walk and is returned, else 0. */
 typedef int (*dtrain_dp_state_fn)(void *ctx, size_t offset, size_t count, size_t state);
 int dtrain_dp_for_each_state(struct dtrain_dp *dp, dtrain_dp_state_fn fn, void *ctx);
-/* Moments [state, state + count) into host arrays m and v, or from them
- * (dtrain_adamw_state_read/_write). */
-int dtrain_dp_state_read(struct dtrain_dp *dp, size_t state, size_t count, float *m, float *v, char *err,
-                         size_t errlen);
-int dtrain_dp_state_write(struct dtrain_dp *dp, size_t state, size_t count, const float *m, const float *v,
-                          char *err, size_t errlen);
+/* The optimizer of this rank's parameters (or of its ZeRO share). */
+struct dtrain_adamw *dtrain_dp_adamw(struct dtrain_dp *dp);
 
 /* ZeRO-3.  1 when dp holds the parameters (stage 3).  Upload: this rank's
  * shares from a host copy of the local vector (the shard's layout);

@@ -2,6 +2,7 @@
 /* One rank's pipeline stage: parameters, activations per slot, forward and
  * backward of a micro-batch; see dtrain_stage.h. */
 #include "dtrain_stage.h"
+#include "dtrain_lora.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,8 @@ struct dtrain_stage {
     struct dtrain_block_scratch scratch;
     float *rope_inv_freq;               /* Llama: (HS/2) RoPE's frequencies (dtrain_model_rope_inv_freq) */
     float *host_losses;                 /* (N) */
+    struct dtrain_lora *lora;           /* LoRA: the adapters; the base frozen (NULL: every weight trained) */
+    float *frozen_norms;                /* LoRA: (6,C) the norms' weight gradients, discarded */
 };
 
 /* The next `count` elements of `size` bytes after *used bytes of base (NULL
@@ -252,11 +255,50 @@ void dtrain_stage_destroy(struct dtrain_stage *st)
     dtrain_k_free(st->k, st->rope_inv_freq);
     dtrain_k_free(st->k, st->params);
     dtrain_k_free(st->k, st->grads);
+    dtrain_k_free(st->k, st->frozen_norms);
     free(st->host_losses);
     free(st);
 }
 
 size_t dtrain_stage_num_params(const struct dtrain_stage *st) { return st->sh->count; }
+
+int dtrain_stage_set_lora(struct dtrain_stage *st, struct dtrain_lora *l, char *err, size_t errlen)
+{
+    size_t bytes = 6 * (size_t)st->sh->model.channels * sizeof(float);
+    if ((st->frozen_norms = dtrain_k_alloc(st->k, bytes)) == NULL) {
+        snprintf(err, errlen, "out of memory for the frozen base's scratch");
+        return DTRAIN_ERR_SYSTEM;
+    }
+    dtrain_k_zero(st->k, st->frozen_norms, bytes);
+    st->lora = l;
+    dtrain_k_free(st->k, st->grads);
+    st->grads = NULL;
+    return DTRAIN_OK;
+}
+
+/* Local layer i's weights, with the adapters when LoRA is on (bl holds them). */
+static void layer_weights(struct dtrain_stage *st, const struct dtrain_stage_unit *u, int i,
+                          struct dtrain_block_weights *w, struct dtrain_block_lora *bl)
+{
+    dtrain_shard_block_weights(u->layout, u->params, u->layer, w);
+    if (st->lora != NULL) {
+        dtrain_lora_block(st->lora, i, bl);
+        w->lora = bl;
+    }
+}
+
+/* Layer gradients: the unit's, or with LoRA none of the base (the norms'
+ * into the discarded scratch, the norm kernels always write theirs). */
+static void layer_grads(struct dtrain_stage *st, const struct dtrain_stage_unit *u, struct dtrain_block_grads *g)
+{
+    size_t C = (size_t)st->sh->model.channels;
+    float *z = st->frozen_norms;
+    if (st->lora == NULL) {
+        dtrain_shard_block_grads(u->layout, u->grads, u->layer, g);
+        return;
+    }
+    *g = (struct dtrain_block_grads){.ln1w = z, .ln1b = z + C, .ln2w = z + 2 * C, .ln2b = z + 3 * C};
+}
 
 void dtrain_stage_set_source(struct dtrain_stage *st, const struct dtrain_stage_source *src)
 {
@@ -440,7 +482,7 @@ static int sum_norm_grads(struct dtrain_stage *st, float *const *g, int n, char 
  * micro-batch's gradient over DP (the sums commute: same result). */
 static int sp_sum_due(const struct dtrain_stage *st, dtrain_stage_unit_done done)
 {
-    return st->sp && (done != NULL || st->src.acquire != NULL);
+    return st->sp && st->lora == NULL && (done != NULL || st->src.acquire != NULL); /* LoRA: frozen norms */
 }
 
 int dtrain_stage_forward_chunk(struct dtrain_stage *st, int slot, int chunk, double *loss_sum, char *err,
@@ -482,7 +524,8 @@ static int dtrain_stage_forward_layers(struct dtrain_stage *st, int slot, int c0
         struct dtrain_stage_unit u;
         if ((rc = unit_get(st, DTRAIN_UNIT_LAYER, i, 0, &u, err, errlen)) != DTRAIN_OK)
             return rc;
-        dtrain_shard_block_weights(u.layout, u.params, u.layer, &w);
+        struct dtrain_block_lora bl;
+        layer_weights(st, &u, i, &w, &bl);
         layer_acts(st, s, i, &a);
         rc = dtrain_block_forward(st->k, &shape, &w, &a, residual(st, s, i), residual(st, s, i + 1),
                                   dtrain_tp_block_hook(st->tp), err, errlen);
@@ -548,7 +591,7 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
             (rc = unit_get(st, hk, 0, 1, &e, err, errlen)) != DTRAIN_OK)
             return rc;
         dtrain_k_matmul_backward(st->k, dtrain_tensor_f32(st->scratch.dln),
-                                 dtrain_shard_tensor(e.layout, e.grads, head_tensor(sh)), NULL,
+                                 st->lora != NULL ? NULL : dtrain_shard_tensor(e.layout, e.grads, head_tensor(sh)), NULL,
                                  dtrain_tensor_f32(s->logits), dtrain_tensor_f32(st->sp ? st->seq_in : s->lnf),
                                  dtrain_shard_tensor(e.layout, e.params, head_tensor(sh)), N, C, sh->vocab_rows);
         p = e; /* untied: the head unit stays held for the final norm */
@@ -566,8 +609,14 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
             return rc;
         }
         dtrain_k_zero(st->k, dres, NlC * sizeof(float));
-        float *lnfw = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_MODEL_LNFW);
-        float *lnfb = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_MODEL_LNFB);
+        float *lnfw, *lnfb;
+        if (st->lora == NULL) {
+            lnfw = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_MODEL_LNFW);
+            lnfb = dtrain_shard_tensor(p.layout, p.grads, DTRAIN_MODEL_LNFB);
+        } else { /* frozen: into the scratch */
+            lnfw = st->frozen_norms + 4 * (size_t)C;
+            lnfb = sh->size[DTRAIN_MODEL_LNFB] > 0 ? st->frozen_norms + 5 * (size_t)C : NULL;
+        }
         dtrain_model_norm_backward(st->k, &sh->model, dres, lnfw, lnfb, dln, residual(st, s, st->nl),
                                    dtrain_shard_tensor(p.layout, p.params, DTRAIN_MODEL_LNFW), s->lnf_mean,
                                    s->lnf_rstd, st->Nl, C);
@@ -589,8 +638,9 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
         struct dtrain_stage_unit u;
         if ((rc = unit_get(st, DTRAIN_UNIT_LAYER, i, 1, &u, err, errlen)) != DTRAIN_OK)
             return rc;
-        dtrain_shard_block_weights(u.layout, u.params, u.layer, &w);
-        dtrain_shard_block_grads(u.layout, u.grads, u.layer, &g);
+        struct dtrain_block_lora bl;
+        layer_weights(st, &u, i, &w, &bl);
+        layer_grads(st, &u, &g);
         layer_acts(st, s, i, &a);
         rc = DTRAIN_OK;
         /* recomputation: what forward did not keep, from what it kept */
@@ -613,7 +663,7 @@ static int dtrain_stage_backward_layers(struct dtrain_stage *st, int slot, int c
         if (done != NULL)
             done(ctx, dtrain_shard_unit_of(sh, DTRAIN_UNIT_LAYER, i));
     }
-    if (sh->has_embedding && c0 == 0) {
+    if (sh->has_embedding && c0 == 0 && st->lora == NULL) { /* LoRA: the embedding is frozen */
         /* sequence parallel: the converse of the embedding's reduce-scatter,
          * every rank's rows of the gradient */
         const float *dout = dres;

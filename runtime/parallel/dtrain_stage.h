@@ -95,6 +95,14 @@ struct dtrain_stage_source {
  * freed (dtrain_stage_params and _grads are then NULL, their bytes 0). */
 void dtrain_stage_set_source(struct dtrain_stage *st, const struct dtrain_stage_source *src);
 
+/* LoRA (dtrain_lora.h): the stage's weights are the frozen base and l's
+ * adapters the trained ones.  Backward then computes no gradient of the
+ * base (its weight-gradient matmuls skipped, the embedding's backward
+ * skipped, the norms' into a scratch discarded): the stage's gradient
+ * vector is freed (dtrain_stage_grads NULL).  l must outlive the stage. */
+struct dtrain_lora;
+int dtrain_stage_set_lora(struct dtrain_stage *st, struct dtrain_lora *l, char *err, size_t errlen);
+
 size_t dtrain_stage_num_params(const struct dtrain_stage *st);
 float *dtrain_stage_params(struct dtrain_stage *st); /* backend memory, the shard's layout */
 float *dtrain_stage_grads(struct dtrain_stage *st);

@@ -4,6 +4,7 @@
  * checkpoint outside the loop; see dtrain_ft.h. */
 #include "dtrain_ft.h"
 #include "parallel/dtrain_dp.h"
+#include "parallel/dtrain_lora.h"
 #include "dtrain_grow.h"
 #include "parallel/dtrain_shard.h"
 
@@ -49,7 +50,7 @@ static int add_piece(struct pieces *l, struct dtrain_sckpt_piece piece)
 }
 
 /* The moments the rank keeps, run by run: their place in the optimizer
- * state (wherever it lives: dtrain_dp_state_read) and their host copies
+ * state (wherever it lives: dtrain_adamw_state_read) and their host copies
  * (host), which the checkpoint pieces point into. */
 struct state_copy {
     size_t state;
@@ -119,14 +120,20 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     struct runs runs = {0};
     struct pieces save = {0}, load = {0};
     memset(out, 0, sizeof *out);
+    struct dtrain_lora *lora = dtrain_ptrainer_lora(t);
     out->k = dtrain_ptrainer_kernels(t);
-    out->dev_params = dtrain_ptrainer_params(t);
+    /* LoRA: the adapters and their moments, as runs of the whole model's
+     * adapter vector (the frozen base comes from --init-hf again) */
+    out->dev_params = lora != NULL ? dtrain_lora_params(lora) : dtrain_ptrainer_params(t);
     out->dp = dtrain_ptrainer_dp(t);
-    out->nparams = s->count;
-    float *params = out->host_params = malloc((s->count + 1) * sizeof(float));
+    out->nparams = lora != NULL ? dtrain_lora_count(lora) : s->count;
+    float *params = out->host_params = malloc((out->nparams + 1) * sizeof(float));
     if (params == NULL)
         goto oom;
-    dtrain_shard_for_each_run(s, add_run, &runs);
+    if (lora != NULL)
+        dtrain_lora_for_each_run(lora, add_run, &runs);
+    else
+        dtrain_shard_for_each_run(s, add_run, &runs);
     if (runs.oom)
         goto oom;
     for (size_t i = 0; i < runs.n; i++)
@@ -140,7 +147,8 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     out->nslice = load.n;
     out->dp_comm = cfg->zero_stage >= 1 ? dtrain_dp_comm(out->dp) : NULL;
     struct state_ctx ctx = {&runs, params, cfg->zero_stage >= 1 || bs->dp_rank == 0, &save, &load, out};
-    if (dtrain_dp_for_each_state(dtrain_ptrainer_dp(t), add_state, &ctx) != 0)
+    out->adamw = lora != NULL ? dtrain_lora_adamw(lora) : dtrain_dp_adamw(out->dp);
+    if (lora != NULL ? add_state(&ctx, 0, out->nparams, 0) != 0 : dtrain_dp_for_each_state(out->dp, add_state, &ctx) != 0)
         goto oom;
     if (save.n > 0)
         qsort(save.p, save.n, sizeof *save.p, by_whole);
@@ -167,8 +175,8 @@ int dtrain_ft_pieces_download(struct dtrain_ft_pieces *p, char *err, size_t errl
     else
         dtrain_k_download(p->k, p->host_params, p->dev_params, p->nparams * sizeof(float));
     for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK; i++)
-        rc = dtrain_dp_state_read(p->dp, p->state[i].state, p->state[i].count, p->state[i].host_m,
-                                  p->state[i].host_v, err, errlen);
+        rc = dtrain_adamw_state_read(p->adamw, p->state[i].state, p->state[i].count, p->state[i].host_m,
+                                     p->state[i].host_v, err, errlen);
     return rc;
 }
 
@@ -180,8 +188,8 @@ int dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p, char *err, size_t errlen
     else
         dtrain_k_upload(p->k, p->dev_params, p->host_params, p->nparams * sizeof(float));
     for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK; i++)
-        rc = dtrain_dp_state_write(p->dp, p->state[i].state, p->state[i].count, p->state[i].host_m,
-                                   p->state[i].host_v, err, errlen);
+        rc = dtrain_adamw_state_write(p->adamw, p->state[i].state, p->state[i].count, p->state[i].host_m,
+                                      p->state[i].host_v, err, errlen);
     dtrain_k_sync(p->k);
     return rc;
 }

@@ -3,6 +3,7 @@
  * training, the parameter gather and the llm.c export; see
  * dtrain_parallel.h. */
 #include "dtrain_ptrainer.h"
+#include "parallel/dtrain_lora.h"
 #include "parallel/dtrain_dp.h"
 #include "dtrain_generate.h"
 #include "dtrain_llmc.h"
@@ -109,7 +110,7 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
 {
     const struct dtrain_bootstrap *L = &t->layout;
     dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
-    int rc = DTRAIN_OK, z3 = dtrain_dp_sharded_params(t->dp);
+    int rc = DTRAIN_OK, z3 = t->dp != NULL && dtrain_dp_sharded_params(t->dp);
     if (L->rank != 0 && L->dp_rank != 0 && !z3)
         return DTRAIN_OK;
     /* this rank's shard, from backend memory (ZeRO-3: gathered over DP, every DP rank takes part) */
@@ -155,6 +156,13 @@ int dtrain_ptrainer_gather_params(struct dtrain_ptrainer *t, float *whole, char 
     return rc;
 }
 
+/* LoRA: the whole model's adapters from every rank (a collective). */
+static int gather_lora(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
+    const struct dtrain_bootstrap *L = &t->layout;
+    return dtrain_lora_gather(t->lora, t->comms->group[DTRAIN_GROUP_WORLD], L->tp, L->pp, L->dp, err, errlen);
+}
+
 /* The whole model gathered on rank 0 and written there: to the llm.c file
  * or the Hugging Face folder. */
 static int save_whole(struct dtrain_ptrainer *t, int hf, char *err, size_t errlen)
@@ -166,6 +174,10 @@ static int save_whole(struct dtrain_ptrainer *t, int hf, char *err, size_t errle
         return DTRAIN_ERR_SYSTEM;
     }
     int rc = dtrain_ptrainer_gather_params(t, whole, err, errlen);
+    if (rc == DTRAIN_OK && hf && t->lora != NULL && t->cfg.merge_lora)
+        rc = gather_lora(t, err, errlen);
+    if (rc == DTRAIN_OK && t->layout.rank == 0 && hf && t->lora != NULL && t->cfg.merge_lora)
+        dtrain_lora_merge(t->lora, whole); /* --merge-lora: the adapters into the base */
     if (rc == DTRAIN_OK && t->layout.rank == 0)
         rc = hf ? dtrain_hf_save(t->cfg.save_hf, &t->cfg.model, whole, err, errlen)
                 : dtrain_llmc_save(t->cfg.save_llmc, &t->cfg.model, whole, err, errlen);
@@ -179,6 +191,12 @@ int dtrain_ptrainer_finish(struct dtrain_ptrainer *t, char *err, size_t errlen)
     if (t->cfg.save_llmc[0] != '\0' && (rc = save_whole(t, 0, err, errlen)) != DTRAIN_OK)
         return rc;
     if (t->cfg.save_hf[0] != '\0' && (rc = save_whole(t, 1, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (t->lora != NULL && t->cfg.save_lora[0] != '\0' && (rc = gather_lora(t, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (t->lora != NULL && t->cfg.save_lora[0] != '\0' && t->layout.rank == 0 &&
+        (rc = dtrain_lora_save_peft(t->lora, t->cfg.save_lora, t->cfg.init_hf[0] ? t->cfg.init_hf : NULL, err,
+                                    errlen)) != DTRAIN_OK)
         return rc;
     return dtrain_report_close(t, err, errlen);
 }

@@ -104,6 +104,7 @@ struct dtrain_ft_pieces {
     float *dev_params, *host_params; /* dev_params NULL: ZeRO-3, dp's shares */
     struct dtrain_dp *dp;
     size_t nparams;
+    struct dtrain_adamw *adamw; /* whose moments: the DP's, or LoRA's adapters' */
     struct state_copy *state;   /* the moments' runs and their host copies */
     size_t nstate;
 };

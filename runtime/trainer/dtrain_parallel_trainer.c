@@ -5,6 +5,7 @@
  * trainer, dtrain_ptrainer.h. */
 #include "dtrain_ptrainer.h"
 #include "parallel/dtrain_dp.h"
+#include "parallel/dtrain_lora.h"
 #include "dtrain_llmc.h"
 #include "model/dtrain_hf_model.h"
 #include "parallel/dtrain_stage.h"
@@ -100,7 +101,7 @@ static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
         dtrain_model_init_params(&t->cfg.model, t->cfg.seed, whole);
     if (rc == DTRAIN_OK) {
         dtrain_shard_scatter(&t->shard, whole, local);
-        if (dtrain_dp_sharded_params(t->dp)) /* ZeRO-3: this rank's shares */
+        if (t->dp != NULL && dtrain_dp_sharded_params(t->dp)) /* ZeRO-3: this rank's shares */
             dtrain_dp_params_upload(t->dp, local);
         else
             dtrain_k_upload(t->k, dtrain_stage_params(t->stage), local, t->shard.count * sizeof(float));
@@ -219,6 +220,32 @@ static int open_data(struct dtrain_ptrainer *t, char *err, size_t errlen)
 
 /* The pipeline schedule, tensor parallelism, the stage and data parallelism
  * (ZeRO-3: the stage's weights are dp's shares, gathered on use). */
+/* LoRA: the adapters (PEFT's default, or --init-lora's) on the frozen
+ * stage; no data-parallel object, the base having no gradients (the
+ * adapters' all-reduce is dtrain_lora_reduce's).  This version trains at
+ * fp32 without ZeRO. */
+static int build_lora(struct dtrain_ptrainer *t, int N, char *err, size_t errlen)
+{
+    const struct dtrain_train_config *c = &t->cfg;
+    struct dtrain_lora_spec spec;
+    int rc;
+    if (c->zero_stage != 0 || dtrain_kernels_act_dtype(t->k) != DTRAIN_F32) {
+        snprintf(err, errlen, "LoRA trains at fp32 precision without ZeRO in this version: drop --zero-stage "
+                 "or --precision, or --lora-rank");
+        return DTRAIN_ERR_INPUT;
+    }
+    if ((rc = dtrain_pcomm_init(&t->lora_dp, t->k, t->comms->group[DTRAIN_GROUP_DP], err, errlen)) != DTRAIN_OK)
+        return rc;
+    if ((rc = dtrain_lora_spec_make(&c->model, c->lora_rank, c->lora_alpha, c->lora_targets, &spec, err, errlen)) !=
+            DTRAIN_OK ||
+        (rc = dtrain_lora_create(t->k, &t->shard, &spec, N, c->seed, &t->lora, err, errlen)) != DTRAIN_OK ||
+        (rc = dtrain_stage_set_lora(t->stage, t->lora, err, errlen)) != DTRAIN_OK)
+        return rc;
+    if (c->init_lora[0] != '\0')
+        return dtrain_lora_load_peft(t->lora, c->init_lora, err, errlen);
+    return DTRAIN_OK;
+}
+
 static int build_stage(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
     const struct dtrain_train_config *c = &t->cfg;
@@ -241,6 +268,8 @@ static int build_stage(struct dtrain_ptrainer *t, char *err, size_t errlen)
         (rc = dtrain_stage_create(t->k, &t->shard, t->tp, t->micro_rows, T, slots,
                                   (enum dtrain_recompute)c->recompute, &t->stage, err, errlen)) != DTRAIN_OK)
         return rc;
+    if (c->lora_rank > 0)
+        return build_lora(t, N, err, errlen);
     struct dtrain_dp_options dopt = {
         .zero_stage = c->zero_stage, .overlap = c->dp_overlap, .prefetch = c->zero_prefetch,
         .bucket_floats = (size_t)(c->bucket_mb * 1e6 / sizeof(float)) + 1,
@@ -329,6 +358,9 @@ void dtrain_ptrainer_destroy(struct dtrain_ptrainer *t)
         return;
     dtrain_dp_destroy(t->dp);
     dtrain_stage_destroy(t->stage);
+    if (t->lora != NULL)
+        dtrain_pcomm_release(&t->lora_dp);
+    dtrain_lora_destroy(t->lora);
     dtrain_tp_destroy(t->tp);
     free(t->actions);
     free(t->inputs);
@@ -366,13 +398,15 @@ const struct dtrain_shard *dtrain_ptrainer_shard(const struct dtrain_ptrainer *t
 
 struct dtrain_dp *dtrain_ptrainer_dp(struct dtrain_ptrainer *t) { return t->dp; }
 
+struct dtrain_lora *dtrain_ptrainer_lora(struct dtrain_ptrainer *t) { return t->lora; }
+
 struct dtrain_kernels *dtrain_ptrainer_kernels(struct dtrain_ptrainer *t) { return t->k; }
 
 float *dtrain_ptrainer_params(struct dtrain_ptrainer *t) { return dtrain_stage_params(t->stage); }
 
 int dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, float *local, char *err, size_t errlen)
 {
-    if (dtrain_dp_sharded_params(t->dp))
+    if (t->dp != NULL && dtrain_dp_sharded_params(t->dp))
         return dtrain_dp_params_gather(t->dp, local, err, errlen);
     dtrain_k_download(t->k, local, dtrain_stage_params(t->stage), t->shard.count * sizeof(float));
     return DTRAIN_OK;
@@ -407,9 +441,14 @@ static size_t largest_unit(const struct dtrain_shard *s)
 void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m)
 {
     struct dtrain_stage_memory sm;
-    struct dtrain_dp_memory dm;
+    struct dtrain_dp_memory dm = {0};
     dtrain_stage_memory(t->stage, &sm);
-    dtrain_dp_memory(t->dp, &dm);
+    if (t->dp != NULL)
+        dtrain_dp_memory(t->dp, &dm);
+    else if (t->lora != NULL) { /* LoRA: the adapters' gradients and moments (the base has none) */
+        sm.grad_bytes = dtrain_lora_count(t->lora) * sizeof(float);
+        dm.optimizer_bytes = 2 * dtrain_lora_count(t->lora) * sizeof(float);
+    }
     size_t n = t->shard.count, D = (size_t)t->layout.dp, f = sizeof(float);
     int stage = t->cfg.zero_stage, local = D == 1 && stage == 0;
     m->params = sm.param_bytes + dm.param_bytes; /* ZeRO-3: the stage holds none, dp the shares */
@@ -421,14 +460,16 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
     m->model_state = m->params + m->grads + m->reduced_grads + m->optimizer;
     m->model_state_formula = 4 * n + 4 * n + (local ? 0 : stage >= 2 ? 4 * n / D : 4 * n) +
                              (stage >= 1 ? 8 * n / D : 8 * n);
+    if (t->lora != NULL) /* the frozen base, the adapters' gradients and moments */
+        m->model_state_formula = 4 * n + 12 * dtrain_lora_count(t->lora);
     if (stage >= 3) /* shares of everything, and the weights and gradient of wte and of the largest other unit
                      * (prefetch: and a third buffer of its weights) */
         m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_MODEL_WTE] + largest_unit(&t->shard)) +
-                                 (dtrain_dp_prefetching(t->dp) ? f * largest_unit(&t->shard) : 0);
+                                 (t->dp != NULL && dtrain_dp_prefetching(t->dp) ? f * largest_unit(&t->shard) : 0);
     /* ZeRO-Offload (doc/runtime.md): the moments S = n (ZeRO: n/D) leave
      * the device; pinned host: CPU 12 S (m, v, master) + the staging
      * buffers; NVMe: files of 8 S, staging buffers of `chunk` floats each */
-    enum dtrain_offload_kind where = dtrain_dp_offload(t->dp);
+    enum dtrain_offload_kind where = t->dp != NULL ? dtrain_dp_offload(t->dp) : DTRAIN_OFFLOAD_NONE;
     size_t S = stage >= 1 ? n / D : n, chunk = DTRAIN_OFFLOAD_CHUNK < S ? DTRAIN_OFFLOAD_CHUNK : S;
     int device = !dtrain_kernels_host_memory(t->k);
     m->pinned_host = dm.pinned_host_bytes;
@@ -453,7 +494,7 @@ void dtrain_ptrainer_memory_line(const struct dtrain_ptrainer *t, FILE *out)
     dtrain_ptrainer_memory(t, &m);
     const struct dtrain_bootstrap *L = &t->layout;
     char offload[256] = ""; /* only with --offload-optimizer: the line stays as it was without */
-    enum dtrain_offload_kind where = dtrain_dp_offload(t->dp);
+    enum dtrain_offload_kind where = t->dp != NULL ? dtrain_dp_offload(t->dp) : DTRAIN_OFFLOAD_NONE;
     if (where != DTRAIN_OFFLOAD_NONE)
         snprintf(offload, sizeof offload, ", \"offload_optimizer\": \"%s\", \"pinned_host_bytes\": %zu, "
                  "\"pinned_host_formula_bytes\": %zu, \"nvme_bytes\": %zu, \"nvme_formula_bytes\": %zu",

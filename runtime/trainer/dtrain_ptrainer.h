@@ -34,7 +34,9 @@ struct dtrain_ptrainer {
     struct dtrain_shard shard;
     struct dtrain_tp *tp;
     struct dtrain_stage *stage;
-    struct dtrain_dp *dp;
+    struct dtrain_dp *dp;        /* NULL with LoRA: the base has no gradients to reduce */
+    struct dtrain_lora *lora;    /* LoRA's adapters, the trained vector (NULL: every parameter trained) */
+    struct dtrain_pcomm lora_dp; /* LoRA: the DP group on the kernels' memory (the adapters' all-reduce) */
     struct dtrain_pipe_action *actions;
     long nactions;
     struct dtrain_watchdog *wd;  /* told each action (NULL: none) */

@@ -4,6 +4,7 @@
  * dtrain_parallel.h (dtrain_ptrainer_step). */
 #include "dtrain_ptrainer.h"
 #include "parallel/dtrain_dp.h"
+#include "parallel/dtrain_lora.h"
 #include "parallel/dtrain_stage.h"
 #include "parallel/dtrain_tp.h"
 #include "ft/dtrain_watchdog.h"
@@ -15,7 +16,8 @@
 
 static void unit_done(void *ctx, int unit)
 {
-    dtrain_dp_unit_ready(ctx, unit);
+    if (ctx != NULL) /* LoRA: no data-parallel reduction of the frozen base */
+        dtrain_dp_unit_ready(ctx, unit);
 }
 
 /* A pipeline neighbour's activation or gradient: the peer is the other
@@ -157,6 +159,8 @@ int dtrain_ptrainer_step(struct dtrain_ptrainer *t, struct dtrain_pstep_result *
     return dtrain_ptrainer_step_ctl(t, NULL, r, err, errlen);
 }
 
+static int kernels_ok(struct dtrain_ptrainer *t, char *err, size_t errlen);
+
 /* This rank's part of the step up to the reduced gradients: its rows, the
  * schedule, the tied embedding and the data-parallel reduction, then the
  * kernels' error (they run asynchronously on a GPU: a failed one, a
@@ -169,6 +173,15 @@ static int forward_backward(struct dtrain_ptrainer *t, double *loss_sum, double 
     int rc;
     dtrain_ptrainer_read_rows(t, t->data, c->data_order, c->data_seed, t->data_batches);
     dtrain_stage_zero_grad(t->stage);
+    if (t->lora != NULL) { /* the adapters alone have gradients: no tied embedding, no DP buckets */
+        dtrain_lora_zero_grad(t->lora);
+        if ((rc = run_schedule(t, loss_sum, wait, compute, err, errlen)) != DTRAIN_OK)
+            return rc;
+        dtrain_watchdog_action(t->wd, "LoRA: adapter gradient reduction", -1);
+        if ((rc = dtrain_lora_reduce(t->lora, t->tp, &t->lora_dp, err, errlen)) != DTRAIN_OK)
+            return rc;
+        return kernels_ok(t, err, errlen);
+    }
     dtrain_dp_begin_step(t->dp);
     if ((rc = run_schedule(t, loss_sum, wait, compute, err, errlen)) != DTRAIN_OK)
         return rc;
@@ -179,6 +192,12 @@ static int forward_backward(struct dtrain_ptrainer *t, double *loss_sum, double 
     dtrain_dp_unit_ready(t->dp, dtrain_shard_unit_of(&t->shard, DTRAIN_UNIT_WTE, 0));
     if ((rc = dtrain_dp_finish(t->dp, err, errlen)) != DTRAIN_OK)
         return rc;
+    return kernels_ok(t, err, errlen);
+}
+
+/* The kernels' error, known only after a sync on a GPU. */
+static int kernels_ok(struct dtrain_ptrainer *t, char *err, size_t errlen)
+{
     dtrain_k_sync(t->k);
     char kerr[256];
     if (dtrain_kernels_error(t->k, kerr, sizeof kerr) != 0) {
@@ -208,7 +227,7 @@ static int sum_over_world(struct dtrain_ptrainer *t, struct dtrain_pstep_control
     const struct dtrain_shard *s = &t->shard;
     dtrain_comm *world = t->comms->group[DTRAIN_GROUP_WORLD];
     sums[0] = s->has_head && s->tp_rank == 0 ? loss_sum : 0.0;
-    sums[1] = dtrain_dp_norm_sumsq(t->dp);
+    sums[1] = t->lora != NULL ? dtrain_lora_sumsq(t->lora, t->layout.dp_rank) : dtrain_dp_norm_sumsq(t->dp);
     if (ctl == NULL)
         return dtrain_pcomm_sum_doubles(world, sums, sums, 2, "loss and gradient norm", err, errlen);
     struct step_sums mine = {sums[0], sums[1], ctl->term, ctl->usr1, ctl->writing};
@@ -270,9 +289,9 @@ static void fill_result(struct dtrain_ptrainer *t, struct dtrain_pstep_result *r
     r->pipe_wait_ms = 1e3 * times[0];
     r->compute_ms = 1e3 * times[1];
     r->tp_comm_ms = 1e3 * (dtrain_tp_comm_seconds(t->tp) - times[2]);
-    r->dp_exposed_ms = 1e3 * dtrain_dp_exposed_seconds(t->dp);
-    r->dp_gather_ms = 1e3 * dtrain_dp_gather_seconds(t->dp);
-    r->dp_prefetched = dtrain_dp_prefetched(t->dp);
+    r->dp_exposed_ms = t->dp != NULL ? 1e3 * dtrain_dp_exposed_seconds(t->dp) : 0.0;
+    r->dp_gather_ms = t->dp != NULL ? 1e3 * dtrain_dp_gather_seconds(t->dp) : 0.0;
+    r->dp_prefetched = t->dp != NULL ? dtrain_dp_prefetched(t->dp) : 0;
 }
 
 int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_control *ctl,
@@ -321,8 +340,10 @@ int dtrain_ptrainer_step_ctl(struct dtrain_ptrainer *t, struct dtrain_pstep_cont
     double lr = dtrain_lr_at(&c->optim, t->step);
     dtrain_watchdog_action(t->wd, "optimizer update", -1);
     /* the clip factor and, with fp16, the unscaling in one factor */
-    if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, (float)(dtrain_clip_scale(&c->optim, norm) / scale),
-                               err, errlen)) != DTRAIN_OK)
+    float grad_scale = (float)(dtrain_clip_scale(&c->optim, norm) / scale);
+    if (t->lora != NULL)
+        dtrain_lora_update(t->lora, &c->optim, t->step, lr, grad_scale);
+    else if ((rc = dtrain_dp_update(t->dp, &c->optim, t->step, lr, grad_scale, err, errlen)) != DTRAIN_OK)
         return rc;
     if (t->scaler.on && ++t->scaler.good_steps >= (uint64_t)c->loss_scale_window) {
         t->scaler.scale = scale * 2;
