@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +63,31 @@ int gpu_available(char *why, size_t whylen)
     snprintf(why, whylen, "dtrain was configured without CUDA");
     return 0;
 #endif
+}
+
+int gpu_devices_in_child(char *why, size_t whylen)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(why, whylen, "pipe failed");
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        char w[512] = "";
+        int n = gpu_available(w, sizeof w) ? gpu_device_count() : 0;
+        ssize_t k = write(fds[1], w, strlen(w));
+        (void)k;
+        _exit(n > 100 ? 100 : n);
+    }
+    close(fds[1]);
+    ssize_t got = pid > 0 ? read(fds[0], why, whylen - 1) : -1;
+    why[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return 0;
+    return WEXITSTATUS(status);
 }
 
 int gpu_device_count(void)

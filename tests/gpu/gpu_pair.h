@@ -42,6 +42,10 @@ uint64_t gpu_test_seed(void);
 int gpu_available(char *why, size_t whylen);
 /* How many (0 without CUDA). */
 int gpu_device_count(void);
+/* How many, counted in a child process (0 with the reason in why): tests
+ * that fork ranks call this, because CUDA does not survive a fork once the
+ * parent has initialised it. */
+int gpu_devices_in_child(char *why, size_t whylen);
 
 /* 1 when a device must be there (DTRAIN_GPU_REQUIRED=1: the GPU stand-in's
  * pass of the suite, run-on-gpu.sh on a machine that lists a GPU): finding

@@ -62,31 +62,6 @@ static int rank_main(struct dtrain_bootstrap *bs, void *result, void *ctx)
     return a->ok ? 0 : 1;
 }
 
-static int devices_in_child(char *why, size_t whylen)
-{
-    int fds[2];
-    if (pipe(fds) != 0) {
-        snprintf(why, whylen, "pipe failed");
-        return 0;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        char w[512] = "";
-        int n = gpu_available(w, sizeof w) ? gpu_device_count() : 0;
-        ssize_t k = write(fds[1], w, strlen(w));
-        (void)k;
-        _exit(n > 100 ? 100 : n);
-    }
-    close(fds[1]);
-    ssize_t got = pid > 0 ? read(fds[0], why, whylen - 1) : -1;
-    why[got > 0 ? got : 0] = '\0';
-    close(fds[0]);
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-        return 0;
-    return WEXITSTATUS(status);
-}
-
 static double rel(size_t got, size_t want)
 {
     return want == 0 ? (got == 0 ? 0.0 : 1.0) : fabs((double)got - (double)want) / (double)want;
@@ -109,7 +84,7 @@ static int run(const struct dtrain_train_config *c, int D, struct area *out, cha
 int main(void)
 {
     char why[512], top[] = "/tmp/dtrain-test-cuda-offload-XXXXXX";
-    if (devices_in_child(why, sizeof why) == 0)
+    if (gpu_devices_in_child(why, sizeof why) == 0)
         return gpu_skip_all(why);
     if (mkdtemp(top) == NULL) {
         printf("Bail out! mkdtemp\n");

@@ -145,38 +145,10 @@ static double gpu_run(const struct job *j, int T, int P, int D, const float *ref
     return worst(all[0].loss, ref, STEPS);
 }
 
-/* The CUDA devices, counted in a child process (0 with the reason in why):
- * the ranks are forked from this one, and CUDA does not survive a fork
- * once the parent has initialised it. */
-static int devices_in_child(char *why, size_t whylen)
-{
-    int fds[2];
-    if (pipe(fds) != 0) {
-        snprintf(why, whylen, "pipe failed");
-        return 0;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        char w[512] = "";
-        int n = gpu_available(w, sizeof w) ? gpu_device_count() : 0;
-        ssize_t k = write(fds[1], w, strlen(w));
-        (void)k;
-        _exit(n > 100 ? 100 : n);
-    }
-    close(fds[1]);
-    ssize_t got = pid > 0 ? read(fds[0], why, whylen - 1) : -1;
-    why[got > 0 ? got : 0] = '\0';
-    close(fds[0]);
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-        return 0;
-    return WEXITSTATUS(status);
-}
-
 int main(void)
 {
     char why[512], top[] = "/tmp/dtrain-test-cuda-parallel-XXXXXX";
-    int devices = devices_in_child(why, sizeof why);
+    int devices = gpu_devices_in_child(why, sizeof why);
     if (devices == 0) {
         return gpu_skip_all(why);
     }
