@@ -64,6 +64,8 @@
 #define MAX_STEPS 1000
 #define FIT_SHARE 0.92 /* of the budget the estimate may use: allocator slack, page tables */
 #define TRIES 3        /* sizes tried downwards from the estimate's */
+#define CAL_SMALL 2    /* the sizes whose 1-step runs calibrate the estimate */
+#define CAL_LARGE 4
 
 #ifndef DTRAIN_TRAIN_BIN
 #define DTRAIN_TRAIN_BIN "dtrain-train"
@@ -267,22 +269,30 @@ static void train(const struct options *o, enum mode m, int k, int steps, struct
     parse_outputs(out, metrics, r);
 }
 
-/* The largest k whose estimate from the k = 1 run fits the budget. */
-static int estimate_k(enum mode m, const struct run *one, double budget)
+/* The largest k whose estimate fits the budget, from two small runs
+ * (k = CAL_SMALL and CAL_LARGE; lg == NULL when the larger did not train). */
+static int estimate_k(enum mode m, const struct run *sm, const struct run *lg, double budget)
 {
     struct dtrain_model_config c;
-    int lora = m == LORA || m == QLORA;
-    family(1, &c);
-    double a1 = lora ? (double)adapter_count(&c) : 0.0, n1 = (double)dtrain_model_param_count(&c);
-    double per_param = ((double)one->model_state - 12.0 * a1) / n1;
-    double staging = (double)(one->report_ram - one->model_state - one->activations);
-    double process = one->rss > (double)one->report_ram ? one->rss - (double)one->report_ram : 0.0;
+    int lora = m == LORA || m == QLORA, k_ref = lg != NULL ? CAL_LARGE : CAL_SMALL;
+    const struct run *ref = lg != NULL ? lg : sm;
+    family(k_ref, &c);
+    double a_ref = lora ? (double)adapter_count(&c) : 0.0, n_ref = (double)dtrain_model_param_count(&c);
+    double per_param = ((double)ref->model_state - 12.0 * a_ref) / n_ref;
+    double staging = (double)(ref->report_ram - ref->model_state - ref->activations);
+    /* what the report leaves out (the process, transient copies of the model), linear in n */
+    double out_ref = ref->rss - (double)ref->report_ram, slope = 0.0;
+    if (lg != NULL) {
+        family(CAL_SMALL, &c);
+        double n_sm = (double)dtrain_model_param_count(&c), out_sm = sm->rss - (double)sm->report_ram;
+        slope = out_ref > out_sm ? (out_ref - out_sm) / (n_ref - n_sm) : 0.0;
+    }
     int best = 1;
     for (int k = 2; k <= MAX_K; k++) {
         family(k, &c);
         double n = (double)dtrain_model_param_count(&c), a = lora ? (double)adapter_count(&c) : 0.0;
-        double est = per_param * n + 12.0 * a + (double)one->activations * k * k + process +
-                     (m == NVME ? 2.0 * sizeof(float) * (double)DTRAIN_OFFLOAD_CHUNK : staging);
+        double est = per_param * n + 12.0 * a + (double)ref->activations * k * k / (k_ref * k_ref) + out_ref +
+                     slope * (n - n_ref) + (m == NVME ? 2.0 * sizeof(float) * (double)DTRAIN_OFFLOAD_CHUNK : staging);
         if (est > FIT_SHARE * budget)
             break;
         best = k;
@@ -388,14 +398,15 @@ int main(int argc, char **argv)
         memset(&best[m], 0, sizeof best[m]);
         if (m == QLORA && !nf4)
             continue;
-        struct run one;
-        train(&o, (enum mode)m, 1, 2, &one);
-        if (!one.ok) {
-            printf("%-10s k=1 does not train%s (see dtrain-train's error in a rerun)\n", mode_name[m],
-                   one.over ? ": over the budget" : "");
+        struct run sm, lg;
+        train(&o, (enum mode)m, CAL_SMALL, 1, &sm);
+        if (!sm.ok) {
+            printf("%-10s k=%d does not train%s (see dtrain-train's error in a rerun)\n", mode_name[m], CAL_SMALL,
+                   sm.over ? ": over the budget" : "");
             continue;
         }
-        int k = estimate_k((enum mode)m, &one, o.budget);
+        train(&o, (enum mode)m, CAL_LARGE, 1, &lg);
+        int k = estimate_k((enum mode)m, &sm, lg.ok ? &lg : NULL, o.budget);
         for (int t = 0; t < TRIES && k >= 1; t++, k--) {
             fprintf(stderr, PROG ": %s: k=%d\n", mode_name[m], k);
             train(&o, (enum mode)m, k, o.steps, &best[m]);
