@@ -28,7 +28,8 @@
  * estimate is under 92% of the budget trains --steps steps; while the
  * child's RSS (sampled every 20 ms) would pass the budget it is killed
  * and k - 1 is tried.  The figures are its peak RSS (wait4's ru_maxrss)
- * against the budget, and the median tokens/s and step time of the steps
+ * against the budget, the most RSS sampled once the steps run (the peak
+ * can be the initialisation's), and the median tokens/s and step time of the steps
  * after the first (dtrain-train's --metrics).
  *
  * Defaults: the budget is MemAvailable, the nvme folder a temporary one,
@@ -84,7 +85,7 @@ struct options {
 struct run {
     int ok, over; /* exited 0; killed at the budget */
     size_t params, report_ram, activations, model_state, nvme_bytes;
-    double rss, tok_s, step_ms;
+    double rss, steps_rss, tok_s, step_ms; /* steps_rss: the most sampled once steps are logged */
 };
 
 static char g_dir[4096]; /* the temporary folder: config, tokens, outputs */
@@ -257,7 +258,11 @@ static void train(const struct options *o, enum mode m, int k, int steps, struct
             break;
         if (w < 0 && errno != EINTR)
             return;
-        if (!r->over && rss_bytes(pid) > o->budget) {
+        double now = rss_bytes(pid);
+        struct stat sb;
+        if (now > r->steps_rss && stat(metrics, &sb) == 0 && sb.st_size > 0)
+            r->steps_rss = now;
+        if (!r->over && now > o->budget) {
             r->over = 1;
             kill(pid, SIGKILL);
         }
@@ -419,8 +424,8 @@ int main(int argc, char **argv)
     if (best_k[RESIDENT] > 0)
         train(&o, NVME, best_k[RESIDENT], o.steps, &nvme_at_resident);
 
-    printf("%-10s %4s %6s %14s %14s %14s %10s %8s %10s %9s %9s\n", "mode", "k", "C", "params", "report RAM B",
-           "report NVMe B", "peak RSS", "budget", "tokens/s", "params x", "tok/s x");
+    printf("%-10s %4s %6s %14s %14s %14s %10s %8s %10s %10s %9s %9s\n", "mode", "k", "C", "params", "report RAM B",
+           "report NVMe B", "peak RSS", "budget", "steps RSS", "tokens/s", "params x", "tok/s x");
     for (int m = 0; m < MODES; m++) {
         const struct run *r = &best[m], *base = &best[RESIDENT];
         if (m == QLORA && !nf4) {
@@ -436,9 +441,9 @@ int main(int argc, char **argv)
             snprintf(px, sizeof px, "%.2f", (double)r->params / (double)base->params);
             snprintf(tx, sizeof tx, "%.3f", r->tok_s / base->tok_s);
         }
-        printf("%-10s %4d %6d %14zu %14zu %14zu %7.0f MiB %6.1f %% %10.1f %9s %9s\n", mode_name[m], best_k[m],
-               128 * best_k[m], r->params, r->report_ram, r->nvme_bytes, r->rss / (1 << 20),
-               100.0 * r->rss / o.budget, r->tok_s, px, tx);
+        printf("%-10s %4d %6d %14zu %14zu %14zu %7.0f MiB %6.1f %% %6.0f MiB %10.1f %9s %9s\n", mode_name[m],
+               best_k[m], 128 * best_k[m], r->params, r->report_ram, r->nvme_bytes, r->rss / (1 << 20),
+               100.0 * r->rss / o.budget, r->steps_rss / (1 << 20), r->tok_s, px, tx);
     }
     if (best_k[RESIDENT] > 0 && nvme_at_resident.ok)
         printf("nvme offload at the resident model (k=%d): median step %.1f ms vs %.1f ms resident: %.3f x\n",
