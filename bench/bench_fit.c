@@ -34,8 +34,8 @@
  *
  * Defaults: the budget is MemAvailable, the nvme folder a temporary one,
  * 3 steps, 2 threads.  At --mem-gib 2 it takes a few minutes on 2 cores;
- * at a machine's whole 24 GiB the models are ~1.5B (resident) to ~5B
- * (LoRA) parameters and a step takes minutes (doc/runtime.md). */
+ * at a machine's whole 24 GiB the models would be ~1B (resident) to ~2B
+ * (LoRA) parameters and a step take minutes (doc/runtime.md). */
 #include "bench_util.h"
 #include "dtrain_data.h"
 #include "dtrain_model.h"
