@@ -81,14 +81,42 @@ int dtrain_parallel_check(const struct dtrain_train_config *c, int tp, int pp, i
     return DTRAIN_OK;
 }
 
+struct identity_runs {
+    size_t count;
+    int same; /* every run at the same offset locally as in the whole model */
+};
+
+static void check_identity_run(void *ctx, const struct dtrain_shard_run *run)
+{
+    struct identity_runs *id = ctx;
+    id->same &= run->local == run->whole;
+    id->count += run->count;
+}
+
+/* The trainer's parameters when they are the whole model, in its order, in
+ * host memory (the cpu backend, one rank, ZeRO-3 off), else NULL. */
+static float *params_in_place(struct dtrain_ptrainer *t, size_t n)
+{
+    struct identity_runs id = {0, 1};
+    if (!dtrain_kernels_host_memory(t->k) || t->shard.count != n || (t->dp != NULL && dtrain_dp_sharded_params(t->dp)))
+        return NULL;
+    dtrain_shard_for_each_run(&t->shard, check_identity_run, &id);
+    return id.same && id.count == n ? dtrain_stage_params(t->stage) : NULL;
+}
+
 /* The whole model from the seed, the Hugging Face folder or the llm.c file,
- * this rank's slice of it. */
+ * this rank's slice of it.  Where the trainer holds the whole model in host
+ * memory it is written there directly: the two host copies would add 8
+ * bytes a parameter to the peak at start-up (bench/bench_fit.c found the
+ * peak there, not in training). */
 static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
 {
     size_t n = dtrain_model_param_count(&t->cfg.model);
-    float *whole = malloc(n * sizeof(float)), *local = malloc((t->shard.count + 1) * sizeof(float));
+    float *in_place = params_in_place(t, n);
+    float *whole = in_place != NULL ? in_place : malloc(n * sizeof(float));
+    float *local = in_place != NULL ? NULL : malloc((t->shard.count + 1) * sizeof(float));
     int rc = DTRAIN_OK;
-    if (whole == NULL || local == NULL) {
+    if (whole == NULL || (in_place == NULL && local == NULL)) {
         snprintf(err, errlen, "out of memory for a host copy of the %zu parameters", n);
         rc = DTRAIN_ERR_SYSTEM;
         goto out;
@@ -99,7 +127,7 @@ static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
         rc = dtrain_llmc_load(t->cfg.init_llmc, &t->cfg.model, whole, err, errlen);
     else
         dtrain_model_init_params(&t->cfg.model, t->cfg.seed, whole);
-    if (rc == DTRAIN_OK) {
+    if (rc == DTRAIN_OK && in_place == NULL) {
         dtrain_shard_scatter(&t->shard, whole, local);
         if (t->dp != NULL && dtrain_dp_sharded_params(t->dp)) /* ZeRO-3: this rank's shares */
             dtrain_dp_params_upload(t->dp, local);
@@ -107,7 +135,8 @@ static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
             dtrain_k_upload(t->k, dtrain_stage_params(t->stage), local, t->shard.count * sizeof(float));
     }
 out:
-    free(whole);
+    if (in_place == NULL)
+        free(whole);
     free(local);
     return rc;
 }
