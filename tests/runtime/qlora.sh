@@ -6,7 +6,8 @@
 #  - LoRA on every linear at (1,1,1), 10 steps: the nf4 run on the base
 #    gives the fp32 run on the dequantised base's losses within 1e-5
 #    relative (the same weights, dequantised inside the matmul; measured
-#    about 1e-7), so the wiring is checked, not the format (test_nf4's);
+#    0, bit for bit, on the cpu backend), and other losses than the fp32
+#    base's, so the wiring is checked, not the format (test_nf4's);
 #  - --memory-report: model_state_bytes equals its formula and is below
 #    the fp32 base's;
 #  - refused with exit 2 and one line: nf4 without --lora-rank, with
@@ -39,6 +40,10 @@ worst=$(paste <(losses "$d/nf4.jsonl") <(losses "$d/ref.jsonl") |
              END { if (n != 10) print "inf"; else printf "%.3g\n", w }')
 check "the nf4 run's 10 losses are the dequantised fp32 run's within 1e-5 relative (worst $worst)" \
   awk -v v="$worst" 'BEGIN { exit !(v != "inf" && v + 0 < 1e-5) }'
+"$train" "${cli[@]}" --init-hf "$d/base" --metrics "$d/fp32.jsonl" >/dev/null 2>&1
+fp32=$(losses "$d/fp32.jsonl") nf4=$(losses "$d/nf4.jsonl")
+check "... and the fp32 run on the base itself gives other losses (the NF4 base is not the fp32 one)" \
+  test "$(wc -l <<<"$fp32")" = 10 -a "$fp32" != "$nf4"
 nf4=$(grep '"memory"' "$d/nf4.out") ref=$(grep '"memory"' "$d/ref.out")
 ms=$(field model_state_bytes "$nf4") mf=$(field model_state_formula_bytes "$nf4") rs=$(field model_state_bytes "$ref")
 check "--memory-report: nf4 model state $ms = its formula $mf, below the fp32 base's $rs" \
