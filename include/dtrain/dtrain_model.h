@@ -214,6 +214,10 @@ struct dtrain_block_weights {
     const float *fcw, *fcb;           /* (F, C), (F); Llama: (2F, C), gate rows then up rows */
     const float *fcprojw, *fcprojb;   /* (C, F), (C) */
     const struct dtrain_block_lora *lora; /* NULL: none; else the base is frozen (its gradients may be NULL) */
+    /* NULL: the linears' weights are the fp32 ones above; else (a frozen
+     * base, with lora) the four linears' weights in NF4, indexed by enum
+     * dtrain_block_linear, and qkvw, attprojw, fcw, fcprojw unused. */
+    const struct dtrain_nf4 *nf4;
 };
 
 struct dtrain_block_grads {

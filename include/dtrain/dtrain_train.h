@@ -132,7 +132,12 @@ struct dtrain_train_config {
     char init_lora[DTRAIN_PATH_MAX];  /* start the adapters from this PEFT folder, or "" */
     char save_lora[DTRAIN_PATH_MAX];  /* write the adapters as a PEFT folder at the end, or "" */
     int merge_lora;                   /* --save-hf writes the base with the adapters merged in */
+    int base_dtype;                   /* enum dtrain_base_dtype: how the frozen base's block linears are held */
 };
+
+/* --base-dtype (doc/runtime.md "LoRA"): fp32, or QLoRA's NF4 for the
+ * weights of every block linear (the adapters' base; needs --lora-rank). */
+enum dtrain_base_dtype { DTRAIN_BASE_FP32, DTRAIN_BASE_NF4 };
 
 /* Defaults: constant lr 3e-4, betas 0.9/0.999, eps 1e-8, no weight decay, no
  * clipping; B=4, T=64, 100 steps, seed 1337, sequential data, threads = CPUs

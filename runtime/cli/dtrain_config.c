@@ -38,6 +38,7 @@ enum trainer_kind {
 static const char *const order_words[] = {"sequential", "shuffled", NULL};  /* enum dtrain_data_order */
 static const char *const schedule_words[] = {"constant", "cosine", NULL};   /* enum dtrain_lr_schedule */
 /* enum dtrain_kernels_precision less DTRAIN_PRECISION_FP32 (0 is "the backend's") */
+static const char *const base_dtype_words[] = {"fp32", "nf4", NULL}; /* enum dtrain_base_dtype */
 static const char *const precision_words[] = {"fp32", "bf16", "fp16", NULL};
 
 /* One flat table: the JSON section is the group, the flag the alias.  BOOL
@@ -135,6 +136,7 @@ static const struct dtrain_setting settings[] = {
     PATH("lora", "init", "init-lora", init_lora, "LoRA: start the adapters from this PEFT folder (adapter_config.json, adapter_model.safetensors)"),
     PATH("lora", "save", "save-lora", save_lora, "LoRA: write the trained adapters as a PEFT folder at the end (made when absent)"),
     NUMBER("lora", "merge", "merge-lora", BOOL, merge_lora, 0, 1, "LoRA: --save-hf writes the base with the adapters merged into it"),
+    WORDS("lora", "base_dtype", "base-dtype", base_dtype, base_dtype_words, "LoRA: fp32 | nf4 (QLoRA: every block linear's frozen weight in 4-bit NormalFloat, dequantised inside the matmuls)"),
     {.name = NULL},
 };
 
@@ -678,6 +680,16 @@ int dtrain_train_config_finish(struct dtrain_train_config *c, char *err, size_t 
         snprintf(err, errlen, "%s needs LoRA: give --lora-rank R", c->merge_lora ? "--merge-lora"
                  : c->init_lora[0] != '\0' ? "--init-lora" : c->save_lora[0] != '\0' ? "--save-lora"
                  : c->lora_targets[0] != '\0' ? "--lora-targets" : "--lora-alpha");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->base_dtype == DTRAIN_BASE_NF4 && c->lora_rank == 0) {
+        snprintf(err, errlen, "--base-dtype nf4 needs LoRA (an NF4 base is frozen): give --lora-rank R");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (c->base_dtype == DTRAIN_BASE_NF4 && (c->save_hf[0] != '\0' || c->save_llmc[0] != '\0')) {
+        snprintf(err, errlen, "%s with --base-dtype nf4: the base is held in NF4 only; save the adapters with "
+                 "--save-lora (the base is --init-hf's) or train with --base-dtype fp32",
+                 c->save_hf[0] != '\0' ? "--save-hf" : "--save-llmc");
         return DTRAIN_ERR_INPUT;
     }
     struct dtrain_lora_spec lora;

@@ -199,6 +199,30 @@ static void lora_backward(struct dtrain_kernels *k, const struct dtrain_block_lo
     }
 }
 
+/* The frozen base's matmul of linear lin: fp32 weights, or NF4 (w->nf4)
+ * dequantised on the fly (QLoRA's base). */
+static void base_forward(struct dtrain_kernels *k, const struct dtrain_block_weights *w, enum dtrain_block_linear lin,
+                         struct dtrain_tensor out, struct dtrain_tensor inp, const float *weight, const float *bias,
+                         int N, int IC, int OC)
+{
+    if (w->nf4 != NULL)
+        dtrain_k_nf4_matmul_forward(k, out, inp, w->nf4[lin], bias, N);
+    else
+        dtrain_k_matmul_forward(k, out, inp, weight, bias, N, IC, OC);
+}
+
+/* Its backward: with NF4 the input gradient only (the base is frozen, its
+ * weight and bias gradients NULL). */
+static void base_backward(struct dtrain_kernels *k, const struct dtrain_block_weights *w, enum dtrain_block_linear lin,
+                          struct dtrain_tensor dinp, float *dweight, float *dbias, struct dtrain_tensor dout,
+                          struct dtrain_tensor inp, const float *weight, int N, int IC, int OC)
+{
+    if (w->nf4 != NULL)
+        dtrain_k_nf4_matmul_backward(k, dinp, dout, w->nf4[lin], N);
+    else
+        dtrain_k_matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
 /* The fp32 view of an inner activation (LoRA runs in fp32 only). */
 static float *act_f32(void *p) { return p; }
 
@@ -219,13 +243,13 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     norm_forward(k, s, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, rows, C);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_forward(k, ACT(a, a->qkv), F32(in), w->qkvw, BIAS(s, w->qkvb), N, C, QKV);
+    base_forward(k, w, DTRAIN_LINEAR_QKV, ACT(a, a->qkv), F32(in), w->qkvw, BIAS(s, w->qkvb), N, C, QKV);
     lora_forward(k, w->lora, DTRAIN_LINEAR_QKV, in, act_f32(a->qkv), QKV, N);
     rope_forward(k, s, ACT(a, a->qkv));
     dtrain_k_attention_forward(k, ACT(a, a->atty), a->att, ACT(a, a->qkv), s->B, s->T, s->NH, kv_heads(s), s->HS);
     part = sp ? a->seq_out : a->res2;
-    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->atty), w->attprojw, s->add_row_bias ? BIAS(s, w->attprojb) : NULL,
-                            N, CL, C);
+    base_forward(k, w, DTRAIN_LINEAR_ATTPROJ, F32(part), ACT(a, a->atty), w->attprojw,
+                 s->add_row_bias ? BIAS(s, w->attprojb) : NULL, N, CL, C);
     lora_forward(k, w->lora, DTRAIN_LINEAR_ATTPROJ, act_f32(a->atty), part, C, N);
     if ((rc = sum_partials(tp, part, a->res2, RC, err, errlen)) != DTRAIN_OK)
         return rc;
@@ -235,12 +259,12 @@ int dtrain_block_forward(struct dtrain_kernels *k, const struct dtrain_block_sha
     norm_forward(k, s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, rows, C);
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_forward(k, ACT(a, a->fch), F32(in), w->fcw, BIAS(s, w->fcb), N, C, FCR);
+    base_forward(k, w, DTRAIN_LINEAR_FC, ACT(a, a->fch), F32(in), w->fcw, BIAS(s, w->fcb), N, C, FCR);
     lora_forward(k, w->lora, DTRAIN_LINEAR_FC, in, act_f32(a->fch), FCR, N);
     act_forward(k, s, a, N);
     part = sp ? a->seq_out : y;
-    dtrain_k_matmul_forward(k, F32(part), ACT(a, a->fch_gelu), w->fcprojw, s->add_row_bias ? BIAS(s, w->fcprojb) : NULL,
-                            N, F, C);
+    base_forward(k, w, DTRAIN_LINEAR_FCPROJ, F32(part), ACT(a, a->fch_gelu), w->fcprojw,
+                 s->add_row_bias ? BIAS(s, w->fcprojb) : NULL, N, F, C);
     lora_forward(k, w->lora, DTRAIN_LINEAR_FCPROJ, act_f32(a->fch_gelu), part, C, N);
     if ((rc = sum_partials(tp, part, y, RC, err, errlen)) != DTRAIN_OK)
         return rc;
@@ -265,13 +289,14 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     /* MLP branch: dres holds dy = d(res2) through the residual = d(fcproj). */
     if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, ACT(a, act_grad(s, a, sc, N)), g->fcprojw, BIAS(s, g->fcprojb), F32(dy),
-                             ACT(a, a->fch_gelu), w->fcprojw, N, F, C);
+    base_backward(k, w, DTRAIN_LINEAR_FCPROJ, ACT(a, act_grad(s, a, sc, N)), g->fcprojw, BIAS(s, g->fcprojb),
+                  F32(dy), ACT(a, a->fch_gelu), w->fcprojw, N, F, C);
     lora_backward(k, w->lora, DTRAIN_LINEAR_FCPROJ, act_f32(a->fch_gelu), dy, C, act_f32(act_grad(s, a, sc, N)), N);
     act_backward(k, s, a, sc, N);
     if ((rc = gather_rows(tp, a->ln2, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, F32(sc->dln), g->fcw, BIAS(s, g->fcb), ACT(a, sc->dfc), F32(in), w->fcw, N, C, FCR);
+    base_backward(k, w, DTRAIN_LINEAR_FC, F32(sc->dln), g->fcw, BIAS(s, g->fcb), ACT(a, sc->dfc), F32(in), w->fcw,
+                  N, C, FCR);
     lora_backward(k, w->lora, DTRAIN_LINEAR_FC, in, act_f32(sc->dfc), FCR, sc->dln, N);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;
@@ -281,15 +306,16 @@ int dtrain_block_backward(struct dtrain_kernels *k, const struct dtrain_block_sh
     /* attention branch: d(attproj) = d(res2) */
     if ((rc = gather_rows(tp, dres, a->seq_out, RC, &dy, err, errlen)) != DTRAIN_OK)
         return rc;
-    dtrain_k_matmul_backward(k, ACT(a, sc->datty), g->attprojw, BIAS(s, g->attprojb), F32(dy), ACT(a, a->atty),
-                             w->attprojw, N, CL, C);
+    base_backward(k, w, DTRAIN_LINEAR_ATTPROJ, ACT(a, sc->datty), g->attprojw, BIAS(s, g->attprojb), F32(dy),
+                  ACT(a, a->atty), w->attprojw, N, CL, C);
     lora_backward(k, w->lora, DTRAIN_LINEAR_ATTPROJ, act_f32(a->atty), dy, C, act_f32(sc->datty), N);
     dtrain_k_attention_backward(k, ACT(a, sc->dqkv), sc->att, ACT(a, sc->datty), ACT(a, a->qkv), ACT(a, a->atty),
                                 a->att, s->B, s->T, s->NH, kv_heads(s), s->HS);
     if ((rc = gather_rows(tp, a->ln1, a->seq_in, RC, &in, err, errlen)) != DTRAIN_OK)
         return rc;
     rope_backward(k, s, ACT(a, sc->dqkv));
-    dtrain_k_matmul_backward(k, F32(sc->dln), g->qkvw, BIAS(s, g->qkvb), ACT(a, sc->dqkv), F32(in), w->qkvw, N, C, QKV);
+    base_backward(k, w, DTRAIN_LINEAR_QKV, F32(sc->dln), g->qkvw, BIAS(s, g->qkvb), ACT(a, sc->dqkv), F32(in),
+                  w->qkvw, N, C, QKV);
     lora_backward(k, w->lora, DTRAIN_LINEAR_QKV, in, act_f32(sc->dqkv), QKV, sc->dln, N);
     if ((rc = sum_partials(tp, sc->dln, dln, RC, err, errlen)) != DTRAIN_OK)
         return rc;

@@ -248,7 +248,7 @@ static void block_views(struct dtrain_gpt2 *m, int l, struct dtrain_block_shape 
         gt[i] = m->gtensor[DTRAIN_MODEL_LN1W + i] + L * per_layer[i];
     }
     *w = (struct dtrain_block_weights){wt[0], wt[1], wt[2], wt[3], wt[4], wt[5],
-                                       wt[6], wt[7], wt[8], wt[9], wt[10], wt[11], NULL};
+                                       wt[6], wt[7], wt[8], wt[9], wt[10], wt[11], NULL, NULL};
     if (g != NULL)
         *g = (struct dtrain_block_grads){gt[0], gt[1], gt[2], gt[3], gt[4], gt[5],
                                          gt[6], gt[7], gt[8], gt[9], gt[10], gt[11]};

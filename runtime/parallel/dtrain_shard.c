@@ -170,7 +170,7 @@ void dtrain_shard_block_weights(const struct dtrain_shard *s, const float *param
     layer_offsets(s, i, o);
     const float *p = params;
     *w = (struct dtrain_block_weights){p + o[0], p + o[1], p + o[2], p + o[3], p + o[4], p + o[5],
-                                       p + o[6], p + o[7], p + o[8], p + o[9], p + o[10], p + o[11], NULL};
+                                       p + o[6], p + o[7], p + o[8], p + o[9], p + o[10], p + o[11], NULL, NULL};
 }
 
 void dtrain_shard_block_grads(const struct dtrain_shard *s, float *grads, int i,

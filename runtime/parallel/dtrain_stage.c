@@ -55,6 +55,11 @@ struct dtrain_stage {
     float *host_losses;                 /* (N) */
     struct dtrain_lora *lora;           /* LoRA: the adapters; the base frozen (NULL: every weight trained) */
     float *frozen_norms;                /* LoRA: (6,C) the norms' weight gradients, discarded */
+    const struct dtrain_shard *layout;  /* of params: sh, or nf4_layout */
+    struct dtrain_shard nf4_layout;     /* NF4 base: sh without the block linears' weights */
+    struct dtrain_nf4 *nf4;             /* NF4 base: (nl, 4) by enum dtrain_block_linear; NULL: fp32 */
+    void *nf4_memory;                   /* their buffers, one allocation */
+    size_t nf4_bytes;
 };
 
 /* The next `count` elements of `size` bytes after *used bytes of base (NULL
@@ -176,6 +181,7 @@ int dtrain_stage_create(struct dtrain_kernels *k, const struct dtrain_shard *sha
         goto oom;
     st->k = k;
     st->sh = shard;
+    st->layout = shard;
     st->tp = tp;
     st->B = B;
     st->T = T;
@@ -256,6 +262,8 @@ void dtrain_stage_destroy(struct dtrain_stage *st)
     dtrain_k_free(st->k, st->params);
     dtrain_k_free(st->k, st->grads);
     dtrain_k_free(st->k, st->frozen_norms);
+    dtrain_k_free(st->k, st->nf4_memory);
+    free(st->nf4);
     free(st->host_losses);
     free(st);
 }
@@ -285,6 +293,92 @@ static void layer_weights(struct dtrain_stage *st, const struct dtrain_stage_uni
         dtrain_lora_block(st->lora, i, bl);
         w->lora = bl;
     }
+    if (st->nf4 != NULL) { /* the linears' fp32 weights are gone (dtrain_stage_quantize_base) */
+        w->nf4 = &st->nf4[(size_t)i * 4];
+        w->qkvw = w->attprojw = w->fcw = w->fcprojw = NULL;
+    }
+}
+
+/* The four block linears' weight tensors, by enum dtrain_block_linear. */
+static const enum dtrain_model_tensor linear_weight[4] = {DTRAIN_MODEL_QKVW, DTRAIN_MODEL_ATTPROJW,
+                                                          DTRAIN_MODEL_FCW, DTRAIN_MODEL_FCPROJW};
+
+/* The NF4 buffers of every local layer's linears from the fp32 local
+ * vector host (the shard's layout), into st->nf4 and st->nf4_memory. */
+static int quantize_linears(struct dtrain_stage *st, const float *host, char *err, size_t errlen)
+{
+    const struct dtrain_shard *sh = st->sh;
+    int C = sh->model.channels;
+    int rows[4] = {sh->qkv_width, C, sh->fc_rows, C}, cols[4] = {C, sh->attn_width, C, sh->mlp_width};
+    size_t layer_bytes = 0;
+    for (int j = 0; j < 4; j++)
+        layer_bytes += dtrain_nf4_bytes(rows[j], cols[j]);
+    st->nf4_bytes = layer_bytes * (size_t)st->nl;
+    char *codes = malloc(st->nf4_bytes + 1);
+    st->nf4 = calloc((size_t)st->nl * 4 + 1, sizeof *st->nf4);
+    st->nf4_memory = st->nf4_bytes > 0 ? dtrain_k_alloc(st->k, st->nf4_bytes) : NULL;
+    int rc = DTRAIN_OK;
+    if (codes == NULL || st->nf4 == NULL || (st->nf4_bytes > 0 && st->nf4_memory == NULL)) {
+        snprintf(err, errlen, "out of memory for the NF4 base (%zu bytes)", st->nf4_bytes);
+        rc = DTRAIN_ERR_SYSTEM;
+        goto out;
+    }
+    size_t at = 0;
+    for (int i = 0; i < st->nl; i++) {
+        for (int j = 0; j < 4; j++) {
+            const float *w = host + sh->offset[linear_weight[j]] + (size_t)i * rows[j] * cols[j];
+            if (dtrain_nf4_quantize(codes + at, w, rows[j], cols[j]) != 0) {
+                snprintf(err, errlen, "--base-dtype nf4: the base's layer %d holds a weight that is not finite",
+                         sh->layer_begin + i);
+                rc = DTRAIN_ERR_INPUT;
+                goto out;
+            }
+            st->nf4[(size_t)i * 4 + j] = (struct dtrain_nf4){(char *)st->nf4_memory + at, rows[j], cols[j]};
+            at += dtrain_nf4_bytes(rows[j], cols[j]);
+        }
+    }
+    if (st->nf4_bytes > 0)
+        dtrain_k_upload(st->k, st->nf4_memory, codes, st->nf4_bytes);
+out:
+    free(codes);
+    return rc;
+}
+
+int dtrain_stage_quantize_base(struct dtrain_stage *st, char *err, size_t errlen)
+{
+    const struct dtrain_shard *sh = st->sh;
+    struct dtrain_shard *c = &st->nf4_layout;
+    float *host = malloc((sh->count + 1) * sizeof(float)), *params = NULL;
+    int rc = DTRAIN_OK;
+    if (host == NULL) {
+        snprintf(err, errlen, "out of memory for a host copy of the %zu base parameters", sh->count);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    dtrain_k_download(st->k, host, st->params, sh->count * sizeof(float));
+    if ((rc = quantize_linears(st, host, err, errlen)) != DTRAIN_OK)
+        goto out;
+    /* the other tensors, packed in the shard's order (its offsets without the linears' weights) */
+    *c = *sh;
+    for (int j = 0; j < 4; j++)
+        c->size[linear_weight[j]] = 0;
+    c->count = 0;
+    for (int t = 0; t < DTRAIN_MODEL_NUM_TENSORS; t++) {
+        c->offset[t] = c->count;
+        memmove(host + c->count, host + sh->offset[t], c->size[t] * sizeof(float));
+        c->count += c->size[t];
+    }
+    if ((params = dtrain_k_alloc(st->k, c->count * sizeof(float))) == NULL) {
+        snprintf(err, errlen, "out of memory for the %zu base parameters outside the linears", c->count);
+        rc = DTRAIN_ERR_SYSTEM;
+        goto out;
+    }
+    dtrain_k_upload(st->k, params, host, c->count * sizeof(float));
+    dtrain_k_free(st->k, st->params);
+    st->params = params;
+    st->layout = c;
+out:
+    free(host);
+    return rc;
 }
 
 /* Layer gradients: the unit's, or with LoRA none of the base (the norms'
@@ -313,7 +407,7 @@ static int unit_get(struct dtrain_stage *st, enum dtrain_shard_unit_kind kind, i
                     struct dtrain_stage_unit *u, char *err, size_t errlen)
 {
     if (st->src.acquire == NULL) {
-        *u = (struct dtrain_stage_unit){st->sh, st->params, st->grads, i};
+        *u = (struct dtrain_stage_unit){st->layout, st->params, st->grads, i};
         return DTRAIN_OK;
     }
     return st->src.acquire(st->src.ctx, dtrain_shard_unit_of(st->sh, kind, i), grads, u, err, errlen);
@@ -359,6 +453,8 @@ static enum dtrain_model_tensor head_tensor(const struct dtrain_shard *sh)
 void dtrain_stage_memory(const struct dtrain_stage *st, struct dtrain_stage_memory *m)
 {
     m->param_bytes = m->grad_bytes = st->params != NULL ? st->sh->count * sizeof(float) : 0;
+    if (st->nf4 != NULL) /* NF4 base: the other tensors' fp32 and the linears' NF4 */
+        m->param_bytes = st->layout->count * sizeof(float) + st->nf4_bytes;
     /* tokens of each slot count with the activations */
     m->activation_bytes = st->activation_bytes + (size_t)st->nslots * 2 * st->N * sizeof(int32_t);
 }

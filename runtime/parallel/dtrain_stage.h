@@ -103,8 +103,19 @@ void dtrain_stage_set_source(struct dtrain_stage *st, const struct dtrain_stage_
 struct dtrain_lora;
 int dtrain_stage_set_lora(struct dtrain_stage *st, struct dtrain_lora *l, char *err, size_t errlen);
 
+/* QLoRA's base (--base-dtype nf4; after dtrain_stage_set_lora and once the
+ * base weights are in dtrain_stage_params): every local block linear's
+ * weight (qkv, attproj, fc, fcproj: this rank's shard of it) quantised to
+ * NF4 on the host, the NF4 buffers uploaded, and the stage's parameter
+ * vector replaced by one without those weights (the fp32 copies freed:
+ * dtrain_stage_params then holds the other tensors only, in the shard's
+ * order, and is no longer of the shard's layout).  The block's base
+ * matmuls then use dtrain_k_nf4_matmul_*.  DTRAIN_ERR_INPUT for a weight
+ * that is not finite, DTRAIN_ERR_SYSTEM out of memory. */
+int dtrain_stage_quantize_base(struct dtrain_stage *st, char *err, size_t errlen);
+
 size_t dtrain_stage_num_params(const struct dtrain_stage *st);
-float *dtrain_stage_params(struct dtrain_stage *st); /* backend memory, the shard's layout */
+float *dtrain_stage_params(struct dtrain_stage *st); /* backend memory, the shard's layout (NF4 base: see above) */
 float *dtrain_stage_grads(struct dtrain_stage *st);
 void dtrain_stage_zero_grad(struct dtrain_stage *st);
 

@@ -134,6 +134,8 @@ static int init_params(struct dtrain_ptrainer *t, char *err, size_t errlen)
         else
             dtrain_k_upload(t->k, dtrain_stage_params(t->stage), local, t->shard.count * sizeof(float));
     }
+    if (rc == DTRAIN_OK && t->cfg.base_dtype == DTRAIN_BASE_NF4) /* QLoRA: the linears' weights to NF4 */
+        rc = dtrain_stage_quantize_base(t->stage, err, errlen);
 out:
     if (in_place == NULL)
         free(whole);
@@ -437,6 +439,10 @@ int dtrain_ptrainer_local_params(struct dtrain_ptrainer *t, float *local, char *
 {
     if (t->dp != NULL && dtrain_dp_sharded_params(t->dp))
         return dtrain_dp_params_gather(t->dp, local, err, errlen);
+    if (t->cfg.base_dtype == DTRAIN_BASE_NF4) { /* the config refuses the saves that would ask */
+        snprintf(err, errlen, "the base is held in NF4 (--base-dtype nf4): its fp32 weights are gone");
+        return DTRAIN_ERR_INPUT;
+    }
     dtrain_k_download(t->k, local, dtrain_stage_params(t->stage), t->shard.count * sizeof(float));
     return DTRAIN_OK;
 }
@@ -467,6 +473,21 @@ static size_t largest_unit(const struct dtrain_shard *s)
     return most;
 }
 
+/* --base-dtype nf4: the block linears' weights held here (elements), and
+ * their NF4 bytes, dtrain_nf4_bytes of each layer's (rows, cols) shard. */
+static size_t nf4_weights(const struct dtrain_shard *s)
+{
+    return s->size[DTRAIN_MODEL_QKVW] + s->size[DTRAIN_MODEL_ATTPROJW] + s->size[DTRAIN_MODEL_FCW] +
+           s->size[DTRAIN_MODEL_FCPROJW];
+}
+
+static size_t nf4_base_bytes(const struct dtrain_shard *s)
+{
+    int C = s->model.channels;
+    return (size_t)s->layers * (dtrain_nf4_bytes(s->qkv_width, C) + dtrain_nf4_bytes(C, s->attn_width) +
+                                dtrain_nf4_bytes(s->fc_rows, C) + dtrain_nf4_bytes(C, s->mlp_width));
+}
+
 void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrainer_memory *m)
 {
     struct dtrain_stage_memory sm;
@@ -491,6 +512,9 @@ void dtrain_ptrainer_memory(const struct dtrain_ptrainer *t, struct dtrain_ptrai
                              (stage >= 1 ? 8 * n / D : 8 * n);
     if (t->lora != NULL) /* the frozen base, the adapters' gradients and moments */
         m->model_state_formula = 4 * n + 12 * dtrain_lora_count(t->lora);
+    if (t->lora != NULL && t->cfg.base_dtype == DTRAIN_BASE_NF4) /* QLoRA: the linears' weights in NF4 */
+        m->model_state_formula = 4 * (n - nf4_weights(&t->shard)) + nf4_base_bytes(&t->shard) +
+                                 12 * dtrain_lora_count(t->lora);
     if (stage >= 3) /* shares of everything, and the weights and gradient of wte and of the largest other unit
                      * (prefetch: and a third buffer of its weights) */
         m->model_state_formula = 16 * n / D + 2 * f * (t->shard.size[DTRAIN_MODEL_WTE] + largest_unit(&t->shard)) +

@@ -311,7 +311,7 @@ static void *block_run_main(void *p)
 {
     struct block_run *r = p;
     struct dtrain_block_weights w = {r->dev[0], r->dev[1], r->dev[2], r->dev[3], r->dev[4], r->dev[5],
-                                     r->dev[6], r->dev[7], r->dev[8], r->dev[9], r->dev[10], r->dev[11], NULL};
+                                     r->dev[6], r->dev[7], r->dev[8], r->dev[9], r->dev[10], r->dev[11], NULL, NULL};
     struct dtrain_block_grads g = {r->grad[0], r->grad[1], r->grad[2], r->grad[3], r->grad[4], r->grad[5],
                                    r->grad[6], r->grad[7], r->grad[8], r->grad[9], r->grad[10], r->grad[11]};
     const struct dtrain_tp_hook *hook = r->hook.allreduce_sum ? &r->hook : NULL;
