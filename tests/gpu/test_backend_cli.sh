@@ -5,7 +5,8 @@
 # cuda without a CUDA device fails with one line saying "no CUDA device";
 # with a device, a tiny model trains on the GPU in fp32, bf16 and fp16 and
 # its first loss matches the CPU's (relative 1e-4 in fp32, 2e-2 in bf16,
-# 2e-3 against the cpu kernels' fp16 emulation).
+# 2e-3 against the cpu kernels' fp16 emulation), and LoRA on an fp32 and on an
+# NF4 base gives the CPU's losses within 1e-4.
 set -u
 . "$top_srcdir/tests/tap.sh"
 train="$top_builddir/runtime/dtrain-train"
@@ -75,6 +76,18 @@ elif $train $model --backend cuda --threads 1 >"$work/gpu.out" 2>"$work/gpu.err"
     g3=$(step3 "$work/gres.out") c3=$(step3 "$work/cres.out")
     check "the GPU's checkpoint resumes on the GPU ($g3) and on the CPU ($c3) at step 3 within 1e-4" \
         awk -v a="$g3" -v b="$c3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b <= 1e-4) }'
+    # LoRA on the frozen base, and on an NF4 base (QLoRA): the adapters'
+    # kernels and the NF4 matmuls in the trainer, every step's loss the
+    # CPU's within fp32's 1e-4
+    losses() { sed -n 's/^step *[0-9]*\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1"; }
+    for base in fp32 nf4; do
+        lora="--lora-rank 4 --lora-targets c_attn,c_proj,c_fc --base-dtype $base"
+        $train $model $lora --backend cuda --precision fp32 >"$work/lg.out" 2>&1 || fail "LoRA ($base base) on the GPU"
+        $train $model $lora --threads 2 >"$work/lc.out" 2>&1 || fail "LoRA ($base base) on the CPU"
+        check "LoRA on a $base base: the GPU's 3 losses ($(losses "$work/lg.out" | tr '\n' ' ')) are the CPU's within 1e-4" \
+            awk 'NR == FNR { c[FNR] = $1; next } { d = $1 - c[FNR]; if (d < 0) d = -d; if (!(c[FNR] > 0 && d / c[FNR] <= 1e-4)) bad = 1; n++ }
+                 END { exit bad || n != 3 }' <(losses "$work/lc.out") <(losses "$work/lg.out")
+    done
 else
     rc=$?
     msg=$(cat "$work/gpu.err")
@@ -88,6 +101,8 @@ else
         skip_test "no CUDA device: fp16 loss scaling on the GPU"
         skip_test "no CUDA device: a checkpoint from GPU memory"
         skip_test "no CUDA device: that checkpoint resumed on the GPU and on the CPU"
+        skip_test "no CUDA device: LoRA on the GPU"
+        skip_test "no CUDA device: LoRA on an NF4 base on the GPU"
     elif grep -q "configure with --with-cuda" "$work/gpu.err"; then
         pass "--backend cuda in a build without CUDA says how to get it: $msg"
     else
