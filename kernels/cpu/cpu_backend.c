@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,22 +91,31 @@ void dtrain_cpu_bf16_describe(const struct dtrain_kernels *k, char *buf, size_t 
     snprintf(buf, len, "%s", k != NULL && k->ops == &dtrain_kernels_cpu_ops ? ck->bf16_line : "");
 }
 
+/* Zeroed and 64-byte aligned, through calloc: a large block comes zeroed
+ * from the kernel without being touched, so memory that a run allocates
+ * and never writes (a frozen base's gradient vector, freed when LoRA is
+ * set) costs no RAM; memset would have made every page resident.  The
+ * block calloc returned is kept just below the aligned pointer. */
 static void *cpu_alloc(struct dtrain_kernels *k, size_t bytes)
 {
     (void)k;
-    if (bytes == 0 || bytes > SIZE_MAX - 64)
+    if (bytes == 0 || bytes > SIZE_MAX - 128)
         return NULL;
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, rounded);
-    if (p != NULL)
-        memset(p, 0, rounded);
+    char *block = calloc(1, rounded + 64);
+    if (block == NULL)
+        return NULL;
+    /* malloc's 16-byte alignment leaves at least 16 bytes below p */
+    char *p = (char *)(((uintptr_t)block + 64) & ~(uintptr_t)63);
+    ((void **)(void *)p)[-1] = block;
     return p;
 }
 
 static void cpu_free(struct dtrain_kernels *k, void *p)
 {
     (void)k;
-    free(p);
+    if (p != NULL)
+        free(((void **)p)[-1]);
 }
 
 static void cpu_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)

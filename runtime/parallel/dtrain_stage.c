@@ -314,9 +314,11 @@ static int quantize_linears(struct dtrain_stage *st, const float *host, char *er
     for (int j = 0; j < 4; j++)
         layer_bytes += dtrain_nf4_bytes(rows[j], cols[j]);
     st->nf4_bytes = layer_bytes * (size_t)st->nl;
-    char *codes = malloc(st->nf4_bytes + 1);
     st->nf4 = calloc((size_t)st->nl * 4 + 1, sizeof *st->nf4);
     st->nf4_memory = st->nf4_bytes > 0 ? dtrain_k_alloc(st->k, st->nf4_bytes) : NULL;
+    /* host memory (the cpu backend): quantised in place, no staging copy */
+    int in_place = dtrain_kernels_host_memory(st->k) && st->nf4_memory != NULL;
+    char *codes = in_place ? st->nf4_memory : malloc(st->nf4_bytes + 1);
     int rc = DTRAIN_OK;
     if (codes == NULL || st->nf4 == NULL || (st->nf4_bytes > 0 && st->nf4_memory == NULL)) {
         snprintf(err, errlen, "out of memory for the NF4 base (%zu bytes)", st->nf4_bytes);
@@ -337,10 +339,11 @@ static int quantize_linears(struct dtrain_stage *st, const float *host, char *er
             at += dtrain_nf4_bytes(rows[j], cols[j]);
         }
     }
-    if (st->nf4_bytes > 0)
+    if (st->nf4_bytes > 0 && !in_place)
         dtrain_k_upload(st->k, st->nf4_memory, codes, st->nf4_bytes);
 out:
-    free(codes);
+    if (!in_place)
+        free(codes);
     return rc;
 }
 
@@ -348,13 +351,17 @@ int dtrain_stage_quantize_base(struct dtrain_stage *st, char *err, size_t errlen
 {
     const struct dtrain_shard *sh = st->sh;
     struct dtrain_shard *c = &st->nf4_layout;
-    float *host = malloc((sh->count + 1) * sizeof(float)), *params = NULL;
+    /* host memory: the parameters themselves are the host copy (the other
+     * tensors are packed down in them, then copied to their own vector) */
+    int in_place = dtrain_kernels_host_memory(st->k);
+    float *host = in_place ? st->params : malloc((sh->count + 1) * sizeof(float)), *params = NULL;
     int rc = DTRAIN_OK;
     if (host == NULL) {
         snprintf(err, errlen, "out of memory for a host copy of the %zu base parameters", sh->count);
         return DTRAIN_ERR_SYSTEM;
     }
-    dtrain_k_download(st->k, host, st->params, sh->count * sizeof(float));
+    if (!in_place)
+        dtrain_k_download(st->k, host, st->params, sh->count * sizeof(float));
     if ((rc = quantize_linears(st, host, err, errlen)) != DTRAIN_OK)
         goto out;
     /* the other tensors, packed in the shard's order (its offsets without the linears' weights) */
@@ -377,7 +384,8 @@ int dtrain_stage_quantize_base(struct dtrain_stage *st, char *err, size_t errlen
     st->params = params;
     st->layout = c;
 out:
-    free(host);
+    if (!in_place)
+        free(host);
     return rc;
 }
 
