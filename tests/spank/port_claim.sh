@@ -53,7 +53,9 @@ stop() { kill -- -"$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 # in a 0755 folder allowed: the state an older dtrain left on the node)
 mkdir -p /run/dtrain && chmod 0755 /run/dtrain
 rm -f "$lock0" "$lock1" && touch "$lock0" && chmod 0644 "$lock0"
-in_background_stranger flock -n "$lock0" sleep 600
+# (blocking: the probe below takes the lock for an instant, and a stranger's
+# -n that met it would give up at once)
+in_background_stranger flock "$lock0" sleep 600
 holder=$BG
 check "the stranger holds a lock on $lock0" wait_for 10 eval '! flock -n "$lock0" true'
 diag_file "$D/stranger.err"
