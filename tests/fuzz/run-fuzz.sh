@@ -85,7 +85,7 @@ runtime_archive() {
   mkdir -p "$out/rt"
   local src list=()
   for src in "$top"/runtime/*.c "$top"/runtime/{model,data,parallel,ckpt,ft,trainer}/*.c \
-             "$top"/runtime/cli/dtrain_config.c "$top"/runtime/cli/dtrain_main.c "$top"/kernels/dtrain_kernels.c \
+             "$top"/runtime/cli/dtrain_config.c "$top"/runtime/cli/dtrain_main.c "$top"/kernels/*.c \
              "$top"/kernels/cpu/*.c "$top"/runtime/comm/*.c "$top"/runtime/comm/cpu/*.c \
              "$top"/runtime/comm/bootstrap/*.c "$c"/*.c; do
     list+=("$src")
