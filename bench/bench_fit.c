@@ -27,7 +27,8 @@
  * buffers) are k = 1's RSS less its report.  The largest k whose
  * estimate is under 92% of the budget trains --steps steps; while the
  * child's RSS (sampled every 20 ms) would pass the budget it is killed
- * and k - 1 is tried.  The figures are its peak RSS (wait4's ru_maxrss)
+ * and a smaller k is tried (an eighth smaller, at least 1; up to 12
+ * sizes).  The figures are its peak RSS (wait4's ru_maxrss)
  * against the budget, the most RSS sampled once the steps run (the peak
  * can be the initialisation's), and the median tokens/s and step time of the steps
  * after the first (dtrain-train's --metrics).
@@ -64,7 +65,7 @@
 #define MAX_K 512
 #define MAX_STEPS 1000
 #define FIT_SHARE 0.92 /* of the budget the estimate may use: allocator slack, page tables */
-#define TRIES 3        /* sizes tried downwards from the estimate's */
+#define TRIES 12       /* sizes tried downwards from the estimate's (an eighth smaller each) */
 #define CAL_SMALL 2    /* the sizes whose 1-step runs calibrate the estimate */
 #define CAL_LARGE 4
 
@@ -412,7 +413,7 @@ int main(int argc, char **argv)
         }
         train(&o, (enum mode)m, CAL_LARGE, 1, &lg);
         int k = estimate_k((enum mode)m, &sm, lg.ok ? &lg : NULL, o.budget);
-        for (int t = 0; t < TRIES && k >= 1; t++, k--) {
+        for (int t = 0; t < TRIES && k >= 1; t++, k -= k > 8 ? k / 8 : 1) {
             fprintf(stderr, PROG ": %s: k=%d\n", mode_name[m], k);
             train(&o, (enum mode)m, k, o.steps, &best[m]);
             if (best[m].ok) {
