@@ -16,7 +16,10 @@
  * Fibers switch with a few instructions of assembly on x86-64 (glibc's
  * swapcontext makes a system call per switch); ucontext elsewhere.  Their
  * stacks are allocated once per OS thread and reused, each with a guard
- * page below it so that an overflow faults instead of corrupting the next. */
+ * page below it so that an overflow faults instead of corrupting the next.
+ * A fiber takes a stack when it first runs and gives it back when it
+ * returns, so a kernel without barriers runs every thread on the same few
+ * stacks, warm in the caches, instead of touching one per thread. */
 #include "standin.h"
 
 #include <standin_device.h>
@@ -48,7 +51,9 @@
 #define STANDIN_ASAN 1
 #endif
 
-__thread standin_thread_ctx *standin_cur;
+/* initial-exec: the library is loaded with the program, and every
+ * threadIdx in a kernel reads this (no __tls_get_addr call per read) */
+__thread standin_thread_ctx *standin_cur STANDIN_TLS_IE;
 
 namespace {
 
@@ -57,7 +62,7 @@ constexpr unsigned MAX_THREADS = 1024;
 constexpr size_t MAX_SHARED = 227 * 1024;  /* opt-in limit of sm_90 */
 constexpr size_t DEFAULT_SHARED = 48 * 1024;
 
-enum fiber_state { RUNNABLE, AT_BLOCK, AT_WARP, EXITED };
+enum fiber_state { NOT_STARTED, RUNNABLE, AT_BLOCK, AT_WARP, EXITED };
 
 struct fiber {
     standin_thread_ctx ctx;
@@ -67,6 +72,7 @@ struct fiber {
     ucontext_t uc;
 #endif
     char *stack_bottom;
+    unsigned stack;            /* its index in tl_stacks, while it runs */
     fiber_state state;
     unsigned mask;             /* at a warp barrier: the lanes it waits for */
     standin_collective_fn fn;  /* and what it does there */
@@ -86,6 +92,7 @@ struct block_state {
     std::vector<fiber> fibers;
     std::vector<warp_state> warps;
     std::vector<unsigned> runq; /* runnable fibers, drawn at random */
+    std::vector<unsigned> free_stacks; /* indices into tl_stacks, the last one taken first */
     unsigned n = 0, live = 0, at_block = 0;
     uint64_t rng = 0;
     fiber *cur = nullptr;
@@ -103,7 +110,7 @@ struct block_state {
     ucontext_t sched_uc;
 #endif
 };
-thread_local block_state *tl_block;
+__thread block_state *tl_block STANDIN_TLS_IE;
 
 /* The stacks of this OS thread's fibers, grown to the largest block seen. */
 struct stack_pool {
@@ -192,15 +199,21 @@ standin_fiber_trampoline:
     .size standin_fiber_trampoline, .-standin_fiber_trampoline
 )");
 
-static void fiber_init(fiber *f, char *top)
+/* The scheduler's MXCSR and x87 control word, which a new fiber starts
+ * with (read once a block: fnstcw is slow) */
+static uint64_t fiber_fp_control(void)
 {
-    uintptr_t t = (uintptr_t)top & ~(uintptr_t)15;
-    uint64_t *sp = (uint64_t *)(t - 80); /* after the switch's ret, rsp = t - 16: aligned for the call */
     uint32_t csr;
     uint16_t cw;
     __asm__ volatile("stmxcsr %0" : "=m"(csr));
     __asm__ volatile("fnstcw %0" : "=m"(cw));
-    sp[0] = (uint64_t)csr | ((uint64_t)cw << 32);
+    return (uint64_t)csr | ((uint64_t)cw << 32);
+}
+static void fiber_init(fiber *f, char *top, uint64_t fp_control)
+{
+    uintptr_t t = (uintptr_t)top & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)(t - 80); /* after the switch's ret, rsp = t - 16: aligned for the call */
+    sp[0] = fp_control;
     sp[1] = sp[2] = sp[3] = 0; /* r15 r14 r13 */
     sp[4] = (uint64_t)f;       /* r12 */
     sp[5] = sp[6] = 0;         /* rbx rbp */
@@ -214,7 +227,8 @@ static void fiber_start(unsigned hi, unsigned lo)
 {
     standin_fiber_entry((fiber *)(((uintptr_t)hi << 32) | lo));
 }
-static void fiber_init(fiber *f, char *top)
+static uint64_t fiber_fp_control(void) { return 0; }
+static void fiber_init(fiber *f, char *top, uint64_t)
 {
     getcontext(&f->uc);
     f->uc.uc_stack.ss_sp = top - STACK_BYTES;
@@ -455,19 +469,16 @@ extern "C" void standin_fiber_entry(fiber *f)
 static void run_block(block_state *b)
 {
     b->runq.clear();
+    b->free_stacks.clear();
+    const uint64_t fp_control = fiber_fp_control();
     for (unsigned i = 0; i < b->n; i++) {
         fiber *f = &b->fibers[i];
-        f->state = RUNNABLE;
+        f->state = NOT_STARTED;
         f->fn = nullptr;
         f->arg = nullptr;
         f->mask = 0;
-        f->stack_bottom = tl_stacks.top(i) - STACK_BYTES;
-#ifdef STANDIN_ASAN
-        /* frames of a fiber abandoned in an earlier block may still be poisoned */
-        ASAN_UNPOISON_MEMORY_REGION(f->stack_bottom, STACK_BYTES);
-#endif
-        fiber_init(f, tl_stacks.top(i));
         b->runq.push_back(i);
+        b->free_stacks.push_back(b->n - 1 - i);
     }
     b->live = b->n;
     b->at_block = 0;
@@ -494,11 +505,25 @@ static void run_block(block_state *b)
         fiber *f = &b->fibers[b->runq[k]];
         b->runq[k] = b->runq.back();
         b->runq.pop_back();
+        if (f->state == NOT_STARTED) {
+            unsigned s = b->free_stacks.back(); /* never empty: at most n fibers hold one */
+            b->free_stacks.pop_back();
+            f->stack = s;
+            f->stack_bottom = tl_stacks.top(s) - STACK_BYTES;
+#ifdef STANDIN_ASAN
+            /* frames of a fiber abandoned in an earlier block may still be poisoned */
+            ASAN_UNPOISON_MEMORY_REGION(f->stack_bottom, STACK_BYTES);
+#endif
+            fiber_init(f, tl_stacks.top(s), fp_control);
+            f->state = RUNNABLE;
+        }
         b->cur = f;
         standin_cur = &f->ctx;
         switch_to_fiber(b, f);
         standin_cur = nullptr;
         b->cur = nullptr;
+        if (f->state == EXITED)
+            b->free_stacks.push_back(f->stack);
     }
 }
 
@@ -559,6 +584,7 @@ void run_launch(launch &L)
     b.fibers.resize(nthreads);
     b.warps.resize((nthreads + 31) / 32);
     b.runq.reserve(nthreads);
+    b.free_stacks.reserve(nthreads);
     b.body = &L.body;
     b.func = L.func;
     b.n = nthreads;

@@ -65,7 +65,10 @@ struct standin_thread_ctx {
     unsigned linear; /* x + y*bx + z*bx*by: warps are made of consecutive ones */
     unsigned lane;   /* linear % 32 */
 };
-extern __thread standin_thread_ctx *standin_cur;
+/* initial-exec: the stand-in library is loaded with the program (it is
+ * the CUDA runtime), so a read is one load, not a __tls_get_addr call */
+#define STANDIN_TLS_IE __attribute__((tls_model("initial-exec")))
+extern __thread standin_thread_ctx *standin_cur STANDIN_TLS_IE;
 
 #define threadIdx (::standin_cur->thread_idx)
 #define blockIdx (::standin_cur->block_idx)
