@@ -145,8 +145,8 @@ static double measure_in_child(const char *prog, const char *lib, const char *co
 }
 
 /* One round of every candidate, each kept at its fastest call of all
- * rounds so far (first round: count 0 on entry); the environment is put
- * back.  Returns the number of candidates. */
+ * rounds so far (first: the first round, whose rates fill the slots); the
+ * environment is put back.  Returns the number of candidates. */
 static int measure_candidates(const char *prog, int n, int threads, struct bench_gemm_candidate *c, int max,
                               int first)
 {

@@ -195,7 +195,7 @@ int main(int argc, char **argv)
     if (parse_options(argc, argv, &o) != 0)
         return 2;
     struct bench_sgemm_baseline sgemm;
-    struct step_times fp32, bf16;
+    struct step_times fp32 = {0}, bf16 = {0};
     size_t n = 0;
     if (bench_sgemm_baseline_start(&sgemm, PROG, o.sgemm_n, o.threads) != 0)
         return 1;
