@@ -409,7 +409,6 @@ int main(int argc, char **argv)
     printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters/rep",
            "time(us)", "algbw(GB/s)", "busbw(GB/s)", "/memcpy");
     int failed = 0;
-    for (int i = 0; i < o.nranks; i++)
     for (int i = 0; i < o.nranks; i++) {
         if (i > 0) { /* the limit again between the runs: the best so far divides the rows */
             double again = memcpy_rate();
