@@ -17,7 +17,10 @@
  *   dtrain-bench-layouts [--steps N] [--warmup N] [--zero-stage 0|1|2] [--dp-overlap 0|1] [--repeat N]
  *
  * Each layout runs --repeat times (default 3) and the least disturbed run
- * (lowest median step time) is shown: the machine may be shared.
+ * (lowest median step time) is shown: the machine may be shared.  (1,1,1),
+ * the baseline, runs again after the others and its faster run divides the
+ * speedups (rows printed at the end); speedup / allowed over 1 means the
+ * baseline was measured slow, and says INVALID (bench_over_limit).
  *
  * More ranks than CPUs time-share them: on a 2-CPU machine the allowed
  * speedup of any layout is 2. */
@@ -27,6 +30,7 @@
 #include <unistd.h>
 
 #include "bench_parallel.h"
+#include "bench_util.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pipeline.h"
 
@@ -100,29 +104,43 @@ int main(int argc, char **argv)
     const struct layout layouts[] = {
         {1, 1, 1, 1}, {2, 1, 1, 1}, {1, 2, 1, 4}, {1, 1, 2, 1}, {2, 2, 1, 4}, {2, 2, 2, 2}, {1, 1, 8, 1},
     };
-    double base = 0.0;
-    int rc = 0;
-    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
-        const struct layout *L = &layouts[i];
+    enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
+    double ms[NLAYOUTS + 1] = {0}, compute_ms[NLAYOUTS] = {0};
+    int rc = 0, invalid = 0;
+    /* every layout, then (1,1,1) again: the baseline before and after the others */
+    for (size_t i = 0; i <= NLAYOUTS; i++) {
+        const struct layout *L = &layouts[i < NLAYOUTS ? i : 0];
         struct bench_rank ranks[8];
-        int world = L->tp * L->pp * L->dp;
         cfg.micro_batches = L->micro;
         if (bench_run(&cfg, L->tp, L->pp, L->dp, warmup, steps, repeats, ranks, err, sizeof err) != 0) {
             fprintf(stderr, "dtrain-bench-layouts: (%d,%d,%d): %s\n", L->tp, L->pp, L->dp, err);
             rc = 1;
             continue;
         }
-        double ms = ranks[0].step_ms;
-        if (i == 0)
-            base = ms;
-        double busy = world * (1.0 - dtrain_pipe_bubble(L->pp, L->micro)); /* ranks at work, on average */
-        double allowed = busy < cpus ? busy : cpus;
-        char name[32];
-        snprintf(name, sizeof name, "(%d,%d,%d)", L->tp, L->pp, L->dp);
-        printf("%-12s %3d %6d %10.1f %11.1f %8.2fx %8.2fx %9.2f\n", name, L->micro, world, ms, ranks[0].compute_ms,
-               base / ms, allowed, base / ms / allowed);
-        fflush(stdout);
+        ms[i] = ranks[0].step_ms;
+        if (i < NLAYOUTS)
+            compute_ms[i] = ranks[0].compute_ms;
     }
+    double base = ms[NLAYOUTS] > 0.0 && (ms[0] <= 0.0 || ms[NLAYOUTS] < ms[0]) ? ms[NLAYOUTS] : ms[0];
+    for (size_t i = 0; i < NLAYOUTS; i++) {
+        const struct layout *L = &layouts[i];
+        if (ms[i] <= 0.0 || base <= 0.0)
+            continue;
+        int world = L->tp * L->pp * L->dp;
+        double busy = world * (1.0 - dtrain_pipe_bubble(L->pp, L->micro)); /* ranks at work, on average */
+        double allowed = busy < cpus ? busy : cpus, ratio = base / ms[i] / allowed;
+        char name[32], ratio_text[16];
+        snprintf(name, sizeof name, "(%d,%d,%d)", L->tp, L->pp, L->dp);
+        if (bench_over_limit(ratio))
+            snprintf(ratio_text, sizeof ratio_text, "INVALID");
+        else
+            snprintf(ratio_text, sizeof ratio_text, "%.2f", ratio);
+        invalid |= bench_over_limit(ratio);
+        printf("%-12s %3d %6d %10.1f %11.1f %8.2fx %8.2fx %9s\n", name, L->micro, world, ms[i], compute_ms[i],
+               base / ms[i], allowed, ratio_text);
+    }
+    printf("baseline (1,1,1): the faster of %.1f ms (first) and %.1f ms (again, last)%s%s\n", ms[0], ms[NLAYOUTS],
+           invalid ? "; ratio over 1 (speedup above the allowed): " : "", invalid ? BENCH_INVALID : "");
     unlink(path);
     rmdir(dir);
     return rc;

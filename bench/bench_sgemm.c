@@ -37,9 +37,9 @@ static void sgemm_nn(const struct gemm_lib *lib, int n, const float *a, const fl
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
 }
 
-/* Median (or, with fastest, the highest) GFLOP/s of `reps` n x n x n sgemm
- * calls on `threads` threads of the linked OpenBLAS (lib NULL) or of lib. */
-static int sgemm_rate_of(const struct gemm_lib *lib, int n, int threads, int reps, double *gflops, int fastest)
+/* The fastest of `reps` n x n x n sgemm calls on `threads` threads of the
+ * linked OpenBLAS (lib NULL) or of lib, in GFLOP/s: the limit. */
+static int sgemm_rate_of(const struct gemm_lib *lib, int n, int threads, int reps, double *gflops)
 {
     size_t nn = (size_t)n * n;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float));
@@ -62,17 +62,9 @@ static int sgemm_rate_of(const struct gemm_lib *lib, int n, int threads, int rep
     }
     /* the CPU kernels run OpenBLAS on one thread and split matmuls themselves */
     openblas_set_num_threads(1);
-    *gflops = bench_median(rate, reps);
-    for (int r = 0; fastest && r < reps; r++)
-        if (rate[r] > *gflops)
-            *gflops = rate[r];
+    *gflops = bench_best(rate, reps);
     free(a); free(b); free(c); free(rate);
     return 0;
-}
-
-static int sgemm_rate(int n, int threads, int reps, double *gflops)
-{
-    return sgemm_rate_of(NULL, n, threads, reps, gflops, 0);
 }
 
 /* The child's side: `--gemm-rate LIB N THREADS` prints the rate of LIB
@@ -98,7 +90,7 @@ static int gemm_rate_child(const char *lib, const char *n_arg, const char *threa
         }
     }
     double r;
-    if (n < 64 || threads < 1 || sgemm_rate_of(h != NULL ? &g : NULL, n, threads, 5, &r, 1) != 0)
+    if (n < 64 || threads < 1 || sgemm_rate_of(h != NULL ? &g : NULL, n, threads, 5, &r) != 0)
         return 1;
     printf("%.3f\n", r);
     return 0;
@@ -152,9 +144,11 @@ static double measure_in_child(const char *prog, const char *lib, const char *co
     return r;
 }
 
-/* Every candidate's rate, best first in *best; the environment is put back. */
+/* One round of every candidate, each kept at its fastest call of all
+ * rounds so far (first: the first round, whose rates fill the slots); the
+ * environment is put back.  Returns the number of candidates. */
 static int measure_candidates(const char *prog, int n, int threads, struct bench_gemm_candidate *c, int max,
-                              int *best)
+                              int first)
 {
     static const char *const openblas_cores[] = {"Prescott", "Sandybridge", "Haswell", "Zen", "SkylakeX",
                                                  "Cooperlake"};
@@ -164,24 +158,20 @@ static int measure_candidates(const char *prog, int n, int threads, struct bench
     char *saved_want = getenv("DTRAIN_BLAS_CORE") ? strdup(getenv("DTRAIN_BLAS_CORE")) : NULL;
     char *saved_mark = getenv("DTRAIN_BLAS_SWITCHED") ? strdup(getenv("DTRAIN_BLAS_SWITCHED")) : NULL;
     unsetenv("DTRAIN_BLAS_SWITCHED");
-    /* two rounds, each candidate's fastest call: other work on the machine only slows a call down */
     int count = 0;
-    for (int round = 0; round < 2; round++) {
-        count = 0;
-        for (size_t i = 0; i < sizeof openblas_cores / sizeof openblas_cores[0] && count < max; i++) {
-            if (dtrain_blas_core_level(openblas_cores[i]) > dtrain_cpu_level(&f))
-                continue; /* would die of SIGILL */
-            snprintf(c[count].name, sizeof c[count].name, "OpenBLAS %s", openblas_cores[i]);
-            double r = measure_in_child(prog, "openblas", openblas_cores[i], n, threads);
-            c[count].gflops = round == 0 || r > c[count].gflops ? r : c[count].gflops;
-            count++;
-        }
-        static const char *const libs[][2] = {{"blis", "BLIS (libblis.so.4)"}, {"dnnl", "oneDNN (libdnnl.so.2)"}};
-        for (int l = 0; l < 2 && count < max; l++, count++) {
-            snprintf(c[count].name, sizeof c[count].name, "%s", libs[l][1]);
-            double r = measure_in_child(prog, libs[l][0], NULL, n, threads);
-            c[count].gflops = round == 0 || r > c[count].gflops ? r : c[count].gflops;
-        }
+    for (size_t i = 0; i < sizeof openblas_cores / sizeof openblas_cores[0] && count < max; i++) {
+        if (dtrain_blas_core_level(openblas_cores[i]) > dtrain_cpu_level(&f))
+            continue; /* would die of SIGILL */
+        snprintf(c[count].name, sizeof c[count].name, "OpenBLAS %s", openblas_cores[i]);
+        double r = measure_in_child(prog, "openblas", openblas_cores[i], n, threads);
+        c[count].gflops = first || r > c[count].gflops ? r : c[count].gflops;
+        count++;
+    }
+    static const char *const libs[][2] = {{"blis", "BLIS (libblis.so.4)"}, {"dnnl", "oneDNN (libdnnl.so.2)"}};
+    for (int l = 0; l < 2 && count < max; l++, count++) {
+        snprintf(c[count].name, sizeof c[count].name, "%s", libs[l][1]);
+        double r = measure_in_child(prog, libs[l][0], NULL, n, threads);
+        c[count].gflops = first || r > c[count].gflops ? r : c[count].gflops;
     }
     if (saved_core) setenv("OPENBLAS_CORETYPE", saved_core, 1); else unsetenv("OPENBLAS_CORETYPE");
     if (saved_want) setenv("DTRAIN_BLAS_CORE", saved_want, 1); else unsetenv("DTRAIN_BLAS_CORE");
@@ -189,11 +179,24 @@ static int measure_candidates(const char *prog, int n, int threads, struct bench
     unsetenv("BLIS_NUM_THREADS");
     unsetenv("OMP_NUM_THREADS");
     free(saved_core); free(saved_want); free(saved_mark);
-    *best = -1;
-    for (int i = 0; i < count; i++)
-        if (c[i].gflops > 0 && (*best < 0 || c[i].gflops > c[*best].gflops))
-            *best = i;
     return count;
+}
+
+/* One round: every candidate in a child, then the linked kernels here. */
+static int measure_round(struct bench_sgemm_baseline *b, const char *prog)
+{
+    b->ncand = measure_candidates(prog, b->n, b->threads, b->cand, BENCH_SGEMM_MAX_CANDIDATES, b->rounds == 0);
+    double r;
+    if (sgemm_rate_of(NULL, b->n, b->threads, 7, &r) != 0) {
+        fprintf(stderr, "%s: out of memory for the sgemm baseline\n", prog);
+        return -1;
+    }
+    if (b->rounds < BENCH_SGEMM_MAX_ROUNDS)
+        b->linked[b->rounds] = r;
+    if (b->rounds == 0 || r > b->sgemm)
+        b->sgemm = r;
+    b->rounds++;
+    return 0;
 }
 
 int bench_sgemm_baseline_start(struct bench_sgemm_baseline *b, const char *prog, int n, int threads)
@@ -201,21 +204,22 @@ int bench_sgemm_baseline_start(struct bench_sgemm_baseline *b, const char *prog,
     memset(b, 0, sizeof *b);
     b->n = n;
     b->threads = threads;
-    b->ncand = measure_candidates(prog, n, threads, b->cand, BENCH_SGEMM_MAX_CANDIDATES, &b->best);
-    if (sgemm_rate(n, threads, 7, &b->before) != 0) {
-        fprintf(stderr, "%s: out of memory for the sgemm baseline\n", prog);
-        return -1;
-    }
-    return 0;
+    return measure_round(b, prog);
+}
+
+int bench_sgemm_baseline_again(struct bench_sgemm_baseline *b, const char *prog)
+{
+    return measure_round(b, prog);
 }
 
 int bench_sgemm_baseline_finish(struct bench_sgemm_baseline *b, const char *prog)
 {
-    if (sgemm_rate(b->n, b->threads, 7, &b->after) != 0) {
-        fprintf(stderr, "%s: out of memory for the sgemm baseline\n", prog);
+    if (measure_round(b, prog) != 0)
         return -1;
-    }
-    b->sgemm = 0.5 * (b->before + b->after);
+    b->best = -1;
+    for (int i = 0; i < b->ncand; i++)
+        if (b->cand[i].gflops > 0 && (b->best < 0 || b->cand[i].gflops > b->cand[b->best].gflops))
+            b->best = i;
     /* the baseline: the best kernel at hand, or this run's own when it is faster (noise) */
     b->gflops = b->best >= 0 && b->cand[b->best].gflops > b->sgemm ? b->cand[b->best].gflops : b->sgemm;
     return 0;
@@ -223,11 +227,15 @@ int bench_sgemm_baseline_finish(struct bench_sgemm_baseline *b, const char *prog
 
 void bench_sgemm_baseline_print(const struct bench_sgemm_baseline *b)
 {
-    char blas[256];
+    char blas[256], rounds[160] = "";
     dtrain_blas_describe(blas, sizeof blas);
+    size_t used = 0;
+    int kept = b->rounds < BENCH_SGEMM_MAX_ROUNDS ? b->rounds : BENCH_SGEMM_MAX_ROUNDS;
+    for (int i = 0; i < kept && used < sizeof rounds; i++)
+        used += (size_t)snprintf(rounds + used, sizeof rounds - used, "%s%.2f", i ? " " : "", b->linked[i]);
     printf("GEMM kernels         %s\n", blas);
-    printf("sgemm %dx%d          %9.2f GFLOP/s  (these kernels; before %.2f, after %.2f; %d threads)\n",
-           b->n, b->n, b->sgemm, b->before, b->after, b->threads);
+    printf("sgemm %dx%d          %9.2f GFLOP/s  (these kernels, the best round; rounds before, between and after "
+           "the work: %s; %d threads)\n", b->n, b->n, b->sgemm, rounds, b->threads);
     for (int i = 0; i < b->ncand; i++) {
         if (b->cand[i].gflops > 0)
             printf("  candidate %-24s %9.2f GFLOP/s%s\n", b->cand[i].name, b->cand[i].gflops,
@@ -236,5 +244,5 @@ void bench_sgemm_baseline_print(const struct bench_sgemm_baseline *b)
             printf("  candidate %-24s       n/a  (not installed, or it failed)\n", b->cand[i].name);
     }
     printf("baseline             %9.2f GFLOP/s  (the best fp32 sgemm of this run: each candidate's fastest "
-           "call of two rounds)\n", b->gflops);
+           "call of %d rounds, before, between and after the work)\n", b->gflops, b->rounds);
 }

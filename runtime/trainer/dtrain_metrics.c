@@ -42,6 +42,19 @@ double dtrain_mfu(double *peak, int measured, double rate)
     return rate / *peak;
 }
 
+int dtrain_mfu_peak_warning(double mfu, int measured, double peak, long step, int *warned, char *buf,
+                            size_t len)
+{
+    if (measured || *warned || !(mfu > 1.0))
+        return 0;
+    *warned = 1;
+    snprintf(buf, len, "MFU %.1f%% at step %ld: the step ran at %.4g GFLOP/s per device, above the %.4g GFLOP/s "
+             "given by --peak-flops, so that peak is too low for this device (give its real peak, or 0 to measure "
+             "one); the MFU figures above 100%% that follow are not warned about again",
+             100.0 * mfu, step, 1e-9 * mfu * peak, 1e-9 * peak);
+    return 1;
+}
+
 int dtrain_prom_init(struct dtrain_prom *p, const char *path, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);

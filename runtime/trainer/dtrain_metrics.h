@@ -43,6 +43,13 @@ double dtrain_metrics_wall_clock(void);
  * so MFU never exceeds 1.  A declared peak (--peak-flops) stays as given. */
 double dtrain_mfu(double *peak, int measured, double rate);
 
+/* A declared peak (measured 0) under a step's MFU of `mfu` > 1 is wrong
+ * (nothing runs faster than its peak): the first time, sets *warned and
+ * writes into buf the line that says so (the step and the figures), and
+ * returns 1; else 0 (a measured peak never gives MFU > 1: dtrain_mfu). */
+int dtrain_mfu_peak_warning(double mfu, int measured, double peak, long step, int *warned, char *buf,
+                            size_t len);
+
 struct dtrain_prom {
     char path[DTRAIN_PATH_MAX];
     char job[64];       /* SLURM_JOB_ID, "" outside Slurm */

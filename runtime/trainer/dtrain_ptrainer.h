@@ -65,6 +65,7 @@ struct dtrain_ptrainer {
     struct dtrain_sckpt_scaler scaler; /* fp16: dynamic loss scaling (on 0 otherwise) */
     double peak_flops;           /* per device; 0: unknown (no progress or metrics to show MFU in) */
     int peak_measured;           /* 1: measured (the GEMM at start, raised by faster steps: dtrain_mfu), 0: declared (--peak-flops) */
+    int peak_warned;             /* 1: a declared peak under a step's rate was said (dtrain_mfu_peak_warning) */
     /* rank 0's story of the run: since its first step */
     double run_start;            /* wall clock at the start of the first step of this process, 0: none yet */
     long first_step;             /* that step */

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -286,6 +287,13 @@ static void fill_result(struct dtrain_ptrainer *t, struct dtrain_pstep_result *r
     r->base.gflops = t->flops_per_step / seconds * 1e-9;
     r->base.has_val_loss = 0; /* the loop validates after the step, when due */
     r->base.mfu = dtrain_mfu(&t->peak_flops, t->peak_measured, t->flops_per_step / seconds / t->layout.world_size);
+    char why[320];
+    if (t->layout.rank == 0 &&
+        dtrain_mfu_peak_warning(r->base.mfu, t->peak_measured, t->peak_flops, t->step, &t->peak_warned, why,
+                                sizeof why)) {
+        fprintf(stderr, "%s: warning: %s\n", t->prog != NULL ? t->prog : "dtrain", why);
+        fflush(stderr);
+    }
     r->pipe_wait_ms = 1e3 * times[0];
     r->compute_ms = 1e3 * times[1];
     r->tp_comm_ms = 1e3 * (dtrain_tp_comm_seconds(t->tp) - times[2]);

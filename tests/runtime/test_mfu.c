@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* MFU's peak (dtrain_metrics.h, dtrain_mfu): a measured peak is the best
  * rate seen so far, so a start-up GEMM timed slow on a noisy machine never
- * makes MFU read over 100%; a declared peak (--peak-flops) stays. */
+ * makes MFU read over 100%; a declared peak (--peak-flops) stays, and a
+ * step over it is said once (dtrain_mfu_peak_warning). */
 #include "trainer/dtrain_metrics.h"
 #include "tap.h"
 
 #include <math.h>
+#include <string.h>
 
 int main(void)
 {
@@ -27,5 +29,18 @@ int main(void)
     ok(declared == 10e9 && fabs(mfu - 1.43) < 1e-12, "a declared peak (--peak-flops) stays as given");
     double none = 0.0;
     ok(dtrain_mfu(&none, 1, 5e9) == 0.0 && none == 0.0, "no peak known: MFU 0");
+
+    /* a declared peak under a step's rate is wrong: said once, never for a measured peak */
+    char why[320] = "";
+    int warned = 0;
+    ok(dtrain_mfu_peak_warning(0.9, 0, 10e9, 3, &warned, why, sizeof why) == 0 && !warned,
+       "a declared peak above the step's rate: no warning");
+    ok(dtrain_mfu_peak_warning(1.43, 0, 10e9, 4, &warned, why, sizeof why) == 1 && warned &&
+       strstr(why, "MFU 143.0% at step 4") != NULL && strstr(why, "--peak-flops") != NULL,
+       "MFU over 100%% of a declared peak: one line saying the given peak is too low (%s)", why);
+    ok(dtrain_mfu_peak_warning(1.5, 0, 10e9, 5, &warned, why, sizeof why) == 0, "and only once");
+    int warned_measured = 0;
+    ok(dtrain_mfu_peak_warning(1.2, 1, 10e9, 1, &warned_measured, why, sizeof why) == 0 && !warned_measured,
+       "a measured peak is raised instead (dtrain_mfu), never warned about");
     return tap_done();
 }
