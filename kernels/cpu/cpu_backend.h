@@ -68,11 +68,15 @@ void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
                           const float *b, size_t n);
 
 /* cpu_matmul.c */
+/* exact: which operands hold bf16 values already (widened bf16 tensors), so
+ * that bf16 precision need not round them again */
+#define CPU_MATMUL_INP_BF16 1u
+#define CPU_MATMUL_DOUT_BF16 2u
 void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
-                        const float *weight, const float *bias, int N, int IC, int OC);
+                        const float *weight, const float *bias, int N, int IC, int OC, unsigned exact);
 void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight,
-                         int N, int IC, int OC);
+                         int N, int IC, int OC, unsigned exact);
 
 /* cpu_onednn.c: bf16 matmuls through oneDNN.  mode: DTRAIN_CPU_ONEDNN
  * (NULL or "auto": when the CPU has bf16 instructions, "off", "force").

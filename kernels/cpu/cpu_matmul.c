@@ -34,11 +34,7 @@ static inline float bf16_round(float x)
 {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
-        u |= 0x00400000u; /* keep a NaN quiet after truncation */
-    else
-        u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
+    u = cpu_bf16_round_bits(u);
     memcpy(&x, &u, sizeof x);
     return x;
 }
@@ -58,10 +54,15 @@ static inline float fp16_round(float x)
     return copysignf(nearbyintf(a / step) * step, x); /* nearbyintf: ties to even */
 }
 
+/* Up to three operands rounded in one pass of the pool (one fork-join):
+ * item i belongs to the first operand whose items reach past i. */
+#define ROUND_MAX 3
 struct round_args {
-    float *dst;
-    const float *src;
-    size_t n;
+    float *dst[ROUND_MAX];
+    const float *src[ROUND_MAX];
+    size_t n[ROUND_MAX];
+    long first[ROUND_MAX + 1]; /* operand j's items are [first[j], first[j + 1]) */
+    int count;
     int fp16; /* 1: to IEEE half; 0: to bf16 */
 };
 
@@ -69,15 +70,21 @@ static void round_items(void *p, long begin, long end, int tid)
 {
     const struct round_args *a = p;
     (void)tid;
-    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
-    if (i1 > a->n)
-        i1 = a->n;
-    if (a->fp16)
-        for (size_t i = i0; i < i1; i++)
-            a->dst[i] = fp16_round(a->src[i]);
-    else
-        for (size_t i = i0; i < i1; i++)
-            a->dst[i] = bf16_round(a->src[i]);
+    for (int j = 0; j < a->count; j++) {
+        long b = begin > a->first[j] ? begin : a->first[j], e = end < a->first[j + 1] ? end : a->first[j + 1];
+        if (b >= e)
+            continue;
+        size_t i0 = (size_t)(b - a->first[j]) * CPU_ELEMS_PER_ITEM, i1 = (size_t)(e - a->first[j]) * CPU_ELEMS_PER_ITEM;
+        if (i1 > a->n[j])
+            i1 = a->n[j];
+        float *dst = a->dst[j];
+        const float *src = a->src[j];
+        if (a->fp16)
+            for (size_t i = i0; i < i1; i++)
+                dst[i] = fp16_round(src[i]);
+        else
+            cpu_bf16_round_span(dst + i0, src + i0, i1 - i0);
+    }
 }
 
 /* x's bf16 bits (bf16_round's upper half) */
@@ -180,12 +187,18 @@ static float *operand_scratch(struct dtrain_kernels *k, size_t floats)
     return ck->round_scratch;
 }
 
-/* dst[0..n) = src rounded to the instance's precision, on the pool */
-static void round_operand(struct dtrain_kernels *k, float *dst, const float *src, size_t n)
+/* dst[j][0..n[j]) = src[j] rounded to the instance's precision, j < count, on the pool */
+static void round_operands(struct dtrain_kernels *k, float *const *dst, const float *const *src, const size_t *n,
+                           int count)
 {
-    struct round_args a = {.dst = dst, .src = src, .n = n,
-                           .fp16 = dtrain_kernels_precision(k) == DTRAIN_PRECISION_FP16};
-    cpu_parallel(k, (long)((n + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM, round_items, &a);
+    struct round_args a = {.count = count, .fp16 = dtrain_kernels_precision(k) == DTRAIN_PRECISION_FP16};
+    for (int j = 0; j < count; j++) {
+        a.dst[j] = dst[j];
+        a.src[j] = src[j];
+        a.n[j] = n[j];
+        a.first[j + 1] = a.first[j] + (long)((n[j] + CPU_ELEMS_PER_ITEM - 1) / CPU_ELEMS_PER_ITEM);
+    }
+    cpu_parallel(k, a.first[count], CPU_ELEMS_PER_ITEM, round_items, &a);
 }
 
 struct matmul_args {
@@ -219,8 +232,11 @@ static void forward_rows(void *p, long begin, long end, int tid)
                 1.0f, a->inp + (size_t)begin * a->IC, a->IC, a->weight, a->IC, beta, out, a->OC);
 }
 
+/* exact & CPU_MATMUL_INP_BF16: inp holds bf16 values already (a widened bf16
+ * tensor): in bf16 precision it is used as it is, rounding it again would
+ * change nothing. */
 void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
-                        const float *weight, const float *bias, int N, int IC, int OC)
+                        const float *weight, const float *bias, int N, int IC, int OC, unsigned exact)
 {
     struct matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias,
                             .N = N, .IC = IC, .OC = OC};
@@ -237,9 +253,12 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
         a.dnn_weight = c + bi;
         a.esize = cpu_onednn_bf16(dnn) ? 2 : 4;
     } else if (r != NULL) {
-        round_operand(k, r, inp, ni);
-        round_operand(k, r + ni, weight, nw);
-        a.inp = r;
+        int keep_inp = (exact & CPU_MATMUL_INP_BF16) && dtrain_kernels_precision(k) == DTRAIN_PRECISION_BF16;
+        float *dst[2] = {r + ni, r};
+        const float *src[2] = {weight, inp};
+        const size_t n[2] = {nw, ni};
+        round_operands(k, dst, src, n, keep_inp ? 1 : 2);
+        a.inp = keep_inp ? inp : r;
         a.weight = r + ni;
     }
     cpu_parallel(k, N, (size_t)IC * OC, forward_rows, &a);
@@ -292,7 +311,7 @@ static void backward_parts(void *p, long begin, long end, int tid)
 
 void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight,
-                         int N, int IC, int OC)
+                         int N, int IC, int OC, unsigned exact)
 {
     struct matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
                             .dbias_dout = dout, .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
@@ -314,12 +333,26 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
         a.dnn_dout_t = c + bi + bw + bd;
         a.esize = cpu_onednn_bf16(dnn) ? 2 : 4;
     } else if (r != NULL) {
-        round_operand(k, r, inp, ni);
-        round_operand(k, r + ni, weight, nw);
-        round_operand(k, r + ni + nw, dout, nd);
-        a.inp = r;
+        int bf16 = dtrain_kernels_precision(k) == DTRAIN_PRECISION_BF16;
+        int keep_inp = bf16 && (exact & CPU_MATMUL_INP_BF16), keep_dout = bf16 && (exact & CPU_MATMUL_DOUT_BF16);
+        float *dst[3] = {r + ni};
+        const float *src[3] = {weight};
+        size_t n[3] = {nw};
+        int count = 1;
+        if (!keep_inp) {
+            dst[count] = r;
+            src[count] = inp;
+            n[count++] = ni;
+        }
+        if (!keep_dout) {
+            dst[count] = r + ni + nw;
+            src[count] = dout;
+            n[count++] = nd;
+        }
+        round_operands(k, dst, src, n, count);
+        a.inp = keep_inp ? inp : r;
         a.weight = r + ni;
-        a.dout = r + ni + nw;
+        a.dout = keep_dout ? dout : r + ni + nw;
     }
     /* one part per thread: the split changes no output element's sum */
     struct backward_split s = {.a = &a, .parts = dtrain_kernels_threads(k)};

@@ -10,6 +10,7 @@
  * reference the cuda backend's bf16 kernels are held to (within the order
  * of their sums).  All-fp32 calls go straight to the fp32 kernels. */
 #include "cpu_backend.h"
+#include "cpu_math.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +31,9 @@ static void convert_items(void *p, long begin, long end, int tid)
     if (i1 > a->n)
         i1 = a->n;
     if (a->widen)
-        for (size_t i = i0; i < i1; i++)
-            a->f32[i] = dtrain_bf16_to_f32(a->bf16[i]);
+        cpu_bf16_widen_span(a->f32 + i0, a->bf16 + i0, i1 - i0);
     else
-        for (size_t i = i0; i < i1; i++)
-            a->bf16[i] = dtrain_bf16_from_f32(a->f32[i]);
+        cpu_bf16_narrow_span(a->bf16 + i0, a->f32 + i0, i1 - i0);
 }
 
 static void convert(struct dtrain_kernels *k, float *f32, uint16_t *bf16, size_t n, int widen)
@@ -107,7 +106,8 @@ void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out
     struct views v;
     if (views_of(k, &v, t, n, in, 2) != 0)
         return;
-    cpu_matmul_forward(k, v.f32[0], v.f32[1], weight, bias, N, IC, OC);
+    cpu_matmul_forward(k, v.f32[0], v.f32[1], weight, bias, N, IC, OC,
+                       inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u);
     store(k, &v, t, n, 0);
 }
 
@@ -121,7 +121,9 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
     struct views v;
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
-    cpu_matmul_backward(k, v.f32[0], dweight, dbias, v.f32[1], v.f32[2], weight, N, IC, OC);
+    cpu_matmul_backward(k, v.f32[0], dweight, dbias, v.f32[1], v.f32[2], weight, N, IC, OC,
+                        (inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u) |
+                            (dout.dtype == DTRAIN_BF16 ? CPU_MATMUL_DOUT_BF16 : 0u));
     store(k, &v, t, n, 0);
 }
 
