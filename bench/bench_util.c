@@ -45,5 +45,7 @@ const char *bench_verdict_speedup(double ratio, double target)
 
 const char *bench_verdict_overhead(double overhead, double ceiling)
 {
+    if (!(overhead >= -ceiling))
+        return BENCH_INVALID_OVERHEAD;
     return overhead <= ceiling ? "met" : "NOT met";
 }

@@ -30,7 +30,11 @@ const char *bench_verdict(double ratio, double target);
 const char *bench_verdict_speedup(double ratio, double target);
 
 /* The verdict on an overhead (a ratio minus 1, e.g. +0.04 for 4% slower)
- * against its ceiling: "met" when overhead <= ceiling, else "NOT met". */
+ * against its ceiling: "met" when overhead <= ceiling, else "NOT met";
+ * BENCH_INVALID_OVERHEAD when the work with the extra cost ran more than
+ * the ceiling faster than without it (or it is not a number): the
+ * baseline was measured slow, and "met" would be a false claim. */
+#define BENCH_INVALID_OVERHEAD "INVALID: faster than without the extra work, the baseline was measured slow; rerun on a quiet machine"
 const char *bench_verdict_overhead(double overhead, double ceiling);
 
 #endif

@@ -25,6 +25,10 @@ int main(void)
     ok(strcmp(bench_verdict_speedup(4.4, 1.0), "met") == 0, "a speedup is not capped at 1");
     ok(strcmp(bench_verdict_overhead(0.04, 0.05), "met") == 0 && strcmp(bench_verdict_overhead(0.38, 0.05), "NOT met") == 0,
        "an overhead against its ceiling");
+    ok(strcmp(bench_verdict_overhead(-0.03, 0.05), "met") == 0 &&
+           strcmp(bench_verdict_overhead(-0.233, 0.05), BENCH_INVALID_OVERHEAD) == 0 &&
+           strcmp(bench_verdict_overhead(NAN, 0.05), BENCH_INVALID_OVERHEAD) == 0,
+       "an overhead of -3%% is noise (met); -23.3%% means the baseline was slow: INVALID, not met");
     double v[] = {3.0, 7.5, 1.0, 7.4};
     ok(bench_best(v, 4) == 7.5, "the best of several measurements of a limit: the highest");
     return tap_done();
