@@ -216,7 +216,7 @@ int main(int argc, char **argv)
     for (int m = 0; m < MODES; m++) {
         double med = bench_median(ms[m], (int)repeat);
         double against = m >= NONE2 ? none2 : none;
-        char verdict[64] = ""; /* the background modes' target (doc/fault-tolerance.md) */
+        char verdict[192] = ""; /* the background modes' target (doc/fault-tolerance.md) */
         if (m == ASYNC || m == LOCAL_ASYNC)
             snprintf(verdict, sizeof verdict, " (target <= %.0f%%: %s)", 100.0 * TARGET_OVERHEAD,
                      bench_verdict_overhead(med / against - 1.0, TARGET_OVERHEAD));

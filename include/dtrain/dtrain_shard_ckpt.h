@@ -107,6 +107,8 @@ struct dtrain_sckpt_stats {
     uint64_t total_bytes; /* every shard of the checkpoint (save: known on rank 0 only) */
     double seconds;       /* wall time of the call on this rank */
     int failed_here;      /* save: this rank's write failed (err then says why, here) */
+    uint64_t received;    /* resume from the node-local tier: bytes of files this rank received from others
+                           * (the ones its node lacked) */
     uint64_t shards_opened; /* resume: shard files this rank opened to load its pieces (those holding runs;
                              * the verification, split across the ranks, not counted) */
 };
@@ -207,7 +209,8 @@ int dtrain_sckpt_resume_group(const char *dir, const struct dtrain_train_config 
  * folder: each rank writes its shard into its node's LOCAL/step-N.tmp
  * (dtrain_sckpt_write_shard with LOCAL), then sends the file's bytes to its
  * peer, a rank on another node, which keeps them in its own node's
- * LOCAL/step-N.tmp under the same name (dtrain_sckpt_write_copy); then
+ * LOCAL/step-N.tmp under the same name (dtrain_sckpt_write_copy; in the
+ * background writer over copy_comm, dtrain_sckpt_swap_copies); then
  * dtrain_sckpt_commit_local: the gather of every rank's outcome (its shard
  * and the copy it keeps), and the lowest rank of each node writes the
  * manifest into its node's folder and renames it step-N.  So a node's
@@ -219,12 +222,31 @@ struct dtrain_sckpt_peers {
     int leader;      /* the lowest rank of this rank's node (it commits and tidies the node's folder) */
     int nodes;       /* nodes of the job */
     int same_node;   /* 1: some rank's peer is on its own node (uneven ranks per node) */
+    dtrain_comm *copy_comm; /* the copies' own communicator (dtrain_sckpt_copy_comm), used by the
+                             * background writer only; NULL: they go over world on the main thread */
 };
 /* Collective over world: the peers of the ranks from their node indices
  * (bs->node): ranks ordered by (node, rank), each one's peer m places on
  * (m: the most ranks of a node), so with even nodes the copy of every
  * shard is on the next node. */
 int dtrain_sckpt_peers(dtrain_comm *world, long node, struct dtrain_sckpt_peers *out, char *err, size_t errlen);
+/* Collective over world: a communicator of every rank of world for the
+ * peer copies alone (cpu backend, TCP between nodes, its leader rank 0 on
+ * the address of world's cpu id, else the first up interface's), so that
+ * the background writer sends and receives them on its own thread while
+ * the main thread trains over world (a communicator takes calls from one
+ * thread at a time).  timeout_ms and abort_flag as world's.  DTRAIN_OK and
+ * *out (NULL when it could not be made on some rank: err then says why,
+ * for a warning; the copies then go over world) or world's failure. */
+int dtrain_sckpt_copy_comm(dtrain_comm *world, const struct dtrain_bootstrap *bs, int timeout_ms,
+                           const atomic_int *abort_flag, dtrain_comm **out, char *err, size_t errlen);
+/* The exchange of one checkpoint's copies over c (every rank of c calls
+ * it, any thread): mine (len bytes; 0: none, this rank's write failed) to
+ * the peer, *theirs (malloc'ed, *theirs_len; 0: none) from src, sizes
+ * first.  0, or an errno with one line in why (the comm's failure, or no
+ * memory: c is then aborted so that the sender does not wait). */
+int dtrain_sckpt_swap_copies(dtrain_comm *c, int peer, int src, const void *mine, size_t len, void **theirs,
+                             size_t *theirs_len, char *why, size_t whylen);
 /* This rank's shard of dir/step-N.tmp read back whole (malloc'ed). */
 int dtrain_sckpt_read_back(const char *dir, uint64_t step, int rank, void **bytes, size_t *len, char *why,
                            size_t whylen);
@@ -244,9 +266,12 @@ int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config 
  * folder (as dtrain_sckpt_resume) and the node-local folders (a step is
  * complete there when every shard has a good copy on some node: each rank
  * checks its own shard and the copy it keeps against its node's manifest;
- * the good copies are then sent to every node, which keeps the whole
- * checkpoint again, and read as from the shared folder, with group as
- * dtrain_sckpt_resume_group; NULL: none).  Newest step
+ * each node then receives, point to point from a rank holding a good copy,
+ * only the files its ranks lack: their own shards, the copies they keep
+ * and the shards their loads open (every file to every node only when a
+ * rank lacks more than 16); then read as from the shared folder, with
+ * group as dtrain_sckpt_resume_group; NULL: none; st->received counts the
+ * bytes this rank received).  Newest step
  * first; at one step the node-local tier before the shared one; a damaged
  * node folder is renamed step-N.damaged there.  out->tier says which. */
 int dtrain_sckpt_resume_tiers(const char *shared, const char *local, const struct dtrain_sckpt_peers *peers,

@@ -41,6 +41,26 @@ static void *writer_main(void *arg)
     if (a->local && a->peers->peer >= 0 && a->written.error == 0)
         a->copy_error = dtrain_sckpt_read_back(a->dir, a->step, a->layout.rank, &a->mine, &a->mine_len, a->copy_why,
                                                sizeof a->copy_why);
+    if (a->local && a->peers->peer >= 0 && a->peers->copy_comm != NULL) {
+        /* the copies over their own communicator, here: the main thread
+         * trains on (every rank's writer calls this once per checkpoint) */
+        char why[512];
+        int e = dtrain_sckpt_swap_copies(a->peers->copy_comm, a->peers->peer, a->peers->src, a->mine,
+                                         a->copy_error == 0 ? a->mine_len : 0, &a->theirs, &a->theirs_len, why,
+                                         sizeof why);
+        free(a->mine);
+        a->mine = NULL;
+        a->mine_len = 0;
+        if (e != 0 && a->copy_error == 0) {
+            a->copy_error = e;
+            snprintf(a->copy_why, sizeof a->copy_why, "%s", why);
+        }
+        if (a->theirs_len > 0 && a->copy_error == 0)
+            a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
+                                                    a->copy_why, sizeof a->copy_why);
+        free(a->theirs);
+        a->theirs = NULL;
+    }
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -143,7 +163,7 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
         return DTRAIN_OK;
     join(a);
     *write_s = a->written.seconds;
-    if (a->pending == 1 && a->local && a->peers->peer >= 0) {
+    if (a->pending == 1 && a->local && a->peers->peer >= 0 && a->peers->copy_comm == NULL) {
         int rc = exchange(a, world, err, errlen);
         if (rc != DTRAIN_OK) {
             free(a->theirs);
@@ -168,6 +188,10 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
 
 void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a)
 {
+    /* a writer still swapping copies with a peer that is gone: stop it now
+     * rather than after the comm timeout (the run is ending) */
+    if (a->pending && a->threaded && !atomic_load(&a->done) && a->local && a->peers->copy_comm != NULL)
+        dtrain_comm_abort(a->peers->copy_comm);
     if (a->pending)
         join(a);
     free(a->mine);

@@ -4,9 +4,11 @@
  * The fault-tolerant loop (dtrain_loop.c, --ckpt-async) copies the rank's
  * state into host memory at a step boundary (the pieces, dtrain_ft.h) and
  * hands it to dtrain_ckpt_async_start: a thread of its own writes this
- * rank's shard into DIR/step-N.tmp (dtrain_sckpt_write_shard: files only,
- * never a communicator, which is not thread-safe) while the main thread
- * trains on.  The collective half of the commit protocol
+ * rank's shard into DIR/step-N.tmp (dtrain_sckpt_write_shard: files, and
+ * on the node-local tier the peer copies over their own communicator,
+ * peers->copy_comm, which no other thread calls: never one the main
+ * thread uses, as a communicator takes one thread's calls at a time)
+ * while the main thread trains on.  The collective half of the commit protocol
  * (dtrain_sckpt_commit: the gather of outcomes, rank 0's manifest and
  * rename) runs on the main thread, in dtrain_ckpt_async_finish, at a step
  * boundary where every rank calls it: the loop sums "my write is still
@@ -76,10 +78,11 @@ int dtrain_ckpt_async_start(struct dtrain_ckpt_async *a, const char *dir, int lo
 int dtrain_ckpt_async_writing(struct dtrain_ckpt_async *a);
 
 /* The collective of the next stage (every rank calls it at the same step
- * boundary): wait for this rank's write; on the node-local tier after
- * stage 1, send the shard to the peer and receive the copy this rank
- * keeps (over world, on this thread) and start writing it in the
- * background (*committed 0: pending still); else commit
+ * boundary): wait for this rank's write; on the node-local tier without
+ * peers->copy_comm, after stage 1, send the shard to the peer and receive
+ * the copy this rank keeps (over world, on this thread) and start writing
+ * it in the background (*committed 0: pending still; with copy_comm the
+ * writer has already swapped and written the copies); else commit
  * (dtrain_sckpt_commit or _commit_local; *committed 1).  Returns as
  * dtrain_sckpt_save; *write_s: the background writes' wall time, st: the
  * commit's.  Nothing pending: DTRAIN_OK, *committed 0. */
@@ -87,7 +90,8 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
                              struct dtrain_sckpt_stats *st, double *write_s, char *err, size_t errlen);
 
 /* Wait for the write without committing (the run is ending on a fault):
- * its step-N.tmp stays for resume to remove.  Not collective. */
+ * its step-N.tmp stays for resume to remove.  Not collective.  A writer
+ * still swapping copies is stopped by aborting peers->copy_comm. */
 void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a);
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pcomm.h"
+#include "comm/bootstrap/bootstrap_id.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +37,7 @@ int dtrain_sckpt_peers(dtrain_comm *world, long node, struct dtrain_sckpt_peers 
     int32_t *nodes = malloc((size_t)size * sizeof *nodes);
     struct by_node *order = malloc((size_t)size * sizeof *order);
     int rc = DTRAIN_ERR_SYSTEM;
-    *out = (struct dtrain_sckpt_peers){-1, -1, rank, 1, 0};
+    *out = (struct dtrain_sckpt_peers){-1, -1, rank, 1, 0, NULL};
     if (nodes == NULL || order == NULL) {
         dtrain_snprintf(err, errlen, "out of memory for %d ranks' nodes", size);
         goto out;
@@ -75,6 +76,103 @@ out:
     free(nodes);
     free(order);
     return rc;
+}
+
+/* ------------------------------------------------------------ the copies' communicator */
+
+static int bcast_from(dtrain_comm *world, void *buf, size_t bytes, int root, const char *what, char *err,
+                      size_t errlen)
+{
+    if (world == NULL)
+        return DTRAIN_OK;
+    return dtrain_pcomm_status(world, dtrain_comm_broadcast(world, buf, bytes, root), what, err, errlen);
+}
+
+#define COPY_ID_BYTES 272 /* a cpu id and its NUL, padded: what rank 0 broadcasts */
+
+int dtrain_sckpt_copy_comm(dtrain_comm *world, const struct dtrain_bootstrap *bs, int timeout_ms,
+                           const atomic_int *abort_flag, dtrain_comm **out, char *err, size_t errlen)
+{
+    int rank = dtrain_comm_rank(world), size = dtrain_comm_size(world), listen_fd = -1, rc;
+    char id[COPY_ID_BYTES], why[384] = "", host[DTRAIN_COMM_HOST_ID_MAX];
+    *out = NULL;
+    memset(id, 0, sizeof id);
+    if (rank == 0) {
+        /* world's leader address: the interface the launcher chose (--comm-iface) */
+        struct dtrain_cpu_id wid;
+        char addr[INET_ADDRSTRLEN] = "";
+        if (bs->backend == DTRAIN_COMM_CPU && dtrain_cpu_id_parse(bs->groups[DTRAIN_GROUP_WORLD].id, &wid) == 0)
+            dtrain_snprintf(addr, sizeof addr, "%s", wid.addr);
+        else if (dtrain_comm_addr_pick(NULL, addr, sizeof addr, why, sizeof why) != 0)
+            addr[0] = '\0';
+        if (addr[0] != '\0' && dtrain_bootstrap_id_make_cpu(addr, size - 1, id, sizeof id, &listen_fd, why, sizeof why) != 0)
+            id[0] = '\0';
+    }
+    if ((rc = bcast_from(world, id, sizeof id, 0, "checkpoint: the peer copies' communicator", err, errlen)) !=
+        DTRAIN_OK) {
+        if (listen_fd >= 0)
+            close(listen_fd);
+        return rc;
+    }
+    int64_t failed = 1;
+    if (id[0] != '\0' && memchr(id, '\0', sizeof id) != NULL) {
+        struct dtrain_comm_group g = {.present = 1, .size = size, .first = 0, .stride = 1, .my_rank = rank,
+                                      .listen_fd = listen_fd};
+        struct dtrain_comm_options o;
+        dtrain_comm_options_defaults(&o);
+        o.timeout_ms = timeout_ms;
+        o.abort_flag = abort_flag;
+        if (bs->node >= 0) { /* as dtrain_comm_init_all: the ranks of a node share memory */
+            dtrain_snprintf(host, sizeof host, "node%d", bs->node);
+            o.host_id = host;
+        }
+        dtrain_snprintf(g.key, sizeof g.key, "dt.ckpt");
+        memcpy(g.id, id, sizeof id);
+        failed = dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, out, NULL, why, sizeof why) != DTRAIN_OK;
+        listen_fd = -1; /* taken over, also on failure */
+    } else if (rank != 0) {
+        dtrain_snprintf(why, sizeof why, "rank 0 could not make its id");
+    }
+    if (listen_fd >= 0)
+        close(listen_fd);
+    /* every rank has it, or none uses it */
+    int64_t any = failed;
+    if ((rc = dtrain_pcomm_status(world, dtrain_comm_sum_int64(world, &any, 1),
+                                  "checkpoint: the peer copies' communicator", err, errlen)) != DTRAIN_OK ||
+        any > 0) {
+        dtrain_comm_destroy(*out);
+        *out = NULL;
+        if (rc == DTRAIN_OK)
+            dtrain_snprintf(err, errlen, "the peer copies' communicator: %s", failed ? why : "another rank could "
+                            "not join it");
+    }
+    return rc;
+}
+
+int dtrain_sckpt_swap_copies(dtrain_comm *c, int peer, int src, const void *mine, size_t len, void **theirs,
+                             size_t *theirs_len, char *why, size_t whylen)
+{
+    uint64_t out = len, in = 0;
+    *theirs = NULL;
+    *theirs_len = 0;
+    if (dtrain_comm_sendrecv(c, &out, sizeof out, peer, &in, sizeof in, src) != DTRAIN_OK) {
+        dtrain_snprintf(why, whylen, "the peer copy's size: %s", dtrain_comm_error_message(c));
+        return EIO;
+    }
+    if (in > 0 && (*theirs = malloc((size_t)in)) == NULL) {
+        dtrain_comm_abort(c); /* the sender cannot be left waiting on the link */
+        dtrain_snprintf(why, whylen, "out of memory for rank %d's checkpoint copy (%llu bytes)", src,
+                        (unsigned long long)in);
+        return ENOMEM;
+    }
+    if (dtrain_comm_sendrecv(c, mine, len, peer, *theirs, (size_t)in, src) != DTRAIN_OK) {
+        dtrain_snprintf(why, whylen, "the peer copy: %s", dtrain_comm_error_message(c));
+        free(*theirs);
+        *theirs = NULL;
+        return EIO;
+    }
+    *theirs_len = (size_t)in;
+    return 0;
 }
 
 /* ------------------------------------------------------------ copies */
@@ -279,14 +377,6 @@ static int copy_state(const char *path, long r, const struct manifest *m, uint64
     return v == GOOD ? HELD : v == DAMAGED_MISSING ? ABSENT : BAD;
 }
 
-static int bcast_from(dtrain_comm *world, void *buf, size_t bytes, int root, const char *what, char *err,
-                      size_t errlen)
-{
-    if (world == NULL)
-        return DTRAIN_OK;
-    return dtrain_pcomm_status(world, dtrain_comm_broadcast(world, buf, bytes, root), what, err, errlen);
-}
-
 /* Send the file `name` of step folder `path` from rank `holder` to every
  * rank; the leaders write it into their node's `into` folder.  Returns the
  * comm status; *werr the write's errno here (leaders). */
@@ -323,6 +413,248 @@ static int spread_file(dtrain_comm *world, int rank, int holder, int leader, con
         *werr = write_file(into, name, buf, (size_t)size, why, whylen);
 out:
     free(buf);
+    return rc;
+}
+
+#define NEED_MAX 16 /* shards a rank may lack (more on some rank: every file goes to every node) */
+
+/* 1 when the node led by `leader` holds a verified shard s (a rank's own, or the copy a rank keeps). */
+static int node_has(const struct local_view *all, int size, int leader, int s)
+{
+    for (int q = 0; q < size; q++)
+        if (all[q].leader == leader && ((q == s && all[q].own == HELD) || (all[q].src == s && all[q].copy == HELD)))
+            return 1;
+    return 0;
+}
+
+/* 1 when that node's folder is sound (its manifest good, no file damaged):
+ * what it lacks goes into it; else the folder is built anew in step-N.tmp. */
+static int node_intact(const struct local_view *all, int size, int leader)
+{
+    if (all[leader].manifest != HELD)
+        return 0;
+    for (int q = 0; q < size; q++)
+        if (all[q].leader == leader && (all[q].own == BAD || all[q].copy == BAD || all[q].manifest == BAD))
+            return 0;
+    return 1;
+}
+
+struct need {
+    int32_t count, pad;       /* count > NEED_MAX: too many, < 0: no manifest to tell */
+    int32_t shard[NEED_MAX];  /* shards this rank wants that its node lacks */
+};
+#define NEED_INTS ((int)(sizeof(struct need) / sizeof(int32_t)))
+
+struct transfer { int32_t leader, shard, rank; };
+
+static int cmp_transfer(const void *a, const void *b)
+{
+    const struct transfer *x = a, *y = b;
+    if (x->leader != y->leader)
+        return x->leader < y->leader ? -1 : 1;
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* The shards this rank wants in its node's folder that the node lacks:
+ * its own, the copy it keeps, and those its load opens (sckpt_load_group:
+ * the non-empty shards, of its DP group member's share). */
+static void my_needs(const struct local_view *all, int rank, int size, const struct manifest *m,
+                     const struct dtrain_sckpt_group *group, struct need *n)
+{
+    dtrain_comm *c = group != NULL ? group->comm : NULL;
+    int members = c != NULL ? dtrain_comm_size(c) : 1, member = members > 1 ? dtrain_comm_rank(c) : 0;
+    n->count = 0;
+    for (int s = -2; s < size; s++) {
+        int want = s == -2 ? rank : s == -1 ? all[rank].src : s;
+        if (want < 0 || want >= size || (s >= 0 && (want == rank || want == all[rank].src)))
+            continue;
+        if (s >= 0 && (m->shards[want].floats == 0 || (members > 1 && sckpt_group_member_of(m, want, members) != member)))
+            continue;
+        if (node_has(all, size, all[rank].leader, want))
+            continue;
+        if (n->count == NEED_MAX) {
+            n->count = NEED_MAX + 1;
+            return;
+        }
+        n->shard[n->count++] = want;
+    }
+}
+
+/* Send shard s's file of this rank's node folder `path` to rank `to`
+ * (size first; UINT64_MAX: it could not be read again). */
+static int send_file(dtrain_comm *world, const char *path, int s, int to, char *why, size_t whylen, char *err,
+                     size_t errlen)
+{
+    char file[DTRAIN_PATH_MAX], name[32];
+    void *buf = NULL;
+    size_t len = 0;
+    sckpt_shard_name(name, sizeof name, s);
+    uint64_t size = dtrain_snprintf(file, sizeof file, "%s/%s", path, name) == 0 &&
+                    read_whole(file, &buf, &len, why, whylen) == 0 ? len : UINT64_MAX;
+    int rc = dtrain_pcomm_status(world, dtrain_comm_send(world, &size, sizeof size, to), "resume: a node-local file's size",
+                                 err, errlen);
+    if (rc == DTRAIN_OK && size != UINT64_MAX)
+        rc = dtrain_pcomm_status(world, dtrain_comm_send(world, buf, len, to), "resume: a node-local file", err, errlen);
+    free(buf);
+    return rc;
+}
+
+/* Receive shard s's file from rank `from` into folder `into`. */
+static int recv_file(dtrain_comm *world, int from, int s, const char *into, int *werr, uint64_t *received, char *why,
+                     size_t whylen, char *err, size_t errlen)
+{
+    char name[32];
+    uint64_t size = 0;
+    sckpt_shard_name(name, sizeof name, s);
+    int rc = dtrain_pcomm_status(world, dtrain_comm_recv(world, &size, sizeof size, from),
+                                 "resume: a node-local file's size", err, errlen);
+    if (rc != DTRAIN_OK)
+        return rc;
+    if (size == UINT64_MAX) {
+        if (*werr == 0)
+            dtrain_snprintf(why, whylen, "%s could not be read again on rank %d", name, from);
+        *werr = *werr ? *werr : EIO;
+        return DTRAIN_OK;
+    }
+    void *buf = malloc((size_t)size + 1);
+    if (buf == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory for %s (%" PRIu64 " bytes)", name, size);
+        return DTRAIN_ERR_SYSTEM; /* its sender waits: this rank cannot take part */
+    }
+    rc = dtrain_pcomm_status(world, dtrain_comm_recv(world, buf, (size_t)size, from), "resume: a node-local file", err,
+                             errlen);
+    if (rc == DTRAIN_OK) {
+        *received += size;
+        if (*werr == 0)
+            *werr = write_file(into, name, buf, (size_t)size, why, whylen);
+    }
+    free(buf);
+    return rc;
+}
+
+/* The verified files of the node led by `leader` linked into its new
+ * folder tmp (made here): 0 or an errno. */
+static int link_verified(const struct local_view *all, int size, int leader, const char *path, const char *tmp,
+                         char *why, size_t whylen)
+{
+    int fd = sckpt_open_step_dir(tmp, why, whylen);
+    if (fd < 0)
+        return errno ? errno : EIO;
+    close(fd);
+    for (int q = -1; q < size; q++) {
+        char name[32], from[DTRAIN_PATH_MAX], to[DTRAIN_PATH_MAX];
+        for (int which = 0; which < 2; which++) {
+            if (q < 0 ? which == 1 || all[leader].manifest != HELD
+                      : all[q].leader != leader || (which == 0 ? all[q].own : all[q].copy) != HELD)
+                continue;
+            if (q < 0)
+                dtrain_snprintf(name, sizeof name, "%s", DTRAIN_SCKPT_MANIFEST);
+            else
+                sckpt_shard_name(name, sizeof name, which == 0 ? q : all[q].src);
+            if (dtrain_snprintf(from, sizeof from, "%s/%s", path, name) != 0 ||
+                dtrain_snprintf(to, sizeof to, "%s/%s", tmp, name) != 0)
+                return ENAMETOOLONG;
+            if (linkat(AT_FDCWD, from, AT_FDCWD, to, 0) != 0 && errno != EEXIST) {
+                int e = errno;
+                dtrain_snprintf(why, whylen, "cannot link %s into %s: %s", from, tmp, strerror(e));
+                return e;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Each node gets only what its ranks lack (their own shards, the copies
+ * they keep, the shards their loads open), point to point from a rank
+ * that holds a good copy; the manifest (small) to every rank when a node
+ * lost it.  A sound node folder takes the files in; any other is built
+ * anew in tmp (its verified files linked).  *fallback: some rank lacks
+ * more than NEED_MAX shards (the caller sends every file to every node).
+ * Returns the comm status; *werr: this rank's write errno. */
+static int fetch_lacking(dtrain_comm *world, int rank, int size, const struct local_view *all, const int *holder,
+                         int manifest_holder, const char *path, const char *tmp, uint64_t step,
+                         const struct dtrain_train_config *cfg, struct manifest *m,
+                         const struct dtrain_sckpt_group *group, int *fallback, int *werr, uint64_t *received,
+                         char *why, size_t whylen, char *err, size_t errlen)
+{
+    const int my_leader = all[rank].leader, leader = my_leader == rank;
+    const char *dest = node_intact(all, size, my_leader) ? path : tmp;
+    int rc = DTRAIN_OK, any_lacks = 0;
+    struct need mine = {0, 0, {0}}, *needs = malloc((size_t)size * sizeof *needs);
+    struct transfer *list = NULL;
+    *fallback = 0;
+    if (needs == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory for %d ranks' needs", size);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    for (int q = 0; q < size; q++)
+        if (all[q].leader == q && all[q].manifest != HELD)
+            any_lacks = 1;
+    if (any_lacks) { /* the manifest, to the nodes that lost theirs */
+        int32_t w = 0, *ws = malloc((size_t)size * sizeof *ws);
+        if (ws == NULL) {
+            dtrain_snprintf(err, errlen, "out of memory");
+            rc = DTRAIN_ERR_SYSTEM;
+            goto out;
+        }
+        rc = spread_file(world, rank, manifest_holder, leader && all[rank].manifest != HELD, path,
+                         DTRAIN_SCKPT_MANIFEST, dest, werr, why, whylen, err, errlen);
+        w = *werr;
+        if (rc == DTRAIN_OK) /* the leaders have written it before their nodes read it */
+            rc = sckpt_gather_ints(world, &w, 1, ws, "resume: the node-local manifests", err, errlen);
+        free(ws);
+        if (rc != DTRAIN_OK)
+            goto out;
+        if (all[rank].manifest != HELD) {
+            free(m->shards);
+            memset(m, 0, sizeof *m);
+            if (sckpt_read_manifest(dest, step, cfg, m, why, whylen) != GOOD)
+                mine.count = -1;
+        }
+    }
+    if (mine.count == 0)
+        my_needs(all, rank, size, m, group, &mine);
+    if ((rc = sckpt_gather_ints(world, (const int32_t *)(const void *)&mine, NEED_INTS, (int32_t *)(void *)needs,
+                                "resume: the shards each node lacks", err, errlen)) != DTRAIN_OK)
+        goto out;
+    size_t n = 0;
+    for (int q = 0; q < size; q++) {
+        if (needs[q].count < 0 && *werr == 0) {
+            *werr = EIO; /* no manifest there: its node could not be put back */
+            dtrain_snprintf(why, whylen, "rank %d's node has no readable manifest", q);
+        }
+        if (needs[q].count > NEED_MAX) {
+            *fallback = 1;
+            goto out;
+        }
+        n += needs[q].count > 0 ? (size_t)needs[q].count : 0;
+    }
+    if ((list = malloc((n + 1) * sizeof *list)) == NULL) {
+        dtrain_snprintf(err, errlen, "out of memory for %zu transfers", n);
+        rc = DTRAIN_ERR_SYSTEM;
+        goto out;
+    }
+    n = 0;
+    for (int q = 0; q < size; q++)
+        for (int i = 0; i < needs[q].count; i++)
+            list[n++] = (struct transfer){all[q].leader, needs[q].shard[i], q};
+    /* one transfer per node and shard (its lowest rank wanting it receives),
+     * in one order everywhere: blocking sends and receives cannot deadlock */
+    qsort(list, n, sizeof *list, cmp_transfer);
+    for (size_t i = 0; i < n && rc == DTRAIN_OK; i++) {
+        if (i > 0 && list[i].leader == list[i - 1].leader && list[i].shard == list[i - 1].shard)
+            continue;
+        int from = holder[list[i].shard];
+        if (rank == from)
+            rc = send_file(world, path, list[i].shard, list[i].rank, why, whylen, err, errlen);
+        else if (rank == list[i].rank)
+            rc = recv_file(world, from, list[i].shard, dest, werr, received, why, whylen, err, errlen);
+    }
+out:
+    free(list);
+    free(needs);
     return rc;
 }
 
@@ -420,26 +752,54 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
         verdict = any_bad ? DAMAGED_CHECKSUM : DAMAGED_MISSING;
         goto out;
     }
-    /* Every node gets the whole checkpoint again (its lost or damaged
-     * files back), built in step-N.tmp and renamed over its folder. */
-    int werr = 0;
-    char name[32];
+    /* Each node gets what its ranks lack (a lost or damaged file back,
+     * the shards their loads open), sent to it alone; its folder, when
+     * damaged or lost, is built anew in step-N.tmp and renamed over it. */
+    int werr = 0, fallback = 0, rebuild = !node_intact(all, size, peers->leader);
     if (leader)
         sckpt_remove_step_dir(tmp);
-    for (int r = 0; r < size && *rc == DTRAIN_OK; r++) {
-        sckpt_shard_name(name, sizeof name, r);
-        *rc = spread_file(world, rank, holder[r], leader, path, name, tmp, &werr, why,
-                          sizeof why, err, errlen);
+    *rc = fetch_lacking(world, rank, size, all, holder, manifest_holder, path, tmp, step, cfg, &m, group, &fallback,
+                        &werr, &st->received, why, sizeof why, err, errlen);
+    if (*rc == DTRAIN_OK && fallback) {
+        /* some rank lacks many: every node gets the whole checkpoint again */
+        char name[32];
+        rebuild = 1;
+        werr = 0;
+        if (leader)
+            sckpt_remove_step_dir(tmp);
+        for (int r = 0; r < size && *rc == DTRAIN_OK; r++) {
+            sckpt_shard_name(name, sizeof name, r);
+            *rc = spread_file(world, rank, holder[r], leader, path, name, tmp, &werr, why,
+                              sizeof why, err, errlen);
+        }
+        if (*rc == DTRAIN_OK)
+            *rc = spread_file(world, rank, manifest_holder, leader, path, DTRAIN_SCKPT_MANIFEST, tmp, &werr, why,
+                              sizeof why, err, errlen);
+    } else if (*rc == DTRAIN_OK) {
+        /* every file received (and written by its node's ranks) before the
+         * leaders sync and rename; a node's failed write fails its leader */
+        int32_t w = werr != 0, *ws = malloc((size_t)size * sizeof *ws);
+        if (ws == NULL) {
+            dtrain_snprintf(err, errlen, "out of memory");
+            *rc = DTRAIN_ERR_SYSTEM;
+        } else {
+            *rc = sckpt_gather_ints(world, &w, 1, ws, "resume: the node-local files received", err, errlen);
+            for (int q = 0; *rc == DTRAIN_OK && leader && werr == 0 && q < size; q++)
+                if (ws[q] != 0 && all[q].leader == rank) {
+                    werr = EIO;
+                    dtrain_snprintf(why, sizeof why, "rank %d could not write a file into %s", q, rebuild ? tmp : path);
+                }
+            free(ws);
+        }
+        if (*rc == DTRAIN_OK && rebuild && leader && werr == 0)
+            werr = link_verified(all, size, rank, path, tmp, why, sizeof why);
     }
-    if (*rc == DTRAIN_OK)
-        *rc = spread_file(world, rank, manifest_holder, leader, path, DTRAIN_SCKPT_MANIFEST, tmp, &werr, why,
-                          sizeof why, err, errlen);
     free(holder);
     if (*rc != DTRAIN_OK)
         goto out;
-    if (leader && werr == 0 && sckpt_fsync_dir(tmp) != 0)
+    if (leader && werr == 0 && sckpt_fsync_dir(rebuild ? tmp : path) != 0)
         werr = errno;
-    if (leader && werr == 0) {
+    if (leader && werr == 0 && rebuild) {
         if (node_damaged) {
             sckpt_remove_step_dir(damaged);
             if (rename(path, damaged) != 0 && errno != ENOENT)
@@ -454,7 +814,7 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
         if (werr != 0)
             dtrain_snprintf(why, sizeof why, "cannot put %s back together: %s", path, strerror(werr));
     }
-    if (leader && werr != 0)
+    if (leader && werr != 0 && rebuild)
         sckpt_remove_step_dir(tmp);
     /* every node restored (or the shared tier is next), then every rank reads */
     int32_t mine[2] = {werr != 0 ? DAMAGED_READ : GOOD, 0}, *got = (int32_t *)(void *)all;

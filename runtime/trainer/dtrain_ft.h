@@ -138,6 +138,8 @@ struct dtrain_ft_summary {
     unsigned long long ckpt_bytes; /* its size, all shards (rank 0) */
     double load_s;           /* seconds loading the checkpoint resumed from */
     unsigned long long load_bytes; /* bytes this rank read then */
+    unsigned long long load_received; /* bytes of files it received from other ranks then (node-local tier:
+                                       * those its node lacked) */
 };
 
 /* Train t (built from cfg on bs and comms) to cfg->steps.  abort_flag is

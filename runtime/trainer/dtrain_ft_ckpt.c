@@ -106,6 +106,17 @@ int dtrain_ft_local_tier(struct ft *f, char *err, size_t errlen)
     /* collective: every rank has the same config */
     if ((rc = dtrain_sckpt_peers(f->world, bs->node, &f->peers, err, errlen)) != DTRAIN_OK)
         return rc;
+    /* the copies travel on the background writer's thread, over their own communicator */
+    char why[512];
+    if (f->peers.peer >= 0 &&
+        (rc = dtrain_sckpt_copy_comm(f->world, bs, cfg->comm_timeout * 1000, f->abort_flag, &f->peers.copy_comm, why,
+                                     sizeof why)) != DTRAIN_OK) {
+        snprintf(err, errlen, "%s", why);
+        return rc;
+    }
+    if (is_root(f) && f->peers.peer >= 0 && f->peers.copy_comm == NULL)
+        fprintf(stderr, "%s: warning: --ckpt-local-dir: %s; the peer copies go over the world communicator at a step "
+                "boundary\n", f->prog, why);
     if (is_root(f) && (f->peers.nodes < 2 || f->peers.same_node))
         fprintf(stderr, "%s: warning: --ckpt-local-dir: %s: a node's lost disk can lose a node-local checkpoint "
                 "(the shared tier, --ckpt-dir, is the fallback)\n", f->prog, f->peers.nodes < 2 ?
@@ -286,6 +297,7 @@ int dtrain_ft_load_checkpoint(struct ft *f, const char *dir, int rollback, int r
         f->last_ckpt = (long)res.step;
         f->sum->load_s = st.seconds;
         f->sum->load_bytes = st.bytes;
+        f->sum->load_received = st.received;
         if (!rollback)
             f->sum->resumed_step = (long)res.step;
         char what[96];

@@ -14,6 +14,7 @@ struct ft {
     const struct dtrain_train_config *cfg;
     const struct dtrain_bootstrap *bs;
     dtrain_comm *world;
+    const atomic_int *abort_flag;    /* the process's, for the peer copies' communicator too */
     struct dtrain_fault *fault;
     struct dtrain_watchdog *wd;
     struct dtrain_inject_run inject; /* fault injection (its hooks are the step's) */

@@ -365,6 +365,7 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
 {
     struct ft f = {
         .t = t, .cfg = cfg, .bs = bs, .world = comms->group[DTRAIN_GROUP_WORLD], .fault = fault,
+        .abort_flag = abort_flag,
         .prog = fault->prog, .progress = progress != NULL ? progress : stdout,
         .dir = cfg->ckpt_dir[0] != '\0' ? cfg->ckpt_dir : NULL,
         .resume = cfg->resume[0] != '\0' ? cfg->resume : NULL,
@@ -382,8 +383,10 @@ int dtrain_ft_run(struct dtrain_ptrainer *t, const struct dtrain_train_config *c
     dtrain_inject_run_init(&f.inject, &spec, bs->rank, f.restart, f.prog, fault);
     dtrain_report_set_prog(t, f.prog);
     if ((rc = dtrain_ft_local_tier(&f, err, errlen)) != DTRAIN_OK ||
-        (rc = dtrain_ft_pieces(t, cfg, bs, &f.pieces, err, errlen)) != DTRAIN_OK)
+        (rc = dtrain_ft_pieces(t, cfg, bs, &f.pieces, err, errlen)) != DTRAIN_OK) {
+        dtrain_comm_destroy(f.peers.copy_comm);
         return rc;
+    }
     rc = DTRAIN_ERR_SYSTEM;
     if (dtrain_signals_install(err, errlen) != 0)
         goto out;
@@ -404,6 +407,7 @@ out:
     dtrain_ptrainer_set_watchdog(t, NULL);
     dtrain_ptrainer_set_inject(t, NULL);
     dtrain_ckpt_async_abandon(&f.async); /* a fault: its step-N.tmp stays for resume to remove */
+    dtrain_comm_destroy(f.peers.copy_comm);
     dtrain_watchdog_stop(f.wd);
     if (signals)
         dtrain_signals_restore();

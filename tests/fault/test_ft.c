@@ -169,6 +169,15 @@ static int same_losses(const char *path, const float *ref)
 }
 
 /* A job of the scenario `name`: its own checkpoint folder and metrics. */
+/* Bytes of shard r of a step folder (0: none). */
+static unsigned long long shard_bytes(const char *step_dir, int r)
+{
+    char path[800];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/shard-%05d.bin", step_dir, r);
+    return stat(path, &sb) == 0 ? (unsigned long long)sb.st_size : 0;
+}
+
 static struct job scenario(const struct dtrain_train_config *base, const char *top, const char *name,
                            const char *inject)
 {
@@ -395,6 +404,16 @@ int main(void)
        harness_sh("test -f '%s/step-00000006/shard-00003.bin'", node1) == 0,
        "node1's local folder wiped: the resumed run takes step 6 from node0's shards and copies (%ld), puts node1's "
        "back, and every loss equals the unbroken run's", areas[0].sum.resumed_step);
+    char saved6[700];
+    snprintf(saved6, sizeof saved6, "%s/tier.local.saved/node0/step-00000006", top);
+    unsigned long long sz[4];
+    for (int r = 0; r < 4; r++)
+        sz[r] = shard_bytes(saved6, r);
+    ok(sz[0] > 0 && areas[0].sum.load_received == 0 && areas[1].sum.load_received == 0 &&
+       areas[2].sum.load_received == sz[2] + sz[0] && areas[3].sum.load_received == sz[3] + sz[1],
+       "only what node1 lacks moves: each of its ranks receives its own shard and the copy it keeps (%llu %llu "
+       "bytes), node0's ranks nothing (%llu %llu)", areas[2].sum.load_received, areas[3].sum.load_received,
+       areas[0].sum.load_received, areas[1].sum.load_received);
     /* the saved state again, rank 0's own shard on node0 damaged */
     const char *restore = "rm -rf '%s/tier.local' '%s' && cp -r '%s/tier.local.saved' '%s/tier.local' && "
                           "cp -r '%s/tier.ckpt.saved' '%s' && cp '%s/tier.saved.jsonl' '%s'";
@@ -407,6 +426,17 @@ int main(void)
        harness_sh("test -d '%s/step-00000006.damaged' && test -f '%s'", node0, shard0) == 0,
        "its copy on node1 serves: resumed from step 6 (%ld), exact; node0's folder kept as step-00000006.damaged "
        "and put back", areas[0].sum.resumed_step);
+    ok(areas[0].sum.load_received == sz[0] && areas[1].sum.load_received == 0 && areas[2].sum.load_received == 0 &&
+       areas[3].sum.load_received == 0, "only shard 0 moves, to rank 0 (%llu bytes; the others %llu %llu %llu)",
+       areas[0].sum.load_received, areas[1].sum.load_received, areas[2].sum.load_received,
+       areas[3].sum.load_received);
+    harness_sh(restore, top, j.cfg.ckpt_dir, top, top, top, j.cfg.ckpt_dir, top, j.cfg.metrics);
+    run(&j, 1, 2, 2, areas, codes);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref) &&
+       areas[0].sum.load_received + areas[1].sum.load_received + areas[2].sum.load_received +
+       areas[3].sum.load_received == 0,
+       "nothing lost: resumed from step 6 (%ld), exact, and no file moves between the ranks",
+       areas[0].sum.resumed_step);
     harness_sh(restore, top, j.cfg.ckpt_dir, top, top, top, j.cfg.ckpt_dir, top, j.cfg.metrics);
     char copy0[700];
     snprintf(copy0, sizeof copy0, "%s/step-00000006/shard-00000.bin", node1);
@@ -436,6 +466,15 @@ int main(void)
                   "|| exit 1; done; done; ! ls -d '%s/tierasync.local'/node*/*.tmp >/dev/null 2>&1", top, top) == 0,
        "--ckpt-async with --ckpt-local-dir: 4 checkpoints (2 node-local), every loss exact, both nodes hold every "
        "shard of step 6, nothing half written");
+    /* the background writer's peer copies are complete: node1 lost, step 8 gone from the shared folder */
+    harness_sh("rm -rf '%s/step-00000008' '%s/tierasync.local/node1'", j.cfg.ckpt_dir, top);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    unsetenv("SLURM_RESTART_COUNT");
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref) &&
+       areas[0].sum.load_received == 0 && areas[2].sum.load_received > 0 && areas[3].sum.load_received > 0,
+       "then node1's folder lost and the shared step 8 removed: the run resumes from node0's step 6 (%ld: the "
+       "copies the background writer sent), exact", areas[0].sum.resumed_step);
 
     /* ---- trust (doc/fault-tolerance.md): no link written through, no stranger's folder read */
     j = scenario(&cfg, top, "trustasync", "");
