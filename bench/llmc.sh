@@ -19,14 +19,16 @@
 #
 # Model: L=4 C=256 NH=4 V=Vp=4096 maxT=T=128, B=8.  Runs alternate (llm.c,
 # dtrain, llm.c, ...) so a machine growing busier affects both alike; each
-# run's figure is the median tokens/s of its steps after the first, the
+# run's figure is the median tokens/s of its steps after the first (16
+# steps by default: a process's first steps run slower while its memory is
+# first touched, and a short run's median would still hold them), the
 # figure printed the best run's.  llm.c: OMP_NUM_THREADS=2; dtrain:
 # dtrain-train --threads 2 --backend cpu.  --bf16 adds dtrain's
 # --precision bf16 to each round.  Target: dtrain >= 5x llm.c.
 set -uo pipefail
 prog=llmc.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=${DTRAIN_BUILD:-$top/build} llmc=${LLMC_DIR:-} runs=3 steps=8 bf16=0
+build=${DTRAIN_BUILD:-$top/build} llmc=${LLMC_DIR:-} runs=3 steps=16 bf16=0
 L=4 C=256 NH=4 V=4096 T=128 B=8 THREADS=2 TARGET=5
 die() { echo "$prog: $1" >&2; exit "${2:-1}"; }
 while [ $# -gt 0 ]; do
