@@ -222,7 +222,7 @@ struct dtrain_sckpt_peers {
     int leader;      /* the lowest rank of this rank's node (it commits and tidies the node's folder) */
     int nodes;       /* nodes of the job */
     int same_node;   /* 1: some rank's peer is on its own node (uneven ranks per node) */
-    dtrain_comm *copy_comm; /* the copies' own communicator (dtrain_sckpt_copy_comm), used by the
+    dtrain_comm *copy_comm; /* the copies' own communicator (made by the trainer), used by the
                              * background writer only; NULL: they go over world on the main thread */
 };
 /* Collective over world: the peers of the ranks from their node indices
@@ -230,16 +230,6 @@ struct dtrain_sckpt_peers {
  * (m: the most ranks of a node), so with even nodes the copy of every
  * shard is on the next node. */
 int dtrain_sckpt_peers(dtrain_comm *world, long node, struct dtrain_sckpt_peers *out, char *err, size_t errlen);
-/* Collective over world: a communicator of every rank of world for the
- * peer copies alone (cpu backend, TCP between nodes, its leader rank 0 on
- * the address of world's cpu id, else the first up interface's), so that
- * the background writer sends and receives them on its own thread while
- * the main thread trains over world (a communicator takes calls from one
- * thread at a time).  timeout_ms and abort_flag as world's.  DTRAIN_OK and
- * *out (NULL when it could not be made on some rank: err then says why,
- * for a warning; the copies then go over world) or world's failure. */
-int dtrain_sckpt_copy_comm(dtrain_comm *world, const struct dtrain_bootstrap *bs, int timeout_ms,
-                           const atomic_int *abort_flag, dtrain_comm **out, char *err, size_t errlen);
 /* The exchange of one checkpoint's copies over c (every rank of c calls
  * it, any thread): mine (len bytes; 0: none, this rank's write failed) to
  * the peer, *theirs (malloc'ed, *theirs_len; 0: none) from src, sizes

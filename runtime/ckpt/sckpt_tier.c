@@ -7,7 +7,6 @@
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pcomm.h"
-#include "comm/bootstrap/bootstrap_id.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,67 +85,6 @@ static int bcast_from(dtrain_comm *world, void *buf, size_t bytes, int root, con
     if (world == NULL)
         return DTRAIN_OK;
     return dtrain_pcomm_status(world, dtrain_comm_broadcast(world, buf, bytes, root), what, err, errlen);
-}
-
-#define COPY_ID_BYTES 272 /* a cpu id and its NUL, padded: what rank 0 broadcasts */
-
-int dtrain_sckpt_copy_comm(dtrain_comm *world, const struct dtrain_bootstrap *bs, int timeout_ms,
-                           const atomic_int *abort_flag, dtrain_comm **out, char *err, size_t errlen)
-{
-    int rank = dtrain_comm_rank(world), size = dtrain_comm_size(world), listen_fd = -1, rc;
-    char id[COPY_ID_BYTES], why[384] = "", host[DTRAIN_COMM_HOST_ID_MAX];
-    *out = NULL;
-    memset(id, 0, sizeof id);
-    if (rank == 0) {
-        /* world's leader address: the interface the launcher chose (--comm-iface) */
-        struct dtrain_cpu_id wid;
-        char addr[INET_ADDRSTRLEN] = "";
-        if (bs->backend == DTRAIN_COMM_CPU && dtrain_cpu_id_parse(bs->groups[DTRAIN_GROUP_WORLD].id, &wid) == 0)
-            dtrain_snprintf(addr, sizeof addr, "%s", wid.addr);
-        else if (dtrain_comm_addr_pick(NULL, addr, sizeof addr, why, sizeof why) != 0)
-            addr[0] = '\0';
-        if (addr[0] != '\0' && dtrain_bootstrap_id_make_cpu(addr, size - 1, id, sizeof id, &listen_fd, why, sizeof why) != 0)
-            id[0] = '\0';
-    }
-    if ((rc = bcast_from(world, id, sizeof id, 0, "checkpoint: the peer copies' communicator", err, errlen)) !=
-        DTRAIN_OK) {
-        if (listen_fd >= 0)
-            close(listen_fd);
-        return rc;
-    }
-    int64_t failed = 1;
-    if (id[0] != '\0' && memchr(id, '\0', sizeof id) != NULL) {
-        struct dtrain_comm_group g = {.present = 1, .size = size, .first = 0, .stride = 1, .my_rank = rank,
-                                      .listen_fd = listen_fd};
-        struct dtrain_comm_options o;
-        dtrain_comm_options_defaults(&o);
-        o.timeout_ms = timeout_ms;
-        o.abort_flag = abort_flag;
-        if (bs->node >= 0) { /* as dtrain_comm_init_all: the ranks of a node share memory */
-            dtrain_snprintf(host, sizeof host, "node%d", bs->node);
-            o.host_id = host;
-        }
-        dtrain_snprintf(g.key, sizeof g.key, "dt.ckpt");
-        memcpy(g.id, id, sizeof id);
-        failed = dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, out, NULL, why, sizeof why) != DTRAIN_OK;
-        listen_fd = -1; /* taken over, also on failure */
-    } else if (rank != 0) {
-        dtrain_snprintf(why, sizeof why, "rank 0 could not make its id");
-    }
-    if (listen_fd >= 0)
-        close(listen_fd);
-    /* every rank has it, or none uses it */
-    int64_t any = failed;
-    if ((rc = dtrain_pcomm_status(world, dtrain_comm_sum_int64(world, &any, 1),
-                                  "checkpoint: the peer copies' communicator", err, errlen)) != DTRAIN_OK ||
-        any > 0) {
-        dtrain_comm_destroy(*out);
-        *out = NULL;
-        if (rc == DTRAIN_OK)
-            dtrain_snprintf(err, errlen, "the peer copies' communicator: %s", failed ? why : "another rank could "
-                            "not join it");
-    }
-    return rc;
 }
 
 int dtrain_sckpt_swap_copies(dtrain_comm *c, int peer, int src, const void *mine, size_t len, void **theirs,

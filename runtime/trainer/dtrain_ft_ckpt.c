@@ -7,6 +7,7 @@
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pcomm.h"
+#include "comm/bootstrap/bootstrap_id.h"
 #include "ft/dtrain_watchdog.h"
 
 #include <inttypes.h>
@@ -75,6 +76,80 @@ static int local_dir_of(const char *spec, char *out, size_t len, char *err, size
     return DTRAIN_OK;
 }
 
+static int bcast_id(dtrain_comm *world, char *id, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    return dtrain_pcomm_status(world, dtrain_comm_broadcast(world, id, bytes, 0), what, err, errlen);
+}
+
+#define COPY_ID_BYTES 272 /* a cpu id and its NUL, padded: what rank 0 broadcasts */
+
+/* The peer copies' own communicator (struct dtrain_sckpt_peers.copy_comm):
+ * a cpu communicator over world's ranks, made collectively, rank 0
+ * listening on world's address, so that the background writer sends and
+ * receives the copies on its own thread while the main thread trains over
+ * world (a communicator takes calls from one thread at a time).
+ * timeout_ms and abort_flag as world's.  DTRAIN_OK and *out (NULL when it
+ * could not be made on some rank: err then says why, for a warning; the
+ * copies then go over world) or world's failure. */
+static int copy_comm_make(dtrain_comm *world, const struct dtrain_bootstrap *bs, int timeout_ms,
+                          const atomic_int *abort_flag, dtrain_comm **out, char *err, size_t errlen)
+{
+    int rank = dtrain_comm_rank(world), size = dtrain_comm_size(world), listen_fd = -1, rc;
+    char id[COPY_ID_BYTES], why[384] = "", host[DTRAIN_COMM_HOST_ID_MAX];
+    *out = NULL;
+    memset(id, 0, sizeof id);
+    if (rank == 0) {
+        /* world's leader address: the interface the launcher chose (--comm-iface) */
+        struct dtrain_cpu_id wid;
+        char addr[INET_ADDRSTRLEN] = "";
+        if (bs->backend == DTRAIN_COMM_CPU && dtrain_cpu_id_parse(bs->groups[DTRAIN_GROUP_WORLD].id, &wid) == 0)
+            dtrain_snprintf(addr, sizeof addr, "%s", wid.addr);
+        else if (dtrain_comm_addr_pick(NULL, addr, sizeof addr, why, sizeof why) != 0)
+            addr[0] = '\0';
+        if (addr[0] != '\0' && dtrain_bootstrap_id_make_cpu(addr, size - 1, id, sizeof id, &listen_fd, why, sizeof why) != 0)
+            id[0] = '\0';
+    }
+    if ((rc = bcast_id(world, id, sizeof id, "checkpoint: the peer copies' communicator", err, errlen)) !=
+        DTRAIN_OK) {
+        if (listen_fd >= 0)
+            close(listen_fd);
+        return rc;
+    }
+    int64_t failed = 1;
+    if (id[0] != '\0' && memchr(id, '\0', sizeof id) != NULL) {
+        struct dtrain_comm_group g = {.present = 1, .size = size, .first = 0, .stride = 1, .my_rank = rank,
+                                      .listen_fd = listen_fd};
+        struct dtrain_comm_options o;
+        dtrain_comm_options_defaults(&o);
+        o.timeout_ms = timeout_ms;
+        o.abort_flag = abort_flag;
+        if (bs->node >= 0) { /* as dtrain_comm_init_all: the ranks of a node share memory */
+            dtrain_snprintf(host, sizeof host, "node%d", bs->node);
+            o.host_id = host;
+        }
+        dtrain_snprintf(g.key, sizeof g.key, "dt.ckpt");
+        memcpy(g.id, id, sizeof id);
+        failed = dtrain_comm_init(&g, DTRAIN_COMM_CPU, &o, out, NULL, why, sizeof why) != DTRAIN_OK;
+        listen_fd = -1; /* taken over, also on failure */
+    } else if (rank != 0) {
+        dtrain_snprintf(why, sizeof why, "rank 0 could not make its id");
+    }
+    if (listen_fd >= 0)
+        close(listen_fd);
+    /* every rank has it, or none uses it */
+    int64_t any = failed;
+    if ((rc = dtrain_pcomm_status(world, dtrain_comm_sum_int64(world, &any, 1),
+                                  "checkpoint: the peer copies' communicator", err, errlen)) != DTRAIN_OK ||
+        any > 0) {
+        dtrain_comm_destroy(*out);
+        *out = NULL;
+        if (rc == DTRAIN_OK)
+            dtrain_snprintf(err, errlen, "the peer copies' communicator: %s", failed ? why : "another rank could "
+                            "not join it");
+    }
+    return rc;
+}
+
 int dtrain_ft_local_tier(struct ft *f, char *err, size_t errlen)
 {
     const struct dtrain_train_config *cfg = f->cfg;
@@ -109,8 +184,8 @@ int dtrain_ft_local_tier(struct ft *f, char *err, size_t errlen)
     /* the copies travel on the background writer's thread, over their own communicator */
     char why[512];
     if (f->peers.peer >= 0 &&
-        (rc = dtrain_sckpt_copy_comm(f->world, bs, cfg->comm_timeout * 1000, f->abort_flag, &f->peers.copy_comm, why,
-                                     sizeof why)) != DTRAIN_OK) {
+        (rc = copy_comm_make(f->world, bs, cfg->comm_timeout * 1000, f->abort_flag, &f->peers.copy_comm, why,
+                             sizeof why)) != DTRAIN_OK) {
         snprintf(err, errlen, "%s", why);
         return rc;
     }
