@@ -19,6 +19,8 @@
 #ifndef DTRAIN_CPU_MATH_H
 #define DTRAIN_CPU_MATH_H
 
+#include "dtrain_kernels.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -96,22 +98,11 @@ CPU_VECTOR_LOOP static inline void cpu_scale(float *row, int n, float scale)
         row[i] *= scale;
 }
 
-/* u's bf16 rounding (dtrain_bf16_from_f32's: nearest even, a NaN kept
- * quiet) in the upper half, the lower half 0: written as a select rather
- * than a branch so that the loops below vectorize (same bits). */
-static inline uint32_t cpu_bf16_round_bits(uint32_t u)
-{
-    uint32_t nearest = u + 0x7fffu + ((u >> 16) & 1u), quiet = u | 0x00400000u;
-    return ((u & 0x7fffffffu) > 0x7f800000u ? quiet : nearest) & 0xffff0000u;
-}
-
 /* dst[i] = src[i] rounded to bf16, kept in an fp32 (dst may be src) */
 CPU_VECTOR_LOOP static inline void cpu_bf16_round_span(float *dst, const float *src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        u = cpu_bf16_round_bits(u);
+        uint32_t u = (uint32_t)dtrain_bf16_from_f32(src[i]) << 16;
         memcpy(&dst[i], &u, sizeof u);
     }
 }
@@ -119,11 +110,8 @@ CPU_VECTOR_LOOP static inline void cpu_bf16_round_span(float *dst, const float *
 /* dst[i] = src[i]'s bf16 bits (dtrain_bf16_from_f32) */
 CPU_VECTOR_LOOP static inline void cpu_bf16_narrow_span(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        dst[i] = (uint16_t)(cpu_bf16_round_bits(u) >> 16);
-    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dtrain_bf16_from_f32(src[i]);
 }
 
 /* dst[i] = the bf16 src[i] as an fp32 (exact) */

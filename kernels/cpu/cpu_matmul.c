@@ -32,11 +32,7 @@
 /* x rounded to the nearest bf16 (ties to even), in an fp32; NaN stays NaN. */
 static inline float bf16_round(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u = cpu_bf16_round_bits(u);
-    memcpy(&x, &u, sizeof x);
-    return x;
+    return dtrain_bf16_to_f32(dtrain_bf16_from_f32(x));
 }
 
 /* x rounded to the nearest IEEE half (ties to even), in an fp32: 10
