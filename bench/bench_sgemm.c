@@ -82,7 +82,9 @@ static int gemm_rate_child(const char *lib, const char *n_arg, const char *threa
             return 0;
         }
     } else if (strcmp(lib, "dnnl") == 0) {
-        if ((h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL)) != NULL)
+        /* oneDNN 3 (Debian 13 and later) or 2 (Debian 12): dnnl_sgemm is in both */
+        if ((h = dlopen("libdnnl.so.3", RTLD_NOW | RTLD_LOCAL)) != NULL ||
+            (h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL)) != NULL)
             g.dnnl = (dnnl_sgemm_fn)(uintptr_t)dlsym(h, "dnnl_sgemm");
         if (g.dnnl == NULL) {
             printf("-\n");
@@ -167,7 +169,7 @@ static int measure_candidates(const char *prog, int n, int threads, struct bench
         c[count].gflops = first || r > c[count].gflops ? r : c[count].gflops;
         count++;
     }
-    static const char *const libs[][2] = {{"blis", "BLIS (libblis.so.4)"}, {"dnnl", "oneDNN (libdnnl.so.2)"}};
+    static const char *const libs[][2] = {{"blis", "BLIS (libblis.so.4)"}, {"dnnl", "oneDNN (libdnnl.so.3 or .2)"}};
     for (int l = 0; l < 2 && count < max; l++, count++) {
         snprintf(c[count].name, sizeof c[count].name, "%s", libs[l][1]);
         double r = measure_in_child(prog, libs[l][0], NULL, n, threads);

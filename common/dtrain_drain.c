@@ -58,7 +58,9 @@ static void drain_child(const void *arg, void *out, struct dtrain_stage *stage)
     msg.node_names = (char *)req->node;
     msg.reason = (char *)req->reason;
     msg.node_state = NODE_STATE_DRAIN;
-    msg.reason_uid = getuid();
+#ifdef HAVE_UPDATE_NODE_MSG_T_REASON_UID
+    msg.reason_uid = getuid(); /* Slurm 26.05 has no such field: slurmctld records the caller */
+#endif
     dtrain_stage_set(stage, "slurm_update_node (is slurmctld up?)");
     if (slurm_update_node(&msg) == SLURM_SUCCESS)
         answer->ok = 1;

@@ -69,36 +69,66 @@ static const char *isa_name(dnnl_cpu_isa_t isa)
     }
 }
 
+/* oneDNN 3 (Debian 13 and later) made memory descriptors opaque handles
+ * that are created and destroyed, folded the operation descriptor into
+ * dnnl_matmul_primitive_desc_create and gave the sum post-op a zero point
+ * and a type; 2 (Debian 12: 2.6) fills structs.  The calls below differ
+ * only there: md_ref is what a descriptor query returns in each. */
+#if DNNL_VERSION_MAJOR >= 3
+typedef const_dnnl_memory_desc_t md_ref;
+#else
+typedef const dnnl_memory_desc_t *md_ref;
+#endif
+
 /* C[M x N] (+)= A[M x K] @ B, B stored K x N (btrans 0) or N x K (btrans 1);
  * dense row-major, operands of the instance's type, f32 C. */
 static dnnl_status_t make_prim(struct cpu_onednn *d, struct prim *e)
 {
-    dnnl_memory_desc_t src, wei, dst;
     dnnl_dims_t sd = {e->M, e->K}, wd = {e->K, e->N}, dd = {e->M, e->N};
     dnnl_data_type_t ty = d->bf16 ? dnnl_bf16 : dnnl_f32;
-    dnnl_matmul_desc_t md;
+    dnnl_format_tag_t wtag = e->btrans ? dnnl_ba : dnnl_ab;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st;
     e->p = NULL;
     e->scratch = NULL;
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl_memory_desc_t src = NULL, wei = NULL, dst = NULL;
+    if ((st = dnnl_memory_desc_create_with_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
+        (st = dnnl_memory_desc_create_with_tag(&wei, 2, wd, ty, wtag)) != dnnl_success ||
+        (st = dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab)) != dnnl_success)
+        goto out;
+#else
+    dnnl_memory_desc_t src, wei, dst;
+    dnnl_matmul_desc_t md;
     if ((st = dnnl_memory_desc_init_by_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
-        (st = dnnl_memory_desc_init_by_tag(&wei, 2, wd, ty, e->btrans ? dnnl_ba : dnnl_ab)) != dnnl_success ||
+        (st = dnnl_memory_desc_init_by_tag(&wei, 2, wd, ty, wtag)) != dnnl_success ||
         (st = dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab)) != dnnl_success ||
-        (st = dnnl_matmul_desc_init(&md, &src, &wei, NULL, &dst)) != dnnl_success ||
-        (st = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
+        (st = dnnl_matmul_desc_init(&md, &src, &wei, NULL, &dst)) != dnnl_success)
+        goto out;
+#endif
+    if ((st = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
         (st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) != dnnl_success)
         goto out;
     if (e->accumulate) { /* C = A B + 1.0 * C, the sum in fp32 */
         if ((st = dnnl_post_ops_create(&ops)) != dnnl_success ||
+#if DNNL_VERSION_MAJOR >= 3
+            (st = dnnl_post_ops_append_sum(ops, 1.0f, 0, dnnl_data_type_undef)) != dnnl_success ||
+#else
             (st = dnnl_post_ops_append_sum(ops, 1.0f)) != dnnl_success ||
+#endif
             (st = dnnl_primitive_attr_set_post_ops(attr, ops)) != dnnl_success)
             goto out;
     }
+#if DNNL_VERSION_MAJOR >= 3
+    if ((st = dnnl_matmul_primitive_desc_create(&pd, d->engine, src, wei, NULL, dst, attr)) != dnnl_success)
+        goto out;
+#else
     if ((st = dnnl_primitive_desc_create(&pd, &md, attr, d->engine, NULL)) != dnnl_success)
         goto out;
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+#endif
+    md_ref smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t bytes = smd != NULL ? dnnl_memory_desc_get_size(smd) : 0;
     if (bytes > 0 && (e->scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63)) == NULL) {
         st = dnnl_out_of_memory;
@@ -110,6 +140,14 @@ static dnnl_status_t make_prim(struct cpu_onednn *d, struct prim *e)
         e->p = NULL;
     }
 out:
+#if DNNL_VERSION_MAJOR >= 3
+    if (src != NULL)
+        dnnl_memory_desc_destroy(src);
+    if (wei != NULL)
+        dnnl_memory_desc_destroy(wei);
+    if (dst != NULL)
+        dnnl_memory_desc_destroy(dst);
+#endif
     if (pd != NULL)
         dnnl_primitive_desc_destroy(pd);
     if (ops != NULL)
@@ -290,10 +328,10 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
     if (e->p != NULL && K > 0) {
         const_dnnl_primitive_desc_t pd = NULL;
         dnnl_primitive_get_primitive_desc(e->p, &pd);
-        const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-        const dnnl_memory_desc_t *wm = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        const dnnl_memory_desc_t *dm = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-        const dnnl_memory_desc_t *scm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        md_ref sm = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+        md_ref wm = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        md_ref dm = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        md_ref scm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
         if (dnnl_memory_create(&ma, sm, d->engine, (void *)A) == dnnl_success &&
             dnnl_memory_create(&mb, wm, d->engine, (void *)B) == dnnl_success &&
             dnnl_memory_create(&mc, dm, d->engine, C) == dnnl_success &&

@@ -128,7 +128,7 @@ v2=$v1+rebuild1
 check "first package build ($v1) in a copy of the tree" build "$work/v1" "$work/build1.log"
 
 # lintian (Debian 12's) on the first build's packages: no error, no warning
-# (Debian 13's lintian runs in tests/compat/run-trixie).
+# (Debian 13's lintian runs in tests/compat/run-debian --suite trixie).
 if command -v lintian >/dev/null; then
   if lintian --fail-on error,warning --suppress-tags initial-upload-closes-no-bugs "$work/v1"/*.deb \
       >"$work/lintian.log" 2>&1; then

@@ -41,7 +41,7 @@ diag_file "$err"
 
 major=${version%%.*} minor=${version#*.}; minor=${minor%%.*}
 if ! [ "${major:-0}" -gt 23 ] 2>/dev/null && ! { [ "${major:-0}" -eq 23 ] && [ "${minor:-0}" -ge 11 ]; } 2>/dev/null; then
-  why="Slurm $version has no topology/block (it came in 23.11); run in the Debian 13 pass (tests/compat/run-trixie)"
+  why="Slurm $version has no topology/block (it came in 23.11); run in the Debian 13 pass (tests/compat/run-debian --suite trixie)"
   for i in 1 2 3 4 5 6; do skip_test "$why"; done
   done_testing
 fi
