@@ -26,6 +26,7 @@ void dtrain_config_init(struct dtrain_site_config *cfg)
     cfg->allow_pcie = DTRAIN_PCIE_USER;
     cfg->master_port_lo = DTRAIN_MASTER_PORTS_DEFAULT_LO;
     cfg->master_port_hi = DTRAIN_MASTER_PORTS_DEFAULT_HI;
+    cfg->ports_per_step = DTRAIN_PORTS_PER_STEP_DEFAULT;
     cfg->net_gbps = DTRAIN_EXPLAIN_NET_GBPS_DEFAULT;
     cfg->pcie_gbps = DTRAIN_EXPLAIN_PCIE_GBPS_DEFAULT;
 }
@@ -93,6 +94,7 @@ static const struct dtrain_setting site_keys[] = {
     {.name = "gpu_visibility", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(gpu_visibility_one),
      .names = visibilities},
     {.name = "master_ports", .type = DTRAIN_SETTING_CUSTOM, .kind = S_PORTS},
+    SITE_INT("ports_per_step", ports_per_step, 1, DTRAIN_PORTS_PER_STEP_MAX),
     SITE_INT("net_gbps", net_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
     SITE_INT("pcie_gbps", pcie_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
     {.name = NULL},
@@ -246,6 +248,12 @@ int dtrain_config_parse(struct dtrain_site_config *cfg, int ac, char **av, char 
             dtrain_snprintf(err, errlen, "plugstack.conf: %s", msg);
             return -1;
         }
+    }
+    /* Keys that must agree, once every one is known. */
+    if (dtrain_master_ports_check(cfg->master_port_lo, cfg->master_port_hi, cfg->ports_per_step, msg,
+                                  sizeof msg) != 0) {
+        dtrain_snprintf(err, errlen, "plugstack.conf: %s", msg);
+        return -1;
     }
     return 0;
 }
