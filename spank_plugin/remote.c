@@ -23,6 +23,7 @@
 #include "cpubind.h"
 #include "dtrain_env.h"
 #include "dtrain_master_port.h"
+#include "imex.h"
 #include "dtrain_exit.h"
 #include "dtrain_explain.h"
 #include "dtrain_parse.h"
@@ -589,6 +590,26 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
         if (dtrain_tree_block_domain(a, p, s->nvlink_domain, sizeof s->nvlink_domain, why, sizeof why) != 0)
             task_fail(DTRAIN_EXIT_REFUSED, local == 0, "%s: %s", s->node, why);
+    }
+    /* NVLink between the nodes of a domain needs an IMEX channel, which
+     * Slurm's switch/nvidia_imex makes in the step's own /dev (imex.h):
+     * looked for here, in the task, where CUDA will look. */
+    if (s->nvlink_domain[0] && s->nnodes > 1 && plugin->config.imex_check) {
+        char channel[32], why[DTRAIN_MSG_MAX], groups[96];
+        const struct dtrain_shape *shape = dtrain_plan_shape(s->plan);
+        if (shape->tp > shape->tasks_per_node)
+            snprintf(groups, sizeof groups, "TP groups (T=%d over %d tasks per node)", shape->tp,
+                     shape->tasks_per_node);
+        else
+            snprintf(groups, sizeof groups, "PP groups (--dtrain-pp-in-domain)");
+        if (dtrain_imex_find_channel(plugin->config.imex_channels, channel, sizeof channel, why, sizeof why) != 1)
+            task_fail(DTRAIN_EXIT_REFUSED, local == 0,
+                      "%s: the step's %s use NVLink between the nodes of domain %s, which needs an IMEX channel, "
+                      "and the step has none (%s): ask the admin for SwitchType=switch/nvidia_imex in slurm.conf "
+                      "(a channel per job) and the nvidia-imex daemon on the domain's nodes",
+                      s->node, groups, s->nvlink_domain, why);
+        if (local == 0 && plugin->opts.verbose)
+            fprintf(stderr, "dtrain: %s: IMEX channel %s/%s\n", s->node, plugin->config.imex_channels, channel);
     }
     if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,

@@ -71,6 +71,12 @@ static void test_arguments(void)
     ok(parse("master_ports=40000-40001 ports_per_step=2", &c, err, sizeof err) == 0 &&
            parse("master_ports=40000-40000 ports_per_step=1", &c, err, sizeof err) == 0,
        "a range of exactly one block");
+    ok(parse("", &c, err, sizeof err) == 0 && c.imex_check == 1 &&
+           strcmp(c.imex_channels, "/dev/nvidia-caps-imex-channels") == 0,
+       "defaults: imex_check=yes, imex_channels=/dev/nvidia-caps-imex-channels");
+    ok(parse("imex_check=no imex_channels=/srv/fake/imex", &c, err, sizeof err) == 0 && c.imex_check == 0 &&
+           strcmp(c.imex_channels, "/srv/fake/imex") == 0,
+       "imex_check=no imex_channels=/srv/fake/imex");
     ok(parse("", &c, err, sizeof err) == 0 && c.net_gbps == 25 && c.pcie_gbps == 25,
        "defaults: net_gbps=25 pcie_gbps=25 (dtrain-topo's --net-gbps --pcie-gbps)");
     ok(parse("net_gbps=50 pcie_gbps=64", &c, err, sizeof err) == 0 && c.net_gbps == 50 && c.pcie_gbps == 64,
@@ -95,6 +101,8 @@ static void test_arguments(void)
         {"master_ports=30000-29999", "1024 <= LO <= HI <= 65535"},
         {"master_ports=80-90", "1024 <= LO <= HI <= 65535"},
         {"master_ports=29500-70000", "1024 <= LO <= HI <= 65535"},
+        {"imex_channels=dev/imex", "imex_channels=dev/imex: give an absolute path"},
+        {"imex_check=maybe", "imex_check"},
         {"ports_per_step=0", "ports_per_step"},
         {"ports_per_step=17", "ports_per_step"},
         {"ports_per_step=three", "ports_per_step"},
