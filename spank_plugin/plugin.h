@@ -17,7 +17,8 @@
  *   options.c       the --dtrain-* options;  site_config.c  the site config
  *   submit.c        client-side checks;  taskenv.c  the task environment
  *   gres.c          GPUs from Slurm's GRES;  cpubind.c  CPU lists, binding
- *   rendezvous.c    MASTER_ADDR / MASTER_PORT and the first node's claim */
+ *   rendezvous.c    MASTER_ADDR / MASTER_PORT and the first node's claim of the
+ *                   step's block of ports */
 #ifndef DTRAIN_SPANK_PLUGIN_H
 #define DTRAIN_SPANK_PLUGIN_H
 
@@ -71,7 +72,8 @@ struct dtrain_step {
                                                   * or with --dtrain-pp-in-domain */
     int domain_from_block;                 /* nvlink_domain comes from Slurm's block, read in task_init */
     int master_port;                       /* 0: none (dtrain's own trainer claims none) */
-    struct dtrain_rdv_claim port_claim;    /* the first node's claim on master_port */
+    int master_ports;                      /* the block's ports from master_port on (ports_per_step) */
+    struct dtrain_rdv_claim port_claim;    /* the first node's claim on the block */
     struct dtrain_env_list env;            /* scratch for task_init */
 };
 

@@ -23,6 +23,7 @@
 #include "cpubind.h"
 #include "dtrain_env.h"
 #include "dtrain_master_port.h"
+#include "imex.h"
 #include "dtrain_exit.h"
 #include "dtrain_explain.h"
 #include "dtrain_parse.h"
@@ -302,10 +303,11 @@ cleanup:
 }
 
 /* MASTER_ADDR/MASTER_PORT of the placed step (rendezvous.h), the restart
- * count, the GPU visibility.  The first node claims the port; a busy one
- * is passed over for the range's next when every task learns the port
- * from this node, i.e. on a step of one node (the other nodes compute the
- * port alone).  dtrain's own trainer claims none.  An address that cannot
+ * count, the GPU visibility.  The first node claims the step's block of
+ * ports_per_step ports (MASTER_PORT its first); a block with a busy port is
+ * passed over for the range's next when every task learns the block from
+ * this node, i.e. on a step of one node (the other nodes compute the block
+ * alone).  dtrain's own trainer claims none.  An address that cannot
  * be worked out only leaves MASTER_ADDR unset. */
 static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t stepid)
 {
@@ -334,27 +336,30 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
     int own_trainer =
         spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && dtrain_argv_runs_own_trainer(argc, argv);
     const int lo = plugin->config.master_port_lo, hi = plugin->config.master_port_hi;
-    s->master_port = own_trainer ? 0 : dtrain_master_port(lo, hi, jobid, stepid);
+    const int k = plugin->config.ports_per_step;
+    s->master_port = own_trainer ? 0 : dtrain_master_port(lo, hi, k, jobid, stepid);
+    s->master_ports = own_trainer ? 0 : k;
     if (s->nodeid == 0 && s->master_port > 0) {
         const int may_move = s->nnodes == 1;
-        int crc = dtrain_rdv_claim_port(s->master_port, lo, hi, may_move, &s->port_claim, err, sizeof err);
+        char what[160];
+        dtrain_snprintf(what, sizeof what, "MASTER_PORT %d (block %d-%d of master_ports=%d-%d, ports_per_step=%d, "
+                        "job %u step %u)", s->master_port, s->master_port, s->master_port + k - 1, lo, hi, k, jobid,
+                        stepid);
+        int crc = dtrain_rdv_claim_ports(s->master_port, lo, hi, k, may_move, &s->port_claim, err, sizeof err);
         if (crc == -2) {
-            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
-                      "%u): %s", s->node, s->master_port, lo, hi, jobid, stepid, err);
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: %s: %s", s->node, what, err);
             return;
         }
         if (crc != 0 && may_move) {
-            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
-                      "%u): %s; no port of master_ports=%d-%d is free on this node: run the step again when another "
-                      "has ended, or ask the admin to widen master_ports", s->node, s->master_port, lo, hi, jobid,
-                      stepid, err, lo, hi);
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: %s: %s; no block of %d free ports of master_ports=%d-%d is left "
+                      "on this node: run the step again when another has ended, or ask the admin to widen "
+                      "master_ports", s->node, what, err, k, lo, hi);
             return;
         }
         if (crc != 0) {
-            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
-                      "%u): %s; a step of %u nodes cannot move to another port (each node computes it alone): run "
-                      "the step again (another step id gets another port) or ask the admin to widen master_ports",
-                      s->node, s->master_port, lo, hi, jobid, stepid, err, s->nnodes);
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: %s: %s; a step of %u nodes cannot move to another block (each "
+                      "node computes it alone): run the step again (another step id gets another block) or ask the "
+                      "admin to widen master_ports", s->node, what, err, s->nnodes);
             return;
         }
         s->master_port = s->port_claim.port;
@@ -568,6 +573,7 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         .cpus = NULL,
         .master_addr = s->master_addr[0] ? s->master_addr : NULL,
         .master_port = s->master_port,
+        .master_ports = s->master_ports,
         .restart_count = s->restart_count,
     };
     if (local == 0 && plugin->config.bind && plugin->opts.verbose)
@@ -584,6 +590,26 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
         if (dtrain_tree_block_domain(a, p, s->nvlink_domain, sizeof s->nvlink_domain, why, sizeof why) != 0)
             task_fail(DTRAIN_EXIT_REFUSED, local == 0, "%s: %s", s->node, why);
+    }
+    /* NVLink between the nodes of a domain needs an IMEX channel, which
+     * Slurm's switch/nvidia_imex makes in the step's own /dev (imex.h):
+     * looked for here, in the task, where CUDA will look. */
+    if (s->nvlink_domain[0] && s->nnodes > 1 && plugin->config.imex_check) {
+        char channel[32], why[DTRAIN_MSG_MAX], groups[96];
+        const struct dtrain_shape *shape = dtrain_plan_shape(s->plan);
+        if (shape->tp > shape->tasks_per_node)
+            snprintf(groups, sizeof groups, "TP groups (T=%d over %d tasks per node)", shape->tp,
+                     shape->tasks_per_node);
+        else
+            snprintf(groups, sizeof groups, "PP groups (--dtrain-pp-in-domain)");
+        if (dtrain_imex_find_channel(plugin->config.imex_channels, channel, sizeof channel, why, sizeof why) != 1)
+            task_fail(DTRAIN_EXIT_REFUSED, local == 0,
+                      "%s: the step's %s use NVLink between the nodes of domain %s, which needs an IMEX channel, "
+                      "and the step has none (%s): ask the admin for SwitchType=switch/nvidia_imex in slurm.conf "
+                      "(a channel per job) and the nvidia-imex daemon on the domain's nodes",
+                      s->node, groups, s->nvlink_domain, why);
+        if (local == 0 && plugin->opts.verbose)
+            fprintf(stderr, "dtrain: %s: IMEX channel %s/%s\n", s->node, plugin->config.imex_channels, channel);
     }
     if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,

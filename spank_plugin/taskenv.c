@@ -48,6 +48,7 @@ int dtrain_task_env_placement(struct dtrain_env_list *env, const struct dtrain_t
     c.restart_count = w->restart_count;
     c.cuda_device = w->cuda_visible ? w->cuda_device : -1;
     c.master_port = w->master_addr ? w->master_port : 0;
+    c.master_ports = c.master_port > 0 ? w->master_ports : 0;
     if (put(c.placed_by, sizeof c.placed_by, "spank") != 0 || put(c.gpu_busid, sizeof c.gpu_busid, t->gpu_busid) != 0 ||
         put(c.gpu_visibility, sizeof c.gpu_visibility, w->cuda_visible ? w->gpu_visibility : NULL) != 0 ||
         put(c.cpus, sizeof c.cpus, w->cpus) != 0 || put(c.cuda_visible, sizeof c.cuda_visible, w->cuda_visible) != 0 ||

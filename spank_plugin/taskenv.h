@@ -29,7 +29,8 @@ struct dtrain_task_where {
     const char *gpu_visibility; /* "all" or "one"; NULL: no GPU */
     const char *cpus;         /* the CPUs the task was bound to; NULL: not bound */
     const char *master_addr;  /* the step's rendezvous; NULL / 0: none */
-    int master_port;
+    int master_port;          /* the first port of the step's block */
+    int master_ports;         /* ports in the block (DTRAIN_PORTS); 0 none */
     int restart_count;        /* SLURM_RESTART_COUNT, 0 when unset */
 };
 
