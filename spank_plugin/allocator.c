@@ -15,6 +15,10 @@ int dtrain_allocator_post_opt(struct dtrain_plugin *plugin, int allocates)
     int code;
     if (!dtrain_options_used(&plugin->opts))
         return 0;
+    /* srun of dtrain-launch --supervise's report step: one task per node,
+     * nothing placed (remote.c) */
+    if (!allocates && dtrain_env_node_report())
+        return 0;
     dtrain_job_size_from_client(&size);
     if (dtrain_client_check(&plugin->opts, &plugin->config, &size) != 0)
         return -1;

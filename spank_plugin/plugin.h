@@ -41,6 +41,7 @@ enum dtrain_step_mode {
     DTRAIN_STEP_IGNORED = 0, /* not a dtrain job, or the extern step */
     DTRAIN_STEP_OPTIONS,     /* batch or interactive step: option values, no placement */
     DTRAIN_STEP_PLACED,      /* every task gets its placement */
+    DTRAIN_STEP_REPORT,      /* dtrain-launch --node-report: option values and the node's NVLink domain */
     DTRAIN_STEP_FAILED,      /* every task fails with `failure` */
 };
 
@@ -69,7 +70,7 @@ struct dtrain_step {
     int restart_count;                     /* the job's SLURM_RESTART_COUNT */
     char master_addr[DTRAIN_COORDS_ADDR_MAX]; /* the rendezvous; "" when unknown */
     char nvlink_domain[DTRAIN_TOPO_DOMAIN_LEN]; /* set when TP groups hold several nodes of one domain,
-                                                  * or with --dtrain-pp-in-domain */
+                                                  * or with --dtrain-pp-in-domain; a report step: the node's */
     int domain_from_block;                 /* nvlink_domain comes from Slurm's block, read in task_init */
     int master_port;                       /* 0: none (dtrain's own trainer claims none) */
     int master_ports;                      /* the block's ports from master_port on (ports_per_step) */

@@ -133,29 +133,69 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
  * topology file that crashes or hangs hwloc, or a hung NVML, fails the
  * step with one line and leaves slurmstepd alone.  A file is opened as a
  * root process trusts it (no link, root-owned file and folders). */
-static int load_topology(struct dtrain_plugin *plugin)
+static int read_topology(struct dtrain_plugin *plugin, char *err, size_t errlen)
 {
     struct dtrain_step *s = &plugin->step;
-    char path[DTRAIN_CONFIG_PATH_MAX], err[DTRAIN_MSG_MAX];
+    char path[DTRAIN_CONFIG_PATH_MAX];
     const char *xml = NULL;
-    int rc = DTRAIN_ERR_INPUT;
 
     if (plugin->config.topology_xml[0] != '\0') {
-        if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, sizeof err) != 0)
-            goto done;
+        if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, errlen) != 0)
+            return DTRAIN_ERR_INPUT;
         xml = path;
     } else {
         xml = getenv("HWLOC_XMLFILE");
     }
     if (xml != NULL && xml[0] == '\0')
         xml = NULL;
-    rc = dtrain_topo_load_bounded(xml, DTRAIN_TOPO_LOAD_TRUSTED | DTRAIN_TOPO_LOAD_THIS_NODE, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
-done:
-    if (rc != DTRAIN_OK) {
+    return dtrain_topo_load_bounded(xml, DTRAIN_TOPO_LOAD_TRUSTED | DTRAIN_TOPO_LOAD_THIS_NODE, DTRAIN_TOPO_TIMEOUT_MS,
+                                    &s->topo, err, errlen);
+}
+
+static int load_topology(struct dtrain_plugin *plugin)
+{
+    struct dtrain_step *s = &plugin->step;
+    char err[DTRAIN_MSG_MAX];
+    if (read_topology(plugin, err, sizeof err) != DTRAIN_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);
         return -1;
     }
     return 0;
+}
+
+/* dtrain-launch --supervise's report step (DTRAIN_NODE_REPORT=1 running
+ * `dtrain-launch --node-report`, one task per node): nothing is placed;
+ * each task gets the option values and this node's multi-node NVLink
+ * domain, as a placed step would compute it (Slurm's block, read in
+ * task_init, or NVML's clique), whatever the step's shape.  A node whose
+ * topology or domain cannot be read reports none (said in slurmd's log):
+ * the supervisor then takes it as in no domain. */
+static int report_step(struct dtrain_plugin *plugin, spank_t sp)
+{
+    struct dtrain_step *s = &plugin->step;
+    char buf[8], err[DTRAIN_MSG_MAX];
+    const char *v = NULL;
+    int argc = 0;
+    char **argv = NULL;
+    if (job_getenv(sp, DTRAIN_ENV_NODE_REPORT, buf, sizeof buf, &v) != 0 || v == NULL || strcmp(v, "1") != 0 ||
+        spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || !dtrain_argv_node_report(argc, argv))
+        return 0;
+    s->mode = DTRAIN_STEP_REPORT;
+    s->nvlink_domain[0] = '\0';
+    s->domain_from_block = plugin->config.nvlink_domain_block;
+    if (s->domain_from_block)
+        return 1;
+    if (read_topology(plugin, err, sizeof err) != DTRAIN_OK) {
+        slurm_info("dtrain: %s: the node report has no NVLink domain: cannot read this node's GPU topology: %s",
+                   s->node, err);
+        return 1;
+    }
+    int d = dtrain_topo_nvlink_domain(s->topo, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err);
+    if (d < 0)
+        slurm_info("dtrain: %s: the node report has no NVLink domain: %s", s->node, err);
+    if (d != 1)
+        s->nvlink_domain[0] = '\0';
+    return 1;
 }
 
 /* Restrict the model to the GPUs Slurm's GRES gave the step, if any.
@@ -403,6 +443,8 @@ int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
     }
     if (stepid == SLURM_EXTERN_CONT || stepid == SLURM_PENDING_STEP)
         return 0;
+    if (report_step(plugin, sp))
+        return 0;
     if (read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0 ||
         select_gpus(plugin) != 0)
         return 0;
@@ -520,6 +562,20 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     if (dtrain_task_env_options(&s->env, &plugin->opts, s->allow_pcie) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: an option value does not fit the environment", s->node);
     if (s->mode == DTRAIN_STEP_OPTIONS) {
+        export_env(sp, &s->env);
+        return 0;
+    }
+    if (s->mode == DTRAIN_STEP_REPORT) {
+        if (s->domain_from_block) {
+            char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
+            const char *a = NULL, *p = NULL;
+            job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
+            job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
+            if (dtrain_tree_block_domain(a, p, s->nvlink_domain, sizeof s->nvlink_domain, why, sizeof why) != 0)
+                s->nvlink_domain[0] = '\0'; /* the report says none; the address it carries says why */
+        }
+        if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
+            task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the NVLink domain does not fit the environment", s->node);
         export_env(sp, &s->env);
         return 0;
     }

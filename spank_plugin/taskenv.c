@@ -3,6 +3,7 @@
 #include "taskenv.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain_env.h"
@@ -166,4 +167,16 @@ int dtrain_argv_runs_own_trainer(int argc, char *const argv[])
         if (strcmp(argv[i], "--") == 0)
             return 0;
     return 1;
+}
+
+int dtrain_argv_node_report(int argc, char *const argv[])
+{
+    return argc == 2 && argv != NULL && argv[0] != NULL && argv[1] != NULL &&
+           strcmp(base_name(argv[0]), "dtrain-launch") == 0 && strcmp(argv[1], "--node-report") == 0;
+}
+
+int dtrain_env_node_report(void)
+{
+    const char *v = getenv(DTRAIN_ENV_NODE_REPORT);
+    return v != NULL && strcmp(v, "1") == 0;
 }

@@ -55,6 +55,14 @@ int dtrain_argv_spawns_workers(int argc, char *const argv[]);
  * that runs dtrain-launch included) may be a framework: 0. */
 int dtrain_argv_runs_own_trainer(int argc, char *const argv[]);
 
+/* 1 when the task's command is `dtrain-launch --node-report` (the step
+ * dtrain-launch --supervise runs to learn where the job's nodes are). */
+int dtrain_argv_node_report(int argc, char *const argv[]);
+
+/* 1 when this process's environment asks for that step
+ * (DTRAIN_NODE_REPORT=1): srun's checks of the job's shape are skipped. */
+int dtrain_env_node_report(void);
+
 /* The line a refused per-node launcher gets (no "dtrain: " prefix). */
 #define DTRAIN_SPAWN_REFUSAL \
     "%s starts its own workers, which dtrain cannot place (it would override RANK, LOCAL_RANK and the GPU " \

@@ -75,6 +75,14 @@ enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const 
  * Returns DTRAIN_OK, or DTRAIN_ERR_INPUT with one line in err: no address
  * (no topology/block), a pattern without "block" (topology/tree), an
  * address that does not match its pattern, or one too long. */
+/* The leaf switch of a node of Slurm's topology/tree: its address without
+ * the last component ("spine.leaf1.node1" -> "spine.leaf1"; two nodes are
+ * under one leaf switch when these are equal), when the pattern is the
+ * tree's ("switch.switch.node": it ends in "switch.node").  Returns 1 with
+ * the switch path in out, 0 when the address is not a tree's (no address,
+ * topology/block, a path that does not fit: then out is ""). */
+int dtrain_tree_leaf(const char *addr, const char *pattern, char *out, size_t len);
+
 #define DTRAIN_TREE_BLOCK_PREFIX "slurm-block/"
 enum dtrain_status dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
                                             size_t errlen);

@@ -35,6 +35,7 @@
 #define DTRAIN_ENV_GROUP_LINKS "DTRAIN_GROUP_LINKS" /* the slowest link of each of the task's groups, "TP=450:NVLink,PP=25:network,DP=450:NVLink,WORLD=25:network" (dtrain_step_bytes.h): the plugin's, for --dtrain-verbose's predicted times */
 #define DTRAIN_ENV_PORTS "DTRAIN_PORTS" /* "LO-HI": the step's block of claimed ports, LO = MASTER_PORT (site key ports_per_step; Megatron-LM's in-process restart uses MASTER_PORT+1 and +2) */
 #define DTRAIN_ENV_PP_IN_DOMAIN "DTRAIN_PP_IN_DOMAIN" /* "1" with --dtrain-pp-in-domain: dtrain-launch checks that each PP group's members share DTRAIN_NVLINK_DOMAIN */
+#define DTRAIN_ENV_NODE_REPORT "DTRAIN_NODE_REPORT" /* "1" in the step dtrain-launch --supervise runs to learn where the job's nodes are (dtrain-launch --node-report): the plugin places nothing and gives each task its node's DTRAIN_NVLINK_DOMAIN */
 
 /* Framework names (PyTorch, Megatron, JAX). */
 #define DTRAIN_ENV_FW_RANK             "RANK"
