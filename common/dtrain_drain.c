@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 struct drain_request {
     const char *node;
     const char *reason;
+    long job;    /* the job asked about or updated */
     int log_fd;  /* libslurm's stderr goes here (-1: left alone) */
 };
 
@@ -182,4 +184,162 @@ int dtrain_plain_node_name(const char *name)
 {
     size_t len = strlen(name);
     return len > 0 && strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == len;
+}
+
+/* ---------------------------------------------------------------- a job's requeue */
+
+#ifdef DTRAIN_SLURM_EXPEDITED_REQUEUE
+struct job_facts_answer {
+    int ok;
+    struct dtrain_job_facts facts;
+    char error[DRAIN_ERROR_LEN];
+};
+
+/* The job's first node that slurmctld holds drained by other hands than
+ * dtrain-launch's (DTRAIN_DRAIN_JOB_REASON). */
+static void drained_node(const char *job_nodes, struct dtrain_job_facts *f, char *error, size_t errlen)
+{
+    node_info_msg_t *msg = NULL;
+    DTRAIN_SLURM_HOSTLIST hl = job_nodes && job_nodes[0] ? slurm_hostlist_create(job_nodes) : NULL;
+    if (hl == NULL)
+        return; /* no allocation (the job is no longer running) */
+    if (slurm_load_node((time_t)0, &msg, SHOW_ALL) != SLURM_SUCCESS) {
+        dtrain_snprintf(error, errlen, "slurm_load_node: %s", slurm_strerror(errno));
+        slurm_hostlist_destroy(hl);
+        return;
+    }
+    for (uint32_t i = 0; msg != NULL && i < msg->record_count && f->node[0] == '\0'; i++) {
+        const node_info_t *n = &msg->node_array[i];
+        const char *reason = n->reason ? n->reason : "";
+        if (n->name == NULL || !(n->node_state & NODE_STATE_DRAIN) || slurm_hostlist_find(hl, n->name) < 0 ||
+            strncmp(reason, DTRAIN_DRAIN_JOB_REASON, strlen(DTRAIN_DRAIN_JOB_REASON)) == 0)
+            continue;
+        dtrain_snprintf(f->node, sizeof f->node, "%s", n->name);
+        dtrain_snprintf(f->node_reason, sizeof f->node_reason, "%s", reason[0] ? reason : "no reason given");
+        dtrain_printable(f->node_reason);
+    }
+    slurm_free_node_info_msg(msg);
+    slurm_hostlist_destroy(hl);
+}
+
+static void job_facts_child(const void *arg, void *out, struct dtrain_stage *stage)
+{
+    const struct drain_request *req = arg;
+    struct job_facts_answer *answer = out;
+    struct dtrain_job_facts *f = &answer->facts;
+    slurm_conf_t *conf = NULL;
+    job_info_msg_t *jobs = NULL;
+
+    child_slurm_init(req, stage);
+    dtrain_stage_set(stage, "slurm_load_ctl_conf (is slurmctld up?)");
+    if (slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS) {
+        dtrain_snprintf(answer->error, sizeof answer->error, "slurm_load_ctl_conf: %s", slurm_strerror(errno));
+        goto done;
+    }
+    /* slurmctld reads the same word (Slurm 26.05, job_mgr.c _expedited_requeue_enabled: xstrstr) */
+    f->site_allows = conf->slurmctld_params != NULL && strstr(conf->slurmctld_params, "enable_expedited_requeue") != NULL;
+#if HAVE_DECL_SLURM_FREE_CONF
+    slurm_free_conf(conf); /* Slurm 26.05's name (configure) */
+#else
+    slurm_free_ctl_conf(conf);
+#endif
+    dtrain_stage_set(stage, "slurm_load_job");
+#ifdef DTRAIN_SLURM_REQUEUE_STEP_ID
+    slurm_step_id_t which = SLURM_STEP_ID_INITIALIZER; /* Slurm 26.05 names the job so (configure) */
+    which.job_id = (uint32_t)req->job;
+#else
+    uint32_t which = (uint32_t)req->job;
+#endif
+    if (slurm_load_job(&jobs, which, SHOW_ALL) != SLURM_SUCCESS) {
+        dtrain_snprintf(answer->error, sizeof answer->error, "slurm_load_job of job %ld: %s", req->job,
+                        slurm_strerror(errno));
+        goto done;
+    }
+    if (jobs == NULL || jobs->record_count < 1) {
+        dtrain_snprintf(answer->error, sizeof answer->error, "slurmctld knows no job %ld", req->job);
+        goto done;
+    }
+    const job_info_t *j = &jobs->job_array[0];
+    f->flagged = (j->bitflags & EXPEDITED_REQUEUE) != 0;
+    f->running = (j->job_state & JOB_STATE_BASE) == JOB_RUNNING;
+    f->expediting = (j->job_state & JOB_EXPEDITING) != 0;
+    dtrain_stage_set(stage, "slurm_load_node");
+    if (f->flagged && f->running)
+        drained_node(j->nodes, f, answer->error, sizeof answer->error);
+    answer->ok = answer->error[0] == '\0';
+done:
+    slurm_free_job_info_msg(jobs);
+    slurm_fini();
+}
+
+static void no_requeue_child(const void *arg, void *out, struct dtrain_stage *stage)
+{
+    const struct drain_request *req = arg;
+    struct drain_answer *answer = out;
+    job_desc_msg_t desc;
+
+    child_slurm_init(req, stage);
+    slurm_init_job_desc_msg(&desc);
+#ifdef DTRAIN_SLURM_REQUEUE_STEP_ID
+    desc.step_id.job_id = (uint32_t)req->job; /* Slurm 26.05 names the job so (configure) */
+#else
+    desc.job_id = (uint32_t)req->job;
+#endif
+    desc.requeue = 0;
+    dtrain_stage_set(stage, "slurm_update_job (is slurmctld up?)");
+    if (slurm_update_job(&desc) == SLURM_SUCCESS)
+        answer->ok = 1;
+    else
+        dtrain_snprintf(answer->error, sizeof(answer->error), "%s", slurm_strerror(errno));
+    slurm_fini();
+}
+#endif
+
+int dtrain_job_facts(long job, int timeout_ms, struct dtrain_job_facts *f, char *err, size_t errlen)
+{
+    memset(f, 0, sizeof *f);
+#ifdef DTRAIN_SLURM_EXPEDITED_REQUEUE
+    struct drain_request req = {.job = job};
+    struct job_facts_answer answer;
+    char what[96];
+
+    dtrain_snprintf(what, sizeof what, "cannot ask slurmctld about job %ld", job);
+    if (run_libslurm(job_facts_child, &req, &answer, sizeof answer, timeout_ms, what, err, errlen) != 0)
+        return -1;
+    if (!answer.ok) {
+        dtrain_snprintf(err, errlen, "%s: %s", what, answer.error);
+        return -1;
+    }
+    *f = answer.facts;
+    return 0;
+#else
+    (void)job;
+    (void)timeout_ms;
+    (void)err;
+    (void)errlen;
+    return 1;
+#endif
+}
+
+int dtrain_job_no_requeue(long job, int timeout_ms, char *err, size_t errlen)
+{
+#ifdef DTRAIN_SLURM_EXPEDITED_REQUEUE
+    struct drain_request req = {.job = job};
+    struct drain_answer answer;
+    char what[96];
+
+    dtrain_snprintf(what, sizeof what, "cannot turn job %ld's requeue off", job);
+    if (run_libslurm(no_requeue_child, &req, &answer, sizeof answer, timeout_ms, what, err, errlen) != 0)
+        return -1;
+    if (!answer.ok) {
+        dtrain_snprintf(err, errlen, "%s: slurmctld answered: %s", what, answer.error);
+        return -1;
+    }
+    return 0;
+#else
+    (void)timeout_ms;
+    dtrain_snprintf(err, errlen, "cannot turn job %ld's requeue off: this dtrain was built without Slurm's "
+                    "expedited requeue", job);
+    return -1;
+#endif
 }

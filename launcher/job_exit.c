@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The batch script's exit code after the training step; see job_exit.h. */
 #include "job_exit.h"
+#include "expedite.h"
 #include "dtrain_exit.h"
 #include "dtrain_fault.h"
 #include "dtrain_file.h"
@@ -130,13 +131,58 @@ int dtrain_job_drain_request(char *line, size_t linelen)
     return 1;
 }
 
-int dtrain_job_requeue(char *err, size_t errlen)
+/* SLURM_JOB_ID: 0, or -1 with why. */
+static int job_id(long *job, char *why, size_t whylen)
 {
     const char *id = getenv("SLURM_JOB_ID");
+    if (id == NULL) {
+        snprintf(why, whylen, "SLURM_JOB_ID is not set");
+        return -1;
+    }
+    return dtrain_parse_int(id, 1, UINT32_MAX, "SLURM_JOB_ID", job, why, whylen);
+}
+
+enum dtrain_expedite_action dtrain_job_expedite(int code, char *text, size_t textlen, char *warn, size_t warnlen)
+{
+    struct dtrain_job_facts facts;
+    char err[512];
+    long job;
+    text[0] = warn[0] = '\0';
+    if (code == DTRAIN_EXIT_OK || job_id(&job, err, sizeof err) != 0)
+        return DTRAIN_EXPEDITE_NONE; /* not in a batch job: nothing to ask */
+    int rc = dtrain_job_facts(job, DRAIN_TIMEOUT_MS, &facts, err, sizeof err);
+    if (rc > 0)
+        return DTRAIN_EXPEDITE_NONE; /* this Slurm has no expedited requeue */
+    if (rc < 0) {
+        snprintf(warn, warnlen, "%s: whether the job has Slurm's expedited requeue is unknown, its requeue is left "
+                 "to Slurm", err);
+        return DTRAIN_EXPEDITE_NONE;
+    }
+    return dtrain_expedite_decide(code, &facts, dtrain_expedite_allowed(getenv(DTRAIN_ENV_EXPEDITED_REQUEUE)), text,
+                                  textlen);
+}
+
+int dtrain_job_expedite_apply(enum dtrain_expedite_action action, char *err, size_t errlen)
+{
+    char why[512];
+    long job;
+    if (action == DTRAIN_EXPEDITE_PLAIN)
+        return dtrain_job_requeue(err, errlen);
+    if (action != DTRAIN_EXPEDITE_NO_REQUEUE)
+        return 0;
+    if (job_id(&job, why, sizeof why) != 0 || dtrain_job_no_requeue(job, DRAIN_TIMEOUT_MS, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    return 0;
+}
+
+int dtrain_job_requeue(char *err, size_t errlen)
+{
     long job;
     char why[128];
-    if (id == NULL || dtrain_parse_int(id, 1, UINT32_MAX, "SLURM_JOB_ID", &job, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot ask Slurm to requeue: %s", id == NULL ? "SLURM_JOB_ID is not set" : why);
+    if (job_id(&job, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot ask Slurm to requeue: %s", why);
         return -1;
     }
     slurm_init(NULL); /* SLURM_CONF, else the default slurm.conf */

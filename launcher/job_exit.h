@@ -23,6 +23,8 @@
 
 #include <stddef.h>
 
+#include "expedite.h"
+
 /* The exit code for step status `status` (0..255) and, in line, what is
  * printed ("" for 0).  Reads the restart variables (a malformed one is
  * bad input: 2).  Does not call Slurm. */
@@ -47,6 +49,20 @@ int dtrain_job_drain_request(char *line, size_t linelen);
  * in the job without that node. */
 int dtrain_job_take_drain_request(char *node, size_t nodelen, char *reason, size_t reasonlen, char *line,
                                   size_t linelen);
+
+/* For a job with Slurm's expedited requeue (sbatch --requeue=expedite;
+ * expedite.h says why each): the action for the --job-exit code `code`,
+ * from what slurmctld says about SLURM_JOB_ID (dtrain_job_facts, bounded)
+ * and DTRAIN_EXPEDITED_REQUEUE; text gets the words the fault line ends
+ * with.  DTRAIN_EXPEDITE_NONE, as before, for exit 0, outside a batch job,
+ * with a Slurm without it, or (one line in warn) when slurmctld could not
+ * be asked. */
+enum dtrain_expedite_action dtrain_job_expedite(int code, char *text, size_t textlen, char *warn, size_t warnlen);
+
+/* Do what the action asks of slurmctld: turn the job's requeue off
+ * (NO_REQUEUE), or requeue it (PLAIN, dtrain_job_requeue); nothing for the
+ * others.  Returns 0, or -1 with one line in err. */
+int dtrain_job_expedite_apply(enum dtrain_expedite_action action, char *err, size_t errlen);
 
 /* Ask slurmctld to requeue SLURM_JOB_ID.  Returns 0, or -1 with one line
  * in err. */

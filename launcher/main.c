@@ -296,18 +296,27 @@ static void fill_from_placement(struct dtrain_bootstrap *bs, const struct dtrain
 /* --job-exit: the batch script's exit code (job_exit.h), said on one line. */
 static int job_exit(const struct options *o)
 {
-    char line[512], err[256];
+    char line[512], err[768], how[512], warn[768];
     struct dtrain_fault f;
     int code = dtrain_job_exit_code(o->job_exit, line, sizeof line);
-    if (line[0] != '\0')
-        fprintf(stderr, PROG ": %s\n", line);
     if (dtrain_fault_init(&f, PROG, -1, err, sizeof err) == 0) {
         snprintf(err, sizeof err, "exit %ld", o->job_exit);
         dtrain_fault_event(&f, "step_end", -1, err);
     }
+    /* before the straggler's drain below: a node dtrain drains is no broken one (expedite.h) */
+    enum dtrain_expedite_action expedite = dtrain_job_expedite(code, how, sizeof how, warn, sizeof warn);
+    if (warn[0] != '\0')
+        fprintf(stderr, PROG ": warning: %s\n", warn);
+    if (line[0] != '\0')
+        fprintf(stderr, PROG ": %s%s%s\n", line, how[0] != '\0' ? "; " : "", how);
     if (dtrain_job_drain_request(line, sizeof line))
         fprintf(stderr, PROG ": %s\n", line); /* before the requeue, so that it avoids the node */
-    if (code == DTRAIN_EXIT_REQUEUE && o->slurm_requeue) {
+    if (expedite == DTRAIN_EXPEDITE_NO_REQUEUE || expedite == DTRAIN_EXPEDITE_PLAIN) {
+        fflush(stderr); /* a requeue ends this script at once */
+        if (dtrain_job_expedite_apply(expedite, err, sizeof err) != 0)
+            fprintf(stderr, PROG ": %s (Slurm now requeues the job expedited, and holds it unless an epilog fails: "
+                    "scontrol release %s, or scancel it)\n", err, getenv("SLURM_JOB_ID"));
+    } else if (code == DTRAIN_EXIT_REQUEUE && o->slurm_requeue && expedite == DTRAIN_EXPEDITE_NONE) {
         if (dtrain_job_requeue(err, sizeof err) != 0)
             fprintf(stderr, PROG ": %s (RequeueExit=75 in slurm.conf still requeues the job)\n", err);
         else

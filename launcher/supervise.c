@@ -400,7 +400,7 @@ static void drain_failed(const struct dtrain_node_roles *roles, const int *was_f
 {
     char why[REASON_MAX + 64], err[256];
     const char *job = getenv("SLURM_JOB_ID");
-    dtrain_snprintf(why, sizeof why, "dtrain: job %s: %s", job ? job : "?", reason);
+    dtrain_snprintf(why, sizeof why, DTRAIN_DRAIN_JOB_REASON "%s: %s", job ? job : "?", reason);
     for (int i = 0; i < roles->count; i++) {
         if (roles->role[i] != DTRAIN_NODE_FAILED || was_failed[i] || !drainable[i])
             continue;

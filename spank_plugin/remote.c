@@ -562,6 +562,8 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     if (dtrain_task_env_options(&s->env, &plugin->opts, s->allow_pcie) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: an option value does not fit the environment", s->node);
     if (s->mode == DTRAIN_STEP_OPTIONS) {
+        if (dtrain_task_env_batch(&s->env, plugin->config.expedited_requeue) != 0)
+            task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the site's settings do not fit the environment", s->node);
         export_env(sp, &s->env);
         return 0;
     }

@@ -32,6 +32,7 @@ void dtrain_config_init(struct dtrain_site_config *cfg)
     dtrain_snprintf(cfg->imex_channels, sizeof cfg->imex_channels, "%s", DTRAIN_IMEX_CHANNELS_DIR);
     cfg->net_gbps = DTRAIN_EXPLAIN_NET_GBPS_DEFAULT;
     cfg->pcie_gbps = DTRAIN_EXPLAIN_PCIE_GBPS_DEFAULT;
+    cfg->expedited_requeue = 1;
 }
 
 /* ---------------------------------------------------------------- one key */
@@ -103,6 +104,8 @@ static const struct dtrain_setting site_keys[] = {
      .size = DTRAIN_CONFIG_PATH_MAX},
     SITE_INT("net_gbps", net_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
     SITE_INT("pcie_gbps", pcie_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
+    {.name = "expedited_requeue", .type = DTRAIN_SETTING_BOOL, .offset = SITE_OFF(expedited_requeue), .min = 0,
+     .max = 1},
     {.name = NULL},
 };
 

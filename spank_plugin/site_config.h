@@ -48,6 +48,14 @@
  *                      start without one (default yes; imex.h).
  *   imex_channels=PATH where the channel devices are (default
  *                      /dev/nvidia-caps-imex-channels; tests: a fake tree).
+ *   expedited_requeue=yes|no  yes (default): a job submitted with
+ *                      sbatch --requeue=expedite (Slurm 25.11+, where
+ *                      slurm.conf has SlurmctldParameters=
+ *                      enable_expedited_requeue) keeps Slurm's expedited
+ *                      requeue after a fault that a node of it is out of
+ *                      service for; no: dtrain-launch asks for a plain
+ *                      requeue after every fault (the batch script gets
+ *                      DTRAIN_EXPEDITED_REQUEUE=0; launcher/expedite.h).
  * An unknown key or a bad value is an error naming it.
  *
  * Every path here comes from the admin (plugstack.conf, the site file),
@@ -81,6 +89,7 @@ struct dtrain_site_config {
     int imex_check;                 /* imex_check=: steps across NVLink nodes need an IMEX channel */
     char imex_channels[DTRAIN_CONFIG_PATH_MAX]; /* imex_channels=: the channel folder */
     int net_gbps, pcie_gbps;        /* net_gbps=, pcie_gbps= */
+    int expedited_requeue;          /* expedited_requeue= (1: yes, the default) */
 };
 
 void dtrain_config_init(struct dtrain_site_config *cfg);

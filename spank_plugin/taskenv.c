@@ -30,6 +30,11 @@ int dtrain_task_env_options(struct dtrain_env_list *env, const struct dtrain_opt
     return rc ? -1 : 0;
 }
 
+int dtrain_task_env_batch(struct dtrain_env_list *env, int expedited_requeue)
+{
+    return expedited_requeue ? 0 : dtrain_env_list_set(env, DTRAIN_ENV_EXPEDITED_REQUEUE, "0");
+}
+
 /* Copy text into a coords field; -1 when it does not fit. */
 static int put(char *dst, size_t len, const char *text)
 {

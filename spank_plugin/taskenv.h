@@ -4,6 +4,7 @@
  *
  * dtrain_task_env_options(): what every step of a dtrain job gets, the batch
  * step included (the option values, no placement).
+ * dtrain_task_env_batch(): the site's words for the batch script.
  * dtrain_task_env_placement(): adds one task's placement over it, through
  * the one encoder of common/dtrain_placement_env.h.
  * dtrain_visible_devices(): CUDA_VISIBLE_DEVICES for --dtrain-gpu-visibility. */
@@ -37,6 +38,12 @@ struct dtrain_task_where {
 /* Start env with the option values.  allow_pcie: the effective setting
  * (user option and site policy).  Returns 0, or -1 when a value does not fit. */
 int dtrain_task_env_options(struct dtrain_env_list *env, const struct dtrain_options *opts, int allow_pcie);
+
+/* Add the site's words for the batch script (and an interactive step):
+ * DTRAIN_EXPEDITED_REQUEUE=0 when the site key expedited_requeue=no
+ * (expedited_requeue 0), which dtrain-launch --job-exit reads; nothing
+ * otherwise.  Returns 0 or -1. */
+int dtrain_task_env_batch(struct dtrain_env_list *env, int expedited_requeue);
 
 /* Add (or replace) the placement variables of one task. Returns 0 or -1. */
 int dtrain_task_env_placement(struct dtrain_env_list *env, const struct dtrain_task_where *where);

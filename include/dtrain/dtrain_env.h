@@ -34,6 +34,7 @@
 #define DTRAIN_ENV_NVLINK_DOMAIN "DTRAIN_NVLINK_DOMAIN" /* "<cluster uuid>/<clique id>" (NVML) or "slurm-block/<block>" (nvlink_domain_source=block): set when a TP group holds several nodes of one multi-node NVLink domain, or with --dtrain-pp-in-domain */
 #define DTRAIN_ENV_GROUP_LINKS "DTRAIN_GROUP_LINKS" /* the slowest link of each of the task's groups, "TP=450:NVLink,PP=25:network,DP=450:NVLink,WORLD=25:network" (dtrain_step_bytes.h): the plugin's, for --dtrain-verbose's predicted times */
 #define DTRAIN_ENV_PORTS "DTRAIN_PORTS" /* "LO-HI": the step's block of claimed ports, LO = MASTER_PORT (site key ports_per_step; Megatron-LM's in-process restart uses MASTER_PORT+1 and +2) */
+#define DTRAIN_ENV_EXPEDITED_REQUEUE "DTRAIN_EXPEDITED_REQUEUE" /* "0" when the site key expedited_requeue=no: dtrain-launch never keeps Slurm's expedited requeue (launcher/expedite.h) */
 #define DTRAIN_ENV_PP_IN_DOMAIN "DTRAIN_PP_IN_DOMAIN" /* "1" with --dtrain-pp-in-domain: dtrain-launch checks that each PP group's members share DTRAIN_NVLINK_DOMAIN */
 #define DTRAIN_ENV_NODE_REPORT "DTRAIN_NODE_REPORT" /* "1" in the step dtrain-launch --supervise runs to learn where the job's nodes are (dtrain-launch --node-report): the plugin places nothing and gives each task its node's DTRAIN_NVLINK_DOMAIN */
 

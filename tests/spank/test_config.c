@@ -81,6 +81,10 @@ static void test_arguments(void)
        "defaults: net_gbps=25 pcie_gbps=25 (dtrain-topo's --net-gbps --pcie-gbps)");
     ok(parse("net_gbps=50 pcie_gbps=64", &c, err, sizeof err) == 0 && c.net_gbps == 50 && c.pcie_gbps == 64,
        "net_gbps=50 pcie_gbps=64");
+    ok(parse("", &c, err, sizeof err) == 0 && c.expedited_requeue == 1 &&
+           parse("expedited_requeue=no", &c, err, sizeof err) == 0 && c.expedited_requeue == 0 &&
+           parse("expedited_requeue=yes", &c, err, sizeof err) == 0 && c.expedited_requeue == 1,
+       "expedited_requeue: yes (the default) or no");
 
     struct { const char *line, *want; } bad[] = {
         {"colour=blue", "unknown key 'colour'"},
@@ -114,6 +118,7 @@ static void test_arguments(void)
         {"net_gbps=fast", "net_gbps"},
         {"pcie_gbps=100001", "pcie_gbps"},
         {"pcie_gbps=12.5", "pcie_gbps"},
+        {"expedited_requeue=sometimes", "expedited_requeue"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ok(parse(bad[i].line, &c, err, sizeof err) == -1 && strstr(err, bad[i].want) &&

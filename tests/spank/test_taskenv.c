@@ -191,6 +191,22 @@ static void test_cpus_and_no_gpu(void)
     ok(unique, "each variable appears once after the placement replaced the option values");
 }
 
+/* The batch script's site words: DTRAIN_EXPEDITED_REQUEUE=0 only when the
+ * site turned dtrain's use of Slurm's expedited requeue off. */
+static void test_batch(void)
+{
+    struct dtrain_options o;
+    struct dtrain_env_list env;
+    dtrain_options_init(&o);
+    dtrain_task_env_options(&env, &o, 0);
+    int count = env.count;
+    ok(dtrain_task_env_batch(&env, 1) == 0 && env.count == count &&
+           dtrain_task_env_get(&env, DTRAIN_ENV_EXPEDITED_REQUEUE) == NULL,
+       "expedited_requeue=yes (the default): no DTRAIN_EXPEDITED_REQUEUE");
+    ok(dtrain_task_env_batch(&env, 0) == 0 && strcmp(get(&env, DTRAIN_ENV_EXPEDITED_REQUEUE), "0") == 0,
+       "expedited_requeue=no: DTRAIN_EXPEDITED_REQUEUE=0");
+}
+
 /* An AMD task: ROCR_VISIBLE_DEVICES the agent indices, HIP's 0..n-1 in
  * HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES alike. */
 static void test_amd(void)
@@ -320,6 +336,7 @@ int main(void)
     }
     test_cpus_and_no_gpu();
     test_amd();
+    test_batch();
     test_gres();
     return tap_done();
 }
