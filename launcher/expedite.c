@@ -35,6 +35,11 @@ enum dtrain_expedite_action dtrain_expedite_decide(int code, const struct dtrain
                         "expedited_requeue=no): a plain requeue asked of Slurm");
         return DTRAIN_EXPEDITE_PLAIN;
     }
+    if (!f->site_allows) { /* the job's flag still acts (_set_job_requeue_exit_value checks the job alone) */
+        dtrain_snprintf(text, textlen, "requeued, not expedited (slurm.conf's SlurmctldParameters no longer has "
+                        "enable_expedited_requeue): a plain requeue asked of Slurm");
+        return DTRAIN_EXPEDITE_PLAIN;
+    }
     if (f->node[0] != '\0') {
         dtrain_snprintf(text, textlen, "requeued, expedited: %.64s is out of service (drained: %.200s): the job "
                         "is pending at once, ahead of the queue, when its epilog fails", f->node, f->node_reason);

@@ -33,7 +33,9 @@
  *                     asked of slurmctld before exiting, so the job is not
  *                     held; also for every fault when the site turned
  *                     dtrain's use off (DTRAIN_EXPEDITED_REQUEUE=0, from
- *                     the plugin's site key expedited_requeue=no);
+ *                     the plugin's site key expedited_requeue=no) or
+ *                     slurm.conf no longer enables it (the job's flag
+ *                     acts all the same);
  *   Slurm requeues it already (a node failed while it ran: JOB_EXPEDITING,
  *                     or it is no longer running): nothing is asked.
  * A job without the flag is left as before (RequeueExit=75).

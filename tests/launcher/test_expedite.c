@@ -46,6 +46,12 @@ static void test_decide(void)
     ok(dtrain_expedite_decide(DTRAIN_EXIT_REQUEUE, &drained, 0, text, sizeof text) == DTRAIN_EXPEDITE_PLAIN &&
            strstr(text, "expedited_requeue=no"),
        "the site turned it off: a plain requeue even with a drained node (%s)", text);
+    struct dtrain_job_facts disabled = drained;
+    disabled.site_allows = 0;
+    ok(dtrain_expedite_decide(DTRAIN_EXIT_REQUEUE, &disabled, 1, text, sizeof text) == DTRAIN_EXPEDITE_PLAIN &&
+           strstr(text, "no longer has enable_expedited_requeue") &&
+           dtrain_expedite_decide(DTRAIN_EXIT_USAGE, &disabled, 1, text, sizeof text) == DTRAIN_EXPEDITE_NO_REQUEUE,
+       "slurm.conf no longer enables it, the job has the flag: a plain requeue, the verdicts' requeue off (%s)", text);
     struct dtrain_job_facts by_slurm = flagged;
     by_slurm.running = 0;
     by_slurm.expediting = 1;
