@@ -338,7 +338,10 @@ enum dtrain_status dtrain_blas_select(const char *prog, char **argv)
         fprintf(stderr, "%s\n", c.line);
         return DTRAIN_ERR_INPUT;
     }
-    if (c.line[0] != '\0' && speaks())
+    /* a switch is not said on stderr, where a run's one line of bad input
+     * must stand alone: the header (dtrain_blas_describe) names the
+     * kernels and "chosen by dtrain over OpenBLAS's X" */
+    if (c.line[0] != '\0' && a != DTRAIN_BLAS_SWITCH && speaks())
         fprintf(stderr, "%s\n", c.line);
     if (a == DTRAIN_BLAS_SWITCH) {
         char target[48];

@@ -63,9 +63,13 @@ SwitchName=spine Switches=leaf1,leaf2
 CONF
 printf 'TopologyPlugin=topology/tree\nSchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=2\nSlurmdTimeout=20\n' \
   >"$d/extra.conf"
+# TP groups over 2 nodes of a domain need an IMEX channel (the plugin checks
+# at task start): a fake one at the hardware boundary, as in nvlink_domain.sh
+fake_imex_channels "$d/imex"
+[ -z "$IMEX_WHY" ] || diag "$IMEX_WHY: the plugin's IMEX check is off"
 check_cluster_start "a 4-node cluster, 2 leaf switches, 2 NVLink cliques, the plugin, RequeueExit=75 starts" "$d" \
   --nodes 4 --cpus-per-node 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" --plugin "$plugin" \
-  --plugin-args "max_tp=8 nvlink_domain_gpus=8" "${env_args[@]}" --requeue-delay 5 --slurm-conf-extra "$d/extra.conf"
+  --plugin-args "max_tp=8 nvlink_domain_gpus=8 $IMEX_SITE" "${env_args[@]}" --requeue-delay 5 --slurm-conf-extra "$d/extra.conf"
 
 trainer=(--data "$d/tokens.bin" --layers 2 --channels 32 --heads 4 --vocab-size 256 --padded-vocab-size 256
   --max-seq-len 16 --seq 16 --batch 8 --steps "$steps" --lr 3e-3 --grad-clip 1 --seed 7 --threads 1

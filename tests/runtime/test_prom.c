@@ -230,6 +230,9 @@ static void test_trainer(void)
                     "--max-seq-len", "16", "--seq", "16", "--batch", "2", "--steps", "3", "--threads", "1",
                     "--log-every", "0", "--metrics", metrics, "--prom-textfile", prom, NULL};
     double before = dtrain_metrics_wall_clock();
+    /* in this process: dtrain's switch of OpenBLAS's kernels would execute
+     * this test program again (on a CPU OpenBLAS does not know) */
+    setenv("DTRAIN_BLAS_CORE", "keep", 1);
     int rc = dtrain_train_main((int)(sizeof argv / sizeof argv[0]) - 1, argv);
     slurp(prom, text, sizeof text);
     ok(rc == 0 && sample(text, "dtrain_step ") == 2 && sample(text, "dtrain_steps_target ") == 3,

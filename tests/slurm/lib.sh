@@ -20,6 +20,15 @@
 #                         (status 1) when it can
 #   need_plugin           skip_all unless need_cluster_tools holds and the
 #                         plugin can be loaded
+#   fake_imex_channels DIR   a stand-in for /dev/nvidia-caps-imex-channels
+#                            (the hardware boundary): DIR with one character
+#                            device, channel1 (major 240, a local/experimental
+#                            number: the plugin only looks at the type and
+#                            the name).  Sets IMEX_SITE to the plugstack
+#                            words that point the plugin at it (the only way:
+#                            a site key, never the job's environment), or to
+#                            imex_check=no with IMEX_WHY when mknod is not
+#                            allowed here (no root / CAP_MKNOD)
 # DTRAIN_TEST_CLUSTERS=0 in the environment skips every test that starts a
 # cluster (a package build, a machine where Slurm must not be started).
 : "${abs_top_srcdir:?run through make check}" "${abs_builddir:?run through make check}"
@@ -140,3 +149,12 @@ slurmd_pid() { tr -dc '0-9' <"$1/pids/slurmd-$2.pid" 2>/dev/null; }
 
 # environ_of PID: the process environment, one variable a line.
 environ_of() { tr '\0' '\n' 2>/dev/null <"/proc/$1/environ"; }
+
+fake_imex_channels() {
+  mkdir -p "$1" && rm -f "$1/channel1"
+  if IMEX_WHY=$(mknod -m 0666 "$1/channel1" c 240 1 2>&1); then
+    IMEX_SITE="imex_channels=$1" IMEX_WHY=""
+  else
+    IMEX_SITE="imex_check=no" IMEX_WHY="cannot make a fake IMEX channel device (mknod: $IMEX_WHY)"
+  fi
+}

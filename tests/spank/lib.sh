@@ -11,15 +11,6 @@
 #   run_client OUT ERR CMD...  run a Slurm client, stdout/stderr to files; sets RC
 #   one_dtrain_line ERR      ERR holds exactly one line, starting "dtrain: "
 #   diag_file FILE           its first lines as TAP comments
-#   fake_imex_channels DIR   a stand-in for /dev/nvidia-caps-imex-channels
-#                            (the hardware boundary): DIR with one character
-#                            device, channel1 (major 240, a local/experimental
-#                            number: the plugin only looks at the type and
-#                            the name).  Sets IMEX_SITE to the plugstack
-#                            words that point the plugin at it (the only way:
-#                            a site key, never the job's environment), or to
-#                            imex_check=no with IMEX_WHY when mknod is not
-#                            allowed here (no root / CAP_MKNOD)
 : "${abs_srcdir:?run through make check}" "${abs_top_builddir:?run through make check}"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
 
@@ -52,11 +43,3 @@ one_dtrain_line() {
 
 diag_file() { head -n 3 "$1" | sed 's/^/#   /'; }
 
-fake_imex_channels() {
-  mkdir -p "$1" && rm -f "$1/channel1"
-  if IMEX_WHY=$(mknod -m 0666 "$1/channel1" c 240 1 2>&1); then
-    IMEX_SITE="imex_channels=$1" IMEX_WHY=""
-  else
-    IMEX_SITE="imex_check=no" IMEX_WHY="cannot make a fake IMEX channel device (mknod: $IMEX_WHY)"
-  fi
-}
