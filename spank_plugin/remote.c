@@ -70,6 +70,26 @@ static int job_getenv(spank_t sp, const char *name, char *buf, size_t len, const
     return rc == ESPANK_ENV_NOEXIST ? 0 : -1;
 }
 
+/* DTRAIN_RANK0_NODE of the job's environment (srun's dtrain.so set it
+ * from the step's layout) into s->rank0_node: a node name, or "" when
+ * unset; 0, or -1 after step_fail() for a value that is no node name. */
+static int read_rank0_node(struct dtrain_step *s, spank_t sp)
+{
+    const char *v = NULL;
+    s->rank0_node[0] = '\0';
+    if (job_getenv(sp, DTRAIN_ENV_RANK0_NODE, s->rank0_node, sizeof s->rank0_node, &v) != 0 ||
+        (v != NULL && (v[0] == '\0' || v[strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                   "-_.")] != '\0'))) {
+        s->rank0_node[0] = '\0';
+        step_fail(s, DTRAIN_EXIT_USAGE, "%s: %s is not a node name: leave it to srun's dtrain.so", s->node,
+                  DTRAIN_ENV_RANK0_NODE);
+        return -1;
+    }
+    if (v == NULL)
+        s->rank0_node[0] = '\0';
+    return 0;
+}
+
 /* The step's layout; 0, or -1 after step_fail(). */
 static int read_layout(struct dtrain_step *s, spank_t sp)
 {
@@ -111,12 +131,22 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
             return -1;
         }
     }
-    /* MASTER_ADDR is the step's first node: rank 0 must run there. */
-    if ((s->node_pos == 0) != (s->nodeid == 0)) {
+    /* MASTER_ADDR is rank 0's node: the one srun named from the step's
+     * layout (DTRAIN_RANK0_NODE), else the step's first node. */
+    if (s->rank0_node[0] != '\0') {
+        if (s->node_pos == 0 && strcmp(s->rank0_node, s->node) != 0) {
+            step_fail(s, DTRAIN_EXIT_REFUSED,
+                      "%s: rank 0 runs here, but %s names %.64s: the job's environment is not the step's (leave "
+                      "%s alone)", s->node, DTRAIN_ENV_RANK0_NODE, s->rank0_node, DTRAIN_ENV_RANK0_NODE);
+            return -1;
+        }
+    } else if ((s->node_pos == 0) != (s->nodeid == 0)) {
         step_fail(s, DTRAIN_EXIT_REFUSED,
-                  "%s: %s, but rank 0 must run on the step's first node (MASTER_ADDR): keep that node first in "
+                  "%s: %s, but without word from srun (%s, which srun's dtrain.so sets unless --export=NONE "
+                  "drops it) rank 0 must run on the step's first node (MASTER_ADDR): keep that node first in "
                   "SLURM_HOSTFILE (dtrain-topo --switch-addrs does)",
-                  s->node, s->nodeid == 0 ? "this is the step's first node without rank 0" : "rank 0 runs here");
+                  s->node, s->nodeid == 0 ? "this is the step's first node without rank 0" : "rank 0 runs here",
+                  DTRAIN_ENV_RANK0_NODE);
         return -1;
     }
     return 0;
@@ -252,10 +282,12 @@ static int plan_step(struct dtrain_plugin *plugin)
         .cpu_only = dtrain_topo_gpu_count(node) == 0,
         .nvlink_domain_gpus = plugin->config.nvlink_domain_gpus,
         .pp_in_domain = plugin->opts.pp_in_domain,
-        /* Slurm's block stands for NVML's clique: the task's
+        /* Slurm's block (ring) stands for NVML's clique: the task's
          * SLURM_TOPOLOGY_ADDR names it (read in task_init, where Slurm has
          * set it); the launcher compares the nodes'. */
-        .node_domain = plugin->config.nvlink_domain_block ? DTRAIN_TREE_BLOCK_PREFIX : NULL,
+        .node_domain = plugin->config.nvlink_domain_source == DTRAIN_DOMAIN_BLOCK  ? DTRAIN_TREE_BLOCK_PREFIX
+                       : plugin->config.nvlink_domain_source == DTRAIN_DOMAIN_RING ? DTRAIN_TREE_RING_PREFIX
+                                                                                    : NULL,
         /* --dtrain-cpu-bind, else the site's cpu_bind=, else whole cores */
         .cpu_bind = (plugin->opts.cpu_bind ? plugin->opts.cpu_bind == 2 : plugin->config.cpu_bind_numa)
                         ? DTRAIN_CPU_BIND_NUMA
@@ -287,10 +319,11 @@ static int plan_step(struct dtrain_plugin *plugin)
      * launcher checks with the other nodes that they report this same
      * domain (launcher/exchange.c). */
     s->nvlink_domain[0] = '\0';
-    s->domain_from_block = 0;
+    s->domain_unit = 0;
     if (shape.tp > shape.tasks_per_node || policy.pp_in_domain) {
         if (policy.node_domain)
-            s->domain_from_block = 1;
+            s->domain_unit = plugin->config.nvlink_domain_source == DTRAIN_DOMAIN_RING ? DTRAIN_TREE_UNIT_RING
+                                                                                       : DTRAIN_TREE_UNIT_BLOCK;
         else if (dtrain_topo_nvlink_domain(node, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err) != 1)
             s->nvlink_domain[0] = '\0'; /* the planner refused such a node already */
     }
@@ -335,7 +368,7 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
         spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && dtrain_argv_runs_own_trainer(argc, argv);
     const int lo = plugin->config.master_port_lo, hi = plugin->config.master_port_hi;
     s->master_port = own_trainer ? 0 : dtrain_master_port(lo, hi, jobid, stepid);
-    if (s->nodeid == 0 && s->master_port > 0) {
+    if (s->node_pos == 0 && s->master_port > 0) { /* rank 0's node */
         const int may_move = s->nnodes == 1;
         int crc = dtrain_rdv_claim_port(s->master_port, lo, hi, may_move, &s->port_claim, err, sizeof err);
         if (crc == -2) {
@@ -360,7 +393,9 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
         s->master_port = s->port_claim.port;
     }
     v = NULL;
-    if (job_getenv(sp, "SLURM_STEP_NODELIST", buf, sizeof buf, &v) != 0 || v == NULL)
+    if (s->rank0_node[0] != '\0')
+        v = s->rank0_node;
+    else if (job_getenv(sp, "SLURM_STEP_NODELIST", buf, sizeof buf, &v) != 0 || v == NULL)
         job_getenv(sp, "SLURM_JOB_NODELIST", buf, sizeof buf, &v);
     if (dtrain_rdv_master_addr(v, s->master_addr, sizeof s->master_addr, err, sizeof err) != 0) {
         s->master_addr[0] = '\0';
@@ -398,7 +433,7 @@ int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
     }
     if (stepid == SLURM_EXTERN_CONT || stepid == SLURM_PENDING_STEP)
         return 0;
-    if (read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0 ||
+    if (read_rank0_node(s, sp) != 0 || read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0 ||
         select_gpus(plugin) != 0)
         return 0;
     if (plan_step(plugin) == 0)
@@ -576,13 +611,14 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     if (dtrain_task_env_placement(&s->env, &where) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
-    if (s->domain_from_block) {
+    if (s->domain_unit) {
         char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
         const char *a = NULL, *p = NULL;
         /* unset or too long: a and p stay NULL, said as no address */
         job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
         job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
-        if (dtrain_tree_block_domain(a, p, s->nvlink_domain, sizeof s->nvlink_domain, why, sizeof why) != 0)
+        if (dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
+                                    sizeof s->nvlink_domain, why, sizeof why) != 0)
             task_fail(DTRAIN_EXIT_REFUSED, local == 0, "%s: %s", s->node, why);
     }
     if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)

@@ -73,7 +73,7 @@ enum site_kind {
 #define SITE_OFF(member) offsetof(struct dtrain_site_config, member)
 #define SITE_INT(key, member, lo, hi) \
     {.name = key, .type = DTRAIN_SETTING_INT, .offset = SITE_OFF(member), .min = lo, .max = hi}
-static const char *const domain_sources[] = {"nvml", "block", NULL};
+static const char *const domain_sources[] = {"nvml", "block", "ring", NULL}; /* enum dtrain_domain_source */
 static const char *const visibilities[] = {"all", "one", NULL};
 static const char *const cpu_binds[] = {"cores", "numa", NULL};
 
@@ -88,7 +88,7 @@ static const struct dtrain_setting site_keys[] = {
     {.name = "allow_pcie", .type = DTRAIN_SETTING_CUSTOM, .kind = S_PCIE},
     SITE_INT("max_tp", max_tp, 0, DTRAIN_TOPO_MAX_GPUS),
     SITE_INT("nvlink_domain_gpus", nvlink_domain_gpus, 0, DTRAIN_PLAN_MAX_DIM),
-    {.name = "nvlink_domain_source", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(nvlink_domain_block),
+    {.name = "nvlink_domain_source", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(nvlink_domain_source),
      .names = domain_sources},
     {.name = "gpu_visibility", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(gpu_visibility_one),
      .names = visibilities},
