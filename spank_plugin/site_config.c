@@ -128,7 +128,14 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         return dtrain_setting_store_integer(s, cfg, v);
     case DTRAIN_SETTING_ENUM:
         if (dtrain_setting_store_enum_word(s, cfg, value) != 0) {
-            dtrain_snprintf(err, errlen, "%s=%.64s: use %s or %s", key, value, s->names[0], s->names[1]);
+            char words[128] = "";
+            int n = 0;
+            while (s->names[n] != NULL)
+                n++;
+            for (int i = 0; i < n; i++) /* "a or b", "a, b or c" */
+                dtrain_snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s",
+                                i == 0 ? "" : i == n - 1 ? " or " : ", ", s->names[i]);
+            dtrain_snprintf(err, errlen, "%s=%.64s: use %s", key, value, words);
             return -1;
         }
         return 0;

@@ -83,7 +83,7 @@ static void test_arguments(void)
         {"max_tp=4.5", "max_tp"},
         {"nvlink_domain_gpus=-8", "nvlink_domain_gpus"},
         {"nvlink_domain_gpus=lots", "nvlink_domain_gpus"},
-        {"nvlink_domain_source=tree", "nvlink_domain_source=tree: use nvml or block"},
+        {"nvlink_domain_source=tree", "nvlink_domain_source=tree: use nvml, block or ring"},
         {"topology_xml=relative.xml", "absolute path"},
         {"gpu_visibility=some", "gpu_visibility=some: use all or one"},
         {"cpu_bind=threads", "cpu_bind=threads: use cores or numa"},
