@@ -130,12 +130,6 @@ const char *dtrain_node_order_describe(enum dtrain_node_order order);
 enum dtrain_node_order dtrain_node_order_of(const char *topology_plugin, const char *topology_param, int arbitrary,
                                             int topo_layout, int no_dist_topo);
 
-#define DTRAIN_TREE_CROSSINGS_MAX 64
-/* "CROSS RING CROSS_OWN" (DTRAIN_LEAF_EDGES, which dtrain-launch hands its
- * trainer): the DP ring edges across leaf switches in the order in force,
- * all ring edges, and those across in dtrain's own order.  Parse: 0, or -1. */
-int dtrain_tree_crossings_parse(const char *text, long *cross, long *ring, long *cross_own);
-
 #ifdef __cplusplus
 }
 #endif

@@ -403,12 +403,3 @@ enum dtrain_node_order dtrain_node_order_of(const char *topology_plugin, const c
         return DTRAIN_NODE_ORDER_TOPOLOGY;
     return DTRAIN_NODE_ORDER_SLURM;
 }
-
-int dtrain_tree_crossings_parse(const char *text, long *cross, long *ring, long *cross_own)
-{
-    char extra;
-    if (text == NULL || sscanf(text, "%ld %ld %ld %c", cross, ring, cross_own, &extra) != 3 || *ring < 0 ||
-        *cross < 0 || *cross > *ring || *cross_own < 0 || *cross_own > *ring)
-        return -1;
-    return 0;
-}

@@ -160,12 +160,5 @@ int main(void)
     ok(dtrain_node_order_parse(dtrain_node_order_name(DTRAIN_NODE_ORDER_BLOCK_RANK)) == DTRAIN_NODE_ORDER_BLOCK_RANK &&
            dtrain_node_order_parse("nonsense") == DTRAIN_NODE_ORDER_UNKNOWN,
        "order: names go both ways");
-    {
-        long cr, ring, own;
-        ok(dtrain_tree_crossings_parse("8 8 4", &cr, &ring, &own) == 0 && cr == 8 && ring == 8 && own == 4 &&
-               dtrain_tree_crossings_parse("9 8 4", &cr, &ring, &own) == -1 &&
-               dtrain_tree_crossings_parse("8 8", &cr, &ring, &own) == -1,
-           "crossings: \"8 8 4\" reads, more crossings than edges or a missing field does not");
-    }
     return tap_done();
 }
