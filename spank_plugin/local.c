@@ -133,7 +133,11 @@ out:
     free(names);
     free(pos_node);
     if (conf)
+#if HAVE_DECL_SLURM_FREE_CONF
+        slurm_free_conf(conf); /* Slurm 26.05 */
+#else
         slurm_free_ctl_conf(conf);
+#endif
     if (layout)
         slurm_job_step_layout_free(layout);
 }

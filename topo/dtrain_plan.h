@@ -128,8 +128,10 @@ enum dtrain_status dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long
  * order (Slurm 26.05's topology layout, BlockAsNodeRank, or blocks of
  * consecutive names), so a set of node positions stays in one domain when
  * it lies in one window [kS, (k+1)S).  Refuses with one line ending in
- * "use --segment=S" (the smallest S that works) when it does not; unit is
- * "block" or "ring" for the message.  Unknown sizes: DTRAIN_OK. */
+ * "use --segment=S" when it does not: for unit "block" the smallest S that
+ * works (Slurm packs segments into base blocks), for "ring" the largest
+ * (Slurm 26.05 gives each segment a ring of its own, read in
+ * eval_nodes_ring.c).  Unknown sizes: DTRAIN_OK. */
 enum dtrain_status dtrain_plan_check_segment(int tp, int pp, int pp_in_domain, long ntasks, long tasks_per_node,
                                              int domain_gpus, long segment, const char *unit, char *err,
                                              size_t errlen);

@@ -389,8 +389,12 @@ enum dtrain_status dtrain_plan_check_segment(int tp, int pp, int pp_in_domain, l
     long S = segment > N ? 0 : segment; /* Slurm ignores a segment larger than the job */
     if (S == 0 && N <= B)
         goto out; /* Slurm puts a job no larger than a base block (a ring) inside one */
+    /* topology/block packs segments into base blocks: the smallest one
+     * leaves Slurm the most freedom; topology/ring gives each segment a ring
+     * of its own: the largest one needs the fewest rings */
+    const int ring = strcmp(unit, "ring") == 0;
     long best = 0;
-    for (long c = 1; c <= B && c <= N && !best; c++)
+    for (long c = 1; c <= B && c <= N && (!best || ring); c++)
         if (N % c == 0 && segment_holds(lo, hi, parent, N, c))
             best = c;
     if (S > 0 && N % S == 0 && S <= B && segment_holds(lo, hi, parent, N, S))

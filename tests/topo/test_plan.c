@@ -472,6 +472,12 @@ static void multinode_domains(void)
     ok(dtrain_plan_check_segment(8, 1, 0, 24, 4, 16, 5, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "--segment=5 does not divide the job's 6 nodes"),
        "check_segment: --segment=5 on 6 nodes: %s", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 64, 4, 32, 0, "ring", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "use --segment=8"),
+       "check_segment: T=8 on 16 nodes, rings of 8 nodes: the largest segment, a ring each (%s)", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 64, 4, 32, 0, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "use --segment=2"),
+       "check_segment: ... blocks of 8 nodes: the smallest (%s)", err);
     ok(dtrain_plan_check_segment(8, 1, 0, 8, 4, 8, 0, "block", err, sizeof(err)) == DTRAIN_OK,
        "check_segment: T=8 on 2 nodes (one block's worth): Slurm keeps the job in one block, no --segment needed");
     ok(dtrain_plan_check_segment(8, 1, 0, 8, 4, 8, 1, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
