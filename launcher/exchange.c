@@ -89,7 +89,7 @@ static enum dtrain_status check_domain(dtrain_pmi *pmi, const struct dtrain_boot
 
 /* --dtrain-verbose (DTRAIN_VERBOSE=1) on a cluster whose tasks have a
  * SLURM_TOPOLOGY_ADDR of switches (topology/tree, block, ring): each
- * node's first task puts "NODE ADDR" under "dt.addr", rank 0 reads them all
+ * node's first task puts "NODE ADDR" under "dt.addr.<node>", rank 0 reads them all
  * after the fence and says which node order is in force (DTRAIN_NODE_ORDER,
  * from srun's dtrain.so) and how many DP ring edges cross leaf switches in
  * it and in dtrain's own order (dtrain-topo --switch-addrs); its trainer
@@ -111,7 +111,9 @@ static enum dtrain_status leaf_put(dtrain_pmi *pmi, const struct dtrain_bootstra
     if (bs->local_rank != 0 || !node || !*node || strchr(node, ' ') || strchr(addr, ' ') ||
         dtrain_snprintf(value, sizeof value, "%s %s", node, addr) != 0)
         return DTRAIN_OK; /* no report rather than a failed step */
-    return dtrain_pmi_put(pmi, ADDR_KEY, value, err, errlen);
+    char key[32]; /* Slurm's KVS is one namespace: a key per node */
+    snprintf(key, sizeof key, ADDR_KEY ".%d", bs->rank / bs->local_size);
+    return dtrain_pmi_put(pmi, key, value, err, errlen);
 }
 
 /* Rank 0, after the fence: the report (stderr) and DTRAIN_LEAF_EDGES. */
@@ -125,8 +127,9 @@ static void leaf_report(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs)
     if (n < 2 || (long)n * K != bs->world_size)
         return;
     for (int i = 0; i < n; i++) {
-        char value[DTRAIN_TREE_NAME_MAX + DTRAIN_TREE_ADDR_MAX + 2];
-        if (dtrain_pmi_get(pmi, i * K, ADDR_KEY, value, sizeof value, err, sizeof err) != DTRAIN_OK)
+        char value[DTRAIN_TREE_NAME_MAX + DTRAIN_TREE_ADDR_MAX + 2], key[32];
+        snprintf(key, sizeof key, ADDR_KEY ".%d", i);
+        if (dtrain_pmi_get(pmi, i * K, key, value, sizeof value, err, sizeof err) != DTRAIN_OK)
             goto out; /* a node without an address: no report */
         size_t l = strlen(value);
         if (len + l + 2 > cap) {

@@ -20,7 +20,7 @@
  *
  * With --dtrain-verbose on a switch tree (SLURM_TOPOLOGY_ADDR of topology/
  * tree, block or ring), each node's first task also puts its address under
- * "dt.addr" and rank 0 says which node order is in force and the DP ring
+ * "dt.addr.<node>" and rank 0 says which node order is in force and the DP ring
  * edges across leaf switches in it and in dtrain's own order (stderr), and
  * hands the counts to its trainer in DTRAIN_LEAF_EDGES. */
 #ifndef DTRAIN_LAUNCH_EXCHANGE_H

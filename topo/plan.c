@@ -414,7 +414,7 @@ enum dtrain_status dtrain_plan_check_segment(int tp, int pp, int pp_in_domain, l
         dtrain_snprintf(why, sizeof why, "--segment=%ld is larger than a %s (%ld nodes), so a segment may span two",
                         S, unit, B);
     else
-        dtrain_snprintf(why, sizeof why, "segments of %ld nodes would split them", S);
+        dtrain_snprintf(why, sizeof why, "segments of %ld node%s would split them", S, S == 1 ? "" : "s");
     if (best)
         dtrain_snprintf(hint, sizeof hint, "use --segment=%ld", best);
     else
