@@ -128,7 +128,8 @@ enum dtrain_status dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long
  * order (Slurm 26.05's topology layout, BlockAsNodeRank, or blocks of
  * consecutive names), so a set of node positions stays in one domain when
  * it lies in one window [kS, (k+1)S).  Refuses with one line ending in
- * "use --segment=S" when it does not: for unit "block" the smallest S that
+ * "use --segment=S" (or, for a job no larger than a domain, "leave
+ * --segment out") when it does not: for unit "block" the smallest S that
  * works (Slurm packs segments into base blocks), for "ring" the largest
  * (Slurm 26.05 gives each segment a ring of its own, read in
  * eval_nodes_ring.c).  Unknown sizes: DTRAIN_OK. */

@@ -415,7 +415,9 @@ enum dtrain_status dtrain_plan_check_segment(int tp, int pp, int pp_in_domain, l
                         S, unit, B);
     else
         dtrain_snprintf(why, sizeof why, "segments of %ld node%s would split them", S, S == 1 ? "" : "s");
-    if (best)
+    if (N <= B)
+        dtrain_snprintf(hint, sizeof hint, "leave --segment out (Slurm puts a job of %ld nodes in one %s)", N, unit);
+    else if (best)
         dtrain_snprintf(hint, sizeof hint, "use --segment=%ld", best);
     else
         dtrain_snprintf(hint, sizeof hint, "no --segment of at most %ld nodes dividing %ld holds them (their nodes lie "
