@@ -129,7 +129,7 @@ printf 'TopologyPlugin=topology/block\nTopologyParam=BlockAsNodeRank\n' >"$D/blo
 start_plugin_cluster "$D" --nodes 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" --plugin-args "$site" \
   --slurm-conf-extra "$D/block.conf"
 run_client "$out" "$err" srun -N4 --ntasks-per-node=1 -l sh -c 'echo $SLURMD_NODENAME $SLURM_NODEID $SLURM_TOPOLOGY_ADDR'
-ids=$(sort -k2 -n "$out" | awk '{ printf "%s%s", NR > 1 ? " " : "", $2 }')
+ids=$(sort -k3 -n "$out" | awk '{ printf "%s%s", (NR > 1 ? " " : ""), $2 }')
 check "Slurm $version, blocks b1 = node1+node3, b2 = node2+node4, TopologyParam=BlockAsNodeRank: SLURM_NODEID numbers the nodes by block: $ids (exit $RC)" \
   [ "$RC" -eq 0 -a "$ids" = "node1 node3 node2 node4" ]
 run_client "$out" "$err" srun -N4 --segment=2 --ntasks-per-node=4 --dtrain-tp=8 --dtrain-verbose sh "$show_task"

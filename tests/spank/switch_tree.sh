@@ -136,7 +136,7 @@ fi
 printf 'TopologyPlugin=topology/tree\nTopologyParam=SwitchAsNodeRank\n' >"$D/tree.conf"
 start_plugin_cluster "$D" --nodes 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" --slurm-conf-extra "$D/tree.conf"
 run_client "$out" "$err" srun -N4 --ntasks-per-node=1 -l sh -c 'echo $SLURMD_NODENAME $SLURM_NODEID $SLURM_TOPOLOGY_ADDR'
-ids=$(sort -k2 -n "$out" | awk '{ printf "%s%s", NR > 1 ? " " : "", $2 }')
+ids=$(sort -k3 -n "$out" | awk '{ printf "%s%s", (NR > 1 ? " " : ""), $2 }')
 check "Slurm $version, TopologyParam=SwitchAsNodeRank: SLURM_NODEID numbers the nodes by leaf switch: $ids (exit $RC)" \
   [ "$RC" -eq 0 -a "$ids" = "node1 node3 node2 node4" ]
 sort -n "$out" | awk '{ print $2, $4 }' >"$D/addrs.rank"
