@@ -33,9 +33,28 @@ enum dtrain_status dtrain_master_ports_parse(const char *text, const char *what,
     return DTRAIN_OK;
 }
 
-int dtrain_master_port(int lo, int hi, uint32_t job_id, uint32_t step_id)
+int dtrain_master_port_blocks(int lo, int hi, int per_step)
 {
-    uint64_t n = (uint64_t)(hi - lo) + 1;
-    uint64_t slot = ((uint64_t)job_id * 8u + step_id % 8u) % n;
-    return lo + (int)slot;
+    if (per_step < 1 || hi < lo)
+        return 0;
+    return (hi - lo + 1) / per_step;
+}
+
+int dtrain_master_ports_check(int lo, int hi, int per_step, char *err, size_t errlen)
+{
+    if (dtrain_master_port_blocks(lo, hi, per_step) >= 1)
+        return 0;
+    dtrain_snprintf(err, errlen, "master_ports=%d-%d holds %d port%s, fewer than ports_per_step=%d (the ports each "
+                    "step is given): widen master_ports or lower ports_per_step", lo, hi, hi - lo + 1,
+                    hi == lo ? "" : "s", per_step);
+    return -1;
+}
+
+int dtrain_master_port(int lo, int hi, int per_step, uint32_t job_id, uint32_t step_id)
+{
+    int blocks = dtrain_master_port_blocks(lo, hi, per_step);
+    if (blocks < 1)
+        return lo;
+    uint64_t slot = ((uint64_t)job_id * 8u + step_id % 8u) % (uint64_t)blocks;
+    return lo + per_step * (int)slot;
 }

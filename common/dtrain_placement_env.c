@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dtrain_env.h"
+#include "dtrain_master_port.h"
 #include "dtrain_parse.h"
 
 #define COORD_MAX 1000000 /* far above any world size: only a sanity bound */
@@ -78,6 +79,8 @@ int dtrain_placement_env_encode(const struct dtrain_coords *c, struct dtrain_env
         {DTRAIN_ENV_HIP_VISIBLE, c->cuda_visible, c->rocr_visible[0] != '\0'},
     };
     int rc = 0;
+    if (c->master_port > 0 && c->master_ports > 0)
+        rc |= dtrain_env_list_set(env, DTRAIN_ENV_PORTS, "%d-%d", c->master_port, c->master_port + c->master_ports - 1);
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].when)
             rc |= dtrain_env_list_set(env, ints[i].name, "%d", ints[i].value);
@@ -117,6 +120,26 @@ static int get_str(dtrain_env_getter get, void *ctx, const char *name, char *out
         return -1;
     }
     return 0;
+}
+
+/* DTRAIN_PORTS "LO-HI" (optional): the block starts at MASTER_PORT and
+ * holds at most DTRAIN_PORTS_PER_STEP_MAX ports. */
+static enum dtrain_status get_ports(dtrain_env_getter get, void *ctx, struct dtrain_coords *c, char *err,
+                                    size_t errlen)
+{
+    const char *text = get(DTRAIN_ENV_PORTS, ctx);
+    int lo, hi;
+    if (text == NULL)
+        return DTRAIN_OK;
+    if (dtrain_master_ports_parse(text, DTRAIN_ENV_PORTS, &lo, &hi, err, errlen) != DTRAIN_OK)
+        return DTRAIN_ERR_INPUT;
+    if (lo != c->master_port || hi - lo + 1 > DTRAIN_PORTS_PER_STEP_MAX) {
+        dtrain_snprintf(err, errlen, "%s=%.32s is not a block of at most %d ports starting at %s=%d", DTRAIN_ENV_PORTS,
+                        text, DTRAIN_PORTS_PER_STEP_MAX, DTRAIN_ENV_FW_MASTER_PORT, c->master_port);
+        return DTRAIN_ERR_INPUT;
+    }
+    c->master_ports = hi - lo + 1;
+    return DTRAIN_OK;
 }
 
 enum dtrain_status dtrain_placement_env_decode(dtrain_env_getter get, void *ctx, struct dtrain_coords *c, char *err,
@@ -161,7 +184,7 @@ enum dtrain_status dtrain_placement_env_decode(dtrain_env_getter get, void *ctx,
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (get_str(get, ctx, strs[i].name, strs[i].dst, strs[i].len, err, errlen) != 0)
             return DTRAIN_ERR_INPUT;
-    return DTRAIN_OK;
+    return get_ports(get, ctx, c, err, errlen);
 }
 
 const char *dtrain_env_getter_process(const char *name, void *ctx)

@@ -12,7 +12,8 @@
  *   the DTRAIN_* coordinates, the framework names of PyTorch/torchrun,
  *   Megatron-LM and DeepSpeed (RANK, LOCAL_RANK, WORLD_SIZE,
  *   LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
- *   ROLE_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT, MASTER_ADDR, MASTER_PORT)
+ *   ROLE_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT, MASTER_ADDR, MASTER_PORT;
+ *   DTRAIN_PORTS, the block of ports from MASTER_PORT on)
  *   and the GPU variables (CUDA_VISIBLE_DEVICES; for AMD GPUs also
  *   ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES).  Empty strings and port 0 mean "not known": the
  *   variable is then left out.
@@ -69,6 +70,7 @@ struct dtrain_coords {
     char rocr_visible[DTRAIN_COORDS_VISIBLE_MAX];
     char master_addr[DTRAIN_COORDS_ADDR_MAX];     /* "" unknown */
     int master_port;                 /* 0 unknown */
+    int master_ports;                /* ports claimed from master_port on (DTRAIN_PORTS=P-Q); 0 unknown */
 };
 
 /* Add the variables of c to env.  Returns 0, or -1 when one does not fit. */

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "dtrain_parse.h"
+#include "imex.h"
 
 enum { P = 1 << HEALTH_MODE_PROLOG, E = 1 << HEALTH_MODE_EPILOG, C = 1 << HEALTH_MODE_CHECK };
 static const unsigned check_modes[HEALTH_CHECK_COUNT] = {
@@ -24,6 +25,7 @@ static const unsigned check_modes[HEALTH_CHECK_COUNT] = {
     [HEALTH_CHECK_CHECKPOINT_FS] = P | E | C,
     [HEALTH_CHECK_SHM] = P | E,
     [HEALTH_CHECK_INFINIBAND] = P | E | C,
+    [HEALTH_CHECK_IMEX] = P | E | C,
 };
 
 const char *health_mode_name(enum health_mode mode)
@@ -729,6 +731,52 @@ static void check_infiniband(const struct health_config *cfg, enum health_mode m
     conclude(&n, "%d InfiniBand port%s ACTIVE", ib->nports, ib->nports == 1 ? "" : "s");
 }
 
+/* The node is on a multi-node NVLink fabric: NVML reports one for a GPU. */
+int health_imex_node_in_domain(const struct health_facts *facts)
+{
+    if (!nvml_ok(facts))
+        return 0;
+    for (int g = 0; g < facts->nvml->ngpus; g++)
+        if (facts->nvml->gpus[g].fabric)
+            return 1;
+    return 0;
+}
+
+static void check_imex(const struct health_config *cfg, enum health_mode mode, const struct health_facts *facts,
+                       struct health_result *r)
+{
+    const struct health_imex_facts *imex = facts->imex;
+    (void)mode;
+    if (!cfg->imex.always && !nvml_ok(facts)) {
+        set_result(r, HEALTH_SKIP, "NVML cannot say whether the node is in a multi-node NVLink domain");
+        return;
+    }
+    if (!cfg->imex.always && !health_imex_node_in_domain(facts)) {
+        set_result(r, HEALTH_SKIP, "no GPU reports a multi-node NVLink fabric (NVML): no IMEX daemon needed");
+        return;
+    }
+    if (!imex) {
+        set_result(r, HEALTH_SKIP, "IMEX not probed");
+        return;
+    }
+    if (!imex->ok) {
+        set_result(r, HEALTH_FAIL, "IMEX daemon state unknown: %s", imex->error);
+        return;
+    }
+    if (imex->exit_status == 0 && strcmp(imex->output, "READY") == 0) {
+        set_result(r, HEALTH_PASS, "IMEX daemon READY (nvidia-imex-ctl -q)");
+        return;
+    }
+    if (imex->exit_status == 0 && health_imex_known_state(imex->output)) {
+        set_result(r, HEALTH_FAIL, "IMEX daemon %s, not READY (nvidia-imex-ctl -q): the domain's other nodes or the "
+                   "GPUs are not ready; see journalctl -u nvidia-imex", imex->output);
+        return;
+    }
+    set_result(r, HEALTH_FAIL, "IMEX daemon not answering (nvidia-imex-ctl -q exit %d: %.120s): start it (systemctl "
+               "start nvidia-imex) with IMEX_CMD_ENABLED=1 in /etc/nvidia-imex/config.cfg",
+               imex->exit_status, imex->output[0] ? imex->output : "no output");
+}
+
 typedef void (*check_fn)(const struct health_config *, enum health_mode, const struct health_facts *,
                          struct health_result *);
 static const check_fn check_table[HEALTH_CHECK_COUNT] = {
@@ -745,6 +793,7 @@ static const check_fn check_table[HEALTH_CHECK_COUNT] = {
     [HEALTH_CHECK_CHECKPOINT_FS] = check_checkpoint_fs,
     [HEALTH_CHECK_SHM] = check_shm,
     [HEALTH_CHECK_INFINIBAND] = check_infiniband,
+    [HEALTH_CHECK_IMEX] = check_imex,
 };
 
 void health_check_judge(enum health_check_id id, const struct health_config *cfg, enum health_mode mode,

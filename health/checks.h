@@ -22,6 +22,9 @@
  *   checkpoint_fs      x      x      x     statvfs
  *   shm                x      x            statvfs (jobs fill /dev/shm while running)
  *   infiniband         x      x      x     sysfs
+ *   imex               x      x      x     NVML (the fabric), nvidia-imex-ctl -q:
+ *                                          skipped on nodes without a multi-node
+ *                                          NVLink fabric unless imex.always
  *
  * When a probe could not look (a hung NVML, an unreadable topology), the
  * first check that needs it fails with the reason and the others that need
@@ -65,7 +68,12 @@ struct health_facts {
     const struct health_fs_facts *checkpoint_fs;
     const struct health_fs_facts *shm;
     const struct health_ib_facts *ib;
+    const struct health_imex_facts *imex;
 };
+
+/* 1 when NVML reports a multi-node NVLink fabric for one of the node's
+ * GPUs (the imex check runs there). */
+int health_imex_node_in_domain(const struct health_facts *facts);
 
 /* GPUs the node should have: gpus.count when given, else the NVIDIA GPUs
  * of the topology (0 when it could not be read). */

@@ -83,6 +83,9 @@ struct health_nvml_gpu {
     unsigned long long link_recovery[HEALTH_MAX_NVLINKS];
     unsigned long long link_crc[HEALTH_MAX_NVLINKS]; /* flit + data CRC */
 
+    int fabric;                   /* NVML reports a multi-node NVLink fabric for this GPU
+                                   * (nvmlDeviceGetGpuFabricInfoV: a state other than NOT_SUPPORTED) */
+
     int xid_known;                /* registered for XID events */
     unsigned nxids;               /* exact count; the first HEALTH_MAX_XIDS are listed */
     unsigned long long xids[HEALTH_MAX_XIDS];
@@ -120,6 +123,16 @@ struct health_ib_facts {
     char error[HEALTH_ERROR_LEN];
     int nports;
     struct health_ib_port_facts ports[HEALTH_MAX_IB_PORTS];
+};
+
+/* ------------------------------------------------------------ IMEX */
+/* The nvidia-imex daemon's state as `nvidia-imex-ctl -q` gives it (imex.h). */
+struct health_imex_facts {
+    int ok;                       /* the control program ran: exit_status and output say what it said */
+    char error[HEALTH_ERROR_LEN]; /* else why it could not run (missing, untrusted, timeout) */
+    char ctl[256];                /* the program run */
+    int exit_status;              /* its exit code; 128+N when killed by signal N */
+    char output[160];             /* its first line (stdout, else stderr), printable ASCII */
 };
 
 #endif

@@ -190,6 +190,20 @@ static void read_nvlinks(struct nvml_ctx *c, int g)
     }
 }
 
+/* Whether the GPU is on a multi-node NVLink fabric (GB200 NVL and later):
+ * NVML answers its fabric info with a state other than NOT_SUPPORTED, the
+ * rule libdtrain-topo reads a node's domain by (topo_nvml.c).  A driver
+ * before 550 has no such call: no fabric. */
+static void read_fabric(struct nvml_ctx *c, int g)
+{
+    struct health_nvml_gpu *gpu = &c->out->gpus[g];
+    nvmlGpuFabricInfo_v2_t f;
+    memset(&f, 0, sizeof(f));
+    f.version = nvmlGpuFabricInfo_v2;
+    if (GPU_CALL(c, g, gpu, nvmlDeviceGetGpuFabricInfoV, c->handles[g], &f))
+        gpu->fabric = f.state != NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+}
+
 /* Listen for XID events on every GPU for wait_ms (0: only those pending).
  * NVML reports the XIDs raised while the set is registered; see
  * doc/health.md for what that means for a prolog. */
@@ -297,6 +311,8 @@ void health_nvml_gather(const struct health_nvml_request *req, struct health_nvm
             read_processes(&c, g);
         if (req->what & HEALTH_NVML_NVLINK)
             read_nvlinks(&c, g);
+        if (req->what & HEALTH_NVML_FABRIC)
+            read_fabric(&c, g);
     }
     if (req->what & HEALTH_NVML_XID)
         read_xids(&c, req->xid_wait_ms);

@@ -26,6 +26,7 @@ enum health_nvml_query {
     HEALTH_NVML_NVLINK = 1 << 3,     /* link states and error counters */
     HEALTH_NVML_MEMORY = 1 << 4,     /* memory in use */
     HEALTH_NVML_PROCESSES = 1 << 5,  /* compute processes */
+    HEALTH_NVML_FABRIC = 1 << 6,     /* multi-node NVLink fabric membership (the imex check) */
 };
 
 struct health_nvml_request {

@@ -109,6 +109,7 @@ int health_print_json(const struct health_report *rep, const struct health_verdi
     put(elapsed, "nvml", ms_or_null(rep->nvml_ms), &bad);
     put(elapsed, "filesystem", ms_or_null(rep->filesystem_ms), &bad);
     put(elapsed, "infiniband", ms_or_null(rep->infiniband_ms), &bad);
+    put(elapsed, "imex", ms_or_null(rep->imex_ms), &bad);
     put(root, "elapsed_ms", elapsed, &bad);
     for (int i = 0; i < rep->nresults; i++) {
         const struct health_result *r = &rep->results[i];

@@ -9,6 +9,7 @@
 #include "dtrain_parse.h"
 #include "fs.h"
 #include "ib.h"
+#include "imex.h"
 #include "nvml.h"
 #include "topology.h"
 #include "dtrain_clock.h"
@@ -32,7 +33,7 @@ static int nvml_needed(const struct health_config *cfg, enum health_mode mode, u
         {HEALTH_CHECK_NVML, 0},           {HEALTH_CHECK_ECC, HEALTH_NVML_ECC},
         {HEALTH_CHECK_RETIRED_MEMORY, HEALTH_NVML_RETIRED}, {HEALTH_CHECK_XID, HEALTH_NVML_XID},
         {HEALTH_CHECK_NVLINK_ERRORS, HEALTH_NVML_NVLINK},   {HEALTH_CHECK_GPU_MEMORY, HEALTH_NVML_MEMORY},
-        {HEALTH_CHECK_GPU_PROCESSES, HEALTH_NVML_PROCESSES},
+        {HEALTH_CHECK_GPU_PROCESSES, HEALTH_NVML_PROCESSES}, {HEALTH_CHECK_IMEX, HEALTH_NVML_FABRIC},
     };
     int needed = 0;
     *what = 0;
@@ -102,6 +103,7 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
     struct health_nvml_facts *nvml = NULL;
     struct health_fs_facts *ckpt = NULL, *shm = NULL;
     struct health_ib_facts *ib = NULL;
+    struct health_imex_facts *imex = NULL;
     struct health_nvml_request req;
     struct dtrain_probe topo_probe, nvml_probe, ckpt_probe, shm_probe, ib_probe;
     struct dtrain_probe *probes[5] = {NULL, NULL, NULL, NULL, NULL};
@@ -110,7 +112,7 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
 
     memset(out, 0, sizeof(*out));
     out->mode = mode;
-    out->topology_ms = out->nvml_ms = out->filesystem_ms = out->infiniband_ms = -1;
+    out->topology_ms = out->nvml_ms = out->filesystem_ms = out->infiniband_ms = out->imex_ms = -1;
 
     /* Every probe the wanted checks need, started at once. */
     unsigned what = 0;
@@ -173,6 +175,20 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
         wait_for_processes(cfg, &req, nvml);
         out->nvml_ms += 1e3 * dtrain_clock_s() - t;
     }
+    /* The IMEX daemon, once NVML has said the node is in a multi-node
+     * NVLink domain (or the site wants it everywhere): nodes without one
+     * run no control program. */
+    if (health_check_wanted(cfg, HEALTH_CHECK_IMEX, mode) &&
+        (cfg->imex.always || health_imex_node_in_domain(&facts))) {
+        if (!(imex = calloc(1, sizeof(*imex))))
+            goto oom_after;
+        struct dtrain_probe imex_probe;
+        struct dtrain_probe *one[1] = {&imex_probe};
+        health_imex_start(cfg->imex.ctl, cfg->timeout_ms.imex, imex, &imex_probe);
+        dtrain_probe_wait_all(one, 1);
+        out->imex_ms = imex_probe.elapsed_ms;
+        facts.imex = imex;
+    }
 
     for (int id = 0; id < HEALTH_CHECK_COUNT; id++) {
         if (!health_check_wanted(cfg, (enum health_check_id)id, mode))
@@ -187,6 +203,7 @@ int health_run(const struct health_config *cfg, enum health_mode mode, struct he
 oom:
     /* Probes already started must not outlive the run. */
     dtrain_probe_wait_all(probes, 5);
+oom_after:
     dtrain_snprintf(err, errlen, "out of memory");
 done:
     free(topo);
@@ -194,5 +211,6 @@ done:
     free(ckpt);
     free(shm);
     free(ib);
+    free(imex);
     return rc;
 }

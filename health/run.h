@@ -18,7 +18,7 @@ struct health_report {
     int failed;                                     /* results with HEALTH_FAIL */
     /* Wall time of each probe and of the whole run, in milliseconds
      * (-1: the probe did not run). */
-    double topology_ms, nvml_ms, filesystem_ms, infiniband_ms, total_ms;
+    double topology_ms, nvml_ms, filesystem_ms, infiniband_ms, imex_ms, total_ms;
 };
 
 /* Run the checks.  Returns 0 with *out filled (out->failed says whether

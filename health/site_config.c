@@ -38,6 +38,7 @@ static const char *const check_names[HEALTH_CHECK_COUNT] = {
     [HEALTH_CHECK_CHECKPOINT_FS] = "checkpoint_fs",
     [HEALTH_CHECK_SHM] = "shm",
     [HEALTH_CHECK_INFINIBAND] = "infiniband",
+    [HEALTH_CHECK_IMEX] = "imex",
 };
 
 const char *health_check_name(enum health_check_id id)
@@ -56,6 +57,8 @@ void health_config_defaults(struct health_config *cfg)
     cfg->timeout_ms.nvml = 15000;   /* nvmlInit alone takes seconds without persistence mode */
     cfg->timeout_ms.filesystem = 5000;
     cfg->timeout_ms.infiniband = 2000;
+    cfg->timeout_ms.imex = 5000;
+    dtrain_snprintf(cfg->imex.ctl, sizeof(cfg->imex.ctl), "%s", HEALTH_IMEX_CTL_DEFAULT);
     cfg->timeout_ms.drain = HEALTH_DRAIN_TIMEOUT_MS;
     cfg->nvlink.tolerance_percent = 0;
     cfg->ecc.max_uncorrected = 0;
@@ -155,7 +158,7 @@ static const struct dtrain_setting gpus_keys[] = {
 static const struct dtrain_setting timeout_keys[] = {
     MS("topology", timeout_ms.topology), MS("nvml", timeout_ms.nvml),
     MS("filesystem", timeout_ms.filesystem), MS("infiniband", timeout_ms.infiniband),
-    MS("drain", timeout_ms.drain), END,
+    MS("imex", timeout_ms.imex), MS("drain", timeout_ms.drain), END,
 };
 static const struct dtrain_setting gpu_count_keys[] = {ENABLED(HEALTH_CHECK_GPU_COUNT), END};
 static const struct dtrain_setting gpu_model_keys[] = {ENABLED(HEALTH_CHECK_GPU_MODEL), END};
@@ -201,13 +204,18 @@ static const struct dtrain_setting infiniband_keys[] = {
     ENABLED(HEALTH_CHECK_INFINIBAND), CUSTOM("ports", H_IB_PORTS),
     NUMBER("min_rate_gbps", infiniband.min_rate_gbps, 0, 100000), END,
 };
+static const struct dtrain_setting imex_keys[] = {
+    ENABLED(HEALTH_CHECK_IMEX),
+    {.name = "always", .type = DTRAIN_SETTING_BOOL, .offset = CFG_OFF(imex.always), .min = 0, .max = 1},
+    PATH("ctl", imex.ctl), END,
+};
 static const struct dtrain_setting checks_keys[] = {
     OBJECT("gpu_count", gpu_count_keys), OBJECT("gpu_model", gpu_model_keys),
     OBJECT("nvlink", nvlink_keys), OBJECT("nvml", nvml_keys), OBJECT("ecc", ecc_keys),
     OBJECT("retired_memory", retired_keys), OBJECT("xid", xid_keys),
     OBJECT("nvlink_errors", nvlink_errors_keys), OBJECT("gpu_memory", gpu_memory_keys),
     OBJECT("gpu_processes", gpu_processes_keys), OBJECT("checkpoint_fs", checkpoint_keys),
-    OBJECT("shm", shm_keys), OBJECT("infiniband", infiniband_keys), END,
+    OBJECT("shm", shm_keys), OBJECT("infiniband", infiniband_keys), OBJECT("imex", imex_keys), END,
 };
 static const struct dtrain_setting top_keys[] = {
     CUSTOM("topology", H_TOPOLOGY),

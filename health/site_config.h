@@ -8,7 +8,7 @@
  *     "nvml_library": "libnvidia-ml.so.1",  default: $DTRAIN_NVML_LIBRARY, then this
  *     "gpus": {"count": 8, "model": "H100"},
  *     "timeouts_ms": {"topology": 10000, "nvml": 15000, "filesystem": 5000,
- *                     "infiniband": 2000, "drain": 10000},
+ *                     "infiniband": 2000, "imex": 5000, "drain": 10000},
  *     "checks": {
  *       "gpu_count": {}, "gpu_model": {},
  *       "nvlink": {"min_bandwidth_gbps": 100, "reference_topology": "/etc/dtrain/h100.xml",
@@ -22,7 +22,8 @@
  *       "gpu_processes": {"grace_ms": 2000},
  *       "checkpoint_fs": {"path": "/ckpt", "min_free": "100GiB"},
  *       "shm": {"path": "/dev/shm", "min_free": "1GiB"},
- *       "infiniband": {"ports": ["mlx5_0:1"], "min_rate_gbps": 200}
+ *       "infiniband": {"ports": ["mlx5_0:1"], "min_rate_gbps": 200},
+ *       "imex": {"always": false, "ctl": "/usr/bin/nvidia-imex-ctl"}
  *     }
  *   }
  *
@@ -43,6 +44,7 @@
 #define HEALTH_DRAIN_TIMEOUT_MS 10000 /* default timeouts_ms.drain (also when the config is unusable) */
 #define HEALTH_MAX_IGNORED_XIDS 64
 #define HEALTH_PATH_LEN 1024
+#define HEALTH_IMEX_CTL_DEFAULT "/usr/bin/nvidia-imex-ctl" /* NVIDIA's nvidia-imex package */
 
 /* The checks, in the order they run and are reported. */
 enum health_check_id {
@@ -59,6 +61,7 @@ enum health_check_id {
     HEALTH_CHECK_CHECKPOINT_FS,  /* free space for checkpoints */
     HEALTH_CHECK_SHM,            /* free space in /dev/shm */
     HEALTH_CHECK_INFINIBAND,     /* InfiniBand port state and rate */
+    HEALTH_CHECK_IMEX,           /* the nvidia-imex daemon READY (multi-node NVLink nodes) */
     HEALTH_CHECK_COUNT
 };
 
@@ -85,7 +88,7 @@ struct health_config {
     int enabled[HEALTH_CHECK_COUNT];
 
     struct {
-        int topology, nvml, filesystem, infiniband, drain;
+        int topology, nvml, filesystem, infiniband, imex, drain;
     } timeout_ms;
 
     struct {
@@ -125,6 +128,11 @@ struct health_config {
         struct health_ib_port_spec ports[HEALTH_MAX_IB_PORTS];
         double min_rate_gbps;            /* 0 = not checked */
     } infiniband;
+
+    struct {
+        int always;                      /* 1: also where NVML reports no multi-node NVLink fabric */
+        char ctl[HEALTH_PATH_LEN];       /* the nvidia-imex-ctl to run */
+    } imex;
 };
 
 /* Fill cfg with the defaults (every check on, the limits documented above). */

@@ -57,6 +57,12 @@ static int domain_checked(const struct dtrain_bootstrap *bs, enum dtrain_group_k
     return 0;
 }
 
+int dtrain_exchange_domain_kept(const struct dtrain_bootstrap *bs, enum dtrain_group_kind k)
+{
+    const char *domain = getenv(DTRAIN_ENV_NVLINK_DOMAIN);
+    return domain_checked(bs, k, domain ? domain : "");
+}
+
 /* A group that must stay inside one NVLink domain (domain_checked): the
  * plugin saw only its own node, so every member compares the leader's
  * domain (DTRAIN_NVLINK_DOMAIN, put in the same round) with its own. */

@@ -48,6 +48,13 @@ struct dtrain_exchange_times {
 enum dtrain_status dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
                                        struct dtrain_exchange_times *times, char *err, size_t errlen);
 
+/* 1 when this task's group of kind k (TP or PP) must stay inside one
+ * NVLink domain, the groups the exchange checks: a TP group holding
+ * several nodes, a PP group with --dtrain-pp-in-domain, and only when the
+ * plugin gave the task its domain (DTRAIN_NVLINK_DOMAIN).  bs as
+ * dtrain_exchange_ids left it. */
+int dtrain_exchange_domain_kept(const struct dtrain_bootstrap *bs, enum dtrain_group_kind k);
+
 /* Close the listening sockets left in bs (an error path, or when unused). */
 void dtrain_bootstrap_close(struct dtrain_bootstrap *bs);
 

@@ -22,6 +22,7 @@
 
 #include "bootstrap_id.h"
 #include "dtrain_bootstrap.h"
+#include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "dtrain_plan.h"
@@ -33,6 +34,7 @@
 #include "pmi.h"
 #include "rendezvous.h"
 #include "supervise.h"
+#include "spares.h"
 #include "report.h"
 #include "dtrain_clock.h"
 
@@ -53,6 +55,7 @@ struct options {
     int slurm_requeue; /* --slurm-requeue */
     int supervise;     /* --supervise (supervise.h) */
     int drain;         /* --drain, with --supervise */
+    int node_report;   /* --node-report (supervise.h) */
     int done;          /* --help or --version answered: nothing else to do */
     int trainer_argc; /* the trainer's arguments: CONFIG.json and flags */
     char **trainer_argv;
@@ -87,6 +90,8 @@ static void usage(FILE *out)
             "                        blames on a node, start it again at once on the healthy nodes and a spare,\n"
             "                        within the restart budget; else exit as --job-exit would\n"
             "      --drain           with --supervise: also drain the failed node, with the reason (needs SlurmUser or root)\n"
+            "      --node-report     print one line saying where this task's node is (its Slurm topology address\n"
+            "                        and NVLink domain) and exit: --supervise's own step, one task per node\n"
             "  -h, --help            this text\n"
             "  -V, --version         the version\n"
             "With --print or --json and neither PROGRAM nor CONFIG, it stops after printing.\n"
@@ -112,7 +117,7 @@ static enum dtrain_status parse_dim(const char *opt, const char *text, long max,
 static enum dtrain_status parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TIMEOUT = 256, OPT_PRINT, OPT_JSON, OPT_COMM_BACKEND, OPT_JOB_EXIT, OPT_SLURM_REQUEUE, OPT_SUPERVISE,
-           OPT_DRAIN };
+           OPT_DRAIN, OPT_NODE_REPORT };
     static const struct option longopts[] = {
         {"tp", required_argument, NULL, 't'},
         {"pp", required_argument, NULL, 'p'},
@@ -126,6 +131,7 @@ static enum dtrain_status parse_options(int argc, char **argv, struct options *o
         {"slurm-requeue", no_argument, NULL, OPT_SLURM_REQUEUE},
         {"supervise", no_argument, NULL, OPT_SUPERVISE},
         {"drain", no_argument, NULL, OPT_DRAIN},
+        {"node-report", no_argument, NULL, OPT_NODE_REPORT},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -166,6 +172,7 @@ static enum dtrain_status parse_options(int argc, char **argv, struct options *o
         case OPT_SLURM_REQUEUE: o->slurm_requeue = 1; break;
         case OPT_SUPERVISE: o->supervise = 1; break;
         case OPT_DRAIN: o->drain = 1; break;
+        case OPT_NODE_REPORT: o->node_report = 1; break;
         case 'h': usage(stdout); o->done = 1; return DTRAIN_OK;
         case 'V': printf(PROG " " PACKAGE_VERSION "\n"); o->done = 1; return DTRAIN_OK;
         case ':':
@@ -210,6 +217,10 @@ parsed:
     if (o->supervise && (o->program == NULL || o->job_exit >= 0 || o->trainer_argc > 0 || o->output != OUTPUT_NONE)) {
         fprintf(stderr, PROG ": --supervise takes the srun step after \"--\" and nothing else: " PROG
                 " --supervise -- srun --mpi=pmi2 ... " PROG " ...\n");
+        return DTRAIN_ERR_INPUT;
+    }
+    if (o->node_report && (argc != 2 || optind != 2)) {
+        fprintf(stderr, PROG ": --node-report takes nothing else (" PROG " --supervise runs it, one task per node)\n");
         return DTRAIN_ERR_INPUT;
     }
     if (o->job_exit >= 0 && (o->program != NULL || o->trainer_argc > 0 || o->output != OUTPUT_NONE)) {
@@ -305,6 +316,49 @@ static int job_exit(const struct options *o)
     return code;
 }
 
+/* --node-report: where this task's node is, one line on stdout
+ * (spares.h): Slurm's topology address and the NVLink domain the plugin
+ * gave the step (supervise.c's report step). */
+static int node_report(void)
+{
+    const char *node = getenv("SLURMD_NODENAME"), *addr = getenv("SLURM_TOPOLOGY_ADDR"),
+               *pattern = getenv("SLURM_TOPOLOGY_ADDR_PATTERN"), *domain = getenv(DTRAIN_ENV_NVLINK_DOMAIN);
+    char line[512];
+    if (node == NULL || node[0] == '\0') {
+        fprintf(stderr, PROG ": --node-report runs as a task of a Slurm step (SLURMD_NODENAME is not set)\n");
+        return DTRAIN_EXIT_USAGE;
+    }
+    if (dtrain_where_format(node, addr, pattern, domain, line, sizeof line) != 0) {
+        fprintf(stderr, PROG ": warning: --node-report: %s: SLURM_TOPOLOGY_ADDR '%.64s', its pattern '%.64s' or "
+                "%s '%.64s' is too long or holds a space: reported without them\n", node, addr ? addr : "",
+                pattern ? pattern : "", DTRAIN_ENV_NVLINK_DOMAIN, domain ? domain : "");
+        if (dtrain_where_format(node, NULL, NULL, NULL, line, sizeof line) != 0) {
+            fprintf(stderr, PROG ": --node-report: the node name '%.64s' is too long or holds a space\n", node);
+            return DTRAIN_EXIT_FAILURE;
+        }
+    }
+    printf("%s\n", line);
+    return fflush(stdout) == 0 ? DTRAIN_EXIT_OK : DTRAIN_EXIT_FAILURE;
+}
+
+/* Under --supervise (DTRAIN_INJOB_RESTARTS set), rank 0 says the step's
+ * layout on one line, for the choice of a spare (spares.h). */
+static void say_layout(const struct dtrain_bootstrap *bs)
+{
+    char line[256];
+    if (bs->rank != 0 || getenv(DTRAIN_ENV_INJOB_RESTARTS) == NULL)
+        return;
+    struct dtrain_spare_layout l = {
+        .known = 1, .tp = bs->tp, .pp = bs->pp, .dp = bs->dp, .per_node = bs->local_size,
+        .tp_domain = dtrain_exchange_domain_kept(bs, DTRAIN_GROUP_TP),
+        .pp_domain = dtrain_exchange_domain_kept(bs, DTRAIN_GROUP_PP),
+    };
+    if (dtrain_layout_format(&l, line, sizeof line) == 0) {
+        fprintf(stderr, "%s\n", line);
+        fflush(stderr);
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct options opt;
@@ -317,6 +371,8 @@ int main(int argc, char **argv)
     }
     if (opt.job_exit >= 0)
         return job_exit(&opt);
+    if (opt.node_report)
+        return node_report();
     const char *procid = getenv("SLURM_PROCID");
     if (procid != NULL && strcmp(procid, "0") == 0) { /* the fault timeline (DTRAIN_FAULT_LOG), once per step */
         struct dtrain_fault f;
@@ -383,6 +439,7 @@ int main(int argc, char **argv)
         place.coords.master_port = rdv.port;
     }
     long t3 = dtrain_clock_us();
+    say_layout(bs);
     report.bs = bs;
     report.placed_by = place.placed_by_plugin ? "spank" : "launcher";
     report.fences = dtrain_pmi_fences(pmi);

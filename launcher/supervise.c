@@ -4,6 +4,7 @@
 #include "supervise.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <slurm/slurm.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dtrain_clock.h"
 #include "dtrain_drain.h"
 #include "job_exit.h"
 #include "dtrain_env.h"
@@ -23,6 +25,7 @@
 
 #define PROG "dtrain-launch"
 #define DRAIN_TIMEOUT_MS 10000
+#define REPORT_TIMEOUT_MS 60000 /* the nodes' report step (learn_where) */
 #define REASON_MAX 256
 
 /* A line of srun's stderr that blames a node, not yet borne out. */
@@ -37,6 +40,7 @@ struct step_result {
     char reason[REASON_MAX];   /* the last line that blamed a node, borne out */
     long seq;                  /* blaming lines seen */
     struct blame_seen (*seen)[DTRAIN_BLAME_HEARTBEAT + 1]; /* by the roles' node index, by dtrain_blame */
+    struct dtrain_spare_layout layout; /* rank 0's layout line, the last seen in any step */
 };
 
 /* The job's nodes, SLURM_JOB_NODELIST expanded in Slurm's order. */
@@ -70,10 +74,161 @@ done:
     return rc;
 }
 
-/* Note a line that blames a node of the job (the last of each kind per node). */
+/* Run argv (argv[0] looked up in PATH) with its stdout into a pipe;
+ * returns the child's pid and the pipe's read end in *fd, or -1 with err.
+ * env_name=env_value is set in the child first (NULL: none). */
+static pid_t spawn_reading(char **argv, int out_fd, int *fd, const char *env_name, const char *env_value, char *err,
+                           size_t errlen)
+{
+    int pipefd[2];
+    if (pipe(pipefd) != 0) {
+        dtrain_snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        dtrain_snprintf(err, errlen, "fork: %s", strerror(errno));
+        close(pipefd[0]);
+        close(pipefd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(pipefd[1], out_fd);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        if (env_name != NULL)
+            setenv(env_name, env_value, 1);
+        execvp(argv[0], argv);
+        fprintf(stderr, PROG ": --supervise: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pipefd[1]);
+    *fd = pipefd[0];
+    return pid;
+}
+
+/* End a report step that overran: SIGTERM (srun ends its tasks and the
+ * step), SIGKILL 5 s later; reaped. */
+static void end_child(pid_t pid)
+{
+    int status;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 50; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return;
+        usleep(100000);
+    }
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* Where the job's nodes are (spares.h, "Which spare"): a step of one task
+ * on every node of the job, `dtrain-launch --node-report` (this program),
+ * with DTRAIN_NODE_REPORT=1, which the plugin takes for such a step (it
+ * gives the task its node's NVLink domain and plans nothing).  Each line
+ * of its stdout that reports a node of the job is noted; at most
+ * REPORT_TIMEOUT_MS.  Nodes that did not report are said on one line, and
+ * count as anywhere (a spare that must share a domain is then refused). */
+static void learn_where(const char *srun, struct dtrain_node_roles *roles)
+{
+    char self[4096], count[32], tasks[32], err[256], buf[4096], *list = NULL;
+    size_t listlen = (size_t)roles->count * DTRAIN_NODE_NAME_MAX + 16, have = 0;
+    ssize_t got = readlink("/proc/self/exe", self, sizeof self - 1);
+    int fd = -1, status = 0;
+    long started = (long)dtrain_clock_ms();
+    list = malloc(listlen);
+    if (got <= 0 || list == NULL) {
+        fprintf(stderr, PROG ": warning: --supervise: %s: spares are taken in Slurm's order\n",
+                list == NULL ? "out of memory" : "cannot find this program (/proc/self/exe)");
+        free(list);
+        return;
+    }
+    self[got] = '\0';
+    memcpy(list, "--nodelist=", 12);
+    for (int i = 0, o = 11; i < roles->count; i++) /* each name is shorter than DTRAIN_NODE_NAME_MAX */
+        o += snprintf(list + o, listlen - (size_t)o, "%s%s", i ? "," : "", roles->name[i]);
+    dtrain_snprintf(count, sizeof count, "--nodes=%d", roles->count);
+    dtrain_snprintf(tasks, sizeof tasks, "--ntasks=%d", roles->count);
+    char *argv[] = {(char *)srun, count, tasks, "--ntasks-per-node=1", list, "--distribution=block", "--mpi=none",
+                    self, "--node-report", NULL};
+    pid_t pid = spawn_reading(argv, STDOUT_FILENO, &fd, "DTRAIN_NODE_REPORT", "1", err, sizeof err);
+    if (pid < 0) {
+        fprintf(stderr, PROG ": warning: --supervise: the nodes' report step: %s: spares are taken in Slurm's order\n",
+                err);
+        free(list);
+        return;
+    }
+    int timed_out = 0;
+    for (;;) {
+        long left = REPORT_TIMEOUT_MS - ((long)dtrain_clock_ms() - started);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left <= 0) {
+            timed_out = 1;
+            break;
+        }
+        int pr = poll(&p, 1, (int)left);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            continue; /* a timeout: `left` says so next */
+        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        buf[have] = '\0';
+        char *start = buf, *nl;
+        while ((nl = strchr(start, '\n')) != NULL) {
+            *nl = '\0';
+            dtrain_roles_note_where(roles, start);
+            start = nl + 1;
+        }
+        have = strlen(start);
+        if (have == sizeof buf - 1)
+            have = 0; /* a line longer than any report: dropped */
+        else
+            memmove(buf, start, have);
+    }
+    close(fd);
+    if (timed_out)
+        end_child(pid);
+    else
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+    int known = 0;
+    for (int i = 0; i < roles->count; i++)
+        known += roles->where[i].known;
+    if (known < roles->count) {
+        char missing[512] = "", how[64];
+        if (timed_out)
+            dtrain_snprintf(how, sizeof how, "did not end within %d s", REPORT_TIMEOUT_MS / 1000);
+        else if (WIFEXITED(status))
+            dtrain_snprintf(how, sizeof how, "exited %d", WEXITSTATUS(status));
+        else
+            dtrain_snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+        for (int i = 0, m = 0; i < roles->count; i++) {
+            size_t l = strlen(missing);
+            if (!roles->where[i].known && m++ < 8)
+                dtrain_snprintf(missing + l, sizeof missing - l, "%s%s", l ? "," : "", roles->name[i]);
+        }
+        fprintf(stderr, PROG ": warning: --supervise: %d of %d nodes did not say where they are (%s%s; the report "
+                "step %s): a spare is taken for a failed node without knowing its topology, and refused where the "
+                "step keeps groups in one NVLink domain\n", roles->count - known, roles->count, missing,
+                roles->count - known > 8 ? ",..." : "", how);
+    }
+    free(list);
+}
+
+/* Note a line that blames a node of the job (the last of each kind per
+ * node), or rank 0's layout line. */
 static void note_blame(const struct dtrain_node_roles *roles, struct step_result *res, const char *line)
 {
     char node[DTRAIN_NODE_NAME_MAX];
+    if (dtrain_layout_parse(line, &res->layout))
+        return;
     enum dtrain_blame blame = dtrain_srun_blame(line, node, sizeof node);
     if (blame == DTRAIN_BLAME_NONE)
         return;
@@ -265,6 +420,7 @@ int dtrain_supervise(char **program, int drain, long *step_status)
     struct step_result res = {0};
     long spares = 0;
     int rc = DTRAIN_EXIT_USAGE, *was_failed = NULL, *drainable = NULL;
+    struct dtrain_spare_pick *picks = NULL;
     const char *base = strrchr(program[0], '/'), *sp = getenv(DTRAIN_ENV_SPARES);
 
     *step_status = 0;
@@ -285,12 +441,15 @@ int dtrain_supervise(char **program, int drain, long *step_status)
     was_failed = calloc((size_t)roles.count, sizeof *was_failed);
     drainable = calloc((size_t)roles.count, sizeof *drainable);
     res.seen = calloc((size_t)roles.count, sizeof *res.seen);
-    int no_memory = was_failed == NULL || drainable == NULL || res.seen == NULL;
+    picks = calloc((size_t)roles.count, sizeof *picks);
+    int no_memory = was_failed == NULL || drainable == NULL || res.seen == NULL || picks == NULL;
     if (no_memory || dtrain_signals_install(err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", no_memory ? "out of memory" : err);
         rc = DTRAIN_EXIT_FAILURE;
         goto done;
     }
+    if (spares > 0) /* where the nodes are, for the choice of a spare */
+        learn_where(program[0], &roles);
     for (long in_job = budget.in_job;; in_job++) {
         dtrain_snprintf(text, sizeof text, "%ld", in_job);
         setenv(DTRAIN_ENV_INJOB_RESTARTS, text, 1); /* for the step's tasks and dtrain_restarts_read here */
@@ -351,10 +510,24 @@ int dtrain_supervise(char **program, int drain, long *step_status)
             if (roles.role[i] == DTRAIN_NODE_FAILED && !was_failed[i])
                 dtrain_snprintf(failed + o, sizeof failed - o, "%s%s", o ? "," : "", roles.name[i]);
         }
-        if (dtrain_roles_replace(&roles) < 0) {
+        char refused[768], chosen[768] = "";
+        int made = dtrain_roles_replace_near(&roles, &res.layout, picks, refused, sizeof refused);
+        if (made == -1) {
             fprintf(stderr, PROG ": %s failed (%s) and no spare node is left (--dtrain-spares=%ld): not restarted "
                     "in the job\n", failed, res.reason, spares);
             goto done;
+        }
+        if (made < 0) { /* a spare there is, but it would take a group out of its NVLink domain */
+            fprintf(stderr, PROG ": %s failed (%s) and %s: not restarted in the job\n", failed, res.reason, refused);
+            goto done;
+        }
+        for (int i = 0; i < made; i++) {
+            size_t o = strlen(chosen);
+            if (o + 3 >= sizeof chosen ||
+                dtrain_spare_pick_text(&roles, &picks[i], chosen + o + (o ? 2 : 0), sizeof chosen - o - 2) != 0)
+                break;
+            if (o)
+                memcpy(chosen + o, ", ", 2);
         }
         if (drain) /* only once a spare took the node's place */
             drain_failed(&roles, was_failed, drainable, res.reason);
@@ -362,8 +535,8 @@ int dtrain_supervise(char **program, int drain, long *step_status)
         if (dtrain_roles_list(&roles, DTRAIN_NODE_ACTIVE, active, sizeof active) != 0)
             dtrain_snprintf(active, sizeof active, "%d nodes", dtrain_roles_count(&roles, DTRAIN_NODE_ACTIVE));
         dtrain_fault_event(&f, "step_end", -1, res.reason);
-        fprintf(stderr, PROG ": %s failed (%s): step restarted in the job on %s, %s (%d spare%s left)\n", failed,
-                res.reason, active, why, dtrain_roles_count(&roles, DTRAIN_NODE_SPARE),
+        fprintf(stderr, PROG ": %s failed (%s): step restarted in the job on %s with %s, %s (%d spare%s left)\n",
+                failed, res.reason, active, chosen, why, dtrain_roles_count(&roles, DTRAIN_NODE_SPARE),
                 dtrain_roles_count(&roles, DTRAIN_NODE_SPARE) == 1 ? "" : "s");
         fflush(stderr);
     }
@@ -372,6 +545,7 @@ done:
     free(was_failed);
     free(drainable);
     free(res.seen);
+    free(picks);
     dtrain_roles_free(&roles);
     return rc;
 }

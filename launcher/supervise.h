@@ -14,17 +14,24 @@
  *                unless srun blamed a node (Slurm 24.11's srun exits 1 after
  *                "Node failure on NODE"): that is a fault;
  *   a fault      (75, 128 + n, other) with a node to blame, a spare for
- *                each such node and the restart budget not spent
+ *                each such node (the nearest, spares.h "Which spare") and
+ *                the restart budget not spent
  *                (dtrain_fault.h, in-job restarts counted in
  *                DTRAIN_INJOB_RESTARTS): says so on one line, optionally
  *                drains the failed node with a reason (--drain, as
  *                dtrain-health does), and starts the step again at once on
  *                the healthy nodes plus spares; the ranks bootstrap again
  *                through PMI2 and resume from the newest good checkpoint;
- *   otherwise    (no spare left, no node to blame, the budget spent, or the
+ *   otherwise    (no spare left, none that keeps the step's groups in
+ *                their NVLink domain, no node to blame, the budget spent, or the
  *                supervisor itself got SIGTERM/SIGUSR1/SIGINT: the job is
  *                being stopped) the --job-exit mapping: 75 to requeue the
  *                job while the budget lasts, 1 after.
+ * With spares, before the first step: a step of one task per node of the
+ * job, `dtrain-launch --node-report` with DTRAIN_NODE_REPORT=1 (the plugin
+ * then gives each task its node's NVLink domain and places nothing), whose
+ * lines say where each node is (spares.h); under the supervisor, rank 0
+ * of each step says the step's layout on stderr (spares.h).
  * Timeline events (DTRAIN_FAULT_LOG): step_start before each step,
  * step_end after it (rank -1). */
 #ifndef DTRAIN_LAUNCH_SUPERVISE_H

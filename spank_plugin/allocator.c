@@ -17,6 +17,10 @@ int dtrain_allocator_post_opt(struct dtrain_plugin *plugin, int allocates)
     int code;
     if (!dtrain_options_used(&plugin->opts))
         return 0;
+    /* srun of dtrain-launch --supervise's report step: one task per node,
+     * nothing placed (remote.c) */
+    if (!allocates && dtrain_env_node_report())
+        return 0;
     /* srun inside a job (SLURM_JOB_ID set) runs a step of an allocation
      * made before: its --segment is not the job's */
     dtrain_job_size_from_client(&size, allocates || getenv("SLURM_JOB_ID") == NULL);

@@ -63,7 +63,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         return 0;
     }
     memset(&plugin, 0, sizeof plugin);
-    plugin.step.port_claim = (struct dtrain_rdv_claim){.dir_fd = -1, .lock_fd = -1};
+    /* no block held (port 0): its lock_fd entries are not read */
+    plugin.step.port_claim = (struct dtrain_rdv_claim){.port = 0, .dir_fd = -1};
     dtrain_options_init(&plugin.opts);
     if (dtrain_config_parse(&plugin.config, ac, av, err, sizeof err) != 0) {
         slurm_error("dtrain: %s", err);

@@ -149,8 +149,8 @@ int dtrain_local_user_init(struct dtrain_plugin *plugin, spank_t sp)
     uint32_t total = 0, nodes = 0;
     spank_err_t rc;
 
-    if (spank_context() != S_CTX_LOCAL || !dtrain_options_used(&plugin->opts))
-        return 0;
+    if (spank_context() != S_CTX_LOCAL || !dtrain_options_used(&plugin->opts) || dtrain_env_node_report())
+        return 0; /* dtrain-launch --supervise's report step places nothing (remote.c) */
     if ((rc = spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &total)) != ESPANK_SUCCESS ||
         (rc = spank_get_item(sp, S_JOB_NNODES, &nodes)) != ESPANK_SUCCESS) {
         /* The remote side checks again with what it sees; do not block here. */

@@ -17,7 +17,8 @@
  *   options.c       the --dtrain-* options;  site_config.c  the site config
  *   submit.c        client-side checks;  taskenv.c  the task environment
  *   gres.c          GPUs from Slurm's GRES;  cpubind.c  CPU lists, binding
- *   rendezvous.c    MASTER_ADDR / MASTER_PORT and the first node's claim */
+ *   rendezvous.c    MASTER_ADDR / MASTER_PORT and the first node's claim of the
+ *                   step's block of ports */
 #ifndef DTRAIN_SPANK_PLUGIN_H
 #define DTRAIN_SPANK_PLUGIN_H
 
@@ -40,6 +41,7 @@ enum dtrain_step_mode {
     DTRAIN_STEP_IGNORED = 0, /* not a dtrain job, or the extern step */
     DTRAIN_STEP_OPTIONS,     /* batch or interactive step: option values, no placement */
     DTRAIN_STEP_PLACED,      /* every task gets its placement */
+    DTRAIN_STEP_REPORT,      /* dtrain-launch --node-report: option values and the node's NVLink domain */
     DTRAIN_STEP_FAILED,      /* every task fails with `failure` */
 };
 
@@ -70,7 +72,7 @@ struct dtrain_step {
     int restart_count;                     /* the job's SLURM_RESTART_COUNT */
     char master_addr[DTRAIN_COORDS_ADDR_MAX]; /* the rendezvous; "" when unknown */
     char nvlink_domain[DTRAIN_TOPO_DOMAIN_LEN]; /* set when TP groups hold several nodes of one domain,
-                                                  * or with --dtrain-pp-in-domain */
+                                                  * or with --dtrain-pp-in-domain; a report step: the node's */
     int domain_unit;                       /* enum dtrain_tree_unit: nvlink_domain comes from Slurm's block or
                                             * ring, read in task_init; 0: not */
     /* DTRAIN_RANK0_NODE: the node holding task 0, as srun found it in the
@@ -78,7 +80,8 @@ struct dtrain_step {
      * step's first node must then hold rank 0). */
     char rank0_node[DTRAIN_CONFIG_NODE_MAX];
     int master_port;                       /* 0: none (dtrain's own trainer claims none) */
-    struct dtrain_rdv_claim port_claim;    /* the first node's claim on master_port */
+    int master_ports;                      /* the block's ports from master_port on (ports_per_step) */
+    struct dtrain_rdv_claim port_claim;    /* the first node's claim on the block */
     struct dtrain_env_list env;            /* scratch for task_init */
 };
 

@@ -23,6 +23,7 @@
 #include "cpubind.h"
 #include "dtrain_env.h"
 #include "dtrain_master_port.h"
+#include "imex.h"
 #include "dtrain_exit.h"
 #include "dtrain_explain.h"
 #include "dtrain_parse.h"
@@ -162,29 +163,78 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
  * topology file that crashes or hangs hwloc, or a hung NVML, fails the
  * step with one line and leaves slurmstepd alone.  A file is opened as a
  * root process trusts it (no link, root-owned file and folders). */
-static int load_topology(struct dtrain_plugin *plugin)
+static int read_topology(struct dtrain_plugin *plugin, char *err, size_t errlen)
 {
     struct dtrain_step *s = &plugin->step;
-    char path[DTRAIN_CONFIG_PATH_MAX], err[DTRAIN_MSG_MAX];
+    char path[DTRAIN_CONFIG_PATH_MAX];
     const char *xml = NULL;
-    int rc = DTRAIN_ERR_INPUT;
 
     if (plugin->config.topology_xml[0] != '\0') {
-        if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, sizeof err) != 0)
-            goto done;
+        if (dtrain_config_topology_path(&plugin->config, s->node, path, sizeof path, err, errlen) != 0)
+            return DTRAIN_ERR_INPUT;
         xml = path;
     } else {
         xml = getenv("HWLOC_XMLFILE");
     }
     if (xml != NULL && xml[0] == '\0')
         xml = NULL;
-    rc = dtrain_topo_load_bounded(xml, DTRAIN_TOPO_LOAD_TRUSTED | DTRAIN_TOPO_LOAD_THIS_NODE, DTRAIN_TOPO_TIMEOUT_MS, &s->topo, err, sizeof err);
-done:
-    if (rc != DTRAIN_OK) {
+    return dtrain_topo_load_bounded(xml, DTRAIN_TOPO_LOAD_TRUSTED | DTRAIN_TOPO_LOAD_THIS_NODE, DTRAIN_TOPO_TIMEOUT_MS,
+                                    &s->topo, err, errlen);
+}
+
+static int load_topology(struct dtrain_plugin *plugin)
+{
+    struct dtrain_step *s = &plugin->step;
+    char err[DTRAIN_MSG_MAX];
+    if (read_topology(plugin, err, sizeof err) != DTRAIN_OK) {
         step_fail(s, DTRAIN_EXIT_FAILURE, "%s: cannot read this node's GPU topology: %s", s->node, err);
         return -1;
     }
     return 0;
+}
+
+/* The Slurm unit that is a node's NVLink domain (nvlink_domain_source=
+ * block|ring, read from the task's SLURM_TOPOLOGY_ADDR), or 0: NVML's clique. */
+static int domain_unit_of(const struct dtrain_site_config *cfg)
+{
+    return cfg->nvlink_domain_source == DTRAIN_DOMAIN_BLOCK  ? DTRAIN_TREE_UNIT_BLOCK
+           : cfg->nvlink_domain_source == DTRAIN_DOMAIN_RING ? DTRAIN_TREE_UNIT_RING
+                                                               : 0;
+}
+
+/* dtrain-launch --supervise's report step (DTRAIN_NODE_REPORT=1 running
+ * `dtrain-launch --node-report`, one task per node): nothing is placed;
+ * each task gets the option values and this node's multi-node NVLink
+ * domain, as a placed step would compute it (Slurm's block or ring, read in
+ * task_init, or NVML's clique), whatever the step's shape.  A node whose
+ * topology or domain cannot be read reports none (said in slurmd's log):
+ * the supervisor then takes it as in no domain. */
+static int report_step(struct dtrain_plugin *plugin, spank_t sp)
+{
+    struct dtrain_step *s = &plugin->step;
+    char buf[8], err[DTRAIN_MSG_MAX];
+    const char *v = NULL;
+    int argc = 0;
+    char **argv = NULL;
+    if (job_getenv(sp, DTRAIN_ENV_NODE_REPORT, buf, sizeof buf, &v) != 0 || v == NULL || strcmp(v, "1") != 0 ||
+        spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || !dtrain_argv_node_report(argc, argv))
+        return 0;
+    s->mode = DTRAIN_STEP_REPORT;
+    s->nvlink_domain[0] = '\0';
+    s->domain_unit = domain_unit_of(&plugin->config);
+    if (s->domain_unit)
+        return 1;
+    if (read_topology(plugin, err, sizeof err) != DTRAIN_OK) {
+        slurm_info("dtrain: %s: the node report has no NVLink domain: cannot read this node's GPU topology: %s",
+                   s->node, err);
+        return 1;
+    }
+    int d = dtrain_topo_nvlink_domain(s->topo, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err);
+    if (d < 0)
+        slurm_info("dtrain: %s: the node report has no NVLink domain: %s", s->node, err);
+    if (d != 1)
+        s->nvlink_domain[0] = '\0';
+    return 1;
 }
 
 /* Restrict the model to the GPUs Slurm's GRES gave the step, if any.
@@ -322,8 +372,7 @@ static int plan_step(struct dtrain_plugin *plugin)
     s->domain_unit = 0;
     if (shape.tp > shape.tasks_per_node || policy.pp_in_domain) {
         if (policy.node_domain)
-            s->domain_unit = plugin->config.nvlink_domain_source == DTRAIN_DOMAIN_RING ? DTRAIN_TREE_UNIT_RING
-                                                                                       : DTRAIN_TREE_UNIT_BLOCK;
+            s->domain_unit = domain_unit_of(&plugin->config);
         else if (dtrain_topo_nvlink_domain(node, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err) != 1)
             s->nvlink_domain[0] = '\0'; /* the planner refused such a node already */
     }
@@ -335,10 +384,11 @@ cleanup:
 }
 
 /* MASTER_ADDR/MASTER_PORT of the placed step (rendezvous.h), the restart
- * count, the GPU visibility.  The first node claims the port; a busy one
- * is passed over for the range's next when every task learns the port
- * from this node, i.e. on a step of one node (the other nodes compute the
- * port alone).  dtrain's own trainer claims none.  An address that cannot
+ * count, the GPU visibility.  The first node claims the step's block of
+ * ports_per_step ports (MASTER_PORT its first); a block with a busy port is
+ * passed over for the range's next when every task learns the block from
+ * this node, i.e. on a step of one node (the other nodes compute the block
+ * alone).  dtrain's own trainer claims none.  An address that cannot
  * be worked out only leaves MASTER_ADDR unset. */
 static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t stepid)
 {
@@ -367,27 +417,30 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
     int own_trainer =
         spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && dtrain_argv_runs_own_trainer(argc, argv);
     const int lo = plugin->config.master_port_lo, hi = plugin->config.master_port_hi;
-    s->master_port = own_trainer ? 0 : dtrain_master_port(lo, hi, jobid, stepid);
+    const int k = plugin->config.ports_per_step;
+    s->master_port = own_trainer ? 0 : dtrain_master_port(lo, hi, k, jobid, stepid);
+    s->master_ports = own_trainer ? 0 : k;
     if (s->node_pos == 0 && s->master_port > 0) { /* rank 0's node */
         const int may_move = s->nnodes == 1;
-        int crc = dtrain_rdv_claim_port(s->master_port, lo, hi, may_move, &s->port_claim, err, sizeof err);
+        char what[160];
+        dtrain_snprintf(what, sizeof what, "MASTER_PORT %d (block %d-%d of master_ports=%d-%d, ports_per_step=%d, "
+                        "job %u step %u)", s->master_port, s->master_port, s->master_port + k - 1, lo, hi, k, jobid,
+                        stepid);
+        int crc = dtrain_rdv_claim_ports(s->master_port, lo, hi, k, may_move, &s->port_claim, err, sizeof err);
         if (crc == -2) {
-            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
-                      "%u): %s", s->node, s->master_port, lo, hi, jobid, stepid, err);
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: %s: %s", s->node, what, err);
             return;
         }
         if (crc != 0 && may_move) {
-            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
-                      "%u): %s; no port of master_ports=%d-%d is free on this node: run the step again when another "
-                      "has ended, or ask the admin to widen master_ports", s->node, s->master_port, lo, hi, jobid,
-                      stepid, err, lo, hi);
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: %s: %s; no block of %d free ports of master_ports=%d-%d is left "
+                      "on this node: run the step again when another has ended, or ask the admin to widen "
+                      "master_ports", s->node, what, err, k, lo, hi);
             return;
         }
         if (crc != 0) {
-            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: MASTER_PORT %d (site range master_ports=%d-%d, from job %u step "
-                      "%u): %s; a step of %u nodes cannot move to another port (each node computes it alone): run "
-                      "the step again (another step id gets another port) or ask the admin to widen master_ports",
-                      s->node, s->master_port, lo, hi, jobid, stepid, err, s->nnodes);
+            step_fail(s, DTRAIN_EXIT_FAILURE, "%s: %s: %s; a step of %u nodes cannot move to another block (each "
+                      "node computes it alone): run the step again (another step id gets another block) or ask the "
+                      "admin to widen master_ports", s->node, what, err, s->nnodes);
             return;
         }
         s->master_port = s->port_claim.port;
@@ -432,6 +485,8 @@ int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
         return 0;
     }
     if (stepid == SLURM_EXTERN_CONT || stepid == SLURM_PENDING_STEP)
+        return 0;
+    if (report_step(plugin, sp))
         return 0;
     if (read_rank0_node(s, sp) != 0 || read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0 ||
         select_gpus(plugin) != 0)
@@ -553,6 +608,21 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         export_env(sp, &s->env);
         return 0;
     }
+    if (s->mode == DTRAIN_STEP_REPORT) {
+        if (s->domain_unit) {
+            char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
+            const char *a = NULL, *p = NULL;
+            job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
+            job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
+            if (dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
+                                        sizeof s->nvlink_domain, why, sizeof why) != 0)
+                s->nvlink_domain[0] = '\0'; /* the report says none; the address it carries says why */
+        }
+        if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
+            task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the NVLink domain does not fit the environment", s->node);
+        export_env(sp, &s->env);
+        return 0;
+    }
 
     if ((rc = spank_get_item(sp, S_TASK_GLOBAL_ID, &global)) != ESPANK_SUCCESS)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: cannot read the task's global id: %s", s->node, spank_strerror(rc));
@@ -603,6 +673,7 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         .cpus = NULL,
         .master_addr = s->master_addr[0] ? s->master_addr : NULL,
         .master_port = s->master_port,
+        .master_ports = s->master_ports,
         .restart_count = s->restart_count,
     };
     if (local == 0 && plugin->config.bind && plugin->opts.verbose)
@@ -620,6 +691,26 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         if (dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
                                     sizeof s->nvlink_domain, why, sizeof why) != 0)
             task_fail(DTRAIN_EXIT_REFUSED, local == 0, "%s: %s", s->node, why);
+    }
+    /* NVLink between the nodes of a domain needs an IMEX channel, which
+     * Slurm's switch/nvidia_imex makes in the step's own /dev (imex.h):
+     * looked for here, in the task, where CUDA will look. */
+    if (s->nvlink_domain[0] && s->nnodes > 1 && plugin->config.imex_check) {
+        char channel[32], why[DTRAIN_MSG_MAX], groups[96];
+        const struct dtrain_shape *shape = dtrain_plan_shape(s->plan);
+        if (shape->tp > shape->tasks_per_node)
+            snprintf(groups, sizeof groups, "TP groups (T=%d over %d tasks per node)", shape->tp,
+                     shape->tasks_per_node);
+        else
+            snprintf(groups, sizeof groups, "PP groups (--dtrain-pp-in-domain)");
+        if (dtrain_imex_find_channel(plugin->config.imex_channels, channel, sizeof channel, why, sizeof why) != 1)
+            task_fail(DTRAIN_EXIT_REFUSED, local == 0,
+                      "%s: the step's %s use NVLink between the nodes of domain %s, which needs an IMEX channel, "
+                      "and the step has none (%s): ask the admin for SwitchType=switch/nvidia_imex in slurm.conf "
+                      "(a channel per job) and the nvidia-imex daemon on the domain's nodes",
+                      s->node, groups, s->nvlink_domain, why);
+        if (local == 0 && plugin->opts.verbose)
+            fprintf(stderr, "dtrain: %s: IMEX channel %s/%s\n", s->node, plugin->config.imex_channels, channel);
     }
     if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,

@@ -190,41 +190,82 @@ static int lock_port(int dfd, int port, char *err, size_t errlen)
     return -1;
 }
 
-int dtrain_rdv_claim_port(int first, int lo, int hi, int may_move, struct dtrain_rdv_claim *c, char *err,
-                          size_t errlen)
+/* Release the first n locks of c's block. */
+static void unlock_block(struct dtrain_rdv_claim *c, int base, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (c->lock_fd[k] >= 0)
+            unlock_port(c->dir_fd, c->lock_fd[k], base + k);
+        c->lock_fd[k] = -1;
+    }
+}
+
+/* Lock, then probe, every port of the block base..base+n-1.  0 with the
+ * locks in c->lock_fd; -1 with err (a port busy: nothing held); -2 with err
+ * (something not ours: nothing held). */
+static int claim_block(struct dtrain_rdv_claim *c, int base, int n, char *err, size_t errlen)
+{
+    for (int k = 0; k < n; k++) {
+        c->lock_fd[k] = -1;
+        if (c->dir_fd < 0)
+            continue;
+        int fd = lock_port(c->dir_fd, base + k, err, errlen);
+        if (fd < 0) {
+            unlock_block(c, base, k);
+            return fd;
+        }
+        c->lock_fd[k] = fd;
+    }
+    /* Every lock held: no dtrain step can take a port of the block now,
+     * so what the probes find busy is another program. */
+    for (int k = 0; k < n; k++) {
+        if (probe_port(base + k, err, errlen) != 0) {
+            unlock_block(c, base, n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int dtrain_rdv_claim_ports(int first, int lo, int hi, int per_step, int may_move, struct dtrain_rdv_claim *c,
+                           char *err, size_t errlen)
 {
     char why[DTRAIN_RDV_ERR_MAX];
     c->port = 0;
-    c->lock_fd = -1;
+    c->count = 0;
+    for (int k = 0; k < DTRAIN_PORTS_PER_STEP_MAX; k++)
+        c->lock_fd[k] = -1;
+    const int blocks = dtrain_master_port_blocks(lo, hi, per_step);
+    if (per_step > DTRAIN_PORTS_PER_STEP_MAX || blocks < 1 || first < lo || (first - lo) % per_step != 0 ||
+        (first - lo) / per_step >= blocks) {
+        dtrain_snprintf(err, errlen, "port %d does not start a block of %d ports of %d-%d", first, per_step, lo,
+                        hi);
+        c->dir_fd = -1;
+        return -1;
+    }
     c->dir_fd = open_lock_dir(err, errlen);
     if (c->dir_fd == -2) {
         c->dir_fd = -1;
         return -2;
     }
-    /* first, then the range's next ports in turn (wrapping): a port that
-     * another step or program holds is passed over, not a refusal. */
-    int count = may_move ? hi - lo + 1 : 1;
+    /* first's block, then the range's next blocks in turn (wrapping): a
+     * block where another step or program holds a port is passed over, not
+     * a refusal. */
+    const int first_block = (first - lo) / per_step;
+    const int count = may_move ? blocks : 1;
     for (int i = 0; i < count; i++) {
-        int port = lo + (first - lo + i) % (hi - lo + 1);
-        char *reason = i == 0 ? err : why;
-        size_t reason_len = i == 0 ? errlen : sizeof why;
-        int fd = -1;
-        if (c->dir_fd >= 0) {
-            fd = lock_port(c->dir_fd, port, reason, reason_len);
-            if (fd == -2) {
-                dtrain_rdv_release(c);
-                return -2;
-            }
-            if (fd < 0)
-                continue;
+        int base = lo + per_step * ((first_block + i) % blocks);
+        int rc = claim_block(c, base, per_step, i == 0 ? err : why, i == 0 ? errlen : sizeof why);
+        if (rc == -2) {
+            if (i != 0)
+                dtrain_snprintf(err, errlen, "%s", why);
+            dtrain_rdv_release(c);
+            return -2;
         }
-        if (probe_port(port, reason, reason_len) != 0) {
-            if (fd >= 0)
-                unlock_port(c->dir_fd, fd, port);
+        if (rc != 0)
             continue;
-        }
-        c->port = port;
-        c->lock_fd = fd;
+        c->port = base;
+        c->count = per_step;
         return 0;
     }
     dtrain_rdv_release(c);
@@ -233,11 +274,10 @@ int dtrain_rdv_claim_port(int first, int lo, int hi, int may_move, struct dtrain
 
 void dtrain_rdv_release(struct dtrain_rdv_claim *c)
 {
-    if (c->lock_fd >= 0)
-        unlock_port(c->dir_fd, c->lock_fd, c->port);
+    unlock_block(c, c->port, c->port > 0 ? c->count : 0);
     if (c->dir_fd >= 0)
         close(c->dir_fd);
-    c->lock_fd = -1;
     c->dir_fd = -1;
     c->port = 0;
+    c->count = 0;
 }

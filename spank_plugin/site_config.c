@@ -17,6 +17,7 @@
 #include "dtrain_explain.h"
 #include "dtrain_plan.h"
 #include "dtrain_topo.h"
+#include "imex.h"
 
 #define SITE_JSON_MAX_BYTES (1 << 20) /* a site file larger than this is refused */
 
@@ -26,6 +27,9 @@ void dtrain_config_init(struct dtrain_site_config *cfg)
     cfg->allow_pcie = DTRAIN_PCIE_USER;
     cfg->master_port_lo = DTRAIN_MASTER_PORTS_DEFAULT_LO;
     cfg->master_port_hi = DTRAIN_MASTER_PORTS_DEFAULT_HI;
+    cfg->ports_per_step = DTRAIN_PORTS_PER_STEP_DEFAULT;
+    cfg->imex_check = 1;
+    dtrain_snprintf(cfg->imex_channels, sizeof cfg->imex_channels, "%s", DTRAIN_IMEX_CHANNELS_DIR);
     cfg->net_gbps = DTRAIN_EXPLAIN_NET_GBPS_DEFAULT;
     cfg->pcie_gbps = DTRAIN_EXPLAIN_PCIE_GBPS_DEFAULT;
 }
@@ -93,6 +97,10 @@ static const struct dtrain_setting site_keys[] = {
     {.name = "gpu_visibility", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(gpu_visibility_one),
      .names = visibilities},
     {.name = "master_ports", .type = DTRAIN_SETTING_CUSTOM, .kind = S_PORTS},
+    SITE_INT("ports_per_step", ports_per_step, 1, DTRAIN_PORTS_PER_STEP_MAX),
+    {.name = "imex_check", .type = DTRAIN_SETTING_BOOL, .offset = SITE_OFF(imex_check), .min = 0, .max = 1},
+    {.name = "imex_channels", .type = DTRAIN_SETTING_TEXT, .kind = S_PATH, .offset = SITE_OFF(imex_channels),
+     .size = DTRAIN_CONFIG_PATH_MAX},
     SITE_INT("net_gbps", net_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
     SITE_INT("pcie_gbps", pcie_gbps, 1, DTRAIN_EXPLAIN_GBPS_MAX),
     {.name = NULL},
@@ -253,6 +261,12 @@ int dtrain_config_parse(struct dtrain_site_config *cfg, int ac, char **av, char 
             dtrain_snprintf(err, errlen, "plugstack.conf: %s", msg);
             return -1;
         }
+    }
+    /* Keys that must agree, once every one is known. */
+    if (dtrain_master_ports_check(cfg->master_port_lo, cfg->master_port_hi, cfg->ports_per_step, msg,
+                                  sizeof msg) != 0) {
+        dtrain_snprintf(err, errlen, "plugstack.conf: %s", msg);
+        return -1;
     }
     return 0;
 }

@@ -40,6 +40,17 @@
  *   master_ports=LO-HI the ports MASTER_PORT is taken from (default
  *                      29500-29999; keep them out of the kernel's ephemeral
  *                      ports with net.ipv4.ip_local_reserved_ports).
+ *   ports_per_step=K   each step is given a block of K consecutive ports of
+ *                      master_ports (1..16, default 3), MASTER_PORT the
+ *                      first: Megatron-LM's in-process restart opens
+ *                      TCPStores on MASTER_PORT+1 and +2.  A range holding
+ *                      fewer than K ports is refused.
+ *   imex_check=yes|no  a step whose TP groups span nodes of a multi-node
+ *                      NVLink domain (or --dtrain-pp-in-domain over several
+ *                      nodes) needs an IMEX channel: its tasks fail at
+ *                      start without one (default yes; imex.h).
+ *   imex_channels=PATH where the channel devices are (default
+ *                      /dev/nvidia-caps-imex-channels; tests: a fake tree).
  * An unknown key or a bad value is an error naming it.
  *
  * Every path here comes from the admin (plugstack.conf, the site file),
@@ -77,6 +88,9 @@ struct dtrain_site_config {
     int gpu_visibility_one;         /* 1: gpu_visibility=one */
     int cpu_bind_numa;              /* 1: cpu_bind=numa */
     int master_port_lo, master_port_hi; /* master_ports= */
+    int ports_per_step;             /* ports_per_step=: each step's block of ports */
+    int imex_check;                 /* imex_check=: steps across NVLink nodes need an IMEX channel */
+    char imex_channels[DTRAIN_CONFIG_PATH_MAX]; /* imex_channels=: the channel folder */
     int net_gbps, pcie_gbps;        /* net_gbps=, pcie_gbps= */
 };
 

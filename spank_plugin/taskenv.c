@@ -3,6 +3,7 @@
 #include "taskenv.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain_env.h"
@@ -48,6 +49,7 @@ int dtrain_task_env_placement(struct dtrain_env_list *env, const struct dtrain_t
     c.restart_count = w->restart_count;
     c.cuda_device = w->cuda_visible ? w->cuda_device : -1;
     c.master_port = w->master_addr ? w->master_port : 0;
+    c.master_ports = c.master_port > 0 ? w->master_ports : 0;
     if (put(c.placed_by, sizeof c.placed_by, "spank") != 0 || put(c.gpu_busid, sizeof c.gpu_busid, t->gpu_busid) != 0 ||
         put(c.gpu_visibility, sizeof c.gpu_visibility, w->cuda_visible ? w->gpu_visibility : NULL) != 0 ||
         put(c.cpus, sizeof c.cpus, w->cpus) != 0 || put(c.cuda_visible, sizeof c.cuda_visible, w->cuda_visible) != 0 ||
@@ -165,4 +167,16 @@ int dtrain_argv_runs_own_trainer(int argc, char *const argv[])
         if (strcmp(argv[i], "--") == 0)
             return 0;
     return 1;
+}
+
+int dtrain_argv_node_report(int argc, char *const argv[])
+{
+    return argc == 2 && argv != NULL && argv[0] != NULL && argv[1] != NULL &&
+           strcmp(base_name(argv[0]), "dtrain-launch") == 0 && strcmp(argv[1], "--node-report") == 0;
+}
+
+int dtrain_env_node_report(void)
+{
+    const char *v = getenv(DTRAIN_ENV_NODE_REPORT);
+    return v != NULL && strcmp(v, "1") == 0;
 }

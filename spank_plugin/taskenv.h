@@ -29,7 +29,8 @@ struct dtrain_task_where {
     const char *gpu_visibility; /* "all" or "one"; NULL: no GPU */
     const char *cpus;         /* the CPUs the task was bound to; NULL: not bound */
     const char *master_addr;  /* the step's rendezvous; NULL / 0: none */
-    int master_port;
+    int master_port;          /* the first port of the step's block */
+    int master_ports;         /* ports in the block (DTRAIN_PORTS); 0 none */
     int restart_count;        /* SLURM_RESTART_COUNT, 0 when unset */
 };
 
@@ -53,6 +54,14 @@ int dtrain_argv_spawns_workers(int argc, char *const argv[]);
  * --print, --json, --job-exit) or dtrain-train.  Anything else (a script
  * that runs dtrain-launch included) may be a framework: 0. */
 int dtrain_argv_runs_own_trainer(int argc, char *const argv[]);
+
+/* 1 when the task's command is `dtrain-launch --node-report` (the step
+ * dtrain-launch --supervise runs to learn where the job's nodes are). */
+int dtrain_argv_node_report(int argc, char *const argv[]);
+
+/* 1 when this process's environment asks for that step
+ * (DTRAIN_NODE_REPORT=1): srun's checks of the job's shape are skipped. */
+int dtrain_env_node_report(void);
 
 /* The line a refused per-node launcher gets (no "dtrain: " prefix). */
 #define DTRAIN_SPAWN_REFUSAL \

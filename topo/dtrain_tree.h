@@ -68,6 +68,14 @@ struct dtrain_tree_cost {
 enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
                                     double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen);
 
+/* The leaf switch of a node of Slurm's topology/tree: its address without
+ * the last component ("spine.leaf1.node1" -> "spine.leaf1"; two nodes are
+ * under one leaf switch when these are equal), when the pattern is the
+ * tree's ("switch.switch.node": it ends in "switch.node").  Returns 1 with
+ * the switch path in out, 0 when the address is not a tree's (no address,
+ * topology/block, a path that does not fit: then out is ""). */
+int dtrain_tree_leaf(const char *addr, const char *pattern, char *out, size_t len);
+
 /* Slurm's topology/block (23.11+; checked on 24.11.5) gives every task
  * SLURM_TOPOLOGY_ADDR "BLOCK.NODE" with SLURM_TOPOLOGY_ADDR_PATTERN
  * "block.node"; topology/ring (26.05) "RING:POSITION.NODE" with

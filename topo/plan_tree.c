@@ -191,6 +191,27 @@ static int same_leaf(const struct dtrain_tree_node *a, const struct dtrain_tree_
     return la == switch_levels(b->addr) && same_units(a->addr, b->addr, la);
 }
 
+/* The length of a node's leaf switch path: its address without the last component. */
+static size_t leaf_len(const char *addr)
+{
+    const char *dot = strrchr(addr, '.');
+    return dot ? (size_t)(dot - addr) : 0;
+}
+
+int dtrain_tree_leaf(const char *addr, const char *pattern, char *out, size_t len)
+{
+    static const char tail[] = "switch.node";
+    size_t pl = pattern ? strlen(pattern) : 0, l = addr ? leaf_len(addr) : 0;
+    if (len > 0)
+        out[0] = '\0';
+    if (l == 0 || pl < sizeof tail - 1 || strcmp(pattern + pl - (sizeof tail - 1), tail) != 0 ||
+        (pl > sizeof tail - 1 && pattern[pl - sizeof tail] != '.') || l >= len)
+        return 0;
+    memcpy(out, addr, l);
+    out[l] = '\0';
+    return 1;
+}
+
 enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
                                     double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen)
 {

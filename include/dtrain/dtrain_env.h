@@ -36,7 +36,9 @@
 #define DTRAIN_ENV_RANK0_NODE "DTRAIN_RANK0_NODE" /* Slurm's name of the node that holds task 0 (MASTER_ADDR's node), from the step's layout: set by the plugin in srun for a step of several nodes */
 #define DTRAIN_ENV_NODE_ORDER "DTRAIN_NODE_ORDER" /* where the step's node order comes from: "slurm", "switch-rank", "block-rank", "topology" or "hostfile" (dtrain_tree.h): set by the plugin in srun */
 #define DTRAIN_ENV_LEAF_EDGES "DTRAIN_LEAF_EDGES" /* "CROSS RING OWN": DP ring edges across leaf switches in the order in force, all, and in dtrain's own order; dtrain-launch hands it to its trainer on rank 0 with --dtrain-verbose */
+#define DTRAIN_ENV_PORTS "DTRAIN_PORTS" /* "LO-HI": the step's block of claimed ports, LO = MASTER_PORT (site key ports_per_step; Megatron-LM's in-process restart uses MASTER_PORT+1 and +2) */
 #define DTRAIN_ENV_PP_IN_DOMAIN "DTRAIN_PP_IN_DOMAIN" /* "1" with --dtrain-pp-in-domain: dtrain-launch checks that each PP group's members share DTRAIN_NVLINK_DOMAIN */
+#define DTRAIN_ENV_NODE_REPORT "DTRAIN_NODE_REPORT" /* "1" in the step dtrain-launch --supervise runs to learn where the job's nodes are (dtrain-launch --node-report): the plugin places nothing and gives each task its node's DTRAIN_NVLINK_DOMAIN */
 
 /* Framework names (PyTorch, Megatron, JAX). */
 #define DTRAIN_ENV_FW_RANK             "RANK"

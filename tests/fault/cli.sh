@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-launch --job-exit STATUS: the batch script's exit code after its
 # srun step, for every kind of status and restart budget, and its refusals;
-# the refusals of --supervise (its runs are in spares.sh, under Slurm).
+# the refusals of --supervise (its runs are in spares.sh, under Slurm);
+# dtrain-launch --node-report's line and refusals.
 # No Slurm needed (the restart variables are set by hand).
 . "$abs_top_srcdir/tests/tap.sh"
 launch=$abs_top_builddir/launcher/dtrain-launch
@@ -76,6 +77,24 @@ check "--supervise with as many spares as nodes: exit 2" \
 check "--supervise with a malformed DTRAIN_SPARES: exit 2" \
   job_exit 2 "DTRAIN_SPARES (--dtrain-spares): 'x' is not a whole number" \
   env SLURM_JOB_NODELIST='node[1-2]' DTRAIN_SPARES=x "$launch" --supervise -- srun true
+# --node-report: the report step's task (its runs are in spares_topo.sh, under Slurm)
+check "--node-report with more arguments: exit 2, one line" \
+  job_exit 2 "^dtrain-launch: --node-report takes nothing else" "$launch" --node-report --print
+check "--node-report outside a step: exit 2, one line" \
+  job_exit 2 "^dtrain-launch: --node-report runs as a task of a Slurm step (SLURMD_NODENAME is not set)" \
+  env -u SLURMD_NODENAME "$launch" --node-report
+out=$(env SLURMD_NODENAME=node7 SLURM_TOPOLOGY_ADDR=spine.leaf2.node7 SLURM_TOPOLOGY_ADDR_PATTERN=switch.switch.node \
+  DTRAIN_NVLINK_DOMAIN=c/2 "$launch" --node-report 2>"$tmp/err")
+check "--node-report: one line with the node's address, pattern and domain ($out)" \
+  [ "$out" = "dtrain-node-report node7 spine.leaf2.node7 switch.switch.node c/2" -a ! -s "$tmp/err" ]
+out=$(env -u SLURM_TOPOLOGY_ADDR -u SLURM_TOPOLOGY_ADDR_PATTERN -u DTRAIN_NVLINK_DOMAIN SLURMD_NODENAME=node7 \
+  "$launch" --node-report 2>"$tmp/err")
+check "--node-report without topology or domain: '-' for each ($out)" \
+  [ "$out" = "dtrain-node-report node7 - - -" -a ! -s "$tmp/err" ]
+out=$(env SLURMD_NODENAME=node7 SLURM_TOPOLOGY_ADDR='a b' "$launch" --node-report 2>"$tmp/err")
+check "--node-report with an address holding a space: the node without it, and one warning line ($out)" \
+  eval '[ "$out" = "dtrain-node-report node7 - - -" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+        grep -q "^dtrain-launch: warning: --node-report: node7: SLURM_TOPOLOGY_ADDR .a b." "$tmp/err"'
 train=$abs_top_builddir/runtime/dtrain-train
 printf 'hello world\n' >"$tmp/t.txt"
 "$abs_top_builddir/runtime/dtrain-tokenize" "$tmp/t.txt" "$tmp/t.bin" >/dev/null 2>&1

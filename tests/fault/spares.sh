@@ -102,7 +102,7 @@ check "1 spare: sbatch -N2 --dtrain-spares=1 got 3 nodes, DTRAIN_SPARES=1 in the
 check "1 spare, rank 1 killed: COMPLETED without a requeue (Restarts=0)" ended spare "$spare" COMPLETED 0
 check "1 spare: the first step ran on node1 and node2, not on the spare" eval '[ "$(nodes_of spare 0)" = "node1 node2 " ]'
 check "1 spare: srun's line blames node1; the step restarts in the job on node2 and the spare node3" \
-  has spare "^dtrain-launch: node1 failed (srun: error: node1: task 1: Killed): step restarted in the job on node2,node3, restart 1 of at most 3 (0 spares left)"
+  has spare "^dtrain-launch: node1 failed (srun: error: node1: task 1: Killed): step restarted in the job on node2,node3 with spare node3 for node1 (the first left: [^)]*), restart 1 of at most 3 (0 spares left)"
 check "1 spare: the restarted step's ranks ran on node2 and node3 only (node1 excluded)" \
   eval '[ "$(nodes_of spare 1)" = "node2 node3 " ]'
 check "1 spare: node1 was drained with the reason" \

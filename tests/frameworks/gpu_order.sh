@@ -74,9 +74,10 @@ check "NODE_RANK/GROUP_RANK are the node's index, TORCHELASTIC_RESTART_COUNT 0" 
   eval '[ "$(field "$D/two.txt" node_rank 3)" = 1 ] && [ "$(field "$D/two.txt" group_rank 3)" = 1 ] &&
         [ "$(field "$D/two.txt" node_rank 0)" = 0 ] && [ "$(field "$D/two.txt" restart_count 0)" = 0 ]'
 
-# A one-port range: a step that holds it makes the next one wait its turn (refused).
+# A one-port range (one block of ports_per_step=1): a step that holds it
+# makes the next one wait its turn (refused).
 port=$((lo + 10))
-set_plugin_args "$D" "max_tp=8 master_ports=$port-$port"
+set_plugin_args "$D" "max_tp=8 master_ports=$port-$port ports_per_step=1"
 in_cluster "$D" timeout 120 srun -J hold -w node1 -N1 -n1 --dtrain-tp=1 sleep 100 >"$D/hold.out" 2>&1 &
 holder=$!
 # the lock is taken in slurmstepd before the task runs: wait for the step
@@ -89,7 +90,7 @@ refused_step() {
   grep '^dtrain' "$D/busy.err" | sed 's/^/#   /'
 }
 refused_step "a second step on the port another dtrain step holds" \
-  "MASTER_PORT $port (site range master_ports=$port-$port, from job [0-9]* step 0): port $port is held by another dtrain job step on this node"
+  "MASTER_PORT $port (block $port-$port of master_ports=$port-$port, ports_per_step=1, job [0-9]* step 0): port $port is held by another dtrain job step on this node"
 hold_job=$(in_cluster "$D" squeue -h -n hold -o %i | head -n 1)
 [ -n "$hold_job" ] && in_cluster "$D" scancel "$hold_job"
 wait "$holder" 2>/dev/null

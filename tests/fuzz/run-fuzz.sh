@@ -24,7 +24,7 @@ top=$(cd "$here/../.." && pwd)
 seconds=${1:-20}
 shift $(( $# > 0 ? 1 : 0 ))
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire hb_wire inject train_config ckpt tokens_llmc bpe hf)
+[ ${#names[@]} -gt 0 ] || names=(topo_xml plugstack health_config wire hb_wire inject srun_lines train_config ckpt tokens_llmc bpe hf)
 
 if ! command -v clang >/dev/null 2>&1; then
   echo "1..0 # SKIP clang is not installed (apt-get install clang libclang-rt-14-dev)"
@@ -62,6 +62,8 @@ sources() {
     wire) echo "$here/fuzz_wire.c $top/runtime/comm/cpu/wire.c -I$top/runtime" ;;
     hb_wire) echo "$here/fuzz_hb_wire.c $top/runtime/ft/dtrain_hb_wire.c $c/dtrain_sha256.c -I$top/runtime" ;;
     inject) echo "$here/fuzz_inject.c $top/runtime/ft/dtrain_inject.c $common_src -I$top/runtime" ;;
+    srun_lines) echo "$here/fuzz_srun_lines.c $top/launcher/spares.c $top/topo/plan_tree.c $common_src" \
+                     "-I$top/launcher -I$top/topo" ;;
     bpe) echo "$here/fuzz_bpe.c $top/runtime/data/dtrain_bpe.c $common_src -I$top/runtime -I$top/runtime/data" \
               "$(pc --cflags --libs jansson libpcre2-8)" ;;
     train_config|ckpt|tokens_llmc|hf)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "checks.h"
+#include "imex.h"
 #include "report.h"
 #include "site_config.h"
 #include "tap.h"
@@ -336,6 +337,56 @@ static void test_filesystems_and_ib(void)
     ok(judged(HEALTH_CHECK_INFINIBAND, HEALTH_FAIL, "did not finish"), "infiniband: probe failure fails");
 }
 
+static void test_imex(void)
+{
+    static struct health_imex_facts imex;
+    healthy_node();
+    ok(health_check_in_mode(HEALTH_CHECK_IMEX, HEALTH_MODE_PROLOG) &&
+           health_check_in_mode(HEALTH_CHECK_IMEX, HEALTH_MODE_EPILOG) &&
+           health_check_in_mode(HEALTH_CHECK_IMEX, HEALTH_MODE_CHECK) && cfg.enabled[HEALTH_CHECK_IMEX] &&
+           !cfg.imex.always && strcmp(cfg.imex.ctl, "/usr/bin/nvidia-imex-ctl") == 0,
+       "imex: every mode, on by default, only on fabric nodes, /usr/bin/nvidia-imex-ctl");
+    ok(!health_imex_node_in_domain(&facts) &&
+           judged(HEALTH_CHECK_IMEX, HEALTH_SKIP, "no GPU reports a multi-node NVLink fabric"),
+       "imex: an ordinary node (no GPU on a fabric): skipped");
+    nvml.ok = 0;
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_SKIP, "NVML cannot say"), "imex: NVML unusable: skipped (nvml fails)");
+    nvml.ok = 1;
+    nvml.gpus[5].fabric = 1;
+    ok(health_imex_node_in_domain(&facts) && judged(HEALTH_CHECK_IMEX, HEALTH_SKIP, "not probed"),
+       "imex: a GPU on a fabric: the node is in a domain; nothing probed: skipped");
+    memset(&imex, 0, sizeof(imex));
+    facts.imex = &imex;
+    imex.ok = 1;
+    snprintf(imex.output, sizeof(imex.output), "READY");
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_PASS, "IMEX daemon READY (nvidia-imex-ctl -q)"), "imex: READY passes");
+    snprintf(imex.output, sizeof(imex.output), "WAITING_FOR_PEERS");
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_FAIL, "IMEX daemon WAITING_FOR_PEERS, not READY"),
+       "imex: a daemon still waiting for its peers fails, naming the state");
+    imex.exit_status = 1;
+    snprintf(imex.output, sizeof(imex.output), "READY");
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_FAIL, "not answering (nvidia-imex-ctl -q exit 1: READY)"),
+       "imex: READY with a failing exit is no answer");
+    snprintf(imex.output, sizeof(imex.output), "connect: Connection refused");
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_FAIL, "exit 1: connect: Connection refused): start it (systemctl start "
+                                              "nvidia-imex) with IMEX_CMD_ENABLED=1"),
+       "imex: a daemon that does not answer fails, naming the fix");
+    imex.exit_status = 0;
+    snprintf(imex.output, sizeof(imex.output), "Ready!");
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_FAIL, "not answering (nvidia-imex-ctl -q exit 0: Ready!)"),
+       "imex: an answer that is no state word fails");
+    imex.ok = 0;
+    snprintf(imex.error, sizeof(imex.error), "/usr/bin/nvidia-imex-ctl -q did not finish within 5000 ms");
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_FAIL, "IMEX daemon state unknown: /usr/bin/nvidia-imex-ctl -q did not finish"),
+       "imex: a hung control program fails");
+    nvml.gpus[5].fabric = 0;
+    cfg.imex.always = 1;
+    ok(judged(HEALTH_CHECK_IMEX, HEALTH_FAIL, "state unknown"), "imex: \"always\": judged on an ordinary node too");
+    ok(health_imex_known_state("READY") && health_imex_known_state("INIT_GPU") && !health_imex_known_state("ready") &&
+           !health_imex_known_state(""),
+       "imex: the state words NVIDIA's tools name");
+}
+
 static void test_reason(void)
 {
     struct health_report rep;
@@ -380,6 +431,7 @@ int main(void)
     test_nvml();
     test_nvml_health();
     test_filesystems_and_ib();
+    test_imex();
     test_reason();
     return tap_done();
 }

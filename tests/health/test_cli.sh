@@ -2,14 +2,17 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-health command line and the Slurm hook wrappers, without Slurm:
 # exit codes, one-line messages, JSON, a hung NVML call cut off, config
-# errors, and the per-node config choice of dtrain-prolog.  Stand-ins at
-# the hardware boundary only: the fake NVML library (answers set by a file),
-# a folder tree shaped like /sys, and saved hwloc topologies.
+# errors, the IMEX daemon's state, and the per-node config choice of
+# dtrain-prolog.  Stand-ins at the hardware boundary only: the fake NVML
+# library (answers set by a file), a folder tree shaped like /sys, saved
+# hwloc topologies, and fake-nvidia-imex-ctl for NVIDIA's IMEX control
+# program.
 . "${DTRAIN_TAP_SH:?run through make check}"
 build=${DTRAIN_HEALTH_BUILD:?}
 bin=$build/dtrain-health
 fx=${DTRAIN_FIXTURES:?}
 fake=${FAKE_NVML_LIB:?}
+fake_imex_ctl=${FAKE_IMEX_CTL:?}
 [ -x "$bin" ] || skip_all "$bin not built"
 [ -r "$fake" ] || skip_all "fake NVML library $fake not built"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-health-cli.XXXXXX") || exit 1
@@ -96,7 +99,7 @@ assert d["program"] == "dtrain-health" and d["mode"] == "epilog" and d["node"] =
 assert d["healthy"] is True and d["drained"] is False and d["reason"] is None, d
 names = [c["name"] for c in d["checks"]]
 assert names == ["gpu_count", "gpu_model", "nvlink", "nvml", "ecc", "retired_memory", "xid", "nvlink_errors",
-                 "gpu_memory", "gpu_processes", "checkpoint_fs", "shm", "infiniband"], names
+                 "gpu_memory", "gpu_processes", "checkpoint_fs", "shm", "infiniband", "imex"], names
 assert all(c["result"] in ("pass", "skip") and c["detail"] for c in d["checks"])
 assert d["elapsed_ms"]["total"] >= d["elapsed_ms"]["nvml"] >= 0
 ' "$tmp/out"
@@ -208,6 +211,72 @@ run --help
 check "--help: exit 0, usage on stdout" sh -c "test $rc -eq 0 && grep -q '^usage: dtrain-health --prolog | --epilog | --check' '$tmp/out'"
 run --version
 check "--version" sh -c "test $rc -eq 0 && grep -q '^dtrain-health [0-9]' '$tmp/out'"
+
+# ---------------------------------------------------------------- IMEX
+# A node of a multi-node NVLink domain (the fake NVML reports a fabric for
+# every GPU) and the IMEX daemon's state through fake-nvidia-imex-ctl, the
+# stand-in for NVIDIA's nvidia-imex-ctl: READY passes; a daemon that does
+# not answer, one not READY, a hung or missing program fail with one line;
+# a node without a fabric runs no control program (unless "always").
+mkdir -p "$tmp/imex" && cp "$fake_imex_ctl" "$tmp/imex/nvidia-imex-ctl"
+imex_state() { echo "$1" >"$tmp/imex/state"; rm -f "$tmp/imex/calls"; }
+fabric='all.fabric_state = 3
+all.fabric_cluster = 6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c
+all.fabric_clique = 1'
+# imex_config FILE MEMBERS: the site config plus "imex": {MEMBERS}
+imex_config() {
+    write_config "$1" dgx1-v100.xml
+    sed -i -e "s|\"checks\": {|\"checks\": {\n    \"imex\": {$2},|" \
+        -e 's|"timeouts_ms": {"nvml": 2000}|"timeouts_ms": {"nvml": 2000, "imex": 1000}|' "$1"
+}
+imex_config "$tmp/imex.json" "\"ctl\": \"$tmp/imex/nvidia-imex-ctl\""
+fault fabric "$fabric"
+imex_state READY
+run --check -v --config "$tmp/imex.json" --node n1
+check "IMEX daemon READY on a multi-node NVLink node: exit 0, the imex check passes saying so (exit $rc)" \
+    sh -c "test $rc -eq 0 && grep -q '^dtrain-health: pass imex: IMEX daemon READY (nvidia-imex-ctl -q)\$' '$tmp/out'"
+check "... it asked the daemon with nvidia-imex-ctl -q" sh -c "test \"\$(cat '$tmp/imex/calls')\" = '-q'"
+imex_state DOWN
+run --check --config "$tmp/imex.json" --node n1
+check "IMEX daemon down: exit 1, one FAIL line naming the fix" sh -c "test $rc -eq 1 && test \$(grep -c FAIL '$tmp/err') -eq 1 &&
+    grep -q '^dtrain-health: FAIL imex: IMEX daemon not answering (nvidia-imex-ctl -q exit 1: ERROR: failed to connect to the IMEX command service (fake): Connection refused): start it (systemctl start nvidia-imex) with IMEX_CMD_ENABLED=1 in /etc/nvidia-imex/config.cfg\$' '$tmp/err'"
+run --check --json --config "$tmp/imex.json" --node n1
+if command -v python3 >/dev/null 2>&1; then
+    check "IMEX daemon down: the JSON's drain reason starts 'dtrain: imex: IMEX daemon not answering'" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["healthy"] is False and d["reason"].startswith("dtrain: imex: IMEX daemon not answering"), d["reason"]
+assert d["elapsed_ms"]["imex"] >= 0, d["elapsed_ms"]
+' "$tmp/out"
+else
+    skip_test "python3 not installed: JSON not parsed"
+fi
+imex_state WAITING_FOR_PEERS
+run --check --config "$tmp/imex.json" --node n1
+check "IMEX daemon WAITING_FOR_PEERS: exit 1, the state named" sh -c "test $rc -eq 1 &&
+    grep -q '^dtrain-health: FAIL imex: IMEX daemon WAITING_FOR_PEERS, not READY (nvidia-imex-ctl -q)' '$tmp/err'"
+imex_state HANG
+run --check --config "$tmp/imex.json" --node n1
+check "a control program that never answers is cut off at timeouts_ms.imex: exit 1, one line" sh -c "test $rc -eq 1 &&
+    grep -q '^dtrain-health: FAIL imex: IMEX daemon state unknown: $tmp/imex/nvidia-imex-ctl -q did not finish within 1000 ms' '$tmp/err'"
+imex_config "$tmp/imex-none.json" "\"ctl\": \"$tmp/imex/none\""
+run --check --config "$tmp/imex-none.json" --node n1
+check "no control program at checks.imex.ctl: exit 1, named" sh -c "test $rc -eq 1 &&
+    grep -q '^dtrain-health: FAIL imex: IMEX daemon state unknown: cannot open the IMEX control program $tmp/imex/none' '$tmp/err'"
+healthy_nvml >"$tmp/nvml.conf"
+imex_state DOWN
+run --check -v --config "$tmp/imex.json" --node n1
+check "no NVLink fabric (an ordinary node): imex skipped, no control program run, healthy (exit $rc)" \
+    sh -c "test $rc -eq 0 && grep -q '^dtrain-health: skip imex: no GPU reports a multi-node NVLink fabric' '$tmp/out' &&
+    test ! -e '$tmp/imex/calls'"
+imex_config "$tmp/imex-always.json" "\"always\": true, \"ctl\": \"$tmp/imex/nvidia-imex-ctl\""
+run --check --config "$tmp/imex-always.json" --node n1
+check "... with \"always\": true the daemon is asked anyway: down fails (exit $rc)" \
+    sh -c "test $rc -eq 1 && grep -q '^dtrain-health: FAIL imex: IMEX daemon not answering' '$tmp/err'"
+imex_config "$tmp/imex-off.json" "\"enabled\": false, \"always\": true, \"ctl\": \"$tmp/imex/nvidia-imex-ctl\""
+imex_state DOWN
+run --check --config "$tmp/imex-off.json" --node n1
+check "... and \"enabled\": false turns it off (exit $rc)" sh -c "test $rc -eq 0 && test ! -e '$tmp/imex/calls'"
 
 # ---------------------------------------------------------------- wrappers
 # dtrain-prolog picks CONFDIR/health.d/<node>.json over CONFDIR/health.json.

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # dtrain-health as the Prolog and Epilog of a real local Slurm (munged,
-# slurmctld, six slurmd started by scripts/local-cluster), one fault per
-# node and six exclusive jobs at once: a node whose fake NVML reports an XID,
-# whose topology lacks a GPU, whose NVML hangs, or whose config has an
-# unknown key is drained by the prolog with a reason starting "dtrain:" and
+# slurmctld, seven slurmd started by scripts/local-cluster), one fault per
+# node and seven exclusive jobs at once: a node whose fake NVML reports an
+# XID, whose topology lacks a GPU, whose NVML hangs, whose config has an
+# unknown key, or which is in a multi-node NVLink domain with its IMEX
+# daemon down is drained by the prolog with a reason starting "dtrain:" and
 # its job is requeued and runs on the healthy node; an ECC fault raised
-# during a job drains its node from the epilog; the healthy node passes
-# every prolog and epilog and is not drained.
+# during a job drains its node from the epilog; the healthy node (in a
+# multi-node NVLink domain, its IMEX daemon READY) passes every prolog and
+# epilog and is not drained.
 #
 # Stand-ins at the hardware boundary only: each node's GPUs are a saved
 # hwloc topology (tests/fixtures/topology) and the fake NVML library
-# (fake_nvml.c) answering from a per-node file.  Slurm, the hooks and
-# dtrain-health are the real ones.
+# (fake_nvml.c) answering from a per-node file; NVIDIA's nvidia-imex-ctl is
+# fake-nvidia-imex-ctl, one copy per node answering from its own file.
+# Slurm, the hooks and dtrain-health are the real ones.
 . "${DTRAIN_TAP_SH:?run through make check}"
 . "${abs_top_srcdir:?run through make check}/tests/slurm/lib.sh"
 need_cluster_tools
 build=${DTRAIN_HEALTH_BUILD:?}
 fake=${FAKE_NVML_LIB:?}
+fake_imex_ctl=${FAKE_IMEX_CTL:?}
 [ -x "$build/dtrain-health" ] && [ -x "$build/dtrain-prolog" ] || skip_all "dtrain-health not built in $build"
 [ -r "$fake" ] || skip_all "fake NVML library $fake not built"
 
@@ -40,7 +44,8 @@ node_nvml() {
 }
 
 # node_config NODE TOPOLOGY-FIXTURE [EXTRA-JSON-MEMBER]: the node's config,
-# picked by dtrain-prolog from CONFDIR/health.d/NODE.json.
+# picked by dtrain-prolog from CONFDIR/health.d/NODE.json; its imex check
+# runs the node's own copy of the fake control program (node_imex).
 node_config() {
     cat >"$d/etc/health.d/$1.json" <<EOF
 {
@@ -50,7 +55,8 @@ node_config() {
   "timeouts_ms": {"nvml": 2000},
   "checks": {
     "nvlink": {"reference_topology": "$fixtures/dgx1-v100.xml"},
-    "checkpoint_fs": {"path": "$d/ckpt", "min_free": "1MiB"}
+    "checkpoint_fs": {"path": "$d/ckpt", "min_free": "1MiB"},
+    "imex": {"ctl": "$d/imex-$1/nvidia-imex-ctl"}
   }${3:+,
   $3}
 }
@@ -58,6 +64,15 @@ EOF
 }
 
 healthy() { node_nvml "$1"; node_config "$1" dgx1-v100.xml; }
+
+# node_imex NODE STATE: NODE is in a multi-node NVLink domain (its fake
+# NVML reports every GPU on a fabric) and its IMEX daemon answers STATE
+# (fake-nvidia-imex-ctl: READY, or DOWN for no answer).
+node_imex() {
+    mkdir -p "$d/imex-$1" && cp "$fake_imex_ctl" "$d/imex-$1/nvidia-imex-ctl" && echo "$2" >"$d/imex-$1/state"
+    printf '%s\n' "all.fabric_state = 3" "all.fabric_cluster = 6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c" \
+        "all.fabric_clique = 1" >>"$d/nvml-$1.conf"
+}
 
 # The hooks Slurm runs.  Test scaffolding, not a stand-in: Slurm gives the
 # prolog and epilog an environment of its own making (SLURMD_NODENAME,
@@ -117,32 +132,35 @@ node_nvml node3 "hang = nvmlDeviceGetTotalEccErrors"
 node_config node4 dgx1-v100.xml '"checks_typo": {}'
 node_nvml node4
 healthy node5
+node_imex node5 READY
 healthy node6
-start_cluster 6
+healthy node7
+node_imex node7 DOWN
+start_cluster 7
 jobs_start=$SECONDS
-# Submitted held and released together, the six jobs are placed in one
+# Submitted held and released together, the seven jobs are placed in one
 # scheduling pass: one per node.
 ids=()
-for ((k = 1; k <= 6; k++)); do ids+=("$(submit "job$k" --hold)"); done
+for ((k = 1; k <= 7; k++)); do ids+=("$(submit "job$k" --hold)"); done
 in_cluster "$d" scontrol release "$(IFS=,; echo "${ids[*]}")" >/dev/null 2>&1
 finished=1
 for id in "${ids[@]}"; do wait_job "$d" "$id" 180 || finished=0; done
-diag "the six jobs ended $((SECONDS - jobs_start)) s after submission"
-check "six jobs on six nodes, one fault each: all end" [ "$finished" = 1 ]
+diag "the seven jobs ended $((SECONDS - jobs_start)) s after submission"
+check "seven jobs on seven nodes, one fault each: all end" [ "$finished" = 1 ]
 
 completed=0 restarts=0 on_bad=0 first_try_on_node5=0
-for ((k = 1; k <= 6; k++)); do
+for ((k = 1; k <= 7; k++)); do
     id=${ids[$((k - 1))]}
     [ "$(job_field "$d" "$id" JobState)" = COMPLETED ] && completed=$((completed + 1))
     restarts=$((restarts + $(job_field "$d" "$id" Restarts)))
-    matches "$(cat "$d/job$k.out" 2>/dev/null)" '^ran on node[1-4]$' && on_bad=$((on_bad + 1))
+    matches "$(cat "$d/job$k.out" 2>/dev/null)" '^ran on node[12347]$' && on_bad=$((on_bad + 1))
     [ "$(job_field "$d" "$id" Restarts) $(cat "$d/job$k.out" 2>/dev/null)" = "0 ran on node5" ] &&
         first_try_on_node5=$((first_try_on_node5 + 1))
     diag "job$k: $(job_field "$d" "$id" JobState), restarts $(job_field "$d" "$id" Restarts), $(cat "$d/job$k.out" 2>/dev/null)"
 done
-check "every job completes" [ "$completed" -eq 6 ]
+check "every job completes" [ "$completed" -eq 7 ]
 check "none of them ran on a faulty node" [ "$on_bad" -eq 0 ]
-check "the four jobs whose prolog failed were requeued once each and ran elsewhere" [ "$restarts" -eq 4 ]
+check "the five jobs whose prolog failed were requeued once each and ran elsewhere" [ "$restarts" -eq 5 ]
 check "the job placed on the healthy node5 passed its prolog: no requeue" [ "$first_try_on_node5" -eq 1 ]
 
 # drained NODE WHAT REASON-REGEX
@@ -158,7 +176,10 @@ drained node2 "a GPU missing" 'dtrain: gpu_count: 7 GPUs in the topology, 8 expe
 drained node3 "NVML hangs" 'dtrain: nvml: NVML did not finish within 2000 ms \(stuck in nvmlDeviceGetTotalEccErrors on GPU 0'
 drained node4 "bad config" "dtrain: health config: $d/etc/health\.d/node4\.json: checks_typo: unknown key"
 drained node6 "ECC during a job (epilog)" 'dtrain: ecc: GPU 0000:0a:00\.0: 4 uncorrected ECC errors'
-check "the healthy node5 passed five epilogs: idle, not drained" wait_node_state node5 '^idle$' 30
+drained node7 "IMEX daemon down in a multi-node NVLink domain" \
+    'dtrain: imex: IMEX daemon not answering \(nvidia-imex-ctl -q exit 1: '
+check "the healthy node5 (IMEX READY) passed six epilogs: idle, not drained" wait_node_state node5 '^idle$' 30
+check "... its prolog asked its IMEX daemon (fake nvidia-imex-ctl -q called)" grep -q -- '^-q$' "$d/imex-node5/calls"
 check "node5 has no reason" [ -z "$(node_reason node5)" ]
 
 done_testing

@@ -59,7 +59,7 @@ static void test_every_key(void)
     int len = snprintf(json, sizeof(json),
              "{\"topology\": \"%s/%%n.xml\", \"sysfs_root\": \"%s/sys\", \"nvml_library\": \"/opt/nvml/libnvidia-ml.so.1\",\n"
              " \"gpus\": {\"count\": 8, \"model\": \"H100\"},\n"
-             " \"timeouts_ms\": {\"topology\": 1000, \"nvml\": 2000, \"filesystem\": 3000, \"infiniband\": 4000, \"drain\": 5000},\n"
+             " \"timeouts_ms\": {\"topology\": 1000, \"nvml\": 2000, \"filesystem\": 3000, \"infiniband\": 4000, \"imex\": 600, \"drain\": 5000},\n"
              " \"checks\": {\n"
              "  \"gpu_count\": {\"enabled\": true}, \"gpu_model\": {\"enabled\": false},\n"
              "  \"nvlink\": {\"min_bandwidth_gbps\": 450, \"reference_topology\": \"%s\", \"tolerance_percent\": 12.5,\n"
@@ -71,7 +71,8 @@ static void test_every_key(void)
              "  \"gpu_memory\": {\"max_used\": \"512MiB\"}, \"gpu_processes\": {\"grace_ms\": 0},\n"
              "  \"checkpoint_fs\": {\"path\": \"/ckpt/%%n\", \"min_free\": \"100GB\"},\n"
              "  \"shm\": {\"enabled\": false, \"path\": \"/dev/shm\", \"min_free\": 4096},\n"
-             "  \"infiniband\": {\"ports\": [\"mlx5_0:1\", \"mlx5_1:2\"], \"min_rate_gbps\": 200}}}\n",
+             "  \"infiniband\": {\"ports\": [\"mlx5_0:1\", \"mlx5_1:2\"], \"min_rate_gbps\": 200},\n"
+             "  \"imex\": {\"enabled\": true, \"always\": true, \"ctl\": \"/opt/imex/%%n/nvidia-imex-ctl\"}}}\n",
              dir, dir, fixture("dgx-h100.xml"));
     if (len < 0 || len >= (int)sizeof(json))
         printf("Bail out! config text too long\n");
@@ -105,6 +106,9 @@ static void test_every_key(void)
     ok(cfg.infiniband.nports == 2 && strcmp(cfg.infiniband.ports[1].device, "mlx5_1") == 0 &&
            cfg.infiniband.ports[1].port == 2 && cfg.infiniband.min_rate_gbps == 200,
        "infiniband ports DEVICE:PORT and rate");
+    ok(cfg.enabled[HEALTH_CHECK_IMEX] && cfg.imex.always && cfg.timeout_ms.imex == 600 &&
+           strcmp(cfg.imex.ctl, "/opt/imex/node7/nvidia-imex-ctl") == 0,
+       "imex: enabled, always, ctl with %%n, timeouts_ms.imex");
     ok(load_text("{\"topology\": \"live\"}") == 0 && cfg.topology[0] == '\0', "topology \"live\"");
 }
 

@@ -36,6 +36,9 @@ launch=$abs_top_builddir/launcher/dtrain-launch
 site="max_tp=4 nvlink_domain_gpus=8 nvlink_domain_source=block"
 
 new_cluster_dir block
+# T=8 spans nodes: the step needs an IMEX channel (a fake one, lib.sh)
+fake_imex_channels "$LC_NEW/imex"
+site="$site $IMEX_SITE"
 start_plugin_cluster "$LC_NEW" --nodes 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" --plugin-args "$site"
 out=$D/client.out err=$D/client.err
 slurm_version "$D"

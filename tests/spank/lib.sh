@@ -13,6 +13,15 @@
 #   diag_file FILE           its first lines as TAP comments
 #   slurm_version D          sets version (e.g. 24.11.5) from D's sinfo
 #   slurm_at_least M N       the version is M.N or later
+#   fake_imex_channels DIR   a stand-in for /dev/nvidia-caps-imex-channels
+#                            (the hardware boundary): DIR with one character
+#                            device, channel1 (major 240, a local/experimental
+#                            number: the plugin only looks at the type and
+#                            the name).  Sets IMEX_SITE to the plugstack
+#                            words that point the plugin at it (the only way:
+#                            a site key, never the job's environment), or to
+#                            imex_check=no with IMEX_WHY when mknod is not
+#                            allowed here (no root / CAP_MKNOD)
 : "${abs_srcdir:?run through make check}" "${abs_top_builddir:?run through make check}"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
 
@@ -51,4 +60,13 @@ slurm_at_least() {
   local major=${version%%.*} minor=${version#*.}
   minor=${minor%%.*}
   [ "${major:-0}" -gt "$1" ] 2>/dev/null || { [ "${major:-0}" -eq "$1" ] && [ "${minor:-0}" -ge "$2" ]; } 2>/dev/null
+}
+
+fake_imex_channels() {
+  mkdir -p "$1" && rm -f "$1/channel1"
+  if IMEX_WHY=$(mknod -m 0666 "$1/channel1" c 240 1 2>&1); then
+    IMEX_SITE="imex_channels=$1" IMEX_WHY=""
+  else
+    IMEX_SITE="imex_check=no" IMEX_WHY="cannot make a fake IMEX channel device (mknod: $IMEX_WHY)"
+  fi
 }

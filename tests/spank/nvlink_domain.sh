@@ -23,6 +23,15 @@
 #    crosses cliques in Slurm's order (refused by the launcher), and runs
 #    with a SLURM_HOSTFILE in the order node1 node3 node2 node4, which puts
 #    each PP group on the 2 nodes of one clique.
+#  - IMEX channels (issue 31): every step above runs with a fake channel
+#    device (lib.sh fake_imex_channels); without one a T=8 step over 4
+#    nodes fails at task start with exit 3 and one line per node naming
+#    SwitchType=switch/nvidia_imex, a regular file named channel0 is no
+#    channel, the same step with the fake channel runs, a step whose TP
+#    groups stay inside nodes needs none, and imex_check=no turns the check
+#    off.  /dev/nvidia-caps-imex-channels is at the hardware boundary: the
+#    plugin reads a fake folder only because its root-owned plugstack line
+#    says imex_channels=..., never from the job's environment.
 # Slurm's topology/block (23.11+) is not testable here: Debian 12 has 22.05.
 . "$abs_top_srcdir/tests/tap.sh"
 . "$abs_srcdir/lib.sh"
@@ -48,10 +57,11 @@ gpu3.busid = 0000:c1:00.0
 CONF
 }
 nvml_conf node1 1; nvml_conf node2 1; nvml_conf node3 2; nvml_conf node4 2
+fake_imex_channels "$LC_NEW/imex"
 env_args=(--slurmd-env "DTRAIN_NVML_LIBRARY=$fake")
 for k in 1 2 3 4; do env_args+=(--slurmd-env "node$k:FAKE_NVML_CONFIG=$LC_NEW/nvml-node$k.conf"); done
 start_plugin_cluster "$LC_NEW" --nodes 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" \
-  --plugin-args "max_tp=4 nvlink_domain_gpus=8" "${env_args[@]}"
+  --plugin-args "max_tp=4 nvlink_domain_gpus=8 $IMEX_SITE" "${env_args[@]}"
 out=$D/client.out err=$D/client.err
 
 # ---- T=8: TP groups of 2 whole nodes, inside one clique
@@ -147,4 +157,39 @@ else
     [ "$RC" -eq 0 -a "$(grep -c '^rank=.* placed_by=spank ' "$D/pph.out")" -eq 16 ]
   [ "$RC" -eq 0 ] || diag_file "$err"
 fi
+
+# ---- IMEX channels: TP groups across nodes need one (spank_plugin/imex.h)
+site="max_tp=4 nvlink_domain_gpus=8"
+imex_line="use NVLink between the nodes of domain $cluster/[12], which needs an IMEX channel, and the step has none"
+fix="ask the admin for SwitchType=switch/nvidia_imex in slurm.conf (a channel per job) and the nvidia-imex daemon on the domain's nodes"
+set_plugin_args "$D" "$site imex_channels=$D/imex-none"
+run_client "$out" "$err" srun -N4 --ntasks-per-node=4 --dtrain-tp=8 sh "$show_task"
+check "no IMEX channel: T=8 over 4 nodes fails at task start, exit 3, one line per node naming switch/nvidia_imex (exit $RC, $(grep -c '^dtrain: ' "$err") lines)" \
+  eval '[ "$RC" -eq 3 ] && [ ! -s "$out" ] && [ "$(grep -c "^dtrain: " "$err")" -eq 4 ] &&
+        [ "$(grep -c "^dtrain: node[1-4]: the step.s TP groups (T=8 over 4 tasks per node) $imex_line ($D/imex-none does not exist): $fix\$" "$err")" -eq 4 ]'
+diag_file "$err"
+mkdir -p "$D/imex-file" && : >"$D/imex-file/channel0"
+set_plugin_args "$D" "$site imex_channels=$D/imex-file"
+run_client "$out" "$err" srun -w node1,node2 -N2 --ntasks-per-node=4 --dtrain-tp=8 sh "$show_task"
+check "a regular file named channel0 is no channel: refused the same way, saying so (exit $RC)" \
+  eval '[ "$RC" -eq 3 ] && [ "$(grep -c "^dtrain: node[12]: .*$imex_line ($D/imex-file holds no channel device (channel0 is a regular file, not a character device)): ask the admin for SwitchType=switch/nvidia_imex" "$err")" -eq 2 ]'
+diag_file "$err"
+if [ -n "$IMEX_WHY" ]; then
+  skip_test "$IMEX_WHY"
+else
+  set_plugin_args "$D" "$site $IMEX_SITE"
+  run_client "$out" "$err" srun -w node1,node2 -N2 --ntasks-per-node=4 --dtrain-tp=8 --dtrain-verbose sh "$show_task"
+  check "the same step with a (fake) channel device runs: 8 tasks placed, --dtrain-verbose names the channel on each node (exit $RC)" \
+    eval '[ "$RC" -eq 0 ] && [ "$(grep -c " T=8 " "$out")" -eq 8 ] &&
+          [ "$(grep -c "^dtrain: node[12]: IMEX channel $LC_NEW/imex/channel1\$" "$err")" -eq 2 ]'
+  [ "$RC" -eq 0 ] || diag_file "$err"
+fi
+set_plugin_args "$D" "$site imex_channels=$D/imex-none"
+run_client "$out" "$err" srun -N2 --ntasks-per-node=4 --dtrain-tp=4 sh "$show_task"
+check "TP groups inside nodes (T=4, 2 nodes) need no channel: runs without one (exit $RC)" \
+  eval '[ "$RC" -eq 0 ] && [ "$(grep -c " T=4 " "$out")" -eq 8 ] && ! grep -q IMEX "$err"'
+set_plugin_args "$D" "$site imex_check=no imex_channels=$D/imex-none"
+run_client "$out" "$err" srun -w node1,node2 -N2 --ntasks-per-node=4 --dtrain-tp=8 sh "$show_task"
+check "imex_check=no: the site turns the check off, the T=8 step runs without a channel (exit $RC)" \
+  eval '[ "$RC" -eq 0 ] && [ "$(grep -c " T=8 " "$out")" -eq 8 ]'
 done_testing

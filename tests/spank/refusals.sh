@@ -178,9 +178,10 @@ grep '^dtrain' "$err" | diag_file /dev/stdin
 # issue 16): slurmstepd opens it as root, so a FIFO, a link or another
 # user's file there is refused with one line (not locked, not hung on),
 # and the step after its removal runs.  One port (the first of this
-# cluster's own block), so that the lock file is known.
+# cluster's own block, a block of ports_per_step=1), so that the lock file
+# is known.
 port=$(sed -n 's/.* master_ports=\([0-9]*\)-.*/\1/p' "$D/plugstack.conf" | head -n 1)
-set_plugin_args "$D" "topology_xml=$D/topo/%n.xml master_ports=$port-$port"
+set_plugin_args "$D" "topology_xml=$D/topo/%n.xml master_ports=$port-$port ports_per_step=1"
 lock=/run/dtrain/master-port-$port.lock
 mkdir -p /run/dtrain
 rm -f "$lock" && mkfifo "$lock"

@@ -16,7 +16,7 @@ echo "node=${SLURMD_NODENAME:--} procid=${SLURM_PROCID:--} rank=${RANK:--} local
   "T=${DTRAIN_TP:--} P=${DTRAIN_PP:--} D=${DTRAIN_DP:--} tp=${DTRAIN_TP_RANK:--} pp=${DTRAIN_PP_RANK:--}" \
   "dp=${DTRAIN_DP_RANK:--} cuda=$own visible=${CUDA_VISIBLE_DEVICES:--} device=${DTRAIN_CUDA_DEVICE:--} order=${CUDA_DEVICE_ORDER:--} gpu=${DTRAIN_GPU:--}" \
   "node_rank=${NODE_RANK:--} group_rank=${GROUP_RANK:--} nnodes=${DTRAIN_NNODES:--}" \
-  "master=${MASTER_ADDR:--}:${MASTER_PORT:--} restart_count=${TORCHELASTIC_RESTART_COUNT:--} vis=${DTRAIN_GPU_VISIBILITY:--}" \
+  "master=${MASTER_ADDR:--}:${MASTER_PORT:--} ports=${DTRAIN_PORTS:--} restart_count=${TORCHELASTIC_RESTART_COUNT:--} vis=${DTRAIN_GPU_VISIBILITY:--}" \
   "cpus=${DTRAIN_CPUS:--} allowed=$cpus by=${DTRAIN_PLACED_BY:--} ckpt=${DTRAIN_CKPT_DIR:--}" \
   "restarts=${DTRAIN_MAX_RESTARTS:--} verbose=${DTRAIN_VERBOSE:--} pcie=${DTRAIN_ALLOW_PCIE:--}" \
   "nvd=${DTRAIN_NVLINK_DOMAIN:--} ppd=${DTRAIN_PP_IN_DOMAIN:--}" \

@@ -67,6 +67,20 @@ static void test_arguments(void)
        "cpu_bind: cores (the default) or numa (issue #32)");
     ok(parse("gpu_visibility=one master_ports=40000-40099", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 1 &&
        c.master_port_lo == 40000 && c.master_port_hi == 40099, "gpu_visibility=one master_ports=40000-40099");
+    ok(parse("", &c, err, sizeof err) == 0 && c.ports_per_step == 3,
+       "default: ports_per_step=3 (MASTER_PORT, +1, +2: Megatron-LM's in-process restart)");
+    ok(parse("ports_per_step=1", &c, err, sizeof err) == 0 && c.ports_per_step == 1 &&
+           parse("ports_per_step=16", &c, err, sizeof err) == 0 && c.ports_per_step == 16,
+       "ports_per_step=1 and =16");
+    ok(parse("master_ports=40000-40001 ports_per_step=2", &c, err, sizeof err) == 0 &&
+           parse("master_ports=40000-40000 ports_per_step=1", &c, err, sizeof err) == 0,
+       "a range of exactly one block");
+    ok(parse("", &c, err, sizeof err) == 0 && c.imex_check == 1 &&
+           strcmp(c.imex_channels, "/dev/nvidia-caps-imex-channels") == 0,
+       "defaults: imex_check=yes, imex_channels=/dev/nvidia-caps-imex-channels");
+    ok(parse("imex_check=no imex_channels=/srv/fake/imex", &c, err, sizeof err) == 0 && c.imex_check == 0 &&
+           strcmp(c.imex_channels, "/srv/fake/imex") == 0,
+       "imex_check=no imex_channels=/srv/fake/imex");
     ok(parse("", &c, err, sizeof err) == 0 && c.net_gbps == 25 && c.pcie_gbps == 25,
        "defaults: net_gbps=25 pcie_gbps=25 (dtrain-topo's --net-gbps --pcie-gbps)");
     ok(parse("net_gbps=50 pcie_gbps=64", &c, err, sizeof err) == 0 && c.net_gbps == 50 && c.pcie_gbps == 64,
@@ -91,6 +105,14 @@ static void test_arguments(void)
         {"master_ports=30000-29999", "1024 <= LO <= HI <= 65535"},
         {"master_ports=80-90", "1024 <= LO <= HI <= 65535"},
         {"master_ports=29500-70000", "1024 <= LO <= HI <= 65535"},
+        {"imex_channels=dev/imex", "imex_channels=dev/imex: give an absolute path"},
+        {"imex_check=maybe", "imex_check"},
+        {"ports_per_step=0", "ports_per_step"},
+        {"ports_per_step=17", "ports_per_step"},
+        {"ports_per_step=three", "ports_per_step"},
+        {"master_ports=40000-40001", "master_ports=40000-40001 holds 2 ports, fewer than ports_per_step=3"},
+        {"master_ports=40000-40007 ports_per_step=9", "holds 8 ports, fewer than ports_per_step=9 (the ports each "
+                                                      "step is given): widen master_ports or lower ports_per_step"},
         {"config=/nonexistent/dtrain.json", "/nonexistent/dtrain.json"},
         {"net_gbps=0", "net_gbps"},
         {"net_gbps=fast", "net_gbps"},

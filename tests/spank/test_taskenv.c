@@ -282,10 +282,31 @@ static void test_own_trainer(void)
        "dtrain-launch -- PROGRAM, python train.py, a script, no argv: may be a framework");
 }
 
+/* dtrain-launch --supervise's report step (one task per node, nothing placed). */
+static void test_node_report(void)
+{
+    char *report[] = {"/opt/dtrain/bin/dtrain-launch", "--node-report"};
+    char *more[] = {"dtrain-launch", "--node-report", "x"};
+    char *other[] = {"dtrain-launch", "--print"};
+    char *sh[] = {"sh", "--node-report"};
+    ok(dtrain_argv_node_report(2, report), "dtrain-launch --node-report is the report step");
+    ok(!dtrain_argv_node_report(3, more) && !dtrain_argv_node_report(2, other) && !dtrain_argv_node_report(2, sh) &&
+       !dtrain_argv_node_report(0, NULL), "with more arguments, another option or another program: not");
+    unsetenv("DTRAIN_NODE_REPORT");
+    int none = dtrain_env_node_report();
+    setenv("DTRAIN_NODE_REPORT", "yes", 1);
+    int yes = dtrain_env_node_report();
+    setenv("DTRAIN_NODE_REPORT", "1", 1);
+    int one = dtrain_env_node_report();
+    unsetenv("DTRAIN_NODE_REPORT");
+    ok(!none && !yes && one, "DTRAIN_NODE_REPORT=1 (only \"1\") asks srun for it");
+}
+
 int main(void)
 {
     test_spawners();
     test_own_trainer();
+    test_node_report();
     const char *fixtures = getenv("DTRAIN_FIXTURES");
     test_options_env();
     if (fixtures) {

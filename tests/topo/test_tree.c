@@ -160,5 +160,19 @@ int main(void)
     ok(dtrain_node_order_parse(dtrain_node_order_name(DTRAIN_NODE_ORDER_BLOCK_RANK)) == DTRAIN_NODE_ORDER_BLOCK_RANK &&
            dtrain_node_order_parse("nonsense") == DTRAIN_NODE_ORDER_UNKNOWN,
        "order: names go both ways");
+    /* the leaf switch of a topology/tree address (Slurm 22.05: pattern "switch.switch.node") */
+    char leaf[16];
+    ok(dtrain_tree_leaf("spine.leaf1.node1", "switch.switch.node", leaf, sizeof leaf) == 1 &&
+           strcmp(leaf, "spine.leaf1") == 0,
+       "leaf: spine.leaf1.node1 is under spine.leaf1 (%s)", leaf);
+    ok(dtrain_tree_leaf("leaf2.node3", "switch.node", leaf, sizeof leaf) == 1 && strcmp(leaf, "leaf2") == 0,
+       "leaf: one switch level (%s)", leaf);
+    ok(dtrain_tree_leaf("b1.node1", "block.node", leaf, sizeof leaf) == 0 && leaf[0] == '\0' &&
+           dtrain_tree_leaf("node1", "node", leaf, sizeof leaf) == 0 &&
+           dtrain_tree_leaf(NULL, NULL, leaf, sizeof leaf) == 0 &&
+           dtrain_tree_leaf("x.node1", "noswitch.node", leaf, sizeof leaf) == 0,
+       "leaf: a block address, a node without switch, no address and a pattern not the tree's have none");
+    ok(dtrain_tree_leaf("averyveryverylongspine.leaf1.node1", "switch.switch.node", leaf, sizeof leaf) == 0 &&
+           leaf[0] == '\0', "leaf: a switch path longer than the buffer is none");
     return tap_done();
 }
