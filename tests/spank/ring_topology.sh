@@ -6,6 +6,8 @@
 # NVML fabric data: the domain of a node is the ring Slurm names in
 # SLURM_TOPOLOGY_ADDR ("RING:POSITION.NODE", pattern "ring:position.node",
 # read in 26.05's topology_ring.c).
+#  (every step runs with a fake IMEX channel device, lib.sh fake_imex_channels:
+#  a T=8 step over nodes needs one)
 #  - any Slurm: on a cluster without topology/ring, a step that needs a
 #    domain (T=8 > 4 tasks per node) fails at task start with exit 3 and one
 #    line per node saying the pattern is not topology/ring's;
@@ -31,6 +33,9 @@ launch=$abs_top_builddir/launcher/dtrain-launch
 site="max_tp=4 nvlink_domain_gpus=16 nvlink_domain_source=ring"
 
 new_cluster_dir ring
+# T=8 spans nodes: the step needs an IMEX channel (a fake one, lib.sh)
+fake_imex_channels "$LC_NEW/imex"
+site="$site $IMEX_SITE"
 start_plugin_cluster "$LC_NEW" --nodes 4 --topology-all "$fixtures/hgx-a100-4gpu.xml" --plugin-args "$site"
 out=$D/client.out err=$D/client.err
 slurm_version "$D"
