@@ -208,3 +208,12 @@ enum dtrain_status dtrain_group_links_parse(const char *text, struct dtrain_grou
     }
     return DTRAIN_OK;
 }
+
+int dtrain_leaf_edges_parse(const char *text, long *cross, long *ring, long *cross_own)
+{
+    char extra;
+    if (text == NULL || sscanf(text, "%ld %ld %ld %c", cross, ring, cross_own, &extra) != 3 || *ring < 0 ||
+        *cross < 0 || *cross > *ring || *cross_own < 0 || *cross_own > *ring)
+        return -1;
+    return 0;
+}

@@ -106,6 +106,14 @@ struct dtrain_group_links {
     char kind[DTRAIN_EXPLAIN_GROUPS][DTRAIN_LINK_KIND_MAX]; /* "NVLink", "XGMI", "NVLink domain", "PCIe", "network", ... */
 };
 
+/* DTRAIN_LEAF_EDGES, "CROSS RING OWN", which dtrain-launch hands its
+ * trainer with --dtrain-verbose on a switch tree: the DP ring edges across
+ * leaf switches in the node order in force, all ring edges, and those
+ * across in dtrain's own order (dtrain_tree.h).  Each edge carries one DP
+ * member's bytes a step.  Parse: 0, or -1. */
+#define DTRAIN_LEAF_EDGES_MAX 64
+int dtrain_leaf_edges_parse(const char *text, long *cross, long *ring, long *cross_own);
+
 /* Seconds a member's bytes take over a link of gbps GB/s, with no overlap
  * with compute (an upper bound of what a step waits for); 0 without a link. */
 double dtrain_explain_seconds(double bytes, double gbps);

@@ -2,6 +2,7 @@
 /* One PMI2 round for all communicator ids; see exchange.h. */
 #include "exchange.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,6 +13,8 @@
 #include "dtrain_parse.h"
 #include "groups.h"
 #include "dtrain_clock.h"
+#include "dtrain_step_bytes.h"
+#include "dtrain_tree.h"
 
 /* The leader's id for group g (made here, not yet published). */
 static int make_id(struct dtrain_comm_group *g, enum dtrain_comm_backend backend, const char *addr,
@@ -90,6 +93,98 @@ static enum dtrain_status check_domain(dtrain_pmi *pmi, const struct dtrain_boot
     return DTRAIN_OK;
 }
 
+/* --dtrain-verbose (DTRAIN_VERBOSE=1) on a cluster whose tasks have a
+ * SLURM_TOPOLOGY_ADDR of switches (topology/tree, block, ring): each
+ * node's first task puts "NODE ADDR" under "dt.addr.<node>", rank 0 reads them all
+ * after the fence and says which node order is in force (DTRAIN_NODE_ORDER,
+ * from srun's dtrain.so) and how many DP ring edges cross leaf switches in
+ * it and in dtrain's own order (dtrain-topo --switch-addrs); its trainer
+ * gets the counts in DTRAIN_LEAF_EDGES for the bytes (explain).  Only with
+ * --dtrain-verbose: one key per node, read by rank 0 alone. */
+#define ADDR_KEY "dt.addr"
+#define ORDER_LINE_NODES 32
+
+static int leaf_report_wanted(void)
+{
+    const char *v = getenv(DTRAIN_ENV_VERBOSE), *a = getenv("SLURM_TOPOLOGY_ADDR");
+    return v && strcmp(v, "1") == 0 && a && strchr(a, '.') != NULL;
+}
+
+static enum dtrain_status leaf_put(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs, char *err, size_t errlen)
+{
+    char value[DTRAIN_TREE_NAME_MAX + DTRAIN_TREE_ADDR_MAX + 2];
+    const char *node = getenv("SLURMD_NODENAME"), *addr = getenv("SLURM_TOPOLOGY_ADDR");
+    if (bs->local_rank != 0 || !node || !*node || strchr(node, ' ') || strchr(addr, ' ') ||
+        dtrain_snprintf(value, sizeof value, "%s %s", node, addr) != 0)
+        return DTRAIN_OK; /* no report rather than a failed step */
+    char key[32]; /* Slurm's KVS is one namespace: a key per node */
+    snprintf(key, sizeof key, ADDR_KEY ".%d", bs->rank / bs->local_size);
+    return dtrain_pmi_put(pmi, key, value, err, errlen);
+}
+
+/* Rank 0, after the fence: the report (stderr) and DTRAIN_LEAF_EDGES. */
+static void leaf_report(dtrain_pmi *pmi, const struct dtrain_bootstrap *bs)
+{
+    int K = bs->local_size, n = K > 0 ? bs->world_size / K : 0;
+    char *text = NULL, err[256];
+    size_t len = 0, cap = 0;
+    struct dtrain_tree_node *nodes = NULL;
+    int count = 0, *order = NULL, *own = NULL;
+    if (n < 2 || (long)n * K != bs->world_size)
+        return;
+    for (int i = 0; i < n; i++) {
+        char value[DTRAIN_TREE_NAME_MAX + DTRAIN_TREE_ADDR_MAX + 2], key[32];
+        snprintf(key, sizeof key, ADDR_KEY ".%d", i);
+        if (dtrain_pmi_get(pmi, i * K, key, value, sizeof value, err, sizeof err) != DTRAIN_OK)
+            goto out; /* a node without an address: no report */
+        size_t l = strlen(value);
+        if (len + l + 2 > cap) {
+            size_t ncap = (cap ? cap * 2 : 4096) + l + 2;
+            char *grown = realloc(text, ncap);
+            if (!grown)
+                goto out;
+            text = grown;
+            cap = ncap;
+        }
+        memcpy(text + len, value, l);
+        len += l;
+        text[len++] = '\n';
+    }
+    order = malloc(sizeof *order * (size_t)n);
+    own = malloc(sizeof *own * (size_t)n);
+    if (!order || !own || dtrain_tree_parse(text, len, &nodes, &count, err, sizeof err) != DTRAIN_OK || count != n ||
+        dtrain_tree_order(nodes, n, own) != DTRAIN_OK)
+        goto out;
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    struct dtrain_tree_cost now, mine;
+    if (dtrain_tree_cost(nodes, order, n, bs->tp, bs->pp, K, 0, &now, err, sizeof err) != DTRAIN_OK ||
+        dtrain_tree_cost(nodes, own, n, bs->tp, bs->pp, K, 0, &mine, err, sizeof err) != DTRAIN_OK)
+        goto out;
+    char line[1024 + 64 * ORDER_LINE_NODES];
+    int at = snprintf(line, sizeof line, "dtrain-launch: node order: %s:",
+                      dtrain_node_order_describe(dtrain_node_order_parse(getenv(DTRAIN_ENV_NODE_ORDER))));
+    for (int p = 0; p < n && p < ORDER_LINE_NODES && at > 0 && (size_t)at < sizeof line; p++)
+        at += snprintf(line + at, sizeof line - (size_t)at, " %s", nodes[p].name);
+    if (n > ORDER_LINE_NODES && at > 0 && (size_t)at < sizeof line)
+        at += snprintf(line + at, sizeof line - (size_t)at, " ... (%d more)", n - ORDER_LINE_NODES);
+    if (at > 0 && (size_t)at < sizeof line)
+        snprintf(line + at, sizeof line - (size_t)at,
+                 " under %d leaf switches; DP ring edges across leaf switches: %ld of %ld; in dtrain's own order "
+                 "(dtrain-topo --switch-addrs): %ld of %ld", now.leaves, now.cross_edges, now.ring_edges,
+                 mine.cross_edges, mine.ring_edges);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    char edges[DTRAIN_LEAF_EDGES_MAX];
+    snprintf(edges, sizeof edges, "%ld %ld %ld", now.cross_edges, now.ring_edges, mine.cross_edges);
+    setenv(DTRAIN_ENV_LEAF_EDGES, edges, 1);
+out:
+    free(text);
+    free(nodes);
+    free(order);
+    free(own);
+}
+
 enum dtrain_status dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap *bs, const char *addr,
                                        struct dtrain_exchange_times *times, char *err, size_t errlen)
 {
@@ -137,9 +232,14 @@ enum dtrain_status dtrain_exchange_ids(dtrain_pmi *pmi, struct dtrain_bootstrap 
             continue;
         DTRAIN_CHECK_GOTO(dtrain_pmi_put(pmi, g->key, g->id, err, errlen), rc, fail);
     }
+    const int leaves = leaf_report_wanted();
+    if (leaves)
+        DTRAIN_CHECK_GOTO(leaf_put(pmi, bs, err, errlen), rc, fail);
     long t2 = dtrain_clock_us();
     DTRAIN_CHECK_GOTO(dtrain_pmi_fence(pmi, err, errlen), rc, fail);
     long t3 = dtrain_clock_us();
+    if (leaves && bs->rank == 0)
+        leaf_report(pmi, bs);
     for (int k = 0; k < DTRAIN_GROUP_KINDS; k++) {
         struct dtrain_comm_group *g = &bs->groups[k];
         if (!dtrain_group_in_kvs((enum dtrain_group_kind)k, g) || g->my_rank == 0)

@@ -16,7 +16,13 @@
  * "<group key>.nvd" in the same round and every member compares it with its
  * own: a group across two domains ends with 3 (refused) and one line naming
  * both.  One more key and get per such group (only in that case); still
- * one fence. */
+ * one fence.
+ *
+ * With --dtrain-verbose on a switch tree (SLURM_TOPOLOGY_ADDR of topology/
+ * tree, block or ring), each node's first task also puts its address under
+ * "dt.addr.<node>" and rank 0 says which node order is in force and the DP ring
+ * edges across leaf switches in it and in dtrain's own order (stderr), and
+ * hands the counts to its trainer in DTRAIN_LEAF_EDGES. */
 #ifndef DTRAIN_LAUNCH_EXCHANGE_H
 #define DTRAIN_LAUNCH_EXCHANGE_H
 

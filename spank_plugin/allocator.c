@@ -3,6 +3,8 @@
  * refuse a job that cannot run before it is queued.  The option callbacks
  * already refused malformed values; here the values meet the site policy
  * and the job's size as the client parsed it (see submit.h). */
+#include <stdlib.h>
+
 #include "dtrain_exit.h"
 #include "plugin.h"
 #include "submit.h"
@@ -19,7 +21,9 @@ int dtrain_allocator_post_opt(struct dtrain_plugin *plugin, int allocates)
      * nothing placed (remote.c) */
     if (!allocates && dtrain_env_node_report())
         return 0;
-    dtrain_job_size_from_client(&size);
+    /* srun inside a job (SLURM_JOB_ID set) runs a step of an allocation
+     * made before: its --segment is not the job's */
+    dtrain_job_size_from_client(&size, allocates || getenv("SLURM_JOB_ID") == NULL);
     if (dtrain_client_check(&plugin->opts, &plugin->config, &size) != 0)
         return -1;
     /* --dtrain-spares: sbatch and salloc ask for the spare nodes too.  Not

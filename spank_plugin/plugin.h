@@ -49,9 +49,11 @@ struct dtrain_step {
     enum dtrain_step_mode mode;
     uint32_t nnodes, nodeid, local_tasks, total_tasks;
     /* This node's place in the step's task order: it holds task ids
-     * node_pos*K .. node_pos*K+K-1.  SLURM_NODEID with --distribution=block;
-     * another place when SLURM_HOSTFILE + --distribution=arbitrary reorder
-     * the nodes (dtrain-topo --switch-addrs: the switch tree order). */
+     * node_pos*K .. node_pos*K+K-1.  SLURM_NODEID with --distribution=block
+     * on Slurm before 26.05; another place when SLURM_HOSTFILE +
+     * --distribution=arbitrary reorder the nodes (dtrain-topo
+     * --switch-addrs: the switch tree order), or when Slurm 26.05 lays the
+     * tasks out by leaf switch, block or ring position. */
     uint32_t node_pos;
     char node[DTRAIN_CONFIG_NODE_MAX];     /* Slurm's name of this node */
     int allow_pcie;                        /* effective: option and site policy */
@@ -71,7 +73,12 @@ struct dtrain_step {
     char master_addr[DTRAIN_COORDS_ADDR_MAX]; /* the rendezvous; "" when unknown */
     char nvlink_domain[DTRAIN_TOPO_DOMAIN_LEN]; /* set when TP groups hold several nodes of one domain,
                                                   * or with --dtrain-pp-in-domain; a report step: the node's */
-    int domain_from_block;                 /* nvlink_domain comes from Slurm's block, read in task_init */
+    int domain_unit;                       /* enum dtrain_tree_unit: nvlink_domain comes from Slurm's block or
+                                            * ring, read in task_init; 0: not */
+    /* DTRAIN_RANK0_NODE: the node holding task 0, as srun found it in the
+     * step's layout (MASTER_ADDR's node); "" when srun did not say (the
+     * step's first node must then hold rank 0). */
+    char rank0_node[DTRAIN_CONFIG_NODE_MAX];
     int master_port;                       /* 0: none (dtrain's own trainer claims none) */
     int master_ports;                      /* the block's ports from master_port on (ports_per_step) */
     struct dtrain_rdv_claim port_claim;    /* the first node's claim on the block */

@@ -71,6 +71,26 @@ static int job_getenv(spank_t sp, const char *name, char *buf, size_t len, const
     return rc == ESPANK_ENV_NOEXIST ? 0 : -1;
 }
 
+/* DTRAIN_RANK0_NODE of the job's environment (srun's dtrain.so set it
+ * from the step's layout) into s->rank0_node: a node name, or "" when
+ * unset; 0, or -1 after step_fail() for a value that is no node name. */
+static int read_rank0_node(struct dtrain_step *s, spank_t sp)
+{
+    const char *v = NULL;
+    s->rank0_node[0] = '\0';
+    if (job_getenv(sp, DTRAIN_ENV_RANK0_NODE, s->rank0_node, sizeof s->rank0_node, &v) != 0 ||
+        (v != NULL && (v[0] == '\0' || v[strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                   "-_.")] != '\0'))) {
+        s->rank0_node[0] = '\0';
+        step_fail(s, DTRAIN_EXIT_USAGE, "%s: %s is not a node name: leave it to srun's dtrain.so", s->node,
+                  DTRAIN_ENV_RANK0_NODE);
+        return -1;
+    }
+    if (v == NULL)
+        s->rank0_node[0] = '\0';
+    return 0;
+}
+
 /* The step's layout; 0, or -1 after step_fail(). */
 static int read_layout(struct dtrain_step *s, spank_t sp)
 {
@@ -112,12 +132,22 @@ static int read_layout(struct dtrain_step *s, spank_t sp)
             return -1;
         }
     }
-    /* MASTER_ADDR is the step's first node: rank 0 must run there. */
-    if ((s->node_pos == 0) != (s->nodeid == 0)) {
+    /* MASTER_ADDR is rank 0's node: the one srun named from the step's
+     * layout (DTRAIN_RANK0_NODE), else the step's first node. */
+    if (s->rank0_node[0] != '\0') {
+        if (s->node_pos == 0 && strcmp(s->rank0_node, s->node) != 0) {
+            step_fail(s, DTRAIN_EXIT_REFUSED,
+                      "%s: rank 0 runs here, but %s names %.64s: the job's environment is not the step's (leave "
+                      "%s alone)", s->node, DTRAIN_ENV_RANK0_NODE, s->rank0_node, DTRAIN_ENV_RANK0_NODE);
+            return -1;
+        }
+    } else if ((s->node_pos == 0) != (s->nodeid == 0)) {
         step_fail(s, DTRAIN_EXIT_REFUSED,
-                  "%s: %s, but rank 0 must run on the step's first node (MASTER_ADDR): keep that node first in "
+                  "%s: %s, but without word from srun (%s, which srun's dtrain.so sets unless --export=NONE "
+                  "drops it) rank 0 must run on the step's first node (MASTER_ADDR): keep that node first in "
                   "SLURM_HOSTFILE (dtrain-topo --switch-addrs does)",
-                  s->node, s->nodeid == 0 ? "this is the step's first node without rank 0" : "rank 0 runs here");
+                  s->node, s->nodeid == 0 ? "this is the step's first node without rank 0" : "rank 0 runs here",
+                  DTRAIN_ENV_RANK0_NODE);
         return -1;
     }
     return 0;
@@ -163,10 +193,19 @@ static int load_topology(struct dtrain_plugin *plugin)
     return 0;
 }
 
+/* The Slurm unit that is a node's NVLink domain (nvlink_domain_source=
+ * block|ring, read from the task's SLURM_TOPOLOGY_ADDR), or 0: NVML's clique. */
+static int domain_unit_of(const struct dtrain_site_config *cfg)
+{
+    return cfg->nvlink_domain_source == DTRAIN_DOMAIN_BLOCK  ? DTRAIN_TREE_UNIT_BLOCK
+           : cfg->nvlink_domain_source == DTRAIN_DOMAIN_RING ? DTRAIN_TREE_UNIT_RING
+                                                               : 0;
+}
+
 /* dtrain-launch --supervise's report step (DTRAIN_NODE_REPORT=1 running
  * `dtrain-launch --node-report`, one task per node): nothing is placed;
  * each task gets the option values and this node's multi-node NVLink
- * domain, as a placed step would compute it (Slurm's block, read in
+ * domain, as a placed step would compute it (Slurm's block or ring, read in
  * task_init, or NVML's clique), whatever the step's shape.  A node whose
  * topology or domain cannot be read reports none (said in slurmd's log):
  * the supervisor then takes it as in no domain. */
@@ -182,8 +221,8 @@ static int report_step(struct dtrain_plugin *plugin, spank_t sp)
         return 0;
     s->mode = DTRAIN_STEP_REPORT;
     s->nvlink_domain[0] = '\0';
-    s->domain_from_block = plugin->config.nvlink_domain_block;
-    if (s->domain_from_block)
+    s->domain_unit = domain_unit_of(&plugin->config);
+    if (s->domain_unit)
         return 1;
     if (read_topology(plugin, err, sizeof err) != DTRAIN_OK) {
         slurm_info("dtrain: %s: the node report has no NVLink domain: cannot read this node's GPU topology: %s",
@@ -293,10 +332,12 @@ static int plan_step(struct dtrain_plugin *plugin)
         .cpu_only = dtrain_topo_gpu_count(node) == 0,
         .nvlink_domain_gpus = plugin->config.nvlink_domain_gpus,
         .pp_in_domain = plugin->opts.pp_in_domain,
-        /* Slurm's block stands for NVML's clique: the task's
+        /* Slurm's block (ring) stands for NVML's clique: the task's
          * SLURM_TOPOLOGY_ADDR names it (read in task_init, where Slurm has
          * set it); the launcher compares the nodes'. */
-        .node_domain = plugin->config.nvlink_domain_block ? DTRAIN_TREE_BLOCK_PREFIX : NULL,
+        .node_domain = plugin->config.nvlink_domain_source == DTRAIN_DOMAIN_BLOCK  ? DTRAIN_TREE_BLOCK_PREFIX
+                       : plugin->config.nvlink_domain_source == DTRAIN_DOMAIN_RING ? DTRAIN_TREE_RING_PREFIX
+                                                                                    : NULL,
         /* --dtrain-cpu-bind, else the site's cpu_bind=, else whole cores */
         .cpu_bind = (plugin->opts.cpu_bind ? plugin->opts.cpu_bind == 2 : plugin->config.cpu_bind_numa)
                         ? DTRAIN_CPU_BIND_NUMA
@@ -328,10 +369,10 @@ static int plan_step(struct dtrain_plugin *plugin)
      * launcher checks with the other nodes that they report this same
      * domain (launcher/exchange.c). */
     s->nvlink_domain[0] = '\0';
-    s->domain_from_block = 0;
+    s->domain_unit = 0;
     if (shape.tp > shape.tasks_per_node || policy.pp_in_domain) {
         if (policy.node_domain)
-            s->domain_from_block = 1;
+            s->domain_unit = domain_unit_of(&plugin->config);
         else if (dtrain_topo_nvlink_domain(node, s->nvlink_domain, sizeof s->nvlink_domain, err, sizeof err) != 1)
             s->nvlink_domain[0] = '\0'; /* the planner refused such a node already */
     }
@@ -379,7 +420,7 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
     const int k = plugin->config.ports_per_step;
     s->master_port = own_trainer ? 0 : dtrain_master_port(lo, hi, k, jobid, stepid);
     s->master_ports = own_trainer ? 0 : k;
-    if (s->nodeid == 0 && s->master_port > 0) {
+    if (s->node_pos == 0 && s->master_port > 0) { /* rank 0's node */
         const int may_move = s->nnodes == 1;
         char what[160];
         dtrain_snprintf(what, sizeof what, "MASTER_PORT %d (block %d-%d of master_ports=%d-%d, ports_per_step=%d, "
@@ -405,7 +446,9 @@ static void prepare_tasks(struct dtrain_plugin *plugin, spank_t sp, uint32_t ste
         s->master_port = s->port_claim.port;
     }
     v = NULL;
-    if (job_getenv(sp, "SLURM_STEP_NODELIST", buf, sizeof buf, &v) != 0 || v == NULL)
+    if (s->rank0_node[0] != '\0')
+        v = s->rank0_node;
+    else if (job_getenv(sp, "SLURM_STEP_NODELIST", buf, sizeof buf, &v) != 0 || v == NULL)
         job_getenv(sp, "SLURM_JOB_NODELIST", buf, sizeof buf, &v);
     if (dtrain_rdv_master_addr(v, s->master_addr, sizeof s->master_addr, err, sizeof err) != 0) {
         s->master_addr[0] = '\0';
@@ -445,7 +488,7 @@ int dtrain_remote_post_opt(struct dtrain_plugin *plugin, spank_t sp)
         return 0;
     if (report_step(plugin, sp))
         return 0;
-    if (read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0 ||
+    if (read_rank0_node(s, sp) != 0 || read_layout(s, sp) != 0 || load_topology(plugin) != 0 || apply_gres(s, sp) != 0 ||
         select_gpus(plugin) != 0)
         return 0;
     if (plan_step(plugin) == 0)
@@ -568,12 +611,13 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         return 0;
     }
     if (s->mode == DTRAIN_STEP_REPORT) {
-        if (s->domain_from_block) {
+        if (s->domain_unit) {
             char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
             const char *a = NULL, *p = NULL;
             job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
             job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
-            if (dtrain_tree_block_domain(a, p, s->nvlink_domain, sizeof s->nvlink_domain, why, sizeof why) != 0)
+            if (dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
+                                        sizeof s->nvlink_domain, why, sizeof why) != 0)
                 s->nvlink_domain[0] = '\0'; /* the report says none; the address it carries says why */
         }
         if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
@@ -640,13 +684,14 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
     if (dtrain_task_env_placement(&s->env, &where) != 0)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
-    if (s->domain_from_block) {
+    if (s->domain_unit) {
         char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
         const char *a = NULL, *p = NULL;
         /* unset or too long: a and p stay NULL, said as no address */
         job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
         job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
-        if (dtrain_tree_block_domain(a, p, s->nvlink_domain, sizeof s->nvlink_domain, why, sizeof why) != 0)
+        if (dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
+                                    sizeof s->nvlink_domain, why, sizeof why) != 0)
             task_fail(DTRAIN_EXIT_REFUSED, local == 0, "%s: %s", s->node, why);
     }
     /* NVLink between the nodes of a domain needs an IMEX channel, which

@@ -78,7 +78,7 @@ enum site_kind {
 #define SITE_OFF(member) offsetof(struct dtrain_site_config, member)
 #define SITE_INT(key, member, lo, hi) \
     {.name = key, .type = DTRAIN_SETTING_INT, .offset = SITE_OFF(member), .min = lo, .max = hi}
-static const char *const domain_sources[] = {"nvml", "block", NULL};
+static const char *const domain_sources[] = {"nvml", "block", "ring", NULL}; /* enum dtrain_domain_source */
 static const char *const visibilities[] = {"all", "one", NULL};
 static const char *const cpu_binds[] = {"cores", "numa", NULL};
 
@@ -93,7 +93,7 @@ static const struct dtrain_setting site_keys[] = {
     {.name = "allow_pcie", .type = DTRAIN_SETTING_CUSTOM, .kind = S_PCIE},
     SITE_INT("max_tp", max_tp, 0, DTRAIN_TOPO_MAX_GPUS),
     SITE_INT("nvlink_domain_gpus", nvlink_domain_gpus, 0, DTRAIN_PLAN_MAX_DIM),
-    {.name = "nvlink_domain_source", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(nvlink_domain_block),
+    {.name = "nvlink_domain_source", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(nvlink_domain_source),
      .names = domain_sources},
     {.name = "gpu_visibility", .type = DTRAIN_SETTING_ENUM, .offset = SITE_OFF(gpu_visibility_one),
      .names = visibilities},
@@ -139,7 +139,14 @@ static int set_key(struct dtrain_site_config *cfg, const char *key, const char *
         return dtrain_setting_store_integer(s, cfg, v);
     case DTRAIN_SETTING_ENUM:
         if (dtrain_setting_store_enum_word(s, cfg, value) != 0) {
-            dtrain_snprintf(err, errlen, "%s=%.64s: use %s or %s", key, value, s->names[0], s->names[1]);
+            char words[128] = "";
+            int n = 0;
+            while (s->names[n] != NULL)
+                n++;
+            for (int i = 0; i < n; i++) /* "a or b", "a, b or c" */
+                dtrain_snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s",
+                                i == 0 ? "" : i == n - 1 ? " or " : ", ", s->names[i]);
+            dtrain_snprintf(err, errlen, "%s=%.64s: use %s", key, value, words);
             return -1;
         }
         return 0;

@@ -24,11 +24,14 @@
  *                      TP groups may then hold several whole nodes of one
  *                      domain (NVML's GPU fabric clique); sbatch/srun refuse
  *                      --dtrain-tp above N or not dividing it.
- *   nvlink_domain_source=nvml|block  where a node's domain comes from:
+ *   nvlink_domain_source=nvml|block|ring  where a node's domain comes from:
  *                      nvml (default), NVML's GPU fabric clique; block, the
  *                      Slurm topology/block block the node is in (Slurm
  *                      23.11+: SLURM_TOPOLOGY_ADDR "BLOCK.NODE", pattern
- *                      "block.node"), for sites whose blocks are the domains.
+ *                      "block.node"), for sites whose blocks are the domains;
+ *                      ring, the topology/ring ring (Slurm 26.05:
+ *                      "RING:POSITION.NODE", "ring:position.node").  With
+ *                      block or ring, sbatch/srun check --segment too.
  *   gpu_visibility=all|one  the default of --dtrain-gpu-visibility (all).
  *   net_gbps=N pcie_gbps=N  the network's and PCIe's GB/s per GPU (default
  *                      25 each), for the predicted time of each group's
@@ -74,6 +77,14 @@ enum dtrain_pcie_policy {
     DTRAIN_PCIE_NEVER,    /* refused, even with --dtrain-allow-pcie */
 };
 
+/* nvlink_domain_source=: NVML's clique, or Slurm's block or ring (the
+ * values are the key's names in order). */
+enum dtrain_domain_source {
+    DTRAIN_DOMAIN_NVML = 0,
+    DTRAIN_DOMAIN_BLOCK = 1,
+    DTRAIN_DOMAIN_RING = 2,
+};
+
 struct dtrain_site_config {
     char config[DTRAIN_CONFIG_PATH_MAX];       /* site JSON it was read from, "" none */
     char topology_xml[DTRAIN_CONFIG_PATH_MAX]; /* "" = discover the live node */
@@ -81,7 +92,7 @@ struct dtrain_site_config {
     enum dtrain_pcie_policy allow_pcie;
     int max_tp; /* 0 = unknown */
     int nvlink_domain_gpus; /* GPUs in one multi-node NVLink domain, 0 = none */
-    int nvlink_domain_block; /* 1: nvlink_domain_source=block (Slurm's block is the domain) */
+    int nvlink_domain_source; /* enum dtrain_domain_source: where a node's domain comes from */
     int gpu_visibility_one;         /* 1: gpu_visibility=one */
     int cpu_bind_numa;              /* 1: cpu_bind=numa */
     int master_port_lo, master_port_hi; /* master_ports= */

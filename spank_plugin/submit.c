@@ -78,10 +78,10 @@ static char *client_option(const struct client_opts *c, const char *name)
     return c->get(c->opt, name);
 }
 
-void dtrain_job_size_from_client(struct dtrain_job_size *out)
+void dtrain_job_size_from_client(struct dtrain_job_size *out, int allocates)
 {
     struct client_opts c;
-    char *ntasks = NULL, *nodes = NULL, *per_node = NULL;
+    char *ntasks = NULL, *nodes = NULL, *per_node = NULL, *segment = NULL;
 
     memset(out, 0, sizeof *out);
     c.opt = dlsym(RTLD_DEFAULT, "opt");
@@ -95,6 +95,17 @@ void dtrain_job_size_from_client(struct dtrain_job_size *out)
     nodes = client_option(&c, "nodes");
     per_node = client_option(&c, "ntasks-per-node");
     dtrain_job_size_derive(ntasks, nodes, per_node, out);
+#ifdef HAVE_JOB_DESC_MSG_T_SEGMENT_SIZE
+    if (allocates) {
+        segment = client_option(&c, "segment");
+        out->segment_known = 1;
+        out->segment = count_of(segment);
+    }
+#else
+    (void)allocates;
+#endif
+    if (segment)
+        c.xfree_ptr(segment);
     if (ntasks)
         c.xfree_ptr(ntasks);
     if (nodes)
@@ -138,6 +149,14 @@ int dtrain_submit_check(const struct dtrain_options *opts, const struct dtrain_s
         return DTRAIN_EXIT_REFUSED;
     if (opts->pp_in_domain && dtrain_plan_check_pp_domain(T, P, size->ntasks, size->tasks_per_node,
                                                           cfg->nvlink_domain_gpus, err, errlen) != DTRAIN_OK)
+        return DTRAIN_EXIT_REFUSED;
+    /* Slurm's blocks or rings are the domains: each segment of the job sits
+     * in one, so --segment decides whether the groups stay inside one. */
+    if (size->segment_known && cfg->nvlink_domain_source != DTRAIN_DOMAIN_NVML &&
+        dtrain_plan_check_segment(T, P, opts->pp_in_domain, size->ntasks, size->tasks_per_node,
+                                  cfg->nvlink_domain_gpus, size->segment,
+                                  cfg->nvlink_domain_source == DTRAIN_DOMAIN_RING ? "ring" : "block", err,
+                                  errlen) != DTRAIN_OK)
         return DTRAIN_EXIT_REFUSED;
     return 0;
 }

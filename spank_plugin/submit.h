@@ -23,6 +23,11 @@ struct dtrain_job_size {
     long nnodes;
     long tasks_per_node;
     int uneven; /* ntasks do not spread evenly over a fixed node count */
+    /* The client allocates the job (sbatch, salloc, srun outside a job) on a
+     * Slurm with --segment (24.11+): the site's blocks or rings
+     * (nvlink_domain_source=block|ring) are then checked against it. */
+    int segment_known;
+    long segment; /* --segment=N as the client read it; 0: none */
 };
 
 /* Derive the size from option texts, each NULL when the user did not set it:
@@ -31,8 +36,10 @@ struct dtrain_job_size {
 void dtrain_job_size_derive(const char *ntasks, const char *nodes, const char *ntasks_per_node,
                             struct dtrain_job_size *out);
 
-/* Read the calling client's option table (see above). */
-void dtrain_job_size_from_client(struct dtrain_job_size *out);
+/* Read the calling client's option table (see above); allocates: the
+ * client makes the job's allocation (sbatch, salloc, srun outside a job),
+ * so that its --segment is the job's. */
+void dtrain_job_size_from_client(struct dtrain_job_size *out, int allocates);
 
 /* Check the options against the site configuration and the size.  Returns 0,
  * or DTRAIN_EXIT_USAGE / DTRAIN_EXIT_REFUSED with one line in err (no

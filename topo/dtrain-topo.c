@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain_env.h"
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "dtrain_plan.h"
@@ -70,7 +71,9 @@ static void usage(FILE *out)
             "                        their leaf switches and the bytes crossing leaf uplinks, vs Slurm's\n"
             "  --grad-bytes B        gradient bytes each DP member all-reduces per step (default 0: edges only)\n"
             "  --hostfile OUT        write the chosen order as a SLURM_HOSTFILE (each node K times) for\n"
-            "                        srun --distribution=arbitrary\n"
+            "                        srun --distribution=arbitrary inside an allocation; none when Slurm's\n"
+            "                        order is as good (SwitchAsNodeRank, BlockAsNodeRank, Slurm 26.05)\n"
+            "                        (with --explain, the bytes are those of the model's DP step)\n"
             "  --explain             with a shape: bytes each group (TP, PP, DP, WORLD) sends per rank and\n"
             "                        step in dtrain's trainer, its slowest link and the predicted time, for\n"
             "                        the model below\n"
@@ -312,24 +315,54 @@ static int switch_order(const struct options *o)
         status = DTRAIN_EXIT_REFUSED;
         goto out;
     }
+    long D = (long)n * K / ((long)T * P);
+    if (o->explain && o->grad_bytes <= 0 && D > 1) {
+        /* --explain: each DP ring edge carries one member's bytes of the model's step */
+        double per = dtrain_explain_group_bytes(&o->model, T, P, (int)D, DTRAIN_EXPLAIN_DP, 0) / (double)D;
+        before.cross_bytes = per * (double)before.cross_edges;
+        after.cross_bytes = per * (double)after.cross_edges;
+    }
     printf("Switch tree: %d nodes under %d leaf switches; T=%d P=%d D=%ld, %d tasks per node\n", n, before.leaves,
-           T, P, (long)n * K / ((long)T * P), K);
+           T, P, D, K);
+    const char *in_force = getenv(DTRAIN_ENV_NODE_ORDER);
+    printf("Order in force: %s\n", in_force ? dtrain_node_order_describe(dtrain_node_order_parse(in_force))
+                                            : "Slurm's, as the addresses are listed (task order)");
     print_cost("Slurm's order:", nodes, slurm, n, &before);
     print_cost("chosen order:", nodes, order, n, &after);
-    printf("Reordered: the node order of the step (task ids follow SLURM_HOSTFILE with\n"
-           "--distribution=arbitrary); the rank formula rank = tp + T*(dp + D*pp) is unchanged.\n");
-    if (o->hostfile) {
-        f = fopen(o->hostfile, "w");
-        for (int p = 0; f && p < n; p++)
-            for (int k = 0; k < K; k++)
-                fprintf(f, "%s\n", nodes[order[p]].name);
-        if (!f || fclose(f) != 0) {
+    if (o->explain && o->grad_bytes <= 0 && D > 1)
+        printf("(--explain: each DP ring edge carries one member's DP bytes of stage 0 a step, for the model "
+               "below)\n");
+    /* Slurm's order already keeps each leaf's nodes together: the node
+     * ranks of TopologyParam=SwitchAsNodeRank / BlockAsNodeRank, or Slurm
+     * 26.05's topology-ordered step layout.  Nothing to reorder. */
+    if (before.cross_edges <= after.cross_edges && before.pp_cross <= after.pp_cross) {
+        printf("Slurm's order crosses no more leaf uplinks than the chosen one: run the step in Slurm's order, "
+               "no host file%s.\n", o->hostfile ? " (none written)" : "");
+    } else {
+        printf("Reordered: the node order of the step (task ids follow SLURM_HOSTFILE with\n"
+               "--distribution=arbitrary); the rank formula rank = tp + T*(dp + D*pp) is unchanged.\n"
+               "Run it inside an allocation of these nodes (sbatch, salloc), where Slurm lays the step out along the\n"
+               "host file: SLURM_HOSTFILE=%s srun --distribution=arbitrary -n %ld ...\n",
+               o->hostfile ? o->hostfile : "FILE", (long)n * K);
+        if (o->hostfile) {
+            f = fopen(o->hostfile, "w");
+            for (int p = 0; f && p < n; p++)
+                for (int k = 0; k < K; k++)
+                    fprintf(f, "%s\n", nodes[order[p]].name);
+            if (!f || fclose(f) != 0) {
+                f = NULL;
+                fprintf(stderr, PROG ": cannot write %s\n", o->hostfile);
+                status = DTRAIN_EXIT_FAILURE;
+                goto out;
+            }
             f = NULL;
-            fprintf(stderr, PROG ": cannot write %s\n", o->hostfile);
-            status = DTRAIN_EXIT_FAILURE;
-            goto out;
         }
-        f = NULL;
+    }
+    if (o->explain && (o->tp > 0)) {
+        /* the model of --explain, for the bytes above */
+        printf("Model: %ld layers, hidden %ld, sequence %ld, vocabulary %ld, %ld micro-batches of %ld\n",
+               o->model.layers, o->model.hidden, o->model.seq, o->model.vocab, o->model.micro_batches,
+               o->model.micro_batch);
     }
     status = fflush(stdout) == 0 ? DTRAIN_EXIT_OK : DTRAIN_EXIT_FAILURE;
 out:

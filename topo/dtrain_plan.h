@@ -118,6 +118,25 @@ enum dtrain_status dtrain_plan_check_shape(int tp, int pp, int dp, long ntasks, 
 enum dtrain_status dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long tasks_per_node, int domain_gpus,
                                                char *err, size_t errlen);
 
+/* With Slurm's blocks or rings as the NVLink domains
+ * (nvlink_domain_source=block|ring, Slurm 24.11+ --segment): whether a job
+ * of ntasks (tasks_per_node each) asking for --segment=segment (0: none)
+ * keeps every TP group of several nodes, and with pp_in_domain every
+ * pipeline group, inside one domain of domain_gpus GPUs.  Slurm puts each
+ * segment of S nodes inside one base block (ring), and a job no larger than
+ * one without --segment; the nodes of a block are consecutive in the node
+ * order (Slurm 26.05's topology layout, BlockAsNodeRank, or blocks of
+ * consecutive names), so a set of node positions stays in one domain when
+ * it lies in one window [kS, (k+1)S).  Refuses with one line ending in
+ * "use --segment=S" (or, for a job no larger than a domain, "leave
+ * --segment out") when it does not: for unit "block" the smallest S that
+ * works (Slurm packs segments into base blocks), for "ring" the largest
+ * (Slurm 26.05 gives each segment a ring of its own, read in
+ * eval_nodes_ring.c).  Unknown sizes: DTRAIN_OK. */
+enum dtrain_status dtrain_plan_check_segment(int tp, int pp, int pp_in_domain, long ntasks, long tasks_per_node,
+                                             int domain_gpus, long segment, const char *unit, char *err,
+                                             size_t errlen);
+
 /* Coordinates <-> rank: dtrain_rank_of / dtrain_coords_of of dtrain_grid_pos.h. */
 
 #ifdef __cplusplus

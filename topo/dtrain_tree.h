@@ -68,13 +68,6 @@ struct dtrain_tree_cost {
 enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const int *order, int n, int T, int P, int K,
                                     double grad_bytes, struct dtrain_tree_cost *out, char *err, size_t errlen);
 
-/* Slurm's topology/block (23.11+; checked on 24.11.5) gives every task
- * SLURM_TOPOLOGY_ADDR "BLOCK.NODE" with SLURM_TOPOLOGY_ADDR_PATTERN
- * "block.node".  The domain of a node whose site declares its blocks NVLink
- * domains (nvlink_domain_source=block) is "slurm-block/BLOCK", into out.
- * Returns DTRAIN_OK, or DTRAIN_ERR_INPUT with one line in err: no address
- * (no topology/block), a pattern without "block" (topology/tree), an
- * address that does not match its pattern, or one too long. */
 /* The leaf switch of a node of Slurm's topology/tree: its address without
  * the last component ("spine.leaf1.node1" -> "spine.leaf1"; two nodes are
  * under one leaf switch when these are equal), when the pattern is the
@@ -83,9 +76,67 @@ enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const 
  * topology/block, a path that does not fit: then out is ""). */
 int dtrain_tree_leaf(const char *addr, const char *pattern, char *out, size_t len);
 
+/* Slurm's topology/block (23.11+; checked on 24.11.5) gives every task
+ * SLURM_TOPOLOGY_ADDR "BLOCK.NODE" with SLURM_TOPOLOGY_ADDR_PATTERN
+ * "block.node"; topology/ring (26.05) "RING:POSITION.NODE" with
+ * "ring:position.node" (read in Slurm 26.05's topology_ring.c).  The domain
+ * of a node whose site declares its blocks, or rings, NVLink domains
+ * (nvlink_domain_source=block|ring) is "slurm-block/BLOCK" or
+ * "slurm-ring/RING", into out.  Returns DTRAIN_OK, or DTRAIN_ERR_INPUT with
+ * one line in err: no address (no such TopologyPlugin), a pattern without
+ * "block" (or "ring:position"), an address that does not match its pattern,
+ * or one too long. */
 #define DTRAIN_TREE_BLOCK_PREFIX "slurm-block/"
+#define DTRAIN_TREE_RING_PREFIX "slurm-ring/"
+enum dtrain_tree_unit {
+    DTRAIN_TREE_UNIT_BLOCK = 1, /* topology/block's base block */
+    DTRAIN_TREE_UNIT_RING = 2,  /* topology/ring's ring */
+};
+enum dtrain_status dtrain_tree_unit_domain(enum dtrain_tree_unit unit, const char *addr, const char *pattern,
+                                           char *out, size_t len, char *err, size_t errlen);
+/* = dtrain_tree_unit_domain(DTRAIN_TREE_UNIT_BLOCK, ...) */
 enum dtrain_status dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
                                             size_t errlen);
+/* A ring address "RING:POSITION.NODE" (pattern "ring:position.node"): the
+ * ring's name into name and the node's position in it (0 = the first node
+ * of its RingName line) into *pos.  DTRAIN_OK, or DTRAIN_ERR_INPUT with one
+ * line in err. */
+enum dtrain_status dtrain_tree_ring_position(const char *addr, const char *pattern, char *name, size_t len,
+                                             int *pos, char *err, size_t errlen);
+
+/* The node order of a step, as the SPANK plugin finds it in srun (the
+ * step's layout and Slurm's configuration) and hands it to the tasks in
+ * DTRAIN_NODE_ORDER; dtrain-launch --dtrain-verbose names it.
+ *   SLURM       task ids in SLURM_NODEID order, the nodes by name (no
+ *               topology ranking): dtrain-topo --switch-addrs may do better
+ *   SWITCH_RANK TopologyParam=SwitchAsNodeRank (topology/tree, 24.11+):
+ *               slurmctld numbers the nodes by leaf switch
+ *   BLOCK_RANK  TopologyParam=BlockAsNodeRank (topology/block, 26.05)
+ *   TOPOLOGY    Slurm 26.05's topology-aware step layout: task ids follow
+ *               the leaf switches, blocks or ring positions (not
+ *               SLURM_NODEID) unless SelectTypeParameters=CR_NO_DIST_TOPO_BLOCK
+ *   HOSTFILE    SLURM_HOSTFILE with --distribution=arbitrary (dtrain's own
+ *               order, from dtrain-topo --switch-addrs --hostfile) */
+enum dtrain_node_order {
+    DTRAIN_NODE_ORDER_UNKNOWN = 0,
+    DTRAIN_NODE_ORDER_SLURM,
+    DTRAIN_NODE_ORDER_SWITCH_RANK,
+    DTRAIN_NODE_ORDER_BLOCK_RANK,
+    DTRAIN_NODE_ORDER_TOPOLOGY,
+    DTRAIN_NODE_ORDER_HOSTFILE,
+};
+/* The value of DTRAIN_NODE_ORDER ("slurm", "switch-rank", "block-rank",
+ * "topology", "hostfile"), and back (UNKNOWN for anything else). */
+const char *dtrain_node_order_name(enum dtrain_node_order order);
+enum dtrain_node_order dtrain_node_order_parse(const char *name);
+/* One phrase saying where the order comes from, for messages. */
+const char *dtrain_node_order_describe(enum dtrain_node_order order);
+/* Which order Slurm's configuration gives a step: its TopologyPlugin and
+ * TopologyParam (NULL: unset), whether the step asked for
+ * --distribution=arbitrary, whether this Slurm lays steps out by topology
+ * (26.05+) and SelectTypeParameters turns that off (CR_NO_DIST_TOPO_BLOCK). */
+enum dtrain_node_order dtrain_node_order_of(const char *topology_plugin, const char *topology_param, int arbitrary,
+                                            int topo_layout, int no_dist_topo);
 
 #ifdef __cplusplus
 }

@@ -261,18 +261,16 @@ static int uf_root(int *parent, int n)
     return n;
 }
 
-/* The most nodes that the PP and TP groups of the T x P x (ntasks/(T*P))
- * grid join into one set (groups sharing a node join), K tasks per node;
- * -1: no memory. */
-static long pp_domain_nodes(int T, int P, long ntasks, long K)
+/* The sets of node positions that must share a domain: nodes joined by a
+ * TP group of several nodes and, with with_pp, by pipeline groups (groups
+ * sharing a node join), K tasks per node; parent[n] = the set's root of
+ * node n, a new array (free()), NULL when out of memory. */
+static int *domain_sets(int T, int P, int with_pp, long ntasks, long K)
 {
-    long nnodes = ntasks / K, D = ntasks / ((long)T * P), most = 0;
-    int *parent = malloc(sizeof(int) * (size_t)nnodes), *count = calloc((size_t)nnodes, sizeof(int));
-    if (!parent || !count) {
-        free(parent);
-        free(count);
-        return -1;
-    }
+    long nnodes = ntasks / K, D = ntasks / ((long)T * P);
+    int *parent = malloc(sizeof(int) * (size_t)nnodes);
+    if (!parent)
+        return NULL;
     for (long n = 0; n < nnodes; n++)
         parent[n] = (int)n;
     for (long r = 0; r < ntasks; r++) { /* a TP group of several nodes joins them too */
@@ -280,14 +278,30 @@ static long pp_domain_nodes(int T, int P, long ntasks, long K)
         if (a != b)
             parent[a] = b;
     }
-    for (long r = 0; r < (long)T * D; r++)
+    for (long r = 0; with_pp && r < (long)T * D; r++)
         for (int q = 1; q < P; q++) {
             int a = uf_root(parent, (int)(r / K)), b = uf_root(parent, (int)((r + (long)T * D * q) / K));
             if (a != b)
                 parent[a] = b;
         }
+    for (long n = 0; n < nnodes; n++)
+        parent[n] = uf_root(parent, (int)n);
+    return parent;
+}
+
+/* The most nodes that the PP and TP groups of the T x P x (ntasks/(T*P))
+ * grid join into one set, K tasks per node; -1: no memory. */
+static long pp_domain_nodes(int T, int P, long ntasks, long K)
+{
+    long nnodes = ntasks / K, most = 0;
+    int *parent = domain_sets(T, P, 1, ntasks, K), *count = calloc((size_t)nnodes, sizeof(int));
+    if (!parent || !count) {
+        free(parent);
+        free(count);
+        return -1;
+    }
     for (long n = 0; n < nnodes; n++) {
-        int c = ++count[uf_root(parent, (int)n)];
+        int c = ++count[parent[n]];
         if (c > most)
             most = c;
     }
@@ -330,6 +344,95 @@ enum dtrain_status dtrain_plan_check_pp_domain(int tp, int pp, long ntasks, long
                   "nodes (%ld GPUs), more than this cluster's NVLink domain of %d GPUs (site setting "
                   "nvlink_domain_gpus): %sfewer tasks, or leave --dtrain-pp-in-domain out",
                   tp, pp, ntasks, tasks_per_node, joined, joined * tasks_per_node, domain_gpus, hint);
+}
+
+/* Whether segments of S nodes keep every set of node positions (roots in
+ * parent, first/last position of each root in lo/hi) inside one aligned
+ * window [kS, (k+1)S). */
+static int segment_holds(const int *lo, const int *hi, const int *parent, long nnodes, long S)
+{
+    for (long n = 0; n < nnodes; n++) {
+        int r = parent[n];
+        if (r == (int)n && lo[r] / S != hi[r] / S)
+            return 0;
+    }
+    return 1;
+}
+
+enum dtrain_status dtrain_plan_check_segment(int tp, int pp, int pp_in_domain, long ntasks, long tasks_per_node,
+                                             int domain_gpus, long segment, const char *unit, char *err,
+                                             size_t errlen)
+{
+    if (domain_gpus <= 0 || ntasks <= 0 || tasks_per_node <= 0 || tp < 1 || pp < 1 ||
+        ntasks % tasks_per_node != 0 || ntasks % ((long)tp * pp) != 0 || (tp <= tasks_per_node && !pp_in_domain))
+        return DTRAIN_OK; /* nothing spans nodes, or unknown, or refused by the other checks */
+    long N = ntasks / tasks_per_node, B = domain_gpus / tasks_per_node, most = 0;
+    if (B < 1)
+        return DTRAIN_OK;
+    int *parent = domain_sets(tp, pp, pp_in_domain, ntasks, tasks_per_node);
+    int *lo = malloc(sizeof(int) * (size_t)N), *hi = malloc(sizeof(int) * (size_t)N);
+    int *count = calloc((size_t)N, sizeof(int));
+    enum dtrain_status rc = DTRAIN_OK;
+    if (!parent || !lo || !hi || !count) {
+        rc = refuse(err, errlen, "out of memory");
+        goto out;
+    }
+    for (long n = N - 1; n >= 0; n--)
+        lo[parent[n]] = (int)n;
+    for (long n = 0; n < N; n++) {
+        hi[parent[n]] = (int)n;
+        if (++count[parent[n]] > most)
+            most = count[parent[n]];
+    }
+    if (most <= 1 || most > B)
+        goto out; /* no set of several nodes, or one no domain holds (refused by the shape checks) */
+    long S = segment > N ? 0 : segment; /* Slurm ignores a segment larger than the job */
+    if (S == 0 && N <= B)
+        goto out; /* Slurm puts a job no larger than a base block (a ring) inside one */
+    /* topology/block packs segments into base blocks: the smallest one
+     * leaves Slurm the most freedom; topology/ring gives each segment a ring
+     * of its own: the largest one needs the fewest rings */
+    const int ring = strcmp(unit, "ring") == 0;
+    long best = 0;
+    for (long c = 1; c <= B && c <= N && (!best || ring); c++)
+        if (N % c == 0 && segment_holds(lo, hi, parent, N, c))
+            best = c;
+    if (S > 0 && N % S == 0 && S <= B && segment_holds(lo, hi, parent, N, S))
+        goto out;
+    char what[160], why[160], hint[160];
+    if (tp > tasks_per_node && !pp_in_domain)
+        dtrain_snprintf(what, sizeof what, "the TP groups of T=%d hold %ld nodes each", tp, tp / tasks_per_node);
+    else
+        dtrain_snprintf(what, sizeof what, "the %s groups of T=%d P=%d (--dtrain-pp-in-domain) join up to %ld nodes",
+                        tp > tasks_per_node ? "TP and pipeline" : "pipeline", tp, pp, most);
+    if (S == 0)
+        dtrain_snprintf(why, sizeof why, "Slurm may split the job's %ld nodes across %ss anywhere without --segment",
+                        N, unit);
+    else if (N % S != 0)
+        dtrain_snprintf(why, sizeof why, "--segment=%ld does not divide the job's %ld nodes", S, N);
+    else if (S > B)
+        dtrain_snprintf(why, sizeof why, "--segment=%ld is larger than a %s (%ld nodes), so a segment may span two",
+                        S, unit, B);
+    else
+        dtrain_snprintf(why, sizeof why, "segments of %ld node%s would split them", S, S == 1 ? "" : "s");
+    if (N <= B)
+        dtrain_snprintf(hint, sizeof hint, "leave --segment out (Slurm puts a job of %ld nodes in one %s)", N, unit);
+    else if (best)
+        dtrain_snprintf(hint, sizeof hint, "use --segment=%ld", best);
+    else
+        dtrain_snprintf(hint, sizeof hint, "no --segment of at most %ld nodes dividing %ld holds them (their nodes lie "
+                        "apart in the rank order): use fewer pipeline stages, or leave --dtrain-pp-in-domain out",
+                        B, N);
+    rc = refuse(err, errlen,
+                "%s on %ld nodes of %ld tasks, and each must sit in one Slurm %s (nvlink_domain_source=%s: %ld "
+                "nodes, %d GPUs a %s), but %s: %s",
+                what, N, tasks_per_node, unit, unit, B, domain_gpus, unit, why, hint);
+out:
+    free(parent);
+    free(lo);
+    free(hi);
+    free(count);
+    return rc;
 }
 
 static void cache_free(struct plan_cache *cache)

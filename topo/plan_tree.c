@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* libdtrain-topo: the switch tree and the node order; see dtrain_tree.h. */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "dtrain_parse.h"
 #include "dtrain_tree.h"
@@ -86,18 +88,16 @@ fail:
     return DTRAIN_ERR_INPUT;
 }
 
-/* Length of the first `level` dot-separated switch components of addr
- * (the node's own name, the last component, never counts). */
-static size_t prefix_len(const char *addr, int level)
+/* Component i of a dot-separated list: its start in *start (NULL past the end) and length. */
+static size_t dot_field(const char *s, int i, const char **start)
 {
-    size_t len = 0;
-    for (int l = 0; l < level; l++) {
-        const char *dot = strchr(addr + len, '.');
-        if (!dot)
-            return (size_t)-1; /* no such level */
-        len = (size_t)(dot - addr) + 1;
+    for (; i > 0 && s; i--) {
+        s = strchr(s, '.');
+        if (s)
+            s++;
     }
-    return len;
+    *start = s;
+    return s ? strcspn(s, ".") : 0;
 }
 
 static int switch_levels(const char *addr)
@@ -108,11 +108,31 @@ static int switch_levels(const char *addr)
     return dots;
 }
 
+/* The first `levels` units of a and b are the same: the switches from the
+ * top (topology/tree), the block, or the ring ("ring0:3": a unit is its
+ * text before ':', so the nodes of one ring share it). */
+static int same_units(const char *a, const char *b, int levels)
+{
+    if (switch_levels(a) < levels || switch_levels(b) < levels)
+        return 0;
+    for (int l = 0; l < levels; l++) {
+        const char *fa, *fb;
+        size_t na = dot_field(a, l, &fa), nb = dot_field(b, l, &fb);
+        const char *ca = memchr(fa, ':', na), *cb = memchr(fb, ':', nb);
+        if (ca)
+            na = (size_t)(ca - fa);
+        if (cb)
+            nb = (size_t)(cb - fb);
+        if (na != nb || strncmp(fa, fb, na) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 /* Same switch at `level` (1 = the top switch, levels(a) = the leaf). */
 static int same_prefix(const char *a, const char *b, int level)
 {
-    size_t la = prefix_len(a, level), lb = prefix_len(b, level);
-    return la != (size_t)-1 && la == lb && strncmp(a, b, la) == 0;
+    return same_units(a, b, level);
 }
 
 struct sort_key {
@@ -164,17 +184,18 @@ enum dtrain_status dtrain_tree_order(const struct dtrain_tree_node *nodes, int n
     return DTRAIN_OK;
 }
 
+/* The leaf switch (block, ring) of a node: its address without the last component. */
+static int same_leaf(const struct dtrain_tree_node *a, const struct dtrain_tree_node *b)
+{
+    int la = switch_levels(a->addr);
+    return la == switch_levels(b->addr) && same_units(a->addr, b->addr, la);
+}
+
 /* The length of a node's leaf switch path: its address without the last component. */
 static size_t leaf_len(const char *addr)
 {
     const char *dot = strrchr(addr, '.');
     return dot ? (size_t)(dot - addr) : 0;
-}
-
-static int same_leaf(const struct dtrain_tree_node *a, const struct dtrain_tree_node *b)
-{
-    size_t la = leaf_len(a->addr), lb = leaf_len(b->addr);
-    return la == lb && strncmp(a->addr, b->addr, la) == 0;
 }
 
 int dtrain_tree_leaf(const char *addr, const char *pattern, char *out, size_t len)
@@ -230,55 +251,176 @@ enum dtrain_status dtrain_tree_cost(const struct dtrain_tree_node *nodes, const 
     return DTRAIN_OK;
 }
 
-/* Component i of a dot-separated list: its start in *start (NULL past the end) and length. */
-static size_t dot_field(const char *s, int i, const char **start)
+/* The field of pattern named `want` ("block", "ring:position"), or -1. */
+static int pattern_field(const char *pattern, const char *want)
 {
-    for (; i > 0 && s; i--) {
-        s = strchr(s, '.');
-        if (s)
-            s++;
+    int fields = 1;
+    size_t wl = strlen(want);
+    for (const char *p = pattern; *p; p++)
+        fields += *p == '.';
+    for (int i = 0; i < fields; i++) {
+        const char *f;
+        size_t n = dot_field(pattern, i, &f);
+        if (n == wl && strncmp(f, want, wl) == 0)
+            return i;
     }
-    *start = s;
-    return s ? strcspn(s, ".") : 0;
+    return -1;
+}
+
+/* The unit's field of addr (its name, for a ring without ":POSITION"):
+ * start and length into *f, *n; 0, or -1 with one line in err. */
+static int unit_field(enum dtrain_tree_unit unit, const char *addr, const char *pattern, const char **f, size_t *n,
+                      char *err, size_t errlen)
+{
+    const int ring = unit == DTRAIN_TREE_UNIT_RING;
+    const char *plugin = ring ? "topology/ring (Slurm 26.05+)" : "topology/block (Slurm 23.11+)";
+    const char *source = ring ? "rings" : "blocks";
+    if (!addr || !*addr || !pattern || !*pattern) {
+        dtrain_snprintf(err, errlen, "Slurm gave this task no SLURM_TOPOLOGY_ADDR/_PATTERN: the site declares "
+                        "Slurm's %s NVLink domains (nvlink_domain_source=%s), which needs TopologyPlugin=%s",
+                        source, ring ? "ring" : "block", plugin);
+        return -1;
+    }
+    int field = pattern_field(pattern, ring ? "ring:position" : "block");
+    if (field < 0) {
+        dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR_PATTERN is '%.64s', not Slurm's %s ('%s'): the site "
+                        "declares %s NVLink domains (nvlink_domain_source=%s) but this cluster runs another "
+                        "TopologyPlugin", pattern, ring ? "topology/ring" : "topology/block",
+                        ring ? "ring:position.node" : "block.node", source, ring ? "ring" : "block");
+        return -1;
+    }
+    *n = dot_field(addr, field, f);
+    if (switch_levels(addr) != switch_levels(pattern) || *n == 0) {
+        dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR '%.64s' does not match its pattern '%.64s'", addr,
+                        pattern);
+        return -1;
+    }
+    if (ring) {
+        const char *colon = memchr(*f, ':', *n);
+        if (colon == NULL || colon == *f || (size_t)(colon - *f) + 1 == *n) {
+            dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR '%.64s' does not match its pattern '%.64s'", addr,
+                            pattern);
+            return -1;
+        }
+        *n = (size_t)(colon - *f);
+    }
+    return 0;
+}
+
+enum dtrain_status dtrain_tree_unit_domain(enum dtrain_tree_unit unit, const char *addr, const char *pattern,
+                                           char *out, size_t len, char *err, size_t errlen)
+{
+    const char *f = NULL, *prefix = unit == DTRAIN_TREE_UNIT_RING ? DTRAIN_TREE_RING_PREFIX : DTRAIN_TREE_BLOCK_PREFIX;
+    size_t n = 0;
+    if (unit_field(unit, addr, pattern, &f, &n, err, errlen) != 0)
+        return DTRAIN_ERR_INPUT;
+    if (dtrain_snprintf(out, len, "%s%.*s", prefix, (int)n, f) != 0) {
+        dtrain_snprintf(err, errlen, "Slurm's %s name in '%.64s' is longer than %zu bytes",
+                        unit == DTRAIN_TREE_UNIT_RING ? "ring" : "block", addr,
+                        len > strlen(prefix) + 1 ? len - strlen(prefix) - 1 : 0);
+        return DTRAIN_ERR_INPUT;
+    }
+    return DTRAIN_OK;
 }
 
 enum dtrain_status dtrain_tree_block_domain(const char *addr, const char *pattern, char *out, size_t len, char *err,
                                             size_t errlen)
 {
-    if (!addr || !*addr || !pattern || !*pattern) {
-        dtrain_snprintf(err, errlen, "Slurm gave this task no SLURM_TOPOLOGY_ADDR/_PATTERN: the site declares "
-                        "Slurm's blocks NVLink domains (nvlink_domain_source=block), which needs "
-                        "TopologyPlugin=topology/block (Slurm 23.11+)");
+    return dtrain_tree_unit_domain(DTRAIN_TREE_UNIT_BLOCK, addr, pattern, out, len, err, errlen);
+}
+
+enum dtrain_status dtrain_tree_ring_position(const char *addr, const char *pattern, char *name, size_t len,
+                                             int *pos, char *err, size_t errlen)
+{
+    const char *f = NULL;
+    size_t n = 0;
+    char text[16];
+    long v;
+    *pos = -1;
+    if (unit_field(DTRAIN_TREE_UNIT_RING, addr, pattern, &f, &n, err, errlen) != 0)
+        return DTRAIN_ERR_INPUT;
+    const char *p = f + n + 1;
+    size_t pl = strcspn(p, ".");
+    if (pl >= sizeof text) {
+        dtrain_snprintf(err, errlen, "the ring position in '%.64s' is not a number", addr);
         return DTRAIN_ERR_INPUT;
     }
-    int fields = 1, block = -1, addr_fields = 1;
-    for (const char *p = pattern; *p; p++)
-        fields += *p == '.';
-    for (const char *p = addr; *p; p++)
-        addr_fields += *p == '.';
-    for (int i = 0; i < fields && block < 0; i++) {
-        const char *f;
-        size_t n = dot_field(pattern, i, &f);
-        if (n == 5 && strncmp(f, "block", 5) == 0)
-            block = i;
-    }
-    if (block < 0) {
-        dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR_PATTERN is '%.64s', not Slurm's topology/block "
-                        "('block.node'): the site declares blocks NVLink domains (nvlink_domain_source=block) "
-                        "but this cluster runs another TopologyPlugin", pattern);
+    memcpy(text, p, pl);
+    text[pl] = '\0';
+    if (dtrain_parse_int(text, 0, 65535, "ring position", &v, err, errlen) != 0)
+        return DTRAIN_ERR_INPUT;
+    if (dtrain_snprintf(name, len, "%.*s", (int)n, f) != 0) {
+        dtrain_snprintf(err, errlen, "Slurm's ring name in '%.64s' is longer than %zu bytes", addr, len - 1);
         return DTRAIN_ERR_INPUT;
     }
-    const char *f;
-    size_t n = dot_field(addr, block, &f);
-    if (addr_fields != fields || n == 0) {
-        dtrain_snprintf(err, errlen, "SLURM_TOPOLOGY_ADDR '%.64s' does not match its pattern '%.64s'", addr,
-                        pattern);
-        return DTRAIN_ERR_INPUT;
-    }
-    if (dtrain_snprintf(out, len, "%s%.*s", DTRAIN_TREE_BLOCK_PREFIX, (int)n, f) != 0) {
-        dtrain_snprintf(err, errlen, "Slurm's block name in '%.64s' is longer than %zu bytes", addr,
-                        len - sizeof DTRAIN_TREE_BLOCK_PREFIX);
-        return DTRAIN_ERR_INPUT;
-    }
+    *pos = (int)v;
     return DTRAIN_OK;
+}
+
+static const char *const order_names[] = {
+    [DTRAIN_NODE_ORDER_UNKNOWN] = "unknown",         [DTRAIN_NODE_ORDER_SLURM] = "slurm",
+    [DTRAIN_NODE_ORDER_SWITCH_RANK] = "switch-rank", [DTRAIN_NODE_ORDER_BLOCK_RANK] = "block-rank",
+    [DTRAIN_NODE_ORDER_TOPOLOGY] = "topology",       [DTRAIN_NODE_ORDER_HOSTFILE] = "hostfile",
+};
+
+const char *dtrain_node_order_name(enum dtrain_node_order order)
+{
+    return (unsigned)order < sizeof order_names / sizeof order_names[0] ? order_names[order] : "unknown";
+}
+
+enum dtrain_node_order dtrain_node_order_parse(const char *name)
+{
+    for (unsigned i = 1; name && i < sizeof order_names / sizeof order_names[0]; i++)
+        if (strcmp(name, order_names[i]) == 0)
+            return (enum dtrain_node_order)i;
+    return DTRAIN_NODE_ORDER_UNKNOWN;
+}
+
+const char *dtrain_node_order_describe(enum dtrain_node_order order)
+{
+    switch (order) {
+    case DTRAIN_NODE_ORDER_SLURM:
+        return "Slurm's node order (SLURM_NODEID, no topology ranking)";
+    case DTRAIN_NODE_ORDER_SWITCH_RANK:
+        return "Slurm's node ranks by leaf switch (TopologyParam=SwitchAsNodeRank)";
+    case DTRAIN_NODE_ORDER_BLOCK_RANK:
+        return "Slurm's node ranks by base block (TopologyParam=BlockAsNodeRank)";
+    case DTRAIN_NODE_ORDER_TOPOLOGY:
+        return "Slurm's topology-ordered step layout (Slurm 26.05: task ids by leaf switch, block or ring position)";
+    case DTRAIN_NODE_ORDER_HOSTFILE:
+        return "dtrain's own order (SLURM_HOSTFILE with --distribution=arbitrary)";
+    default:
+        return "an unknown node order (no word from srun)";
+    }
+}
+
+/* Whether a comma-separated list holds word (case-insensitive, as Slurm reads it). */
+static int has_word(const char *list, const char *word)
+{
+    size_t wl = strlen(word);
+    for (const char *p = list; p && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == wl && strncasecmp(p, word, wl) == 0)
+            return 1;
+        p += n;
+        p += *p == ',';
+    }
+    return 0;
+}
+
+enum dtrain_node_order dtrain_node_order_of(const char *topology_plugin, const char *topology_param, int arbitrary,
+                                            int topo_layout, int no_dist_topo)
+{
+    const char *plugin = topology_plugin ? topology_plugin : "";
+    int tree = strcmp(plugin, "topology/tree") == 0, block = strcmp(plugin, "topology/block") == 0,
+        ring = strcmp(plugin, "topology/ring") == 0;
+    if (arbitrary)
+        return DTRAIN_NODE_ORDER_HOSTFILE;
+    if (tree && has_word(topology_param, "SwitchAsNodeRank"))
+        return DTRAIN_NODE_ORDER_SWITCH_RANK;
+    if (block && has_word(topology_param, "BlockAsNodeRank"))
+        return DTRAIN_NODE_ORDER_BLOCK_RANK;
+    if (topo_layout && !no_dist_topo && (tree || block || ring))
+        return DTRAIN_NODE_ORDER_TOPOLOGY;
+    return DTRAIN_NODE_ORDER_SLURM;
 }

@@ -31,8 +31,11 @@
 #define DTRAIN_ENV_NNODES        "DTRAIN_NNODES"      /* nodes of the step */
 #define DTRAIN_ENV_GPU_VISIBILITY "DTRAIN_GPU_VISIBILITY" /* "all" or "one" (--dtrain-gpu-visibility) */
 #define DTRAIN_ENV_CUDA_DEVICE   "DTRAIN_CUDA_DEVICE" /* the task's GPU as a CUDA device index */
-#define DTRAIN_ENV_NVLINK_DOMAIN "DTRAIN_NVLINK_DOMAIN" /* "<cluster uuid>/<clique id>" (NVML) or "slurm-block/<block>" (nvlink_domain_source=block): set when a TP group holds several nodes of one multi-node NVLink domain, or with --dtrain-pp-in-domain */
+#define DTRAIN_ENV_NVLINK_DOMAIN "DTRAIN_NVLINK_DOMAIN" /* "<cluster uuid>/<clique id>" (NVML), "slurm-block/<block>" or "slurm-ring/<ring>" (nvlink_domain_source=block|ring): set when a TP group holds several nodes of one multi-node NVLink domain, or with --dtrain-pp-in-domain */
 #define DTRAIN_ENV_GROUP_LINKS "DTRAIN_GROUP_LINKS" /* the slowest link of each of the task's groups, "TP=450:NVLink,PP=25:network,DP=450:NVLink,WORLD=25:network" (dtrain_step_bytes.h): the plugin's, for --dtrain-verbose's predicted times */
+#define DTRAIN_ENV_RANK0_NODE "DTRAIN_RANK0_NODE" /* Slurm's name of the node that holds task 0 (MASTER_ADDR's node), from the step's layout: set by the plugin in srun for a step of several nodes */
+#define DTRAIN_ENV_NODE_ORDER "DTRAIN_NODE_ORDER" /* where the step's node order comes from: "slurm", "switch-rank", "block-rank", "topology" or "hostfile" (dtrain_tree.h): set by the plugin in srun */
+#define DTRAIN_ENV_LEAF_EDGES "DTRAIN_LEAF_EDGES" /* "CROSS RING OWN": DP ring edges across leaf switches in the order in force, all, and in dtrain's own order; dtrain-launch hands it to its trainer on rank 0 with --dtrain-verbose */
 #define DTRAIN_ENV_PORTS "DTRAIN_PORTS" /* "LO-HI": the step's block of claimed ports, LO = MASTER_PORT (site key ports_per_step; Megatron-LM's in-process restart uses MASTER_PORT+1 and +2) */
 #define DTRAIN_ENV_EXPEDITED_REQUEUE "DTRAIN_EXPEDITED_REQUEUE" /* "0" when the site key expedited_requeue=no: dtrain-launch never keeps Slurm's expedited requeue (launcher/expedite.h) */
 #define DTRAIN_ENV_PP_IN_DOMAIN "DTRAIN_PP_IN_DOMAIN" /* "1" with --dtrain-pp-in-domain: dtrain-launch checks that each PP group's members share DTRAIN_NVLINK_DOMAIN */

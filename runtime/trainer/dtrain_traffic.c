@@ -155,6 +155,15 @@ void dtrain_traffic_explain(FILE *out, const char *prog, const struct dtrain_tra
         fprintf(out, "%s: explain: %-5s group of %d: %.0f bytes in all, %.0f per member, over %s%s\n", prog,
                 dtrain_explain_group_name(k), size, b, per, dtrain_traffic_link(comms, k), predicted);
     }
+    /* dtrain-launch counted the DP ring edges across leaf switches
+     * (DTRAIN_LEAF_EDGES); each carries one DP member's bytes a step */
+    long cross, ring, own;
+    if (bs->dp > 1 && dtrain_leaf_edges_parse(getenv(DTRAIN_ENV_LEAF_EDGES), &cross, &ring, &own) == 0) {
+        double per = member_bytes(&m, bs, DTRAIN_EXPLAIN_DP);
+        fprintf(out, "%s: explain: leaf switch uplinks: %ld of %ld DP ring edges cross them, %.0f bytes per step in "
+                "the node order in force; %ld, %.0f bytes, in dtrain's own order (stage %d's DP bytes a member)\n",
+                prog, cross, ring, per * (double)cross, own, per * (double)own, bs->pp_rank);
+    }
     if (links)
         fprintf(out, "%s: explain: predicted communication per step: %.3f ms (no overlap with compute: an upper "
                 "bound; links from the plugin's topology and the site's net_gbps/pcie_gbps)\n", prog, total * 1e3);

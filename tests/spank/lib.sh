@@ -11,6 +11,9 @@
 #   run_client OUT ERR CMD...  run a Slurm client, stdout/stderr to files; sets RC
 #   one_dtrain_line ERR      ERR holds exactly one line, starting "dtrain: "
 #   diag_file FILE           its first lines as TAP comments
+#   slurm_version D          sets version (e.g. 24.11.5) from D's sinfo
+#   slurm_at_least M N       the version is M.N or later
+#   (fake_imex_channels is in tests/slurm/lib.sh)
 : "${abs_srcdir:?run through make check}" "${abs_top_builddir:?run through make check}"
 . "$abs_top_srcdir/tests/slurm/lib.sh"
 
@@ -42,4 +45,12 @@ one_dtrain_line() {
 }
 
 diag_file() { head -n 3 "$1" | sed 's/^/#   /'; }
+
+slurm_version() { version=$(in_cluster "$1" sinfo --version 2>/dev/null | awk '{ print $2 }'); }
+
+slurm_at_least() {
+  local major=${version%%.*} minor=${version#*.}
+  minor=${minor%%.*}
+  [ "${major:-0}" -gt "$1" ] 2>/dev/null || { [ "${major:-0}" -eq "$1" ] && [ "${minor:-0}" -ge "$2" ]; } 2>/dev/null
+}
 

@@ -20,4 +20,5 @@ echo "node=${SLURMD_NODENAME:--} procid=${SLURM_PROCID:--} rank=${RANK:--} local
   "cpus=${DTRAIN_CPUS:--} allowed=$cpus by=${DTRAIN_PLACED_BY:--} ckpt=${DTRAIN_CKPT_DIR:--}" \
   "restarts=${DTRAIN_MAX_RESTARTS:--} verbose=${DTRAIN_VERBOSE:--} pcie=${DTRAIN_ALLOW_PCIE:--}" \
   "nvd=${DTRAIN_NVLINK_DOMAIN:--} ppd=${DTRAIN_PP_IN_DOMAIN:--}" \
+  "rank0=${DTRAIN_RANK0_NODE:--} norder=${DTRAIN_NODE_ORDER:--} nodeid=${SLURM_NODEID:--}" \
   "rocr=${ROCR_VISIBLE_DEVICES:--} hip=${HIP_VISIBLE_DEVICES:--}"

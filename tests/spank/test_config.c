@@ -49,11 +49,15 @@ static void test_arguments(void)
     ok(parse("nvlink_domain_gpus=72", &c, err, sizeof err) == 0 && c.nvlink_domain_gpus == 72,
        "nvlink_domain_gpus=72 (GB200 NVL72)");
     ok(parse("", &c, err, sizeof err) == 0 && c.nvlink_domain_gpus == 0, "default: no multi-node NVLink domain");
-    ok(parse("", &c, err, sizeof err) == 0 && c.nvlink_domain_block == 0, "default: the domain is NVML's");
-    ok(parse("nvlink_domain_source=block", &c, err, sizeof err) == 0 && c.nvlink_domain_block == 1,
+    ok(parse("", &c, err, sizeof err) == 0 && c.nvlink_domain_source == DTRAIN_DOMAIN_NVML, "default: the domain is NVML's");
+    ok(parse("nvlink_domain_source=block", &c, err, sizeof err) == 0 && c.nvlink_domain_source == DTRAIN_DOMAIN_BLOCK,
        "nvlink_domain_source=block: Slurm's topology/block block is the domain");
-    ok(parse("nvlink_domain_source=nvml", &c, err, sizeof err) == 0 && c.nvlink_domain_block == 0,
+    ok(parse("nvlink_domain_source=nvml", &c, err, sizeof err) == 0 && c.nvlink_domain_source == DTRAIN_DOMAIN_NVML,
        "nvlink_domain_source=nvml");
+    ok(parse("nvlink_domain_source=ring", &c, err, sizeof err) == 0 && c.nvlink_domain_source == DTRAIN_DOMAIN_RING,
+       "nvlink_domain_source=ring: Slurm's topology/ring ring is the domain (Slurm 26.05)");
+    ok(parse("nvlink_domain_source=torus", &c, err, sizeof err) != 0 && strstr(err, "nvml") && strstr(err, "ring"),
+       "nvlink_domain_source=torus is refused, naming the values: %s", err);
     ok(parse("allow_pcie=true", &c, err, sizeof err) == 0 && c.allow_pcie == DTRAIN_PCIE_ALWAYS, "allow_pcie=true");
     ok(parse("", &c, err, sizeof err) == 0 && c.gpu_visibility_one == 0 && c.master_port_lo == 29500 &&
        c.master_port_hi == 29999, "defaults: gpu_visibility=all, master_ports=29500-29999");
@@ -97,7 +101,7 @@ static void test_arguments(void)
         {"max_tp=4.5", "max_tp"},
         {"nvlink_domain_gpus=-8", "nvlink_domain_gpus"},
         {"nvlink_domain_gpus=lots", "nvlink_domain_gpus"},
-        {"nvlink_domain_source=tree", "nvlink_domain_source=tree: use nvml or block"},
+        {"nvlink_domain_source=tree", "nvlink_domain_source=tree: use nvml, block or ring"},
         {"topology_xml=relative.xml", "absolute path"},
         {"gpu_visibility=some", "gpu_visibility=some: use all or one"},
         {"cpu_bind=threads", "cpu_bind=threads: use cores or numa"},

@@ -243,6 +243,33 @@ static void test_submit_check(void)
            strstr(err, "declares no multi-node NVLink domain"),
        "pp-in-domain without the site's domain is refused (%s)", err);
 
+    /* Slurm's blocks as the domains (nvlink_domain_source=block, blocks of 2
+     * nodes of 4 GPUs): the job's --segment, as sbatch read it. */
+    struct dtrain_options so;
+    struct dtrain_job_size ss;
+    cfg.nvlink_domain_gpus = 8;
+    cfg.nvlink_domain_source = DTRAIN_DOMAIN_BLOCK;
+    dtrain_options_init(&so);
+    dtrain_options_set(&so, DTRAIN_OPT_TP, "8", err, sizeof err);
+    dtrain_job_size_derive(NULL, "4", "4", &ss);
+    ok(dtrain_submit_check(&so, &cfg, &ss, err, sizeof err) == 0,
+       "block: T=8 on 4 nodes, --segment unknown (srun inside a job, or a Slurm without it): not judged");
+    ss.segment_known = 1;
+    ok(dtrain_submit_check(&so, &cfg, &ss, err, sizeof err) == DTRAIN_EXIT_REFUSED && strstr(err, "use --segment=2") &&
+           strstr(err, "Slurm block"),
+       "block: T=8 on 4 nodes without --segment is refused, naming --segment=2 (%s)", err);
+    ss.segment = 2;
+    ok(dtrain_submit_check(&so, &cfg, &ss, err, sizeof err) == 0, "block: ... with --segment=2 it is accepted");
+    cfg.nvlink_domain_source = DTRAIN_DOMAIN_RING;
+    ss.segment = 1;
+    ok(dtrain_submit_check(&so, &cfg, &ss, err, sizeof err) == DTRAIN_EXIT_REFUSED && strstr(err, "Slurm ring") &&
+           strstr(err, "use --segment=2"),
+       "ring: --segment=1 splits the TP groups of 2 nodes (%s)", err);
+    cfg.nvlink_domain_source = DTRAIN_DOMAIN_NVML;
+    ok(dtrain_submit_check(&so, &cfg, &ss, err, sizeof err) == 0,
+       "NVML's cliques as the domains: --segment is not dtrain's business");
+    cfg.nvlink_domain_gpus = 0;
+
     struct dtrain_options none;
     struct dtrain_job_size s;
     dtrain_options_init(&none);

@@ -167,5 +167,13 @@ int main(void)
     shares_agree("dgx-h100.xml", 2, 2, 2, 4, 1);
     outside_share();
     text_round_trip();
+    {
+        long cr, ring, own;
+        ok(dtrain_leaf_edges_parse("8 8 4", &cr, &ring, &own) == 0 && cr == 8 && ring == 8 && own == 4 &&
+               dtrain_leaf_edges_parse("9 8 4", &cr, &ring, &own) == -1 &&
+               dtrain_leaf_edges_parse("8 8", &cr, &ring, &own) == -1 &&
+               dtrain_leaf_edges_parse("8 8 4 x", &cr, &ring, &own) == -1,
+           "DTRAIN_LEAF_EDGES: \"8 8 4\" reads; more crossings than edges, a missing or an extra field does not");
+    }
     return tap_done();
 }

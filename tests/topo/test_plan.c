@@ -454,6 +454,56 @@ static void multinode_domains(void)
     ok(dtrain_plan_check_pp_domain(4, 2, 16, 4, 0, err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
            strstr(err, "declares no multi-node NVLink domain"),
        "check_pp_domain: a cluster without domains refuses the option: %s", err);
+
+    /* --segment against Slurm's blocks (nvlink_domain_source=block): 4 GPUs
+     * a node, blocks of 2 nodes (8 GPUs). */
+    ok(dtrain_plan_check_segment(8, 1, 0, 16, 4, 8, 0, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "TP groups of T=8 hold 2 nodes each") && strstr(err, "on 4 nodes") &&
+           strstr(err, "without --segment") && strstr(err, ": use --segment=2"),
+       "check_segment: T=8 on 4 nodes of 4, blocks of 2 nodes, no --segment: refused, --segment=2 named: %s", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 16, 4, 8, 2, "block", err, sizeof(err)) == DTRAIN_OK,
+       "check_segment: ... with --segment=2: accepted");
+    ok(dtrain_plan_check_segment(8, 1, 0, 16, 4, 8, 4, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "--segment=4 is larger than a block (2 nodes)") && strstr(err, "use --segment=2"),
+       "check_segment: ... --segment=4 is larger than a block: %s", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 24, 4, 16, 3, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "segments of 3 nodes would split them") && strstr(err, "use --segment=2"),
+       "check_segment: T=8 on 6 nodes, blocks of 4 nodes, --segment=3 splits a TP group: %s", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 24, 4, 16, 5, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "--segment=5 does not divide the job's 6 nodes"),
+       "check_segment: --segment=5 on 6 nodes: %s", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 64, 4, 32, 0, "ring", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "use --segment=8"),
+       "check_segment: T=8 on 16 nodes, rings of 8 nodes: the largest segment, a ring each (%s)", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 64, 4, 32, 0, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "use --segment=2"),
+       "check_segment: ... blocks of 8 nodes: the smallest (%s)", err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 8, 4, 8, 0, "block", err, sizeof(err)) == DTRAIN_OK,
+       "check_segment: T=8 on 2 nodes (one block's worth): Slurm keeps the job in one block, no --segment needed");
+    ok(dtrain_plan_check_segment(8, 1, 0, 8, 4, 8, 1, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "leave --segment out (Slurm puts a job of 2 nodes in one block)"),
+       "check_segment: ... but --segment=1 would let its 2 nodes go to two blocks: %s", err);
+    ok(dtrain_plan_check_segment(4, 2, 0, 16, 4, 8, 0, "block", err, sizeof(err)) == DTRAIN_OK,
+       "check_segment: T=4 (one node each), no PP in a domain: nothing to keep together");
+    ok(dtrain_plan_check_segment(4, 2, 1, 16, 4, 16, 0, "ring", err, sizeof(err)) == DTRAIN_OK,
+       "check_segment: T=4 P=2 --dtrain-pp-in-domain on 4 nodes, rings of 4 nodes: one ring holds the job");
+    ok(dtrain_plan_check_segment(4, 2, 1, 32, 4, 16, 0, "ring", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "pipeline groups of T=4 P=2") && strstr(err, "Slurm ring") &&
+           strstr(err, "no --segment of at most 4 nodes dividing 8 holds them"),
+       "check_segment: T=4 P=2 D=4 --dtrain-pp-in-domain on 8 nodes, rings of 4: PP joins nodes {0,4}, {1,5}..., "
+       "which no segment holds: %s", err);
+    ok(dtrain_plan_check_segment(8, 2, 1, 16, 4, 16, 0, "ring", err, sizeof(err)) == DTRAIN_OK,
+       "check_segment: T=8 P=2 D=1 --dtrain-pp-in-domain on 4 nodes, rings of 4: one ring holds the job");
+    ok(dtrain_plan_check_segment(8, 2, 1, 16, 4, 16, 2, "ring", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "TP and pipeline groups") && strstr(err, "segments of 2 nodes would split them") &&
+           strstr(err, "leave --segment out"),
+       "check_segment: ... but --segment=2 would split the set of 4 nodes: %s", err);
+    ok(dtrain_plan_check_segment(4, 2, 1, 16, 4, 8, 0, "block", err, sizeof(err)) == DTRAIN_ERR_REFUSED &&
+           strstr(err, "no --segment of at most 2 nodes"),
+       "check_segment: T=4 P=2 --dtrain-pp-in-domain on 4 nodes, blocks of 2: PP joins {0,2}, no segment holds it: %s",
+       err);
+    ok(dtrain_plan_check_segment(8, 1, 0, 0, 4, 8, 0, "block", err, sizeof(err)) == DTRAIN_OK,
+       "check_segment: task count unknown, nothing to judge");
     dtrain_topo_free(a);
     dtrain_topo_free(b);
     dtrain_topo_free(plain);

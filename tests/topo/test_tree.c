@@ -102,6 +102,64 @@ int main(void)
     ok(dtrain_tree_block_domain("averyveryverylongblockname.node1", "block.node", dom, 20, err, sizeof err) == -1 &&
            strstr(err, "longer than"),
        "block: a block name longer than the buffer: %s", err);
+    ok(dtrain_tree_unit_domain(DTRAIN_TREE_UNIT_RING, "r0:3.node4", "ring:position.node", dom, sizeof dom, err,
+                               sizeof err) == 0 && strcmp(dom, "slurm-ring/r0") == 0,
+       "ring: r0:3.node4 with pattern ring:position.node is in slurm-ring/r0 (%s)", dom);
+    ok(dtrain_tree_unit_domain(DTRAIN_TREE_UNIT_RING, "b1.node1", "block.node", dom, sizeof dom, err, sizeof err) ==
+               -1 && strstr(err, "not Slurm's topology/ring ('ring:position.node')"),
+       "ring: a block address is not a ring: %s", err);
+    ok(dtrain_tree_unit_domain(DTRAIN_TREE_UNIT_BLOCK, "r0:3.node4", "ring:position.node", dom, sizeof dom, err,
+                               sizeof err) == -1 && strstr(err, "not Slurm's topology/block"),
+       "block: a ring address is not a block: %s", err);
+    ok(dtrain_tree_unit_domain(DTRAIN_TREE_UNIT_RING, NULL, NULL, dom, sizeof dom, err, sizeof err) == -1 &&
+           strstr(err, "nvlink_domain_source=ring") && strstr(err, "topology/ring (Slurm 26.05+)"),
+       "ring: no address says what to set: %s", err);
+    ok(dtrain_tree_unit_domain(DTRAIN_TREE_UNIT_RING, "r0.node4", "ring:position.node", dom, sizeof dom, err,
+                               sizeof err) == -1 && strstr(err, "does not match its pattern"),
+       "ring: an address without a position: %s", err);
+    {
+        char ring[32];
+        int pos = -1;
+        ok(dtrain_tree_ring_position("r0:3.node4", "ring:position.node", ring, sizeof ring, &pos, err, sizeof err) ==
+                   0 && strcmp(ring, "r0") == 0 && pos == 3,
+           "ring: r0:3.node4 is position 3 of ring r0 (%s %d)", ring, pos);
+        ok(dtrain_tree_ring_position("r0:x.node4", "ring:position.node", ring, sizeof ring, &pos, err, sizeof err) ==
+                   -1 && pos == -1,
+           "ring: a position that is not a number: %s", err);
+    }
+    /* A ring's nodes are under one unit: the ring (not "r0:0", "r0:1"). */
+    ok(load("node1 r0:0.node1\nnode2 r1:0.node2\nnode3 r0:1.node3\nnode4 r1:1.node4\n", &nodes, &n) == 0 &&
+           strcmp(order_text(nodes, n), "node1 node3 node2 node4") == 0,
+       "ring addresses: the order groups each ring's nodes (%s)", order_text(nodes, n));
+    for (int i = 0; i < n; i++)
+        slurm[i] = i;
+    ok(dtrain_tree_cost(nodes, slurm, n, 1, 1, 1, 0, &c, err, sizeof err) == 0 && c.leaves == 2 &&
+           c.cross_edges == 4,
+       "ring addresses: 2 rings; node1 node2 node3 node4 crosses between rings on all 4 DP edges (%d, %ld)",
+       c.leaves, c.cross_edges);
+    free(nodes);
+    nodes = NULL;
+
+    /* The node order in force, from Slurm's configuration. */
+    ok(dtrain_node_order_of("topology/tree", "SwitchAsNodeRank", 0, 0, 0) == DTRAIN_NODE_ORDER_SWITCH_RANK,
+       "order: topology/tree + SwitchAsNodeRank: Slurm's ranks by leaf switch");
+    ok(dtrain_node_order_of("topology/tree", "RouteTree,switchasnoderank", 0, 1, 0) ==
+           DTRAIN_NODE_ORDER_SWITCH_RANK,
+       "order: the parameter among others, any case");
+    ok(dtrain_node_order_of("topology/block", "SwitchAsNodeRank", 0, 0, 0) == DTRAIN_NODE_ORDER_SLURM,
+       "order: SwitchAsNodeRank means nothing to topology/block (24.11 without the topology layout)");
+    ok(dtrain_node_order_of("topology/block", "BlockAsNodeRank", 0, 1, 0) == DTRAIN_NODE_ORDER_BLOCK_RANK,
+       "order: topology/block + BlockAsNodeRank (26.05)");
+    ok(dtrain_node_order_of("topology/ring", NULL, 0, 1, 0) == DTRAIN_NODE_ORDER_TOPOLOGY,
+       "order: 26.05's topology layout under topology/ring");
+    ok(dtrain_node_order_of("topology/tree", NULL, 0, 1, 1) == DTRAIN_NODE_ORDER_SLURM,
+       "order: ... not with CR_NO_DIST_TOPO_BLOCK");
+    ok(dtrain_node_order_of("topology/tree", "SwitchAsNodeRank", 1, 1, 0) == DTRAIN_NODE_ORDER_HOSTFILE,
+       "order: --distribution=arbitrary: the host file's");
+    ok(dtrain_node_order_of(NULL, NULL, 0, 1, 0) == DTRAIN_NODE_ORDER_SLURM, "order: no topology plugin: Slurm's");
+    ok(dtrain_node_order_parse(dtrain_node_order_name(DTRAIN_NODE_ORDER_BLOCK_RANK)) == DTRAIN_NODE_ORDER_BLOCK_RANK &&
+           dtrain_node_order_parse("nonsense") == DTRAIN_NODE_ORDER_UNKNOWN,
+       "order: names go both ways");
     /* the leaf switch of a topology/tree address (Slurm 22.05: pattern "switch.switch.node") */
     char leaf[16];
     ok(dtrain_tree_leaf("spine.leaf1.node1", "switch.switch.node", leaf, sizeof leaf) == 1 &&
