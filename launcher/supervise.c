@@ -124,6 +124,29 @@ static void end_child(pid_t pid)
         ;
 }
 
+/* Each whole line of buf[0..have) to fn, without its newline; the
+ * unfinished rest moves to the front of buf (size > have).  Returns its
+ * length. */
+static size_t each_line(char *buf, size_t have, void (*fn)(char *line, void *arg), void *arg)
+{
+    char *start = buf, *nl;
+    buf[have] = '\0';
+    while ((nl = strchr(start, '\n')) != NULL) {
+        *nl = '\0';
+        fn(start, arg);
+        start = nl + 1;
+    }
+    size_t rest = strlen(start);
+    memmove(buf, start, rest + 1);
+    return rest;
+}
+
+/* one line of the report step's stdout */
+static void note_where(char *line, void *roles)
+{
+    dtrain_roles_note_where(roles, line);
+}
+
 /* Where the job's nodes are (spares.h, "Which spare"): a step of one task
  * on every node of the job, `dtrain-launch --node-report` (this program),
  * with DTRAIN_NODE_REPORT=1, which the plugin takes for such a step (it
@@ -178,19 +201,9 @@ static void learn_where(const char *srun, struct dtrain_node_roles *roles)
             continue;
         if (n <= 0)
             break;
-        have += (size_t)n;
-        buf[have] = '\0';
-        char *start = buf, *nl;
-        while ((nl = strchr(start, '\n')) != NULL) {
-            *nl = '\0';
-            dtrain_roles_note_where(roles, start);
-            start = nl + 1;
-        }
-        have = strlen(start);
+        have = each_line(buf, have + (size_t)n, note_where, roles);
         if (have == sizeof buf - 1)
             have = 0; /* a line longer than any report: dropped */
-        else
-            memmove(buf, start, have);
     }
     close(fd);
     if (timed_out)
@@ -241,6 +254,19 @@ static void note_blame(const struct dtrain_node_roles *roles, struct step_result
     }
 }
 
+struct blame_ctx {
+    const struct dtrain_node_roles *roles;
+    struct step_result *res;
+};
+
+/* one line of srun's stderr: noted when it blames a node, and passed on */
+static void pass_line(char *line, void *arg)
+{
+    struct blame_ctx *ctx = arg;
+    note_blame(ctx->roles, ctx->res, line);
+    fprintf(stderr, "%s\n", line);
+}
+
 /* Pass the child's stderr through line by line, noting the lines that blame a node. */
 static void pass_stderr(int fd, const struct dtrain_node_roles *roles, struct step_result *res)
 {
@@ -252,21 +278,11 @@ static void pass_stderr(int fd, const struct dtrain_node_roles *roles, struct st
             continue;
         if (n <= 0)
             break;
-        have += (size_t)n;
-        buf[have] = '\0';
-        char *start = buf, *nl;
-        while ((nl = strchr(start, '\n')) != NULL) {
-            *nl = '\0';
-            note_blame(roles, res, start);
-            fprintf(stderr, "%s\n", start);
-            start = nl + 1;
-        }
-        have = strlen(start);
+        struct blame_ctx ctx = {roles, res};
+        have = each_line(buf, have + (size_t)n, pass_line, &ctx);
         if (have == sizeof buf - 1) { /* a line longer than the buffer: let it through unread */
-            fputs(start, stderr);
+            fputs(buf, stderr);
             have = 0;
-        } else {
-            memmove(buf, start, have);
         }
         fflush(stderr);
     }

@@ -195,6 +195,19 @@ static int load_topology(struct dtrain_plugin *plugin)
 
 /* The Slurm unit that is a node's NVLink domain (nvlink_domain_source=
  * block|ring, read from the task's SLURM_TOPOLOGY_ADDR), or 0: NVML's clique. */
+/* The node's NVLink domain from the task's Slurm address (a block or a
+ * ring, s->domain_unit) into s->nvlink_domain: 0, or -1 with why. */
+static int domain_from_address(struct dtrain_step *s, spank_t sp, char *why, size_t whylen)
+{
+    char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX];
+    const char *a = NULL, *p = NULL;
+    /* unset or too long: a and p stay NULL, said as no address */
+    job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
+    job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
+    return dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
+                                   sizeof s->nvlink_domain, why, whylen);
+}
+
 static int domain_unit_of(const struct dtrain_site_config *cfg)
 {
     return cfg->nvlink_domain_source == DTRAIN_DOMAIN_BLOCK  ? DTRAIN_TREE_UNIT_BLOCK
@@ -611,15 +624,9 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         return 0;
     }
     if (s->mode == DTRAIN_STEP_REPORT) {
-        if (s->domain_unit) {
-            char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
-            const char *a = NULL, *p = NULL;
-            job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
-            job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
-            if (dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
-                                        sizeof s->nvlink_domain, why, sizeof why) != 0)
-                s->nvlink_domain[0] = '\0'; /* the report says none; the address it carries says why */
-        }
+        char why[DTRAIN_MSG_MAX];
+        if (s->domain_unit && domain_from_address(s, sp, why, sizeof why) != 0)
+            s->nvlink_domain[0] = '\0'; /* the report says none; the address it carries says why */
         if (s->nvlink_domain[0] && dtrain_env_list_set(&s->env, DTRAIN_ENV_NVLINK_DOMAIN, "%s", s->nvlink_domain) != 0)
             task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the NVLink domain does not fit the environment", s->node);
         export_env(sp, &s->env);
@@ -685,13 +692,8 @@ int dtrain_remote_task_init(struct dtrain_plugin *plugin, spank_t sp)
         task_fail(DTRAIN_EXIT_FAILURE, 1, "%s: the placement of rank %u does not fit the environment", s->node,
                   global);
     if (s->domain_unit) {
-        char addr[DTRAIN_TREE_ADDR_MAX], pattern[DTRAIN_TREE_ADDR_MAX], why[DTRAIN_MSG_MAX];
-        const char *a = NULL, *p = NULL;
-        /* unset or too long: a and p stay NULL, said as no address */
-        job_getenv(sp, "SLURM_TOPOLOGY_ADDR", addr, sizeof addr, &a);
-        job_getenv(sp, "SLURM_TOPOLOGY_ADDR_PATTERN", pattern, sizeof pattern, &p);
-        if (dtrain_tree_unit_domain((enum dtrain_tree_unit)s->domain_unit, a, p, s->nvlink_domain,
-                                    sizeof s->nvlink_domain, why, sizeof why) != 0)
+        char why[DTRAIN_MSG_MAX];
+        if (domain_from_address(s, sp, why, sizeof why) != 0)
             task_fail(DTRAIN_EXIT_REFUSED, local == 0, "%s: %s", s->node, why);
     }
     /* NVLink between the nodes of a domain needs an IMEX channel, which
