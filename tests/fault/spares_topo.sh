@@ -39,20 +39,8 @@ cluster=6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c
 new_cluster_dir spares_topo; d=$LC_NEW
 cat "$abs_top_srcdir"/doc/*.md >"$d/corpus.txt"
 "$tokenize" "$d/corpus.txt" "$d/tokens.bin" >/dev/null || { fail "dtrain-tokenize the docs"; done_testing; }
-# nvml_conf NODE CLIQUE: NODE's fake NVML, the 4 GPUs of hgx-a100-4gpu.xml (read at each step).
-nvml_conf() {
-  cat >"$d/nvml-$1.conf" <<CONF
-count = 4
-all.name = NVIDIA GB200
-all.fabric_state = 3
-all.fabric_cluster = $cluster
-all.fabric_clique = $2
-gpu0.busid = 0000:01:00.0
-gpu1.busid = 0000:41:00.0
-gpu2.busid = 0000:81:00.0
-gpu3.busid = 0000:c1:00.0
-CONF
-}
+# nvml_conf NODE CLIQUE: NODE's fake NVML (read at each step)
+nvml_conf() { fabric_nvml_conf "$d/nvml-$1.conf" "$cluster" "$2"; }
 nvml_conf node1 1; nvml_conf node2 1; nvml_conf node3 2; nvml_conf node4 2
 env_args=(--slurmd-env "DTRAIN_NVML_LIBRARY=$fake")
 for k in 1 2 3 4; do env_args+=(--slurmd-env "node$k:FAKE_NVML_CONFIG=$d/nvml-node$k.conf"); done

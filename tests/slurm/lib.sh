@@ -29,6 +29,11 @@
 #                            a site key, never the job's environment), or to
 #                            imex_check=no with IMEX_WHY when mknod is not
 #                            allowed here (no root / CAP_MKNOD)
+#   fabric_nvml_conf FILE CLUSTER CLIQUE
+#                            a fake NVML's config (tests/topo's fake, the
+#                            hardware boundary) for the 4 GPUs of
+#                            hgx-a100-4gpu.xml, registered in the NVLink
+#                            fabric CLUSTER (a UUID), clique CLIQUE
 # DTRAIN_TEST_CLUSTERS=0 in the environment skips every test that starts a
 # cluster (a package build, a machine where Slurm must not be started).
 : "${abs_top_srcdir:?run through make check}" "${abs_builddir:?run through make check}"
@@ -157,4 +162,18 @@ fake_imex_channels() {
   else
     IMEX_SITE="imex_check=no" IMEX_WHY="cannot make a fake IMEX channel device (mknod: $IMEX_WHY)"
   fi
+}
+
+fabric_nvml_conf() {
+  cat >"$1" <<CONF
+count = 4
+all.name = NVIDIA GB200
+all.fabric_state = 3
+all.fabric_cluster = $2
+all.fabric_clique = $3
+gpu0.busid = 0000:01:00.0
+gpu1.busid = 0000:41:00.0
+gpu2.busid = 0000:81:00.0
+gpu3.busid = 0000:c1:00.0
+CONF
 }

@@ -42,20 +42,8 @@ launch=$abs_top_builddir/launcher/dtrain-launch
 cluster=6d1e4a7b-0c2f-4e0a-9b1d-3c5e7f9a1b2c
 
 new_cluster_dir nvlink
-# nvml_conf NODE CLIQUE: NODE's fake NVML, the 4 GPUs of hgx-a100-4gpu.xml.
-nvml_conf() {
-  cat >"$LC_NEW/nvml-$1.conf" <<CONF
-count = 4
-all.name = NVIDIA GB200
-all.fabric_state = 3
-all.fabric_cluster = $cluster
-all.fabric_clique = $2
-gpu0.busid = 0000:01:00.0
-gpu1.busid = 0000:41:00.0
-gpu2.busid = 0000:81:00.0
-gpu3.busid = 0000:c1:00.0
-CONF
-}
+# nvml_conf NODE CLIQUE: NODE's fake NVML (read at each step)
+nvml_conf() { fabric_nvml_conf "$LC_NEW/nvml-$1.conf" "$cluster" "$2"; }
 nvml_conf node1 1; nvml_conf node2 1; nvml_conf node3 2; nvml_conf node4 2
 fake_imex_channels "$LC_NEW/imex"
 env_args=(--slurmd-env "DTRAIN_NVML_LIBRARY=$fake")
