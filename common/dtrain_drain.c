@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dtrain_bounded.h"
+#include "dtrain_slurm_compat.h"
 #include "dtrain_parse.h"
 
 /* libslurm's error text, and ours about it: one line. */
@@ -238,19 +239,9 @@ static void job_facts_child(const void *arg, void *out, struct dtrain_stage *sta
     }
     /* slurmctld reads the same word (Slurm 26.05, job_mgr.c _expedited_requeue_enabled: xstrstr) */
     f->site_allows = conf->slurmctld_params != NULL && strstr(conf->slurmctld_params, "enable_expedited_requeue") != NULL;
-#if HAVE_DECL_SLURM_FREE_CONF
-    slurm_free_conf(conf); /* Slurm 26.05's name (configure) */
-#else
-    slurm_free_ctl_conf(conf);
-#endif
+    dtrain_slurm_free_conf(conf);
     dtrain_stage_set(stage, "slurm_load_job");
-#ifdef DTRAIN_SLURM_REQUEUE_STEP_ID
-    slurm_step_id_t which = SLURM_STEP_ID_INITIALIZER; /* Slurm 26.05 names the job so (configure) */
-    which.job_id = (uint32_t)req->job;
-#else
-    uint32_t which = (uint32_t)req->job;
-#endif
-    if (slurm_load_job(&jobs, which, SHOW_ALL) != SLURM_SUCCESS) {
+    if (slurm_load_job(&jobs, dtrain_slurm_job((uint32_t)req->job), SHOW_ALL) != SLURM_SUCCESS) {
         dtrain_snprintf(answer->error, sizeof answer->error, "slurm_load_job of job %ld: %s", req->job,
                         slurm_strerror(errno));
         goto done;

@@ -8,6 +8,7 @@
 #include "dtrain_parse.h"
 #include "dtrain_env.h"
 #include "dtrain_drain.h"
+#include "dtrain_slurm_compat.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -186,13 +187,7 @@ int dtrain_job_requeue(char *err, size_t errlen)
         return -1;
     }
     slurm_init(NULL); /* SLURM_CONF, else the default slurm.conf */
-#ifdef DTRAIN_SLURM_REQUEUE_STEP_ID
-    slurm_step_id_t which = SLURM_STEP_ID_INITIALIZER; /* Slurm 26.05 names the job so (configure) */
-    which.job_id = (uint32_t)job;
-#else
-    uint32_t which = (uint32_t)job;
-#endif
-    int rc = slurm_requeue(which, 0), e = rc == SLURM_SUCCESS ? 0 : errno; /* libslurm sets errno (slurm_get_errno() of 22.05 returns it; 24.11 has no such call) */
+    int rc = slurm_requeue(dtrain_slurm_job((uint32_t)job), 0), e = rc == SLURM_SUCCESS ? 0 : errno; /* libslurm sets errno (slurm_get_errno() of 22.05 returns it; 24.11 has no such call) */
     slurm_fini();
     if (rc != SLURM_SUCCESS) {
         snprintf(err, errlen, "slurm_requeue of job %ld failed: %s", job, slurm_strerror(e));

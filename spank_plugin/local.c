@@ -25,6 +25,7 @@
 
 #include "dtrain_env.h"
 #include "dtrain_parse.h"
+#include "dtrain_slurm_compat.h"
 #include "dtrain_tree.h"
 #include "plugin.h"
 #include "submit.h"
@@ -133,11 +134,7 @@ out:
     free(names);
     free(pos_node);
     if (conf)
-#if HAVE_DECL_SLURM_FREE_CONF
-        slurm_free_conf(conf); /* Slurm 26.05 */
-#else
-        slurm_free_ctl_conf(conf);
-#endif
+        dtrain_slurm_free_conf(conf);
     if (layout)
         slurm_job_step_layout_free(layout);
 }
