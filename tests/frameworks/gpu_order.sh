@@ -78,10 +78,12 @@ check "NODE_RANK/GROUP_RANK are the node's index, TORCHELASTIC_RESTART_COUNT 0" 
 # makes the next one wait its turn (refused).
 port=$((lo + 10))
 set_plugin_args "$D" "max_tp=8 master_ports=$port-$port ports_per_step=1"
-in_cluster "$D" timeout 120 srun -J hold -w node1 -N1 -n1 --dtrain-tp=1 sleep 100 >"$D/hold.out" 2>&1 &
+in_cluster "$D" timeout 120 srun -J hold -w node1 -N1 -n1 --dtrain-tp=1 \
+  sh -c 'echo task-started; exec sleep 100' >"$D/hold.out" 2>&1 &
 holder=$!
-# the lock is taken in slurmstepd before the task runs: wait for the step
-wait_for 30 eval 'in_cluster "$D" squeue -h -t R -s -n hold | grep -q "\.0 "'
+# the lock is taken in slurmstepd before the task runs: wait for the task's
+# own line (squeue lists the step as running before slurmstepd claims it)
+wait_for 30 grep -q '^task-started' "$D/hold.out"
 # refused_step DESC PATTERN: a step on node1 fails with exit 1 and a line matching PATTERN.
 refused_step() {
   in_cluster "$D" timeout 60 srun -w node1 -N1 -n1 --dtrain-tp=1 true >"$D/busy.out" 2>"$D/busy.err"

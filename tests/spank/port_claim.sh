@@ -110,10 +110,12 @@ done
 listener0=$LISTENER
 
 # ---- while a step holds its block: the lock files are closed to strangers
-in_cluster "$D" timeout 120 srun -J hold -w node1 -N1 -n1 --dtrain-tp=1 sleep 100 >"$D/hold.out" 2>&1 &
+in_cluster "$D" timeout 120 srun -J hold -w node1 -N1 -n1 --dtrain-tp=1 \
+  sh -c 'echo task-started; exec sleep 100' >"$D/hold.out" 2>&1 &
 hold=$!
-# the locks are taken in slurmstepd before the task runs: wait for the step
-wait_for 30 eval 'in_cluster "$D" squeue -h -t R -s -n hold | grep -q "\.0 "'
+# the locks are taken in slurmstepd before the task runs: wait for the task's
+# own line (squeue lists the step as running before slurmstepd claims them)
+wait_for 30 grep -q '^task-started' "$D/hold.out"
 modes=$(for p in "$b0" "$b1" "$b2"; do stat -c '%u %a' "$(lock "$p")" 2>&1; done | sort -u)
 check "a step holds a lock file for each port of its block $b0-$b2: root's, mode 0600 ($modes)" \
   eval '[ "$modes" = "0 600" ]'
