@@ -30,7 +30,7 @@ void engine_begin(struct engine_plan *p, struct link *s, struct link *r, enum wi
     }
 }
 
-long engine_send(struct engine_plan *p, const void *src, size_t bytes, long dep)
+long engine_send_copy(struct engine_plan *p, const void *src, size_t bytes, long dep, void *copy_to)
 {
     if (bytes == 0)
         return -1;
@@ -38,8 +38,13 @@ long engine_send(struct engine_plan *p, const void *src, size_t bytes, long dep)
         p->out_of_memory = 1;
         return -1;
     }
-    p->send[p->nsend] = (struct send_op){.src = src, .bytes = bytes, .dep = dep, .payload = 1};
+    p->send[p->nsend] = (struct send_op){.src = src, .bytes = bytes, .dep = dep, .copy_to = copy_to, .payload = 1};
     return (long)p->nsend++;
+}
+
+long engine_send(struct engine_plan *p, const void *src, size_t bytes, long dep)
+{
+    return engine_send_copy(p, src, bytes, dep, NULL);
 }
 
 long engine_recv(struct engine_plan *p, void *dst, size_t bytes, enum recv_kind kind, const float *a,
@@ -162,6 +167,8 @@ static long pump_send(struct dtrain_comm *c, struct engine_plan *p, struct link 
         }
         if (n == 0)
             break;
+        if (op->copy_to != NULL)
+            memcpy((char *)op->copy_to + *soff, (const char *)op->src + *soff, (size_t)n);
         moved += n;
         *soff += (size_t)n;
         if (op->payload)

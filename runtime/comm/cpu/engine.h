@@ -7,6 +7,9 @@
  *   send op  src[bytes]; with dep >= 0 it may only send byte b once receive
  *            op dep has delivered byte b (a ring forwards what it has just
  *            reduced or copied: that is the pipelining, chunk by chunk);
+ *            with copy_to, each piece written to the link is also copied
+ *            there while it is in cache (an all-gather's own block: its
+ *            input is read from memory once, not twice);
  *   recv op  dst[bytes] copied, or reduced (dst = a + incoming, then /
  *            divisor), or discarded (padding), or a header to check; with
  *            gate >= 0 it may only start once send op gate is complete (a
@@ -32,6 +35,7 @@ struct send_op {
     const void *src;
     size_t bytes;
     long dep;    /* receive op that must deliver each byte first, or -1 */
+    void *copy_to; /* NULL, or where the sent bytes are copied too (not overlapping src) */
     int payload; /* counted in the statistics */
 };
 
@@ -68,6 +72,8 @@ void engine_begin(struct engine_plan *p, struct link *s, struct link *r, enum wi
 /* Append an op; zero-byte ops are not added.  Return the op's index, or -1
  * (none added).  Out of memory is remembered and reported by engine_run. */
 long engine_send(struct engine_plan *p, const void *src, size_t bytes, long dep);
+/* The same, and each piece sent is copied to copy_to[bytes] too. */
+long engine_send_copy(struct engine_plan *p, const void *src, size_t bytes, long dep, void *copy_to);
 long engine_recv(struct engine_plan *p, void *dst, size_t bytes, enum recv_kind kind, const float *a,
                  float divisor, long gate);
 /* Pad a byte message of `bytes` to a multiple of 4 on either side. */

@@ -2,6 +2,7 @@
 /* Ring collectives as engine plans; see ring.h. */
 #include "ring.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "comm/comm_backend.h"
@@ -105,18 +106,27 @@ static int gather(struct dtrain_comm *c, struct link *next, struct link *prev, e
                   void *out, size_t each, size_t count, size_t slice)
 {
     const int n = c->size, r = c->rank;
-    unsigned char *o = out;
+    unsigned char *o = out, *own = o + (size_t)r * each;
+    const unsigned char *i = in;
     struct engine_plan p;
 
-    if (in != o + (size_t)r * each)
-        memmove(o + (size_t)r * each, in, each);
+    /* This member's block goes out from `in` and lands in its place in
+     * `out` as it is sent (engine_send_copy), piece by piece while in
+     * cache; overlapping buffers are moved first, as before. */
+    uintptr_t ib = (uintptr_t)i, ob = (uintptr_t)o;
+    int fused = n > 1 && (ib + each <= ob || ob + (size_t)n * each <= ib);
+    if (!fused && i != own)
+        memmove(own, in, each);
     engine_begin(&p, next, prev, op, 0, 0, count, count);
     for (size_t off = 0; off < each; off += slice) {
         size_t L = each - off < slice ? each - off : slice;
         long last_recv = -1;
         for (int k = 0; k < n - 1; k++) {
             int sseg = mod(r - k, n), rseg = mod(r - k - 1, n);
-            engine_send(&p, o + (size_t)sseg * each + off, L, k == 0 ? -1 : last_recv);
+            if (k == 0 && fused)
+                engine_send_copy(&p, i + off, L, -1, own + off);
+            else
+                engine_send(&p, o + (size_t)sseg * each + off, L, k == 0 ? -1 : last_recv);
             last_recv = engine_recv(&p, o + (size_t)rseg * each + off, L, RECV_COPY, NULL, 0.0f, -1);
         }
     }
