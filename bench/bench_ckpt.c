@@ -30,6 +30,7 @@
 
 #include "bench_parallel.h"
 #include "bench_util.h"
+#include "dtrain_blas.h"
 #include "dtrain_fault.h"
 #include "trainer/dtrain_ft.h"
 #include "dtrain_parse.h"
@@ -116,6 +117,8 @@ static double step_ms(const char *path, long steps)
 
 int main(int argc, char **argv)
 {
+    if (dtrain_blas_select(PROG, argv) != 0) /* the kernels the trainer would run */
+        return 2;
     long ranks = 2, layers = 4, channels = 256, steps = 31, every = 5, repeat = 3;
     const char *base = NULL;
     static const struct option longopts[] = {

@@ -31,6 +31,7 @@
 
 #include "bench_parallel.h"
 #include "bench_util.h"
+#include "dtrain_blas.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pipeline.h"
 
@@ -40,6 +41,8 @@ struct layout {
 
 int main(int argc, char **argv)
 {
+    if (dtrain_blas_select("dtrain-bench-layouts", argv) != 0) /* the kernels the trainer would run */
+        return 2;
     int steps = 5, warmup = 2, zero = 0, overlap = 1, repeats = 3;
     char err[512];
     for (int i = 1; i < argc; i++) {

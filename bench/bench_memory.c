@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "bench_parallel.h"
+#include "dtrain_blas.h"
 #include "dtrain_parse.h"
 
 /* One row of an activations table: rank 0's peak activation bytes and step
@@ -56,6 +57,8 @@ static void print_activations_row(const char *label, const struct bench_rank *r0
 
 int main(int argc, char **argv)
 {
+    if (dtrain_blas_select("dtrain-bench-memory", argv) != 0) /* the kernels the trainer would run */
+        return 2;
     int steps = 5, warmup = 2, repeats = 2;
     char err[512];
     for (int i = 1; i < argc; i++) {

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "bench_parallel.h"
+#include "dtrain_blas.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pipeline.h"
 
@@ -59,6 +60,8 @@ static int parse_list(const char *text, int *out, int max)
 
 int main(int argc, char **argv)
 {
+    if (dtrain_blas_select("dtrain-bench-pipeline", argv) != 0) /* the kernels the trainer would run */
+        return 2;
     int stages[2] = {2, 4}, nstages = bench_cpus() >= 4 ? 2 : 1;
     int micro[MAX_MICRO] = {1, 2, 4, 8}, nmicro = 4, steps = 5, warmup = 2, repeats = 3;
     int virt[MAX_MICRO] = {1, 2}, nvirt = 2, seq = 64;

@@ -34,6 +34,22 @@ int sckpt_gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *a
     return dtrain_pcomm_status(world, rc, what, err, errlen);
 }
 
+int sckpt_gather_flags(dtrain_comm *world, int size, int flag, int32_t **all, const char *what, char *err,
+                       size_t errlen)
+{
+    int32_t mine = flag != 0;
+    if ((*all = malloc((size_t)size * sizeof **all)) == NULL) {
+        dtrain_snprintf(err, errlen, "%s: out of memory for %d ranks' flags", what, size);
+        return DTRAIN_ERR_SYSTEM;
+    }
+    int rc = sckpt_gather_ints(world, &mine, 1, *all, what, err, errlen);
+    if (rc != DTRAIN_OK) {
+        free(*all);
+        *all = NULL;
+    }
+    return rc;
+}
+
 int sckpt_bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, char *err, size_t errlen)
 {
     if (world == NULL)

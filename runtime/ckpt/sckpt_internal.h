@@ -92,6 +92,11 @@ struct shard_file {
 /* Every rank's n int32 values into all[size * n] (world NULL: one rank). */
 int sckpt_gather_ints(dtrain_comm *world, const int32_t *mine, int n, int32_t *all, const char *what,
                       char *err, size_t errlen);
+/* Every rank's flag (0 or 1) into *all, malloc'ed here (size entries; the
+ * caller frees it); on failure *all is NULL: out of memory or the comm's
+ * error, said in err. */
+int sckpt_gather_flags(dtrain_comm *world, int size, int flag, int32_t **all, const char *what, char *err,
+                       size_t errlen);
 int sckpt_bcast(dtrain_comm *world, void *buf, size_t bytes, const char *what, char *err, size_t errlen);
 /* Collective: load checkpoint `step` of dir (the shared protocol: every
  * shard verified, then read); a damaged one is renamed step-N.damaged and

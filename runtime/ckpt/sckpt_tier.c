@@ -531,17 +531,11 @@ static int fetch_lacking(dtrain_comm *world, int rank, int size, const struct lo
         if (all[q].leader == q && all[q].manifest != HELD)
             any_lacks = 1;
     if (any_lacks) { /* the manifest, to the nodes that lost theirs */
-        int32_t w = 0, *ws = malloc((size_t)size * sizeof *ws);
-        if (ws == NULL) {
-            dtrain_snprintf(err, errlen, "out of memory");
-            rc = DTRAIN_ERR_SYSTEM;
-            goto out;
-        }
+        int32_t *ws = NULL;
         rc = spread_file(world, rank, manifest_holder, leader && all[rank].manifest != HELD, path,
                          DTRAIN_SCKPT_MANIFEST, dest, werr, why, whylen, err, errlen);
-        w = *werr;
         if (rc == DTRAIN_OK) /* the leaders have written it before their nodes read it */
-            rc = sckpt_gather_ints(world, &w, 1, ws, "resume: the node-local manifests", err, errlen);
+            rc = sckpt_gather_flags(world, size, *werr, &ws, "resume: the node-local manifests", err, errlen);
         free(ws);
         if (rc != DTRAIN_OK)
             goto out;
@@ -716,19 +710,14 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
     } else if (*rc == DTRAIN_OK) {
         /* every file received (and written by its node's ranks) before the
          * leaders sync and rename; a node's failed write fails its leader */
-        int32_t w = werr != 0, *ws = malloc((size_t)size * sizeof *ws);
-        if (ws == NULL) {
-            dtrain_snprintf(err, errlen, "out of memory");
-            *rc = DTRAIN_ERR_SYSTEM;
-        } else {
-            *rc = sckpt_gather_ints(world, &w, 1, ws, "resume: the node-local files received", err, errlen);
-            for (int q = 0; *rc == DTRAIN_OK && leader && werr == 0 && q < size; q++)
-                if (ws[q] != 0 && all[q].leader == rank) {
-                    werr = EIO;
-                    dtrain_snprintf(why, sizeof why, "rank %d could not write a file into %s", q, rebuild ? tmp : path);
-                }
-            free(ws);
-        }
+        int32_t *ws = NULL;
+        *rc = sckpt_gather_flags(world, size, werr != 0, &ws, "resume: the node-local files received", err, errlen);
+        for (int q = 0; *rc == DTRAIN_OK && leader && werr == 0 && q < size; q++)
+            if (ws[q] != 0 && all[q].leader == rank) {
+                werr = EIO;
+                dtrain_snprintf(why, sizeof why, "rank %d could not write a file into %s", q, rebuild ? tmp : path);
+            }
+        free(ws);
         if (*rc == DTRAIN_OK && rebuild && leader && werr == 0)
             werr = link_verified(all, size, rank, path, tmp, why, sizeof why);
     }
