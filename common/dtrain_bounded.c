@@ -216,13 +216,18 @@ void dtrain_probe_wait_all(struct dtrain_probe *const *probes, int n)
     }
 }
 
+void dtrain_probe_wait(struct dtrain_probe *probe)
+{
+    struct dtrain_probe *list[1] = {probe};
+    dtrain_probe_wait_all(list, 1);
+}
+
 enum dtrain_bounded_status dtrain_run_bounded(dtrain_probe_fn probe, const void *arg, void *out,
                                               size_t outsize, int timeout_ms, char *why, size_t whylen)
 {
     struct dtrain_probe p;
-    struct dtrain_probe *list[1] = {&p};
     dtrain_probe_start(&p, probe, arg, out, outsize, timeout_ms, NULL, NULL);
-    dtrain_probe_wait_all(list, 1);
+    dtrain_probe_wait(&p);
     if (why)
         dtrain_snprintf(why, whylen, "%s", p.why);
     return p.status;

@@ -86,6 +86,8 @@ void dtrain_probe_start(struct dtrain_probe *p, dtrain_probe_fn probe, const voi
  * return every probe's out holds its answer, or (status != OK) is zeroed
  * and then filled by its `failed` function.  NULL entries are ignored. */
 void dtrain_probe_wait_all(struct dtrain_probe *const *probes, int n);
+/* The same for one started probe. */
+void dtrain_probe_wait(struct dtrain_probe *probe);
 
 /* Start one probe and wait for it.  Returns its status; why (if not NULL)
  * gets the probe's why. */

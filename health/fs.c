@@ -48,7 +48,6 @@ void health_fs_start(const char *path, int timeout_ms, struct health_fs_facts *o
 void health_fs_probe(const char *path, int timeout_ms, struct health_fs_facts *out)
 {
     struct dtrain_probe probe;
-    struct dtrain_probe *list[1] = {&probe};
     health_fs_start(path, timeout_ms, out, &probe);
-    dtrain_probe_wait_all(list, 1);
+    dtrain_probe_wait(&probe);
 }

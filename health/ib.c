@@ -152,7 +152,6 @@ void health_ib_probe(const char *sysfs_root, const struct health_ib_port_spec *p
                      int timeout_ms, struct health_ib_facts *out)
 {
     struct dtrain_probe probe;
-    struct dtrain_probe *list[1] = {&probe};
     health_ib_start(sysfs_root, ports, nports, timeout_ms, out, &probe);
-    dtrain_probe_wait_all(list, 1);
+    dtrain_probe_wait(&probe);
 }

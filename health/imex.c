@@ -121,7 +121,6 @@ void health_imex_start(const char *ctl, int timeout_ms, struct health_imex_facts
 void health_imex_probe(const char *ctl, int timeout_ms, struct health_imex_facts *out)
 {
     struct dtrain_probe probe;
-    struct dtrain_probe *list[1] = {&probe};
     health_imex_start(ctl, timeout_ms, out, &probe);
-    dtrain_probe_wait_all(list, 1);
+    dtrain_probe_wait(&probe);
 }

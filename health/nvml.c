@@ -349,7 +349,6 @@ void health_nvml_start(const struct health_nvml_request *req, int timeout_ms, st
 void health_nvml_probe(const struct health_nvml_request *req, int timeout_ms, struct health_nvml_facts *out)
 {
     struct dtrain_probe probe;
-    struct dtrain_probe *list[1] = {&probe};
     health_nvml_start(req, timeout_ms, out, &probe);
-    dtrain_probe_wait_all(list, 1);
+    dtrain_probe_wait(&probe);
 }

@@ -86,7 +86,6 @@ void health_topology_probe(const char *node_xml, const char *reference_xml, int 
                            struct health_topo_facts *out)
 {
     struct dtrain_probe probe;
-    struct dtrain_probe *list[1] = {&probe};
     health_topology_start(node_xml, reference_xml, timeout_ms, out, &probe);
-    dtrain_probe_wait_all(list, 1);
+    dtrain_probe_wait(&probe);
 }
