@@ -77,6 +77,19 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
 void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight,
                          int N, int IC, int OC, unsigned exact);
+/* 1: bf16 matmuls run on oneDNN's bf16 operands here (and it reads dout
+ * transposed in place), so a bf16 tensor can go to them as it is
+ * (cpu_matmul_*_bits) rather than widened and rounded again */
+int cpu_matmul_takes_bits(struct dtrain_kernels *k);
+/* The same as cpu_matmul_forward/backward with the bf16 tensors' own bits:
+ * inp_bits (and dout_bits) non-NULL stand for inp (dout), whose fp32 view
+ * need not be filled then, except dout's when dbias is asked for.  Only
+ * where cpu_matmul_takes_bits. */
+void cpu_matmul_forward_bits(struct dtrain_kernels *k, float *out, const float *inp, const uint16_t *inp_bits,
+                             const float *weight, const float *bias, int N, int IC, int OC, unsigned exact);
+void cpu_matmul_backward_bits(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+                              const float *dout, const uint16_t *dout_bits, const float *inp,
+                              const uint16_t *inp_bits, const float *weight, int N, int IC, int OC, unsigned exact);
 
 /* cpu_onednn.c: bf16 matmuls through oneDNN.  mode: DTRAIN_CPU_ONEDNN
  * (NULL or "auto": when the CPU has bf16 instructions, "off", "force").
@@ -92,6 +105,12 @@ int cpu_onednn_bf16(const struct cpu_onednn *d);
  * the type cpu_onednn_bf16 says, C in f32. */
 void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
                      int btrans, int accumulate, float *C);
+/* 1: cpu_onednn_gemm_at works here (oneDNN built the form at creation) */
+int cpu_onednn_atrans(const struct cpu_onednn *d);
+/* The same with A stored transposed: K rows of lda elements, A[m][k] at
+ * k * lda + m (the weight gradient's dout^T, read in place). */
+void cpu_onednn_gemm_at(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda,
+                        const void *B, int btrans, int accumulate, float *C);
 
 /* cpu_attention.c */
 void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,

@@ -34,6 +34,7 @@
 
 struct prim {
     int M, N, K, btrans, accumulate;
+    int lda; /* 0: A dense M x K; else A stored transposed, K rows of lda elements */
     dnnl_primitive_t p;
     void *scratch; /* user scratchpad: nothing shared with another thread */
 };
@@ -50,6 +51,7 @@ struct cpu_onednn {
     int threads;
     int bf16; /* 1: bf16 operands; 0: f32 operands (forced without bf16 matmuls) */
     int failed_said;
+    int atrans; /* 1: matmuls on a transposed A build here (cpu_onednn_gemm_at) */
     struct per_thread *t;
     char impl[96]; /* oneDNN's implementation of a probe matmul, e.g. "brg:avx512_core_amx" */
 };
@@ -81,10 +83,11 @@ typedef const dnnl_memory_desc_t *md_ref;
 #endif
 
 /* C[M x N] (+)= A[M x K] @ B, B stored K x N (btrans 0) or N x K (btrans 1);
- * dense row-major, operands of the instance's type, f32 C. */
+ * A dense row-major, or (lda > 0) stored transposed with rows of lda
+ * elements (strides 1 and lda); operands of the instance's type, f32 C. */
 static dnnl_status_t make_prim(struct cpu_onednn *d, struct prim *e)
 {
-    dnnl_dims_t sd = {e->M, e->K}, wd = {e->K, e->N}, dd = {e->M, e->N};
+    dnnl_dims_t sd = {e->M, e->K}, wd = {e->K, e->N}, dd = {e->M, e->N}, sstrides = {1, e->lda};
     dnnl_data_type_t ty = d->bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_format_tag_t wtag = e->btrans ? dnnl_ba : dnnl_ab;
     dnnl_primitive_attr_t attr = NULL;
@@ -95,14 +98,16 @@ static dnnl_status_t make_prim(struct cpu_onednn *d, struct prim *e)
     e->scratch = NULL;
 #if DNNL_VERSION_MAJOR >= 3
     dnnl_memory_desc_t src = NULL, wei = NULL, dst = NULL;
-    if ((st = dnnl_memory_desc_create_with_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
+    if ((st = e->lda > 0 ? dnnl_memory_desc_create_with_strides(&src, 2, sd, ty, sstrides)
+                         : dnnl_memory_desc_create_with_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
         (st = dnnl_memory_desc_create_with_tag(&wei, 2, wd, ty, wtag)) != dnnl_success ||
         (st = dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab)) != dnnl_success)
         goto out;
 #else
     dnnl_memory_desc_t src, wei, dst;
     dnnl_matmul_desc_t md;
-    if ((st = dnnl_memory_desc_init_by_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
+    if ((st = e->lda > 0 ? dnnl_memory_desc_init_by_strides(&src, 2, sd, ty, sstrides)
+                         : dnnl_memory_desc_init_by_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
         (st = dnnl_memory_desc_init_by_tag(&wei, 2, wd, ty, wtag)) != dnnl_success ||
         (st = dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab)) != dnnl_success ||
         (st = dnnl_matmul_desc_init(&md, &src, &wei, NULL, &dst)) != dnnl_success)
@@ -208,6 +213,11 @@ static int probe(struct cpu_onednn *d)
             impl_of(d, &forms[i], d->impl, sizeof d->impl);
         free_prim(&forms[i]);
     }
+    /* the weight gradient's form with dout read transposed in place; without
+     * it cpu_matmul.c converts dout transposed first */
+    struct prim at = {.M = 53, .N = 64, .K = 37, .btrans = 0, .accumulate = 1, .lda = 61};
+    d->atrans = make_prim(d, &at) == dnnl_success;
+    free_prim(&at);
     return rc;
 }
 
@@ -274,6 +284,11 @@ int cpu_onednn_bf16(const struct cpu_onednn *d)
     return d->bf16;
 }
 
+int cpu_onednn_atrans(const struct cpu_onednn *d)
+{
+    return d->atrans;
+}
+
 static float elem(const void *p, size_t i, int bf16)
 {
     if (!bf16)
@@ -286,21 +301,21 @@ static float elem(const void *p, size_t i, int bf16)
 
 /* The same product in loops: only when oneDNN refused a shape the probe
  * did not (it said so); slow, but right, and the same bits every time. */
-static void gemm_loops(int M, int N, int K, const void *A, const void *B, int btrans, int accumulate, float *C,
-                       int bf16)
+static void gemm_loops(int M, int N, int K, const void *A, int lda, const void *B, int btrans, int accumulate,
+                       float *C, int bf16)
 {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             float acc = 0.0f;
             for (int k = 0; k < K; k++)
-                acc += elem(A, (size_t)m * K + k, bf16) *
+                acc += elem(A, lda > 0 ? (size_t)k * lda + m : (size_t)m * K + k, bf16) *
                        elem(B, btrans ? (size_t)n * K + k : (size_t)k * N + n, bf16);
             C[(size_t)m * N + n] = accumulate ? C[(size_t)m * N + n] + acc : acc;
         }
 }
 
-void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
-                     int btrans, int accumulate, float *C)
+static void gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
+                 int btrans, int accumulate, float *C)
 {
     if (M <= 0 || N <= 0)
         return;
@@ -308,7 +323,8 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
     struct prim *e = NULL;
     for (int i = 0; i < t->n && e == NULL; i++) {
         struct prim *c = &t->cache[i];
-        if (c->M == M && c->N == N && c->K == K && c->btrans == btrans && c->accumulate == accumulate)
+        if (c->M == M && c->N == N && c->K == K && c->btrans == btrans && c->accumulate == accumulate &&
+            c->lda == lda)
             e = c;
     }
     omp_set_num_threads(1); /* this thread's own team (an ICV of the calling thread) */
@@ -320,7 +336,7 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
             t->next = (t->next + 1) % CACHE_MAX;
             free_prim(e);
         }
-        *e = (struct prim){.M = M, .N = N, .K = K, .btrans = btrans, .accumulate = accumulate};
+        *e = (struct prim){.M = M, .N = N, .K = K, .btrans = btrans, .accumulate = accumulate, .lda = lda};
         make_prim(d, e);
     }
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
@@ -350,8 +366,20 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
         if (K > 0 && !__atomic_exchange_n(&d->failed_said, 1, __ATOMIC_RELAXED))
             fprintf(stderr, "dtrain: cpu bf16: oneDNN refused a %d x %d x %d matmul: that shape runs in plain "
                     "loops (slow)\n", M, N, K);
-        gemm_loops(M, N, K, A, B, btrans, accumulate, C, d->bf16);
+        gemm_loops(M, N, K, A, lda, B, btrans, accumulate, C, d->bf16);
     }
+}
+
+void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
+                     int btrans, int accumulate, float *C)
+{
+    gemm(d, tid, M, N, K, A, 0, B, btrans, accumulate, C);
+}
+
+void cpu_onednn_gemm_at(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda,
+                        const void *B, int btrans, int accumulate, float *C)
+{
+    gemm(d, tid, M, N, K, A, lda, B, btrans, accumulate, C);
 }
 
 #else /* no oneDNN at build time */
@@ -376,10 +404,23 @@ int cpu_onednn_bf16(const struct cpu_onednn *d)
     return 0;
 }
 
+int cpu_onednn_atrans(const struct cpu_onednn *d)
+{
+    (void)d;
+    return 0;
+}
+
 void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
                      int btrans, int accumulate, float *C)
 {
     (void)d; (void)tid; (void)M; (void)N; (void)K; (void)A; (void)B; (void)btrans; (void)accumulate; (void)C;
+}
+
+void cpu_onednn_gemm_at(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda,
+                        const void *B, int btrans, int accumulate, float *C)
+{
+    (void)lda;
+    cpu_onednn_gemm(d, tid, M, N, K, A, B, btrans, accumulate, C);
 }
 
 #endif

@@ -102,12 +102,14 @@ void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out
 {
     const struct dtrain_tensor t[2] = {out, inp};
     const size_t n[2] = {(size_t)N * OC, (size_t)N * IC};
-    const int in[2] = {0, 1};
+    /* a bf16 input goes to oneDNN's bf16 matmul as it is, not widened */
+    const uint16_t *inp_bits = inp.dtype == DTRAIN_BF16 && cpu_matmul_takes_bits(k) ? inp.data : NULL;
+    const int in[2] = {0, inp_bits == NULL};
     struct views v;
     if (views_of(k, &v, t, n, in, 2) != 0)
         return;
-    cpu_matmul_forward(k, v.f32[0], v.f32[1], weight, bias, N, IC, OC,
-                       inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u);
+    cpu_matmul_forward_bits(k, v.f32[0], v.f32[1], inp_bits, weight, bias, N, IC, OC,
+                            inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u);
     store(k, &v, t, n, 0);
 }
 
@@ -117,13 +119,18 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
 {
     const struct dtrain_tensor t[3] = {dinp, dout, inp};
     const size_t n[3] = {(size_t)N * IC, (size_t)N * OC, (size_t)N * IC};
-    const int in[3] = {0, 1, 1};
+    /* bf16 operands go to oneDNN's bf16 matmuls as they are; dout is
+     * widened still when dbias sums it */
+    int bits = cpu_matmul_takes_bits(k);
+    const uint16_t *dout_bits = bits && dout.dtype == DTRAIN_BF16 ? dout.data : NULL;
+    const uint16_t *inp_bits = bits && inp.dtype == DTRAIN_BF16 ? inp.data : NULL;
+    const int in[3] = {0, dout_bits == NULL || dbias != NULL, inp_bits == NULL};
     struct views v;
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
-    cpu_matmul_backward(k, v.f32[0], dweight, dbias, v.f32[1], v.f32[2], weight, N, IC, OC,
-                        (inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u) |
-                            (dout.dtype == DTRAIN_BF16 ? CPU_MATMUL_DOUT_BF16 : 0u));
+    cpu_matmul_backward_bits(k, v.f32[0], dweight, dbias, v.f32[1], dout_bits, v.f32[2], inp_bits, weight, N, IC,
+                             OC, (inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u) |
+                                     (dout.dtype == DTRAIN_BF16 ? CPU_MATMUL_DOUT_BF16 : 0u));
     store(k, &v, t, n, 0);
 }
 
