@@ -17,9 +17,11 @@
  * biases, dbias and gradients stay fp32.
  *
  * bf16 on CPUs with AMX-BF16 / AVX512-BF16 (cpu_onednn.c): the operands are
- * converted to bf16 (the same rounding) and each thread's slice runs as one
- * oneDNN matmul with fp32 accumulation; the weight gradient's dout is
- * converted transposed (OC x N), so every slice is a dense matrix. */
+ * converted to bf16 (the same rounding; a bf16 tensor goes as it is,
+ * cpu_matmul_*_bits) and each thread's slice runs as one oneDNN matmul with
+ * fp32 accumulation; the weight gradient reads its slice of dout's columns
+ * transposed in place (a strided source), or, where oneDNN cannot build
+ * that, from a transposed copy (OC x N). */
 #include "cpu_backend.h"
 #include "cpu_math.h"
 
