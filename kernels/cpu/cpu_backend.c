@@ -4,6 +4,7 @@
 #include "dtrain_blas.h"
 
 #include <cblas.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -192,3 +193,13 @@ const struct dtrain_kernel_ops dtrain_kernels_cpu_ops = {
     .nf4_matmul_backward = cpu_typed_nf4_matmul_backward,
     .error = cpu_error,
 };
+
+void cpu_kernels_fail(struct dtrain_kernels *k, const char *fmt, ...)
+{
+    struct cpu_kernels *ck = (struct cpu_kernels *)k;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ck->error, sizeof ck->error, fmt, ap);
+    va_end(ap);
+    ck->failed = 1;
+}

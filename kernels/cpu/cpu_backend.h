@@ -18,9 +18,13 @@ struct cpu_kernels {
     size_t typed_cap;     /* floats in typed_scratch */
     float *nf4_scratch;   /* a dequantised tile of an NF4 weight (cpu_nf4.c); grows, never shrinks */
     size_t nf4_cap;       /* floats in nf4_scratch */
-    int failed;           /* typed_scratch or nf4_scratch could not grow: every later typed call does nothing */
+    int failed;           /* a scratch could not grow: every later typed call does nothing (cpu_kernels_fail) */
     char error[128];
 };
+
+/* Record that the instance cannot go on and why (failed, error: what the
+ * caller reports). */
+void cpu_kernels_fail(struct dtrain_kernels *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static inline struct cpu_pool *cpu_pool_of(struct dtrain_kernels *k)
 {
@@ -72,24 +76,18 @@ void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
  * that bf16 precision need not round them again */
 #define CPU_MATMUL_INP_BF16 1u
 #define CPU_MATMUL_DOUT_BF16 2u
-void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+/* inp_bits (and dout_bits), where cpu_matmul_takes_bits, may be the bf16
+ * tensors' own bits: they stand for inp (dout), whose fp32 view need not be
+ * filled then, except dout's when dbias is asked for; NULL otherwise. */
+void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, const uint16_t *inp_bits,
                         const float *weight, const float *bias, int N, int IC, int OC, unsigned exact);
 void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
-                         const float *dout, const float *inp, const float *weight,
-                         int N, int IC, int OC, unsigned exact);
+                         const float *dout, const uint16_t *dout_bits, const float *inp,
+                         const uint16_t *inp_bits, const float *weight, int N, int IC, int OC, unsigned exact);
 /* 1: bf16 matmuls run on oneDNN's bf16 operands here (and it reads dout
- * transposed in place), so a bf16 tensor can go to them as it is
- * (cpu_matmul_*_bits) rather than widened and rounded again */
+ * transposed in place), so a bf16 tensor can go to them as it is rather
+ * than widened and rounded again */
 int cpu_matmul_takes_bits(struct dtrain_kernels *k);
-/* The same as cpu_matmul_forward/backward with the bf16 tensors' own bits:
- * inp_bits (and dout_bits) non-NULL stand for inp (dout), whose fp32 view
- * need not be filled then, except dout's when dbias is asked for.  Only
- * where cpu_matmul_takes_bits. */
-void cpu_matmul_forward_bits(struct dtrain_kernels *k, float *out, const float *inp, const uint16_t *inp_bits,
-                             const float *weight, const float *bias, int N, int IC, int OC, unsigned exact);
-void cpu_matmul_backward_bits(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
-                              const float *dout, const uint16_t *dout_bits, const float *inp,
-                              const uint16_t *inp_bits, const float *weight, int N, int IC, int OC, unsigned exact);
 
 /* cpu_onednn.c: bf16 matmuls through oneDNN.  mode: DTRAIN_CPU_ONEDNN
  * (NULL or "auto": when the CPU has bf16 instructions, "off", "force").
@@ -101,16 +99,14 @@ void cpu_onednn_destroy(struct cpu_onednn *d);
 /* 1: operands in bf16 (uint16_t); 0: f32 holding bf16-rounded values (forced) */
 int cpu_onednn_bf16(const struct cpu_onednn *d);
 /* On pool thread tid: C[M x N] (+ accumulate ? C : 0) = A[M x K] @ B, with B
- * stored K x N (btrans 0) or N x K (btrans 1); dense row-major, A and B in
- * the type cpu_onednn_bf16 says, C in f32. */
-void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
+ * stored K x N (btrans 0) or N x K (btrans 1); A dense (lda 0) or stored
+ * transposed, K rows of lda elements, A[m][k] at k * lda + m (the weight
+ * gradient's dout^T, read in place: only where cpu_onednn_atrans); row-major,
+ * A and B in the type cpu_onednn_bf16 says, C in f32. */
+void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
                      int btrans, int accumulate, float *C);
-/* 1: cpu_onednn_gemm_at works here (oneDNN built the form at creation) */
+/* 1: oneDNN built the transposed-A form (lda > 0) at creation */
 int cpu_onednn_atrans(const struct cpu_onednn *d);
-/* The same with A stored transposed: K rows of lda elements, A[m][k] at
- * k * lda + m (the weight gradient's dout^T, read in place). */
-void cpu_onednn_gemm_at(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda,
-                        const void *B, int btrans, int accumulate, float *C);
 
 /* cpu_attention.c */
 void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,

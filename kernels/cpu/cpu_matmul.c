@@ -28,7 +28,6 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,16 +221,13 @@ static void forward_rows(void *p, long begin, long end, int tid)
     }
     if (a->dnn != NULL) {
         cpu_onednn_gemm(a->dnn, tid, (int)(end - begin), a->OC, a->IC, a->dnn_inp + (size_t)begin * a->IC * a->esize,
-                        a->dnn_weight, 1, a->bias != NULL, out);
+                        0, a->dnn_weight, 1, a->bias != NULL, out);
         return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(end - begin), a->OC, a->IC,
                 1.0f, a->inp + (size_t)begin * a->IC, a->IC, a->weight, a->IC, beta, out, a->OC);
 }
 
-/* exact & CPU_MATMUL_INP_BF16: inp holds bf16 values already (a widened bf16
- * tensor): in bf16 precision it is used as it is, rounding it again would
- * change nothing. */
 int cpu_matmul_takes_bits(struct dtrain_kernels *k)
 {
     struct cpu_onednn *dnn = ((struct cpu_kernels *)k)->onednn;
@@ -239,35 +235,20 @@ int cpu_matmul_takes_bits(struct dtrain_kernels *k)
            dtrain_kernels_precision(k) == DTRAIN_PRECISION_BF16;
 }
 
-/* The operand scratch could not grow while a bf16 tensor came as its bits
- * only: the call does nothing and the instance says why (as views_of in
- * cpu_typed.c). */
-static void bits_without_scratch(struct dtrain_kernels *k)
-{
-    struct cpu_kernels *ck = (struct cpu_kernels *)k;
-    ck->failed = 1;
-    snprintf(ck->error, sizeof ck->error, "out of memory for the bf16 matmul operands");
-}
-
-void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp,
+/* exact & CPU_MATMUL_INP_BF16: inp holds bf16 values already (a widened bf16
+ * tensor): in bf16 precision it is used as it is, rounding it again would
+ * change nothing. */
+void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, const uint16_t *inp_bits,
                         const float *weight, const float *bias, int N, int IC, int OC, unsigned exact)
-{
-    cpu_matmul_forward_bits(k, out, inp, NULL, weight, bias, N, IC, OC, exact);
-}
-
-void cpu_matmul_forward_bits(struct dtrain_kernels *k, float *out, const float *inp, const uint16_t *inp_bits,
-                             const float *weight, const float *bias, int N, int IC, int OC, unsigned exact)
 {
     struct matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias,
                             .N = N, .IC = IC, .OC = OC};
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
     struct cpu_onednn *dnn = ((struct cpu_kernels *)k)->onednn;
-    if (inp_bits != NULL && !cpu_matmul_takes_bits(k))
-        inp_bits = NULL; /* not for this instance: the fp32 view is the operand */
     size_t bi = dnn != NULL && inp_bits == NULL ? onednn_bytes(k, ni) : 0, bw = dnn != NULL ? onednn_bytes(k, nw) : 0;
     float *r = operand_scratch(k, dnn != NULL ? (bi + bw) / sizeof(float) : ni + nw);
-    if (r == NULL && inp_bits != NULL) {
-        bits_without_scratch(k);
+    if (r == NULL && inp_bits != NULL) { /* no fp32 view to fall back on */
+        cpu_kernels_fail(k, "out of memory for the bf16 matmul operands");
         return;
     }
     if (r != NULL && dnn != NULL) {
@@ -306,14 +287,14 @@ static void backward_parts(void *p, long begin, long end, int tid)
             int n0 = (int)((long)a->N * part / s->parts), n1 = (int)((long)a->N * (part + 1) / s->parts);
             int o0 = (int)((long)a->OC * part / s->parts), o1 = (int)((long)a->OC * (part + 1) / s->parts);
             if (a->dinp != NULL)
-                cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize,
+                cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize, 0,
                                 a->dnn_weight, 0, 0, a->dinp + (size_t)n0 * a->IC);
             if (a->dweight != NULL && a->dnn_dout_t != NULL)
-                cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout_t + (size_t)o0 * a->N * a->esize,
+                cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout_t + (size_t)o0 * a->N * a->esize, 0,
                                 a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
             else if (a->dweight != NULL) /* dout's columns o0..o1 read in place, transposed */
-                cpu_onednn_gemm_at(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout + (size_t)o0 * a->esize, a->OC,
-                                   a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
+                cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout + (size_t)o0 * a->esize, a->OC,
+                                a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
             if (a->dbias != NULL && o1 > o0)
                 for (int n = 0; n < a->N; n++)
                     cpu_add_into(a->dbias + o0, a->dbias_dout + (size_t)n * a->OC + o0, o1 - o0);
@@ -340,30 +321,21 @@ static void backward_parts(void *p, long begin, long end, int tid)
 }
 
 void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
-                         const float *dout, const float *inp, const float *weight,
-                         int N, int IC, int OC, unsigned exact)
-{
-    cpu_matmul_backward_bits(k, dinp, dweight, dbias, dout, NULL, inp, NULL, weight, N, IC, OC, exact);
-}
-
-void cpu_matmul_backward_bits(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
-                              const float *dout, const uint16_t *dout_bits, const float *inp,
-                              const uint16_t *inp_bits, const float *weight, int N, int IC, int OC, unsigned exact)
+                         const float *dout, const uint16_t *dout_bits, const float *inp,
+                         const uint16_t *inp_bits, const float *weight, int N, int IC, int OC, unsigned exact)
 {
     struct matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
                             .dbias_dout = dout, .inp = inp, .weight = weight, .N = N, .IC = IC, .OC = OC};
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, nd = (size_t)N * OC;
     struct cpu_onednn *dnn = ((struct cpu_kernels *)k)->onednn;
-    if (!cpu_matmul_takes_bits(k))
-        inp_bits = dout_bits = NULL; /* not for this instance: the fp32 views are the operands */
     /* dout transposed for the weight gradient only where oneDNN cannot
      * read it transposed in place */
     int dout_t = dnn != NULL && !cpu_onednn_atrans(dnn); /* then no bits came (cpu_matmul_takes_bits) */
     size_t bi = dnn != NULL && inp_bits == NULL ? onednn_bytes(k, ni) : 0, bw = dnn != NULL ? onednn_bytes(k, nw) : 0;
     size_t bd = dnn != NULL && dout_bits == NULL ? onednn_bytes(k, nd) : 0;
     float *r = operand_scratch(k, dnn != NULL ? (bi + bw + (dout_t ? 2 : 1) * bd) / sizeof(float) : ni + nw + nd);
-    if (r == NULL && (inp_bits != NULL || dout_bits != NULL)) {
-        bits_without_scratch(k);
+    if (r == NULL && (inp_bits != NULL || dout_bits != NULL)) { /* no fp32 view to fall back on */
+        cpu_kernels_fail(k, "out of memory for the bf16 matmul operands");
         return;
     }
     if (r != NULL && dnn != NULL) {

@@ -27,9 +27,7 @@ static float *nf4_scratch(struct dtrain_kernels *k, size_t floats)
         size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
         float *p = aligned_alloc(64, bytes);
         if (p == NULL) {
-            ck->failed = 1;
-            snprintf(ck->error, sizeof ck->error, "out of memory for %zu bytes of NF4 dequantisation scratch",
-                     bytes);
+            cpu_kernels_fail(k, "out of memory for %zu bytes of NF4 dequantisation scratch", bytes);
             return NULL;
         }
         free(ck->nf4_scratch);

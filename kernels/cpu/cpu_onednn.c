@@ -51,7 +51,7 @@ struct cpu_onednn {
     int threads;
     int bf16; /* 1: bf16 operands; 0: f32 operands (forced without bf16 matmuls) */
     int failed_said;
-    int atrans; /* 1: matmuls on a transposed A build here (cpu_onednn_gemm_at) */
+    int atrans; /* 1: matmuls on a transposed A (lda > 0) build here */
     struct per_thread *t;
     char impl[96]; /* oneDNN's implementation of a probe matmul, e.g. "brg:avx512_core_amx" */
 };
@@ -314,8 +314,8 @@ static void gemm_loops(int M, int N, int K, const void *A, int lda, const void *
         }
 }
 
-static void gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
-                 int btrans, int accumulate, float *C)
+void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
+                     int btrans, int accumulate, float *C)
 {
     if (M <= 0 || N <= 0)
         return;
@@ -370,18 +370,6 @@ static void gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void 
     }
 }
 
-void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
-                     int btrans, int accumulate, float *C)
-{
-    gemm(d, tid, M, N, K, A, 0, B, btrans, accumulate, C);
-}
-
-void cpu_onednn_gemm_at(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda,
-                        const void *B, int btrans, int accumulate, float *C)
-{
-    gemm(d, tid, M, N, K, A, lda, B, btrans, accumulate, C);
-}
-
 #else /* no oneDNN at build time */
 
 int cpu_onednn_create(int threads, const char *mode, struct cpu_onednn **out, char *line, size_t len)
@@ -410,17 +398,11 @@ int cpu_onednn_atrans(const struct cpu_onednn *d)
     return 0;
 }
 
-void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, const void *B,
+void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
                      int btrans, int accumulate, float *C)
 {
-    (void)d; (void)tid; (void)M; (void)N; (void)K; (void)A; (void)B; (void)btrans; (void)accumulate; (void)C;
-}
-
-void cpu_onednn_gemm_at(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda,
-                        const void *B, int btrans, int accumulate, float *C)
-{
-    (void)lda;
-    cpu_onednn_gemm(d, tid, M, N, K, A, B, btrans, accumulate, C);
+    (void)d; (void)tid; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)btrans; (void)accumulate;
+    (void)C;
 }
 
 #endif

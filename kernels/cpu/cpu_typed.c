@@ -67,9 +67,7 @@ static int views_of(struct dtrain_kernels *k, struct views *v, const struct dtra
     if (need > ck->typed_cap) {
         float *p = aligned_alloc(64, need * sizeof(float));
         if (p == NULL) {
-            ck->failed = 1;
-            snprintf(ck->error, sizeof ck->error, "out of memory for %zu bytes of bf16 operand scratch",
-                     need * sizeof(float));
+            cpu_kernels_fail(k, "out of memory for %zu bytes of bf16 operand scratch", need * sizeof(float));
             return -1;
         }
         free(ck->typed_scratch);
@@ -108,8 +106,8 @@ void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out
     struct views v;
     if (views_of(k, &v, t, n, in, 2) != 0)
         return;
-    cpu_matmul_forward_bits(k, v.f32[0], v.f32[1], inp_bits, weight, bias, N, IC, OC,
-                            inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u);
+    cpu_matmul_forward(k, v.f32[0], v.f32[1], inp_bits, weight, bias, N, IC, OC,
+                       inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u);
     store(k, &v, t, n, 0);
 }
 
@@ -128,9 +126,9 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
     struct views v;
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
-    cpu_matmul_backward_bits(k, v.f32[0], dweight, dbias, v.f32[1], dout_bits, v.f32[2], inp_bits, weight, N, IC,
-                             OC, (inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u) |
-                                     (dout.dtype == DTRAIN_BF16 ? CPU_MATMUL_DOUT_BF16 : 0u));
+    cpu_matmul_backward(k, v.f32[0], dweight, dbias, v.f32[1], dout_bits, v.f32[2], inp_bits, weight, N, IC, OC,
+                        (inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u) |
+                            (dout.dtype == DTRAIN_BF16 ? CPU_MATMUL_DOUT_BF16 : 0u));
     store(k, &v, t, n, 0);
 }
 
