@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* A sharded checkpoint written in the background; see dtrain_ckpt_async.h. */
 #include "dtrain_ckpt_async.h"
+#include "sckpt_internal.h"
 #include "dtrain_io.h"
 #include "parallel/dtrain_pcomm.h"
 
@@ -26,8 +27,6 @@ static void *writer_main(void *arg)
         if (a->theirs_len > 0 && a->copy_error == 0)
             a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
                                                     a->copy_why, sizeof a->copy_why);
-        free(a->theirs);
-        a->theirs = NULL;
         atomic_store(&a->done, 1);
         return NULL;
     }
@@ -36,21 +35,18 @@ static void *writer_main(void *arg)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
     }
-    dtrain_sckpt_write_shard(a->dir, a->cfg, &a->layout, a->step, a->data_batches, a->pieces, a->npieces,
-                             a->fail_write, &a->written);
-    if (a->local && a->peers->peer >= 0 && a->written.error == 0)
-        a->copy_error = dtrain_sckpt_read_back(a->dir, a->step, a->layout.rank, &a->mine, &a->mine_len, a->copy_why,
-                                               sizeof a->copy_why);
-    if (a->local && a->peers->peer >= 0 && a->peers->copy_comm != NULL) {
+    /* with a peer, the file's bytes stay in memory for its copy */
+    const int copies = a->local && a->peers->peer >= 0;
+    sckpt_write_shard_kept(a->dir, a->cfg, &a->layout, a->step, a->data_batches, a->pieces, a->npieces,
+                           a->fail_write, copies ? &a->mine : NULL, &a->written);
+    if (copies && a->written.error != 0)
+        a->mine.len = 0; /* no copy of a shard that was not written */
+    if (copies && a->peers->copy_comm != NULL) {
         /* the copies over their own communicator, here: the main thread
          * trains on (every rank's writer calls this once per checkpoint) */
         char why[512];
-        int e = dtrain_sckpt_swap_copies(a->peers->copy_comm, a->peers->peer, a->peers->src, a->mine,
-                                         a->copy_error == 0 ? a->mine_len : 0, &a->theirs, &a->theirs_len, why,
-                                         sizeof why);
-        free(a->mine);
-        a->mine = NULL;
-        a->mine_len = 0;
+        int e = dtrain_sckpt_swap_copies(a->peers->copy_comm, a->peers->peer, a->peers->src, a->mine.bytes,
+                                         a->mine.len, &a->theirs, &a->theirs_cap, &a->theirs_len, why, sizeof why);
         if (e != 0 && a->copy_error == 0) {
             a->copy_error = e;
             snprintf(a->copy_why, sizeof a->copy_why, "%s", why);
@@ -58,8 +54,6 @@ static void *writer_main(void *arg)
         if (a->theirs_len > 0 && a->copy_error == 0)
             a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
                                                     a->copy_why, sizeof a->copy_why);
-        free(a->theirs);
-        a->theirs = NULL;
     }
     atomic_store(&a->done, 1);
     return NULL;
@@ -132,25 +126,15 @@ static void join(struct dtrain_ckpt_async *a)
  * copy it keeps from its src (sizes first; 0: none comes). */
 static int exchange(struct dtrain_ckpt_async *a, dtrain_comm *world, char *err, size_t errlen)
 {
-    uint64_t mine = a->copy_error == 0 ? a->mine_len : 0, theirs = 0;
-    int rc = dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, &mine, sizeof mine, a->peers->peer, &theirs,
-                                                             sizeof theirs, a->peers->src),
-                                 "checkpoint: the peer copy's size", err, errlen);
-    if (rc == DTRAIN_OK && theirs > 0 && (a->theirs = malloc((size_t)theirs)) == NULL) {
-        /* the peer's send cannot be taken off the link: the run stops here
-         * (the peer's sendrecv fails too, within its timeout) */
-        snprintf(err, errlen, "out of memory for the peer's checkpoint copy (%llu bytes)", (unsigned long long)theirs);
-        return DTRAIN_ERR_FAULT;
-    }
-    if (rc == DTRAIN_OK)
-        rc = dtrain_pcomm_status(world, dtrain_comm_sendrecv(world, a->mine, (size_t)mine, a->peers->peer, a->theirs,
-                                                             (size_t)theirs, a->peers->src),
-                                 "checkpoint: the peer copy", err, errlen);
-    free(a->mine);
-    a->mine = NULL;
-    a->mine_len = 0;
-    a->theirs_len = (size_t)theirs;
-    return rc;
+    char why[512];
+    int e = dtrain_sckpt_swap_copies(world, a->peers->peer, a->peers->src, a->mine.bytes, a->mine.len, &a->theirs,
+                                     &a->theirs_cap, &a->theirs_len, why, sizeof why);
+    if (e == 0)
+        return DTRAIN_OK;
+    /* the comm failed, or the peer's send could not be taken off the link
+     * (no memory: the comm is aborted, the peer's call fails too) */
+    snprintf(err, errlen, "checkpoint: %s", why);
+    return DTRAIN_ERR_FAULT;
 }
 
 int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, int keep, int *committed,
@@ -166,8 +150,6 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
     if (a->pending == 1 && a->local && a->peers->peer >= 0 && a->peers->copy_comm == NULL) {
         int rc = exchange(a, world, err, errlen);
         if (rc != DTRAIN_OK) {
-            free(a->theirs);
-            a->theirs = NULL;
             a->pending = 0;
             return rc;
         }
@@ -194,8 +176,15 @@ void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a)
         dtrain_comm_abort(a->peers->copy_comm);
     if (a->pending)
         join(a);
-    free(a->mine);
-    free(a->theirs);
-    a->mine = a->theirs = NULL;
     a->pending = 0;
+}
+
+void dtrain_ckpt_async_release(struct dtrain_ckpt_async *a)
+{
+    dtrain_ckpt_async_abandon(a);
+    free(a->mine.bytes);
+    free(a->theirs);
+    a->mine = (struct sckpt_image){0};
+    a->theirs = NULL;
+    a->theirs_cap = a->theirs_len = 0;
 }

@@ -36,6 +36,12 @@
 extern "C" {
 #endif
 
+/* A shard file's bytes kept in memory (sckpt_write_shard), with their room. */
+struct sckpt_image {
+    unsigned char *bytes;
+    size_t len, cap;
+};
+
 struct dtrain_ckpt_async {
     int pending;                 /* 0: nothing; 1: this rank's shard being written; 2: the peer's copy */
     int threaded;                /* the stage runs in thread (else it was written in the foreground) */
@@ -54,8 +60,12 @@ struct dtrain_ckpt_async {
     int fail_write;              /* fault injection: the write fails as on a full disk */
     long delay_ms;               /* fault injection: the thread sleeps this long before writing */
     struct dtrain_sckpt_written written; /* stage 1's outcome, valid once done */
-    void *mine, *theirs;         /* local: this rank's file read back for the peer; the peer's file kept */
-    size_t mine_len, theirs_len;
+    /* local, with a peer: this rank's file as written (sent to the peer),
+     * and the peer's file it keeps; their room is kept from one
+     * checkpoint to the next (freed by dtrain_ckpt_async_release) */
+    struct sckpt_image mine;
+    void *theirs;
+    size_t theirs_cap, theirs_len;
     int copy_error;              /* local: the errno of sending or keeping a copy */
     char copy_why[512];
 };
@@ -93,6 +103,9 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
  * its step-N.tmp stays for resume to remove.  Not collective.  A writer
  * still swapping copies is stopped by aborting peers->copy_comm. */
 void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a);
+
+/* Abandon, and free the memory a keeps between checkpoints (the run's end). */
+void dtrain_ckpt_async_release(struct dtrain_ckpt_async *a);
 
 #ifdef __cplusplus
 }

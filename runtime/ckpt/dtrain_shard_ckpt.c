@@ -62,6 +62,14 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
                              const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
                              struct dtrain_sckpt_written *w)
 {
+    return sckpt_write_shard_kept(dir, cfg, layout, step, data_batches, pieces, npieces, fail_write, NULL, w);
+}
+
+int sckpt_write_shard_kept(const char *dir, const struct dtrain_train_config *cfg,
+                           const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                           const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
+                           struct sckpt_image *img, struct dtrain_sckpt_written *w)
+{
     double t0 = dtrain_clock_s();
     const struct dtrain_sckpt_layout *L = layout;
     const uint64_t nparams = sckpt_nparams(cfg);
@@ -87,7 +95,7 @@ int dtrain_sckpt_write_shard(const char *dir, const struct dtrain_train_config *
         dtrain_snprintf(w->why, sizeof w->why, "checkpoint folder path too long: %.80s...", dir);
     } else if ((tmp_fd = sckpt_open_step_dir(tmp, w->why, sizeof w->why)) < 0) {
         rec.error = errno ? errno : EIO;
-    } else if (sckpt_write_shard(tmp_fd, path, L, step, data_batches, nparams, pieces, npieces, fail_write, &rec,
+    } else if (sckpt_write_shard(tmp_fd, path, L, step, data_batches, nparams, pieces, npieces, fail_write, img, &rec,
                                  w->why, sizeof w->why) == DTRAIN_OK) {
         if (fsync(tmp_fd) != 0) {
             rec.error = errno;

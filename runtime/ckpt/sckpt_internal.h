@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "dtrain_ckpt_async.h" /* struct sckpt_image */
 #include "dtrain_shard_ckpt.h"
 #include "dtrain_clock.h"
 
@@ -62,6 +63,7 @@ struct shard_entry {
 };
 
 struct manifest {
+    uint32_t version; /* of the format: its shards' checksum */
     uint64_t step, data_batches, nparams;
     struct dtrain_sckpt_layout layout;
     struct dtrain_sckpt_scaler scaler; /* "loss_scale", when there is one */
@@ -183,9 +185,17 @@ void sckpt_resume_found(struct dtrain_sckpt_resumed *out, const struct manifest 
 /* sckpt_shard.c: shard files, written, verified, read */
 /* path (DIR/step-N.tmp/shard-R.bin, for messages) written in the step
  * folder open as dirfd (sckpt_open_step_dir). */
+/* img (NULL: none): the file's bytes are also left in img->bytes
+ * (img->len of them), for the node-local tier's peer copy; its room is
+ * kept from one checkpoint to the next. */
 int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
                       uint64_t data_batches, uint64_t nparams, const struct dtrain_sckpt_piece *p, size_t n,
-                      int fail_write, struct record *rec, char *err, size_t errlen);
+                      int fail_write, struct sckpt_image *img, struct record *rec, char *err, size_t errlen);
+/* dtrain_sckpt_write_shard, keeping the bytes in img (as above). */
+int sckpt_write_shard_kept(const char *dir, const struct dtrain_train_config *cfg,
+                           const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
+                           const struct dtrain_sckpt_piece *pieces, size_t npieces, int fail_write,
+                           struct sckpt_image *img, struct dtrain_sckpt_written *w);
 /* Read shard r whole and compare its checksum with the manifest's. */
 int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint64_t *bytes_read, char *why,
                        size_t whylen);

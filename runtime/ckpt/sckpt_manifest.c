@@ -312,11 +312,12 @@ int sckpt_read_manifest(const char *path, uint64_t step, const struct dtrain_tra
         dtrain_snprintf(why, whylen, "%s: config.model is not a valid model", file);
         goto out;
     }
-    if (strcmp(format, FORMAT_NAME) != 0 || version != DTRAIN_SCKPT_VERSION) {
-        dtrain_snprintf(why, whylen, "%s: format %.40s version %lld; this dtrain reads %s version %d", file, format,
-                 (long long)version, FORMAT_NAME, DTRAIN_SCKPT_VERSION);
+    if (strcmp(format, FORMAT_NAME) != 0 || version < DTRAIN_SCKPT_VERSION_OLDEST || version > DTRAIN_SCKPT_VERSION) {
+        dtrain_snprintf(why, whylen, "%s: format %.40s version %lld; this dtrain reads %s versions %d to %d", file,
+                        format, (long long)version, FORMAT_NAME, DTRAIN_SCKPT_VERSION_OLDEST, DTRAIN_SCKPT_VERSION);
         goto out;
     }
+    m->version = (uint32_t)version;
     /* Every count bounded before any arithmetic on it (no wrap-around). */
     if (nstep < 0 || (uint64_t)nstep != step || ndata < 0 || tp < 1 || pp < 1 || dp < 1 || tp > MAX_WORLD ||
         pp > MAX_WORLD || dp > MAX_WORLD || world < 1 || world > MAX_WORLD ||

@@ -19,26 +19,92 @@
 #include <unistd.h>
 
 #define FNV_PRIME 0x100000001b3ULL
+#define SUM_BLOCK (8 * DTRAIN_SCKPT_SUM_LANES)
+#define IMAGE_CHUNK (256u << 10) /* bytes copied into a shard's image, then summed while in cache */
 
-uint64_t dtrain_sckpt_checksum(uint64_t h, const void *data, size_t words)
+static uint64_t load64(const unsigned char *p)
 {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < words; i++) {
-        uint32_t w;
-        memcpy(&w, p + 4 * i, 4); /* any alignment; compiles to a load */
-        h = (h ^ w) * FNV_PRIME;
-    }
-    return h;
+    uint64_t w;
+    memcpy(&w, p, 8); /* any alignment; little-endian hosts only (configure) */
+    return w;
 }
 
-int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
-                       uint64_t data_batches, uint64_t nparams, const struct dtrain_sckpt_piece *p, size_t n,
-                       int fail_write, struct record *rec, char *err, size_t errlen)
+/* Whole blocks of SUM_BLOCK bytes. */
+static void sum_blocks(struct dtrain_sckpt_sum *s, const unsigned char *p, size_t blocks)
 {
-    unsigned char h[DTRAIN_SCKPT_HEADER_BYTES] = {0};
-    uint64_t floats = 0;
-    for (size_t i = 0; i < n; i++)
-        floats += p[i].count;
+    if (s->version == 1) {
+        uint64_t h = s->lane[0];
+        for (size_t i = 0; i < blocks * SUM_BLOCK; i += 4) {
+            uint32_t w;
+            memcpy(&w, p + i, 4);
+            h = (h ^ w) * FNV_PRIME;
+        }
+        s->lane[0] = h;
+        return;
+    }
+    uint64_t h[DTRAIN_SCKPT_SUM_LANES];
+    memcpy(h, s->lane, sizeof h);
+    for (size_t b = 0; b < blocks; b++, p += SUM_BLOCK)
+        for (int k = 0; k < DTRAIN_SCKPT_SUM_LANES; k++)
+            h[k] = (h[k] ^ load64(p + 8 * k)) * FNV_PRIME;
+    memcpy(s->lane, h, sizeof h);
+}
+
+void dtrain_sckpt_sum_init(struct dtrain_sckpt_sum *s, uint32_t version)
+{
+    memset(s, 0, sizeof *s);
+    s->version = version;
+    for (int k = 0; k < DTRAIN_SCKPT_SUM_LANES; k++)
+        s->lane[k] = DTRAIN_SCKPT_CHECKSUM_INIT + (version == 1 ? 0 : (uint64_t)k); /* lanes start apart */
+}
+
+void dtrain_sckpt_sum_add(struct dtrain_sckpt_sum *s, const void *data, size_t bytes)
+{
+    const unsigned char *p = data;
+    s->bytes += bytes;
+    if (s->pending > 0) {
+        size_t take = SUM_BLOCK - s->pending < bytes ? SUM_BLOCK - s->pending : bytes;
+        memcpy(s->block + s->pending, p, take);
+        s->pending += (uint32_t)take;
+        p += take;
+        bytes -= take;
+        if (s->pending < SUM_BLOCK)
+            return;
+        sum_blocks(s, s->block, 1);
+        s->pending = 0;
+    }
+    sum_blocks(s, p, bytes / SUM_BLOCK);
+    memcpy(s->block, p + bytes / SUM_BLOCK * SUM_BLOCK, bytes % SUM_BLOCK);
+    s->pending = (uint32_t)(bytes % SUM_BLOCK);
+}
+
+uint64_t dtrain_sckpt_sum_value(const struct dtrain_sckpt_sum *s)
+{
+    struct dtrain_sckpt_sum t = *s;
+    if (t.version == 1) { /* the words of the last partial block (the format's sizes are whole words) */
+        uint64_t h = t.lane[0];
+        for (uint32_t i = 0; i + 4 <= t.pending; i += 4) {
+            uint32_t w;
+            memcpy(&w, t.block + i, 4);
+            h = (h ^ w) * FNV_PRIME;
+        }
+        return h;
+    }
+    if (t.pending > 0) {
+        memset(t.block + t.pending, 0, SUM_BLOCK - t.pending);
+        sum_blocks(&t, t.block, 1);
+    }
+    uint64_t h = DTRAIN_SCKPT_CHECKSUM_INIT;
+    for (int k = 0; k < DTRAIN_SCKPT_SUM_LANES; k++)
+        h = (h ^ t.lane[k]) * FNV_PRIME;
+    return (h ^ t.bytes) * FNV_PRIME;
+}
+
+/* The header of a shard, its checksum field 0. */
+static void shard_header(unsigned char *h, const struct dtrain_sckpt_layout *L, uint64_t step,
+                         uint64_t data_batches, uint64_t nparams, size_t runs, uint64_t floats)
+{
+    memset(h, 0, DTRAIN_SCKPT_HEADER_BYTES);
     memcpy(h + OFF_MAGIC, DTRAIN_SCKPT_MAGIC, 8);
     put32(h, OFF_VERSION, DTRAIN_SCKPT_VERSION);
     put32(h, OFF_HEADER_BYTES, DTRAIN_SCKPT_HEADER_BYTES);
@@ -48,18 +114,93 @@ int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_lay
     put64(h, OFF_STEP, step);
     put64(h, OFF_DATA_BATCHES, data_batches);
     put64(h, OFF_NPARAMS, nparams);
-    put64(h, OFF_RUNS, n);
+    put64(h, OFF_RUNS, runs);
     put64(h, OFF_FLOATS, floats);
+}
 
-    uint64_t sum = dtrain_sckpt_checksum(DTRAIN_SCKPT_CHECKSUM_INIT, h, sizeof h / 4);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t run[2] = {p[i].whole, p[i].count};
-        sum = dtrain_sckpt_checksum(sum, run, 4);
+static const float *piece_part(const struct dtrain_sckpt_piece *p, int a)
+{
+    return a == 0 ? p->params : a == 1 ? p->m : p->v;
+}
+
+/* The file's bytes assembled in img (its room kept for the next
+ * checkpoint), each chunk summed as it is copied, while it is in cache:
+ * one pass over the pieces, and the bytes stay for the peer copy. */
+static int shard_image(struct sckpt_image *img, const unsigned char *h, const struct dtrain_sckpt_piece *p,
+                       size_t n, uint64_t bytes, uint64_t *sum, char *err, size_t errlen)
+{
+    if (bytes > SIZE_MAX - 1) {
+        dtrain_snprintf(err, errlen, "a shard of %" PRIu64 " bytes does not fit in memory", bytes);
+        return ENOMEM;
     }
+    if (img->cap < bytes) {
+        free(img->bytes);
+        img->len = img->cap = 0;
+        if ((img->bytes = malloc((size_t)bytes)) == NULL) {
+            dtrain_snprintf(err, errlen, "out of memory for the shard's copy (%" PRIu64 " bytes)", bytes);
+            return ENOMEM;
+        }
+        img->cap = (size_t)bytes;
+    }
+    struct dtrain_sckpt_sum s;
+    dtrain_sckpt_sum_init(&s, DTRAIN_SCKPT_VERSION);
+    unsigned char *at = img->bytes;
+    memcpy(at, h, DTRAIN_SCKPT_HEADER_BYTES);
+    at += DTRAIN_SCKPT_HEADER_BYTES;
+    for (size_t i = 0; i < n; i++, at += 16) {
+        uint64_t run[2] = {p[i].whole, p[i].count};
+        memcpy(at, run, sizeof run);
+    }
+    dtrain_sckpt_sum_add(&s, img->bytes, (size_t)(at - img->bytes));
     for (int a = 0; a < 3; a++)
-        for (size_t i = 0; i < n; i++)
-            sum = dtrain_sckpt_checksum(sum, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count);
-    put64(h, OFF_CHECKSUM, sum);
+        for (size_t i = 0; i < n; i++) {
+            const unsigned char *from = (const unsigned char *)piece_part(&p[i], a);
+            for (size_t left = p[i].count * sizeof(float); left > 0;) {
+                size_t k = left < IMAGE_CHUNK ? left : IMAGE_CHUNK;
+                memcpy(at, from, k);
+                dtrain_sckpt_sum_add(&s, at, k);
+                at += k;
+                from += k;
+                left -= k;
+            }
+        }
+    *sum = dtrain_sckpt_sum_value(&s);
+    put64(img->bytes, OFF_CHECKSUM, *sum);
+    img->len = (size_t)bytes;
+    return 0;
+}
+
+int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_layout *L, uint64_t step,
+                      uint64_t data_batches, uint64_t nparams, const struct dtrain_sckpt_piece *p, size_t n,
+                      int fail_write, struct sckpt_image *img, struct record *rec, char *err, size_t errlen)
+{
+    unsigned char h[DTRAIN_SCKPT_HEADER_BYTES];
+    uint64_t floats = 0, sum = 0;
+    for (size_t i = 0; i < n; i++)
+        floats += p[i].count;
+    const uint64_t bytes = DTRAIN_SCKPT_HEADER_BYTES + 16 * (uint64_t)n + 12 * floats;
+    shard_header(h, L, step, data_batches, nparams, n, floats);
+    if (img != NULL) {
+        img->len = 0;
+        int e = shard_image(img, h, p, n, bytes, &sum, err, errlen);
+        if (e != 0) {
+            rec->error = e;
+            return DTRAIN_ERR_SYSTEM;
+        }
+    } else {
+        struct dtrain_sckpt_sum s;
+        dtrain_sckpt_sum_init(&s, DTRAIN_SCKPT_VERSION);
+        dtrain_sckpt_sum_add(&s, h, sizeof h);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t run[2] = {p[i].whole, p[i].count};
+            dtrain_sckpt_sum_add(&s, run, sizeof run);
+        }
+        for (int a = 0; a < 3; a++)
+            for (size_t i = 0; i < n; i++)
+                dtrain_sckpt_sum_add(&s, piece_part(&p[i], a), p[i].count * sizeof(float));
+        sum = dtrain_sckpt_sum_value(&s);
+        put64(h, OFF_CHECKSUM, sum);
+    }
 
     struct dtrain_out_file o;
     int rc = dtrain_out_openat(&o, dirfd, path, err, errlen);
@@ -67,22 +208,26 @@ int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_lay
         rec->error = errno ? errno : EIO;
         return rc;
     }
-    dtrain_out_write(&o, h, sizeof h);
+    dtrain_out_write(&o, img != NULL ? img->bytes : h, sizeof h);
     if (fail_write && o.write_errno == 0)
         o.write_errno = ENOSPC; /* fault injection: the disk is full from here on */
-    for (size_t i = 0; i < n; i++) {
-        uint64_t run[2] = {p[i].whole, p[i].count};
-        dtrain_out_write(&o, run, sizeof run);
+    if (img != NULL) {
+        dtrain_out_write(&o, img->bytes + sizeof h, img->len - sizeof h);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t run[2] = {p[i].whole, p[i].count};
+            dtrain_out_write(&o, run, sizeof run);
+        }
+        for (int a = 0; a < 3; a++)
+            for (size_t i = 0; i < n; i++)
+                dtrain_out_write(&o, piece_part(&p[i], a), p[i].count * sizeof(float));
     }
-    for (int a = 0; a < 3; a++)
-        for (size_t i = 0; i < n; i++)
-            dtrain_out_write(&o, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count * sizeof(float));
     int write_errno = o.write_errno;
     if ((rc = dtrain_out_commit(&o, err, errlen)) != DTRAIN_OK) {
         rec->error = write_errno ? write_errno : (o.write_errno ? o.write_errno : EIO);
         return rc;
     }
-    rec->bytes = DTRAIN_SCKPT_HEADER_BYTES + 16 * (uint64_t)n + 12 * floats;
+    rec->bytes = bytes;
     rec->floats = floats;
     rec->checksum = sum;
     return DTRAIN_OK;
@@ -147,7 +292,7 @@ static int shard_open(const char *path, long r, const struct manifest *m, int wa
     }
     f->runs = get64(h, OFF_RUNS);
     f->floats = get64(h, OFF_FLOATS);
-    if (memcmp(h + OFF_MAGIC, DTRAIN_SCKPT_MAGIC, 8) != 0 || get32(h, OFF_VERSION) != DTRAIN_SCKPT_VERSION ||
+    if (memcmp(h + OFF_MAGIC, DTRAIN_SCKPT_MAGIC, 8) != 0 || get32(h, OFF_VERSION) != m->version ||
         get32(h, OFF_HEADER_BYTES) != DTRAIN_SCKPT_HEADER_BYTES || get32(h, OFF_RANK) != (uint32_t)r ||
         get32(h, OFF_WORLD) != (uint32_t)m->layout.world_size || get64(h, OFF_STEP) != m->step ||
         get64(h, OFF_DATA_BATCHES) != m->data_batches || /* the data cursor a resume goes on from */
@@ -201,7 +346,9 @@ int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint6
         v = NO_MEMORY;
         goto out;
     }
-    uint64_t size = m->shards[r].bytes, sum = DTRAIN_SCKPT_CHECKSUM_INIT;
+    uint64_t size = m->shards[r].bytes, sum;
+    struct dtrain_sckpt_sum s;
+    dtrain_sckpt_sum_init(&s, m->version);
     for (uint64_t off = 0; off < size;) {
         size_t n = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
         if (pread_full(f.fd, buf, n, off) != 0) {
@@ -211,11 +358,11 @@ int sckpt_shard_verify(const char *path, long r, const struct manifest *m, uint6
         }
         if (off == 0)
             memset(buf + OFF_CHECKSUM, 0, 8); /* the header is summed with its checksum field 0 */
-        sum = dtrain_sckpt_checksum(sum, buf, n / 4);
+        dtrain_sckpt_sum_add(&s, buf, n);
         off += n;
         *bytes_read += n;
     }
-    if (sum != m->shards[r].checksum) {
+    if ((sum = dtrain_sckpt_sum_value(&s)) != m->shards[r].checksum) {
         dtrain_snprintf(why, whylen, "%s/shard-%05ld.bin: checksum %016" PRIx64 ", the manifest says %016" PRIx64,
                  path, r, sum, m->shards[r].checksum);
         v = DAMAGED_CHECKSUM;

@@ -88,25 +88,28 @@ static int bcast_from(dtrain_comm *world, void *buf, size_t bytes, int root, con
 }
 
 int dtrain_sckpt_swap_copies(dtrain_comm *c, int peer, int src, const void *mine, size_t len, void **theirs,
-                             size_t *theirs_len, char *why, size_t whylen)
+                             size_t *theirs_cap, size_t *theirs_len, char *why, size_t whylen)
 {
     uint64_t out = len, in = 0;
-    *theirs = NULL;
     *theirs_len = 0;
     if (dtrain_comm_sendrecv(c, &out, sizeof out, peer, &in, sizeof in, src) != DTRAIN_OK) {
         dtrain_snprintf(why, whylen, "the peer copy's size: %s", dtrain_comm_error_message(c));
         return EIO;
     }
-    if (in > 0 && (*theirs = malloc((size_t)in)) == NULL) {
-        dtrain_comm_abort(c); /* the sender cannot be left waiting on the link */
-        dtrain_snprintf(why, whylen, "out of memory for rank %d's checkpoint copy (%llu bytes)", src,
-                        (unsigned long long)in);
-        return ENOMEM;
+    if (in > *theirs_cap) { /* the room is kept for the next checkpoint's copy */
+        free(*theirs);
+        *theirs_cap = 0;
+        if (in > SIZE_MAX - 1 || (*theirs = malloc((size_t)in)) == NULL) {
+            *theirs = NULL;
+            dtrain_comm_abort(c); /* the sender cannot be left waiting on the link */
+            dtrain_snprintf(why, whylen, "out of memory for rank %d's checkpoint copy (%llu bytes)", src,
+                            (unsigned long long)in);
+            return ENOMEM;
+        }
+        *theirs_cap = (size_t)in;
     }
     if (dtrain_comm_sendrecv(c, mine, len, peer, *theirs, (size_t)in, src) != DTRAIN_OK) {
         dtrain_snprintf(why, whylen, "the peer copy: %s", dtrain_comm_error_message(c));
-        free(*theirs);
-        *theirs = NULL;
         return EIO;
     }
     *theirs_len = (size_t)in;
@@ -114,15 +117,6 @@ int dtrain_sckpt_swap_copies(dtrain_comm *c, int peer, int src, const void *mine
 }
 
 /* ------------------------------------------------------------ copies */
-
-static int shard_path(char *out, size_t len, const char *dir, uint64_t step, const char *suffix, long rank)
-{
-    char folder[DTRAIN_PATH_MAX], name[32];
-    sckpt_shard_name(name, sizeof name, rank);
-    if (sckpt_step_path(folder, sizeof folder, dir, step, suffix) != 0)
-        return -1;
-    return dtrain_snprintf(out, len, "%s/%s", folder, name);
-}
 
 /* A whole file into memory (never a blocking open). */
 static int read_whole(const char *path, void **bytes, size_t *len, char *why, size_t whylen)
@@ -157,17 +151,6 @@ static int read_whole(const char *path, void **bytes, size_t *len, char *why, si
     *bytes = buf;
     *len = got;
     return 0;
-}
-
-int dtrain_sckpt_read_back(const char *dir, uint64_t step, int rank, void **bytes, size_t *len, char *why,
-                           size_t whylen)
-{
-    char path[DTRAIN_PATH_MAX];
-    if (shard_path(path, sizeof path, dir, step, ".tmp", rank) != 0) {
-        dtrain_snprintf(why, whylen, "checkpoint folder path too long: %.80s...", dir);
-        return ENAMETOOLONG;
-    }
-    return read_whole(path, bytes, len, why, whylen);
 }
 
 /* bytes as folder/name (temporary name, fsync, rename), folder created

@@ -406,7 +406,7 @@ out:
         atomic_store(abort_flag, 1); /* stop every communicator of the process now */
     dtrain_ptrainer_set_watchdog(t, NULL);
     dtrain_ptrainer_set_inject(t, NULL);
-    dtrain_ckpt_async_abandon(&f.async); /* a fault: its step-N.tmp stays for resume to remove */
+    dtrain_ckpt_async_release(&f.async); /* a fault: its step-N.tmp stays for resume to remove */
     dtrain_comm_destroy(f.peers.copy_comm);
     dtrain_watchdog_stop(f.wd);
     if (signals)

@@ -282,6 +282,150 @@ static void test_sequence_parallel(const struct job *base, const char *top)
     free(v_s);
 }
 
+/* ---- the checksum and the format before version 2 */
+
+/* The checksums as doc/fault-tolerance.md defines them, written out here
+ * apart from the library: version 1, one FNV-1a chain over 32-bit words;
+ * version 2, 8 lanes over 64-bit words of the zero-padded bytes, folded
+ * with the length. */
+#define PRIME 0x100000001b3ULL
+static uint64_t sum_v1(const unsigned char *p, size_t bytes)
+{
+    uint64_t h = DTRAIN_SCKPT_CHECKSUM_INIT;
+    for (size_t i = 0; i + 4 <= bytes; i += 4)
+        h = (h ^ ((uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 | (uint32_t)p[i + 3] << 24)) *
+            PRIME;
+    return h;
+}
+
+static uint64_t sum_v2(const unsigned char *p, size_t bytes)
+{
+    uint64_t lane[8];
+    for (int k = 0; k < 8; k++)
+        lane[k] = DTRAIN_SCKPT_CHECKSUM_INIT + (uint64_t)k;
+    for (size_t w = 0; w < (bytes + 63) / 64 * 8; w++) {
+        uint64_t x = 0;
+        for (int b = 0; b < 8; b++)
+            x |= (uint64_t)(8 * w + b < bytes ? p[8 * w + b] : 0) << (8 * b);
+        lane[w % 8] = (lane[w % 8] ^ x) * PRIME;
+    }
+    uint64_t h = DTRAIN_SCKPT_CHECKSUM_INIT;
+    for (int k = 0; k < 8; k++)
+        h = (h ^ lane[k]) * PRIME;
+    return (h ^ (uint64_t)bytes) * PRIME;
+}
+
+static uint64_t library_sum(uint32_t version, const unsigned char *p, size_t bytes, size_t split)
+{
+    struct dtrain_sckpt_sum s;
+    dtrain_sckpt_sum_init(&s, version);
+    for (size_t at = 0; at < bytes; at += split)
+        dtrain_sckpt_sum_add(&s, p + at, bytes - at < split ? bytes - at : split);
+    return dtrain_sckpt_sum_value(&s);
+}
+
+static void test_checksums(void)
+{
+    unsigned char buf[1003];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)(i * 131 + (i >> 3));
+    static const size_t splits[] = {1, 4, 7, 64, 100, 1003};
+    static const size_t lens[] = {0, 4, 60, 64, 68, 1000};
+    int v1 = 1, v2 = 1;
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++)
+        for (size_t k = 0; k < sizeof splits / sizeof splits[0]; k++) {
+            v1 &= library_sum(1, buf, lens[l], splits[k]) == sum_v1(buf, lens[l]);
+            v2 &= library_sum(2, buf, lens[l], splits[k]) == sum_v2(buf, lens[l]);
+        }
+    v2 &= library_sum(2, buf, 1003, 5) == sum_v2(buf, 1003);
+    ok(v1, "version 1's checksum is FNV-1a over 32-bit words, whatever pieces it is fed in");
+    ok(v2, "version 2's checksum is the 8-lane FNV-1a the format describes, whatever pieces it is fed in");
+    unsigned char flip[1000];
+    memcpy(flip, buf, sizeof flip);
+    int seen = 1;
+    for (size_t i = 0; i < sizeof flip; i += 37) { /* one flipped bit anywhere changes it */
+        flip[i] ^= 0x80;
+        seen &= library_sum(2, flip, sizeof flip, 1000) != library_sum(2, buf, sizeof flip, 1000);
+        flip[i] ^= 0x80;
+    }
+    ok(seen, "a flipped bit anywhere in 1000 bytes changes version 2's checksum");
+}
+
+static int read_file(const char *path, unsigned char **bytes, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    long size;
+    *bytes = NULL;
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+        (*bytes = malloc((size_t)size + 1)) == NULL || fread(*bytes, 1, (size_t)size, f) != (size_t)size) {
+        if (f != NULL)
+            fclose(f);
+        free(*bytes);
+        return -1;
+    }
+    fclose(f);
+    *len = (size_t)size;
+    return 0;
+}
+
+static int write_file(const char *path, const void *bytes, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        return -1;
+    int bad = fwrite(bytes, 1, len, f) != len;
+    return fclose(f) != 0 || bad ? -1 : 0;
+}
+
+/* Replace the first "from" in text (len bytes, room for more) with "to" of
+ * the same length. */
+static int replace_same_len(char *text, const char *from, const char *to)
+{
+    char *at = strstr(text, from);
+    if (at == NULL || strlen(from) != strlen(to))
+        return -1;
+    memcpy(at, to, strlen(to));
+    return 0;
+}
+
+/* dir/step-N as the dtrain before version 2 wrote it: each of its world
+ * shards' version field 1 and checksum version 1's (offsets 8 and 96,
+ * doc/fault-tolerance.md), the manifest's version and checksums too. */
+static int make_version1(const char *step_dir, int world)
+{
+    char path[700], *manifest = NULL;
+    unsigned char *shard;
+    size_t len, mlen;
+    snprintf(path, sizeof path, "%s/manifest.json", step_dir);
+    if (read_file(path, (unsigned char **)&manifest, &mlen) != 0)
+        return -1;
+    manifest[mlen] = '\0';
+    int bad = replace_same_len(manifest, "\"version\": 2", "\"version\": 1");
+    for (int r = 0; r < world && !bad; r++) {
+        snprintf(path, sizeof path, "%s/shard-%05d.bin", step_dir, r);
+        if (read_file(path, &shard, &len) != 0 || len < 256) {
+            bad = 1;
+            break;
+        }
+        uint64_t old, sum;
+        char from[20], to[20];
+        memcpy(&old, shard + 96, 8);
+        uint32_t one = 1;
+        memcpy(shard + 8, &one, 4);
+        memset(shard + 96, 0, 8);
+        sum = sum_v1(shard, len);
+        memcpy(shard + 96, &sum, 8);
+        snprintf(from, sizeof from, "%016llx", (unsigned long long)old);
+        snprintf(to, sizeof to, "%016llx", (unsigned long long)sum);
+        bad = write_file(path, shard, len) != 0 || replace_same_len(manifest, from, to) != 0;
+        free(shard);
+    }
+    snprintf(path, sizeof path, "%s/manifest.json", step_dir);
+    bad = bad || write_file(path, manifest, mlen) != 0;
+    free(manifest);
+    return bad ? -1 : 0;
+}
+
 int main(void)
 {
     char top[256], err[512];
@@ -324,6 +468,33 @@ int main(void)
     rc = harness_read_whole(a3, &cfg, &p_a, &m_a, &v_a, &res, err, sizeof err);
     ok(rc == DTRAIN_OK && res.found && res.step == 3 && res.data_batches == 3 && res.writer.dp == 2 &&
        res.writer.zero1, "one process reads the whole step-3 checkpoint back (written by T=2 D=2 ZeRO-1)");
+
+    /* ---- the format before version 2: the step-3 checkpoint as version 1 */
+    test_checksums();
+    {
+        char v1[300], step_dir[400];
+        snprintf(v1, sizeof v1, "%s/v1", top);
+        snprintf(step_dir, sizeof step_dir, "%s/step-00000003", v1);
+        harness_sh("mkdir -p '%s' && cp -r '%s/step-00000003' '%s/'", v1, a3, v1);
+        int made = make_version1(step_dir, 4) == 0;
+        float *p1 = NULL, *m1 = NULL, *v1p = NULL;
+        struct dtrain_sckpt_resumed r1;
+        rc = made ? harness_read_whole(v1, &cfg, &p1, &m1, &v1p, &r1, err, sizeof err) : -1;
+        ok(made && rc == DTRAIN_OK && r1.found && r1.step == 3 && harness_same_bits(p_a, p1, n) && harness_same_bits(m_a, m1, n) && harness_same_bits(v_a, v1p, n),
+           "the step-3 checkpoint in version 1 (the checksum before the lanes) reads back to the same bits%s%s",
+           rc == DTRAIN_OK ? "" : ": ", rc == DTRAIN_OK ? "" : err);
+        free(p1);
+        free(m1);
+        free(v1p);
+        char shard[500];
+        snprintf(shard, sizeof shard, "%s/shard-00001.bin", step_dir);
+        dtrain_inject_corrupt_file(shard, err, sizeof err);
+        rc = harness_read_whole(v1, &cfg, &p1, &m1, &v1p, &r1, err, sizeof err);
+        ok(rc == DTRAIN_OK && !r1.found, "a flipped byte in a version-1 shard is caught by its checksum: none left");
+        free(p1);
+        free(m1);
+        free(v1p);
+    }
 
     /* ---- B: load step 3 into other layouts, save it again, one more step */
     static const struct { int tp, pp, dp, zero; } layouts[] = { /* zero: the ZeRO stage */
