@@ -76,12 +76,13 @@ extern "C" {
 #define DTRAIN_SCKPT_MANIFEST "manifest.json"
 
 /* The checksum of a shard file, fed its bytes in order (any split):
- *   version 2: 64-bit FNV-1a in 8 lanes: lane k takes the little-endian
- *     64-bit words k, k+8, k+16, ... of the file (the last 64-byte block
- *     zero-padded); the value folds the 8 lanes and then the file's
- *     length in bytes, in that order, by FNV-1a over 64-bit words.  Eight
- *     independent multiplies run at memory speed where one chain of them
- *     ran at a fifth of it;
+ *   version 2: 8 lanes, each starting at INIT + k and taking the
+ *     little-endian 64-bit words k, k+8, k+16, ... of the file (the last
+ *     64-byte block zero-padded) by the step h = rotl64((h ^ w) * P, 31)
+ *     (P: FNV's 64-bit prime); the value is the same step from INIT over
+ *     the 8 lanes and then the file's length in bytes.  Eight
+ *     independent multiplies run at memory speed where version 1's one
+ *     chain ran at a fifth of it;
  *   version 1: 64-bit FNV-1a over the little-endian 32-bit words. */
 #define DTRAIN_SCKPT_CHECKSUM_INIT 0xcbf29ce484222325ULL
 #define DTRAIN_SCKPT_SUM_LANES 8

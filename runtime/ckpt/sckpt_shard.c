@@ -29,6 +29,16 @@ static uint64_t load64(const unsigned char *p)
     return w;
 }
 
+/* A lane's step: FNV-1a's, then the top bits rotated down.  Without the
+ * rotation a flip of bit 63 only ever flips bit 63 (the multiplier is
+ * odd), so two of them in one lane (the sign bits of two floats 16 apart)
+ * would cancel; rotated, the next multiply spreads it over the lane. */
+static inline uint64_t lane_step(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * FNV_PRIME;
+    return h << 31 | h >> 33;
+}
+
 /* Whole blocks of SUM_BLOCK bytes. */
 static void sum_blocks(struct dtrain_sckpt_sum *s, const unsigned char *p, size_t blocks)
 {
@@ -46,7 +56,7 @@ static void sum_blocks(struct dtrain_sckpt_sum *s, const unsigned char *p, size_
     memcpy(h, s->lane, sizeof h);
     for (size_t b = 0; b < blocks; b++, p += SUM_BLOCK)
         for (int k = 0; k < DTRAIN_SCKPT_SUM_LANES; k++)
-            h[k] = (h[k] ^ load64(p + 8 * k)) * FNV_PRIME;
+            h[k] = lane_step(h[k], load64(p + 8 * k));
     memcpy(s->lane, h, sizeof h);
 }
 
@@ -96,8 +106,8 @@ uint64_t dtrain_sckpt_sum_value(const struct dtrain_sckpt_sum *s)
     }
     uint64_t h = DTRAIN_SCKPT_CHECKSUM_INIT;
     for (int k = 0; k < DTRAIN_SCKPT_SUM_LANES; k++)
-        h = (h ^ t.lane[k]) * FNV_PRIME;
-    return (h ^ t.bytes) * FNV_PRIME;
+        h = lane_step(h, t.lane[k]);
+    return lane_step(h, t.bytes);
 }
 
 /* The header of a shard, its checksum field 0. */

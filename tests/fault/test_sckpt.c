@@ -289,6 +289,12 @@ static void test_sequence_parallel(const struct job *base, const char *top)
  * version 2, 8 lanes over 64-bit words of the zero-padded bytes, folded
  * with the length. */
 #define PRIME 0x100000001b3ULL
+static uint64_t step2(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * PRIME;
+    return (h << 31) | (h >> 33);
+}
+
 static uint64_t sum_v1(const unsigned char *p, size_t bytes)
 {
     uint64_t h = DTRAIN_SCKPT_CHECKSUM_INIT;
@@ -307,12 +313,12 @@ static uint64_t sum_v2(const unsigned char *p, size_t bytes)
         uint64_t x = 0;
         for (int b = 0; b < 8; b++)
             x |= (uint64_t)(8 * w + b < bytes ? p[8 * w + b] : 0) << (8 * b);
-        lane[w % 8] = (lane[w % 8] ^ x) * PRIME;
+        lane[w % 8] = step2(lane[w % 8], x);
     }
     uint64_t h = DTRAIN_SCKPT_CHECKSUM_INIT;
     for (int k = 0; k < 8; k++)
-        h = (h ^ lane[k]) * PRIME;
-    return (h ^ (uint64_t)bytes) * PRIME;
+        h = step2(h, lane[k]);
+    return step2(h, (uint64_t)bytes);
 }
 
 static uint64_t library_sum(uint32_t version, const unsigned char *p, size_t bytes, size_t split)
@@ -349,6 +355,11 @@ static void test_checksums(void)
         flip[i] ^= 0x80;
     }
     ok(seen, "a flipped bit anywhere in 1000 bytes changes version 2's checksum");
+    /* the sign bits of two floats 16 apart: bit 63 of two words of one lane */
+    flip[7] ^= 0x80;
+    flip[7 + 64] ^= 0x80;
+    ok(library_sum(2, flip, sizeof flip, 1000) != library_sum(2, buf, sizeof flip, 1000),
+       "flipped sign bits of two floats 16 apart (bit 63 of one lane, twice) change it too");
 }
 
 static int read_file(const char *path, unsigned char **bytes, size_t *len)
