@@ -151,8 +151,11 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
  * protocol for this rank only (files, no communication: any thread may
  * run it while another uses the communicators), its outcome in *w;
  * dtrain_sckpt_commit is steps 2-4 (the collective: every rank passes its
- * own outcome, the same step and keep), returning as dtrain_sckpt_save.
+ * own outcome, the same step and keep), returning as dtrain_sckpt_save;
+ * keep DTRAIN_SCKPT_PRUNE_LATER: nothing is removed there, the committing
+ * rank removes the older ones later (dtrain_ckpt_async: in its thread).
  * Between the two a crash leaves only step-N.tmp, which resume removes. */
+#define DTRAIN_SCKPT_PRUNE_LATER 0
 struct dtrain_sckpt_written {
     int error;                 /* 0, or the errno of the failed write */
     int invalid;               /* the pieces were unusable (a caller's bug; error is EINVAL) */
@@ -263,7 +266,8 @@ int dtrain_sckpt_swap_copies(dtrain_comm *c, int peer, int src, const void *mine
 int dtrain_sckpt_write_copy(const char *dir, uint64_t step, int rank, const void *bytes, size_t len, char *why,
                             size_t whylen);
 /* As dtrain_sckpt_commit for the node-local tier: copy_error is the errno
- * of writing the peer's copy (0: fine).  Returns on every rank alike. */
+ * of writing the peer's copy (0: fine); the node leaders commit (and
+ * prune).  Returns on every rank alike. */
 int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config *cfg,
                               const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
                               const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world, int keep,

@@ -23,6 +23,12 @@ static void *writer_main(void *arg)
      * preempts a rank, and its peers wait in the step's collectives. */
     if (a->threaded)
         setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    if (a->prune_keep > 0) { /* after a commit: the older checkpoints removed (freeing their pages takes ms) */
+        sckpt_prune(a->dir, a->prune_keep);
+        a->prune_keep = 0;
+        atomic_store(&a->done, 1);
+        return NULL;
+    }
     if (a->pending == 2) { /* the peer's copy */
         if (a->theirs_len > 0 && a->copy_error == 0)
             a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
@@ -161,11 +167,28 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
     }
     a->pending = 0;
     *committed = 1;
+    int rc;
     if (a->local)
-        return dtrain_sckpt_commit_local(a->dir, a->cfg, &a->layout, a->step, a->data_batches, &a->scaler, world,
-                                         keep, a->peers, &a->written, a->copy_error, a->copy_why, st, err, errlen);
-    return dtrain_sckpt_commit(a->dir, a->cfg, &a->layout, a->step, a->data_batches, &a->scaler, world, keep,
-                               &a->written, st, err, errlen);
+        rc = dtrain_sckpt_commit_local(a->dir, a->cfg, &a->layout, a->step, a->data_batches, &a->scaler, world,
+                                       DTRAIN_SCKPT_PRUNE_LATER, a->peers, &a->written, a->copy_error, a->copy_why,
+                                       st, err, errlen);
+    else
+        rc = dtrain_sckpt_commit(a->dir, a->cfg, &a->layout, a->step, a->data_batches, &a->scaler, world,
+                                 DTRAIN_SCKPT_PRUNE_LATER, &a->written, st, err, errlen);
+    /* the rank that committed removes the older checkpoints, in the thread */
+    if (rc == DTRAIN_OK && (a->local ? a->peers->leader : 0) == a->layout.rank) {
+        char why[256];
+        a->prune_keep = keep > 0 ? keep : 1;
+        if (run_stage(a, why, sizeof why) != 0)
+            fprintf(stderr, "dtrain: rank %d: %s\n", a->layout.rank, why);
+    }
+    return rc;
+}
+
+void dtrain_ckpt_async_wait(struct dtrain_ckpt_async *a)
+{
+    if (!a->pending)
+        join(a);
 }
 
 void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a)
@@ -174,8 +197,7 @@ void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a)
      * rather than after the comm timeout (the run is ending) */
     if (a->pending && a->threaded && !atomic_load(&a->done) && a->local && a->peers->copy_comm != NULL)
         dtrain_comm_abort(a->peers->copy_comm);
-    if (a->pending)
-        join(a);
+    join(a); /* a write, or the tidying after a commit */
     a->pending = 0;
 }
 

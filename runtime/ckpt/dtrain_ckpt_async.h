@@ -67,6 +67,7 @@ struct dtrain_ckpt_async {
     void *theirs;
     size_t theirs_cap, theirs_len;
     int copy_error;              /* local: the errno of sending or keeping a copy */
+    int prune_keep;              /* > 0: the thread removes all but this many newest checkpoints */
     char copy_why[512];
 };
 
@@ -98,6 +99,12 @@ int dtrain_ckpt_async_writing(struct dtrain_ckpt_async *a);
  * commit's.  Nothing pending: DTRAIN_OK, *committed 0. */
 int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, int keep, int *committed,
                              struct dtrain_sckpt_stats *st, double *write_s, char *err, size_t errlen);
+
+/* After a commit, the committing rank's thread removes the checkpoints
+ * beyond keep (not collective: nothing waits for it but the next start,
+ * this, abandon and release).  Wait for that (a resume or rollback lists
+ * the folder next).  A write pending is not waited for. */
+void dtrain_ckpt_async_wait(struct dtrain_ckpt_async *a);
 
 /* Wait for the write without committing (the run is ending on a fault):
  * its step-N.tmp stays for resume to remove.  Not collective.  A writer

@@ -154,9 +154,9 @@ int dtrain_sckpt_commit(const char *dir, const struct dtrain_train_config *cfg,
             sckpt_remove_step_dir(tmp);
         } else {
             outcome.rc = sckpt_commit(dir, tmp, final, cfg, L, step, data_batches, scaler, all, outcome.msg, sizeof outcome.msg);
-            if (outcome.rc == DTRAIN_OK)
-                sckpt_prune(dir, keep > 0 ? keep : 1);
-            else
+            if (outcome.rc == DTRAIN_OK && keep != DTRAIN_SCKPT_PRUNE_LATER)
+                sckpt_prune(dir, keep);
+            else if (outcome.rc != DTRAIN_OK)
                 sckpt_remove_step_dir(tmp);
         }
         for (int r = 0; r < L->world_size; r++)
@@ -188,7 +188,8 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
         dtrain_snprintf(err, errlen, "checkpoint: %s", w.why);
         return DTRAIN_ERR_SYSTEM;
     }
-    int rc = dtrain_sckpt_commit(dir, cfg, layout, step, data_batches, scaler, world, keep, &w, st, err, errlen);
+    int rc = dtrain_sckpt_commit(dir, cfg, layout, step, data_batches, scaler, world, keep > 0 ? keep : 1, &w, st,
+                                 err, errlen);
     st->seconds += w.seconds;
     return rc;
 }

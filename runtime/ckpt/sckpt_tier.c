@@ -240,8 +240,8 @@ int dtrain_sckpt_commit_local(const char *dir, const struct dtrain_train_config 
     int32_t committed = DTRAIN_OK;
     if (failed == 0 && leader) {
         committed = sckpt_commit(dir, tmp, final, cfg, L, step, data_batches, scaler, all, msg, sizeof msg);
-        if (committed == DTRAIN_OK)
-            sckpt_prune(dir, keep > 0 ? keep : 1);
+        if (committed == DTRAIN_OK && keep != DTRAIN_SCKPT_PRUNE_LATER)
+            sckpt_prune(dir, keep);
     }
     if (failed > 0 && leader)
         sckpt_remove_step_dir(tmp);

@@ -276,6 +276,8 @@ int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
         if (!drain)
             break;
     }
+    if (drain && !f->async.pending)
+        dtrain_ckpt_async_wait(&f->async); /* its removal of older checkpoints, before anyone lists the folder */
     return rc;
 }
 
