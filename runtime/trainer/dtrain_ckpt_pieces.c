@@ -113,6 +113,44 @@ static int by_whole(const void *a, const void *b)
     return x->whole < y->whole ? -1 : x->whole > y->whole;
 }
 
+static int by_off(const void *a, const void *b)
+{
+    const struct dtrain_ft_range *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* More separate ranges than this: the save's parameters are downloaded
+ * whole (a GPU copy per range costs microseconds of its own). */
+#define MAX_SAVED_RANGES 64
+
+/* out->saved: the local parameter ranges the save pieces read, merged. */
+static int saved_ranges(struct dtrain_ft_pieces *out)
+{
+    struct dtrain_ft_range *r = malloc((out->nsave + 1) * sizeof *r);
+    if (r == NULL)
+        return -1;
+    for (size_t i = 0; i < out->nsave; i++)
+        r[i] = (struct dtrain_ft_range){(size_t)(out->save[i].params - out->host_params), out->save[i].count};
+    qsort(r, out->nsave, sizeof *r, by_off);
+    size_t n = 0;
+    for (size_t i = 0; i < out->nsave; i++) {
+        if (n > 0 && r[n - 1].off + r[n - 1].count >= r[i].off) {
+            size_t end = r[i].off + r[i].count;
+            if (end > r[n - 1].off + r[n - 1].count)
+                r[n - 1].count = end - r[n - 1].off;
+        } else {
+            r[n++] = r[i];
+        }
+    }
+    if (n > MAX_SAVED_RANGES) {
+        r[0] = (struct dtrain_ft_range){0, out->nparams};
+        n = 1;
+    }
+    out->saved = r;
+    out->nsaved = n;
+    return 0;
+}
+
 int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
                      const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen)
 {
@@ -156,6 +194,10 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     out->nsave = save.n;
     out->load = load.p;
     out->nload = load.n;
+    out->saves_moments = ctx.owner;
+    save.p = load.p = NULL; /* out's now: freed with it */
+    if (saved_ranges(out) != 0)
+        goto oom;
     free(runs.r);
     return DTRAIN_OK;
 oom:
@@ -173,8 +215,10 @@ int dtrain_ft_pieces_download(struct dtrain_ft_pieces *p, char *err, size_t errl
     if (p->dev_params == NULL) /* ZeRO-3: the shares this rank writes */
         dtrain_dp_params_download(p->dp, p->host_params);
     else
-        dtrain_k_download(p->k, p->host_params, p->dev_params, p->nparams * sizeof(float));
-    for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK; i++)
+        for (size_t i = 0; i < p->nsaved; i++)
+            dtrain_k_download(p->k, p->host_params + p->saved[i].off, p->dev_params + p->saved[i].off,
+                              p->saved[i].count * sizeof(float));
+    for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK && p->saves_moments; i++)
         rc = dtrain_adamw_state_read(p->adamw, p->state[i].state, p->state[i].count, p->state[i].host_m,
                                      p->state[i].host_v, err, errlen);
     return rc;
@@ -210,6 +254,7 @@ void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p)
         free(p->state[i].host_v);
     }
     free(p->state);
+    free(p->saved);
     memset(p, 0, sizeof *p);
 }
 

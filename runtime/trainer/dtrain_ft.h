@@ -107,11 +107,18 @@ struct dtrain_ft_pieces {
     struct dtrain_adamw *adamw; /* whose moments: the DP's, or LoRA's adapters' */
     struct state_copy *state;   /* the moments' runs and their host copies */
     size_t nstate;
+    /* what a save reads of the parameters, as ranges of the local vector
+     * (the saved pieces', merged where they touch), and whether it reads
+     * the moments (this rank writes them: ZeRO-1, or DP rank 0) */
+    struct dtrain_ft_range { size_t off, count; } *saved;
+    size_t nsaved;
+    int saves_moments;
 };
 int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
                      const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen);
-/* The trainer's state into the pieces' host copies, or back (a file's
- * I/O error of offloaded moments: DTRAIN_ERR_SYSTEM with err). */
+/* The trainer's state a save writes into the pieces' host copies (only
+ * what the save pieces hold: at D > 1 a share), or the loaded state back
+ * (a file's I/O error of offloaded moments: DTRAIN_ERR_SYSTEM with err). */
 int dtrain_ft_pieces_download(struct dtrain_ft_pieces *p, char *err, size_t errlen);
 int dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p, char *err, size_t errlen);
 void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p);
