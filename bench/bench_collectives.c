@@ -4,7 +4,7 @@
  * to memcpy bandwidth measured in the same run (the ceiling).
  *
  *   dtrain-bench-collectives [--ranks 2,4,8] [--ops allreduce,allgather,reducescatter]
- *                            [--min 1K] [--max 256M] [--iters N] [--transport auto|tcp]
+ *                            [--min 1K] [--max 256M] [--iters N] [--transport auto|ring|tcp]
  *
  * Sizes go from --min to --max by factors of 4 (1K, 4K, ... 64M, 256M).
  * As in nccl-tests, "size" is the all-reduce buffer, all-gather's output
@@ -26,7 +26,8 @@
  *
  * The processes are forked here and bootstrapped from an id made with the
  * launcher's code (no Slurm), with one host id: shared memory between all
- * of them, unless --transport tcp. */
+ * of them, unless --transport tcp; --transport ring keeps the all-gather
+ * off the single-copy reads (runtime/comm/cpu/cma.h), for comparison. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -165,7 +166,7 @@ static size_t parse_size(const char *text)
 static void usage(FILE *out)
 {
     fprintf(out, "usage: " PROG " [--ranks 2,4,8] [--ops allreduce,allgather,reducescatter] [--min 1K] [--max 256M]\n"
-                 "       [--iters N] [--transport auto|tcp]\n"
+                 "       [--iters N] [--transport auto|ring|tcp]\n"
                  "Collectives of the cpu comm backend on local processes against memcpy bandwidth.\n");
 }
 
@@ -229,6 +230,8 @@ static int parse_args(int argc, char **argv, struct options *o)
                 o->transport = DTRAIN_COMM_TRANSPORT_AUTO;
             else if (strcmp(v, "tcp") == 0)
                 o->transport = DTRAIN_COMM_TRANSPORT_TCP;
+            else if (strcmp(v, "ring") == 0)
+                o->transport = DTRAIN_COMM_TRANSPORT_RING;
             else
                 goto bad;
         } else {
@@ -293,8 +296,12 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
         fprintf(stderr, PROG ": rank %d: out of memory for 2 x %zu bytes\n", rank, o->max_bytes);
         goto out;
     }
-    memset(a, 0, o->max_bytes);
-    memset(b, 0, o->max_bytes);
+    /* Real pages with data in both (not zeros: the compiler turns malloc
+     * and a zero fill into calloc, whose untouched pages all map the one
+     * zero page, and reading those costs no memory traffic: an all-gather
+     * measured first read its input from that page) */
+    for (size_t i = 0; i < o->max_bytes / sizeof(float); i++)
+        a[i] = b[i] = 1.0f + (float)(i & 1023) * (1.0f / 1024);
     for (int k = 0; k < OPS; k++) {
         if (!o->ops[k])
             continue;
@@ -404,7 +411,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < o.nranks; i++)
         share_before[o.ranks[i]] = concurrent_memcpy_rate(o.ranks[i]);
     printf("# " PROG ": cpu comm backend, %s, %ld CPUs online\n",
-           o.transport == DTRAIN_COMM_TRANSPORT_TCP ? "TCP (loopback)" : "shared memory", sysconf(_SC_NPROCESSORS_ONLN));
+           o.transport == DTRAIN_COMM_TRANSPORT_TCP    ? "TCP (loopback)"
+           : o.transport == DTRAIN_COMM_TRANSPORT_RING ? "shared-memory rings only"
+                                                       : "shared memory, all-gathers read directly",
+           sysconf(_SC_NPROCESSORS_ONLN));
     printf("# memcpy, one thread, 64 MiB: %.2f GB/s\n", before);
     printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters/rep",
            "time(us)", "algbw(GB/s)", "busbw(GB/s)", "/memcpy");

@@ -87,12 +87,15 @@ static int resolve_options(struct dtrain_comm *c, const struct dtrain_comm_optio
         c->transport = DTRAIN_COMM_TRANSPORT_AUTO;
         if (env != NULL && strcmp(env, "tcp") == 0)
             c->transport = DTRAIN_COMM_TRANSPORT_TCP;
+        else if (env != NULL && strcmp(env, "ring") == 0)
+            c->transport = DTRAIN_COMM_TRANSPORT_RING;
         else if (env != NULL && env[0] != '\0' && strcmp(env, "auto") != 0) {
-            dtrain_snprintf(err, errlen, TRANSPORT_ENV "='%.32s': use auto or tcp", env);
+            dtrain_snprintf(err, errlen, TRANSPORT_ENV "='%.32s': use auto, ring or tcp", env);
             return DTRAIN_COMM_EINVAL;
         }
-    } else if (c->transport != DTRAIN_COMM_TRANSPORT_AUTO && c->transport != DTRAIN_COMM_TRANSPORT_TCP) {
-        dtrain_snprintf(err, errlen, "transport %d: use DTRAIN_COMM_TRANSPORT_AUTO or _TCP", (int)o->transport);
+    } else if (c->transport != DTRAIN_COMM_TRANSPORT_AUTO && c->transport != DTRAIN_COMM_TRANSPORT_TCP &&
+               c->transport != DTRAIN_COMM_TRANSPORT_RING) {
+        dtrain_snprintf(err, errlen, "transport %d: use DTRAIN_COMM_TRANSPORT_AUTO, _RING or _TCP", (int)o->transport);
         return DTRAIN_COMM_EINVAL;
     }
     return DTRAIN_COMM_OK;
@@ -519,6 +522,7 @@ void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s)
     s->refused = atomic_load(&c->refused);
     s->rejoined = atomic_load(&c->rejoined);
     s->setup_bytes_sent = atomic_load(&c->setup_bytes_sent);
+    s->single_copy_calls = atomic_load(&c->single_copy_calls);
     s->shm_links = atomic_load(&c->shm_links);
     s->tcp_links = atomic_load(&c->tcp_links);
 }

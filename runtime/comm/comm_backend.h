@@ -78,6 +78,7 @@ struct dtrain_comm {
     _Atomic uint64_t setup_bytes_sent;    /* dtrain_comm_stats.setup_bytes_sent */
     _Atomic uint64_t started;             /* calls handed to the backend (in flight while > calls) */
     atomic_int shm_links, tcp_links;
+    _Atomic uint64_t single_copy_calls;   /* dtrain_comm_stats.single_copy_calls */
 };
 
 /* Record the first error (cause > 0; peer or -1; printf message) and break

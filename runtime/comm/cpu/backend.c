@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "comm/comm_backend.h"
+#include "cma.h"
 #include "cpu_comm.h"
 #include "dtrain_parse.h"
 #include "net.h"
@@ -70,11 +71,19 @@ static int cpu_reduce_scatter(struct dtrain_comm *c, const float *in, float *out
 
 static int cpu_all_gather(struct dtrain_comm *c, const float *in, float *out, size_t count)
 {
+    int used = 0, rc = cma_usable(c, impl(c), count * sizeof(float))
+                           ? cma_all_gather(c, impl(c), in, out, count * sizeof(float), &used)
+                           : 0;
+    if (rc != 0 || used)
+        return rc;
     return ring_all_gather(c, impl(c)->next, impl(c)->prev, in, out, count);
 }
 
 static int cpu_all_gather_bytes(struct dtrain_comm *c, const void *in, void *out, size_t bytes)
 {
+    int used = 0, rc = cma_usable(c, impl(c), bytes) ? cma_all_gather(c, impl(c), in, out, bytes, &used) : 0;
+    if (rc != 0 || used)
+        return rc;
     return ring_all_gather_bytes(c, impl(c)->next, impl(c)->prev, in, out, bytes);
 }
 

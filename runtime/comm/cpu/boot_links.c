@@ -35,7 +35,7 @@ static struct sockaddr_in peer_address(const struct cpu_comm *cc, int rank)
 
 static int same_host(const struct dtrain_comm *c, const struct cpu_comm *cc, int rank)
 {
-    return c->transport == DTRAIN_COMM_TRANSPORT_AUTO && cc->table[rank].host == cc->table[c->rank].host;
+    return c->transport != DTRAIN_COMM_TRANSPORT_TCP && cc->table[rank].host == cc->table[c->rank].host;
 }
 
 /* Connect to `to` and say hello; *fd_out is the connection. */

@@ -110,6 +110,8 @@ struct cpu_comm {
     int stash_fd;            /* a RING hello that came before it was awaited, or -1 */
     struct wire_hello stash;
     float *scratch;          /* reduce-scatter's partial sums, 3 * RING_CHUNK_FLOATS */
+    int cma;                 /* single-copy all-gathers (cma.h): 0 not tried yet, 1 on, -1 unusable */
+    uint64_t cma_token;      /* what the others read here to check it works */
     int oversubscribed;      /* more members on this host than CPUs this process may use */
     /* Step 5 (until the bootstrap is done): the leader's connections to
      * each member ([size], -1 for itself), a member's to the leader. */

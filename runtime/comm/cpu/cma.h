@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The all-gather between the members of one host in one copy: each member
+ * reads the others' blocks straight from their memory into its output
+ * (cross-memory attach, process_vm_readv), where the ring moves every
+ * byte twice (into a shared-memory ring, out of it).  Open MPI's
+ * shared-memory transport does the same.
+ *
+ * The members swap descriptors (pid, where the block is, its size) over
+ * the ring, read, and swap outcomes over the ring again: no member
+ * returns, and changes its block, before every member has read it.  The
+ * first call checks that it works at all: each member reads a random
+ * token every other one holds; a pid that is not the member's (members in
+ * other PID namespaces) or no permission to read it (the kernel's ptrace
+ * rules: Yama's ptrace_scope, a seccomp profile) fails the check on some
+ * member, and then no member of the communicator uses it: the ring
+ * carries every all-gather, as with DTRAIN_COMM_TRANSPORT=ring. */
+#ifndef DTRAIN_COMM_CPU_CMA_H
+#define DTRAIN_COMM_CPU_CMA_H
+
+#include <stddef.h>
+
+#include "cpu_comm.h"
+
+/* Below this many bytes per member the ring's latency is lower (two
+ * small all-gathers around the reads cost a ring's worth each). */
+#define CMA_MIN_BYTES (256u << 10)
+
+/* 1 when an all-gather of `each` bytes per member goes through cma_all_gather
+ * on every member alike: all on this host, the transport AUTO, big enough,
+ * and not found unusable. */
+int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each);
+
+/* The all-gather of each bytes per member (in: this member's block, in
+ * place or apart).  0, or the cause (comm_fail has said why).  *used 0:
+ * the first call found it unusable on some member (nothing was read): the
+ * caller gathers over the ring. */
+int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used);
+
+#endif

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* The cpu backend's single-copy all-gather (runtime/comm/cpu/cma.h):
+ * members of one host read each other's blocks with process_vm_readv.
+ *  - n = 2, 3, 4 and 8 members, blocks of 256 KiB and of 300,001 bytes
+ *    (floats and bytes), in place and apart, the output at an odd
+ *    address: every byte where the ring puts it, the bytes counted as the
+ *    ring counts them, and the call counted in single_copy_calls;
+ *  - DTRAIN_COMM_TRANSPORT_RING, below the size where it pays, and
+ *    members on two "hosts": the same bytes through the rings, none read
+ *    directly;
+ *  - a member whose memory the others may not read (it is not dumpable
+ *    and every member has dropped CAP_SYS_PTRACE: the kernel refuses
+ *    process_vm_readv, as Yama or a container's seccomp profile would):
+ *    every member finds out at the first call and all of them gather over
+ *    the rings, the result the same. */
+#include <linux/capability.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "dtrain_comm.h"
+#include "harness.h"
+#include "tap.h"
+
+enum mode { DIRECT, RING_TRANSPORT, SMALL, TWO_HOSTS, REFUSED };
+static const char *const mode_text[] = {
+    "read directly",
+    "DTRAIN_COMM_TRANSPORT_RING: through the rings",
+    "blocks below the threshold: through the rings",
+    "members on two hosts: through the rings",
+    "one member's memory may not be read: every member falls back to the rings",
+};
+
+struct job {
+    enum mode mode;
+};
+
+enum part { P_BYTES, P_COUNTS, P_PATH, P_PARTS };
+
+static unsigned char pattern(int rank, size_t i)
+{
+    return (unsigned char)(rank * 37 + i * 13 + (i >> 9));
+}
+
+/* Drop CAP_SYS_PTRACE from this process's effective set (root may read
+ * any process's memory with it); 0 or -1. */
+static int drop_ptrace_cap(void)
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) != 0)
+        return -1;
+    d[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+    return syscall(SYS_capset, &h, d) == 0 ? 0 : -1;
+}
+
+/* One all-gather of `each` bytes per member: 0 when every byte is right. */
+static int gather_once(int rank, int n, dtrain_comm *c, size_t each, int in_place, int as_floats,
+                       unsigned char *buf)
+{
+    unsigned char *out = buf + 1; /* an odd address */
+    unsigned char *in = in_place ? out + (size_t)rank * each : out + (size_t)n * each + 64;
+    memset(out, 0xee, (size_t)n * each);
+    for (size_t i = 0; i < each; i++)
+        in[i] = pattern(rank, i);
+    int rc = as_floats ? dtrain_comm_all_gather(c, (const float *)(void *)in, (float *)(void *)out, each / 4)
+                       : dtrain_comm_all_gather_bytes(c, in, out, each);
+    if (rc != DTRAIN_OK) {
+        harness_diag(rank, "all-gather of %zu bytes failed: %s", each, dtrain_comm_error_message(c));
+        return 1;
+    }
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < each; i++)
+            if (out[(size_t)j * each + i] != pattern(j, i)) {
+                harness_diag(rank, "byte %zu of rank %d's block is %u, want %u (each %zu, %s)", i, j,
+                             out[(size_t)j * each + i], pattern(j, i), each, in_place ? "in place" : "apart");
+                return 1;
+            }
+    return 0;
+}
+
+static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups, void *arg)
+{
+    const struct job *j = arg;
+    struct dtrain_comm_options o;
+    char host[DTRAIN_COMM_HOST_ID_MAX];
+    dtrain_comm *c = NULL;
+    int failed = 0;
+    (void)ngroups;
+    if (j->mode == REFUSED) {
+        if (drop_ptrace_cap() != 0) {
+            harness_diag(rank, "cannot drop CAP_SYS_PTRACE");
+            return (1 << P_PARTS) - 1;
+        }
+        if (rank == n - 1)
+            prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    harness_options(&o, rank, n, j->mode == TWO_HOSTS ? 2 : 1,
+                    j->mode == RING_TRANSPORT ? DTRAIN_COMM_TRANSPORT_RING : DTRAIN_COMM_TRANSPORT_AUTO, 20000,
+                    host);
+    if (harness_init(&groups[0], &o, &c) != 0)
+        return (1 << P_PARTS) - 1;
+    const size_t sizes[] = {256u << 10, 300001};
+    size_t most = (size_t)(n + 1) * 300004 + 128;
+    unsigned char *buf = malloc(most);
+    struct dtrain_comm_stats before, after;
+    dtrain_comm_get_stats(c, &before);
+    int calls = 0;
+    for (size_t s = 0; s < 2 && buf != NULL; s++)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            size_t each = j->mode == SMALL ? 1000 + s * 4 : sizes[s];
+            int floats = each % 4 == 0;
+            if (gather_once(rank, n, c, each, in_place, floats, buf) != 0)
+                failed |= 1 << P_BYTES;
+            dtrain_comm_get_stats(c, &after);
+            uint64_t want = (uint64_t)(n - 1) * each;
+            if (after.bytes_sent - before.bytes_sent != want || after.bytes_received - before.bytes_received != want) {
+                harness_diag(rank, "sent %llu received %llu, want %llu each",
+                             (unsigned long long)(after.bytes_sent - before.bytes_sent),
+                             (unsigned long long)(after.bytes_received - before.bytes_received),
+                             (unsigned long long)want);
+                failed |= 1 << P_COUNTS;
+            }
+            before = after;
+            calls++;
+        }
+    uint64_t direct = after.single_copy_calls, want = j->mode == DIRECT ? (uint64_t)calls : 0;
+    if (buf == NULL || direct != want) {
+        harness_diag(rank, "%llu of %d all-gathers read directly, want %llu", (unsigned long long)direct, calls,
+                     (unsigned long long)want);
+        failed |= 1 << P_PATH;
+    }
+    free(buf);
+    dtrain_comm_destroy(c);
+    return failed;
+}
+
+int main(void)
+{
+    static const char *const part_text[P_PARTS] = {
+        "every byte of every block in its place (in place and apart, output at an odd address)",
+        "bytes counted as the ring counts them: (n-1) blocks sent and received",
+        "",
+    };
+    const struct { int n; enum mode mode; } runs[] = {
+        {2, DIRECT}, {3, DIRECT}, {4, DIRECT}, {8, DIRECT}, {2, RING_TRANSPORT}, {4, SMALL}, {4, TWO_HOSTS},
+        {2, REFUSED}, {3, REFUSED},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        struct harness_result res;
+        struct job j = {runs[k].mode};
+        int rc = harness_run(runs[k].n, 1, child, &j, 60, NULL, &res);
+        for (int p = 0; p < P_PARTS; p++)
+            ok(rc == 0 && !harness_part_failed(&res, runs[k].n, p), "n=%d, %s: %s", runs[k].n,
+               mode_text[runs[k].mode], p == P_PATH ? (runs[k].mode == DIRECT ? "every call read the others' "
+               "memory directly (single_copy_calls)" : "no call read directly (single_copy_calls 0)")
+               : part_text[p]);
+    }
+    return tap_done();
+}
