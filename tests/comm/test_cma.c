@@ -12,7 +12,9 @@
  *    and every member has dropped CAP_SYS_PTRACE: the kernel refuses
  *    process_vm_readv, as Yama or a container's seccomp profile would):
  *    every member finds out at the first call and all of them gather over
- *    the rings, the result the same. */
+ *    the rings, the result the same; and a member that turns so after the
+ *    first call read directly: the refused call and the ones after go
+ *    over the rings on every member. */
 #include <linux/capability.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,13 +27,14 @@
 #include "harness.h"
 #include "tap.h"
 
-enum mode { DIRECT, RING_TRANSPORT, SMALL, TWO_HOSTS, REFUSED };
+enum mode { DIRECT, RING_TRANSPORT, SMALL, TWO_HOSTS, REFUSED, REFUSED_LATER };
 static const char *const mode_text[] = {
     "read directly",
     "DTRAIN_COMM_TRANSPORT_RING: through the rings",
     "blocks below the threshold: through the rings",
     "members on two hosts: through the rings",
     "one member's memory may not be read: every member falls back to the rings",
+    "one member's memory becomes unreadable after the first call: that call and the rest through the rings",
 };
 
 struct job {
@@ -90,12 +93,12 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     dtrain_comm *c = NULL;
     int failed = 0;
     (void)ngroups;
-    if (j->mode == REFUSED) {
+    if (j->mode == REFUSED || j->mode == REFUSED_LATER) {
         if (drop_ptrace_cap() != 0) {
             harness_diag(rank, "cannot drop CAP_SYS_PTRACE");
             return (1 << P_PARTS) - 1;
         }
-        if (rank == n - 1)
+        if (rank == n - 1 && j->mode == REFUSED)
             prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     harness_options(&o, rank, n, j->mode == TWO_HOSTS ? 2 : 1,
@@ -126,8 +129,11 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
             }
             before = after;
             calls++;
+            if (j->mode == REFUSED_LATER && calls == 1 && rank == n - 1)
+                prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* the next call may not read this member */
         }
-    uint64_t direct = after.single_copy_calls, want = j->mode == DIRECT ? (uint64_t)calls : 0;
+    uint64_t direct = after.single_copy_calls,
+             want = j->mode == DIRECT ? (uint64_t)calls : j->mode == REFUSED_LATER ? 1 : 0;
     if (buf == NULL || direct != want) {
         harness_diag(rank, "%llu of %d all-gathers read directly, want %llu", (unsigned long long)direct, calls,
                      (unsigned long long)want);
@@ -147,7 +153,7 @@ int main(void)
     };
     const struct { int n; enum mode mode; } runs[] = {
         {2, DIRECT}, {3, DIRECT}, {4, DIRECT}, {8, DIRECT}, {2, RING_TRANSPORT}, {4, SMALL}, {4, TWO_HOSTS},
-        {2, REFUSED}, {3, REFUSED},
+        {2, REFUSED}, {3, REFUSED}, {2, REFUSED_LATER}, {4, REFUSED_LATER},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         struct harness_result res;
@@ -156,7 +162,8 @@ int main(void)
         for (int p = 0; p < P_PARTS; p++)
             ok(rc == 0 && !harness_part_failed(&res, runs[k].n, p), "n=%d, %s: %s", runs[k].n,
                mode_text[runs[k].mode], p == P_PATH ? (runs[k].mode == DIRECT ? "every call read the others' "
-               "memory directly (single_copy_calls)" : "no call read directly (single_copy_calls 0)")
+               "memory directly (single_copy_calls)" : runs[k].mode == REFUSED_LATER ? "the first call alone read "
+               "directly (single_copy_calls 1)" : "no call read directly (single_copy_calls 0)")
                : part_text[p]);
     }
     return tap_done();

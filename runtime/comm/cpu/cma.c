@@ -132,6 +132,22 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     /* No member returns (and changes its block) before all have read it. */
     if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &outcome, all, sizeof outcome)) != 0)
         goto out;
+    int refused = 0, other = 0;
+    for (int j = 0; j < n; j++) {
+        refused += all[j].error == EPERM || all[j].error == EACCES;
+        other += all[j].error != 0 && all[j].error != EPERM && all[j].error != EACCES;
+    }
+    if (refused > 0 && other == 0) {
+        /* A member's memory became unreadable since the first call (it
+         * made itself not dumpable, changed its credentials): every
+         * member knows, none has returned, the blocks are unchanged; the
+         * ring gathers this call and the ones after. */
+        cc->cma = -1;
+        *used = 0;
+        atomic_store(&c->bytes_sent, sent);
+        atomic_store(&c->bytes_received, received);
+        goto out;
+    }
     for (int j = 0; j < n; j++)
         if (all[j].error != 0) {
             rc = comm_fail(c, all[j].error == ESRCH ? DTRAIN_COMM_EPEER : DTRAIN_COMM_ESYS, all[j].peer,

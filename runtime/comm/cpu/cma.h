@@ -13,7 +13,11 @@
  * other PID namespaces) or no permission to read it (the kernel's ptrace
  * rules: Yama's ptrace_scope, a seccomp profile) fails the check on some
  * member, and then no member of the communicator uses it: the ring
- * carries every all-gather, as with DTRAIN_COMM_TRANSPORT=ring. */
+ * carries every all-gather, as with DTRAIN_COMM_TRANSPORT=ring.  A member
+ * whose memory becomes unreadable later (EPERM: it made itself not
+ * dumpable, changed its credentials) sends that call and the rest to the
+ * rings the same way; any other failed read (ESRCH: a member gone) fails
+ * the call on every member. */
 #ifndef DTRAIN_COMM_CPU_CMA_H
 #define DTRAIN_COMM_CPU_CMA_H
 
@@ -32,8 +36,8 @@ int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t ea
 
 /* The all-gather of each bytes per member (in: this member's block, in
  * place or apart).  0, or the cause (comm_fail has said why).  *used 0:
- * the first call found it unusable on some member (nothing was read): the
- * caller gathers over the ring. */
+ * some member cannot read another's memory (found at the first call, or
+ * refused now): the caller gathers over the ring. */
 int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used);
 
 #endif
