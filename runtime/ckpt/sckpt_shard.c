@@ -128,14 +128,54 @@ static void shard_header(unsigned char *h, const struct dtrain_sckpt_layout *L, 
     put64(h, OFF_FLOATS, floats);
 }
 
-static const float *piece_part(const struct dtrain_sckpt_piece *p, int a)
+/* The file after its header, in the format's order: the run table, then
+ * the parameters, m and v of every run; each part handed to fn. */
+static void shard_body(const struct dtrain_sckpt_piece *p, size_t n, void (*fn)(void *ctx, const void *part,
+                                                                                size_t len), void *ctx)
 {
-    return a == 0 ? p->params : a == 1 ? p->m : p->v;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t run[2] = {p[i].whole, p[i].count};
+        fn(ctx, run, sizeof run);
+    }
+    for (int a = 0; a < 3; a++)
+        for (size_t i = 0; i < n; i++)
+            fn(ctx, a == 0 ? p[i].params : a == 1 ? p[i].m : p[i].v, p[i].count * sizeof(float));
+}
+
+static void sum_part(void *s, const void *part, size_t len)
+{
+    dtrain_sckpt_sum_add(s, part, len);
+}
+
+static void write_part(void *o, const void *part, size_t len)
+{
+    dtrain_out_write(o, part, len);
+}
+
+struct image_at {
+    unsigned char *at;
+    struct dtrain_sckpt_sum sum;
+};
+
+/* A part copied into the image chunk by chunk, each chunk summed while it
+ * is in cache. */
+static void image_part(void *ctx, const void *part, size_t len)
+{
+    struct image_at *m = ctx;
+    const unsigned char *from = part;
+    while (len > 0) {
+        size_t k = len < IMAGE_CHUNK ? len : IMAGE_CHUNK;
+        memcpy(m->at, from, k);
+        dtrain_sckpt_sum_add(&m->sum, m->at, k);
+        m->at += k;
+        from += k;
+        len -= k;
+    }
 }
 
 /* The file's bytes assembled in img (its room kept for the next
- * checkpoint), each chunk summed as it is copied, while it is in cache:
- * one pass over the pieces, and the bytes stay for the peer copy. */
+ * checkpoint), summed as they are copied: one pass over the pieces, and
+ * the bytes stay for the peer copy. */
 static int shard_image(struct sckpt_image *img, const unsigned char *h, const struct dtrain_sckpt_piece *p,
                        size_t n, uint64_t bytes, uint64_t *sum, char *err, size_t errlen)
 {
@@ -152,29 +192,12 @@ static int shard_image(struct sckpt_image *img, const unsigned char *h, const st
         }
         img->cap = (size_t)bytes;
     }
-    struct dtrain_sckpt_sum s;
-    dtrain_sckpt_sum_init(&s, DTRAIN_SCKPT_VERSION);
-    unsigned char *at = img->bytes;
-    memcpy(at, h, DTRAIN_SCKPT_HEADER_BYTES);
-    at += DTRAIN_SCKPT_HEADER_BYTES;
-    for (size_t i = 0; i < n; i++, at += 16) {
-        uint64_t run[2] = {p[i].whole, p[i].count};
-        memcpy(at, run, sizeof run);
-    }
-    dtrain_sckpt_sum_add(&s, img->bytes, (size_t)(at - img->bytes));
-    for (int a = 0; a < 3; a++)
-        for (size_t i = 0; i < n; i++) {
-            const unsigned char *from = (const unsigned char *)piece_part(&p[i], a);
-            for (size_t left = p[i].count * sizeof(float); left > 0;) {
-                size_t k = left < IMAGE_CHUNK ? left : IMAGE_CHUNK;
-                memcpy(at, from, k);
-                dtrain_sckpt_sum_add(&s, at, k);
-                at += k;
-                from += k;
-                left -= k;
-            }
-        }
-    *sum = dtrain_sckpt_sum_value(&s);
+    struct image_at m;
+    m.at = img->bytes;
+    dtrain_sckpt_sum_init(&m.sum, DTRAIN_SCKPT_VERSION);
+    image_part(&m, h, DTRAIN_SCKPT_HEADER_BYTES);
+    shard_body(p, n, image_part, &m);
+    *sum = dtrain_sckpt_sum_value(&m.sum);
     put64(img->bytes, OFF_CHECKSUM, *sum);
     img->len = (size_t)bytes;
     return 0;
@@ -201,13 +224,7 @@ int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_lay
         struct dtrain_sckpt_sum s;
         dtrain_sckpt_sum_init(&s, DTRAIN_SCKPT_VERSION);
         dtrain_sckpt_sum_add(&s, h, sizeof h);
-        for (size_t i = 0; i < n; i++) {
-            uint64_t run[2] = {p[i].whole, p[i].count};
-            dtrain_sckpt_sum_add(&s, run, sizeof run);
-        }
-        for (int a = 0; a < 3; a++)
-            for (size_t i = 0; i < n; i++)
-                dtrain_sckpt_sum_add(&s, piece_part(&p[i], a), p[i].count * sizeof(float));
+        shard_body(p, n, sum_part, &s);
         sum = dtrain_sckpt_sum_value(&s);
         put64(h, OFF_CHECKSUM, sum);
     }
@@ -221,17 +238,10 @@ int sckpt_write_shard(int dirfd, const char *path, const struct dtrain_sckpt_lay
     dtrain_out_write(&o, img != NULL ? img->bytes : h, sizeof h);
     if (fail_write && o.write_errno == 0)
         o.write_errno = ENOSPC; /* fault injection: the disk is full from here on */
-    if (img != NULL) {
+    if (img != NULL)
         dtrain_out_write(&o, img->bytes + sizeof h, img->len - sizeof h);
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t run[2] = {p[i].whole, p[i].count};
-            dtrain_out_write(&o, run, sizeof run);
-        }
-        for (int a = 0; a < 3; a++)
-            for (size_t i = 0; i < n; i++)
-                dtrain_out_write(&o, piece_part(&p[i], a), p[i].count * sizeof(float));
-    }
+    else
+        shard_body(p, n, write_part, &o);
     int write_errno = o.write_errno;
     if ((rc = dtrain_out_commit(&o, err, errlen)) != DTRAIN_OK) {
         rec->error = write_errno ? write_errno : (o.write_errno ? o.write_errno : EIO);

@@ -194,7 +194,6 @@ int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config
     out->nsave = save.n;
     out->load = load.p;
     out->nload = load.n;
-    out->saves_moments = ctx.owner;
     save.p = load.p = NULL; /* out's now: freed with it */
     if (saved_ranges(out) != 0)
         goto oom;
@@ -218,7 +217,7 @@ int dtrain_ft_pieces_download(struct dtrain_ft_pieces *p, char *err, size_t errl
         for (size_t i = 0; i < p->nsaved; i++)
             dtrain_k_download(p->k, p->host_params + p->saved[i].off, p->dev_params + p->saved[i].off,
                               p->saved[i].count * sizeof(float));
-    for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK && p->saves_moments; i++)
+    for (size_t i = 0; i < p->nstate && rc == DTRAIN_OK && p->nsave > 0; i++) /* moments, where it writes them */
         rc = dtrain_adamw_state_read(p->adamw, p->state[i].state, p->state[i].count, p->state[i].host_m,
                                      p->state[i].host_v, err, errlen);
     return rc;

@@ -108,11 +108,10 @@ struct dtrain_ft_pieces {
     struct state_copy *state;   /* the moments' runs and their host copies */
     size_t nstate;
     /* what a save reads of the parameters, as ranges of the local vector
-     * (the saved pieces', merged where they touch), and whether it reads
-     * the moments (this rank writes them: ZeRO-1, or DP rank 0) */
+     * (the saved pieces', merged where they touch); a rank with no save
+     * pieces (it writes no moments: ZeRO off, DP rank > 0) reads nothing */
     struct dtrain_ft_range { size_t off, count; } *saved;
     size_t nsaved;
-    int saves_moments;
 };
 int dtrain_ft_pieces(struct dtrain_ptrainer *t, const struct dtrain_train_config *cfg,
                      const struct dtrain_bootstrap *bs, struct dtrain_ft_pieces *out, char *err, size_t errlen);
