@@ -71,9 +71,7 @@ static int cpu_reduce_scatter(struct dtrain_comm *c, const float *in, float *out
 
 static int cpu_all_gather(struct dtrain_comm *c, const float *in, float *out, size_t count)
 {
-    int used = 0, rc = cma_usable(c, impl(c), count * sizeof(float))
-                           ? cma_all_gather(c, impl(c), in, out, count * sizeof(float), &used)
-                           : 0;
+    int used, rc = cma_all_gather(c, impl(c), in, out, count * sizeof(float), &used);
     if (rc != 0 || used)
         return rc;
     return ring_all_gather(c, impl(c)->next, impl(c)->prev, in, out, count);
@@ -81,7 +79,7 @@ static int cpu_all_gather(struct dtrain_comm *c, const float *in, float *out, si
 
 static int cpu_all_gather_bytes(struct dtrain_comm *c, const void *in, void *out, size_t bytes)
 {
-    int used = 0, rc = cma_usable(c, impl(c), bytes) ? cma_all_gather(c, impl(c), in, out, bytes, &used) : 0;
+    int used, rc = cma_all_gather(c, impl(c), in, out, bytes, &used);
     if (rc != 0 || used)
         return rc;
     return ring_all_gather_bytes(c, impl(c)->next, impl(c)->prev, in, out, bytes);

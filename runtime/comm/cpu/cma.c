@@ -3,10 +3,10 @@
 #include "cma.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -31,19 +31,15 @@ struct cma_outcome {
 static uint64_t random_token(void)
 {
     uint64_t t = 0;
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        if (read(fd, &t, sizeof t) != (ssize_t)sizeof t)
-            t = 0;
-        close(fd);
-    }
+    if (getrandom(&t, sizeof t, 0) != (ssize_t)sizeof t)
+        t = 0;
     /* never 0: a zeroed page of another process must not match */
     return t != 0 ? t : ((uint64_t)getpid() << 32 | 0x5a5a5a5au);
 }
 
-int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each)
+/* What every member sees alike (the kind of each ring link may not be). */
+static int usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each)
 {
-    /* what every member sees alike (the kind of each ring link may not be) */
     return c->size > 1 && each >= CMA_MIN_BYTES && cc->cma >= 0 && c->transport == DTRAIN_COMM_TRANSPORT_AUTO &&
            cc->local == (uint32_t)c->size;
 }
@@ -87,6 +83,8 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     const uint64_t sent = atomic_load(&c->bytes_sent), received = atomic_load(&c->bytes_received);
     int rc = 0;
     *used = 0;
+    if (!usable(c, cc, each))
+        return 0;
     if (cc->cma_token == 0)
         cc->cma_token = random_token();
     /* in may be this member's place in out (in place) or anywhere apart */
@@ -115,13 +113,9 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
         for (int j = 0; j < n; j++)
             if (all[j].error != 0)
                 cc->cma = -1;
-        if (cc->cma < 0) { /* *used 0: the caller gathers over the ring, which counts its bytes */
-            atomic_store(&c->bytes_sent, sent);
-            atomic_store(&c->bytes_received, received);
-            goto out;
-        }
+        if (cc->cma < 0)
+            goto ring;
     }
-    *used = 1;
     for (int k = 1; k < n && outcome.error == 0; k++) { /* from the next member on: not all from one at once */
         int j = (me + k) % n;
         if ((outcome.error = read_peer(d[j].pid, (unsigned char *)out + (size_t)j * each, d[j].block, each)) != 0)
@@ -143,10 +137,7 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
          * member knows, none has returned, the blocks are unchanged; the
          * ring gathers this call and the ones after. */
         cc->cma = -1;
-        *used = 0;
-        atomic_store(&c->bytes_sent, sent);
-        atomic_store(&c->bytes_received, received);
-        goto out;
+        goto ring;
     }
     for (int j = 0; j < n; j++)
         if (all[j].error != 0) {
@@ -159,6 +150,11 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     atomic_store(&c->bytes_sent, sent + (uint64_t)(n - 1) * each);
     atomic_store(&c->bytes_received, received + (uint64_t)(n - 1) * each);
     atomic_fetch_add(&c->single_copy_calls, 1);
+    *used = 1;
+    goto out;
+ring: /* *used 0: the caller gathers over the ring, which counts its own bytes */
+    atomic_store(&c->bytes_sent, sent);
+    atomic_store(&c->bytes_received, received);
 out:
     free(d);
     free(all);

@@ -29,15 +29,13 @@
  * small all-gathers around the reads cost a ring's worth each). */
 #define CMA_MIN_BYTES (256u << 10)
 
-/* 1 when an all-gather of `each` bytes per member goes through cma_all_gather
- * on every member alike: all on this host, the transport AUTO, big enough,
- * and not found unusable. */
-int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each);
-
 /* The all-gather of each bytes per member (in: this member's block, in
- * place or apart).  0, or the cause (comm_fail has said why).  *used 0:
- * some member cannot read another's memory (found at the first call, or
- * refused now): the caller gathers over the ring. */
+ * place or apart), where every member alike finds it usable: all on this
+ * host, the transport AUTO, blocks of at least CMA_MIN_BYTES, not found
+ * unusable.  0, or the cause (comm_fail has said why).  *used 0: not
+ * usable, or some member cannot read another's memory (found at the first
+ * call, or refused now; nothing counted): the caller gathers over the
+ * ring. */
 int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used);
 
 #endif
