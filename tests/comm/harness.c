@@ -166,3 +166,17 @@ out:
     fflush(stdout);
     return rc;
 }
+
+int harness_check_bytes(int rank, struct dtrain_comm_stats *before, dtrain_comm *c, uint64_t sent,
+                        uint64_t received, const char *what)
+{
+    struct dtrain_comm_stats now;
+    dtrain_comm_get_stats(c, &now);
+    uint64_t s = now.bytes_sent - before->bytes_sent, r = now.bytes_received - before->bytes_received;
+    *before = now;
+    if (s == sent && r == received)
+        return 0;
+    harness_diag(rank, "%s: sent %llu received %llu, want %llu and %llu", what, (unsigned long long)s,
+                 (unsigned long long)r, (unsigned long long)sent, (unsigned long long)received);
+    return 1;
+}

@@ -58,6 +58,12 @@ void harness_options(struct dtrain_comm_options *o, int rank, int n, int hosts, 
 /* Init one communicator in a child; prints a diagnostic on failure. */
 int harness_init(struct dtrain_comm_group *g, const struct dtrain_comm_options *o, dtrain_comm **out);
 
+/* The payload bytes c counted since *before against sent and received
+ * (a diagnostic naming `what` when they differ); *before becomes now.
+ * 0 when they match, else 1. */
+int harness_check_bytes(int rank, struct dtrain_comm_stats *before, dtrain_comm *c, uint64_t sent,
+                        uint64_t received, const char *what);
+
 /* Printing from a child: "# rank R: ..." (one line, flushed). */
 void harness_diag(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

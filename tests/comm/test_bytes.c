@@ -25,20 +25,6 @@ static const char *const part_text[P_PARTS] = {
     "the call counter counts completed calls",
 };
 
-static int check(int rank, struct dtrain_comm_stats *before, dtrain_comm *c, uint64_t sent, uint64_t received,
-                 const char *what)
-{
-    struct dtrain_comm_stats now;
-    dtrain_comm_get_stats(c, &now);
-    uint64_t s = now.bytes_sent - before->bytes_sent, r = now.bytes_received - before->bytes_received;
-    *before = now;
-    if (s == sent && r == received)
-        return 0;
-    harness_diag(rank, "%s: sent %llu received %llu, want %llu and %llu", what, (unsigned long long)s,
-                 (unsigned long long)r, (unsigned long long)sent, (unsigned long long)received);
-    return 1;
-}
-
 static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups, void *arg)
 {
     const enum dtrain_comm_transport *t = arg;
@@ -61,21 +47,21 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
         const uint64_t count = counts[i], f = sizeof(float);
         int rc = dtrain_comm_allreduce(c, a, count, DTRAIN_REDUCE_SUM);
         uint64_t ar = 2 * (uint64_t)(n - 1) * count / (uint64_t)n * f;
-        if (rc != 0 || check(rank, &st, c, ar, ar, "allreduce"))
+        if (rc != 0 || harness_check_bytes(rank, &st, c, ar, ar, "allreduce"))
             failed |= 1 << P_ALLREDUCE;
         rc = dtrain_comm_reduce_scatter(c, a, b, count, DTRAIN_REDUCE_AVG);
-        if (rc != 0 || check(rank, &st, c, (uint64_t)(n - 1) * count * f, (uint64_t)(n - 1) * count * f,
+        if (rc != 0 || harness_check_bytes(rank, &st, c, (uint64_t)(n - 1) * count * f, (uint64_t)(n - 1) * count * f,
                              "reduce_scatter"))
             failed |= 1 << P_REDUCE_SCATTER;
         rc = dtrain_comm_all_gather(c, a, b, count);
         if (rc != 0 ||
-            check(rank, &st, c, (uint64_t)(n - 1) * count * f, (uint64_t)(n - 1) * count * f, "all_gather"))
+            harness_check_bytes(rank, &st, c, (uint64_t)(n - 1) * count * f, (uint64_t)(n - 1) * count * f, "all_gather"))
             failed |= 1 << P_ALL_GATHER;
         int root = (int)(i % (size_t)n);
         size_t bytes = count * f + 3;
         rc = dtrain_comm_broadcast(c, a, bytes, root);
         int last = (root + n - 1) % n;
-        if (rc != 0 || check(rank, &st, c, rank == last ? 0 : bytes, rank == root ? 0 : bytes, "broadcast"))
+        if (rc != 0 || harness_check_bytes(rank, &st, c, rank == last ? 0 : bytes, rank == root ? 0 : bytes, "broadcast"))
             failed |= 1 << P_BROADCAST;
         /* a shift by 1 with sendrecv, then rank 0 sends to rank n-1 alone */
         rc = dtrain_comm_sendrecv(c, a, bytes, (rank + 1) % n, b, bytes, (rank + n - 1) % n);
@@ -84,7 +70,7 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
         if (rc == 0 && rank == n - 1)
             rc = dtrain_comm_recv(c, b, bytes + 2, 0);
         uint64_t extra_s = rank == 0 ? bytes + 2 : 0, extra_r = rank == n - 1 ? bytes + 2 : 0;
-        if (rc != 0 || check(rank, &st, c, bytes + extra_s, bytes + extra_r, "sendrecv/send/recv"))
+        if (rc != 0 || harness_check_bytes(rank, &st, c, bytes + extra_s, bytes + extra_r, "sendrecv/send/recv"))
             failed |= 1 << P_SENDRECV;
         calls += 5 + (rank == 0 || rank == n - 1 ? 1 : 0);
     }

@@ -109,8 +109,8 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     const size_t sizes[] = {256u << 10, 300001};
     size_t most = (size_t)(n + 1) * 300004 + 128;
     unsigned char *buf = malloc(most);
-    struct dtrain_comm_stats before, after;
-    dtrain_comm_get_stats(c, &before);
+    struct dtrain_comm_stats st;
+    dtrain_comm_get_stats(c, &st);
     int calls = 0;
     for (size_t s = 0; s < 2 && buf != NULL; s++)
         for (int in_place = 0; in_place < 2; in_place++) {
@@ -118,21 +118,14 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
             int floats = each % 4 == 0;
             if (gather_once(rank, n, c, each, in_place, floats, buf) != 0)
                 failed |= 1 << P_BYTES;
-            dtrain_comm_get_stats(c, &after);
             uint64_t want = (uint64_t)(n - 1) * each;
-            if (after.bytes_sent - before.bytes_sent != want || after.bytes_received - before.bytes_received != want) {
-                harness_diag(rank, "sent %llu received %llu, want %llu each",
-                             (unsigned long long)(after.bytes_sent - before.bytes_sent),
-                             (unsigned long long)(after.bytes_received - before.bytes_received),
-                             (unsigned long long)want);
+            if (harness_check_bytes(rank, &st, c, want, want, "all_gather") != 0)
                 failed |= 1 << P_COUNTS;
-            }
-            before = after;
             calls++;
             if (j->mode == REFUSED_LATER && calls == 1 && rank == n - 1)
                 prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* the next call may not read this member */
         }
-    uint64_t direct = after.single_copy_calls,
+    uint64_t direct = st.single_copy_calls,
              want = j->mode == DIRECT ? (uint64_t)calls : j->mode == REFUSED_LATER ? 1 : 0;
     if (buf == NULL || direct != want) {
         harness_diag(rank, "%llu of %d all-gathers read directly, want %llu", (unsigned long long)direct, calls,
