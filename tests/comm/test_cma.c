@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The cpu backend's single-copy all-gather (runtime/comm/cpu/cma.h):
- * members of one host read each other's blocks with process_vm_readv.
+/* The cpu backend's single-copy all-gather and all-reduce gather half
+ * (runtime/comm/cpu/cma.h): members of one host read each other's memory
+ * with process_vm_readv.
  *  - n = 2, 3, 4 and 8 members, blocks of 256 KiB and of 300,001 bytes
  *    (floats and bytes), in place and apart, the output at an odd
  *    address: every byte where the ring puts it, the bytes counted as the
  *    ring counts them, and the call counted in single_copy_calls;
+ *  - all-reduces (sum and average) of 256 KiB per member and of several
+ *    slices with uneven segments, on values whose sums round: every float
+ *    the ring's sum in the ring's order, bit for bit, on every path below;
  *  - DTRAIN_COMM_TRANSPORT_RING, below the size where it pays, and
  *    members on two "hosts": the same bytes through the rings, none read
  *    directly;
@@ -39,13 +43,81 @@ static const char *const mode_text[] = {
 
 struct job {
     enum mode mode;
+    int direct_calls; /* REFUSED_LATER: calls read directly before a member turns unreadable */
 };
 
-enum part { P_BYTES, P_COUNTS, P_PATH, P_PARTS };
+enum part { P_BYTES, P_REDUCED, P_COUNTS, P_PATH, P_PARTS };
 
 static unsigned char pattern(int rank, size_t i)
 {
     return (unsigned char)(rank * 37 + i * 13 + (i >> 9));
+}
+
+/* An all-reduce operand whose sums round (their order shows in the bits) */
+static float value(int rank, size_t i)
+{
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(rank + 1) * 0x9e3779b9u;
+    h ^= h >> 15;
+    return (float)((int)(h % 200001u) - 100000) * 1.37e-3f + 0.1f * (float)rank;
+}
+
+/* The ring all-reduce's layout, written out here: slices of n * 64Ki
+ * floats, each cut in n nearly equal segments; the segment i holds. */
+static int segment_of(size_t count, int n, size_t i)
+{
+    const size_t slice = (size_t)n * (64u << 10);
+    size_t off = i / slice * slice, L = count - off < slice ? count - off : slice, at = i - off;
+    size_t base = L / (size_t)n, rem = L % (size_t)n;
+    for (int s = 0; s < n; s++) {
+        size_t start = (size_t)s * base + ((size_t)s < rem ? (size_t)s : rem), len = base + ((size_t)s < rem);
+        if (at >= start && at < start + len)
+            return s;
+    }
+    return -1;
+}
+
+/* The floats of segment s over all slices */
+static size_t segment_floats(size_t count, int n, int s)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += segment_of(count, n, i) == s;
+    return total;
+}
+
+/* One all-reduce of count floats: 0 when every float is the ring's: the
+ * sum of segment s starts at member s+1 and adds each next member's value
+ * to it, ending at s, which divides once for the average. */
+static int allreduce_once(int rank, int n, dtrain_comm *c, size_t count, int avg, float *buf,
+                          struct dtrain_comm_stats *st)
+{
+    for (size_t i = 0; i < count; i++)
+        buf[i] = value(rank, i);
+    int rc = dtrain_comm_allreduce(c, buf, count, avg ? DTRAIN_REDUCE_AVG : DTRAIN_REDUCE_SUM);
+    if (rc != DTRAIN_OK) {
+        harness_diag(rank, "all-reduce of %zu floats failed: %s", count, dtrain_comm_error_message(c));
+        return 1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        int s = segment_of(count, n, i);
+        float sum = value((s + 1) % n, i);
+        for (int k = 2; k <= n; k++)
+            sum = value((s + k) % n, i) + sum;
+        if (avg)
+            sum /= (float)n;
+        if (memcmp(&buf[i], &sum, sizeof sum) != 0) {
+            harness_diag(rank, "all-reduce (%zu floats, %s)[%zu] = %.9g, the ring's sum is %.9g", count,
+                         avg ? "average" : "sum", i, (double)buf[i], (double)sum);
+            return 1;
+        }
+    }
+    /* the ring's halves: the reduce one sends every segment but this
+     * member's and receives all but the previous member's; the gather one
+     * sends all but the next member's and receives all but this one's */
+    uint64_t f = sizeof(float), own = segment_floats(count, n, rank);
+    uint64_t sent = (2 * count - own - segment_floats(count, n, (rank + 1) % n)) * f;
+    uint64_t received = (2 * count - own - segment_floats(count, n, (rank + n - 1) % n)) * f;
+    return harness_check_bytes(rank, st, c, sent, received, "allreduce") ? 2 : 0;
 }
 
 /* Drop CAP_SYS_PTRACE from this process's effective set (root may read
@@ -107,28 +179,41 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     if (harness_init(&groups[0], &o, &c) != 0)
         return (1 << P_PARTS) - 1;
     const size_t sizes[] = {256u << 10, 300001};
-    size_t most = (size_t)(n + 1) * 300004 + 128;
+    /* 256 KiB per member, one slice; several slices, segments uneven */
+    const size_t reduce_counts[] = {(size_t)n << 16, ((size_t)n << 17) + 13 * (size_t)n + 5};
+    size_t most = reduce_counts[1] * sizeof(float) + 128;
+    if (most < (size_t)(n + 1) * 300004 + 128)
+        most = (size_t)(n + 1) * 300004 + 128;
     unsigned char *buf = malloc(most);
     struct dtrain_comm_stats st;
     dtrain_comm_get_stats(c, &st);
     int calls = 0;
-    for (size_t s = 0; s < 2 && buf != NULL; s++)
-        for (int in_place = 0; in_place < 2; in_place++) {
-            size_t each = j->mode == SMALL ? 1000 + s * 4 : sizes[s];
-            int floats = each % 4 == 0;
+    /* two all-reduces, then four all-gathers */
+    for (int call = 0; call < 6 && buf != NULL; call++) {
+        if (call < 2) {
+            size_t count = j->mode == SMALL ? (size_t)n * 1000 + 3 : reduce_counts[call];
+            int bad = allreduce_once(rank, n, c, count, call == 1, (float *)(void *)buf, &st);
+            if (bad & 1)
+                failed |= 1 << P_REDUCED;
+            if (bad & 2)
+                failed |= 1 << P_COUNTS;
+        } else {
+            size_t s = (size_t)(call - 2) / 2, each = j->mode == SMALL ? 1000 + s * 4 : sizes[s];
+            int in_place = call % 2, floats = each % 4 == 0;
             if (gather_once(rank, n, c, each, in_place, floats, buf) != 0)
                 failed |= 1 << P_BYTES;
             uint64_t want = (uint64_t)(n - 1) * each;
             if (harness_check_bytes(rank, &st, c, want, want, "all_gather") != 0)
                 failed |= 1 << P_COUNTS;
-            calls++;
-            if (j->mode == REFUSED_LATER && calls == 1 && rank == n - 1)
-                prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* the next call may not read this member */
         }
+        calls++;
+        if (j->mode == REFUSED_LATER && calls == j->direct_calls && rank == n - 1)
+            prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* the next call may not read this member */
+    }
     uint64_t direct = st.single_copy_calls,
-             want = j->mode == DIRECT ? (uint64_t)calls : j->mode == REFUSED_LATER ? 1 : 0;
+             want = j->mode == DIRECT ? (uint64_t)calls : j->mode == REFUSED_LATER ? (uint64_t)j->direct_calls : 0;
     if (buf == NULL || direct != want) {
-        harness_diag(rank, "%llu of %d all-gathers read directly, want %llu", (unsigned long long)direct, calls,
+        harness_diag(rank, "%llu of %d calls read directly, want %llu", (unsigned long long)direct, calls,
                      (unsigned long long)want);
         failed |= 1 << P_PATH;
     }
@@ -140,23 +225,28 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
 int main(void)
 {
     static const char *const part_text[P_PARTS] = {
-        "every byte of every block in its place (in place and apart, output at an odd address)",
-        "bytes counted as the ring counts them: (n-1) blocks sent and received",
+        "all-gather: every byte of every block in its place (in place and apart, output at an odd address)",
+        "all-reduce: every float the ring's sum in the ring's order, bit for bit (sum and average)",
+        "bytes counted as the ring counts them",
         "",
     };
-    const struct { int n; enum mode mode; } runs[] = {
-        {2, DIRECT}, {3, DIRECT}, {4, DIRECT}, {8, DIRECT}, {2, RING_TRANSPORT}, {4, SMALL}, {4, TWO_HOSTS},
-        {2, REFUSED}, {3, REFUSED}, {2, REFUSED_LATER}, {4, REFUSED_LATER},
+    /* REFUSED_LATER: after the first all-reduce (the second is refused),
+     * or after the first all-gather (the second all-gather is) */
+    const struct { int n; enum mode mode; int direct_calls; } runs[] = {
+        {2, DIRECT, 0}, {3, DIRECT, 0}, {4, DIRECT, 0}, {8, DIRECT, 0}, {2, RING_TRANSPORT, 0}, {3, RING_TRANSPORT, 0},
+        {4, SMALL, 0}, {4, TWO_HOSTS, 0}, {2, REFUSED, 0}, {3, REFUSED, 0}, {2, REFUSED_LATER, 1},
+        {4, REFUSED_LATER, 1}, {3, REFUSED_LATER, 3},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         struct harness_result res;
-        struct job j = {runs[k].mode};
+        struct job j = {runs[k].mode, runs[k].direct_calls};
         int rc = harness_run(runs[k].n, 1, child, &j, 60, NULL, &res);
         for (int p = 0; p < P_PARTS; p++)
             ok(rc == 0 && !harness_part_failed(&res, runs[k].n, p), "n=%d, %s: %s", runs[k].n,
                mode_text[runs[k].mode], p == P_PATH ? (runs[k].mode == DIRECT ? "every call read the others' "
-               "memory directly (single_copy_calls)" : runs[k].mode == REFUSED_LATER ? "the first call alone read "
-               "directly (single_copy_calls 1)" : "no call read directly (single_copy_calls 0)")
+               "memory directly (single_copy_calls)" : runs[k].mode == REFUSED_LATER ? (runs[k].direct_calls == 1 ?
+               "the first all-reduce alone read directly" : "the all-reduces and the first all-gather alone read "
+               "directly") : "no call read directly (single_copy_calls 0)")
                : part_text[p]);
     }
     return tap_done();

@@ -16,8 +16,8 @@
 /* What each member tells the others before they read its block. */
 struct cma_desc {
     uint64_t pid;
-    uint64_t block;      /* where its block is */
-    uint64_t bytes;      /* each */
+    uint64_t region;     /* where the others read */
+    uint64_t shape;      /* what every member gives alike: bytes each, floats */
     uint64_t token_at;   /* where its token is (the first call's check) */
     uint64_t token;
 };
@@ -35,13 +35,6 @@ static uint64_t random_token(void)
         t = 0;
     /* never 0: a zeroed page of another process must not match */
     return t != 0 ? t : ((uint64_t)getpid() << 32 | 0x5a5a5a5au);
-}
-
-/* What every member sees alike (the kind of each ring link may not be). */
-static int usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each)
-{
-    return c->size > 1 && each >= CMA_MIN_BYTES && cc->cma >= 0 && c->transport == DTRAIN_COMM_TRANSPORT_AUTO &&
-           cc->local == (uint32_t)c->size;
 }
 
 /* bytes of pid's memory at remote into local; 0 or an errno. */
@@ -73,33 +66,43 @@ static int check_tokens(const struct cma_desc *d, int n, int me)
     return 0;
 }
 
-int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used)
+int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each)
+{
+    return c->size > 1 && each >= CMA_MIN_BYTES && cc->cma >= 0 && c->transport == DTRAIN_COMM_TRANSPORT_AUTO &&
+           cc->local == (uint32_t)c->size;
+}
+
+/* What this member reads of member `peer` (pid, its region at remote): 0 or an errno. */
+typedef int (*cma_reader)(void *arg, int peer, uint64_t pid, uint64_t remote);
+
+/* One collective in one copy: this member's region (where the others
+ * read) and its shape (what every member must give alike: `unit`s of
+ * `what`), then read() for every other member; sent and received are
+ * what the ring would have counted. */
+static int cma_run(struct dtrain_comm *c, struct cpu_comm *cc, const void *region, uint64_t shape, const char *what,
+                   const char *unit, cma_reader read, void *arg, uint64_t sent, uint64_t received, int *used)
 {
     const int n = c->size, me = c->rank;
-    unsigned char *own = (unsigned char *)out + (size_t)me * each;
     struct cma_desc mine, *d = NULL;
     struct cma_outcome outcome = {0, -1}, *all = NULL;
     /* the descriptors and outcomes are not payload: counted as the ring's all-gather would be */
-    const uint64_t sent = atomic_load(&c->bytes_sent), received = atomic_load(&c->bytes_received);
+    const uint64_t sent0 = atomic_load(&c->bytes_sent), received0 = atomic_load(&c->bytes_received);
     int rc = 0;
     *used = 0;
-    if (!usable(c, cc, each))
-        return 0;
     if (cc->cma_token == 0)
         cc->cma_token = random_token();
-    /* in may be this member's place in out (in place) or anywhere apart */
-    mine = (struct cma_desc){(uint64_t)getpid(), (uint64_t)(uintptr_t)in, each, (uint64_t)(uintptr_t)&cc->cma_token,
-                             cc->cma_token};
+    mine = (struct cma_desc){(uint64_t)getpid(), (uint64_t)(uintptr_t)region, shape,
+                             (uint64_t)(uintptr_t)&cc->cma_token, cc->cma_token};
     if ((d = malloc((size_t)n * sizeof *d)) == NULL || (all = malloc((size_t)n * sizeof *all)) == NULL) {
-        rc = comm_fail(c, DTRAIN_COMM_ESYS, -1, "all-gather: out of memory for %d members' descriptors", n);
+        rc = comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: out of memory for %d members' descriptors", what, n);
         goto out;
     }
     if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &mine, d, sizeof mine)) != 0)
         goto out;
     for (int j = 0; j < n; j++)
-        if (d[j].bytes != each) {
-            rc = comm_fail(c, DTRAIN_COMM_EINVAL, j, "all-gather: rank %d gives %llu bytes, this member %zu", j,
-                           (unsigned long long)d[j].bytes, each);
+        if (d[j].shape != shape) {
+            rc = comm_fail(c, DTRAIN_COMM_EINVAL, j, "%s: rank %d gives %llu %s, this member %llu", what, j,
+                           (unsigned long long)d[j].shape, unit, (unsigned long long)shape);
             goto out;
         }
     if (cc->cma == 0) {
@@ -118,12 +121,10 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     }
     for (int k = 1; k < n && outcome.error == 0; k++) { /* from the next member on: not all from one at once */
         int j = (me + k) % n;
-        if ((outcome.error = read_peer(d[j].pid, (unsigned char *)out + (size_t)j * each, d[j].block, each)) != 0)
+        if ((outcome.error = read(arg, j, d[j].pid, d[j].region)) != 0)
             outcome.peer = j;
     }
-    if (outcome.error == 0 && in != own)
-        memmove(own, in, each);
-    /* No member returns (and changes its block) before all have read it. */
+    /* No member returns (and changes its region) before all have read it. */
     if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &outcome, all, sizeof outcome)) != 0)
         goto out;
     int refused = 0, other = 0;
@@ -134,29 +135,107 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     if (refused > 0 && other == 0) {
         /* A member's memory became unreadable since the first call (it
          * made itself not dumpable, changed its credentials): every
-         * member knows, none has returned, the blocks are unchanged; the
-         * ring gathers this call and the ones after. */
+         * member knows, none has returned, the regions are unchanged; the
+         * ring does this call and the ones after. */
         cc->cma = -1;
         goto ring;
     }
     for (int j = 0; j < n; j++)
         if (all[j].error != 0) {
             rc = comm_fail(c, all[j].error == ESRCH ? DTRAIN_COMM_EPEER : DTRAIN_COMM_ESYS, all[j].peer,
-                           "all-gather: rank %d could not read rank %d's block: %s", j, all[j].peer,
+                           "%s: rank %d could not read rank %d's memory: %s", what, j, all[j].peer,
                            strerror(all[j].error));
             goto out;
         }
-    /* n-1 blocks sent and received, as the ring counts them (one thread calls a communicator at a time) */
-    atomic_store(&c->bytes_sent, sent + (uint64_t)(n - 1) * each);
-    atomic_store(&c->bytes_received, received + (uint64_t)(n - 1) * each);
+    /* one thread calls a communicator at a time */
+    atomic_store(&c->bytes_sent, sent0 + sent);
+    atomic_store(&c->bytes_received, received0 + received);
     atomic_fetch_add(&c->single_copy_calls, 1);
     *used = 1;
     goto out;
-ring: /* *used 0: the caller gathers over the ring, which counts its own bytes */
-    atomic_store(&c->bytes_sent, sent);
-    atomic_store(&c->bytes_received, received);
+ring: /* *used 0: the caller goes over the ring, which counts its own bytes */
+    atomic_store(&c->bytes_sent, sent0);
+    atomic_store(&c->bytes_received, received0);
 out:
     free(d);
     free(all);
     return rc;
+}
+
+struct gather_read {
+    void *out;
+    size_t each;
+};
+
+static int gather_block(void *arg, int peer, uint64_t pid, uint64_t remote)
+{
+    const struct gather_read *g = arg;
+    return read_peer(pid, (unsigned char *)g->out + (size_t)peer * g->each, remote, g->each);
+}
+
+int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used)
+{
+    struct gather_read g = {out, each};
+    const uint64_t moved = (uint64_t)(c->size - 1) * each;
+    *used = 0;
+    if (!cma_usable(c, cc, each))
+        return 0;
+    /* in may be this member's place in out (in place) or anywhere apart */
+    int rc = cma_run(c, cc, in, each, "all-gather", "bytes", gather_block, &g, moved, moved, used);
+    unsigned char *own = (unsigned char *)out + (size_t)c->rank * each;
+    if (rc == 0 && *used && in != own)
+        memmove(own, in, each);
+    return rc;
+}
+
+struct allreduce_read {
+    float *buf;
+    size_t count;
+    int n;
+};
+
+/* Iovecs per process_vm_readv: far under any IOV_MAX */
+#define CMA_IOV 64
+
+/* Member peer's segment of every slice, where it lies in buf here too. */
+static int allreduce_segments(void *arg, int peer, uint64_t pid, uint64_t remote)
+{
+    const struct allreduce_read *a = arg;
+    const size_t slice = (size_t)a->n * RING_CHUNK_FLOATS;
+    struct iovec l[CMA_IOV], r[CMA_IOV];
+    size_t off = 0;
+    while (off < a->count) {
+        int k = 0;
+        size_t want = 0;
+        for (; k < CMA_IOV && off < a->count; k++, off += slice) {
+            size_t len, at = ring_segment(a->count, a->n, off, peer, &len);
+            l[k] = (struct iovec){a->buf + at, len * sizeof(float)};
+            r[k] = (struct iovec){(void *)(uintptr_t)(remote + at * sizeof(float)), len * sizeof(float)};
+            want += len * sizeof(float);
+        }
+        ssize_t got = process_vm_readv((pid_t)pid, l, (unsigned long)k, r, (unsigned long)k, 0);
+        if (got == (ssize_t)want)
+            continue;
+        /* cut short (a signal, a fault): the same reads one at a time, which says why */
+        for (int i = 0; i < k; i++) {
+            int e = read_peer(pid, l[i].iov_base, (uint64_t)(uintptr_t)r[i].iov_base, l[i].iov_len);
+            if (e != 0)
+                return e;
+        }
+    }
+    return 0;
+}
+
+int cma_allreduce_gather(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t count, int *used)
+{
+    const int n = c->size, me = c->rank;
+    struct allreduce_read a = {buf, count, n};
+    *used = 0;
+    if (!cma_usable(c, cc, count / (size_t)n * sizeof(float)))
+        return 0;
+    /* what the ring's gather half sends (every segment but the next
+     * member's) and receives (every segment but this member's) */
+    uint64_t sent = (uint64_t)(count - ring_segment_floats(count, n, (me + 1) % n)) * sizeof(float);
+    uint64_t received = (uint64_t)(count - ring_segment_floats(count, n, me)) * sizeof(float);
+    return cma_run(c, cc, buf, count, "all-reduce", "floats", allreduce_segments, &a, sent, received, used);
 }

@@ -3,11 +3,14 @@
  * reads the others' blocks straight from their memory into its output
  * (cross-memory attach, process_vm_readv), where the ring moves every
  * byte twice (into a shared-memory ring, out of it).  Open MPI's
- * shared-memory transport does the same.
+ * shared-memory transport does the same.  The all-reduce's gather half
+ * likewise: after the ring's reduce half (ring.h) each member reads the
+ * segments the others finished straight into its buffer; the sums are
+ * the ring's, so the bits are the same either way.
  *
- * The members swap descriptors (pid, where the block is, its size) over
+ * The members swap descriptors (pid, where the region is, its size) over
  * the ring, read, and swap outcomes over the ring again: no member
- * returns, and changes its block, before every member has read it.  The
+ * returns, and changes its region, before every member has read it.  The
  * first call checks that it works at all: each member reads a random
  * token every other one holds; a pid that is not the member's (members in
  * other PID namespaces) or no permission to read it (the kernel's ptrace
@@ -29,13 +32,22 @@
  * small all-gathers around the reads cost a ring's worth each). */
 #define CMA_MIN_BYTES (256u << 10)
 
+/* Whether every member alike finds it usable for `each` bytes per
+ * member: all on this host, the transport AUTO, at least CMA_MIN_BYTES,
+ * not found unusable. */
+int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each);
+
 /* The all-gather of each bytes per member (in: this member's block, in
- * place or apart), where every member alike finds it usable: all on this
- * host, the transport AUTO, blocks of at least CMA_MIN_BYTES, not found
- * unusable.  0, or the cause (comm_fail has said why).  *used 0: not
- * usable, or some member cannot read another's memory (found at the first
- * call, or refused now; nothing counted): the caller gathers over the
- * ring. */
+ * place or apart), where cma_usable.  0, or the cause (comm_fail has said
+ * why).  *used 0: not usable, or some member cannot read another's memory
+ * (found at the first call, or refused now; nothing counted): the caller
+ * gathers over the ring. */
 int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used);
+
+/* The all-reduce's gather half on buf[count], after
+ * ring_allreduce(RING_REDUCE), where cma_usable for count / n floats per
+ * member; 0 or the cause, *used as above (0: the caller runs
+ * ring_allreduce(RING_GATHER)). */
+int cma_allreduce_gather(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t count, int *used);
 
 #endif

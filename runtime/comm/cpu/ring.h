@@ -11,6 +11,10 @@
  *                   segment r-s-2 into place), then n-1 steps of
  *                   all-gather (send r-s, copy in r-s-1).  Each rank sends
  *                   every segment but its own twice: 2(n-1)/n of the buffer.
+ *                   The two halves run apart too (ring_phase): after the
+ *                   reduce half member r holds segment r of every slice
+ *                   (ring_segment) finished; on one host the cpu backend
+ *                   then reads the others' segments directly (cma.h).
  *   reduce-scatter  per slice of C floats of each rank's block: the same
  *                   n-1 reduce steps; partial sums live in three scratch
  *                   slots of C floats, member r's sum lands in out.
@@ -33,8 +37,20 @@
 
 struct dtrain_comm;
 
+/* Which steps of the all-reduce to run: the reduce-scatter half, the
+ * all-gather half, or both (pipelined slice by slice).  The halves apart
+ * give the same bits as both at once. */
+enum ring_phase { RING_REDUCE = 1, RING_GATHER = 2, RING_BOTH = 3 };
+
 int ring_allreduce(struct dtrain_comm *c, struct link *next, struct link *prev, float *buf, size_t count,
-                   enum dtrain_reduce_op op, enum wire_op wire_op);
+                   enum dtrain_reduce_op op, enum wire_op wire_op, enum ring_phase phases);
+
+/* The all-reduce's layout: the slice of count floats starting at `off`
+ * (a multiple of n * RING_CHUNK_FLOATS) holds n segments; segment i's
+ * start (from buf) and length in floats. */
+size_t ring_segment(size_t count, int n, size_t off, int i, size_t *len);
+/* The floats of segment i over all slices (what member i finishes). */
+size_t ring_segment_floats(size_t count, int n, int i);
 /* scratch holds 3 * RING_CHUNK_FLOATS floats. */
 int ring_reduce_scatter(struct dtrain_comm *c, struct link *next, struct link *prev, const float *in, float *out,
                         size_t count, enum dtrain_reduce_op op, float *scratch);
