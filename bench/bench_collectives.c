@@ -407,13 +407,13 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": tmpfile: %s\n", strerror(errno));
         return DTRAIN_EXIT_FAILURE;
     }
-    double before = memcpy_rate(), ceiling = before, share_before[MAX_RANKS + 1] = {0};
+    double before = memcpy_rate(), ceiling = before, share_best[MAX_RANKS + 1] = {0};
     for (int i = 0; i < o.nranks; i++)
-        share_before[o.ranks[i]] = concurrent_memcpy_rate(o.ranks[i]);
+        share_best[o.ranks[i]] = concurrent_memcpy_rate(o.ranks[i]);
     printf("# " PROG ": cpu comm backend, %s, %ld CPUs online\n",
            o.transport == DTRAIN_COMM_TRANSPORT_TCP    ? "TCP (loopback)"
            : o.transport == DTRAIN_COMM_TRANSPORT_RING ? "shared-memory rings only"
-                                                       : "shared memory, all-gathers read directly",
+                                                       : "shared memory, all-gathers and all-reduces read directly",
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("# memcpy, one thread, 64 MiB: %.2f GB/s\n", before);
     printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters/rep",
@@ -428,6 +428,8 @@ int main(int argc, char **argv)
             fprintf(stderr, PROG ": the run with %d ranks failed\n", o.ranks[i]);
             failed = 1;
         }
+        double share = concurrent_memcpy_rate(o.ranks[i]); /* the share's limit too: best of 3 */
+        share_best[o.ranks[i]] = share > share_best[o.ranks[i]] ? share : share_best[o.ranks[i]];
     }
     double after = memcpy_rate();
     ceiling = after > ceiling ? after : ceiling;
@@ -445,9 +447,9 @@ int main(int argc, char **argv)
         if (target[n] <= 0)
             continue;
         double share = concurrent_memcpy_rate(n);
-        share = share_before[n] > share ? share_before[n] : share;
+        share = share_best[n] > share ? share_best[n] : share;
         printf("# allreduce 64 MiB, %d ranks: busbw %.2f GB/s = %.0f%% of memcpy (target >= %.0f%%): %s; "
-               "%d memcpys at once get %.2f GB/s each: busbw = %.0f%% of that%s\n",
+               "%d memcpys at once get %.2f GB/s each (the best of 3): busbw = %.0f%% of that%s\n",
                n, target[n], 100.0 * target[n] / ceiling, 100.0 * TARGET_RATIO,
                bench_verdict(target[n] / ceiling, TARGET_RATIO), n, share,
                share > 0 ? 100.0 * target[n] / share : 0.0,
