@@ -6,8 +6,8 @@
  *    (floats and bytes), in place and apart, the output at an odd
  *    address: every byte where the ring puts it, the bytes counted as the
  *    ring counts them, and the call counted in single_copy_calls;
- *  - all-reduces (sum and average) of 256 KiB per member and of several
- *    slices with uneven segments, on values whose sums round: every float
+ *  - all-reduces (sum and average) of 1 MiB per member (the threshold) and
+ *    of a little more, with uneven segments, on values whose sums round: every float
  *    the ring's sum in the ring's order, bit for bit, on every path below;
  *  - DTRAIN_COMM_TRANSPORT_RING, below the size where it pays, and
  *    members on two "hosts": the same bytes through the rings, none read
@@ -179,8 +179,8 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     if (harness_init(&groups[0], &o, &c) != 0)
         return (1 << P_PARTS) - 1;
     const size_t sizes[] = {256u << 10, 300001};
-    /* 256 KiB per member, one slice; several slices, segments uneven */
-    const size_t reduce_counts[] = {(size_t)n << 16, ((size_t)n << 17) + 13 * (size_t)n + 5};
+    /* 1 MiB per member (CMA_ALLREDUCE_MIN_BYTES); more, segments uneven */
+    const size_t reduce_counts[] = {(size_t)n << 18, ((size_t)n << 18) + 13 * (size_t)n + 5};
     size_t most = reduce_counts[1] * sizeof(float) + 128;
     if (most < (size_t)(n + 1) * 300004 + 128)
         most = (size_t)(n + 1) * 300004 + 128;
@@ -191,7 +191,8 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     /* two all-reduces, then four all-gathers */
     for (int call = 0; call < 6 && buf != NULL; call++) {
         if (call < 2) {
-            size_t count = j->mode == SMALL ? (size_t)n * 1000 + 3 : reduce_counts[call];
+            /* SMALL: a float under 1 MiB per member */
+            size_t count = j->mode == SMALL ? ((size_t)n << 18) - (size_t)n : reduce_counts[call];
             int bad = allreduce_once(rank, n, c, count, call == 1, (float *)(void *)buf, &st);
             if (bad & 1)
                 failed |= 1 << P_REDUCED;

@@ -59,7 +59,7 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
 static int cpu_allreduce(struct dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
 {
     struct cpu_comm *cc = impl(c);
-    if (!cma_usable(c, cc, count / (size_t)c->size * sizeof(float)))
+    if (!cma_usable(c, cc, count / (size_t)c->size * sizeof(float), CMA_ALLREDUCE_MIN_BYTES))
         return ring_allreduce(c, cc->next, cc->prev, buf, count, op, WIRE_OP_ALLREDUCE, RING_BOTH);
     int used, rc = ring_allreduce(c, cc->next, cc->prev, buf, count, op, WIRE_OP_ALLREDUCE, RING_REDUCE);
     if (rc == 0)

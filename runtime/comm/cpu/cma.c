@@ -66,9 +66,9 @@ static int check_tokens(const struct cma_desc *d, int n, int me)
     return 0;
 }
 
-int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each)
+int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each, size_t min_bytes)
 {
-    return c->size > 1 && each >= CMA_MIN_BYTES && cc->cma >= 0 && c->transport == DTRAIN_COMM_TRANSPORT_AUTO &&
+    return c->size > 1 && each >= min_bytes && cc->cma >= 0 && c->transport == DTRAIN_COMM_TRANSPORT_AUTO &&
            cc->local == (uint32_t)c->size;
 }
 
@@ -178,7 +178,7 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     struct gather_read g = {out, each};
     const uint64_t moved = (uint64_t)(c->size - 1) * each;
     *used = 0;
-    if (!cma_usable(c, cc, each))
+    if (!cma_usable(c, cc, each, CMA_MIN_BYTES))
         return 0;
     /* in may be this member's place in out (in place) or anywhere apart */
     int rc = cma_run(c, cc, in, each, "all-gather", "bytes", gather_block, &g, moved, moved, used);
@@ -231,7 +231,7 @@ int cma_allreduce_gather(struct dtrain_comm *c, struct cpu_comm *cc, float *buf,
     const int n = c->size, me = c->rank;
     struct allreduce_read a = {buf, count, n};
     *used = 0;
-    if (!cma_usable(c, cc, count / (size_t)n * sizeof(float)))
+    if (!cma_usable(c, cc, count / (size_t)n * sizeof(float), CMA_ALLREDUCE_MIN_BYTES))
         return 0;
     /* what the ring's gather half sends (every segment but the next
      * member's) and receives (every segment but this member's) */

@@ -31,14 +31,21 @@
 /* Below this many bytes per member the ring's latency is lower (two
  * small all-gathers around the reads cost a ring's worth each). */
 #define CMA_MIN_BYTES (256u << 10)
+/* The all-reduce's: its buffer is written again by the next call's
+ * reduce half, and where the others' reads left its lines in their caches
+ * those writes wait for them to be taken back: below about a core's L2
+ * the ring, whose peers read only the shared rings, is faster
+ * (dtrain-bench-collectives, 2 ranks: 512 KiB per member 208-221 us
+ * against the ring's 137; 1 MiB 229-292 against 310-332). */
+#define CMA_ALLREDUCE_MIN_BYTES (1u << 20)
 
 /* Whether every member alike finds it usable for `each` bytes per
- * member: all on this host, the transport AUTO, at least CMA_MIN_BYTES,
- * not found unusable. */
-int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each);
+ * member: all on this host, the transport AUTO, at least min_bytes, not
+ * found unusable. */
+int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t each, size_t min_bytes);
 
 /* The all-gather of each bytes per member (in: this member's block, in
- * place or apart), where cma_usable.  0, or the cause (comm_fail has said
+ * place or apart), where cma_usable(CMA_MIN_BYTES).  0, or the cause (comm_fail has said
  * why).  *used 0: not usable, or some member cannot read another's memory
  * (found at the first call, or refused now; nothing counted): the caller
  * gathers over the ring. */
@@ -46,7 +53,7 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
 
 /* The all-reduce's gather half on buf[count], after
  * ring_allreduce(RING_REDUCE), where cma_usable for count / n floats per
- * member; 0 or the cause, *used as above (0: the caller runs
+ * member and CMA_ALLREDUCE_MIN_BYTES; 0 or the cause, *used as above (0: the caller runs
  * ring_allreduce(RING_GATHER)). */
 int cma_allreduce_gather(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t count, int *used);
 
