@@ -13,7 +13,7 @@
 #include "comm/comm_backend.h"
 #include "ring.h"
 
-/* What each member tells the others before they read its block. */
+/* What each member tells the others before they read its memory. */
 struct cma_desc {
     uint64_t pid;
     uint64_t region;     /* where the others read */
@@ -25,7 +25,7 @@ struct cma_desc {
 /* How members agree on the outcome: 0, or the errno of a failed read. */
 struct cma_outcome {
     int32_t error;
-    int32_t peer; /* the member whose block could not be read */
+    int32_t peer; /* the member whose memory could not be read */
 };
 
 static uint64_t random_token(void)
