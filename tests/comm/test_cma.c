@@ -1,24 +1,26 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The cpu backend's single-copy all-gather and all-reduce gather half
+/* The cpu backend's all-gather and all-reduce by direct reads
  * (runtime/comm/cpu/cma.h): members of one host read each other's memory
  * with process_vm_readv.
  *  - n = 2, 3, 4 and 8 members, blocks of 256 KiB and of 300,001 bytes
  *    (floats and bytes), in place and apart, the output at an odd
  *    address: every byte where the ring puts it, the bytes counted as the
  *    ring counts them, and the call counted in single_copy_calls;
- *  - all-reduces (sum and average) of 1 MiB per member (the threshold) and
- *    of a little more, with uneven segments, on values whose sums round: every float
- *    the ring's sum in the ring's order, bit for bit, on every path below;
+ *  - all-reduces (sum and average) of 1 MiB per member (the threshold)
+ *    and of a little more, with uneven segments, on values whose sums
+ *    round: every float the ring's sum in the ring's order, bit for bit,
+ *    on every path below;
  *  - DTRAIN_COMM_TRANSPORT_RING, below the size where it pays, and
- *    members on two "hosts": the same bytes through the rings, none read
- *    directly;
+ *    members on two "hosts": the same results through the rings, none
+ *    read directly;
  *  - a member whose memory the others may not read (it is not dumpable
  *    and every member has dropped CAP_SYS_PTRACE: the kernel refuses
  *    process_vm_readv, as Yama or a container's seccomp profile would):
- *    every member finds out at the first call and all of them gather over
- *    the rings, the result the same; and a member that turns so after the
- *    first call read directly: the refused call and the ones after go
- *    over the rings on every member. */
+ *    every member finds out at the first call and all of them go over
+ *    the rings, the results the same; and a member that turns so after
+ *    the first call (an all-reduce) or the third (an all-gather): the
+ *    check before the next call finds it, and that call and the ones
+ *    after go over the rings on every member. */
 #include <linux/capability.h>
 #include <stdint.h>
 #include <stdlib.h>

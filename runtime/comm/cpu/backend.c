@@ -54,19 +54,14 @@ static int cpu_init(struct dtrain_comm *c, const struct dtrain_comm_group *g, ch
     return 0;
 }
 
-/* On one host the gather half reads the others' segments in one copy
- * (cma.h); otherwise both halves pipelined on the ring. */
+/* On one host by direct reads (cma.h), else on the ring. */
 static int cpu_allreduce(struct dtrain_comm *c, float *buf, size_t count, enum dtrain_reduce_op op)
 {
     struct cpu_comm *cc = impl(c);
-    if (!cma_usable(c, cc, count / (size_t)c->size * sizeof(float), CMA_ALLREDUCE_MIN_BYTES))
-        return ring_allreduce(c, cc->next, cc->prev, buf, count, op, WIRE_OP_ALLREDUCE, RING_BOTH);
-    int used, rc = ring_allreduce(c, cc->next, cc->prev, buf, count, op, WIRE_OP_ALLREDUCE, RING_REDUCE);
-    if (rc == 0)
-        rc = cma_allreduce_gather(c, cc, buf, count, &used);
+    int used, rc = cma_allreduce(c, cc, buf, count, op, &used);
     if (rc != 0 || used)
         return rc;
-    return ring_allreduce(c, cc->next, cc->prev, buf, count, op, WIRE_OP_ALLREDUCE, RING_GATHER);
+    return ring_allreduce(c, cc->next, cc->prev, buf, count, op, WIRE_OP_ALLREDUCE);
 }
 
 static int cpu_reduce_scatter(struct dtrain_comm *c, const float *in, float *out, size_t count,
@@ -131,7 +126,7 @@ static int cpu_barrier(struct dtrain_comm *c)
     if (token == NULL)
         return comm_fail(c, DTRAIN_COMM_ESYS, -1, "barrier: out of memory");
     int rc = ring_allreduce(c, impl(c)->next, impl(c)->prev, token, (size_t)c->size, DTRAIN_REDUCE_SUM,
-                            WIRE_OP_BARRIER, RING_BOTH);
+                            WIRE_OP_BARRIER);
     free(token);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "comm/comm_backend.h"
+#include "reduce.h"
 #include "ring.h"
 
 /* What each member tells the others before they read its memory. */
@@ -20,6 +21,7 @@ struct cma_desc {
     uint64_t shape;      /* what every member gives alike: bytes each, floats */
     uint64_t token_at;   /* where its token is (the first call's check) */
     uint64_t token;
+    uint64_t reads_all;  /* after the first call: 1 when it could read every other member's token just now */
 };
 
 /* How members agree on the outcome: 0, or the errno of a failed read. */
@@ -55,12 +57,12 @@ static int read_peer(uint64_t pid, void *local, uint64_t remote, size_t bytes)
     return 0;
 }
 
-/* The first call: every member's token read where its descriptor says. */
-static int check_tokens(const struct cma_desc *d, int n, int me)
+/* Every other member's token read where it said it is: 0, or -1. */
+static int check_tokens(const struct cma_peer *p, int n, int me)
 {
     for (int j = 0; j < n; j++) {
         uint64_t got = 0;
-        if (j != me && (read_peer(d[j].pid, &got, d[j].token_at, sizeof got) != 0 || got != d[j].token))
+        if (j != me && (read_peer(p[j].pid, &got, p[j].token_at, sizeof got) != 0 || got != p[j].token))
             return -1;
     }
     return 0;
@@ -72,144 +74,149 @@ int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t ea
            cc->local == (uint32_t)c->size;
 }
 
-/* What this member reads of member `peer` (pid, its region at remote): 0 or an errno. */
-typedef int (*cma_reader)(void *arg, int peer, uint64_t pid, uint64_t remote);
-
-/* One collective in one copy: this member's region (where the others
- * read) and its shape (what every member must give alike: `unit`s of
- * `what`), then read() for every other member; sent and received are
- * what the ring would have counted. */
-static int cma_run(struct dtrain_comm *c, struct cpu_comm *cc, const void *region, uint64_t shape, const char *what,
-                   const char *unit, cma_reader read, void *arg, uint64_t sent, uint64_t received, int *used)
-{
-    const int n = c->size, me = c->rank;
-    struct cma_desc mine, *d = NULL;
-    struct cma_outcome outcome = {0, -1}, *all = NULL;
-    /* the descriptors and outcomes are not payload: counted as the ring's all-gather would be */
-    const uint64_t sent0 = atomic_load(&c->bytes_sent), received0 = atomic_load(&c->bytes_received);
-    int rc = 0;
-    *used = 0;
-    if (cc->cma_token == 0)
-        cc->cma_token = random_token();
-    mine = (struct cma_desc){(uint64_t)getpid(), (uint64_t)(uintptr_t)region, shape,
-                             (uint64_t)(uintptr_t)&cc->cma_token, cc->cma_token};
-    if ((d = malloc((size_t)n * sizeof *d)) == NULL || (all = malloc((size_t)n * sizeof *all)) == NULL) {
-        rc = comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: out of memory for %d members' descriptors", what, n);
-        goto out;
-    }
-    if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &mine, d, sizeof mine)) != 0)
-        goto out;
-    for (int j = 0; j < n; j++)
-        if (d[j].shape != shape) {
-            rc = comm_fail(c, DTRAIN_COMM_EINVAL, j, "%s: rank %d gives %llu %s, this member %llu", what, j,
-                           (unsigned long long)d[j].shape, unit, (unsigned long long)shape);
-            goto out;
-        }
-    if (cc->cma == 0) {
-        /* The first use: every member must read every other's token, or
-         * none reads (no permission to attach, other PID namespaces: a
-         * pid that names another process here): agreed, then kept. */
-        outcome.error = check_tokens(d, n, me) == 0 ? 0 : EPERM;
-        if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &outcome, all, sizeof outcome)) != 0)
-            goto out;
-        cc->cma = 1;
-        for (int j = 0; j < n; j++)
-            if (all[j].error != 0)
-                cc->cma = -1;
-        if (cc->cma < 0)
-            goto ring;
-    }
-    for (int k = 1; k < n && outcome.error == 0; k++) { /* from the next member on: not all from one at once */
-        int j = (me + k) % n;
-        if ((outcome.error = read(arg, j, d[j].pid, d[j].region)) != 0)
-            outcome.peer = j;
-    }
-    /* No member returns (and changes its region) before all have read it. */
-    if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &outcome, all, sizeof outcome)) != 0)
-        goto out;
-    int refused = 0, other = 0;
-    for (int j = 0; j < n; j++) {
-        refused += all[j].error == EPERM || all[j].error == EACCES;
-        other += all[j].error != 0 && all[j].error != EPERM && all[j].error != EACCES;
-    }
-    if (refused > 0 && other == 0) {
-        /* A member's memory became unreadable since the first call (it
-         * made itself not dumpable, changed its credentials): every
-         * member knows, none has returned, the regions are unchanged; the
-         * ring does this call and the ones after. */
-        cc->cma = -1;
-        goto ring;
-    }
-    for (int j = 0; j < n; j++)
-        if (all[j].error != 0) {
-            rc = comm_fail(c, all[j].error == ESRCH ? DTRAIN_COMM_EPEER : DTRAIN_COMM_ESYS, all[j].peer,
-                           "%s: rank %d could not read rank %d's memory: %s", what, j, all[j].peer,
-                           strerror(all[j].error));
-            goto out;
-        }
-    /* one thread calls a communicator at a time */
-    atomic_store(&c->bytes_sent, sent0 + sent);
-    atomic_store(&c->bytes_received, received0 + received);
-    atomic_fetch_add(&c->single_copy_calls, 1);
-    *used = 1;
-    goto out;
-ring: /* *used 0: the caller goes over the ring, which counts its own bytes */
-    atomic_store(&c->bytes_sent, sent0);
-    atomic_store(&c->bytes_received, received0);
-out:
-    free(d);
-    free(all);
-    return rc;
-}
-
-struct gather_read {
-    void *out;
-    size_t each;
+/* One single-copy call: d[n], what every member said, and the byte counts
+ * as they were before its control messages (not payload: counted as the
+ * ring would count the collective). */
+struct cma_call {
+    struct cma_desc *d;
+    struct cma_outcome *all;
+    uint64_t sent0, received0;
+    const char *what;
 };
 
-static int gather_block(void *arg, int peer, uint64_t pid, uint64_t remote)
+/* Start a call: this member's region (where the others read) and its
+ * shape (what every member must give alike: `unit`s), swapped over the
+ * ring.  The first call checks that every member can read every other's
+ * token (agreed; kept in cc->cma); every later call checks it again
+ * before anything is read, so that a member whose memory became
+ * unreadable since (it made itself not dumpable, changed its credentials)
+ * sends this call to the rings before any member has changed its buffer.
+ * 0 with *go 1: read; 0 with *go 0: the rings, from now on; else the
+ * cause (comm_fail has said why). */
+static int cma_begin(struct dtrain_comm *c, struct cpu_comm *cc, struct cma_call *k, const void *region,
+                     uint64_t shape, const char *unit, int *go)
 {
-    const struct gather_read *g = arg;
-    return read_peer(pid, (unsigned char *)g->out + (size_t)peer * g->each, remote, g->each);
+    const int n = c->size, me = c->rank;
+    int rc;
+    *go = 0;
+    k->sent0 = atomic_load(&c->bytes_sent);
+    k->received0 = atomic_load(&c->bytes_received);
+    if ((k->d = malloc((size_t)n * sizeof *k->d)) == NULL || (k->all = malloc((size_t)n * sizeof *k->all)) == NULL)
+        return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: out of memory for %d members' descriptors", k->what, n);
+    if (cc->cma_token == 0)
+        cc->cma_token = random_token();
+    struct cma_desc mine = {(uint64_t)getpid(), (uint64_t)(uintptr_t)region, shape,
+                            (uint64_t)(uintptr_t)&cc->cma_token, cc->cma_token,
+                            cc->cma == 1 && check_tokens(cc->cma_peers, n, me) == 0};
+    if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &mine, k->d, sizeof mine)) != 0)
+        return rc;
+    for (int j = 0; j < n; j++)
+        if (k->d[j].shape != shape)
+            return comm_fail(c, DTRAIN_COMM_EINVAL, j, "%s: rank %d gives %llu %s, this member %llu", k->what, j,
+                             (unsigned long long)k->d[j].shape, unit, (unsigned long long)shape);
+    if (cc->cma == 1) {
+        for (int j = 0; j < n; j++)
+            if (!k->d[j].reads_all)
+                cc->cma = -1;
+        *go = cc->cma == 1;
+        return 0;
+    }
+    /* The first use: every member must read every other's token, or none
+     * reads (no permission to attach, other PID namespaces: a pid that
+     * names another process here): agreed, then kept. */
+    if (cc->cma_peers == NULL && (cc->cma_peers = malloc((size_t)n * sizeof *cc->cma_peers)) == NULL)
+        return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: out of memory for %d members' descriptors", k->what, n);
+    for (int j = 0; j < n; j++)
+        cc->cma_peers[j] = (struct cma_peer){k->d[j].pid, k->d[j].token_at, k->d[j].token};
+    struct cma_outcome checked = {check_tokens(cc->cma_peers, n, me) == 0 ? 0 : EPERM, -1};
+    if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &checked, k->all, sizeof checked)) != 0)
+        return rc;
+    cc->cma = 1;
+    for (int j = 0; j < n; j++)
+        if (k->all[j].error != 0)
+            cc->cma = -1;
+    *go = cc->cma == 1;
+    return 0;
+}
+
+/* The members' outcomes of a round of reads, swapped over the ring: no
+ * member returns, and changes its buffer, before every member has read
+ * it.  0, or the cause on every member: a member gone (ESRCH), or one
+ * whose memory became unreadable between cma_begin's check and the reads
+ * (EPERM: then the rings carry the calls after this one). */
+static int cma_agree(struct dtrain_comm *c, struct cpu_comm *cc, struct cma_call *k, struct cma_outcome mine)
+{
+    int rc;
+    if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &mine, k->all, sizeof mine)) != 0)
+        return rc;
+    for (int j = 0; j < c->size; j++) {
+        const struct cma_outcome *o = &k->all[j];
+        if (o->error == 0)
+            continue;
+        if (o->error == EPERM || o->error == EACCES)
+            cc->cma = -1;
+        return comm_fail(c, o->error == ESRCH ? DTRAIN_COMM_EPEER : DTRAIN_COMM_ESYS, o->peer,
+                         "%s: rank %d could not read rank %d's memory: %s", k->what, j, o->peer,
+                         strerror(o->error));
+    }
+    return 0;
+}
+
+/* End a call: the byte counts as they were, plus what the ring would have
+ * moved for the part done (one thread calls a communicator at a time). */
+static void cma_end(struct dtrain_comm *c, struct cma_call *k, uint64_t sent, uint64_t received)
+{
+    atomic_store(&c->bytes_sent, k->sent0 + sent);
+    atomic_store(&c->bytes_received, k->received0 + received);
+    free(k->d);
+    free(k->all);
 }
 
 int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used)
 {
-    struct gather_read g = {out, each};
-    const uint64_t moved = (uint64_t)(c->size - 1) * each;
+    const int n = c->size, me = c->rank;
+    struct cma_call k = {.what = "all-gather"};
+    struct cma_outcome outcome = {0, -1};
+    int go, rc;
     *used = 0;
     if (!cma_usable(c, cc, each, CMA_MIN_BYTES))
         return 0;
     /* in may be this member's place in out (in place) or anywhere apart */
-    int rc = cma_run(c, cc, in, each, "all-gather", "bytes", gather_block, &g, moved, moved, used);
-    unsigned char *own = (unsigned char *)out + (size_t)c->rank * each;
-    if (rc == 0 && *used && in != own)
+    if ((rc = cma_begin(c, cc, &k, in, each, "bytes", &go)) != 0 || !go)
+        goto out;
+    for (int i = 1; i < n && outcome.error == 0; i++) { /* from the next member on: not all from one at once */
+        int j = (me + i) % n;
+        if ((outcome.error = read_peer(k.d[j].pid, (unsigned char *)out + (size_t)j * each, k.d[j].region, each)) != 0)
+            outcome.peer = j;
+    }
+    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+        goto out;
+    unsigned char *own = (unsigned char *)out + (size_t)me * each;
+    if (in != own)
         memmove(own, in, each);
+    atomic_fetch_add(&c->single_copy_calls, 1);
+    *used = 1;
+out:
+    /* n-1 blocks sent and received when read, as the ring counts them; else the ring counts its own */
+    cma_end(c, &k, *used ? (uint64_t)(n - 1) * each : 0, *used ? (uint64_t)(n - 1) * each : 0);
     return rc;
 }
-
-struct allreduce_read {
-    float *buf;
-    size_t count;
-    int n;
-};
 
 /* Iovecs per process_vm_readv: far under any IOV_MAX */
 #define CMA_IOV 64
 
 /* Member peer's segment of every slice, where it lies in buf here too. */
-static int allreduce_segments(void *arg, int peer, uint64_t pid, uint64_t remote)
+static int read_segments(float *buf, size_t count, int n, int peer, uint64_t pid, uint64_t remote)
 {
-    const struct allreduce_read *a = arg;
-    const size_t slice = (size_t)a->n * RING_CHUNK_FLOATS;
+    const size_t slice = (size_t)n * RING_CHUNK_FLOATS;
     struct iovec l[CMA_IOV], r[CMA_IOV];
     size_t off = 0;
-    while (off < a->count) {
+    while (off < count) {
         int k = 0;
         size_t want = 0;
-        for (; k < CMA_IOV && off < a->count; k++, off += slice) {
-            size_t len, at = ring_segment(a->count, a->n, off, peer, &len);
-            l[k] = (struct iovec){a->buf + at, len * sizeof(float)};
+        for (; k < CMA_IOV && off < count; k++, off += slice) {
+            size_t len, at = ring_segment(count, n, off, peer, &len);
+            l[k] = (struct iovec){buf + at, len * sizeof(float)};
             r[k] = (struct iovec){(void *)(uintptr_t)(remote + at * sizeof(float)), len * sizeof(float)};
             want += len * sizeof(float);
         }
@@ -226,16 +233,71 @@ static int allreduce_segments(void *arg, int peer, uint64_t pid, uint64_t remote
     return 0;
 }
 
-int cma_allreduce_gather(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t count, int *used)
+/* This member's segment of every slice summed in place, in the ring's
+ * order: member me+1's value first, each next member's added to the sum,
+ * this member's last (then divided once); the others' read into two
+ * slices of scratch.  Only that segment of buf changes, and no member
+ * reads another's own segment in this half. */
+static struct cma_outcome reduce_own_segments(const struct cma_call *k, float *buf, size_t count, int n, int me,
+                                              float divisor, float *sum, float *next)
+{
+    const size_t slice = (size_t)n * RING_CHUNK_FLOATS;
+    struct cma_outcome o = {0, -1};
+    for (size_t off = 0; off < count; off += slice) {
+        size_t len, at = ring_segment(count, n, off, me, &len);
+        for (int i = 1; i < n; i++) {
+            int j = (me + i) % n;
+            if ((o.error = read_peer(k->d[j].pid, i == 1 ? sum : next, k->d[j].region + at * sizeof(float),
+                                     len * sizeof(float))) != 0) {
+                o.peer = j;
+                return o;
+            }
+            if (i > 1)
+                reduce_floats(sum, next, sum, len, 0.0f);
+        }
+        reduce_floats(buf + at, buf + at, sum, len, divisor);
+    }
+    return o;
+}
+
+int cma_allreduce(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t count, enum dtrain_reduce_op op,
+                  int *used)
 {
     const int n = c->size, me = c->rank;
-    struct allreduce_read a = {buf, count, n};
+    struct cma_call k = {.what = "all-reduce"};
+    struct cma_outcome outcome;
+    int go, rc;
     *used = 0;
     if (!cma_usable(c, cc, count / (size_t)n * sizeof(float), CMA_ALLREDUCE_MIN_BYTES))
         return 0;
-    /* what the ring's gather half sends (every segment but the next
-     * member's) and receives (every segment but this member's) */
-    uint64_t sent = (uint64_t)(count - ring_segment_floats(count, n, (me + 1) % n)) * sizeof(float);
-    uint64_t received = (uint64_t)(count - ring_segment_floats(count, n, me)) * sizeof(float);
-    return cma_run(c, cc, buf, count, "all-reduce", "floats", allreduce_segments, &a, sent, received, used);
+    if ((rc = cma_begin(c, cc, &k, buf, count, "floats", &go)) != 0 || !go)
+        goto out;
+    if (cc->cma_sum == NULL && (cc->cma_sum = malloc(2 * (size_t)RING_CHUNK_FLOATS * sizeof(float))) == NULL) {
+        rc = comm_fail(c, DTRAIN_COMM_ESYS, -1, "all-reduce: out of memory for its sums");
+        goto out;
+    }
+    outcome = reduce_own_segments(&k, buf, count, n, me, op == DTRAIN_REDUCE_AVG ? (float)n : 0.0f, cc->cma_sum,
+                                  cc->cma_sum + RING_CHUNK_FLOATS);
+    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+        goto out;
+    outcome = (struct cma_outcome){0, -1};
+    for (int i = 1; i < n && outcome.error == 0; i++) { /* the others' finished segments, from the next member on */
+        int j = (me + i) % n;
+        if ((outcome.error = read_segments(buf, count, n, j, k.d[j].pid, k.d[j].region)) != 0)
+            outcome.peer = j;
+    }
+    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+        goto out;
+    atomic_fetch_add(&c->single_copy_calls, 1);
+    *used = 1;
+out:;
+    /* as the ring counts an all-reduce: its reduce half sends every
+     * segment but this member's and receives all but the previous
+     * member's, its gather half sends all but the next member's and
+     * receives all but this one's */
+    const uint64_t f = sizeof(float), own = ring_segment_floats(count, n, me);
+    uint64_t sent = (2 * count - own - ring_segment_floats(count, n, (me + 1) % n)) * f;
+    uint64_t received = (2 * count - own - ring_segment_floats(count, n, (me + n - 1) % n)) * f;
+    cma_end(c, &k, *used ? sent : 0, *used ? received : 0);
+    return rc;
 }

@@ -52,12 +52,11 @@ size_t ring_segment_floats(size_t count, int n, int i)
 }
 
 int ring_allreduce(struct dtrain_comm *c, struct link *next, struct link *prev, float *buf, size_t count,
-                   enum dtrain_reduce_op op, enum wire_op wire_op, enum ring_phase phases)
+                   enum dtrain_reduce_op op, enum wire_op wire_op)
 {
     const int n = c->size, r = c->rank;
     const size_t slice = (size_t)n * RING_CHUNK_FLOATS;
     const float divisor = op == DTRAIN_REDUCE_AVG ? (float)n : 0.0f;
-    const int first = phases & RING_REDUCE ? 0 : n - 1, last = phases & RING_GATHER ? 2 * (n - 1) : n - 1;
     struct engine_plan p;
 
     engine_begin(&p, next, prev, wire_op, (unsigned)op, 0, count, count);
@@ -65,13 +64,13 @@ int ring_allreduce(struct dtrain_comm *c, struct link *next, struct link *prev, 
         size_t L = count - off < slice ? count - off : slice;
         float *base = buf + off;
         long last_recv = -1; /* the previous step's receive: what this step forwards */
-        for (int step = first; step < last; step++) {
+        for (int step = 0; step < 2 * (n - 1); step++) {
             int reducing = step < n - 1;
             int k = reducing ? step : step - (n - 1);
             int sseg = reducing ? mod(r - k - 1, n) : mod(r - k, n);
             int rseg = reducing ? mod(r - k - 2, n) : mod(r - k - 1, n);
             engine_send(&p, base + seg_start(L, n, sseg), seg_len(L, n, sseg) * sizeof(float),
-                        step == first ? -1 : last_recv);
+                        step == 0 ? -1 : last_recv);
             float *dst = base + seg_start(L, n, rseg);
             last_recv = engine_recv(&p, dst, seg_len(L, n, rseg) * sizeof(float),
                                     reducing ? RECV_REDUCE : RECV_COPY, dst, k == n - 2 && reducing ? divisor : 0.0f,

@@ -11,10 +11,10 @@
  *                   segment r-s-2 into place), then n-1 steps of
  *                   all-gather (send r-s, copy in r-s-1).  Each rank sends
  *                   every segment but its own twice: 2(n-1)/n of the buffer.
- *                   The two halves run apart too (ring_phase): after the
- *                   reduce half member r holds segment r of every slice
- *                   (ring_segment) finished; on one host the cpu backend
- *                   then reads the others' segments directly (cma.h).
+ *                   Member r finishes segment r of every slice
+ *                   (ring_segment); on one host the cpu backend sums and
+ *                   gathers the segments by direct reads instead (cma.h),
+ *                   in the same order.
  *   reduce-scatter  per slice of C floats of each rank's block: the same
  *                   n-1 reduce steps; partial sums live in three scratch
  *                   slots of C floats, member r's sum lands in out.
@@ -37,13 +37,8 @@
 
 struct dtrain_comm;
 
-/* Which steps of the all-reduce to run: the reduce-scatter half, the
- * all-gather half, or both (pipelined slice by slice).  The halves apart
- * give the same bits as both at once. */
-enum ring_phase { RING_REDUCE = 1, RING_GATHER = 2, RING_BOTH = 3 };
-
 int ring_allreduce(struct dtrain_comm *c, struct link *next, struct link *prev, float *buf, size_t count,
-                   enum dtrain_reduce_op op, enum wire_op wire_op, enum ring_phase phases);
+                   enum dtrain_reduce_op op, enum wire_op wire_op);
 
 /* The all-reduce's layout: the slice of count floats starting at `off`
  * (a multiple of n * RING_CHUNK_FLOATS) holds n segments; segment i's
