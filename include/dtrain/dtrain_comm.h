@@ -110,9 +110,8 @@ enum dtrain_reduce_op {
 enum dtrain_comm_transport {
     DTRAIN_COMM_TRANSPORT_DEFAULT = 0, /* DTRAIN_COMM_TRANSPORT=auto|ring|tcp from the environment, else auto */
     DTRAIN_COMM_TRANSPORT_AUTO = 1,    /* shared memory between members with equal host ids, TCP otherwise; the
-                                        * cpu backend's all-gathers (and all-reduces' gather halves) of one
-                                        * host read the members' memory directly where the kernel allows
-                                        * (doc/comm.md) */
+                                        * cpu backend's all-gathers and all-reduces of one host read the
+                                        * members' memory directly where the kernel allows (doc/comm.md) */
     DTRAIN_COMM_TRANSPORT_TCP = 2,     /* TCP everywhere (tests, debugging) */
     DTRAIN_COMM_TRANSPORT_RING = 3,    /* as AUTO, every byte through the shared-memory rings (comparisons) */
 };
