@@ -413,7 +413,7 @@ int main(int argc, char **argv)
     printf("# " PROG ": cpu comm backend, %s, %ld CPUs online\n",
            o.transport == DTRAIN_COMM_TRANSPORT_TCP    ? "TCP (loopback)"
            : o.transport == DTRAIN_COMM_TRANSPORT_RING ? "shared-memory rings only"
-                                                       : "shared memory, all-gathers and all-reduces read directly",
+                                                       : "shared memory, collectives read directly",
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("# memcpy, one thread, 64 MiB: %.2f GB/s\n", before);
     printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters/rep",

@@ -110,8 +110,9 @@ enum dtrain_reduce_op {
 enum dtrain_comm_transport {
     DTRAIN_COMM_TRANSPORT_DEFAULT = 0, /* DTRAIN_COMM_TRANSPORT=auto|ring|tcp from the environment, else auto */
     DTRAIN_COMM_TRANSPORT_AUTO = 1,    /* shared memory between members with equal host ids, TCP otherwise; the
-                                        * cpu backend's all-gathers and all-reduces of one host read the
-                                        * members' memory directly where the kernel allows (doc/comm.md) */
+                                        * cpu backend's all-gathers, all-reduces and reduce-scatters of one
+                                        * host read the members' memory directly where the kernel allows
+                                        * (doc/comm.md) */
     DTRAIN_COMM_TRANSPORT_TCP = 2,     /* TCP everywhere (tests, debugging) */
     DTRAIN_COMM_TRANSPORT_RING = 3,    /* as AUTO, every byte through the shared-memory rings (comparisons) */
 };
@@ -289,8 +290,8 @@ struct dtrain_comm_stats {
                                 * replies, address lookups), not counted in bytes_sent */
     int shm_links;           /* links over shared memory */
     int tcp_links;           /* links over TCP */
-    uint64_t single_copy_calls; /* cpu backend: all-gathers and all-reduces that read the other members'
-                                 * memory directly instead of passing through the rings (doc/comm.md) */
+    uint64_t single_copy_calls; /* cpu backend: collectives that read the other members' memory directly
+                                 * instead of passing through the rings (doc/comm.md) */
 };
 
 void dtrain_comm_get_stats(const dtrain_comm *c, struct dtrain_comm_stats *s);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* The cpu backend's all-gather and all-reduce by direct reads
+/* The cpu backend's all-gather, all-reduce and reduce-scatter by direct reads
  * (runtime/comm/cpu/cma.h): members of one host read each other's memory
  * with process_vm_readv.
  *  - n = 2, 3, 4 and 8 members, blocks of 256 KiB and of 300,001 bytes
@@ -7,9 +7,10 @@
  *    address: every byte where the ring puts it, the bytes counted as the
  *    ring counts them, and the call counted in single_copy_calls;
  *  - all-reduces (sum and average) of 1 MiB per member (the threshold)
- *    and of a little more, with uneven segments, on values whose sums
- *    round: every float the ring's sum in the ring's order, bit for bit,
- *    on every path below;
+ *    and of a little more, with uneven segments, and reduce-scatters of
+ *    1 MiB per member apart (sum) and a little more in place (average),
+ *    on values whose sums round: every float the ring's sum in the ring's
+ *    order, bit for bit, on every path below;
  *  - DTRAIN_COMM_TRANSPORT_RING, below the size where it pays, and
  *    members on two "hosts": the same results through the rings, none
  *    read directly;
@@ -85,6 +86,38 @@ static size_t segment_floats(size_t count, int n, int s)
     for (size_t i = 0; i < count; i++)
         total += segment_of(count, n, i) == s;
     return total;
+}
+
+/* One reduce-scatter of count floats per member (in place: out is this
+ * member's block of in): 0 when every float is the ring's sum, in the
+ * ring's order (as the all-reduce's, block s for segment s), 1 if not, 2
+ * when the bytes are not counted as the ring counts them. */
+static int reduce_scatter_once(int rank, int n, dtrain_comm *c, size_t count, int in_place, float *in, float *out,
+                               struct dtrain_comm_stats *st)
+{
+    const size_t first = (size_t)rank * count;
+    for (size_t i = 0; i < (size_t)n * count; i++)
+        in[i] = value(rank, i);
+    float *dst = in_place ? in + first : out;
+    int rc = dtrain_comm_reduce_scatter(c, in, dst, count, in_place ? DTRAIN_REDUCE_AVG : DTRAIN_REDUCE_SUM);
+    if (rc != DTRAIN_OK) {
+        harness_diag(rank, "reduce-scatter of %zu floats failed: %s", count, dtrain_comm_error_message(c));
+        return 1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        float sum = value((rank + 1) % n, first + i);
+        for (int k = 2; k <= n; k++)
+            sum = value((rank + k) % n, first + i) + sum;
+        if (in_place)
+            sum /= (float)n;
+        if (memcmp(&dst[i], &sum, sizeof sum) != 0) {
+            harness_diag(rank, "reduce-scatter (%zu floats, %s)[%zu] = %.9g, the ring's sum is %.9g", count,
+                         in_place ? "average in place" : "sum apart", i, (double)dst[i], (double)sum);
+            return 1;
+        }
+    }
+    uint64_t moved = (uint64_t)(n - 1) * count * sizeof(float);
+    return harness_check_bytes(rank, st, c, moved, moved, "reduce_scatter") ? 2 : 0;
 }
 
 /* One all-reduce of count floats: 0 when every float is the ring's: the
@@ -181,18 +214,30 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     if (harness_init(&groups[0], &o, &c) != 0)
         return (1 << P_PARTS) - 1;
     const size_t sizes[] = {256u << 10, 300001};
-    /* 1 MiB per member (CMA_ALLREDUCE_MIN_BYTES); more, segments uneven */
+    /* 1 MiB per member (CMA_REDUCE_MIN_BYTES); more, segments uneven */
     const size_t reduce_counts[] = {(size_t)n << 18, ((size_t)n << 18) + 13 * (size_t)n + 5};
     size_t most = reduce_counts[1] * sizeof(float) + 128;
     if (most < (size_t)(n + 1) * 300004 + 128)
         most = (size_t)(n + 1) * 300004 + 128;
     unsigned char *buf = malloc(most);
+    /* the reduce-scatters' input and output */
+    const size_t scatter_counts[] = {(size_t)1 << 18, ((size_t)1 << 18) + 13};
+    float *scatter_in = malloc((size_t)n * scatter_counts[1] * sizeof(float)),
+          *scatter_out = malloc(scatter_counts[1] * sizeof(float));
     struct dtrain_comm_stats st;
     dtrain_comm_get_stats(c, &st);
     int calls = 0;
-    /* two all-reduces, then four all-gathers */
-    for (int call = 0; call < 6 && buf != NULL; call++) {
-        if (call < 2) {
+    /* two all-reduces, four all-gathers, two reduce-scatters */
+    for (int call = 0; call < 8 && buf != NULL && scatter_in != NULL && scatter_out != NULL; call++) {
+        if (call >= 6) {
+            /* SMALL: a float under 1 MiB per member */
+            size_t count = j->mode == SMALL ? ((size_t)1 << 18) - 1 : scatter_counts[call - 6];
+            int bad = reduce_scatter_once(rank, n, c, count, call == 7, scatter_in, scatter_out, &st);
+            if (bad & 1)
+                failed |= 1 << P_REDUCED;
+            if (bad & 2)
+                failed |= 1 << P_COUNTS;
+        } else if (call < 2) {
             /* SMALL: a float under 1 MiB per member */
             size_t count = j->mode == SMALL ? ((size_t)n << 18) - (size_t)n : reduce_counts[call];
             int bad = allreduce_once(rank, n, c, count, call == 1, (float *)(void *)buf, &st);
@@ -215,12 +260,14 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     }
     uint64_t direct = st.single_copy_calls,
              want = j->mode == DIRECT ? (uint64_t)calls : j->mode == REFUSED_LATER ? (uint64_t)j->direct_calls : 0;
-    if (buf == NULL || direct != want) {
+    if (buf == NULL || scatter_in == NULL || scatter_out == NULL || direct != want) {
         harness_diag(rank, "%llu of %d calls read directly, want %llu", (unsigned long long)direct, calls,
                      (unsigned long long)want);
         failed |= 1 << P_PATH;
     }
     free(buf);
+    free(scatter_in);
+    free(scatter_out);
     dtrain_comm_destroy(c);
     return failed;
 }
@@ -229,7 +276,7 @@ int main(void)
 {
     static const char *const part_text[P_PARTS] = {
         "all-gather: every byte of every block in its place (in place and apart, output at an odd address)",
-        "all-reduce: every float the ring's sum in the ring's order, bit for bit (sum and average)",
+        "all-reduce and reduce-scatter: every float the ring's sum in the ring's order, bit for bit (sum and average)",
         "bytes counted as the ring counts them",
         "",
     };

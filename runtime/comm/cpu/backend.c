@@ -68,6 +68,9 @@ static int cpu_reduce_scatter(struct dtrain_comm *c, const float *in, float *out
                               enum dtrain_reduce_op op)
 {
     struct cpu_comm *cc = impl(c);
+    int used, rc = cma_reduce_scatter(c, cc, in, out, count, op, &used);
+    if (rc != 0 || used)
+        return rc;
     if (cc->scratch == NULL && c->size > 2 &&
         (cc->scratch = malloc(3 * (size_t)RING_CHUNK_FLOATS * sizeof(float))) == NULL)
         return comm_fail(c, DTRAIN_COMM_ESYS, -1, "reduce_scatter: out of memory for partial sums");

@@ -145,7 +145,6 @@ void cpu_comm_close(struct cpu_comm *cc, int size)
     free(cc->p2p_in);
     free(cc->table);
     free(cc->scratch);
-    free(cc->cma_peers);
     free(cc->cma_sum);
     free(cc->pending);
     free(cc->poll);

@@ -19,9 +19,8 @@ struct cma_desc {
     uint64_t pid;
     uint64_t region;     /* where the others read */
     uint64_t shape;      /* what every member gives alike: bytes each, floats */
-    uint64_t token_at;   /* where its token is (the first call's check) */
+    uint64_t token_at;   /* where its token is (each call's check) */
     uint64_t token;
-    uint64_t reads_all;  /* after the first call: 1 when it could read every other member's token just now */
 };
 
 /* How members agree on the outcome: 0, or the errno of a failed read. */
@@ -57,12 +56,12 @@ static int read_peer(uint64_t pid, void *local, uint64_t remote, size_t bytes)
     return 0;
 }
 
-/* Every other member's token read where it said it is: 0, or -1. */
-static int check_tokens(const struct cma_peer *p, int n, int me)
+/* Every other member's token read where its descriptor says: 0, or -1. */
+static int check_tokens(const struct cma_desc *d, int n, int me)
 {
     for (int j = 0; j < n; j++) {
         uint64_t got = 0;
-        if (j != me && (read_peer(p[j].pid, &got, p[j].token_at, sizeof got) != 0 || got != p[j].token))
+        if (j != me && (read_peer(d[j].pid, &got, d[j].token_at, sizeof got) != 0 || got != d[j].token))
             return -1;
     }
     return 0;
@@ -86,13 +85,16 @@ struct cma_call {
 
 /* Start a call: this member's region (where the others read) and its
  * shape (what every member must give alike: `unit`s), swapped over the
- * ring.  The first call checks that every member can read every other's
- * token (agreed; kept in cc->cma); every later call checks it again
- * before anything is read, so that a member whose memory became
- * unreadable since (it made itself not dumpable, changed its credentials)
- * sends this call to the rings before any member has changed its buffer.
- * 0 with *go 1: read; 0 with *go 0: the rings, from now on; else the
- * cause (comm_fail has said why). */
+ * ring; then every member reads every other's token, and they agree on
+ * whether all could.  Every call checks, after every member has entered
+ * it: a member whose memory became unreadable since the last call (it
+ * made itself not dumpable, changed its credentials) sends this call to
+ * the rings before any member has changed a buffer, and the calls after
+ * it too (cc->cma -1).  The first call's check decides whether the
+ * communicator reads directly at all (no permission to attach, members
+ * in other PID namespaces: a pid that names another process here).
+ * 0 with *go 1: read; 0 with *go 0: the rings; else the cause (comm_fail
+ * has said why). */
 static int cma_begin(struct dtrain_comm *c, struct cpu_comm *cc, struct cma_call *k, const void *region,
                      uint64_t shape, const char *unit, int *go)
 {
@@ -106,29 +108,14 @@ static int cma_begin(struct dtrain_comm *c, struct cpu_comm *cc, struct cma_call
     if (cc->cma_token == 0)
         cc->cma_token = random_token();
     struct cma_desc mine = {(uint64_t)getpid(), (uint64_t)(uintptr_t)region, shape,
-                            (uint64_t)(uintptr_t)&cc->cma_token, cc->cma_token,
-                            cc->cma == 1 && check_tokens(cc->cma_peers, n, me) == 0};
+                            (uint64_t)(uintptr_t)&cc->cma_token, cc->cma_token};
     if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &mine, k->d, sizeof mine)) != 0)
         return rc;
     for (int j = 0; j < n; j++)
         if (k->d[j].shape != shape)
             return comm_fail(c, DTRAIN_COMM_EINVAL, j, "%s: rank %d gives %llu %s, this member %llu", k->what, j,
                              (unsigned long long)k->d[j].shape, unit, (unsigned long long)shape);
-    if (cc->cma == 1) {
-        for (int j = 0; j < n; j++)
-            if (!k->d[j].reads_all)
-                cc->cma = -1;
-        *go = cc->cma == 1;
-        return 0;
-    }
-    /* The first use: every member must read every other's token, or none
-     * reads (no permission to attach, other PID namespaces: a pid that
-     * names another process here): agreed, then kept. */
-    if (cc->cma_peers == NULL && (cc->cma_peers = malloc((size_t)n * sizeof *cc->cma_peers)) == NULL)
-        return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: out of memory for %d members' descriptors", k->what, n);
-    for (int j = 0; j < n; j++)
-        cc->cma_peers[j] = (struct cma_peer){k->d[j].pid, k->d[j].token_at, k->d[j].token};
-    struct cma_outcome checked = {check_tokens(cc->cma_peers, n, me) == 0 ? 0 : EPERM, -1};
+    struct cma_outcome checked = {check_tokens(k->d, n, me) == 0 ? 0 : EPERM, -1};
     if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &checked, k->all, sizeof checked)) != 0)
         return rc;
     cc->cma = 1;
@@ -233,51 +220,61 @@ static int read_segments(float *buf, size_t count, int n, int peer, uint64_t pid
     return 0;
 }
 
-/* This member's segment of every slice summed in place, in the ring's
- * order: member me+1's value first, each next member's added to the sum,
- * this member's last (then divided once); the others' read into two
- * slices of scratch.  Only that segment of buf changes, and no member
- * reads another's own segment in this half. */
-static struct cma_outcome reduce_own_segments(const struct cma_call *k, float *buf, size_t count, int n, int me,
-                                              float divisor, float *sum, float *next)
+/* The other members' values at byte `at` of their regions, len floats,
+ * summed into sum in the ring's order: member me+1's first, each next
+ * one's (read into next) added to the sum.  What the ring adds before a
+ * member's own value; 0, or the failed read. */
+static struct cma_outcome sum_others(const struct cma_call *k, int n, int me, uint64_t at, size_t len, float *sum,
+                                     float *next)
 {
-    const size_t slice = (size_t)n * RING_CHUNK_FLOATS;
     struct cma_outcome o = {0, -1};
-    for (size_t off = 0; off < count; off += slice) {
-        size_t len, at = ring_segment(count, n, off, me, &len);
-        for (int i = 1; i < n; i++) {
-            int j = (me + i) % n;
-            if ((o.error = read_peer(k->d[j].pid, i == 1 ? sum : next, k->d[j].region + at * sizeof(float),
-                                     len * sizeof(float))) != 0) {
-                o.peer = j;
-                return o;
-            }
-            if (i > 1)
-                reduce_floats(sum, next, sum, len, 0.0f);
+    for (int i = 1; i < n; i++) {
+        int j = (me + i) % n;
+        if ((o.error = read_peer(k->d[j].pid, i == 1 ? sum : next, k->d[j].region + at, len * sizeof(float))) != 0) {
+            o.peer = j;
+            return o;
         }
-        reduce_floats(buf + at, buf + at, sum, len, divisor);
+        if (i > 1)
+            reduce_floats(sum, next, sum, len, 0.0f);
     }
     return o;
+}
+
+/* Room for two slices of sums (sum_others) in *sum: 0, or the cause. */
+static int sum_scratch(struct dtrain_comm *c, struct cpu_comm *cc, const char *what, float **sum)
+{
+    if (cc->cma_sum == NULL && (cc->cma_sum = malloc(2 * (size_t)RING_CHUNK_FLOATS * sizeof(float))) == NULL)
+        return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: out of memory for its sums", what);
+    *sum = cc->cma_sum;
+    return 0;
 }
 
 int cma_allreduce(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t count, enum dtrain_reduce_op op,
                   int *used)
 {
     const int n = c->size, me = c->rank;
+    const float divisor = op == DTRAIN_REDUCE_AVG ? (float)n : 0.0f;
     struct cma_call k = {.what = "all-reduce"};
     struct cma_outcome outcome;
     int go, rc;
     *used = 0;
-    if (!cma_usable(c, cc, count / (size_t)n * sizeof(float), CMA_ALLREDUCE_MIN_BYTES))
+    if (!cma_usable(c, cc, count / (size_t)n * sizeof(float), CMA_REDUCE_MIN_BYTES))
         return 0;
     if ((rc = cma_begin(c, cc, &k, buf, count, "floats", &go)) != 0 || !go)
         goto out;
-    if (cc->cma_sum == NULL && (cc->cma_sum = malloc(2 * (size_t)RING_CHUNK_FLOATS * sizeof(float))) == NULL) {
-        rc = comm_fail(c, DTRAIN_COMM_ESYS, -1, "all-reduce: out of memory for its sums");
+    float *sum = NULL;
+    if ((rc = sum_scratch(c, cc, k.what, &sum)) != 0)
         goto out;
+    /* this member's segment of every slice, in place: the others' values,
+     * then its own added (divided once); it changes nothing another
+     * member reads in this half */
+    outcome = (struct cma_outcome){0, -1};
+    for (size_t off = 0; off < count && outcome.error == 0; off += (size_t)n * RING_CHUNK_FLOATS) {
+        size_t len, at = ring_segment(count, n, off, me, &len);
+        outcome = sum_others(&k, n, me, at * sizeof(float), len, sum, sum + RING_CHUNK_FLOATS);
+        if (outcome.error == 0)
+            reduce_floats(buf + at, buf + at, sum, len, divisor);
     }
-    outcome = reduce_own_segments(&k, buf, count, n, me, op == DTRAIN_REDUCE_AVG ? (float)n : 0.0f, cc->cma_sum,
-                                  cc->cma_sum + RING_CHUNK_FLOATS);
     if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
         goto out;
     outcome = (struct cma_outcome){0, -1};
@@ -299,5 +296,41 @@ out:;
     uint64_t sent = (2 * count - own - ring_segment_floats(count, n, (me + 1) % n)) * f;
     uint64_t received = (2 * count - own - ring_segment_floats(count, n, (me + n - 1) % n)) * f;
     cma_end(c, &k, *used ? sent : 0, *used ? received : 0);
+    return rc;
+}
+
+int cma_reduce_scatter(struct dtrain_comm *c, struct cpu_comm *cc, const float *in, float *out, size_t count,
+                       enum dtrain_reduce_op op, int *used)
+{
+    const int n = c->size, me = c->rank;
+    const float divisor = op == DTRAIN_REDUCE_AVG ? (float)n : 0.0f;
+    const float *mine = in + (size_t)me * count;
+    struct cma_call k = {.what = "reduce-scatter"};
+    struct cma_outcome outcome = {0, -1};
+    int go, rc;
+    *used = 0;
+    if (!cma_usable(c, cc, count * sizeof(float), CMA_REDUCE_MIN_BYTES))
+        return 0;
+    if ((rc = cma_begin(c, cc, &k, in, count, "floats", &go)) != 0 || !go)
+        goto out;
+    float *sum = NULL;
+    if ((rc = sum_scratch(c, cc, k.what, &sum)) != 0)
+        goto out;
+    /* this member's block of every member's input, a slice at a time */
+    for (size_t off = 0; off < count && outcome.error == 0; off += RING_CHUNK_FLOATS) {
+        size_t len = count - off < RING_CHUNK_FLOATS ? count - off : RING_CHUNK_FLOATS;
+        outcome = sum_others(&k, n, me, ((uint64_t)me * count + off) * sizeof(float), len, sum,
+                             sum + RING_CHUNK_FLOATS);
+        if (outcome.error == 0)
+            reduce_floats(out + off, mine + off, sum, len, divisor);
+    }
+    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+        goto out;
+    atomic_fetch_add(&c->single_copy_calls, 1);
+    *used = 1;
+out:
+    /* as the ring counts it: n-1 blocks sent and received */
+    cma_end(c, &k, *used ? (uint64_t)(n - 1) * count * sizeof(float) : 0,
+            *used ? (uint64_t)(n - 1) * count * sizeof(float) : 0);
     return rc;
 }

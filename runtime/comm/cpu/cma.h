@@ -8,7 +8,9 @@
  *   all-reduce  each member sums its segment of every slice from the
  *               others' buffers (their values read into two cache-sized
  *               slices of scratch, added in the ring's order: the same
- *               bits as the ring), then reads their finished segments.
+ *               bits as the ring), then reads their finished segments;
+ *   reduce-scatter  each member sums its block from the others' inputs
+ *               the same way, into its output.
  *
  * The members swap descriptors (pid, where the region is, its size) over
  * the ring, read, and swap outcomes over the ring again (the all-reduce
@@ -19,12 +21,13 @@
  * permission to read it (the kernel's ptrace rules: Yama's ptrace_scope, a
  * seccomp profile) fails the check on some member, and then no member of
  * the communicator reads directly: the rings carry every call, as with
- * DTRAIN_COMM_TRANSPORT=ring.  Every later call reads the tokens again
- * before anything else, so a member whose memory became unreadable since
- * (it made itself not dumpable, changed its credentials) sends that call
- * and the rest to the rings the same way, before any buffer has changed.
- * A read that fails after that check (a member gone: ESRCH; one turned
- * unreadable during the call) fails the call on every member. */
+ * DTRAIN_COMM_TRANSPORT=ring.  Every later call checks the tokens again
+ * once every member has entered it, so a member whose memory became
+ * unreadable since (it made itself not dumpable, changed its credentials)
+ * sends that call and the rest to the rings the same way, before any
+ * buffer has changed.  A read that fails after that check (a member gone:
+ * ESRCH; one turned unreadable during the call, by another thread of it)
+ * fails the call on every member. */
 #ifndef DTRAIN_COMM_CPU_CMA_H
 #define DTRAIN_COMM_CPU_CMA_H
 
@@ -32,16 +35,21 @@
 
 #include "cpu_comm.h"
 
-/* Below this many bytes per member the ring's latency is lower (two
- * small all-gathers around the reads cost a ring's worth each). */
+/* Below this many bytes per member the ring's latency is lower (three
+ * small all-gathers around the reads, the descriptors, the check and the
+ * outcomes, cost a ring's worth each; an all-reduce has a fourth between
+ * its halves).  At 256 KiB on 2 members an all-gather reads in 17-21 us,
+ * the ring takes 27-33. */
 #define CMA_MIN_BYTES (256u << 10)
-/* The all-reduce's: its buffer is written again by the next call, and
- * where the others' reads left its lines in their caches those writes
- * wait for them to be taken back: below about a core's L2 the ring, whose
- * peers read only the shared rings, is faster (dtrain-bench-collectives,
- * 2 ranks: 512 KiB per member 146-150 us against the ring's 128-131;
- * 1 MiB 194-246 against 288-292). */
-#define CMA_ALLREDUCE_MIN_BYTES (1u << 20)
+/* The all-reduce's and the reduce-scatter's: a buffer is written again
+ * by the next call (the all-reduce's, or the gradients a reduce-scatter
+ * reads, written by the next backward), and where the others' reads left
+ * its lines in their caches those writes wait for them to be taken back:
+ * below about a core's L2 the ring, whose peers read only the shared
+ * rings, is faster (dtrain-bench-collectives, all-reduce on 2 ranks:
+ * 512 KiB per member 146-150 us against the ring's 128-131; 1 MiB about
+ * even, 320-364 against 310-337; 4 MiB 815-871 against 1308-1353). */
+#define CMA_REDUCE_MIN_BYTES (1u << 20)
 
 /* Whether every member alike finds it usable for `each` bytes per
  * member: all on this host, the transport AUTO, at least min_bytes, not
@@ -56,12 +64,20 @@ int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t ea
 int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used);
 
 /* The all-reduce of buf[count] by direct reads, where cma_usable for
- * count / n floats per member and CMA_ALLREDUCE_MIN_BYTES: each member
+ * count / n floats per member and CMA_REDUCE_MIN_BYTES: each member
  * sums its segment of every slice (ring.h's layout) from the others'
  * values, in the ring's order (the same bits as the ring), then reads
  * their finished segments.  0 or the cause (comm_fail has said why);
  * *used 0: not usable, the caller runs the ring. */
 int cma_allreduce(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t count, enum dtrain_reduce_op op,
                   int *used);
+
+/* The reduce-scatter of in[n * count] into out[count] (in place: out is
+ * in + rank * count; else apart) by direct reads, where cma_usable for
+ * count floats and CMA_REDUCE_MIN_BYTES: this member's block of every
+ * member's input summed in the ring's order (the same bits as the ring).
+ * 0 or the cause; *used 0: not usable, the caller runs the ring. */
+int cma_reduce_scatter(struct dtrain_comm *c, struct cpu_comm *cc, const float *in, float *out, size_t count,
+                       enum dtrain_reduce_op op, int *used);
 
 #endif

@@ -94,11 +94,6 @@ struct pending_conn {
 
 struct cpu_directory;
 
-/* Where another member's token is, and what it holds (cma.c). */
-struct cma_peer {
-    uint64_t pid, token_at, token;
-};
-
 struct cpu_comm {
     int listen_fd;           /* where peers connect to this member */
     unsigned char secret[DTRAIN_BOOTSTRAP_SECRET_LEN];
@@ -115,9 +110,8 @@ struct cpu_comm {
     int stash_fd;            /* a RING hello that came before it was awaited, or -1 */
     struct wire_hello stash;
     float *scratch;          /* reduce-scatter's partial sums, 3 * RING_CHUNK_FLOATS */
-    int cma;                 /* direct reads (cma.h): 0 not tried yet, 1 on, -1 unusable */
+    int cma;                 /* direct reads (cma.h): 0 not tried yet, 1 on, -1 unusable from now on */
     uint64_t cma_token;      /* what the others read here to check it works */
-    struct cma_peer *cma_peers; /* [size], from the first direct call: where each member's token is */
     float *cma_sum;          /* the all-reduce's sums of two segments, 2 * RING_CHUNK_FLOATS */
     int oversubscribed;      /* more members on this host than CPUs this process may use */
     /* Step 5 (until the bootstrap is done): the leader's connections to
