@@ -88,9 +88,20 @@ static size_t segment_floats(size_t count, int n, int s)
     return total;
 }
 
+/* Element i summed as the ring sums what member `owner` finishes: member
+ * owner+1's value first, each next member's added to the sum, the
+ * owner's own last; an average divides that once. */
+static float ring_sum(int owner, int n, size_t i, int avg)
+{
+    float sum = value((owner + 1) % n, i);
+    for (int k = 2; k <= n; k++)
+        sum = value((owner + k) % n, i) + sum;
+    return avg ? sum / (float)n : sum;
+}
+
 /* One reduce-scatter of count floats per member (in place: out is this
- * member's block of in): 0 when every float is the ring's sum, in the
- * ring's order (as the all-reduce's, block s for segment s), 1 if not, 2
+ * member's block of in): 0 when every float is the ring's sum (ring_sum,
+ * block r finished by member r), 1 if not, 2
  * when the bytes are not counted as the ring counts them. */
 static int reduce_scatter_once(int rank, int n, dtrain_comm *c, size_t count, int in_place, float *in, float *out,
                                struct dtrain_comm_stats *st)
@@ -105,11 +116,7 @@ static int reduce_scatter_once(int rank, int n, dtrain_comm *c, size_t count, in
         return 1;
     }
     for (size_t i = 0; i < count; i++) {
-        float sum = value((rank + 1) % n, first + i);
-        for (int k = 2; k <= n; k++)
-            sum = value((rank + k) % n, first + i) + sum;
-        if (in_place)
-            sum /= (float)n;
+        float sum = ring_sum(rank, n, first + i, in_place);
         if (memcmp(&dst[i], &sum, sizeof sum) != 0) {
             harness_diag(rank, "reduce-scatter (%zu floats, %s)[%zu] = %.9g, the ring's sum is %.9g", count,
                          in_place ? "average in place" : "sum apart", i, (double)dst[i], (double)sum);
@@ -120,9 +127,9 @@ static int reduce_scatter_once(int rank, int n, dtrain_comm *c, size_t count, in
     return harness_check_bytes(rank, st, c, moved, moved, "reduce_scatter") ? 2 : 0;
 }
 
-/* One all-reduce of count floats: 0 when every float is the ring's: the
- * sum of segment s starts at member s+1 and adds each next member's value
- * to it, ending at s, which divides once for the average. */
+/* One all-reduce of count floats: 0 when every float is the ring's sum
+ * (ring_sum, segment s finished by member s), 1 if not, 2 when the bytes
+ * are not counted as the ring counts them. */
 static int allreduce_once(int rank, int n, dtrain_comm *c, size_t count, int avg, float *buf,
                           struct dtrain_comm_stats *st)
 {
@@ -134,12 +141,7 @@ static int allreduce_once(int rank, int n, dtrain_comm *c, size_t count, int avg
         return 1;
     }
     for (size_t i = 0; i < count; i++) {
-        int s = segment_of(count, n, i);
-        float sum = value((s + 1) % n, i);
-        for (int k = 2; k <= n; k++)
-            sum = value((s + k) % n, i) + sum;
-        if (avg)
-            sum /= (float)n;
+        float sum = ring_sum(segment_of(count, n, i), n, i, avg);
         if (memcmp(&buf[i], &sum, sizeof sum) != 0) {
             harness_diag(rank, "all-reduce (%zu floats, %s)[%zu] = %.9g, the ring's sum is %.9g", count,
                          avg ? "average" : "sum", i, (double)buf[i], (double)sum);

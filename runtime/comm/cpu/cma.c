@@ -73,7 +73,7 @@ int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t ea
            cc->local == (uint32_t)c->size;
 }
 
-/* One single-copy call: d[n], what every member said, and the byte counts
+/* One direct-read call: d[n], what every member said, and the byte counts
  * as they were before its control messages (not payload: counted as the
  * ring would count the collective). */
 struct cma_call {
