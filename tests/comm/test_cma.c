@@ -21,20 +21,30 @@
  *    the rings, the results the same; and a member that turns so after
  *    the first call (an all-reduce) or the third (an all-gather): the
  *    check before the next call finds it, and that call and the ones
- *    after go over the rings on every member. */
+ *    after go over the rings on every member;
+ *  - a read refused during a call, after that check (the race of another
+ *    thread of a member changing its credentials, which no test can time:
+ *    rank 0's process_vm_readv is a stand-in here that answers EPERM,
+ *    as the kernel then does, from the read after the check on): an
+ *    all-gather or a reduce-scatter apart is redone over the rings, the
+ *    results the same; an all-reduce or a reduce-scatter in place, whose
+ *    inputs hold sums by then, fails on every member with one message
+ *    naming rank 0's refused read. */
+#include <errno.h>
 #include <linux/capability.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "dtrain_comm.h"
 #include "harness.h"
 #include "tap.h"
 
-enum mode { DIRECT, RING_TRANSPORT, SMALL, TWO_HOSTS, REFUSED, REFUSED_LATER };
+enum mode { DIRECT, RING_TRANSPORT, SMALL, TWO_HOSTS, REFUSED, REFUSED_LATER, REFUSED_MID_CALL };
 static const char *const mode_text[] = {
     "read directly",
     "DTRAIN_COMM_TRANSPORT_RING: through the rings",
@@ -42,12 +52,45 @@ static const char *const mode_text[] = {
     "members on two hosts: through the rings",
     "one member's memory may not be read: every member falls back to the rings",
     "one member's memory becomes unreadable after the first call: that call and the rest through the rings",
+    "rank 0's reads refused during ",
 };
 
 struct job {
     enum mode mode;
-    int direct_calls; /* REFUSED_LATER: calls read directly before a member turns unreadable */
+    int direct_calls; /* REFUSED_LATER: calls read directly before a member turns unreadable;
+                         REFUSED_MID_CALL: the call whose reads are refused (calls before it read directly) */
 };
+
+/* The stand-in at the kernel boundary for REFUSED_MID_CALL: this process's
+ * process_vm_readv (the library's calls bind to this definition) answers
+ * EPERM once reads_left reads have gone through, as the kernel does for a
+ * process that has become unreadable; -1: the system call, always. */
+static long reads_left = -1;
+
+ssize_t process_vm_readv(pid_t pid, const struct iovec *local, unsigned long liovcnt, const struct iovec *remote,
+                         unsigned long riovcnt, unsigned long flags)
+{
+    if (reads_left == 0) {
+        errno = EPERM;
+        return -1;
+    }
+    if (reads_left > 0)
+        reads_left--;
+    return syscall(SYS_process_vm_readv, pid, local, liovcnt, remote, riovcnt, flags);
+}
+
+/* A call that must fail because rank 0's read was refused after its
+ * inputs began to change: 0 when it did, on this member, with a message
+ * naming that read. */
+static int failed_as_refused(int rank, dtrain_comm *c, int rc, const char *what)
+{
+    const char *msg = dtrain_comm_error_message(c);
+    if (rc != DTRAIN_OK && strstr(msg, "rank 0 could not read") != NULL && strstr(msg, strerror(EPERM)) != NULL)
+        return 0;
+    harness_diag(rank, "%s with rank 0's reads refused during it: %s; want it failed, naming rank 0's refused read",
+                 what, rc == DTRAIN_OK ? "succeeded" : msg);
+    return 1;
+}
 
 enum part { P_BYTES, P_REDUCED, P_COUNTS, P_PATH, P_PARTS };
 
@@ -102,15 +145,18 @@ static float ring_sum(int owner, int n, size_t i, int avg)
 /* One reduce-scatter of count floats per member (in place: out is this
  * member's block of in): 0 when every float is the ring's sum (ring_sum,
  * block r finished by member r), 1 if not, 2
- * when the bytes are not counted as the ring counts them. */
-static int reduce_scatter_once(int rank, int n, dtrain_comm *c, size_t count, int in_place, float *in, float *out,
-                               struct dtrain_comm_stats *st)
+ * when the bytes are not counted as the ring counts them; must_fail:
+ * 0 when it failed_as_refused, 1 if not. */
+static int reduce_scatter_once(int rank, int n, dtrain_comm *c, size_t count, int in_place, int must_fail, float *in,
+                               float *out, struct dtrain_comm_stats *st)
 {
     const size_t first = (size_t)rank * count;
     for (size_t i = 0; i < (size_t)n * count; i++)
         in[i] = value(rank, i);
     float *dst = in_place ? in + first : out;
     int rc = dtrain_comm_reduce_scatter(c, in, dst, count, in_place ? DTRAIN_REDUCE_AVG : DTRAIN_REDUCE_SUM);
+    if (must_fail)
+        return failed_as_refused(rank, c, rc, "reduce-scatter");
     if (rc != DTRAIN_OK) {
         harness_diag(rank, "reduce-scatter of %zu floats failed: %s", count, dtrain_comm_error_message(c));
         return 1;
@@ -129,13 +175,16 @@ static int reduce_scatter_once(int rank, int n, dtrain_comm *c, size_t count, in
 
 /* One all-reduce of count floats: 0 when every float is the ring's sum
  * (ring_sum, segment s finished by member s), 1 if not, 2 when the bytes
- * are not counted as the ring counts them. */
-static int allreduce_once(int rank, int n, dtrain_comm *c, size_t count, int avg, float *buf,
+ * are not counted as the ring counts them; must_fail: 0 when it
+ * failed_as_refused, 1 if not. */
+static int allreduce_once(int rank, int n, dtrain_comm *c, size_t count, int avg, int must_fail, float *buf,
                           struct dtrain_comm_stats *st)
 {
     for (size_t i = 0; i < count; i++)
         buf[i] = value(rank, i);
     int rc = dtrain_comm_allreduce(c, buf, count, avg ? DTRAIN_REDUCE_AVG : DTRAIN_REDUCE_SUM);
+    if (must_fail)
+        return failed_as_refused(rank, c, rc, "all-reduce");
     if (rc != DTRAIN_OK) {
         harness_diag(rank, "all-reduce of %zu floats failed: %s", count, dtrain_comm_error_message(c));
         return 1;
@@ -202,7 +251,7 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     dtrain_comm *c = NULL;
     int failed = 0;
     (void)ngroups;
-    if (j->mode == REFUSED || j->mode == REFUSED_LATER) {
+    if (j->mode == REFUSED || j->mode == REFUSED_LATER) { /* REFUSED_MID_CALL: the stand-in refuses */
         if (drop_ptrace_cap() != 0) {
             harness_diag(rank, "cannot drop CAP_SYS_PTRACE");
             return (1 << P_PARTS) - 1;
@@ -231,10 +280,17 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     int calls = 0;
     /* two all-reduces, four all-gathers, two reduce-scatters */
     for (int call = 0; call < 8 && buf != NULL && scatter_in != NULL && scatter_out != NULL; call++) {
+        /* REFUSED_MID_CALL: rank 0's reads go through for the check of
+         * the other members' tokens, then are refused; the all-reduces
+         * (calls 0 and 1) and the reduce-scatter in place (7) fail */
+        int refused = j->mode == REFUSED_MID_CALL && call == j->direct_calls,
+            must_fail = refused && (call < 2 || call == 7);
+        if (refused && rank == 0)
+            reads_left = n - 1;
         if (call >= 6) {
             /* SMALL: a float under 1 MiB per member */
             size_t count = j->mode == SMALL ? ((size_t)1 << 18) - 1 : scatter_counts[call - 6];
-            int bad = reduce_scatter_once(rank, n, c, count, call == 7, scatter_in, scatter_out, &st);
+            int bad = reduce_scatter_once(rank, n, c, count, call == 7, must_fail, scatter_in, scatter_out, &st);
             if (bad & 1)
                 failed |= 1 << P_REDUCED;
             if (bad & 2)
@@ -242,7 +298,7 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
         } else if (call < 2) {
             /* SMALL: a float under 1 MiB per member */
             size_t count = j->mode == SMALL ? ((size_t)n << 18) - (size_t)n : reduce_counts[call];
-            int bad = allreduce_once(rank, n, c, count, call == 1, (float *)(void *)buf, &st);
+            int bad = allreduce_once(rank, n, c, count, call == 1, must_fail, (float *)(void *)buf, &st);
             if (bad & 1)
                 failed |= 1 << P_REDUCED;
             if (bad & 2)
@@ -257,11 +313,14 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
                 failed |= 1 << P_COUNTS;
         }
         calls++;
+        if (must_fail)
+            break; /* the communicator answers every later call with that error */
         if (j->mode == REFUSED_LATER && calls == j->direct_calls && rank == n - 1)
             prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* the next call may not read this member */
     }
     uint64_t direct = st.single_copy_calls,
-             want = j->mode == DIRECT ? (uint64_t)calls : j->mode == REFUSED_LATER ? (uint64_t)j->direct_calls : 0;
+             want = j->mode == DIRECT ? (uint64_t)calls
+                    : j->mode == REFUSED_LATER || j->mode == REFUSED_MID_CALL ? (uint64_t)j->direct_calls : 0;
     if (buf == NULL || scatter_in == NULL || scatter_out == NULL || direct != want) {
         harness_diag(rank, "%llu of %d calls read directly, want %llu", (unsigned long long)direct, calls,
                      (unsigned long long)want);
@@ -278,28 +337,45 @@ int main(void)
 {
     static const char *const part_text[P_PARTS] = {
         "all-gather: every byte of every block in its place (in place and apart, output at an odd address)",
-        "all-reduce and reduce-scatter: every float the ring's sum in the ring's order, bit for bit (sum and average)",
+        "all-reduce and reduce-scatter: every float the ring's sum in the ring's order, bit for bit (sum and average); "
+        "a call that must fail failed, naming the refused read",
         "bytes counted as the ring counts them",
         "",
     };
     /* REFUSED_LATER: after the first all-reduce (the second is refused),
-     * or after the first all-gather (the second all-gather is) */
+     * or after the first all-gather (the second all-gather is).
+     * REFUSED_MID_CALL: during the first all-reduce, the second, the
+     * first all-gather (apart), the first reduce-scatter (apart), the
+     * second (in place) */
     const struct { int n; enum mode mode; int direct_calls; } runs[] = {
         {2, DIRECT, 0}, {3, DIRECT, 0}, {4, DIRECT, 0}, {8, DIRECT, 0}, {2, RING_TRANSPORT, 0}, {3, RING_TRANSPORT, 0},
         {4, SMALL, 0}, {4, TWO_HOSTS, 0}, {2, REFUSED, 0}, {3, REFUSED, 0}, {2, REFUSED_LATER, 1},
-        {4, REFUSED_LATER, 1}, {3, REFUSED_LATER, 3},
+        {4, REFUSED_LATER, 1}, {3, REFUSED_LATER, 3}, {2, REFUSED_MID_CALL, 0}, {3, REFUSED_MID_CALL, 1},
+        {3, REFUSED_MID_CALL, 2}, {4, REFUSED_MID_CALL, 6}, {2, REFUSED_MID_CALL, 7},
+    };
+    static const char *const call_text[8] = {
+        "the first all-reduce (it fails on every member)", "the second all-reduce (it fails on every member)",
+        "the first all-gather, apart (redone over the rings)", "", "", "",
+        "the first reduce-scatter, apart (redone over the rings)",
+        "the second reduce-scatter, in place (it fails on every member)",
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         struct harness_result res;
         struct job j = {runs[k].mode, runs[k].direct_calls};
         int rc = harness_run(runs[k].n, 1, child, &j, 60, NULL, &res);
+        char what[160], path[160];
+        snprintf(what, sizeof what, "%s%s", mode_text[runs[k].mode],
+                 runs[k].mode == REFUSED_MID_CALL ? call_text[runs[k].direct_calls] : "");
+        if (runs[k].mode == DIRECT)
+            snprintf(path, sizeof path, "every call read the others' memory directly (single_copy_calls)");
+        else if (runs[k].mode == REFUSED_LATER || runs[k].mode == REFUSED_MID_CALL)
+            snprintf(path, sizeof path, "the %d call(s) before it alone read directly (single_copy_calls)",
+                     runs[k].direct_calls);
+        else
+            snprintf(path, sizeof path, "no call read directly (single_copy_calls 0)");
         for (int p = 0; p < P_PARTS; p++)
-            ok(rc == 0 && !harness_part_failed(&res, runs[k].n, p), "n=%d, %s: %s", runs[k].n,
-               mode_text[runs[k].mode], p == P_PATH ? (runs[k].mode == DIRECT ? "every call read the others' "
-               "memory directly (single_copy_calls)" : runs[k].mode == REFUSED_LATER ? (runs[k].direct_calls == 1 ?
-               "the first all-reduce alone read directly" : "the all-reduces and the first all-gather alone read "
-               "directly") : "no call read directly (single_copy_calls 0)")
-               : part_text[p]);
+            ok(rc == 0 && !harness_part_failed(&res, runs[k].n, p), "n=%d, %s: %s", runs[k].n, what,
+               p == P_PATH ? path : part_text[p]);
     }
     return tap_done();
 }

@@ -128,25 +128,43 @@ static int cma_begin(struct dtrain_comm *c, struct cpu_comm *cc, struct cma_call
 
 /* The members' outcomes of a round of reads, swapped over the ring: no
  * member returns, and changes its buffer, before every member has read
- * it.  0, or the cause on every member: a member gone (ESRCH), or one
- * whose memory became unreadable between cma_begin's check and the reads
- * (EPERM: then the rings carry the calls after this one). */
-static int cma_agree(struct dtrain_comm *c, struct cpu_comm *cc, struct cma_call *k, struct cma_outcome mine)
+ * it.  A refused read (EPERM, EACCES: a member's memory became
+ * unreadable between cma_begin's check and the reads) sends the calls
+ * after this one to the rings; where the call has changed no member's
+ * input yet (redo not NULL) it goes to the rings too (*redo 1, 0
+ * returned).  Else the cause on every member: a member gone (ESRCH), a
+ * refusal once inputs have changed. */
+static int cma_agree(struct dtrain_comm *c, struct cpu_comm *cc, struct cma_call *k, struct cma_outcome mine,
+                     int *redo)
 {
-    int rc;
+    int rc, failed = -1, refusals_only = 1;
     if ((rc = ring_all_gather_bytes(c, cc->next, cc->prev, &mine, k->all, sizeof mine)) != 0)
         return rc;
     for (int j = 0; j < c->size; j++) {
-        const struct cma_outcome *o = &k->all[j];
-        if (o->error == 0)
+        int error = k->all[j].error;
+        if (error == 0)
             continue;
-        if (o->error == EPERM || o->error == EACCES)
+        if (error == EPERM || error == EACCES)
             cc->cma = -1;
-        return comm_fail(c, o->error == ESRCH ? DTRAIN_COMM_EPEER : DTRAIN_COMM_ESYS, o->peer,
-                         "%s: rank %d could not read rank %d's memory: %s", k->what, j, o->peer,
-                         strerror(o->error));
+        else
+            refusals_only = 0;
+        if (failed < 0)
+            failed = j;
     }
-    return 0;
+    if (failed < 0)
+        return 0;
+    if (refusals_only && redo != NULL) {
+        *redo = 1;
+        return 0;
+    }
+    const struct cma_outcome *o = &k->all[failed];
+    return comm_fail(c, o->error == ESRCH ? DTRAIN_COMM_EPEER : DTRAIN_COMM_ESYS, o->peer,
+                     "%s: rank %d could not read rank %d's memory: %s%s", k->what, failed, o->peer,
+                     strerror(o->error),
+                     o->error == EPERM || o->error == EACCES
+                         ? " (that rank turned unreadable during the call, once the inputs held partial sums: "
+                           "it changed its credentials or made itself not dumpable)"
+                         : "");
 }
 
 /* End a call: the byte counts as they were, plus what the ring would have
@@ -176,7 +194,8 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
         if ((outcome.error = read_peer(k.d[j].pid, (unsigned char *)out + (size_t)j * each, k.d[j].region, each)) != 0)
             outcome.peer = j;
     }
-    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+    int redo = 0; /* nothing but out changed: the rings can gather it all */
+    if ((rc = cma_agree(c, cc, &k, outcome, &redo)) != 0 || redo)
         goto out;
     unsigned char *own = (unsigned char *)out + (size_t)me * each;
     if (in != own)
@@ -275,7 +294,8 @@ int cma_allreduce(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t
         if (outcome.error == 0)
             reduce_floats(buf + at, buf + at, sum, len, divisor);
     }
-    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+    /* buf holds sums now: the ring cannot start again from it */
+    if ((rc = cma_agree(c, cc, &k, outcome, NULL)) != 0)
         goto out;
     outcome = (struct cma_outcome){0, -1};
     for (int i = 1; i < n && outcome.error == 0; i++) { /* the others' finished segments, from the next member on */
@@ -283,7 +303,7 @@ int cma_allreduce(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t
         if ((outcome.error = read_segments(buf, count, n, j, k.d[j].pid, k.d[j].region)) != 0)
             outcome.peer = j;
     }
-    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+    if ((rc = cma_agree(c, cc, &k, outcome, NULL)) != 0)
         goto out;
     atomic_fetch_add(&c->single_copy_calls, 1);
     *used = 1;
@@ -324,7 +344,10 @@ int cma_reduce_scatter(struct dtrain_comm *c, struct cpu_comm *cc, const float *
         if (outcome.error == 0)
             reduce_floats(out + off, mine + off, sum, len, divisor);
     }
-    if ((rc = cma_agree(c, cc, &k, outcome)) != 0)
+    /* apart, the inputs are as they were and the rings can sum them; in
+     * place this member's block holds sums */
+    int redo = 0;
+    if ((rc = cma_agree(c, cc, &k, outcome, out != mine ? &redo : NULL)) != 0 || redo)
         goto out;
     atomic_fetch_add(&c->single_copy_calls, 1);
     *used = 1;

@@ -25,9 +25,13 @@
  * once every member has entered it, so a member whose memory became
  * unreadable since (it made itself not dumpable, changed its credentials)
  * sends that call and the rest to the rings the same way, before any
- * buffer has changed.  A read that fails after that check (a member gone:
- * ESRCH; one turned unreadable during the call, by another thread of it)
- * fails the call on every member. */
+ * buffer has changed.  A read refused after that check (a member turned
+ * unreadable during the call, by another thread of it) sends the calls
+ * after it to the rings, and this call too where no member's input has
+ * changed yet (an all-gather, a reduce-scatter apart); an all-reduce or
+ * a reduce-scatter in place has begun to overwrite its inputs with sums
+ * by then, and fails on every member, as a read of a member gone (ESRCH)
+ * does. */
 #ifndef DTRAIN_COMM_CPU_CMA_H
 #define DTRAIN_COMM_CPU_CMA_H
 
@@ -59,8 +63,8 @@ int cma_usable(const struct dtrain_comm *c, const struct cpu_comm *cc, size_t ea
 /* The all-gather of each bytes per member (in: this member's block, in
  * place or apart), where cma_usable(CMA_MIN_BYTES).  0, or the cause
  * (comm_fail has said why).  *used 0: not usable, or some member cannot
- * read another's memory (nothing counted): the caller gathers over the
- * ring. */
+ * read another's memory, found before or during the reads (nothing
+ * counted): the caller gathers over the ring. */
 int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used);
 
 /* The all-reduce of buf[count] by direct reads, where cma_usable for
@@ -76,7 +80,8 @@ int cma_allreduce(struct dtrain_comm *c, struct cpu_comm *cc, float *buf, size_t
  * in + rank * count; else apart) by direct reads, where cma_usable for
  * count floats and CMA_REDUCE_MIN_BYTES: this member's block of every
  * member's input summed in the ring's order (the same bits as the ring).
- * 0 or the cause; *used 0: not usable, the caller runs the ring. */
+ * 0 or the cause; *used 0: not usable, or (apart) a read refused, the
+ * caller runs the ring. */
 int cma_reduce_scatter(struct dtrain_comm *c, struct cpu_comm *cc, const float *in, float *out, size_t count,
                        enum dtrain_reduce_op op, int *used);
 
