@@ -18,11 +18,15 @@
  * best so far, the summary lines by the best of all (the ceiling: a busy
  * neighbour only ever lowers a measurement).  For reference the summary
  * also gives what each of n processes gets when all copy 64 MiB five times
- * at once, the best of a measurement before and one after the runs (the
- * share of the machine's CPUs and memory one rank can have: on 2 CPUs, 8
- * ranks get about a quarter of a CPU each).  Target: all-reduce busbw at
- * 64 MiB >= 50% of memcpy; over 100% the ceiling was measured low and the
- * verdict is INVALID (bench_verdict).
+ * at once, the best of three measurements (the share of the machine's
+ * CPUs and memory one rank can have: on 2 CPUs, 8 ranks get about a
+ * quarter of a CPU each).  The share is a reference, not a limit, and
+ * its ratio has no verdict: each process's copies touch 128 MiB, twice
+ * what a member of a 64 MiB all-reduce touches, and where the cache holds
+ * much of that a smaller working set copies faster, so the direct-read
+ * all-reduce can pass the share (doc/comm.md).  Target: every op's busbw at
+ * 64 MiB >= 50% of memcpy (one summary line each); over 100% the ceiling
+ * was measured low and the verdict is INVALID (bench_verdict).
  *
  * The processes are forked here and bootstrapped from an id made with the
  * launcher's code (no Slurm), with one host id: shared memory between all
@@ -271,7 +275,7 @@ static int run_op(dtrain_comm *c, enum op op, float *a, float *b, size_t count)
 }
 
 /* One rank: every op and size; rank 0 prints the rows and writes the
- * 64 MiB all-reduce busbw to report as "n busbw". */
+ * busbw of each op at 64 MiB to report as "n op busbw". */
 static int rank_main(const struct options *o, struct dtrain_comm_group *g, double memcpy_gbs, FILE *report)
 {
     struct dtrain_comm_options copts;
@@ -336,8 +340,8 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
                 printf("%6d  %-14s %10.0f %10zu %6d %12.1f %11.3f %11.3f %8.0f%%\n", n, op_names[k], size, count,
                        iters, t * 1e6, algbw, busbw, 100.0 * busbw / memcpy_gbs);
                 fflush(stdout);
-                if (k == OP_ALLREDUCE && bytes == TARGET_BYTES)
-                    fprintf(report, "%d %f\n", n, busbw);
+                if (bytes == TARGET_BYTES)
+                    fprintf(report, "%d %d %f\n", n, k, busbw);
             }
         }
     }
@@ -399,10 +403,10 @@ static int run_ranks(const struct options *o, int n, double memcpy_gbs, FILE *re
 int main(int argc, char **argv)
 {
     struct options o;
-    double target[MAX_RANKS + 1] = {0};
+    double target[MAX_RANKS + 1][OPS] = {{0}};
     if (parse_args(argc, argv, &o) != 0)
         return DTRAIN_EXIT_USAGE;
-    FILE *report = tmpfile(); /* rank 0 of each run writes "n busbw" lines here */
+    FILE *report = tmpfile(); /* rank 0 of each run writes "n op busbw" lines here */
     if (report == NULL) {
         fprintf(stderr, PROG ": tmpfile: %s\n", strerror(errno));
         return DTRAIN_EXIT_FAILURE;
@@ -436,24 +440,28 @@ int main(int argc, char **argv)
     printf("# memcpy again: %.2f GB/s; ceiling used below: %.2f GB/s (the best of %d measurements)\n", after,
            ceiling, o.nranks + 1);
     rewind(report);
-    int n;
+    int n, k;
     double busbw;
-    while (fscanf(report, "%d %lf", &n, &busbw) == 2)
-        if (n >= 1 && n <= MAX_RANKS)
-            target[n] = busbw;
+    while (fscanf(report, "%d %d %lf", &n, &k, &busbw) == 3)
+        if (n >= 1 && n <= MAX_RANKS && k >= 0 && k < OPS)
+            target[n][k] = busbw;
     fclose(report);
     for (int i = 0; i < o.nranks; i++) {
         n = o.ranks[i];
-        if (target[n] <= 0)
-            continue;
-        double share = concurrent_memcpy_rate(n);
-        share = share_best[n] > share ? share_best[n] : share;
-        printf("# allreduce 64 MiB, %d ranks: busbw %.2f GB/s = %.0f%% of memcpy (target >= %.0f%%): %s; "
-               "%d memcpys at once get %.2f GB/s each (the best of 3): busbw = %.0f%% of that%s\n",
-               n, target[n], 100.0 * target[n] / ceiling, 100.0 * TARGET_RATIO,
-               bench_verdict(target[n] / ceiling, TARGET_RATIO), n, share,
-               share > 0 ? 100.0 * target[n] / share : 0.0,
-               share > 0 && bench_over_limit(target[n] / share) ? " (" BENCH_INVALID ")" : "");
+        double share = 0;
+        for (k = 0; k < OPS; k++) {
+            if (target[n][k] <= 0)
+                continue;
+            if (share <= 0) { /* the third measurement of the share, once per rank count */
+                share = concurrent_memcpy_rate(n);
+                share = share_best[n] > share ? share_best[n] : share;
+            }
+            const double b = target[n][k];
+            printf("# %s 64 MiB, %d ranks: busbw %.2f GB/s = %.0f%% of memcpy (target >= %.0f%%): %s; "
+                   "%d memcpys at once get %.2f GB/s each (the best of 3, a reference): busbw = %.0f%% of that\n",
+                   op_names[k], n, b, 100.0 * b / ceiling, 100.0 * TARGET_RATIO,
+                   bench_verdict(b / ceiling, TARGET_RATIO), n, share, share > 0 ? 100.0 * b / share : 0.0);
+        }
     }
     return failed ? DTRAIN_EXIT_FAILURE : DTRAIN_EXIT_OK;
 }
