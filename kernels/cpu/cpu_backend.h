@@ -78,16 +78,22 @@ void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
 #define CPU_MATMUL_DOUT_BF16 2u
 /* inp_bits (and dout_bits), where cpu_matmul_takes_bits, may be the bf16
  * tensors' own bits: they stand for inp (dout), whose fp32 view need not be
- * filled then, except dout's when dbias is asked for; NULL otherwise. */
-void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, const uint16_t *inp_bits,
-                        const float *weight, const float *bias, int N, int IC, int OC, unsigned exact);
-void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+ * filled then, except dout's when dbias is asked for; NULL otherwise.
+ * out_bits (dinp_bits), where cpu_matmul_writes_bits, may be the bf16
+ * result tensor: oneDNN writes the result there, rounded once from its
+ * f32 sum (the bias added first), and out (dinp) is not written. */
+void cpu_matmul_forward(struct dtrain_kernels *k, float *out, uint16_t *out_bits, const float *inp,
+                        const uint16_t *inp_bits, const float *weight, const float *bias, int N, int IC, int OC,
+                        unsigned exact);
+void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, uint16_t *dinp_bits, float *dweight, float *dbias,
                          const float *dout, const uint16_t *dout_bits, const float *inp,
                          const uint16_t *inp_bits, const float *weight, int N, int IC, int OC, unsigned exact);
 /* 1: bf16 matmuls run on oneDNN's bf16 operands here (and it reads dout
  * transposed in place), so a bf16 tensor can go to them as it is rather
  * than widened and rounded again */
 int cpu_matmul_takes_bits(struct dtrain_kernels *k);
+/* 1: besides, oneDNN writes bf16 results itself (cpu_onednn_bits_out) */
+int cpu_matmul_writes_bits(struct dtrain_kernels *k);
 
 /* cpu_onednn.c: bf16 matmuls through oneDNN.  mode: DTRAIN_CPU_ONEDNN
  * (NULL or "auto": when the CPU has bf16 instructions, "off", "force").
@@ -98,15 +104,19 @@ int cpu_onednn_create(int threads, const char *mode, struct cpu_onednn **out, ch
 void cpu_onednn_destroy(struct cpu_onednn *d);
 /* 1: operands in bf16 (uint16_t); 0: f32 holding bf16-rounded values (forced) */
 int cpu_onednn_bf16(const struct cpu_onednn *d);
-/* On pool thread tid: C[M x N] (+ accumulate ? C : 0) = A[M x K] @ B, with B
- * stored K x N (btrans 0) or N x K (btrans 1); A dense (lda 0) or stored
- * transposed, K rows of lda elements, A[m][k] at k * lda + m (the weight
- * gradient's dout^T, read in place: only where cpu_onednn_atrans); row-major,
- * A and B in the type cpu_onednn_bf16 says, C in f32. */
+/* On pool thread tid: C[M x N] (+ accumulate ? C : 0) = A[M x K] @ B (+
+ * bias[N], f32, when not NULL), with B stored K x N (btrans 0) or N x K
+ * (btrans 1); A dense (lda 0) or stored transposed, K rows of lda elements,
+ * A[m][k] at k * lda + m (the weight gradient's dout^T, read in place: only
+ * where cpu_onednn_atrans); row-major, A and B in the type cpu_onednn_bf16
+ * says, C in f32, or (c_bf16, only where cpu_onednn_bits_out, not with
+ * accumulate) bf16: the f32 sum rounded once, to nearest even. */
 void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
-                     int btrans, int accumulate, float *C);
+                     int btrans, int accumulate, const float *bias, void *C, int c_bf16);
 /* 1: oneDNN built the transposed-A form (lda > 0) at creation */
 int cpu_onednn_atrans(const struct cpu_onednn *d);
+/* 1: oneDNN built the bf16-C forms (a bias, none) at creation */
+int cpu_onednn_bits_out(const struct cpu_onednn *d);
 
 /* cpu_attention.c */
 void cpu_attention_forward(struct dtrain_kernels *k, float *out, float *att, const float *qkv,

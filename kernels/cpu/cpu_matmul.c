@@ -199,6 +199,7 @@ static void round_operands(struct dtrain_kernels *k, float *const *dst, const fl
 
 struct matmul_args {
     float *out, *dinp, *dweight, *dbias;
+    uint16_t *out_bits, *dinp_bits; /* not NULL: oneDNN writes that result as bf16, not out (dinp) */
     const float *inp, *weight, *bias, *dout;
     const float *dbias_dout; /* dout as given: dbias sums it in fp32 (the rounding is for GEMM operands only) */
     int N, IC, OC;
@@ -213,15 +214,20 @@ static void forward_rows(void *p, long begin, long end, int tid)
 {
     const struct matmul_args *a = p;
     float beta = 0.0f;
-    float *out = a->out + (size_t)begin * a->OC;
-    if (a->bias != NULL) {
+    float *out = a->out_bits != NULL ? NULL : a->out + (size_t)begin * a->OC;
+    if (a->bias != NULL && out != NULL) {
         for (long n = begin; n < end; n++)
             memcpy(a->out + (size_t)n * a->OC, a->bias, (size_t)a->OC * sizeof(float));
         beta = 1.0f;
     }
+    if (a->out_bits != NULL) { /* the bias added by oneDNN, the f32 sum rounded once */
+        cpu_onednn_gemm(a->dnn, tid, (int)(end - begin), a->OC, a->IC, a->dnn_inp + (size_t)begin * a->IC * a->esize,
+                        0, a->dnn_weight, 1, 0, a->bias, a->out_bits + (size_t)begin * a->OC, 1);
+        return;
+    }
     if (a->dnn != NULL) {
         cpu_onednn_gemm(a->dnn, tid, (int)(end - begin), a->OC, a->IC, a->dnn_inp + (size_t)begin * a->IC * a->esize,
-                        0, a->dnn_weight, 1, a->bias != NULL, out);
+                        0, a->dnn_weight, 1, a->bias != NULL, NULL, out, 0);
         return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(end - begin), a->OC, a->IC,
@@ -235,11 +241,17 @@ int cpu_matmul_takes_bits(struct dtrain_kernels *k)
            dtrain_kernels_precision(k) == DTRAIN_PRECISION_BF16;
 }
 
+int cpu_matmul_writes_bits(struct dtrain_kernels *k)
+{
+    return cpu_matmul_takes_bits(k) && cpu_onednn_bits_out(((struct cpu_kernels *)k)->onednn);
+}
+
 /* exact & CPU_MATMUL_INP_BF16: inp holds bf16 values already (a widened bf16
  * tensor): in bf16 precision it is used as it is, rounding it again would
  * change nothing. */
-void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, const uint16_t *inp_bits,
-                        const float *weight, const float *bias, int N, int IC, int OC, unsigned exact)
+void cpu_matmul_forward(struct dtrain_kernels *k, float *out, uint16_t *out_bits, const float *inp,
+                        const uint16_t *inp_bits, const float *weight, const float *bias, int N, int IC, int OC,
+                        unsigned exact)
 {
     struct matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias,
                             .N = N, .IC = IC, .OC = OC};
@@ -247,7 +259,7 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, 
     struct cpu_onednn *dnn = ((struct cpu_kernels *)k)->onednn;
     size_t bi = dnn != NULL && inp_bits == NULL ? onednn_bytes(k, ni) : 0, bw = dnn != NULL ? onednn_bytes(k, nw) : 0;
     float *r = operand_scratch(k, dnn != NULL ? (bi + bw) / sizeof(float) : ni + nw);
-    if (r == NULL && inp_bits != NULL) { /* no fp32 view to fall back on */
+    if (r == NULL && (inp_bits != NULL || out_bits != NULL)) { /* no fp32 view to fall back on */
         cpu_kernels_fail(k, "out of memory for the bf16 matmul operands");
         return;
     }
@@ -257,6 +269,7 @@ void cpu_matmul_forward(struct dtrain_kernels *k, float *out, const float *inp, 
             onednn_convert(k, c, inp, ni);
         onednn_convert(k, c + bi, weight, nw);
         a.dnn = dnn;
+        a.out_bits = out_bits;
         a.dnn_inp = inp_bits != NULL ? (const char *)inp_bits : c;
         a.dnn_weight = c + bi;
         a.esize = cpu_onednn_bf16(dnn) ? 2 : 4;
@@ -286,15 +299,18 @@ static void backward_parts(void *p, long begin, long end, int tid)
             /* dinp rows [n0, n1) = dout rows @ weight; dweight rows [o0, o1) += dout_t rows @ inp */
             int n0 = (int)((long)a->N * part / s->parts), n1 = (int)((long)a->N * (part + 1) / s->parts);
             int o0 = (int)((long)a->OC * part / s->parts), o1 = (int)((long)a->OC * (part + 1) / s->parts);
-            if (a->dinp != NULL)
+            if (a->dinp_bits != NULL)
                 cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize, 0,
-                                a->dnn_weight, 0, 0, a->dinp + (size_t)n0 * a->IC);
+                                a->dnn_weight, 0, 0, NULL, a->dinp_bits + (size_t)n0 * a->IC, 1);
+            else if (a->dinp != NULL)
+                cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize, 0,
+                                a->dnn_weight, 0, 0, NULL, a->dinp + (size_t)n0 * a->IC, 0);
             if (a->dweight != NULL && a->dnn_dout_t != NULL)
                 cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout_t + (size_t)o0 * a->N * a->esize, 0,
-                                a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
+                                a->dnn_inp, 0, 1, NULL, a->dweight + (size_t)o0 * a->IC, 0);
             else if (a->dweight != NULL) /* dout's columns o0..o1 read in place, transposed */
                 cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout + (size_t)o0 * a->esize, a->OC,
-                                a->dnn_inp, 0, 1, a->dweight + (size_t)o0 * a->IC);
+                                a->dnn_inp, 0, 1, NULL, a->dweight + (size_t)o0 * a->IC, 0);
             if (a->dbias != NULL && o1 > o0)
                 for (int n = 0; n < a->N; n++)
                     cpu_add_into(a->dbias + o0, a->dbias_dout + (size_t)n * a->OC + o0, o1 - o0);
@@ -320,7 +336,7 @@ static void backward_parts(void *p, long begin, long end, int tid)
     }
 }
 
-void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
+void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, uint16_t *dinp_bits, float *dweight, float *dbias,
                          const float *dout, const uint16_t *dout_bits, const float *inp,
                          const uint16_t *inp_bits, const float *weight, int N, int IC, int OC, unsigned exact)
 {
@@ -334,7 +350,7 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
     size_t bi = dnn != NULL && inp_bits == NULL ? onednn_bytes(k, ni) : 0, bw = dnn != NULL ? onednn_bytes(k, nw) : 0;
     size_t bd = dnn != NULL && dout_bits == NULL ? onednn_bytes(k, nd) : 0;
     float *r = operand_scratch(k, dnn != NULL ? (bi + bw + (dout_t ? 2 : 1) * bd) / sizeof(float) : ni + nw + nd);
-    if (r == NULL && (inp_bits != NULL || dout_bits != NULL)) { /* no fp32 view to fall back on */
+    if (r == NULL && (inp_bits != NULL || dout_bits != NULL || dinp_bits != NULL)) { /* no fp32 view to fall back on */
         cpu_kernels_fail(k, "out of memory for the bf16 matmul operands");
         return;
     }
@@ -348,6 +364,7 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, float *dweight, 
         if (dout_t)
             onednn_convert_t(k, c + bi + bw + bd, dout, N, OC);
         a.dnn = dnn;
+        a.dinp_bits = dinp_bits;
         a.dnn_inp = inp_bits != NULL ? (const char *)inp_bits : c;
         a.dnn_weight = c + bi;
         a.dnn_dout = dout_bits != NULL ? (const char *)dout_bits : c + bi + bw;

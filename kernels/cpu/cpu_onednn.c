@@ -34,6 +34,8 @@
 
 struct prim {
     int M, N, K, btrans, accumulate;
+    int bias;   /* 1: a bias of N f32 added to the product (DNNL_ARG_BIAS) */
+    int c_bf16; /* 1: C in bf16, rounded once from the f32 sum; 0: f32 */
     int lda; /* 0: A dense M x K; else A stored transposed, K rows of lda elements */
     dnnl_primitive_t p;
     void *scratch; /* user scratchpad: nothing shared with another thread */
@@ -52,6 +54,7 @@ struct cpu_onednn {
     int bf16; /* 1: bf16 operands; 0: f32 operands (forced without bf16 matmuls) */
     int failed_said;
     int atrans; /* 1: matmuls on a transposed A (lda > 0) build here */
+    int bits_out; /* 1: the bf16 C forms (with and without a bias) build here */
     struct per_thread *t;
     char impl[96]; /* oneDNN's implementation of a probe matmul, e.g. "brg:avx512_core_amx" */
 };
@@ -82,13 +85,14 @@ typedef const_dnnl_memory_desc_t md_ref;
 typedef const dnnl_memory_desc_t *md_ref;
 #endif
 
-/* C[M x N] (+)= A[M x K] @ B, B stored K x N (btrans 0) or N x K (btrans 1);
- * A dense row-major, or (lda > 0) stored transposed with rows of lda
- * elements (strides 1 and lda); operands of the instance's type, f32 C. */
+/* C[M x N] (+)= A[M x K] @ B (+ bias), B stored K x N (btrans 0) or N x K
+ * (btrans 1); A dense row-major, or (lda > 0) stored transposed with rows
+ * of lda elements (strides 1 and lda); operands of the instance's type, C
+ * f32 or (c_bf16) bf16. */
 static dnnl_status_t make_prim(struct cpu_onednn *d, struct prim *e)
 {
-    dnnl_dims_t sd = {e->M, e->K}, wd = {e->K, e->N}, dd = {e->M, e->N}, sstrides = {1, e->lda};
-    dnnl_data_type_t ty = d->bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_dims_t sd = {e->M, e->K}, wd = {e->K, e->N}, dd = {e->M, e->N}, bd = {1, e->N}, sstrides = {1, e->lda};
+    dnnl_data_type_t ty = d->bf16 ? dnnl_bf16 : dnnl_f32, cty = e->c_bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_format_tag_t wtag = e->btrans ? dnnl_ba : dnnl_ab;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
@@ -97,20 +101,22 @@ static dnnl_status_t make_prim(struct cpu_onednn *d, struct prim *e)
     e->p = NULL;
     e->scratch = NULL;
 #if DNNL_VERSION_MAJOR >= 3
-    dnnl_memory_desc_t src = NULL, wei = NULL, dst = NULL;
+    dnnl_memory_desc_t src = NULL, wei = NULL, dst = NULL, bia = NULL;
     if ((st = e->lda > 0 ? dnnl_memory_desc_create_with_strides(&src, 2, sd, ty, sstrides)
                          : dnnl_memory_desc_create_with_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
         (st = dnnl_memory_desc_create_with_tag(&wei, 2, wd, ty, wtag)) != dnnl_success ||
-        (st = dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab)) != dnnl_success)
+        (st = dnnl_memory_desc_create_with_tag(&dst, 2, dd, cty, dnnl_ab)) != dnnl_success ||
+        (e->bias && (st = dnnl_memory_desc_create_with_tag(&bia, 2, bd, dnnl_f32, dnnl_ab)) != dnnl_success))
         goto out;
 #else
-    dnnl_memory_desc_t src, wei, dst;
+    dnnl_memory_desc_t src, wei, dst, bia;
     dnnl_matmul_desc_t md;
     if ((st = e->lda > 0 ? dnnl_memory_desc_init_by_strides(&src, 2, sd, ty, sstrides)
                          : dnnl_memory_desc_init_by_tag(&src, 2, sd, ty, dnnl_ab)) != dnnl_success ||
         (st = dnnl_memory_desc_init_by_tag(&wei, 2, wd, ty, wtag)) != dnnl_success ||
-        (st = dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab)) != dnnl_success ||
-        (st = dnnl_matmul_desc_init(&md, &src, &wei, NULL, &dst)) != dnnl_success)
+        (st = dnnl_memory_desc_init_by_tag(&dst, 2, dd, cty, dnnl_ab)) != dnnl_success ||
+        (e->bias && (st = dnnl_memory_desc_init_by_tag(&bia, 2, bd, dnnl_f32, dnnl_ab)) != dnnl_success) ||
+        (st = dnnl_matmul_desc_init(&md, &src, &wei, e->bias ? &bia : NULL, &dst)) != dnnl_success)
         goto out;
 #endif
     if ((st = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
@@ -127,7 +133,7 @@ static dnnl_status_t make_prim(struct cpu_onednn *d, struct prim *e)
             goto out;
     }
 #if DNNL_VERSION_MAJOR >= 3
-    if ((st = dnnl_matmul_primitive_desc_create(&pd, d->engine, src, wei, NULL, dst, attr)) != dnnl_success)
+    if ((st = dnnl_matmul_primitive_desc_create(&pd, d->engine, src, wei, bia, dst, attr)) != dnnl_success)
         goto out;
 #else
     if ((st = dnnl_primitive_desc_create(&pd, &md, attr, d->engine, NULL)) != dnnl_success)
@@ -152,6 +158,8 @@ out:
         dnnl_memory_desc_destroy(wei);
     if (dst != NULL)
         dnnl_memory_desc_destroy(dst);
+    if (bia != NULL)
+        dnnl_memory_desc_destroy(bia);
 #endif
     if (pd != NULL)
         dnnl_primitive_desc_destroy(pd);
@@ -218,6 +226,16 @@ static int probe(struct cpu_onednn *d)
     struct prim at = {.M = 53, .N = 64, .K = 37, .btrans = 0, .accumulate = 1, .lda = 61};
     d->atrans = make_prim(d, &at) == dnnl_success;
     free_prim(&at);
+    /* bf16 results written as bf16 (the forward with its bias, dinp):
+     * without them cpu_typed.c rounds an f32 result into its tensor */
+    struct prim bits[2] = {{.M = 37, .N = 53, .K = 64, .btrans = 1, .bias = 1, .c_bf16 = 1},
+                           {.M = 37, .N = 64, .K = 53, .btrans = 0, .c_bf16 = 1}};
+    d->bits_out = d->bf16;
+    for (int i = 0; i < 2; i++) {
+        if (d->bits_out && make_prim(d, &bits[i]) != dnnl_success)
+            d->bits_out = 0;
+        free_prim(&bits[i]);
+    }
     return rc;
 }
 
@@ -289,6 +307,11 @@ int cpu_onednn_atrans(const struct cpu_onednn *d)
     return d->atrans;
 }
 
+int cpu_onednn_bits_out(const struct cpu_onednn *d)
+{
+    return d->bits_out;
+}
+
 static float elem(const void *p, size_t i, int bf16)
 {
     if (!bf16)
@@ -302,7 +325,7 @@ static float elem(const void *p, size_t i, int bf16)
 /* The same product in loops: only when oneDNN refused a shape the probe
  * did not (it said so); slow, but right, and the same bits every time. */
 static void gemm_loops(int M, int N, int K, const void *A, int lda, const void *B, int btrans, int accumulate,
-                       float *C, int bf16)
+                       const float *bias, void *C, int c_bf16, int bf16)
 {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -310,12 +333,17 @@ static void gemm_loops(int M, int N, int K, const void *A, int lda, const void *
             for (int k = 0; k < K; k++)
                 acc += elem(A, lda > 0 ? (size_t)k * lda + m : (size_t)m * K + k, bf16) *
                        elem(B, btrans ? (size_t)n * K + k : (size_t)k * N + n, bf16);
-            C[(size_t)m * N + n] = accumulate ? C[(size_t)m * N + n] + acc : acc;
+            acc = bias != NULL ? acc + bias[n] : acc;
+            size_t i = (size_t)m * N + n;
+            if (c_bf16)
+                ((uint16_t *)C)[i] = dtrain_bf16_from_f32(acc);
+            else
+                ((float *)C)[i] = accumulate ? ((float *)C)[i] + acc : acc;
         }
 }
 
 void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
-                     int btrans, int accumulate, float *C)
+                     int btrans, int accumulate, const float *bias, void *C, int c_bf16)
 {
     if (M <= 0 || N <= 0)
         return;
@@ -324,7 +352,7 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
     for (int i = 0; i < t->n && e == NULL; i++) {
         struct prim *c = &t->cache[i];
         if (c->M == M && c->N == N && c->K == K && c->btrans == btrans && c->accumulate == accumulate &&
-            c->lda == lda)
+            c->lda == lda && c->bias == (bias != NULL) && c->c_bf16 == c_bf16)
             e = c;
     }
     omp_set_num_threads(1); /* this thread's own team (an ICV of the calling thread) */
@@ -336,10 +364,11 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
             t->next = (t->next + 1) % CACHE_MAX;
             free_prim(e);
         }
-        *e = (struct prim){.M = M, .N = N, .K = K, .btrans = btrans, .accumulate = accumulate, .lda = lda};
+        *e = (struct prim){.M = M, .N = N, .K = K, .btrans = btrans, .accumulate = accumulate, .lda = lda,
+                           .bias = bias != NULL, .c_bf16 = c_bf16};
         make_prim(d, e);
     }
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mbias = NULL;
     int done = 0;
     if (e->p != NULL && K > 0) {
         const_dnnl_primitive_desc_t pd = NULL;
@@ -348,13 +377,19 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
         md_ref wm = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         md_ref dm = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
         md_ref scm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        md_ref bm = bias != NULL ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1) : NULL;
         if (dnnl_memory_create(&ma, sm, d->engine, (void *)A) == dnnl_success &&
             dnnl_memory_create(&mb, wm, d->engine, (void *)B) == dnnl_success &&
             dnnl_memory_create(&mc, dm, d->engine, C) == dnnl_success &&
+            (bias == NULL || dnnl_memory_create(&mbias, bm, d->engine, (void *)bias) == dnnl_success) &&
             (e->scratch == NULL || dnnl_memory_create(&ms, scm, d->engine, e->scratch) == dnnl_success)) {
-            dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
-                                       {DNNL_ARG_SCRATCHPAD, ms}};
-            done = dnnl_primitive_execute(e->p, t->stream, ms != NULL ? 4 : 3, args) == dnnl_success &&
+            dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+            int nargs = 3;
+            if (ms != NULL)
+                args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
+            if (mbias != NULL)
+                args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
+            done = dnnl_primitive_execute(e->p, t->stream, nargs, args) == dnnl_success &&
                    dnnl_stream_wait(t->stream) == dnnl_success;
         }
     }
@@ -362,11 +397,12 @@ void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const v
     if (mb != NULL) dnnl_memory_destroy(mb);
     if (mc != NULL) dnnl_memory_destroy(mc);
     if (ms != NULL) dnnl_memory_destroy(ms);
+    if (mbias != NULL) dnnl_memory_destroy(mbias);
     if (!done) {
         if (K > 0 && !__atomic_exchange_n(&d->failed_said, 1, __ATOMIC_RELAXED))
             fprintf(stderr, "dtrain: cpu bf16: oneDNN refused a %d x %d x %d matmul: that shape runs in plain "
                     "loops (slow)\n", M, N, K);
-        gemm_loops(M, N, K, A, lda, B, btrans, accumulate, C, d->bf16);
+        gemm_loops(M, N, K, A, lda, B, btrans, accumulate, bias, C, c_bf16, d->bf16);
     }
 }
 
@@ -398,11 +434,17 @@ int cpu_onednn_atrans(const struct cpu_onednn *d)
     return 0;
 }
 
+int cpu_onednn_bits_out(const struct cpu_onednn *d)
+{
+    (void)d;
+    return 0;
+}
+
 void cpu_onednn_gemm(struct cpu_onednn *d, int tid, int M, int N, int K, const void *A, int lda, const void *B,
-                     int btrans, int accumulate, float *C)
+                     int btrans, int accumulate, const float *bias, void *C, int c_bf16)
 {
     (void)d; (void)tid; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)btrans; (void)accumulate;
-    (void)C;
+    (void)bias; (void)C; (void)c_bf16;
 }
 
 #endif

@@ -98,15 +98,18 @@ static void store(struct dtrain_kernels *k, const struct views *v, const struct 
 void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp,
                               const float *weight, const float *bias, int N, int IC, int OC)
 {
-    const struct dtrain_tensor t[2] = {out, inp};
-    const size_t n[2] = {(size_t)N * OC, (size_t)N * IC};
-    /* a bf16 input goes to oneDNN's bf16 matmul as it is, not widened */
+    /* a bf16 input goes to oneDNN's bf16 matmul as it is, not widened; a
+     * bf16 output is written by it, not rounded from an fp32 view (which
+     * then gets no slot, nor a store) */
     const uint16_t *inp_bits = inp.dtype == DTRAIN_BF16 && cpu_matmul_takes_bits(k) ? inp.data : NULL;
+    uint16_t *out_bits = out.dtype == DTRAIN_BF16 && cpu_matmul_writes_bits(k) ? out.data : NULL;
+    const struct dtrain_tensor t[2] = {out_bits != NULL ? (struct dtrain_tensor){0} : out, inp};
+    const size_t n[2] = {(size_t)N * OC, (size_t)N * IC};
     const int in[2] = {0, inp_bits == NULL};
     struct views v;
     if (views_of(k, &v, t, n, in, 2) != 0)
         return;
-    cpu_matmul_forward(k, v.f32[0], v.f32[1], inp_bits, weight, bias, N, IC, OC,
+    cpu_matmul_forward(k, v.f32[0], out_bits, v.f32[1], inp_bits, weight, bias, N, IC, OC,
                        inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u);
     store(k, &v, t, n, 0);
 }
@@ -115,18 +118,20 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
                                struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
                                int N, int IC, int OC)
 {
-    const struct dtrain_tensor t[3] = {dinp, dout, inp};
-    const size_t n[3] = {(size_t)N * IC, (size_t)N * OC, (size_t)N * IC};
     /* bf16 operands go to oneDNN's bf16 matmuls as they are; dout is
-     * widened still when dbias sums it */
+     * widened still when dbias sums it; a bf16 dinp is written by oneDNN */
     int bits = cpu_matmul_takes_bits(k);
+    uint16_t *dinp_bits = dinp.dtype == DTRAIN_BF16 && cpu_matmul_writes_bits(k) ? dinp.data : NULL;
+    const struct dtrain_tensor t[3] = {dinp_bits != NULL ? (struct dtrain_tensor){0} : dinp, dout, inp};
+    const size_t n[3] = {(size_t)N * IC, (size_t)N * OC, (size_t)N * IC};
     const uint16_t *dout_bits = bits && dout.dtype == DTRAIN_BF16 ? dout.data : NULL;
     const uint16_t *inp_bits = bits && inp.dtype == DTRAIN_BF16 ? inp.data : NULL;
     const int in[3] = {0, dout_bits == NULL || dbias != NULL, inp_bits == NULL};
     struct views v;
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
-    cpu_matmul_backward(k, v.f32[0], dweight, dbias, v.f32[1], dout_bits, v.f32[2], inp_bits, weight, N, IC, OC,
+    cpu_matmul_backward(k, v.f32[0], dinp_bits, dweight, dbias, v.f32[1], dout_bits, v.f32[2], inp_bits, weight, N,
+                        IC, OC,
                         (inp.dtype == DTRAIN_BF16 ? CPU_MATMUL_INP_BF16 : 0u) |
                             (dout.dtype == DTRAIN_BF16 ? CPU_MATMUL_DOUT_BF16 : 0u));
     store(k, &v, t, n, 0);

@@ -75,6 +75,19 @@ static void layer_checks(struct dtrain_kernels *k16, struct dtrain_kernels *k32,
     ok(diff32 > 1e-4 && diff32 < 5e-2, "%s: and differs from fp32 by what bf16 rounding gives (max %.3g)", path, diff32);
     dtrain_k_matmul_forward(k16, dtrain_tensor_f32(o2), dtrain_tensor_f32(inp), wt, bias, N, IC, OC);
     ok(memcmp(o1, o2, sizeof(float) * N * OC) == 0, "%s: same inputs, same bits", path);
+    /* a bf16 result (which oneDNN writes itself where it can) is the fp32
+     * result of the same inputs rounded once, bit for bit */
+    uint16_t *o16 = malloc(sizeof(uint16_t) * N * OC), *dinp16 = malloc(sizeof(uint16_t) * N * IC);
+    dtrain_k_matmul_forward(k16, dtrain_tensor_of(DTRAIN_BF16, o16), dtrain_tensor_f32(inp), wt, bias, N, IC, OC);
+    int bad16 = -1;
+    for (int i = 0; i < N * OC && bad16 < 0; i++)
+        if (o16[i] != dtrain_bf16_from_f32(o1[i]))
+            bad16 = i;
+    ok(bad16 < 0, "%s: forward into a bf16 tensor = the fp32 result rounded to bf16, bit for bit (%s)", path,
+       bad16 < 0 ? "every element" : "differs");
+    if (bad16 >= 0)
+        diag("element %d: 0x%04x, the fp32 result %a rounds to 0x%04x", bad16, o16[bad16], (double)o1[bad16],
+             dtrain_bf16_from_f32(o1[bad16]));
 
     dtrain_k_matmul_backward(k16, dtrain_tensor_f32(dinp), dw, db, dtrain_tensor_f32(dout), dtrain_tensor_f32(inp), wt, N, IC, OC);
     double wi = 0.0, ww = 0.0, wb = 0.0;
@@ -109,7 +122,20 @@ static void layer_checks(struct dtrain_kernels *k16, struct dtrain_kernels *k32,
     dtrain_k_matmul_backward(k16, dtrain_tensor_f32(dinp2), dw2, db2, dtrain_tensor_f32(dout), dtrain_tensor_f32(inp), wt, N, IC, OC);
     ok(memcmp(dinp, dinp2, sizeof(float) * N * IC) == 0 && memcmp(dw, dw2, sizeof(float) * OC * IC) == 0 &&
        memcmp(db, db2, sizeof(float) * OC) == 0, "%s: backward: same inputs, same bits", path);
-    free(dinp2); free(dw2); free(db2);
+    memset(dw2, 0, sizeof(float) * OC * IC);
+    memset(db2, 0, sizeof(float) * OC);
+    dtrain_k_matmul_backward(k16, dtrain_tensor_of(DTRAIN_BF16, dinp16), dw2, db2, dtrain_tensor_f32(dout),
+                             dtrain_tensor_f32(inp), wt, N, IC, OC);
+    bad16 = -1;
+    for (int i = 0; i < N * IC && bad16 < 0; i++)
+        if (dinp16[i] != dtrain_bf16_from_f32(dinp[i]))
+            bad16 = i;
+    ok(bad16 < 0 && memcmp(dw, dw2, sizeof(float) * OC * IC) == 0 && memcmp(db, db2, sizeof(float) * OC) == 0,
+       "%s: backward into a bf16 dinp = the fp32 dinp rounded, bit for bit; dweight and dbias the same bits", path);
+    if (bad16 >= 0)
+        diag("dinp element %d: 0x%04x, the fp32 result %a rounds to 0x%04x", bad16, dinp16[bad16],
+             (double)dinp[bad16], dtrain_bf16_from_f32(dinp[bad16]));
+    free(dinp2); free(dw2); free(db2); free(o16); free(dinp16);
 
     free(inp); free(wt); free(bias); free(dout); free(o1); free(o2); free(dinp); free(dw); free(db);
 }
@@ -256,7 +282,7 @@ int main(void)
                "oneDNN: rounding to nearest, ties to even: %a %a %a", out[0], out[1], out[2]);
             layer_checks(kf, k32, "oneDNN");
         } else {
-            for (int i = 0; i < 7; i++)
+            for (int i = 0; i < 9; i++)
                 skip("no oneDNN path: built without oneDNN");
         }
         dtrain_kernels_destroy(kf);
