@@ -202,12 +202,14 @@ enum dtrain_status dtrain_comm_allreduce(dtrain_comm *c, float *buf, size_t coun
 
 /* in[count * size] on every member; out[count] on member r becomes the
  * reduction of the members' in[r*count .. r*count + count).  out may be
- * in + r*count (in place); otherwise the two must not overlap. */
+ * in + r*count (in place); otherwise the two must not overlap (EINVAL,
+ * the communicator unharmed). */
 enum dtrain_status dtrain_comm_reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t count,
                                               enum dtrain_reduce_op op);
 
 /* in[count] of member r lands at out[r*count] on every member
- * (out holds count * size).  in may be out + r*count (in place). */
+ * (out holds count * size).  in may be out + r*count (in place);
+ * otherwise the two must not overlap (EINVAL, the communicator unharmed). */
 enum dtrain_status dtrain_comm_all_gather(dtrain_comm *c, const float *in, float *out, size_t count);
 
 /* buf[bytes] of member root is copied to every member's buf. */
@@ -224,7 +226,8 @@ enum dtrain_status dtrain_comm_broadcast(dtrain_comm *c, void *buf, size_t bytes
  * the communicator with cause DTRAIN_COMM_ESYS. */
 
 /* in[bytes] of member r lands at out[r*bytes] on every member (out holds
- * bytes * size).  in may be out + r*bytes (in place). */
+ * bytes * size).  in may be out + r*bytes (in place); otherwise the two
+ * must not overlap (EINVAL). */
 enum dtrain_status dtrain_comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size_t bytes);
 
 /* In place: buf[count] becomes the element-wise sum over the members

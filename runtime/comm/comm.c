@@ -273,6 +273,16 @@ static int alone(dtrain_comm *c, const float *in, float *out, size_t count)
     return done(c, DTRAIN_COMM_OK);
 }
 
+/* Whether out[out_bytes] overlaps in[in_bytes] without being in its
+ * place there (in + at bytes): the collectives write out while the
+ * members read in (the others directly, on one host), so such a call
+ * would change what is still being read. */
+static int overlaps_out_of_place(const void *in, size_t in_bytes, const void *out, size_t out_bytes, size_t at)
+{
+    const char *i = in, *o = out;
+    return o != i + at && o < i + in_bytes && i < o + out_bytes;
+}
+
 /* count * size * sizeof(float) must not overflow. */
 static int floats_fit(size_t count, int size)
 {
@@ -299,6 +309,10 @@ static int reduce_scatter(dtrain_comm *c, const float *in, float *out, size_t co
     if (((in == NULL || out == NULL) && count > 0) || (op != DTRAIN_REDUCE_SUM && op != DTRAIN_REDUCE_AVG) ||
         !floats_fit(count, c->size))
         return DTRAIN_COMM_EINVAL;
+    const size_t bytes = count * sizeof(float);
+    if (c->size > 1 && count > 0 &&
+        overlaps_out_of_place(in, bytes * (size_t)c->size, out, bytes, bytes * (size_t)c->rank))
+        return DTRAIN_COMM_EINVAL;
     if (count == 0 || c->size == 1)
         return alone(c, in, out, count);
     return done(c, begin(c)->backend->reduce_scatter(c, in, out, count, op));
@@ -311,6 +325,10 @@ static int all_gather(dtrain_comm *c, const float *in, float *out, size_t count)
         return rc;
     if (((in == NULL || out == NULL) && count > 0) || !floats_fit(count, c->size))
         return DTRAIN_COMM_EINVAL;
+    const size_t bytes = count * sizeof(float);
+    if (c->size > 1 && count > 0 &&
+        overlaps_out_of_place(out, bytes * (size_t)c->size, in, bytes, bytes * (size_t)c->rank))
+        return DTRAIN_COMM_EINVAL;
     if (count == 0 || c->size == 1)
         return alone(c, in, out, count);
     return done(c, begin(c)->backend->all_gather(c, in, out, count));
@@ -321,7 +339,9 @@ int comm_all_gather_bytes(dtrain_comm *c, const void *in, void *out, size_t byte
     int rc = usable(c);
     if (rc != 0)
         return rc;
-    if (((in == NULL || out == NULL) && bytes > 0) || bytes > SIZE_MAX / (size_t)c->size)
+    if (((in == NULL || out == NULL) && bytes > 0) || bytes > SIZE_MAX / (size_t)c->size ||
+        (c->size > 1 && bytes > 0 &&
+         overlaps_out_of_place(out, bytes * (size_t)c->size, in, bytes, bytes * (size_t)c->rank)))
         return DTRAIN_COMM_EINVAL;
     if (bytes == 0)
         return done(c, DTRAIN_COMM_OK);

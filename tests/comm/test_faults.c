@@ -626,9 +626,16 @@ static int async_child(int rank, int n, struct dtrain_comm_group *groups, int ng
     dtrain_comm *c = child_comm(&groups[0], rank, n, *t, 5000, NULL);
     if (c == NULL)
         return 1;
-    float x[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float x[8] = {1, 1, 1, 1, 1, 1, 1, 1}, y[16] = {0};
     int failed = 0;
-    /* Bad arguments are refused without breaking the communicator. */
+    /* Bad arguments are refused without breaking the communicator; an
+     * output that overlaps the input out of its place (n = 2: y holds
+     * two blocks of 4) */
+    if (comm_cause_of(c, dtrain_comm_reduce_scatter(c, y, y + 4 * (1 - rank) + 1, 4, DTRAIN_REDUCE_SUM)) !=
+            DTRAIN_COMM_EINVAL ||
+        comm_cause_of(c, dtrain_comm_all_gather(c, y + 4 * rank + 2, y, 4)) != DTRAIN_COMM_EINVAL ||
+        comm_cause_of(c, dtrain_comm_all_gather_bytes(c, (char *)y + 1, y, 16)) != DTRAIN_COMM_EINVAL)
+        failed |= 2;
     if (comm_cause_of(c, dtrain_comm_allreduce(c, NULL, 8, DTRAIN_REDUCE_SUM)) != DTRAIN_COMM_EINVAL ||
         comm_cause_of(c, dtrain_comm_allreduce(c, x, 8, (enum dtrain_reduce_op)7)) != DTRAIN_COMM_EINVAL ||
         comm_cause_of(c, dtrain_comm_broadcast(c, x, 4, n)) != DTRAIN_COMM_EINVAL ||
@@ -667,8 +674,8 @@ static void test_async(enum dtrain_comm_transport t, const char *name)
     int rc = harness_run(2, 1, async_child, &t, BOUND_S, NULL, &res);
     int bits = (res.exit_code[0] | res.exit_code[1]);
     ok(rc == 0 && !(bits & 6) && res.exit_code[0] < 128 && res.exit_code[1] < 128,
-       "%s: NULL buffer, unknown op, root out of range, send to self, recv from -1: EINVAL, and the communicator "
-       "still works", name);
+       "%s: NULL buffer, unknown op, root out of range, send to self, recv from -1, a reduce-scatter's or "
+       "all-gather's output overlapping its input out of place: EINVAL, and the communicator still works", name);
     ok(rc == 0 && res.exit_code[0] < 128 && !(bits & 8), "%s: get_async_error: 0 and peer -1 while all is well",
        name);
     ok(rc == 0 && res.exit_code[0] < 128 && !(res.exit_code[0] & 16),
