@@ -66,6 +66,11 @@ void cpu_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweigh
 void cpu_gelu_forward(struct dtrain_kernels *k, float *out, const float *inp, size_t n);
 void cpu_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
                        const float *dout, size_t n);
+/* The same on bf16 tensors, computed in fp32 a chunk at a time in cache
+ * and rounded once (out may alias inp, dinp dout) */
+void cpu_gelu_forward_bf16(struct dtrain_kernels *k, uint16_t *out, const uint16_t *inp, size_t n);
+void cpu_gelu_backward_bf16(struct dtrain_kernels *k, uint16_t *dinp, const uint16_t *inp, const uint16_t *dout,
+                            size_t n);
 void cpu_axpby_strided(struct dtrain_kernels *k, float *out, int ldo, const float *in, int ldi, float alpha,
     float beta, int N, int n);
 void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
@@ -78,7 +83,7 @@ void cpu_residual_forward(struct dtrain_kernels *k, float *out, const float *a,
 #define CPU_MATMUL_DOUT_BF16 2u
 /* inp_bits (and dout_bits), where cpu_matmul_takes_bits, may be the bf16
  * tensors' own bits: they stand for inp (dout), whose fp32 view need not be
- * filled then, except dout's when dbias is asked for; NULL otherwise.
+ * filled then (dbias sums dout's bits widened); NULL otherwise.
  * out_bits (dinp_bits), where cpu_matmul_writes_bits, may be the bf16
  * result tensor: oneDNN writes the result there, rounded once from its
  * f32 sum (the bias added first), and out (dinp) is not written. */

@@ -271,6 +271,53 @@ void cpu_gelu_backward(struct dtrain_kernels *k, float *dinp, const float *inp,
                  gelu_backward_elems, &a);
 }
 
+/* GELU on bf16 tensors: each item's elements a chunk at a time, widened
+ * into cache, the fp32 span applied, rounded back once: the fp32 kernel's
+ * values rounded (cpu_typed.c's rule), without writing and reading fp32
+ * copies of the tensors.  A chunk is read whole before it is written, so
+ * out may alias inp (dinp dout). */
+#define GELU_BF16_CHUNK 512
+
+struct gelu_bf16_args {
+    uint16_t *out;
+    const uint16_t *x, *dout;
+    size_t n;
+};
+
+static void gelu_bf16_elems(void *p, long begin, long end, int tid)
+{
+    const struct gelu_bf16_args *a = p;
+    float x[GELU_BF16_CHUNK], y[GELU_BF16_CHUNK], d[GELU_BF16_CHUNK];
+    size_t i0 = (size_t)begin * CPU_ELEMS_PER_ITEM, i1 = (size_t)end * CPU_ELEMS_PER_ITEM;
+    (void)tid;
+    if (i1 > a->n)
+        i1 = a->n;
+    for (size_t i = i0; i < i1; i += GELU_BF16_CHUNK) {
+        size_t len = i1 - i < GELU_BF16_CHUNK ? i1 - i : GELU_BF16_CHUNK;
+        cpu_bf16_widen_span(x, a->x + i, len);
+        if (a->dout != NULL) {
+            cpu_bf16_widen_span(d, a->dout + i, len);
+            gelu_backward_span(y, x, d, len);
+        } else {
+            gelu_forward_span(y, x, len);
+        }
+        cpu_bf16_narrow_span(a->out + i, y, len);
+    }
+}
+
+void cpu_gelu_forward_bf16(struct dtrain_kernels *k, uint16_t *out, const uint16_t *inp, size_t n)
+{
+    struct gelu_bf16_args a = {.out = out, .x = inp, .n = n};
+    cpu_parallel(k, (long)div_up((long)n, CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM * 16, gelu_bf16_elems, &a);
+}
+
+void cpu_gelu_backward_bf16(struct dtrain_kernels *k, uint16_t *dinp, const uint16_t *inp, const uint16_t *dout,
+                            size_t n)
+{
+    struct gelu_bf16_args a = {.out = dinp, .x = inp, .dout = dout, .n = n};
+    cpu_parallel(k, (long)div_up((long)n, CPU_ELEMS_PER_ITEM), CPU_ELEMS_PER_ITEM * 20, gelu_bf16_elems, &a);
+}
+
 struct axpby_args {
     float *out;
     const float *in;

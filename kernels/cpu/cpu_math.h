@@ -130,4 +130,16 @@ CPU_VECTOR_LOOP static inline void cpu_add_into(float *restrict acc, const float
         acc[i] += src[i];
 }
 
+/* acc[i] += the bf16 src[i] widened, for i < n: cpu_add_into of the
+ * widened values, the same sums */
+CPU_VECTOR_LOOP static inline void cpu_add_bf16_into(float *restrict acc, const uint16_t *restrict src, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        float x;
+        memcpy(&x, &u, sizeof x);
+        acc[i] += x;
+    }
+}
+
 #endif

@@ -202,6 +202,7 @@ struct matmul_args {
     uint16_t *out_bits, *dinp_bits; /* not NULL: oneDNN writes that result as bf16, not out (dinp) */
     const float *inp, *weight, *bias, *dout;
     const float *dbias_dout; /* dout as given: dbias sums it in fp32 (the rounding is for GEMM operands only) */
+    const uint16_t *dbias_dout_bits; /* or, not NULL, dout's bf16 bits, summed widened */
     int N, IC, OC;
     /* oneDNN (NULL: CBLAS): its operands, esize bytes each; dout_t is dout transposed (OC x N) */
     struct cpu_onednn *dnn;
@@ -311,7 +312,10 @@ static void backward_parts(void *p, long begin, long end, int tid)
             else if (a->dweight != NULL) /* dout's columns o0..o1 read in place, transposed */
                 cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout + (size_t)o0 * a->esize, a->OC,
                                 a->dnn_inp, 0, 1, NULL, a->dweight + (size_t)o0 * a->IC, 0);
-            if (a->dbias != NULL && o1 > o0)
+            if (a->dbias != NULL && o1 > o0 && a->dbias_dout_bits != NULL)
+                for (int n = 0; n < a->N; n++)
+                    cpu_add_bf16_into(a->dbias + o0, a->dbias_dout_bits + (size_t)n * a->OC + o0, o1 - o0);
+            else if (a->dbias != NULL && o1 > o0)
                 for (int n = 0; n < a->N; n++)
                     cpu_add_into(a->dbias + o0, a->dbias_dout + (size_t)n * a->OC + o0, o1 - o0);
             continue;
@@ -365,6 +369,7 @@ void cpu_matmul_backward(struct dtrain_kernels *k, float *dinp, uint16_t *dinp_b
             onednn_convert_t(k, c + bi + bw + bd, dout, N, OC);
         a.dnn = dnn;
         a.dinp_bits = dinp_bits;
+        a.dbias_dout_bits = dout_bits;
         a.dnn_inp = inp_bits != NULL ? (const char *)inp_bits : c;
         a.dnn_weight = c + bi;
         a.dnn_dout = dout_bits != NULL ? (const char *)dout_bits : c + bi + bw;

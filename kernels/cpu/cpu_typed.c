@@ -103,9 +103,10 @@ void cpu_typed_matmul_forward(struct dtrain_kernels *k, struct dtrain_tensor out
      * then gets no slot, nor a store) */
     const uint16_t *inp_bits = inp.dtype == DTRAIN_BF16 && cpu_matmul_takes_bits(k) ? inp.data : NULL;
     uint16_t *out_bits = out.dtype == DTRAIN_BF16 && cpu_matmul_writes_bits(k) ? out.data : NULL;
-    const struct dtrain_tensor t[2] = {out_bits != NULL ? (struct dtrain_tensor){0} : out, inp};
+    const struct dtrain_tensor none = {0};
+    const struct dtrain_tensor t[2] = {out_bits != NULL ? none : out, inp_bits != NULL ? none : inp};
     const size_t n[2] = {(size_t)N * OC, (size_t)N * IC};
-    const int in[2] = {0, inp_bits == NULL};
+    const int in[2] = {0, 1};
     struct views v;
     if (views_of(k, &v, t, n, in, 2) != 0)
         return;
@@ -118,15 +119,17 @@ void cpu_typed_matmul_backward(struct dtrain_kernels *k, struct dtrain_tensor di
                                struct dtrain_tensor dout, struct dtrain_tensor inp, const float *weight,
                                int N, int IC, int OC)
 {
-    /* bf16 operands go to oneDNN's bf16 matmuls as they are; dout is
-     * widened still when dbias sums it; a bf16 dinp is written by oneDNN */
+    /* bf16 operands go to oneDNN's bf16 matmuls as they are (dbias sums
+     * dout's bits), without fp32 views; a bf16 dinp is written by oneDNN */
     int bits = cpu_matmul_takes_bits(k);
     uint16_t *dinp_bits = dinp.dtype == DTRAIN_BF16 && cpu_matmul_writes_bits(k) ? dinp.data : NULL;
-    const struct dtrain_tensor t[3] = {dinp_bits != NULL ? (struct dtrain_tensor){0} : dinp, dout, inp};
-    const size_t n[3] = {(size_t)N * IC, (size_t)N * OC, (size_t)N * IC};
     const uint16_t *dout_bits = bits && dout.dtype == DTRAIN_BF16 ? dout.data : NULL;
     const uint16_t *inp_bits = bits && inp.dtype == DTRAIN_BF16 ? inp.data : NULL;
-    const int in[3] = {0, dout_bits == NULL || dbias != NULL, inp_bits == NULL};
+    const struct dtrain_tensor none = {0};
+    const struct dtrain_tensor t[3] = {dinp_bits != NULL ? none : dinp, dout_bits != NULL ? none : dout,
+                                       inp_bits != NULL ? none : inp};
+    const size_t n[3] = {(size_t)N * IC, (size_t)N * OC, (size_t)N * IC};
+    const int in[3] = {0, 1, 1};
     struct views v;
     if (views_of(k, &v, t, n, in, 3) != 0)
         return;
@@ -204,6 +207,11 @@ void cpu_typed_attention_backward(struct dtrain_kernels *k, struct dtrain_tensor
 
 void cpu_typed_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, struct dtrain_tensor inp, size_t n1)
 {
+    if (out.dtype == DTRAIN_BF16 && inp.dtype == DTRAIN_BF16) { /* no fp32 views: converted in cache */
+        if (!((struct cpu_kernels *)k)->failed)
+            cpu_gelu_forward_bf16(k, out.data, inp.data, n1);
+        return;
+    }
     const struct dtrain_tensor t[2] = {out, inp};
     const size_t n[2] = {n1, n1};
     const int in[2] = {0, 1};
@@ -217,6 +225,11 @@ void cpu_typed_gelu_forward(struct dtrain_kernels *k, struct dtrain_tensor out, 
 void cpu_typed_gelu_backward(struct dtrain_kernels *k, struct dtrain_tensor dinp, struct dtrain_tensor inp,
                              struct dtrain_tensor dout, size_t n1)
 {
+    if (dinp.dtype == DTRAIN_BF16 && inp.dtype == DTRAIN_BF16 && dout.dtype == DTRAIN_BF16) {
+        if (!((struct cpu_kernels *)k)->failed)
+            cpu_gelu_backward_bf16(k, dinp.data, inp.data, dout.data, n1);
+        return;
+    }
     const struct dtrain_tensor t[3] = {dinp, inp, dout};
     const size_t n[3] = {n1, n1, n1};
     const int in[3] = {0, 1, 1};
