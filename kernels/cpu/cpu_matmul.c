@@ -214,17 +214,17 @@ struct matmul_args {
 static void forward_rows(void *p, long begin, long end, int tid)
 {
     const struct matmul_args *a = p;
-    float beta = 0.0f;
-    float *out = a->out_bits != NULL ? NULL : a->out + (size_t)begin * a->OC;
-    if (a->bias != NULL && out != NULL) {
-        for (long n = begin; n < end; n++)
-            memcpy(a->out + (size_t)n * a->OC, a->bias, (size_t)a->OC * sizeof(float));
-        beta = 1.0f;
-    }
     if (a->out_bits != NULL) { /* the bias added by oneDNN, the f32 sum rounded once */
         cpu_onednn_gemm(a->dnn, tid, (int)(end - begin), a->OC, a->IC, a->dnn_inp + (size_t)begin * a->IC * a->esize,
                         0, a->dnn_weight, 1, 0, a->bias, a->out_bits + (size_t)begin * a->OC, 1);
         return;
+    }
+    float beta = 0.0f;
+    float *out = a->out + (size_t)begin * a->OC;
+    if (a->bias != NULL) {
+        for (long n = begin; n < end; n++)
+            memcpy(a->out + (size_t)n * a->OC, a->bias, (size_t)a->OC * sizeof(float));
+        beta = 1.0f;
     }
     if (a->dnn != NULL) {
         cpu_onednn_gemm(a->dnn, tid, (int)(end - begin), a->OC, a->IC, a->dnn_inp + (size_t)begin * a->IC * a->esize,
@@ -300,12 +300,12 @@ static void backward_parts(void *p, long begin, long end, int tid)
             /* dinp rows [n0, n1) = dout rows @ weight; dweight rows [o0, o1) += dout_t rows @ inp */
             int n0 = (int)((long)a->N * part / s->parts), n1 = (int)((long)a->N * (part + 1) / s->parts);
             int o0 = (int)((long)a->OC * part / s->parts), o1 = (int)((long)a->OC * (part + 1) / s->parts);
-            if (a->dinp_bits != NULL)
+            void *dinp = a->dinp_bits != NULL ? (void *)(a->dinp_bits + (size_t)n0 * a->IC)
+                         : a->dinp != NULL    ? (void *)(a->dinp + (size_t)n0 * a->IC)
+                                              : NULL;
+            if (dinp != NULL)
                 cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize, 0,
-                                a->dnn_weight, 0, 0, NULL, a->dinp_bits + (size_t)n0 * a->IC, 1);
-            else if (a->dinp != NULL)
-                cpu_onednn_gemm(a->dnn, tid, n1 - n0, a->IC, a->OC, a->dnn_dout + (size_t)n0 * a->OC * a->esize, 0,
-                                a->dnn_weight, 0, 0, NULL, a->dinp + (size_t)n0 * a->IC, 0);
+                                a->dnn_weight, 0, 0, NULL, dinp, a->dinp_bits != NULL);
             if (a->dweight != NULL && a->dnn_dout_t != NULL)
                 cpu_onednn_gemm(a->dnn, tid, o1 - o0, a->IC, a->N, a->dnn_dout_t + (size_t)o0 * a->N * a->esize, 0,
                                 a->dnn_inp, 0, 1, NULL, a->dweight + (size_t)o0 * a->IC, 0);
