@@ -273,14 +273,17 @@ static int alone(dtrain_comm *c, const float *in, float *out, size_t count)
     return done(c, DTRAIN_COMM_OK);
 }
 
-/* Whether out[out_bytes] overlaps in[in_bytes] without being in its
- * place there (in + at bytes): the collectives write out while the
- * members read in (the others directly, on one host), so such a call
- * would change what is still being read. */
-static int overlaps_out_of_place(const void *in, size_t in_bytes, const void *out, size_t out_bytes, size_t at)
+/* Whether a member's block part[part_bytes] overlaps the whole buffer
+ * whole[whole_bytes] anywhere but at its own place (whole + at bytes): a
+ * reduce-scatter's output against its input, an all-gather's input
+ * against its output.  The collectives write one while the members read
+ * the other (the others directly, on one host), so such a call would
+ * change what is still being read. */
+static int overlaps_out_of_place(const void *whole, size_t whole_bytes, const void *part, size_t part_bytes,
+                                 size_t at)
 {
-    const char *i = in, *o = out;
-    return o != i + at && o < i + in_bytes && i < o + out_bytes;
+    const char *w = whole, *p = part;
+    return p != w + at && p < w + whole_bytes && w < p + part_bytes;
 }
 
 /* count * size * sizeof(float) must not overflow. */
