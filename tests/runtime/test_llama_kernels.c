@@ -551,6 +551,9 @@ int main(void)
     test_gqa(k, 2, 5, 4, 2, 4);
     test_gqa(k, 2, 5, 4, 1, 4);
     test_gqa(k, 1, 4, 2, 2, 4);
+    /* more than one block of the causal products (cpu: 64), the last one short */
+    test_gqa(k, 1, 130, 2, 1, 2);
+    test_gqa(k, 2, 129, 2, 2, 2);
     test_no_wpe(k);
     dtrain_kernels_destroy(k);
     struct dtrain_kernels_options ob = {.threads = 2, .precision = DTRAIN_PRECISION_BF16};
