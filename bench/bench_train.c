@@ -22,6 +22,14 @@
  * on a quiet machine what is missing from 100% is the threads waiting
  * (fork-join, imbalance); on a loaded one also time not scheduled.
  *
+ * Where the fp32 step goes: each of the step's matmul shapes (forward and
+ * backward) and the attention (forward and backward) alone on the same
+ * kernels, each the best of PART_CALLS calls, times the layers; the rest
+ * (layer norm, GELU, residual, embedding, loss, AdamW) is the step's median
+ * less those two.  From them the limit the GEMMs set: the step with its
+ * matmul FLOPs at the best sgemm rate and the rest as measured, and with
+ * nothing but those FLOPs (no step runs faster than that).
+ *
  * Then the same steps in bf16, on what dtrain_cpu_bf16_describe() prints:
  * oneDNN's bf16 matmuls where the CPU has AMX-BF16 / AVX512-BF16 (target
  * there: >= 2.5x the fp32 tokens/s of the same run), else fp32 GEMMs on
@@ -180,6 +188,105 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------ the step's parts */
+
+#define PART_CALLS 10
+
+struct step_parts {
+    double matmul_ms, matmul_flops; /* every matmul of a step, forward and backward */
+    double attention_ms;            /* attention forward and backward, every layer */
+};
+
+/* the fastest of PART_CALLS calls of what `run` does on k, ms */
+#define BEST_MS(k, best, run)                                                                          \
+    do {                                                                                               \
+        (best) = 1e30;                                                                                 \
+        for (int call_ = 0; call_ < PART_CALLS; call_++) {                                             \
+            double t0_ = dtrain_clock_s();                                                             \
+            run;                                                                                       \
+            dtrain_k_sync(k);                                                                          \
+            double ms_ = 1e3 * (dtrain_clock_s() - t0_);                                               \
+            if (ms_ < (best))                                                                          \
+                (best) = ms_;                                                                          \
+        }                                                                                              \
+    } while (0)
+
+/* backend memory of n floats, filled with small values (not zeros, which a
+ * kernel could take a shortcut on) */
+static float *part_buffer(struct dtrain_kernels *k, float *host, size_t n)
+{
+    float *d = dtrain_k_alloc(k, n * sizeof(float));
+    if (d == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        host[i] = (float)((i * 2654435761u) % 1024) / 1024.0f - 0.5f;
+    dtrain_k_upload(k, d, host, n * sizeof(float));
+    return d;
+}
+
+static int time_parts(const struct options *o, const struct dtrain_model_config *cfg, int B, int T,
+                      struct step_parts *parts)
+{
+    struct dtrain_kernels *k = NULL;
+    char err[256];
+    int rc = 1, C = cfg->channels, NH = cfg->num_heads, HS = C / NH, Vp = cfg->padded_vocab_size, N = B * T;
+    int wide = Vp > 4 * C ? Vp : 4 * C; /* the widest matmul output */
+    struct dtrain_kernels_options kopt = {.threads = o->threads, .precision = DTRAIN_PRECISION_FP32};
+    if (dtrain_kernels_create("cpu", &kopt, &k, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return 1;
+    }
+    size_t nsaved = dtrain_k_attention_saved(k, B, T, NH, NH, HS), nscratch = dtrain_k_attention_scratch(k, B, T, NH, NH, HS);
+    size_t most = (size_t)N * wide;
+    if (nsaved > most)
+        most = nsaved;
+    float *host = malloc(most * sizeof(float));
+    float *inp = NULL, *out = NULL, *dout = NULL, *dinp = NULL, *w = NULL, *dw = NULL, *bias = NULL, *dbias = NULL;
+    float *att = NULL, *scratch = NULL;
+    if (host == NULL || (inp = part_buffer(k, host, (size_t)N * 4 * C)) == NULL ||
+        (dinp = part_buffer(k, host, (size_t)N * 4 * C)) == NULL || (out = part_buffer(k, host, (size_t)N * wide)) == NULL ||
+        (dout = part_buffer(k, host, (size_t)N * wide)) == NULL || (w = part_buffer(k, host, (size_t)wide * C)) == NULL ||
+        (dw = part_buffer(k, host, (size_t)wide * C)) == NULL || (bias = part_buffer(k, host, (size_t)wide)) == NULL ||
+        (dbias = part_buffer(k, host, (size_t)wide)) == NULL || (att = part_buffer(k, host, nsaved)) == NULL ||
+        (scratch = part_buffer(k, host, nscratch)) == NULL) {
+        fprintf(stderr, PROG ": out of memory for the step's parts\n");
+        goto out;
+    }
+    /* one block's matmuls (qkv, attention projection, fc, fc projection), then the LM head (no bias) */
+    const struct { int ic, oc, per_step; } mm[] = {
+        {C, 3 * C, cfg->num_layers}, {C, C, cfg->num_layers}, {C, 4 * C, cfg->num_layers},
+        {4 * C, C, cfg->num_layers}, {C, Vp, 1}};
+    struct dtrain_tensor ti = dtrain_tensor_of(DTRAIN_F32, inp), to = dtrain_tensor_of(DTRAIN_F32, out);
+    struct dtrain_tensor tdi = dtrain_tensor_of(DTRAIN_F32, dinp), tdo = dtrain_tensor_of(DTRAIN_F32, dout);
+    *parts = (struct step_parts){0};
+    for (size_t m = 0; m < sizeof mm / sizeof mm[0]; m++) {
+        const float *b = m + 1 < sizeof mm / sizeof mm[0] ? bias : NULL;
+        float *db = b != NULL ? dbias : NULL;
+        double fwd, bwd;
+        BEST_MS(k, fwd, dtrain_k_matmul_forward(k, to, ti, w, b, N, mm[m].ic, mm[m].oc));
+        BEST_MS(k, bwd, dtrain_k_matmul_backward(k, tdi, dw, db, tdo, ti, w, N, mm[m].ic, mm[m].oc));
+        parts->matmul_ms += mm[m].per_step * (fwd + bwd);
+        parts->matmul_flops += mm[m].per_step * 6.0 * N * mm[m].ic * mm[m].oc;
+    }
+    /* attention on qkv (N,3C) = dinp's first 3C columns' worth, out (N,C) */
+    double afwd, abwd;
+    BEST_MS(k, afwd, dtrain_k_attention_forward(k, to, att, tdi, B, T, NH, NH, HS));
+    BEST_MS(k, abwd, dtrain_k_attention_backward(k, ti, scratch, tdo, tdi, to, att, B, T, NH, NH, HS));
+    parts->attention_ms = cfg->num_layers * (afwd + abwd);
+    if (dtrain_kernels_error(k, err, sizeof err) != DTRAIN_OK) {
+        fprintf(stderr, PROG ": %s\n", err);
+        goto out;
+    }
+    rc = 0;
+out:
+    dtrain_k_free(k, inp); dtrain_k_free(k, dinp); dtrain_k_free(k, out); dtrain_k_free(k, dout);
+    dtrain_k_free(k, w); dtrain_k_free(k, dw); dtrain_k_free(k, bias); dtrain_k_free(k, dbias);
+    dtrain_k_free(k, att); dtrain_k_free(k, scratch);
+    free(host);
+    dtrain_kernels_destroy(k);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int child_rc;
@@ -214,7 +321,8 @@ int main(int argc, char **argv)
         if (r == 0 || b16.step_ms < bf16.step_ms)
             bf16 = b16;
     }
-    if (bench_sgemm_baseline_finish(&sgemm, PROG) != 0)
+    struct step_parts parts;
+    if (time_parts(&o, &cfg, B, T, &parts) != 0 || bench_sgemm_baseline_finish(&sgemm, PROG) != 0)
         return 1;
     double flops = dtrain_model_flops_per_step(&cfg, B, T);
     double ms = fp32.step_ms;
@@ -236,6 +344,19 @@ int main(int argc, char **argv)
     bench_sgemm_baseline_print(&sgemm);
     printf("ratio                %9.1f %%  (target >= %.0f %% of the best sgemm: %s)\n", 100.0 * ratio,
            100.0 * TARGET_RATIO, bench_verdict(ratio, TARGET_RATIO));
+    /* where the fp32 step goes, and the limit its GEMMs set */
+    double mm_rate = parts.matmul_flops / (parts.matmul_ms * 1e-3) * 1e-9;
+    double rest = ms - parts.matmul_ms - parts.attention_ms;
+    double mm_best_ms = parts.matmul_flops / (sgemm.gflops * 1e9) * 1e3;
+    printf("fp32 step's parts    each alone on the step's shapes, best of %d calls:\n", PART_CALLS);
+    printf("  matmuls            %9.2f ms  (%.3f GFLOP at %.1f GFLOP/s = %.0f %% of the best sgemm)\n",
+           parts.matmul_ms, parts.matmul_flops * 1e-9, mm_rate, 100.0 * mm_rate / sgemm.gflops);
+    printf("  attention          %9.2f ms\n", parts.attention_ms);
+    printf("  the rest           %9.2f ms  (the step's median less the two: layer norm, GELU, residual, "
+           "loss, AdamW%s)\n", rest, rest < 0 ? "; below 0: the parts ran faster alone" : "");
+    printf("  limit              %9.0f tokens/s with the matmuls at the best sgemm rate and the rest as "
+           "measured; %.0f with nothing but the matmuls\n",
+           B * T / ((mm_best_ms + parts.attention_ms + (rest > 0 ? rest : 0)) * 1e-3), B * T / (mm_best_ms * 1e-3));
     /* bf16: oneDNN's bf16 matmuls on CPUs with AMX-BF16 / AVX512-BF16, else fp32 GEMMs on
      * rounded operands (kernels/cpu/cpu_onednn.c; DTRAIN_CPU_ONEDNN chooses) */
     double speedup = fp32.step_ms / bf16.step_ms;
