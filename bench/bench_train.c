@@ -27,8 +27,8 @@
  * kernels, each the best of PART_CALLS calls, times the layers; the rest
  * (layer norm, GELU, residual, embedding, loss, AdamW) is the step's median
  * less those two.  From them the limit the GEMMs set: the step with its
- * matmul FLOPs at the best sgemm rate and the rest as measured, and with
- * nothing but those FLOPs (no step runs faster than that).
+ * matmul FLOPs at the running kernels' best square-sgemm rate and the rest
+ * as measured, and with nothing but those FLOPs.
  *
  * Then the same steps in bf16, on what dtrain_cpu_bf16_describe() prints:
  * oneDNN's bf16 matmuls where the CPU has AMX-BF16 / AVX512-BF16 (target
@@ -347,16 +347,18 @@ int main(int argc, char **argv)
     /* where the fp32 step goes, and the limit its GEMMs set */
     double mm_rate = parts.matmul_flops / (parts.matmul_ms * 1e-3) * 1e-9;
     double rest = ms - parts.matmul_ms - parts.attention_ms;
-    double mm_best_ms = parts.matmul_flops / (sgemm.gflops * 1e9) * 1e3;
+    double mm_best_ms = parts.matmul_flops / (sgemm.sgemm * 1e9) * 1e3; /* at these kernels' best rate */
     printf("fp32 step's parts    each alone on the step's shapes, best of %d calls:\n", PART_CALLS);
-    printf("  matmuls            %9.2f ms  (%.3f GFLOP at %.1f GFLOP/s = %.0f %% of the best sgemm)\n",
-           parts.matmul_ms, parts.matmul_flops * 1e-9, mm_rate, 100.0 * mm_rate / sgemm.gflops);
+    printf("  matmuls            %9.2f ms  (%.3f GFLOP at %.1f GFLOP/s = %.0f %% of these kernels' %dx%d "
+           "rate, %.0f %% of the best sgemm)\n", parts.matmul_ms, parts.matmul_flops * 1e-9, mm_rate,
+           100.0 * mm_rate / sgemm.sgemm, sgemm.n, sgemm.n, 100.0 * mm_rate / sgemm.gflops);
     printf("  attention          %9.2f ms\n", parts.attention_ms);
     printf("  the rest           %9.2f ms  (the step's median less the two: layer norm, GELU, residual, "
            "loss, AdamW%s)\n", rest, rest < 0 ? "; below 0: the parts ran faster alone" : "");
-    printf("  limit              %9.0f tokens/s with the matmuls at the best sgemm rate and the rest as "
+    printf("  limit              %9.0f tokens/s with the matmuls at these kernels' %dx%d rate and the rest as "
            "measured; %.0f with nothing but the matmuls\n",
-           B * T / ((mm_best_ms + parts.attention_ms + (rest > 0 ? rest : 0)) * 1e-3), B * T / (mm_best_ms * 1e-3));
+           B * T / ((mm_best_ms + parts.attention_ms + (rest > 0 ? rest : 0)) * 1e-3), sgemm.n, sgemm.n,
+           B * T / (mm_best_ms * 1e-3));
     /* bf16: oneDNN's bf16 matmuls on CPUs with AMX-BF16 / AVX512-BF16, else fp32 GEMMs on
      * rounded operands (kernels/cpu/cpu_onednn.c; DTRAIN_CPU_ONEDNN chooses) */
     double speedup = fp32.step_ms / bf16.step_ms;

@@ -131,10 +131,10 @@ check "  and bf16 next to fp32" grep -q "^tokens/s bf16 .*x fp32" "$work/bench"
 check "  and what runs the bf16 matmuls" grep -Eq "^bf16 matmuls  *(oneDNN|fp32 GEMMs)" "$work/bench"
 check "  and how busy the threads were" grep -Eq "^CPU busy fp32  *[0-9.]+ %" "$work/bench"
 check "  and the fp32 step's parts: matmuls at a share of the best sgemm, attention, the rest" \
-    bash -c "grep -Eq '^  matmuls +[0-9.]+ ms  \([0-9.]+ GFLOP at [0-9.]+ GFLOP/s = [0-9]+ % of the best sgemm\)' '$work/bench' &&
+    bash -c "grep -Eq '^  matmuls +[0-9.]+ ms  \([0-9.]+ GFLOP at [0-9.]+ GFLOP/s = [0-9]+ % of these kernels. [0-9]+x[0-9]+ rate, [0-9]+ % of the best sgemm\)' '$work/bench' &&
              grep -Eq '^  attention +[0-9.]+ ms' '$work/bench' && grep -Eq '^  the rest +-?[0-9.]+ ms' '$work/bench'"
 check "  and the limit the GEMMs set, in tokens/s" \
-    grep -Eq "^  limit +[0-9]+ tokens/s with the matmuls at the best sgemm rate .*; [0-9]+ with nothing but the matmuls" "$work/bench"
+    grep -Eq "^  limit +[0-9]+ tokens/s with the matmuls at these kernels' [0-9]+x[0-9]+ rate .*; [0-9]+ with nothing but the matmuls" "$work/bench"
 # Llama next to GPT-2 through the one-process trainer, on the same baseline
 TMPDIR="$work" "$top_builddir/bench/dtrain-bench-llama" --runs 1 --steps 1 --warmup 0 --sgemm-n 128 \
     >"$work/bench-llama" 2>&1
