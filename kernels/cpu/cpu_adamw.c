@@ -55,7 +55,7 @@ void cpu_adamw_update(struct dtrain_kernels *k, float *params, const float *grad
 }
 
 /* The sum is split into SUMSQ_PARTS fixed slices whatever the thread count,
- * and the slices are added in order. */
+ * each summed in lanes (cpu_math.h), and the slices are added in order. */
 #define SUMSQ_PARTS 64
 
 struct sumsq_args {
@@ -64,16 +64,29 @@ struct sumsq_args {
     double part[SUMSQ_PARTS];
 };
 
+/* the sum of x[i]^2 in double, in lanes */
+CPU_VECTOR_LOOP static double sumsq_lanes(const float *x, size_t n)
+{
+    double lane[CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES)
+        for (int j = 0; j < CPU_LANES; j++)
+            lane[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++)
+        lane[0] += (double)x[i] * x[i];
+    double s = lane[0];
+    for (int j = 1; j < CPU_LANES; j++)
+        s += lane[j];
+    return s;
+}
+
 static void sumsq_parts(void *p, long begin, long end, int tid)
 {
     struct sumsq_args *a = p;
     (void)tid;
     for (long part = begin; part < end; part++) {
         size_t i0 = a->n * (size_t)part / SUMSQ_PARTS, i1 = a->n * (size_t)(part + 1) / SUMSQ_PARTS;
-        double s = 0.0;
-        for (size_t i = i0; i < i1; i++)
-            s += (double)a->x[i] * a->x[i];
-        a->part[part] = s;
+        a->part[part] = sumsq_lanes(a->x + i0, i1 - i0);
     }
 }
 

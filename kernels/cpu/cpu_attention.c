@@ -68,7 +68,7 @@ static void attention_forward_items(void *p, long begin, long end, int tid)
                 float *row = att + (size_t)t * T;
                 float maxv = cpu_max_of(row, t + 1);
                 cpu_exp_shifted(row, t + 1, maxv);
-                float sum = cpu_sum_in_order(row, t + 1);
+                float sum = cpu_sum_lanes(row, t + 1);
                 cpu_scale(row, t + 1, 1.0f / sum);
                 memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
             }
@@ -125,9 +125,7 @@ static void attention_backward_items(void *p, long begin, long end, int tid)
                 for (int t = t0; t < t0 + m; t++) {
                     const float *prow = att + (size_t)t * T;
                     float *row = ds + (size_t)t * T;
-                    float pd = 0.0f;
-                    for (int u = 0; u <= t; u++)
-                        pd += prow[u] * row[u];
+                    float pd = cpu_dot_lanes(prow, row, t + 1);
                     for (int u = 0; u <= t; u++)
                         row[u] = prow[u] * (row[u] - pd) * scale;
                     memset(row + t + 1, 0, (size_t)(keys - t - 1) * sizeof(float));

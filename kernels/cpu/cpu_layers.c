@@ -92,30 +92,38 @@ struct layernorm_args {
     int N, C;
 };
 
+/* One row: its mean and rstd, and out = (x - mean) * rstd * weight + bias.
+ * The sums in lanes (cpu_math.h). */
+CPU_VECTOR_LOOP static void layernorm_row(float *restrict o, float *mean, float *rstd, const float *restrict x,
+                                          const float *restrict w, const float *restrict b, int C)
+{
+    float m = cpu_sum_lanes(x, C) / (float)C;
+    float lane[CPU_LANES] = {0};
+    int i = 0;
+    for (; i + CPU_LANES <= C; i += CPU_LANES)
+        for (int j = 0; j < CPU_LANES; j++)
+            lane[j] += (x[i + j] - m) * (x[i + j] - m);
+    for (; i < C; i++)
+        lane[0] += (x[i] - m) * (x[i] - m);
+    float var = lane[0];
+    for (int j = 1; j < CPU_LANES; j++)
+        var += lane[j];
+    var /= (float)C;
+    float s = 1.0f / sqrtf(var + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++)
+        o[c] = (x[c] - m) * s * w[c] + b[c];
+    *mean = m;
+    *rstd = s;
+}
+
 static void layernorm_forward_rows(void *p, long begin, long end, int tid)
 {
     const struct layernorm_args *a = p;
     (void)tid;
     int C = a->C;
-    for (long n = begin; n < end; n++) {
-        const float *x = a->inp + (size_t)n * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++)
-            m += x[c];
-        m /= (float)C;
-        float var = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            var += d * d;
-        }
-        var /= (float)C;
-        float s = 1.0f / sqrtf(var + LAYERNORM_EPS);
-        float *o = a->out + (size_t)n * C;
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * a->weight[c] + a->bias[c];
-        a->mean[n] = m;
-        a->rstd[n] = s;
-    }
+    for (long n = begin; n < end; n++)
+        layernorm_row(a->out + (size_t)n * C, &a->mean[n], &a->rstd[n], a->inp + (size_t)n * C, a->weight,
+                      a->bias, C);
 }
 
 void cpu_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, float *rstd,
@@ -126,33 +134,49 @@ void cpu_layernorm_forward(struct dtrain_kernels *k, float *out, float *mean, fl
     cpu_parallel(k, N, (size_t)C * 4, layernorm_forward_rows, &a);
 }
 
-/* dinp for rows [begin, end):
+/* dinp for one row:
  * dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),
- * with norm = (x - mean) * rstd and dnorm = weight * dout. */
+ * with norm = (x - mean) * rstd and dnorm = weight * dout; the two means'
+ * sums in lanes (cpu_math.h). */
+CPU_VECTOR_LOOP static void layernorm_dinp_row(float *restrict dx, const float *restrict x,
+                                               const float *restrict dy, const float *restrict w, float m,
+                                               float s, int C)
+{
+    float lane[CPU_LANES] = {0}, lane_norm[CPU_LANES] = {0};
+    int i = 0;
+    for (; i + CPU_LANES <= C; i += CPU_LANES)
+        for (int j = 0; j < CPU_LANES; j++) {
+            float dnorm = w[i + j] * dy[i + j];
+            lane[j] += dnorm;
+            lane_norm[j] += dnorm * (x[i + j] - m) * s;
+        }
+    for (; i < C; i++) {
+        float dnorm = w[i] * dy[i];
+        lane[0] += dnorm;
+        lane_norm[0] += dnorm * (x[i] - m) * s;
+    }
+    float dnorm_mean = lane[0], dnorm_norm_mean = lane_norm[0];
+    for (int j = 1; j < CPU_LANES; j++) {
+        dnorm_mean += lane[j];
+        dnorm_norm_mean += lane_norm[j];
+    }
+    dnorm_mean /= (float)C;
+    dnorm_norm_mean /= (float)C;
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * s;
+        float dnorm = w[c] * dy[c];
+        dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+}
+
 static void layernorm_backward_rows(void *p, long begin, long end, int tid)
 {
     const struct layernorm_args *a = p;
     (void)tid;
     int C = a->C;
-    for (long n = begin; n < end; n++) {
-        const float *x = a->inp + (size_t)n * C;
-        const float *dy = a->dout + (size_t)n * C;
-        float *dx = a->dinp + (size_t)n * C;
-        float m = a->cmean[n], s = a->crstd[n];
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float dnorm = a->weight[c] * dy[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * (x[c] - m) * s;
-        }
-        dnorm_mean /= (float)C;
-        dnorm_norm_mean /= (float)C;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            float dnorm = a->weight[c] * dy[c];
-            dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-        }
-    }
+    for (long n = begin; n < end; n++)
+        layernorm_dinp_row(a->dinp + (size_t)n * C, a->inp + (size_t)n * C, a->dout + (size_t)n * C, a->weight,
+                           a->cmean[n], a->crstd[n], C);
 }
 
 /* dweight, dbias for column blocks [begin, end), summing rows in order. */

@@ -19,22 +19,6 @@ struct rmsnorm_args {
     int N, C;
 };
 
-/* sum of x[i] * y[i] in 8 lanes (vectorizes), lanes added in order */
-CPU_VECTOR_LOOP static float dot_lanes(const float *x, const float *y, int n)
-{
-    float lane[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            lane[j] += x[i + j] * y[i + j];
-    for (; i < n; i++)
-        lane[0] += x[i] * y[i];
-    float s = lane[0];
-    for (int j = 1; j < 8; j++)
-        s += lane[j];
-    return s;
-}
-
 CPU_VECTOR_LOOP static void rmsnorm_row(float *restrict o, const float *restrict x, const float *restrict w,
                                         float s, int C)
 {
@@ -49,7 +33,7 @@ static void rmsnorm_forward_rows(void *p, long begin, long end, int tid)
     int C = a->C;
     for (long n = begin; n < end; n++) {
         const float *x = a->inp + (size_t)n * C;
-        float ms = dot_lanes(x, x, C) / (float)C;
+        float ms = cpu_dot_lanes(x, x, C) / (float)C;
         float s = 1.0f / sqrtf(ms + a->eps);
         rmsnorm_row(a->out + (size_t)n * C, x, a->weight, s, C);
         a->rstd[n] = s;

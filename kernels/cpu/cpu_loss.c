@@ -22,7 +22,7 @@ static void xent_forward_rows(void *p, long begin, long end, int tid)
         float target_logit = row[a->targets[n]];
         float maxv = cpu_max_of(row, a->V);
         cpu_exp_shifted(row, a->V, maxv);
-        float sum = cpu_sum_in_order(row, a->V);
+        float sum = cpu_sum_lanes(row, a->V);
         /* -log(e^(x_t - max) / sum), without the rounding of log(p). */
         a->losses[n] = logf(sum) - (target_logit - maxv);
         cpu_scale(row, a->V, 1.0f / sum);

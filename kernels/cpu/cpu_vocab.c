@@ -67,7 +67,7 @@ void cpu_xent_vp_exp(struct dtrain_kernels *k, float *logits, float *sums, const
         long t = (long)targets[n] - v0;
         target[n] = (t >= 0 && t < nv) ? row[t] - m : 0.0f;
         cpu_exp_shifted(row, nv, m);
-        float s = cpu_sum_in_order(row, nv);
+        float s = cpu_sum_lanes(row, nv);
         if (Vl > nv)
             memset(row + nv, 0, (size_t)(Vl - nv) * sizeof(float));
         sum[n] = s;
