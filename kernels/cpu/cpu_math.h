@@ -68,8 +68,8 @@ CPU_VECTOR_LOOP static inline void cpu_exp_shifted(float *row, int n, float shif
  * (the last n % 8 to lane 0), then the lanes are added in lane order.  Each
  * lane keeps its order, so the compiler vectorizes the loop without
  * reassociating anything: the same bits on every clone, thread count and
- * CPU, where one running sum is a chain of dependent adds (a row of 4096
- * took 8 times as long). */
+ * CPU, where one running sum is a chain of dependent adds (layer norm's
+ * forward on 1024 x 256 took 3.6 times as long). */
 #define CPU_LANES 8
 
 /* The sum of row[0..n) in lanes. */
