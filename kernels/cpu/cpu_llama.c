@@ -52,15 +52,15 @@ void cpu_rmsnorm_forward(struct dtrain_kernels *k, float *out, float *rstd, cons
  * dnorm = weight * dout: the layer norm's gradient without the mean terms. */
 CPU_VECTOR_LOOP static float rmsnorm_dnorm_norm(const float *x, const float *w, const float *dy, float s, int C)
 {
-    float lane[8] = {0};
+    float lane[CPU_LANES] = {0};
     int i = 0;
-    for (; i + 8 <= C; i += 8)
-        for (int j = 0; j < 8; j++)
+    for (; i + CPU_LANES <= C; i += CPU_LANES)
+        for (int j = 0; j < CPU_LANES; j++)
             lane[j] += w[i + j] * dy[i + j] * (x[i + j] * s);
     for (; i < C; i++)
         lane[0] += w[i] * dy[i] * (x[i] * s);
     float sum = lane[0];
-    for (int j = 1; j < 8; j++)
+    for (int j = 1; j < CPU_LANES; j++)
         sum += lane[j];
     return sum;
 }
