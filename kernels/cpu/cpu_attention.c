@@ -38,6 +38,12 @@ static inline int causal_end(int t, int T)
     return end < T ? end : T;
 }
 
+/* Rows (columns) of the block that starts at t0: ATT_BLOCK, the last one fewer. */
+static inline int block_len(int t0, int T)
+{
+    return T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK;
+}
+
 struct attention_args {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *catt, *dout;
@@ -60,7 +66,7 @@ static void attention_forward_items(void *p, long begin, long end, int tid)
         float *o = a->out + (size_t)b * T * C + (size_t)h * HS;
         for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
             /* query rows t0..t0+m-1 against keys 0..keys-1 */
-            int m = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK, keys = causal_end(t0, T);
+            int m = block_len(t0, T), keys = causal_end(t0, T);
             float *s = att + (size_t)t0 * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, keys, HS,
                         scale, q + (size_t)t0 * C3, C3, kh, C3, 0.0f, s, T);
@@ -119,7 +125,7 @@ static void attention_backward_items(void *p, long begin, long end, int tid)
              * dS = P * (dP - rowsum(P * dP)) * scale, 0 above the diagonal
              * (to its block's end, all the products below read) */
             for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
-                int m = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK, keys = causal_end(t0, T);
+                int m = block_len(t0, T), keys = causal_end(t0, T);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, keys, HS,
                             1.0f, dy + (size_t)t0 * C, C, vh, C3, 0.0f, ds + (size_t)t0 * T, T);
                 for (int t = t0; t < t0 + m; t++) {
@@ -137,7 +143,7 @@ static void attention_backward_items(void *p, long begin, long end, int tid)
             /* per key block: dV = P^T dout, dK = dS^T Q over the queries
              * from the block's first on */
             for (int u0 = 0; u0 < T; u0 += ATT_BLOCK) {
-                int n = T - u0 < ATT_BLOCK ? T - u0 : ATT_BLOCK, queries = T - u0;
+                int n = block_len(u0, T), queries = T - u0;
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, queries,
                             1.0f, att + (size_t)u0 * T + u0, T, dy + (size_t)u0 * C, C,
                             beta, dv + (size_t)u0 * C3, C3);
