@@ -4,7 +4,17 @@
  * to memcpy bandwidth measured in the same run (the ceiling).
  *
  *   dtrain-bench-collectives [--ranks 2,4,8] [--ops allreduce,allgather,reducescatter]
- *                            [--min 1K] [--max 256M] [--iters N] [--transport auto|ring|tcp]
+ *                            [--place out,in] [--min 1K] [--max 256M] [--iters N]
+ *                            [--transport auto|ring|tcp]
+ *
+ * All-gather and reduce-scatter run out of place (the output apart from
+ * the input) and in place (all-gather's input is this rank's block of the
+ * output, reduce-scatter's output this rank's block of the input): a row
+ * each, as nccl-tests' two column groups.  In place is how ZeRO-1 calls
+ * both (the parameter all-gather, the gradient reduce-scatter); on shared
+ * memory it moves fewer bytes (no copy of this rank's own block, no
+ * separate output to read in before writing it).  All-reduce is in place
+ * only (dtrain_comm_allreduce).
  *
  * Sizes go from --min to --max by factors of 4 (1K, 4K, ... 64M, 256M).
  * As in nccl-tests, "size" is the all-reduce buffer, all-gather's output
@@ -25,7 +35,7 @@
  * what a member of a 64 MiB all-reduce touches, and where the cache holds
  * much of that a smaller working set copies faster, so the direct-read
  * all-reduce can pass the share (doc/comm.md).  Target: every op's busbw at
- * 64 MiB >= 50% of memcpy (one summary line each); over 100% the ceiling
+ * 64 MiB >= 50% of memcpy (one summary line each, and each place); over 100% the ceiling
  * was measured low and the verdict is INVALID (bench_verdict).
  *
  * The processes are forked here and bootstrapped from an id made with the
@@ -56,11 +66,17 @@
 
 enum op { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OPS };
 static const char *const op_names[OPS] = {"allreduce", "allgather", "reducescatter"};
+/* As nccl-tests: the output apart from the input, or the input inside the
+ * output (all-gather: this rank's block of it; reduce-scatter: the output
+ * is this rank's block of the input).  All-reduce is in place only. */
+enum place { PLACE_OUT, PLACE_IN, PLACES };
+static const char *const place_names[PLACES] = {"out-of-place", "in-place"};
 
 struct options {
     int ranks[MAX_RANKS];
     int nranks;
     int ops[OPS];
+    int places[PLACES];
     size_t min_bytes, max_bytes;
     int iters; /* 0: by size */
     enum dtrain_comm_transport transport;
@@ -169,8 +185,8 @@ static size_t parse_size(const char *text)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: " PROG " [--ranks 2,4,8] [--ops allreduce,allgather,reducescatter] [--min 1K] [--max 256M]\n"
-                 "       [--iters N] [--transport auto|ring|tcp]\n"
+    fprintf(out, "usage: " PROG " [--ranks 2,4,8] [--ops allreduce,allgather,reducescatter] [--place out,in]\n"
+                 "       [--min 1K] [--max 256M] [--iters N] [--transport auto|ring|tcp]\n"
                  "Collectives of the cpu comm backend on local processes against memcpy bandwidth.\n");
 }
 
@@ -181,6 +197,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     o->ranks[0] = 2, o->ranks[1] = 4, o->ranks[2] = 8, o->nranks = 3;
     for (int k = 0; k < OPS; k++)
         o->ops[k] = 1;
+    for (int p = 0; p < PLACES; p++)
+        o->places[p] = 1;
     o->min_bytes = 1u << 10;
     o->max_bytes = 256u << 20;
     o->transport = DTRAIN_COMM_TRANSPORT_AUTO;
@@ -218,6 +236,19 @@ static int parse_args(int argc, char **argv, struct options *o)
                 if (k == OPS)
                     goto bad;
                 o->ops[k] = 1;
+            }
+        } else if (strcmp(a, "--place") == 0) {
+            char list[64];
+            if (dtrain_snprintf(list, sizeof list, "%s", v) != 0)
+                goto bad;
+            memset(o->places, 0, sizeof o->places);
+            for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (strcmp(t, "out") == 0)
+                    o->places[PLACE_OUT] = 1;
+                else if (strcmp(t, "in") == 0)
+                    o->places[PLACE_IN] = 1;
+                else
+                    goto bad;
             }
         } else if (strcmp(a, "--min") == 0 || strcmp(a, "--max") == 0) {
             size_t bytes = parse_size(v);
@@ -265,17 +296,52 @@ static int iters_for(const struct options *o, size_t bytes)
     return n < 1 ? 1 : n > 100 ? 100 : (int)n;
 }
 
-static int run_op(dtrain_comm *c, enum op op, float *a, float *b, size_t count)
+/* Whether op runs in place: all-reduce only in place, the others both. */
+static int op_has_place(enum op op, enum place place)
 {
+    return op != OP_ALLREDUCE || place == PLACE_IN;
+}
+
+static int run_op(dtrain_comm *c, enum op op, enum place place, float *a, float *b, size_t count)
+{
+    const size_t mine = (size_t)dtrain_comm_rank(c) * count;
     switch (op) {
     case OP_ALLREDUCE: return dtrain_comm_allreduce(c, a, count, DTRAIN_REDUCE_SUM);
-    case OP_ALLGATHER: return dtrain_comm_all_gather(c, a, b, count);
-    default: return dtrain_comm_reduce_scatter(c, a, b, count, DTRAIN_REDUCE_SUM);
+    case OP_ALLGATHER: return dtrain_comm_all_gather(c, place == PLACE_IN ? b + mine : a, b, count);
+    default: return dtrain_comm_reduce_scatter(c, a, place == PLACE_IN ? a + mine : b, count, DTRAIN_REDUCE_SUM);
     }
 }
 
-/* One rank: every op and size; rank 0 prints the rows and writes the
- * busbw of each op at 64 MiB to report as "n op busbw". */
+/* The slowest rank's time of one call of op (median of REPS repetitions
+ * of iters calls, after one untimed) into *t; 0 or the comm's error. */
+static int time_op(dtrain_comm *c, enum op op, enum place place, float *a, float *b, size_t count, int iters,
+                   double *t)
+{
+    const int n = dtrain_comm_size(c);
+    double rep_time[REPS], times[MAX_RANKS];
+    int rc;
+    if ((rc = run_op(c, op, place, a, b, count)) != 0)
+        return rc;
+    for (int rep = 0; rep < REPS; rep++) {
+        if ((rc = dtrain_comm_barrier(c)) != 0)
+            return rc;
+        double t0 = dtrain_clock_s();
+        for (int it = 0; it < iters; it++)
+            if ((rc = run_op(c, op, place, a, b, count)) != 0)
+                return rc;
+        double mine = (dtrain_clock_s() - t0) / iters;
+        if ((rc = dtrain_comm_all_gather_bytes(c, &mine, times, sizeof mine)) != 0)
+            return rc;
+        rep_time[rep] = 0;
+        for (int i = 0; i < n; i++) /* the slowest rank's */
+            rep_time[rep] = times[i] > rep_time[rep] ? times[i] : rep_time[rep];
+    }
+    *t = bench_median(rep_time, REPS);
+    return 0;
+}
+
+/* One rank: every op, place and size; rank 0 prints the rows and writes
+ * the busbw of each at 64 MiB to report as "n op place busbw". */
 static int rank_main(const struct options *o, struct dtrain_comm_group *g, double memcpy_gbs, FILE *report)
 {
     struct dtrain_comm_options copts;
@@ -283,7 +349,6 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
     dtrain_comm *c = NULL;
     const int n = g->size, rank = g->my_rank;
     float *a = NULL, *b = NULL;
-    double times[MAX_RANKS];
     int rc = 1;
 
     dtrain_comm_options_defaults(&copts);
@@ -307,41 +372,28 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
     for (size_t i = 0; i < o->max_bytes / sizeof(float); i++)
         a[i] = b[i] = 1.0f + (float)(i & 1023) * (1.0f / 1024);
     for (int k = 0; k < OPS; k++) {
-        if (!o->ops[k])
-            continue;
-        for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 4) {
-            /* count: per rank for all-gather (input) and reduce-scatter (output) */
-            size_t count = bytes / sizeof(float) / (k == OP_ALLREDUCE ? 1 : (size_t)n);
-            int iters = iters_for(o, bytes);
-            if (count == 0)
+        for (int p = 0; p < PLACES; p++) {
+            if (!o->ops[k] || !o->places[p] || !op_has_place((enum op)k, (enum place)p))
                 continue;
-            if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
-                goto failed;
-            double rep_time[REPS];
-            for (int rep = 0; rep < REPS; rep++) {
-                if ((rc = dtrain_comm_barrier(c)) != 0)
+            for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 4) {
+                /* count: per rank for all-gather (input) and reduce-scatter (output) */
+                size_t count = bytes / sizeof(float) / (k == OP_ALLREDUCE ? 1 : (size_t)n);
+                double t;
+                if (count == 0)
+                    continue;
+                if ((rc = time_op(c, (enum op)k, (enum place)p, a, b, count, iters_for(o, bytes), &t)) != 0)
                     goto failed;
-                double t0 = dtrain_clock_s();
-                for (int it = 0; it < iters; it++)
-                    if ((rc = run_op(c, (enum op)k, a, b, count)) != 0)
-                        goto failed;
-                double mine = (dtrain_clock_s() - t0) / iters;
-                if ((rc = dtrain_comm_all_gather_bytes(c, &mine, times, sizeof mine)) != 0)
-                    goto failed;
-                rep_time[rep] = 0;
-                for (int i = 0; i < n; i++) /* the slowest rank's */
-                    rep_time[rep] = times[i] > rep_time[rep] ? times[i] : rep_time[rep];
-            }
-            if (rank == 0) {
-                double t = bench_median(rep_time, REPS);
-                double size = (double)(count * sizeof(float) * (k == OP_ALLREDUCE ? 1 : (size_t)n));
-                double algbw = size / t / 1e9;
-                double busbw = algbw * (k == OP_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;
-                printf("%6d  %-14s %10.0f %10zu %6d %12.1f %11.3f %11.3f %8.0f%%\n", n, op_names[k], size, count,
-                       iters, t * 1e6, algbw, busbw, 100.0 * busbw / memcpy_gbs);
-                fflush(stdout);
-                if (bytes == TARGET_BYTES)
-                    fprintf(report, "%d %d %f\n", n, k, busbw);
+                if (rank == 0) {
+                    double size = (double)(count * sizeof(float) * (k == OP_ALLREDUCE ? 1 : (size_t)n));
+                    double algbw = size / t / 1e9;
+                    double busbw = algbw * (k == OP_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;
+                    printf("%6d  %-14s %-12s %10.0f %10zu %6d %12.1f %11.3f %11.3f %8.0f%%\n", n, op_names[k],
+                           place_names[p], size, count, iters_for(o, bytes), t * 1e6, algbw, busbw,
+                           100.0 * busbw / memcpy_gbs);
+                    fflush(stdout);
+                    if (bytes == TARGET_BYTES)
+                        fprintf(report, "%d %d %d %f\n", n, k, p, busbw);
+                }
             }
         }
     }
@@ -403,7 +455,7 @@ static int run_ranks(const struct options *o, int n, double memcpy_gbs, FILE *re
 int main(int argc, char **argv)
 {
     struct options o;
-    double target[MAX_RANKS + 1][OPS] = {{0}};
+    double target[MAX_RANKS + 1][OPS][PLACES] = {{{0}}};
     if (parse_args(argc, argv, &o) != 0)
         return DTRAIN_EXIT_USAGE;
     FILE *report = tmpfile(); /* rank 0 of each run writes "n op busbw" lines here */
@@ -420,7 +472,7 @@ int main(int argc, char **argv)
                                                        : "shared memory, collectives read directly",
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("# memcpy, one thread, 64 MiB: %.2f GB/s\n", before);
-    printf("# %5s  %-14s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "size(B)", "count", "iters/rep",
+    printf("# %5s  %-14s %-12s %10s %10s %6s %12s %11s %11s %9s\n", "ranks", "op", "place", "size(B)", "count", "iters/rep",
            "time(us)", "algbw(GB/s)", "busbw(GB/s)", "/memcpy");
     int failed = 0;
     for (int i = 0; i < o.nranks; i++) {
@@ -440,28 +492,29 @@ int main(int argc, char **argv)
     printf("# memcpy again: %.2f GB/s; ceiling used below: %.2f GB/s (the best of %d measurements)\n", after,
            ceiling, o.nranks + 1);
     rewind(report);
-    int n, k;
+    int n, k, p;
     double busbw;
-    while (fscanf(report, "%d %d %lf", &n, &k, &busbw) == 3)
-        if (n >= 1 && n <= MAX_RANKS && k >= 0 && k < OPS)
-            target[n][k] = busbw;
+    while (fscanf(report, "%d %d %d %lf", &n, &k, &p, &busbw) == 4)
+        if (n >= 1 && n <= MAX_RANKS && k >= 0 && k < OPS && p >= 0 && p < PLACES)
+            target[n][k][p] = busbw;
     fclose(report);
     for (int i = 0; i < o.nranks; i++) {
         n = o.ranks[i];
         double share = 0;
-        for (k = 0; k < OPS; k++) {
-            if (target[n][k] <= 0)
-                continue;
-            if (share <= 0) { /* the third measurement of the share, once per rank count */
-                share = concurrent_memcpy_rate(n);
-                share = share_best[n] > share ? share_best[n] : share;
+        for (k = 0; k < OPS; k++)
+            for (p = 0; p < PLACES; p++) {
+                if (target[n][k][p] <= 0)
+                    continue;
+                if (share <= 0) { /* the third measurement of the share, once per rank count */
+                    share = concurrent_memcpy_rate(n);
+                    share = share_best[n] > share ? share_best[n] : share;
+                }
+                const double b = target[n][k][p];
+                printf("# %s %s 64 MiB, %d ranks: busbw %.2f GB/s = %.0f%% of memcpy (target >= %.0f%%): %s; "
+                       "%d memcpys at once get %.2f GB/s each (the best of 3, a reference): busbw = %.0f%% of that\n",
+                       op_names[k], place_names[p], n, b, 100.0 * b / ceiling, 100.0 * TARGET_RATIO,
+                       bench_verdict(b / ceiling, TARGET_RATIO), n, share, share > 0 ? 100.0 * b / share : 0.0);
             }
-            const double b = target[n][k];
-            printf("# %s 64 MiB, %d ranks: busbw %.2f GB/s = %.0f%% of memcpy (target >= %.0f%%): %s; "
-                   "%d memcpys at once get %.2f GB/s each (the best of 3, a reference): busbw = %.0f%% of that\n",
-                   op_names[k], n, b, 100.0 * b / ceiling, 100.0 * TARGET_RATIO,
-                   bench_verdict(b / ceiling, TARGET_RATIO), n, share, share > 0 ? 100.0 * b / share : 0.0);
-        }
     }
     return failed ? DTRAIN_EXIT_FAILURE : DTRAIN_EXIT_OK;
 }

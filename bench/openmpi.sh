@@ -60,13 +60,16 @@ echo "$prog: $size, ranks $ranks, best of $runs alternating runs; $(mpirun --ver
   "(shared-memory single copy: ${copy:-unknown}); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $cpus CPUs," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# "N op busbw" lines of a run of either side; the rows of both benches
-# read: ranks op size count iters time algbw busbw [...]
+# "N op busbw" lines of a run of either side.  bench_mpi's rows read:
+# ranks op size count iters time algbw busbw; dtrain's have the place
+# after the op.  Open MPI's calls are all out of place: dtrain's all-gather
+# and reduce-scatter rows out of place are compared with them, and its
+# all-reduce (in place, its only form) with MPI_Allreduce apart.
 rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 8 {print $1, $2, $8}'; }
 run_dtrain() {
   "$bench" --ranks "$1" --min "$size" --max "$size" >"$dir/dtrain.log" 2>&1 ||
     die "dtrain-bench-collectives failed: $(tail -2 "$dir/dtrain.log")"
-  rows <"$dir/dtrain.log"
+  awk '$1 ~ /^[0-9]+$/ && NF >= 9 && ($3 == "out-of-place" || $2 == "allreduce") {print $1, $2, $9}' "$dir/dtrain.log"
 }
 run_mpi() {
   local over=()
