@@ -59,16 +59,9 @@ static void encoder_backward_cols(void *p, long begin, long end, int tid)
         long t = bt % a->T;
         const float *d = a->dout + (size_t)bt * a->C;
         float *dwte_row = a->dwte + (size_t)a->tokens[bt] * a->C;
-        if (a->dwpe == NULL) {
-            for (int c = c0; c < c1; c++)
-                dwte_row[c] += d[c];
-            continue;
-        }
-        float *dwpe_row = a->dwpe + (size_t)t * a->C;
-        for (int c = c0; c < c1; c++) {
-            dwte_row[c] += d[c];
-            dwpe_row[c] += d[c];
-        }
+        cpu_add_into(dwte_row + c0, d + c0, c1 - c0);
+        if (a->dwpe != NULL)
+            cpu_add_into(a->dwpe + (size_t)t * a->C + c0, d + c0, c1 - c0);
     }
 }
 
@@ -179,6 +172,17 @@ static void layernorm_backward_rows(void *p, long begin, long end, int tid)
                            a->cmean[n], a->crstd[n], C);
 }
 
+/* One row's share of dweight and dbias, n columns (restrict and cloned:
+ * vector code; each column's sum keeps its order). */
+CPU_VECTOR_LOOP static void layernorm_dweight_row(float *restrict dw, float *restrict db, const float *restrict x,
+                                                  const float *restrict dy, float m, float s, int n)
+{
+    for (int c = 0; c < n; c++) {
+        dw[c] += (x[c] - m) * s * dy[c];
+        db[c] += dy[c];
+    }
+}
+
 /* dweight, dbias for column blocks [begin, end), summing rows in order. */
 static void layernorm_backward_cols(void *p, long begin, long end, int tid)
 {
@@ -189,15 +193,9 @@ static void layernorm_backward_cols(void *p, long begin, long end, int tid)
     int c1 = (int)(end * CPU_COLS_PER_ITEM);
     if (c1 > C)
         c1 = C;
-    for (long n = 0; n < a->N; n++) {
-        const float *x = a->inp + (size_t)n * C;
-        const float *dy = a->dout + (size_t)n * C;
-        float m = a->cmean[n], s = a->crstd[n];
-        for (int c = c0; c < c1; c++) {
-            a->dweight[c] += (x[c] - m) * s * dy[c];
-            a->dbias[c] += dy[c];
-        }
-    }
+    for (long n = 0; n < a->N; n++)
+        layernorm_dweight_row(a->dweight + c0, a->dbias + c0, a->inp + (size_t)n * C + c0,
+                              a->dout + (size_t)n * C + c0, a->cmean[n], a->crstd[n], c1 - c0);
 }
 
 void cpu_layernorm_backward(struct dtrain_kernels *k, float *dinp, float *dweight, float *dbias,
