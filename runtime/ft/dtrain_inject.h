@@ -16,9 +16,9 @@
  *                            complete checkpoint (one byte of the payload flipped)
  *   nospace:rank=R:step=S    rank R's shard of the checkpoint at step S fails to
  *                            write as on a full disk (ENOSPC)
- *   slowckpt:rank=R:step=S:ms=M  with --ckpt-async, rank R's background write of the
- *                            checkpoint at step S waits M ms before it starts (a slow
- *                            disk: a fault while a write is in flight)
+ *   slowckpt:rank=R:step=S:ms=M  rank R's write of the checkpoint at step S waits M ms
+ *                            before it starts (a slow disk: with --ckpt-async a fault
+ *                            while a write is in flight; the others wait for it)
  *   delay:rank=R:step=S:ms=M[:count=N]  rank R's first forward of each of the steps
  *                            S..S+N-1 takes M ms longer (a slow device: its compute time,
  *                            so it is a straggler; tests also use it to leave time for an
@@ -122,9 +122,9 @@ void dtrain_inject_step_begin(struct dtrain_inject_run *r, long step);
 /* The hooks that carry r's step faults into the step (valid while r lives). */
 struct dtrain_inject_hooks dtrain_inject_hooks_of(struct dtrain_inject_run *r);
 /* The checkpoint of step: 1: this rank's shard fails to write (nospace);
- * the ms its background write waits (slowckpt, async only). */
+ * the ms its write waits before it starts (slowckpt). */
 int dtrain_inject_ckpt_nospace(const struct dtrain_inject_run *r, long step);
-long dtrain_inject_ckpt_slow_ms(const struct dtrain_inject_run *r, long step, int async);
+long dtrain_inject_ckpt_slow_ms(const struct dtrain_inject_run *r, long step);
 /* Before resuming from dir: damage this rank's shard of the newest checkpoint (corrupt). */
 void dtrain_inject_corruption(const struct dtrain_inject_run *r, const char *dir);
 

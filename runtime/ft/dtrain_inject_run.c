@@ -79,11 +79,11 @@ int dtrain_inject_ckpt_nospace(const struct dtrain_inject_run *r, long step)
     return 1;
 }
 
-long dtrain_inject_ckpt_slow_ms(const struct dtrain_inject_run *r, long step, int async)
+long dtrain_inject_ckpt_slow_ms(const struct dtrain_inject_run *r, long step)
 {
-    long slow = async ? dtrain_inject_ms(&r->spec, DTRAIN_INJECT_SLOWCKPT, r->rank, step, r->restart) : 0;
+    long slow = dtrain_inject_ms(&r->spec, DTRAIN_INJECT_SLOWCKPT, r->rank, step, r->restart);
     if (slow > 0) {
-        fprintf(stderr, "%s: inject: rank %d's background write of the checkpoint of step %ld waits %ld ms\n",
+        fprintf(stderr, "%s: inject: rank %d's write of the checkpoint of step %ld waits %ld ms\n",
                 r->prog, r->rank, step, slow);
         dtrain_fault_event(r->fault, "inject", step, "slowckpt");
     }

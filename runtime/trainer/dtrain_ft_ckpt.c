@@ -9,10 +9,12 @@
 #include "parallel/dtrain_pcomm.h"
 #include "comm/bootstrap/bootstrap_id.h"
 #include "ft/dtrain_watchdog.h"
+#include "dtrain_clock.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen)
@@ -254,6 +256,35 @@ static void checkpoint_done(struct ft *f, const char *dir, long step, int rc, in
     }
 }
 
+/* Every rank's writer through its stage, waited for in rounds: each rank
+ * waits for its own writer a little, then one small all-reduce counts the
+ * writers still at work, until none is.  Waiting in the commit's
+ * collectives instead, the ranks whose writes were done would time out
+ * (--comm-timeout) behind one whose write takes longer, and the job would
+ * be requeued for a slow disk.  A rank whose writer is done tells its
+ * watchdog it waits for the others; one whose writer is still at work
+ * does not, so the watchdog's limit (--watchdog) bounds a write that
+ * never ends, and its peers' rounds then fail as the rank leaves.  A
+ * collective: every rank calls it with the same stage pending. */
+static int wait_for_writers(struct ft *f, long at, char *err, size_t errlen)
+{
+    const double round_s = f->cfg->comm_timeout >= 2 ? 0.25 : 0.1;
+    for (;;) {
+        double t0 = dtrain_clock_s();
+        while (dtrain_ckpt_async_writing(&f->async) && dtrain_clock_s() - t0 < round_s) {
+            struct timespec nap = {0, 1000000L};
+            nanosleep(&nap, NULL);
+        }
+        int64_t writing = dtrain_ckpt_async_writing(&f->async);
+        if (!writing)
+            dtrain_watchdog_beat(f->wd, "waiting for the other ranks' checkpoint writes", at);
+        int rc = dtrain_pcomm_status(f->world, dtrain_comm_sum_int64(f->world, &writing, 1),
+                                     "waiting for the ranks' checkpoint writes", err, errlen);
+        if (rc != DTRAIN_OK || writing == 0)
+            return rc;
+    }
+}
+
 /* The write in flight, if any, one stage on: waited for, then its copy
  * sent to the peer (node-local) or committed.  A collective: every rank
  * calls it at the same step boundary.  drain: every stage, to the commit. */
@@ -266,6 +297,8 @@ int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
         struct dtrain_sckpt_stats st;
         double write_s;
         dtrain_watchdog_beat(f->wd, "finishing a checkpoint", at);
+        if ((rc = wait_for_writers(f, at, err, errlen)) != DTRAIN_OK)
+            break;
         rc = dtrain_ckpt_async_finish(&f->async, f->world, f->cfg->ckpt_keep, &committed, &st, &write_s, err,
                                       errlen);
         dtrain_watchdog_beat(f->wd, "training", at);
@@ -283,11 +316,13 @@ int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
 
 /* Write the checkpoint of the present step into the node-local tier
  * (local) or the shared folder.  async: start it in the background (after
- * finishing the one in flight), else write and commit it now. */
+ * finishing the one in flight), else write and commit it now.  Both go
+ * through the writer thread (dtrain_ckpt_async.h): synchronous, the main
+ * thread waits for every rank's write in rounds (wait_for_writers), so a
+ * write slower than --comm-timeout is waited for, not taken for a hang. */
 int dtrain_ft_save_checkpoint(struct ft *f, int async, int local, char *err, size_t errlen)
 {
     long step = dtrain_ptrainer_steps_done(f->t);
-    struct dtrain_sckpt_stats st;
     int rc, nospace = dtrain_inject_due(&f->inject.spec, DTRAIN_INJECT_NOSPACE, f->bs->rank, step, f->restart);
     if ((rc = dtrain_ft_finish_async(f, 1, err, errlen)) == DTRAIN_ERR_FAULT)
         return rc;
@@ -298,21 +333,17 @@ int dtrain_ft_save_checkpoint(struct ft *f, int async, int local, char *err, siz
     struct dtrain_sckpt_scaler scaler;
     dtrain_ptrainer_scaler(f->t, &scaler);
     local = local && f->local != NULL;
-    if (async || local) {
-        long slow = dtrain_inject_ckpt_slow_ms(&f->inject, step, async);
-        if (dtrain_ckpt_async_start(&f->async, local ? f->local : f->dir, local, &f->peers, f->cfg, &f->layout,
-                                    (uint64_t)step, dtrain_ptrainer_data_batches(f->t), &scaler, f->pieces.save,
-                                    f->pieces.nsave, nospace, slow, err, errlen) != 0)
-            fprintf(stderr, "%s: warning: rank %d: %s\n", f->prog, f->bs->rank, err);
+    long slow = dtrain_inject_ckpt_slow_ms(&f->inject, step);
+    if (dtrain_ckpt_async_start(&f->async, local ? f->local : f->dir, local, &f->peers, f->cfg, &f->layout,
+                                (uint64_t)step, dtrain_ptrainer_data_batches(f->t), &scaler, f->pieces.save,
+                                f->pieces.nsave, nospace, slow, err, errlen) != 0)
+        fprintf(stderr, "%s: warning: rank %d: %s\n", f->prog, f->bs->rank, err);
+    if (async) {
         dtrain_watchdog_beat(f->wd, "training", step);
-        /* synchronous on the node-local tier: the same stages, waited for now */
-        return async ? DTRAIN_OK : dtrain_ft_finish_async(f, 1, err, errlen);
+        return DTRAIN_OK;
     }
-    rc = dtrain_sckpt_save(f->dir, f->cfg, &f->layout, (uint64_t)step, dtrain_ptrainer_data_batches(f->t),
-                           &scaler, f->world, f->pieces.save, f->pieces.nsave, f->cfg->ckpt_keep, nospace, &st, err,
-                           errlen);
+    rc = dtrain_ft_finish_async(f, 1, err, errlen); /* every stage, waited for now */
     dtrain_watchdog_beat(f->wd, "training", step);
-    checkpoint_done(f, f->dir, step, rc, 0, 0.0, &st, err);
     return rc;
 }
 

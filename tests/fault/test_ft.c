@@ -30,6 +30,10 @@
  *    background write (nospace) is reported, the run completes; SIGTERM
  *    while writing: the write finished, the stop's checkpoint written, the
  *    resumed run exact;
+ *  - a write slower than --comm-timeout (slowckpt 4.5 s, the timeout 2 s),
+ *    in the background and synchronous: the others wait for it in rounds,
+ *    the run completes with every checkpoint and loss; one that outlasts
+ *    --watchdog: every rank exits 75, nothing committed;
  *  - the node-local tier (--ckpt-local-dir DIR/%n, ranks 0-1 on node0 and
  *    2-3 on node1, the shared folder every 4 steps): rank 2 killed at
  *    step 7, node1's local folder wiped: the resumed run takes step 6 from
@@ -376,6 +380,46 @@ int main(void)
     ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == (long)newest && same_losses(j.cfg.metrics, ref),
        "the requeued run resumes from step %llu; every loss equals the unbroken run's", (unsigned long long)newest);
     unsetenv("SLURM_RESTART_COUNT");
+
+    /* A write that takes longer than --comm-timeout (2 s here) on one rank:
+     * the ranks whose writes are done wait for it in rounds, not in the
+     * commit's collective, which would time out; the watchdog (30 s) is
+     * the bound on a write that stops moving. */
+    j = scenario(&cfg, top, "asyncslow", "slowckpt:rank=1:step=4:ms=4500");
+    j.cfg.ckpt_async = 1;
+    j.cfg.watchdog = 30;
+    run(&j, 1, 2, 2, areas, codes);
+    newest = 0;
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &newest, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == STEPS / 2 && newest == STEPS &&
+           same_losses(j.cfg.metrics, ref),
+       "--ckpt-async, rank 1's write of step 4 takes 4.5 s, past --comm-timeout 2: the next checkpoint waits for it, "
+       "the run completes with every checkpoint and loss (codes %d %d %d %d, %d checkpoints: %s)", codes[0], codes[1],
+       codes[2], codes[3], areas[0].sum.checkpoints, areas[0].err);
+
+    j = scenario(&cfg, top, "syncslow", "slowckpt:rank=2:step=2:ms=4500");
+    j.cfg.watchdog = 30;
+    run(&j, 1, 2, 2, areas, codes);
+    newest = 0;
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &newest, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == STEPS / 2 && newest == STEPS &&
+           same_losses(j.cfg.metrics, ref),
+       "synchronous checkpoints, rank 2's write of step 2 takes 4.5 s, past --comm-timeout 2: the others wait for "
+       "it, the run completes with every checkpoint and loss (codes %d %d %d %d, %d checkpoints: %s)", codes[0],
+       codes[1], codes[2], codes[3], areas[0].sum.checkpoints, areas[0].err);
+
+    /* ... and one that never ends (here: 10 minutes, past --watchdog 3 s)
+     * is a hang: that rank's watchdog ends it, the others' rounds fail,
+     * the checkpoint is not committed.  (A run that waited for the write
+     * instead would outlast the harness's 120 s and its ranks be killed.) */
+    j = scenario(&cfg, top, "slowhang", "slowckpt:rank=1:step=2:ms=600000");
+    j.cfg.watchdog = 3;
+    run(&j, 1, 2, 2, areas, codes);
+    newest = 0;
+    dtrain_sckpt_list(j.cfg.ckpt_dir, &newest, 1, err, sizeof err);
+    ok(all_codes(codes, 4, 75, -1, 0) && newest == 0,
+       "a write of step 2 on rank 1 that outlasts --watchdog 3: every rank exits 75 (%d %d %d %d), nothing committed "
+       "(newest %llu)", codes[0], codes[1], codes[2], codes[3], (unsigned long long)newest);
 
     /* ---- the node-local tier with peer copies */
     j = scenario(&cfg, top, "tier", "kill:rank=2:step=7");
