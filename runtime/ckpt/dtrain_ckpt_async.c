@@ -29,7 +29,17 @@ static void *writer_main(void *arg)
         atomic_store(&a->done, 1);
         return NULL;
     }
-    if (a->pending == 2) { /* the peer's copy */
+    if (a->pending == 2) { /* the copies: swapped over their own communicator (else done by finish), the peer's kept */
+        if (a->peers->copy_comm != NULL) {
+            char why[512];
+            int e = dtrain_sckpt_swap_copies(a->peers->copy_comm, a->peers->peer, a->peers->src, a->mine.bytes,
+                                             a->mine.len, &a->theirs, &a->theirs_cap, &a->theirs_len, why,
+                                             sizeof why);
+            if (e != 0 && a->copy_error == 0) {
+                a->copy_error = e;
+                snprintf(a->copy_why, sizeof a->copy_why, "%s", why);
+            }
+        }
         if (a->theirs_len > 0 && a->copy_error == 0)
             a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
                                                     a->copy_why, sizeof a->copy_why);
@@ -47,20 +57,6 @@ static void *writer_main(void *arg)
                            a->fail_write, copies ? &a->mine : NULL, &a->written);
     if (copies && a->written.error != 0)
         a->mine.len = 0; /* no copy of a shard that was not written */
-    if (copies && a->peers->copy_comm != NULL) {
-        /* the copies over their own communicator, here: the main thread
-         * trains on (every rank's writer calls this once per checkpoint) */
-        char why[512];
-        int e = dtrain_sckpt_swap_copies(a->peers->copy_comm, a->peers->peer, a->peers->src, a->mine.bytes,
-                                         a->mine.len, &a->theirs, &a->theirs_cap, &a->theirs_len, why, sizeof why);
-        if (e != 0 && a->copy_error == 0) {
-            a->copy_error = e;
-            snprintf(a->copy_why, sizeof a->copy_why, "%s", why);
-        }
-        if (a->theirs_len > 0 && a->copy_error == 0)
-            a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
-                                                    a->copy_why, sizeof a->copy_why);
-    }
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -153,11 +149,18 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
         return DTRAIN_OK;
     join(a);
     *write_s = a->written.seconds;
-    if (a->pending == 1 && a->local && a->peers->peer >= 0 && a->peers->copy_comm == NULL) {
-        int rc = exchange(a, world, err, errlen);
-        if (rc != DTRAIN_OK) {
-            a->pending = 0;
-            return rc;
+    /* The copies only once every rank's shard is written (the caller
+     * knows: the loop's sum, or its rounds): a writer swapping with a peer
+     * still writing would wait in a communicator call for the peer's disk,
+     * and time out on a slow one.  Over their own communicator they travel
+     * in the thread (stage 2), else over world here. */
+    if (a->pending == 1 && a->local && a->peers->peer >= 0) {
+        if (a->peers->copy_comm == NULL) {
+            int rc = exchange(a, world, err, errlen);
+            if (rc != DTRAIN_OK) {
+                a->pending = 0;
+                return rc;
+            }
         }
         a->pending = 2;
         char why[256];

@@ -41,7 +41,9 @@
  *    exact; rank 0's local shard damaged: its copy on node1 serves, the
  *    damaged folder is kept as step-N.damaged; the shard and its copy both
  *    damaged: the shared step 4 is taken, exact; in the background: every
- *    loss exact, both nodes' folders hold every shard of step 6; an
+ *    loss exact, both nodes' folders hold every shard of step 6; a write
+ *    slower than --comm-timeout, in the background and synchronous: the
+ *    peer copies wait for it, both nodes hold every shard; an
  *    unwritable node-local folder: exit 2 on every rank before step 0. */
 #include <math.h>
 #include <pthread.h>
@@ -519,6 +521,26 @@ int main(void)
        areas[0].sum.load_received == 0 && areas[2].sum.load_received > 0 && areas[3].sum.load_received > 0,
        "then node1's folder lost and the shared step 8 removed: the run resumes from node0's step 6 (%ld: the "
        "copies the background writer sent), exact", areas[0].sum.resumed_step);
+
+    /* a write slower than --comm-timeout on the node-local tier, in the
+     * background and synchronous: the copies wait for every shard */
+    for (int bg = 1; bg >= 0; bg--) {
+        j = scenario(&cfg, top, bg ? "tierslow" : "tierslowsync", "slowckpt:rank=1:step=2:ms=4500");
+        j.nodes = 2;
+        j.cfg.ckpt_async = bg;
+        j.cfg.watchdog = 30;
+        snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/%s.local/%%n", top, bg ? "tierslow" : "tierslowsync");
+        j.cfg.ckpt_shared_every = 4;
+        run(&j, 1, 2, 2, areas, codes);
+        ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && areas[0].sum.checkpoint_failures == 0 &&
+               same_losses(j.cfg.metrics, ref) &&
+               harness_sh("for s in 2 6; do for n in 0 1; do for r in 0 1 2 3; do test -f '%s/%s.local/node'$n/step-0000000$s/shard-0000$r.bin "
+                          "|| exit 1; done; done; done", top, bg ? "tierslow" : "tierslowsync") == 0,
+           "--ckpt-local-dir%s, rank 1's write of step 2 takes 4.5 s, past --comm-timeout 2: the peer copies wait for "
+           "it, both nodes hold every shard of steps 2 and 6, every loss exact (codes %d %d %d %d, %d checkpoints, %d "
+           "failed: %s)", bg ? " --ckpt-async" : "", codes[0], codes[1], codes[2], codes[3], areas[0].sum.checkpoints,
+           areas[0].sum.checkpoint_failures, areas[0].err);
+    }
 
     /* ---- trust (doc/fault-tolerance.md): no link written through, no stranger's folder read */
     j = scenario(&cfg, top, "trustasync", "");
