@@ -216,6 +216,7 @@ struct dtrain_sckpt_group {
     dtrain_comm *comm;
     const struct dtrain_sckpt_piece *slice;
     size_t nslice;
+    long read_delay_ms; /* fault injection (slowload): this rank's reads of each candidate wait so long first */
 };
 
 /* dtrain_sckpt_resume with the load done as a group (above; group NULL:

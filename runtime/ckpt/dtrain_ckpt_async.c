@@ -4,6 +4,7 @@
 #include "sckpt_internal.h"
 #include "dtrain_io.h"
 #include "parallel/dtrain_pcomm.h"
+#include "dtrain_clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -14,6 +15,13 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+void sckpt_hold_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
 
 static void *writer_main(void *arg)
 {
@@ -46,11 +54,7 @@ static void *writer_main(void *arg)
         atomic_store(&a->done, 1);
         return NULL;
     }
-    if (a->delay_ms > 0) {
-        struct timespec ts = {a->delay_ms / 1000, (a->delay_ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-            ;
-    }
+    sckpt_hold_ms(a->delay_ms);
     /* with a peer, the file's bytes stay in memory for its copy */
     const int copies = a->local && a->peers->peer >= 0;
     sckpt_write_shard_kept(a->dir, a->cfg, &a->layout, a->step, a->data_batches, a->pieces, a->npieces,
@@ -202,6 +206,68 @@ void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a)
         dtrain_comm_abort(a->peers->copy_comm);
     join(a); /* a write, or the tidying after a commit */
     a->pending = 0;
+}
+
+#define ROUND_S 0.1 /* a member's wait between two counts: far under any --comm-timeout (1 s or more) */
+
+int dtrain_ckpt_wait_rounds(dtrain_comm *c, int (*busy)(void *), void (*idle)(void *), void *arg, const char *what,
+                            char *err, size_t errlen)
+{
+    const int alone = c == NULL || dtrain_comm_size(c) <= 1;
+    for (;;) {
+        double t0 = dtrain_clock_s();
+        while (busy(arg) && (alone || dtrain_clock_s() - t0 < ROUND_S)) {
+            struct timespec nap = {0, 1000000L};
+            nanosleep(&nap, NULL);
+        }
+        int64_t busy_members = busy(arg);
+        if (alone)
+            return DTRAIN_OK;
+        if (!busy_members && idle != NULL)
+            idle(arg);
+        int rc = dtrain_pcomm_status(c, dtrain_comm_sum_int64(c, &busy_members, 1), what, err, errlen);
+        if (rc != DTRAIN_OK || busy_members == 0)
+            return rc;
+    }
+}
+
+struct io_job {
+    void (*fn)(void *);
+    void *arg;
+    atomic_int done;
+};
+
+static void *io_main(void *p)
+{
+    struct io_job *j = p;
+    j->fn(j->arg);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+static int io_busy(void *p)
+{
+    return !atomic_load(&((struct io_job *)p)->done);
+}
+
+int dtrain_ckpt_io_rounds(dtrain_comm *c, void (*fn)(void *), void *arg, const char *what, char *err, size_t errlen)
+{
+    struct io_job j = {fn, arg, 0};
+    pthread_t thread;
+    sigset_t all, old;
+    int e = -1;
+    if (c != NULL && dtrain_comm_size(c) > 1) {
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        e = pthread_create(&thread, NULL, io_main, &j);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    if (e != 0)
+        io_main(&j);
+    int rc = dtrain_ckpt_wait_rounds(c, io_busy, NULL, &j, what, err, errlen);
+    if (e == 0)
+        pthread_join(thread, NULL); /* on a failed count too: fn's memory is the caller's */
+    return rc;
 }
 
 void dtrain_ckpt_async_release(struct dtrain_ckpt_async *a)

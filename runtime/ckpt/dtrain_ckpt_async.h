@@ -115,6 +115,24 @@ void dtrain_ckpt_async_abandon(struct dtrain_ckpt_async *a);
 /* Abandon, and free the memory a keeps between checkpoints (the run's end). */
 void dtrain_ckpt_async_release(struct dtrain_ckpt_async *a);
 
+/* Collective: wait until no member of c is busy.  Each member waits up to
+ * a tenth of a second for busy(arg) to turn 0, then one all-reduce counts
+ * the members still busy, again until none is.  So no member waits in a
+ * communicator call for another's disk: a call that makes no progress for
+ * --comm-timeout takes a slow disk for a hang, and requeues the job to
+ * read or write the same checkpoint again.  idle(arg) (NULL: none) runs
+ * each round once this member is not busy (the loop tells its watchdog it
+ * waits for the others).  c NULL or of one member: busy waited for alone.
+ * DTRAIN_OK, or the comm's failure (dtrain_pcomm_status; `what` names it). */
+int dtrain_ckpt_wait_rounds(dtrain_comm *c, int (*busy)(void *), void (*idle)(void *), void *arg, const char *what,
+                            char *err, size_t errlen);
+
+/* Collective: fn(arg) (a checkpoint's file I/O) in a thread of its own,
+ * taking no signals, while this thread waits for every member's in rounds
+ * (above); without a thread, or with c NULL or of one member, fn runs
+ * here.  Returns as dtrain_ckpt_wait_rounds once every fn has returned. */
+int dtrain_ckpt_io_rounds(dtrain_comm *c, void (*fn)(void *), void *arg, const char *what, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

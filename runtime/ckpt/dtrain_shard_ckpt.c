@@ -7,6 +7,7 @@
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pcomm.h"
+#include "dtrain_ckpt_async.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -227,6 +228,39 @@ void sckpt_resume_found(struct dtrain_sckpt_resumed *out, const struct manifest 
     snprintf(out->path, sizeof out->path, "%s", path);
 }
 
+/* This rank's verification of a candidate: its manifest, then the shards
+ * r = rank, rank + size, ... (every byte read, its checksum). */
+struct verify {
+    const char *path;
+    uint64_t step;
+    const struct dtrain_train_config *cfg;
+    int rank, size;
+    long delay_ms;
+    struct manifest *m;
+    uint64_t *bytes;
+    int32_t *mine;
+    FILE *msgs;
+    const char *prog;
+    char *why;
+    size_t whylen;
+};
+
+static void verify_mine(void *p)
+{
+    struct verify *c = p;
+    sckpt_hold_ms(c->delay_ms);
+    c->mine[0] = sckpt_read_manifest(c->path, c->step, c->cfg, c->m, c->why, c->whylen);
+    for (long r = c->rank; c->mine[0] == GOOD && r < c->m->layout.world_size; r += c->size) {
+        int v = sckpt_shard_verify(c->path, r, c->m, c->bytes, c->why, c->whylen);
+        if (v != GOOD) {
+            c->mine[0] = v;
+            c->mine[1] = (int32_t)r;
+            if (c->msgs != NULL)
+                fprintf(c->msgs, "%s: rank %d: checkpoint %s is damaged: %s\n", c->prog, c->rank, c->path, c->why);
+        }
+    }
+}
+
 static int try_candidate(const char *path, uint64_t step, const struct dtrain_train_config *cfg,
                          dtrain_comm *world, int rank, int size, const struct dtrain_sckpt_group *group,
                          const struct dtrain_sckpt_piece *pieces, size_t n,
@@ -244,16 +278,13 @@ static int try_candidate(const char *path, uint64_t step, const struct dtrain_tr
         dtrain_snprintf(err, errlen, "out of memory");
         return NO_MEMORY;
     }
-    mine[0] = sckpt_read_manifest(path, step, cfg, m, why, whylen);
-    for (long r = rank; mine[0] == GOOD && r < m->layout.world_size; r += size) {
-        int v = sckpt_shard_verify(path, r, m, &st->bytes, why, whylen);
-        if (v != GOOD) {
-            mine[0] = v;
-            mine[1] = (int32_t)r;
-            if (msgs != NULL)
-                fprintf(msgs, "%s: rank %d: checkpoint %s is damaged: %s\n", prog, rank, path, why);
-        }
-    }
+    /* read in a thread while the ranks wait for each other in rounds: the
+     * agreement below waits for no rank's disk */
+    struct verify job = {path, step, cfg, rank, size, group != NULL ? group->read_delay_ms : 0, m, &st->bytes, mine,
+                         msgs, prog, why, whylen};
+    if ((*comm_rc = dtrain_ckpt_io_rounds(world, verify_mine, &job, "resume: waiting for the ranks' checks", err,
+                                          errlen)) != DTRAIN_OK)
+        goto out;
     for (int phase = 0; phase < 2; phase++) {
         if ((*comm_rc = sckpt_gather_ints(world, mine, 2, all, "resume: agreeing on the checkpoint", err, errlen)) !=
             DTRAIN_OK)
@@ -272,7 +303,7 @@ static int try_candidate(const char *path, uint64_t step, const struct dtrain_tr
         if (agreed != GOOD || phase == 1)
             break;
         *loaded = 1;
-        mine[0] = sckpt_load_group(path, m, group, pieces, n, st, why, whylen, comm_rc, err, errlen);
+        mine[0] = sckpt_load_group(path, m, group, world, pieces, n, st, why, whylen, comm_rc, err, errlen);
         if (*comm_rc != DTRAIN_OK)
             goto out;
         if (mine[0] != GOOD && msgs != NULL)

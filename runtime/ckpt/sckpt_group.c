@@ -9,6 +9,7 @@
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pcomm.h"
+#include "dtrain_ckpt_async.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -63,15 +64,46 @@ struct part {
 };
 #define PART_INTS ((int)(sizeof(struct part) / sizeof(int32_t)))
 
+/* This rank's reads of a group load: its pieces (a group of one), or its
+ * part of the slice (verdict GOOD before: the room is there). */
+struct group_read {
+    const char *path;
+    const struct manifest *m;
+    const struct dtrain_sckpt_group *group;
+    const struct dtrain_sckpt_piece *pieces;
+    size_t n;
+    int member, members, verdict;
+    struct sckpt_segs *filled;
+    struct dtrain_sckpt_stats *st;
+    char *why;
+    size_t whylen;
+};
+
+static void group_read(void *p)
+{
+    struct group_read *r = p;
+    if (r->group != NULL)
+        sckpt_hold_ms(r->group->read_delay_ms);
+    if (r->members <= 1)
+        r->verdict = sckpt_load_pieces(r->path, r->m, r->pieces, r->n, &r->st->bytes, &r->st->shards_opened, r->why,
+                                       r->whylen);
+    else if (r->verdict == GOOD)
+        r->verdict = sckpt_read_group_part(r->path, r->m, r->member, r->members, r->pieces, r->n, r->filled,
+                                           &r->st->bytes, &r->st->shards_opened, r->why, r->whylen);
+}
+
 int sckpt_load_group(const char *path, const struct manifest *m, const struct dtrain_sckpt_group *group,
-                     const struct dtrain_sckpt_piece *pieces, size_t n, struct dtrain_sckpt_stats *st, char *why,
-                     size_t whylen, int *comm_rc, char *err, size_t errlen)
+                     dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t n,
+                     struct dtrain_sckpt_stats *st, char *why, size_t whylen, int *comm_rc, char *err, size_t errlen)
 {
     *comm_rc = DTRAIN_OK;
     dtrain_comm *c = group != NULL ? group->comm : NULL;
     int members = c != NULL ? dtrain_comm_size(c) : 1;
-    if (members <= 1)
-        return sckpt_load_pieces(path, m, pieces, n, &st->bytes, &st->shards_opened, why, whylen);
+    if (members <= 1) {
+        struct group_read r = {path, m, group, pieces, n, 0, 1, GOOD, NULL, st, why, whylen};
+        *comm_rc = dtrain_ckpt_io_rounds(world, group_read, &r, "resume: waiting for the ranks' reads", err, errlen);
+        return r.verdict;
+    }
     int member = dtrain_comm_rank(c);
     size_t ns = group->nslice;
     struct slot *slot = malloc((ns + 1) * sizeof *slot);
@@ -113,15 +145,18 @@ int sckpt_load_group(const char *path, const struct manifest *m, const struct dt
     for (size_t i = 0; mine.verdict == GOOD && i < ns; i++)
         q[i] = (struct dtrain_sckpt_piece){slot[i].whole, slot[i].count, buf[0] + slot[i].at, buf[1] + slot[i].at,
                                            buf[2] + slot[i].at};
-    if (mine.verdict == GOOD)
-        mine.verdict = sckpt_read_group_part(path, m, member, members, q, ns, &filled, &st->bytes,
-                                             &st->shards_opened, why, whylen);
+    /* every rank's reads waited for in rounds over world (a member that
+     * read first does not wait for a slower one in the gather below) */
+    struct group_read r = {path, m, group, q, ns, member, members, mine.verdict, &filled, st, why, whylen};
+    *comm_rc = dtrain_ckpt_io_rounds(world, group_read, &r, "resume: waiting for the ranks' reads", err, errlen);
+    mine.verdict = r.verdict;
     mine.segs = filled.n;
     mine.floats = filled.floats;
 
     /* every member's outcome and size: all broadcast, or none does */
-    *comm_rc = sckpt_gather_ints(c, (const int32_t *)(const void *)&mine, PART_INTS, (int32_t *)(void *)all,
-                                 "resume: the DP group's parts of the checkpoint", err, errlen);
+    if (*comm_rc == DTRAIN_OK)
+        *comm_rc = sckpt_gather_ints(c, (const int32_t *)(const void *)&mine, PART_INTS, (int32_t *)(void *)all,
+                                     "resume: the DP group's parts of the checkpoint", err, errlen);
     int v = mine.verdict;
     size_t most = 0;
     uint64_t placed = 0;

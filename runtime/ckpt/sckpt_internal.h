@@ -230,14 +230,17 @@ int sckpt_group_member_of(const struct manifest *m, long r, int members);
 int sckpt_read_group_part(const char *path, const struct manifest *m, int member, int members,
                           const struct dtrain_sckpt_piece *slice, size_t n, struct sckpt_segs *filled,
                           uint64_t *bytes_read, uint64_t *opened, char *why, size_t whylen);
-/* sckpt_group.c: the group load, collective over group->comm: every
- * member reads its part of the shards into the slice, the parts go to
- * every member (one broadcast per member), and each copies its pieces out
- * of the slice.  Returns the verdict (GOOD, or the first member's damage,
- * the same on every member); *comm_rc: DTRAIN_OK, or the comm's failure
- * (err says it; the verdict is then not agreed). */
+/* sckpt_group.c: the group load, collective over world and group->comm:
+ * every member reads its part of the shards into the slice (the reads of
+ * every rank waited for in rounds over world, dtrain_ckpt_io_rounds), the
+ * parts go to every member (one broadcast per member), and each copies
+ * its pieces out of the slice.  Returns the verdict (GOOD, or the first
+ * member's damage, the same on every member); *comm_rc: DTRAIN_OK, or
+ * the comm's failure (err says it; the verdict is then not agreed). */
 int sckpt_load_group(const char *path, const struct manifest *m, const struct dtrain_sckpt_group *group,
-                     const struct dtrain_sckpt_piece *pieces, size_t n, struct dtrain_sckpt_stats *st, char *why,
-                     size_t whylen, int *comm_rc, char *err, size_t errlen);
+                     dtrain_comm *world, const struct dtrain_sckpt_piece *pieces, size_t n,
+                     struct dtrain_sckpt_stats *st, char *why, size_t whylen, int *comm_rc, char *err, size_t errlen);
+/* Fault injection, a slow disk: the calling thread held back ms (> 0). */
+void sckpt_hold_ms(long ms);
 
 #endif

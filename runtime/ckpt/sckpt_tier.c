@@ -750,7 +750,7 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
         if (verdict != GOOD || phase == 1)
             break;
         out->loaded_partly = 1;
-        mine[0] = sckpt_load_group(path, &m, group, pieces, npieces, st, why, sizeof why, rc, err, errlen);
+        mine[0] = sckpt_load_group(path, &m, group, world, pieces, npieces, st, why, sizeof why, rc, err, errlen);
         if (*rc != DTRAIN_OK)
             goto out;
     }

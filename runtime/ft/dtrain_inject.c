@@ -12,10 +12,11 @@
 #include <unistd.h>
 
 #define SYNTAX "KIND:rank=R[:step=S][:count=N][:ms=M][:restart=N|any], KIND one of kill, hang, nan, corrupt, " \
-    "nospace, delay, slowckpt"
+    "nospace, delay, slowckpt, slowload"
 #define MAX_STEP 1000000000L
 
-static const char *const kind_names[] = {"kill", "hang", "nan", "corrupt", "nospace", "delay", "slowckpt"};
+static const char *const kind_names[] = {"kill", "hang", "nan", "corrupt", "nospace", "delay", "slowckpt",
+                                          "slowload"};
 
 const char *dtrain_inject_kind_name(enum dtrain_inject_kind kind)
 {
@@ -83,7 +84,7 @@ static int parse_one(char *text, struct dtrain_inject_fault *f, char *err, size_
         snprintf(err, errlen, "%s needs rank=R", kind_names[kind]);
         return -1;
     }
-    int wants_step = kind != DTRAIN_INJECT_CORRUPT;
+    int wants_step = kind != DTRAIN_INJECT_CORRUPT && kind != DTRAIN_INJECT_SLOWLOAD;
     if (wants_step != !!(seen & 2u)) {
         snprintf(err, errlen, "%s %s step=S", kind_names[kind], wants_step ? "needs" : "takes no");
         return -1;
@@ -92,10 +93,12 @@ static int parse_one(char *text, struct dtrain_inject_fault *f, char *err, size_
         snprintf(err, errlen, "count= is for nan and delay only");
         return -1;
     }
-    int wants_ms = kind == DTRAIN_INJECT_DELAY || kind == DTRAIN_INJECT_SLOWCKPT;
+    int wants_ms = kind == DTRAIN_INJECT_DELAY || kind == DTRAIN_INJECT_SLOWCKPT || kind == DTRAIN_INJECT_SLOWLOAD;
     if (!!(seen & 16u) != wants_ms) {
-        snprintf(err, errlen, "%s", wants_ms ? (kind == DTRAIN_INJECT_DELAY ? "delay needs ms=M" : "slowckpt needs ms=M")
-                                             : "ms= is for delay and slowckpt only");
+        if (wants_ms)
+            snprintf(err, errlen, "%s needs ms=M", kind_names[kind]);
+        else
+            snprintf(err, errlen, "ms= is for delay, slowckpt and slowload only");
         return -1;
     }
     return 0;

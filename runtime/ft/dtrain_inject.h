@@ -19,6 +19,9 @@
  *   slowckpt:rank=R:step=S:ms=M  rank R's write of the checkpoint at step S waits M ms
  *                            before it starts (a slow disk: with --ckpt-async a fault
  *                            while a write is in flight; the others wait for it)
+ *   slowload:rank=R:ms=M     rank R's reads of each checkpoint it resumes or rolls back
+ *                            from wait M ms before they start (a slow disk; the others
+ *                            wait for it)
  *   delay:rank=R:step=S:ms=M[:count=N]  rank R's first forward of each of the steps
  *                            S..S+N-1 takes M ms longer (a slow device: its compute time,
  *                            so it is a straggler; tests also use it to leave time for an
@@ -49,6 +52,7 @@ enum dtrain_inject_kind {
     DTRAIN_INJECT_NOSPACE,
     DTRAIN_INJECT_DELAY,
     DTRAIN_INJECT_SLOWCKPT,
+    DTRAIN_INJECT_SLOWLOAD,
 };
 
 struct dtrain_inject_fault {
@@ -56,7 +60,7 @@ struct dtrain_inject_fault {
     int rank;
     long step;    /* -1 for corrupt */
     long count;   /* nan: attempts, delay: steps; else 1 */
-    long ms;      /* delay, slowckpt: milliseconds */
+    long ms;      /* delay, slowckpt, slowload: milliseconds */
     long restart; /* -1: any run */
 };
 
@@ -125,6 +129,8 @@ struct dtrain_inject_hooks dtrain_inject_hooks_of(struct dtrain_inject_run *r);
  * the ms its write waits before it starts (slowckpt). */
 int dtrain_inject_ckpt_nospace(const struct dtrain_inject_run *r, long step);
 long dtrain_inject_ckpt_slow_ms(const struct dtrain_inject_run *r, long step);
+/* The ms this rank's reads of a checkpoint to load (at step at) wait (slowload). */
+long dtrain_inject_load_slow_ms(const struct dtrain_inject_run *r, long at);
 /* Before resuming from dir: damage this rank's shard of the newest checkpoint (corrupt). */
 void dtrain_inject_corruption(const struct dtrain_inject_run *r, const char *dir);
 

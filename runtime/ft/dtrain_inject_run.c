@@ -90,6 +90,16 @@ long dtrain_inject_ckpt_slow_ms(const struct dtrain_inject_run *r, long step)
     return slow;
 }
 
+long dtrain_inject_load_slow_ms(const struct dtrain_inject_run *r, long at)
+{
+    long slow = dtrain_inject_ms(&r->spec, DTRAIN_INJECT_SLOWLOAD, r->rank, -1, r->restart);
+    if (slow > 0) {
+        fprintf(stderr, "%s: inject: rank %d's reads of the checkpoint to load wait %ld ms\n", r->prog, r->rank, slow);
+        dtrain_fault_event(r->fault, "inject", at, "slowload");
+    }
+    return slow;
+}
+
 void dtrain_inject_corruption(const struct dtrain_inject_run *r, const char *dir)
 {
     char path[DTRAIN_PATH_MAX], why[512];

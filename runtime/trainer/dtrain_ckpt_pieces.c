@@ -239,7 +239,7 @@ int dtrain_ft_pieces_upload(struct dtrain_ft_pieces *p, char *err, size_t errlen
 
 struct dtrain_sckpt_group dtrain_ft_pieces_group(const struct dtrain_ft_pieces *p)
 {
-    return (struct dtrain_sckpt_group){p->dp_comm, p->slice, p->nslice};
+    return (struct dtrain_sckpt_group){p->dp_comm, p->slice, p->nslice, 0};
 }
 
 void dtrain_ft_pieces_free(struct dtrain_ft_pieces *p)

@@ -9,12 +9,10 @@
 #include "parallel/dtrain_pcomm.h"
 #include "comm/bootstrap/bootstrap_id.h"
 #include "ft/dtrain_watchdog.h"
-#include "dtrain_clock.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 int dtrain_ft_config_from_env(struct dtrain_train_config *c, char *err, size_t errlen)
@@ -266,23 +264,27 @@ static void checkpoint_done(struct ft *f, const char *dir, long step, int rc, in
  * does not, so the watchdog's limit (--watchdog) bounds a write that
  * never ends, and its peers' rounds then fail as the rank leaves.  A
  * collective: every rank calls it with the same stage pending. */
+struct writers_wait {
+    struct ft *f;
+    long at;
+};
+
+static int writer_busy(void *p)
+{
+    return dtrain_ckpt_async_writing(&((struct writers_wait *)p)->f->async);
+}
+
+static void writer_idle(void *p)
+{
+    const struct writers_wait *w = p;
+    dtrain_watchdog_beat(w->f->wd, "waiting for the other ranks' checkpoint writes", w->at);
+}
+
 static int wait_for_writers(struct ft *f, long at, char *err, size_t errlen)
 {
-    const double round_s = f->cfg->comm_timeout >= 2 ? 0.25 : 0.1;
-    for (;;) {
-        double t0 = dtrain_clock_s();
-        while (dtrain_ckpt_async_writing(&f->async) && dtrain_clock_s() - t0 < round_s) {
-            struct timespec nap = {0, 1000000L};
-            nanosleep(&nap, NULL);
-        }
-        int64_t writing = dtrain_ckpt_async_writing(&f->async);
-        if (!writing)
-            dtrain_watchdog_beat(f->wd, "waiting for the other ranks' checkpoint writes", at);
-        int rc = dtrain_pcomm_status(f->world, dtrain_comm_sum_int64(f->world, &writing, 1),
-                                     "waiting for the ranks' checkpoint writes", err, errlen);
-        if (rc != DTRAIN_OK || writing == 0)
-            return rc;
-    }
+    struct writers_wait w = {f, at};
+    return dtrain_ckpt_wait_rounds(f->world, writer_busy, writer_idle, &w, "waiting for the ranks' checkpoint writes",
+                                   err, errlen);
 }
 
 /* The write in flight, if any, one stage on: waited for, then its copy
@@ -360,7 +362,8 @@ int dtrain_ft_load_checkpoint(struct ft *f, const char *dir, int rollback, int r
     int tiers = f->local != NULL && (dir == f->dir || dir == f->local);
     if (tiers)
         dir = f->dir;
-    const struct dtrain_sckpt_group group = dtrain_ft_pieces_group(&f->pieces);
+    struct dtrain_sckpt_group group = dtrain_ft_pieces_group(&f->pieces);
+    group.read_delay_ms = dtrain_inject_load_slow_ms(&f->inject, at);
     int rc = tiers ? dtrain_sckpt_resume_tiers(f->dir, f->local, &f->peers, f->cfg, f->world, &group, f->pieces.load,
                                                f->pieces.nload, stderr, f->prog, &res, &st, err, errlen)
                    : dtrain_sckpt_resume_group(dir, f->cfg, f->world, &group, f->pieces.load, f->pieces.nload, stderr,

@@ -33,7 +33,8 @@
  *  - a write slower than --comm-timeout (slowckpt 4.5 s, the timeout 2 s),
  *    in the background and synchronous: the others wait for it in rounds,
  *    the run completes with every checkpoint and loss; one that outlasts
- *    --watchdog: every rank exits 75, nothing committed;
+ *    --watchdog: every rank exits 75, nothing committed; a requeued run
+ *    whose rank 1 reads the checkpoint 4.5 s late: it resumes, exact;
  *  - the node-local tier (--ckpt-local-dir DIR/%n, ranks 0-1 on node0 and
  *    2-3 on node1, the shared folder every 4 steps): rank 2 killed at
  *    step 7, node1's local folder wiped: the resumed run takes step 6 from
@@ -409,6 +410,20 @@ int main(void)
        "synchronous checkpoints, rank 2's write of step 2 takes 4.5 s, past --comm-timeout 2: the others wait for "
        "it, the run completes with every checkpoint and loss (codes %d %d %d %d, %d checkpoints: %s)", codes[0],
        codes[1], codes[2], codes[3], areas[0].sum.checkpoints, areas[0].err);
+
+    /* A requeued run whose rank 1 reads the checkpoint slower than
+     * --comm-timeout (4.5 s before each of its two reads: the check and
+     * the load): the others wait for it in rounds, the run resumes. */
+    j = scenario(&cfg, top, "slowload", "kill:rank=2:step=5,slowload:rank=1:ms=4500:restart=1");
+    j.cfg.watchdog = 30;
+    run(&j, 1, 2, 2, areas, codes);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    unsetenv("SLURM_RESTART_COUNT");
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 4 && same_losses(j.cfg.metrics, ref),
+       "rank 1 of the requeued run reads the checkpoint 4.5 s late, past --comm-timeout 2: it resumes from step 4 "
+       "(%ld), every loss exact (codes %d %d %d %d: %s)", areas[0].sum.resumed_step, codes[0], codes[1], codes[2],
+       codes[3], areas[0].err);
 
     /* ... and one that never ends (here: 10 minutes, past --watchdog 3 s)
      * is a hang: that rank's watchdog ends it, the others' rounds fail,

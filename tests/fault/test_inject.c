@@ -60,7 +60,7 @@ int main(void)
         {"kill:rank=1:step=2:count=3", "count= is for nan and delay only"},
         {"delay:rank=1:step=2", "delay needs ms=M"},
         {"slowckpt:rank=1:step=2", "slowckpt needs ms=M"},
-        {"kill:rank=1:step=2:ms=5", "ms= is for delay and slowckpt only"},
+        {"kill:rank=1:step=2:ms=5", "ms= is for delay, slowckpt and slowload only"},
         {"kill:rank=-1:step=2", "rank"},
         {"kill:rank=1:step=x", "step"},
         {"kill:rank=1:rank=2:step=1", "'rank' is given twice"},
