@@ -134,6 +134,8 @@ struct dtrain_sckpt_stats {
 
 /* Write checkpoint `step` (data_batches: the next batch index) into dir,
  * a collective over world (the job's WORLD communicator; NULL: one rank).
+ * The ranks wait for each other's writes in rounds of a small all-reduce
+ * (so a write slower than the comm's timeout is waited for), then commit.
  * pieces: this rank's owned runs, increasing and disjoint, params, m and v
  * all set.  scaler: the loss scaler's state, recorded when on (may be
  * NULL).  keep >= 1: complete checkpoints kept afterwards.  fail_write

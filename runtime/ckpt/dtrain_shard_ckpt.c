@@ -176,6 +176,25 @@ out:
     return rc;
 }
 
+/* This rank's shard of a save (dtrain_sckpt_save's step 1). */
+struct shard_write {
+    const char *dir;
+    const struct dtrain_train_config *cfg;
+    const struct dtrain_sckpt_layout *layout;
+    uint64_t step, data_batches;
+    const struct dtrain_sckpt_piece *pieces;
+    size_t npieces;
+    int fail_write;
+    struct dtrain_sckpt_written *w;
+};
+
+static void shard_write(void *p)
+{
+    const struct shard_write *j = p;
+    dtrain_sckpt_write_shard(j->dir, j->cfg, j->layout, j->step, j->data_batches, j->pieces, j->npieces,
+                             j->fail_write, j->w);
+}
+
 int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
                       const struct dtrain_sckpt_layout *layout, uint64_t step, uint64_t data_batches,
                       const struct dtrain_sckpt_scaler *scaler, dtrain_comm *world,
@@ -183,14 +202,22 @@ int dtrain_sckpt_save(const char *dir, const struct dtrain_train_config *cfg,
                       int keep, int fail_write, struct dtrain_sckpt_stats *st, char *err, size_t errlen)
 {
     struct dtrain_sckpt_written w;
-    dtrain_sckpt_write_shard(dir, cfg, layout, step, data_batches, pieces, npieces, fail_write, &w);
+    /* written while the ranks wait for each other in rounds: the commit's
+     * gather below waits for no rank's disk */
+    struct shard_write job = {dir, cfg, layout, step, data_batches, pieces, npieces, fail_write, &w};
+    int rc = dtrain_ckpt_io_rounds(world, shard_write, &job, "checkpoint: waiting for the ranks' writes", err,
+                                   errlen);
+    if (rc != DTRAIN_OK) {
+        memset(st, 0, sizeof *st);
+        return rc;
+    }
     if (w.invalid) { /* a caller's bug, said before any collective as before */
         memset(st, 0, sizeof *st);
         dtrain_snprintf(err, errlen, "checkpoint: %s", w.why);
         return DTRAIN_ERR_SYSTEM;
     }
-    int rc = dtrain_sckpt_commit(dir, cfg, layout, step, data_batches, scaler, world, keep > 0 ? keep : 1, &w, st,
-                                 err, errlen);
+    rc = dtrain_sckpt_commit(dir, cfg, layout, step, data_batches, scaler, world, keep > 0 ? keep : 1, &w, st, err,
+                             errlen);
     st->seconds += w.seconds;
     return rc;
 }
