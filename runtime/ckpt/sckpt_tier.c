@@ -7,6 +7,7 @@
 #include "dtrain_io.h"
 #include "dtrain_parse.h"
 #include "parallel/dtrain_pcomm.h"
+#include "dtrain_ckpt_async.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -573,6 +574,45 @@ out:
     return rc;
 }
 
+/* This rank's look at its node's folder: the manifest, its own shard and
+ * the copy it keeps, each verified (every byte read). */
+struct local_look {
+    const char *path;
+    uint64_t step;
+    const struct dtrain_train_config *cfg;
+    const struct dtrain_sckpt_peers *peers;
+    const struct dtrain_sckpt_group *group;
+    int rank, size;
+    struct manifest *m;
+    struct local_view *me;
+    struct dtrain_sckpt_stats *st;
+    FILE *msgs;
+    const char *prog;
+    char *why;
+    size_t whylen;
+};
+
+static void local_look(void *p)
+{
+    struct local_look *k = p;
+    struct stat sb;
+    if (k->group != NULL)
+        sckpt_hold_ms(k->group->read_delay_ms);
+    if (lstat(k->path, &sb) != 0)
+        return;
+    int v = sckpt_read_manifest(k->path, k->step, k->cfg, k->m, k->why, k->whylen);
+    k->me->manifest = v == GOOD ? HELD : v == INCOMPATIBLE ? OTHER_RUN : BAD;
+    if (v == GOOD && k->m->layout.world_size != k->size)
+        k->me->manifest = ABSENT; /* another world: only the shared tier serves a new layout */
+    if (k->me->manifest == HELD) {
+        k->me->own = copy_state(k->path, k->rank, k->m, &k->st->bytes, k->why, k->whylen);
+        k->me->copy = copy_state(k->path, k->peers->src, k->m, &k->st->bytes, k->why, k->whylen);
+        if ((k->me->own == BAD || k->me->copy == BAD) && k->msgs != NULL)
+            fprintf(k->msgs, "%s: rank %d: node-local checkpoint %s is damaged: %s\n", k->prog, k->rank, k->path,
+                    k->why);
+    }
+}
+
 /* Try the node-local tier at `step`: GOOD (loaded), or another verdict
  * (skipped, said on rank 0 with next); *rc the comm or input status. */
 static int try_local(const char *local, uint64_t step, const char *next, const struct dtrain_sckpt_peers *peers,
@@ -586,7 +626,6 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
     const int leader = peers->leader == rank;
     char path[DTRAIN_PATH_MAX], tmp[DTRAIN_PATH_MAX], damaged[DTRAIN_PATH_MAX], why[768] = "";
     struct manifest m;
-    struct stat sb;
     struct local_view me = {ABSENT, ABSENT, peers->src, ABSENT, peers->leader, 0};
     struct local_view *all = malloc((size_t)size * sizeof *all);
     int verdict = DAMAGED_MISSING, lacking = -1;
@@ -604,18 +643,12 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
         free(all);
         return DAMAGED_MISSING;
     }
-    if (lstat(path, &sb) == 0) {
-        int v = sckpt_read_manifest(path, step, cfg, &m, why, sizeof why);
-        me.manifest = v == GOOD ? HELD : v == INCOMPATIBLE ? OTHER_RUN : BAD;
-        if (v == GOOD && m.layout.world_size != size)
-            me.manifest = ABSENT; /* another world: only the shared tier serves a new layout */
-        if (me.manifest == HELD) {
-            me.own = copy_state(path, rank, &m, &st->bytes, why, sizeof why);
-            me.copy = copy_state(path, peers->src, &m, &st->bytes, why, sizeof why);
-            if ((me.own == BAD || me.copy == BAD) && msgs != NULL)
-                fprintf(msgs, "%s: rank %d: node-local checkpoint %s is damaged: %s\n", prog, rank, path, why);
-        }
-    }
+    /* read while the ranks wait for each other in rounds: the gather
+     * below waits for no rank's disk */
+    struct local_look look = {path, step, cfg, peers, group, rank, size, &m, &me, st, msgs, prog, why, sizeof why};
+    if ((*rc = dtrain_ckpt_io_rounds(world, local_look, &look, "resume: waiting for the ranks' checks", err,
+                                     errlen)) != DTRAIN_OK)
+        goto out;
     if ((*rc = sckpt_gather_ints(world, (const int32_t *)(const void *)&me, VIEW_INTS, (int32_t *)(void *)all,
                                  "resume: the node-local copies", err, errlen)) != DTRAIN_OK)
         goto out;

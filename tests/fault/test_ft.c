@@ -44,7 +44,8 @@
  *    damaged: the shared step 4 is taken, exact; in the background: every
  *    loss exact, both nodes' folders hold every shard of step 6; a write
  *    slower than --comm-timeout, in the background and synchronous: the
- *    peer copies wait for it, both nodes hold every shard; an
+ *    peer copies wait for it, both nodes hold every shard; a requeued
+ *    run whose rank 1 reads the node-local tier 4.5 s late resumes; an
  *    unwritable node-local folder: exit 2 on every rank before step 0. */
 #include <math.h>
 #include <pthread.h>
@@ -548,6 +549,21 @@ int main(void)
            "failed: %s)", bg ? " --ckpt-async" : "", codes[0], codes[1], codes[2], codes[3], areas[0].sum.checkpoints,
            areas[0].sum.checkpoint_failures, areas[0].err);
     }
+
+    /* a requeued run whose rank 1 reads the node-local tier 4.5 s late */
+    j = scenario(&cfg, top, "tierslowload", "kill:rank=2:step=7,slowload:rank=1:ms=4500:restart=1");
+    j.nodes = 2;
+    j.cfg.watchdog = 30;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierslowload.local/%%n", top);
+    j.cfg.ckpt_shared_every = 4;
+    run(&j, 1, 2, 2, areas, codes);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    unsetenv("SLURM_RESTART_COUNT");
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref),
+       "--ckpt-local-dir, rank 1 of the requeued run reads the node-local step 6 4.5 s late, past --comm-timeout 2: "
+       "it resumes from it (%ld), every loss exact (codes %d %d %d %d: %s)", areas[0].sum.resumed_step, codes[0],
+       codes[1], codes[2], codes[3], areas[0].err);
 
     /* ---- trust (doc/fault-tolerance.md): no link written through, no stranger's folder read */
     j = scenario(&cfg, top, "trustasync", "");
