@@ -23,6 +23,16 @@ void sckpt_hold_ms(long ms)
         ;
 }
 
+/* Stage 1's write of this rank's shard (kept in memory for a peer copy). */
+static void write_own(void *p)
+{
+    struct dtrain_ckpt_async *a = p;
+    const int copies = a->local && a->peers->peer >= 0;
+    sckpt_hold_ms(a->delay_ms); /* fault injection: a slow disk */
+    sckpt_write_shard_kept(a->dir, a->cfg, &a->layout, a->step, a->data_batches, a->pieces, a->npieces,
+                           a->fail_write, copies ? &a->mine : NULL, &a->written);
+}
+
 static void *writer_main(void *arg)
 {
     struct dtrain_ckpt_async *a = arg;
@@ -37,30 +47,44 @@ static void *writer_main(void *arg)
         atomic_store(&a->done, 1);
         return NULL;
     }
-    if (a->pending == 2) { /* the copies: swapped over their own communicator (else done by finish), the peer's kept */
-        if (a->peers->copy_comm != NULL) {
-            char why[512];
-            int e = dtrain_sckpt_swap_copies(a->peers->copy_comm, a->peers->peer, a->peers->src, a->mine.bytes,
-                                             a->mine.len, &a->theirs, &a->theirs_cap, &a->theirs_len, why,
-                                             sizeof why);
-            if (e != 0 && a->copy_error == 0) {
-                a->copy_error = e;
-                snprintf(a->copy_why, sizeof a->copy_why, "%s", why);
-            }
-        }
+    if (a->pending == 2) { /* the peer's copy */
         if (a->theirs_len > 0 && a->copy_error == 0)
             a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
                                                     a->copy_why, sizeof a->copy_why);
         atomic_store(&a->done, 1);
         return NULL;
     }
-    sckpt_hold_ms(a->delay_ms);
     /* with a peer, the file's bytes stay in memory for its copy */
     const int copies = a->local && a->peers->peer >= 0;
-    sckpt_write_shard_kept(a->dir, a->cfg, &a->layout, a->step, a->data_batches, a->pieces, a->npieces,
-                           a->fail_write, copies ? &a->mine : NULL, &a->written);
-    if (copies && a->written.error != 0)
-        a->mine.len = 0; /* no copy of a shard that was not written */
+    if (copies && a->peers->copy_comm != NULL) {
+        /* the copies over their own communicator, here: the main thread
+         * trains on (every rank's writer calls this once per checkpoint).
+         * The writers first wait for each other's shards in rounds over
+         * that communicator: one swapping while its peer still writes
+         * would wait in a communicator call for the peer's disk, and a
+         * slow one would time the swap out. */
+        char why[512];
+        int e = 0;
+        if (dtrain_ckpt_io_rounds(a->peers->copy_comm, write_own, a, "the writers' shards", why, sizeof why) !=
+            DTRAIN_OK)
+            e = EIO;
+        else if (a->written.error != 0)
+            a->mine.len = 0; /* no copy of a shard that was not written */
+        if (e == 0)
+            e = dtrain_sckpt_swap_copies(a->peers->copy_comm, a->peers->peer, a->peers->src, a->mine.bytes,
+                                         a->mine.len, &a->theirs, &a->theirs_cap, &a->theirs_len, why, sizeof why);
+        if (e != 0 && a->copy_error == 0) {
+            a->copy_error = e;
+            snprintf(a->copy_why, sizeof a->copy_why, "%s", why);
+        }
+        if (a->theirs_len > 0 && a->copy_error == 0)
+            a->copy_error = dtrain_sckpt_write_copy(a->dir, a->step, a->peers->src, a->theirs, a->theirs_len,
+                                                    a->copy_why, sizeof a->copy_why);
+    } else {
+        write_own(a);
+        if (copies && a->written.error != 0)
+            a->mine.len = 0;
+    }
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -153,18 +177,11 @@ int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, in
         return DTRAIN_OK;
     join(a);
     *write_s = a->written.seconds;
-    /* The copies only once every rank's shard is written (the caller
-     * knows: the loop's sum, or its rounds): a writer swapping with a peer
-     * still writing would wait in a communicator call for the peer's disk,
-     * and time out on a slow one.  Over their own communicator they travel
-     * in the thread (stage 2), else over world here. */
-    if (a->pending == 1 && a->local && a->peers->peer >= 0) {
-        if (a->peers->copy_comm == NULL) {
-            int rc = exchange(a, world, err, errlen);
-            if (rc != DTRAIN_OK) {
-                a->pending = 0;
-                return rc;
-            }
+    if (a->pending == 1 && a->local && a->peers->peer >= 0 && a->peers->copy_comm == NULL) {
+        int rc = exchange(a, world, err, errlen);
+        if (rc != DTRAIN_OK) {
+            a->pending = 0;
+            return rc;
         }
         a->pending = 2;
         char why[256];

@@ -4,12 +4,13 @@
  * The fault-tolerant loop (dtrain_loop.c, --ckpt-async) copies the rank's
  * state into host memory at a step boundary (the pieces, dtrain_ft.h) and
  * hands it to dtrain_ckpt_async_start: a thread of its own writes this
- * rank's shard into DIR/step-N.tmp (dtrain_sckpt_write_shard) while the
- * main thread trains on.  On the node-local tier a second stage, started
- * once every rank's shard is written, swaps the copies with the peer over
- * their own communicator, peers->copy_comm, which no other thread calls
- * (never one the main thread uses, as a communicator takes one thread's
- * calls at a time), and writes the one kept.  The collective half of the commit protocol
+ * rank's shard into DIR/step-N.tmp (dtrain_sckpt_write_shard: files, and
+ * on the node-local tier the peer copies over their own communicator,
+ * peers->copy_comm, which no other thread calls: never one the main
+ * thread uses, as a communicator takes one thread's calls at a time)
+ * while the main thread trains on.  The writers swap the copies once
+ * every one's shard is written, waiting for each other in rounds over
+ * that communicator (dtrain_ckpt_io_rounds), never in the swap itself.  The collective half of the commit protocol
  * (dtrain_sckpt_commit: the gather of outcomes, rank 0's manifest and
  * rename) runs on the main thread, in dtrain_ckpt_async_finish, at a step
  * boundary where every rank calls it: the loop sums "my write is still
@@ -44,7 +45,7 @@ struct sckpt_image {
 };
 
 struct dtrain_ckpt_async {
-    int pending;                 /* 0: nothing; 1: this rank's shard being written; 2: the copies swapped, the peer's written */
+    int pending;                 /* 0: nothing; 1: this rank's shard being written; 2: the peer's copy */
     int threaded;                /* the stage runs in thread (else it was written in the foreground) */
     atomic_int done;             /* the thread has written (or failed) */
     pthread_t thread;
@@ -91,11 +92,12 @@ int dtrain_ckpt_async_writing(struct dtrain_ckpt_async *a);
 
 /* The collective of the next stage (every rank calls it at the same step
  * boundary, once every rank's stage is done): wait for this rank's write;
- * on the node-local tier with a peer, after stage 1, start stage 2 (the
- * shard sent to the peer and the copy this rank keeps received, over
- * peers->copy_comm in the thread, else over world here; that copy written
- * in the thread) and return with *committed 0 (pending still); else commit
- * (dtrain_sckpt_commit or _commit_local; *committed 1).  Returns as
+ * on the node-local tier without peers->copy_comm, after stage 1, send the
+ * shard to the peer and receive the copy this rank keeps (over world, on
+ * this thread) and start writing it in the background (*committed 0:
+ * pending still; with copy_comm the writer has already swapped and
+ * written the copies); else commit (dtrain_sckpt_commit or
+ * _commit_local; *committed 1).  Returns as
  * dtrain_sckpt_save; *write_s: the background writes' wall time, st: the
  * commit's.  Nothing pending: DTRAIN_OK, *committed 0. */
 int dtrain_ckpt_async_finish(struct dtrain_ckpt_async *a, dtrain_comm *world, int keep, int *committed,
