@@ -83,7 +83,7 @@ static void *writer_main(void *arg)
     } else {
         write_own(a);
         if (copies && a->written.error != 0)
-            a->mine.len = 0;
+            a->mine.len = 0; /* the copies go over world at a step boundary (dtrain_ckpt_async_finish) */
     }
     atomic_store(&a->done, 1);
     return NULL;
