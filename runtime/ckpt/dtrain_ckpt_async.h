@@ -10,7 +10,8 @@
  * thread uses, as a communicator takes one thread's calls at a time)
  * while the main thread trains on.  The writers swap the copies once
  * every one's shard is written, waiting for each other in rounds over
- * that communicator (dtrain_ckpt_io_rounds), never in the swap itself.  The collective half of the commit protocol
+ * that communicator (dtrain_ckpt_io_rounds), never in the swap itself.
+ * The collective half of the commit protocol
  * (dtrain_sckpt_commit: the gather of outcomes, rank 0's manifest and
  * rename) runs on the main thread, in dtrain_ckpt_async_finish, at a step
  * boundary where every rank calls it: the loop sums "my write is still

@@ -289,8 +289,9 @@ static int wait_for_writers(struct ft *f, long at, char *err, size_t errlen)
 
 /* The write in flight, if any, one stage on: waited for, then its copy
  * sent to the peer (node-local) or committed.  A collective: every rank
- * calls it at the same step boundary.  drain: every stage, to the commit. */
-int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
+ * calls it at the same step boundary.  drain: every stage, to the commit.
+ * background: the write was started in the background (its line says so). */
+static int finish_write(struct ft *f, int drain, int background, char *err, size_t errlen)
 {
     int rc = DTRAIN_OK, committed = 0;
     while (f->async.pending && !committed) {
@@ -305,7 +306,7 @@ int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
                                       errlen);
         dtrain_watchdog_beat(f->wd, "training", at);
         if (committed || rc != DTRAIN_OK) {
-            checkpoint_done(f, dir, step, rc, f->cfg->ckpt_async, write_s, &st, err);
+            checkpoint_done(f, dir, step, rc, background, write_s, &st, err);
             break;
         }
         if (!drain)
@@ -314,6 +315,11 @@ int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
     if (drain && !f->async.pending)
         dtrain_ckpt_async_wait(&f->async); /* its removal of older checkpoints, before anyone lists the folder */
     return rc;
+}
+
+int dtrain_ft_finish_async(struct ft *f, int drain, char *err, size_t errlen)
+{
+    return finish_write(f, drain, f->cfg->ckpt_async, err, errlen);
 }
 
 /* Write the checkpoint of the present step into the node-local tier
@@ -344,7 +350,7 @@ int dtrain_ft_save_checkpoint(struct ft *f, int async, int local, char *err, siz
         dtrain_watchdog_beat(f->wd, "training", step);
         return DTRAIN_OK;
     }
-    rc = dtrain_ft_finish_async(f, 1, err, errlen); /* every stage, waited for now */
+    rc = finish_write(f, 1, 0, err, errlen); /* every stage, waited for now */
     dtrain_watchdog_beat(f->wd, "training", step);
     return rc;
 }
