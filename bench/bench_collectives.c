@@ -378,17 +378,18 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
             for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 4) {
                 /* count: per rank for all-gather (input) and reduce-scatter (output) */
                 size_t count = bytes / sizeof(float) / (k == OP_ALLREDUCE ? 1 : (size_t)n);
+                int iters = iters_for(o, bytes);
                 double t;
                 if (count == 0)
                     continue;
-                if ((rc = time_op(c, (enum op)k, (enum place)p, a, b, count, iters_for(o, bytes), &t)) != 0)
+                if ((rc = time_op(c, (enum op)k, (enum place)p, a, b, count, iters, &t)) != 0)
                     goto failed;
                 if (rank == 0) {
                     double size = (double)(count * sizeof(float) * (k == OP_ALLREDUCE ? 1 : (size_t)n));
                     double algbw = size / t / 1e9;
                     double busbw = algbw * (k == OP_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;
                     printf("%6d  %-14s %-12s %10.0f %10zu %6d %12.1f %11.3f %11.3f %8.0f%%\n", n, op_names[k],
-                           place_names[p], size, count, iters_for(o, bytes), t * 1e6, algbw, busbw,
+                           place_names[p], size, count, iters, t * 1e6, algbw, busbw,
                            100.0 * busbw / memcpy_gbs);
                     fflush(stdout);
                     if (bytes == TARGET_BYTES)
