@@ -7,7 +7,9 @@
  * give a range work whose result does not depend on which thread runs it,
  * so results are the same from run to run.
  *
- * Idle workers sleep on a condition variable (no spinning).  Not reentrant:
+ * A job of one item runs on the caller, as range 0.  Idle workers spin
+ * briefly for the next job, then sleep on a condition variable (cpu_pool.c
+ * says how long and when they do not spin).  Not reentrant:
  * fn must not call cpu_pool_for, and one thread at a time drives a pool. */
 #ifndef DTRAIN_CPU_POOL_H
 #define DTRAIN_CPU_POOL_H
