@@ -183,6 +183,51 @@ static int write_file(const char *folder, const char *name, const void *bytes, s
     return e;
 }
 
+/* One rank reads a file into memory (or writes one from it) while every
+ * rank waits in rounds (dtrain_ckpt_io_rounds): a slow disk there keeps
+ * the others out of the transfers, which then move bytes in memory, and
+ * no rank waits inside a send, a receive or a broadcast for another's
+ * disk past --comm-timeout. */
+struct file_io {
+    int active;                 /* this rank does the I/O; the others only wait */
+    int write;                  /* write buf into folder/name; else read folder/name into buf */
+    const char *folder, *name;
+    void *buf;                  /* read: malloc'd here (the caller frees it) */
+    size_t len;
+    long delay_ms;              /* fault injection: a slow read */
+    int err;                    /* 0, or the errno */
+    char *why;
+    size_t whylen;
+};
+
+static void file_io_run(void *p)
+{
+    struct file_io *f = p;
+    char file[DTRAIN_PATH_MAX];
+    if (!f->active)
+        return;
+    if (f->write) {
+        f->err = write_file(f->folder, f->name, f->buf, f->len, f->why, f->whylen);
+        return;
+    }
+    sckpt_hold_ms(f->delay_ms);
+    if (dtrain_snprintf(file, sizeof file, "%s/%s", f->folder, f->name) != 0) {
+        dtrain_snprintf(f->why, f->whylen, "path too long: %.80s/%s", f->folder, f->name);
+        f->err = ENAMETOOLONG;
+        return;
+    }
+    f->err = read_whole(file, &f->buf, &f->len, f->why, f->whylen);
+}
+
+/* f's I/O on the rank whose f->active is set, every rank of world waiting: the comm status */
+static int file_in_rounds(dtrain_comm *world, struct file_io *f, char *err, size_t errlen)
+{
+    return dtrain_ckpt_io_rounds(world, file_io_run, f,
+                                 f->write ? "resume: waiting for a node-local file's write"
+                                          : "resume: waiting for a node-local file's read",
+                                 err, errlen);
+}
+
 int dtrain_sckpt_write_copy(const char *dir, uint64_t step, int rank, const void *bytes, size_t len, char *why,
                             size_t whylen)
 {
@@ -300,21 +345,23 @@ static int copy_state(const char *path, long r, const struct manifest *m, uint64
 }
 
 /* Send the file `name` of step folder `path` from rank `holder` to every
- * rank; the leaders write it into their node's `into` folder.  Returns the
- * comm status; *werr the write's errno here (leaders). */
+ * rank; the leaders write it into their node's `into` folder.  Reads and
+ * writes in rounds (file_in_rounds).  Returns the comm status; *werr the
+ * write's errno here (leaders). */
 static int spread_file(dtrain_comm *world, int rank, int holder, int leader, const char *path, const char *name,
-                       const char *into, int *werr, char *why, size_t whylen, char *err, size_t errlen)
+                       const char *into, long delay_ms, int *werr, char *why, size_t whylen, char *err,
+                       size_t errlen)
 {
-    char file[DTRAIN_PATH_MAX];
+    struct file_io rd = {.active = rank == holder, .folder = path, .name = name, .delay_ms = delay_ms, .why = why,
+                         .whylen = whylen};
     void *buf = NULL;
-    size_t len = 0;
     uint64_t size = 0;
     int rc;
+    if ((rc = file_in_rounds(world, &rd, err, errlen)) != DTRAIN_OK)
+        goto out;
     if (rank == holder) {
-        if (dtrain_snprintf(file, sizeof file, "%s/%s", path, name) != 0 || read_whole(file, &buf, &len, why, whylen) != 0)
-            size = UINT64_MAX; /* said to every rank: this copy went away */
-        else
-            size = len;
+        buf = rd.buf;
+        size = rd.err != 0 ? UINT64_MAX : rd.len; /* UINT64_MAX, said to every rank: this copy went away */
     }
     if ((rc = bcast_from(world, &size, sizeof size, holder, "resume: a node-local file's size", err, errlen)) !=
         DTRAIN_OK)
@@ -331,8 +378,11 @@ static int spread_file(dtrain_comm *world, int rank, int holder, int leader, con
     }
     if ((rc = bcast_from(world, buf, (size_t)size, holder, "resume: a node-local file", err, errlen)) != DTRAIN_OK)
         goto out;
-    if (leader && *werr == 0)
-        *werr = write_file(into, name, buf, (size_t)size, why, whylen);
+    struct file_io wr = {.active = leader && *werr == 0, .write = 1, .folder = into, .name = name, .buf = buf,
+                         .len = (size_t)size, .why = why, .whylen = whylen};
+    rc = file_in_rounds(world, &wr, err, errlen);
+    if (rc == DTRAIN_OK && wr.active)
+        *werr = wr.err;
 out:
     free(buf);
     return rc;
@@ -404,55 +454,56 @@ static void my_needs(const struct local_view *all, int rank, int size, const str
     }
 }
 
-/* Send shard s's file of this rank's node folder `path` to rank `to`
- * (size first; UINT64_MAX: it could not be read again). */
-static int send_file(dtrain_comm *world, const char *path, int s, int to, char *why, size_t whylen, char *err,
-                     size_t errlen)
-{
-    char file[DTRAIN_PATH_MAX], name[32];
-    void *buf = NULL;
-    size_t len = 0;
-    sckpt_shard_name(name, sizeof name, s);
-    uint64_t size = dtrain_snprintf(file, sizeof file, "%s/%s", path, name) == 0 &&
-                    read_whole(file, &buf, &len, why, whylen) == 0 ? len : UINT64_MAX;
-    int rc = dtrain_pcomm_status(world, dtrain_comm_send(world, &size, sizeof size, to), "resume: a node-local file's size",
-                                 err, errlen);
-    if (rc == DTRAIN_OK && size != UINT64_MAX)
-        rc = dtrain_pcomm_status(world, dtrain_comm_send(world, buf, len, to), "resume: a node-local file", err, errlen);
-    free(buf);
-    return rc;
-}
-
-/* Receive shard s's file from rank `from` into folder `into`. */
-static int recv_file(dtrain_comm *world, int from, int s, const char *into, int *werr, uint64_t *received, char *why,
-                     size_t whylen, char *err, size_t errlen)
+/* Shard s's file of node folder `path` from rank `from` to rank `to`,
+ * which writes it into folder `into`: the read, the bytes (size first;
+ * UINT64_MAX: it could not be read again) and the write, each rank of
+ * world taking part in the read's and the write's rounds.  Returns the
+ * comm status; on `to`, *werr the errno of what failed, *received the
+ * bytes received. */
+static int transfer_file(dtrain_comm *world, int rank, int from, int to, int s, const char *path, const char *into,
+                         long delay_ms, int *werr, uint64_t *received, char *why, size_t whylen, char *err,
+                         size_t errlen)
 {
     char name[32];
-    uint64_t size = 0;
     sckpt_shard_name(name, sizeof name, s);
-    int rc = dtrain_pcomm_status(world, dtrain_comm_recv(world, &size, sizeof size, from),
+    struct file_io rd = {.active = rank == from, .folder = path, .name = name, .delay_ms = delay_ms, .why = why,
+                         .whylen = whylen};
+    struct file_io wr = {.write = 1, .folder = into, .name = name, .why = why, .whylen = whylen};
+    uint64_t size = 0;
+    int rc = file_in_rounds(world, &rd, err, errlen);
+    if (rc == DTRAIN_OK && rank == from) {
+        size = rd.err != 0 ? UINT64_MAX : rd.len;
+        rc = dtrain_pcomm_status(world, dtrain_comm_send(world, &size, sizeof size, to),
                                  "resume: a node-local file's size", err, errlen);
-    if (rc != DTRAIN_OK)
-        return rc;
-    if (size == UINT64_MAX) {
-        if (*werr == 0)
-            dtrain_snprintf(why, whylen, "%s could not be read again on rank %d", name, from);
-        *werr = *werr ? *werr : EIO;
-        return DTRAIN_OK;
+        if (rc == DTRAIN_OK && size != UINT64_MAX)
+            rc = dtrain_pcomm_status(world, dtrain_comm_send(world, rd.buf, rd.len, to), "resume: a node-local file",
+                                     err, errlen);
+    } else if (rc == DTRAIN_OK && rank == to) {
+        rc = dtrain_pcomm_status(world, dtrain_comm_recv(world, &size, sizeof size, from),
+                                 "resume: a node-local file's size", err, errlen);
+        if (rc == DTRAIN_OK && size == UINT64_MAX) {
+            if (*werr == 0)
+                dtrain_snprintf(why, whylen, "%s could not be read again on rank %d", name, from);
+            *werr = *werr ? *werr : EIO;
+        } else if (rc == DTRAIN_OK && (wr.buf = malloc((size_t)size + 1)) == NULL) {
+            dtrain_snprintf(err, errlen, "out of memory for %s (%" PRIu64 " bytes)", name, size);
+            rc = DTRAIN_ERR_SYSTEM; /* its sender waits: this rank cannot take part */
+        } else if (rc == DTRAIN_OK) {
+            rc = dtrain_pcomm_status(world, dtrain_comm_recv(world, wr.buf, (size_t)size, from),
+                                     "resume: a node-local file", err, errlen);
+            if (rc == DTRAIN_OK) {
+                *received += size;
+                wr.len = (size_t)size;
+                wr.active = *werr == 0;
+            }
+        }
     }
-    void *buf = malloc((size_t)size + 1);
-    if (buf == NULL) {
-        dtrain_snprintf(err, errlen, "out of memory for %s (%" PRIu64 " bytes)", name, size);
-        return DTRAIN_ERR_SYSTEM; /* its sender waits: this rank cannot take part */
-    }
-    rc = dtrain_pcomm_status(world, dtrain_comm_recv(world, buf, (size_t)size, from), "resume: a node-local file", err,
-                             errlen);
-    if (rc == DTRAIN_OK) {
-        *received += size;
-        if (*werr == 0)
-            *werr = write_file(into, name, buf, (size_t)size, why, whylen);
-    }
-    free(buf);
+    free(rd.buf);
+    if (rc == DTRAIN_OK)
+        rc = file_in_rounds(world, &wr, err, errlen);
+    if (rc == DTRAIN_OK && wr.active)
+        *werr = wr.err;
+    free(wr.buf);
     return rc;
 }
 
@@ -503,6 +554,7 @@ static int fetch_lacking(dtrain_comm *world, int rank, int size, const struct lo
 {
     const int my_leader = all[rank].leader, leader = my_leader == rank;
     const char *dest = node_intact(all, size, my_leader) ? path : tmp;
+    const long delay_ms = group != NULL ? group->read_delay_ms : 0;
     int rc = DTRAIN_OK, any_lacks = 0;
     struct need mine = {0, 0, {0}}, *needs = malloc((size_t)size * sizeof *needs);
     struct transfer *list = NULL;
@@ -517,7 +569,7 @@ static int fetch_lacking(dtrain_comm *world, int rank, int size, const struct lo
     if (any_lacks) { /* the manifest, to the nodes that lost theirs */
         int32_t *ws = NULL;
         rc = spread_file(world, rank, manifest_holder, leader && all[rank].manifest != HELD, path,
-                         DTRAIN_SCKPT_MANIFEST, dest, werr, why, whylen, err, errlen);
+                         DTRAIN_SCKPT_MANIFEST, dest, delay_ms, werr, why, whylen, err, errlen);
         if (rc == DTRAIN_OK) /* the leaders have written it before their nodes read it */
             rc = sckpt_gather_flags(world, size, *werr, &ws, "resume: the node-local manifests", err, errlen);
         free(ws);
@@ -562,11 +614,8 @@ static int fetch_lacking(dtrain_comm *world, int rank, int size, const struct lo
     for (size_t i = 0; i < n && rc == DTRAIN_OK; i++) {
         if (i > 0 && list[i].leader == list[i - 1].leader && list[i].shard == list[i - 1].shard)
             continue;
-        int from = holder[list[i].shard];
-        if (rank == from)
-            rc = send_file(world, path, list[i].shard, list[i].rank, why, whylen, err, errlen);
-        else if (rank == list[i].rank)
-            rc = recv_file(world, from, list[i].shard, dest, werr, received, why, whylen, err, errlen);
+        rc = transfer_file(world, rank, holder[list[i].shard], list[i].rank, list[i].shard, path, dest, delay_ms, werr,
+                           received, why, whylen, err, errlen);
     }
 out:
     free(list);
@@ -704,6 +753,7 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
      * the shards their loads open), sent to it alone; its folder, when
      * damaged or lost, is built anew in step-N.tmp and renamed over it. */
     int werr = 0, fallback = 0, rebuild = !node_intact(all, size, peers->leader);
+    const long delay_ms = group != NULL ? group->read_delay_ms : 0;
     if (leader)
         sckpt_remove_step_dir(tmp);
     *rc = fetch_lacking(world, rank, size, all, holder, manifest_holder, path, tmp, step, cfg, &m, group, &fallback,
@@ -717,12 +767,12 @@ static int try_local(const char *local, uint64_t step, const char *next, const s
             sckpt_remove_step_dir(tmp);
         for (int r = 0; r < size && *rc == DTRAIN_OK; r++) {
             sckpt_shard_name(name, sizeof name, r);
-            *rc = spread_file(world, rank, holder[r], leader, path, name, tmp, &werr, why,
-                              sizeof why, err, errlen);
+            *rc = spread_file(world, rank, holder[r], leader, path, name, tmp, delay_ms, &werr, why, sizeof why, err,
+                              errlen);
         }
         if (*rc == DTRAIN_OK)
-            *rc = spread_file(world, rank, manifest_holder, leader, path, DTRAIN_SCKPT_MANIFEST, tmp, &werr, why,
-                              sizeof why, err, errlen);
+            *rc = spread_file(world, rank, manifest_holder, leader, path, DTRAIN_SCKPT_MANIFEST, tmp, delay_ms, &werr,
+                              why, sizeof why, err, errlen);
     } else if (*rc == DTRAIN_OK) {
         /* every file received (and written by its node's ranks) before the
          * leaders sync and rename; a node's failed write fails its leader */

@@ -565,6 +565,27 @@ int main(void)
        "it resumes from it (%ld), every loss exact (codes %d %d %d %d: %s)", areas[0].sum.resumed_step, codes[0],
        codes[1], codes[2], codes[3], areas[0].err);
 
+    /* ... and one whose node1 lost its folder while rank 0, which sends
+     * node1 its shards, reads 4.5 s late: node1's ranks wait in rounds,
+     * not in the receive */
+    j = scenario(&cfg, top, "tierlostslow", "kill:rank=2:step=7,slowload:rank=0:ms=4500:restart=1");
+    j.nodes = 2;
+    j.cfg.watchdog = 60;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierlostslow.local/%%n", top);
+    j.cfg.ckpt_shared_every = 4;
+    run(&j, 1, 2, 2, areas, codes);
+    harness_sh("rm -rf '%s/tierlostslow.local/node1'", top);
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    run(&j, 1, 2, 2, areas, codes);
+    unsetenv("SLURM_RESTART_COUNT");
+    ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.resumed_step == 6 && same_losses(j.cfg.metrics, ref) &&
+           areas[2].sum.load_received > 0 &&
+           harness_sh("test -f '%s/tierlostslow.local/node1/step-00000006/shard-00002.bin'", top) == 0,
+       "--ckpt-local-dir, node1's folder lost and rank 0 (which sends node1 its shards) reading 4.5 s late, past "
+       "--comm-timeout 2: node1's folder is put back from node0's and the run resumes from step 6 (%ld), every loss "
+       "exact (codes %d %d %d %d: %s)", areas[0].sum.resumed_step, codes[0], codes[1], codes[2], codes[3],
+       areas[2].err);
+
     /* ---- trust (doc/fault-tolerance.md): no link written through, no stranger's folder read */
     j = scenario(&cfg, top, "trustasync", "");
     j.cfg.ckpt_async = 1;
