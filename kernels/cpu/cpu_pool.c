@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Fork-join pool with a static partition; see cpu_pool.h. */
 #include "cpu_pool.h"
+#include "dtrain_clock.h"
+#include "dtrain_spin.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 
 /* How long a thread spins for the next job (a worker) or for the workers'
  * shares (the caller) before it sleeps on a condition variable.  A step runs a few hundred jobs with
@@ -41,34 +43,20 @@ struct worker_start {
     int tid;
 };
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-static long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000L + ts.tv_nsec;
-}
-
 /* A spin's deadline: now + spin_ns (0 when the pool does not spin). */
-static long spin_deadline(const struct cpu_pool *pool)
+static int64_t spin_deadline(const struct cpu_pool *pool)
 {
-    return pool->spin_ns > 0 ? now_ns() + pool->spin_ns : 0;
+    return pool->spin_ns > 0 ? dtrain_clock_ns() + pool->spin_ns : 0;
 }
 
 /* One round of a spin: 32 pauses; 0 once the deadline has passed. */
-static int spin_round(long deadline)
+static int spin_round(int64_t deadline)
 {
     if (deadline == 0)
         return 0;
     for (int i = 0; i < 32; i++)
-        cpu_relax();
-    return now_ns() < deadline;
+        dtrain_cpu_relax();
+    return dtrain_clock_ns() < deadline;
 }
 
 /* Thread tid's share of [0, n): near-equal contiguous ranges. */
@@ -83,7 +71,7 @@ static void run_share(cpu_pool_fn fn, void *arg, long n, int threads, int tid)
 static unsigned long next_job(struct cpu_pool *pool, unsigned long seen)
 {
     unsigned long g;
-    long deadline = spin_deadline(pool);
+    int64_t deadline = spin_deadline(pool);
     do {
         if ((g = atomic_load_explicit(&pool->generation, memory_order_acquire)) != seen)
             return g;
@@ -232,7 +220,7 @@ void cpu_pool_for(struct cpu_pool *pool, long n, cpu_pool_fn fn, void *arg)
 
     run_share(fn, arg, n, pool->threads, 0);
 
-    long deadline = spin_deadline(pool);
+    int64_t deadline = spin_deadline(pool);
     do {
         if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0)
             return;

@@ -22,6 +22,7 @@
 
 #include "dtrain_comm.h"
 #include "dtrain_parse.h"
+#include "dtrain_spin.h"
 #include "reduce.h"
 
 #define RING_MAGIC 0x474e5244u /* "DRNG" */
@@ -63,13 +64,6 @@ static void futex_wait(atomic_uint *word, unsigned seen, long ns)
 {
     struct timespec ts = {.tv_sec = 0, .tv_nsec = ns};
     syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
 }
 
 struct link *link_new(int fd, int peer, int sender)
@@ -405,7 +399,7 @@ int link_wait(struct link *r, struct link *s, unsigned idle)
     }
     if (idle < policy->spin) {
         for (int i = 0; i < 32; i++)
-            cpu_relax();
+            dtrain_cpu_relax();
         return 0;
     }
     if (idle < policy->spin + policy->yield) {
