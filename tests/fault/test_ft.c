@@ -196,6 +196,18 @@ static struct job scenario(const struct dtrain_train_config *base, const char *t
     return j;
 }
 
+/* A scenario on the node-local tier: two "nodes", TOP/NAME.local/%n as
+ * --ckpt-local-dir, the shared folder every 4 steps. */
+static struct job tier_scenario(const struct dtrain_train_config *base, const char *top, const char *name,
+                                const char *inject)
+{
+    struct job j = scenario(base, top, name, inject);
+    j.nodes = 2;
+    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/%s.local/%%n", top, name);
+    j.cfg.ckpt_shared_every = 4;
+    return j;
+}
+
 int main(void)
 {
     char top[256], err[512];
@@ -432,10 +444,7 @@ int main(void)
        "(newest %llu)", codes[0], codes[1], codes[2], codes[3], (unsigned long long)newest);
 
     /* ---- the node-local tier with peer copies */
-    j = scenario(&cfg, top, "tier", "kill:rank=2:step=7");
-    j.nodes = 2;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tier.local/%%n", top);
-    j.cfg.ckpt_shared_every = 4;
+    j = tier_scenario(&cfg, top, "tier", "kill:rank=2:step=7");
     run(&j, 1, 2, 2, areas, codes);
     char node0[600], node1[600];
     snprintf(node0, sizeof node0, "%s/tier.local/node0", top);
@@ -509,11 +518,8 @@ int main(void)
     ok(all_codes(codes, 4, 2, -1, 0) && strstr(areas[0].err, "node-local checkpoint folder (--ckpt-local-dir) /proc/1") != NULL,
        "an unwritable --ckpt-local-dir: every rank exits 2 before step 0: %s", areas[0].err);
 
-    j = scenario(&cfg, top, "tierasync", "");
-    j.nodes = 2;
+    j = tier_scenario(&cfg, top, "tierasync", "");
     j.cfg.ckpt_async = 1;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierasync.local/%%n", top);
-    j.cfg.ckpt_shared_every = 4;
     run(&j, 1, 2, 2, areas, codes);
     ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && same_losses(j.cfg.metrics, ref) &&
        harness_sh("for n in 0 1; do for r in 0 1 2 3; do test -f '%s/tierasync.local/node'$n/step-00000006/shard-0000$r.bin "
@@ -533,12 +539,9 @@ int main(void)
     /* a write slower than --comm-timeout on the node-local tier, in the
      * background and synchronous: the copies wait for every shard */
     for (int bg = 1; bg >= 0; bg--) {
-        j = scenario(&cfg, top, bg ? "tierslow" : "tierslowsync", "slowckpt:rank=1:step=2:ms=4500");
-        j.nodes = 2;
+        j = tier_scenario(&cfg, top, bg ? "tierslow" : "tierslowsync", "slowckpt:rank=1:step=2:ms=4500");
         j.cfg.ckpt_async = bg;
         j.cfg.watchdog = 30;
-        snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/%s.local/%%n", top, bg ? "tierslow" : "tierslowsync");
-        j.cfg.ckpt_shared_every = 4;
         run(&j, 1, 2, 2, areas, codes);
         ok(all_codes(codes, 4, 0, -1, 0) && areas[0].sum.checkpoints == 4 && areas[0].sum.checkpoint_failures == 0 &&
                same_losses(j.cfg.metrics, ref) &&
@@ -551,11 +554,8 @@ int main(void)
     }
 
     /* a requeued run whose rank 1 reads the node-local tier 4.5 s late */
-    j = scenario(&cfg, top, "tierslowload", "kill:rank=2:step=7,slowload:rank=1:ms=4500:restart=1");
-    j.nodes = 2;
+    j = tier_scenario(&cfg, top, "tierslowload", "kill:rank=2:step=7,slowload:rank=1:ms=4500:restart=1");
     j.cfg.watchdog = 30;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierslowload.local/%%n", top);
-    j.cfg.ckpt_shared_every = 4;
     run(&j, 1, 2, 2, areas, codes);
     setenv("SLURM_RESTART_COUNT", "1", 1);
     run(&j, 1, 2, 2, areas, codes);
@@ -568,11 +568,8 @@ int main(void)
     /* ... and one whose node1 lost its folder while rank 0, which sends
      * node1 its shards, reads 4.5 s late: node1's ranks wait in rounds,
      * not in the receive */
-    j = scenario(&cfg, top, "tierlostslow", "kill:rank=2:step=7,slowload:rank=0:ms=4500:restart=1");
-    j.nodes = 2;
+    j = tier_scenario(&cfg, top, "tierlostslow", "kill:rank=2:step=7,slowload:rank=0:ms=4500:restart=1");
     j.cfg.watchdog = 60;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierlostslow.local/%%n", top);
-    j.cfg.ckpt_shared_every = 4;
     run(&j, 1, 2, 2, areas, codes);
     harness_sh("rm -rf '%s/tierlostslow.local/node1'", top);
     setenv("SLURM_RESTART_COUNT", "1", 1);
@@ -598,10 +595,7 @@ int main(void)
        "--ckpt-async, a link planted as step-00000002.tmp: the save of step 2 fails (%d failed, exit %d), nothing is "
        "written through the link", areas[0].sum.checkpoint_failures, codes[0]);
 
-    j = scenario(&cfg, top, "tierlink", "");
-    j.nodes = 2;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierlink.local/%%n", top);
-    j.cfg.ckpt_shared_every = 4;
+    j = tier_scenario(&cfg, top, "tierlink", "");
     harness_sh("mkdir -p '%s/tierlink.local/node1' '%s/tierlink.target' && ln -s '%s/tierlink.target' "
                "'%s/tierlink.local/node1/step-00000002.tmp'", top, top, top, top);
     run(&j, 1, 2, 2, areas, codes);
@@ -612,10 +606,7 @@ int main(void)
        "failed), neither node1's shards nor node0's peer copies are written through the link",
        areas[0].sum.checkpoint_failures);
 
-    j = scenario(&cfg, top, "tiergarbage", "");
-    j.nodes = 2;
-    snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tiergarbage.local/%%n", top);
-    j.cfg.ckpt_shared_every = 4;
+    j = tier_scenario(&cfg, top, "tiergarbage", "");
     harness_sh("mkdir -p '%s/tiergarbage.local/node0/step-00000999' && echo garbage >"
                "'%s/tiergarbage.local/node0/step-00000999/manifest.json'", top, top);
     run(&j, 1, 2, 2, areas, codes);
@@ -625,10 +616,7 @@ int main(void)
        "folder, not the (empty) shared one: %s", areas[0].err);
 
     if (geteuid() == 0) {
-        j = scenario(&cfg, top, "tierstranger", "");
-        j.nodes = 2;
-        snprintf(j.cfg.ckpt_local_dir, sizeof j.cfg.ckpt_local_dir, "%s/tierstranger.local/%%n", top);
-        j.cfg.ckpt_shared_every = 4;
+        j = tier_scenario(&cfg, top, "tierstranger", "");
         harness_sh("mkdir -p '%s/tierstranger.local/node1' && chown nobody '%s/tierstranger.local/node1'", top, top);
         run(&j, 1, 2, 2, areas, codes);
         ok(all_codes(codes, 4, 2, -1, 0) &&
