@@ -23,6 +23,8 @@
  * neighbour's burst on a shared machine does not decide); algbw = size / time; busbw =
  * algbw * 2(n-1)/n for all-reduce and algbw * (n-1)/n for the others: the
  * bytes each rank's link carries per second, comparable across n.
+ * The buffers are the kind the trainer hands the backend (dtrain_hugemem.h:
+ * huge pages), the memcpy's too.
  * memcpy: one thread copying 64 MiB (the fastest of 9), before, between and
  * after the runs of each rank count; the rows' last column divides by the
  * best so far, the summary lines by the best of all (the ceiling: a busy
@@ -57,6 +59,7 @@
 #include "dtrain_exit.h"
 #include "dtrain_parse.h"
 #include "dtrain_clock.h"
+#include "dtrain_hugemem.h"
 
 #define PROG "dtrain-bench-collectives"
 #define MAX_RANKS 16
@@ -85,11 +88,11 @@ struct options {
 /* GB/s of one thread copying MEMCPY_BYTES, the fastest of 9 copies (the limit). */
 static double memcpy_rate(void)
 {
-    char *src = malloc(MEMCPY_BYTES), *dst = malloc(MEMCPY_BYTES);
+    char *src = dtrain_hugemem_alloc(MEMCPY_BYTES), *dst = dtrain_hugemem_alloc(MEMCPY_BYTES);
     double rate[9];
     if (src == NULL || dst == NULL) {
-        free(src);
-        free(dst);
+        dtrain_hugemem_free(src);
+        dtrain_hugemem_free(dst);
         return 0;
     }
     memset(src, 1, MEMCPY_BYTES);
@@ -100,8 +103,8 @@ static double memcpy_rate(void)
         rate[i] = (double)MEMCPY_BYTES / (dtrain_clock_s() - t0) / 1e9;
         src[i] = dst[MEMCPY_BYTES - 1 - (size_t)i]; /* keep the copy observable */
     }
-    free(src);
-    free(dst);
+    dtrain_hugemem_free(src);
+    dtrain_hugemem_free(dst);
     return bench_best(rate, 9);
 }
 
@@ -129,7 +132,7 @@ static double concurrent_memcpy_rate(int n)
         if (pids[started] == 0) {
             char go;
             close(start[1]);
-            char *src = malloc(MEMCPY_BYTES), *dst = malloc(MEMCPY_BYTES);
+            char *src = dtrain_hugemem_alloc(MEMCPY_BYTES), *dst = dtrain_hugemem_alloc(MEMCPY_BYTES);
             int ok = src != NULL && dst != NULL;
             if (ok) { /* touch the pages before the clock starts */
                 memset(src, 1, MEMCPY_BYTES);
@@ -359,16 +362,17 @@ static int rank_main(const struct options *o, struct dtrain_comm_group *g, doubl
         fprintf(stderr, PROG ": rank %d: %s\n", rank, err);
         return 1;
     }
-    a = malloc(o->max_bytes);
-    b = malloc(o->max_bytes);
+    /* the memory the trainer hands the backend (the cpu kernels' tensors,
+     * dtrain_k_alloc: huge pages from 2 MiB on), as the memcpy ceiling's */
+    a = dtrain_hugemem_alloc(o->max_bytes);
+    b = dtrain_hugemem_alloc(o->max_bytes);
     if (a == NULL || b == NULL) {
         fprintf(stderr, PROG ": rank %d: out of memory for 2 x %zu bytes\n", rank, o->max_bytes);
         goto out;
     }
-    /* Real pages with data in both (not zeros: the compiler turns malloc
-     * and a zero fill into calloc, whose untouched pages all map the one
-     * zero page, and reading those costs no memory traffic: an all-gather
-     * measured first read its input from that page) */
+    /* Real pages with data in both (not zeros: untouched pages of a fresh
+     * mapping all map the one zero page, and reading those costs no memory
+     * traffic: an all-gather measured first read its input from that page) */
     for (size_t i = 0; i < o->max_bytes / sizeof(float); i++)
         a[i] = b[i] = 1.0f + (float)(i & 1023) * (1.0f / 1024);
     for (int k = 0; k < OPS; k++) {
@@ -404,8 +408,8 @@ failed:
     fprintf(stderr, PROG ": rank %d: %s: %s\n", rank, dtrain_comm_cause_name(dtrain_comm_cause(c)),
             dtrain_comm_error_message(c));
 out:
-    free(a);
-    free(b);
+    dtrain_hugemem_free(a);
+    dtrain_hugemem_free(b);
     dtrain_comm_destroy(c);
     return rc != 0;
 }

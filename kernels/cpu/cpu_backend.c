@@ -2,6 +2,7 @@
 /* The CPU backend: host memory, a thread pool, OpenBLAS. */
 #include "cpu_backend.h"
 #include "dtrain_blas.h"
+#include "dtrain_hugemem.h"
 
 #include <cblas.h>
 #include <stdarg.h>
@@ -92,31 +93,20 @@ void dtrain_cpu_bf16_describe(const struct dtrain_kernels *k, char *buf, size_t 
     snprintf(buf, len, "%s", k != NULL && k->ops == &dtrain_kernels_cpu_ops ? ck->bf16_line : "");
 }
 
-/* Zeroed and 64-byte aligned, through calloc: a large block comes zeroed
- * from the kernel without being touched, so memory that a run allocates
- * and never writes (a frozen base's gradient vector, freed when LoRA is
- * set) costs no RAM; memset would have made every page resident.  The
- * block calloc returned is kept just below the aligned pointer. */
+/* Zeroed and 64-byte aligned (dtrain_hugemem.h): untouched memory costs no
+ * RAM (a frozen base's gradient vector, freed when LoRA is set, is never
+ * written), and big tensors sit on huge pages, which the GEMMs' packing
+ * and the comm backend's direct reads of a peer's tensors walk faster. */
 static void *cpu_alloc(struct dtrain_kernels *k, size_t bytes)
 {
     (void)k;
-    if (bytes == 0 || bytes > SIZE_MAX - 128)
-        return NULL;
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    char *block = calloc(1, rounded + 64);
-    if (block == NULL)
-        return NULL;
-    /* malloc's 16-byte alignment leaves at least 16 bytes below p */
-    char *p = (char *)(((uintptr_t)block + 64) & ~(uintptr_t)63);
-    ((void **)(void *)p)[-1] = block;
-    return p;
+    return dtrain_hugemem_alloc(bytes);
 }
 
 static void cpu_free(struct dtrain_kernels *k, void *p)
 {
     (void)k;
-    if (p != NULL)
-        free(((void **)p)[-1]);
+    dtrain_hugemem_free(p);
 }
 
 static void cpu_copy(struct dtrain_kernels *k, void *dst, const void *src, size_t bytes)
