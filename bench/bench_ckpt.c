@@ -220,15 +220,10 @@ int main(int argc, char **argv)
      * checkpoints (the modes of a round run back to back, so a slow spell
      * of the machine moves both): their median is the figure, their range
      * the noise around it. */
-    double over[MODES][99], lo[MODES], hi[MODES];
-    for (int m = 0; m < MODES; m++) {
-        lo[m] = hi[m] = 0.0;
-        for (long r = 0; r < repeat; r++) {
+    double over[MODES][99];
+    for (int m = 0; m < MODES; m++)
+        for (long r = 0; r < repeat; r++)
             over[m][r] = ms[m][r] / ms[m >= NONE2 ? NONE2 : NONE][r] - 1.0;
-            lo[m] = r == 0 || over[m][r] < lo[m] ? over[m][r] : lo[m];
-            hi[m] = r == 0 || over[m][r] > hi[m] ? over[m][r] : hi[m];
-        }
-    }
     printf("  checkpoint: %.1f MB (parameters, m and v: 12 bytes per parameter, all shards)\n", 1e-6 * (double)bytes);
     for (int m = 0; m < MODES; m++) {
         double med = bench_median(ms[m], (int)repeat), ov = bench_median(over[m], (int)repeat);
@@ -236,8 +231,9 @@ int main(int argc, char **argv)
         if (m == ASYNC || m == LOCAL_ASYNC)
             snprintf(verdict, sizeof verdict, " (target <= %.0f%%: %s)", 100.0 * TARGET_OVERHEAD,
                      bench_verdict_overhead(ov, TARGET_OVERHEAD));
-        if (repeat > 1 && m != NONE && m != NONE2)
-            snprintf(range, sizeof range, " [rounds %+.1f%% to %+.1f%%]", 100.0 * lo[m], 100.0 * hi[m]);
+        if (repeat > 1 && m != NONE && m != NONE2) /* over[m] is sorted now (bench_median) */
+            snprintf(range, sizeof range, " [rounds %+.1f%% to %+.1f%%]", 100.0 * over[m][0],
+                     100.0 * over[m][repeat - 1]);
         printf("  %-38s %8.2f ms/step   overhead %+6.1f%%%s%s%s\n", mode_names[m], med, 100.0 * ov, range,
                m > NONE2 ? " (against none, 2 nodes)" : "", verdict);
     }
