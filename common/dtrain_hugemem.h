@@ -16,7 +16,12 @@
  * ("never", or a kernel without it) the advice is ignored and the block is
  * plain pages.  Smaller blocks come from calloc.
  *
- * Header-only: the cpu kernels and the collectives benchmark use it. */
+ * A block of physically contiguous 2 MiB also fills a core's L2 without
+ * conflicts (its sets are chosen by physical address), which the cpu comm
+ * backend's 1 MiB scratch of sums needs (cma.c).
+ *
+ * Header-only: the cpu kernels, the cpu comm backend's scratch and the
+ * collectives benchmark use it. */
 #ifndef DTRAIN_HUGEMEM_H
 #define DTRAIN_HUGEMEM_H
 

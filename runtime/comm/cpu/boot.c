@@ -4,6 +4,7 @@
  * are in boot_join.c (1-3), boot_links.c (4) and boot_accept.c, the
  * lookups in boot_lookup.c; see cpu_comm.h for the sequence. */
 #include "boot_internal.h"
+#include "dtrain_hugemem.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -145,7 +146,7 @@ void cpu_comm_close(struct cpu_comm *cc, int size)
     free(cc->p2p_in);
     free(cc->table);
     free(cc->scratch);
-    free(cc->cma_sum);
+    dtrain_hugemem_free(cc->cma_sum);
     free(cc->pending);
     free(cc->poll);
     free(cc);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "comm/comm_backend.h"
+#include "dtrain_hugemem.h"
 #include "reduce.h"
 #include "ring.h"
 
@@ -293,11 +294,16 @@ static struct cma_outcome sum_others(const struct cma_call *k, int n, int me, co
     return o;
 }
 
-/* Room for a round's sums and next values (sum_others) in *sum: 0, or the cause. */
+/* Room for a round's sums and next values (sum_others) in *sum: 0, or the
+ * cause.  On a huge page: a round's 1 MiB of sums is as big as a core's
+ * L2 on a Zen 4, and on 4 KiB pages scattered in physical memory parts of
+ * it evicted each other (L2 sets are chosen by physical address), so the
+ * sums read back from memory: the 2-rank all-reduce of 64 MiB ran at
+ * 36-43% of memcpy with malloc's scratch, 51-54% with this (doc/comm.md). */
 static int sum_scratch(struct dtrain_comm *c, struct cpu_comm *cc, const char *what, float **sum)
 {
     if (cc->cma_sum == NULL &&
-        (cc->cma_sum = malloc(2 * (size_t)CMA_BATCH * RING_CHUNK_FLOATS * sizeof(float))) == NULL)
+        (cc->cma_sum = dtrain_hugemem_alloc(2 * (size_t)CMA_BATCH * RING_CHUNK_FLOATS * sizeof(float))) == NULL)
         return comm_fail(c, DTRAIN_COMM_ESYS, -1, "%s: out of memory for its sums", what);
     *sum = cc->cma_sum;
     return 0;

@@ -112,7 +112,7 @@ struct cpu_comm {
     float *scratch;          /* reduce-scatter's partial sums, 3 * RING_CHUNK_FLOATS */
     int cma;                 /* direct reads (cma.h): 0 not tried yet, 1 on, -1 unusable from now on */
     uint64_t cma_token;      /* what the others read here to check it works */
-    float *cma_sum;          /* the all-reduce's sums of two segments, 2 * RING_CHUNK_FLOATS */
+    float *cma_sum;          /* the reduce halves' sums (cma.c), 2 * CMA_BATCH * RING_CHUNK_FLOATS; dtrain_hugemem */
     int oversubscribed;      /* more members on this host than CPUs this process may use */
     /* Step 5 (until the bootstrap is done): the leader's connections to
      * each member ([size], -1 for itself), a member's to the leader. */
