@@ -29,10 +29,14 @@
  *    all-gather or a reduce-scatter apart is redone over the rings, the
  *    results the same; an all-reduce or a reduce-scatter in place, whose
  *    inputs hold sums by then, fails on every member with one message
- *    naming rank 0's refused read. */
+ *    naming rank 0's refused read;
+ *  - a reduce-scatter apart that reads more than this CPU's last-level
+ *    cache holds (cma_stream_min_bytes), whose output is written with
+ *    streaming stores: every float the ring's sum, bit for bit. */
 #include <errno.h>
 #include <linux/capability.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -40,6 +44,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "comm/cpu/cma.h"
 #include "dtrain_comm.h"
 #include "harness.h"
 #include "tap.h"
@@ -333,6 +338,45 @@ static int child(int rank, int n, struct dtrain_comm_group *groups, int ngroups,
     return failed;
 }
 
+/* Floats per member of a reduce-scatter apart on 2 members that reads
+ * more than the last-level cache holds: its output streamed (cma.h). */
+static size_t streamed_count(void)
+{
+    return cma_stream_min_bytes() / (3 * sizeof(float)) + 1;
+}
+
+/* Test buffers beyond this are not allocated: a cache that large is
+ * reported as a skip */
+#define STREAMED_MAX_BYTES ((size_t)1 << 30)
+
+static int child_streamed(int rank, int n, struct dtrain_comm_group *groups, int ngroups, void *arg)
+{
+    struct dtrain_comm_options o;
+    char host[DTRAIN_COMM_HOST_ID_MAX];
+    dtrain_comm *c = NULL;
+    struct dtrain_comm_stats st;
+    int failed = 0;
+    (void)ngroups;
+    (void)arg;
+    harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_AUTO, 60000, host);
+    if (harness_init(&groups[0], &o, &c) != 0)
+        return (1 << P_PARTS) - 1;
+    const size_t count = streamed_count();
+    float *in = malloc((size_t)n * count * sizeof(float)), *out = malloc(count * sizeof(float));
+    dtrain_comm_get_stats(c, &st);
+    if (in == NULL || out == NULL || reduce_scatter_once(rank, n, c, count, 0, 0, in, out, &st) != 0)
+        failed |= 1 << P_REDUCED;
+    dtrain_comm_get_stats(c, &st);
+    if (st.single_copy_calls != 1) {
+        harness_diag(rank, "%llu calls read directly, want 1", (unsigned long long)st.single_copy_calls);
+        failed |= 1 << P_PATH;
+    }
+    free(in);
+    free(out);
+    dtrain_comm_destroy(c);
+    return failed;
+}
+
 int main(void)
 {
     static const char *const part_text[P_PARTS] = {
@@ -376,6 +420,21 @@ int main(void)
         for (int p = 0; p < P_PARTS; p++)
             ok(rc == 0 && !harness_part_failed(&res, runs[k].n, p), "n=%d, %s: %s", runs[k].n, what,
                p == P_PATH ? path : part_text[p]);
+    }
+    const size_t count = streamed_count();
+    if (3 * count * sizeof(float) > STREAMED_MAX_BYTES) {
+        char why[200];
+        snprintf(why, sizeof why, "a reduce-scatter apart past the last-level cache (streamed output): this CPU's "
+                 "cache of %zu MiB would need more than %zu MiB of test buffers", cma_stream_min_bytes() >> 20,
+                 STREAMED_MAX_BYTES >> 20);
+        skip(why);
+    } else {
+        struct harness_result res;
+        int rc = harness_run(2, 1, child_streamed, NULL, 120, NULL, &res);
+        ok(rc == 0 && !harness_part_failed(&res, 2, P_REDUCED) && !harness_part_failed(&res, 2, P_PATH),
+           "n=2, a reduce-scatter apart of %zu floats per member, past the %zu MiB last-level cache (its output "
+           "streamed), read directly: every float the ring's sum in the ring's order, bit for bit", count,
+           cma_stream_min_bytes() >> 20);
     }
     return tap_done();
 }

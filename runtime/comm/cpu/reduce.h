@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The cpu backend's float reduction: what a shared-memory link's reader
- * adds as it reads (link.c) and what a direct read is added with (cma.c). */
+ * adds as it reads (link.c) and what a direct read is added with (cma.c),
+ * and the same with streaming stores (cma.c's reduce-scatter apart). */
 #ifndef DTRAIN_COMM_CPU_REDUCE_H
 #define DTRAIN_COMM_CPU_REDUCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 /* Four floats, for SSE at -O2 (where GCC does not vectorise loops itself);
  * loads and stores go through memcpy: any alignment. */
@@ -49,6 +54,44 @@ static inline void reduce_floats(float *dst, const float *a, const float *in, si
     }
     for (; i < n; i++)
         dst[i] = a[i] + in[i];
+}
+
+/* reduce_floats with dst written by streaming stores (SSE's movntps) where
+ * the CPU has them: a streamed line goes to memory without being read
+ * first, where a plain store to a line not in the cache reads it (a
+ * write-allocate).  For an output that will not be in the cache when it
+ * is read next anyway (cma.c says when); the same bits as reduce_floats.
+ * Ends with a store fence, so the members that read dst after the next
+ * message see every value. */
+static inline void reduce_floats_streamed(float *dst, const float *a, const float *in, size_t n, float divisor)
+{
+#if defined(__SSE__)
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 15) != 0; i++) /* movntps wants 16-byte aligned lines */
+        dst[i] = divisor != 0.0f ? (a[i] + in[i]) / divisor : a[i] + in[i];
+    if (divisor != 0.0f) {
+        const v4sf d = {divisor, divisor, divisor, divisor};
+        for (; i + 8 <= n; i += 8) {
+            v4sf x0 = load4(a + i) + load4(in + i), x1 = load4(a + i + 4) + load4(in + i + 4);
+            _mm_stream_ps(dst + i, (__m128)(x0 / d));
+            _mm_stream_ps(dst + i + 4, (__m128)(x1 / d));
+        }
+    } else {
+        for (; i + 16 <= n; i += 16) {
+            v4sf x0 = load4(a + i) + load4(in + i), x1 = load4(a + i + 4) + load4(in + i + 4);
+            v4sf x2 = load4(a + i + 8) + load4(in + i + 8), x3 = load4(a + i + 12) + load4(in + i + 12);
+            _mm_stream_ps(dst + i, (__m128)x0);
+            _mm_stream_ps(dst + i + 4, (__m128)x1);
+            _mm_stream_ps(dst + i + 8, (__m128)x2);
+            _mm_stream_ps(dst + i + 12, (__m128)x3);
+        }
+    }
+    for (; i < n; i++)
+        dst[i] = divisor != 0.0f ? (a[i] + in[i]) / divisor : a[i] + in[i];
+    _mm_sfence();
+#else
+    reduce_floats(dst, a, in, n, divisor);
+#endif
 }
 
 #endif
