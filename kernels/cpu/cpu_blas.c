@@ -123,6 +123,17 @@ const char *dtrain_cpu_features_level(const struct dtrain_cpu_features *f)
 const char *dtrain_blas_best_core(const struct dtrain_cpu_features *f)
 {
     int amd = strcmp(f->vendor, "AuthenticAMD") == 0;
+    /* AMD family 25 (Zen 3, Zen 4): Zen 4 has AVX-512 but runs a 512-bit
+     * FMA as two 256-bit halves, and OpenBLAS's AVX-512 kernels are no
+     * faster there than its AVX2 ones (a Zen 4 VM, family 25 model 17,
+     * dtrain-bench-train's 2048-cube sgemm on 2 threads over three runs:
+     * Haswell 205-212 GFLOP/s, Zen 200-211, SkylakeX 188-203, Cooperlake
+     * 183-201; the training step alternated four times, median tokens/s:
+     * Zen 5687, Haswell 6050, Cooperlake 5944).  The AVX2 kernels are
+     * these CPUs' own, not a fallback; OpenBLAS's AVX-512 choice is kept
+     * as well (dtrain_blas_decide switches only from a lower level). */
+    if (amd && f->family == 25 && dtrain_cpu_level(f) >= LEVEL_AVX2)
+        return "Zen";
     switch (dtrain_cpu_level(f)) {
     /* OpenBLAS's Cooperlake and SapphireRapids cores run the SkylakeX
      * SGEMM kernels (their KERNEL files include KERNEL.SKYLAKEX and add

@@ -22,9 +22,12 @@ args=(--data "$work/data.bin" --layers 1 --channels 32 --heads 2 --vocab-size 25
 flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 has() { [[ "$flags" == *" $1 "* ]]; }
 # the best OpenBLAS core of this CPU and a slower one it can run, as dtrain_blas.c chooses
+family=$(sed -n 's/^cpu family[[:space:]]*: *\([0-9]*\).*/\1/p' /proc/cpuinfo | head -1)
 if has avx512f && has avx512bw && has avx512vl && has avx512dq && has avx512cd; then
-    # Cooperlake's SGEMM kernels are SkylakeX's: SkylakeX is the best on AVX-512 BF16 too
+    # Cooperlake's SGEMM kernels are SkylakeX's: SkylakeX is the best on AVX-512 BF16 too;
+    # AMD's family 25 (Zen 4, AVX-512 in two halves): its AVX2 Zen kernels
     best=SkylakeX; if has avx512_bf16; then above=""; else above=Cooperlake; fi
+    if grep -q AuthenticAMD /proc/cpuinfo && [ "$family" = 25 ]; then best=Zen; fi
 elif has avx2 && has fma; then
     if grep -q AuthenticAMD /proc/cpuinfo; then best=Zen; else best=Haswell; fi; above=SkylakeX
 elif has avx; then best=Sandybridge; above=Haswell

@@ -25,6 +25,14 @@ static struct dtrain_cpu_features zen3(void)
     return f;
 }
 
+/* AMD family 25 model 17 (Zen 4, this project's VM of 2026-12): AVX-512 BF16, no AMX */
+static struct dtrain_cpu_features zen4(void)
+{
+    struct dtrain_cpu_features f = {.vendor = "AuthenticAMD", .family = 25, .model = 17, .avx = 1, .fma = 1,
+                                    .avx2 = 1, .avx512 = 1, .avx512_bf16 = 1};
+    return f;
+}
+
 static struct dtrain_cpu_features skylake_x(void)
 {
     struct dtrain_cpu_features f = {.vendor = "GenuineIntel", .family = 6, .model = 85, .avx = 1, .fma = 1,
@@ -55,6 +63,16 @@ int main(void)
        "Emerald Rapids: SkylakeX kernels (Cooperlake's SGEMM kernels are SkylakeX's)");
     ok(strcmp(dtrain_blas_best_core(&sx), "SkylakeX") == 0, "Skylake-X: SkylakeX kernels");
     ok(strcmp(dtrain_blas_best_core(&z), "Zen") == 0, "Zen 3: Zen kernels");
+    struct dtrain_cpu_features z4 = zen4(), z5 = zen4();
+    z5.family = 26; /* Zen 5: full-width AVX-512 */
+    ok(strcmp(dtrain_blas_best_core(&z4), "Zen") == 0 && strcmp(dtrain_blas_best_core(&z5), "SkylakeX") == 0,
+       "Zen 4 (AVX-512 in two halves): Zen kernels; family 26 (Zen 5): SkylakeX");
+    a = dtrain_blas_decide(&z4, "Cooperlake", NULL, NULL, "prog", &c);
+    ok(a == DTRAIN_BLAS_GO_ON && c.line[0] == '\0', "Zen 4, OpenBLAS's own Cooperlake choice: kept, nothing said");
+    a = dtrain_blas_decide(&z4, "Haswell", "keep", NULL, "prog", &c);
+    ok(a == DTRAIN_BLAS_GO_ON && c.line[0] == '\0', "Zen 4 on Haswell kernels: its own level, no warning");
+    a = dtrain_blas_decide(&z4, "Prescott", NULL, NULL, "prog", &c);
+    ok(a == DTRAIN_BLAS_SWITCH && strcmp(c.target, "Zen") == 0, "Zen 4 on Prescott: switch to Zen");
     ok(strcmp(dtrain_cpu_features_level(&er), "AVX-512 BF16") == 0 && strcmp(dtrain_cpu_features_level(&z), "AVX2") == 0,
        "levels in words");
 
