@@ -30,9 +30,10 @@
  *    results the same; an all-reduce or a reduce-scatter in place, whose
  *    inputs hold sums by then, fails on every member with one message
  *    naming rank 0's refused read;
- *  - a reduce-scatter apart that reads more than this CPU's last-level
- *    cache holds (cma_stream_min_bytes), whose output is written with
- *    streaming stores: every float the ring's sum, bit for bit. */
+ *  - a reduce-scatter apart and an all-gather apart that touch more than
+ *    this CPU's last-level cache holds (cma_stream_min_bytes), whose
+ *    outputs are written with streaming stores: every float the ring's
+ *    sum, bit for bit, every byte in its place. */
 #include <errno.h>
 #include <linux/capability.h>
 #include <stdint.h>
@@ -361,18 +362,23 @@ static int child_streamed(int rank, int n, struct dtrain_comm_group *groups, int
     harness_options(&o, rank, n, 1, DTRAIN_COMM_TRANSPORT_AUTO, 60000, host);
     if (harness_init(&groups[0], &o, &c) != 0)
         return (1 << P_PARTS) - 1;
-    const size_t count = streamed_count();
+    const size_t count = streamed_count(), each = count * sizeof(float);
     float *in = malloc((size_t)n * count * sizeof(float)), *out = malloc(count * sizeof(float));
+    unsigned char *buf = malloc((size_t)(n + 1) * each + 128);
     dtrain_comm_get_stats(c, &st);
     if (in == NULL || out == NULL || reduce_scatter_once(rank, n, c, count, 0, 0, in, out, &st) != 0)
         failed |= 1 << P_REDUCED;
+    /* an all-gather apart of as many bytes: its own block copied streamed */
+    if (buf == NULL || gather_once(rank, n, c, each, 0, 1, buf) != 0)
+        failed |= 1 << P_BYTES;
     dtrain_comm_get_stats(c, &st);
-    if (st.single_copy_calls != 1) {
-        harness_diag(rank, "%llu calls read directly, want 1", (unsigned long long)st.single_copy_calls);
+    if (st.single_copy_calls != 2) {
+        harness_diag(rank, "%llu calls read directly, want 2", (unsigned long long)st.single_copy_calls);
         failed |= 1 << P_PATH;
     }
     free(in);
     free(out);
+    free(buf);
     dtrain_comm_destroy(c);
     return failed;
 }
@@ -424,9 +430,10 @@ int main(void)
     const size_t count = streamed_count();
     if (3 * count * sizeof(float) > STREAMED_MAX_BYTES) {
         char why[200];
-        snprintf(why, sizeof why, "a reduce-scatter apart past the last-level cache (streamed output): this CPU's "
-                 "cache of %zu MiB would need more than %zu MiB of test buffers", cma_stream_min_bytes() >> 20,
+        snprintf(why, sizeof why, "a reduce-scatter and an all-gather apart past the last-level cache (streamed "
+                 "outputs): this CPU's cache of %zu MiB would need more than %zu MiB of test buffers", cma_stream_min_bytes() >> 20,
                  STREAMED_MAX_BYTES >> 20);
+        skip(why);
         skip(why);
     } else {
         struct harness_result res;
@@ -435,6 +442,9 @@ int main(void)
            "n=2, a reduce-scatter apart of %zu floats per member, past the %zu MiB last-level cache (its output "
            "streamed), read directly: every float the ring's sum in the ring's order, bit for bit", count,
            cma_stream_min_bytes() >> 20);
+        ok(rc == 0 && !harness_part_failed(&res, 2, P_BYTES) && !harness_part_failed(&res, 2, P_PATH),
+           "n=2, an all-gather apart of %zu bytes per member to an odd address, past the cache (its own block "
+           "copied streamed), read directly: every byte in its place", count * sizeof(float));
     }
     return tap_done();
 }

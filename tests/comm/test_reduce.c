@@ -4,7 +4,8 @@
  * (its streaming stores need 16-byte aligned lines: a head and a tail go
  * plainly) and every length around its 8- and 16-float loops, sums and
  * averages, on values whose sums round; nothing before or after the
- * output is touched; and cma_stream_min_bytes names a cache size. */
+ * output is touched; copy_bytes_streamed writes memcpy's bytes at every
+ * alignment of either end; and cma_stream_min_bytes names a cache size. */
 #include "comm/cpu/cma.h"
 #include "comm/cpu/reduce.h"
 #include "tap.h"
@@ -53,6 +54,38 @@ int main(void)
         ok(same, "%s: the streamed reduction writes the plain one's bits, every output alignment (0-15 floats past "
            "a line) and length (0 to 65549 floats)", d ? "average" : "sum");
         ok(guarded, "%s: no float before or after the output changed", d ? "average" : "sum");
+    }
+    /* the streamed copy: every alignment of both ends, lengths around its
+     * 64-byte loop, against memcpy, with guard bytes either side */
+    {
+        enum { MAX_BYTES = 70000, PAD = 64 };
+        unsigned char *src = malloc(MAX_BYTES + PAD), *w = malloc(MAX_BYTES + 3 * PAD),
+                      *g = malloc(MAX_BYTES + 3 * PAD);
+        const size_t blens[] = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 65536 + 7};
+        int same = 1, guarded = 1;
+        if (src == NULL || w == NULL || g == NULL)
+            return 99;
+        for (size_t i = 0; i < MAX_BYTES + PAD; i++)
+            src[i] = (unsigned char)(i * 131 + (i >> 8));
+        for (size_t doff = 0; doff < 16; doff++)
+            for (size_t soff = 0; soff < 16; soff += 5)
+                for (size_t k = 0; k < sizeof blens / sizeof blens[0]; k++) {
+                    size_t n = blens[k];
+                    memset(w, 0x5c, n + 3 * PAD);
+                    memset(g, 0x5c, n + 3 * PAD);
+                    memcpy(w + PAD + doff, src + soff, n);
+                    copy_bytes_streamed(g + PAD + doff, src + soff, n);
+                    if (memcmp(w + PAD + doff, g + PAD + doff, n) != 0)
+                        same = 0;
+                    if (memcmp(w, g, n + 3 * PAD) != 0)
+                        guarded = 0;
+                }
+        ok(same, "the streamed copy writes memcpy's bytes, every alignment of the output (0-15 bytes past a line) "
+           "and of the input, lengths 0 to 65543");
+        ok(guarded, "the streamed copy: no byte before or after the output changed");
+        free(src);
+        free(w);
+        free(g);
     }
     size_t llc = cma_stream_min_bytes();
     ok(llc >= (64u << 10) && llc <= ((size_t)1 << 36), "cma_stream_min_bytes: %zu bytes, a cache's size", llc);

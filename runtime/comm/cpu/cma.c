@@ -201,7 +201,12 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     if ((rc = cma_agree(c, cc, &k, outcome, &redo)) != 0 || redo)
         goto out;
     unsigned char *own = (unsigned char *)out + (size_t)me * each;
-    if (in != own)
+    /* apart, this member's own block copied in: streamed past the cache,
+     * as the reduce-scatter's sums (cma.h) */
+    if (in != own && (size_t)(n + 1) * each > cma_stream_min_bytes() &&
+        ((const unsigned char *)in + each <= own || own + each <= (const unsigned char *)in))
+        copy_bytes_streamed(own, in, each);
+    else if (in != own)
         memmove(own, in, each);
     atomic_fetch_add(&c->single_copy_calls, 1);
     *used = 1;

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* The cpu backend's float reduction: what a shared-memory link's reader
  * adds as it reads (link.c) and what a direct read is added with (cma.c),
- * and the same with streaming stores (cma.c's reduce-scatter apart). */
+ * the same with streaming stores (cma.c's reduce-scatter apart), and a
+ * streamed copy (cma.c's all-gather apart). */
 #ifndef DTRAIN_COMM_CPU_REDUCE_H
 #define DTRAIN_COMM_CPU_REDUCE_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE__)
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#elif defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 
@@ -91,6 +94,41 @@ static inline void reduce_floats_streamed(float *dst, const float *a, const floa
     _mm_sfence();
 #else
     reduce_floats(dst, a, in, n, divisor);
+#endif
+}
+
+/* dst = src, bytes long, the two apart, dst's lines written by streaming
+ * stores where the CPU has SSE2 (memcpy elsewhere): glibc's memcpy
+ * streams only past a threshold it derives from the cache size it reads
+ * from CPUID, which a VM can misreport (320 MiB for a 32 MiB L3 on a Zen 4
+ * guest), and then writes 32 MiB with a write-allocate per line.  Ends
+ * with a store fence, as reduce_floats_streamed. */
+static inline void copy_bytes_streamed(void *dst, const void *src, size_t bytes)
+{
+#if defined(__SSE2__)
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes)
+        head = bytes;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)s);
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+        _mm_stream_si128((__m128i *)(void *)d, x0);
+        _mm_stream_si128((__m128i *)(void *)(d + 16), x1);
+        _mm_stream_si128((__m128i *)(void *)(d + 32), x2);
+        _mm_stream_si128((__m128i *)(void *)(d + 48), x3);
+    }
+    memcpy(d, s, bytes);
+    _mm_sfence();
+#else
+    memcpy(dst, src, bytes);
 #endif
 }
 
