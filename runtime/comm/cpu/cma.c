@@ -306,7 +306,8 @@ static struct cma_outcome sum_others(const struct cma_call *k, int n, int me, co
  * L2 on a Zen 4, and on 4 KiB pages scattered in physical memory parts of
  * it evicted each other (L2 sets are chosen by physical address), so the
  * sums read back from memory: the 2-rank all-reduce of 64 MiB ran at
- * 36-43% of memcpy with malloc's scratch, 51-54% with this (doc/comm.md). */
+ * 5.6-6.2 GB/s busbw with malloc's scratch, 6.0-8.1 with this, and the
+ * 4- and 8-rank ones a third faster too (doc/comm.md). */
 static int sum_scratch(struct dtrain_comm *c, struct cpu_comm *cc, const char *what, float **sum)
 {
     if (cc->cma_sum == NULL &&
