@@ -180,6 +180,14 @@ static void cma_end(struct dtrain_comm *c, struct cma_call *k, uint64_t sent, ui
     free(k->all);
 }
 
+/* Whether a call apart writes its output streamed (cma.h): n members'
+ * blocks of `each` bytes read and this member's written, more than the
+ * last-level cache holds. */
+static int streams_past_cache(int n, size_t each)
+{
+    return (size_t)(n + 1) * each > cma_stream_min_bytes();
+}
+
 int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, void *out, size_t each, int *used)
 {
     const int n = c->size, me = c->rank;
@@ -203,7 +211,7 @@ int cma_all_gather(struct dtrain_comm *c, struct cpu_comm *cc, const void *in, v
     unsigned char *own = (unsigned char *)out + (size_t)me * each;
     /* apart, this member's own block copied in: streamed past the cache,
      * as the reduce-scatter's sums (cma.h) */
-    if (in != own && (size_t)(n + 1) * each > cma_stream_min_bytes() &&
+    if (in != own && streams_past_cache(n, each) &&
         ((const unsigned char *)in + each <= own || own + each <= (const unsigned char *)in))
         copy_bytes_streamed(own, in, each);
     else if (in != own)
@@ -437,7 +445,7 @@ int cma_reduce_scatter(struct dtrain_comm *c, struct cpu_comm *cc, const float *
         goto out;
     /* apart, the output is a third buffer: streamed where the call reads
      * more than the cache holds (cma.h) */
-    const int streamed = out != mine && (size_t)(n + 1) * count * sizeof(float) > cma_stream_min_bytes();
+    const int streamed = out != mine && streams_past_cache(n, count * sizeof(float));
     /* this member's block of every member's input, CMA_BATCH slices a round */
     for (size_t off = 0; off < count && outcome.error == 0;) {
         struct cma_batch b = {.count = 0};

@@ -31,17 +31,34 @@ static inline void store4(float *p, v4sf v)
     memcpy(p, &v, sizeof v);
 }
 
-/* dst = a + in (a may be dst), then / divisor when it is not 0: the sum
- * is rounded once and divided once, as a serial reference does. */
-static inline void reduce_floats(float *dst, const float *a, const float *in, size_t n, float divisor)
+/* v into p: plainly (any alignment), or streamed (SSE's movntps, p 16-byte
+ * aligned): a streamed line goes to memory without being read first,
+ * where a plain store to a line not in the cache reads it (a
+ * write-allocate).  streamed is a constant where this is inlined. */
+static inline void put4(float *p, v4sf v, int streamed)
+{
+#if defined(__SSE__)
+    if (streamed) {
+        _mm_stream_ps(p, (__m128)v);
+        return;
+    }
+#else
+    (void)streamed;
+#endif
+    store4(p, v);
+}
+
+/* reduce_floats' loops, its stores plain or streamed (dst + 0 then 16-byte
+ * aligned): one order of operations for both, so both give the same bits. */
+static inline void reduce_span(float *dst, const float *a, const float *in, size_t n, float divisor, int streamed)
 {
     size_t i = 0;
     if (divisor != 0.0f) {
         const v4sf d = {divisor, divisor, divisor, divisor};
         for (; i + 8 <= n; i += 8) {
             v4sf x0 = load4(a + i) + load4(in + i), x1 = load4(a + i + 4) + load4(in + i + 4);
-            store4(dst + i, x0 / d);
-            store4(dst + i + 4, x1 / d);
+            put4(dst + i, x0 / d, streamed);
+            put4(dst + i + 4, x1 / d, streamed);
         }
         for (; i < n; i++)
             dst[i] = (a[i] + in[i]) / divisor;
@@ -50,47 +67,36 @@ static inline void reduce_floats(float *dst, const float *a, const float *in, si
     for (; i + 16 <= n; i += 16) {
         v4sf x0 = load4(a + i) + load4(in + i), x1 = load4(a + i + 4) + load4(in + i + 4);
         v4sf x2 = load4(a + i + 8) + load4(in + i + 8), x3 = load4(a + i + 12) + load4(in + i + 12);
-        store4(dst + i, x0);
-        store4(dst + i + 4, x1);
-        store4(dst + i + 8, x2);
-        store4(dst + i + 12, x3);
+        put4(dst + i, x0, streamed);
+        put4(dst + i + 4, x1, streamed);
+        put4(dst + i + 8, x2, streamed);
+        put4(dst + i + 12, x3, streamed);
     }
     for (; i < n; i++)
         dst[i] = a[i] + in[i];
 }
 
-/* reduce_floats with dst written by streaming stores (SSE's movntps) where
- * the CPU has them: a streamed line goes to memory without being read
- * first, where a plain store to a line not in the cache reads it (a
- * write-allocate).  For an output that will not be in the cache when it
- * is read next anyway (cma.c says when); the same bits as reduce_floats.
- * Ends with a store fence, so the members that read dst after the next
- * message see every value. */
+/* dst = a + in (a may be dst), then / divisor when it is not 0: the sum
+ * is rounded once and divided once, as a serial reference does. */
+static inline void reduce_floats(float *dst, const float *a, const float *in, size_t n, float divisor)
+{
+    reduce_span(dst, a, in, n, divisor, 0);
+}
+
+/* reduce_floats with dst written by streaming stores where the CPU has
+ * them (put4), after a plain head up to dst's first 16-byte line.  For an
+ * output that will not be in the cache when it is read next anyway
+ * (cma.c says when); the same bits as reduce_floats.  Ends with a store
+ * fence, so the members that read dst after the next message see every
+ * value. */
 static inline void reduce_floats_streamed(float *dst, const float *a, const float *in, size_t n, float divisor)
 {
 #if defined(__SSE__)
-    size_t i = 0;
-    for (; i < n && ((uintptr_t)(dst + i) & 15) != 0; i++) /* movntps wants 16-byte aligned lines */
-        dst[i] = divisor != 0.0f ? (a[i] + in[i]) / divisor : a[i] + in[i];
-    if (divisor != 0.0f) {
-        const v4sf d = {divisor, divisor, divisor, divisor};
-        for (; i + 8 <= n; i += 8) {
-            v4sf x0 = load4(a + i) + load4(in + i), x1 = load4(a + i + 4) + load4(in + i + 4);
-            _mm_stream_ps(dst + i, (__m128)(x0 / d));
-            _mm_stream_ps(dst + i + 4, (__m128)(x1 / d));
-        }
-    } else {
-        for (; i + 16 <= n; i += 16) {
-            v4sf x0 = load4(a + i) + load4(in + i), x1 = load4(a + i + 4) + load4(in + i + 4);
-            v4sf x2 = load4(a + i + 8) + load4(in + i + 8), x3 = load4(a + i + 12) + load4(in + i + 12);
-            _mm_stream_ps(dst + i, (__m128)x0);
-            _mm_stream_ps(dst + i + 4, (__m128)x1);
-            _mm_stream_ps(dst + i + 8, (__m128)x2);
-            _mm_stream_ps(dst + i + 12, (__m128)x3);
-        }
-    }
-    for (; i < n; i++)
-        dst[i] = divisor != 0.0f ? (a[i] + in[i]) / divisor : a[i] + in[i];
+    size_t head = 0;
+    while (head < n && ((uintptr_t)(dst + head) & 15) != 0)
+        head++;
+    reduce_span(dst, a, in, head, divisor, 0);
+    reduce_span(dst + head, a + head, in + head, n - head, divisor, 1);
     _mm_sfence();
 #else
     reduce_floats(dst, a, in, n, divisor);
